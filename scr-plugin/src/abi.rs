@@ -1,0 +1,337 @@
+//! The FFI-safe types and trait objects that cross the plugin boundary.
+//!
+//! Plugin authors rarely touch this module directly: they implement the plain Rust
+//! traits [`Scheme`](crate::Scheme) and [`Transfer`](crate::Transfer) and export them
+//! with [`export_plugin!`](crate::export_plugin), which wraps every call in a panic
+//! guard. The host uses the `*_TO` trait objects defined here through
+//! [`LoadedScheme`](crate::LoadedScheme) and [`LoadedTransfer`](crate::LoadedTransfer).
+//!
+//! Every trait here ends its mandatory methods with `#[sabi(last_prefix_field)]` so that a
+//! later ABI version can append defaulted methods and still load plugins built against
+//! this one.
+#![allow(missing_docs)] // the sabi_trait macro generates undocumented helper items
+
+use abi_stable::{
+    declare_root_module_statics,
+    library::RootModule,
+    package_version_strings,
+    sabi_trait,
+    sabi_types::{RRef, VersionStrings},
+    std_types::{RBox, ROption, RResult, RSlice, RSliceMut, RStr, RString, RVec},
+    StableAbi,
+};
+
+use crate::error::PluginError;
+
+/// The version of the plugin contract's *semantics*, checked by the host on load in
+/// addition to abi_stable's layout check. Raise it when a call's meaning changes while its
+/// layout stays the same.
+pub const ABI_VERSION: u32 = 1;
+
+/// One `key = value` pair of descriptor parameters or plugin settings.
+///
+/// Values travel as strings (TOML scalars rendered without quotes) so that any plugin can
+/// take any parameter without the host knowing its type; see [`Params`](crate::Params) for
+/// typed lookups with good error messages.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
+pub struct Param {
+    /// Parameter name, lower case as in the configuration.
+    pub key: RString,
+    /// Parameter value rendered as a string.
+    pub value: RString,
+}
+
+/// Everything a scheme needs to create an instance for one redundancy set.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug)]
+pub struct SchemeConfig {
+    /// The scheme name as the checkpoint descriptor spelled it (lookup is case-insensitive).
+    pub scheme: RString,
+    /// The checkpoint descriptor's scheme parameters (`set_size`, `set_failures`,
+    /// `replicas`, `buffer_size` and anything under the descriptor's `params` table).
+    pub params: RVec<Param>,
+    /// The `[plugins.<name>]` settings table of the configuration, passed through.
+    pub settings: RVec<Param>,
+    /// The number of members of this redundancy set. At `scr config check` time, when no
+    /// job exists, this is the configured `set_size`.
+    pub members: u32,
+}
+
+/// What the host needs to know about a scheme instance.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
+pub struct SchemeDescription {
+    /// Canonical upper-case scheme name (`XOR`, `RS`, ...).
+    pub name: RString,
+    /// How many members of one set may lose their files at once and still be rebuilt,
+    /// for the parameters this instance was created with.
+    pub tolerated_losses: u32,
+    /// One line describing the instance, e.g. `XOR over 8 members, 1 MiB pieces`.
+    pub summary: RString,
+}
+
+/// Metadata of one application file, as recorded in the filemap.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
+pub struct FileMeta {
+    /// Absolute path of the file in cache.
+    pub path: RString,
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// Owner user id.
+    pub uid: u32,
+    /// Owner group id.
+    pub gid: u32,
+    /// Modification time, seconds since the epoch.
+    pub mtime_sec: i64,
+    /// Modification time, nanosecond part.
+    pub mtime_nsec: u32,
+    /// Access time, seconds since the epoch.
+    pub atime_sec: i64,
+    /// Access time, nanosecond part.
+    pub atime_nsec: u32,
+    /// CRC32 of the contents, when it was computed.
+    pub crc32: ROption<u32>,
+}
+
+/// One rank's share of a dataset: the files that form its logical file, in order.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug)]
+pub struct DatasetFiles {
+    /// The dataset id.
+    pub dataset_id: u64,
+    /// The directory where this rank's redundancy files go (its dataset cache directory).
+    pub dir: RString,
+    /// This rank's files in order; the scheme treats their concatenation as one logical
+    /// file.
+    pub files: RVec<FileMeta>,
+}
+
+/// A request to rebuild one dataset across a redundancy set.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug)]
+pub struct RecoverRequest {
+    /// The dataset id.
+    pub dataset_id: u64,
+    /// This rank's dataset cache directory (created by the host).
+    pub dir: RString,
+    /// This rank's files as its filemap records them and the files are intact, or
+    /// `RNone` when this member lost them and needs them rebuilt.
+    pub files: ROption<RVec<FileMeta>>,
+}
+
+/// How an all-reduce combines values.
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// Sum (wrapping).
+    Sum,
+    /// Minimum.
+    Min,
+    /// Maximum.
+    Max,
+}
+
+/// Log levels, from most to least severe.
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Something failed.
+    Error,
+    /// Something is suspicious or degraded.
+    Warn,
+    /// Progress worth showing at `debug = 1`.
+    Info,
+    /// Detail for `debug >= 2`.
+    Debug,
+}
+
+/// State of a transfer or of one of its files.
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransferStatus {
+    /// Created, files may still be added.
+    Idle,
+    /// Dispatched and not finished.
+    InProgress,
+    /// Every file copied (and verified where asked).
+    Complete,
+    /// At least one file failed; see the per-file results.
+    Failed,
+    /// Cancelled before completion.
+    Cancelled,
+}
+
+/// Options of one transfer.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug)]
+pub struct TransferConfig {
+    /// The transfer type as configured (`sync`, `pthread`, `bbapi`, `dw`, ...).
+    pub transfer_type: RString,
+    /// Where the plugin persists the transfer's state, so another process can resume,
+    /// wait for or cancel it. Written atomically by the plugin.
+    pub state_file: RString,
+    /// Compute CRC32 of each file while copying.
+    pub crc32: bool,
+    /// Apply mode, owner (where permitted) and times of the source to the destination.
+    pub preserve_metadata: bool,
+    /// The `[plugins.<type>]` settings table of the configuration, passed through.
+    pub settings: RVec<Param>,
+}
+
+/// Outcome of one (source, destination) pair of a transfer.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
+pub struct FileResult {
+    /// Source path.
+    pub source: RString,
+    /// Destination path.
+    pub destination: RString,
+    /// Bytes copied so far.
+    pub bytes: u64,
+    /// CRC32 of the copied bytes, when asked for and complete.
+    pub crc32: ROption<u32>,
+    /// Status of this file.
+    pub status: TransferStatus,
+    /// Why it failed, when it did.
+    pub error: ROption<RString>,
+}
+
+/// The services the host hands to every plugin call: the redundancy set's communicator,
+/// logging and a cancellation check. Plugins never link MPI; they talk through this.
+///
+/// Members are numbered `0..size()` within the redundancy set. Tags are in `0..=32767`
+/// (the smallest upper bound MPI guarantees). Messages between one pair of members with
+/// one tag arrive in the order they were sent; `recv` must be given a buffer of exactly
+/// the size that was sent.
+#[sabi_trait]
+pub trait HostServices: Send + Sync {
+    /// This process's member number in the set.
+    fn rank(&self) -> u32;
+    /// Number of members in the set.
+    fn size(&self) -> u32;
+    /// The `MPI_COMM_WORLD` rank of a member.
+    fn world_rank(&self, member: u32) -> u32;
+    /// The failure-group value (e.g. the node name) of a member.
+    fn failure_group(&self, member: u32) -> RString;
+    /// Blocking send of `data` to `dest`.
+    fn send(&self, dest: u32, tag: u32, data: RSlice<'_, u8>) -> RResult<(), PluginError>;
+    /// Blocking receive from `src` into `buf`, whose length must equal the message's.
+    fn recv(&self, src: u32, tag: u32, buf: RSliceMut<'_, u8>) -> RResult<(), PluginError>;
+    /// Send to `dest` and receive from `src` at once (deadlock-free in rings).
+    fn sendrecv(
+        &self,
+        dest: u32,
+        data: RSlice<'_, u8>,
+        src: u32,
+        buf: RSliceMut<'_, u8>,
+        tag: u32,
+    ) -> RResult<(), PluginError>;
+    /// Wait until every member has called `barrier`.
+    fn barrier(&self) -> RResult<(), PluginError>;
+    /// Combine one `u64` from every member; every member gets the result.
+    fn all_reduce_u64(&self, value: u64, op: ReduceOp) -> RResult<u64, PluginError>;
+    /// Copy `buf` of member `root` into `buf` of every member (same length everywhere).
+    fn broadcast(&self, root: u32, buf: RSliceMut<'_, u8>) -> RResult<(), PluginError>;
+    /// Log a message through the host's logger.
+    fn log(&self, level: LogLevel, message: RStr<'_>);
+    /// Whether the host asked the current operation to stop.
+    #[sabi(last_prefix_field)]
+    fn is_cancelled(&self) -> bool;
+}
+
+/// A borrowed host-services object as passed to plugin calls.
+pub type HostRef<'a> = HostServices_TO<'a, RRef<'a, ()>>;
+
+/// A redundancy scheme instance for one redundancy set, as seen across the boundary.
+#[sabi_trait]
+pub trait FfiScheme: Send + Sync {
+    /// Name, tolerated losses and a one-line summary.
+    fn describe(&self) -> RResult<SchemeDescription, PluginError>;
+    /// Collectively encode every member's logical file into redundancy files; returns the
+    /// redundancy files this member wrote.
+    fn apply(&self, host: HostRef<'_>, dataset: &DatasetFiles)
+        -> RResult<RVec<RString>, PluginError>;
+    /// Collectively rebuild the files of members that lost them, or fail the same way on
+    /// every member. Returns this member's files (verified or rebuilt).
+    fn recover(
+        &self,
+        host: HostRef<'_>,
+        request: &RecoverRequest,
+    ) -> RResult<RVec<FileMeta>, PluginError>;
+    /// The redundancy files this member holds for the dataset (no communication).
+    fn redundancy_files(&self, dataset: &DatasetFiles) -> RResult<RVec<RString>, PluginError>;
+    /// Remove this member's redundancy files for the dataset.
+    #[sabi(last_prefix_field)]
+    fn remove(&self, host: HostRef<'_>, dataset: &DatasetFiles) -> RResult<(), PluginError>;
+}
+
+/// An owned scheme instance.
+pub type SchemeBox = FfiScheme_TO<'static, RBox<()>>;
+
+/// A transfer of (source, destination) pairs, as seen across the boundary.
+#[sabi_trait]
+pub trait FfiTransfer: Send {
+    /// Add one file to copy. Only before `dispatch`.
+    fn add(&mut self, source: RStr<'_>, destination: RStr<'_>) -> RResult<(), PluginError>;
+    /// Start copying; may return before the copy is done.
+    fn dispatch(&mut self, host: HostRef<'_>) -> RResult<(), PluginError>;
+    /// Poll without blocking.
+    fn test(&mut self, host: HostRef<'_>) -> RResult<TransferStatus, PluginError>;
+    /// Block until the transfer ends.
+    fn wait(&mut self, host: HostRef<'_>) -> RResult<TransferStatus, PluginError>;
+    /// Stop the transfer; partly written destinations are removed.
+    fn cancel(&mut self, host: HostRef<'_>) -> RResult<(), PluginError>;
+    /// Per-file outcomes so far.
+    #[sabi(last_prefix_field)]
+    fn results(&self) -> RResult<RVec<FileResult>, PluginError>;
+}
+
+/// An owned transfer.
+pub type TransferBox = FfiTransfer_TO<'static, RBox<()>>;
+
+/// What a library says about itself.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug)]
+pub struct LibraryInfo {
+    /// The library's name, e.g. `scr-xor`.
+    pub name: RString,
+    /// The library's own version.
+    pub version: RString,
+    /// Redundancy schemes it provides (upper case by convention).
+    pub schemes: RVec<RString>,
+    /// Transfer types it provides (lower case by convention).
+    pub transfers: RVec<RString>,
+}
+
+/// The root module every plugin library exports (via
+/// [`export_plugin!`](crate::export_plugin)).
+#[repr(C)]
+#[derive(StableAbi)]
+#[sabi(kind(Prefix(prefix_ref = PluginModRef)))]
+#[sabi(missing_field(panic))]
+pub struct PluginMod {
+    /// The [`ABI_VERSION`] the library was built against.
+    pub abi_version: u32,
+    /// The library's name, version and provided names.
+    pub library: extern "C" fn() -> RResult<LibraryInfo, PluginError>,
+    /// Create a scheme instance.
+    pub new_scheme: extern "C" fn(&SchemeConfig) -> RResult<SchemeBox, PluginError>,
+    /// Create a transfer.
+    pub new_transfer:
+        extern "C" fn(&TransferConfig, HostRef<'_>) -> RResult<TransferBox, PluginError>,
+    /// Re-open a transfer from the state file another process persisted.
+    #[sabi(last_prefix_field)]
+    pub resume_transfer:
+        extern "C" fn(&TransferConfig, HostRef<'_>) -> RResult<TransferBox, PluginError>,
+}
+
+impl RootModule for PluginModRef {
+    declare_root_module_statics! {PluginModRef}
+    const BASE_NAME: &'static str = "scr_plugin";
+    const NAME: &'static str = "scr_plugin";
+    const VERSION_STRINGS: VersionStrings = package_version_strings!();
+}

@@ -1,0 +1,98 @@
+//! The stable ABI contract between the scr-rs runtime and its plugins.
+//!
+//! A *plugin* is a shared library that provides redundancy schemes (SINGLE, PARTNER, XOR,
+//! RS, or a vendor's own) and/or transfer types (sync, pthread, bbapi, dw, ...). The
+//! runtime loads it at run time; because every type crossing the boundary is checked by
+//! [`abi_stable`] at load, a plugin built separately from the runtime is either refused
+//! with a clear reason or works.
+//!
+//! The pieces:
+//!
+//! - [`PluginLibrary`]: what a library provides; export it with [`export_plugin!`].
+//! - [`Scheme`]: one redundancy scheme instance for one redundancy set — `apply`,
+//!   `recover`, `redundancy_files`, `remove`, and `describe` (including how many lost
+//!   members per set it tolerates).
+//! - [`Transfer`]: copies (source, destination) pairs — `add`, `dispatch`, `test`,
+//!   `wait`, `cancel`, `results`; resumable from a state file.
+//! - [`Host`]: the host services every call receives — the redundancy set's communicator
+//!   (the plugin never links MPI), logging and cancellation.
+//! - [`inproc`]: an in-process host (threads as members) for unit-testing algorithms.
+//! - [`Params`]: typed access to descriptor parameters and plugin settings.
+//!
+//! Every exported entry point runs under [`guard`], so a panic inside a plugin comes
+//! back to the host as a [`PluginError`] with code [`ErrorCode::PANIC`] naming the plugin
+//! and the call, instead of aborting the job.
+//!
+//! # A complete (tiny) scheme, tested without MPI
+//!
+//! ```
+//! use scr_plugin::*;
+//!
+//! /// Keeps no redundancy: tolerates no loss.
+//! struct Nothing;
+//! impl Scheme for Nothing {
+//!     fn describe(&self) -> PluginResult<SchemeDescription> {
+//!         Ok(SchemeDescription { name: "NOTHING".into(), tolerated_losses: 0,
+//!                                summary: "no redundancy".into() })
+//!     }
+//!     fn apply(&self, host: &Host<'_>, _: &DatasetFiles) -> PluginResult<Vec<String>> {
+//!         host.barrier()?;
+//!         Ok(vec![])
+//!     }
+//!     fn recover(&self, host: &Host<'_>, req: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
+//!         let mine = req.files.clone().into_option();
+//!         if host.all_agree(mine.is_some())? {
+//!             Ok(mine.map(|v| v.into_vec()).unwrap_or_default())
+//!         } else {
+//!             Err(PluginError::new(ErrorCode::UNRECOVERABLE, "a member lost its files"))
+//!         }
+//!     }
+//!     fn redundancy_files(&self, _: &DatasetFiles) -> PluginResult<Vec<String>> { Ok(vec![]) }
+//!     fn remove(&self, _: &Host<'_>, _: &DatasetFiles) -> PluginResult<()> { Ok(()) }
+//! }
+//!
+//! struct Lib;
+//! impl PluginLibrary for Lib {
+//!     const NAME: &'static str = "nothing";
+//!     const VERSION: &'static str = "1.0.0";
+//!     const SCHEMES: &'static [&'static str] = &["NOTHING"];
+//!     fn new_scheme(_: &SchemeConfig) -> PluginResult<Box<dyn Scheme>> { Ok(Box::new(Nothing)) }
+//! }
+//! // In the cdylib: scr_plugin::export_plugin!(Lib);
+//!
+//! // Drive it through the same FFI shims the host uses, on four in-process members.
+//! let root = root_module::<Lib>();
+//! let config = SchemeConfig { scheme: "nothing".into(), params: Default::default(),
+//!                             settings: Default::default(), members: 4 };
+//! let scheme = (root.new_scheme())(&config).into_result()?;
+//! let lost = inproc::run(&["n0", "n0", "n1", "n1"], |host| {
+//!     let req = RecoverRequest { dataset_id: 1, dir: "/tmp".into(),
+//!         files: if host.rank() == 2 { abi_stable::std_types::RNone }
+//!                else { abi_stable::std_types::RSome(Default::default()) } };
+//!     scheme.recover(host.raw(), &req).into_result().unwrap_err().code
+//! });
+//! assert!(lost.iter().all(|c| *c == ErrorCode::UNRECOVERABLE));
+//! # Ok::<(), PluginError>(())
+//! ```
+#![deny(missing_docs)]
+#![allow(non_local_definitions)] // emitted by #[sabi_trait] on recent compilers
+
+pub mod abi;
+mod error;
+mod host;
+pub mod inproc;
+mod params;
+mod plugin;
+
+pub use abi::{
+    DatasetFiles, FfiScheme, FfiTransfer, FileMeta, FileResult, HostRef, HostServices,
+    LibraryInfo, LogLevel, Param, PluginMod, PluginModRef, RecoverRequest, ReduceOp, SchemeBox,
+    SchemeConfig, SchemeDescription, TransferBox, TransferConfig, TransferStatus, ABI_VERSION,
+};
+pub use error::{ErrorCode, PluginError, PluginResult};
+pub use host::{host_ref, Host, MAX_TAG};
+pub use params::Params;
+pub use plugin::{guard, root_module, scheme_box, transfer_box, PluginLibrary, Scheme, Transfer};
+
+/// Re-exported so that [`export_plugin!`] and plugin crates use the same version.
+pub use abi_stable;

@@ -1,0 +1,346 @@
+//! The plugin author's side: plain Rust traits, the panic guard and the root-module
+//! shims that [`export_plugin!`](crate::export_plugin) wires together.
+
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use abi_stable::{
+    prefix_type::PrefixTypeTrait,
+    sabi_trait::TD_Opaque,
+    std_types::{RResult, RStr, RString, RVec},
+};
+
+use crate::abi::{
+    DatasetFiles, FfiScheme, FfiScheme_TO, FfiTransfer, FfiTransfer_TO, FileMeta, FileResult,
+    HostRef, LibraryInfo, PluginMod, PluginModRef, RecoverRequest, SchemeBox, SchemeConfig,
+    SchemeDescription, TransferBox, TransferConfig, TransferStatus, ABI_VERSION,
+};
+use crate::error::{ErrorCode, PluginError, PluginResult};
+use crate::host::Host;
+
+/// Run `f`, turning a panic into a [`PluginError`] with code
+/// [`PANIC`](ErrorCode::PANIC) that names the plugin and the call. Every entry point that
+/// [`export_plugin!`](crate::export_plugin) generates goes through here, because a panic
+/// unwinding across the boundary would abort the whole MPI job.
+pub fn guard<T>(
+    plugin: &str,
+    call: &str,
+    f: impl FnOnce() -> PluginResult<T>,
+) -> RResult<T, PluginError> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(result) => result.into(),
+        Err(payload) => RResult::RErr(PluginError::new(
+            ErrorCode::PANIC,
+            format!(
+                "plugin {plugin} panicked in {call}: {}",
+                panic_message(&*payload)
+            ),
+        )),
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s
+    } else {
+        "(non-string panic payload)"
+    }
+}
+
+/// A redundancy scheme instance for one redundancy set.
+///
+/// Collective calls (`apply`, `recover`, `remove`) are made by every member of the set at
+/// once; they must return the same success or failure on every member (use
+/// [`Host::all_agree`]).
+pub trait Scheme: Send + Sync + 'static {
+    /// Name, tolerated losses and a one-line summary.
+    fn describe(&self) -> PluginResult<SchemeDescription>;
+    /// Encode this member's logical file into redundancy files; return their paths.
+    fn apply(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<Vec<String>>;
+    /// Rebuild lost members' files, or fail the same way everywhere.
+    fn recover(&self, host: &Host<'_>, request: &RecoverRequest) -> PluginResult<Vec<FileMeta>>;
+    /// The redundancy files this member holds for `dataset`.
+    fn redundancy_files(&self, dataset: &DatasetFiles) -> PluginResult<Vec<String>>;
+    /// Remove this member's redundancy files for `dataset`.
+    fn remove(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<()>;
+}
+
+/// A transfer of files from cache to a prefix or back (see [`FfiTransfer`] for the
+/// contract of each call).
+pub trait Transfer: Send + 'static {
+    /// Add one (source, destination) pair.
+    fn add(&mut self, source: &str, destination: &str) -> PluginResult<()>;
+    /// Start the copy.
+    fn dispatch(&mut self, host: &Host<'_>) -> PluginResult<()>;
+    /// Poll.
+    fn test(&mut self, host: &Host<'_>) -> PluginResult<TransferStatus>;
+    /// Block until done.
+    fn wait(&mut self, host: &Host<'_>) -> PluginResult<TransferStatus>;
+    /// Stop and clean up partial destinations.
+    fn cancel(&mut self, host: &Host<'_>) -> PluginResult<()>;
+    /// Per-file outcomes.
+    fn results(&self) -> PluginResult<Vec<FileResult>>;
+}
+
+/// What a plugin library provides. Implement it on a unit struct and export it with
+/// [`export_plugin!`](crate::export_plugin).
+pub trait PluginLibrary: 'static {
+    /// The library's name, e.g. `scr-xor`.
+    const NAME: &'static str;
+    /// The library's own version (usually `env!("CARGO_PKG_VERSION")`).
+    const VERSION: &'static str;
+    /// Scheme names provided.
+    const SCHEMES: &'static [&'static str] = &[];
+    /// Transfer type names provided.
+    const TRANSFERS: &'static [&'static str] = &[];
+
+    /// Create a scheme instance. Only called for a name in [`SCHEMES`](Self::SCHEMES).
+    fn new_scheme(config: &SchemeConfig) -> PluginResult<Box<dyn Scheme>> {
+        Err(PluginError::not_implemented(format!(
+            "scheme {}",
+            config.scheme
+        )))
+    }
+
+    /// Create a transfer. Only called for a name in [`TRANSFERS`](Self::TRANSFERS).
+    fn new_transfer(config: &TransferConfig, host: &Host<'_>) -> PluginResult<Box<dyn Transfer>> {
+        let _ = host;
+        Err(PluginError::not_implemented(format!(
+            "transfer type {}",
+            config.transfer_type
+        )))
+    }
+
+    /// Re-open a transfer from its persisted state file.
+    fn resume_transfer(
+        config: &TransferConfig,
+        host: &Host<'_>,
+    ) -> PluginResult<Box<dyn Transfer>> {
+        let _ = host;
+        Err(PluginError::not_implemented(format!(
+            "resuming transfer type {}",
+            config.transfer_type
+        )))
+    }
+}
+
+struct GuardedScheme {
+    plugin: &'static str,
+    inner: Box<dyn Scheme>,
+}
+
+impl FfiScheme for GuardedScheme {
+    fn describe(&self) -> RResult<SchemeDescription, PluginError> {
+        guard(self.plugin, "describe", || self.inner.describe())
+    }
+
+    fn apply(
+        &self,
+        host: HostRef<'_>,
+        dataset: &DatasetFiles,
+    ) -> RResult<RVec<RString>, PluginError> {
+        guard(self.plugin, "apply", || {
+            Ok(strings(self.inner.apply(&Host::new(host), dataset)?))
+        })
+    }
+
+    fn recover(
+        &self,
+        host: HostRef<'_>,
+        request: &RecoverRequest,
+    ) -> RResult<RVec<FileMeta>, PluginError> {
+        guard(self.plugin, "recover", || {
+            Ok(self.inner.recover(&Host::new(host), request)?.into())
+        })
+    }
+
+    fn redundancy_files(&self, dataset: &DatasetFiles) -> RResult<RVec<RString>, PluginError> {
+        guard(self.plugin, "redundancy_files", || {
+            Ok(strings(self.inner.redundancy_files(dataset)?))
+        })
+    }
+
+    fn remove(&self, host: HostRef<'_>, dataset: &DatasetFiles) -> RResult<(), PluginError> {
+        guard(self.plugin, "remove", || {
+            self.inner.remove(&Host::new(host), dataset)
+        })
+    }
+}
+
+struct GuardedTransfer {
+    plugin: &'static str,
+    inner: Box<dyn Transfer>,
+}
+
+impl FfiTransfer for GuardedTransfer {
+    fn add(&mut self, source: RStr<'_>, destination: RStr<'_>) -> RResult<(), PluginError> {
+        guard(self.plugin, "add", || {
+            self.inner.add(source.as_str(), destination.as_str())
+        })
+    }
+
+    fn dispatch(&mut self, host: HostRef<'_>) -> RResult<(), PluginError> {
+        guard(self.plugin, "dispatch", || self.inner.dispatch(&Host::new(host)))
+    }
+
+    fn test(&mut self, host: HostRef<'_>) -> RResult<TransferStatus, PluginError> {
+        guard(self.plugin, "test", || self.inner.test(&Host::new(host)))
+    }
+
+    fn wait(&mut self, host: HostRef<'_>) -> RResult<TransferStatus, PluginError> {
+        guard(self.plugin, "wait", || self.inner.wait(&Host::new(host)))
+    }
+
+    fn cancel(&mut self, host: HostRef<'_>) -> RResult<(), PluginError> {
+        guard(self.plugin, "cancel", || self.inner.cancel(&Host::new(host)))
+    }
+
+    fn results(&self) -> RResult<RVec<FileResult>, PluginError> {
+        guard(self.plugin, "results", || Ok(self.inner.results()?.into()))
+    }
+}
+
+fn strings(v: Vec<String>) -> RVec<RString> {
+    v.into_iter().map(RString::from).collect()
+}
+
+fn provides(names: &[&str], wanted: &str) -> bool {
+    names.iter().any(|n| n.eq_ignore_ascii_case(wanted))
+}
+
+fn unsupported<P: PluginLibrary>(kind: &str, name: &str, names: &[&str]) -> PluginError {
+    PluginError::new(
+        ErrorCode::UNSUPPORTED,
+        format!(
+            "library {} provides no {kind} named {name} (it provides: {})",
+            P::NAME,
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
+        ),
+    )
+}
+
+/// Wrap a plugin's scheme in the panic guard, as the root module does. Exposed so plugin
+/// unit tests can exercise the exact FFI object the host will see.
+pub fn scheme_box<P: PluginLibrary>(scheme: Box<dyn Scheme>) -> SchemeBox {
+    FfiScheme_TO::from_value(
+        GuardedScheme {
+            plugin: P::NAME,
+            inner: scheme,
+        },
+        TD_Opaque,
+    )
+}
+
+/// Wrap a plugin's transfer in the panic guard, as the root module does.
+pub fn transfer_box<P: PluginLibrary>(transfer: Box<dyn Transfer>) -> TransferBox {
+    FfiTransfer_TO::from_value(
+        GuardedTransfer {
+            plugin: P::NAME,
+            inner: transfer,
+        },
+        TD_Opaque,
+    )
+}
+
+extern "C" fn library_shim<P: PluginLibrary>() -> RResult<LibraryInfo, PluginError> {
+    guard(P::NAME, "library", || {
+        Ok(LibraryInfo {
+            name: P::NAME.into(),
+            version: P::VERSION.into(),
+            schemes: P::SCHEMES.iter().map(|s| RString::from(*s)).collect(),
+            transfers: P::TRANSFERS.iter().map(|s| RString::from(*s)).collect(),
+        })
+    })
+}
+
+extern "C" fn new_scheme_shim<P: PluginLibrary>(
+    config: &SchemeConfig,
+) -> RResult<SchemeBox, PluginError> {
+    guard(P::NAME, "new_scheme", || {
+        if !provides(P::SCHEMES, &config.scheme) {
+            return Err(unsupported::<P>("scheme", &config.scheme, P::SCHEMES));
+        }
+        Ok(scheme_box::<P>(P::new_scheme(config)?))
+    })
+}
+
+extern "C" fn new_transfer_shim<P: PluginLibrary>(
+    config: &TransferConfig,
+    host: HostRef<'_>,
+) -> RResult<TransferBox, PluginError> {
+    guard(P::NAME, "new_transfer", || {
+        if !provides(P::TRANSFERS, &config.transfer_type) {
+            return Err(unsupported::<P>(
+                "transfer type",
+                &config.transfer_type,
+                P::TRANSFERS,
+            ));
+        }
+        Ok(transfer_box::<P>(P::new_transfer(config, &Host::new(host))?))
+    })
+}
+
+extern "C" fn resume_transfer_shim<P: PluginLibrary>(
+    config: &TransferConfig,
+    host: HostRef<'_>,
+) -> RResult<TransferBox, PluginError> {
+    guard(P::NAME, "resume_transfer", || {
+        if !provides(P::TRANSFERS, &config.transfer_type) {
+            return Err(unsupported::<P>(
+                "transfer type",
+                &config.transfer_type,
+                P::TRANSFERS,
+            ));
+        }
+        Ok(transfer_box::<P>(P::resume_transfer(
+            config,
+            &Host::new(host),
+        )?))
+    })
+}
+
+/// Build the root module of library `P`. Called by the function that
+/// [`export_plugin!`](crate::export_plugin) exports; plugin tests may call it directly to
+/// go through the same shims the host uses.
+pub fn root_module<P: PluginLibrary>() -> PluginModRef {
+    PluginMod {
+        abi_version: ABI_VERSION,
+        library: library_shim::<P>,
+        new_scheme: new_scheme_shim::<P>,
+        new_transfer: new_transfer_shim::<P>,
+        resume_transfer: resume_transfer_shim::<P>,
+    }
+    .leak_into_prefix()
+}
+
+/// Export a [`PluginLibrary`] as this cdylib's root module.
+///
+/// ```ignore
+/// struct MyLib;
+/// impl scr_plugin::PluginLibrary for MyLib {
+///     const NAME: &'static str = "my-lib";
+///     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+///     const SCHEMES: &'static [&'static str] = &["MIRROR"];
+///     fn new_scheme(c: &scr_plugin::SchemeConfig)
+///         -> scr_plugin::PluginResult<Box<dyn scr_plugin::Scheme>> { todo!() }
+/// }
+/// scr_plugin::export_plugin!(MyLib);
+/// ```
+///
+/// The crate must also depend on `abi_stable` (its export attribute refers to it).
+#[macro_export]
+macro_rules! export_plugin {
+    ($library:ty) => {
+        /// The root module the scr-rs host loads.
+        #[::abi_stable::export_root_module]
+        pub fn scr_plugin_root_module() -> $crate::PluginModRef {
+            $crate::root_module::<$library>()
+        }
+    };
+}
