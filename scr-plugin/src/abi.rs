@@ -14,8 +14,7 @@
 use abi_stable::{
     declare_root_module_statics,
     library::RootModule,
-    package_version_strings,
-    sabi_trait,
+    package_version_strings, sabi_trait,
     sabi_types::{RRef, VersionStrings},
     std_types::{RBox, ROption, RResult, RSlice, RSliceMut, RStr, RString, RVec},
     StableAbi,
@@ -253,8 +252,11 @@ pub trait FfiScheme: Send + Sync {
     fn describe(&self) -> RResult<SchemeDescription, PluginError>;
     /// Collectively encode every member's logical file into redundancy files; returns the
     /// redundancy files this member wrote.
-    fn apply(&self, host: HostRef<'_>, dataset: &DatasetFiles)
-        -> RResult<RVec<RString>, PluginError>;
+    fn apply(
+        &self,
+        host: HostRef<'_>,
+        dataset: &DatasetFiles,
+    ) -> RResult<RVec<RString>, PluginError>;
     /// Collectively rebuild the files of members that lost them, or fail the same way on
     /// every member. Returns this member's files (verified or rebuilt).
     fn recover(

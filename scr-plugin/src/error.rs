@@ -122,7 +122,12 @@ impl fmt::Display for PluginError {
 
 impl fmt::Debug for PluginError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PluginError({:?}, {:?})", self.code, self.message.as_str())
+        write!(
+            f,
+            "PluginError({:?}, {:?})",
+            self.code,
+            self.message.as_str()
+        )
     }
 }
 

@@ -71,7 +71,9 @@ impl<'a> Host<'a> {
     pub fn send(&self, dest: u32, tag: u32, data: &[u8]) -> PluginResult<()> {
         self.check_member(dest)?;
         check_tag(tag)?;
-        self.raw.send(dest, tag, RSlice::from_slice(data)).into_result()
+        self.raw
+            .send(dest, tag, RSlice::from_slice(data))
+            .into_result()
     }
 
     /// Blocking receive of exactly `buf.len()` bytes.

@@ -27,9 +27,12 @@ const REDUCE_TAG: u32 = MAX_TAG + 1;
 const RESULT_TAG: u32 = MAX_TAG + 2;
 const BCAST_TAG: u32 = MAX_TAG + 3;
 
+/// Messages waiting for one member, keyed by (source member, tag), in send order.
+type Queues = HashMap<(u32, u32), VecDeque<Vec<u8>>>;
+
 #[derive(Default)]
 struct Mailbox {
-    queues: Mutex<HashMap<(u32, u32), VecDeque<Vec<u8>>>>,
+    queues: Mutex<Queues>,
     arrived: Condvar,
 }
 
@@ -276,9 +279,7 @@ where
             .map(|rank| {
                 let services = world.member(rank);
                 let f = &f;
-                scope.spawn(move || {
-                    f(&Host::new(host_ref(&services)))
-                })
+                scope.spawn(move || f(&Host::new(host_ref(&services))))
             })
             .collect();
         handles
@@ -388,8 +389,9 @@ mod tests {
             host.log(LogLevel::Info, &format!("hello from {}", host.rank()));
             host.check_cancelled()
         });
-        assert!(out.iter().all(|r| r.as_ref().unwrap_err().code
-            == crate::ErrorCode::CANCELLED));
+        assert!(out
+            .iter()
+            .all(|r| r.as_ref().unwrap_err().code == crate::ErrorCode::CANCELLED));
         let mut logs = world.log_records();
         logs.sort_by_key(|r| r.0);
         assert_eq!(logs[1], (1, LogLevel::Info, "hello from 1".to_string()));

@@ -85,9 +85,9 @@ mod params;
 mod plugin;
 
 pub use abi::{
-    DatasetFiles, FfiScheme, FfiTransfer, FileMeta, FileResult, HostRef, HostServices,
-    LibraryInfo, LogLevel, Param, PluginMod, PluginModRef, RecoverRequest, ReduceOp, SchemeBox,
-    SchemeConfig, SchemeDescription, TransferBox, TransferConfig, TransferStatus, ABI_VERSION,
+    DatasetFiles, FfiScheme, FfiTransfer, FileMeta, FileResult, HostRef, HostServices, LibraryInfo,
+    LogLevel, Param, PluginMod, PluginModRef, RecoverRequest, ReduceOp, SchemeBox, SchemeConfig,
+    SchemeDescription, TransferBox, TransferConfig, TransferStatus, ABI_VERSION,
 };
 pub use error::{ErrorCode, PluginError, PluginResult};
 pub use host::{host_ref, Host, MAX_TAG};

@@ -182,7 +182,9 @@ impl FfiTransfer for GuardedTransfer {
     }
 
     fn dispatch(&mut self, host: HostRef<'_>) -> RResult<(), PluginError> {
-        guard(self.plugin, "dispatch", || self.inner.dispatch(&Host::new(host)))
+        guard(self.plugin, "dispatch", || {
+            self.inner.dispatch(&Host::new(host))
+        })
     }
 
     fn test(&mut self, host: HostRef<'_>) -> RResult<TransferStatus, PluginError> {
@@ -194,7 +196,9 @@ impl FfiTransfer for GuardedTransfer {
     }
 
     fn cancel(&mut self, host: HostRef<'_>) -> RResult<(), PluginError> {
-        guard(self.plugin, "cancel", || self.inner.cancel(&Host::new(host)))
+        guard(self.plugin, "cancel", || {
+            self.inner.cancel(&Host::new(host))
+        })
     }
 
     fn results(&self) -> RResult<RVec<FileResult>, PluginError> {
@@ -282,7 +286,10 @@ extern "C" fn new_transfer_shim<P: PluginLibrary>(
                 P::TRANSFERS,
             ));
         }
-        Ok(transfer_box::<P>(P::new_transfer(config, &Host::new(host))?))
+        Ok(transfer_box::<P>(P::new_transfer(
+            config,
+            &Host::new(host),
+        )?))
     })
 }
 

@@ -1,0 +1,344 @@
+//! The catalog of scalar configuration keys: name, type, default and meaning.
+//!
+//! Names are SCR's parameter names in lower case (`SCR_CACHE_SIZE` → `cache_size`), so an
+//! SCR user finds their way; the same catalog drives the TOML files, the `SCR_<KEY>`
+//! environment variables, values set through the API, validation and `scr config show`.
+
+use std::fmt;
+
+/// The type (and range) of a key's value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Type {
+    /// `true`/`false` (also `1`/`0`, `yes`/`no` from the environment).
+    Bool,
+    /// A whole number in `min..=max`.
+    UInt {
+        /// Smallest allowed value.
+        min: u64,
+        /// Largest allowed value.
+        max: u64,
+    },
+    /// A byte count: a whole number or a string with a unit (`64KB`, `1MiB`, `2GB`;
+    /// K/M/G/T are powers of 1024 as in SCR).
+    Bytes,
+    /// A percentage, `0.0..=100.0`.
+    Percent,
+    /// Free text.
+    Str,
+    /// A file-system path.
+    Path,
+    /// One of a fixed set of words (case-insensitive).
+    Choice(&'static [&'static str]),
+}
+
+impl fmt::Display for Type {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Type::Bool => f.write_str("a boolean (true or false)"),
+            Type::UInt { min, max } if *max == u64::MAX => {
+                write!(f, "a whole number >= {min}")
+            }
+            Type::UInt { min, max } => write!(f, "a whole number in {min}..={max}"),
+            Type::Bytes => f.write_str("a byte count (e.g. 1048576 or \"1MiB\")"),
+            Type::Percent => f.write_str("a percentage between 0 and 100"),
+            Type::Str => f.write_str("a string"),
+            Type::Path => f.write_str("a path (string)"),
+            Type::Choice(words) => write!(f, "one of {}", words.join(", ")),
+        }
+    }
+}
+
+/// A typed configuration value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// A boolean.
+    Bool(bool),
+    /// A whole number or byte count.
+    UInt(u64),
+    /// A percentage.
+    Float(f64),
+    /// A string, path or choice.
+    Str(String),
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::UInt(n) => write!(f, "{n}"),
+            Value::Float(x) => write!(f, "{x}"),
+            Value::Str(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+impl Value {
+    /// The value as a plugin parameter string (no quotes).
+    pub fn to_param(&self) -> String {
+        match self {
+            Value::Str(s) => s.clone(),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// Where a key's default comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum Default {
+    /// No default: the key is unset unless a source sets it.
+    None,
+    /// A fixed value, written as it would be in the environment.
+    Fixed(&'static str),
+    /// Computed when loading (current directory, user name).
+    Computed(&'static str),
+}
+
+/// One scalar key.
+#[derive(Clone, Copy, Debug)]
+pub struct Key {
+    /// The key, lower case.
+    pub name: &'static str,
+    /// Its type.
+    pub ty: Type,
+    /// Its default.
+    pub default: Default,
+    /// One line on what it means (and why the default, where we differ from SCR).
+    pub doc: &'static str,
+}
+
+impl Key {
+    /// The environment variable that sets this key.
+    pub fn env_var(&self) -> String {
+        format!("SCR_{}", self.name.to_ascii_uppercase())
+    }
+}
+
+const U: Type = Type::UInt {
+    min: 0,
+    max: u64::MAX,
+};
+
+/// Every scalar key, in the order `scr config show` prints them.
+pub const KEYS: &[Key] = &[
+    Key { name: "enable", ty: Type::Bool, default: Default::Fixed("true"),
+          doc: "Turn the library on; when false every call succeeds and does nothing" },
+    Key { name: "debug", ty: Type::UInt { min: 0, max: 5 }, default: Default::Fixed("0"),
+          doc: "Log verbosity: 0 silent, 1 summary and timings on rank 0, 2+ detail" },
+    Key { name: "prefix", ty: Type::Path, default: Default::Computed("the current working directory"),
+          doc: "Parallel file system directory holding flushed datasets and .scr/" },
+    Key { name: "cntl_base", ty: Type::Path, default: Default::Fixed("/dev/shm"),
+          doc: "Node-local base of the control directory <cntl_base>/<user>/scr.<jobid>" },
+    Key { name: "cache_base", ty: Type::Path, default: Default::Fixed("/dev/shm"),
+          doc: "Default node-local store for checkpoints (SCR used /tmp; tmpfs is node-local and fast everywhere, /tmp is often disk or shared in containers)" },
+    Key { name: "cache_size", ty: Type::UInt { min: 1, max: u64::MAX }, default: Default::Fixed("2"),
+          doc: "Datasets kept per store when the store sets no count (SCR used 1; 2 keeps the previous checkpoint while the next one is written)" },
+    Key { name: "copy_type", ty: Type::Str, default: Default::Fixed("XOR"),
+          doc: "Redundancy scheme of the implied checkpoint descriptor (SINGLE, PARTNER, XOR, RS or a plugin's)" },
+    Key { name: "set_size", ty: Type::UInt { min: 2, max: 4096 }, default: Default::Fixed("8"),
+          doc: "Members per redundancy set for XOR and RS" },
+    Key { name: "set_failures", ty: Type::UInt { min: 1, max: 255 }, default: Default::Fixed("2"),
+          doc: "Losses per set the RS scheme tolerates" },
+    Key { name: "replicas", ty: Type::UInt { min: 1, max: 4095 }, default: Default::Fixed("1"),
+          doc: "Copies PARTNER keeps of each member's files on other failure groups" },
+    Key { name: "group", ty: Type::Str, default: Default::Fixed("NODE"),
+          doc: "Failure group of the implied checkpoint descriptor and of stores that name none" },
+    Key { name: "flush", ty: U, default: Default::Fixed("10"),
+          doc: "Flush every N-th checkpoint to the prefix; 0 never" },
+    Key { name: "flush_async", ty: Type::Bool, default: Default::Fixed("false"),
+          doc: "Flush in the background while the application computes" },
+    Key { name: "flush_type", ty: Type::Str, default: Default::Fixed("pthread"),
+          doc: "Transfer type for flushes from stores that name none" },
+    Key { name: "flush_on_restart", ty: Type::Bool, default: Default::Fixed("false"),
+          doc: "Flush the restarted checkpoint right after a restart" },
+    Key { name: "fetch", ty: Type::Bool, default: Default::Fixed("true"),
+          doc: "Fetch the newest checkpoint from the prefix at init when cache holds none" },
+    Key { name: "distribute", ty: Type::Bool, default: Default::Fixed("true"),
+          doc: "Move cached files to their owner ranks at init when ranks changed nodes" },
+    Key { name: "crc_on_copy", ty: Type::Bool, default: Default::Fixed("true"),
+          doc: "Record CRC32 of files at complete_output and check it on rebuild (SCR: false; CRC32 runs at ~15 GB/s, so it is nearly free)" },
+    Key { name: "crc_on_flush", ty: Type::Bool, default: Default::Fixed("true"),
+          doc: "Compute and check CRC32 of files during flush and fetch" },
+    Key { name: "crc_on_delete", ty: Type::Bool, default: Default::Fixed("false"),
+          doc: "Check CRC32 of files before deleting them from cache" },
+    Key { name: "checkpoint_interval", ty: U, default: Default::Fixed("0"),
+          doc: "need_checkpoint says yes every N calls; 0 disables this rule" },
+    Key { name: "checkpoint_seconds", ty: U, default: Default::Fixed("0"),
+          doc: "need_checkpoint says yes after N seconds since the last checkpoint; 0 disables" },
+    Key { name: "checkpoint_overhead", ty: Type::Percent, default: Default::Fixed("0"),
+          doc: "need_checkpoint keeps checkpoint time under this percent of run time; 0 disables" },
+    Key { name: "halt_seconds", ty: U, default: Default::Fixed("0"),
+          doc: "Halt when fewer than N seconds remain in the allocation; 0 disables" },
+    Key { name: "halt_exit", ty: Type::Bool, default: Default::Fixed("false"),
+          doc: "Exit inside the library when a halt condition is met (else should_exit says so)" },
+    Key { name: "mpi_buf_size", ty: Type::Bytes, default: Default::Fixed("1MiB"),
+          doc: "Piece size of redundancy exchanges (SCR: 128KB; 1 MiB stays cache-resident and halves message overhead)" },
+    Key { name: "file_buf_size", ty: Type::Bytes, default: Default::Fixed("1MiB"),
+          doc: "Buffer size of file copies (measured fastest on local disks)" },
+    Key { name: "job_id", ty: Type::Str, default: Default::Computed("SCR_JOB_ID, else SLURM_JOBID, LSB_JOBID, FLUX_JOB_ID or PBS_JOBID, else \"0\""),
+          doc: "Job id used in cache and control directory names" },
+    Key { name: "job_name", ty: Type::Str, default: Default::None,
+          doc: "Job name recorded in the index" },
+    Key { name: "user", ty: Type::Str, default: Default::Computed("$USER, else the uid"),
+          doc: "User name used in cache and control directory names" },
+];
+
+/// Look a scalar key up by name (case-insensitive).
+pub fn find(name: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|k| k.name.eq_ignore_ascii_case(name))
+}
+
+/// Parse a value written as text (environment, API, defaults) for `ty`.
+pub fn parse_text(ty: Type, text: &str) -> Result<Value, String> {
+    let t = text.trim();
+    let bad = || format!("\"{text}\" is not {ty}");
+    match ty {
+        Type::Bool => match t.to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(Value::Bool(true)),
+            "0" | "false" | "no" | "off" => Ok(Value::Bool(false)),
+            _ => Err(bad()),
+        },
+        Type::UInt { .. } => t
+            .parse::<u64>()
+            .map_err(|_| bad())
+            .and_then(|n| check_uint(ty, n)),
+        Type::Bytes => parse_bytes(t).map(Value::UInt).ok_or_else(bad),
+        Type::Percent => t.parse::<f64>().map_err(|_| bad()).and_then(check_percent),
+        Type::Str | Type::Path => {
+            if t.is_empty() {
+                Err(format!("an empty value is not {ty}"))
+            } else {
+                Ok(Value::Str(t.to_string()))
+            }
+        }
+        Type::Choice(words) => words
+            .iter()
+            .find(|w| w.eq_ignore_ascii_case(t))
+            .map(|w| Value::Str(w.to_string()))
+            .ok_or_else(bad),
+    }
+}
+
+/// Range-check a whole number.
+pub fn check_uint(ty: Type, n: u64) -> Result<Value, String> {
+    match ty {
+        Type::UInt { min, max } if n < min || n > max => {
+            Err(format!("{n} is out of range: expected {ty}"))
+        }
+        _ => Ok(Value::UInt(n)),
+    }
+}
+
+/// Range-check a percentage.
+pub fn check_percent(x: f64) -> Result<Value, String> {
+    if (0.0..=100.0).contains(&x) {
+        Ok(Value::Float(x))
+    } else {
+        Err(format!("{x} is out of range: expected {}", Type::Percent))
+    }
+}
+
+/// `123`, `64KB`, `64K`, `1MiB`, `2 GB`, `1.5GB`: K/M/G/T/P are powers of 1024 (SCR's
+/// convention), an optional `B`/`iB` suffix is accepted.
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let unit = unit.trim().to_ascii_lowercase();
+    let unit = unit
+        .strip_suffix("ib")
+        .or_else(|| unit.strip_suffix('b'))
+        .unwrap_or(&unit);
+    let shift = match unit {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        "t" => 40,
+        "p" => 50,
+        _ => return None,
+    };
+    if num.contains('.') {
+        let x: f64 = num.parse().ok()?;
+        let v = x * (1u64 << shift) as f64;
+        (v.is_finite() && v >= 0.0 && v < u64::MAX as f64).then_some(v as u64)
+    } else {
+        num.parse::<u64>().ok()?.checked_mul(1u64 << shift)
+    }
+}
+
+/// The closest known word to `word`, for "did you mean" hints.
+pub fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let w = word.to_ascii_lowercase();
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(&w, &c.to_ascii_lowercase()), c))
+        .filter(|(d, c)| *d <= 2.max(c.len() / 4))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_sizes_use_powers_of_1024() {
+        assert_eq!(parse_bytes("131072"), Some(131072));
+        assert_eq!(parse_bytes("128KB"), Some(128 << 10));
+        assert_eq!(parse_bytes("1MiB"), Some(1 << 20));
+        assert_eq!(parse_bytes("2 gb"), Some(2 << 30));
+        assert_eq!(parse_bytes("1.5K"), Some(1536));
+        assert_eq!(parse_bytes("12XB"), None);
+        assert_eq!(parse_bytes("-1"), None);
+        assert_eq!(parse_bytes("99999999999P"), None);
+    }
+
+    #[test]
+    fn text_values_are_typed_and_range_checked() {
+        let size = find("SET_SIZE").unwrap();
+        assert_eq!(parse_text(size.ty, "16"), Ok(Value::UInt(16)));
+        assert_eq!(
+            parse_text(size.ty, "1").unwrap_err(),
+            "1 is out of range: expected a whole number in 2..=4096"
+        );
+        assert_eq!(parse_text(Type::Bool, "yes"), Ok(Value::Bool(true)));
+        assert_eq!(
+            parse_text(Type::Bool, "maybe").unwrap_err(),
+            "\"maybe\" is not a boolean (true or false)"
+        );
+        assert!(parse_text(Type::Percent, "101").is_err());
+    }
+
+    #[test]
+    fn every_fixed_default_parses_as_its_type() {
+        for k in KEYS {
+            if let Default::Fixed(text) = k.default {
+                assert!(parse_text(k.ty, text).is_ok(), "default of {}", k.name);
+            }
+        }
+    }
+
+    #[test]
+    fn suggestions_catch_typos_only() {
+        let names = KEYS.iter().map(|k| k.name);
+        assert_eq!(suggest("cache_bse", names.clone()), Some("cache_base"));
+        assert_eq!(suggest("zzzzzz", names), None);
+    }
+}

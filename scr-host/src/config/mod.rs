@@ -1,0 +1,818 @@
+//! Configuration: TOML files, environment variables and values set through the API,
+//! merged by precedence, validated, and kept with the origin of every value.
+//!
+//! Sources, first match wins:
+//!
+//! 1. the environment, `SCR_<KEY>` (e.g. `SCR_CACHE_SIZE=4`);
+//! 2. the user file: `SCR_CONF_FILE`, else `<prefix>/.scrconf.toml` if it exists;
+//! 3. values the application set through the API before init (`key=value` strings);
+//! 4. the system file: `SCR_SYSTEM_CONFIG`, else [`DEFAULT_SYSTEM_CONFIG`] if it exists;
+//! 5. built-in defaults (see [`keys::KEYS`]).
+//!
+//! Keys listed in the system file's `locked` array cannot be set by sources 1–3; trying
+//! is an error that names both places. The descriptor sections merge like this:
+//! `[[group]]` host tables and `[[store]]` tables by identity (host name, store path) — a
+//! higher source replaces an entry with the same identity and adds new ones;
+//! `[[checkpoint]]` tables as a whole — the highest source that has any replaces the whole
+//! list, because descriptors chosen by interval only make sense as one policy. With no
+//! checkpoint table anywhere, one descriptor is implied from `copy_type`, `set_size`,
+//! `group` and `cache_base` (SCR's behaviour); with no store table for `cache_base`, one
+//! is implied too, so a setup with no file at all works.
+
+pub mod keys;
+
+mod file;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use keys::{Key, Value};
+
+/// The system configuration read when `SCR_SYSTEM_CONFIG` is not set (if it exists).
+/// Overridable at build time with the `SCR_SYSTEM_CONFIG_DEFAULT` environment variable.
+pub const DEFAULT_SYSTEM_CONFIG: &str = match option_env!("SCR_SYSTEM_CONFIG_DEFAULT") {
+    Some(p) => p,
+    None => "/etc/scr/scr.toml",
+};
+
+/// Names of the descriptor sections (lockable as a whole).
+pub const SECTIONS: &[&str] = &["group", "store", "checkpoint", "plugins"];
+
+/// Where a value came from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Origin {
+    /// A built-in default.
+    #[default]
+    Default,
+    /// A line of a configuration file.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+    },
+    /// An environment variable.
+    Env(String),
+    /// The n-th (1-based) value set through the API, with its text.
+    Api(usize, String),
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Default => f.write_str("default"),
+            Origin::File { path, line } => write!(f, "{}:{line}", path.display()),
+            Origin::Env(var) => write!(f, "environment {var}"),
+            Origin::Api(n, text) => write!(f, "API config call {n} (\"{text}\")"),
+        }
+    }
+}
+
+/// One configuration problem, located.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Where the bad value is.
+    pub origin: Origin,
+    /// What is wrong and, where possible, what to write instead.
+    pub message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(origin: Origin, message: impl Into<String>) -> Self {
+        ConfigError {
+            origin,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.origin, self.message)
+    }
+}
+
+/// Every problem found while loading, in source order.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Precedence tiers, lowest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Tier {
+    System,
+    Api,
+    User,
+    Env,
+}
+
+/// One `[[group]]` host table: the host's value for each custom group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupEntry {
+    /// Host (node) name.
+    pub host: String,
+    /// Group name → this host's value.
+    pub values: BTreeMap<String, String>,
+    /// Where the table is.
+    pub origin: Origin,
+}
+
+/// Whether a store is private to a node or shared by all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum View {
+    /// Each node sees its own device.
+    Node,
+    /// Every process sees the same files.
+    Global,
+}
+
+/// A store descriptor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Store {
+    /// Directory prefix; also the store's name.
+    pub path: String,
+    /// Group of processes sharing a device (default: `group`).
+    pub group: Option<String>,
+    /// Datasets kept (default: `cache_size`).
+    pub count: Option<u64>,
+    /// Whether directories can be created.
+    pub mkdir: bool,
+    /// Whether the store may be used.
+    pub enabled: bool,
+    /// Node-local or global (default: global for group WORLD, else node).
+    pub view: Option<View>,
+    /// Transfer type for flushes from this store (default: `flush_type`).
+    pub transfer: Option<String>,
+    /// Where it was defined.
+    pub origin: Origin,
+}
+
+/// A checkpoint (redundancy) descriptor as configured; unset fields fall back to the
+/// scalar keys of the same meaning.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Used for checkpoint ids divisible by this.
+    pub interval: u64,
+    /// Store path (default: `cache_base`).
+    pub store: Option<String>,
+    /// Failure group (default: `group`).
+    pub group: Option<String>,
+    /// Scheme name (default: `copy_type`).
+    pub scheme: Option<String>,
+    /// `set_size`, `set_failures`, `replicas` when set in the table.
+    pub numbers: BTreeMap<&'static str, u64>,
+    /// Also an output dataset destined for the prefix.
+    pub output: bool,
+    /// Write directly to the prefix, bypassing cache.
+    pub bypass: bool,
+    /// Whether this descriptor may be chosen.
+    pub enabled: bool,
+    /// Scheme-specific parameters from the `params` table.
+    pub params: Vec<(String, String)>,
+    /// Where the table is.
+    pub origin: Origin,
+    /// Where each key of the table is.
+    pub origins: BTreeMap<&'static str, Origin>,
+}
+
+impl Checkpoint {
+    pub(crate) fn new(origin: Origin) -> Self {
+        Checkpoint {
+            interval: 1,
+            store: None,
+            group: None,
+            scheme: None,
+            numbers: BTreeMap::new(),
+            output: false,
+            bypass: false,
+            enabled: true,
+            params: Vec::new(),
+            origin,
+            origins: BTreeMap::new(),
+        }
+    }
+}
+
+/// Plugin search settings.
+#[derive(Clone, Debug, Default)]
+pub struct Plugins {
+    /// Site plugin directories (system file only).
+    pub site_directories: Vec<(PathBuf, Origin)>,
+    /// Library files named explicitly (system file; user files too when allowed).
+    pub files: Vec<(PathBuf, Origin)>,
+    /// User plugin directories (only when allowed).
+    pub user_directories: Vec<(PathBuf, Origin)>,
+    /// Whether users may add plugins.
+    pub allow_user_plugins: (bool, Origin),
+    /// Whether the shipped plugins are loaded.
+    pub builtin: (bool, Origin),
+    /// `[plugins.<name>]` settings: lower-case name → key → (value, origin).
+    pub settings: BTreeMap<String, BTreeMap<String, (String, Origin)>>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PluginLayer {
+    pub directories: Vec<(PathBuf, Origin)>,
+    pub files: Vec<(PathBuf, Origin)>,
+    pub allow_user_plugins: Option<(bool, Origin)>,
+    pub builtin: Option<(bool, Origin)>,
+    pub settings: BTreeMap<String, BTreeMap<String, (String, Origin)>>,
+}
+
+/// What one source contributes.
+#[derive(Clone, Debug)]
+pub(crate) struct Layer {
+    pub tier: Tier,
+    pub scalars: BTreeMap<&'static str, (Value, Origin)>,
+    pub groups: Vec<GroupEntry>,
+    pub stores: Vec<Store>,
+    pub checkpoints: Vec<Checkpoint>,
+    pub plugins: PluginLayer,
+    pub locked: Vec<(String, Origin)>,
+    /// Sections present in this source, with where they start (for lock checks).
+    pub sections: BTreeMap<&'static str, Origin>,
+}
+
+impl Layer {
+    pub(crate) fn new(tier: Tier) -> Self {
+        Layer {
+            tier,
+            scalars: BTreeMap::new(),
+            groups: Vec::new(),
+            stores: Vec::new(),
+            checkpoints: Vec::new(),
+            plugins: PluginLayer::default(),
+            locked: Vec::new(),
+            sections: BTreeMap::new(),
+        }
+    }
+}
+
+/// An effective scalar value with its origin (`None` value: unset, no default).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Setting {
+    /// The value in force.
+    pub value: Option<Value>,
+    /// Where it came from.
+    pub origin: Origin,
+}
+
+/// The effective configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    scalars: BTreeMap<&'static str, Setting>,
+    /// Host tables of custom groups.
+    pub groups: Vec<GroupEntry>,
+    /// Store descriptors (including the implied one for `cache_base`).
+    pub stores: Vec<Store>,
+    /// Checkpoint descriptors (or the implied one).
+    pub checkpoints: Vec<Checkpoint>,
+    /// Plugin search settings.
+    pub plugins: Plugins,
+    /// Locked keys and where they were locked.
+    pub locked: BTreeMap<String, Origin>,
+    /// Files that were read, in precedence order (lowest first).
+    pub files: Vec<PathBuf>,
+}
+
+/// Gathers the sources and produces a [`Config`].
+#[derive(Clone, Debug, Default)]
+pub struct Loader {
+    /// Environment variables considered (normally the process environment).
+    pub env: BTreeMap<String, String>,
+    /// `key=value` strings set through the API, in call order.
+    pub api: Vec<String>,
+    /// Directory for a relative or default `prefix` (normally the current directory).
+    pub cwd: PathBuf,
+    /// Extra files to read as user files, after the normal user file (used by
+    /// `scr config check FILE...`).
+    pub extra_user_files: Vec<PathBuf>,
+}
+
+impl Loader {
+    /// A loader over this process's environment and working directory.
+    pub fn from_process() -> Self {
+        Loader {
+            env: std::env::vars().collect(),
+            api: Vec::new(),
+            cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            extra_user_files: Vec::new(),
+        }
+    }
+
+    fn read(
+        &self,
+        path: &Path,
+        tier: Tier,
+        errors: &mut Vec<ConfigError>,
+        files: &mut Vec<PathBuf>,
+    ) -> Option<Layer> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                files.push(path.to_path_buf());
+                Some(file::parse(path, &text, tier, errors))
+            }
+            Err(e) => {
+                errors.push(ConfigError::new(
+                    Origin::File {
+                        path: path.to_path_buf(),
+                        line: 0,
+                    },
+                    format!("cannot read configuration file: {e}"),
+                ));
+                None
+            }
+        }
+    }
+
+    /// Read, merge and validate every source. Plugin names are not checked here (see
+    /// [`Config::check_plugins`]).
+    pub fn load(&self) -> Result<Config, ConfigErrors> {
+        let mut errors = Vec::new();
+        let mut files = Vec::new();
+        let mut layers = Vec::new();
+
+        // system file
+        let system = match self.env.get("SCR_SYSTEM_CONFIG") {
+            Some(p) => Some(PathBuf::from(p)),
+            None => Some(PathBuf::from(DEFAULT_SYSTEM_CONFIG)).filter(|p| p.exists()),
+        };
+        if let Some(p) = system {
+            layers.extend(self.read(&p, Tier::System, &mut errors, &mut files));
+        }
+
+        // API values
+        let mut api = Layer::new(Tier::Api);
+        for (i, text) in self.api.iter().enumerate() {
+            let origin = Origin::Api(i + 1, text.clone());
+            let Some((k, v)) = text.split_once('=') else {
+                errors.push(ConfigError::new(origin, "expected `key=value`"));
+                continue;
+            };
+            match keys::find(k.trim()) {
+                Some(key) => match keys::parse_text(key.ty, v) {
+                    Ok(value) => {
+                        api.scalars.insert(key.name, (value, origin));
+                    }
+                    Err(msg) => {
+                        errors.push(ConfigError::new(origin, format!("`{}`: {msg}", key.name)))
+                    }
+                },
+                None => errors.push(ConfigError::new(origin, unknown_key_message(k.trim()))),
+            }
+        }
+        layers.push(api);
+
+        // environment
+        let mut env = Layer::new(Tier::Env);
+        for key in keys::KEYS {
+            let var = key.env_var();
+            if let Some(text) = self.env.get(&var) {
+                match keys::parse_text(key.ty, text) {
+                    Ok(value) => {
+                        env.scalars.insert(key.name, (value, Origin::Env(var)));
+                    }
+                    Err(msg) => errors.push(ConfigError::new(Origin::Env(var), msg)),
+                }
+            }
+        }
+
+        // user file: SCR_CONF_FILE, else <prefix>/.scrconf.toml
+        let user = match self.env.get("SCR_CONF_FILE") {
+            Some(p) => Some(PathBuf::from(p)),
+            None => {
+                let prefix = env
+                    .scalars
+                    .get("prefix")
+                    .or_else(|| layers.iter().rev().find_map(|l| l.scalars.get("prefix")))
+                    .map(|(v, _)| self.cwd.join(v.to_param()))
+                    .unwrap_or_else(|| self.cwd.clone());
+                Some(prefix.join(".scrconf.toml")).filter(|p| p.exists())
+            }
+        };
+        for p in user.iter().chain(&self.extra_user_files) {
+            layers.extend(self.read(p, Tier::User, &mut errors, &mut files));
+        }
+        layers.push(env);
+
+        let config = merge(layers, &self.cwd, &self.env, files, &mut errors);
+        validate(&config, &mut errors);
+        if errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigErrors(errors))
+        }
+    }
+}
+
+fn unknown_key_message(k: &str) -> String {
+    let hint = keys::suggest(k, keys::KEYS.iter().map(|k| k.name))
+        .map(|s| format!(" (did you mean `{s}`?)"))
+        .unwrap_or_default();
+    format!("unknown key `{k}`{hint}")
+}
+
+fn computed_default(key: &Key, cwd: &Path, env: &BTreeMap<String, String>) -> Option<Value> {
+    match key.default {
+        keys::Default::None => None,
+        keys::Default::Fixed(text) => keys::parse_text(key.ty, text).ok(),
+        keys::Default::Computed(_) => Some(Value::Str(match key.name {
+            "prefix" => cwd.display().to_string(),
+            "job_id" => [
+                "SCR_JOB_ID",
+                "SLURM_JOBID",
+                "LSB_JOBID",
+                "FLUX_JOB_ID",
+                "PBS_JOBID",
+            ]
+            .iter()
+            .find_map(|v| env.get(*v).filter(|s| !s.is_empty()).cloned())
+            .unwrap_or_else(|| "0".into()),
+            "user" => env
+                .get("USER")
+                .filter(|s| !s.is_empty())
+                .cloned()
+                .unwrap_or_else(|| "unknown".into()),
+            other => unreachable!("no computed default for {other}"),
+        })),
+    }
+}
+
+fn merge(
+    mut layers: Vec<Layer>,
+    cwd: &Path,
+    env: &BTreeMap<String, String>,
+    files: Vec<PathBuf>,
+    errors: &mut Vec<ConfigError>,
+) -> Config {
+    layers.sort_by_key(|l| l.tier); // stable: user files keep their order
+    let locked: BTreeMap<String, Origin> = layers
+        .iter()
+        .filter(|l| l.tier == Tier::System)
+        .flat_map(|l| l.locked.iter().cloned())
+        .collect();
+    let refuse = |what: &str, at: &Origin, errors: &mut Vec<ConfigError>| -> bool {
+        if let Some(lock) = locked.get(what) {
+            errors.push(ConfigError::new(
+                at.clone(),
+                format!("`{what}` is locked by the system configuration ({lock}) and cannot be overridden; remove this setting or ask your administrator"),
+            ));
+            true
+        } else {
+            false
+        }
+    };
+
+    // scalars
+    let mut scalars: BTreeMap<&'static str, Setting> = keys::KEYS
+        .iter()
+        .map(|k| {
+            (
+                k.name,
+                Setting {
+                    value: computed_default(k, cwd, env),
+                    origin: Origin::Default,
+                },
+            )
+        })
+        .collect();
+    for layer in &layers {
+        for (name, (value, origin)) in &layer.scalars {
+            if layer.tier != Tier::System && refuse(name, origin, errors) {
+                continue;
+            }
+            scalars.insert(
+                name,
+                Setting {
+                    value: Some(value.clone()),
+                    origin: origin.clone(),
+                },
+            );
+        }
+    }
+    // a relative prefix is relative to the working directory
+    if let Some(Setting {
+        value: Some(Value::Str(p)),
+        ..
+    }) = scalars.get_mut("prefix")
+    {
+        *p = cwd.join(&*p).display().to_string();
+    }
+
+    let mut groups: Vec<GroupEntry> = Vec::new();
+    let mut stores: Vec<Store> = Vec::new();
+    let mut checkpoints: Vec<Checkpoint> = Vec::new();
+    let mut plugins = Plugins {
+        allow_user_plugins: (false, Origin::Default),
+        builtin: (true, Origin::Default),
+        ..Plugins::default()
+    };
+    for layer in layers {
+        let system = layer.tier == Tier::System;
+        let allowed = |section: &str, errors: &mut Vec<ConfigError>| {
+            system
+                || !layer
+                    .sections
+                    .get(section)
+                    .is_some_and(|at| refuse(section, at, errors))
+        };
+        if allowed("group", errors) {
+            for g in layer.groups {
+                groups.retain(|x| x.host != g.host);
+                groups.push(g);
+            }
+        }
+        if allowed("store", errors) {
+            for s in layer.stores {
+                stores.retain(|x| x.path != s.path);
+                stores.push(s);
+            }
+        }
+        if allowed("checkpoint", errors) && !layer.checkpoints.is_empty() {
+            checkpoints = layer.checkpoints;
+        }
+        if !allowed("plugins", errors) {
+            continue;
+        }
+        let p = layer.plugins;
+        if system {
+            plugins.site_directories.extend(p.directories);
+            plugins.files.extend(p.files);
+            if let Some(a) = p.allow_user_plugins {
+                plugins.allow_user_plugins = a;
+            }
+            if let Some(b) = p.builtin {
+                plugins.builtin = b;
+            }
+        } else {
+            for (what, set) in [
+                ("allow_user_plugins", &p.allow_user_plugins),
+                ("builtin", &p.builtin),
+            ] {
+                if let Some((_, at)) = set {
+                    errors.push(ConfigError::new(
+                        at.clone(),
+                        format!("[plugins] `{what}` can only be set in the system configuration"),
+                    ));
+                }
+            }
+            let user_paths = p.directories.iter().chain(&p.files);
+            if !plugins.allow_user_plugins.0 {
+                for (path, at) in user_paths {
+                    errors.push(ConfigError::new(
+                        at.clone(),
+                        format!("user plugin {} refused: the system configuration does not allow user plugins (allow_user_plugins = false)", path.display()),
+                    ));
+                }
+            } else {
+                plugins.user_directories.extend(p.directories);
+                plugins.files.extend(p.files);
+            }
+        }
+        for (name, table) in p.settings {
+            plugins.settings.entry(name).or_default().extend(table);
+        }
+    }
+
+    let get = |k: &str| {
+        scalars[k]
+            .value
+            .clone()
+            .map(|v| v.to_param())
+            .unwrap_or_default()
+    };
+    let cache_base = file::normalize_dir(&get("cache_base"));
+    if !stores.iter().any(|s| s.path == cache_base) {
+        stores.push(Store {
+            path: cache_base.clone(),
+            group: None,
+            count: None,
+            mkdir: true,
+            enabled: true,
+            view: None,
+            transfer: None,
+            origin: scalars["cache_base"].origin.clone(),
+        });
+    }
+    if checkpoints.is_empty() {
+        let mut c = Checkpoint::new(Origin::Default);
+        for k in ["copy_type", "group", "cache_base"] {
+            c.origins.insert(
+                match k {
+                    "copy_type" => "type",
+                    "cache_base" => "store",
+                    other => other,
+                },
+                scalars[k].origin.clone(),
+            );
+        }
+        c.scheme = Some(get("copy_type"));
+        c.group = Some(get("group"));
+        c.store = Some(cache_base);
+        checkpoints.push(c);
+    }
+
+    Config {
+        scalars,
+        groups,
+        stores,
+        checkpoints,
+        plugins,
+        locked,
+        files,
+    }
+}
+
+fn validate(c: &Config, errors: &mut Vec<ConfigError>) {
+    // custom groups: every host must give every group a value
+    let names: std::collections::BTreeSet<&String> =
+        c.groups.iter().flat_map(|g| g.values.keys()).collect();
+    for g in &c.groups {
+        for n in &names {
+            if !g.values.contains_key(*n) {
+                errors.push(ConfigError::new(
+                    g.origin.clone(),
+                    format!("host `{}` gives no value for group `{n}`; every [[group]] host table must name the same groups", g.host),
+                ));
+            }
+        }
+    }
+    let group_ok =
+        |name: &str| name == "NODE" || name == "WORLD" || names.contains(&name.to_string());
+    let known_groups = || {
+        let mut all = vec!["NODE".to_string(), "WORLD".to_string()];
+        all.extend(names.iter().map(|s| s.to_string()));
+        all.join(", ")
+    };
+
+    for s in &c.stores {
+        if let Some(g) = &s.group {
+            if !group_ok(g) {
+                errors.push(ConfigError::new(
+                    s.origin.clone(),
+                    format!(
+                        "store `{}` names undefined group `{g}` (defined: {})",
+                        s.path,
+                        known_groups()
+                    ),
+                ));
+            }
+        }
+    }
+
+    let mut intervals: BTreeMap<u64, &Origin> = BTreeMap::new();
+    for ck in &c.checkpoints {
+        let at = |k: &str| ck.origins.get(k).unwrap_or(&ck.origin).clone();
+        let store = ck.store.clone().unwrap_or_else(|| c.str("cache_base"));
+        if !c.stores.iter().any(|s| s.path == store) {
+            errors.push(ConfigError::new(
+                at("store"),
+                format!(
+                    "checkpoint names undefined store `{store}` (defined: {}); add a [[store]] with path = \"{store}\"",
+                    c.stores.iter().map(|s| s.path.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        } else if c.store(&store).is_some_and(|s| !s.enabled) && ck.enabled {
+            errors.push(ConfigError::new(
+                at("store"),
+                format!("checkpoint uses store `{store}`, which is disabled"),
+            ));
+        }
+        let group = ck.group.clone().unwrap_or_else(|| c.str("group"));
+        if !group_ok(&group) {
+            errors.push(ConfigError::new(
+                at("group"),
+                format!(
+                    "checkpoint names undefined group `{group}` (defined: {})",
+                    known_groups()
+                ),
+            ));
+        }
+        if !ck.enabled {
+            continue;
+        }
+        if let Some(first) = intervals.insert(ck.interval, &ck.origin) {
+            errors.push(ConfigError::new(
+                at("interval"),
+                format!(
+                    "duplicate checkpoint interval {}: already used by the descriptor at {first}",
+                    ck.interval
+                ),
+            ));
+        }
+    }
+    if !intervals.contains_key(&1) {
+        let at = c
+            .checkpoints
+            .first()
+            .map(|ck| ck.origin.clone())
+            .unwrap_or(Origin::Default);
+        errors.push(ConfigError::new(
+            at,
+            "no enabled checkpoint descriptor has interval = 1; one must, so that every checkpoint id has a descriptor",
+        ));
+    }
+    let g = c.str("group");
+    if !group_ok(&g) {
+        errors.push(ConfigError::new(
+            c.setting("group").origin.clone(),
+            format!(
+                "`group` names undefined group `{g}` (defined: {})",
+                known_groups()
+            ),
+        ));
+    }
+}
+
+impl Config {
+    /// Load from the process environment (the common case).
+    pub fn load() -> Result<Config, ConfigErrors> {
+        Loader::from_process().load()
+    }
+
+    /// The setting of a scalar key. Panics on a name not in [`keys::KEYS`] (a
+    /// programming error, not a configuration one).
+    pub fn setting(&self, name: &str) -> &Setting {
+        self.scalars
+            .get(name)
+            .unwrap_or_else(|| panic!("`{name}` is not a configuration key"))
+    }
+
+    /// Every scalar setting in catalog order.
+    pub fn settings(&self) -> impl Iterator<Item = (&'static Key, &Setting)> {
+        keys::KEYS.iter().map(|k| (k, &self.scalars[k.name]))
+    }
+
+    /// A string-valued key ("" when unset).
+    pub fn str(&self, name: &str) -> String {
+        self.setting(name)
+            .value
+            .as_ref()
+            .map(Value::to_param)
+            .unwrap_or_default()
+    }
+
+    /// A numeric key (0 when unset).
+    pub fn u64(&self, name: &str) -> u64 {
+        match self.setting(name).value {
+            Some(Value::UInt(n)) => n,
+            _ => 0,
+        }
+    }
+
+    /// A boolean key.
+    pub fn bool(&self, name: &str) -> bool {
+        matches!(self.setting(name).value, Some(Value::Bool(true)))
+    }
+
+    /// The store with this path.
+    pub fn store(&self, path: &str) -> Option<&Store> {
+        let p = file::normalize_dir(path);
+        self.stores.iter().find(|s| s.path == p)
+    }
+
+    /// The descriptor for checkpoint id `id`: among enabled descriptors, the one with the
+    /// largest interval that divides `id` (SCR's rule).
+    pub fn checkpoint_for(&self, id: u64) -> Option<&Checkpoint> {
+        self.checkpoints
+            .iter()
+            .filter(|c| c.enabled && c.interval > 0 && id % c.interval == 0)
+            .max_by_key(|c| c.interval)
+    }
+
+    /// Where the registry should look for plugins.
+    pub fn search_path(&self) -> crate::registry::SearchPath {
+        crate::registry::SearchPath {
+            builtin: if self.plugins.builtin.0 {
+                crate::registry::builtin_plugin_dir()
+            } else {
+                None
+            },
+            site_directories: self
+                .plugins
+                .site_directories
+                .iter()
+                .map(|(p, _)| p.clone())
+                .collect(),
+            files: self.plugins.files.iter().map(|(p, _)| p.clone()).collect(),
+            user_directories: self
+                .plugins
+                .user_directories
+                .iter()
+                .map(|(p, _)| p.clone())
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! The scr-rs runtime.
+#![allow(missing_docs)]
+pub mod config;
+pub mod registry;

@@ -1,0 +1,513 @@
+//! The plugin registry: finds plugin libraries, loads each one independently, checks its
+//! ABI, and resolves scheme and transfer names (case-insensitively) to the library that
+//! provides them.
+//!
+//! Every problem is reported in one line naming the file: a file that is not a plugin, a
+//! layout or ABI-version mismatch (what was expected and what was found), a root module
+//! that failed, and two libraries providing one name. Loading never stops at the first
+//! bad file: the registry keeps what loaded and lists what was refused.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use abi_stable::library::{lib_header_from_path, LibraryError};
+use scr_plugin::{
+    HostRef, PluginError, PluginModRef, SchemeBox, SchemeConfig, SchemeDescription, TransferBox,
+    TransferConfig, ABI_VERSION,
+};
+
+/// File names of the plugin libraries this project ships, looked for in the built-in
+/// plugin directory. Only these are loaded from there, so other shared objects that sit
+/// next to the binaries (test fixtures, the application's own libraries) are never
+/// mistaken for plugins.
+pub const SHIPPED_PLUGINS: &[&str] = &[
+    "libscr_single.so",
+    "libscr_partner.so",
+    "libscr_xor.so",
+    "libscr_rs.so",
+    "libscr_axl_transfer.so",
+];
+
+/// Where a library was found; decides trust and appears in `scr plugins list`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Shipped with scr-rs, next to the installed binaries.
+    Builtin,
+    /// A plugin directory named in the system configuration.
+    SiteDirectory(PathBuf),
+    /// A file named explicitly in `[plugins] files`.
+    Explicit,
+    /// A user plugin directory (only when the system config allows user plugins).
+    UserDirectory(PathBuf),
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Builtin => f.write_str("built-in"),
+            Origin::SiteDirectory(d) => write!(f, "site dir {}", d.display()),
+            Origin::Explicit => f.write_str("named file"),
+            Origin::UserDirectory(d) => write!(f, "user dir {}", d.display()),
+        }
+    }
+}
+
+/// Where to look for plugins, in order.
+#[derive(Clone, Debug, Default)]
+pub struct SearchPath {
+    /// The built-in directory, if shipped plugins are enabled and one was found.
+    pub builtin: Option<PathBuf>,
+    /// Site plugin directories from the system configuration.
+    pub site_directories: Vec<PathBuf>,
+    /// Individual library files.
+    pub files: Vec<PathBuf>,
+    /// User plugin directories (already checked against `allow_user_plugins`).
+    pub user_directories: Vec<PathBuf>,
+}
+
+/// The directory holding the shipped plugins: next to the running executable, its parent
+/// (cargo puts test binaries in `target/<profile>/deps`), or `../lib/scr/plugins` of an
+/// install. `None` when none of them holds a shipped plugin.
+pub fn builtin_plugin_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    let candidates = [
+        dir.to_path_buf(),
+        dir.join("..").to_path_buf(),
+        dir.join("../lib/scr/plugins"),
+    ];
+    candidates
+        .into_iter()
+        .find(|d| SHIPPED_PLUGINS.iter().any(|f| d.join(f).is_file()))
+        .map(|d| d.canonicalize().unwrap_or(d))
+}
+
+/// A library that loaded and passed every check.
+#[derive(Clone)]
+pub struct Library {
+    /// The file it was loaded from.
+    pub path: PathBuf,
+    /// How it was found.
+    pub origin: Origin,
+    /// Its own name.
+    pub name: String,
+    /// Its own version.
+    pub version: String,
+    /// The semantic ABI version it was built against.
+    pub abi_version: u32,
+    /// Scheme names it provides.
+    pub schemes: Vec<String>,
+    /// Transfer types it provides.
+    pub transfers: Vec<String>,
+    module: PluginModRef,
+}
+
+impl fmt::Debug for Library {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Library")
+            .field("path", &self.path)
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field("schemes", &self.schemes)
+            .field("transfers", &self.transfers)
+            .finish()
+    }
+}
+
+/// A file that was not loaded, with the one-line reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The file.
+    pub path: PathBuf,
+    /// How it was found.
+    pub origin: Origin,
+    /// Why it was refused (one line).
+    pub reason: String,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: refused: {}", self.path.display(), self.reason)
+    }
+}
+
+/// Which of the two name spaces a name lives in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// Redundancy schemes.
+    Scheme,
+    /// Transfer types.
+    Transfer,
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Kind::Scheme => "scheme",
+            Kind::Transfer => "transfer type",
+        })
+    }
+}
+
+/// Errors of name resolution and of plugin calls made through the registry.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// No loaded library provides the name.
+    #[error("unknown {kind} \"{name}\": no loaded plugin provides it (known: {known})")]
+    Unknown {
+        /// Scheme or transfer.
+        kind: Kind,
+        /// The name asked for.
+        name: String,
+        /// Comma-separated names that do exist.
+        known: String,
+    },
+    /// Two or more libraries provide the name.
+    #[error("{kind} \"{name}\" is provided by more than one library: {}; remove all but one (or set `builtin = false` under [plugins] to drop the shipped ones)", .files.join(" and "))]
+    Ambiguous {
+        /// Scheme or transfer.
+        kind: Kind,
+        /// The name.
+        name: String,
+        /// The files providing it.
+        files: Vec<String>,
+    },
+    /// The plugin returned an error (or panicked; the guard turned it into an error).
+    #[error("plugin {file}: {call}: {error}")]
+    Plugin {
+        /// The library file.
+        file: String,
+        /// The call that failed.
+        call: &'static str,
+        /// What the plugin said.
+        error: PluginError,
+    },
+}
+
+/// The loaded libraries, the refused files, and the name tables.
+#[derive(Debug, Default)]
+pub struct Registry {
+    libraries: Vec<Library>,
+    refused: Vec<Refusal>,
+    /// lower-case name -> (display name, indexes of providing libraries)
+    names: BTreeMap<(Kind, String), (String, Vec<usize>)>,
+}
+
+impl Registry {
+    /// Load every library on the search path. Problems are collected, never fatal.
+    pub fn load(search: &SearchPath) -> Registry {
+        let mut reg = Registry::default();
+        if let Some(dir) = &search.builtin {
+            for f in SHIPPED_PLUGINS {
+                let path = dir.join(f);
+                if path.is_file() {
+                    reg.add_file(&path, Origin::Builtin);
+                }
+            }
+        }
+        for dir in &search.site_directories {
+            reg.add_directory(dir, Origin::SiteDirectory(dir.clone()));
+        }
+        for file in &search.files {
+            reg.add_file(file, Origin::Explicit);
+        }
+        for dir in &search.user_directories {
+            reg.add_directory(dir, Origin::UserDirectory(dir.clone()));
+        }
+        reg
+    }
+
+    /// Load every `*.so` in `dir` (sorted, so the order is the same on every rank).
+    pub fn add_directory(&mut self, dir: &Path, origin: Origin) {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) => {
+                self.refused.push(Refusal {
+                    path: dir.to_path_buf(),
+                    origin,
+                    reason: format!("cannot read plugin directory: {e}"),
+                });
+                return;
+            }
+        };
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "so") && p.is_file())
+            .collect();
+        files.sort();
+        for f in files {
+            self.add_file(&f, origin.clone());
+        }
+    }
+
+    /// Load one library file; on failure it is recorded as refused.
+    pub fn add_file(&mut self, path: &Path, origin: Origin) {
+        let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        if self.libraries.iter().any(|l| l.path == path) {
+            return; // the same file reached twice (e.g. a dir and an explicit name)
+        }
+        match load_library(&path, origin.clone()) {
+            Ok(lib) => {
+                let index = self.libraries.len();
+                for (kind, list) in [
+                    (Kind::Scheme, &lib.schemes),
+                    (Kind::Transfer, &lib.transfers),
+                ] {
+                    for name in list {
+                        self.names
+                            .entry((kind, name.to_ascii_lowercase()))
+                            .or_insert_with(|| (name.clone(), Vec::new()))
+                            .1
+                            .push(index);
+                    }
+                }
+                self.libraries.push(lib);
+            }
+            Err(reason) => self.refused.push(Refusal {
+                path,
+                origin,
+                reason,
+            }),
+        }
+    }
+
+    /// Libraries that loaded, in load order.
+    pub fn libraries(&self) -> &[Library] {
+        &self.libraries
+    }
+
+    /// Files that were refused, with reasons.
+    pub fn refused(&self) -> &[Refusal] {
+        &self.refused
+    }
+
+    /// Names provided by more than one library: one line each.
+    pub fn duplicates(&self) -> Vec<RegistryError> {
+        self.names
+            .iter()
+            .filter(|(_, (_, libs))| libs.len() > 1)
+            .map(|((kind, _), (name, libs))| self.ambiguous(*kind, name, libs))
+            .collect()
+    }
+
+    fn ambiguous(&self, kind: Kind, name: &str, libs: &[usize]) -> RegistryError {
+        RegistryError::Ambiguous {
+            kind,
+            name: name.to_string(),
+            files: libs
+                .iter()
+                .map(|&i| self.libraries[i].path.display().to_string())
+                .collect(),
+        }
+    }
+
+    /// Every name of a kind, as the libraries spell them, sorted.
+    pub fn names(&self, kind: Kind) -> Vec<String> {
+        self.names
+            .iter()
+            .filter(|((k, _), _)| *k == kind)
+            .map(|(_, (name, _))| name.clone())
+            .collect()
+    }
+
+    /// The library providing `name` (case-insensitive).
+    pub fn provider(&self, kind: Kind, name: &str) -> Result<&Library, RegistryError> {
+        match self.names.get(&(kind, name.to_ascii_lowercase())) {
+            Some((_, libs)) if libs.len() == 1 => Ok(&self.libraries[libs[0]]),
+            Some((display, libs)) => Err(self.ambiguous(kind, display, libs)),
+            None => {
+                let known = self.names(kind);
+                Err(RegistryError::Unknown {
+                    kind,
+                    name: name.to_string(),
+                    known: if known.is_empty() {
+                        "none".into()
+                    } else {
+                        known.join(", ")
+                    },
+                })
+            }
+        }
+    }
+
+    /// Create a scheme instance through the library providing `config.scheme`.
+    pub fn new_scheme(&self, config: &SchemeConfig) -> Result<LoadedScheme, RegistryError> {
+        let lib = self.provider(Kind::Scheme, &config.scheme)?;
+        let file = lib.path.display().to_string();
+        let scheme = (lib.module.new_scheme())(config)
+            .into_result()
+            .map_err(|error| RegistryError::Plugin {
+                file: file.clone(),
+                call: "new_scheme",
+                error,
+            })?;
+        Ok(LoadedScheme { file, scheme })
+    }
+
+    /// Create a transfer through the library providing `config.transfer_type`.
+    pub fn new_transfer(
+        &self,
+        config: &TransferConfig,
+        host: HostRef<'_>,
+    ) -> Result<TransferBox, RegistryError> {
+        let lib = self.provider(Kind::Transfer, &config.transfer_type)?;
+        (lib.module.new_transfer())(config, host)
+            .into_result()
+            .map_err(|error| RegistryError::Plugin {
+                file: lib.path.display().to_string(),
+                call: "new_transfer",
+                error,
+            })
+    }
+}
+
+/// A scheme instance together with the file it came from, so every error names it.
+pub struct LoadedScheme {
+    file: String,
+    scheme: SchemeBox,
+}
+
+impl LoadedScheme {
+    /// The library file providing the scheme.
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// The FFI object, for the runtime's collective calls.
+    pub fn raw(&self) -> &SchemeBox {
+        &self.scheme
+    }
+
+    /// Name, tolerated losses and summary.
+    pub fn describe(&self) -> Result<SchemeDescription, RegistryError> {
+        self.scheme
+            .describe()
+            .into_result()
+            .map_err(|error| self.error("describe", error))
+    }
+
+    /// Attach the file and call name to a plugin's error.
+    pub fn error(&self, call: &'static str, error: PluginError) -> RegistryError {
+        RegistryError::Plugin {
+            file: self.file.clone(),
+            call,
+            error,
+        }
+    }
+}
+
+fn load_library(path: &Path, origin: Origin) -> Result<Library, String> {
+    let header = lib_header_from_path(path).map_err(|e| describe_load_error(&e))?;
+    let module = header
+        .init_root_module::<PluginModRef>()
+        .map_err(|e| describe_load_error(&e))?;
+    let abi_version = module.abi_version();
+    if abi_version != ABI_VERSION {
+        return Err(format!(
+            "plugin ABI version mismatch: this host speaks version {ABI_VERSION}, the library was built for version {abi_version}; rebuild it against scr-plugin {}",
+            env!("CARGO_PKG_VERSION")
+        ));
+    }
+    let info = (module.library())()
+        .into_result()
+        .map_err(|e| format!("the library failed to describe itself: {e}"))?;
+    Ok(Library {
+        path: path.to_path_buf(),
+        origin,
+        name: info.name.into_string(),
+        version: info.version.into_string(),
+        abi_version,
+        schemes: info.schemes.into_iter().map(|s| s.into_string()).collect(),
+        transfers: info
+            .transfers
+            .into_iter()
+            .map(|s| s.into_string())
+            .collect(),
+        module,
+    })
+}
+
+/// Condense abi_stable's (often thousands of lines long) load errors to one line that
+/// says what was expected and what was found.
+fn describe_load_error(err: &LibraryError) -> String {
+    match err {
+        LibraryError::OpenError { err, .. } => {
+            format!("cannot be opened as a shared library: {}", one_line(&err.to_string()))
+        }
+        LibraryError::GetSymbolError { .. } => {
+            "not an scr-rs plugin: it exports no abi_stable root module (build it with scr_plugin::export_plugin!)".to_string()
+        }
+        LibraryError::InvalidAbiHeader(found) => format!(
+            "built with an incompatible abi_stable release (library header {}.{}, host expects {}.{})",
+            found.abi_major,
+            found.abi_minor,
+            abi_stable::library::AbiHeader::VALUE.abi_major,
+            abi_stable::library::AbiHeader::VALUE.abi_minor
+        ),
+        LibraryError::IncompatibleVersionNumber {
+            expected_version,
+            actual_version,
+            ..
+        } => format!(
+            "built against scr-plugin {actual_version}, incompatible with this host's scr-plugin {expected_version}"
+        ),
+        LibraryError::RootModule { err, .. } => {
+            format!("its root module failed to load: {}", one_line(&err.to_string()))
+        }
+        LibraryError::AbiInstability(e) => {
+            format!("incompatible plugin ABI layout: {}", condense_abi_report(&e.to_string()))
+        }
+        other => one_line(&other.to_string()),
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Pick the informative lines out of abi_stable's layout report: each `Error:<what>` with
+/// the `Expected:`/`Found:` values that follow it (on the same line or the next one).
+fn condense_abi_report(report: &str) -> String {
+    let lines: Vec<&str> = report.lines().map(str::trim).collect();
+    let mut found: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let Some(what) = strip_label(lines[i], "error:") else {
+            i += 1;
+            continue;
+        };
+        let mut msg = what.to_string();
+        i += 1;
+        while i < lines.len() && strip_label(lines[i], "error:").is_none() {
+            for label in ["expected:", "found:"] {
+                if let Some(rest) = strip_label(lines[i], label) {
+                    let value = if rest.is_empty() {
+                        lines.get(i + 1).copied().unwrap_or("")
+                    } else {
+                        rest
+                    };
+                    msg.push_str(&format!(", {} {}", &label[..label.len() - 1], value));
+                }
+            }
+            i += 1;
+        }
+        if !found.contains(&msg) {
+            found.push(msg);
+        }
+    }
+    if found.is_empty() {
+        one_line(report).chars().take(300).collect()
+    } else {
+        found.truncate(3);
+        found.join("; ")
+    }
+}
+
+fn strip_label<'a>(line: &'a str, label: &str) -> Option<&'a str> {
+    let head = line.get(..label.len())?;
+    head.eq_ignore_ascii_case(label)
+        .then(|| line[label.len()..].trim())
+}
