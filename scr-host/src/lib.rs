@@ -1,4 +1,6 @@
 //! The scr-rs runtime.
 #![allow(missing_docs)]
 pub mod config;
+pub mod explain;
 pub mod registry;
+pub mod show;

@@ -1,1 +1,167 @@
-fn main() {}
+//! `scr`: the administration command of scr-rs.
+//!
+//! Exit status: 0 success, 1 invalid input (configuration errors, refused plugin),
+//! 2 usage error.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use scr_host::config::{Config, ConfigErrors, Loader};
+use scr_host::explain::{check_plugins, explain_checkpoint};
+use scr_host::registry::{Origin as LibOrigin, Registry};
+use scr_host::show;
+
+/// Scalable Checkpoint/Restart for MPI applications: configuration and plugin tools.
+#[derive(Parser)]
+#[command(name = "scr", version, about, long_about = None)]
+struct Cli {
+    /// Read FILE as an additional user configuration file (after SCR_CONF_FILE or
+    /// <prefix>/.scrconf.toml). May be repeated.
+    #[arg(short = 'c', long = "config", value_name = "FILE", global = true)]
+    config: Vec<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Inspect the configuration in force.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Inspect plugin libraries.
+    #[command(subcommand)]
+    Plugins(PluginsCommand),
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate the configuration (and FILES, read as user files) against the loaded
+    /// plugins; print every problem with its file and line.
+    Check {
+        /// Configuration files to check in addition to the normal sources.
+        files: Vec<PathBuf>,
+    },
+    /// Print every effective value and where it came from (environment variable,
+    /// file:line, API, default).
+    Show,
+    /// Explain which descriptor, store, group, scheme, parameters and plugin file a
+    /// checkpoint id would use, and why.
+    Explain {
+        /// The checkpoint id (1, 2, 3, ...).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        checkpoint: u64,
+    },
+}
+
+#[derive(Subcommand)]
+enum PluginsCommand {
+    /// List every plugin library found: file, library version, ABI version, names
+    /// provided, and status.
+    List,
+    /// Load one library file and report whether it is a usable plugin.
+    Check {
+        /// The shared library to check.
+        file: PathBuf,
+    },
+}
+
+fn load(extra: &[PathBuf]) -> Result<Config, ConfigErrors> {
+    let mut loader = Loader::from_process();
+    loader.extra_user_files = extra.to_vec();
+    loader.load()
+}
+
+fn report_errors(errors: &ConfigErrors) -> ExitCode {
+    for e in &errors.0 {
+        eprintln!("error: {e}");
+    }
+    eprintln!(
+        "{} configuration error{}",
+        errors.0.len(),
+        if errors.0.len() == 1 { "" } else { "s" }
+    );
+    ExitCode::from(1)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Config(ConfigCommand::Check { files }) => {
+            let extra: Vec<PathBuf> = cli.config.iter().chain(&files).cloned().collect();
+            let config = match load(&extra) {
+                Ok(c) => c,
+                Err(e) => return report_errors(&e),
+            };
+            let registry = Registry::load(&config.search_path());
+            let findings = check_plugins(&config, &registry);
+            for w in &findings.warnings {
+                eprintln!("warning: {w}");
+            }
+            if !findings.errors.is_empty() {
+                return report_errors(&ConfigErrors(findings.errors));
+            }
+            let sources = if config.files.is_empty() {
+                "built-in defaults only".to_string()
+            } else {
+                config
+                    .files
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            println!(
+                "ok: {} checkpoint descriptor(s), {} store(s), {} host group table(s) ({sources})",
+                config.checkpoints.len(),
+                config.stores.len(),
+                config.groups.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Command::Config(ConfigCommand::Show) => match load(&cli.config) {
+            Ok(config) => {
+                print!("{}", show::render(&config));
+                ExitCode::SUCCESS
+            }
+            Err(e) => report_errors(&e),
+        },
+        Command::Config(ConfigCommand::Explain { checkpoint }) => match load(&cli.config) {
+            Ok(config) => {
+                let registry = Registry::load(&config.search_path());
+                print!("{}", explain_checkpoint(&config, &registry, checkpoint));
+                ExitCode::SUCCESS
+            }
+            Err(e) => report_errors(&e),
+        },
+        Command::Plugins(PluginsCommand::List) => {
+            let config = match load(&cli.config) {
+                Ok(c) => c,
+                Err(e) => return report_errors(&e),
+            };
+            let registry = Registry::load(&config.search_path());
+            print!("{}", show::plugin_table(&config, &registry));
+            if registry.libraries().is_empty() && registry.refused().is_empty() {
+                eprintln!(
+                    "no plugin libraries found (built-in directory: {})",
+                    scr_host::registry::builtin_plugin_dir()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_else(|| "none found".into())
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Plugins(PluginsCommand::Check { file }) => {
+            let mut registry = Registry::default();
+            registry.add_file(&file, LibOrigin::Explicit);
+            if let Some(r) = registry.refused().first() {
+                println!("{r}");
+                return ExitCode::from(1);
+            }
+            let config = load(&cli.config).ok();
+            print!("{}", show::plugin_table_with(config.as_ref(), &registry));
+            ExitCode::SUCCESS
+        }
+    }
+}

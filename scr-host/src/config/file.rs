@@ -95,7 +95,9 @@ pub(crate) fn parse(path: &Path, text: &str, tier: Tier, errors: &mut Vec<Config
         let kspan = key.span();
         match name {
             "locked" => parse_locked(&mut cx, &mut layer, kspan, value),
-            "group" | "store" | "checkpoint" => {
+            // `group` is both SCR's scalar (SCR_GROUP, a string) and the host tables
+            // (`[[group]]`); TOML allows one of them per file, told apart by type.
+            "group" | "store" | "checkpoint" if !(name == "group" && value.get_ref().is_str()) => {
                 let Some(items) = array_of_tables(&mut cx, name, value) else {
                     continue;
                 };

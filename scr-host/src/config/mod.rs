@@ -440,14 +440,30 @@ fn computed_default(key: &Key, cwd: &Path, env: &BTreeMap<String, String>) -> Op
             .iter()
             .find_map(|v| env.get(*v).filter(|s| !s.is_empty()).cloned())
             .unwrap_or_else(|| "0".into()),
-            "user" => env
-                .get("USER")
-                .filter(|s| !s.is_empty())
-                .cloned()
-                .unwrap_or_else(|| "unknown".into()),
+            "user" => ["USER", "LOGNAME"]
+                .iter()
+                .find_map(|v| env.get(*v).filter(|s| !s.is_empty()).cloned())
+                .unwrap_or_else(user_from_uid),
             other => unreachable!("no computed default for {other}"),
         })),
     }
+}
+
+/// The name of this process's user from /etc/passwd, else `uid<N>`.
+fn user_from_uid() -> String {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
+        return "unknown".into();
+    };
+    std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f.len() > 2 && f[2] == uid.to_string()).then(|| f[0].to_string())
+            })
+        })
+        .unwrap_or_else(|| format!("uid{uid}"))
 }
 
 fn merge(

@@ -1,0 +1,257 @@
+//! Text renderings for the `scr` command: the effective configuration with origins, and
+//! the plugin table.
+
+use std::fmt::Write as _;
+
+use scr_plugin::{ErrorCode, Param, SchemeConfig};
+
+use crate::config::keys::{self, Value};
+use crate::config::{Config, Origin, View};
+use crate::registry::{Kind, Registry, RegistryError};
+
+fn quote(s: &str) -> String {
+    format!("{s:?}")
+}
+
+fn origin_note(config: &Config, key: &str, origin: &Origin) -> String {
+    let what = match (origin, keys::find(key).map(|k| k.default)) {
+        (Origin::Default, Some(keys::Default::Computed(how))) => format!("default: {how}"),
+        _ => origin.to_string(),
+    };
+    match config.locked.get(key) {
+        Some(at) => format!("# {what} (locked at {at})"),
+        None => format!("# {what}"),
+    }
+}
+
+/// The effective configuration as TOML, each value followed by a comment saying where it
+/// came from. The output is itself a valid configuration file.
+pub fn render(config: &Config) -> String {
+    let mut out = String::new();
+    let sources = if config.files.is_empty() {
+        "none".to_string()
+    } else {
+        config
+            .files
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let _ = writeln!(
+        out,
+        "# effective scr-rs configuration; files read: {sources}"
+    );
+    for (key, setting) in config.settings() {
+        let note = origin_note(config, key.name, &setting.origin);
+        match &setting.value {
+            Some(v) => {
+                let text = match v {
+                    Value::Str(s) => quote(s),
+                    other => other.to_string(),
+                };
+                let _ = writeln!(out, "{:<40} {note}", format!("{} = {text}", key.name));
+            }
+            None => {
+                let _ = writeln!(out, "{:<40} {note}, unset", format!("# {}", key.name));
+            }
+        }
+    }
+    for g in &config.groups {
+        let _ = writeln!(out, "\n[[group]]  # {}", g.origin);
+        let _ = writeln!(out, "host = {}", quote(&g.host));
+        for (k, v) in &g.values {
+            let _ = writeln!(out, "{k} = {}", quote(v));
+        }
+    }
+    for s in &config.stores {
+        let _ = writeln!(out, "\n[[store]]  # {}", s.origin);
+        let _ = writeln!(out, "path = {}", quote(&s.path));
+        let group = s.group.clone().unwrap_or_else(|| config.str("group"));
+        let _ = writeln!(out, "group = {}", quote(&group));
+        let _ = writeln!(
+            out,
+            "count = {}",
+            s.count.unwrap_or_else(|| config.u64("cache_size"))
+        );
+        let _ = writeln!(out, "mkdir = {}", s.mkdir);
+        let _ = writeln!(out, "enabled = {}", s.enabled);
+        let view = s.view.unwrap_or(if group == "WORLD" {
+            View::Global
+        } else {
+            View::Node
+        });
+        let _ = writeln!(
+            out,
+            "view = {}",
+            quote(if view == View::Node { "node" } else { "global" })
+        );
+        let _ = writeln!(out, "type = {}", quote(&config.store_transfer(s).0));
+    }
+    for i in 0..config.checkpoints.len() {
+        let d = config.descriptor(i);
+        let c = d.checkpoint;
+        let _ = writeln!(out, "\n[[checkpoint]]  # {}", c.origin);
+        let _ = writeln!(out, "interval = {}", c.interval);
+        let _ = writeln!(
+            out,
+            "{:<40} # {}",
+            format!("store = {}", quote(&d.store_path)),
+            c.origins
+                .get("store")
+                .cloned()
+                .unwrap_or_else(|| config.setting("cache_base").origin.clone())
+        );
+        let _ = writeln!(
+            out,
+            "{:<40} # {}",
+            format!("group = {}", quote(&d.group.0)),
+            d.group.1
+        );
+        let _ = writeln!(
+            out,
+            "{:<40} # {}",
+            format!("type = {}", quote(&d.scheme.0)),
+            d.scheme.1
+        );
+        for (k, v, o) in d
+            .params
+            .iter()
+            .filter(|(k, _, _)| matches!(k.as_str(), "set_size" | "set_failures" | "replicas"))
+        {
+            let _ = writeln!(out, "{:<40} # {o}", format!("{k} = {v}"));
+        }
+        let _ = writeln!(out, "output = {}", c.output);
+        let _ = writeln!(out, "bypass = {}", c.bypass);
+        let _ = writeln!(out, "enabled = {}", c.enabled);
+        if !c.params.is_empty() {
+            let _ = writeln!(out, "[checkpoint.params]");
+            for (k, v) in &c.params {
+                let _ = writeln!(out, "{k} = {}", quote(v));
+            }
+        }
+    }
+    let p = &config.plugins;
+    let _ = writeln!(out, "\n[plugins]");
+    let _ = writeln!(
+        out,
+        "{:<40} # {}",
+        format!("builtin = {}", p.builtin.0),
+        p.builtin.1
+    );
+    let _ = writeln!(
+        out,
+        "{:<40} # {}",
+        format!("allow_user_plugins = {}", p.allow_user_plugins.0),
+        p.allow_user_plugins.1
+    );
+    let list = |v: &[(std::path::PathBuf, Origin)]| {
+        v.iter()
+            .map(|(p, o)| format!("\n  {},  # {o}", quote(&p.display().to_string())))
+            .collect::<String>()
+    };
+    let _ = writeln!(out, "directories = [{}\n]", list(&p.site_directories));
+    if !p.user_directories.is_empty() {
+        let _ = writeln!(
+            out,
+            "# user directories: [{}\n# ]",
+            list(&p.user_directories)
+        );
+    }
+    let _ = writeln!(out, "files = [{}\n]", list(&p.files));
+    for (name, table) in &p.settings {
+        let _ = writeln!(out, "\n[plugins.{name}]");
+        for (k, (v, o)) in table {
+            let _ = writeln!(out, "{:<40} # {o}", format!("{k} = {}", quote(v)));
+        }
+    }
+    if !config.locked.is_empty() {
+        let _ = writeln!(out, "\n# locked by the system configuration:");
+        for (k, o) in &config.locked {
+            let _ = writeln!(out, "#   {k} ({o})");
+        }
+    }
+    out
+}
+
+/// Scheme parameters used to probe a scheme in listings: the configuration's scalars
+/// when there is one.
+fn probe_config(config: Option<&Config>, name: &str) -> SchemeConfig {
+    let mut params = Vec::new();
+    let mut members = 8;
+    if let Some(c) = config {
+        for k in ["set_size", "set_failures", "replicas"] {
+            params.push(Param {
+                key: k.into(),
+                value: c.u64(k).to_string().into(),
+            });
+        }
+        members = c.u64("set_size") as u32;
+    }
+    SchemeConfig {
+        scheme: name.into(),
+        params: params.into(),
+        settings: config
+            .map(|c| c.plugin_settings(name))
+            .unwrap_or_default()
+            .into(),
+        members,
+    }
+}
+
+/// The `scr plugins list` table for the configured search path.
+pub fn plugin_table(config: &Config, registry: &Registry) -> String {
+    plugin_table_with(Some(config), registry)
+}
+
+/// The plugin table; schemes are probed with the configuration's parameters when given.
+pub fn plugin_table_with(config: Option<&Config>, registry: &Registry) -> String {
+    let mut out = String::new();
+    let duplicates = registry.duplicates();
+    for lib in registry.libraries() {
+        let mut provides = Vec::new();
+        for s in &lib.schemes {
+            let status = match registry.new_scheme(&probe_config(config, s)) {
+                Ok(scheme) => match scheme.describe() {
+                    Ok(d) => format!("tolerates {}", d.tolerated_losses),
+                    Err(e) => e.to_string(),
+                },
+                Err(RegistryError::Plugin { error, .. })
+                    if error.code == ErrorCode::NOT_IMPLEMENTED =>
+                {
+                    "not implemented".to_string()
+                }
+                Err(RegistryError::Ambiguous { .. }) => "duplicate".to_string(),
+                Err(RegistryError::Plugin { error, .. }) => error.code.name().to_string(),
+                Err(e) => e.to_string(),
+            };
+            provides.push(format!("scheme {s} ({status})"));
+        }
+        for t in &lib.transfers {
+            let dup = matches!(
+                registry.provider(Kind::Transfer, t),
+                Err(RegistryError::Ambiguous { .. })
+            );
+            provides.push(format!(
+                "transfer {t}{}",
+                if dup { " (duplicate)" } else { "" }
+            ));
+        }
+        let _ = writeln!(out, "{}", lib.path.display());
+        let _ = writeln!(
+            out,
+            "    library {} {}, ABI {}, {}",
+            lib.name, lib.version, lib.abi_version, lib.origin
+        );
+        let _ = writeln!(out, "    provides: {}", provides.join(", "));
+        let _ = writeln!(out, "    status: loaded");
+    }
+    for r in registry.refused() {
+        let _ = writeln!(out, "{}", r.path.display());
+        let _ = writeln!(out, "    status: refused: {} ({})", r.reason, r.origin);
+    }
+    for d in duplicates {
+        let _ = writeln!(out, "duplicate: {d}");
+    }
+    out
+}
