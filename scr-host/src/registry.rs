@@ -511,3 +511,21 @@ fn strip_label<'a>(line: &'a str, label: &str) -> Option<&'a str> {
     head.eq_ignore_ascii_case(label)
         .then(|| line[label.len()..].trim())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::condense_abi_report;
+
+    #[test]
+    fn abi_reports_condense_to_expected_and_found() {
+        let report = "\n0 error(s).\n\n1 error(s)inside:\n    <other>\n    field_name:0\n\
+                      Error:mismatched package\nExpected:\n    scr-plugin\nFound:\n    scr-other\n\n\
+                      Error:mismatched type Expected: u8 Found: u32\n";
+        assert_eq!(
+            condense_abi_report(report),
+            "mismatched package, expected scr-plugin, found scr-other; mismatched type Expected: u8 Found: u32"
+        );
+        let long = "x ".repeat(1000);
+        assert!(condense_abi_report(&long).len() <= 300);
+    }
+}

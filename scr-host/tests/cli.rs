@@ -1,0 +1,561 @@
+//! End-to-end tests of the `scr` command: every run is hermetic (cleared environment,
+//! a fresh temporary working directory, and no stray system configuration file).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tempfile::TempDir;
+
+const SCR: &str = env!("CARGO_BIN_EXE_scr");
+const SYSTEM_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/scr.toml");
+const THREE_LEVEL: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../config/examples/three-level.toml"
+);
+const STORES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../config/examples/stores.toml"
+);
+const GROUPS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../config/examples/groups.toml"
+);
+
+/// The system file read when `SCR_SYSTEM_CONFIG` is unset (mirrors the library's
+/// build-time default).
+const DEFAULT_SYSTEM_CONFIG: &str = match option_env!("SCR_SYSTEM_CONFIG_DEFAULT") {
+    Some(p) => p,
+    None => "/etc/scr/scr.toml",
+};
+
+/// What one run of `scr` did.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn describe(&self) -> String {
+        format!(
+            "exit {}\n--- stdout ---\n{}--- stderr ---\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+
+    #[track_caller]
+    fn expect_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code,
+            code,
+            "unexpected exit status\n{}",
+            self.describe()
+        );
+        self
+    }
+
+    #[track_caller]
+    fn expect_stdout(&self, needle: &str) -> &Self {
+        assert!(
+            self.stdout.contains(needle),
+            "stdout lacks {needle:?}\n{}",
+            self.describe()
+        );
+        self
+    }
+
+    #[track_caller]
+    fn expect_stderr(&self, needle: &str) -> &Self {
+        assert!(
+            self.stderr.contains(needle),
+            "stderr lacks {needle:?}\n{}",
+            self.describe()
+        );
+        self
+    }
+}
+
+/// A temporary working directory for hermetic runs.
+struct Sandbox {
+    dir: TempDir,
+}
+
+impl Sandbox {
+    fn new() -> Self {
+        Sandbox {
+            dir: TempDir::new().expect("temporary directory"),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Write `text` to `name` in the sandbox and return its absolute path.
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.path().join(name);
+        std::fs::write(&p, text).expect("write temporary file");
+        p
+    }
+
+    /// Run `scr args...` with only `env` set, in the sandbox. When the test sets no
+    /// system file and the default one exists, an empty file stands in for it.
+    fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut cmd = Command::new(SCR);
+        cmd.env_clear().current_dir(self.path()).args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        if !env.iter().any(|(k, _)| *k == "SCR_SYSTEM_CONFIG")
+            && Path::new(DEFAULT_SYSTEM_CONFIG).exists()
+        {
+            cmd.env("SCR_SYSTEM_CONFIG", self.write("empty-system.toml", ""));
+        }
+        let out = cmd.output().expect("spawn scr");
+        Run {
+            code: out.status.code().expect("scr exited normally"),
+            stdout: String::from_utf8(out.stdout).expect("utf-8 stdout"),
+            stderr: String::from_utf8(out.stderr).expect("utf-8 stderr"),
+        }
+    }
+}
+
+/// The directory holding the `scr` binary, the shipped plugins and the test fixtures.
+fn target_dir() -> PathBuf {
+    Path::new(SCR)
+        .parent()
+        .expect("scr binary has a directory")
+        .to_path_buf()
+}
+
+fn target_file(name: &str) -> String {
+    target_dir().join(name).display().to_string()
+}
+
+// 1. examples and the annotated system file
+
+#[test]
+fn every_example_passes_config_check() {
+    let sb = Sandbox::new();
+    for file in [THREE_LEVEL, STORES, GROUPS] {
+        let run = sb.run(&["config", "check", file], &[]);
+        run.expect_code(0);
+        assert!(
+            run.stdout.lines().any(|l| l.starts_with("ok:")),
+            "{file}: no `ok:` line\n{}",
+            run.describe()
+        );
+        run.expect_stdout(file);
+    }
+}
+
+#[test]
+fn annotated_system_file_passes_as_system_file() {
+    let sb = Sandbox::new();
+    let run = sb.run(
+        &["config", "check"],
+        &[("SCR_SYSTEM_CONFIG", SYSTEM_CONFIG)],
+    );
+    run.expect_code(0);
+    assert!(
+        run.stdout.lines().any(|l| l.starts_with("ok:")),
+        "no `ok:` line\n{}",
+        run.describe()
+    );
+    run.expect_stdout(SYSTEM_CONFIG);
+}
+
+#[test]
+fn annotated_system_file_fails_as_user_file() {
+    let sb = Sandbox::new();
+    let run = sb.run(&["config", "check", SYSTEM_CONFIG], &[]);
+    run.expect_code(1)
+        .expect_stderr("only the system configuration may lock keys")
+        .expect_stderr("[plugins] `builtin` can only be set in the system configuration")
+        .expect_stderr(
+            "[plugins] `allow_user_plugins` can only be set in the system configuration",
+        );
+    assert!(
+        run.stderr
+            .lines()
+            .any(|l| l.starts_with(&format!("error: {SYSTEM_CONFIG}:"))
+                && l.contains("only the system configuration may lock keys")),
+        "the lock error does not name the file\n{}",
+        run.describe()
+    );
+    assert!(!run.stdout.contains("ok:"), "{}", run.describe());
+}
+
+// 2. explain on the three-level example
+
+fn explain(sb: &Sandbox, n: u64) -> Run {
+    let n = n.to_string();
+    let run = sb.run(
+        &["config", "explain", "-c", THREE_LEVEL, "--checkpoint", &n],
+        &[],
+    );
+    run.expect_code(0);
+    run.expect_stdout(&format!("checkpoint {n} uses descriptor"));
+    run
+}
+
+fn line_of<'a>(run: &'a Run, prefix: &str) -> &'a str {
+    run.stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} line\n{}", run.describe()))
+}
+
+#[test]
+fn explain_every_eighth_checkpoint_is_partner_on_ssd_across_switches() {
+    let sb = Sandbox::new();
+    for n in [8, 16, 24] {
+        let run = explain(&sb, n);
+        run.expect_stdout("scheme:  PARTNER")
+            .expect_stdout("store:   /ssd")
+            .expect_stdout("group:   SWITCH")
+            .expect_stdout(&format!("interval 8, {THREE_LEVEL}:36"));
+        let plugin = line_of(&run, "plugin:");
+        assert!(plugin.contains("libscr_partner.so"), "{}", run.describe());
+        let status = line_of(&run, "status:");
+        assert!(status.contains("not implemented"), "{}", run.describe());
+    }
+}
+
+#[test]
+fn explain_every_fourth_checkpoint_is_xor_of_8_on_ssd() {
+    let sb = Sandbox::new();
+    for n in [4, 12, 20] {
+        let run = explain(&sb, n);
+        run.expect_stdout("scheme:  XOR")
+            .expect_stdout("store:   /ssd")
+            .expect_stdout("group:   NODE")
+            .expect_stdout(&format!("param:   set_size = 8 ({THREE_LEVEL}:34)"));
+        let plugin = line_of(&run, "plugin:");
+        assert!(plugin.contains("libscr_xor.so"), "{}", run.describe());
+        let status = line_of(&run, "status:");
+        assert!(status.contains("not implemented"), "{}", run.describe());
+    }
+}
+
+#[test]
+fn explain_other_checkpoints_are_xor_of_16_on_tmp() {
+    let sb = Sandbox::new();
+    for n in [1, 2, 3, 5, 7] {
+        let run = explain(&sb, n);
+        run.expect_stdout("scheme:  XOR")
+            .expect_stdout("store:   /tmp")
+            .expect_stdout("group:   NODE")
+            .expect_stdout(&format!("param:   set_size = 16 ({THREE_LEVEL}:27)"));
+        let plugin = line_of(&run, "plugin:");
+        assert!(plugin.contains("libscr_xor.so"), "{}", run.describe());
+        let status = line_of(&run, "status:");
+        assert!(status.contains("not implemented"), "{}", run.describe());
+    }
+}
+
+// 3. located errors
+
+#[test]
+fn typo_is_reported_with_file_line_and_suggestion() {
+    let sb = Sandbox::new();
+    let bad = sb.write(
+        "bad.toml",
+        "# a user file with a typo\ncache_size = 2\ncache_bse = \"/x\"\nset_size = 4\n",
+    );
+    let bad = bad.display().to_string();
+    let run = sb.run(&["config", "check", &bad], &[]);
+    run.expect_code(1);
+    let errors: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "{}", run.describe());
+    assert!(
+        errors[0].starts_with(&format!("error: {bad}:3: ")),
+        "wrong location\n{}",
+        run.describe()
+    );
+    assert!(
+        errors[0].contains("unknown key `cache_bse`")
+            && errors[0].contains("did you mean `cache_base`"),
+        "{}",
+        run.describe()
+    );
+    run.expect_stderr("1 configuration error");
+    assert!(run.stdout.is_empty(), "{}", run.describe());
+
+    // The same file as SCR_CONF_FILE breaks every command that loads the configuration.
+    let run = sb.run(&["config", "show"], &[("SCR_CONF_FILE", &bad)]);
+    run.expect_code(1)
+        .expect_stderr(&format!("error: {bad}:3: "));
+}
+
+// 4. show: values with origins, and the output is a configuration
+
+const USER_FILE: &str = "# user settings\n\nset_size = 4\n";
+
+#[test]
+fn show_prints_values_with_their_origins() {
+    let sb = Sandbox::new();
+    let user = sb.write("user.toml", USER_FILE).display().to_string();
+    let run = sb.run(
+        &["config", "show"],
+        &[("SCR_CACHE_SIZE", "5"), ("SCR_CONF_FILE", &user)],
+    );
+    run.expect_code(0);
+    let cache = line_of(&run, "cache_size = ");
+    assert!(
+        cache.starts_with("cache_size = 5 ") && cache.ends_with("# environment SCR_CACHE_SIZE"),
+        "{cache:?}\n{}",
+        run.describe()
+    );
+    let set = line_of(&run, "set_size = ");
+    assert!(
+        set.starts_with("set_size = 4 ") && set.ends_with(&format!("# {user}:3")),
+        "{set:?}\n{}",
+        run.describe()
+    );
+    let copy = line_of(&run, "copy_type = ");
+    assert!(
+        copy.starts_with("copy_type = \"XOR\"") && copy.ends_with("# default"),
+        "{copy:?}\n{}",
+        run.describe()
+    );
+}
+
+/// The output of `scr config show` parses and validates as a configuration. (Read as
+/// the system file, where every key it prints is allowed.)
+#[test]
+fn show_output_checks_as_system_file() {
+    let sb = Sandbox::new();
+    let user = sb.write("user.toml", USER_FILE).display().to_string();
+    let run = sb.run(
+        &["config", "show"],
+        &[("SCR_CACHE_SIZE", "5"), ("SCR_CONF_FILE", &user)],
+    );
+    run.expect_code(0);
+    let shown = sb.write("shown.toml", &run.stdout).display().to_string();
+    let check = sb.run(&["config", "check"], &[("SCR_SYSTEM_CONFIG", &shown)]);
+    check.expect_code(0).expect_stdout("ok: ");
+
+    // and it means the same thing
+    let again = sb.run(&["config", "show"], &[("SCR_SYSTEM_CONFIG", &shown)]);
+    again.expect_code(0);
+    assert!(line_of(&again, "cache_size = ").starts_with("cache_size = 5 "));
+    assert!(line_of(&again, "set_size = ").starts_with("set_size = 4 "));
+}
+
+#[test]
+#[ignore = "bug: `scr config show` prints `builtin` and `allow_user_plugins` under [plugins], \
+            which `scr config check FILE` (a user file) rejects as system-only"]
+fn show_output_checks_as_user_file() {
+    let sb = Sandbox::new();
+    let user = sb.write("user.toml", USER_FILE).display().to_string();
+    let run = sb.run(
+        &["config", "show"],
+        &[("SCR_CACHE_SIZE", "5"), ("SCR_CONF_FILE", &user)],
+    );
+    run.expect_code(0);
+    let shown = sb.write("shown.toml", &run.stdout).display().to_string();
+    let check = sb.run(&["config", "check", &shown], &[]);
+    check.expect_code(0).expect_stdout("ok: ");
+}
+
+#[test]
+#[ignore = "bug: with [[group]] tables, `scr config show` prints both the scalar \
+            `group = ...` and `[[group]]` tables: invalid TOML (duplicate key `group`)"]
+fn show_output_with_group_tables_is_valid_toml() {
+    let sb = Sandbox::new();
+    let run = sb.run(&["config", "show"], &[("SCR_CONF_FILE", THREE_LEVEL)]);
+    run.expect_code(0);
+    let shown = sb.write("shown.toml", &run.stdout).display().to_string();
+    let check = sb.run(&["config", "check"], &[("SCR_SYSTEM_CONFIG", &shown)]);
+    check
+        .expect_code(0)
+        .expect_stdout("ok: 3 checkpoint descriptor(s)");
+}
+
+// 5. plugins list
+
+/// The blocks of `scr plugins list`: each starts with an unindented file line.
+fn blocks(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for line in text.lines() {
+        if !line.starts_with(' ') || out.is_empty() {
+            out.push(String::new());
+        }
+        let last = out.last_mut().expect("a block");
+        last.push_str(line);
+        last.push('\n');
+    }
+    out
+}
+
+#[test]
+fn plugins_list_shows_every_shipped_plugin() {
+    let sb = Sandbox::new();
+    let run = sb.run(&["plugins", "list"], &[]);
+    run.expect_code(0);
+    let blocks = blocks(&run.stdout);
+    let expected = [
+        ("libscr_single.so", "scheme SINGLE (not implemented)"),
+        ("libscr_partner.so", "scheme PARTNER (not implemented)"),
+        ("libscr_xor.so", "scheme XOR (not implemented)"),
+        ("libscr_rs.so", "scheme RS (not implemented)"),
+        ("libscr_axl_transfer.so", "transfer bbapi"),
+    ];
+    for (file, provides) in expected {
+        let block = blocks
+            .iter()
+            .find(|b| {
+                b.lines()
+                    .next()
+                    .is_some_and(|l| l.ends_with(&format!("/{file}")))
+            })
+            .unwrap_or_else(|| panic!("{file} not listed\n{}", run.describe()));
+        for needle in ["status: loaded", "ABI 1", "built-in", provides] {
+            assert!(
+                block.contains(needle),
+                "{file}: {needle:?} missing\n{}",
+                run.describe()
+            );
+        }
+    }
+    assert!(!run.stdout.contains("refused"), "{}", run.describe());
+    assert!(!run.stdout.contains("duplicate"), "{}", run.describe());
+}
+
+// 6. plugins check
+
+#[test]
+fn plugins_check_refuses_a_library_that_is_not_a_plugin() {
+    let sb = Sandbox::new();
+    let file = target_file("libscr_fixture_not_a_plugin.so");
+    let run = sb.run(&["plugins", "check", &file], &[]);
+    run.expect_code(1);
+    assert_eq!(run.stdout.lines().count(), 1, "{}", run.describe());
+    assert!(run.stderr.is_empty(), "{}", run.describe());
+    run.expect_stdout(&file)
+        .expect_stdout("not an scr-rs plugin");
+}
+
+#[test]
+fn plugins_check_refuses_an_abi_layout_mismatch() {
+    let sb = Sandbox::new();
+    let file = target_file("libscr_fixture_layout_mismatch.so");
+    let run = sb.run(&["plugins", "check", &file], &[]);
+    run.expect_code(1);
+    assert_eq!(run.stdout.lines().count(), 1, "{}", run.describe());
+    assert!(run.stderr.is_empty(), "{}", run.describe());
+    run.expect_stdout(&file)
+        .expect_stdout("incompatible plugin ABI layout");
+}
+
+#[test]
+fn plugins_check_accepts_a_shipped_plugin() {
+    let sb = Sandbox::new();
+    let file = target_file("libscr_xor.so");
+    let run = sb.run(&["plugins", "check", &file], &[]);
+    run.expect_code(0)
+        .expect_stdout(&file)
+        .expect_stdout("scr-xor")
+        .expect_stdout("status: loaded")
+        .expect_stdout("named file");
+}
+
+// 7. usage
+
+#[test]
+fn usage_errors_exit_2() {
+    let sb = Sandbox::new();
+    let run = sb.run(&["config", "explain"], &[]);
+    run.expect_code(2).expect_stderr("--checkpoint");
+    let run = sb.run(&["config", "explain", "--checkpoint", "0"], &[]);
+    run.expect_code(2).expect_stderr("invalid value '0'");
+    let run = sb.run(&["frobnicate"], &[]);
+    run.expect_code(2).expect_stderr("frobnicate");
+    assert!(run.stdout.is_empty(), "{}", run.describe());
+}
+
+#[test]
+fn help_lists_subcommands() {
+    let sb = Sandbox::new();
+    let cases: [(&[&str], &[&str]); 3] = [
+        (&["--help"], &["config", "plugins"]),
+        (&["config", "--help"], &["check", "show", "explain"]),
+        (&["plugins", "--help"], &["list", "check"]),
+    ];
+    for (args, subcommands) in cases {
+        let run = sb.run(args, &[]);
+        run.expect_code(0).expect_stdout("Commands:");
+        for sub in subcommands {
+            assert!(
+                run.stdout
+                    .lines()
+                    .any(|l| l.trim_start().starts_with(&format!("{sub} "))),
+                "scr {args:?}: subcommand {sub} not listed\n{}",
+                run.describe()
+            );
+        }
+    }
+}
+
+// 8. locks
+
+#[test]
+fn locked_key_cannot_be_overridden_from_the_environment() {
+    let sb = Sandbox::new();
+    let system = sb
+        .write(
+            "system.toml",
+            "# site policy\ncache_size = 3\n\nlocked = [\"cache_size\"]\n",
+        )
+        .display()
+        .to_string();
+    let run = sb.run(
+        &["config", "check"],
+        &[("SCR_SYSTEM_CONFIG", &system), ("SCR_CACHE_SIZE", "9")],
+    );
+    run.expect_code(1);
+    let error = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("locked"))
+        .unwrap_or_else(|| panic!("no lock error\n{}", run.describe()));
+    assert!(
+        error.starts_with("error: environment SCR_CACHE_SIZE: "),
+        "{}",
+        run.describe()
+    );
+    assert!(error.contains("`cache_size`"), "{}", run.describe());
+    assert!(
+        error.contains(&format!("({system}:4)")),
+        "the lock's line is not named\n{}",
+        run.describe()
+    );
+    assert!(run.stdout.is_empty(), "{}", run.describe());
+
+    // without the override the same system file is fine
+    let run = sb.run(&["config", "check"], &[("SCR_SYSTEM_CONFIG", &system)]);
+    run.expect_code(0).expect_stdout("ok: ");
+}
+
+// other findings
+
+#[test]
+#[ignore = "bug: explain derives a store's default view from the store's own `group` only, \
+            ignoring the `group` key it falls back to; `config show` gets it right"]
+fn explain_store_view_follows_the_default_group() {
+    let sb = Sandbox::new();
+    let run = sb.run(
+        &["config", "explain", "--checkpoint", "1"],
+        &[("SCR_GROUP", "WORLD")],
+    );
+    run.expect_code(0).expect_stdout("group WORLD");
+    let store = line_of(&run, "store:");
+    assert!(store.contains("view global"), "{}", run.describe());
+    let show = sb.run(&["config", "show"], &[("SCR_GROUP", "WORLD")]);
+    show.expect_code(0).expect_stdout("view = \"global\"");
+}

@@ -1,0 +1,527 @@
+//! Configuration: every error class names its file and line (or variable / API call),
+//! every source's precedence, locked keys, defaults, and descriptor selection.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use scr_host::config::keys::Value;
+use scr_host::config::{Config, ConfigError, ConfigErrors, Loader, Origin};
+
+struct Env {
+    dir: tempfile::TempDir,
+    vars: BTreeMap<String, String>,
+    api: Vec<String>,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            dir: tempfile::tempdir().unwrap(),
+            vars: BTreeMap::new(),
+            api: Vec::new(),
+        }
+    }
+
+    fn file(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn system(mut self, text: &str) -> Env {
+        let p = self.file("system.toml", text);
+        self.vars.insert("SCR_SYSTEM_CONFIG".into(), p.display().to_string());
+        self
+    }
+
+    fn user(mut self, text: &str) -> Env {
+        let p = self.file("user.toml", text);
+        self.vars.insert("SCR_CONF_FILE".into(), p.display().to_string());
+        self
+    }
+
+    fn var(mut self, k: &str, v: &str) -> Env {
+        self.vars.insert(k.into(), v.into());
+        self
+    }
+
+    fn api(mut self, text: &str) -> Env {
+        self.api.push(text.into());
+        self
+    }
+
+    fn loader(&self) -> Loader {
+        let mut vars = self.vars.clone();
+        // never read the machine's own system file
+        vars.entry("SCR_SYSTEM_CONFIG".into()).or_insert_with(|| {
+            let p = self.dir.path().join("empty-system.toml");
+            std::fs::write(&p, "").unwrap();
+            p.display().to_string()
+        });
+        Loader {
+            env: vars,
+            api: self.api.clone(),
+            cwd: self.dir.path().to_path_buf(),
+            extra_user_files: Vec::new(),
+        }
+    }
+
+    fn load(&self) -> Result<Config, ConfigErrors> {
+        self.loader().load()
+    }
+
+    fn errors(&self) -> Vec<ConfigError> {
+        self.load().expect_err("configuration should be invalid").0
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+fn at(path: &Path, line: usize) -> Origin {
+    Origin::File {
+        path: path.to_path_buf(),
+        line,
+    }
+}
+
+/// Asserts exactly one error, at `origin`, whose message contains every fragment.
+fn one_error(errors: Vec<ConfigError>, origin: Origin, fragments: &[&str]) {
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(errors[0].origin, origin, "{errors:#?}");
+    for f in fragments {
+        assert!(
+            errors[0].message.contains(f),
+            "`{}` lacks `{f}`",
+            errors[0].message
+        );
+    }
+}
+
+mod errors {
+    use super::*;
+
+    #[test]
+    fn toml_syntax_error_names_the_line() {
+        let env = Env::new().user("cache_size = 2\n\nset_size = = 3\n");
+        one_error(env.errors(), at(&env.path("user.toml"), 3), &["TOML syntax error"]);
+    }
+
+    #[test]
+    fn unknown_key_suggests_the_right_one() {
+        let env = Env::new().user("# comment\ncache_bse = \"/x\"\n");
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 2),
+            &["unknown key `cache_bse`", "did you mean `cache_base`?"],
+        );
+    }
+
+    #[test]
+    fn scr_style_names_are_explained() {
+        let env = Env::new().user("SCR_CACHE_SIZE = 3\n");
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 1),
+            &["write `cache_size`", "SCR_ prefix is for environment variables"],
+        );
+    }
+
+    #[test]
+    fn wrong_type_names_expected_and_found() {
+        let env = Env::new().user("\ncache_size = \"lots\"\n");
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 2),
+            &["`cache_size`", "expected a whole number >= 1", "found string \"lots\""],
+        );
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused() {
+        let env = Env::new().user("set_size = 1\ncheckpoint_overhead = 150.0\ndebug = -1\n");
+        let errors = env.errors();
+        assert_eq!(errors.len(), 3, "{errors:#?}");
+        assert_eq!(errors[0].origin, at(&env.path("user.toml"), 1));
+        assert!(errors[0].message.contains("1 is out of range: expected a whole number in 2..=4096"));
+        assert_eq!(errors[1].origin, at(&env.path("user.toml"), 2));
+        assert!(errors[1].message.contains("150 is out of range"));
+        assert_eq!(errors[2].origin, at(&env.path("user.toml"), 3));
+        assert!(errors[2].message.contains("-1 is negative"));
+    }
+
+    #[test]
+    fn checkpoint_naming_an_undefined_store_or_group() {
+        let env = Env::new().user(
+            "[[checkpoint]]\ninterval = 1\nstore = \"/nvme\"\ngroup = \"RACK\"\ntype = \"XOR\"\n",
+        );
+        let errors = env.errors();
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert_eq!(errors[0].origin, at(&env.path("user.toml"), 3));
+        assert!(errors[0].message.contains("undefined store `/nvme`"));
+        assert!(errors[0].message.contains("add a [[store]] with path = \"/nvme\""));
+        assert_eq!(errors[1].origin, at(&env.path("user.toml"), 4));
+        assert!(errors[1].message.contains("undefined group `RACK` (defined: NODE, WORLD)"));
+    }
+
+    #[test]
+    fn store_naming_an_undefined_group() {
+        let env = Env::new().user("[[store]]\npath = \"/ssd\"\ngroup = \"RACK\"\n");
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 1),
+            &["store `/ssd` names undefined group `RACK`"],
+        );
+    }
+
+    #[test]
+    fn no_descriptor_with_interval_one() {
+        let env = Env::new().user("[[checkpoint]]\ninterval = 4\n\n[[checkpoint]]\ninterval = 8\n");
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 1),
+            &["no enabled checkpoint descriptor has interval = 1"],
+        );
+    }
+
+    #[test]
+    fn duplicate_intervals_and_stores() {
+        let env = Env::new().user(
+            "[[store]]\npath = \"/ssd\"\n[[store]]\npath = \"/ssd/\"\n\
+             [[checkpoint]]\ninterval = 1\n[[checkpoint]]\ninterval = 1\n",
+        );
+        let errors = env.errors();
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        let file = env.path("user.toml");
+        assert_eq!(errors[0].origin, at(&file, 3));
+        assert!(errors[0].message.contains(&format!(
+            "duplicate store `/ssd`: already defined at {}:1",
+            file.display()
+        )));
+        assert_eq!(errors[1].origin, at(&file, 8));
+        assert!(errors[1].message.contains(&format!(
+            "duplicate checkpoint interval 1: already used by the descriptor at {}:5",
+            file.display()
+        )));
+    }
+
+    #[test]
+    fn unknown_keys_inside_tables() {
+        let env = Env::new().user(
+            "[[store]]\npath = \"/ssd\"\ncuont = 2\n[[checkpoint]]\ninterval = 1\nstripe = 4\n",
+        );
+        let errors = env.errors();
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert_eq!(errors[0].origin, at(&env.path("user.toml"), 3));
+        assert!(errors[0].message.contains("unknown key `cuont` in [[store]] (did you mean `count`?)"));
+        assert_eq!(errors[1].origin, at(&env.path("user.toml"), 6));
+        assert!(errors[1].message.contains("its `params` table"));
+    }
+
+    #[test]
+    fn host_tables_must_be_complete() {
+        let env = Env::new().system(
+            "[[group]]\nhost = \"zin1\"\nPOWER = \"psu1\"\n\n[[group]]\nhost = \"zin2\"\n\n[[group]]\nPOWER = \"x\"\n",
+        );
+        let errors = env.errors();
+        let file = env.path("system.toml");
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert_eq!(errors[0].origin, at(&file, 8));
+        assert!(errors[0].message.contains("needs `host ="));
+        assert_eq!(errors[1].origin, at(&file, 5));
+        assert!(errors[1].message.contains("host `zin2` gives no value for group `POWER`"));
+    }
+
+    #[test]
+    fn reserved_group_names() {
+        let env = Env::new().system("[[group]]\nhost = \"a\"\nNODE = \"x\"\n");
+        one_error(env.errors(), at(&env.path("system.toml"), 3), &["`NODE` is reserved"]);
+    }
+
+    #[test]
+    fn environment_errors_name_the_variable() {
+        let env = Env::new().var("SCR_FLUSH_ASYNC", "perhaps");
+        one_error(
+            env.errors(),
+            Origin::Env("SCR_FLUSH_ASYNC".into()),
+            &["\"perhaps\" is not a boolean"],
+        );
+    }
+
+    #[test]
+    fn api_errors_name_the_call() {
+        let env = Env::new().api("cache_size=2").api("set_sise=4").api("nonsense");
+        let errors = env.errors();
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert_eq!(errors[0].origin, Origin::Api(2, "set_sise=4".into()));
+        assert!(errors[0].message.contains("did you mean `set_size`?"));
+        assert_eq!(errors[1].origin, Origin::Api(3, "nonsense".into()));
+        assert!(errors[1].message.contains("expected `key=value`"));
+    }
+
+    #[test]
+    fn missing_named_files_are_errors() {
+        let env = Env::new().var("SCR_CONF_FILE", "/nonexistent/user.toml");
+        one_error(
+            env.errors(),
+            at(Path::new("/nonexistent/user.toml"), 0),
+            &["cannot read configuration file"],
+        );
+    }
+
+    #[test]
+    fn user_plugins_need_the_admins_permission() {
+        let env = Env::new().user("[plugins]\ndirectories = [\"/home/me/plugins\"]\n");
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 2),
+            &["user plugin /home/me/plugins refused", "allow_user_plugins = false"],
+        );
+        let env = Env::new()
+            .system("[plugins]\nallow_user_plugins = true\n")
+            .user("[plugins]\ndirectories = [\"/home/me/plugins\"]\n");
+        let config = env.load().unwrap();
+        assert_eq!(config.plugins.user_directories.len(), 1);
+        assert_eq!(
+            config.search_path().user_directories,
+            vec![PathBuf::from("/home/me/plugins")]
+        );
+        let env = Env::new().user("[plugins]\nallow_user_plugins = true\n");
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 2),
+            &["can only be set in the system configuration"],
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported_not_just_the_first() {
+        let env = Env::new()
+            .user("cache_size = 0\nfoo = 1\n")
+            .var("SCR_SET_SIZE", "x");
+        assert_eq!(env.errors().len(), 3);
+    }
+}
+
+mod precedence {
+    use super::*;
+
+    fn cache_size(env: &Env) -> (Value, Origin) {
+        let c = env.load().unwrap();
+        let s = c.setting("cache_size");
+        (s.value.clone().unwrap(), s.origin.clone())
+    }
+
+    #[test]
+    fn each_source_overrides_the_ones_below_it() {
+        let env = Env::new();
+        assert_eq!(cache_size(&env), (Value::UInt(2), Origin::Default));
+        let env = env.system("\ncache_size = 3\n");
+        assert_eq!(
+            cache_size(&env),
+            (Value::UInt(3), at(&env.path("system.toml"), 2))
+        );
+        let env = env.api("cache_size=4");
+        assert_eq!(
+            cache_size(&env),
+            (Value::UInt(4), Origin::Api(1, "cache_size=4".into()))
+        );
+        let env = env.user("cache_size = 5\n");
+        assert_eq!(
+            cache_size(&env),
+            (Value::UInt(5), at(&env.path("user.toml"), 1))
+        );
+        let env = env.var("SCR_CACHE_SIZE", "6");
+        assert_eq!(
+            cache_size(&env),
+            (Value::UInt(6), Origin::Env("SCR_CACHE_SIZE".into()))
+        );
+    }
+
+    #[test]
+    fn user_file_is_found_in_the_prefix() {
+        let env = Env::new();
+        std::fs::create_dir(env.path("run")).unwrap();
+        std::fs::write(env.path("run/.scrconf.toml"), "set_size = 4\n").unwrap();
+        let env = env.var("SCR_PREFIX", "run");
+        let c = env.load().unwrap();
+        assert_eq!(c.u64("set_size"), 4);
+        assert_eq!(c.setting("set_size").origin, at(&env.path("run/.scrconf.toml"), 1));
+        assert_eq!(c.str("prefix"), env.path("run").display().to_string());
+    }
+
+    #[test]
+    fn checkpoint_lists_replace_stores_and_hosts_merge() {
+        let env = Env::new()
+            .system(
+                "[[store]]\npath = \"/ssd\"\ncount = 3\n[[store]]\npath = \"/tmp\"\n\
+                 [[checkpoint]]\ninterval = 1\ntype = \"XOR\"\n[[checkpoint]]\ninterval = 2\n\
+                 [[group]]\nhost = \"a\"\nPOWER = \"1\"\n",
+            )
+            .user(
+                "[[store]]\npath = \"/ssd\"\ncount = 7\n[[checkpoint]]\ninterval = 1\ntype = \"PARTNER\"\n\
+                 [[group]]\nhost = \"b\"\nPOWER = \"2\"\n",
+            );
+        let c = env.load().unwrap();
+        assert_eq!(c.checkpoints.len(), 1);
+        assert_eq!(c.checkpoints[0].scheme.as_deref(), Some("PARTNER"));
+        assert_eq!(c.store("/ssd").unwrap().count, Some(7));
+        assert!(c.store("/tmp").is_some());
+        assert_eq!(c.groups.len(), 2);
+    }
+
+    #[test]
+    fn plugin_settings_are_passed_through_with_overrides() {
+        let env = Env::new()
+            .system("[plugins.bbapi]\nlibrary = \"/opt/ibm/libbbAPI.so\"\nretries = 3\n")
+            .user("[plugins.BBAPI]\nretries = 5\n");
+        let c = env.load().unwrap();
+        let s: Vec<(String, String)> = c
+            .plugin_settings("bbapi")
+            .into_iter()
+            .map(|p| (p.key.into_string(), p.value.into_string()))
+            .collect();
+        assert_eq!(
+            s,
+            vec![
+                ("library".into(), "/opt/ibm/libbbAPI.so".into()),
+                ("retries".into(), "5".into())
+            ]
+        );
+    }
+}
+
+mod locks {
+    use super::*;
+
+    #[test]
+    fn locked_keys_refuse_every_higher_source() {
+        let base = || Env::new().system("cache_size = 3\nlocked = [\"cache_size\", \"store\"]\n");
+        let lock_at = |env: &Env| format!("{}:2", env.path("system.toml").display());
+
+        let env = base().var("SCR_CACHE_SIZE", "9");
+        let errors = env.errors();
+        one_error(
+            errors,
+            Origin::Env("SCR_CACHE_SIZE".into()),
+            &["`cache_size` is locked by the system configuration", &lock_at(&env)],
+        );
+
+        let env = base().user("\ncache_size = 9\n");
+        one_error(env.errors(), at(&env.path("user.toml"), 2), &["is locked", &lock_at(&env)]);
+
+        let env = base().api("cache_size=9");
+        one_error(env.errors(), Origin::Api(1, "cache_size=9".into()), &["is locked"]);
+
+        let env = base().user("[[store]]\npath = \"/x\"\n");
+        one_error(env.errors(), at(&env.path("user.toml"), 1), &["`store` is locked"]);
+
+        let env = base();
+        let c = env.load().unwrap();
+        assert_eq!(c.u64("cache_size"), 3);
+        assert!(c.locked.contains_key("cache_size"));
+    }
+
+    #[test]
+    fn only_the_system_file_may_lock() {
+        let env = Env::new().user("locked = [\"debug\"]\n");
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 1),
+            &["only the system configuration may lock keys"],
+        );
+        let env = Env::new().system("locked = [\"nosuchkey\"]\n");
+        one_error(env.errors(), at(&env.path("system.toml"), 1), &["unknown key `nosuchkey`"]);
+    }
+}
+
+mod defaults {
+    use super::*;
+
+    #[test]
+    fn no_file_at_all_gives_one_xor_descriptor_on_a_node_local_store() {
+        let env = Env::new();
+        let c = env.load().unwrap();
+        assert_eq!(c.checkpoints.len(), 1);
+        let d = c.descriptor(0);
+        assert_eq!(d.scheme.0, "XOR");
+        assert_eq!(d.group.0, "NODE");
+        assert_eq!(d.store_path, "/dev/shm");
+        assert_eq!(d.set_size(), 8);
+        let store = d.store.expect("implied store");
+        assert!(store.enabled && store.mkdir);
+        assert_eq!(c.u64("cache_size"), 2);
+        assert_eq!(c.str("job_id"), "0");
+        assert_eq!(c.str("prefix"), env.path("").display().to_string().trim_end_matches('/'));
+        for id in 1..20 {
+            assert_eq!(c.checkpoint_for(id).unwrap().interval, 1);
+        }
+    }
+
+    #[test]
+    fn implied_descriptor_follows_the_scalar_keys() {
+        let env = Env::new()
+            .var("SCR_COPY_TYPE", "PARTNER")
+            .var("SCR_CACHE_BASE", "/tmp/")
+            .var("SLURM_JOBID", "4242");
+        let c = env.load().unwrap();
+        let d = c.descriptor(0);
+        assert_eq!(d.scheme, ("PARTNER".into(), Origin::Env("SCR_COPY_TYPE".into())));
+        assert_eq!(d.store_path, "/tmp");
+        assert_eq!(c.str("job_id"), "4242");
+    }
+
+    #[test]
+    fn byte_sizes_accept_units_from_every_source() {
+        let env = Env::new().user("mpi_buf_size = \"256KB\"\n").var("SCR_FILE_BUF_SIZE", "8MiB");
+        let c = env.load().unwrap();
+        assert_eq!(c.u64("mpi_buf_size"), 256 << 10);
+        assert_eq!(c.u64("file_buf_size"), 8 << 20);
+        assert!(c.descriptor(0).params.iter().any(|(k, v, _)| k == "buffer_size" && v == "262144"));
+    }
+}
+
+mod selection {
+    use super::*;
+
+    fn three_level() -> Config {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/examples/three-level.toml");
+        let env = Env::new();
+        let mut loader = env.loader();
+        loader.extra_user_files.push(PathBuf::from(path));
+        loader.load().unwrap()
+    }
+
+    #[test]
+    fn largest_dividing_interval_wins_in_the_seed_example() {
+        let c = three_level();
+        for id in 1..=64u64 {
+            let ck = c.checkpoint_for(id).unwrap();
+            let index = c.checkpoints.iter().position(|x| std::ptr::eq(x, ck)).unwrap();
+            let d = c.descriptor(index);
+            let (scheme, store, group, set_size) = if id % 8 == 0 {
+                ("PARTNER", "/ssd", "SWITCH", None)
+            } else if id % 4 == 0 {
+                ("XOR", "/ssd", "NODE", Some(8))
+            } else {
+                ("XOR", "/tmp", "NODE", Some(16))
+            };
+            assert_eq!(d.scheme.0, scheme, "checkpoint {id}");
+            assert_eq!(d.store_path, store, "checkpoint {id}");
+            assert_eq!(d.group.0, group, "checkpoint {id}");
+            if let Some(n) = set_size {
+                assert_eq!(d.set_size(), n, "checkpoint {id}");
+            }
+        }
+    }
+
+    #[test]
+    fn disabled_descriptors_are_never_chosen() {
+        let env = Env::new().user(
+            "[[checkpoint]]\ninterval = 1\n[[checkpoint]]\ninterval = 2\nenabled = false\n",
+        );
+        let c = env.load().unwrap();
+        assert_eq!(c.checkpoint_for(2).unwrap().interval, 1);
+    }
+}

@@ -1,0 +1,289 @@
+//! The plugin registry against real shared libraries: the shipped plugins, and fixture
+//! libraries that are not plugins, have another layout or ABI version, panic, or
+//! duplicate a name. Each problem must come back as one line naming the file.
+
+use std::path::PathBuf;
+
+use abi_stable::std_types::RSome;
+use scr_host::config::{ConfigError, Loader, Origin};
+use scr_host::explain::check_plugins;
+use scr_host::registry::{Kind, Origin as LibOrigin, Registry, RegistryError, SearchPath};
+use scr_plugin::{
+    inproc, DatasetFiles, ErrorCode, RecoverRequest, SchemeConfig, TransferConfig,
+};
+
+/// `target/<profile>`, where cargo puts the plugin and fixture libraries.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+fn lib(name: &str) -> PathBuf {
+    let p = target_dir().join(format!("lib{name}.so"));
+    assert!(
+        p.is_file(),
+        "{} is missing: build the workspace first (cargo build --workspace)",
+        p.display()
+    );
+    p
+}
+
+fn registry_of(names: &[&str]) -> Registry {
+    let mut r = Registry::default();
+    for n in names {
+        r.add_file(&lib(n), LibOrigin::Explicit);
+    }
+    r
+}
+
+fn scheme_config(name: &str) -> SchemeConfig {
+    SchemeConfig {
+        scheme: name.into(),
+        params: Default::default(),
+        settings: Default::default(),
+        members: 4,
+    }
+}
+
+fn refusal(name: &str) -> String {
+    let r = registry_of(&[name]);
+    assert!(r.libraries().is_empty());
+    assert_eq!(r.refused().len(), 1);
+    let line = r.refused()[0].to_string();
+    assert!(!line.contains('\n'), "not one line: {line}");
+    assert!(line.starts_with(&lib(name).display().to_string()), "{line}");
+    line
+}
+
+#[test]
+fn shipped_plugins_load_from_the_builtin_directory() {
+    let dir = scr_host::registry::builtin_plugin_dir().expect("built-in plugin dir");
+    let r = Registry::load(&SearchPath {
+        builtin: Some(dir),
+        ..SearchPath::default()
+    });
+    assert!(r.refused().is_empty(), "{:?}", r.refused());
+    let names: Vec<&str> = r.libraries().iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["scr-single", "scr-partner", "scr-xor", "scr-rs", "scr-axl-transfer"]
+    );
+    assert!(r.libraries().iter().all(|l| l.abi_version == scr_plugin::ABI_VERSION
+        && l.origin == LibOrigin::Builtin));
+    assert_eq!(r.names(Kind::Scheme), ["PARTNER", "RS", "SINGLE", "XOR"]);
+    assert_eq!(r.names(Kind::Transfer), ["bbapi", "dw", "pthread", "sync"]);
+    // no fixture library sits in the built-in list even though it is in the same dir
+    assert!(names.iter().all(|n| !n.contains("fixture")));
+}
+
+#[test]
+fn unimplemented_names_say_so_when_used() {
+    let r = registry_of(&["scr_single", "scr_partner", "scr_xor", "scr_rs", "scr_axl_transfer"]);
+    for s in ["single", "Partner", "XOR", "rs"] {
+        match r.new_scheme(&scheme_config(s)) {
+            Err(RegistryError::Plugin { call, error, file }) => {
+                assert_eq!(call, "new_scheme");
+                assert_eq!(error.code, ErrorCode::NOT_IMPLEMENTED);
+                assert!(error.message().ends_with("is not implemented yet"), "{error}");
+                assert!(file.ends_with(".so"));
+            }
+            other => panic!("{s}: expected not implemented, got {:?}", other.err()),
+        }
+    }
+    let out = inproc::run(&["n0"], |host| {
+        ["sync", "PThread", "bbapi", "dw"].map(|t| {
+            let config = TransferConfig {
+                transfer_type: t.into(),
+                state_file: "/nonexistent/state".into(),
+                crc32: true,
+                preserve_metadata: true,
+                settings: Default::default(),
+            };
+            match r.new_transfer(&config, host.raw()) {
+                Err(RegistryError::Plugin { error, .. }) => error.code,
+                Err(e) => panic!("{t}: {e}"),
+                Ok(_) => panic!("{t}: pretends to be implemented"),
+            }
+        })
+    });
+    assert!(out[0].iter().all(|c| *c == ErrorCode::NOT_IMPLEMENTED));
+}
+
+#[test]
+fn a_library_that_is_not_a_plugin_is_refused() {
+    let line = refusal("scr_fixture_not_a_plugin");
+    assert!(line.contains("refused: not an scr-rs plugin: it exports no abi_stable root module"), "{line}");
+}
+
+#[test]
+fn an_abi_incompatible_layout_is_refused_in_one_line() {
+    let line = refusal("scr_fixture_layout_mismatch");
+    assert!(line.contains("incompatible plugin ABI layout"), "{line}");
+    assert!(line.contains("expected scr-plugin"), "{line}");
+    assert!(line.contains("found scr-fixture-layout-mismatch"), "{line}");
+    assert!(line.len() < 400, "{line}");
+}
+
+#[test]
+fn a_newer_semantic_abi_version_is_refused() {
+    let line = refusal("scr_fixture_future_abi");
+    let v = scr_plugin::ABI_VERSION;
+    assert!(
+        line.contains(&format!(
+            "this host speaks version {v}, the library was built for version {}",
+            v + 1
+        )),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_root_module_that_panics_is_refused() {
+    let line = refusal("scr_fixture_bad_root");
+    assert!(line.contains("its root module failed to load"), "{line}");
+    assert!(line.contains("panicked"), "{line}");
+}
+
+#[test]
+fn files_that_are_not_shared_libraries_are_refused_and_the_rest_load() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("README.so"), "not an ELF file\n").unwrap();
+    std::fs::copy(lib("scr_xor"), dir.path().join("libsite_xor.so")).unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "ignored: not *.so").unwrap();
+    let r = Registry::load(&SearchPath {
+        site_directories: vec![dir.path().to_path_buf(), PathBuf::from("/nonexistent/dir")],
+        ..SearchPath::default()
+    });
+    assert_eq!(r.libraries().len(), 1);
+    assert_eq!(r.libraries()[0].name, "scr-xor");
+    let lines: Vec<String> = r.refused().iter().map(|x| x.to_string()).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].contains("README.so: refused: cannot be opened as a shared library"));
+    assert!(lines[1].contains("/nonexistent/dir: refused: cannot read plugin directory"));
+}
+
+#[test]
+fn a_panicking_plugin_is_an_error_and_the_host_carries_on() {
+    let r = registry_of(&["scr_fixture_panic", "scr_xor"]);
+    match r.new_scheme(&scheme_config("panic_new")) {
+        Err(RegistryError::Plugin { error, call, .. }) => {
+            assert_eq!(call, "new_scheme");
+            assert_eq!(error.code, ErrorCode::PANIC);
+            assert_eq!(
+                error.message(),
+                "plugin scr-fixture-panic panicked in new_scheme: deliberate panic in new_scheme"
+            );
+        }
+        other => panic!("{:?}", other.err()),
+    }
+    // an instance whose apply panics: every member gets the error, nobody aborts
+    let scheme = r.new_scheme(&scheme_config("PANIC_APPLY")).unwrap();
+    assert_eq!(scheme.describe().unwrap().name.as_str(), "PANIC_APPLY");
+    let results = inproc::run(&["a", "b"], |host| {
+        let ds = DatasetFiles {
+            dataset_id: 1,
+            dir: "/nonexistent".into(),
+            files: Default::default(),
+        };
+        scheme.raw().apply(host.raw(), &ds).into_result()
+    });
+    for res in results {
+        let e = res.unwrap_err();
+        assert_eq!(e.code, ErrorCode::PANIC);
+        assert!(e.message().contains("panicked in apply: deliberate panic in apply"));
+    }
+    // and the same instance and registry still work afterwards
+    let req = RecoverRequest {
+        dataset_id: 1,
+        dir: "/nonexistent".into(),
+        files: RSome(Default::default()),
+    };
+    let ok = inproc::run(&["a"], |host| scheme.raw().recover(host.raw(), &req).into_result());
+    assert!(ok[0].as_ref().unwrap().is_empty());
+    assert!(matches!(
+        r.new_scheme(&scheme_config("xor")),
+        Err(RegistryError::Plugin { error, .. }) if error.code == ErrorCode::NOT_IMPLEMENTED
+    ));
+}
+
+#[test]
+fn a_name_provided_twice_is_reported_and_ambiguous() {
+    let r = registry_of(&["scr_xor", "scr_fixture_duplicate"]);
+    let dups = r.duplicates();
+    assert_eq!(dups.len(), 1);
+    let line = dups[0].to_string();
+    assert!(!line.contains('\n'));
+    assert!(line.starts_with("scheme \"XOR\" is provided by more than one library"), "{line}");
+    assert!(line.contains("libscr_xor.so") && line.contains("libscr_fixture_duplicate.so"));
+    assert!(matches!(r.provider(Kind::Scheme, "xOr"), Err(RegistryError::Ambiguous { .. })));
+    assert_eq!(
+        r.provider(Kind::Scheme, "unique_fixture").unwrap().name,
+        "scr-fixture-duplicate"
+    );
+}
+
+#[test]
+fn an_unknown_name_lists_the_known_ones() {
+    let r = registry_of(&["scr_xor", "scr_partner", "scr_axl_transfer"]);
+    let e = r.provider(Kind::Scheme, "MIRROR").unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "unknown scheme \"MIRROR\": no loaded plugin provides it (known: PARTNER, XOR)"
+    );
+    let e = r.provider(Kind::Transfer, "ftp").unwrap_err().to_string();
+    assert!(e.ends_with("(known: bbapi, dw, pthread, sync)"), "{e}");
+}
+
+#[test]
+fn the_same_file_reached_twice_loads_once() {
+    let mut r = registry_of(&["scr_xor"]);
+    r.add_file(&lib("scr_xor"), LibOrigin::Explicit);
+    assert_eq!(r.libraries().len(), 1);
+    assert!(r.duplicates().is_empty());
+}
+
+/// A configuration naming a type that no loaded plugin provides is an error at the line
+/// of that type; a store's transfer type likewise.
+#[test]
+fn config_check_refuses_types_no_plugin_provides() {
+    let dir = tempfile::tempdir().unwrap();
+    let user = dir.path().join("user.toml");
+    std::fs::write(
+        &user,
+        "[[store]]\npath = \"/ssd\"\ntype = \"ftp\"\n\n[[checkpoint]]\ninterval = 1\nstore = \"/ssd\"\ntype = \"MIRROR\"\n",
+    )
+    .unwrap();
+    let system = dir.path().join("system.toml");
+    std::fs::write(&system, "").unwrap();
+    let loader = Loader {
+        env: [
+            ("SCR_CONF_FILE".to_string(), user.display().to_string()),
+            ("SCR_SYSTEM_CONFIG".to_string(), system.display().to_string()),
+        ]
+        .into(),
+        api: vec![],
+        cwd: dir.path().to_path_buf(),
+        extra_user_files: vec![],
+    };
+    let config = loader.load().unwrap();
+    let r = registry_of(&["scr_xor", "scr_axl_transfer"]);
+    let f = check_plugins(&config, &r);
+    let at = |line| Origin::File {
+        path: user.clone(),
+        line,
+    };
+    assert_eq!(
+        f.errors,
+        vec![
+            ConfigError {
+                origin: at(8),
+                message: "unknown scheme \"MIRROR\": no loaded plugin provides it (known: XOR)"
+                    .into()
+            },
+            ConfigError {
+                origin: at(1),
+                message: "store `/ssd`: unknown transfer type \"ftp\": no loaded plugin provides it (known: bbapi, dw, pthread, sync)".into()
+            },
+        ]
+    );
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The full test suite: formatting, lints, docs, then every test of the workspace.
+# Installs what a fresh Debian 12 machine lacks (run as root there).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "cargo not found: install Rust (rustup) first" >&2
+    exit 1
+fi
+rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy 2>/dev/null || true
+
+echo "== format"
+cargo fmt --all -- --check
+echo "== build (plugins, fixtures, binaries, tests)"
+cargo build --workspace --all-targets --locked
+echo "== clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== docs"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+echo "== doc tests"
+cargo test --workspace --doc --locked
+echo "== tests"
+if cargo nextest --version >/dev/null 2>&1; then
+    cargo nextest run --workspace --locked --no-fail-fast
+else
+    cargo test --workspace --locked --no-fail-fast
+fi
