@@ -91,6 +91,25 @@ impl Config {
             .unwrap_or_default()
     }
 
+    /// The group of processes sharing a store's device (its own, else `group`).
+    pub fn store_group(&self, store: &Store) -> String {
+        store.group.clone().unwrap_or_else(|| self.str("group"))
+    }
+
+    /// Datasets a store keeps (its own count, else `cache_size`).
+    pub fn store_count(&self, store: &Store) -> u64 {
+        store.count.unwrap_or_else(|| self.u64("cache_size"))
+    }
+
+    /// A store's view: its own, else global for group WORLD and node-local otherwise.
+    pub fn store_view(&self, store: &Store) -> View {
+        store.view.unwrap_or(if self.store_group(store) == "WORLD" {
+            View::Global
+        } else {
+            View::Node
+        })
+    }
+
     /// The transfer type used to flush from a store.
     pub fn store_transfer(&self, store: &Store) -> (String, Origin) {
         match &store.transfer {
@@ -240,16 +259,9 @@ pub fn explain_checkpoint(config: &Config, registry: &Registry, id: u64) -> Stri
         Some(s) => format!(
             "{} (group {}, count {}, view {}, flush transfer {}; {})",
             s.path,
-            s.group.clone().unwrap_or_else(|| config.str("group")),
-            s.count.unwrap_or_else(|| config.u64("cache_size")),
-            match s.view.unwrap_or(if s.group.as_deref() == Some("WORLD") {
-                View::Global
-            } else {
-                View::Node
-            }) {
-                View::Node => "node",
-                View::Global => "global",
-            },
+            config.store_group(s),
+            config.store_count(s),
+            config.store_view(s),
             config.store_transfer(s).0,
             s.origin
         ),

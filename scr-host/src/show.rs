@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use scr_plugin::{ErrorCode, Param, SchemeConfig};
 
 use crate::config::keys::{self, Value};
-use crate::config::{Config, Origin, View};
+use crate::config::{Config, Origin};
 use crate::registry::{Kind, Registry, RegistryError};
 
 fn quote(s: &str) -> String {
@@ -25,7 +25,8 @@ fn origin_note(config: &Config, key: &str, origin: &Origin) -> String {
 }
 
 /// The effective configuration as TOML, each value followed by a comment saying where it
-/// came from. The output is itself a valid configuration file.
+/// came from. The output is itself a valid *system* configuration file (it includes the
+/// system-only `[plugins]` keys and `locked`) that loads to the same values.
 pub fn render(config: &Config) -> String {
     let mut out = String::new();
     let sources = if config.files.is_empty() {
@@ -44,19 +45,37 @@ pub fn render(config: &Config) -> String {
     );
     for (key, setting) in config.settings() {
         let note = origin_note(config, key.name, &setting.origin);
+        // TOML allows either the scalar `group` or `[[group]]` tables in one file. Every
+        // store and descriptor below names its group explicitly, so commenting the scalar
+        // out keeps the meaning.
+        let comment = if key.name == "group" && !config.groups.is_empty() {
+            "# "
+        } else {
+            ""
+        };
         match &setting.value {
             Some(v) => {
                 let text = match v {
                     Value::Str(s) => quote(s),
                     other => other.to_string(),
                 };
-                let _ = writeln!(out, "{:<40} {note}", format!("{} = {text}", key.name));
+                let _ = writeln!(
+                    out,
+                    "{:<40} {note}",
+                    format!("{comment}{} = {text}", key.name)
+                );
             }
             None => {
                 let _ = writeln!(out, "{:<40} {note}, unset", format!("# {}", key.name));
             }
         }
     }
+    let locked: Vec<String> = config
+        .locked
+        .iter()
+        .map(|(k, o)| format!("\n  {},  # {o}", quote(k)))
+        .collect();
+    let _ = writeln!(out, "locked = [{}\n]", locked.concat());
     for g in &config.groups {
         let _ = writeln!(out, "\n[[group]]  # {}", g.origin);
         let _ = writeln!(out, "host = {}", quote(&g.host));
@@ -67,25 +86,11 @@ pub fn render(config: &Config) -> String {
     for s in &config.stores {
         let _ = writeln!(out, "\n[[store]]  # {}", s.origin);
         let _ = writeln!(out, "path = {}", quote(&s.path));
-        let group = s.group.clone().unwrap_or_else(|| config.str("group"));
-        let _ = writeln!(out, "group = {}", quote(&group));
-        let _ = writeln!(
-            out,
-            "count = {}",
-            s.count.unwrap_or_else(|| config.u64("cache_size"))
-        );
+        let _ = writeln!(out, "group = {}", quote(&config.store_group(s)));
+        let _ = writeln!(out, "count = {}", config.store_count(s));
         let _ = writeln!(out, "mkdir = {}", s.mkdir);
         let _ = writeln!(out, "enabled = {}", s.enabled);
-        let view = s.view.unwrap_or(if group == "WORLD" {
-            View::Global
-        } else {
-            View::Node
-        });
-        let _ = writeln!(
-            out,
-            "view = {}",
-            quote(if view == View::Node { "node" } else { "global" })
-        );
+        let _ = writeln!(out, "view = {}", quote(&config.store_view(s).to_string()));
         let _ = writeln!(out, "type = {}", quote(&config.store_transfer(s).0));
     }
     for i in 0..config.checkpoints.len() {
@@ -163,12 +168,6 @@ pub fn render(config: &Config) -> String {
         let _ = writeln!(out, "\n[plugins.{name}]");
         for (k, (v, o)) in table {
             let _ = writeln!(out, "{:<40} # {o}", format!("{k} = {}", quote(v)));
-        }
-    }
-    if !config.locked.is_empty() {
-        let _ = writeln!(out, "\n# locked by the system configuration:");
-        for (k, o) in &config.locked {
-            let _ = writeln!(out, "#   {k} ({o})");
         }
     }
     out

@@ -30,13 +30,15 @@ impl Env {
 
     fn system(mut self, text: &str) -> Env {
         let p = self.file("system.toml", text);
-        self.vars.insert("SCR_SYSTEM_CONFIG".into(), p.display().to_string());
+        self.vars
+            .insert("SCR_SYSTEM_CONFIG".into(), p.display().to_string());
         self
     }
 
     fn user(mut self, text: &str) -> Env {
         let p = self.file("user.toml", text);
-        self.vars.insert("SCR_CONF_FILE".into(), p.display().to_string());
+        self.vars
+            .insert("SCR_CONF_FILE".into(), p.display().to_string());
         self
     }
 
@@ -105,7 +107,11 @@ mod errors {
     #[test]
     fn toml_syntax_error_names_the_line() {
         let env = Env::new().user("cache_size = 2\n\nset_size = = 3\n");
-        one_error(env.errors(), at(&env.path("user.toml"), 3), &["TOML syntax error"]);
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 3),
+            &["TOML syntax error"],
+        );
     }
 
     #[test]
@@ -124,7 +130,10 @@ mod errors {
         one_error(
             env.errors(),
             at(&env.path("user.toml"), 1),
-            &["write `cache_size`", "SCR_ prefix is for environment variables"],
+            &[
+                "write `cache_size`",
+                "SCR_ prefix is for environment variables",
+            ],
         );
     }
 
@@ -134,7 +143,11 @@ mod errors {
         one_error(
             env.errors(),
             at(&env.path("user.toml"), 2),
-            &["`cache_size`", "expected a whole number >= 1", "found string \"lots\""],
+            &[
+                "`cache_size`",
+                "expected a whole number >= 1",
+                "found string \"lots\"",
+            ],
         );
     }
 
@@ -144,7 +157,9 @@ mod errors {
         let errors = env.errors();
         assert_eq!(errors.len(), 3, "{errors:#?}");
         assert_eq!(errors[0].origin, at(&env.path("user.toml"), 1));
-        assert!(errors[0].message.contains("1 is out of range: expected a whole number in 2..=4096"));
+        assert!(errors[0]
+            .message
+            .contains("1 is out of range: expected a whole number in 2..=4096"));
         assert_eq!(errors[1].origin, at(&env.path("user.toml"), 2));
         assert!(errors[1].message.contains("150 is out of range"));
         assert_eq!(errors[2].origin, at(&env.path("user.toml"), 3));
@@ -160,9 +175,13 @@ mod errors {
         assert_eq!(errors.len(), 2, "{errors:#?}");
         assert_eq!(errors[0].origin, at(&env.path("user.toml"), 3));
         assert!(errors[0].message.contains("undefined store `/nvme`"));
-        assert!(errors[0].message.contains("add a [[store]] with path = \"/nvme\""));
+        assert!(errors[0]
+            .message
+            .contains("add a [[store]] with path = \"/nvme\""));
         assert_eq!(errors[1].origin, at(&env.path("user.toml"), 4));
-        assert!(errors[1].message.contains("undefined group `RACK` (defined: NODE, WORLD)"));
+        assert!(errors[1]
+            .message
+            .contains("undefined group `RACK` (defined: NODE, WORLD)"));
     }
 
     #[test]
@@ -214,7 +233,9 @@ mod errors {
         let errors = env.errors();
         assert_eq!(errors.len(), 2, "{errors:#?}");
         assert_eq!(errors[0].origin, at(&env.path("user.toml"), 3));
-        assert!(errors[0].message.contains("unknown key `cuont` in [[store]] (did you mean `count`?)"));
+        assert!(errors[0]
+            .message
+            .contains("unknown key `cuont` in [[store]] (did you mean `count`?)"));
         assert_eq!(errors[1].origin, at(&env.path("user.toml"), 6));
         assert!(errors[1].message.contains("its `params` table"));
     }
@@ -230,13 +251,19 @@ mod errors {
         assert_eq!(errors[0].origin, at(&file, 8));
         assert!(errors[0].message.contains("needs `host ="));
         assert_eq!(errors[1].origin, at(&file, 5));
-        assert!(errors[1].message.contains("host `zin2` gives no value for group `POWER`"));
+        assert!(errors[1]
+            .message
+            .contains("host `zin2` gives no value for group `POWER`"));
     }
 
     #[test]
     fn reserved_group_names() {
         let env = Env::new().system("[[group]]\nhost = \"a\"\nNODE = \"x\"\n");
-        one_error(env.errors(), at(&env.path("system.toml"), 3), &["`NODE` is reserved"]);
+        one_error(
+            env.errors(),
+            at(&env.path("system.toml"), 3),
+            &["`NODE` is reserved"],
+        );
     }
 
     #[test]
@@ -251,7 +278,10 @@ mod errors {
 
     #[test]
     fn api_errors_name_the_call() {
-        let env = Env::new().api("cache_size=2").api("set_sise=4").api("nonsense");
+        let env = Env::new()
+            .api("cache_size=2")
+            .api("set_sise=4")
+            .api("nonsense");
         let errors = env.errors();
         assert_eq!(errors.len(), 2, "{errors:#?}");
         assert_eq!(errors[0].origin, Origin::Api(2, "set_sise=4".into()));
@@ -276,7 +306,10 @@ mod errors {
         one_error(
             env.errors(),
             at(&env.path("user.toml"), 2),
-            &["user plugin /home/me/plugins refused", "allow_user_plugins = false"],
+            &[
+                "user plugin /home/me/plugins refused",
+                "allow_user_plugins = false",
+            ],
         );
         let env = Env::new()
             .system("[plugins]\nallow_user_plugins = true\n")
@@ -347,7 +380,10 @@ mod precedence {
         let env = env.var("SCR_PREFIX", "run");
         let c = env.load().unwrap();
         assert_eq!(c.u64("set_size"), 4);
-        assert_eq!(c.setting("set_size").origin, at(&env.path("run/.scrconf.toml"), 1));
+        assert_eq!(
+            c.setting("set_size").origin,
+            at(&env.path("run/.scrconf.toml"), 1)
+        );
         assert_eq!(c.str("prefix"), env.path("run").display().to_string());
     }
 
@@ -405,17 +441,32 @@ mod locks {
         one_error(
             errors,
             Origin::Env("SCR_CACHE_SIZE".into()),
-            &["`cache_size` is locked by the system configuration", &lock_at(&env)],
+            &[
+                "`cache_size` is locked by the system configuration",
+                &lock_at(&env),
+            ],
         );
 
         let env = base().user("\ncache_size = 9\n");
-        one_error(env.errors(), at(&env.path("user.toml"), 2), &["is locked", &lock_at(&env)]);
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 2),
+            &["is locked", &lock_at(&env)],
+        );
 
         let env = base().api("cache_size=9");
-        one_error(env.errors(), Origin::Api(1, "cache_size=9".into()), &["is locked"]);
+        one_error(
+            env.errors(),
+            Origin::Api(1, "cache_size=9".into()),
+            &["is locked"],
+        );
 
         let env = base().user("[[store]]\npath = \"/x\"\n");
-        one_error(env.errors(), at(&env.path("user.toml"), 1), &["`store` is locked"]);
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 1),
+            &["`store` is locked"],
+        );
 
         let env = base();
         let c = env.load().unwrap();
@@ -432,7 +483,11 @@ mod locks {
             &["only the system configuration may lock keys"],
         );
         let env = Env::new().system("locked = [\"nosuchkey\"]\n");
-        one_error(env.errors(), at(&env.path("system.toml"), 1), &["unknown key `nosuchkey`"]);
+        one_error(
+            env.errors(),
+            at(&env.path("system.toml"), 1),
+            &["unknown key `nosuchkey`"],
+        );
     }
 }
 
@@ -453,7 +508,10 @@ mod defaults {
         assert!(store.enabled && store.mkdir);
         assert_eq!(c.u64("cache_size"), 2);
         assert_eq!(c.str("job_id"), "0");
-        assert_eq!(c.str("prefix"), env.path("").display().to_string().trim_end_matches('/'));
+        assert_eq!(
+            c.str("prefix"),
+            env.path("").display().to_string().trim_end_matches('/')
+        );
         for id in 1..20 {
             assert_eq!(c.checkpoint_for(id).unwrap().interval, 1);
         }
@@ -467,18 +525,27 @@ mod defaults {
             .var("SLURM_JOBID", "4242");
         let c = env.load().unwrap();
         let d = c.descriptor(0);
-        assert_eq!(d.scheme, ("PARTNER".into(), Origin::Env("SCR_COPY_TYPE".into())));
+        assert_eq!(
+            d.scheme,
+            ("PARTNER".into(), Origin::Env("SCR_COPY_TYPE".into()))
+        );
         assert_eq!(d.store_path, "/tmp");
         assert_eq!(c.str("job_id"), "4242");
     }
 
     #[test]
     fn byte_sizes_accept_units_from_every_source() {
-        let env = Env::new().user("mpi_buf_size = \"256KB\"\n").var("SCR_FILE_BUF_SIZE", "8MiB");
+        let env = Env::new()
+            .user("mpi_buf_size = \"256KB\"\n")
+            .var("SCR_FILE_BUF_SIZE", "8MiB");
         let c = env.load().unwrap();
         assert_eq!(c.u64("mpi_buf_size"), 256 << 10);
         assert_eq!(c.u64("file_buf_size"), 8 << 20);
-        assert!(c.descriptor(0).params.iter().any(|(k, v, _)| k == "buffer_size" && v == "262144"));
+        assert!(c
+            .descriptor(0)
+            .params
+            .iter()
+            .any(|(k, v, _)| k == "buffer_size" && v == "262144"));
     }
 }
 
@@ -486,7 +553,10 @@ mod selection {
     use super::*;
 
     fn three_level() -> Config {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/examples/three-level.toml");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../config/examples/three-level.toml"
+        );
         let env = Env::new();
         let mut loader = env.loader();
         loader.extra_user_files.push(PathBuf::from(path));
@@ -498,7 +568,11 @@ mod selection {
         let c = three_level();
         for id in 1..=64u64 {
             let ck = c.checkpoint_for(id).unwrap();
-            let index = c.checkpoints.iter().position(|x| std::ptr::eq(x, ck)).unwrap();
+            let index = c
+                .checkpoints
+                .iter()
+                .position(|x| std::ptr::eq(x, ck))
+                .unwrap();
             let d = c.descriptor(index);
             let (scheme, store, group, set_size) = if id % 8 == 0 {
                 ("PARTNER", "/ssd", "SWITCH", None)
@@ -518,9 +592,8 @@ mod selection {
 
     #[test]
     fn disabled_descriptors_are_never_chosen() {
-        let env = Env::new().user(
-            "[[checkpoint]]\ninterval = 1\n[[checkpoint]]\ninterval = 2\nenabled = false\n",
-        );
+        let env = Env::new()
+            .user("[[checkpoint]]\ninterval = 1\n[[checkpoint]]\ninterval = 2\nenabled = false\n");
         let c = env.load().unwrap();
         assert_eq!(c.checkpoint_for(2).unwrap().interval, 1);
     }

@@ -8,9 +8,7 @@ use abi_stable::std_types::RSome;
 use scr_host::config::{ConfigError, Loader, Origin};
 use scr_host::explain::check_plugins;
 use scr_host::registry::{Kind, Origin as LibOrigin, Registry, RegistryError, SearchPath};
-use scr_plugin::{
-    inproc, DatasetFiles, ErrorCode, RecoverRequest, SchemeConfig, TransferConfig,
-};
+use scr_plugin::{inproc, DatasetFiles, ErrorCode, RecoverRequest, SchemeConfig, TransferConfig};
 
 /// `target/<profile>`, where cargo puts the plugin and fixture libraries.
 fn target_dir() -> PathBuf {
@@ -66,10 +64,18 @@ fn shipped_plugins_load_from_the_builtin_directory() {
     let names: Vec<&str> = r.libraries().iter().map(|l| l.name.as_str()).collect();
     assert_eq!(
         names,
-        ["scr-single", "scr-partner", "scr-xor", "scr-rs", "scr-axl-transfer"]
+        [
+            "scr-single",
+            "scr-partner",
+            "scr-xor",
+            "scr-rs",
+            "scr-axl-transfer"
+        ]
     );
-    assert!(r.libraries().iter().all(|l| l.abi_version == scr_plugin::ABI_VERSION
-        && l.origin == LibOrigin::Builtin));
+    assert!(r
+        .libraries()
+        .iter()
+        .all(|l| l.abi_version == scr_plugin::ABI_VERSION && l.origin == LibOrigin::Builtin));
     assert_eq!(r.names(Kind::Scheme), ["PARTNER", "RS", "SINGLE", "XOR"]);
     assert_eq!(r.names(Kind::Transfer), ["bbapi", "dw", "pthread", "sync"]);
     // no fixture library sits in the built-in list even though it is in the same dir
@@ -78,13 +84,22 @@ fn shipped_plugins_load_from_the_builtin_directory() {
 
 #[test]
 fn unimplemented_names_say_so_when_used() {
-    let r = registry_of(&["scr_single", "scr_partner", "scr_xor", "scr_rs", "scr_axl_transfer"]);
+    let r = registry_of(&[
+        "scr_single",
+        "scr_partner",
+        "scr_xor",
+        "scr_rs",
+        "scr_axl_transfer",
+    ]);
     for s in ["single", "Partner", "XOR", "rs"] {
         match r.new_scheme(&scheme_config(s)) {
             Err(RegistryError::Plugin { call, error, file }) => {
                 assert_eq!(call, "new_scheme");
                 assert_eq!(error.code, ErrorCode::NOT_IMPLEMENTED);
-                assert!(error.message().ends_with("is not implemented yet"), "{error}");
+                assert!(
+                    error.message().ends_with("is not implemented yet"),
+                    "{error}"
+                );
                 assert!(file.ends_with(".so"));
             }
             other => panic!("{s}: expected not implemented, got {:?}", other.err()),
@@ -112,7 +127,10 @@ fn unimplemented_names_say_so_when_used() {
 #[test]
 fn a_library_that_is_not_a_plugin_is_refused() {
     let line = refusal("scr_fixture_not_a_plugin");
-    assert!(line.contains("refused: not an scr-rs plugin: it exports no abi_stable root module"), "{line}");
+    assert!(
+        line.contains("refused: not an scr-rs plugin: it exports no abi_stable root module"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -190,7 +208,9 @@ fn a_panicking_plugin_is_an_error_and_the_host_carries_on() {
     for res in results {
         let e = res.unwrap_err();
         assert_eq!(e.code, ErrorCode::PANIC);
-        assert!(e.message().contains("panicked in apply: deliberate panic in apply"));
+        assert!(e
+            .message()
+            .contains("panicked in apply: deliberate panic in apply"));
     }
     // and the same instance and registry still work afterwards
     let req = RecoverRequest {
@@ -198,7 +218,9 @@ fn a_panicking_plugin_is_an_error_and_the_host_carries_on() {
         dir: "/nonexistent".into(),
         files: RSome(Default::default()),
     };
-    let ok = inproc::run(&["a"], |host| scheme.raw().recover(host.raw(), &req).into_result());
+    let ok = inproc::run(&["a"], |host| {
+        scheme.raw().recover(host.raw(), &req).into_result()
+    });
     assert!(ok[0].as_ref().unwrap().is_empty());
     assert!(matches!(
         r.new_scheme(&scheme_config("xor")),
@@ -213,9 +235,15 @@ fn a_name_provided_twice_is_reported_and_ambiguous() {
     assert_eq!(dups.len(), 1);
     let line = dups[0].to_string();
     assert!(!line.contains('\n'));
-    assert!(line.starts_with("scheme \"XOR\" is provided by more than one library"), "{line}");
+    assert!(
+        line.starts_with("scheme \"XOR\" is provided by more than one library"),
+        "{line}"
+    );
     assert!(line.contains("libscr_xor.so") && line.contains("libscr_fixture_duplicate.so"));
-    assert!(matches!(r.provider(Kind::Scheme, "xOr"), Err(RegistryError::Ambiguous { .. })));
+    assert!(matches!(
+        r.provider(Kind::Scheme, "xOr"),
+        Err(RegistryError::Ambiguous { .. })
+    ));
     assert_eq!(
         r.provider(Kind::Scheme, "unique_fixture").unwrap().name,
         "scr-fixture-duplicate"
@@ -258,7 +286,10 @@ fn config_check_refuses_types_no_plugin_provides() {
     let loader = Loader {
         env: [
             ("SCR_CONF_FILE".to_string(), user.display().to_string()),
-            ("SCR_SYSTEM_CONFIG".to_string(), system.display().to_string()),
+            (
+                "SCR_SYSTEM_CONFIG".to_string(),
+                system.display().to_string(),
+            ),
         ]
         .into(),
         api: vec![],

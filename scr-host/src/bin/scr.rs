@@ -14,7 +14,7 @@ use scr_host::show;
 
 /// Scalable Checkpoint/Restart for MPI applications: configuration and plugin tools.
 #[derive(Parser)]
-#[command(name = "scr", version, about, long_about = None)]
+#[command(name = "scr", version)]
 struct Cli {
     /// Read FILE as an additional user configuration file (after SCR_CONF_FILE or
     /// <prefix>/.scrconf.toml). May be repeated.

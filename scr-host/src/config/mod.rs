@@ -62,6 +62,8 @@ impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Origin::Default => f.write_str("default"),
+            // line 0: the file as a whole (e.g. it could not be read)
+            Origin::File { path, line: 0 } => write!(f, "{}", path.display()),
             Origin::File { path, line } => write!(f, "{}:{line}", path.display()),
             Origin::Env(var) => write!(f, "environment {var}"),
             Origin::Api(n, text) => write!(f, "API config call {n} (\"{text}\")"),
@@ -136,6 +138,15 @@ pub enum View {
     Node,
     /// Every process sees the same files.
     Global,
+}
+
+impl fmt::Display for View {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            View::Node => "node",
+            View::Global => "global",
+        })
+    }
 }
 
 /// A store descriptor.
