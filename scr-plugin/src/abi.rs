@@ -3,8 +3,8 @@
 //! Plugin authors rarely touch this module directly: they implement the plain Rust
 //! traits [`Scheme`](crate::Scheme) and [`Transfer`](crate::Transfer) and export them
 //! with [`export_plugin!`](crate::export_plugin), which wraps every call in a panic
-//! guard. The host uses the `*_TO` trait objects defined here through
-//! [`LoadedScheme`](crate::LoadedScheme) and [`LoadedTransfer`](crate::LoadedTransfer).
+//! guard. The host calls the `*_TO` trait objects defined here directly (scr-host wraps
+//! them so every error names the library file).
 //!
 //! Every trait here ends its mandatory methods with `#[sabi(last_prefix_field)]` so that a
 //! later ABI version can append defaulted methods and still load plugins built against

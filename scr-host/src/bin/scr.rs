@@ -17,7 +17,7 @@ use scr_host::show;
 #[command(name = "scr", version)]
 struct Cli {
     /// Read FILE as an additional user configuration file (after SCR_CONF_FILE or
-    /// <prefix>/.scrconf.toml). May be repeated.
+    /// PREFIX/.scrconf.toml). May be repeated.
     #[arg(short = 'c', long = "config", value_name = "FILE", global = true)]
     config: Vec<PathBuf>,
 

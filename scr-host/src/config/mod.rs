@@ -349,7 +349,7 @@ impl Loader {
     }
 
     /// Read, merge and validate every source. Plugin names are not checked here (see
-    /// [`Config::check_plugins`]).
+    /// [`crate::explain::check_plugins`]).
     pub fn load(&self) -> Result<Config, ConfigErrors> {
         let mut errors = Vec::new();
         let mut files = Vec::new();
