@@ -21,12 +21,8 @@ const GROUPS: &str = concat!(
     "/../config/examples/groups.toml"
 );
 
-/// The system file read when `SCR_SYSTEM_CONFIG` is unset (mirrors the library's
-/// build-time default).
-const DEFAULT_SYSTEM_CONFIG: &str = match option_env!("SCR_SYSTEM_CONFIG_DEFAULT") {
-    Some(p) => p,
-    None => "/etc/scr/scr.toml",
-};
+/// The system file read when `SCR_SYSTEM_CONFIG` is unset.
+const DEFAULT_SYSTEM_CONFIG: &str = scr_host::config::DEFAULT_SYSTEM_CONFIG;
 
 /// What one run of `scr` did.
 struct Run {

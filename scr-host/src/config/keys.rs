@@ -187,6 +187,17 @@ pub fn find(name: &str) -> Option<&'static Key> {
     KEYS.iter().find(|k| k.name.eq_ignore_ascii_case(name))
 }
 
+/// Look a key up as an application may spell it through the API: `cache_size`,
+/// `CACHE_SIZE` or `SCR_CACHE_SIZE` (SCR's `SCR_Config` accepts the parameter names).
+pub fn find_api(name: &str) -> Option<&'static Key> {
+    let n = name.trim();
+    find(n).or_else(|| {
+        n.get(..4)
+            .filter(|p| p.eq_ignore_ascii_case("scr_"))
+            .and_then(|_| find(&n[4..]))
+    })
+}
+
 /// Parse a value written as text (environment, API, defaults) for `ty`.
 pub fn parse_text(ty: Type, text: &str) -> Result<Value, String> {
     let t = text.trim();
@@ -266,6 +277,14 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
     } else {
         num.parse::<u64>().ok()?.checked_mul(1u64 << shift)
     }
+}
+
+/// "unknown key `k` (did you mean `x`?)" for a scalar key name.
+pub fn unknown_key(k: &str) -> String {
+    let hint = suggest(k, KEYS.iter().map(|k| k.name))
+        .map(|s| format!(" (did you mean `{s}`?)"))
+        .unwrap_or_default();
+    format!("unknown key `{k}`{hint}")
 }
 
 /// The closest known word to `word`, for "did you mean" hints.

@@ -372,7 +372,7 @@ impl Loader {
                 errors.push(ConfigError::new(origin, "expected `key=value`"));
                 continue;
             };
-            match keys::find(k.trim()) {
+            match keys::find_api(k) {
                 Some(key) => match keys::parse_text(key.ty, v) {
                     Ok(value) => {
                         api.scalars.insert(key.name, (value, origin));
@@ -381,7 +381,7 @@ impl Loader {
                         errors.push(ConfigError::new(origin, format!("`{}`: {msg}", key.name)))
                     }
                 },
-                None => errors.push(ConfigError::new(origin, unknown_key_message(k.trim()))),
+                None => errors.push(ConfigError::new(origin, keys::unknown_key(k.trim()))),
             }
         }
         layers.push(api);
@@ -426,13 +426,6 @@ impl Loader {
             Err(ConfigErrors(errors))
         }
     }
-}
-
-fn unknown_key_message(k: &str) -> String {
-    let hint = keys::suggest(k, keys::KEYS.iter().map(|k| k.name))
-        .map(|s| format!(" (did you mean `{s}`?)"))
-        .unwrap_or_default();
-    format!("unknown key `{k}`{hint}")
 }
 
 fn computed_default(key: &Key, cwd: &Path, env: &BTreeMap<String, String>) -> Option<Value> {
