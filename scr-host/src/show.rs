@@ -29,16 +29,7 @@ fn origin_note(config: &Config, key: &str, origin: &Origin) -> String {
 /// system-only `[plugins]` keys and `locked`) that loads to the same values.
 pub fn render(config: &Config) -> String {
     let mut out = String::new();
-    let sources = if config.files.is_empty() {
-        "none".to_string()
-    } else {
-        config
-            .files
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let sources = config.files_read().unwrap_or_else(|| "none".into());
     let _ = writeln!(
         out,
         "# effective scr-rs configuration; files read: {sources}"

@@ -274,11 +274,14 @@ extern "C" fn new_scheme_shim<P: PluginLibrary>(
     })
 }
 
-extern "C" fn new_transfer_shim<P: PluginLibrary>(
+/// Create or resume a transfer through `P`, refusing names `P` does not declare.
+fn transfer_shim<P: PluginLibrary>(
+    call: &str,
     config: &TransferConfig,
     host: HostRef<'_>,
+    create: fn(&TransferConfig, &Host<'_>) -> PluginResult<Box<dyn Transfer>>,
 ) -> RResult<TransferBox, PluginError> {
-    guard(P::NAME, "new_transfer", || {
+    guard(P::NAME, call, || {
         if !provides(P::TRANSFERS, &config.transfer_type) {
             return Err(unsupported::<P>(
                 "transfer type",
@@ -286,30 +289,22 @@ extern "C" fn new_transfer_shim<P: PluginLibrary>(
                 P::TRANSFERS,
             ));
         }
-        Ok(transfer_box::<P>(P::new_transfer(
-            config,
-            &Host::new(host),
-        )?))
+        Ok(transfer_box::<P>(create(config, &Host::new(host))?))
     })
+}
+
+extern "C" fn new_transfer_shim<P: PluginLibrary>(
+    config: &TransferConfig,
+    host: HostRef<'_>,
+) -> RResult<TransferBox, PluginError> {
+    transfer_shim::<P>("new_transfer", config, host, P::new_transfer)
 }
 
 extern "C" fn resume_transfer_shim<P: PluginLibrary>(
     config: &TransferConfig,
     host: HostRef<'_>,
 ) -> RResult<TransferBox, PluginError> {
-    guard(P::NAME, "resume_transfer", || {
-        if !provides(P::TRANSFERS, &config.transfer_type) {
-            return Err(unsupported::<P>(
-                "transfer type",
-                &config.transfer_type,
-                P::TRANSFERS,
-            ));
-        }
-        Ok(transfer_box::<P>(P::resume_transfer(
-            config,
-            &Host::new(host),
-        )?))
-    })
+    transfer_shim::<P>("resume_transfer", config, host, P::resume_transfer)
 }
 
 /// Build the root module of library `P`. Called by the function that
@@ -328,7 +323,7 @@ pub fn root_module<P: PluginLibrary>() -> PluginModRef {
 
 /// Export a [`PluginLibrary`] as this cdylib's root module.
 ///
-/// ```ignore
+/// ```no_run
 /// struct MyLib;
 /// impl scr_plugin::PluginLibrary for MyLib {
 ///     const NAME: &'static str = "my-lib";

@@ -102,16 +102,9 @@ fn main() -> ExitCode {
             if !findings.errors.is_empty() {
                 return report_errors(&ConfigErrors(findings.errors));
             }
-            let sources = if config.files.is_empty() {
-                "built-in defaults only".to_string()
-            } else {
-                config
-                    .files
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
+            let sources = config
+                .files_read()
+                .unwrap_or_else(|| "built-in defaults only".into());
             println!(
                 "ok: {} checkpoint descriptor(s), {} store(s), {} host group table(s) ({sources})",
                 config.checkpoints.len(),

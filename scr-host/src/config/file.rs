@@ -316,16 +316,7 @@ fn parse_group(cx: &mut Ctx<'_>, layer: &mut Layer, item: &Spanned<DeValue<'_>>)
 }
 
 fn parse_store(cx: &mut Ctx<'_>, layer: &mut Layer, item: &Spanned<DeValue<'_>>) {
-    let mut store = Store {
-        path: String::new(),
-        group: None,
-        count: None,
-        mkdir: true,
-        enabled: true,
-        view: None,
-        transfer: None,
-        origin: cx.origin(item.span()),
-    };
+    let mut store = Store::new(String::new(), cx.origin(item.span()));
     for (k, v) in table(item) {
         let key = k.get_ref().as_ref();
         let r = match key {

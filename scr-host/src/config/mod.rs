@@ -170,6 +170,22 @@ pub struct Store {
     pub origin: Origin,
 }
 
+impl Store {
+    /// A store at `path` with every optional field at its default.
+    pub(crate) fn new(path: String, origin: Origin) -> Self {
+        Store {
+            path,
+            group: None,
+            count: None,
+            mkdir: true,
+            enabled: true,
+            view: None,
+            transfer: None,
+            origin,
+        }
+    }
+}
+
 /// A checkpoint (redundancy) descriptor as configured; unset fields fall back to the
 /// scalar keys of the same meaning.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -615,16 +631,10 @@ fn merge(
     };
     let cache_base = file::normalize_dir(&get("cache_base"));
     if !stores.iter().any(|s| s.path == cache_base) {
-        stores.push(Store {
-            path: cache_base.clone(),
-            group: None,
-            count: None,
-            mkdir: true,
-            enabled: true,
-            view: None,
-            transfer: None,
-            origin: scalars["cache_base"].origin.clone(),
-        });
+        stores.push(Store::new(
+            cache_base.clone(),
+            scalars["cache_base"].origin.clone(),
+        ));
     }
     if checkpoints.is_empty() {
         let mut c = Checkpoint::new(Origin::Default);
@@ -810,6 +820,17 @@ impl Config {
             .iter()
             .filter(|c| c.enabled && c.interval > 0 && id % c.interval == 0)
             .max_by_key(|c| c.interval)
+    }
+
+    /// The configuration files that were read, comma-separated, or `None`.
+    pub fn files_read(&self) -> Option<String> {
+        (!self.files.is_empty()).then(|| {
+            self.files
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
     }
 
     /// Where the registry should look for plugins.
