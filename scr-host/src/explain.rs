@@ -229,10 +229,10 @@ pub fn explain_checkpoint(config: &Config, registry: &Registry, id: u64) -> Stri
         .position(|c| std::ptr::eq(c, ck))
         .expect("descriptor from this config");
     let d = config.descriptor(index);
-    let mut candidates: Vec<String> = config
-        .checkpoints
-        .iter()
-        .filter(|c| c.enabled)
+    let mut enabled: Vec<&Checkpoint> = config.checkpoints.iter().filter(|c| c.enabled).collect();
+    enabled.sort_by_key(|c| c.interval);
+    let candidates: Vec<String> = enabled
+        .into_iter()
         .map(|c| {
             let mark = if id % c.interval == 0 {
                 "divides"
@@ -242,7 +242,6 @@ pub fn explain_checkpoint(config: &Config, registry: &Registry, id: u64) -> Stri
             format!("interval {} ({mark}; {})", c.interval, c.origin)
         })
         .collect();
-    candidates.sort();
     let _ = writeln!(
         out,
         "checkpoint {id} uses descriptor {index} (interval {}, {})",

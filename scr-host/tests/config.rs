@@ -598,3 +598,40 @@ mod selection {
         assert_eq!(c.checkpoint_for(2).unwrap().interval, 1);
     }
 }
+
+mod explain {
+    use super::*;
+    use scr_host::explain::explain_checkpoint;
+    use scr_host::registry::Registry;
+
+    #[test]
+    fn explanation_lists_candidates_in_interval_order_and_names_missing_plugins() {
+        let env = Env::new().user(
+            "[[checkpoint]]\ninterval = 16\ntype = \"RS\"\n\n[[checkpoint]]\ninterval = 1\n\n\
+             [[checkpoint]]\ninterval = 4\nset_size = 4\n",
+        );
+        let c = env.load().unwrap();
+        let text = explain_checkpoint(&c, &Registry::default(), 32);
+        let file = env.path("user.toml").display().to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            format!("checkpoint 32 uses descriptor 0 (interval 16, {file}:1)")
+        );
+        assert_eq!(
+            lines[1],
+            format!(
+                "  why:     the largest interval dividing 32 is 16; candidates: \
+                 interval 1 (divides; {file}:5), interval 4 (divides; {file}:8), \
+                 interval 16 (divides; {file}:1)"
+            )
+        );
+        assert_eq!(lines[2], format!("  scheme:  RS ({file}:3)"));
+        assert_eq!(
+            *lines.last().unwrap(),
+            "  plugin:  unknown scheme \"RS\": no loaded plugin provides it (known: none)"
+        );
+        let text = explain_checkpoint(&c, &Registry::default(), 6);
+        assert!(text.contains("param:   set_size = 8 (default)"), "{text}");
+    }
+}
