@@ -535,3 +535,51 @@ fn explain_store_view_follows_the_default_group() {
     let show = sb.run(&["config", "show"], &[("SCR_GROUP", "WORLD")]);
     show.expect_code(0).expect_stdout("view = \"global\"");
 }
+
+// config import
+
+#[test]
+fn an_scr_file_imports_to_a_configuration_that_explains_the_same() {
+    let sb = Sandbox::new();
+    let scr = sb.write(
+        "scr.conf",
+        "SCR_COPY_TYPE=FILE\n\
+         STORE=/tmp GROUP=NODE\nSTORE=/ssd GROUP=NODE COUNT=3\n\
+         CKPT=0 INTERVAL=1 GROUP=NODE   STORE=/tmp TYPE=XOR     SET_SIZE=16\n\
+         CKPT=1 INTERVAL=4 GROUP=NODE   STORE=/ssd TYPE=XOR     SET_SIZE=8\n\
+         CKPT=2 INTERVAL=8 GROUP=SWITCH STORE=/ssd TYPE=PARTNER\n\
+         GROUPS=zin1 SWITCH=0\nGROUPS=zin2 SWITCH=1\n",
+    );
+    let run = sb.run(&["config", "import", scr.to_str().unwrap()], &[]);
+    run.expect_code(0);
+    let toml = sb.write("imported.toml", &run.stdout);
+    for n in [1u64, 4, 8, 12, 16] {
+        let ours = sb.run(
+            &[
+                "config",
+                "explain",
+                "-c",
+                toml.to_str().unwrap(),
+                "--checkpoint",
+                &n.to_string(),
+            ],
+            &[],
+        );
+        let seed = explain(&sb, n);
+        ours.expect_code(0);
+        for prefix in ["scheme:", "store:", "group:", "param:   set_size"] {
+            let strip = |l: &str| l.split(" (").next().unwrap().to_string();
+            assert_eq!(
+                strip(line_of(&ours, prefix)),
+                strip(line_of(&seed, prefix)),
+                "checkpoint {n}"
+            );
+        }
+    }
+    let bad = sb.write("bad.conf", "SCR_CACHE_SIZE=3\nSCR_FLUSH=often\n");
+    let run = sb.run(&["config", "import", bad.to_str().unwrap()], &[]);
+    run.expect_code(1).expect_stderr(&format!(
+        "error: {}:2: SCR_FLUSH: \"often\" is not",
+        bad.display()
+    ));
+}

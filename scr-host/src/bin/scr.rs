@@ -46,6 +46,12 @@ enum ConfigCommand {
     /// Print every effective value and where it came from (environment variable,
     /// file:line, API, default).
     Show,
+    /// Translate an SCR configuration file (KEY=VALUE, STORE=, CKPT=, GROUPS= lines) into
+    /// scr-rs TOML on standard output.
+    Import {
+        /// The SCR configuration file.
+        file: PathBuf,
+    },
     /// Explain which descriptor, store, group, scheme, parameters and plugin file a
     /// checkpoint id would use, and why.
     Explain {
@@ -120,6 +126,27 @@ fn main() -> ExitCode {
             }
             Err(e) => report_errors(&e),
         },
+        Command::Config(ConfigCommand::Import { file }) => {
+            let text = match std::fs::read_to_string(&file) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("error: {}: cannot read: {e}", file.display());
+                    return ExitCode::from(1);
+                }
+            };
+            match scr_host::config::import::import_scr(&text) {
+                Ok(toml) => {
+                    print!("{toml}");
+                    ExitCode::SUCCESS
+                }
+                Err(errors) => {
+                    for e in &errors {
+                        eprintln!("error: {}:{}: {}", file.display(), e.line, e.message);
+                    }
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Config(ConfigCommand::Explain { checkpoint }) => match load(&cli.config) {
             Ok(config) => {
                 let registry = Registry::load(&config.search_path());

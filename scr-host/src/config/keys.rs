@@ -281,7 +281,11 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
 
 /// "unknown key `k` (did you mean `x`?)" for a scalar key name.
 pub fn unknown_key(k: &str) -> String {
-    let hint = suggest(k, KEYS.iter().map(|k| k.name))
+    let bare = k
+        .get(..4)
+        .filter(|p| p.eq_ignore_ascii_case("scr_"))
+        .map_or(k, |_| &k[4..]);
+    let hint = suggest(bare, KEYS.iter().map(|k| k.name))
         .map(|s| format!(" (did you mean `{s}`?)"))
         .unwrap_or_default();
     format!("unknown key `{k}`{hint}")

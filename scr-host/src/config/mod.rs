@@ -22,6 +22,7 @@
 pub mod keys;
 
 mod file;
+pub mod import;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -1,0 +1,173 @@
+//! `scr config import`: translate an SCR configuration file (`KEY=VALUE` lines, `STORE=`,
+//! `CKPT=` and `GROUPS=` descriptor lines) into our TOML, so a site can move over without
+//! rewriting its files by hand.
+
+use std::fmt::Write as _;
+
+use super::keys::{self, Type};
+
+/// One untranslatable line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImportError {
+    /// 1-based line number in the SCR file.
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Translate the text of an SCR configuration file. Every problem is reported with its
+/// line; the TOML is produced only when there is none.
+pub fn import_scr(text: &str) -> Result<String, Vec<ImportError>> {
+    let mut scalars = String::new();
+    let mut tables = String::new();
+    let mut errors = Vec::new();
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut err = |message: String| {
+            errors.push(ImportError {
+                line: n + 1,
+                message,
+            })
+        };
+        let pairs: Result<Vec<(String, String)>, String> = line
+            .split_whitespace()
+            .map(|tok| {
+                tok.split_once('=')
+                    .map(|(k, v)| (k.to_ascii_uppercase(), v.to_string()))
+                    .ok_or_else(|| format!("`{tok}` is not KEY=VALUE"))
+            })
+            .collect();
+        let pairs = match pairs {
+            Ok(p) => p,
+            Err(e) => {
+                err(e);
+                continue;
+            }
+        };
+        let (head, head_value) = (&pairs[0].0, &pairs[0].1);
+        let rest = &pairs[1..];
+        match head.as_str() {
+            "STORE" => {
+                let mut t = format!("\n[[store]]\npath = {head_value:?}\n");
+                for (k, v) in rest {
+                    match k.as_str() {
+                        "GROUP" => writeln!(t, "group = {v:?}"),
+                        "COUNT" => writeln!(t, "count = {v}"),
+                        "TYPE" => writeln!(t, "type = {v:?}"),
+                        "VIEW" => writeln!(t, "view = {:?}", v.to_ascii_lowercase()),
+                        "ENABLED" => writeln!(t, "enabled = {}", v != "0"),
+                        "MKDIR" => writeln!(t, "mkdir = {}", v != "0"),
+                        other => {
+                            err(format!("STORE line: unknown key {other}"));
+                            Ok(())
+                        }
+                    }
+                    .expect("writing to a String");
+                }
+                tables.push_str(&t);
+            }
+            "CKPT" => {
+                let mut t = String::from("\n[[checkpoint]]\n");
+                let mut params = String::new();
+                for (k, v) in rest {
+                    match k.as_str() {
+                        "INTERVAL" | "SET_SIZE" | "SET_FAILURES" | "REPLICAS" => {
+                            writeln!(t, "{} = {v}", k.to_ascii_lowercase())
+                        }
+                        "GROUP" | "STORE" => {
+                            writeln!(t, "{} = {v:?}", k.to_ascii_lowercase())
+                        }
+                        "TYPE" => writeln!(t, "type = {v:?}"),
+                        "OUTPUT" | "BYPASS" | "ENABLED" => {
+                            writeln!(t, "{} = {}", k.to_ascii_lowercase(), v != "0")
+                        }
+                        other => writeln!(params, "{} = {v:?}", other.to_ascii_lowercase()),
+                    }
+                    .expect("writing to a String");
+                }
+                if !params.is_empty() {
+                    t.push_str("[checkpoint.params]\n");
+                    t.push_str(&params);
+                }
+                tables.push_str(&t);
+            }
+            "GROUPS" => {
+                let mut t = format!("\n[[group]]\nhost = {head_value:?}\n");
+                for (k, v) in rest {
+                    writeln!(t, "{k} = {v:?}").expect("writing to a String");
+                }
+                tables.push_str(&t);
+            }
+            _ if !rest.is_empty() => err(format!(
+                "{head}= starts no descriptor SCR defines (STORE, CKPT, GROUPS)"
+            )),
+            _ => match keys::find_api(head) {
+                _ if head == "SCR_COPY_TYPE" && head_value.eq_ignore_ascii_case("FILE") => {
+                    // SCR's switch to CKPT descriptors: implied by [[checkpoint]] tables.
+                }
+                Some(key) => match keys::parse_text(key.ty, head_value) {
+                    Ok(v) => {
+                        let text = match key.ty {
+                            Type::Str | Type::Path | Type::Choice(_) => {
+                                format!("{:?}", v.to_param())
+                            }
+                            _ => v.to_string(),
+                        };
+                        writeln!(scalars, "{} = {text}", key.name).expect("writing to a String");
+                    }
+                    Err(e) => err(format!("{head}: {e}")),
+                },
+                None => err(keys::unknown_key(head)),
+            },
+        }
+    }
+    if errors.is_empty() {
+        Ok(format!(
+            "# translated from an SCR configuration file\n{scalars}{tables}"
+        ))
+    } else {
+        Err(errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_descriptor_lines_translate_to_tables() {
+        let scr = "# SCR config\nSCR_COPY_TYPE=FILE\nSCR_CACHE_SIZE=3\nSCR_FLUSH=20\n\
+                   STORE=/ssd GROUP=NODE COUNT=3 TYPE=bbapi MKDIR=0\n\
+                   CKPT=0 INTERVAL=1 GROUP=NODE STORE=/ssd TYPE=XOR SET_SIZE=16\n\
+                   CKPT=1 INTERVAL=8 GROUP=SWITCH STORE=/ssd TYPE=PARTNER HOP=2\n\
+                   GROUPS=zin1 POWER=psu1 SWITCH=0\n";
+        let toml = import_scr(scr).unwrap();
+        assert_eq!(
+            toml,
+            "# translated from an SCR configuration file\ncache_size = 3\nflush = 20\n\
+             \n[[store]]\npath = \"/ssd\"\ngroup = \"NODE\"\ncount = 3\ntype = \"bbapi\"\nmkdir = false\n\
+             \n[[checkpoint]]\ninterval = 1\ngroup = \"NODE\"\nstore = \"/ssd\"\ntype = \"XOR\"\nset_size = 16\n\
+             \n[[checkpoint]]\ninterval = 8\ngroup = \"SWITCH\"\nstore = \"/ssd\"\ntype = \"PARTNER\"\n\
+             [checkpoint.params]\nhop = \"2\"\n\
+             \n[[group]]\nhost = \"zin1\"\nPOWER = \"psu1\"\nSWITCH = \"0\"\n"
+        );
+    }
+
+    #[test]
+    fn bad_lines_are_reported_with_their_numbers() {
+        let errors = import_scr("SCR_CACHE_SIZE=x\n\nSCR_CAHCE_BASE=/tmp\nSTORE=/x FOO=1\njunk\n")
+            .unwrap_err();
+        let lines: Vec<usize> = errors.iter().map(|e| e.line).collect();
+        assert_eq!(lines, [1, 3, 4, 5]);
+        assert!(
+            errors[1].message.contains("did you mean `cache_base`?"),
+            "{:?}",
+            errors[1]
+        );
+        assert_eq!(errors[2].message, "STORE line: unknown key FOO");
+        assert_eq!(errors[3].message, "`junk` is not KEY=VALUE");
+    }
+}
