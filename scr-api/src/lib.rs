@@ -34,7 +34,8 @@ pub struct SettingsError {
 /// Configuration values set by the application before init, in call order.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
-    calls: Vec<(&'static str, Option<String>)>,
+    /// Accepted calls: (call number, text as given, key, value or `None` for unset).
+    calls: Vec<(usize, String, &'static str, Option<String>)>,
     attempts: usize,
 }
 
@@ -64,7 +65,8 @@ impl Settings {
             let parsed = keys::parse_text(key.ty, v).map_err(err)?;
             Some(parsed.to_param())
         };
-        self.calls.push((key.name, value));
+        self.calls
+            .push((self.attempts, text.to_string(), key.name, value));
         Ok(())
     }
 
@@ -74,27 +76,19 @@ impl Settings {
         self.calls
             .iter()
             .rev()
-            .find(|(k, _)| *k == name)
-            .and_then(|(_, v)| v.clone())
+            .find(|(_, _, k, _)| *k == name)
+            .and_then(|(_, _, _, v)| v.clone())
     }
 
-    /// The effective `key=value` strings, one per key that is set, in first-set order.
-    pub fn values(&self) -> Vec<String> {
-        let mut out: Vec<(&str, String)> = Vec::new();
-        for (k, _) in &self.calls {
-            if out.iter().all(|(seen, _)| seen != k) {
-                if let Some(v) = self.get(k) {
-                    out.push((k, v));
-                }
-            }
-        }
-        out.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
-    }
-
-    /// A loader over this process's environment with these values as the API source.
+    /// A loader over this process's environment with these calls as the API source; its
+    /// errors (a locked key, say) name the call by its number and text.
     pub fn loader(&self) -> Loader {
         let mut loader = Loader::from_process();
-        loader.api = self.values();
+        loader.api = self
+            .calls
+            .iter()
+            .map(|(n, text, _, _)| (*n, text.clone()))
+            .collect();
         loader
     }
 }
@@ -120,14 +114,30 @@ mod tests {
     }
 
     #[test]
-    fn unset_removes_a_value_and_values_keep_first_order() {
+    fn unset_removes_a_value_and_errors_name_the_original_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let system = dir.path().join("system.toml");
+        std::fs::write(&system, "locked = [\"mpi_buf_size\"]\n").unwrap();
         let mut s = Settings::new();
         s.set("debug=1").unwrap();
-        s.set("cache_size=3").unwrap();
+        assert!(s.set("debug=x").is_err());
         s.set("debug=").unwrap();
-        s.set("SCR_CACHE_SIZE=4").unwrap();
+        s.set("SCR_MPI_BUF_SIZE=1MiB").unwrap();
         assert_eq!(s.get("debug"), None);
-        assert_eq!(s.values(), vec!["cache_size=4".to_string()]);
+        let mut loader = s.loader();
+        loader.env = [(
+            "SCR_SYSTEM_CONFIG".to_string(),
+            system.display().to_string(),
+        )]
+        .into();
+        loader.cwd = dir.path().to_path_buf();
+        let errors = loader.load().unwrap_err().0;
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(
+            errors[0].origin,
+            Origin::Api(4, "SCR_MPI_BUF_SIZE=1MiB".into())
+        );
+        assert!(errors[0].message.contains("`mpi_buf_size` is locked"));
     }
 
     #[test]

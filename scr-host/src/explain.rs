@@ -53,11 +53,7 @@ impl Config {
             self.u64("mpi_buf_size").to_string(),
             self.setting("mpi_buf_size").origin.clone(),
         ));
-        let params_origin = ck.origins.get("params").cloned().unwrap_or_default();
-        for (k, v) in &ck.params {
-            params.retain(|(name, _, _)| !name.eq_ignore_ascii_case(k));
-            params.push((k.clone(), v.clone(), params_origin.clone()));
-        }
+        params.extend(ck.params.iter().cloned());
         Descriptor {
             index,
             checkpoint: ck,

@@ -122,7 +122,7 @@ pub fn render(config: &Config) -> String {
         let _ = writeln!(out, "enabled = {}", c.enabled);
         if !c.params.is_empty() {
             let _ = writeln!(out, "[checkpoint.params]");
-            for (k, v) in &c.params {
+            for (k, v, _) in &c.params {
                 let _ = writeln!(out, "{k} = {}", quote(v));
             }
         }

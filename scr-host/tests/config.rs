@@ -62,7 +62,13 @@ impl Env {
         });
         Loader {
             env: vars,
-            api: self.api.clone(),
+            api: self
+                .api
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (i + 1, t.clone()))
+                .collect(),
+            system_file: None,
             cwd: self.dir.path().to_path_buf(),
             extra_user_files: Vec::new(),
         }
@@ -329,6 +335,56 @@ mod errors {
     }
 
     #[test]
+    fn params_may_not_shadow_typed_keys() {
+        let env = Env::new()
+            .user("[[checkpoint]]\ninterval = 1\n[checkpoint.params]\nstripe = 4\nset_size = 0\n");
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 5),
+            &["params `set_size`: set it as a key of the descriptor"],
+        );
+    }
+
+    #[test]
+    fn a_disabled_store_is_named_with_its_line() {
+        let env = Env::new().user("[[store]]\npath = \"/dev/shm\"\nenabled = false\n");
+        let file = env.path("user.toml");
+        one_error(
+            env.errors(),
+            Origin::Default,
+            &[
+                &format!("which is disabled at {}:1", file.display()),
+                "enable the store or point the checkpoint at another one",
+            ],
+        );
+    }
+
+    #[test]
+    fn relative_cache_and_control_bases_are_refused() {
+        let env = Env::new()
+            .var("SCR_CACHE_BASE", "rel")
+            .var("SCR_CNTL_BASE", "rel2");
+        let errors = env.errors();
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert_eq!(errors[0].origin, Origin::Env("SCR_CACHE_BASE".into()));
+        assert_eq!(
+            errors[0].message,
+            "`cache_base` = \"rel\" must be an absolute path"
+        );
+        assert_eq!(errors[1].origin, Origin::Env("SCR_CNTL_BASE".into()));
+    }
+
+    #[test]
+    fn an_undefined_default_group_is_reported_once() {
+        let env = Env::new().var("SCR_GROUP", "rack");
+        one_error(
+            env.errors(),
+            Origin::Env("SCR_GROUP".into()),
+            &["undefined group `rack`"],
+        );
+    }
+
+    #[test]
     fn every_problem_is_reported_not_just_the_first() {
         let env = Env::new()
             .user("cache_size = 0\nfoo = 1\n")
@@ -408,6 +464,26 @@ mod precedence {
     }
 
     #[test]
+    fn trailing_slashes_do_not_make_a_store_undefined() {
+        let env = Env::new()
+            .var("SCR_CACHE_BASE", "/dev/shm/")
+            .user("[[checkpoint]]\ninterval = 1\ntype = \"XOR\"\n");
+        let c = env.load().unwrap();
+        assert_eq!(c.descriptor(0).store_path, "/dev/shm");
+        assert!(c.descriptor(0).store.is_some());
+    }
+
+    #[test]
+    fn relative_plugin_paths_are_relative_to_their_file() {
+        let env = Env::new().system("[plugins]\ndirectories = [\"plugins\", \"/abs\"]\n");
+        let c = env.load().unwrap();
+        assert_eq!(
+            c.search_path().site_directories,
+            vec![env.path("plugins"), PathBuf::from("/abs")]
+        );
+    }
+
+    #[test]
     fn plugin_settings_are_passed_through_with_overrides() {
         let env = Env::new()
             .system("[plugins.bbapi]\nlibrary = \"/opt/ibm/libbbAPI.so\"\nretries = 3\n")
@@ -472,6 +548,45 @@ mod locks {
         let c = env.load().unwrap();
         assert_eq!(c.u64("cache_size"), 3);
         assert!(c.locked.contains_key("cache_size"));
+    }
+
+    #[test]
+    fn locked_keys_also_lock_the_table_fields_that_stand_for_them() {
+        let env = Env::new()
+            .system("locked = [\"copy_type\", \"set_size\"]\n")
+            .user("[[checkpoint]]\ninterval = 1\ntype = \"SINGLE\"\nset_size = 4\n");
+        let errors = env.errors();
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert_eq!(errors[0].origin, at(&env.path("user.toml"), 3));
+        assert!(errors[0].message.contains("`copy_type` is locked"));
+        assert_eq!(errors[1].origin, at(&env.path("user.toml"), 4));
+        assert!(errors[1].message.contains("`set_size` is locked"));
+
+        let env = Env::new()
+            .system("locked = [\"cache_size\", \"flush_type\"]\n")
+            .user("[[store]]\npath = \"/ssd\"\ncount = 9\n");
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 1),
+            &["`cache_size` is locked"],
+        );
+    }
+
+    #[test]
+    fn a_locked_store_list_cannot_grow_through_cache_base() {
+        let env = Env::new()
+            .system("locked = [\"store\"]\n[[store]]\npath = \"/dev/shm\"\n")
+            .user("cache_base = \"/home/me/cache\"\n");
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 1),
+            &["`store` is locked"],
+        );
+        // a cache_base naming a store the admin defined is fine
+        let env = Env::new()
+            .system("locked = [\"store\"]\n[[store]]\npath = \"/ssd\"\n")
+            .var("SCR_CACHE_BASE", "/ssd/");
+        assert_eq!(env.load().unwrap().descriptor(0).store_path, "/ssd");
     }
 
     #[test]

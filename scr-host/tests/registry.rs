@@ -293,6 +293,7 @@ fn config_check_refuses_types_no_plugin_provides() {
         ]
         .into(),
         api: vec![],
+        system_file: None,
         cwd: dir.path().to_path_buf(),
         extra_user_files: vec![],
     };

@@ -2,7 +2,7 @@
 //! so that errors and `scr config show` can name it.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
@@ -26,6 +26,8 @@ const CHECKPOINT_KEYS: &[&str] = &[
     "enabled",
     "params",
 ];
+/// Parameters the host derives from typed keys; a `params` table may not shadow them.
+const RESERVED_PARAMS: &[&str] = &["set_size", "set_failures", "replicas", "buffer_size"];
 /// Scalar keys of the `[plugins]` table (any table-valued key is a plugin's settings).
 const PLUGIN_KEYS: &[&str] = &["directories", "files", "allow_user_plugins", "builtin"];
 
@@ -256,7 +258,10 @@ fn parse_locked(
     };
     for item in items.iter() {
         match item.get_ref().as_str() {
-            Some(name) if keys::find(name).is_some() || SECTIONS.contains(&name) => {
+            Some(name)
+                if keys::find(name).is_some()
+                    || SECTIONS.iter().any(|s| s.eq_ignore_ascii_case(name)) =>
+            {
                 let origin = cx.origin(item.span());
                 layer.locked.push((name.to_ascii_lowercase(), origin));
             }
@@ -412,8 +417,22 @@ fn parse_checkpoint(cx: &mut Ctx<'_>, layer: &mut Layer, item: &Spanned<DeValue<
                 match v.get_ref() {
                     DeValue::Table(t) => {
                         for (pk, pv) in t {
+                            let pname = pk.get_ref().as_ref();
+                            if RESERVED_PARAMS
+                                .iter()
+                                .any(|r| r.eq_ignore_ascii_case(pname))
+                            {
+                                cx.error(
+                                    pk.span(),
+                                    format!("[[checkpoint]] params `{pname}`: set it as a key of the descriptor (or `mpi_buf_size` for buffer_size), not in params"),
+                                );
+                                continue;
+                            }
                             match scalar_text(pv.get_ref()) {
-                                Some(text) => c.params.push((pk.get_ref().to_string(), text)),
+                                Some(text) => {
+                                    let at = cx.origin(pk.span());
+                                    c.params.push((pname.to_string(), text, at))
+                                }
                                 None => cx.error(
                                     pv.span(),
                                     format!("[[checkpoint]] params `{}`: value must be a string, number or boolean", pk.get_ref()),
@@ -462,7 +481,9 @@ fn parse_plugins(cx: &mut Ctx<'_>, layer: &mut Layer, t: &DeTable<'_>) {
                 for item in items.iter() {
                     match item.get_ref().as_str() {
                         Some(p) if !p.is_empty() => {
-                            let entry = (PathBuf::from(p), cx.origin(item.span()));
+                            // relative to the file that names it, not to the job's directory
+                            let base = cx.path.parent().unwrap_or(Path::new("/"));
+                            let entry = (base.join(p), cx.origin(item.span()));
                             if key == "files" {
                                 layer.plugins.files.push(entry);
                             } else {

@@ -112,6 +112,16 @@ impl fmt::Display for ConfigErrors {
     }
 }
 
+/// `[[checkpoint]]` fields that stand for a scalar key: locking the key locks them.
+const LOCKED_ALIASES: &[(&str, &str)] = &[
+    ("type", "copy_type"),
+    ("store", "cache_base"),
+    ("group", "group"),
+    ("set_size", "set_size"),
+    ("set_failures", "set_failures"),
+    ("replicas", "replicas"),
+];
+
 /// Precedence tiers, lowest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Tier {
@@ -207,8 +217,8 @@ pub struct Checkpoint {
     pub bypass: bool,
     /// Whether this descriptor may be chosen.
     pub enabled: bool,
-    /// Scheme-specific parameters from the `params` table.
-    pub params: Vec<(String, String)>,
+    /// Scheme-specific parameters from the `params` table, each with its line.
+    pub params: Vec<(String, String, Origin)>,
     /// Where the table is.
     pub origin: Origin,
     /// Where each key of the table is.
@@ -320,8 +330,11 @@ pub struct Config {
 pub struct Loader {
     /// Environment variables considered (normally the process environment).
     pub env: BTreeMap<String, String>,
-    /// `key=value` strings set through the API, in call order.
-    pub api: Vec<String>,
+    /// `key=value` (or `key=` to unset) strings set through the API, with the number of
+    /// the call that set each, in call order.
+    pub api: Vec<(usize, String)>,
+    /// The system file to read instead of the usual one (`scr config check --system`).
+    pub system_file: Option<PathBuf>,
     /// Directory for a relative or default `prefix` (normally the current directory).
     pub cwd: PathBuf,
     /// Extra files to read as user files, after the normal user file (used by
@@ -332,9 +345,25 @@ pub struct Loader {
 impl Loader {
     /// A loader over this process's environment and working directory.
     pub fn from_process() -> Self {
+        // Variables that are not UTF-8 are skipped, except ours, which are passed on
+        // (lossily) so that parsing reports them instead of ignoring them.
+        let env = std::env::vars_os()
+            .filter_map(|(k, v)| {
+                let k = k.into_string().ok()?;
+                match v.into_string() {
+                    Ok(v) => Some((k, v)),
+                    Err(v) if k.starts_with("SCR_") => {
+                        let lossy = v.to_string_lossy().into_owned();
+                        Some((k, lossy))
+                    }
+                    Err(_) => None,
+                }
+            })
+            .collect();
         Loader {
-            env: std::env::vars().collect(),
+            env,
             api: Vec::new(),
+            system_file: None,
             cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
             extra_user_files: Vec::new(),
         }
@@ -372,10 +401,21 @@ impl Loader {
         let mut files = Vec::new();
         let mut layers = Vec::new();
 
-        // system file
-        let system = match self.env.get("SCR_SYSTEM_CONFIG") {
-            Some(p) => Some(PathBuf::from(p)),
-            None => Some(PathBuf::from(DEFAULT_SYSTEM_CONFIG)).filter(|p| p.exists()),
+        // system file: named explicitly, else SCR_SYSTEM_CONFIG, else the compiled-in path.
+        // Where the site installed the compiled-in file, the environment cannot replace it:
+        // otherwise any user could lift the administrator's locks.
+        let default_system = Path::new(DEFAULT_SYSTEM_CONFIG);
+        let system = match (&self.system_file, self.env.get("SCR_SYSTEM_CONFIG")) {
+            (Some(p), _) => Some(p.clone()),
+            (None, Some(p)) if default_system.exists() && Path::new(p) != default_system => {
+                errors.push(ConfigError::new(
+                    Origin::Env("SCR_SYSTEM_CONFIG".into()),
+                    format!("the site's system configuration {DEFAULT_SYSTEM_CONFIG} exists, so SCR_SYSTEM_CONFIG={p} is not honoured; unset it (administrators: check a new file with `scr config check --system FILE`)"),
+                ));
+                Some(default_system.to_path_buf())
+            }
+            (None, Some(p)) => Some(PathBuf::from(p)),
+            (None, None) => Some(default_system.to_path_buf()).filter(|p| p.exists()),
         };
         if let Some(p) = system {
             layers.extend(self.read(&p, Tier::System, &mut errors, &mut files));
@@ -383,13 +423,16 @@ impl Loader {
 
         // API values
         let mut api = Layer::new(Tier::Api);
-        for (i, text) in self.api.iter().enumerate() {
-            let origin = Origin::Api(i + 1, text.clone());
+        for (call, text) in &self.api {
+            let origin = Origin::Api(*call, text.clone());
             let Some((k, v)) = text.split_once('=') else {
                 errors.push(ConfigError::new(origin, "expected `key=value`"));
                 continue;
             };
             match keys::find_api(k) {
+                Some(key) if v.trim().is_empty() => {
+                    api.scalars.remove(key.name); // `key=` unsets an earlier call
+                }
                 Some(key) => match keys::parse_text(key.ty, v) {
                     Ok(value) => {
                         api.scalars.insert(key.name, (value, origin));
@@ -525,10 +568,15 @@ fn merge(
             )
         })
         .collect();
+    // keys whose value in force came from above the system file
+    let mut user_set = std::collections::BTreeSet::new();
     for layer in &layers {
         for (name, (value, origin)) in &layer.scalars {
-            if layer.tier != Tier::System && refuse(name, origin, errors) {
-                continue;
+            if layer.tier != Tier::System {
+                if refuse(name, origin, errors) {
+                    continue;
+                }
+                user_set.insert(*name);
             }
             scalars.insert(
                 name,
@@ -537,6 +585,12 @@ fn merge(
                     origin: origin.clone(),
                 },
             );
+        }
+    }
+    // store paths are names: compare them without trailing slashes
+    for key in ["cache_base", "cntl_base"] {
+        if let Some(Value::Str(p)) = scalars.get_mut(key).and_then(|s| s.value.as_mut()) {
+            *p = file::normalize_dir(p);
         }
     }
     // a relative prefix is relative to the working directory
@@ -565,6 +619,28 @@ fn merge(
                     .get(section)
                     .is_some_and(|at| refuse(section, at, errors))
         };
+        if !system {
+            // a table field that stands for a locked scalar is locked too
+            for ck in &layer.checkpoints {
+                for (field, scalar) in LOCKED_ALIASES {
+                    if let Some(at) = ck.origins.get(field) {
+                        refuse(scalar, at, errors);
+                    }
+                }
+            }
+            for st in &layer.stores {
+                let set = [
+                    ("group", st.group.is_some()),
+                    ("cache_size", st.count.is_some()),
+                    ("flush_type", st.transfer.is_some()),
+                ];
+                for (scalar, present) in set {
+                    if present {
+                        refuse(scalar, &st.origin, errors);
+                    }
+                }
+            }
+        }
         if allowed("group", errors) {
             for g in layer.groups {
                 groups.retain(|x| x.host != g.host);
@@ -630,7 +706,11 @@ fn merge(
             .map(|v| v.to_param())
             .unwrap_or_default()
     };
-    let cache_base = file::normalize_dir(&get("cache_base"));
+    let cache_base = get("cache_base");
+    if !stores.iter().any(|s| s.path == cache_base) && user_set.contains("cache_base") {
+        // a user's cache_base would add a store: not when the admin locked the stores
+        refuse("store", &scalars["cache_base"].origin, errors);
+    }
     if !stores.iter().any(|s| s.path == cache_base) {
         stores.push(Store::new(
             cache_base.clone(),
@@ -715,10 +795,13 @@ fn validate(c: &Config, errors: &mut Vec<ConfigError>) {
                     c.stores.iter().map(|s| s.path.as_str()).collect::<Vec<_>>().join(", ")
                 ),
             ));
-        } else if c.store(&store).is_some_and(|s| !s.enabled) && ck.enabled {
+        } else if let Some(st) = c.store(&store).filter(|s| !s.enabled && ck.enabled) {
             errors.push(ConfigError::new(
                 at("store"),
-                format!("checkpoint uses store `{store}`, which is disabled"),
+                format!(
+                    "checkpoint uses store `{store}`, which is disabled at {}; enable the store or point the checkpoint at another one",
+                    st.origin
+                ),
             ));
         }
         let group = ck.group.clone().unwrap_or_else(|| c.str("group"));
@@ -755,8 +838,19 @@ fn validate(c: &Config, errors: &mut Vec<ConfigError>) {
             "no enabled checkpoint descriptor has interval = 1; one must, so that every checkpoint id has a descriptor",
         ));
     }
+    for key in ["cache_base", "cntl_base"] {
+        let v = c.str(key);
+        if !v.starts_with('/') {
+            errors.push(ConfigError::new(
+                c.setting(key).origin.clone(),
+                format!("`{key}` = \"{v}\" must be an absolute path"),
+            ));
+        }
+    }
     let g = c.str("group");
-    if !group_ok(&g) {
+    // the implied descriptor already reported an undefined default group
+    let implied = c.checkpoints.iter().any(|ck| ck.origin == Origin::Default);
+    if !group_ok(&g) && !implied {
         errors.push(ConfigError::new(
             c.setting("group").origin.clone(),
             format!(
