@@ -17,16 +17,16 @@ use scr_plugin::{
     TransferConfig, ABI_VERSION,
 };
 
-/// File names of the plugin libraries this project ships, looked for in the built-in
-/// plugin directory. Only these are loaded from there, so other shared objects that sit
-/// next to the binaries (test fixtures, the application's own libraries) are never
-/// mistaken for plugins.
-pub const SHIPPED_PLUGINS: &[&str] = &[
-    "libscr_single.so",
-    "libscr_partner.so",
-    "libscr_xor.so",
-    "libscr_rs.so",
-    "libscr_axl_transfer.so",
+/// The plugin libraries this project ships: file name and the library name it must
+/// report. Only these are loaded from the built-in directory, so other shared objects that
+/// sit beside them (test fixtures, an application's own libraries) are never mistaken for
+/// plugins, and a file that is not what its name says is refused.
+pub const SHIPPED_PLUGINS: &[(&str, &str)] = &[
+    ("libscr_single.so", "scr-single"),
+    ("libscr_partner.so", "scr-partner"),
+    ("libscr_xor.so", "scr-xor"),
+    ("libscr_rs.so", "scr-rs"),
+    ("libscr_axl_transfer.so", "scr-axl-transfer"),
 ];
 
 /// Where a library was found; decides trust and appears in `scr plugins list`.
@@ -66,20 +66,27 @@ pub struct SearchPath {
     pub user_directories: Vec<PathBuf>,
 }
 
-/// The directory holding the shipped plugins: next to the running executable, its parent
-/// (cargo puts test binaries in `target/<profile>/deps`), or `../lib/scr/plugins` of an
-/// install. `None` when none of them holds a shipped plugin.
+/// The directory holding the shipped plugins, first of: the install directory fixed at
+/// build time (`SCR_PLUGIN_INSTALL_DIR`), `../lib/scr/plugins` beside the running `scr`
+/// binary (an install tree), and the build's own target directory (development). `None`
+/// when none of them holds a shipped plugin.
 pub fn builtin_plugin_dir() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
-    let candidates = [
-        dir.to_path_buf(),
-        dir.join("..").to_path_buf(),
-        dir.join("../lib/scr/plugins"),
-    ];
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(d) = option_env!("SCR_PLUGIN_INSTALL_DIR") {
+        candidates.push(PathBuf::from(d));
+    }
+    if let Some(bin) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        candidates.push(bin.join("../lib/scr/plugins"));
+    }
+    if let Some(d) = option_env!("SCR_BUILD_PLUGIN_DIR") {
+        candidates.push(PathBuf::from(d));
+    }
     candidates
         .into_iter()
-        .find(|d| SHIPPED_PLUGINS.iter().any(|f| d.join(f).is_file()))
+        .find(|d| SHIPPED_PLUGINS.iter().any(|(f, _)| d.join(f).is_file()))
         .map(|d| d.canonicalize().unwrap_or(d))
 }
 
@@ -200,10 +207,10 @@ impl Registry {
     pub fn load(search: &SearchPath) -> Registry {
         let mut reg = Registry::default();
         if let Some(dir) = &search.builtin {
-            for f in SHIPPED_PLUGINS {
-                let path = dir.join(f);
+            for (file, name) in SHIPPED_PLUGINS {
+                let path = dir.join(file);
                 if path.is_file() {
-                    reg.add_file(&path, Origin::Builtin);
+                    reg.add_checked(&path, Origin::Builtin, Some(name));
                 }
             }
         }
@@ -245,11 +252,22 @@ impl Registry {
 
     /// Load one library file; on failure it is recorded as refused.
     pub fn add_file(&mut self, path: &Path, origin: Origin) {
+        self.add_checked(path, origin, None);
+    }
+
+    fn add_checked(&mut self, path: &Path, origin: Origin, expected_name: Option<&str>) {
         let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
         if self.libraries.iter().any(|l| l.path == path) {
             return; // the same file reached twice (e.g. a dir and an explicit name)
         }
-        match load_library(&path, origin.clone()) {
+        let loaded = load_library(&path, origin.clone()).and_then(|lib| match expected_name {
+            Some(want) if lib.name != want => Err(format!(
+                "a built-in plugin file must be library {want}, but this one is {} {}; reinstall scr-rs",
+                lib.name, lib.version
+            )),
+            _ => Ok(lib),
+        });
+        match loaded {
             Ok(lib) => {
                 let index = self.libraries.len();
                 for (kind, list) in [

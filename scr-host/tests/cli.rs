@@ -583,3 +583,14 @@ fn an_scr_file_imports_to_a_configuration_that_explains_the_same() {
         bad.display()
     ));
 }
+
+#[test]
+fn system_flag_checks_a_system_file_without_installing_it() {
+    let sb = Sandbox::new();
+    let run = sb.run(&["config", "check", "--system", SYSTEM_CONFIG], &[]);
+    run.expect_code(0)
+        .expect_stdout("ok: 1 checkpoint descriptor(s)");
+    let run = sb.run(&["config", "check", SYSTEM_CONFIG], &[]);
+    run.expect_code(1)
+        .expect_stderr("to check a system file, run `scr config check --system FILE`");
+}

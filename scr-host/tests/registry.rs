@@ -319,3 +319,29 @@ fn config_check_refuses_types_no_plugin_provides() {
         ]
     );
 }
+
+#[test]
+fn a_builtin_file_that_is_not_the_shipped_library_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        lib("scr_fixture_duplicate"),
+        dir.path().join("libscr_single.so"),
+    )
+    .unwrap();
+    std::fs::copy(lib("scr_xor"), dir.path().join("libscr_xor.so")).unwrap();
+    std::fs::copy(lib("scr_fixture_panic"), dir.path().join("libextra.so")).unwrap();
+    let r = Registry::load(&SearchPath {
+        builtin: Some(dir.path().to_path_buf()),
+        ..SearchPath::default()
+    });
+    let names: Vec<&str> = r.libraries().iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["scr-xor"],
+        "only shipped file names, and only the right library"
+    );
+    assert_eq!(r.refused().len(), 1);
+    assert!(r.refused()[0].to_string().contains(
+        "libscr_single.so: refused: a built-in plugin file must be library scr-single, but this one is scr-fixture-duplicate 0.0.1"
+    ));
+}

@@ -21,6 +21,11 @@ struct Cli {
     #[arg(short = 'c', long = "config", value_name = "FILE", global = true)]
     config: Vec<PathBuf>,
 
+    /// Read FILE as the system configuration instead of SCR_SYSTEM_CONFIG or the
+    /// site's default (to check a new system file before installing it).
+    #[arg(long = "system", value_name = "FILE", global = true)]
+    system: Option<PathBuf>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -73,9 +78,10 @@ enum PluginsCommand {
     },
 }
 
-fn load(extra: &[PathBuf]) -> Result<Config, ConfigErrors> {
+fn load(cli: &Cli, extra: &[PathBuf]) -> Result<Config, ConfigErrors> {
     let mut loader = Loader::from_process();
-    loader.extra_user_files = extra.to_vec();
+    loader.extra_user_files = cli.config.iter().chain(extra).cloned().collect();
+    loader.system_file = cli.system.clone();
     loader.load()
 }
 
@@ -93,10 +99,9 @@ fn report_errors(errors: &ConfigErrors) -> ExitCode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    match &cli.command {
         Command::Config(ConfigCommand::Check { files }) => {
-            let extra: Vec<PathBuf> = cli.config.iter().chain(&files).cloned().collect();
-            let config = match load(&extra) {
+            let config = match load(&cli, files) {
                 Ok(c) => c,
                 Err(e) => return report_errors(&e),
             };
@@ -119,7 +124,7 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Command::Config(ConfigCommand::Show) => match load(&cli.config) {
+        Command::Config(ConfigCommand::Show) => match load(&cli, &[]) {
             Ok(config) => {
                 print!("{}", show::render(&config));
                 ExitCode::SUCCESS
@@ -127,7 +132,7 @@ fn main() -> ExitCode {
             Err(e) => report_errors(&e),
         },
         Command::Config(ConfigCommand::Import { file }) => {
-            let text = match std::fs::read_to_string(&file) {
+            let text = match std::fs::read_to_string(file) {
                 Ok(t) => t,
                 Err(e) => {
                     eprintln!("error: {}: cannot read: {e}", file.display());
@@ -147,16 +152,16 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Config(ConfigCommand::Explain { checkpoint }) => match load(&cli.config) {
+        Command::Config(ConfigCommand::Explain { checkpoint }) => match load(&cli, &[]) {
             Ok(config) => {
                 let registry = Registry::load(&config.search_path());
-                print!("{}", explain_checkpoint(&config, &registry, checkpoint));
+                print!("{}", explain_checkpoint(&config, &registry, *checkpoint));
                 ExitCode::SUCCESS
             }
             Err(e) => report_errors(&e),
         },
         Command::Plugins(PluginsCommand::List) => {
-            let config = match load(&cli.config) {
+            let config = match load(&cli, &[]) {
                 Ok(c) => c,
                 Err(e) => return report_errors(&e),
             };
@@ -174,12 +179,12 @@ fn main() -> ExitCode {
         }
         Command::Plugins(PluginsCommand::Check { file }) => {
             let mut registry = Registry::default();
-            registry.add_file(&file, LibOrigin::Explicit);
+            registry.add_file(file, LibOrigin::Explicit);
             if let Some(r) = registry.refused().first() {
                 println!("{r}");
                 return ExitCode::from(1);
             }
-            let config = load(&cli.config).ok();
+            let config = load(&cli, &[]).ok();
             print!("{}", show::plugin_table_with(config.as_ref(), &registry));
             ExitCode::SUCCESS
         }

@@ -248,7 +248,7 @@ fn parse_locked(
     if layer.tier != Tier::System {
         cx.error(
             kspan,
-            "only the system configuration may lock keys; remove `locked` from this file",
+            "only the system configuration may lock keys; remove `locked` from this file (to check a system file, run `scr config check --system FILE`)",
         );
         return;
     }

@@ -677,7 +677,7 @@ fn merge(
                 if let Some((_, at)) = set {
                     errors.push(ConfigError::new(
                         at.clone(),
-                        format!("[plugins] `{what}` can only be set in the system configuration"),
+                        format!("[plugins] `{what}` can only be set in the system configuration (to check a system file, run `scr config check --system FILE`)"),
                     ));
                 }
             }
