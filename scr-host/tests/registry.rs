@@ -345,3 +345,14 @@ fn a_builtin_file_that_is_not_the_shipped_library_is_refused() {
         "libscr_single.so: refused: a built-in plugin file must be library scr-single, but this one is scr-fixture-duplicate 0.0.1"
     ));
 }
+
+/// Plugin destructors run inside abi_stable's `extern "C"` drop functions; a panic there
+/// must be contained, or the whole job aborts. Reaching the end of this test is the proof.
+#[test]
+fn a_panic_while_dropping_a_plugin_object_does_not_abort() {
+    let r = registry_of(&["scr_fixture_panic"]);
+    let scheme = r.new_scheme(&scheme_config("PANIC_DROP")).unwrap();
+    assert_eq!(scheme.describe().unwrap().name.as_str(), "PANIC_DROP");
+    drop(scheme);
+    assert!(r.new_scheme(&scheme_config("PANIC_APPLY")).is_ok());
+}

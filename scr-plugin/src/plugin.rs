@@ -53,7 +53,9 @@ fn panic_message(payload: &(dyn Any + Send)) -> &str {
 ///
 /// Collective calls (`apply`, `recover`, `remove`) are made by every member of the set at
 /// once; they must return the same success or failure on every member (use
-/// [`Host::all_agree`]).
+/// [`Host::all_agree`]). A panic is caught and becomes an error on the member that
+/// panicked only: the other members cannot learn of it and may wait for messages that never
+/// come, so collective code must return errors rather than panic.
 pub trait Scheme: Send + Sync + 'static {
     /// Name, tolerated losses and a one-line summary.
     fn describe(&self) -> PluginResult<SchemeDescription>;
@@ -126,14 +128,38 @@ pub trait PluginLibrary: 'static {
     }
 }
 
+/// Drop `value` without letting a panic in its destructor escape: destructors of plugin
+/// objects run inside abi_stable's `extern "C"` drop functions, where unwinding aborts
+/// the process.
+fn drop_guarded<T>(plugin: &str, what: &str, value: T) {
+    if catch_unwind(AssertUnwindSafe(move || drop(value))).is_err() {
+        eprintln!("scr-rs: plugin {plugin} panicked while dropping {what}; continuing");
+    }
+}
+
 struct GuardedScheme {
     plugin: &'static str,
-    inner: Box<dyn Scheme>,
+    /// Always `Some` until dropped (taken in `Drop` to drop it under a guard).
+    inner: Option<Box<dyn Scheme>>,
+}
+
+impl GuardedScheme {
+    fn inner(&self) -> PluginResult<&dyn Scheme> {
+        self.inner
+            .as_deref()
+            .ok_or_else(|| PluginError::new(ErrorCode::OTHER, "scheme instance already dropped"))
+    }
+}
+
+impl Drop for GuardedScheme {
+    fn drop(&mut self) {
+        drop_guarded(self.plugin, "a scheme instance", self.inner.take());
+    }
 }
 
 impl FfiScheme for GuardedScheme {
     fn describe(&self) -> RResult<SchemeDescription, PluginError> {
-        guard(self.plugin, "describe", || self.inner.describe())
+        guard(self.plugin, "describe", || self.inner()?.describe())
     }
 
     fn apply(
@@ -142,7 +168,7 @@ impl FfiScheme for GuardedScheme {
         dataset: &DatasetFiles,
     ) -> RResult<RVec<RString>, PluginError> {
         guard(self.plugin, "apply", || {
-            Ok(strings(self.inner.apply(&Host::new(host), dataset)?))
+            Ok(strings(self.inner()?.apply(&Host::new(host), dataset)?))
         })
     }
 
@@ -152,57 +178,79 @@ impl FfiScheme for GuardedScheme {
         request: &RecoverRequest,
     ) -> RResult<RVec<FileMeta>, PluginError> {
         guard(self.plugin, "recover", || {
-            Ok(self.inner.recover(&Host::new(host), request)?.into())
+            Ok(self.inner()?.recover(&Host::new(host), request)?.into())
         })
     }
 
     fn redundancy_files(&self, dataset: &DatasetFiles) -> RResult<RVec<RString>, PluginError> {
         guard(self.plugin, "redundancy_files", || {
-            Ok(strings(self.inner.redundancy_files(dataset)?))
+            Ok(strings(self.inner()?.redundancy_files(dataset)?))
         })
     }
 
     fn remove(&self, host: HostRef<'_>, dataset: &DatasetFiles) -> RResult<(), PluginError> {
         guard(self.plugin, "remove", || {
-            self.inner.remove(&Host::new(host), dataset)
+            self.inner()?.remove(&Host::new(host), dataset)
         })
     }
 }
 
 struct GuardedTransfer {
     plugin: &'static str,
-    inner: Box<dyn Transfer>,
+    /// Always `Some` until dropped (taken in `Drop` to drop it under a guard).
+    inner: Option<Box<dyn Transfer>>,
+}
+
+impl GuardedTransfer {
+    fn inner(&mut self) -> PluginResult<&mut (dyn Transfer + 'static)> {
+        self.inner
+            .as_deref_mut()
+            .ok_or_else(|| PluginError::new(ErrorCode::OTHER, "transfer already dropped"))
+    }
+}
+
+impl Drop for GuardedTransfer {
+    fn drop(&mut self) {
+        drop_guarded(self.plugin, "a transfer", self.inner.take());
+    }
 }
 
 impl FfiTransfer for GuardedTransfer {
     fn add(&mut self, source: RStr<'_>, destination: RStr<'_>) -> RResult<(), PluginError> {
         guard(self.plugin, "add", || {
-            self.inner.add(source.as_str(), destination.as_str())
+            self.inner()?.add(source.as_str(), destination.as_str())
         })
     }
 
     fn dispatch(&mut self, host: HostRef<'_>) -> RResult<(), PluginError> {
         guard(self.plugin, "dispatch", || {
-            self.inner.dispatch(&Host::new(host))
+            self.inner()?.dispatch(&Host::new(host))
         })
     }
 
     fn test(&mut self, host: HostRef<'_>) -> RResult<TransferStatus, PluginError> {
-        guard(self.plugin, "test", || self.inner.test(&Host::new(host)))
+        guard(self.plugin, "test", || self.inner()?.test(&Host::new(host)))
     }
 
     fn wait(&mut self, host: HostRef<'_>) -> RResult<TransferStatus, PluginError> {
-        guard(self.plugin, "wait", || self.inner.wait(&Host::new(host)))
+        guard(self.plugin, "wait", || self.inner()?.wait(&Host::new(host)))
     }
 
     fn cancel(&mut self, host: HostRef<'_>) -> RResult<(), PluginError> {
         guard(self.plugin, "cancel", || {
-            self.inner.cancel(&Host::new(host))
+            self.inner()?.cancel(&Host::new(host))
         })
     }
 
     fn results(&self) -> RResult<RVec<FileResult>, PluginError> {
-        guard(self.plugin, "results", || Ok(self.inner.results()?.into()))
+        guard(self.plugin, "results", || {
+            Ok(self
+                .inner
+                .as_deref()
+                .ok_or_else(|| PluginError::new(ErrorCode::OTHER, "transfer already dropped"))?
+                .results()?
+                .into())
+        })
     }
 }
 
@@ -235,7 +283,7 @@ pub fn scheme_box<P: PluginLibrary>(scheme: Box<dyn Scheme>) -> SchemeBox {
     FfiScheme_TO::from_value(
         GuardedScheme {
             plugin: P::NAME,
-            inner: scheme,
+            inner: Some(scheme),
         },
         TD_Opaque,
     )
@@ -246,7 +294,7 @@ pub fn transfer_box<P: PluginLibrary>(transfer: Box<dyn Transfer>) -> TransferBo
     FfiTransfer_TO::from_value(
         GuardedTransfer {
             plugin: P::NAME,
-            inner: transfer,
+            inner: Some(transfer),
         },
         TD_Opaque,
     )
@@ -335,7 +383,9 @@ pub fn root_module<P: PluginLibrary>() -> PluginModRef {
 /// scr_plugin::export_plugin!(MyLib);
 /// ```
 ///
-/// The crate must also depend on `abi_stable` (its export attribute refers to it).
+/// The crate must also depend on `abi_stable` (its export attribute refers to it) and be
+/// built with `panic = "unwind"` (the default): with `panic = "abort"` the guard cannot
+/// catch anything and a panic ends the whole job.
 #[macro_export]
 macro_rules! export_plugin {
     ($library:ty) => {
