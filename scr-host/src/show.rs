@@ -9,9 +9,7 @@ use crate::config::keys::{self, Value};
 use crate::config::{Config, Origin};
 use crate::registry::{Kind, Registry, RegistryError};
 
-fn quote(s: &str) -> String {
-    format!("{s:?}")
-}
+use crate::config::{toml_key, toml_string as quote};
 
 fn origin_note(config: &Config, key: &str, origin: &Origin) -> String {
     let what = match (origin, keys::find(key).map(|k| k.default)) {
@@ -71,7 +69,7 @@ pub fn render(config: &Config) -> String {
         let _ = writeln!(out, "\n[[group]]  # {}", g.origin);
         let _ = writeln!(out, "host = {}", quote(&g.host));
         for (k, v) in &g.values {
-            let _ = writeln!(out, "{k} = {}", quote(v));
+            let _ = writeln!(out, "{} = {}", toml_key(k), quote(v));
         }
     }
     for s in &config.stores {
@@ -123,7 +121,7 @@ pub fn render(config: &Config) -> String {
         if !c.params.is_empty() {
             let _ = writeln!(out, "[checkpoint.params]");
             for (k, v, _) in &c.params {
-                let _ = writeln!(out, "{k} = {}", quote(v));
+                let _ = writeln!(out, "{} = {}", toml_key(k), quote(v));
             }
         }
     }
@@ -156,9 +154,13 @@ pub fn render(config: &Config) -> String {
     }
     let _ = writeln!(out, "files = [{}\n]", list(&p.files));
     for (name, table) in &p.settings {
-        let _ = writeln!(out, "\n[plugins.{name}]");
+        let _ = writeln!(out, "\n[plugins.{}]", toml_key(name));
         for (k, (v, o)) in table {
-            let _ = writeln!(out, "{:<40} # {o}", format!("{k} = {}", quote(v)));
+            let _ = writeln!(
+                out,
+                "{:<40} # {o}",
+                format!("{} = {}", toml_key(k), quote(v))
+            );
         }
     }
     out
@@ -212,7 +214,7 @@ pub fn plugin_table_with(config: Option<&Config>, registry: &Registry) -> String
                     "not implemented".to_string()
                 }
                 Err(RegistryError::Ambiguous { .. }) => "duplicate".to_string(),
-                Err(RegistryError::Plugin { error, .. }) => error.code.name().to_string(),
+                Err(RegistryError::Plugin { error, .. }) => error.to_string(),
                 Err(e) => e.to_string(),
             };
             provides.push(format!("scheme {s} ({status})"));

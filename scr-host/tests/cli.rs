@@ -594,3 +594,33 @@ fn system_flag_checks_a_system_file_without_installing_it() {
     run.expect_code(1)
         .expect_stderr("to check a system file, run `scr config check --system FILE`");
 }
+
+#[test]
+fn show_output_escapes_keys_and_strings_as_toml() {
+    let sb = Sandbox::new();
+    let user = sb.write(
+        "odd.toml",
+        "job_name = \"a\\u0007b \\\"quoted\\\"\"\n\
+         [[checkpoint]]\ninterval = 1\n[checkpoint.params]\n\"block size\" = 4\n\
+         [plugins.\"my type\"]\n\"a key\" = \"x\\ty\"\n",
+    );
+    let user = user.display().to_string();
+    let run = sb.run(&["config", "show"], &[("SCR_CONF_FILE", &user)]);
+    run.expect_code(0);
+    let shown = sb.write("shown.toml", &run.stdout).display().to_string();
+    let again = sb.run(&["config", "show"], &[("SCR_SYSTEM_CONFIG", &shown)]);
+    again.expect_code(0);
+    let body = |r: &Run| -> Vec<String> {
+        r.stdout
+            .lines()
+            .skip(1) // names the files read
+            .map(|l| l.split("  #").next().unwrap().trim_end().to_string())
+            .collect()
+    };
+    assert_eq!(body(&again), body(&run), "values change on a round trip");
+    assert!(
+        run.stdout.contains("\"block size\" = \"4\""),
+        "{}",
+        run.stdout
+    );
+}

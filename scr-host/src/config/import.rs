@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use super::keys::{self, Type};
+use super::{toml_key, toml_string as q};
 
 /// One untranslatable line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,13 +52,19 @@ pub fn import_scr(text: &str) -> Result<String, Vec<ImportError>> {
         let rest = &pairs[1..];
         match head.as_str() {
             "STORE" => {
-                let mut t = format!("\n[[store]]\npath = {head_value:?}\n");
+                let mut t = format!("\n[[store]]\npath = {}\n", q(head_value));
                 for (k, v) in rest {
                     match k.as_str() {
-                        "GROUP" => writeln!(t, "group = {v:?}"),
-                        "COUNT" => writeln!(t, "count = {v}"),
-                        "TYPE" => writeln!(t, "type = {v:?}"),
-                        "VIEW" => writeln!(t, "view = {:?}", v.to_ascii_lowercase()),
+                        "GROUP" => writeln!(t, "group = {}", q(v)),
+                        "COUNT" => match whole(k, v) {
+                            Ok(n) => writeln!(t, "count = {n}"),
+                            Err(e) => {
+                                err(e);
+                                Ok(())
+                            }
+                        },
+                        "TYPE" => writeln!(t, "type = {}", q(v)),
+                        "VIEW" => writeln!(t, "view = {}", q(&v.to_ascii_lowercase())),
                         "ENABLED" => writeln!(t, "enabled = {}", v != "0"),
                         "MKDIR" => writeln!(t, "mkdir = {}", v != "0"),
                         other => {
@@ -75,16 +82,27 @@ pub fn import_scr(text: &str) -> Result<String, Vec<ImportError>> {
                 for (k, v) in rest {
                     match k.as_str() {
                         "INTERVAL" | "SET_SIZE" | "SET_FAILURES" | "REPLICAS" => {
-                            writeln!(t, "{} = {v}", k.to_ascii_lowercase())
+                            match whole(k, v) {
+                                Ok(n) => writeln!(t, "{} = {n}", k.to_ascii_lowercase()),
+                                Err(e) => {
+                                    err(e);
+                                    Ok(())
+                                }
+                            }
                         }
                         "GROUP" | "STORE" => {
-                            writeln!(t, "{} = {v:?}", k.to_ascii_lowercase())
+                            writeln!(t, "{} = {}", k.to_ascii_lowercase(), q(v))
                         }
-                        "TYPE" => writeln!(t, "type = {v:?}"),
+                        "TYPE" => writeln!(t, "type = {}", q(v)),
                         "OUTPUT" | "BYPASS" | "ENABLED" => {
                             writeln!(t, "{} = {}", k.to_ascii_lowercase(), v != "0")
                         }
-                        other => writeln!(params, "{} = {v:?}", other.to_ascii_lowercase()),
+                        other => writeln!(
+                            params,
+                            "{} = {}",
+                            toml_key(&other.to_ascii_lowercase()),
+                            q(v)
+                        ),
                     }
                     .expect("writing to a String");
                 }
@@ -95,9 +113,9 @@ pub fn import_scr(text: &str) -> Result<String, Vec<ImportError>> {
                 tables.push_str(&t);
             }
             "GROUPS" => {
-                let mut t = format!("\n[[group]]\nhost = {head_value:?}\n");
+                let mut t = format!("\n[[group]]\nhost = {}\n", q(head_value));
                 for (k, v) in rest {
-                    writeln!(t, "{k} = {v:?}").expect("writing to a String");
+                    writeln!(t, "{} = {}", toml_key(k), q(v)).expect("writing to a String");
                 }
                 tables.push_str(&t);
             }
@@ -133,6 +151,13 @@ pub fn import_scr(text: &str) -> Result<String, Vec<ImportError>> {
     }
 }
 
+/// A whole-number descriptor value, or the error for its line.
+fn whole(key: &str, value: &str) -> Result<u64, String> {
+    value
+        .parse::<u64>()
+        .map_err(|_| format!("{key}={value}: not a whole number"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,10 +183,14 @@ mod tests {
 
     #[test]
     fn bad_lines_are_reported_with_their_numbers() {
-        let errors = import_scr("SCR_CACHE_SIZE=x\n\nSCR_CAHCE_BASE=/tmp\nSTORE=/x FOO=1\njunk\n")
-            .unwrap_err();
+        let errors = import_scr(
+            "SCR_CACHE_SIZE=x\n\nSCR_CAHCE_BASE=/tmp\nSTORE=/x FOO=1\njunk\nSTORE=/y COUNT=two\nCKPT=0 INTERVAL=1;x=1\n",
+        )
+        .unwrap_err();
         let lines: Vec<usize> = errors.iter().map(|e| e.line).collect();
-        assert_eq!(lines, [1, 3, 4, 5]);
+        assert_eq!(lines, [1, 3, 4, 5, 6, 7]);
+        assert_eq!(errors[4].message, "COUNT=two: not a whole number");
+        assert_eq!(errors[5].message, "INTERVAL=1;x=1: not a whole number");
         assert!(
             errors[1].message.contains("did you mean `cache_base`?"),
             "{:?}",
