@@ -6,11 +6,16 @@
 //! 1. the environment, `SCR_<KEY>` (e.g. `SCR_CACHE_SIZE=4`);
 //! 2. the user file: `SCR_CONF_FILE`, else `<prefix>/.scrconf.toml` if it exists;
 //! 3. values the application set through the API before init (`key=value` strings);
-//! 4. the system file: `SCR_SYSTEM_CONFIG`, else [`DEFAULT_SYSTEM_CONFIG`] if it exists;
+//! 4. the system file: [`DEFAULT_SYSTEM_CONFIG`] if the site installed it, else
+//!    `SCR_SYSTEM_CONFIG` (an installed site file cannot be replaced from the
+//!    environment, or any user could lift the locks); [`Loader::system_file`] overrides
+//!    both for `scr config check --system`;
 //! 5. built-in defaults (see [`keys::KEYS`]).
 //!
 //! Keys listed in the system file's `locked` array cannot be set by sources 1–3; trying
-//! is an error that names both places. The descriptor sections merge like this:
+//! is an error that names both places. A locked key also locks the descriptor fields that
+//! stand for it (see `LOCKED_ALIASES`), and a locked `store` list cannot grow through a
+//! user's `cache_base`. The descriptor sections merge like this:
 //! `[[group]]` host tables and `[[store]]` tables by identity (host name, store path) — a
 //! higher source replaces an entry with the same identity and adds new ones;
 //! `[[checkpoint]]` tables as a whole — the highest source that has any replaces the whole
