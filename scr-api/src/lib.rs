@@ -96,7 +96,22 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use scr_host::config::{keys::Value, Origin};
+    use scr_host::config::{keys::Value, Config, ConfigErrors, Origin};
+
+    /// Load `settings` over a system file with `system_text` and no other source.
+    fn load_with_system(settings: &Settings, system_text: &str) -> Result<Config, ConfigErrors> {
+        let dir = tempfile::tempdir().unwrap();
+        let system = dir.path().join("system.toml");
+        std::fs::write(&system, system_text).unwrap();
+        let mut loader = settings.loader();
+        loader.env = [(
+            "SCR_SYSTEM_CONFIG".to_string(),
+            system.display().to_string(),
+        )]
+        .into();
+        loader.cwd = dir.path().to_path_buf();
+        loader.load()
+    }
 
     #[test]
     fn bad_calls_name_the_call_and_the_problem() {
@@ -115,23 +130,15 @@ mod tests {
 
     #[test]
     fn unset_removes_a_value_and_errors_name_the_original_call() {
-        let dir = tempfile::tempdir().unwrap();
-        let system = dir.path().join("system.toml");
-        std::fs::write(&system, "locked = [\"mpi_buf_size\"]\n").unwrap();
         let mut s = Settings::new();
         s.set("debug=1").unwrap();
         assert!(s.set("debug=x").is_err());
         s.set("debug=").unwrap();
         s.set("SCR_MPI_BUF_SIZE=1MiB").unwrap();
         assert_eq!(s.get("debug"), None);
-        let mut loader = s.loader();
-        loader.env = [(
-            "SCR_SYSTEM_CONFIG".to_string(),
-            system.display().to_string(),
-        )]
-        .into();
-        loader.cwd = dir.path().to_path_buf();
-        let errors = loader.load().unwrap_err().0;
+        let errors = load_with_system(&s, "locked = [\"mpi_buf_size\"]\n")
+            .unwrap_err()
+            .0;
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(
             errors[0].origin,
@@ -142,19 +149,9 @@ mod tests {
 
     #[test]
     fn values_rank_between_user_and_system_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let system = dir.path().join("system.toml");
-        std::fs::write(&system, "cache_size = 7\nset_size = 16\n").unwrap();
         let mut s = Settings::new();
         s.set("cache_size=3").unwrap();
-        let mut loader = s.loader();
-        loader.env = [(
-            "SCR_SYSTEM_CONFIG".to_string(),
-            system.display().to_string(),
-        )]
-        .into();
-        loader.cwd = dir.path().to_path_buf();
-        let c = loader.load().unwrap();
+        let c = load_with_system(&s, "cache_size = 7\nset_size = 16\n").unwrap();
         assert_eq!(c.setting("cache_size").value, Some(Value::UInt(3)));
         assert_eq!(
             c.setting("cache_size").origin,

@@ -202,51 +202,68 @@ fn line_of<'a>(run: &'a Run, prefix: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {prefix:?} line\n{}", run.describe()))
 }
 
+/// The seed's rule: ids divisible by 8 → PARTNER on /ssd across switches; by 4 but not 8
+/// → XOR of 8 on /ssd; all others → XOR of 16 on /tmp.
 #[test]
-fn explain_every_eighth_checkpoint_is_partner_on_ssd_across_switches() {
+fn explain_applies_the_three_level_example() {
     let sb = Sandbox::new();
-    for n in [8, 16, 24] {
-        let run = explain(&sb, n);
-        run.expect_stdout("scheme:  PARTNER")
-            .expect_stdout("store:   /ssd")
-            .expect_stdout("group:   SWITCH")
-            .expect_stdout(&format!("interval 8, {THREE_LEVEL}:36"));
-        let plugin = line_of(&run, "plugin:");
-        assert!(plugin.contains("libscr_partner.so"), "{}", run.describe());
-        let status = line_of(&run, "status:");
-        assert!(status.contains("not implemented"), "{}", run.describe());
+    struct Level {
+        ids: &'static [u64],
+        scheme: &'static str,
+        store: &'static str,
+        group: &'static str,
+        marker: String,
+        plugin: &'static str,
     }
-}
-
-#[test]
-fn explain_every_fourth_checkpoint_is_xor_of_8_on_ssd() {
-    let sb = Sandbox::new();
-    for n in [4, 12, 20] {
-        let run = explain(&sb, n);
-        run.expect_stdout("scheme:  XOR")
-            .expect_stdout("store:   /ssd")
-            .expect_stdout("group:   NODE")
-            .expect_stdout(&format!("param:   set_size = 8 ({THREE_LEVEL}:34)"));
-        let plugin = line_of(&run, "plugin:");
-        assert!(plugin.contains("libscr_xor.so"), "{}", run.describe());
-        let status = line_of(&run, "status:");
-        assert!(status.contains("not implemented"), "{}", run.describe());
-    }
-}
-
-#[test]
-fn explain_other_checkpoints_are_xor_of_16_on_tmp() {
-    let sb = Sandbox::new();
-    for n in [1, 2, 3, 5, 7] {
-        let run = explain(&sb, n);
-        run.expect_stdout("scheme:  XOR")
-            .expect_stdout("store:   /tmp")
-            .expect_stdout("group:   NODE")
-            .expect_stdout(&format!("param:   set_size = 16 ({THREE_LEVEL}:27)"));
-        let plugin = line_of(&run, "plugin:");
-        assert!(plugin.contains("libscr_xor.so"), "{}", run.describe());
-        let status = line_of(&run, "status:");
-        assert!(status.contains("not implemented"), "{}", run.describe());
+    let cases = [
+        Level {
+            ids: &[8, 16, 24],
+            scheme: "PARTNER",
+            store: "/ssd",
+            group: "SWITCH",
+            marker: format!("interval 8, {THREE_LEVEL}:36"),
+            plugin: "libscr_partner.so",
+        },
+        Level {
+            ids: &[4, 12, 20],
+            scheme: "XOR",
+            store: "/ssd",
+            group: "NODE",
+            marker: format!("param:   set_size = 8 ({THREE_LEVEL}:34)"),
+            plugin: "libscr_xor.so",
+        },
+        Level {
+            ids: &[1, 2, 3, 5, 7],
+            scheme: "XOR",
+            store: "/tmp",
+            group: "NODE",
+            marker: format!("param:   set_size = 16 ({THREE_LEVEL}:27)"),
+            plugin: "libscr_xor.so",
+        },
+    ];
+    for Level {
+        ids,
+        scheme,
+        store,
+        group,
+        marker,
+        plugin,
+    } in cases
+    {
+        for &n in ids {
+            let run = explain(&sb, n);
+            run.expect_stdout(&format!("scheme:  {scheme}"))
+                .expect_stdout(&format!("store:   {store}"))
+                .expect_stdout(&format!("group:   {group}"))
+                .expect_stdout(&marker);
+            assert!(
+                line_of(&run, "plugin:").contains(plugin),
+                "{}",
+                run.describe()
+            );
+            let status = line_of(&run, "status:");
+            assert!(status.contains("not implemented"), "{}", run.describe());
+        }
     }
 }
 
