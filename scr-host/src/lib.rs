@@ -4,3 +4,4 @@ pub mod config;
 pub mod explain;
 pub mod registry;
 pub mod show;
+pub mod state;

@@ -395,7 +395,7 @@ fn plugins_list_shows_every_shipped_plugin() {
     run.expect_code(0);
     let blocks = blocks(&run.stdout);
     let expected = [
-        ("libscr_single.so", "scheme SINGLE (not implemented)"),
+        ("libscr_single.so", "scheme SINGLE (tolerates 0)"),
         ("libscr_partner.so", "scheme PARTNER (not implemented)"),
         ("libscr_xor.so", "scheme XOR (not implemented)"),
         ("libscr_rs.so", "scheme RS (not implemented)"),

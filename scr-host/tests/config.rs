@@ -60,18 +60,16 @@ impl Env {
             std::fs::write(&p, "").unwrap();
             p.display().to_string()
         });
-        Loader {
-            env: vars,
-            api: self
-                .api
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (i + 1, t.clone()))
-                .collect(),
-            system_file: None,
-            cwd: self.dir.path().to_path_buf(),
-            extra_user_files: Vec::new(),
-        }
+        let mut loader = Loader::default();
+        loader.env = vars;
+        loader.api = self
+            .api
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (i + 1, t.clone()))
+            .collect();
+        loader.cwd = self.dir.path().to_path_buf();
+        loader
     }
 
     fn load(&self) -> Result<Config, ConfigErrors> {

@@ -91,7 +91,9 @@ fn unimplemented_names_say_so_when_used() {
         "scr_rs",
         "scr_axl_transfer",
     ]);
-    for s in ["single", "Partner", "XOR", "rs"] {
+    let single = r.new_scheme(&scheme_config("single")).unwrap();
+    assert_eq!(single.describe().unwrap().tolerated_losses, 0);
+    for s in ["Partner", "XOR", "rs"] {
         match r.new_scheme(&scheme_config(s)) {
             Err(RegistryError::Plugin { call, error, file }) => {
                 assert_eq!(call, "new_scheme");
@@ -283,20 +285,13 @@ fn config_check_refuses_types_no_plugin_provides() {
     .unwrap();
     let system = dir.path().join("system.toml");
     std::fs::write(&system, "").unwrap();
-    let loader = Loader {
-        env: [
-            ("SCR_CONF_FILE".to_string(), user.display().to_string()),
-            (
-                "SCR_SYSTEM_CONFIG".to_string(),
-                system.display().to_string(),
-            ),
-        ]
-        .into(),
-        api: vec![],
-        system_file: None,
-        cwd: dir.path().to_path_buf(),
-        extra_user_files: vec![],
-    };
+    let mut loader = Loader::default();
+    loader.env = [
+        ("SCR_CONF_FILE".to_string(), user.display().to_string()),
+        ("SCR_SYSTEM_CONFIG".to_string(), system.display().to_string()),
+    ]
+    .into();
+    loader.cwd = dir.path().to_path_buf();
     let config = loader.load().unwrap();
     let r = registry_of(&["scr_xor", "scr_axl_transfer"]);
     let f = check_plugins(&config, &r);

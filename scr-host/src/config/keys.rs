@@ -178,6 +178,8 @@ pub const KEYS: &[Key] = &[
           doc: "Job id used in cache and control directory names" },
     Key { name: "job_name", ty: Type::Str, default: Default::None,
           doc: "Job name recorded in the index" },
+    Key { name: "node_names", ty: Type::Str, default: Default::None,
+          doc: "Testing only: comma-separated node name of each rank (by world rank), so one machine acts as several nodes; node-local stores and the control directory then include the node name" },
     Key { name: "user", ty: Type::Str, default: Default::Computed("$USER, else the uid"),
           doc: "User name used in cache and control directory names" },
 ];

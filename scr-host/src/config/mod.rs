@@ -362,7 +362,15 @@ pub struct Loader {
     /// Extra files to read as user files, after the normal user file (used by
     /// `scr config check FILE...`).
     pub extra_user_files: Vec<PathBuf>,
+    /// When set, configuration files are served from here instead of the file system:
+    /// rank 0 reads the files and broadcasts this snapshot to the other ranks.
+    pub snapshot: Option<Snapshot>,
+    /// What was read (or found absent) during `load`, for broadcasting.
+    seen: std::cell::RefCell<Snapshot>,
 }
+
+/// Configuration files by path: `None` when absent, else their text or the read error.
+pub type Snapshot = BTreeMap<PathBuf, Option<Result<String, String>>>;
 
 impl Loader {
     /// A loader over this process's environment and working directory.
@@ -388,7 +396,32 @@ impl Loader {
             system_file: None,
             cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
             extra_user_files: Vec::new(),
+            snapshot: None,
+            seen: Default::default(),
         }
+    }
+
+    /// Every file `load` looked at, with its contents: hand it to other processes as
+    /// their [`Loader::snapshot`] so they see exactly what this one saw.
+    pub fn seen(&self) -> Snapshot {
+        self.seen.borrow().clone()
+    }
+
+    fn fetch(&self, path: &Path) -> Option<Result<String, String>> {
+        let got = match &self.snapshot {
+            Some(snap) => snap.get(path).cloned().flatten(),
+            None => match std::fs::read_to_string(path) {
+                Ok(t) => Some(Ok(t)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => Some(Err(e.to_string())),
+            },
+        };
+        self.seen.borrow_mut().insert(path.to_path_buf(), got.clone());
+        got
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        self.fetch(path).is_some()
     }
 
     fn read(
@@ -398,7 +431,7 @@ impl Loader {
         errors: &mut Vec<ConfigError>,
         files: &mut Vec<PathBuf>,
     ) -> Option<Layer> {
-        match std::fs::read_to_string(path) {
+        match self.fetch(path).unwrap_or_else(|| Err("No such file or directory".into())) {
             Ok(text) => {
                 files.push(path.to_path_buf());
                 Some(file::parse(path, &text, tier, errors))
@@ -429,7 +462,7 @@ impl Loader {
         let default_system = Path::new(DEFAULT_SYSTEM_CONFIG);
         let system = match (&self.system_file, self.env.get("SCR_SYSTEM_CONFIG")) {
             (Some(p), _) => Some(p.clone()),
-            (None, Some(p)) if default_system.exists() && Path::new(p) != default_system => {
+            (None, Some(p)) if self.exists(default_system) && Path::new(p) != default_system => {
                 errors.push(ConfigError::new(
                     Origin::Env("SCR_SYSTEM_CONFIG".into()),
                     format!("the site's system configuration {DEFAULT_SYSTEM_CONFIG} exists, so SCR_SYSTEM_CONFIG={p} is not honoured; unset it (administrators: check a new file with `scr config check --system FILE`)"),
@@ -437,7 +470,7 @@ impl Loader {
                 Some(default_system.to_path_buf())
             }
             (None, Some(p)) => Some(PathBuf::from(p)),
-            (None, None) => Some(default_system.to_path_buf()).filter(|p| p.exists()),
+            (None, None) => Some(default_system.to_path_buf()).filter(|p| self.exists(p)),
         };
         if let Some(p) = system {
             layers.extend(self.read(&p, Tier::System, &mut errors, &mut files));
@@ -492,7 +525,7 @@ impl Loader {
                     .or_else(|| layers.iter().rev().find_map(|l| l.scalars.get("prefix")))
                     .map(|(v, _)| self.cwd.join(v.to_param()))
                     .unwrap_or_else(|| self.cwd.clone());
-                Some(prefix.join(".scrconf.toml")).filter(|p| p.exists())
+                Some(prefix.join(".scrconf.toml")).filter(|p| self.exists(p))
             }
         };
         for p in user.iter().chain(&self.extra_user_files) {
