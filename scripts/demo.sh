@@ -4,10 +4,7 @@
 # replaces this once the runtime lands.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v cc >/dev/null 2>&1; then
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev
-fi
+bash scripts/setup.sh
 cargo build --workspace --quiet
 scr=target/debug/scr
 example=config/examples/three-level.toml

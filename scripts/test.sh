@@ -4,13 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_apt=()
-command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
-if [ ${#need_apt[@]} -gt 0 ]; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
-fi
+bash scripts/setup.sh
 if ! command -v cargo >/dev/null 2>&1; then
     echo "cargo not found: install Rust (rustup) first" >&2
     exit 1
