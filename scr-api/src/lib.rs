@@ -1,23 +1,208 @@
-//! The scr-rs application API.
+//! The scr-rs application API: checkpoint and restart an MPI application through
+//! node-local cache, protected by the redundancy scheme the configuration chooses.
 //!
-//! This first piece is what an application can do before init: set configuration
-//! values, as SCR's `SCR_Config("KEY=VALUE")` does. They rank between the user's file and
-//! the system file (see [`scr_host::config`]); a key the administrator locked is refused
-//! when the configuration is loaded, naming the call. The checkpoint/restart lifecycle
-//! (init, output, restart, finalize) joins this crate with the MPI runtime.
+//! ```no_run
+//! use scr_api::{mpi, Scr, Flags};
+//! use scr_api::mpi::traits::Communicator;
 //!
+//! let universe = mpi::initialize().expect("MPI");
+//! let world = universe.world();
+//! let mut scr = Scr::init(&world)?;
+//!
+//! // restart: try the newest checkpoint, fall back to older ones if it does not read
+//! let mut step = 0u64;
+//! while let Some(_name) = scr.have_restart() {
+//!     scr.start_restart()?;
+//!     let path = scr.route_file(format!("state_{}.bin", world.rank()))?;
+//!     let read = std::fs::read(&path).ok().filter(|b| b.len() == 8);
+//!     if scr.complete_restart(read.is_some())? {
+//!         step = u64::from_le_bytes(read.unwrap().try_into().unwrap());
+//!         break;
+//!     }
+//! }
+//!
+//! while step < 100 {
+//!     step += 1; // ... compute ...
+//!     if scr.need_checkpoint()? {
+//!         scr.start_output(&format!("ckpt.{step}"), Flags::CHECKPOINT)?;
+//!         let path = scr.route_file(format!("state_{}.bin", world.rank()))?;
+//!         let ok = std::fs::write(&path, step.to_le_bytes()).is_ok();
+//!         scr.complete_output(ok)?;
+//!     }
+//!     if scr.should_exit()? {
+//!         break;
+//!     }
+//! }
+//! scr.finalize()?;
+//! # Ok::<(), scr_api::ScrError>(())
 //! ```
-//! let mut settings = scr_api::Settings::new();
-//! settings.set("SCR_CACHE_SIZE=3")?;            // SCR's spelling works too
-//! settings.set("copy_type = PARTNER")?;
-//! assert_eq!(settings.get("cache_size").as_deref(), Some("3"));
-//! assert!(settings.set("cache_sise=3").unwrap_err().to_string().contains("did you mean `cache_size`?"));
-//! # Ok::<(), scr_api::SettingsError>(())
-//! ```
+//!
+//! Configuration values can also be set before init, as SCR's `SCR_Config("KEY=VALUE")`
+//! does, with [`Settings`]; they rank between the user's file and the system file (see
+//! [`scr_host::config`]).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+use std::path::{Path, PathBuf};
+
+pub use mpi;
+pub use scr_host::runtime::ScrError;
+use scr_host::runtime::{OutputFlags, Runtime};
+
 use scr_host::config::{keys, Loader};
+
+/// Results of this API.
+pub type Result<T, E = ScrError> = std::result::Result<T, E>;
+
+/// What a dataset is (SCR's `SCR_FLAG_CHECKPOINT` and `SCR_FLAG_OUTPUT`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flags {
+    checkpoint: bool,
+    output: bool,
+}
+
+impl Flags {
+    /// A checkpoint: the application can restart from it.
+    pub const CHECKPOINT: Flags = Flags {
+        checkpoint: true,
+        output: false,
+    };
+    /// Output destined for the prefix directory.
+    pub const OUTPUT: Flags = Flags {
+        checkpoint: false,
+        output: true,
+    };
+}
+
+impl std::ops::BitOr for Flags {
+    type Output = Flags;
+    fn bitor(self, o: Flags) -> Flags {
+        Flags {
+            checkpoint: self.checkpoint || o.checkpoint,
+            output: self.output || o.output,
+        }
+    }
+}
+
+/// The checkpoint/restart library, initialised on an MPI communicator. Dropping it
+/// finalizes (collectively); call [`Scr::finalize`] to see finalize's errors.
+pub struct Scr {
+    rt: Runtime,
+}
+
+impl Scr {
+    /// Initialise on `world` (collective; after MPI init). Reads the configuration,
+    /// restores what the cache holds and finds the restart candidate.
+    pub fn init(world: &mpi::topology::SimpleCommunicator) -> Result<Scr> {
+        Self::init_with(world, &Settings::new())
+    }
+
+    /// Like [`Scr::init`], with configuration values set by the application.
+    pub fn init_with(
+        world: &mpi::topology::SimpleCommunicator,
+        settings: &Settings,
+    ) -> Result<Scr> {
+        let api = settings
+            .calls
+            .iter()
+            .map(|(n, text, _, _)| (*n, text.clone()))
+            .collect();
+        Ok(Scr {
+            rt: Runtime::init(world, api)?,
+        })
+    }
+
+    /// The name of the newest checkpoint this run can restart from.
+    pub fn have_restart(&self) -> Option<String> {
+        self.rt.have_restart()
+    }
+
+    /// Begin reading the restart checkpoint; returns its name.
+    pub fn start_restart(&mut self) -> Result<String> {
+        self.rt.start_restart()
+    }
+
+    /// Finish reading (collective). `false` on any rank passes this checkpoint over;
+    /// [`Scr::have_restart`] then offers the next older one. Returns whether all ranks
+    /// read it.
+    pub fn complete_restart(&mut self, valid: bool) -> Result<bool> {
+        self.rt.complete_restart(valid)
+    }
+
+    /// Whether to checkpoint now (collective).
+    pub fn need_checkpoint(&mut self) -> Result<bool> {
+        self.rt.need_checkpoint()
+    }
+
+    /// Begin a dataset (collective).
+    pub fn start_output(&mut self, name: &str, flags: Flags) -> Result<()> {
+        self.rt.start_output(
+            name,
+            OutputFlags {
+                checkpoint: flags.checkpoint,
+                output: flags.output,
+            },
+        )
+    }
+
+    /// Where to write (during output) or read (during restart) the file `name`, which
+    /// must lie inside the prefix directory (relative names are relative to the working
+    /// directory).
+    pub fn route_file(&mut self, name: impl AsRef<Path>) -> Result<PathBuf> {
+        self.rt.route_file(name.as_ref())
+    }
+
+    /// Finish the dataset (collective); it is kept only if every rank says `valid`.
+    /// Returns whether it was kept.
+    pub fn complete_output(&mut self, valid: bool) -> Result<bool> {
+        self.rt.complete_output(valid)
+    }
+
+    /// Whether the run should stop now (collective): a halt condition holds.
+    pub fn should_exit(&mut self) -> Result<bool> {
+        self.rt.should_exit()
+    }
+
+    /// Make the named checkpoint the one to restart from.
+    pub fn current(&mut self, name: &str) -> Result<()> {
+        self.rt.current(name)
+    }
+
+    /// Stop offering the named checkpoint for restart.
+    pub fn drop_dataset(&mut self, name: &str) -> Result<()> {
+        self.rt.drop_dataset(name)
+    }
+
+    /// Delete the named dataset from cache (collective).
+    pub fn delete(&mut self, name: &str) -> Result<()> {
+        self.rt.delete(name)
+    }
+
+    /// Datasets that init found beyond repair and dropped, one report each.
+    pub fn lost_datasets(&self) -> &[String] {
+        self.rt.lost_datasets()
+    }
+
+    /// The runtime underneath (configuration, node, control directory).
+    pub fn runtime(&self) -> &Runtime {
+        &self.rt
+    }
+
+    /// End the run (collective).
+    pub fn finalize(mut self) -> Result<()> {
+        self.rt.finalize()
+    }
+}
+
+impl Drop for Scr {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            if let Err(e) = self.rt.finalize() {
+                eprintln!("scr-rs: finalize: {e}");
+            }
+        }
+    }
+}
 
 /// A value the application tried to set was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -81,7 +266,8 @@ impl Settings {
     }
 
     /// A loader over this process's environment with these calls as the API source; its
-    /// errors (a locked key, say) name the call by its number and text.
+    /// errors (a locked key, say) name the call by its number and text. (What
+    /// [`Scr::init_with`] uses, for inspecting the configuration before init.)
     pub fn loader(&self) -> Loader {
         let mut loader = Loader::from_process();
         loader.api = self

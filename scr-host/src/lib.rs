@@ -3,5 +3,6 @@
 pub mod config;
 pub mod explain;
 pub mod registry;
+pub mod runtime;
 pub mod show;
 pub mod state;

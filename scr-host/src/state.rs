@@ -88,12 +88,15 @@ pub fn read_state<T: DeserializeOwned>(path: &Path, kind: &str) -> Result<T, Sta
         .iter()
         .position(|&b| b == b'\n')
         .ok_or_else(|| corrupt("no header line".into()))?;
-    let header = std::str::from_utf8(&bytes[..nl]).map_err(|_| corrupt("header is not text".into()))?;
+    let header =
+        std::str::from_utf8(&bytes[..nl]).map_err(|_| corrupt("header is not text".into()))?;
     let body = &bytes[nl + 1..];
     let fields: Vec<&str> = header.split(' ').collect();
     match fields.as_slice() {
         ["scr-rs", k, v, crc] if *k == kind => {
-            let version: u32 = v.parse().map_err(|_| corrupt(format!("bad version `{v}`")))?;
+            let version: u32 = v
+                .parse()
+                .map_err(|_| corrupt(format!("bad version `{v}`")))?;
             if version != STATE_VERSION {
                 return Err(corrupt(format!(
                     "format version {version}, this release reads {STATE_VERSION}"
@@ -144,7 +147,9 @@ mod tests {
 
         fs::write(&p, &good).unwrap();
         let e = read_state::<BTreeMap<String, u64>>(&p, "filemap").unwrap_err();
-        assert!(e.to_string().contains("is a `halt` file, expected `filemap`"));
+        assert!(e
+            .to_string()
+            .contains("is a `halt` file, expected `filemap`"));
 
         let e = read_state::<BTreeMap<String, u64>>(&dir.path().join("none"), "halt").unwrap_err();
         assert!(e.is_not_found());

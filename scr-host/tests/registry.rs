@@ -288,7 +288,10 @@ fn config_check_refuses_types_no_plugin_provides() {
     let mut loader = Loader::default();
     loader.env = [
         ("SCR_CONF_FILE".to_string(), user.display().to_string()),
-        ("SCR_SYSTEM_CONFIG".to_string(), system.display().to_string()),
+        (
+            "SCR_SYSTEM_CONFIG".to_string(),
+            system.display().to_string(),
+        ),
     ]
     .into();
     loader.cwd = dir.path().to_path_buf();

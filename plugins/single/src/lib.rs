@@ -30,9 +30,7 @@ impl Scheme for SingleScheme {
         let missing: Vec<&str> = dataset
             .files
             .iter()
-            .filter(|f| {
-                std::fs::metadata(f.path.as_str()).map(|m| m.len()).ok() != Some(f.size)
-            })
+            .filter(|f| std::fs::metadata(f.path.as_str()).map(|m| m.len()).ok() != Some(f.size))
             .map(|f| f.path.as_str())
             .collect();
         let ok = host.all_agree(missing.is_empty())?;
@@ -41,7 +39,10 @@ impl Scheme for SingleScheme {
         } else if !missing.is_empty() {
             Err(PluginError::new(
                 ErrorCode::IO,
-                format!("file(s) missing or of the wrong size: {}", missing.join(", ")),
+                format!(
+                    "file(s) missing or of the wrong size: {}",
+                    missing.join(", ")
+                ),
             ))
         } else {
             Err(PluginError::new(
@@ -55,7 +56,12 @@ impl Scheme for SingleScheme {
         let have = request.files.is_some();
         let lost = host.all_reduce(u64::from(!have), ReduceOp::Sum)?;
         if lost == 0 {
-            return Ok(request.files.clone().into_option().unwrap_or_default().into_vec());
+            return Ok(request
+                .files
+                .clone()
+                .into_option()
+                .unwrap_or_default()
+                .into_vec());
         }
         Err(PluginError::new(
             ErrorCode::UNRECOVERABLE,
@@ -179,7 +185,11 @@ mod tests {
                 let req = RecoverRequest {
                     dataset_id: 1,
                     dir: "/".into(),
-                    files: if lost { RNone } else { RSome(Default::default()) },
+                    files: if lost {
+                        RNone
+                    } else {
+                        RSome(Default::default())
+                    },
                 };
                 scheme.recover(host, &req).unwrap_err()
             });
@@ -188,7 +198,9 @@ mod tests {
                 assert_eq!(e.code, ErrorCode::UNRECOVERABLE);
                 assert_eq!(
                     e.message(),
-                    format!("{n} of 3 member(s) lost their files and SINGLE keeps no redundancy data")
+                    format!(
+                        "{n} of 3 member(s) lost their files and SINGLE keeps no redundancy data"
+                    )
                 );
             }
         }

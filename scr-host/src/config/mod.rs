@@ -416,7 +416,9 @@ impl Loader {
                 Err(e) => Some(Err(e.to_string())),
             },
         };
-        self.seen.borrow_mut().insert(path.to_path_buf(), got.clone());
+        self.seen
+            .borrow_mut()
+            .insert(path.to_path_buf(), got.clone());
         got
     }
 
@@ -431,7 +433,10 @@ impl Loader {
         errors: &mut Vec<ConfigError>,
         files: &mut Vec<PathBuf>,
     ) -> Option<Layer> {
-        match self.fetch(path).unwrap_or_else(|| Err("No such file or directory".into())) {
+        match self
+            .fetch(path)
+            .unwrap_or_else(|| Err("No such file or directory".into()))
+        {
             Ok(text) => {
                 files.push(path.to_path_buf());
                 Some(file::parse(path, &text, tier, errors))

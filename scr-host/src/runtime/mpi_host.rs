@@ -10,7 +10,9 @@ use abi_stable::std_types::{RResult, RSlice, RSliceMut, RStr, RString};
 use mpi::datatype::Equivalence as _;
 use mpi::point_to_point as p2p;
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::{Communicator as _, CommunicatorCollectives as _, Destination as _, Root as _, Source as _};
+use mpi::traits::{
+    Communicator as _, CommunicatorCollectives as _, Destination as _, Root as _, Source as _,
+};
 use scr_plugin::{HostServices, LogLevel, PluginError, ReduceOp};
 
 /// Largest piece sent in one MPI call: counts are C `int`s.
@@ -42,7 +44,13 @@ unsafe impl Sync for MpiHost {}
 
 impl MpiHost {
     /// Wrap `comm` (this set's communicator; the host owns it).
-    pub fn new(comm: SimpleCommunicator, world_ranks: Vec<u32>, groups: Vec<String>, me: u32, debug: u64) -> Self {
+    pub fn new(
+        comm: SimpleCommunicator,
+        world_ranks: Vec<u32>,
+        groups: Vec<String>,
+        me: u32,
+        debug: u64,
+    ) -> Self {
         MpiHost {
             comm,
             world_ranks,
@@ -98,11 +106,17 @@ impl HostServices for MpiHost {
     }
 
     fn world_rank(&self, member: u32) -> u32 {
-        self.world_ranks.get(member as usize).copied().unwrap_or(u32::MAX)
+        self.world_ranks
+            .get(member as usize)
+            .copied()
+            .unwrap_or(u32::MAX)
     }
 
     fn failure_group(&self, member: u32) -> RString {
-        self.groups.get(member as usize).map(|s| s.as_str().into()).unwrap_or_default()
+        self.groups
+            .get(member as usize)
+            .map(|s| s.as_str().into())
+            .unwrap_or_default()
     }
 
     fn send(&self, dest: u32, tag: u32, data: RSlice<'_, u8>) -> RResult<(), PluginError> {
@@ -162,15 +176,23 @@ impl HostServices for MpiHost {
                             );
                         } else {
                             mpi::request::scope(|scope| -> Result<(), PluginError> {
-                                let req = self.comm.process_at_rank(d).immediate_send_with_tag(scope, out, tag as i32);
+                                let req = self
+                                    .comm
+                                    .process_at_rank(d)
+                                    .immediate_send_with_tag(scope, out, tag as i32);
                                 let r = self.recv_piece(s, tag as i32, into);
                                 req.wait();
                                 r
                             })?;
                         }
                     }
-                    (Some(sp), None) => self.comm.process_at_rank(d).send_with_tag(&data[sp.clone()], tag as i32),
-                    (None, Some(rp)) => self.recv_piece(s, tag as i32, &mut buf.as_mut_slice()[rp.clone()])?,
+                    (Some(sp), None) => self
+                        .comm
+                        .process_at_rank(d)
+                        .send_with_tag(&data[sp.clone()], tag as i32),
+                    (None, Some(rp)) => {
+                        self.recv_piece(s, tag as i32, &mut buf.as_mut_slice()[rp.clone()])?
+                    }
                     (None, None) => {}
                 }
             }
@@ -189,9 +211,18 @@ impl HostServices for MpiHost {
         let _g = self.lock();
         let mut out = 0u64;
         match op {
-            ReduceOp::Sum => self.comm.all_reduce_into(&value, &mut out, mpi::collective::SystemOperation::sum()),
-            ReduceOp::Min => self.comm.all_reduce_into(&value, &mut out, mpi::collective::SystemOperation::min()),
-            ReduceOp::Max => self.comm.all_reduce_into(&value, &mut out, mpi::collective::SystemOperation::max()),
+            ReduceOp::Sum => {
+                self.comm
+                    .all_reduce_into(&value, &mut out, mpi::collective::SystemOperation::sum())
+            }
+            ReduceOp::Min => {
+                self.comm
+                    .all_reduce_into(&value, &mut out, mpi::collective::SystemOperation::min())
+            }
+            ReduceOp::Max => {
+                self.comm
+                    .all_reduce_into(&value, &mut out, mpi::collective::SystemOperation::max())
+            }
         }
         RResult::ROk(out)
     }
@@ -202,7 +233,9 @@ impl HostServices for MpiHost {
             let _g = self.lock();
             let len = buf.len();
             for piece in pieces(len) {
-                self.comm.process_at_rank(r).broadcast_into(&mut buf.as_mut_slice()[piece]);
+                self.comm
+                    .process_at_rank(r)
+                    .broadcast_into(&mut buf.as_mut_slice()[piece]);
             }
             Ok(())
         };
@@ -228,7 +261,11 @@ impl HostServices for MpiHost {
 /// Byte ranges of at most [`PIECE`] bytes covering `len` (one empty range for 0).
 fn pieces(len: usize) -> Vec<std::ops::Range<usize>> {
     if len == 0 {
-        return vec![0..0];
+        // one empty piece, so an empty message is still sent and received
+        return std::iter::once(0..0).collect();
     }
-    (0..len).step_by(PIECE).map(|s| s..(s + PIECE).min(len)).collect()
+    (0..len)
+        .step_by(PIECE)
+        .map(|s| s..(s + PIECE).min(len))
+        .collect()
 }

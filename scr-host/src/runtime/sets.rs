@@ -67,7 +67,11 @@ mod tests {
     fn check(groups: &[String], sets: &[Set]) {
         let mut all: Vec<u32> = sets.iter().flat_map(|s| s.members.clone()).collect();
         all.sort();
-        assert_eq!(all, (0..groups.len() as u32).collect::<Vec<_>>(), "every rank once");
+        assert_eq!(
+            all,
+            (0..groups.len() as u32).collect::<Vec<_>>(),
+            "every rank once"
+        );
         for s in sets {
             let mut gs: Vec<&String> = s.members.iter().map(|&r| &groups[r as usize]).collect();
             gs.sort();
@@ -104,8 +108,14 @@ mod tests {
         assert_eq!(
             sets,
             vec![
-                Set { id: 0, members: vec![0, 2, 4, 6] },
-                Set { id: 1, members: vec![1, 3, 5, 7] }
+                Set {
+                    id: 0,
+                    members: vec![0, 2, 4, 6]
+                },
+                Set {
+                    id: 1,
+                    members: vec![1, 3, 5, 7]
+                }
             ]
         );
     }

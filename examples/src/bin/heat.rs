@@ -1,0 +1,227 @@
+//! `scr-heat`: a 1-D heat-diffusion stencil that checkpoints through scr-rs.
+//!
+//! Each rank owns `--cells` cells and exchanges one halo cell with each neighbour per
+//! step. Every `--every` steps (or when `need_checkpoint` says so, with `--need`) it writes
+//! its cells to a checkpoint; on start it restarts from the newest checkpoint it can
+//! read. The arithmetic is deterministic, so a run that is killed and restarted ends with
+//! exactly the state of an uninterrupted run; rank 0 prints that state's CRC32.
+//!
+//! Fault injection for the tests: `--kill-at STEP --kill-rank R` kills rank R with
+//! SIGKILL right after step STEP (the job dies); `--kill-before-complete STEP` kills it
+//! after writing that step's checkpoint file but before `complete_output`;
+//! `--invalid-at STEP` makes rank R call `complete_output(false)` at that step.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use scr_api::mpi::traits::{Communicator, CommunicatorCollectives, Root};
+use scr_api::{mpi, Flags, Scr};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "scr-heat",
+    version,
+    about = "1-D heat stencil checkpointing with scr-rs"
+)]
+struct Args {
+    /// Steps to run in total.
+    #[arg(long, default_value_t = 40)]
+    steps: u64,
+    /// Cells per rank.
+    #[arg(long, default_value_t = 4096)]
+    cells: usize,
+    /// Checkpoint every N steps (0: never, unless --need).
+    #[arg(long, default_value_t = 5)]
+    every: u64,
+    /// Ask need_checkpoint each step instead of --every.
+    #[arg(long)]
+    need: bool,
+    /// Sleep this many milliseconds per step (for time-based policies).
+    #[arg(long, default_value_t = 0)]
+    sleep_ms: u64,
+    /// Kill rank --kill-rank with SIGKILL after this step.
+    #[arg(long)]
+    kill_at: Option<u64>,
+    /// Kill rank --kill-rank after writing this step's checkpoint, before completing it.
+    #[arg(long)]
+    kill_before_complete: Option<u64>,
+    /// Rank --kill-rank declares this step's checkpoint invalid.
+    #[arg(long)]
+    invalid_at: Option<u64>,
+    /// The rank that misbehaves.
+    #[arg(long, default_value_t = 0)]
+    kill_rank: i32,
+}
+
+fn kill_self() -> ! {
+    let pid = std::process::id().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &pid])
+        .status();
+    std::process::abort()
+}
+
+fn file_name(rank: i32) -> PathBuf {
+    PathBuf::from(format!("heat/rank_{rank}.ckpt"))
+}
+
+fn encode(step: u64, cells: &[f64]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(8 + cells.len() * 8);
+    b.extend_from_slice(&step.to_le_bytes());
+    for c in cells {
+        b.extend_from_slice(&c.to_le_bytes());
+    }
+    b
+}
+
+fn decode(bytes: &[u8], cells: usize) -> Option<(u64, Vec<f64>)> {
+    if bytes.len() != 8 + cells * 8 {
+        return None;
+    }
+    let step = u64::from_le_bytes(bytes[..8].try_into().ok()?);
+    let data = bytes[8..]
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+    Some((step, data))
+}
+
+fn main() {
+    let args = Args::parse();
+    let universe = mpi::initialize().expect("MPI initialises");
+    let world = universe.world();
+    let rank = world.rank();
+    let size = world.size();
+    let result = run(&args, &world, rank, size);
+    if let Err(e) = result {
+        eprintln!("scr-heat[{rank}]: error: {e}");
+        world.abort(2);
+    }
+}
+
+fn run(
+    args: &Args,
+    world: &mpi::topology::SimpleCommunicator,
+    rank: i32,
+    size: i32,
+) -> Result<(), scr_api::ScrError> {
+    let mut scr = Scr::init(world)?;
+    for lost in scr.lost_datasets() {
+        if rank == 0 {
+            println!("lost: {lost}");
+        }
+    }
+
+    // initial state: a hot spot in the middle of the global domain
+    let n = args.cells;
+    let mut u: Vec<f64> = (0..n)
+        .map(|i| {
+            let g = rank as usize * n + i;
+            if g % 97 == 0 {
+                100.0
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let mut step = 0u64;
+
+    while let Some(name) = scr.have_restart() {
+        scr.start_restart()?;
+        let path = scr.route_file(file_name(rank))?;
+        let loaded = std::fs::read(&path).ok().and_then(|b| decode(&b, n));
+        if scr.complete_restart(loaded.is_some())? {
+            let (s, data) = loaded.expect("valid on this rank");
+            step = s;
+            u = data;
+            if rank == 0 {
+                println!("restarted from {name} at step {step}");
+            }
+            break;
+        }
+    }
+    if step == 0 && rank == 0 {
+        println!("starting fresh");
+    }
+
+    let left = (rank + size - 1) % size;
+    let right = (rank + 1) % size;
+    while step < args.steps {
+        // halo exchange (periodic), then one explicit diffusion step
+        let (mut from_left, mut from_right) = (0.0f64, 0.0f64);
+        mpi::point_to_point::send_receive_into(
+            &u[n - 1],
+            &world.process_at_rank(right),
+            &mut from_left,
+            &world.process_at_rank(left),
+        );
+        mpi::point_to_point::send_receive_into(
+            &u[0],
+            &world.process_at_rank(left),
+            &mut from_right,
+            &world.process_at_rank(right),
+        );
+        let prev = u.clone();
+        for i in 0..n {
+            let l = if i == 0 { from_left } else { prev[i - 1] };
+            let r = if i == n - 1 { from_right } else { prev[i + 1] };
+            u[i] = prev[i] + 0.25 * (l - 2.0 * prev[i] + r);
+        }
+        step += 1;
+        if args.sleep_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(args.sleep_ms));
+        }
+        if args.kill_at == Some(step) && rank == args.kill_rank {
+            kill_self();
+        }
+
+        let want = if args.need {
+            scr.need_checkpoint()?
+        } else {
+            args.every > 0 && step % args.every == 0
+        };
+        if want {
+            scr.start_output(&format!("ckpt.{step}"), Flags::CHECKPOINT)?;
+            let path = scr.route_file(file_name(rank))?;
+            let mut ok = std::fs::write(&path, encode(step, &u)).is_ok();
+            if args.kill_before_complete == Some(step) && rank == args.kill_rank {
+                kill_self();
+            }
+            if args.invalid_at == Some(step) && rank == args.kill_rank {
+                ok = false;
+            }
+            let kept = scr.complete_output(ok)?;
+            if rank == 0 {
+                println!(
+                    "checkpoint ckpt.{step}: {}",
+                    if kept { "kept" } else { "discarded" }
+                );
+            }
+        }
+        if scr.should_exit()? {
+            if rank == 0 {
+                println!("halted at step {step}");
+            }
+            break;
+        }
+    }
+
+    // the final state's CRC32, gathered on rank 0 in rank order
+    let bytes = encode(step, &u);
+    let mut crc = crc32fast::hash(&bytes);
+    let root = world.process_at_rank(0);
+    if rank == 0 {
+        let mut all = vec![0u32; size as usize];
+        root.gather_into_root(&crc, &mut all[..]);
+        let mut h = crc32fast::Hasher::new();
+        for c in &all {
+            h.update(&c.to_le_bytes());
+        }
+        crc = h.finalize();
+        println!("final step {step} state crc32 {crc:08x}");
+    } else {
+        root.gather_into(&crc);
+    }
+    world.barrier();
+    scr.finalize()
+}

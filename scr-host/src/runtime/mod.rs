@@ -1,0 +1,966 @@
+//! The checkpoint/restart runtime: what one MPI process runs between `init` and
+//! `finalize`.
+//!
+//! Init reads the configuration on rank 0 and broadcasts it, forms the groups, stores and
+//! redundancy sets, reads the filemaps left in the node-local control directory, moves
+//! files to the ranks that own them when ranks changed nodes, verifies or rebuilds every
+//! cached dataset through its scheme (dropping, on every rank alike, what cannot be
+//! rebuilt), and picks the newest complete checkpoint as the restart candidate. Outputs
+//! are routed into node-local cache, recorded in the filemap before they exist, and
+//! protected by the scheme of the descriptor chosen for the checkpoint id.
+
+mod cache;
+mod filemap;
+pub mod halt;
+mod mpi_host;
+mod sets;
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use mpi::collective::SystemOperation;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::{Communicator as _, CommunicatorCollectives as _, Root as _};
+
+use crate::config::{Config, ConfigErrors, Loader, Snapshot, View};
+use crate::explain::check_plugins;
+use crate::registry::{LoadedScheme, Registry, RegistryError};
+use crate::state::StateError;
+
+pub use filemap::{DatasetRecord, DescriptorRecord, FileRecord, Filemap};
+pub use halt::Halt;
+pub use sets::{form_sets, Set};
+
+use mpi_host::MpiHost;
+
+/// Everything that can go wrong in the runtime.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScrError {
+    /// The configuration is invalid (every problem, located).
+    #[error("invalid configuration:\n{0}")]
+    Config(ConfigErrors),
+    /// A plugin could not be found or failed.
+    #[error("{0}")]
+    Plugin(#[from] RegistryError),
+    /// A file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A state file is unreadable or corrupt.
+    #[error("{0}")]
+    State(#[from] StateError),
+    /// The API was called out of order or with a bad argument.
+    #[error("{0}")]
+    Usage(String),
+    /// Another rank failed; this rank followed it so that every rank returns the same.
+    #[error("{0}")]
+    Collective(String),
+}
+
+/// The exit reason `finalize` records in the halt file (SCR's name for it).
+pub const FINALIZE_REASON: &str = "SCR_FINALIZE_CALLED";
+
+/// Shorthand.
+pub type Result<T, E = ScrError> = std::result::Result<T, E>;
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ScrError + '_ {
+    move |source| ScrError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Flags of [`Runtime::start_output`], as in SCR's `SCR_FLAG_*`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutputFlags {
+    /// The dataset is a checkpoint (restartable).
+    pub checkpoint: bool,
+    /// The dataset is output destined for the prefix.
+    pub output: bool,
+}
+
+/// A redundancy descriptor in force in this run.
+struct RedDesc {
+    index: usize,
+    interval: u64,
+    record: DescriptorRecord,
+    scheme: LoadedScheme,
+    host: MpiHost,
+}
+
+/// The dataset being written.
+struct Output {
+    record: DatasetRecord,
+    desc: usize,
+    started: Instant,
+}
+
+/// Timing state of `need_checkpoint`.
+#[derive(Debug)]
+struct Policy {
+    calls: u64,
+    last_end: Instant,
+    last_cost: f64,
+}
+
+/// One process's checkpoint/restart runtime.
+pub struct Runtime {
+    world: SimpleCommunicator,
+    rank: u32,
+    size: u32,
+    node: String,
+    nodes: Vec<String>,
+    simulated: bool,
+    config: Config,
+    registry: Registry,
+    user: String,
+    job_id: String,
+    cntl_dir: PathBuf,
+    prefix: PathBuf,
+    debug: u64,
+    reddescs: Vec<RedDesc>,
+    filemap: Filemap,
+    next_dataset: u64,
+    next_checkpoint: u64,
+    output: Option<Output>,
+    restart: Option<u64>,
+    skipped: Vec<u64>,
+    policy: Policy,
+    halt_reason: Option<String>,
+    finalized: bool,
+    lost: Vec<String>,
+}
+
+impl Runtime {
+    /// Initialise on `world` (normally `MPI_COMM_WORLD`; collective). `api` holds the
+    /// configuration calls the application made before init, with their call numbers.
+    pub fn init(world: &SimpleCommunicator, api: Vec<(usize, String)>) -> Result<Runtime> {
+        let world = world.duplicate();
+        let rank = world.rank() as u32;
+        let size = world.size() as u32;
+
+        let config = load_config(&world, api)?;
+        let debug = config.u64("debug");
+        let started = Instant::now();
+
+        let registry = Registry::load(&config.search_path());
+        let findings = check_plugins(&config, &registry);
+        if !findings.errors.is_empty() {
+            return Err(ScrError::Config(ConfigErrors(findings.errors)));
+        }
+
+        // node names: the testing override, else the host name
+        let node_names = config.str("node_names");
+        let simulated = !node_names.is_empty();
+        let node = if simulated {
+            let names: Vec<&str> = node_names.split(',').map(str::trim).collect();
+            match names.get(rank as usize) {
+                Some(n) if !n.is_empty() => n.to_string(),
+                _ => {
+                    return Err(ScrError::Usage(format!(
+                        "node_names lists {} node(s) but the job has {size} ranks; give one name per rank",
+                        names.len()
+                    )))
+                }
+            }
+        } else {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "localhost".into())
+        };
+        let nodes: Vec<String> = all_gather_bytes(&world, node.as_bytes())
+            .into_iter()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .collect();
+
+        let user = config.str("user");
+        let job_id = config.str("job_id");
+        let job_dir = PathBuf::from(&user).join(format!("scr.{job_id}"));
+        let cntl_base = PathBuf::from(config.str("cntl_base"));
+        let cntl_dir = node_local(&cntl_base, simulated, &node).join(&job_dir);
+        create_private_dir(&cntl_dir)?;
+        let prefix = PathBuf::from(config.str("prefix"));
+        if rank == 0 {
+            let scr = prefix.join(".scr");
+            std::fs::create_dir_all(&scr).map_err(io_err(&scr))?;
+            // A previous run that ended in finalize left its reason; a new run starting
+            // means that reason no longer holds. Reasons set by `scr halt` stay.
+            let mut halt = Halt::load(&prefix)?;
+            if halt
+                .exit_reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with(FINALIZE_REASON))
+            {
+                halt.exit_reason = None;
+                halt.save(&prefix).map_err(io_err(&Halt::path(&prefix)))?;
+            }
+        }
+
+        let mut rt = Runtime {
+            world,
+            rank,
+            size,
+            node,
+            nodes,
+            simulated,
+            registry,
+            user,
+            job_id,
+            cntl_dir,
+            prefix,
+            debug,
+            reddescs: Vec::new(),
+            filemap: Filemap {
+                rank,
+                datasets: BTreeMap::new(),
+            },
+            next_dataset: 1,
+            next_checkpoint: 1,
+            output: None,
+            restart: None,
+            skipped: Vec::new(),
+            policy: Policy {
+                calls: 0,
+                last_end: Instant::now(),
+                last_cost: 0.0,
+            },
+            halt_reason: None,
+            finalized: false,
+            lost: Vec::new(),
+            config,
+        };
+        rt.create_reddescs()?;
+        rt.write_nodes_file()?;
+        rt.restore_cache()?;
+        rt.world.barrier();
+        rt.info(&format!(
+            "init: {} ranks on {} node(s), {} descriptor(s), restart candidate {:?}, {:.3} s",
+            rt.size,
+            {
+                let mut n = rt.nodes.clone();
+                n.sort();
+                n.dedup();
+                n.len()
+            },
+            rt.reddescs.len(),
+            rt.have_restart(),
+            started.elapsed().as_secs_f64()
+        ));
+        Ok(rt)
+    }
+
+    /// This process's world rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// The effective configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// This process's node name (simulated or real).
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The control directory of this process's node.
+    pub fn control_dir(&self) -> &Path {
+        &self.cntl_dir
+    }
+
+    /// Reports of datasets that init found damaged beyond repair and dropped.
+    pub fn lost_datasets(&self) -> &[String] {
+        &self.lost
+    }
+
+    fn info(&self, msg: &str) {
+        if self.debug >= 1 && self.rank == 0 {
+            eprintln!("scr-rs: {msg}");
+        }
+    }
+
+    fn warn(&self, msg: &str) {
+        if self.rank == 0 {
+            eprintln!("scr-rs: warning: {msg}");
+        }
+    }
+
+    /// All ranks true?
+    fn all_agree(&self, ok: bool) -> bool {
+        let mut out = 0u8;
+        self.world
+            .all_reduce_into(&u8::from(ok), &mut out, SystemOperation::min());
+        out == 1
+    }
+
+    fn store_dir(&self, store: &str) -> PathBuf {
+        let view = self
+            .config
+            .store(store)
+            .map(|s| self.config.store_view(s))
+            .unwrap_or(View::Node);
+        node_local(
+            Path::new(store),
+            self.simulated && view == View::Node,
+            &self.node,
+        )
+        .join(&self.user)
+        .join(format!("scr.{}", self.job_id))
+    }
+
+    fn dataset_dir(&self, store: &str, id: u64) -> PathBuf {
+        self.store_dir(store).join(format!("scr.dataset.{id}"))
+    }
+
+    /// Failure-group value of every rank for group `name`.
+    fn group_values(&self, name: &str) -> Result<Vec<String>> {
+        match name {
+            "NODE" => Ok(self.nodes.clone()),
+            "WORLD" => Ok((0..self.size).map(|r| format!("rank{r}")).collect()),
+            custom => self
+                .nodes
+                .iter()
+                .map(|n| {
+                    self.config
+                        .groups
+                        .iter()
+                        .find(|g| &g.host == n)
+                        .and_then(|g| g.values.get(custom).cloned())
+                        .ok_or_else(|| {
+                            ScrError::Usage(format!(
+                                "node `{n}` has no [[group]] table giving a value for group `{custom}`; add one (host = \"{n}\")"
+                            ))
+                        })
+                })
+                .collect(),
+        }
+    }
+
+    /// Build a set communicator and its host services for `set` (collective over world:
+    /// every rank passes its own set, or `None` to take no part).
+    fn set_host(&self, set: Option<&Set>, groups: &[String]) -> Option<MpiHost> {
+        let color = match set {
+            Some(s) => mpi::topology::Color::with_value(s.id as i32),
+            None => mpi::topology::Color::undefined(),
+        };
+        let key = set
+            .and_then(|s| s.members.iter().position(|&m| m == self.rank))
+            .unwrap_or(0) as i32;
+        let comm = self.world.split_by_color_with_key(color, key)?;
+        let set = set?;
+        Some(MpiHost::new(
+            comm,
+            set.members.clone(),
+            set.members
+                .iter()
+                .map(|&m| groups.get(m as usize).cloned().unwrap_or_default())
+                .collect(),
+            self.rank,
+            self.debug,
+        ))
+    }
+
+    fn create_reddescs(&mut self) -> Result<()> {
+        for i in 0..self.config.checkpoints.len() {
+            let d = self.config.descriptor(i);
+            if !d.checkpoint.enabled {
+                continue;
+            }
+            let groups = self.group_values(&d.group.0)?;
+            let sets = form_sets(&groups, d.set_size() as usize);
+            let mine = sets
+                .iter()
+                .find(|s| s.members.contains(&self.rank))
+                .cloned()
+                .expect("every rank is in a set");
+            let host = self
+                .set_host(Some(&mine), &groups)
+                .expect("a set communicator for a member");
+            let config = d.scheme_config(&self.config, mine.members.len() as u32);
+            let scheme = self.registry.new_scheme(&config)?;
+            let record = DescriptorRecord {
+                index: i,
+                scheme: d.scheme.0.clone(),
+                params: d
+                    .params
+                    .iter()
+                    .map(|(k, v, _)| (k.clone(), v.clone()))
+                    .collect(),
+                group: d.group.0.clone(),
+                store: d.store_path.clone(),
+                set_id: mine.id,
+                members: mine.members.clone(),
+            };
+            self.reddescs.push(RedDesc {
+                index: i,
+                interval: d.checkpoint.interval,
+                record,
+                scheme,
+                host,
+            });
+        }
+        Ok(())
+    }
+
+    /// The nodes file (Files chapter): how many nodes this run uses, written by the
+    /// first rank of each node into its control directory.
+    fn write_nodes_file(&self) -> Result<()> {
+        let first_on_node =
+            self.nodes.iter().position(|n| *n == self.node) == Some(self.rank as usize);
+        if first_on_node {
+            let mut distinct = self.nodes.clone();
+            distinct.sort();
+            distinct.dedup();
+            let path = self.cntl_dir.join("nodes.scr");
+            crate::state::write_state(&path, "nodes", &BTreeMap::from([("NODES", distinct.len())]))
+                .map_err(io_err(&path))?;
+        }
+        Ok(())
+    }
+
+    // ----- output -----
+
+    /// The descriptor for checkpoint id `id`: largest interval dividing it.
+    fn reddesc_for(&self, checkpoint_id: Option<u64>) -> usize {
+        let id = checkpoint_id.unwrap_or(1);
+        self.reddescs
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| id % d.interval == 0)
+            .max_by_key(|(_, d)| d.interval)
+            .map(|(i, _)| i)
+            .expect("validation guarantees an interval-1 descriptor")
+    }
+
+    /// Begin a dataset (collective). Old datasets are evicted from its store first, as
+    /// the store's `count` requires.
+    pub fn start_output(&mut self, name: &str, flags: OutputFlags) -> Result<()> {
+        if self.output.is_some() {
+            return Err(ScrError::Usage(
+                "start_output: a dataset is already being written; call complete_output first"
+                    .into(),
+            ));
+        }
+        if self.restart.is_some() {
+            return Err(ScrError::Usage(
+                "start_output: a restart is in progress; call complete_restart first".into(),
+            ));
+        }
+        if name.is_empty() || name.contains('/') {
+            return Err(ScrError::Usage(format!(
+                "start_output: dataset name `{name}` must be non-empty and contain no `/`"
+            )));
+        }
+        let checkpoint_id = flags.checkpoint.then_some(self.next_checkpoint);
+        let desc = self.reddesc_for(checkpoint_id);
+        let store = self.reddescs[desc].record.store.clone();
+        self.evict(&store, 1)?;
+        let id = self.next_dataset;
+        let dir = self.dataset_dir(&store, id);
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        let record = DatasetRecord {
+            id,
+            name: name.to_string(),
+            checkpoint_id,
+            output: flags.output,
+            complete: false,
+            descriptor: self.reddescs[desc].record.clone(),
+            files: Vec::new(),
+            redundancy: Vec::new(),
+        };
+        self.filemap.datasets.insert(id, record.clone());
+        self.save_filemap()?;
+        self.output = Some(Output {
+            record,
+            desc,
+            started: Instant::now(),
+        });
+        self.info(&format!(
+            "start_output {name}: dataset {id}, checkpoint {checkpoint_id:?}, descriptor {}",
+            self.reddescs[desc].index
+        ));
+        Ok(())
+    }
+
+    /// The prefix-relative form of an application file name, refusing names that leave
+    /// the prefix (and so the dataset directory).
+    fn relative_name(&self, name: &Path) -> Result<PathBuf> {
+        let cwd = std::env::current_dir().map_err(io_err(Path::new(".")))?;
+        let full = lexical_normalize(&cwd.join(name));
+        let prefix = lexical_normalize(&self.prefix);
+        match full.strip_prefix(&prefix) {
+            Ok(rel) if !rel.as_os_str().is_empty() => Ok(rel.to_path_buf()),
+            _ => Err(ScrError::Usage(format!(
+                "route_file: `{}` resolves to {}, outside the prefix directory {}; name files inside the prefix",
+                name.display(),
+                full.display(),
+                prefix.display()
+            ))),
+        }
+    }
+
+    /// Where to write (during output) or read (during restart) file `name` (relative to
+    /// the working directory, or absolute; it must lie inside the prefix). During output
+    /// the file is recorded in the filemap before this returns, and its parent
+    /// directories are created.
+    pub fn route_file(&mut self, name: &Path) -> Result<PathBuf> {
+        let rel = self.relative_name(name)?;
+        let key = rel.to_string_lossy().into_owned();
+        if let Some(out) = &self.output {
+            let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
+            let path = dir.join(&rel);
+            if !self
+                .output
+                .as_ref()
+                .is_some_and(|o| o.record.files.iter().any(|f| f.name == key))
+            {
+                let out = self.output.as_mut().expect("checked");
+                out.record.files.push(FileRecord {
+                    name: key.clone(),
+                    ..FileRecord::default()
+                });
+                let record = out.record.clone();
+                self.filemap.datasets.insert(record.id, record);
+                self.save_filemap()?;
+            }
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+            }
+            return Ok(path);
+        }
+        if let Some(id) = self.restart {
+            let rec = &self.filemap.datasets[&id];
+            if rec.files.iter().any(|f| f.name == key) {
+                return Ok(self.dataset_dir(&rec.descriptor.store, id).join(&rel));
+            }
+            return Err(ScrError::Usage(format!(
+                "route_file: `{}` is not a file of checkpoint {} on rank {}",
+                name.display(),
+                rec.name,
+                self.rank
+            )));
+        }
+        Err(ScrError::Usage(
+            "route_file: call start_output or start_restart first".into(),
+        ))
+    }
+
+    /// Finish the dataset (collective): it is kept only if every rank says `valid`, its
+    /// files exist, and the redundancy scheme applied everywhere; otherwise it is deleted
+    /// on every rank. Returns whether it was kept.
+    pub fn complete_output(&mut self, valid: bool) -> Result<bool> {
+        let Some(mut out) = self.output.take() else {
+            return Err(ScrError::Usage(
+                "complete_output: no dataset is being written; call start_output first".into(),
+            ));
+        };
+        let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
+        let crc = self.config.bool("crc_on_copy");
+        let buf = self.config.u64("file_buf_size").max(4096) as usize;
+        let mut local_ok = valid;
+        let mut problem = None;
+        if valid {
+            for f in &mut out.record.files {
+                match cache::stat_file(&dir.join(&f.name), crc, buf) {
+                    Ok(meta) => {
+                        f.size = meta.size;
+                        f.mode = meta.mode;
+                        f.mtime = meta.mtime;
+                        f.crc32 = meta.crc32;
+                    }
+                    Err(e) => {
+                        problem = Some(format!("rank {}: {}: {e}", self.rank, f.name));
+                        local_ok = false;
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(p) = &problem {
+            eprintln!("scr-rs: {p}");
+        }
+        let all_valid = self.all_agree(local_ok);
+        let mut applied = false;
+        let mut apply_error = None;
+        if all_valid {
+            let rd = &self.reddescs[out.desc];
+            let ds = cache::dataset_files(&out.record, &dir);
+            match rd
+                .scheme
+                .raw()
+                .apply(scr_plugin::host_ref(&rd.host), &ds)
+                .into_result()
+            {
+                Ok(red) => {
+                    out.record.redundancy = red
+                        .into_iter()
+                        .map(|p| {
+                            let p = PathBuf::from(p.as_str());
+                            p.strip_prefix(&dir)
+                                .map(Path::to_path_buf)
+                                .unwrap_or(p)
+                                .to_string_lossy()
+                                .into_owned()
+                        })
+                        .collect();
+                    applied = true;
+                }
+                Err(e) => apply_error = Some(rd.scheme.error("apply", e).to_string()),
+            }
+        }
+        let kept = self.all_agree(applied);
+        if kept {
+            out.record.complete = true;
+            let id = out.record.id;
+            self.filemap.datasets.insert(id, out.record.clone());
+            self.save_filemap()?;
+            self.next_dataset = id + 1;
+            if let Some(c) = out.record.checkpoint_id {
+                self.next_checkpoint = c + 1;
+                self.checkpoint_done(out.started)?;
+            }
+            let store = out.record.descriptor.store.clone();
+            self.evict(&store, 0)?;
+            self.info(&format!(
+                "complete_output {}: kept, {:.3} s",
+                out.record.name,
+                out.started.elapsed().as_secs_f64()
+            ));
+        } else {
+            self.delete_dataset(&out.record)?;
+            self.next_dataset = out.record.id + 1;
+            if let Some(e) = apply_error {
+                return Err(ScrError::Collective(format!(
+                    "complete_output {}: redundancy could not be applied, dataset discarded: {e}",
+                    out.record.name
+                )));
+            }
+            if all_valid {
+                return Err(ScrError::Collective(format!(
+                    "complete_output {}: redundancy failed on another rank, dataset discarded",
+                    out.record.name
+                )));
+            }
+            self.info(&format!(
+                "complete_output {}: a rank said invalid, dataset discarded",
+                out.record.name
+            ));
+        }
+        Ok(kept)
+    }
+
+    fn checkpoint_done(&mut self, started: Instant) -> Result<()> {
+        self.policy.last_cost = started.elapsed().as_secs_f64();
+        self.policy.last_end = Instant::now();
+        if self.rank == 0 {
+            let mut halt = Halt::load(&self.prefix)?;
+            if let Some(n) = halt.checkpoints_left.as_mut() {
+                *n -= 1;
+                halt.save(&self.prefix)
+                    .map_err(io_err(&Halt::path(&self.prefix)))?;
+            }
+        }
+        Ok(())
+    }
+
+    // ----- restart -----
+
+    /// The newest complete checkpoint this run can restart from, if any.
+    pub fn have_restart(&self) -> Option<String> {
+        self.restart_candidate()
+            .map(|id| self.filemap.datasets[&id].name.clone())
+    }
+
+    fn restart_candidate(&self) -> Option<u64> {
+        self.filemap
+            .datasets
+            .values()
+            .filter(|d| d.complete && d.checkpoint_id.is_some() && !self.skipped.contains(&d.id))
+            .max_by_key(|d| d.checkpoint_id)
+            .map(|d| d.id)
+    }
+
+    /// Begin reading the restart checkpoint; returns its name.
+    pub fn start_restart(&mut self) -> Result<String> {
+        if self.output.is_some() || self.restart.is_some() {
+            return Err(ScrError::Usage(
+                "start_restart: another output or restart is in progress".into(),
+            ));
+        }
+        let id = self.restart_candidate().ok_or_else(|| {
+            ScrError::Usage(
+                "start_restart: no checkpoint to restart from (have_restart said none)".into(),
+            )
+        })?;
+        self.restart = Some(id);
+        Ok(self.filemap.datasets[&id].name.clone())
+    }
+
+    /// Finish reading (collective). If any rank says `!valid`, this checkpoint is passed
+    /// over and `have_restart` offers the next older one. Returns whether all were valid.
+    pub fn complete_restart(&mut self, valid: bool) -> Result<bool> {
+        let Some(id) = self.restart.take() else {
+            return Err(ScrError::Usage(
+                "complete_restart: no restart in progress; call start_restart first".into(),
+            ));
+        };
+        let ok = self.all_agree(valid);
+        if !ok {
+            self.skipped.push(id);
+            self.warn(&format!(
+                "restart from {} reported invalid; falling back to an older checkpoint",
+                self.filemap.datasets[&id].name
+            ));
+        }
+        Ok(ok)
+    }
+
+    /// Make the named checkpoint the restart candidate, passing over newer ones.
+    pub fn current(&mut self, name: &str) -> Result<()> {
+        let id = self.id_of(name)?;
+        let newer: Vec<u64> = self
+            .filemap
+            .datasets
+            .values()
+            .filter(|d| d.id > id)
+            .map(|d| d.id)
+            .collect();
+        self.skipped.extend(newer);
+        self.skipped.retain(|&s| s != id);
+        Ok(())
+    }
+
+    /// Forget the named dataset as a restart candidate (its files stay until evicted).
+    pub fn drop_dataset(&mut self, name: &str) -> Result<()> {
+        let id = self.id_of(name)?;
+        self.skipped.push(id);
+        Ok(())
+    }
+
+    /// Delete the named dataset from cache (collective).
+    pub fn delete(&mut self, name: &str) -> Result<()> {
+        let id = self.id_of(name)?;
+        let rec = self.filemap.datasets[&id].clone();
+        self.delete_dataset(&rec)
+    }
+
+    fn id_of(&self, name: &str) -> Result<u64> {
+        self.filemap
+            .datasets
+            .values()
+            .find(|d| d.name == name)
+            .map(|d| d.id)
+            .ok_or_else(|| ScrError::Usage(format!("no dataset named `{name}` in cache")))
+    }
+
+    // ----- policy -----
+
+    /// Whether the application should checkpoint now (collective; decided on rank 0):
+    /// every `checkpoint_interval` calls, after `checkpoint_seconds`, while checkpoint
+    /// time stays under `checkpoint_overhead` percent, or when a halt condition holds.
+    /// With none of these set, always.
+    pub fn need_checkpoint(&mut self) -> Result<bool> {
+        self.policy.calls += 1;
+        let mut decision = [0u8];
+        if self.rank == 0 {
+            let interval = self.config.u64("checkpoint_interval");
+            let seconds = self.config.u64("checkpoint_seconds");
+            let overhead = match &self.config.setting("checkpoint_overhead").value {
+                Some(crate::config::keys::Value::Float(x)) => *x,
+                _ => 0.0,
+            };
+            let since = self.policy.last_end.elapsed().as_secs_f64();
+            let need = if interval == 0 && seconds == 0 && overhead == 0.0 {
+                true
+            } else {
+                (interval > 0 && self.policy.calls % interval == 0)
+                    || (seconds > 0 && since >= seconds as f64)
+                    || (overhead > 0.0 && self.policy.last_cost <= since * overhead / 100.0)
+            };
+            decision[0] = u8::from(need || self.halt_check().is_some());
+        }
+        self.world
+            .process_at_rank(0)
+            .broadcast_into(&mut decision[..]);
+        Ok(decision[0] == 1)
+    }
+
+    /// Rank 0's view of the halt conditions.
+    fn halt_check(&self) -> Option<String> {
+        let halt = Halt::load(&self.prefix).unwrap_or_else(|e| {
+            eprintln!("scr-rs: warning: {e}; ignoring the halt file");
+            Halt::default()
+        });
+        halt.reason(now_secs(), self.config.u64("halt_seconds") as i64)
+    }
+
+    /// Whether the run should stop now (collective; a halt condition holds). The reason
+    /// is recorded for `finalize`.
+    pub fn should_exit(&mut self) -> Result<bool> {
+        let reason = if self.rank == 0 {
+            self.halt_check()
+        } else {
+            None
+        };
+        let text = broadcast_bytes(&self.world, reason.unwrap_or_default().as_bytes());
+        let reason = String::from_utf8_lossy(&text).into_owned();
+        if reason.is_empty() {
+            Ok(false)
+        } else {
+            self.info(&format!("should_exit: {reason}"));
+            self.halt_reason = Some(reason);
+            Ok(true)
+        }
+    }
+
+    /// End the run (collective): records the exit reason in the halt file.
+    pub fn finalize(&mut self) -> Result<()> {
+        if self.finalized {
+            return Ok(());
+        }
+        self.finalized = true;
+        if self.output.is_some() {
+            self.warn("finalize: a dataset was still being written; it is discarded");
+            self.complete_output(false)?;
+        }
+        self.world.barrier();
+        if self.rank == 0 {
+            let mut halt = Halt::load(&self.prefix)?;
+            halt.exit_reason = Some(
+                self.halt_reason
+                    .clone()
+                    .map(|r| format!("{FINALIZE_REASON} ({r})"))
+                    .unwrap_or_else(|| FINALIZE_REASON.into()),
+            );
+            halt.save(&self.prefix)
+                .map_err(io_err(&Halt::path(&self.prefix)))?;
+        }
+        Ok(())
+    }
+
+    fn save_filemap(&self) -> Result<()> {
+        self.filemap
+            .save(&self.cntl_dir)
+            .map_err(io_err(&self.cntl_dir.join(Filemap::file_name(self.rank))))
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        // Finalizing is collective; an implicit finalize during a panic could hang, so a
+        // runtime dropped without `finalize` only says so.
+        if !self.finalized && !std::thread::panicking() {
+            eprintln!("scr-rs[{}]: runtime dropped without finalize", self.rank);
+        }
+    }
+}
+
+/// `<base>/<node>` when nodes are simulated, else `<base>`.
+fn node_local(base: &Path, simulated: bool, node: &str) -> PathBuf {
+    if simulated {
+        base.join(node)
+    } else {
+        base.to_path_buf()
+    }
+}
+
+fn create_private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io_err(dir))
+}
+
+fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Resolve `.` and `..` without touching the file system (the file may not exist yet).
+fn lexical_normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Rank 0 reads the configuration files and broadcasts their contents; every rank then
+/// loads from that snapshot (with its own environment), so only one process touches the
+/// file system and all see the same files.
+fn load_config(world: &SimpleCommunicator, api: Vec<(usize, String)>) -> Result<Config> {
+    let mut loader = Loader::from_process();
+    loader.api = api;
+    let snapshot = if world.rank() == 0 {
+        let _ = loader.load();
+        serde_json::to_vec(&loader.seen()).expect("a snapshot serializes")
+    } else {
+        Vec::new()
+    };
+    let bytes = broadcast_bytes(world, &snapshot);
+    let snap: Snapshot = serde_json::from_slice(&bytes).unwrap_or_default();
+    loader.snapshot = Some(snap);
+    loader.load().map_err(ScrError::Config)
+}
+
+/// Rank 0's bytes on every rank.
+fn broadcast_bytes(world: &SimpleCommunicator, mine: &[u8]) -> Vec<u8> {
+    let root = world.process_at_rank(0);
+    let mut len = mine.len() as u64;
+    root.broadcast_into(&mut len);
+    let mut buf = if world.rank() == 0 {
+        mine.to_vec()
+    } else {
+        vec![0u8; len as usize]
+    };
+    if len > 0 {
+        // (an empty Vec's dangling pointer is refused by some MPI builds)
+        root.broadcast_into(&mut buf[..]);
+    }
+    buf
+}
+
+/// Every rank's bytes, in rank order.
+fn all_gather_bytes(world: &SimpleCommunicator, mine: &[u8]) -> Vec<Vec<u8>> {
+    let n = world.size() as usize;
+    let mut lens = vec![0i32; n];
+    world.all_gather_into(&(mine.len() as i32), &mut lens[..]);
+    let displs: Vec<i32> = lens
+        .iter()
+        .scan(0i32, |acc, &l| {
+            let d = *acc;
+            *acc += l;
+            Some(d)
+        })
+        .collect();
+    let total: i32 = lens.iter().sum();
+    if total == 0 {
+        return vec![Vec::new(); n];
+    }
+    let mut all = vec![0u8; total as usize];
+    {
+        let mut part = mpi::datatype::PartitionMut::new(&mut all[..], &lens[..], &displs[..]);
+        world.all_gather_varcount_into(mine, &mut part);
+    }
+    lens.iter()
+        .zip(&displs)
+        .map(|(&l, &d)| all[d as usize..(d + l) as usize].to_vec())
+        .collect()
+}
