@@ -38,6 +38,111 @@ enum Command {
     /// Inspect plugin libraries.
     #[command(subcommand)]
     Plugins(PluginsCommand),
+    /// Set, unset and list the halt conditions of the runs in a prefix directory
+    /// (the halt file PREFIX/.scr/halt.scr). With no option, lists them.
+    Halt(HaltArgs),
+}
+
+#[derive(clap::Args)]
+struct HaltArgs {
+    /// The prefix directory (default: the configuration's `prefix`).
+    #[arg(long, value_name = "DIR")]
+    prefix: Option<PathBuf>,
+    /// Stop after N more checkpoints.
+    #[arg(long, value_name = "N")]
+    checkpoints: Option<i64>,
+    /// Stop once this time has passed: seconds since the epoch, or +SECONDS from now.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    after: Option<i64>,
+    /// Stop --seconds before this time: seconds since the epoch, or +SECONDS from now.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    before: Option<i64>,
+    /// The margin before --before (HaltSeconds).
+    #[arg(long, value_name = "N")]
+    seconds: Option<i64>,
+    /// Stop now, for this reason.
+    #[arg(long, value_name = "TEXT")]
+    reason: Option<String>,
+    /// Remove a condition: checkpoints, after, before, seconds or reason (repeatable).
+    #[arg(long, value_name = "NAME", value_parser = ["checkpoints", "after", "before", "seconds", "reason"])]
+    unset: Vec<String>,
+    /// Remove every condition.
+    #[arg(long)]
+    clear: bool,
+}
+
+fn parse_time(s: &str) -> Result<i64, String> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    match s.strip_prefix('+') {
+        Some(rel) => rel
+            .parse::<i64>()
+            .map(|r| now + r)
+            .map_err(|_| format!("`{s}`: expected +SECONDS")),
+        None => s
+            .parse::<i64>()
+            .map_err(|_| format!("`{s}`: expected seconds since the epoch or +SECONDS")),
+    }
+}
+
+fn halt(cli: &Cli, args: &HaltArgs) -> ExitCode {
+    use scr_host::runtime::Halt;
+    let prefix = match &args.prefix {
+        Some(p) => p.clone(),
+        None => match load(cli, &[]) {
+            Ok(c) => PathBuf::from(c.str("prefix")),
+            Err(e) => return report_errors(&e),
+        },
+    };
+    let mut h = match Halt::load(&prefix) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let changing = args.clear
+        || !args.unset.is_empty()
+        || args.checkpoints.is_some()
+        || args.after.is_some()
+        || args.before.is_some()
+        || args.seconds.is_some()
+        || args.reason.is_some();
+    if args.clear {
+        h = Halt::default();
+    }
+    for u in &args.unset {
+        match u.as_str() {
+            "checkpoints" => h.checkpoints_left = None,
+            "after" => h.exit_after = None,
+            "before" => h.exit_before = None,
+            "seconds" => h.halt_seconds = None,
+            _ => h.exit_reason = None,
+        }
+    }
+    h.checkpoints_left = args.checkpoints.or(h.checkpoints_left);
+    h.exit_after = args.after.or(h.exit_after);
+    h.exit_before = args.before.or(h.exit_before);
+    h.halt_seconds = args.seconds.or(h.halt_seconds);
+    h.exit_reason = args.reason.clone().or(h.exit_reason);
+    if changing {
+        if let Err(e) = h.save(&prefix) {
+            eprintln!("error: {}: {e}", Halt::path(&prefix).display());
+            return ExitCode::from(1);
+        }
+    }
+    let show = |name: &str, v: Option<String>| {
+        println!("{name:<16} {}", v.unwrap_or_else(|| "-".into()));
+    };
+    println!("halt file {}", Halt::path(&prefix).display());
+    show("CheckpointsLeft", h.checkpoints_left.map(|v| v.to_string()));
+    show("ExitAfter", h.exit_after.map(|v| v.to_string()));
+    show("ExitBefore", h.exit_before.map(|v| v.to_string()));
+    show("HaltSeconds", h.halt_seconds.map(|v| v.to_string()));
+    show("ExitReason", h.exit_reason.clone());
+    ExitCode::SUCCESS
 }
 
 #[derive(Subcommand)]
@@ -160,6 +265,7 @@ fn main() -> ExitCode {
             }
             Err(e) => report_errors(&e),
         },
+        Command::Halt(args) => halt(&cli, args),
         Command::Plugins(PluginsCommand::List) => {
             let config = match load(&cli, &[]) {
                 Ok(c) => c,

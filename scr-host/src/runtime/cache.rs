@@ -270,19 +270,11 @@ impl Runtime {
         Ok(())
     }
 
-    /// Delete a dataset's directory on this rank and forget it.
+    /// Delete this rank's files of a dataset (other ranks on the node share the dataset
+    /// directory) and forget it.
     pub(super) fn remove_local(&mut self, rec: &DatasetRecord) -> Result<()> {
         let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(ScrError::Io {
-                    path: dir,
-                    source: e,
-                })
-            }
-        }
+        remove_files(&dir, &file_names(rec))?;
         self.filemap.datasets.remove(&rec.id);
         self.save_filemap()
     }
@@ -400,7 +392,7 @@ impl Runtime {
                     Err(_) => peer.send_with_tag(&u64::MAX, MOVE_TAG),
                 }
             }
-            let _ = std::fs::remove_dir_all(&dir);
+            remove_files(&dir, &file_names(rec))?;
         }
         let file = self.cntl_dir.join(Filemap::file_name(owner));
         std::fs::remove_file(&file).map_err(io_err(&file))
@@ -446,6 +438,28 @@ impl Runtime {
         mine.save(&self.cntl_dir)
             .map_err(io_err(&self.cntl_dir.join(Filemap::file_name(self.rank))))
     }
+}
+
+/// Delete `names` (relative to `dir`), then every directory from their parents up to
+/// `dir` that is left empty. Files already gone are fine.
+fn remove_files(dir: &Path, names: &[PathBuf]) -> Result<()> {
+    for name in names {
+        let path = dir.join(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(ScrError::Io { path, source: e }),
+        }
+        let mut parent = path.parent();
+        while let Some(p) = parent.filter(|p| p.starts_with(dir) && *p != dir) {
+            if std::fs::remove_dir(p).is_err() {
+                break; // not empty: another rank's file still lives here
+            }
+            parent = p.parent();
+        }
+    }
+    let _ = std::fs::remove_dir(dir); // only when empty
+    Ok(())
 }
 
 /// Application and redundancy files of a dataset, relative to its directory.

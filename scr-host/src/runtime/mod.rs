@@ -235,9 +235,12 @@ impl Runtime {
             lost: Vec::new(),
             config,
         };
+        // until init succeeds, dropping the half-built runtime is not a missed finalize
+        rt.finalized = true;
         rt.create_reddescs()?;
         rt.write_nodes_file()?;
         rt.restore_cache()?;
+        rt.finalized = false;
         rt.world.barrier();
         rt.info(&format!(
             "init: {} ranks on {} node(s), {} descriptor(s), restart candidate {:?}, {:.3} s",
@@ -586,7 +589,33 @@ impl Runtime {
         if let Some(p) = &problem {
             eprintln!("scr-rs: {p}");
         }
-        let all_valid = self.all_agree(local_ok);
+        // Two ranks writing one name would overwrite each other (in cache on a shared
+        // node, and in the prefix): refuse the dataset rather than lose one of them.
+        let names: Vec<String> = out.record.files.iter().map(|f| f.name.clone()).collect();
+        let everyone = all_gather_bytes(
+            &self.world,
+            &serde_json::to_vec(&names).expect("names serialize"),
+        );
+        let mut owner: BTreeMap<String, usize> = BTreeMap::new();
+        let mut clash = None;
+        for (r, b) in everyone.iter().enumerate() {
+            for n in serde_json::from_slice::<Vec<String>>(b).unwrap_or_default() {
+                if let Some(first) = owner.insert(n.clone(), r) {
+                    clash.get_or_insert(format!(
+                        "ranks {first} and {r} both routed `{n}`; each rank must write files of its own"
+                    ));
+                }
+            }
+        }
+        let all_valid = self.all_agree(local_ok && clash.is_none());
+        if let Some(c) = clash {
+            self.delete_dataset(&out.record)?;
+            self.next_dataset = out.record.id + 1;
+            return Err(ScrError::Usage(format!(
+                "complete_output {}: {c}; dataset discarded",
+                out.record.name
+            )));
+        }
         let mut applied = false;
         let mut apply_error = None;
         if all_valid {

@@ -1,0 +1,161 @@
+//! Helpers for the end-to-end tests: a "cluster" (a temporary directory holding the
+//! node-local cache and control bases and the prefix) and MPI jobs launched in it on
+//! simulated nodes.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `target/<profile>`, where the workspace's binaries are built.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// A binary of the workspace (build the workspace first: `cargo build --workspace`).
+pub fn binary(name: &str) -> PathBuf {
+    let p = target_dir().join(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: run `cargo build --workspace` first",
+        p.display()
+    );
+    p
+}
+
+/// What a finished job printed.
+#[derive(Debug)]
+pub struct JobOutput {
+    /// Exit code of mpiexec.
+    pub code: i32,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl JobOutput {
+    /// The value after `prefix` on the first line starting with it.
+    pub fn line_after(&self, prefix: &str) -> Option<&str> {
+        self.stdout.lines().find_map(|l| l.strip_prefix(prefix))
+    }
+
+    /// The final-state checksum the heat example prints.
+    pub fn final_state(&self) -> &str {
+        self.line_after("final step ")
+            .unwrap_or_else(|| panic!("no final state line\n{self}"))
+    }
+}
+
+impl std::fmt::Display for JobOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {}\n--- stdout ---\n{}--- stderr ---\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// A temporary "cluster": node-local bases and a prefix, one job id.
+pub struct Cluster {
+    dir: tempfile::TempDir,
+    /// Extra environment for every job.
+    pub env: BTreeMap<String, String>,
+}
+
+impl Default for Cluster {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Cluster {
+    /// An empty cluster.
+    pub fn new() -> Cluster {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        for d in ["cache", "cntl", "prefix"] {
+            std::fs::create_dir(dir.path().join(d)).expect("mkdir");
+        }
+        // SINGLE until the XOR plugin (the default scheme) is implemented
+        let env = BTreeMap::from([("SCR_COPY_TYPE".to_string(), "SINGLE".to_string())]);
+        Cluster { dir, env }
+    }
+
+    /// The prefix directory (the jobs' working directory).
+    pub fn prefix(&self) -> PathBuf {
+        self.dir.path().join("prefix")
+    }
+
+    /// Node `node`'s cache directory for this job.
+    pub fn cache_dir(&self, node: &str) -> PathBuf {
+        self.dir
+            .path()
+            .join("cache")
+            .join(node)
+            .join(USER)
+            .join("scr.e2e")
+    }
+
+    /// "Lose" a node: delete its cache and control directories.
+    pub fn lose_node(&self, node: &str) {
+        for base in ["cache", "cntl"] {
+            let d = self.dir.path().join(base).join(node);
+            std::fs::remove_dir_all(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
+        }
+    }
+
+    /// Set an environment variable for every later job.
+    pub fn set(&mut self, key: &str, value: &str) -> &mut Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Run `program args` under `mpiexec -n <nodes.len()>`, rank r on simulated node
+    /// `nodes[r]`.
+    pub fn run(&self, nodes: &[&str], program: &str, args: &[&str]) -> JobOutput {
+        let mut cmd = Command::new("mpiexec");
+        cmd.arg("-n").arg(nodes.len().to_string());
+        cmd.arg(binary(program)).args(args);
+        cmd.current_dir(self.prefix());
+        for (k, v) in mpi_env() {
+            cmd.env(k, v);
+        }
+        cmd.env("SCR_CACHE_BASE", self.dir.path().join("cache"))
+            .env("SCR_CNTL_BASE", self.dir.path().join("cntl"))
+            .env("SCR_JOB_ID", "e2e")
+            .env("SCR_NODE_NAMES", nodes.join(","))
+            .env("SCR_SYSTEM_CONFIG", "/dev/null")
+            .env_remove("SCR_CONF_FILE");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().expect("mpiexec runs (is OpenMPI installed?)");
+        JobOutput {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// The user name jobs run as (it appears in cache and control directory names).
+const USER: &str = "e2e";
+
+/// The environment that lets OpenMPI run many ranks as root on two cores.
+pub fn mpi_env() -> [(&'static str, &'static str); 8] {
+    [
+        ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
+        ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+        ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
+        ("OMPI_MCA_hwloc_base_binding_policy", "none"),
+        ("OMPI_MCA_pml", "ob1"),
+        ("OMPI_MCA_btl", "self,vader"),
+        ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
+        ("USER", USER),
+    ]
+}

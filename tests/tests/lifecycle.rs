@@ -1,0 +1,327 @@
+//! The checkpoint/restart lifecycle end to end: MPI jobs of the heat example on simulated
+//! nodes, interrupted in various ways and restarted. Every restart is checked against an
+//! uninterrupted run's final state (byte-exact, through its CRC32).
+
+use std::path::Path;
+
+use scr_e2e::{Cluster, JobOutput};
+
+const TWO_NODES: &[&str] = &["n0", "n0", "n1", "n1"];
+const FOUR_NODES: &[&str] = &["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3"];
+
+fn heat(cluster: &Cluster, nodes: &[&str], args: &[&str]) -> JobOutput {
+    cluster.run(nodes, "scr-heat", args)
+}
+
+/// The final state of an uninterrupted run of `steps` steps on `ranks` ranks.
+fn reference(ranks: usize, steps: u64) -> String {
+    let cluster = Cluster::new();
+    let nodes: Vec<&str> = (0..ranks).map(|_| "solo").collect();
+    let out = heat(
+        &cluster,
+        &nodes,
+        &["--steps", &steps.to_string(), "--every", "0"],
+    );
+    assert_eq!(out.code, 0, "{out}");
+    out.final_state().to_string()
+}
+
+/// Dataset directories in a node's cache, sorted.
+fn datasets(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|it| {
+            it.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("scr.dataset."))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn step_in(file: &Path) -> u64 {
+    let b = std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    u64::from_le_bytes(b[..8].try_into().unwrap())
+}
+
+#[test]
+fn checkpoint_then_restart_in_place_resumes_at_the_right_step() {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "SINGLE");
+    let first = heat(
+        &c,
+        TWO_NODES,
+        &["--steps", "20", "--kill-at", "12", "--kill-rank", "1"],
+    );
+    assert_ne!(first.code, 0, "the job was killed\n{first}");
+    assert!(first.stdout.contains("checkpoint ckpt.10: kept"), "{first}");
+    let second = heat(&c, TWO_NODES, &["--steps", "20"]);
+    assert_eq!(second.code, 0, "{second}");
+    assert_eq!(
+        second.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{second}"
+    );
+    assert_eq!(second.final_state(), reference(4, 20));
+}
+
+#[test]
+fn restart_after_ranks_moved_to_other_nodes_redistributes_files() {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "SINGLE");
+    let first = heat(&c, FOUR_NODES, &["--steps", "12"]);
+    assert_eq!(first.code, 0, "{first}");
+    // every rank moves: rank r now runs where rank r+2 ran
+    let moved = ["n1", "n1", "n2", "n2", "n3", "n3", "n0", "n0"];
+    let second = heat(&c, &moved, &["--steps", "20"]);
+    assert_eq!(second.code, 0, "{second}");
+    assert_eq!(
+        second.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{second}"
+    );
+    assert_eq!(second.final_state(), reference(8, 20));
+    // each rank's newest checkpoint file now sits on its new node, and nowhere else
+    for (rank, node) in moved.iter().enumerate() {
+        let here = c.cache_dir(node);
+        let newest = datasets(&here).pop().expect("a dataset on each node");
+        let file = here.join(&newest).join(format!("heat/rank_{rank}.ckpt"));
+        assert_eq!(step_in(&file), 20, "{}", file.display());
+    }
+}
+
+#[test]
+fn single_after_a_node_loss_reports_the_dataset_lost_and_starts_fresh() {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "SINGLE");
+    let first = heat(&c, TWO_NODES, &["--steps", "12"]);
+    assert_eq!(first.code, 0, "{first}");
+    c.lose_node("n1");
+    let second = heat(&c, TWO_NODES, &["--steps", "20"]);
+    assert_eq!(second.code, 0, "{second}");
+    let lost: Vec<&str> = second
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("lost: "))
+        .collect();
+    assert_eq!(lost.len(), 2, "both cached checkpoints are lost\n{second}");
+    for l in &lost {
+        assert!(l.contains("ranks without their files: [2, 3]"), "{l}");
+        assert!(l.contains("SINGLE keeps no redundancy data"), "{l}");
+    }
+    assert!(second.stdout.contains("starting fresh"), "{second}");
+    assert!(
+        !second.stdout.contains("restarted from"),
+        "never half-restored\n{second}"
+    );
+    // nothing of the lost datasets is left on the surviving node
+    let left = datasets(&c.cache_dir("n0"));
+    assert_eq!(
+        left,
+        ["scr.dataset.5", "scr.dataset.6"],
+        "only the new run's checkpoints"
+    );
+    assert_eq!(second.final_state(), reference(4, 20));
+}
+
+#[test]
+fn an_invalid_rank_discards_the_dataset_and_the_previous_one_stays_the_restart_point() {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "SINGLE");
+    let first = heat(
+        &c,
+        TWO_NODES,
+        &[
+            "--steps",
+            "20",
+            "--invalid-at",
+            "15",
+            "--kill-rank",
+            "2",
+            "--kill-at",
+            "17",
+        ],
+    );
+    assert!(
+        first.stdout.contains("checkpoint ckpt.15: discarded"),
+        "{first}"
+    );
+    let second = heat(&c, TWO_NODES, &["--steps", "20"]);
+    assert_eq!(
+        second.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{second}"
+    );
+    assert_eq!(second.final_state(), reference(4, 20));
+}
+
+#[test]
+fn a_rank_killed_before_complete_output_leaves_the_previous_checkpoint() {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "SINGLE");
+    let first = heat(
+        &c,
+        TWO_NODES,
+        &[
+            "--steps",
+            "20",
+            "--kill-before-complete",
+            "15",
+            "--kill-rank",
+            "3",
+        ],
+    );
+    assert_ne!(first.code, 0, "{first}");
+    let second = heat(&c, TWO_NODES, &["--steps", "20"]);
+    assert_eq!(
+        second.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{second}"
+    );
+    assert_eq!(second.final_state(), reference(4, 20));
+}
+
+#[test]
+fn store_count_two_keeps_exactly_the_two_newest_checkpoints() {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "SINGLE").set("SCR_CACHE_SIZE", "2");
+    let out = heat(&c, TWO_NODES, &["--steps", "30"]);
+    assert_eq!(out.code, 0, "{out}");
+    for node in ["n0", "n1"] {
+        let dir = c.cache_dir(node);
+        let held = datasets(&dir);
+        assert_eq!(held.len(), 2, "{node}: {held:?}");
+        let steps: Vec<u64> = held
+            .iter()
+            .map(|d| {
+                let sub = dir.join(d).join("heat");
+                let f = std::fs::read_dir(&sub)
+                    .unwrap()
+                    .next()
+                    .unwrap()
+                    .unwrap()
+                    .path();
+                step_in(&f)
+            })
+            .collect();
+        assert_eq!(steps, [25, 30], "{node}");
+    }
+}
+
+#[test]
+fn need_checkpoint_by_interval() {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "SINGLE")
+        .set("SCR_CHECKPOINT_INTERVAL", "3");
+    let out = heat(&c, TWO_NODES, &["--steps", "10", "--need"]);
+    assert_eq!(out.code, 0, "{out}");
+    let taken: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("checkpoint "))
+        .collect();
+    assert_eq!(
+        taken,
+        [
+            "checkpoint ckpt.3: kept",
+            "checkpoint ckpt.6: kept",
+            "checkpoint ckpt.9: kept"
+        ]
+    );
+}
+
+#[test]
+fn need_checkpoint_by_seconds() {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "SINGLE")
+        .set("SCR_CHECKPOINT_SECONDS", "1");
+    let out = heat(
+        &c,
+        TWO_NODES,
+        &["--steps", "8", "--need", "--sleep-ms", "300"],
+    );
+    assert_eq!(out.code, 0, "{out}");
+    let steps: Vec<u64> = out
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("checkpoint ckpt."))
+        .map(|l| l.split(':').next().unwrap().parse().unwrap())
+        .collect();
+    // 300 ms per step: a second has passed after step 4 at the earliest
+    assert!(!steps.is_empty(), "{out}");
+    assert!(steps[0] >= 4, "{steps:?}");
+    assert!(steps.windows(2).all(|w| w[1] - w[0] >= 4), "{steps:?}");
+}
+
+#[test]
+fn halting_by_checkpoints_left_and_by_exit_before() {
+    let c = Cluster::new();
+    let scr = scr_e2e::binary("scr");
+    let prefix = c.prefix();
+    let halt = |args: &[&str]| {
+        let st = std::process::Command::new(&scr)
+            .arg("halt")
+            .arg("--prefix")
+            .arg(&prefix)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(st.status.success(), "{st:?}");
+    };
+    halt(&["--checkpoints", "2"]);
+    let out = heat(&c, TWO_NODES, &["--steps", "40"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.line_after("halted at step "), Some("10"), "{out}");
+
+    halt(&["--clear", "--before", "+30", "--seconds", "60"]);
+    let out = heat(&c, TWO_NODES, &["--steps", "40"]);
+    assert_eq!(
+        out.line_after("halted at step "),
+        Some("11"),
+        "one step after the restart at 10\n{out}"
+    );
+}
+
+#[test]
+fn route_file_refuses_names_that_escape_the_dataset() {
+    let c = Cluster::new();
+    let out = c.run(TWO_NODES, "scr-probe", &["route-escape"]);
+    assert_eq!(out.code, 0, "{out}");
+    let prefix = c.prefix().display().to_string();
+    for rank in 0..4 {
+        let report = std::fs::read_to_string(c.prefix().join(format!("probe_{rank}.txt")))
+            .unwrap_or_else(|e| panic!("rank {rank} wrote no report: {e}\n{out}"));
+        for name in ["../outside.dat", "/etc/passwd", "a/../../b"] {
+            let line = report
+                .lines()
+                .find(|l| l.starts_with(&format!("{name}:")))
+                .unwrap_or_else(|| panic!("rank {rank}: no line for {name}\n{report}"));
+            assert!(
+                line.contains(&format!(
+                    "outside the prefix directory {prefix}; name files inside the prefix"
+                )),
+                "{line}"
+            );
+        }
+        assert!(report.contains("kept true"), "{report}");
+    }
+}
+
+#[test]
+fn two_ranks_routing_one_name_is_refused_not_silently_overwritten() {
+    let c = Cluster::new();
+    let out = c.run(TWO_NODES, "scr-probe", &["same-name"]);
+    assert_eq!(out.code, 0, "{out}");
+    for rank in 0..4 {
+        let report = std::fs::read_to_string(c.prefix().join(format!("probe_{rank}.txt")))
+            .unwrap_or_else(|e| panic!("rank {rank} wrote no report: {e}\n{out}"));
+        assert!(
+            report.contains(
+                "error: complete_output clash: ranks 0 and 1 both routed `shared.dat`; each rank must write files of its own; dataset discarded"
+            ),
+            "{report}"
+        );
+        assert!(report.contains("restart candidate None"), "{report}");
+    }
+}
