@@ -145,6 +145,17 @@ impl Scr {
         )
     }
 
+    /// SCR's legacy form: begin a checkpoint named `ckpt.<checkpoint id>`; returns the
+    /// name. Finish it with [`Scr::complete_checkpoint`].
+    pub fn start_checkpoint(&mut self) -> Result<String> {
+        self.rt.start_checkpoint()
+    }
+
+    /// SCR's legacy form of [`Scr::complete_output`].
+    pub fn complete_checkpoint(&mut self, valid: bool) -> Result<bool> {
+        self.rt.complete_output(valid)
+    }
+
     /// Where to write (during output) or read (during restart) the file `name`, which
     /// must lie inside the prefix directory (relative names are relative to the working
     /// directory).

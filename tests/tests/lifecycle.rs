@@ -325,3 +325,29 @@ fn two_ranks_routing_one_name_is_refused_not_silently_overwritten() {
         assert!(report.contains("restart candidate None"), "{report}");
     }
 }
+
+#[test]
+fn api_misuse_gets_clear_errors_and_the_legacy_forms_work() {
+    let c = Cluster::new();
+    let out = c.run(TWO_NODES, "scr-probe", &["misuse"]);
+    assert_eq!(out.code, 0, "{out}");
+    let report = std::fs::read_to_string(c.prefix().join("probe_2.txt")).expect("report");
+    let expected = [
+        "route before start: route_file: call start_output or start_restart first",
+        "complete before start: complete_output: no dataset is being written; call start_output first",
+        "restart without candidate: start_restart: no checkpoint to restart from (have_restart said none)",
+        "legacy start: ok ckpt.1",
+        "start twice: start_output: a dataset is already being written; call complete_output first",
+        "legacy complete: ok true",
+        "candidate: ok Some(\"ckpt.1\")",
+        "delete: ok ",
+        "candidate after delete: ok None",
+        "delete unknown: no dataset named `nope` in cache",
+    ];
+    let lines: Vec<&str> = report.lines().collect();
+    assert_eq!(lines, expected);
+    assert!(
+        datasets(&c.cache_dir("n1")).is_empty(),
+        "deleted from cache"
+    );
+}

@@ -242,6 +242,18 @@ impl Runtime {
         rt.restore_cache()?;
         rt.finalized = false;
         rt.world.barrier();
+        for rd in &rt.reddescs {
+            rt.info(&format!(
+                "descriptor {}: interval {}, scheme {}, store {}, group {}, this rank in set {} of {} member(s)",
+                rd.index,
+                rd.interval,
+                rd.record.scheme,
+                rd.record.store,
+                rd.record.group,
+                rd.record.set_id,
+                rd.record.members.len()
+            ));
+        }
         rt.info(&format!(
             "init: {} ranks on {} node(s), {} descriptor(s), restart candidate {:?}, {:.3} s",
             rt.size,
@@ -466,6 +478,7 @@ impl Runtime {
         let store = self.reddescs[desc].record.store.clone();
         self.evict(&store, 1)?;
         let id = self.next_dataset;
+        create_private_dir(&self.store_dir(&store))?;
         let dir = self.dataset_dir(&store, id);
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         let record = DatasetRecord {
@@ -490,6 +503,19 @@ impl Runtime {
             self.reddescs[desc].index
         ));
         Ok(())
+    }
+
+    /// SCR's legacy `SCR_Start_checkpoint`: a checkpoint named `ckpt.<checkpoint id>`.
+    pub fn start_checkpoint(&mut self) -> Result<String> {
+        let name = format!("ckpt.{}", self.next_checkpoint);
+        self.start_output(
+            &name,
+            OutputFlags {
+                checkpoint: true,
+                output: false,
+            },
+        )?;
+        Ok(name)
     }
 
     /// The prefix-relative form of an application file name, refusing names that leave

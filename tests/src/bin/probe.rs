@@ -43,6 +43,44 @@ fn main() {
             }
             say(format!("restart candidate {:?}", scr.have_restart()));
         }
+        "misuse" => {
+            let r = world.rank();
+            let show = |what: &str, e: Result<String, scr_api::ScrError>| match e {
+                Ok(v) => format!("{what}: ok {v}"),
+                Err(e) => format!("{what}: {e}"),
+            };
+            say(show(
+                "route before start",
+                scr.route_file("x").map(|p| p.display().to_string()),
+            ));
+            say(show(
+                "complete before start",
+                scr.complete_output(true).map(|k| k.to_string()),
+            ));
+            say(show("restart without candidate", scr.start_restart()));
+            say(show("legacy start", scr.start_checkpoint()));
+            say(show(
+                "start twice",
+                scr.start_output("again", Flags::CHECKPOINT)
+                    .map(|_| String::new()),
+            ));
+            let p = scr.route_file(format!("legacy_{r}.dat")).expect("route");
+            std::fs::write(&p, b"legacy").expect("write");
+            say(show(
+                "legacy complete",
+                scr.complete_checkpoint(true).map(|k| k.to_string()),
+            ));
+            say(show("candidate", Ok(format!("{:?}", scr.have_restart()))));
+            say(show("delete", scr.delete("ckpt.1").map(|_| String::new())));
+            say(show(
+                "candidate after delete",
+                Ok(format!("{:?}", scr.have_restart())),
+            ));
+            say(show(
+                "delete unknown",
+                scr.delete("nope").map(|_| String::new()),
+            ));
+        }
         other => panic!("unknown probe mode `{other}`"),
     }
     scr.finalize().expect("finalize");
