@@ -641,3 +641,45 @@ fn show_output_escapes_keys_and_strings_as_toml() {
         run.stdout
     );
 }
+
+#[test]
+fn halt_sets_unsets_and_lists_conditions() {
+    let sb = Sandbox::new();
+    let prefix = sb.path().display().to_string();
+    let run = sb.run(
+        &[
+            "halt",
+            "--prefix",
+            &prefix,
+            "--checkpoints",
+            "3",
+            "--after",
+            "1700000000",
+            "--reason",
+            "maintenance",
+        ],
+        &[],
+    );
+    run.expect_code(0)
+        .expect_stdout("CheckpointsLeft  3")
+        .expect_stdout("ExitAfter        1700000000")
+        .expect_stdout("ExitReason       maintenance");
+    let run = sb.run(
+        &[
+            "halt", "--prefix", &prefix, "--unset", "reason", "--unset", "after",
+        ],
+        &[],
+    );
+    run.expect_code(0)
+        .expect_stdout("CheckpointsLeft  3")
+        .expect_stdout("ExitAfter        -")
+        .expect_stdout("ExitReason       -");
+    let run = sb.run(&["halt", "--prefix", &prefix], &[]);
+    run.expect_code(0).expect_stdout("CheckpointsLeft  3");
+    let run = sb.run(&["halt", "--prefix", &prefix, "--clear"], &[]);
+    run.expect_code(0).expect_stdout("CheckpointsLeft  -");
+    sb.run(&["halt", "--prefix", &prefix, "--unset", "bogus"], &[])
+        .expect_code(2);
+    sb.run(&["halt", "--prefix", &prefix, "--after", "soon"], &[])
+        .expect_code(2);
+}

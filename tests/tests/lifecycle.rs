@@ -273,6 +273,12 @@ fn halting_by_checkpoints_left_and_by_exit_before() {
     let out = heat(&c, TWO_NODES, &["--steps", "40"]);
     assert_eq!(out.code, 0, "{out}");
     assert_eq!(out.line_after("halted at step "), Some("10"), "{out}");
+    // finalize recorded why the run ended
+    let h = std::fs::read_to_string(prefix.join(".scr/halt.scr")).unwrap();
+    assert!(
+        h.contains("\"exit_reason\": \"SCR_FINALIZE_CALLED (no checkpoints left)\""),
+        "{h}"
+    );
 
     halt(&["--clear", "--before", "+30", "--seconds", "60"]);
     let out = heat(&c, TWO_NODES, &["--steps", "40"]);
@@ -350,4 +356,33 @@ fn api_misuse_gets_clear_errors_and_the_legacy_forms_work() {
         datasets(&c.cache_dir("n1")).is_empty(),
         "deleted from cache"
     );
+}
+
+#[test]
+fn a_checkpoint_one_rank_cannot_read_falls_back_to_the_previous_one() {
+    let c = Cluster::new();
+    let first = heat(&c, TWO_NODES, &["--steps", "12"]);
+    assert_eq!(first.code, 0, "{first}");
+    // damage rank 2's copy of ckpt.10 without changing its size
+    let dir = c.cache_dir("n1");
+    let newest = datasets(&dir).pop().unwrap();
+    let file = dir.join(newest).join("heat/rank_2.ckpt");
+    assert_eq!(step_in(&file), 10);
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[..8].copy_from_slice(&999u64.to_le_bytes());
+    std::fs::write(&file, &bytes).unwrap();
+    let second = heat(&c, TWO_NODES, &["--steps", "20"]);
+    assert_eq!(second.code, 0, "{second}");
+    assert_eq!(
+        second.line_after("restarted from "),
+        Some("ckpt.5 at step 5"),
+        "{second}"
+    );
+    assert!(
+        second
+            .stderr
+            .contains("scr-heat[2]: ckpt.10 is unreadable here"),
+        "{second}"
+    );
+    assert_eq!(second.final_state(), reference(4, 20));
 }

@@ -129,7 +129,15 @@ fn run(
     while let Some(name) = scr.have_restart() {
         scr.start_restart()?;
         let path = scr.route_file(file_name(rank))?;
-        let loaded = std::fs::read(&path).ok().and_then(|b| decode(&b, n));
+        // a checkpoint is valid only if it holds the step its name says
+        let named_step: Option<u64> = name.strip_prefix("ckpt.").and_then(|s| s.parse().ok());
+        let loaded = std::fs::read(&path)
+            .ok()
+            .and_then(|b| decode(&b, n))
+            .filter(|(s, _)| Some(*s) == named_step);
+        if loaded.is_none() {
+            eprintln!("scr-heat[{rank}]: {name} is unreadable here; asking for an older one");
+        }
         if scr.complete_restart(loaded.is_some())? {
             let (s, data) = loaded.expect("valid on this rank");
             step = s;
