@@ -138,6 +138,8 @@ fn run(args: &Args, params: &[Param], report: &mut Report) {
             params: params.to_vec().into(),
             settings: Default::default(),
             members: args.set_size,
+            member: 0,
+            world_rank: 0,
         };
         let created = registry.new_scheme(&config);
         let case = format!("scheme {name}: instance for a set of {}", args.set_size);

@@ -120,7 +120,15 @@ impl Config {
 
 impl Descriptor<'_> {
     /// The scheme configuration handed to the plugin, for a set of `members`.
-    pub fn scheme_config(&self, config: &Config, members: u32) -> SchemeConfig {
+    /// `member` and `world_rank` place this process in its set (0 when checking a
+    /// configuration outside a job).
+    pub fn scheme_config(
+        &self,
+        config: &Config,
+        members: u32,
+        member: u32,
+        world_rank: u32,
+    ) -> SchemeConfig {
         SchemeConfig {
             scheme: self.scheme.0.as_str().into(),
             params: self
@@ -133,6 +141,8 @@ impl Descriptor<'_> {
                 .collect(),
             settings: config.plugin_settings(&self.scheme.0).into(),
             members,
+            member,
+            world_rank,
         }
     }
 
@@ -168,7 +178,7 @@ pub fn check_plugins(config: &Config, registry: &Registry) -> PluginFindings {
         if !d.checkpoint.enabled {
             continue;
         }
-        match registry.new_scheme(&d.scheme_config(config, d.set_size())) {
+        match registry.new_scheme(&d.scheme_config(config, d.set_size(), 0, 0)) {
             Ok(_) => {}
             Err(RegistryError::Plugin { file, error, .. })
                 if error.code == ErrorCode::NOT_IMPLEMENTED =>
@@ -277,7 +287,7 @@ pub fn explain_checkpoint(config: &Config, registry: &Registry, id: u64) -> Stri
                 lib.version,
                 lib.origin
             );
-            match registry.new_scheme(&d.scheme_config(config, d.set_size())) {
+            match registry.new_scheme(&d.scheme_config(config, d.set_size(), 0, 0)) {
                 Ok(s) => match s.describe() {
                     Ok(desc) => {
                         let _ = writeln!(

@@ -188,6 +188,8 @@ fn probe_config(config: Option<&Config>, name: &str) -> SchemeConfig {
             .unwrap_or_default()
             .into(),
         members,
+        member: 0,
+        world_rank: 0,
     }
 }
 

@@ -40,6 +40,8 @@ fn scheme_config(name: &str) -> SchemeConfig {
         params: Default::default(),
         settings: Default::default(),
         members: 4,
+        member: 0,
+        world_rank: 0,
     }
 }
 

@@ -55,6 +55,11 @@ pub struct SchemeConfig {
     /// The number of members of this redundancy set. At `scr config check` time, when no
     /// job exists, this is the configured `set_size`.
     pub members: u32,
+    /// This process's member index in the set (0 at check time).
+    pub member: u32,
+    /// This process's `MPI_COMM_WORLD` rank (0 at check time); with `member`, what makes
+    /// a redundancy file name unique on a node shared by several ranks.
+    pub world_rank: u32,
 }
 
 /// What the host needs to know about a scheme instance.

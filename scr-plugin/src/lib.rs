@@ -18,6 +18,9 @@
 //!   (the plugin never links MPI), logging and cancellation.
 //! - [`inproc`]: an in-process host (threads as members) for unit-testing algorithms.
 //! - [`Params`]: typed access to descriptor parameters and plugin settings.
+//! - Helpers shared by the shipped schemes: [`lofi`] (a member's files as one
+//!   zero-padded logical file), [`redfile`] (redundancy files with a checksummed header)
+//!   and [`collect`] (flags and variable-length exchanges over the host services).
 //!
 //! Every exported entry point runs under [`guard`], so a panic inside a plugin comes
 //! back to the host as a [`PluginError`] with code [`ErrorCode::PANIC`] naming the plugin
@@ -63,7 +66,8 @@
 //! // Drive it through the same FFI shims the host uses, on four in-process members.
 //! let root = root_module::<Lib>();
 //! let config = SchemeConfig { scheme: "nothing".into(), params: Default::default(),
-//!                             settings: Default::default(), members: 4 };
+//!                             settings: Default::default(), members: 4, member: 0,
+//!                             world_rank: 0 };
 //! let scheme = (root.new_scheme())(&config).into_result()?;
 //! let lost = inproc::run(&["n0", "n0", "n1", "n1"], |host| {
 //!     let req = RecoverRequest { dataset_id: 1, dir: "/tmp".into(),
@@ -78,11 +82,14 @@
 #![allow(non_local_definitions)] // emitted by #[sabi_trait] on recent compilers
 
 pub mod abi;
+pub mod collect;
 mod error;
 mod host;
 pub mod inproc;
+pub mod lofi;
 mod params;
 mod plugin;
+pub mod redfile;
 
 pub use abi::{
     DatasetFiles, FfiScheme, FfiTransfer, FileMeta, FileResult, HostRef, HostServices, LibraryInfo,

@@ -217,6 +217,8 @@ mod tests {
             .into(),
             settings: Default::default(),
             members: 1,
+            member: 0,
+            world_rank: 0,
         };
         let e = Single::new_scheme(&config).err().unwrap();
         assert!(e.message().contains("unknown parameter `replcas`"), "{e}");

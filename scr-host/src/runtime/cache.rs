@@ -180,6 +180,13 @@ impl Runtime {
                     .collect(),
                 settings: self.config.plugin_settings(&t.descriptor.scheme).into(),
                 members: t.descriptor.members.len() as u32,
+                member: t
+                    .descriptor
+                    .members
+                    .iter()
+                    .position(|&m| m == self.rank)
+                    .unwrap_or(0) as u32,
+                world_rank: self.rank,
             })
         });
         let ready = matches!((&host, &scheme), (Some(_), Some(Ok(_))));
@@ -244,6 +251,22 @@ impl Runtime {
                     })
                     .collect();
                 rec.complete = true;
+                // this rank's redundancy files, as the scheme names them
+                if let Some(Ok(scheme)) = &scheme {
+                    let ds = dataset_files(&rec, &dir);
+                    if let Ok(red) = scheme.raw().redundancy_files(&ds).into_result() {
+                        rec.redundancy = red
+                            .iter()
+                            .map(|p| {
+                                let p = Path::new(p.as_str());
+                                p.strip_prefix(&dir)
+                                    .unwrap_or(p)
+                                    .to_string_lossy()
+                                    .into_owned()
+                            })
+                            .collect();
+                    }
+                }
                 self.filemap.datasets.insert(id, rec);
                 self.save_filemap()?;
             }

@@ -398,7 +398,13 @@ impl Runtime {
             let host = self
                 .set_host(Some(&mine), &groups)
                 .expect("a set communicator for a member");
-            let config = d.scheme_config(&self.config, mine.members.len() as u32);
+            let member = mine
+                .members
+                .iter()
+                .position(|&m| m == self.rank)
+                .expect("a member of its own set") as u32;
+            let config =
+                d.scheme_config(&self.config, mine.members.len() as u32, member, self.rank);
             let scheme = self.registry.new_scheme(&config)?;
             let record = DescriptorRecord {
                 index: i,

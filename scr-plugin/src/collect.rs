@@ -1,0 +1,84 @@
+//! Small collective helpers built on the host services.
+
+use crate::abi::ReduceOp;
+use crate::error::PluginResult;
+use crate::host::Host;
+
+/// Every member's `flag`, indexed by member (one all-reduce per 64 members).
+pub fn gather_flags(host: &Host<'_>, flag: bool) -> PluginResult<Vec<bool>> {
+    let n = host.size() as usize;
+    let me = host.rank() as usize;
+    let mut out = Vec::with_capacity(n);
+    for word in 0..n.div_ceil(64) {
+        let mine = if flag && me / 64 == word {
+            1u64 << (me % 64)
+        } else {
+            0
+        };
+        let bits = host.all_reduce(mine, ReduceOp::Sum)?;
+        for b in 0..64.min(n - word * 64) {
+            out.push(bits & (1 << b) != 0);
+        }
+    }
+    Ok(out)
+}
+
+/// Send a byte string of any length to `dest` (length first).
+pub fn send_bytes(host: &Host<'_>, dest: u32, tag: u32, data: &[u8]) -> PluginResult<()> {
+    host.send(dest, tag, &(data.len() as u64).to_le_bytes())?;
+    host.send(dest, tag, data)
+}
+
+/// Receive a byte string sent with [`send_bytes`].
+pub fn recv_bytes(host: &Host<'_>, src: u32, tag: u32) -> PluginResult<Vec<u8>> {
+    let mut len = [0u8; 8];
+    host.recv(src, tag, &mut len)?;
+    let mut buf = vec![0u8; u64::from_le_bytes(len) as usize];
+    host.recv(src, tag, &mut buf)?;
+    Ok(buf)
+}
+
+/// Exchange byte strings of any length: send `data` to `dest`, receive from `src`.
+pub fn sendrecv_bytes(
+    host: &Host<'_>,
+    dest: u32,
+    data: &[u8],
+    src: u32,
+    tag: u32,
+) -> PluginResult<Vec<u8>> {
+    let mut len = [0u8; 8];
+    host.sendrecv(dest, &(data.len() as u64).to_le_bytes(), src, &mut len, tag)?;
+    let mut buf = vec![0u8; u64::from_le_bytes(len) as usize];
+    host.sendrecv(dest, data, src, &mut buf, tag)?;
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inproc;
+
+    #[test]
+    fn flags_and_variable_length_exchanges() {
+        let groups: Vec<String> = (0..70).map(|i| format!("n{i}")).collect();
+        let refs: Vec<&str> = groups.iter().map(String::as_str).collect();
+        let out = inproc::run(&refs, |host| {
+            let flags = gather_flags(host, host.rank() % 3 == 0).unwrap();
+            let got = sendrecv_bytes(
+                host,
+                host.right(1),
+                &vec![host.rank() as u8; host.rank() as usize],
+                host.left(1),
+                5,
+            )
+            .unwrap();
+            (flags, got)
+        });
+        for (rank, (flags, got)) in out.iter().enumerate() {
+            assert_eq!(flags.len(), 70);
+            assert!(flags.iter().enumerate().all(|(i, f)| *f == (i % 3 == 0)));
+            let left = (rank + 69) % 70;
+            assert_eq!(got, &vec![left as u8; left]);
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! Redundancy files: the scheme's data followed by a versioned, checksummed header, so a
+//! rebuild can trust what it reads or refuse it.
+//!
+//! Layout: `payload | header (JSON) | header length (u32 LE) | header CRC32 (u32 LE) |
+//! magic "SCRRED01"`. The header records the payload's length and CRC32, the set, and the
+//! metadata of the files this member's redundancy data describes (its own and its
+//! neighbours'). Files are written under a temporary name and renamed when complete.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use abi_stable::std_types::{RNone, RSome};
+use serde::{Deserialize, Serialize};
+
+use crate::abi::FileMeta;
+use crate::error::{ErrorCode, PluginError, PluginResult};
+
+/// Format version written by this release.
+pub const REDFILE_VERSION: u32 = 1;
+const MAGIC: &[u8; 8] = b"SCRRED01";
+const TRAILER: u64 = 16;
+
+/// File metadata as stored in a header: the name is relative to the dataset directory,
+/// so a file can be rebuilt on another node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredMeta {
+    /// Path relative to the dataset directory.
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission bits.
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Modification time.
+    pub mtime: (i64, u32),
+    /// Access time.
+    pub atime: (i64, u32),
+    /// CRC32 when known.
+    pub crc32: Option<u32>,
+}
+
+impl StoredMeta {
+    /// From a host-provided [`FileMeta`] of a file in `dir`.
+    pub fn from_meta(m: &FileMeta, dir: &Path) -> Self {
+        let p = Path::new(m.path.as_str());
+        StoredMeta {
+            name: p
+                .strip_prefix(dir)
+                .unwrap_or(p)
+                .to_string_lossy()
+                .into_owned(),
+            size: m.size,
+            mode: m.mode,
+            uid: m.uid,
+            gid: m.gid,
+            mtime: (m.mtime_sec, m.mtime_nsec),
+            atime: (m.atime_sec, m.atime_nsec),
+            crc32: m.crc32.into_option(),
+        }
+    }
+
+    /// As a [`FileMeta`] for a file in `dir`.
+    pub fn to_meta(&self, dir: &Path) -> FileMeta {
+        FileMeta {
+            path: dir.join(&self.name).display().to_string().into(),
+            size: self.size,
+            mode: self.mode,
+            uid: self.uid,
+            gid: self.gid,
+            mtime_sec: self.mtime.0,
+            mtime_nsec: self.mtime.1,
+            atime_sec: self.atime.0,
+            atime_nsec: self.atime.1,
+            crc32: self.crc32.map_or(RNone, RSome),
+        }
+    }
+}
+
+/// The header of a redundancy file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedHeader {
+    /// Format version.
+    pub version: u32,
+    /// Scheme name.
+    pub scheme: String,
+    /// Dataset id.
+    pub dataset_id: u64,
+    /// Members in the set.
+    pub set_size: u32,
+    /// This member's index.
+    pub member: u32,
+    /// World rank of each member.
+    pub world_ranks: Vec<u32>,
+    /// Scheme-specific size (XOR: the chunk size; PARTNER: unused).
+    pub chunk: u64,
+    /// File metadata by member index (this member and the neighbours it protects).
+    pub files: BTreeMap<u32, Vec<StoredMeta>>,
+    /// Scheme-specific payload sections by member index: (offset, length).
+    pub sections: BTreeMap<u32, (u64, u64)>,
+    /// Payload length.
+    pub payload_len: u64,
+    /// Payload CRC32.
+    pub payload_crc32: u32,
+}
+
+/// Writes a redundancy file: payload first (sequentially), header last.
+pub struct RedWriter {
+    path: PathBuf,
+    tmp: PathBuf,
+    file: File,
+    crc: crc32fast::Hasher,
+    len: u64,
+}
+
+impl RedWriter {
+    /// Start writing `path` (under a temporary name until [`RedWriter::finish`]).
+    pub fn create(path: &Path) -> PluginResult<Self> {
+        let tmp = path.with_extension("tmp");
+        let file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(|e| PluginError::io(tmp.display(), e))?;
+        Ok(RedWriter {
+            path: path.to_path_buf(),
+            tmp,
+            file,
+            crc: crc32fast::Hasher::new(),
+            len: 0,
+        })
+    }
+
+    /// Append payload bytes.
+    pub fn write(&mut self, data: &[u8]) -> PluginResult<()> {
+        self.file
+            .write_all(data)
+            .map_err(|e| PluginError::io(self.tmp.display(), e))?;
+        self.crc.update(data);
+        self.len += data.len() as u64;
+        Ok(())
+    }
+
+    /// Payload bytes written so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether no payload was written.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Append the header (with payload length and CRC filled in), fsync and rename into
+    /// place.
+    pub fn finish(mut self, mut header: RedHeader) -> PluginResult<PathBuf> {
+        header.version = REDFILE_VERSION;
+        header.payload_len = self.len;
+        header.payload_crc32 = self.crc.clone().finalize();
+        let json = serde_json::to_vec(&header)
+            .map_err(|e| PluginError::new(ErrorCode::OTHER, format!("header: {e}")))?;
+        let mut trailer = Vec::with_capacity(json.len() + TRAILER as usize);
+        trailer.extend_from_slice(&json);
+        trailer.extend_from_slice(&(json.len() as u32).to_le_bytes());
+        trailer.extend_from_slice(&crc32fast::hash(&json).to_le_bytes());
+        trailer.extend_from_slice(MAGIC);
+        let io = |e| PluginError::io(self.tmp.display(), e);
+        self.file.write_all(&trailer).map_err(io)?;
+        self.file.sync_all().map_err(io)?;
+        std::fs::rename(&self.tmp, &self.path).map_err(io)?;
+        Ok(self.path)
+    }
+}
+
+/// Reads a redundancy file whose header checked out.
+pub struct RedReader {
+    path: PathBuf,
+    file: File,
+    /// The verified header.
+    pub header: RedHeader,
+}
+
+fn corrupt(path: &Path, why: impl std::fmt::Display) -> PluginError {
+    PluginError::new(
+        ErrorCode::CORRUPT,
+        format!("{}: {why}; not trusted", path.display()),
+    )
+}
+
+impl RedReader {
+    /// Open `path` and verify its trailer and header (not the payload; see
+    /// [`RedReader::verify_payload`]).
+    pub fn open(path: &Path) -> PluginResult<Self> {
+        let mut file = File::open(path).map_err(|e| PluginError::io(path.display(), e))?;
+        let size = file
+            .metadata()
+            .map_err(|e| PluginError::io(path.display(), e))?
+            .len();
+        if size < TRAILER {
+            return Err(corrupt(path, "too short to be a redundancy file"));
+        }
+        let mut t = [0u8; TRAILER as usize];
+        file.seek(SeekFrom::Start(size - TRAILER))
+            .and_then(|_| file.read_exact(&mut t))
+            .map_err(|e| PluginError::io(path.display(), e))?;
+        if &t[8..] != MAGIC {
+            return Err(corrupt(path, "no redundancy-file trailer"));
+        }
+        let hlen = u32::from_le_bytes(t[..4].try_into().expect("4 bytes")) as u64;
+        let hcrc = u32::from_le_bytes(t[4..8].try_into().expect("4 bytes"));
+        if hlen > size - TRAILER {
+            return Err(corrupt(path, "header length beyond the file"));
+        }
+        let mut json = vec![0u8; hlen as usize];
+        file.seek(SeekFrom::Start(size - TRAILER - hlen))
+            .and_then(|_| file.read_exact(&mut json))
+            .map_err(|e| PluginError::io(path.display(), e))?;
+        if crc32fast::hash(&json) != hcrc {
+            return Err(corrupt(path, "header checksum mismatch"));
+        }
+        let header: RedHeader =
+            serde_json::from_slice(&json).map_err(|e| corrupt(path, format!("header: {e}")))?;
+        if header.version != REDFILE_VERSION {
+            return Err(corrupt(
+                path,
+                format!("format version {}, expected {REDFILE_VERSION}", header.version),
+            ));
+        }
+        if header.payload_len != size - TRAILER - hlen {
+            return Err(corrupt(path, "payload length does not match the header"));
+        }
+        Ok(RedReader {
+            path: path.to_path_buf(),
+            file,
+            header,
+        })
+    }
+
+    /// Read the whole payload once and check its CRC32.
+    pub fn verify_payload(&mut self) -> PluginResult<()> {
+        let mut h = crc32fast::Hasher::new();
+        let mut left = self.header.payload_len;
+        let mut buf = vec![0u8; 1 << 20];
+        self.file
+            .seek(SeekFrom::Start(0))
+            .map_err(|e| PluginError::io(self.path.display(), e))?;
+        while left > 0 {
+            let n = left.min(buf.len() as u64) as usize;
+            self.file
+                .read_exact(&mut buf[..n])
+                .map_err(|e| PluginError::io(self.path.display(), e))?;
+            h.update(&buf[..n]);
+            left -= n as u64;
+        }
+        if h.finalize() != self.header.payload_crc32 {
+            return Err(corrupt(&self.path, "payload checksum mismatch"));
+        }
+        Ok(())
+    }
+
+    /// Read payload bytes at `offset` (bytes past the payload read as zero).
+    pub fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> PluginResult<()> {
+        buf.fill(0);
+        if offset >= self.header.payload_len {
+            return Ok(());
+        }
+        let n = ((self.header.payload_len - offset) as usize).min(buf.len());
+        self.file
+            .seek(SeekFrom::Start(offset))
+            .and_then(|_| self.file.read_exact(&mut buf[..n]))
+            .map_err(|e| PluginError::io(self.path.display(), e))
+    }
+}
+
+/// Open and fully verify `path`, or say why it cannot be trusted.
+pub fn open_verified(path: &Path) -> PluginResult<RedReader> {
+    let mut r = RedReader::open(path)?;
+    r.verify_payload()?;
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_corruption_is_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.redset");
+        let mut w = RedWriter::create(&p).unwrap();
+        w.write(b"parity-bytes").unwrap();
+        let header = RedHeader {
+            scheme: "XOR".into(),
+            set_size: 3,
+            chunk: 12,
+            ..RedHeader::default()
+        };
+        w.finish(header.clone()).unwrap();
+        let mut r = open_verified(&p).unwrap();
+        assert_eq!(r.header.payload_len, 12);
+        assert_eq!(r.header.scheme, "XOR");
+        let mut b = [0u8; 16];
+        r.read_at(7, &mut b).unwrap();
+        assert_eq!(&b[..5], b"bytes");
+        assert_eq!(&b[5..], &[0u8; 11]);
+
+        let good = std::fs::read(&p).unwrap();
+        for (i, why) in [
+            (0, "payload checksum mismatch"),
+            (good.len() - 30, "header"),
+            (good.len() - 10, "header checksum mismatch"),
+            (good.len() - 1, "no redundancy-file trailer"),
+        ] {
+            let mut bad = good.clone();
+            bad[i] ^= 0x20;
+            std::fs::write(&p, &bad).unwrap();
+            let e = open_verified(&p).err().unwrap();
+            assert_eq!(e.code, ErrorCode::CORRUPT, "byte {i}");
+            assert!(e.message().contains(why), "byte {i}: {e}");
+        }
+        std::fs::write(&p, &good[..good.len() - 20]).unwrap();
+        assert!(open_verified(&p).is_err());
+    }
+}
