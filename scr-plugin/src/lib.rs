@@ -21,6 +21,8 @@
 //! - Helpers shared by the shipped schemes: [`lofi`] (a member's files as one
 //!   zero-padded logical file), [`redfile`] (redundancy files with a checksummed header)
 //!   and [`collect`] (flags and variable-length exchanges over the host services).
+//! - [`conformance`]: the scheme cases `scr-conformance` runs, usable from a plugin's own
+//!   unit tests over [`inproc`].
 //!
 //! Every exported entry point runs under [`guard`], so a panic inside a plugin comes
 //! back to the host as a [`PluginError`] with code [`ErrorCode::PANIC`] naming the plugin
@@ -83,6 +85,7 @@
 
 pub mod abi;
 pub mod collect;
+pub mod conformance;
 mod error;
 mod host;
 pub mod inproc;

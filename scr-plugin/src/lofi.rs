@@ -43,7 +43,8 @@ impl LogicalFile {
                     .truncate(true)
                     .open(p)
                     .map_err(|e| PluginError::io(p.display(), e))?;
-                f.set_len(*size).map_err(|e| PluginError::io(p.display(), e))?;
+                f.set_len(*size)
+                    .map_err(|e| PluginError::io(p.display(), e))?;
                 f
             } else {
                 File::open(p).map_err(|e| PluginError::io(p.display(), e))?

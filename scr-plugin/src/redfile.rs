@@ -228,7 +228,10 @@ impl RedReader {
         if header.version != REDFILE_VERSION {
             return Err(corrupt(
                 path,
-                format!("format version {}, expected {REDFILE_VERSION}", header.version),
+                format!(
+                    "format version {}, expected {REDFILE_VERSION}",
+                    header.version
+                ),
             ));
         }
         if header.payload_len != size - TRAILER - hlen {

@@ -1,19 +1,427 @@
-//! The XOR redundancy scheme: a pipelined ring reduce-scatter of XOR parity over each set.
+//! The XOR redundancy scheme (RAID-5 across the members of a redundancy set).
 //!
-//! The library registers its names so that configurations can select them and
-//! `scr plugins list` shows them; creating an instance answers "not implemented" until
-//! the implementation lands, so nothing ever pretends to protect data.
+//! Each member's files form one logical file, zero-padded to `n - 1` chunks of
+//! `chunk = ceil(largest logical file in the set / (n - 1))` bytes. Member `i` treats its
+//! logical file as `n` slots with an all-zero slot at position `i`; the parity of slot `j`
+//! (the XOR of every member's slot `j`) is stored by member `j`. Apply computes it with a
+//! pipelined ring reduce-scatter: in pieces of `buffer_size` bytes, each member receives
+//! from its left neighbour and sends to its right, reading each data byte once and writing
+//! each parity byte once. Each member's file metadata also goes into its right neighbour's
+//! redundancy-file header. One lost member per set is rebuilt by a pipelined reduction
+//! along the ring to it, which also restores its parity, so the set is protected again.
 #![forbid(unsafe_code)]
 
-use scr_plugin::PluginLibrary;
+use std::path::{Path, PathBuf};
+
+use scr_plugin::collect::{gather_flags, recv_bytes, send_bytes, sendrecv_bytes};
+use scr_plugin::lofi::{restore_metadata, LogicalFile};
+use scr_plugin::redfile::{open_verified, RedHeader, RedReader, RedWriter, StoredMeta};
+use scr_plugin::{
+    DatasetFiles, ErrorCode, FileMeta, Host, Params, PluginError, PluginLibrary, PluginResult,
+    RecoverRequest, ReduceOp, Scheme, SchemeConfig, SchemeDescription,
+};
 
 /// The library's identity and the names it provides.
 pub struct Xor;
+
+const TAG: u32 = 17;
+const PARAMS: &[&str] = &["set_size", "set_failures", "replicas", "buffer_size"];
+
+/// One XOR instance for one member of one set.
+pub struct XorScheme {
+    members: u32,
+    member: u32,
+    world_rank: u32,
+    piece: usize,
+}
+
+impl XorScheme {
+    /// An instance for member `member` (world rank `world_rank`) of a set of `members`,
+    /// working in pieces of `piece` bytes.
+    pub fn new(members: u32, member: u32, world_rank: u32, piece: usize) -> Self {
+        XorScheme {
+            members,
+            member,
+            world_rank,
+            piece: piece.max(1),
+        }
+    }
+
+    fn red_path(&self, dir: &Path) -> PathBuf {
+        dir.join(format!(
+            "scr.{}.xor.mem_{}_of_{}.redset",
+            self.world_rank, self.member, self.members
+        ))
+    }
+
+    fn check_host(&self, host: &Host<'_>) -> PluginResult<()> {
+        if host.size() != self.members || host.rank() != self.member {
+            return Err(PluginError::communication(format!(
+                "XOR instance made for member {} of {} called as member {} of {}",
+                self.member,
+                self.members,
+                host.rank(),
+                host.size()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Which data chunk of member `i` sits in slot `j` (None: the zero slot).
+fn chunk_of(i: u32, j: u32) -> Option<u64> {
+    match j.cmp(&i) {
+        std::cmp::Ordering::Less => Some(j as u64),
+        std::cmp::Ordering::Equal => None,
+        std::cmp::Ordering::Greater => Some(j as u64 - 1),
+    }
+}
+
+fn xor_into(dst: &mut [u8], src: &[u8]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d ^= s;
+    }
+}
+
+/// Remember the first local failure but keep the collective going, so no member is left
+/// waiting for a message that never comes; the failure is agreed on at the end.
+fn note<T>(slot: &mut Option<PluginError>, r: PluginResult<T>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(e) => {
+            slot.get_or_insert(e);
+            None
+        }
+    }
+}
+
+fn agree(host: &Host<'_>, local: Option<PluginError>, what: &str) -> PluginResult<()> {
+    let ok = host.all_agree(local.is_none())?;
+    match (ok, local) {
+        (true, _) => Ok(()),
+        (false, Some(e)) => Err(e),
+        (false, None) => Err(PluginError::new(
+            ErrorCode::IO,
+            format!("{what} failed on another member of the set"),
+        )),
+    }
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).expect("metadata serializes")
+}
+
+fn unjson<T: serde::de::DeserializeOwned>(b: &[u8]) -> PluginResult<T> {
+    serde_json::from_slice(b).map_err(|e| {
+        PluginError::new(
+            ErrorCode::CORRUPT,
+            format!("metadata from a neighbour: {e}"),
+        )
+    })
+}
+
+impl Scheme for XorScheme {
+    fn describe(&self) -> PluginResult<SchemeDescription> {
+        Ok(SchemeDescription {
+            name: "XOR".into(),
+            tolerated_losses: u32::from(self.members > 1),
+            summary: format!(
+                "XOR parity over {} member(s), {} KiB pieces",
+                self.members,
+                self.piece >> 10
+            )
+            .into(),
+        })
+    }
+
+    fn apply(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {
+        self.check_host(host)?;
+        let n = self.members;
+        let me = self.member;
+        let dir = Path::new(dataset.dir.as_str());
+        let mut failure = None;
+        let mine: Vec<StoredMeta> = dataset
+            .files
+            .iter()
+            .map(|m| StoredMeta::from_meta(m, dir))
+            .collect();
+        let size: u64 = mine.iter().map(|m| m.size).sum();
+        let largest = host.all_reduce(size, ReduceOp::Max)?;
+        let chunk = if n > 1 {
+            largest.div_ceil(n as u64 - 1)
+        } else {
+            0
+        };
+        let left_meta = sendrecv_bytes(host, host.right(1), &json(&mine), host.left(1), TAG)?;
+        let left: Vec<StoredMeta> = note(&mut failure, unjson(&left_meta)).unwrap_or_default();
+
+        let mut lofi = note(&mut failure, LogicalFile::open(&dataset.files));
+        let mut writer = note(&mut failure, RedWriter::create(&self.red_path(dir)));
+        if n > 1 {
+            let mut send = vec![0u8; self.piece];
+            let mut recv = vec![0u8; self.piece];
+            let mut offset = 0u64;
+            while offset < chunk {
+                let p = (self.piece as u64).min(chunk - offset) as usize;
+                for step in 1..n {
+                    let slot = (me + n - step) % n;
+                    let buf = &mut send[..p];
+                    match (chunk_of(me, slot), lofi.as_mut()) {
+                        (Some(c), Some(l)) => {
+                            if note(&mut failure, l.read_at(c * chunk + offset, buf)).is_none() {
+                                buf.fill(0);
+                            }
+                        }
+                        _ => buf.fill(0),
+                    }
+                    if step > 1 {
+                        xor_into(buf, &recv[..p]);
+                    }
+                    host.sendrecv(host.right(1), buf, host.left(1), &mut recv[..p], TAG)?;
+                }
+                if let Some(w) = writer.as_mut() {
+                    note(&mut failure, w.write(&recv[..p]));
+                }
+                offset += p as u64;
+            }
+        }
+        let mut written = None;
+        if let (Some(w), None) = (writer, &failure) {
+            let header = RedHeader {
+                scheme: "XOR".into(),
+                dataset_id: dataset.dataset_id,
+                set_size: n,
+                member: me,
+                world_ranks: (0..n)
+                    .map(|m| host.world_rank(m))
+                    .collect::<PluginResult<_>>()?,
+                chunk,
+                files: [(me, mine), (host.left(1), left)].into_iter().collect(),
+                ..RedHeader::default()
+            };
+            written = note(&mut failure, w.finish(header));
+        }
+        agree(host, failure, "XOR apply")?;
+        Ok(written
+            .map(|p| vec![p.display().to_string()])
+            .unwrap_or_default())
+    }
+
+    fn recover(&self, host: &Host<'_>, request: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
+        self.check_host(host)?;
+        let n = self.members;
+        let me = self.member;
+        let dir = Path::new(request.dir.as_str());
+        let red: Option<RedReader> = open_verified(&self.red_path(dir)).ok().filter(|r| {
+            r.header.scheme == "XOR"
+                && r.header.dataset_id == request.dataset_id
+                && r.header.set_size == n
+                && r.header.member == me
+        });
+        let data_ok = request.files.is_some();
+        let lost = gather_flags(host, !(data_ok && red.is_some()))?;
+        let lost_members: Vec<u32> = (0..n).filter(|&m| lost[m as usize]).collect();
+        if lost_members.is_empty() {
+            return Ok(request
+                .files
+                .clone()
+                .into_option()
+                .unwrap_or_default()
+                .into_vec());
+        }
+        if lost_members.len() > 1 || n < 2 {
+            return Err(PluginError::new(
+                ErrorCode::UNRECOVERABLE,
+                format!(
+                    "members {lost_members:?} of {n} lost files and XOR rebuilds only one per set"
+                ),
+            ));
+        }
+        let f = lost_members[0];
+        let (right, left) = ((f + 1) % n, (f + n - 1) % n);
+
+        // what the lost member needs to know: its chunk size, its own files' metadata
+        // (kept by its right neighbour) and its left neighbour's (kept by that neighbour)
+        #[derive(serde::Serialize, serde::Deserialize)]
+        struct Info {
+            chunk: u64,
+            own: Vec<StoredMeta>,
+            left: Vec<StoredMeta>,
+        }
+        let mut failure = None;
+        let header = red.as_ref().map(|r| r.header.clone());
+        if me == right {
+            let h = header.clone().expect("a survivor has a verified header");
+            let info = Info {
+                chunk: h.chunk,
+                own: h.files.get(&f).cloned().unwrap_or_default(),
+                left: if right == left {
+                    h.files.get(&me).cloned().unwrap_or_default()
+                } else {
+                    Vec::new()
+                },
+            };
+            send_bytes(host, f, TAG, &json(&info))?;
+        }
+        if me == left && left != right {
+            let h = header.clone().expect("a survivor has a verified header");
+            send_bytes(
+                host,
+                f,
+                TAG,
+                &json(&h.files.get(&me).cloned().unwrap_or_default()),
+            )?;
+        }
+        let mut info = Info {
+            chunk: header.as_ref().map_or(0, |h| h.chunk),
+            own: Vec::new(),
+            left: Vec::new(),
+        };
+        if me == f {
+            if let Some(i) = note(
+                &mut failure,
+                recv_bytes(host, right, TAG).and_then(|b| unjson::<Info>(&b)),
+            ) {
+                info = i;
+            }
+            if left != right {
+                if let Some(l) = note(
+                    &mut failure,
+                    recv_bytes(host, left, TAG).and_then(|b| unjson(&b)),
+                ) {
+                    info.left = l;
+                }
+            }
+        }
+        let chunk = host.all_reduce(info.chunk, ReduceOp::Max)?;
+
+        // survivors read their data (or parity in their own slot); the lost member
+        // writes what the reduction delivers
+        let own_metas: Vec<FileMeta> = if me == f {
+            info.own.iter().map(|m| m.to_meta(dir)).collect()
+        } else {
+            request
+                .files
+                .clone()
+                .into_option()
+                .unwrap_or_default()
+                .into_vec()
+        };
+        let mut lofi = if me == f {
+            note(&mut failure, LogicalFile::create(&own_metas))
+        } else {
+            note(&mut failure, LogicalFile::open(&own_metas))
+        };
+        let mut red = red;
+        let mut writer = if me == f {
+            note(&mut failure, RedWriter::create(&self.red_path(dir)))
+        } else {
+            None
+        };
+        let k = (me + n - f) % n; // position along the chain f+1 .. f-1, f
+        let mut buf = vec![0u8; self.piece];
+        let mut incoming = vec![0u8; self.piece];
+        let mut offset = 0u64;
+        while offset < chunk {
+            let p = (self.piece as u64).min(chunk - offset) as usize;
+            for slot in 0..n {
+                if me == f {
+                    host.recv(left, TAG, &mut incoming[..p])?;
+                    match chunk_of(f, slot) {
+                        Some(c) => {
+                            if let Some(l) = lofi.as_mut() {
+                                note(&mut failure, l.write_at(c * chunk + offset, &incoming[..p]));
+                            }
+                        }
+                        None => {
+                            if let Some(w) = writer.as_mut() {
+                                note(&mut failure, w.write(&incoming[..p]));
+                            }
+                        }
+                    }
+                    continue;
+                }
+                let out = &mut buf[..p];
+                let read = if slot == me {
+                    red.as_mut().map(|r| r.read_at(offset, out))
+                } else {
+                    chunk_of(me, slot)
+                        .and_then(|c| lofi.as_mut().map(|l| l.read_at(c * chunk + offset, out)))
+                };
+                if read.is_some_and(|r| note(&mut failure, r).is_none()) {
+                    out.fill(0);
+                }
+                if k > 1 {
+                    host.recv(host.left(1), TAG, &mut incoming[..p])?;
+                    xor_into(out, &incoming[..p]);
+                }
+                host.send(host.right(1), TAG, out)?;
+            }
+            offset += p as u64;
+        }
+        if me == f {
+            if let Some(l) = lofi.as_mut() {
+                note(&mut failure, l.sync());
+            }
+            for m in &own_metas {
+                note(&mut failure, restore_metadata(m));
+            }
+            if let (Some(w), None) = (writer, &failure) {
+                let header = RedHeader {
+                    scheme: "XOR".into(),
+                    dataset_id: request.dataset_id,
+                    set_size: n,
+                    member: me,
+                    world_ranks: (0..n)
+                        .map(|m| host.world_rank(m))
+                        .collect::<PluginResult<_>>()?,
+                    chunk,
+                    files: [(me, info.own.clone()), (left, info.left.clone())]
+                        .into_iter()
+                        .collect(),
+                    ..RedHeader::default()
+                };
+                note(&mut failure, w.finish(header));
+            }
+        }
+        agree(host, failure, "XOR rebuild")?;
+        Ok(own_metas)
+    }
+
+    fn redundancy_files(&self, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {
+        Ok(vec![self
+            .red_path(Path::new(dataset.dir.as_str()))
+            .display()
+            .to_string()])
+    }
+
+    fn remove(&self, _host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<()> {
+        let p = self.red_path(Path::new(dataset.dir.as_str()));
+        match std::fs::remove_file(&p) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(PluginError::io(p.display(), e))
+            }
+            _ => Ok(()),
+        }
+    }
+}
 
 impl PluginLibrary for Xor {
     const NAME: &'static str = "scr-xor";
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
     const SCHEMES: &'static [&'static str] = &["XOR"];
+
+    fn new_scheme(config: &SchemeConfig) -> PluginResult<Box<dyn Scheme>> {
+        let params = Params::new("scheme XOR", &config.params);
+        params.only(PARAMS)?;
+        let piece = params.u64_in("buffer_size", 1 << 20, 1..=(1 << 30))? as usize;
+        Ok(Box::new(XorScheme::new(
+            config.members.max(1),
+            config.member,
+            config.world_rank,
+            piece,
+        )))
+    }
 }
 
 scr_plugin::export_plugin!(Xor);
