@@ -34,20 +34,20 @@ fn a_library_that_is_not_a_plugin_fails_at_load() {
 
 #[test]
 fn an_unimplemented_scheme_is_a_failure() {
-    let p = lib("scr_xor");
+    let p = lib("scr_rs");
     let (code, out) = run(&["--plugin", p.to_str().unwrap(), "--set-size", "8"]);
     assert_eq!(code, 1, "{out}");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
         lines[0],
-        "PASS loads as an scr-rs plugin: scr-xor 0.1.0 (ABI 1)"
+        "PASS loads as an scr-rs plugin: scr-rs 0.1.0 (ABI 1)"
     );
     assert_eq!(
         lines[1],
-        "PASS declares at least one scheme or transfer type: schemes [XOR], transfer types []"
+        "PASS declares at least one scheme or transfer type: schemes [RS], transfer types []"
     );
-    assert!(lines[3].starts_with("FAIL scheme XOR: instance for a set of 8: plugin "));
-    assert!(lines[3].ends_with("new_scheme: not implemented: scheme XOR is not implemented yet"));
+    assert!(lines[3].starts_with("FAIL scheme RS: instance for a set of 8: plugin "));
+    assert!(lines[3].ends_with("new_scheme: not implemented: scheme RS is not implemented yet"));
     assert_eq!(*lines.last().unwrap(), "3 passed, 1 failed");
 }
 
