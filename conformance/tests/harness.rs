@@ -4,15 +4,29 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+/// What OpenMPI needs to run many ranks as root on two cores.
+const MPI_ENV: [(&str, &str); 8] = [
+    ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
+    ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+    ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
+    ("OMPI_MCA_hwloc_base_binding_policy", "none"),
+    ("OMPI_MCA_pml", "ob1"),
+    ("OMPI_MCA_btl", "self,vader"),
+    ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
+    ("PATH", "/usr/bin:/bin"),
+];
+
 fn lib(name: &str) -> PathBuf {
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_scr-conformance"));
     exe.parent().unwrap().join(format!("lib{name}.so"))
 }
 
 fn run(args: &[&str]) -> (i32, String) {
+    // a singleton MPI process (no mpiexec); OpenMPI still needs its root settings
     let out = Command::new(env!("CARGO_BIN_EXE_scr-conformance"))
         .args(args)
         .env_clear()
+        .envs(MPI_ENV)
         .output()
         .unwrap();
     (
@@ -81,4 +95,80 @@ fn usage_errors_exit_2() {
     assert_eq!(run(&[]).0, 2);
     assert_eq!(run(&["--plugin", "x.so", "--param", "novalue"]).0, 2);
     assert_eq!(run(&["--plugin", "x.so", "--set-size", "0"]).0, 2);
+}
+
+/// `mpiexec -n <ranks> scr-conformance args...` with the environment that lets OpenMPI
+/// run many ranks as root on two cores.
+fn mpirun(ranks: u32, args: &[&str]) -> (i32, String) {
+    let out = Command::new("mpiexec")
+        .arg("-n")
+        .arg(ranks.to_string())
+        .arg(env!("CARGO_BIN_EXE_scr-conformance"))
+        .args(args)
+        .envs(MPI_ENV)
+        .output()
+        .expect("mpiexec runs (is OpenMPI installed?)");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// Checks a full pass and returns the number of cases.
+fn passes(ranks: u32, lib_name: &str, args: &[&str]) -> usize {
+    let p = lib(lib_name);
+    let mut all = vec!["--plugin", p.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let (code, out) = mpirun(ranks, &all);
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("FAIL"), "{out}");
+    let last = out.lines().last().unwrap();
+    let n: usize = last
+        .strip_suffix(" passed, 0 failed")
+        .unwrap_or_else(|| panic!("{out}"))
+        .parse()
+        .unwrap();
+    n
+}
+
+#[test]
+fn shipped_schemes_pass_under_mpiexec_with_8_ranks() {
+    // five load and declaration cases, then the collective ones
+    assert_eq!(passes(8, "scr_single", &["--set-size", "8"]), 5 + 9);
+    assert_eq!(passes(8, "scr_partner", &["--set-size", "4"]), 5 + 84);
+    assert_eq!(
+        passes(
+            8,
+            "scr_partner",
+            &["--set-size", "8", "--param", "replicas=2"]
+        ),
+        5 + 660
+    );
+    for (size, cases) in [(3, 66), (4, 84), (8, 156)] {
+        assert_eq!(
+            passes(8, "scr_xor", &["--set-size", &size.to_string()]),
+            5 + cases,
+            "XOR set of {size}"
+        );
+    }
+}
+
+#[test]
+fn a_scheme_that_lies_about_its_tolerance_fails_clearly() {
+    let p = lib("scr_fixture_liar");
+    let (code, out) = mpirun(4, &["--plugin", p.to_str().unwrap(), "--set-size", "4"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FAIL scheme LIAR: uniform: lose members [0] (Both), recover: member 0: 0 files returned, 1 expected"),
+        "{out}"
+    );
+    assert!(
+        out.contains("FAIL scheme LIAR: varied: lose members [0, 1] (beyond the claim of 1), recover fails everywhere: recovered although more members were lost than the scheme tolerates"),
+        "{out}"
+    );
+    let last = out.lines().last().unwrap();
+    assert!(
+        last.ends_with(" failed") && !last.ends_with(" 0 failed"),
+        "{last}"
+    );
 }

@@ -32,7 +32,7 @@ pub use filemap::{DatasetRecord, DescriptorRecord, FileRecord, Filemap};
 pub use halt::Halt;
 pub use sets::{form_sets, Set};
 
-use mpi_host::MpiHost;
+pub use mpi_host::MpiHost;
 
 /// Everything that can go wrong in the runtime.
 #[derive(Debug, thiserror::Error)]
