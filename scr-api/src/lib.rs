@@ -88,6 +88,9 @@ impl std::ops::BitOr for Flags {
 /// finalizes (collectively); call [`Scr::finalize`] to see finalize's errors.
 pub struct Scr {
     rt: Runtime,
+    /// A call failed on this rank: finalizing on drop could wait forever for ranks that
+    /// went on, so `drop` then only warns.
+    failed: bool,
 }
 
 impl Scr {
@@ -109,7 +112,17 @@ impl Scr {
             .collect();
         Ok(Scr {
             rt: Runtime::init(world, api)?,
+            failed: false,
         })
+    }
+
+    /// Remember a failure, so that dropping does not start a collective finalize. API
+    /// misuse is reported before any collective step and leaves the ranks in step.
+    fn track<T>(&mut self, r: Result<T>) -> Result<T> {
+        if matches!(&r, Err(e) if !matches!(e, ScrError::Usage(_))) {
+            self.failed = true;
+        }
+        r
     }
 
     /// The name of the newest checkpoint this run can restart from.
@@ -119,74 +132,86 @@ impl Scr {
 
     /// Begin reading the restart checkpoint; returns its name.
     pub fn start_restart(&mut self) -> Result<String> {
-        self.rt.start_restart()
+        let r = self.rt.start_restart();
+        self.track(r)
     }
 
     /// Finish reading (collective). `false` on any rank passes this checkpoint over;
     /// [`Scr::have_restart`] then offers the next older one. Returns whether all ranks
     /// read it.
     pub fn complete_restart(&mut self, valid: bool) -> Result<bool> {
-        self.rt.complete_restart(valid)
+        let r = self.rt.complete_restart(valid);
+        self.track(r)
     }
 
     /// Whether to checkpoint now (collective).
     pub fn need_checkpoint(&mut self) -> Result<bool> {
-        self.rt.need_checkpoint()
+        let r = self.rt.need_checkpoint();
+        self.track(r)
     }
 
     /// Begin a dataset (collective).
     pub fn start_output(&mut self, name: &str, flags: Flags) -> Result<()> {
-        self.rt.start_output(
+        let r = self.rt.start_output(
             name,
             OutputFlags {
                 checkpoint: flags.checkpoint,
                 output: flags.output,
             },
-        )
+        );
+        self.track(r)
     }
 
     /// SCR's legacy form: begin a checkpoint named `ckpt.<checkpoint id>`; returns the
     /// name. Finish it with [`Scr::complete_checkpoint`].
     pub fn start_checkpoint(&mut self) -> Result<String> {
-        self.rt.start_checkpoint()
+        let r = self.rt.start_checkpoint();
+        self.track(r)
     }
 
     /// SCR's legacy form of [`Scr::complete_output`].
     pub fn complete_checkpoint(&mut self, valid: bool) -> Result<bool> {
-        self.rt.complete_output(valid)
+        let r = self.rt.complete_output(valid);
+        self.track(r)
     }
 
     /// Where to write (during output) or read (during restart) the file `name`, which
     /// must lie inside the prefix directory (relative names are relative to the working
     /// directory).
     pub fn route_file(&mut self, name: impl AsRef<Path>) -> Result<PathBuf> {
-        self.rt.route_file(name.as_ref())
+        let r = self.rt.route_file(name.as_ref());
+        self.track(r)
     }
 
     /// Finish the dataset (collective); it is kept only if every rank says `valid`.
     /// Returns whether it was kept.
     pub fn complete_output(&mut self, valid: bool) -> Result<bool> {
-        self.rt.complete_output(valid)
+        let r = self.rt.complete_output(valid);
+        self.track(r)
     }
 
     /// Whether the run should stop now (collective): a halt condition holds.
     pub fn should_exit(&mut self) -> Result<bool> {
-        self.rt.should_exit()
+        let r = self.rt.should_exit();
+        self.track(r)
     }
 
     /// Make the named checkpoint the one to restart from.
     pub fn current(&mut self, name: &str) -> Result<()> {
-        self.rt.current(name)
+        let r = self.rt.current(name);
+        self.track(r)
     }
 
     /// Stop offering the named checkpoint for restart.
     pub fn drop_dataset(&mut self, name: &str) -> Result<()> {
-        self.rt.drop_dataset(name)
+        let r = self.rt.drop_dataset(name);
+        self.track(r)
     }
 
     /// Delete the named dataset from cache (collective).
     pub fn delete(&mut self, name: &str) -> Result<()> {
-        self.rt.delete(name)
+        let r = self.rt.delete(name);
+        self.track(r)
     }
 
     /// Datasets that init found beyond repair and dropped, one report each.
@@ -207,10 +232,21 @@ impl Scr {
 
 impl Drop for Scr {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
-            if let Err(e) = self.rt.finalize() {
-                eprintln!("scr-rs: finalize: {e}");
-            }
+        if self.rt.is_finalized() {
+            return;
+        }
+        if std::thread::panicking() || self.failed {
+            // finalize is collective: after a panic or a failed call, other ranks may
+            // not be there to meet this one
+            eprintln!(
+                "scr-rs[{}]: not finalized (dropped after an error); the run's state stays as the last completed dataset left it",
+                self.rt.rank()
+            );
+            self.rt.abandon();
+            return;
+        }
+        if let Err(e) = self.rt.finalize() {
+            eprintln!("scr-rs: finalize: {e}");
         }
     }
 }

@@ -30,7 +30,7 @@ pub fn binary(name: &str) -> PathBuf {
 /// What a finished job printed.
 #[derive(Debug)]
 pub struct JobOutput {
-    /// Exit code of mpiexec.
+    /// Exit code of mpiexec (124: killed by the 120 s timeout).
     pub code: i32,
     /// Standard output.
     pub stdout: String,
@@ -86,6 +86,11 @@ impl Cluster {
         Cluster { dir, env }
     }
 
+    /// A path inside the cluster's directory (for configuration files, global stores).
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
     /// The prefix directory (the jobs' working directory).
     pub fn prefix(&self) -> PathBuf {
         self.dir.path().join("prefix")
@@ -118,7 +123,9 @@ impl Cluster {
     /// Run `program args` under `mpiexec -n <nodes.len()>`, rank r on simulated node
     /// `nodes[r]`.
     pub fn run(&self, nodes: &[&str], program: &str, args: &[&str]) -> JobOutput {
-        let mut cmd = Command::new("mpiexec");
+        // a hung job fails its test instead of hanging the suite
+        let mut cmd = Command::new("timeout");
+        cmd.args(["--kill-after=5", "120", "mpiexec"]);
         cmd.arg("-n").arg(nodes.len().to_string());
         cmd.arg(binary(program)).args(args);
         cmd.current_dir(self.prefix());

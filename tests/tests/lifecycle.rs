@@ -386,3 +386,109 @@ fn a_checkpoint_one_rank_cannot_read_falls_back_to_the_previous_one() {
     );
     assert_eq!(second.final_state(), reference(4, 20));
 }
+
+#[test]
+fn a_checkpoint_of_another_job_size_is_not_offered_and_not_deleted() {
+    let c = Cluster::new();
+    let first = heat(&c, TWO_NODES, &["--steps", "12"]);
+    assert_eq!(first.code, 0, "{first}");
+    let before = datasets(&c.cache_dir("n0"));
+    // two ranks restart where four wrote
+    let second = heat(&c, &["n0", "n0"], &["--steps", "3", "--every", "0"]);
+    assert_eq!(second.code, 0, "{second}");
+    assert!(second.stdout.contains("starting fresh"), "{second}");
+    assert!(
+        second
+            .stderr
+            .contains("was written by 4 ranks and this job has 2"),
+        "{second}"
+    );
+    assert_eq!(datasets(&c.cache_dir("n0")), before, "left in cache");
+    // and the four-rank job still restarts from it
+    let third = heat(&c, TWO_NODES, &["--steps", "20"]);
+    assert_eq!(
+        third.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{third}"
+    );
+}
+
+#[test]
+fn a_halt_reason_set_by_the_admin_outlives_the_run_it_stopped() {
+    let c = Cluster::new();
+    let scr = scr_e2e::binary("scr");
+    let st = std::process::Command::new(&scr)
+        .args(["halt", "--prefix"])
+        .arg(c.prefix())
+        .args(["--reason", "maintenance"])
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    for _ in 0..2 {
+        let out = heat(&c, TWO_NODES, &["--steps", "20"]);
+        assert_eq!(out.line_after("halted at step "), Some("1"), "{out}");
+    }
+}
+
+#[test]
+fn a_rank_local_failure_stops_every_rank_without_hanging() {
+    let c = Cluster::new();
+    let first = heat(&c, TWO_NODES, &["--steps", "12"]);
+    assert_eq!(first.code, 0, "{first}");
+    // the next dataset directory on node n1 cannot be created: a file is in the way
+    std::fs::write(c.cache_dir("n1").join("scr.dataset.3"), b"in the way").unwrap();
+    let second = heat(&c, TWO_NODES, &["--steps", "20"]);
+    assert_ne!(second.code, 124, "the job hung\n{second}");
+    assert_ne!(second.code, 0, "{second}");
+    assert!(
+        second.stderr.contains("scr.dataset.3"),
+        "the failing rank names the path\n{second}"
+    );
+}
+
+#[test]
+fn an_output_dataset_is_not_evicted_before_its_flush() {
+    let mut c = Cluster::new();
+    c.set("SCR_CACHE_SIZE", "1");
+    let out = c.run(TWO_NODES, "scr-probe", &["output-kept"]);
+    assert_eq!(out.code, 0, "{out}");
+    for rank in 0..4 {
+        let report = std::fs::read_to_string(c.prefix().join(format!("probe_{rank}.txt"))).unwrap();
+        assert_eq!(
+            report.trim(),
+            "output kept true, file exists true",
+            "rank {rank}"
+        );
+    }
+}
+
+#[test]
+fn moving_ranks_with_a_global_store_loses_nothing() {
+    let mut c = Cluster::new();
+    let global = c.path("global");
+    let conf = c.path("scr.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[[store]]\npath = \"{g}\"\ngroup = \"WORLD\"\nview = \"global\"\n\n\
+             [[checkpoint]]\ninterval = 1\nstore = \"{g}\"\ngroup = \"NODE\"\ntype = \"SINGLE\"\n",
+            g = global.display()
+        ),
+    )
+    .unwrap();
+    c.set("SCR_CONF_FILE", conf.to_str().unwrap());
+    let first = heat(&c, TWO_NODES, &["--steps", "12", "--cells", "100000"]);
+    assert_eq!(first.code, 0, "{first}");
+    let second = heat(
+        &c,
+        &["n1", "n1", "n0", "n0"],
+        &["--steps", "20", "--cells", "100000"],
+    );
+    assert_eq!(second.code, 0, "{second}");
+    assert_eq!(
+        second.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{second}"
+    );
+    assert!(!second.stdout.contains("lost"), "{second}");
+}

@@ -92,8 +92,9 @@ fn main() {
     let world = universe.world();
     let rank = world.rank();
     let size = world.size();
-    let result = run(&args, &world, rank, size);
-    if let Err(e) = result {
+    if let Err(e) = run(&args, &world, rank, size) {
+        // (the library was dropped without finalizing: other ranks may be waiting in a
+        // collective call, so end the whole job)
         eprintln!("scr-heat[{rank}]: error: {e}");
         world.abort(2);
     }
@@ -128,7 +129,8 @@ fn run(
 
     while let Some(name) = scr.have_restart() {
         scr.start_restart()?;
-        let path = scr.route_file(file_name(rank))?;
+        // a file this rank cannot find makes the checkpoint invalid, not the run
+        let path = scr.route_file(file_name(rank)).unwrap_or_default();
         // a checkpoint is valid only if it holds the step its name says
         let named_step: Option<u64> = name.strip_prefix("ckpt.").and_then(|s| s.parse().ok());
         let loaded = std::fs::read(&path)

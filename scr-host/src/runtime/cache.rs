@@ -7,11 +7,11 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use abi_stable::std_types::{RNone, ROption, RSome};
-use mpi::traits::{Communicator as _, Destination as _, Source as _};
+use mpi::traits::{Communicator as _, CommunicatorCollectives as _, Destination as _, Source as _};
 use scr_plugin::{DatasetFiles, FileMeta, RecoverRequest, SchemeConfig};
 use serde::{Deserialize, Serialize};
 
-use super::{all_gather_bytes, io_err, DatasetRecord, Filemap, Result, Runtime, ScrError, Set};
+use super::{all_gather_bytes, DatasetRecord, Filemap, Result, Runtime, ScrError, Set};
 
 /// Tag of the messages that move files between ranks at init.
 const MOVE_TAG: i32 = 7001;
@@ -113,9 +113,13 @@ impl Runtime {
             .filter(|d| !d.complete)
             .cloned()
             .collect();
+        let mut local = Ok(());
         for d in &incomplete {
-            self.remove_local(d)?;
+            if let Err(e) = self.remove_local(d) {
+                local = Err(e);
+            }
         }
+        self.agree(local)?;
 
         let mine: Vec<Summary> = self
             .filemap
@@ -135,19 +139,69 @@ impl Runtime {
         for s in &all {
             by_id.entry(s.record.id).or_default().push(s);
         }
-        let max_dataset = by_id.keys().max().copied().unwrap_or(0);
-        let max_ckpt = all
+        // ids continue after the largest used anywhere: in the cache or, recorded by
+        // rank 0, in the prefix (so a lost cache never brings an old id back)
+        let ids = if self.rank == 0 {
+            super::Ids::load(&self.prefix)
+        } else {
+            super::Ids::default()
+        };
+        let cache_dataset = by_id.keys().max().copied().unwrap_or(0);
+        let cache_ckpt = all
             .iter()
             .filter_map(|s| s.record.checkpoint_id)
             .max()
             .unwrap_or(0);
-        self.next_dataset = max_dataset + 1;
-        self.next_checkpoint = max_ckpt + 1;
+        self.next_dataset = self.max_u64(cache_dataset.max(ids.dataset)) + 1;
+        self.next_checkpoint = self.max_u64(cache_ckpt.max(ids.checkpoint)) + 1;
 
         for (&id, holders) in by_id.iter().rev() {
+            if let Some(why) = self.unrestorable(holders) {
+                // not this job's to rebuild: leave it alone (eviction removes it in time)
+                self.skipped.push(id);
+                self.warn(&format!(
+                    "dataset {id} ({}) is not restored: {why}",
+                    holders[0].record.name
+                ));
+                continue;
+            }
             self.restore_dataset(id, holders)?;
         }
         Ok(())
+    }
+
+    /// Why a dataset cannot belong to this job, judged from every holder's record (the
+    /// same on every rank).
+    fn unrestorable(&self, holders: &[&Summary]) -> Option<String> {
+        let first = &holders[0].record;
+        if first.world_size != 0 && first.world_size != self.size {
+            return Some(format!(
+                "it was written by {} ranks and this job has {}",
+                first.world_size, self.size
+            ));
+        }
+        let same = |r: &DatasetRecord| {
+            r.name == first.name
+                && r.checkpoint_id == first.checkpoint_id
+                && r.world_size == first.world_size
+                && r.descriptor.scheme == first.descriptor.scheme
+                && r.descriptor.store == first.descriptor.store
+        };
+        if let Some(other) = holders.iter().find(|h| !same(&h.record)) {
+            return Some(format!(
+                "ranks {} and {} hold different datasets under this id ({} and {})",
+                holders[0].rank, other.rank, first.name, other.record.name
+            ));
+        }
+        None
+    }
+
+    /// Largest `v` over all ranks.
+    fn max_u64(&self, v: u64) -> u64 {
+        let mut out = 0u64;
+        self.world
+            .all_reduce_into(&v, &mut out, mpi::collective::SystemOperation::max());
+        out
     }
 
     /// Verify (and, through the scheme, rebuild) dataset `id` on every rank, or drop it
@@ -165,7 +219,14 @@ impl Runtime {
             id: t.descriptor.set_id,
             members: t.descriptor.members.clone(),
         });
-        let host = self.set_host(set.as_ref(), &self.nodes);
+        let groups = template
+            .as_ref()
+            .and_then(|t| self.group_values(&t.descriptor.group).ok())
+            .unwrap_or_else(|| self.nodes.clone());
+        let host = self.set_host(set.as_ref(), &groups).filter(|h| {
+            set.as_ref()
+                .is_some_and(|s| h.size_matches(s.members.len()))
+        });
         let scheme = template.as_ref().map(|t| {
             self.registry.new_scheme(&SchemeConfig {
                 scheme: t.descriptor.scheme.as_str().into(),
@@ -189,108 +250,125 @@ impl Runtime {
                 world_rank: self.rank,
             })
         });
-        let ready = matches!((&host, &scheme), (Some(_), Some(Ok(_))));
+        let dir = template
+            .as_ref()
+            .map(|t| self.dataset_dir(&t.descriptor.store, id));
+        let dir_ok = dir
+            .as_ref()
+            .is_some_and(|d| std::fs::create_dir_all(d).is_ok());
+        let ready = matches!((&host, &scheme), (Some(_), Some(Ok(_)))) && dir_ok;
         let name = template
             .as_ref()
             .or(holders.first().map(|s| &s.record))
             .map(|r| r.name.clone())
             .unwrap_or_default();
+        if !self.all_agree(ready) {
+            // the scheme or the set cannot be set up now (plugin missing, parameters
+            // refused, ...): keep the data, do not offer it
+            let why = match &scheme {
+                Some(Err(e)) => e.to_string(),
+                _ => "a rank is in no redundancy set for it".to_string(),
+            };
+            self.skipped.push(id);
+            self.warn(&format!("dataset {id} ({name}) is not restored now: {why}"));
+            return Ok(());
+        }
+        let (Some(host), Some(Ok(scheme)), Some(t), Some(dir)) = (&host, &scheme, &template, &dir)
+        else {
+            unreachable!("ready on every rank")
+        };
 
         // intact files on this rank?
         let intact = own.as_ref().is_some_and(|rec| {
-            let dir = self.dataset_dir(&rec.descriptor.store, id);
             rec.files.iter().all(|f| {
                 std::fs::metadata(dir.join(&f.name)).is_ok_and(|m| m.is_file() && m.len() == f.size)
             })
         });
-        let mut outcome: std::result::Result<Vec<FileMeta>, String> =
-            Err("this rank is in no redundancy set for it".into());
-        if self.all_agree(ready) {
-            let (Some(host), Some(Ok(scheme)), Some(t)) = (&host, &scheme, &template) else {
-                unreachable!("ready on every rank")
-            };
-            let dir = self.dataset_dir(&t.descriptor.store, id);
-            std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-            let files: ROption<abi_stable::std_types::RVec<FileMeta>> = match (&own, intact) {
-                (Some(rec), true) => RSome(dataset_files(rec, &dir).files),
-                _ => RNone,
-            };
-            let request = RecoverRequest {
-                dataset_id: id,
-                dir: dir.display().to_string().into(),
-                files,
-            };
-            outcome = scheme
-                .raw()
-                .recover(scr_plugin::host_ref(host), &request)
-                .into_result()
-                .map(|v| v.into_vec())
-                .map_err(|e| scheme.error("recover", e).to_string());
-        } else if let Some(Err(e)) = &scheme {
-            outcome = Err(e.to_string());
-        }
+        let files: ROption<abi_stable::std_types::RVec<FileMeta>> = match (&own, intact) {
+            (Some(rec), true) => RSome(dataset_files(rec, dir).files),
+            _ => RNone,
+        };
+        let request = RecoverRequest {
+            dataset_id: id,
+            dir: dir.display().to_string().into(),
+            files,
+        };
+        let outcome = scheme
+            .raw()
+            .recover(scr_plugin::host_ref(host), &request)
+            .into_result()
+            .map(|v| v.into_vec())
+            .map_err(|e| scheme.error("recover", e).to_string());
         let kept = self.all_agree(outcome.is_ok());
-        if kept {
-            if !intact {
-                // rebuilt here: record the files the scheme restored
-                let mut rec = template.expect("a member of the set");
-                let dir = self.dataset_dir(&rec.descriptor.store, id);
-                let metas = outcome.expect("kept");
-                rec.files = metas
-                    .iter()
-                    .map(|m| super::FileRecord {
-                        name: Path::new(m.path.as_str())
-                            .strip_prefix(&dir)
-                            .unwrap_or(Path::new(m.path.as_str()))
-                            .to_string_lossy()
-                            .into_owned(),
-                        size: m.size,
-                        mode: m.mode,
-                        mtime: (m.mtime_sec, m.mtime_nsec),
-                        crc32: m.crc32.into_option(),
-                    })
-                    .collect();
-                rec.complete = true;
-                // this rank's redundancy files, as the scheme names them
-                if let Some(Ok(scheme)) = &scheme {
-                    let ds = dataset_files(&rec, &dir);
-                    if let Ok(red) = scheme.raw().redundancy_files(&ds).into_result() {
-                        rec.redundancy = red
-                            .iter()
-                            .map(|p| {
-                                let p = Path::new(p.as_str());
-                                p.strip_prefix(&dir)
-                                    .unwrap_or(p)
-                                    .to_string_lossy()
-                                    .into_owned()
-                            })
-                            .collect();
-                    }
+        let local = if kept {
+            match (intact, outcome) {
+                (true, _) => Ok(()),
+                (false, Ok(metas)) => {
+                    // rebuilt here: record the files the scheme restored and its own
+                    // redundancy files
+                    let mut rec = t.clone();
+                    rec.files = metas
+                        .iter()
+                        .map(|m| super::FileRecord {
+                            name: relative_to(dir, m.path.as_str()),
+                            size: m.size,
+                            mode: m.mode,
+                            mtime: (m.mtime_sec, m.mtime_nsec),
+                            crc32: m.crc32.into_option(),
+                        })
+                        .collect();
+                    rec.complete = true;
+                    let ds = dataset_files(&rec, dir);
+                    rec.redundancy = scheme
+                        .raw()
+                        .redundancy_files(&ds)
+                        .into_result()
+                        .map(|red| red.iter().map(|p| relative_to(dir, p.as_str())).collect())
+                        .unwrap_or_default();
+                    self.filemap.datasets.insert(id, rec);
+                    self.save_filemap()
                 }
-                self.filemap.datasets.insert(id, rec);
-                self.save_filemap()?;
+                (false, Err(_)) => unreachable!("kept means recovered"),
             }
-            return Ok(());
-        }
-        // dropped everywhere: say which ranks lacked their files, and why
-        let lacking = all_gather_bytes(&self.world, &[u8::from(!intact)]);
-        let ranks: Vec<String> = lacking
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.first() == Some(&1))
-            .map(|(r, _)| r.to_string())
-            .collect();
-        let why = outcome.err().unwrap_or_default();
-        let report = format!(
-            "dataset {id} ({name}) cannot be restored and was dropped: ranks without their files: [{}]; {why}",
-            ranks.join(", ")
-        );
-        self.warn(&report);
-        self.lost.push(report);
-        if let Some(rec) = own {
-            self.remove_local(&rec)?;
-        }
-        Ok(())
+        } else {
+            // dropped everywhere: say which sets failed and which ranks lacked files
+            let mine = serde_json::to_vec(&(
+                t.descriptor.set_id,
+                !intact,
+                outcome.as_ref().err().cloned().unwrap_or_default(),
+            ))
+            .expect("serializes");
+            let views: Vec<(u64, bool, String)> = all_gather_bytes(&self.world, &mine)
+                .iter()
+                .map(|b| serde_json::from_slice(b).unwrap_or_default())
+                .collect();
+            let ranks: Vec<String> = views
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.1)
+                .map(|(r, _)| r.to_string())
+                .collect();
+            let mut failed: BTreeMap<u64, String> = BTreeMap::new();
+            for v in views.iter().filter(|v| !v.2.is_empty()) {
+                failed.entry(v.0).or_insert_with(|| v.2.clone());
+            }
+            let sets: Vec<String> = failed
+                .iter()
+                .map(|(set, why)| format!("set {set}: {why}"))
+                .collect();
+            let report = format!(
+                "dataset {id} ({name}) cannot be restored and was dropped: ranks without their files: [{}]; {}",
+                ranks.join(", "),
+                sets.join("; ")
+            );
+            self.warn(&report);
+            self.lost.push(report);
+            match own {
+                Some(rec) => self.remove_local(&rec),
+                None => Ok(()),
+            }
+        };
+        self.agree(local)
     }
 
     /// Delete this rank's files of a dataset (other ranks on the node share the dataset
@@ -307,16 +385,17 @@ impl Runtime {
         self.remove_local(rec)
     }
 
-    /// Evict the oldest datasets of `store` until `room` more fit under its count, never
-    /// evicting the newest complete checkpoint (the restart point).
-    pub(super) fn evict(&mut self, store: &str, room: u64) -> Result<()> {
+    /// Evict the oldest datasets of `store` until `room` more fit under its count. Never
+    /// evicted: the newest complete checkpoint, the current restart candidate, `keep`
+    /// (the dataset just completed), and output datasets (they wait for their flush).
+    pub(super) fn evict(&mut self, store: &str, room: u64, keep: Option<u64>) -> Result<()> {
         let limit = self
             .config
             .store(store)
             .map(|s| self.config.store_count(s))
             .unwrap_or_else(|| self.config.u64("cache_size"))
             .max(1);
-        let protected = self.restart_candidate_any();
+        let protected = [self.restart_candidate_any(), self.restart_candidate(), keep];
         loop {
             let held: Vec<DatasetRecord> = self
                 .filemap
@@ -328,7 +407,10 @@ impl Runtime {
             if (held.len() as u64) + room <= limit {
                 return Ok(());
             }
-            let Some(victim) = held.into_iter().find(|d| Some(d.id) != protected) else {
+            let Some(victim) = held
+                .into_iter()
+                .find(|d| !protected.contains(&Some(d.id)) && !d.output)
+            else {
                 return Ok(());
             };
             self.info(&format!(
@@ -391,6 +473,15 @@ impl Runtime {
         Ok(())
     }
 
+    /// Whether a store's files are visible from every node (nothing to move).
+    fn store_is_global(&self, store: &str) -> bool {
+        self.config
+            .store(store)
+            .is_some_and(|s| self.config.store_view(s) == crate::config::View::Global)
+    }
+
+    /// Send `owner`'s filemap and node-local files to it; delete them here only once the
+    /// owner confirmed it holds them.
     fn send_filemap(&mut self, owner: u32) -> Result<()> {
         let peer = self.world.process_at_rank(owner as i32);
         let map = Filemap::load(&self.cntl_dir, owner).unwrap_or(Filemap {
@@ -401,66 +492,149 @@ impl Runtime {
             &peer,
             &serde_json::to_vec(&map).expect("filemap serializes"),
         );
+        let mut buf = vec![0u8; MOVE_PIECE];
         for rec in map.datasets.values() {
+            if self.store_is_global(&rec.descriptor.store) {
+                continue;
+            }
             let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
             for name in file_names(rec) {
                 let path = dir.join(&name);
-                match std::fs::read(&path) {
-                    Ok(data) => {
-                        peer.send_with_tag(&(data.len() as u64), MOVE_TAG);
-                        for piece in data.chunks(MOVE_PIECE) {
-                            peer.send_with_tag(piece, MOVE_TAG);
-                        }
+                let file = std::fs::File::open(&path);
+                let len = file
+                    .as_ref()
+                    .ok()
+                    .and_then(|f| f.metadata().ok())
+                    .map_or(u64::MAX, |m| m.len());
+                peer.send_with_tag(&len, MOVE_TAG);
+                if len == u64::MAX {
+                    continue; // this file is gone; the owner's verification will notice
+                }
+                let mut f = file.expect("opened");
+                let mut ok = true;
+                let mut left = len;
+                while left > 0 {
+                    let n = left.min(MOVE_PIECE as u64) as usize;
+                    if ok && f.read_exact(&mut buf[..n]).is_err() {
+                        ok = false;
                     }
-                    Err(_) => peer.send_with_tag(&u64::MAX, MOVE_TAG),
+                    if !ok {
+                        buf[..n].fill(0);
+                    }
+                    peer.send_with_tag(&buf[..n], MOVE_TAG);
+                    left -= n as u64;
+                }
+                // whether the bytes sent are the file's: the owner drops it otherwise
+                peer.send_with_tag(&u8::from(ok), MOVE_TAG);
+            }
+        }
+        let mut ack = 0u8;
+        peer.receive_into_with_tag(&mut ack, MOVE_TAG);
+        if ack != 1 {
+            eprintln!(
+                "scr-rs[{}]: rank {owner} could not store its moved files; they stay on node {}",
+                self.rank, self.node
+            );
+            return Ok(());
+        }
+        for rec in map.datasets.values() {
+            if !self.store_is_global(&rec.descriptor.store) {
+                let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+                if let Err(e) = remove_files(&dir, &file_names(rec)) {
+                    eprintln!("scr-rs[{}]: warning: {e}", self.rank);
                 }
             }
-            remove_files(&dir, &file_names(rec))?;
         }
         let file = self.cntl_dir.join(Filemap::file_name(owner));
-        std::fs::remove_file(&file).map_err(io_err(&file))
+        if let Err(e) = std::fs::remove_file(&file) {
+            eprintln!("scr-rs[{}]: warning: {}: {e}", self.rank, file.display());
+        }
+        Ok(())
     }
 
+    /// Receive this rank's filemap and files from `holder`: the records are saved first
+    /// (nothing sits in cache unrecorded), then the files; every message is consumed even
+    /// when writing fails, so the holder never waits forever, and the holder deletes its
+    /// copies only after the acknowledgement.
     fn receive_filemap(&mut self, holder: u32) -> Result<()> {
         let peer = self.world.process_at_rank(holder as i32);
         let blob = recv_blob(&peer);
-        let moved: Filemap = serde_json::from_slice(&blob).map_err(|e| {
-            ScrError::Collective(format!(
-                "filemap moved from rank {holder} is unreadable: {e}"
-            ))
-        })?;
+        let moved: Filemap = match serde_json::from_slice(&blob) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!(
+                    "scr-rs[{}]: filemap moved from rank {holder} is unreadable: {e}",
+                    self.rank
+                );
+                Filemap {
+                    rank: self.rank,
+                    datasets: BTreeMap::new(),
+                }
+            }
+        };
         let mut mine = Filemap::load(&self.cntl_dir, self.rank).unwrap_or(Filemap {
             rank: self.rank,
             datasets: BTreeMap::new(),
         });
         for rec in moved.datasets.values() {
+            mine.datasets.entry(rec.id).or_insert_with(|| rec.clone());
+        }
+        let mut ok = mine
+            .save(&self.cntl_dir)
+            .map_err(|e| eprintln!("scr-rs[{}]: {e}", self.rank))
+            .is_ok();
+        let mut buf = vec![0u8; MOVE_PIECE];
+        for rec in moved.datasets.values() {
+            if self.store_is_global(&rec.descriptor.store) {
+                continue;
+            }
             let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
             for name in file_names(rec) {
                 let mut len = 0u64;
                 peer.receive_into_with_tag(&mut len, MOVE_TAG);
                 if len == u64::MAX {
-                    continue; // the holder no longer had this file
+                    continue;
                 }
                 let path = dir.join(&name);
-                if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent).map_err(io_err(parent))?;
-                }
-                let mut f = std::fs::File::create(&path).map_err(io_err(&path))?;
-                let mut left = len as usize;
+                let mut out = path
+                    .parent()
+                    .map_or(Ok(()), std::fs::create_dir_all)
+                    .and_then(|()| std::fs::File::create(&path))
+                    .map_err(|e| eprintln!("scr-rs[{}]: {}: {e}", self.rank, path.display()))
+                    .ok();
+                let mut left = len;
                 while left > 0 {
-                    let n = left.min(MOVE_PIECE);
-                    let mut piece = vec![0u8; n];
-                    peer.receive_into_with_tag(&mut piece[..], MOVE_TAG);
-                    f.write_all(&piece).map_err(io_err(&path))?;
-                    left -= n;
+                    let n = left.min(MOVE_PIECE as u64) as usize;
+                    peer.receive_into_with_tag(&mut buf[..n], MOVE_TAG);
+                    if let Some(f) = out.as_mut() {
+                        if f.write_all(&buf[..n]).is_err() {
+                            out = None;
+                        }
+                    }
+                    left -= n as u64;
                 }
-                f.sync_all().map_err(io_err(&path))?;
+                let mut sender_ok = 0u8;
+                peer.receive_into_with_tag(&mut sender_ok, MOVE_TAG);
+                let stored = sender_ok == 1 && out.is_some_and(|f| f.sync_all().is_ok());
+                if !stored {
+                    // a partial or unreadable copy must not pass for the file
+                    let _ = std::fs::remove_file(&path);
+                    ok &= sender_ok != 1;
+                }
             }
-            mine.datasets.entry(rec.id).or_insert_with(|| rec.clone());
         }
-        mine.save(&self.cntl_dir)
-            .map_err(io_err(&self.cntl_dir.join(Filemap::file_name(self.rank))))
+        peer.send_with_tag(&u8::from(ok), MOVE_TAG);
+        Ok(())
     }
+}
+
+/// `path` relative to `dir` (as recorded in the filemap).
+fn relative_to(dir: &Path, path: &str) -> String {
+    let p = Path::new(path);
+    p.strip_prefix(dir)
+        .unwrap_or(p)
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// Delete `names` (relative to `dir`), then every directory from their parents up to

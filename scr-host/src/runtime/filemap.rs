@@ -66,6 +66,9 @@ pub struct DatasetRecord {
     pub files: Vec<FileRecord>,
     /// Redundancy files, relative to the dataset directory.
     pub redundancy: Vec<String>,
+    /// Ranks in the job that wrote it (a restart needs as many).
+    #[serde(default)]
+    pub world_size: u32,
 }
 
 /// All datasets one rank holds.

@@ -184,23 +184,27 @@ impl Runtime {
         let job_dir = PathBuf::from(&user).join(format!("scr.{job_id}"));
         let cntl_base = PathBuf::from(config.str("cntl_base"));
         let cntl_dir = node_local(&cntl_base, simulated, &node).join(&job_dir);
-        create_private_dir(&cntl_dir)?;
         let prefix = PathBuf::from(config.str("prefix"));
-        if rank == 0 {
-            let scr = prefix.join(".scr");
-            std::fs::create_dir_all(&scr).map_err(io_err(&scr))?;
-            // A previous run that ended in finalize left its reason; a new run starting
-            // means that reason no longer holds. Reasons set by `scr halt` stay.
-            let mut halt = Halt::load(&prefix)?;
-            if halt
-                .exit_reason
-                .as_deref()
-                .is_some_and(|r| r.starts_with(FINALIZE_REASON))
-            {
-                halt.exit_reason = None;
-                halt.save(&prefix).map_err(io_err(&Halt::path(&prefix)))?;
+        let local = create_private_dir(&cntl_dir).and_then(|()| {
+            if rank == 0 {
+                let scr = prefix.join(".scr");
+                std::fs::create_dir_all(&scr).map_err(io_err(&scr))?;
+                // A run that ended in finalize left that as its reason; a new run
+                // starting means it no longer holds. Reasons set by `scr halt` stay
+                // (finalize never overwrites them).
+                let mut halt = load_halt(&prefix);
+                if halt
+                    .exit_reason
+                    .as_deref()
+                    .is_some_and(|r| r.starts_with(FINALIZE_REASON))
+                {
+                    halt.exit_reason = None;
+                    halt.save(&prefix).map_err(io_err(&Halt::path(&prefix)))?;
+                }
             }
-        }
+            Ok(())
+        });
+        agree_on(&world, local)?;
 
         let mut rt = Runtime {
             world,
@@ -307,6 +311,12 @@ impl Runtime {
         }
     }
 
+    /// Make a local outcome collective: every rank gets `Ok` only when every rank did,
+    /// so no rank leaves a sequence of collectives that the others continue.
+    fn agree<T>(&self, local: Result<T>) -> Result<T> {
+        agree_on(&self.world, local)
+    }
+
     /// All ranks true?
     fn all_agree(&self, ok: bool) -> bool {
         let mut out = 0u8;
@@ -405,7 +415,8 @@ impl Runtime {
                 .expect("a member of its own set") as u32;
             let config =
                 d.scheme_config(&self.config, mine.members.len() as u32, member, self.rank);
-            let scheme = self.registry.new_scheme(&config)?;
+            // a scheme may refuse one set (e.g. its size) but not another: agree first
+            let scheme = self.agree(self.registry.new_scheme(&config).map_err(ScrError::from))?;
             let record = DescriptorRecord {
                 index: i,
                 scheme: d.scheme.0.clone(),
@@ -435,15 +446,20 @@ impl Runtime {
     fn write_nodes_file(&self) -> Result<()> {
         let first_on_node =
             self.nodes.iter().position(|n| *n == self.node) == Some(self.rank as usize);
+        let mut written = Ok(());
         if first_on_node {
             let mut distinct = self.nodes.clone();
             distinct.sort();
             distinct.dedup();
             let path = self.cntl_dir.join("nodes.scr");
-            crate::state::write_state(&path, "nodes", &BTreeMap::from([("NODES", distinct.len())]))
-                .map_err(io_err(&path))?;
+            written = crate::state::write_state(
+                &path,
+                "nodes",
+                &BTreeMap::from([("NODES", distinct.len())]),
+            )
+            .map_err(io_err(&path));
         }
-        Ok(())
+        self.agree(written)
     }
 
     // ----- output -----
@@ -482,11 +498,7 @@ impl Runtime {
         let checkpoint_id = flags.checkpoint.then_some(self.next_checkpoint);
         let desc = self.reddesc_for(checkpoint_id);
         let store = self.reddescs[desc].record.store.clone();
-        self.evict(&store, 1)?;
         let id = self.next_dataset;
-        create_private_dir(&self.store_dir(&store))?;
-        let dir = self.dataset_dir(&store, id);
-        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         let record = DatasetRecord {
             id,
             name: name.to_string(),
@@ -496,9 +508,10 @@ impl Runtime {
             descriptor: self.reddescs[desc].record.clone(),
             files: Vec::new(),
             redundancy: Vec::new(),
+            world_size: self.size,
         };
-        self.filemap.datasets.insert(id, record.clone());
-        self.save_filemap()?;
+        let local = self.open_dataset(&store, &record);
+        self.agree(local)?;
         self.output = Some(Output {
             record,
             desc,
@@ -509,6 +522,17 @@ impl Runtime {
             self.reddescs[desc].index
         ));
         Ok(())
+    }
+
+    /// This rank's part of `start_output`: make room, create the directory, record the
+    /// dataset in the filemap.
+    fn open_dataset(&mut self, store: &str, record: &DatasetRecord) -> Result<()> {
+        self.evict(store, 1, None)?;
+        create_private_dir(&self.store_dir(store))?;
+        let dir = self.dataset_dir(store, record.id);
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        self.filemap.datasets.insert(record.id, record.clone());
+        self.save_filemap()
     }
 
     /// SCR's legacy `SCR_Start_checkpoint`: a checkpoint named `ckpt.<checkpoint id>`.
@@ -639,10 +663,33 @@ impl Runtime {
                 }
             }
         }
-        let all_valid = self.all_agree(local_ok && clash.is_none());
+        // the redundancy files are recorded before they exist, like every file
+        let mut all_valid = self.all_agree(local_ok && clash.is_none());
+        if all_valid {
+            let rd = &self.reddescs[out.desc];
+            let ds = cache::dataset_files(&out.record, &dir);
+            let named = rd
+                .scheme
+                .raw()
+                .redundancy_files(&ds)
+                .into_result()
+                .map_err(|e| ScrError::from(rd.scheme.error("redundancy_files", e)))
+                .and_then(|red| {
+                    out.record.redundancy = relative_to(&dir, red.iter().map(|s| s.as_str()));
+                    self.filemap
+                        .datasets
+                        .insert(out.record.id, out.record.clone());
+                    self.save_filemap()
+                });
+            if let Err(e) = &named {
+                eprintln!("scr-rs[{}]: {e}", self.rank);
+            }
+            all_valid = self.all_agree(named.is_ok());
+        }
         if let Some(c) = clash {
-            self.delete_dataset(&out.record)?;
-            self.next_dataset = out.record.id + 1;
+            let local = self.delete_dataset(&out.record);
+            self.dataset_done(out.record.id);
+            self.agree(local)?;
             return Err(ScrError::Usage(format!(
                 "complete_output {}: {c}; dataset discarded",
                 out.record.name
@@ -660,43 +707,27 @@ impl Runtime {
                 .into_result()
             {
                 Ok(red) => {
-                    out.record.redundancy = red
-                        .into_iter()
-                        .map(|p| {
-                            let p = PathBuf::from(p.as_str());
-                            p.strip_prefix(&dir)
-                                .map(Path::to_path_buf)
-                                .unwrap_or(p)
-                                .to_string_lossy()
-                                .into_owned()
-                        })
-                        .collect();
+                    out.record.redundancy = relative_to(&dir, red.iter().map(|s| s.as_str()));
                     applied = true;
                 }
                 Err(e) => apply_error = Some(rd.scheme.error("apply", e).to_string()),
             }
         }
         let kept = self.all_agree(applied);
+        let local = if kept {
+            self.commit_dataset(&mut out)
+        } else {
+            self.delete_dataset(&out.record)
+        };
+        self.dataset_done(out.record.id);
+        self.agree(local)?;
         if kept {
-            out.record.complete = true;
-            let id = out.record.id;
-            self.filemap.datasets.insert(id, out.record.clone());
-            self.save_filemap()?;
-            self.next_dataset = id + 1;
-            if let Some(c) = out.record.checkpoint_id {
-                self.next_checkpoint = c + 1;
-                self.checkpoint_done(out.started)?;
-            }
-            let store = out.record.descriptor.store.clone();
-            self.evict(&store, 0)?;
             self.info(&format!(
                 "complete_output {}: kept, {:.3} s",
                 out.record.name,
                 out.started.elapsed().as_secs_f64()
             ));
         } else {
-            self.delete_dataset(&out.record)?;
-            self.next_dataset = out.record.id + 1;
             if let Some(e) = apply_error {
                 return Err(ScrError::Collective(format!(
                     "complete_output {}: redundancy could not be applied, dataset discarded: {e}",
@@ -717,15 +748,51 @@ impl Runtime {
         Ok(kept)
     }
 
+    /// This rank's part of keeping a dataset: mark it complete, count the checkpoint,
+    /// evict what the store's count no longer allows.
+    fn commit_dataset(&mut self, out: &mut Output) -> Result<()> {
+        out.record.complete = true;
+        let id = out.record.id;
+        self.filemap.datasets.insert(id, out.record.clone());
+        self.save_filemap()?;
+        if let Some(c) = out.record.checkpoint_id {
+            self.next_checkpoint = c + 1;
+            self.checkpoint_done(out.started)?;
+        }
+        let store = out.record.descriptor.store.clone();
+        self.evict(&store, 0, Some(id))
+    }
+
+    /// Dataset `id` is finished (kept or not): the next one gets a new id, and rank 0
+    /// records the ids in the prefix so that later runs never reuse them, even when every
+    /// cache is lost.
+    fn dataset_done(&mut self, id: u64) {
+        self.next_dataset = id + 1;
+        if self.rank == 0 {
+            let ids = Ids {
+                dataset: id,
+                checkpoint: self.next_checkpoint.saturating_sub(1),
+            };
+            let path = Ids::path(&self.prefix);
+            if let Err(e) = crate::state::write_state(&path, Ids::KIND, &ids) {
+                eprintln!("scr-rs: warning: {}: {e}", path.display());
+            }
+        }
+    }
+
     fn checkpoint_done(&mut self, started: Instant) -> Result<()> {
         self.policy.last_cost = started.elapsed().as_secs_f64();
         self.policy.last_end = Instant::now();
         if self.rank == 0 {
-            let mut halt = Halt::load(&self.prefix)?;
+            let mut halt = load_halt(&self.prefix);
             if let Some(n) = halt.checkpoints_left.as_mut() {
                 *n -= 1;
-                halt.save(&self.prefix)
-                    .map_err(io_err(&Halt::path(&self.prefix)))?;
+                if let Err(e) = halt.save(&self.prefix) {
+                    eprintln!(
+                        "scr-rs: warning: {}: {e}; CheckpointsLeft not decremented",
+                        Halt::path(&self.prefix).display()
+                    );
+                }
             }
         }
         Ok(())
@@ -808,8 +875,14 @@ impl Runtime {
     /// Delete the named dataset from cache (collective).
     pub fn delete(&mut self, name: &str) -> Result<()> {
         let id = self.id_of(name)?;
+        if self.restart == Some(id) || self.output.as_ref().is_some_and(|o| o.record.id == id) {
+            return Err(ScrError::Usage(format!(
+                "delete: dataset `{name}` is being read or written; complete it first"
+            )));
+        }
         let rec = self.filemap.datasets[&id].clone();
-        self.delete_dataset(&rec)
+        let local = self.delete_dataset(&rec);
+        self.agree(local)
     }
 
     fn id_of(&self, name: &str) -> Result<u64> {
@@ -855,11 +928,7 @@ impl Runtime {
 
     /// Rank 0's view of the halt conditions.
     fn halt_check(&self) -> Option<String> {
-        let halt = Halt::load(&self.prefix).unwrap_or_else(|e| {
-            eprintln!("scr-rs: warning: {e}; ignoring the halt file");
-            Halt::default()
-        });
-        halt.reason(now_secs(), self.config.u64("halt_seconds") as i64)
+        load_halt(&self.prefix).reason(now_secs(), self.config.u64("halt_seconds") as i64)
     }
 
     /// Whether the run should stop now (collective; a halt condition holds). The reason
@@ -893,17 +962,29 @@ impl Runtime {
         }
         self.world.barrier();
         if self.rank == 0 {
-            let mut halt = Halt::load(&self.prefix)?;
-            halt.exit_reason = Some(
-                self.halt_reason
-                    .clone()
-                    .map(|r| format!("{FINALIZE_REASON} ({r})"))
-                    .unwrap_or_else(|| FINALIZE_REASON.into()),
-            );
-            halt.save(&self.prefix)
-                .map_err(io_err(&Halt::path(&self.prefix)))?;
+            // record why the run ended, unless someone set a reason of their own
+            let mut halt = load_halt(&self.prefix);
+            if halt.exit_reason.is_none() {
+                halt.exit_reason = Some(match &self.halt_reason {
+                    Some(why) => format!("{FINALIZE_REASON} ({why})"),
+                    None => FINALIZE_REASON.into(),
+                });
+                halt.save(&self.prefix)
+                    .map_err(io_err(&Halt::path(&self.prefix)))?;
+            }
         }
         Ok(())
+    }
+
+    /// Whether `finalize` ran (or the runtime was abandoned).
+    pub fn is_finalized(&self) -> bool {
+        self.finalized
+    }
+
+    /// Give up without finalizing (after an error on this rank): no collective call is
+    /// made, and dropping says nothing more.
+    pub fn abandon(&mut self) {
+        self.finalized = true;
     }
 
     fn save_filemap(&self) -> Result<()> {
@@ -923,6 +1004,46 @@ impl Drop for Runtime {
     }
 }
 
+/// The last dataset and checkpoint ids used with a prefix (`<prefix>/.scr/ids.scr`).
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Ids {
+    pub dataset: u64,
+    pub checkpoint: u64,
+}
+
+impl Ids {
+    const KIND: &'static str = "ids";
+
+    fn path(prefix: &Path) -> PathBuf {
+        prefix.join(".scr").join("ids.scr")
+    }
+
+    /// The recorded ids, or zeros (with a warning when the file is damaged).
+    fn load(prefix: &Path) -> Ids {
+        match crate::state::read_state(&Self::path(prefix), Self::KIND) {
+            Ok(ids) => ids,
+            Err(e) if e.is_not_found() => Ids::default(),
+            Err(e) => {
+                eprintln!("scr-rs: warning: {e}; dataset ids restart from the cache's");
+                Ids::default()
+            }
+        }
+    }
+}
+
+/// `paths` relative to `dir` (as recorded in the filemap).
+fn relative_to<'a>(dir: &Path, paths: impl Iterator<Item = &'a str>) -> Vec<String> {
+    paths
+        .map(|p| {
+            let p = Path::new(p);
+            p.strip_prefix(dir)
+                .unwrap_or(p)
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
 /// `<base>/<node>` when nodes are simulated, else `<base>`.
 fn node_local(base: &Path, simulated: bool, node: &str) -> PathBuf {
     if simulated {
@@ -930,6 +1051,28 @@ fn node_local(base: &Path, simulated: bool, node: &str) -> PathBuf {
     } else {
         base.to_path_buf()
     }
+}
+
+/// [`Runtime::agree`] before the runtime exists.
+fn agree_on<T>(world: &SimpleCommunicator, local: Result<T>) -> Result<T> {
+    let mut all = 0u8;
+    world.all_reduce_into(&u8::from(local.is_ok()), &mut all, SystemOperation::min());
+    match (all, local) {
+        (1, Ok(v)) => Ok(v),
+        (_, Err(e)) => Err(e),
+        (_, Ok(_)) => Err(ScrError::Collective(
+            "another rank failed (its error says why); this rank stops with it".into(),
+        )),
+    }
+}
+
+/// The halt file, or no conditions (with a warning) when it cannot be read: a damaged
+/// halt file must not stop some ranks and not others.
+fn load_halt(prefix: &Path) -> Halt {
+    Halt::load(prefix).unwrap_or_else(|e| {
+        eprintln!("scr-rs: warning: {e}; ignoring the halt file");
+        Halt::default()
+    })
 }
 
 fn create_private_dir(dir: &Path) -> Result<()> {

@@ -8,7 +8,6 @@ use std::sync::{Mutex, MutexGuard};
 
 use abi_stable::std_types::{RResult, RSlice, RSliceMut, RStr, RString};
 use mpi::datatype::Equivalence as _;
-use mpi::point_to_point as p2p;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{
     Communicator as _, CommunicatorCollectives as _, Destination as _, Root as _, Source as _,
@@ -30,16 +29,22 @@ pub struct MpiHost {
     /// Highest level printed (0: errors and warnings only).
     debug: u64,
     cancelled: AtomicBool,
-    /// Serializes MPI calls when several plugin threads use the services at once.
-    serial: Mutex<()>,
+    /// The thread that made the host (the one that called into the runtime).
+    owner: std::thread::ThreadId,
 }
 
+/// Serializes every MPI call made through any host, so that plugin threads never call MPI
+/// concurrently (what MPI_THREAD_SERIALIZED permits).
+static SERIAL: Mutex<()> = Mutex::new(());
+
 // SAFETY: an MPI communicator handle is a plain value that any thread may pass to MPI;
-// what MPI requires is that calls are not concurrent unless the library was initialised
-// with MPI_THREAD_MULTIPLE. Every MPI call made through an `MpiHost` holds `serial`, so
-// calls through one host are never concurrent, which MPI_THREAD_SERIALIZED permits.
+// what MPI requires is (a) no concurrent calls unless initialised with
+// MPI_THREAD_MULTIPLE, and (b) calls from threads other than the main one only at
+// MPI_THREAD_SERIALIZED or above. Every MPI call made through any `MpiHost` holds the
+// global `SERIAL` lock, giving (a); `enter` refuses calls from a thread other than the
+// owner unless MPI runs at MPI_THREAD_SERIALIZED or above, giving (b).
 unsafe impl Send for MpiHost {}
-// SAFETY: see `Send`: shared access only reaches MPI through the `serial` lock.
+// SAFETY: see `Send`: shared access reaches MPI only through `enter`.
 unsafe impl Sync for MpiHost {}
 
 impl MpiHost {
@@ -58,21 +63,36 @@ impl MpiHost {
             me,
             debug,
             cancelled: AtomicBool::new(false),
-            serial: Mutex::new(()),
+            owner: std::thread::current().id(),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, ()> {
-        self.serial.lock().unwrap_or_else(|e| e.into_inner())
+    /// Whether the communicator has `members` members (a set recorded by an earlier run
+    /// may no longer match the job).
+    pub fn size_matches(&self, members: usize) -> bool {
+        self.comm.size() as usize == members
+    }
+
+    /// Take the MPI lock, refusing a foreign thread when MPI's thread level forbids it.
+    fn enter(&self) -> Result<MutexGuard<'static, ()>, PluginError> {
+        if std::thread::current().id() != self.owner {
+            let level = mpi::environment::threading_support();
+            if level < mpi::Threading::Serialized {
+                return Err(PluginError::communication(format!(
+                    "host services were called from a plugin thread, but MPI was initialised with thread level {level:?}; initialise MPI with Threading::Serialized or Multiple, or call from the calling thread"
+                )));
+            }
+        }
+        Ok(SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     fn check(&self, member: u32) -> Result<i32, PluginError> {
-        if (member as usize) < self.world_ranks.len() {
+        if member < self.comm.size() as u32 {
             Ok(member as i32)
         } else {
             Err(PluginError::communication(format!(
                 "member {member} does not exist in a set of {} members",
-                self.world_ranks.len()
+                self.comm.size()
             )))
         }
     }
@@ -122,7 +142,7 @@ impl HostServices for MpiHost {
     fn send(&self, dest: u32, tag: u32, data: RSlice<'_, u8>) -> RResult<(), PluginError> {
         let run = || {
             let d = self.check(dest)?;
-            let _g = self.lock();
+            let _g = self.enter()?;
             let p = self.comm.process_at_rank(d);
             for piece in pieces(data.len()) {
                 p.send_with_tag(&data[piece], tag as i32);
@@ -135,7 +155,7 @@ impl HostServices for MpiHost {
     fn recv(&self, src: u32, tag: u32, mut buf: RSliceMut<'_, u8>) -> RResult<(), PluginError> {
         let mut run = || {
             let s = self.check(src)?;
-            let _g = self.lock();
+            let _g = self.enter()?;
             let len = buf.len();
             for piece in pieces(len) {
                 self.recv_piece(s, tag as i32, &mut buf.as_mut_slice()[piece])?;
@@ -156,35 +176,25 @@ impl HostServices for MpiHost {
         let mut run = || {
             let d = self.check(dest)?;
             let s = self.check(src)?;
-            let _g = self.lock();
+            let _g = self.enter()?;
             let send = pieces(data.len());
             let recv = pieces(buf.len());
-            // Pair pieces; an extra piece on either side goes alone.
+            // Each receive goes through a probe, so a message of the wrong size is an
+            // error rather than an MPI truncation that aborts the job.
             for i in 0..send.len().max(recv.len()) {
                 match (send.get(i), recv.get(i)) {
                     (Some(sp), Some(rp)) => {
                         let out = &data[sp.clone()];
                         let into = &mut buf.as_mut_slice()[rp.clone()];
-                        if sp.len() == rp.len() {
-                            p2p::send_receive_into_with_tags(
-                                out,
-                                &self.comm.process_at_rank(d),
-                                tag as i32,
-                                into,
-                                &self.comm.process_at_rank(s),
-                                tag as i32,
-                            );
-                        } else {
-                            mpi::request::scope(|scope| -> Result<(), PluginError> {
-                                let req = self
-                                    .comm
-                                    .process_at_rank(d)
-                                    .immediate_send_with_tag(scope, out, tag as i32);
-                                let r = self.recv_piece(s, tag as i32, into);
-                                req.wait();
-                                r
-                            })?;
-                        }
+                        mpi::request::scope(|scope| -> Result<(), PluginError> {
+                            let req = self
+                                .comm
+                                .process_at_rank(d)
+                                .immediate_send_with_tag(scope, out, tag as i32);
+                            let r = self.recv_piece(s, tag as i32, into);
+                            req.wait();
+                            r
+                        })?;
                     }
                     (Some(sp), None) => self
                         .comm
@@ -202,40 +212,55 @@ impl HostServices for MpiHost {
     }
 
     fn barrier(&self) -> RResult<(), PluginError> {
-        let _g = self.lock();
-        self.comm.barrier();
-        RResult::ROk(())
+        let run = || {
+            let _g = self.enter()?;
+            self.comm.barrier();
+            Ok(())
+        };
+        run().into()
     }
 
     fn all_reduce_u64(&self, value: u64, op: ReduceOp) -> RResult<u64, PluginError> {
-        let _g = self.lock();
-        let mut out = 0u64;
-        match op {
-            ReduceOp::Sum => {
-                self.comm
-                    .all_reduce_into(&value, &mut out, mpi::collective::SystemOperation::sum())
-            }
-            ReduceOp::Min => {
-                self.comm
-                    .all_reduce_into(&value, &mut out, mpi::collective::SystemOperation::min())
-            }
-            ReduceOp::Max => {
-                self.comm
-                    .all_reduce_into(&value, &mut out, mpi::collective::SystemOperation::max())
-            }
-        }
-        RResult::ROk(out)
+        let run = || {
+            let _g = self.enter()?;
+            let mut out = 0u64;
+            let op = match op {
+                ReduceOp::Sum => mpi::collective::SystemOperation::sum(),
+                ReduceOp::Min => mpi::collective::SystemOperation::min(),
+                ReduceOp::Max => mpi::collective::SystemOperation::max(),
+            };
+            self.comm.all_reduce_into(&value, &mut out, op);
+            Ok(out)
+        };
+        run().into()
     }
 
     fn broadcast(&self, root: u32, mut buf: RSliceMut<'_, u8>) -> RResult<(), PluginError> {
         let mut run = || {
             let r = self.check(root)?;
-            let _g = self.lock();
-            let len = buf.len();
-            for piece in pieces(len) {
-                self.comm
-                    .process_at_rank(r)
-                    .broadcast_into(&mut buf.as_mut_slice()[piece]);
+            let _g = self.enter()?;
+            // agree on the length first: a mismatch is an error on every member
+            let mut len = buf.len() as u64;
+            self.comm.process_at_rank(r).broadcast_into(&mut len);
+            let mine_ok = u8::from(len == buf.len() as u64);
+            let mut all_ok = 0u8;
+            self.comm.all_reduce_into(
+                &mine_ok,
+                &mut all_ok,
+                mpi::collective::SystemOperation::min(),
+            );
+            if all_ok == 0 {
+                return Err(PluginError::communication(format!(
+                    "broadcast from member {root}: buffers differ in length ({len} bytes at the root, {} here)",
+                    buf.len()
+                )));
+            }
+            if len > 0 {
+                for piece in pieces(buf.len()) {
+                    self.comm
+                        .process_at_rank(r)
+                        .broadcast_into(&mut buf.as_mut_slice()[piece]);
+                }
             }
             Ok(())
         };

@@ -81,6 +81,22 @@ fn main() {
                 scr.delete("nope").map(|_| String::new()),
             ));
         }
+        "output-kept" => {
+            // an output dataset must survive eviction until it is flushed
+            scr.start_output("ckpt", Flags::CHECKPOINT).expect("start");
+            let p = scr
+                .route_file(format!("c_{}.dat", world.rank()))
+                .expect("route");
+            std::fs::write(&p, b"checkpoint").expect("write");
+            scr.complete_output(true).expect("complete");
+            scr.start_output("out", Flags::OUTPUT).expect("start");
+            let p = scr
+                .route_file(format!("o_{}.dat", world.rank()))
+                .expect("route");
+            std::fs::write(&p, b"output").expect("write");
+            let kept = scr.complete_output(true).expect("complete");
+            say(format!("output kept {kept}, file exists {}", p.exists()));
+        }
         other => panic!("unknown probe mode `{other}`"),
     }
     scr.finalize().expect("finalize");
