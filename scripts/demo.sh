@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The demo: a 4-rank MPI stencil on 2 simulated nodes checkpoints every 5 steps into
-# node-local cache, is killed (SIGKILL on one rank) after step 17, and is started again:
-# it resumes from the newest checkpoint and ends in exactly the state of an uninterrupted
-# run. Then the plugins and the configuration in force are shown.
+# node-local cache, protected by XOR across the nodes (the default scheme). One rank is
+# killed (SIGKILL) after step 17 and node1 is lost with everything it cached. The job is
+# started again: init rebuilds node1's files from XOR parity, the job resumes from the
+# newest checkpoint and ends in exactly the state of an uninterrupted run. Then the
+# plugins and the configuration in force are shown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -15,23 +17,28 @@ scr="$PWD/target/debug/scr"
 work=$(mktemp -d /tmp/scr-demo.XXXXXX)
 mkdir -p "$work/prefix"
 export SCR_CACHE_BASE="$work/cache" SCR_CNTL_BASE="$work/cntl" SCR_JOB_ID=demo
-export SCR_NODE_NAMES=node0,node0,node1,node1 SCR_COPY_TYPE=SINGLE
+export SCR_NODE_NAMES=node0,node0,node1,node1
 run() { printf '\n$ %s\n' "$*"; "$@"; }
 cd "$work/prefix"
 
 echo "== 1. run 30 steps, rank 1 is killed after step 17"
 run mpiexec -n 4 "$heat" --steps 30 --kill-at 17 --kill-rank 1 2>&1 | grep -v '^\[' | grep -E 'starting|checkpoint|restarted|final|killed|Killed' || true
 echo
-echo "== what the node-local caches hold"
-find "$work/cache" -name '*.ckpt' | sed "s|$work/||" | sort
+echo "== what the node-local caches hold (checkpoint files and XOR parity)"
+find "$work/cache" -type f | sed "s|$work/||" | sort
 
 echo
-echo "== 2. start the job again: it resumes from the newest checkpoint"
-run mpiexec -n 4 "$heat" --steps 30 | tee "$work/second.log"
+echo "== 2. node1 is lost: its cache and control directories are gone"
+rm -rf "$work/cache/node1" "$work/cntl/node1"
+
+echo
+echo "== 3. start the job again (SCR_DEBUG=1 shows what init does): node1's files are"
+echo "==    rebuilt from XOR parity and the job resumes"
+SCR_DEBUG=1 mpiexec -n 4 "$heat" --steps 30 2>&1 | grep -v '^\[' | tee "$work/second.log"
 resumed=$(grep '^final' "$work/second.log")
 
 echo
-echo "== 3. an uninterrupted run in a fresh cache, for comparison"
+echo "== 4. an uninterrupted run in a fresh cache, for comparison"
 rm -rf "$work/cache" "$work/cntl" "$work/prefix/.scr"
 fresh=$(mpiexec -n 4 "$heat" --steps 30 --every 0 2>/dev/null | grep '^final')
 echo "restarted run:     $resumed"

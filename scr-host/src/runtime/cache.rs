@@ -300,6 +300,17 @@ impl Runtime {
             .map(|v| v.into_vec())
             .map_err(|e| scheme.error("recover", e).to_string());
         let kept = self.all_agree(outcome.is_ok());
+        if kept && self.debug >= 1 {
+            // (debug is the same on every rank, so this gather is collective)
+            let flags = all_gather_bytes(&self.world, &[u8::from(!intact)]);
+            let rebuilt: Vec<usize> = (0..flags.len()).filter(|&r| flags[r] == [1]).collect();
+            if !rebuilt.is_empty() {
+                self.info(&format!(
+                    "dataset {id} ({name}): rebuilt the files of ranks {rebuilt:?} through {}",
+                    t.descriptor.scheme
+                ));
+            }
+        }
         let local = if kept {
             match (intact, outcome) {
                 (true, _) => Ok(()),
