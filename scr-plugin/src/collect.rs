@@ -1,8 +1,52 @@
 //! Small collective helpers built on the host services.
 
 use crate::abi::ReduceOp;
-use crate::error::PluginResult;
+use crate::error::{ErrorCode, PluginError, PluginResult};
 use crate::host::Host;
+
+/// The first local failure of a collective operation. A member that fails (a file it
+/// cannot read, say) must keep taking part, or the others wait forever for its messages;
+/// it notes the failure, goes on with neutral data, and [`Failures::agree`] turns the
+/// outcome into the same result on every member at the end.
+#[derive(Debug, Default)]
+pub struct Failures(Option<PluginError>);
+
+impl Failures {
+    /// No failure yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The value, or `None` after remembering the error (the first one is kept).
+    pub fn note<T>(&mut self, r: PluginResult<T>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.0.get_or_insert(e);
+                None
+            }
+        }
+    }
+
+    /// Whether nothing failed here.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// `Ok` on every member only if no member failed; a failed member returns its own
+    /// error, the others say that `what` failed elsewhere.
+    pub fn agree(self, host: &Host<'_>, what: &str) -> PluginResult<()> {
+        let ok = host.all_agree(self.0.is_none())?;
+        match (ok, self.0) {
+            (true, _) => Ok(()),
+            (false, Some(e)) => Err(e),
+            (false, None) => Err(PluginError::new(
+                ErrorCode::IO,
+                format!("{what} failed on another member of the set"),
+            )),
+        }
+    }
+}
 
 /// Every member's `flag`, indexed by member (one all-reduce per 64 members).
 pub fn gather_flags(host: &Host<'_>, flag: bool) -> PluginResult<Vec<bool>> {

@@ -108,6 +108,57 @@ pub struct RedHeader {
     pub payload_crc32: u32,
 }
 
+impl RedHeader {
+    /// A header for this member of the set `host` describes, for dataset `dataset_id`.
+    pub fn for_member(scheme: &str, dataset_id: u64, host: &crate::Host<'_>) -> PluginResult<Self> {
+        Ok(RedHeader {
+            scheme: scheme.into(),
+            dataset_id,
+            set_size: host.size(),
+            member: host.rank(),
+            world_ranks: (0..host.size())
+                .map(|m| host.world_rank(m))
+                .collect::<PluginResult<_>>()?,
+            ..RedHeader::default()
+        })
+    }
+
+    /// Whether this header belongs to that member of that set and dataset (a file left
+    /// by another run or another set must not be trusted).
+    pub fn matches(&self, scheme: &str, dataset_id: u64, set_size: u32, member: u32) -> bool {
+        self.scheme == scheme
+            && self.dataset_id == dataset_id
+            && self.set_size == set_size
+            && self.member == member
+    }
+}
+
+/// The redundancy file of one member in a dataset directory:
+/// `scr.<world rank>.<scheme>.mem_<member>_of_<members>.redset` (unique on a node that
+/// several ranks share).
+pub fn member_file(
+    dir: &Path,
+    scheme: &str,
+    world_rank: u32,
+    member: u32,
+    members: u32,
+) -> PathBuf {
+    dir.join(format!(
+        "scr.{world_rank}.{}.mem_{member}_of_{members}.redset",
+        scheme.to_ascii_lowercase()
+    ))
+}
+
+/// Delete a redundancy file; one already gone is fine.
+pub fn remove(path: &Path) -> PluginResult<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(PluginError::io(path.display(), e))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Writes a redundancy file: payload first (sequentially), header last.
 pub struct RedWriter {
     path: PathBuf,

@@ -9,13 +9,12 @@
 //!
 //! Run: `mpiexec -n 4 target/release/scr-bench-single --mib 256`.
 
-use std::io::Write;
 use std::time::Instant;
 
 use clap::Parser;
-use scr_api::mpi::collective::SystemOperation;
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives};
 use scr_api::{mpi, Flags, Scr, Settings};
+use scr_examples::{median, slowest, write_synced};
 
 #[derive(Parser)]
 #[command(
@@ -36,23 +35,6 @@ struct Args {
     /// Do not compute CRC32 at complete_output (crc_on_copy = false).
     #[arg(long)]
     no_crc: bool,
-}
-
-fn slowest(world: &mpi::topology::SimpleCommunicator, secs: f64) -> f64 {
-    let mut out = 0.0f64;
-    world.all_reduce_into(&secs, &mut out, SystemOperation::max());
-    out
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
-fn write_synced(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
-    let mut f = std::fs::File::create(path)?;
-    f.write_all(data)?;
-    f.sync_all()
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

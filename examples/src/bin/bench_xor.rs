@@ -5,15 +5,14 @@
 //! under `--dir` (default /dev/shm). The set is the whole job, the scheme is the shipped
 //! XOR plugin loaded through the registry, exactly as the runtime uses it.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use abi_stable::std_types::{RNone, RSome};
 use clap::Parser;
 use scr_api::mpi;
-use scr_api::mpi::collective::SystemOperation;
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives, Root};
+use scr_examples::{median, slowest, write_synced};
 use scr_host::config::Config;
 use scr_host::registry::Registry;
 use scr_host::runtime::MpiHost;
@@ -38,23 +37,6 @@ struct Args {
     /// Repetitions (median reported).
     #[arg(long, default_value_t = 3)]
     reps: usize,
-}
-
-fn slowest(world: &mpi::topology::SimpleCommunicator, secs: f64) -> f64 {
-    let mut out = 0.0f64;
-    world.all_reduce_into(&secs, &mut out, SystemOperation::max());
-    out
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
-fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let mut f = std::fs::File::create(path)?;
-    f.write_all(data)?;
-    f.sync_all()
 }
 
 fn meta(path: &Path, size: u64) -> FileMeta {

@@ -9,9 +9,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use scr_plugin::collect::{gather_flags, recv_bytes, send_bytes, sendrecv_bytes};
+use scr_plugin::collect::{gather_flags, recv_bytes, send_bytes, sendrecv_bytes, Failures};
 use scr_plugin::lofi::{restore_metadata, LogicalFile};
-use scr_plugin::redfile::{open_verified, RedHeader, RedReader, RedWriter, StoredMeta};
+use scr_plugin::redfile::{self, open_verified, RedHeader, RedReader, RedWriter, StoredMeta};
 use scr_plugin::{
     DatasetFiles, ErrorCode, FileMeta, Host, Params, PluginError, PluginLibrary, PluginResult,
     RecoverRequest, ReduceOp, Scheme, SchemeConfig, SchemeDescription,
@@ -46,10 +46,7 @@ impl PartnerScheme {
     }
 
     fn red_path(&self, dir: &Path) -> PathBuf {
-        dir.join(format!(
-            "scr.{}.partner.mem_{}_of_{}.redset",
-            self.world_rank, self.member, self.members
-        ))
+        redfile::member_file(dir, "PARTNER", self.world_rank, self.member, self.members)
     }
 
     fn check_host(&self, host: &Host<'_>) -> PluginResult<()> {
@@ -63,28 +60,6 @@ impl PartnerScheme {
             )));
         }
         Ok(())
-    }
-}
-
-fn note<T>(slot: &mut Option<PluginError>, r: PluginResult<T>) -> Option<T> {
-    match r {
-        Ok(v) => Some(v),
-        Err(e) => {
-            slot.get_or_insert(e);
-            None
-        }
-    }
-}
-
-fn agree(host: &Host<'_>, local: Option<PluginError>, what: &str) -> PluginResult<()> {
-    let ok = host.all_agree(local.is_none())?;
-    match (ok, local) {
-        (true, _) => Ok(()),
-        (false, Some(e)) => Err(e),
-        (false, None) => Err(PluginError::new(
-            ErrorCode::IO,
-            format!("{what} failed on another member of the set"),
-        )),
     }
 }
 
@@ -116,7 +91,7 @@ impl Scheme for PartnerScheme {
         self.check_host(host)?;
         let me = self.member;
         let dir = Path::new(dataset.dir.as_str());
-        let mut failure = None;
+        let mut failure = Failures::new();
         let mine: Vec<StoredMeta> = dataset
             .files
             .iter()
@@ -130,17 +105,18 @@ impl Scheme for PartnerScheme {
 
         let mut files: BTreeMap<u32, Vec<StoredMeta>> = BTreeMap::new();
         let mut sections = BTreeMap::new();
-        let mut lofi = note(&mut failure, LogicalFile::open(&dataset.files));
-        let mut writer = note(&mut failure, RedWriter::create(&self.red_path(dir)));
+        let mut lofi = failure.note(LogicalFile::open(&dataset.files));
+        let mut writer = failure.note(RedWriter::create(&self.red_path(dir)));
         let mut out = vec![0u8; self.piece];
         let mut inc = vec![0u8; self.piece];
         for d in 1..=self.replicas {
             let from = host.left(d);
-            let theirs: Vec<StoredMeta> = note(
-                &mut failure,
-                sendrecv_bytes(host, host.right(d), &mine_json, from, TAG).and_then(|b| unjson(&b)),
-            )
-            .unwrap_or_default();
+            let theirs: Vec<StoredMeta> = failure
+                .note(
+                    sendrecv_bytes(host, host.right(d), &mine_json, from, TAG)
+                        .and_then(|b| unjson(&b)),
+                )
+                .unwrap_or_default();
             let their_size: u64 = theirs.iter().map(|m| m.size).sum();
             sections.insert(
                 from,
@@ -151,35 +127,25 @@ impl Scheme for PartnerScheme {
                 let s = piece_len(size, step, self.piece);
                 let r = piece_len(their_size, step, self.piece);
                 if let Some(l) = lofi.as_mut() {
-                    note(
-                        &mut failure,
-                        l.read_at(step * self.piece as u64, &mut out[..s]),
-                    );
+                    failure.note(l.read_at(step * self.piece as u64, &mut out[..s]));
                 }
                 host.sendrecv(host.right(d), &out[..s], from, &mut inc[..r], TAG)?;
                 if let Some(w) = writer.as_mut() {
-                    note(&mut failure, w.write(&inc[..r]));
+                    failure.note(w.write(&inc[..r]));
                 }
             }
         }
         files.insert(me, mine);
         let mut written = None;
-        if let (Some(w), None) = (writer, &failure) {
+        if let (Some(w), true) = (writer, failure.is_empty()) {
             let header = RedHeader {
-                scheme: "PARTNER".into(),
-                dataset_id: dataset.dataset_id,
-                set_size: self.members,
-                member: me,
-                world_ranks: (0..self.members)
-                    .map(|m| host.world_rank(m))
-                    .collect::<PluginResult<_>>()?,
                 files,
                 sections,
-                ..RedHeader::default()
+                ..RedHeader::for_member("PARTNER", dataset.dataset_id, host)?
             };
-            written = note(&mut failure, w.finish(header));
+            written = failure.note(w.finish(header));
         }
-        agree(host, failure, "PARTNER apply")?;
+        failure.agree(host, "PARTNER apply")?;
         Ok(written
             .map(|p| vec![p.display().to_string()])
             .unwrap_or_default())
@@ -190,12 +156,9 @@ impl Scheme for PartnerScheme {
         let n = self.members;
         let me = self.member;
         let dir = Path::new(request.dir.as_str());
-        let mut red: Option<RedReader> = open_verified(&self.red_path(dir)).ok().filter(|r| {
-            r.header.scheme == "PARTNER"
-                && r.header.dataset_id == request.dataset_id
-                && r.header.set_size == n
-                && r.header.member == me
-        });
+        let mut red: Option<RedReader> = open_verified(&self.red_path(dir))
+            .ok()
+            .filter(|r| r.header.matches("PARTNER", request.dataset_id, n, me));
         let data_lost = gather_flags(host, request.files.is_none())?;
         let red_ok = gather_flags(host, red.is_some())?;
         if !data_lost.contains(&true) && !red_ok.contains(&false) {
@@ -229,7 +192,7 @@ impl Scheme for PartnerScheme {
                 ),
             ));
         }
-        let mut failure = None;
+        let mut failure = Failures::new();
         let mut rebuilt = None;
         let mut buf = vec![0u8; self.piece];
         for &(f, p) in &providers {
@@ -245,45 +208,38 @@ impl Scheme for PartnerScheme {
                 )?;
                 for step in 0..len.div_ceil(self.piece as u64) {
                     let s = piece_len(len, step, self.piece);
-                    if note(
-                        &mut failure,
-                        r.read_at(offset + step * self.piece as u64, &mut buf[..s]),
-                    )
-                    .is_none()
+                    if failure
+                        .note(r.read_at(offset + step * self.piece as u64, &mut buf[..s]))
+                        .is_none()
                     {
                         buf[..s].fill(0);
                     }
                     host.send(f, TAG, &buf[..s])?;
                 }
             } else if me == f {
-                let stored: Vec<StoredMeta> = note(
-                    &mut failure,
-                    recv_bytes(host, p, TAG).and_then(|b| unjson(&b)),
-                )
-                .unwrap_or_default();
+                let stored: Vec<StoredMeta> = failure
+                    .note(recv_bytes(host, p, TAG).and_then(|b| unjson(&b)))
+                    .unwrap_or_default();
                 let metas: Vec<FileMeta> = stored.iter().map(|m| m.to_meta(dir)).collect();
                 let len: u64 = metas.iter().map(|m| m.size).sum();
-                let mut lofi = note(&mut failure, LogicalFile::create(&metas));
+                let mut lofi = failure.note(LogicalFile::create(&metas));
                 for step in 0..len.div_ceil(self.piece as u64) {
                     let s = piece_len(len, step, self.piece);
                     host.recv(p, TAG, &mut buf[..s])?;
                     if let Some(l) = lofi.as_mut() {
-                        note(
-                            &mut failure,
-                            l.write_at(step * self.piece as u64, &buf[..s]),
-                        );
+                        failure.note(l.write_at(step * self.piece as u64, &buf[..s]));
                     }
                 }
                 if let Some(l) = lofi.as_mut() {
-                    note(&mut failure, l.sync());
+                    failure.note(l.sync());
                 }
                 for m in &metas {
-                    note(&mut failure, restore_metadata(m));
+                    failure.note(restore_metadata(m));
                 }
                 rebuilt = Some(metas);
             }
         }
-        agree(host, failure, "PARTNER rebuild")?;
+        failure.agree(host, "PARTNER rebuild")?;
         let files = rebuilt.unwrap_or_else(|| {
             request
                 .files
@@ -313,13 +269,7 @@ impl Scheme for PartnerScheme {
     }
 
     fn remove(&self, _host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<()> {
-        let p = self.red_path(Path::new(dataset.dir.as_str()));
-        match std::fs::remove_file(&p) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(PluginError::io(p.display(), e))
-            }
-            _ => Ok(()),
-        }
+        redfile::remove(&self.red_path(Path::new(dataset.dir.as_str())))
     }
 }
 

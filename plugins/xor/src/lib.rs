@@ -13,9 +13,9 @@
 
 use std::path::{Path, PathBuf};
 
-use scr_plugin::collect::{gather_flags, recv_bytes, send_bytes, sendrecv_bytes};
+use scr_plugin::collect::{gather_flags, recv_bytes, send_bytes, sendrecv_bytes, Failures};
 use scr_plugin::lofi::{restore_metadata, LogicalFile};
-use scr_plugin::redfile::{open_verified, RedHeader, RedReader, RedWriter, StoredMeta};
+use scr_plugin::redfile::{self, open_verified, RedHeader, RedReader, RedWriter, StoredMeta};
 use scr_plugin::{
     DatasetFiles, ErrorCode, FileMeta, Host, Params, PluginError, PluginLibrary, PluginResult,
     RecoverRequest, ReduceOp, Scheme, SchemeConfig, SchemeDescription,
@@ -48,10 +48,7 @@ impl XorScheme {
     }
 
     fn red_path(&self, dir: &Path) -> PathBuf {
-        dir.join(format!(
-            "scr.{}.xor.mem_{}_of_{}.redset",
-            self.world_rank, self.member, self.members
-        ))
+        redfile::member_file(dir, "XOR", self.world_rank, self.member, self.members)
     }
 
     fn check_host(&self, host: &Host<'_>) -> PluginResult<()> {
@@ -80,30 +77,6 @@ fn chunk_of(i: u32, j: u32) -> Option<u64> {
 fn xor_into(dst: &mut [u8], src: &[u8]) {
     for (d, s) in dst.iter_mut().zip(src) {
         *d ^= s;
-    }
-}
-
-/// Remember the first local failure but keep the collective going, so no member is left
-/// waiting for a message that never comes; the failure is agreed on at the end.
-fn note<T>(slot: &mut Option<PluginError>, r: PluginResult<T>) -> Option<T> {
-    match r {
-        Ok(v) => Some(v),
-        Err(e) => {
-            slot.get_or_insert(e);
-            None
-        }
-    }
-}
-
-fn agree(host: &Host<'_>, local: Option<PluginError>, what: &str) -> PluginResult<()> {
-    let ok = host.all_agree(local.is_none())?;
-    match (ok, local) {
-        (true, _) => Ok(()),
-        (false, Some(e)) => Err(e),
-        (false, None) => Err(PluginError::new(
-            ErrorCode::IO,
-            format!("{what} failed on another member of the set"),
-        )),
     }
 }
 
@@ -139,7 +112,7 @@ impl Scheme for XorScheme {
         let n = self.members;
         let me = self.member;
         let dir = Path::new(dataset.dir.as_str());
-        let mut failure = None;
+        let mut failure = Failures::new();
         let mine: Vec<StoredMeta> = dataset
             .files
             .iter()
@@ -153,10 +126,10 @@ impl Scheme for XorScheme {
             0
         };
         let left_meta = sendrecv_bytes(host, host.right(1), &json(&mine), host.left(1), TAG)?;
-        let left: Vec<StoredMeta> = note(&mut failure, unjson(&left_meta)).unwrap_or_default();
+        let left: Vec<StoredMeta> = failure.note(unjson(&left_meta)).unwrap_or_default();
 
-        let mut lofi = note(&mut failure, LogicalFile::open(&dataset.files));
-        let mut writer = note(&mut failure, RedWriter::create(&self.red_path(dir)));
+        let mut lofi = failure.note(LogicalFile::open(&dataset.files));
+        let mut writer = failure.note(RedWriter::create(&self.red_path(dir)));
         if n > 1 {
             let mut send = vec![0u8; self.piece];
             let mut recv = vec![0u8; self.piece];
@@ -168,7 +141,7 @@ impl Scheme for XorScheme {
                     let buf = &mut send[..p];
                     match (chunk_of(me, slot), lofi.as_mut()) {
                         (Some(c), Some(l)) => {
-                            if note(&mut failure, l.read_at(c * chunk + offset, buf)).is_none() {
+                            if failure.note(l.read_at(c * chunk + offset, buf)).is_none() {
                                 buf.fill(0);
                             }
                         }
@@ -180,28 +153,21 @@ impl Scheme for XorScheme {
                     host.sendrecv(host.right(1), buf, host.left(1), &mut recv[..p], TAG)?;
                 }
                 if let Some(w) = writer.as_mut() {
-                    note(&mut failure, w.write(&recv[..p]));
+                    failure.note(w.write(&recv[..p]));
                 }
                 offset += p as u64;
             }
         }
         let mut written = None;
-        if let (Some(w), None) = (writer, &failure) {
+        if let (Some(w), true) = (writer, failure.is_empty()) {
             let header = RedHeader {
-                scheme: "XOR".into(),
-                dataset_id: dataset.dataset_id,
-                set_size: n,
-                member: me,
-                world_ranks: (0..n)
-                    .map(|m| host.world_rank(m))
-                    .collect::<PluginResult<_>>()?,
                 chunk,
                 files: [(me, mine), (host.left(1), left)].into_iter().collect(),
-                ..RedHeader::default()
+                ..RedHeader::for_member("XOR", dataset.dataset_id, host)?
             };
-            written = note(&mut failure, w.finish(header));
+            written = failure.note(w.finish(header));
         }
-        agree(host, failure, "XOR apply")?;
+        failure.agree(host, "XOR apply")?;
         Ok(written
             .map(|p| vec![p.display().to_string()])
             .unwrap_or_default())
@@ -212,12 +178,9 @@ impl Scheme for XorScheme {
         let n = self.members;
         let me = self.member;
         let dir = Path::new(request.dir.as_str());
-        let red: Option<RedReader> = open_verified(&self.red_path(dir)).ok().filter(|r| {
-            r.header.scheme == "XOR"
-                && r.header.dataset_id == request.dataset_id
-                && r.header.set_size == n
-                && r.header.member == me
-        });
+        let red: Option<RedReader> = open_verified(&self.red_path(dir))
+            .ok()
+            .filter(|r| r.header.matches("XOR", request.dataset_id, n, me));
         let data_ok = request.files.is_some();
         let lost = gather_flags(host, !(data_ok && red.is_some()))?;
         let lost_members: Vec<u32> = (0..n).filter(|&m| lost[m as usize]).collect();
@@ -248,7 +211,7 @@ impl Scheme for XorScheme {
             own: Vec<StoredMeta>,
             left: Vec<StoredMeta>,
         }
-        let mut failure = None;
+        let mut failure = Failures::new();
         let header = red.as_ref().map(|r| r.header.clone());
         if me == right {
             let h = header.clone().expect("a survivor has a verified header");
@@ -278,17 +241,14 @@ impl Scheme for XorScheme {
             left: Vec::new(),
         };
         if me == f {
-            if let Some(i) = note(
-                &mut failure,
-                recv_bytes(host, right, TAG).and_then(|b| unjson::<Info>(&b)),
-            ) {
+            if let Some(i) =
+                failure.note(recv_bytes(host, right, TAG).and_then(|b| unjson::<Info>(&b)))
+            {
                 info = i;
             }
             if left != right {
-                if let Some(l) = note(
-                    &mut failure,
-                    recv_bytes(host, left, TAG).and_then(|b| unjson(&b)),
-                ) {
+                if let Some(l) = failure.note(recv_bytes(host, left, TAG).and_then(|b| unjson(&b)))
+                {
                     info.left = l;
                 }
             }
@@ -308,13 +268,13 @@ impl Scheme for XorScheme {
                 .into_vec()
         };
         let mut lofi = if me == f {
-            note(&mut failure, LogicalFile::create(&own_metas))
+            failure.note(LogicalFile::create(&own_metas))
         } else {
-            note(&mut failure, LogicalFile::open(&own_metas))
+            failure.note(LogicalFile::open(&own_metas))
         };
         let mut red = red;
         let mut writer = if me == f {
-            note(&mut failure, RedWriter::create(&self.red_path(dir)))
+            failure.note(RedWriter::create(&self.red_path(dir)))
         } else {
             None
         };
@@ -330,12 +290,12 @@ impl Scheme for XorScheme {
                     match chunk_of(f, slot) {
                         Some(c) => {
                             if let Some(l) = lofi.as_mut() {
-                                note(&mut failure, l.write_at(c * chunk + offset, &incoming[..p]));
+                                failure.note(l.write_at(c * chunk + offset, &incoming[..p]));
                             }
                         }
                         None => {
                             if let Some(w) = writer.as_mut() {
-                                note(&mut failure, w.write(&incoming[..p]));
+                                failure.note(w.write(&incoming[..p]));
                             }
                         }
                     }
@@ -348,7 +308,7 @@ impl Scheme for XorScheme {
                     chunk_of(me, slot)
                         .and_then(|c| lofi.as_mut().map(|l| l.read_at(c * chunk + offset, out)))
                 };
-                if read.is_some_and(|r| note(&mut failure, r).is_none()) {
+                if read.is_some_and(|r| failure.note(r).is_none()) {
                     out.fill(0);
                 }
                 if k > 1 {
@@ -361,30 +321,23 @@ impl Scheme for XorScheme {
         }
         if me == f {
             if let Some(l) = lofi.as_mut() {
-                note(&mut failure, l.sync());
+                failure.note(l.sync());
             }
             for m in &own_metas {
-                note(&mut failure, restore_metadata(m));
+                failure.note(restore_metadata(m));
             }
-            if let (Some(w), None) = (writer, &failure) {
+            if let (Some(w), true) = (writer, failure.is_empty()) {
                 let header = RedHeader {
-                    scheme: "XOR".into(),
-                    dataset_id: request.dataset_id,
-                    set_size: n,
-                    member: me,
-                    world_ranks: (0..n)
-                        .map(|m| host.world_rank(m))
-                        .collect::<PluginResult<_>>()?,
                     chunk,
                     files: [(me, info.own.clone()), (left, info.left.clone())]
                         .into_iter()
                         .collect(),
-                    ..RedHeader::default()
+                    ..RedHeader::for_member("XOR", request.dataset_id, host)?
                 };
-                note(&mut failure, w.finish(header));
+                failure.note(w.finish(header));
             }
         }
-        agree(host, failure, "XOR rebuild")?;
+        failure.agree(host, "XOR rebuild")?;
         Ok(own_metas)
     }
 
@@ -396,13 +349,7 @@ impl Scheme for XorScheme {
     }
 
     fn remove(&self, _host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<()> {
-        let p = self.red_path(Path::new(dataset.dir.as_str()));
-        match std::fs::remove_file(&p) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(PluginError::io(p.display(), e))
-            }
-            _ => Ok(()),
-        }
+        redfile::remove(&self.red_path(Path::new(dataset.dir.as_str())))
     }
 }
 
