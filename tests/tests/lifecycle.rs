@@ -36,7 +36,8 @@ fn datasets(dir: &Path) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default();
-    v.sort();
+    // by id, not by text (scr.dataset.10 comes after scr.dataset.9)
+    v.sort_by_key(|n| n.rsplit('.').next().and_then(|id| id.parse::<u64>().ok()));
     v
 }
 
@@ -86,7 +87,7 @@ fn restart_after_ranks_moved_to_other_nodes_redistributes_files() {
     for (rank, node) in moved.iter().enumerate() {
         let here = c.cache_dir(node);
         let newest = datasets(&here).pop().expect("a dataset on each node");
-        let file = here.join(&newest).join(format!("heat/rank_{rank}.ckpt"));
+        let file = here.join(&newest).join(format!("ckpt.20/rank_{rank}.ckpt"));
         assert_eq!(step_in(&file), 20, "{}", file.display());
     }
 }
@@ -195,7 +196,13 @@ fn store_count_two_keeps_exactly_the_two_newest_checkpoints() {
         let steps: Vec<u64> = held
             .iter()
             .map(|d| {
-                let sub = dir.join(d).join("heat");
+                // the dataset holds one directory, ckpt.<step>, with this node's files
+                let sub = std::fs::read_dir(dir.join(d))
+                    .unwrap()
+                    .filter_map(Result::ok)
+                    .find(|e| e.file_name().to_string_lossy().starts_with("ckpt."))
+                    .expect("a checkpoint directory")
+                    .path();
                 let f = std::fs::read_dir(&sub)
                     .unwrap()
                     .next()
@@ -366,7 +373,7 @@ fn a_checkpoint_one_rank_cannot_read_falls_back_to_the_previous_one() {
     // damage rank 2's copy of ckpt.10 without changing its size
     let dir = c.cache_dir("n1");
     let newest = datasets(&dir).pop().unwrap();
-    let file = dir.join(newest).join("heat/rank_2.ckpt");
+    let file = dir.join(newest).join("ckpt.10/rank_2.ckpt");
     assert_eq!(step_in(&file), 10);
     let mut bytes = std::fs::read(&file).unwrap();
     bytes[..8].copy_from_slice(&999u64.to_le_bytes());

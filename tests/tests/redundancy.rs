@@ -47,10 +47,14 @@ fn xor_rebuilds_a_lost_node_and_resumes_byte_exact() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    sets.sort();
+    sets.sort_by_key(|p| {
+        p.extension()
+            .and_then(|x| x.to_str())
+            .and_then(|id| id.parse::<u64>().ok())
+    });
     let newest = sets.last().expect("datasets on n1");
     for rank in [2, 3] {
-        assert!(newest.join(format!("heat/rank_{rank}.ckpt")).is_file());
+        assert!(newest.join(format!("ckpt.20/rank_{rank}.ckpt")).is_file());
         let parity = std::fs::read_dir(newest)
             .unwrap()
             .filter_map(Result::ok)

@@ -61,8 +61,10 @@ fn kill_self() -> ! {
     std::process::abort()
 }
 
-fn file_name(rank: i32) -> PathBuf {
-    PathBuf::from(format!("heat/rank_{rank}.ckpt"))
+/// Each checkpoint in a directory of its own, so that flushed checkpoints never
+/// overwrite each other in the prefix.
+fn file_name(dataset: &str, rank: i32) -> PathBuf {
+    PathBuf::from(format!("{dataset}/rank_{rank}.ckpt"))
 }
 
 fn encode(step: u64, cells: &[f64]) -> Vec<u8> {
@@ -130,7 +132,7 @@ fn run(
     while let Some(name) = scr.have_restart() {
         scr.start_restart()?;
         // a file this rank cannot find makes the checkpoint invalid, not the run
-        let path = scr.route_file(file_name(rank)).unwrap_or_default();
+        let path = scr.route_file(file_name(&name, rank)).unwrap_or_default();
         // a checkpoint is valid only if it holds the step its name says
         let named_step: Option<u64> = name.strip_prefix("ckpt.").and_then(|s| s.parse().ok());
         let loaded = std::fs::read(&path)
@@ -191,8 +193,9 @@ fn run(
             args.every > 0 && step % args.every == 0
         };
         if want {
-            scr.start_output(&format!("ckpt.{step}"), Flags::CHECKPOINT)?;
-            let path = scr.route_file(file_name(rank))?;
+            let name = format!("ckpt.{step}");
+            scr.start_output(&name, Flags::CHECKPOINT)?;
+            let path = scr.route_file(file_name(&name, rank))?;
             let mut ok = std::fs::write(&path, encode(step, &u)).is_ok();
             if args.kill_before_complete == Some(step) && rank == args.kill_rank {
                 kill_self();

@@ -407,6 +407,7 @@ impl Runtime {
             .unwrap_or_else(|| self.config.u64("cache_size"))
             .max(1);
         let protected = [self.restart_candidate_any(), self.restart_candidate(), keep];
+        let flushing = self.flushing_ids();
         loop {
             let held: Vec<DatasetRecord> = self
                 .filemap
@@ -418,10 +419,9 @@ impl Runtime {
             if (held.len() as u64) + room <= limit {
                 return Ok(());
             }
-            let Some(victim) = held
-                .into_iter()
-                .find(|d| !protected.contains(&Some(d.id)) && !d.output)
-            else {
+            let Some(victim) = held.into_iter().find(|d| {
+                !protected.contains(&Some(d.id)) && !d.output && !flushing.contains(&d.id)
+            }) else {
                 return Ok(());
             };
             self.info(&format!(

@@ -11,8 +11,10 @@
 
 mod cache;
 mod filemap;
+mod flush;
 pub mod halt;
 mod mpi_host;
+pub mod prefix;
 mod sets;
 
 use std::collections::BTreeMap;
@@ -135,6 +137,7 @@ pub struct Runtime {
     halt_reason: Option<String>,
     finalized: bool,
     lost: Vec<String>,
+    flushing: flush::Flushing,
 }
 
 impl Runtime {
@@ -237,6 +240,7 @@ impl Runtime {
             halt_reason: None,
             finalized: false,
             lost: Vec::new(),
+            flushing: flush::Flushing::default(),
             config,
         };
         // until init succeeds, dropping the half-built runtime is not a missed finalize
@@ -244,6 +248,9 @@ impl Runtime {
         rt.create_reddescs()?;
         rt.write_nodes_file()?;
         rt.restore_cache()?;
+        if rt.restart_candidate().is_none() && rt.config.bool("fetch") {
+            rt.fetch()?;
+        }
         rt.finalized = false;
         rt.world.barrier();
         for rd in &rt.reddescs {
@@ -722,6 +729,7 @@ impl Runtime {
         self.dataset_done(out.record.id);
         self.agree(local)?;
         if kept {
+            self.maybe_flush(&out.record)?;
             self.info(&format!(
                 "complete_output {}: kept, {:.3} s",
                 out.record.name,
@@ -960,7 +968,7 @@ impl Runtime {
             self.warn("finalize: a dataset was still being written; it is discarded");
             self.complete_output(false)?;
         }
-        self.world.barrier();
+        self.wait_flushes();
         if self.rank == 0 {
             // record why the run ended, unless someone set a reason of their own
             let mut halt = load_halt(&self.prefix);

@@ -1,0 +1,230 @@
+//! What the prefix directory holds about datasets (the Files chapter): the index
+//! (`.scr/index.scr`), the flush file (`.scr/flush.scr`), and per dataset a directory
+//! `.scr/scr.dataset.<id>/` with its summary and rank2file map. All are state files:
+//! versioned, checksummed, replaced atomically.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use crate::state::{read_state, write_state, StateError};
+
+/// One dataset in the index.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexEntry {
+    /// Dataset id.
+    pub id: u64,
+    /// Name given by the application.
+    pub name: String,
+    /// Checkpoint id, for checkpoints.
+    pub checkpoint_id: Option<u64>,
+    /// Output dataset.
+    pub output: bool,
+    /// Its directory under `.scr/`.
+    pub dir: String,
+    /// Ranks that wrote it.
+    pub world_size: u32,
+    /// Every rank's files reached the prefix and were verified.
+    pub complete: bool,
+    /// When the flush completed (seconds since the epoch).
+    pub flushed: Option<i64>,
+    /// When it was last fetched back.
+    pub fetched: Option<i64>,
+    /// Why it must not be used (a failed fetch, a flush that never completed).
+    pub failed: Option<String>,
+}
+
+/// The index of a prefix directory.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Index {
+    /// Entries by dataset id.
+    pub datasets: BTreeMap<u64, IndexEntry>,
+    /// The checkpoint to restart from, if set (`scr index current`); else the newest
+    /// complete one.
+    pub current: Option<String>,
+}
+
+/// Serializes index updates within one process (the flush thread and the main thread).
+static INDEX_LOCK: Mutex<()> = Mutex::new(());
+
+/// One rank's files of a flushed dataset.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlushedFile {
+    /// Path relative to the prefix.
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// CRC32 when computed during the flush.
+    pub crc32: Option<u32>,
+}
+
+/// Which rank wrote which files (`rank2file.scr`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rank2File {
+    /// Files by rank.
+    pub ranks: BTreeMap<u32, Vec<FlushedFile>>,
+}
+
+/// The summary of a flushed dataset (`summary.scr`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Dataset id.
+    pub id: u64,
+    /// Name.
+    pub name: String,
+    /// Checkpoint id.
+    pub checkpoint_id: Option<u64>,
+    /// Ranks.
+    pub world_size: u32,
+    /// Files in all.
+    pub files: u64,
+    /// Bytes in all.
+    pub bytes: u64,
+    /// Every rank's files are there and verified.
+    pub complete: bool,
+}
+
+/// Where a dataset is (`flush.scr`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlushFile {
+    /// Locations (`CACHE`, `PFS`) and directory by dataset id.
+    pub datasets: BTreeMap<u64, (Vec<String>, String)>,
+}
+
+/// The `.scr` directory of a prefix.
+pub fn scr_dir(prefix: &Path) -> PathBuf {
+    prefix.join(".scr")
+}
+
+/// The directory of dataset `id` under `.scr`.
+pub fn dataset_dir(prefix: &Path, id: u64) -> PathBuf {
+    scr_dir(prefix).join(format!("scr.dataset.{id}"))
+}
+
+/// Read a state file, treating "absent" as the default value.
+fn load_or_default<T: serde::de::DeserializeOwned + Default>(
+    path: &Path,
+    kind: &str,
+) -> Result<T, StateError> {
+    match read_state(path, kind) {
+        Err(e) if e.is_not_found() => Ok(T::default()),
+        other => other,
+    }
+}
+
+impl Index {
+    /// The index file.
+    pub fn path(prefix: &Path) -> PathBuf {
+        scr_dir(prefix).join("index.scr")
+    }
+
+    /// Read it (an absent index is empty).
+    pub fn load(prefix: &Path) -> Result<Index, StateError> {
+        load_or_default(&Self::path(prefix), "index")
+    }
+
+    /// Read, change and write it back atomically, serialized with other updates made by
+    /// this process.
+    pub fn update<T>(prefix: &Path, change: impl FnOnce(&mut Index) -> T) -> Result<T, StateError> {
+        let _g = INDEX_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let mut index = Self::load(prefix)?;
+        let out = change(&mut index);
+        std::fs::create_dir_all(scr_dir(prefix)).map_err(|source| StateError::Io {
+            path: scr_dir(prefix),
+            source,
+        })?;
+        write_state(&Self::path(prefix), "index", &index).map_err(|source| StateError::Io {
+            path: Self::path(prefix),
+            source,
+        })?;
+        Ok(out)
+    }
+
+    /// Complete checkpoints that may be fetched, newest first (`current` first when set),
+    /// for a job of `world_size` ranks.
+    pub fn fetch_candidates(&self, world_size: u32) -> Vec<&IndexEntry> {
+        let mut v: Vec<&IndexEntry> = self
+            .datasets
+            .values()
+            .filter(|e| {
+                e.complete
+                    && e.checkpoint_id.is_some()
+                    && e.failed.is_none()
+                    && e.world_size == world_size
+            })
+            .collect();
+        v.sort_by_key(|e| std::cmp::Reverse(e.checkpoint_id));
+        if let Some(cur) = &self.current {
+            if let Some(pos) = v.iter().position(|e| &e.name == cur) {
+                let e = v.remove(pos);
+                v.insert(0, e);
+            }
+        }
+        v
+    }
+}
+
+impl Rank2File {
+    /// The rank2file map of dataset `id`.
+    pub fn path(prefix: &Path, id: u64) -> PathBuf {
+        dataset_dir(prefix, id).join("rank2file.scr")
+    }
+
+    /// Read it.
+    pub fn load(prefix: &Path, id: u64) -> Result<Rank2File, StateError> {
+        read_state(&Self::path(prefix, id), "rank2file")
+    }
+}
+
+impl Summary {
+    /// The summary of dataset `id`.
+    pub fn path(prefix: &Path, id: u64) -> PathBuf {
+        dataset_dir(prefix, id).join("summary.scr")
+    }
+}
+
+impl FlushFile {
+    /// The flush file.
+    pub fn path(prefix: &Path) -> PathBuf {
+        scr_dir(prefix).join("flush.scr")
+    }
+
+    /// Read it (absent: empty).
+    pub fn load(prefix: &Path) -> Result<FlushFile, StateError> {
+        load_or_default(&Self::path(prefix), "flush")
+    }
+
+    /// Record that dataset `id` is (also) at `location`.
+    pub fn add_location(prefix: &Path, id: u64, location: &str) -> Result<(), StateError> {
+        let _g = INDEX_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let mut f = Self::load(prefix)?;
+        let entry = f
+            .datasets
+            .entry(id)
+            .or_insert_with(|| (Vec::new(), format!("scr.dataset.{id}")));
+        if !entry.0.iter().any(|l| l == location) {
+            entry.0.push(location.to_string());
+            entry.0.sort();
+        }
+        write_state(&Self::path(prefix), "flush", &f).map_err(|source| StateError::Io {
+            path: Self::path(prefix),
+            source,
+        })
+    }
+}
+
+/// Write a state file under a prefix, creating its directory.
+pub fn write(path: &Path, kind: &str, value: &impl Serialize) -> Result<(), StateError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| StateError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    write_state(path, kind, value).map_err(|source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
