@@ -120,9 +120,30 @@ impl Cluster {
         self
     }
 
+    /// Start `program args` like [`Cluster::run`] without waiting (output piped).
+    pub fn spawn(&self, nodes: &[&str], program: &str, args: &[&str]) -> std::process::Child {
+        self.command(nodes, program, args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("mpiexec starts")
+    }
+
     /// Run `program args` under `mpiexec -n <nodes.len()>`, rank r on simulated node
     /// `nodes[r]`.
     pub fn run(&self, nodes: &[&str], program: &str, args: &[&str]) -> JobOutput {
+        let out = self
+            .command(nodes, program, args)
+            .output()
+            .expect("mpiexec runs (is OpenMPI installed?)");
+        JobOutput {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    fn command(&self, nodes: &[&str], program: &str, args: &[&str]) -> Command {
         // a hung job fails its test instead of hanging the suite
         let mut cmd = Command::new("timeout");
         cmd.args(["--kill-after=5", "120", "mpiexec"]);
@@ -141,12 +162,7 @@ impl Cluster {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        let out = cmd.output().expect("mpiexec runs (is OpenMPI installed?)");
-        JobOutput {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        cmd
     }
 }
 

@@ -1,0 +1,207 @@
+//! Flush to the prefix and fetch back, end to end: the index, damaged prefix data, a crash
+//! in the middle of a flush, and background flushes.
+
+use std::time::{Duration, Instant};
+
+use scr_e2e::{Cluster, JobOutput};
+use scr_host::runtime::prefix::Index;
+
+const TWO_NODES: &[&str] = &["n0", "n0", "n1", "n1"];
+
+fn heat(c: &Cluster, args: &[&str]) -> JobOutput {
+    c.run(TWO_NODES, "scr-heat", args)
+}
+
+fn reference(steps: u64) -> String {
+    let c = Cluster::new();
+    let out = c.run(
+        &["x"; 4],
+        "scr-heat",
+        &["--steps", &steps.to_string(), "--every", "0"],
+    );
+    assert_eq!(out.code, 0, "{out}");
+    out.final_state().to_string()
+}
+
+/// (name, complete) of every index entry, by dataset id.
+fn index(c: &Cluster) -> Vec<(String, bool, Option<String>)> {
+    Index::load(&c.prefix())
+        .unwrap()
+        .datasets
+        .values()
+        .map(|e| (e.name.clone(), e.complete, e.failed.clone()))
+        .collect()
+}
+
+fn wipe_caches(c: &Cluster) {
+    for node in ["n0", "n1"] {
+        c.lose_node(node);
+    }
+}
+
+#[test]
+fn every_nth_checkpoint_is_flushed_and_fetched_after_all_caches_are_lost() {
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "2");
+    let first = heat(&c, &["--steps", "22"]);
+    assert_eq!(first.code, 0, "{first}");
+    assert_eq!(
+        index(&c),
+        [
+            ("ckpt.10".to_string(), true, None),
+            ("ckpt.20".to_string(), true, None)
+        ]
+    );
+    for rank in 0..4 {
+        assert!(c
+            .prefix()
+            .join(format!("ckpt.20/rank_{rank}.ckpt"))
+            .is_file());
+        assert!(!c
+            .prefix()
+            .join(format!("ckpt.15/rank_{rank}.ckpt"))
+            .exists());
+    }
+    wipe_caches(&c);
+    let second = heat(&c, &["--steps", "30"]);
+    assert_eq!(second.code, 0, "{second}");
+    assert_eq!(
+        second.line_after("restarted from "),
+        Some("ckpt.20 at step 20"),
+        "{second}"
+    );
+    assert_eq!(second.final_state(), reference(30));
+}
+
+#[test]
+fn a_flipped_byte_in_the_prefix_is_caught_and_the_previous_checkpoint_is_fetched() {
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "2");
+    assert_eq!(heat(&c, &["--steps", "22"]).code, 0);
+    wipe_caches(&c);
+    let victim = c.prefix().join("ckpt.20/rank_1.ckpt");
+    let mut bytes = std::fs::read(&victim).unwrap();
+    bytes[100] ^= 0x01;
+    std::fs::write(&victim, &bytes).unwrap();
+    let out = heat(&c, &["--steps", "30"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{out}"
+    );
+    assert!(out.stderr.contains("ckpt.20 cannot be fetched"), "{out}");
+    let entries = index(&c);
+    let failed = entries.iter().find(|e| e.0 == "ckpt.20").unwrap();
+    let why = failed.2.clone().expect("the index marks the failure");
+    assert!(
+        why.contains("fetch failed on rank 1") && why.contains("CRC32"),
+        "{why}"
+    );
+    assert_eq!(out.final_state(), reference(30));
+}
+
+#[test]
+fn a_crash_during_a_flush_leaves_the_index_at_the_previous_checkpoint() {
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "2");
+    assert_eq!(heat(&c, &["--steps", "12"]).code, 0);
+    // rank 1 dies after copying its files of the next flush, before it is recorded
+    c.set("SCR_FAULT", "flush-copied:1");
+    let crashed = heat(&c, &["--steps", "22"]);
+    assert_ne!(crashed.code, 0, "{crashed}");
+    let entries = index(&c);
+    assert!(
+        entries.contains(&("ckpt.10".to_string(), true, None)),
+        "{entries:?}"
+    );
+    assert!(
+        entries.contains(&("ckpt.20".to_string(), false, None)),
+        "{entries:?}"
+    );
+    let ix = Index::load(&c.prefix()).unwrap();
+    assert_eq!(ix.fetch_candidates(4)[0].name, "ckpt.10");
+    // with every cache lost, the run fetches the previous complete checkpoint
+    c.env.remove("SCR_FAULT");
+    wipe_caches(&c);
+    let out = heat(&c, &["--steps", "30"]);
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{out}"
+    );
+    assert_eq!(out.final_state(), reference(30));
+}
+
+#[test]
+fn a_background_flush_is_recorded_without_a_further_checkpoint() {
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "1").set("SCR_FLUSH_ASYNC", "1");
+    // one checkpoint, at step 5, then 1.5 s more of computing with no checkpoint
+    let mut job = c.spawn(
+        TWO_NODES,
+        "scr-heat",
+        &[
+            "--steps",
+            "8",
+            "--every",
+            "5",
+            "--sleep-ms",
+            "500",
+            "--cells",
+            "200000",
+        ],
+    );
+    let start = Instant::now();
+    let mut seen_while_running = false;
+    while start.elapsed() < Duration::from_secs(60) {
+        if job.try_wait().unwrap().is_some() {
+            break;
+        }
+        let ix = Index::load(&c.prefix()).unwrap_or_default();
+        if ix
+            .datasets
+            .values()
+            .any(|e| e.name == "ckpt.5" && e.complete && e.flushed.is_some())
+        {
+            seen_while_running = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = job.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        seen_while_running,
+        "ckpt.5's flush was recorded only at the end of the job"
+    );
+    let entries = index(&c);
+    assert!(
+        entries.iter().all(|e| e.1),
+        "finalize waited for every flush: {entries:?}"
+    );
+}
+
+#[test]
+fn output_datasets_are_always_flushed() {
+    let c = Cluster::new();
+    let out = c.run(TWO_NODES, "scr-probe", &["output-kept"]);
+    assert_eq!(out.code, 0, "{out}");
+    let ix = Index::load(&c.prefix()).unwrap();
+    let e = ix
+        .datasets
+        .values()
+        .find(|e| e.name == "out")
+        .expect("the output is indexed");
+    assert!(e.output && e.complete, "{e:?}");
+    for rank in 0..4 {
+        assert_eq!(
+            std::fs::read(c.prefix().join(format!("o_{rank}.dat"))).unwrap(),
+            b"output"
+        );
+    }
+}
