@@ -205,3 +205,66 @@ fn output_datasets_are_always_flushed() {
         );
     }
 }
+
+fn scr(c: &Cluster, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(scr_e2e::binary("scr"))
+        .args(args)
+        .arg("--prefix")
+        .arg(c.prefix())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn scr_index_and_flush_file_answer_from_the_prefix() {
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "2");
+    assert_eq!(heat(&c, &["--steps", "22"]).code, 0);
+    let (code, list, _) = scr(&c, &["index", "list"]);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(lines.len(), 3, "{list}");
+    assert!(
+        lines[1].contains("ckpt.10") && lines[1].contains("complete"),
+        "{list}"
+    );
+    assert!(
+        lines[2].contains("ckpt.20") && lines[2].ends_with("<- restart"),
+        "{list}"
+    );
+    assert_eq!(scr(&c, &["index", "current"]).1, "ckpt.20\n");
+    let (code, out, _) = scr(&c, &["index", "current", "ckpt.10"]);
+    assert_eq!((code, out.as_str()), (0, "restart point set to ckpt.10\n"));
+    assert_eq!(scr(&c, &["index", "current"]).1, "ckpt.10\n");
+    let (code, _, err) = scr(&c, &["index", "current", "ckpt.15"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("`ckpt.15` is not a complete checkpoint in the index"),
+        "{err}"
+    );
+
+    // flush file: datasets 2 (ckpt.10) and 4 (ckpt.20) went to the prefix; the cache
+    // (count 2) still holds 3 (ckpt.15, never flushed) and 4; 2 was evicted from it
+    assert_eq!(scr(&c, &["flush-file", "latest"]).1, "4\n");
+    assert_eq!(scr(&c, &["flush-file", "location", "4"]).1, "CACHE PFS\n");
+    assert_eq!(scr(&c, &["flush-file", "location", "2"]).1, "PFS\n");
+    assert_eq!(scr(&c, &["flush-file", "location", "3"]).1, "CACHE\n");
+    assert_eq!(scr(&c, &["flush-file", "subdir", "4"]).1, "scr.dataset.4\n");
+    assert_eq!(scr(&c, &["flush-file", "need-flush", "3"]).0, 0);
+    assert_eq!(scr(&c, &["flush-file", "need-flush", "4"]).0, 1);
+    let (code, _, err) = scr(&c, &["flush-file", "location", "1"]);
+    assert_eq!(code, 1, "dataset 1 was evicted and never flushed: {err}");
+
+    let (code, out, _) = scr(&c, &["index", "drop-after", "ckpt.10", "--delete"]);
+    assert_eq!((code, out.as_str()), (0, "dropped ckpt.20\n"));
+    assert!(!c.prefix().join("ckpt.20/rank_0.ckpt").exists());
+    assert!(c.prefix().join("ckpt.10/rank_0.ckpt").exists());
+    let (code, out, _) = scr(&c, &["index", "drop", "ckpt.10"]);
+    assert_eq!((code, out.as_str()), (0, "dropped ckpt.10\n"));
+    assert_eq!(scr(&c, &["index", "list"]).1.lines().count(), 1);
+}

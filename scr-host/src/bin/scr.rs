@@ -41,6 +41,298 @@ enum Command {
     /// Set, unset and list the halt conditions of the runs in a prefix directory
     /// (the halt file PREFIX/.scr/halt.scr). With no option, lists them.
     Halt(HaltArgs),
+    /// List and edit the index of datasets in a prefix directory
+    /// (PREFIX/.scr/index.scr).
+    Index {
+        /// The prefix directory (default: the configuration's `prefix`).
+        #[arg(long, value_name = "DIR", global = true)]
+        prefix: Option<PathBuf>,
+        #[command(subcommand)]
+        command: IndexCommand,
+    },
+    /// Query the flush file (PREFIX/.scr/flush.scr): where datasets are.
+    FlushFile {
+        /// The prefix directory (default: the configuration's `prefix`).
+        #[arg(long, value_name = "DIR", global = true)]
+        prefix: Option<PathBuf>,
+        #[command(subcommand)]
+        command: FlushFileCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum IndexCommand {
+    /// List every dataset: id, name, checkpoint id, state, and the restart point.
+    List,
+    /// Print the checkpoint a restart would fetch; with NAME, make it that one.
+    Current {
+        /// The checkpoint to restart from.
+        name: Option<String>,
+    },
+    /// Remove a dataset from the index (with --delete, also its files in the prefix).
+    Drop {
+        /// The dataset name.
+        name: String,
+        /// Also delete its files and its directory under .scr.
+        #[arg(long)]
+        delete: bool,
+    },
+    /// Remove every dataset newer than NAME (with --delete, also their files).
+    DropAfter {
+        /// The newest dataset to keep.
+        name: String,
+        /// Also delete their files and directories under .scr.
+        #[arg(long)]
+        delete: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum FlushFileCommand {
+    /// Print the id of the newest dataset the flush file knows.
+    Latest,
+    /// Exit 0 when dataset ID is in cache and not yet in the prefix, else 1.
+    NeedFlush {
+        /// The dataset id.
+        id: u64,
+    },
+    /// Print where dataset ID is (CACHE, PFS).
+    Location {
+        /// The dataset id.
+        id: u64,
+    },
+    /// Print dataset ID's directory under PREFIX/.scr.
+    Subdir {
+        /// The dataset id.
+        id: u64,
+    },
+}
+
+fn prefix_of(cli: &Cli, given: &Option<PathBuf>) -> Result<PathBuf, ExitCode> {
+    match given {
+        Some(p) => Ok(p.clone()),
+        None => load(cli, &[])
+            .map(|c| PathBuf::from(c.str("prefix")))
+            .map_err(|e| report_errors(&e)),
+    }
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {msg}");
+    ExitCode::from(1)
+}
+
+fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) -> ExitCode {
+    use scr_host::runtime::prefix::{dataset_dir, Index, Rank2File};
+    let prefix = match prefix_of(cli, prefix) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let index = match Index::load(&prefix) {
+        Ok(i) => i,
+        Err(e) => return fail(e),
+    };
+    let restart = index
+        .fetch_candidates(u32::MAX)
+        .first()
+        .map(|e| e.name.clone());
+    let restart = restart.or_else(|| {
+        // any job size: the newest complete checkpoint
+        let mut v: Vec<_> = index
+            .datasets
+            .values()
+            .filter(|e| e.complete && e.checkpoint_id.is_some() && e.failed.is_none())
+            .collect();
+        v.sort_by_key(|e| std::cmp::Reverse(e.checkpoint_id));
+        let cur = index.current.clone();
+        cur.filter(|c| v.iter().any(|e| &e.name == c))
+            .or_else(|| v.first().map(|e| e.name.clone()))
+    });
+    match command {
+        IndexCommand::List => {
+            println!(
+                "{:>6} {:>8} {:<24} {:<28} {}",
+                "id", "ckpt", "name", "state", ""
+            );
+            for e in index.datasets.values() {
+                let mut state = Vec::new();
+                state.push(if e.complete { "complete" } else { "incomplete" });
+                if e.output {
+                    state.push("output");
+                }
+                if e.fetched.is_some() {
+                    state.push("fetched");
+                }
+                let failed = e
+                    .failed
+                    .as_deref()
+                    .map(|f| format!("FAILED: {f}"))
+                    .unwrap_or_default();
+                let mark = if restart.as_deref() == Some(e.name.as_str()) {
+                    "<- restart"
+                } else {
+                    ""
+                };
+                println!(
+                    "{:>6} {:>8} {:<24} {:<28} {mark}{failed}",
+                    e.id,
+                    e.checkpoint_id
+                        .map(|c| c.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                    e.name,
+                    state.join(",")
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        IndexCommand::Current { name: None } => match restart {
+            Some(n) => {
+                println!("{n}");
+                ExitCode::SUCCESS
+            }
+            None => fail(format!(
+                "no complete checkpoint in {}",
+                Index::path(&prefix).display()
+            )),
+        },
+        IndexCommand::Current { name: Some(n) } => {
+            if !index
+                .datasets
+                .values()
+                .any(|e| &e.name == n && e.complete && e.checkpoint_id.is_some())
+            {
+                return fail(format!(
+                    "`{n}` is not a complete checkpoint in the index (see `scr index list`)"
+                ));
+            }
+            match Index::update(&prefix, |ix| ix.current = Some(n.clone())) {
+                Ok(()) => {
+                    println!("restart point set to {n}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
+        IndexCommand::Drop { name, delete } | IndexCommand::DropAfter { name, delete } => {
+            let Some(anchor) = index
+                .datasets
+                .values()
+                .find(|e| &e.name == name)
+                .map(|e| e.id)
+            else {
+                return fail(format!(
+                    "no dataset named `{name}` in the index (see `scr index list`)"
+                ));
+            };
+            let after = matches!(command, IndexCommand::DropAfter { .. });
+            let victims: Vec<u64> = index
+                .datasets
+                .keys()
+                .copied()
+                .filter(|&id| if after { id > anchor } else { id == anchor })
+                .collect();
+            if *delete {
+                // the files of each dataset, per rank2file; a progress bar for big ones
+                let mut files = Vec::new();
+                for id in &victims {
+                    if let Ok(map) = Rank2File::load(&prefix, *id) {
+                        files.extend(
+                            map.ranks
+                                .into_values()
+                                .flatten()
+                                .map(|f| prefix.join(f.name)),
+                        );
+                    }
+                }
+                let bar = indicatif::ProgressBar::new(files.len() as u64).with_style(
+                    indicatif::ProgressStyle::with_template(
+                        "deleting {pos}/{len} files {wide_bar}",
+                    )
+                    .expect("template"),
+                );
+                for f in files {
+                    let _ = std::fs::remove_file(&f);
+                    if let Some(parent) = f.parent() {
+                        let _ = std::fs::remove_dir(parent);
+                    }
+                    bar.inc(1);
+                }
+                bar.finish_and_clear();
+                for id in &victims {
+                    let _ = std::fs::remove_dir_all(dataset_dir(&prefix, *id));
+                }
+            }
+            let names: Vec<String> = victims
+                .iter()
+                .filter_map(|id| index.datasets.get(id).map(|e| e.name.clone()))
+                .collect();
+            match Index::update(&prefix, |ix| {
+                for id in &victims {
+                    ix.datasets.remove(id);
+                }
+                if ix.current.as_ref().is_some_and(|c| names.contains(c)) {
+                    ix.current = None;
+                }
+            }) {
+                Ok(()) => {
+                    println!(
+                        "dropped {}",
+                        if names.is_empty() {
+                            "nothing".to_string()
+                        } else {
+                            names.join(", ")
+                        }
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
+    }
+}
+
+fn flush_file_command(cli: &Cli, prefix: &Option<PathBuf>, command: &FlushFileCommand) -> ExitCode {
+    use scr_host::runtime::prefix::FlushFile;
+    let prefix = match prefix_of(cli, prefix) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let file = match FlushFile::load(&prefix) {
+        Ok(f) => f,
+        Err(e) => return fail(e),
+    };
+    let get = |id: &u64| file.datasets.get(id);
+    match command {
+        FlushFileCommand::Latest => match file.datasets.keys().next_back() {
+            Some(id) => {
+                println!("{id}");
+                ExitCode::SUCCESS
+            }
+            None => fail("the flush file lists no dataset"),
+        },
+        FlushFileCommand::NeedFlush { id } => match get(id) {
+            Some((loc, _))
+                if loc.iter().any(|l| l == "CACHE") && !loc.iter().any(|l| l == "PFS") =>
+            {
+                ExitCode::SUCCESS
+            }
+            _ => ExitCode::from(1),
+        },
+        FlushFileCommand::Location { id } => match get(id) {
+            Some((loc, _)) => {
+                println!("{}", loc.join(" "));
+                ExitCode::SUCCESS
+            }
+            None => fail(format!("dataset {id} is not in the flush file")),
+        },
+        FlushFileCommand::Subdir { id } => match get(id) {
+            Some((_, dir)) => {
+                println!("{dir}");
+                ExitCode::SUCCESS
+            }
+            None => fail(format!("dataset {id} is not in the flush file")),
+        },
+    }
 }
 
 #[derive(clap::Args)]
@@ -266,6 +558,8 @@ fn main() -> ExitCode {
             Err(e) => report_errors(&e),
         },
         Command::Halt(args) => halt(&cli, args),
+        Command::Index { prefix, command } => index_command(&cli, prefix, command),
+        Command::FlushFile { prefix, command } => flush_file_command(&cli, prefix, command),
         Command::Plugins(PluginsCommand::List) => {
             let config = match load(&cli, &[]) {
                 Ok(c) => c,

@@ -388,6 +388,12 @@ impl Runtime {
         let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
         remove_files(&dir, &file_names(rec))?;
         self.filemap.datasets.remove(&rec.id);
+        if self.rank == 0 && rec.complete {
+            if let Err(e) = super::prefix::FlushFile::remove_location(&self.prefix, rec.id, "CACHE")
+            {
+                eprintln!("scr-rs: warning: {e}");
+            }
+        }
         self.save_filemap()
     }
 

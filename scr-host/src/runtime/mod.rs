@@ -729,6 +729,13 @@ impl Runtime {
         self.dataset_done(out.record.id);
         self.agree(local)?;
         if kept {
+            if self.rank == 0 {
+                if let Err(e) =
+                    prefix::FlushFile::add_location(&self.prefix, out.record.id, "CACHE")
+                {
+                    eprintln!("scr-rs: warning: {e}");
+                }
+            }
             self.maybe_flush(&out.record)?;
             self.info(&format!(
                 "complete_output {}: kept, {:.3} s",

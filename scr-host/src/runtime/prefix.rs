@@ -215,6 +215,25 @@ impl FlushFile {
     }
 }
 
+impl FlushFile {
+    /// Record that dataset `id` is no longer at `location`.
+    pub fn remove_location(prefix: &Path, id: u64, location: &str) -> Result<(), StateError> {
+        let _g = INDEX_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let mut f = Self::load(prefix)?;
+        let Some(entry) = f.datasets.get_mut(&id) else {
+            return Ok(());
+        };
+        entry.0.retain(|l| l != location);
+        if entry.0.is_empty() {
+            f.datasets.remove(&id);
+        }
+        write_state(&Self::path(prefix), "flush", &f).map_err(|source| StateError::Io {
+            path: Self::path(prefix),
+            source,
+        })
+    }
+}
+
 /// Write a state file under a prefix, creating its directory.
 pub fn write(path: &Path, kind: &str, value: &impl Serialize) -> Result<(), StateError> {
     if let Some(dir) = path.parent() {
