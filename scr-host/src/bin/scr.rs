@@ -150,10 +150,7 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
     });
     match command {
         IndexCommand::List => {
-            println!(
-                "{:>6} {:>8} {:<24} {:<28} {}",
-                "id", "ckpt", "name", "state", ""
-            );
+            println!("{:>6} {:>8} {:<24} state", "id", "ckpt", "name");
             for e in index.datasets.values() {
                 let mut state = Vec::new();
                 state.push(if e.complete { "complete" } else { "incomplete" });
