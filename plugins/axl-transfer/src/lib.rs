@@ -1,11 +1,13 @@
 //! Transfer types for flushing datasets to the prefix and fetching them back:
 //! `sync` (one thread) and `pthread` (a pool that splits large files into chunks), both
 //! with CRC32 while copying, metadata, temporary names renamed on completion, persisted
-//! state for resume and cancel (see [`copy`]). `bbapi` (IBM burst buffer) and `dw` (Cray
-//! DataWarp) are registered but not implemented yet: creating one says so.
-#![forbid(unsafe_code)]
+//! state for resume and cancel (see [`copy`]); `bbapi` (IBM burst buffer) and `dw` (Cray
+//! DataWarp) drive the vendor library opened at run time, with an optional fallback type
+//! when it is absent (see [`vendor`]).
+#![deny(unsafe_code)]
 
 pub mod copy;
+pub mod vendor;
 
 use scr_plugin::{Host, PluginLibrary, PluginResult, Transfer, TransferConfig};
 
@@ -17,24 +19,20 @@ impl PluginLibrary for AxlTransfer {
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
     const TRANSFERS: &'static [&'static str] = &["sync", "pthread", "bbapi", "dw"];
 
-    fn new_transfer(config: &TransferConfig, _host: &Host<'_>) -> PluginResult<Box<dyn Transfer>> {
+    fn new_transfer(config: &TransferConfig, host: &Host<'_>) -> PluginResult<Box<dyn Transfer>> {
         match config.transfer_type.to_ascii_lowercase().as_str() {
             "sync" | "pthread" => Ok(Box::new(copy::CopyTransfer::new(config)?)),
-            other => Err(scr_plugin::PluginError::not_implemented(format!(
-                "transfer type {other}"
-            ))),
+            _ => vendor::create(config, host, false),
         }
     }
 
     fn resume_transfer(
         config: &TransferConfig,
-        _host: &Host<'_>,
+        host: &Host<'_>,
     ) -> PluginResult<Box<dyn Transfer>> {
         match config.transfer_type.to_ascii_lowercase().as_str() {
             "sync" | "pthread" => Ok(Box::new(copy::CopyTransfer::resume(config)?)),
-            other => Err(scr_plugin::PluginError::not_implemented(format!(
-                "resuming transfer type {other}"
-            ))),
+            _ => vendor::create(config, host, true),
         }
     }
 }

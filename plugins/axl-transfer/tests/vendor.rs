@@ -1,0 +1,188 @@
+//! The vendor transfer types against stand-in vendor libraries built by this workspace
+//! (`plugins/test-fixtures/{bbapi,datawarp}`): the real loading path and call sequence,
+//! asynchronous staging, failures on demand, an absent library and the fallback type.
+//! One test function, because failures are switched on through the environment.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use scr_axl_transfer::AxlTransfer;
+use scr_plugin::{
+    host_ref, inproc, Host, LogLevel, Param, PluginLibrary, TransferConfig, TransferStatus,
+};
+
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+fn stand_in(name: &str) -> String {
+    let p = target_dir().join(format!("lib{name}.so"));
+    assert!(
+        p.is_file(),
+        "{} missing: cargo build --workspace",
+        p.display()
+    );
+    p.display().to_string()
+}
+
+fn config(kind: &str, state: &Path, settings: &[(&str, &str)]) -> TransferConfig {
+    TransferConfig {
+        transfer_type: kind.into(),
+        state_file: state.display().to_string().into(),
+        crc32: true,
+        preserve_metadata: false,
+        settings: settings
+            .iter()
+            .map(|(k, v)| Param {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+    }
+}
+
+/// Files a, b, c in `dir/src`; their destinations in `dir/dst`.
+fn files(dir: &Path) -> Vec<(PathBuf, PathBuf, Vec<u8>)> {
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    (0..3)
+        .map(|i| {
+            let data: Vec<u8> = (0..1000 * (i + 1)).map(|x| (x * 7 + i) as u8).collect();
+            let src = dir.join(format!("src/f{i}"));
+            std::fs::write(&src, &data).unwrap();
+            (src, dir.join(format!("dst/sub/f{i}")), data)
+        })
+        .collect()
+}
+
+fn run(
+    kind: &str,
+    settings: &[(&str, &str)],
+    host: &Host<'_>,
+) -> Result<(TransferStatus, Vec<String>), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = files(dir.path());
+    let cfg = config(kind, &dir.path().join("state"), settings);
+    let mut t = AxlTransfer::new_transfer(&cfg, host).map_err(|e| e.to_string())?;
+    for (s, d, _) in &fs {
+        t.add(s.to_str().unwrap(), d.to_str().unwrap())
+            .map_err(|e| e.to_string())?;
+    }
+    t.dispatch(host).map_err(|e| e.to_string())?;
+    let status = t.wait(host).map_err(|e| e.to_string())?;
+    let mut notes = Vec::new();
+    if status == TransferStatus::Complete {
+        let results = t.results().unwrap();
+        for ((_, d, data), r) in fs.iter().zip(&results) {
+            assert_eq!(&std::fs::read(d).unwrap(), data, "{kind}: {}", d.display());
+            assert_eq!(r.crc32.into_option(), Some(crc32fast::hash(data)));
+            assert_eq!(r.bytes, data.len() as u64);
+        }
+        notes.push("verified".to_string());
+    }
+    Ok((status, notes))
+}
+
+#[test]
+fn vendor_types_drive_the_stand_in_libraries() {
+    let world = inproc::World::new(&["n"], Duration::from_secs(60));
+    let services = world.member(0);
+    let host = Host::new(host_ref(&services));
+    let bb = stand_in("scr_fixture_bbapi");
+    let dw = stand_in("scr_fixture_datawarp");
+
+    // the full call sequences, asynchronous completion, CRC32 of the destinations
+    for (kind, lib) in [("bbapi", &bb), ("dw", &dw)] {
+        let (status, notes) = run(kind, &[("library", lib)], &host).unwrap();
+        assert_eq!(
+            (status, notes.as_slice()),
+            (TransferStatus::Complete, &["verified".to_string()][..]),
+            "{kind}"
+        );
+    }
+
+    // an absent library: a clear error naming it and what to do
+    let e = run("bbapi", &[("library", "/nonexistent/libbbAPI.so")], &host).unwrap_err();
+    assert!(
+        e.starts_with("unavailable: unavailable: /nonexistent/libbbAPI.so not found"),
+        "{e}"
+    );
+    assert!(
+        e.contains(
+            "set [plugins.bbapi] library = \"/path/to/libbbAPI.so\" or fallback = \"pthread\""
+        ),
+        "{e}"
+    );
+    let e = run("dw", &[], &host).unwrap_err();
+    assert!(e.contains("unavailable: libdatawarp.so not found"), "{e}");
+
+    // with a fallback the transfer still happens, and says so
+    let (status, _) = run(
+        "dw",
+        &[
+            ("library", "/nonexistent/libdw.so"),
+            ("fallback", "pthread"),
+        ],
+        &host,
+    )
+    .unwrap();
+    assert_eq!(status, TransferStatus::Complete);
+    assert!(world
+        .log_records()
+        .iter()
+        .any(|(_, level, msg)| *level == LogLevel::Warn
+            && msg.contains("dw: unavailable: /nonexistent/libdw.so not found")
+            && msg.contains("this transfer uses the fallback type pthread")));
+    let e = run(
+        "bbapi",
+        &[("library", "/nonexistent/x.so"), ("fallback", "dw")],
+        &host,
+    )
+    .unwrap_err();
+    assert!(e.contains("the fallback must be sync or pthread"), "{e}");
+
+    // failures on demand
+    std::env::set_var("FAKE_BBAPI_FAIL", "start");
+    let e = run("bbapi", &[("library", &bb)], &host).unwrap_err();
+    assert!(
+        e.contains("bbapi: BB_StartTransfer returned -1: stand-in: start failure on demand"),
+        "{e}"
+    );
+    std::env::set_var("FAKE_BBAPI_FAIL", "transfer");
+    assert_eq!(
+        run("bbapi", &[("library", &bb)], &host).unwrap().0,
+        TransferStatus::Failed
+    );
+    std::env::remove_var("FAKE_BBAPI_FAIL");
+    std::env::set_var("FAKE_DW_FAIL", "stage");
+    let e = run("dw", &[("library", &dw)], &host).unwrap_err();
+    assert!(
+        e.contains("dw: dw_stage_file_out(") && e.contains("returned -5"),
+        "{e}"
+    );
+    std::env::set_var("FAKE_DW_FAIL", "transfer");
+    assert_eq!(
+        run("dw", &[("library", &dw)], &host).unwrap().0,
+        TransferStatus::Failed
+    );
+    std::env::remove_var("FAKE_DW_FAIL");
+
+    // resume: another transfer object picks the persisted state up and waits
+    let dir = tempfile::tempdir().unwrap();
+    let fs = files(dir.path());
+    let cfg = config("bbapi", &dir.path().join("state"), &[("library", &bb)]);
+    std::env::set_var("FAKE_BBAPI_DELAY_MS", "50");
+    let mut t = AxlTransfer::new_transfer(&cfg, &host).unwrap();
+    for (s, d, _) in &fs {
+        t.add(s.to_str().unwrap(), d.to_str().unwrap()).unwrap();
+    }
+    t.dispatch(&host).unwrap();
+    std::mem::forget(t); // "this process" goes away without waiting
+    std::env::remove_var("FAKE_BBAPI_DELAY_MS");
+    let mut resumed = AxlTransfer::resume_transfer(&cfg, &host).unwrap();
+    assert_eq!(resumed.wait(&host).unwrap(), TransferStatus::Complete);
+    for (_, d, data) in &fs {
+        assert_eq!(&std::fs::read(d).unwrap(), data);
+    }
+    drop(host);
+}
