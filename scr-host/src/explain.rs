@@ -200,23 +200,85 @@ pub fn check_plugins(config: &Config, registry: &Registry) -> PluginFindings {
                 .push(ConfigError::new(d.scheme.1.clone(), e.to_string())),
         }
     }
-    for store in &config.stores {
-        let (name, origin) = config.store_transfer(store);
+    let mut probed: Vec<String> = Vec::new();
+    let mut uses: Vec<(String, Origin, String)> = config
+        .stores
+        .iter()
+        .map(|store| {
+            let (name, origin) = config.store_transfer(store);
+            (name, origin, format!("store `{}`", store.path))
+        })
+        .collect();
+    uses.push((
+        config.str("flush_type"),
+        config.setting("flush_type").origin.clone(),
+        "`flush_type`".to_string(),
+    ));
+    for (name, origin, what) in uses {
         if let Err(e) = registry.provider(Kind::Transfer, &name) {
-            f.errors.push(ConfigError::new(
-                origin,
-                format!("store `{}`: {e}", store.path),
-            ));
+            f.errors
+                .push(ConfigError::new(origin, format!("{what}: {e}")));
+            continue;
+        }
+        if probed.contains(&name.to_ascii_lowercase()) {
+            continue;
+        }
+        probed.push(name.to_ascii_lowercase());
+        // can it be created here? (a vendor type needs its library)
+        match probe_transfer(config, registry, &name) {
+            Ok(()) => {}
+            Err(RegistryError::Plugin { error, .. }) if error.code == ErrorCode::UNAVAILABLE => {
+                let fallback = config
+                    .plugin_settings(&name)
+                    .into_iter()
+                    .find(|p| p.key.as_str() == "fallback")
+                    .map(|p| p.value.into_string());
+                match fallback {
+                    Some(fb) => f.warnings.push(format!(
+                        "{origin}: {what}: transfer type {name}: {}; transfers fall back to {fb}",
+                        error.message
+                    )),
+                    None => f.errors.push(ConfigError::new(
+                        origin,
+                        format!("{what}: transfer type {name}: {}", error.message),
+                    )),
+                }
+            }
+            Err(e) => f
+                .errors
+                .push(ConfigError::new(origin, format!("{what}: {e}"))),
         }
     }
-    let flush = config.str("flush_type");
-    if let Err(e) = registry.provider(Kind::Transfer, &flush) {
-        f.errors.push(ConfigError::new(
-            config.setting("flush_type").origin.clone(),
-            format!("`flush_type`: {e}"),
-        ));
-    }
     f
+}
+
+/// Create (and drop, never dispatch) a transfer of `name` with the configured settings
+/// but no fallback, to learn whether it can work on this machine.
+fn probe_transfer(config: &Config, registry: &Registry, name: &str) -> Result<(), RegistryError> {
+    let dir = std::env::temp_dir().join(format!("scr-probe.{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let transfer_config = scr_plugin::TransferConfig {
+        transfer_type: name.into(),
+        state_file: dir
+            .join(format!("{name}.state"))
+            .display()
+            .to_string()
+            .into(),
+        crc32: false,
+        preserve_metadata: false,
+        settings: config
+            .plugin_settings(name)
+            .into_iter()
+            .filter(|p| p.key.as_str() != "fallback")
+            .collect(),
+    };
+    let world = scr_plugin::inproc::World::new(&["check"], std::time::Duration::from_secs(5));
+    let services = world.member(0);
+    let result = registry
+        .new_transfer(&transfer_config, scr_plugin::host_ref(&services))
+        .map(drop);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 /// The text of `scr config explain --checkpoint N`.
