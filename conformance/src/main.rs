@@ -11,6 +11,8 @@
 //! stopped with an error instead of hanging.
 #![forbid(unsafe_code)]
 
+mod transfer;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -39,6 +41,13 @@ struct Args {
     /// given, `buffer_size=4096` is passed so that files exceed one pipeline piece.
     #[arg(long = "param", value_name = "KEY=VALUE")]
     params: Vec<String>,
+    /// Check only this transfer type (repeatable; default: every type declared).
+    #[arg(long, value_name = "NAME")]
+    transfer: Vec<String>,
+    /// A transfer setting `key=value` (as in `[plugins.<type>]`, e.g.
+    /// `library=/opt/ibm/bb/lib/libbbAPI.so`), passed to every transfer (repeatable).
+    #[arg(long = "setting", value_name = "KEY=VALUE")]
+    settings: Vec<String>,
     /// Directory for the members' files (default: the system temporary directory).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
@@ -104,11 +113,26 @@ fn main() -> ExitCode {
             value: "4096".into(),
         });
     }
+    let mut settings = Vec::new();
+    for p in &args.settings {
+        let Some((k, v)) = p.split_once('=') else {
+            eprintln!("error: --setting {p}: expected KEY=VALUE");
+            return ExitCode::from(2);
+        };
+        settings.push(Param {
+            key: k.trim().into(),
+            value: v.trim().into(),
+        });
+    }
     let mut report = Report {
         quiet: world.rank() != 0,
         ..Report::default()
     };
     run(&args, &params, &mut report, &world);
+    // transfers are not collective: rank 0 checks them
+    if world.rank() == 0 {
+        transfer_cases(&args, &settings, &mut report);
+    }
     if world.rank() == 0 {
         println!("{} passed, {} failed", report.passed, report.failed);
     }
@@ -208,6 +232,34 @@ fn run(args: &Args, params: &[Param], report: &mut Report, world: &SimpleCommuni
             collective_cases(args, params, &registry, &name, report, world);
         }
     }
+}
+
+/// The transfer cases for every transfer type the library declares (or `--transfer`).
+fn transfer_cases(args: &Args, settings: &[Param], report: &mut Report) {
+    let mut registry = Registry::default();
+    registry.add_file(&args.plugin, Origin::Explicit);
+    let Some(lib) = registry.libraries().first().cloned() else {
+        return; // the load case already failed
+    };
+    let names: Vec<String> = if args.transfer.is_empty() {
+        if !args.scheme.is_empty() {
+            return; // only schemes were asked for
+        }
+        lib.transfers.clone()
+    } else {
+        args.transfer.clone()
+    };
+    let base = args
+        .dir
+        .clone()
+        .unwrap_or_else(std::env::temp_dir)
+        .join(format!("scr-conformance.{}", std::process::id()));
+    for name in names {
+        transfer::run(&registry, &name, settings, &base, &mut |case, outcome| {
+            report.case(&case, outcome);
+        });
+    }
+    let _ = std::fs::remove_dir_all(&base);
 }
 
 /// Run the scheme cases on sets of `--set-size` consecutive ranks and report every case

@@ -172,3 +172,35 @@ fn a_scheme_that_lies_about_its_tolerance_fails_clearly() {
         "{last}"
     );
 }
+
+#[test]
+fn shipped_transfer_types_pass_and_an_absent_vendor_library_fails_clearly() {
+    let p = lib("scr_axl_transfer");
+    let plugin = p.to_str().unwrap();
+    for t in ["sync", "pthread"] {
+        let (code, out) = run(&["--plugin", plugin, "--transfer", t]);
+        assert_eq!(code, 0, "{out}");
+        assert!(out.ends_with("7 passed, 0 failed\n"), "{out}");
+    }
+    for (t, stand_in) in [
+        ("bbapi", "scr_fixture_bbapi"),
+        ("dw", "scr_fixture_datawarp"),
+    ] {
+        let setting = format!("library={}", lib(stand_in).display());
+        let (code, out) = run(&["--plugin", plugin, "--transfer", t, "--setting", &setting]);
+        assert_eq!(code, 0, "{t}: {out}");
+        assert!(
+            out.contains(&format!(
+                "PASS transfer {t}: copies files of every shape byte-exact"
+            )),
+            "{out}"
+        );
+    }
+    let (code, out) = run(&["--plugin", plugin, "--transfer", "bbapi"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FAIL transfer bbapi: copies files of every shape byte-exact with CRC32 and metadata: plugin ")
+            && out.contains("unavailable: libbbAPI.so not found"),
+        "{out}"
+    );
+}

@@ -382,6 +382,25 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// Re-open a transfer from the state file in `config` through the library providing
+    /// `config.transfer_type`.
+    pub fn resume_transfer(
+        &self,
+        config: &TransferConfig,
+        host: HostRef<'_>,
+    ) -> Result<TransferBox, RegistryError> {
+        let lib = self.provider(Kind::Transfer, &config.transfer_type)?;
+        (lib.module.resume_transfer())(config, host)
+            .into_result()
+            .map_err(|error| RegistryError::Plugin {
+                file: lib.path.display().to_string(),
+                call: "resume_transfer",
+                error,
+            })
+    }
+}
+
 /// A scheme instance together with the file it came from, so every error names it.
 pub struct LoadedScheme {
     file: String,

@@ -344,6 +344,23 @@ fn copy_chunk(f: &FileState, ci: u64, chunk: u64) -> PluginResult<u32> {
     Ok(crc32fast::hash(&buf))
 }
 
+/// Give `dst` the mode, owner (where permitted) and times of `src`.
+pub fn copy_metadata(src: &Path, dst: &Path) -> PluginResult<()> {
+    let md = std::fs::metadata(src).map_err(io(src))?;
+    std::fs::set_permissions(dst, std::fs::Permissions::from_mode(md.mode() & 0o7777))
+        .map_err(io(dst))?;
+    // owner only where permitted (root); anyone else keeps their own
+    let _ = std::os::unix::fs::chown(dst, Some(md.uid()), Some(md.gid()));
+    let times = std::fs::FileTimes::new()
+        .set_modified(md.modified().map_err(io(src))?)
+        .set_accessed(md.accessed().map_err(io(src))?);
+    File::options()
+        .write(true)
+        .open(dst)
+        .and_then(|x| x.set_times(times))
+        .map_err(io(dst))
+}
+
 fn io(p: &Path) -> impl Fn(std::io::Error) -> PluginError + '_ {
     move |e| PluginError::io(p.display(), e)
 }
@@ -369,19 +386,7 @@ fn finish_file(f: &FileState, chunk: u64, preserve: bool) -> PluginResult<u32> {
         crc.combine(&part);
     }
     if preserve {
-        let md = std::fs::metadata(&f.source).map_err(io(&f.source))?;
-        std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(md.mode() & 0o7777))
-            .map_err(io(&temp))?;
-        // owner only where permitted (root); anyone else keeps their own
-        let _ = std::os::unix::fs::chown(&temp, Some(md.uid()), Some(md.gid()));
-        let times = std::fs::FileTimes::new()
-            .set_modified(md.modified().map_err(io(&f.source))?)
-            .set_accessed(md.accessed().map_err(io(&f.source))?);
-        File::options()
-            .write(true)
-            .open(&temp)
-            .and_then(|x| x.set_times(times))
-            .map_err(io(&temp))?;
+        copy_metadata(&f.source, &temp)?;
     }
     std::fs::rename(&temp, &f.destination).map_err(io(&f.destination))?;
     if let Some(dir) = f.destination.parent() {

@@ -142,6 +142,8 @@ struct VendorState {
     dispatched: bool,
     cancelled: bool,
     crc: bool,
+    #[serde(default)]
+    preserve: bool,
 }
 
 /// A `bbapi` or `dw` transfer.
@@ -174,6 +176,7 @@ impl VendorTransfer {
             VendorState {
                 kind: kind.into(),
                 crc: config.crc32,
+                preserve: config.preserve_metadata,
                 ..VendorState::default()
             }
         };
@@ -401,14 +404,28 @@ impl VendorTransfer {
         } else {
             self.dw_status()?
         };
-        if s == TransferStatus::Complete && self.crcs.is_empty() && self.state.crc {
-            // the vendor copies; the CRC32 is taken from the destination afterwards
+        if s == TransferStatus::Complete && self.crcs.is_empty() {
+            // the vendor copies bytes; the CRC32 is taken from the destination afterwards
+            // and the source's mode and times are applied here
             self.crcs = self
                 .state
                 .files
                 .iter()
-                .map(|(_, d)| std::fs::read(d).ok().map(|b| crc32fast::hash(&b)))
+                .map(|(_, d)| {
+                    self.state
+                        .crc
+                        .then(|| std::fs::read(d).ok().map(|b| crc32fast::hash(&b)))
+                        .flatten()
+                })
                 .collect();
+            if self.state.preserve {
+                for (src, dst) in &self.state.files {
+                    crate::copy::copy_metadata(
+                        std::path::Path::new(src),
+                        std::path::Path::new(dst),
+                    )?;
+                }
+            }
         }
         self.status = s;
         Ok(s)
