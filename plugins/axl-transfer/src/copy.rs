@@ -2,10 +2,11 @@
 //! a pool (pthread) that splits large files into chunks and spreads small files over the
 //! threads. Every destination is written under a temporary name and renamed when
 //! complete; CRC32 is computed while copying (per chunk, combined in order); the state is
-//! persisted atomically after every chunk, so another process can resume after verifying
+//! persisted atomically as chunks complete (at most every quarter second, and at every
+//! change of the transfer's status), so another process can resume after verifying
 //! the chunks already copied, wait, or cancel.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -85,11 +86,27 @@ struct Shared {
     state: Mutex<State>,
     cancel: AtomicBool,
     state_file: PathBuf,
+    /// When progress was last persisted (progress is persisted at most every
+    /// [`PROGRESS_EVERY`]; status changes always).
+    last_saved: Mutex<std::time::Instant>,
 }
+
+/// How often chunk progress is persisted: chunks done since are copied again after a
+/// crash, which is cheaper than an fsync per chunk.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Persist progress unless it was persisted less than [`PROGRESS_EVERY`] ago.
+    fn persist_progress(&self, state: &State) {
+        let mut last = self.last_saved.lock().unwrap_or_else(|e| e.into_inner());
+        if last.elapsed() >= PROGRESS_EVERY {
+            *last = std::time::Instant::now();
+            let _ = self.persist(state);
+        }
     }
 
     /// Write the state atomically (temporary file, fsync, rename).
@@ -143,6 +160,7 @@ impl CopyTransfer {
             state: Mutex::new(state),
             cancel: AtomicBool::new(false),
             state_file: PathBuf::from(config.state_file.as_str()),
+            last_saved: Mutex::new(std::time::Instant::now()),
         });
         shared.persist(&shared.lock())?;
         Ok(CopyTransfer {
@@ -197,6 +215,7 @@ impl CopyTransfer {
             state: Mutex::new(state),
             cancel: AtomicBool::new(false),
             state_file: path,
+            last_saved: Mutex::new(std::time::Instant::now()),
         });
         shared.persist(&shared.lock())?;
         Ok(CopyTransfer {
@@ -264,7 +283,7 @@ fn run(shared: &Shared) {
                     Ok(crc) => {
                         let mut st = shared.lock();
                         st.files[fi].chunks.insert(ci, crc);
-                        let _ = shared.persist(&st);
+                        shared.persist_progress(&st);
                     }
                     Err(e) => mark_failed(shared, &f, e),
                 }
@@ -289,9 +308,30 @@ fn run(shared: &Shared) {
                 let file = &mut st.files[fi];
                 file.crc32 = want_crc.then_some(crc);
                 file.status = Status::Complete;
-                let _ = shared.persist(&st);
+                shared.persist_progress(&st);
             }
             Err(e) => mark_failed(shared, &f, e),
+        }
+    }
+    // make the renames durable: each destination directory once
+    let dirs: BTreeSet<PathBuf> = shared
+        .lock()
+        .files
+        .iter()
+        .filter_map(|f| f.destination.parent().map(Path::to_path_buf))
+        .collect();
+    for dir in dirs {
+        if let Err(e) = File::open(&dir).and_then(|d| d.sync_all()) {
+            let err = PluginError::io(dir.display(), e);
+            let mut st = shared.lock();
+            for f in st
+                .files
+                .iter_mut()
+                .filter(|f| f.destination.parent() == Some(&dir))
+            {
+                f.status = Status::Failed;
+                f.error.get_or_insert(err.message().to_string());
+            }
         }
     }
     let mut st = shared.lock();
