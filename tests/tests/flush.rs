@@ -268,3 +268,85 @@ fn scr_index_and_flush_file_answer_from_the_prefix() {
     assert_eq!((code, out.as_str()), (0, "dropped ckpt.10\n"));
     assert_eq!(scr(&c, &["index", "list"]).1.lines().count(), 1);
 }
+
+#[test]
+fn a_flush_that_cannot_write_fails_cleanly_and_the_run_goes_on() {
+    // sync: a file where the checkpoint's prefix directory should be
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "2");
+    std::fs::write(c.prefix().join("ckpt.10"), b"in the way").unwrap();
+    let out = heat(&c, &["--steps", "12"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stderr
+            .contains("ckpt.10 stays in cache only: flush failed on rank"),
+        "{out}"
+    );
+    assert!(index(&c)[0].2.is_some(), "the index marks the failed flush");
+
+    // background: the dataset's marker directory cannot be created
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "2").set("SCR_FLUSH_ASYNC", "1");
+    std::fs::create_dir_all(c.prefix().join(".scr")).unwrap();
+    std::fs::write(c.prefix().join(".scr/scr.dataset.2"), b"in the way").unwrap();
+    let out = heat(&c, &["--steps", "12"]);
+    assert_eq!(out.code, 0, "finalize must not wait forever\n{out}");
+    assert!(out.stdout.contains("final step 12"), "{out}");
+}
+
+#[test]
+fn a_damaged_index_skips_the_flush_but_keeps_the_checkpoint() {
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "1");
+    assert_eq!(heat(&c, &["--steps", "5"]).code, 0);
+    let ix = c.prefix().join(".scr/index.scr");
+    let mut bytes = std::fs::read(&ix).unwrap();
+    bytes.extend_from_slice(b"garbage");
+    std::fs::write(&ix, bytes).unwrap();
+    let out = heat(&c, &["--steps", "10"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains("checkpoint ckpt.10: kept"), "{out}");
+    assert!(
+        out.stderr.contains("ckpt.10 is not flushed:") && out.stderr.contains("checksum mismatch"),
+        "{out}"
+    );
+}
+
+#[test]
+fn the_restart_point_follows_new_flushes_and_duplicate_names_need_an_id() {
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "2");
+    assert_eq!(heat(&c, &["--steps", "22"]).code, 0);
+    assert_eq!(scr(&c, &["index", "current", "ckpt.10"]).0, 0);
+    wipe_caches(&c);
+    // restarts from the pinned ckpt.10 and writes ckpt.15 and ckpt.20 again
+    let out = heat(&c, &["--steps", "22"]);
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{out}"
+    );
+    // the new flush moved the restart point on
+    assert_eq!(scr(&c, &["index", "current"]).1, "ckpt.20\n");
+    let ix = Index::load(&c.prefix()).unwrap();
+    let ids: Vec<u64> = ix
+        .datasets
+        .values()
+        .filter(|e| e.name == "ckpt.20")
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(ids.len(), 2, "{ix:?}");
+    let (code, _, err) = scr(&c, &["index", "drop", "ckpt.20", "--delete"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("several datasets are named `ckpt.20`"),
+        "{err}"
+    );
+    // dropping the old one by id keeps the files the new one still lists
+    let (code, out, _) = scr(&c, &["index", "drop", &ids[0].to_string(), "--delete"]);
+    assert_eq!((code, out.as_str()), (0, "dropped ckpt.20\n"));
+    assert!(
+        c.prefix().join("ckpt.20/rank_0.ckpt").exists(),
+        "a listed file was deleted"
+    );
+}

@@ -249,18 +249,17 @@ fn run(shared: &Shared) {
         (items, st.threads, st.chunk)
     };
     // temporary destinations exist at full size before any chunk lands
-    let prepared: Vec<bool> = {
-        let st = shared.lock();
-        st.files
-            .iter()
-            .map(|f| {
-                f.status == Status::Complete
-                    || prepare_temp(f)
-                        .map_err(|e| mark_failed(shared, f, e))
-                        .is_ok()
-            })
-            .collect()
-    };
+    let files: Vec<FileState> = shared.lock().files.clone();
+    let prepared: Vec<bool> = files
+        .iter()
+        .map(|f| {
+            // (the state lock is not held here: marking a failure takes it)
+            f.status == Status::Complete
+                || prepare_temp(f)
+                    .map_err(|e| mark_failed(shared, f, e))
+                    .is_ok()
+        })
+        .collect();
     let next = AtomicUsize::new(0);
     std::thread::scope(|scope| {
         for _ in 0..threads.max(1) {
@@ -387,10 +386,8 @@ fn copy_chunk(f: &FileState, ci: u64, chunk: u64) -> PluginResult<u32> {
 /// Give `dst` the mode, owner (where permitted) and times of `src`.
 pub fn copy_metadata(src: &Path, dst: &Path) -> PluginResult<()> {
     let md = std::fs::metadata(src).map_err(io(src))?;
-    std::fs::set_permissions(dst, std::fs::Permissions::from_mode(md.mode() & 0o7777))
-        .map_err(io(dst))?;
-    // owner only where permitted (root); anyone else keeps their own
-    let _ = std::os::unix::fs::chown(dst, Some(md.uid()), Some(md.gid()));
+    // times first, while the file is still writable (a read-only source mode applied
+    // first would keep a non-root user from opening it to set them)
     let times = std::fs::FileTimes::new()
         .set_modified(md.modified().map_err(io(src))?)
         .set_accessed(md.accessed().map_err(io(src))?);
@@ -398,6 +395,10 @@ pub fn copy_metadata(src: &Path, dst: &Path) -> PluginResult<()> {
         .write(true)
         .open(dst)
         .and_then(|x| x.set_times(times))
+        .map_err(io(dst))?;
+    // owner only where permitted (root); anyone else keeps their own
+    let _ = std::os::unix::fs::chown(dst, Some(md.uid()), Some(md.gid()));
+    std::fs::set_permissions(dst, std::fs::Permissions::from_mode(md.mode() & 0o7777))
         .map_err(io(dst))
 }
 
@@ -405,7 +406,7 @@ fn io(p: &Path) -> impl Fn(std::io::Error) -> PluginError + '_ {
     move |e| PluginError::io(p.display(), e)
 }
 
-/// fsync the temporary file, rename it into place, fsync the directory, apply metadata;
+/// fsync the temporary file, apply metadata, rename it into place;
 /// returns the file's CRC32 combined from its chunks.
 fn finish_file(f: &FileState, chunk: u64, preserve: bool) -> PluginResult<u32> {
     let temp = f.temp();
@@ -429,11 +430,7 @@ fn finish_file(f: &FileState, chunk: u64, preserve: bool) -> PluginResult<u32> {
         copy_metadata(&f.source, &temp)?;
     }
     std::fs::rename(&temp, &f.destination).map_err(io(&f.destination))?;
-    if let Some(dir) = f.destination.parent() {
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io(dir))?;
-    }
+    // (the destination directories are fsynced once each when every file is renamed)
     Ok(crc.finalize())
 }
 
@@ -457,7 +454,8 @@ impl Transfer for CopyTransfer {
             status: Status::Idle,
             error: None,
         });
-        self.shared.persist(&st)
+        // persisted at dispatch: before it there is nothing to resume
+        Ok(())
     }
 
     fn dispatch(&mut self, _host: &Host<'_>) -> PluginResult<()> {

@@ -27,11 +27,16 @@ pub const DW_LIBRARY: &str = "libdatawarp.so";
 mod bbstatus {
     pub const NOTSTARTED: u64 = 0x0001;
     pub const INPROGRESS: u64 = 0x0002;
-    pub const PARTIALSUCCESS: u64 = 0x0004;
     pub const FULLSUCCESS: u64 = 0x0008;
     pub const CANCELED: u64 = 0x0010;
-    pub const FAILED: u64 = 0x0020;
 }
+
+/// `BBSCOPETRANSFER` of bbapi_types.h: cancel this transfer only.
+const BBSCOPETRANSFER: c_int = 1;
+
+/// libbbAPI is initialised once per process (a second `BB_InitLibrary` fails) and shut
+/// down when the last transfer using it is gone: how many live transfers use it.
+static BB_USERS: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
 
 /// The leading fields of `BBTransferInfo_t`; the library may write more, so the struct
 /// carries room for them.
@@ -133,6 +138,21 @@ pub fn create(
     }
 }
 
+/// CRC32 of a file, read in pieces.
+fn file_crc(path: &str) -> PluginResult<u32> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).map_err(|e| PluginError::io(path, e))?;
+    let mut h = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| PluginError::io(path, e))?;
+        if n == 0 {
+            return Ok(h.finalize());
+        }
+        h.update(&buf[..n]);
+    }
+}
+
 /// What a vendor transfer persists.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct VendorState {
@@ -156,6 +176,8 @@ pub struct VendorTransfer {
     status: TransferStatus,
     error: Option<String>,
     crcs: Vec<Option<u32>>,
+    /// Whether this transfer counts among libbbAPI's users (see [`BB_USERS`]).
+    bb_user: bool,
 }
 
 // SAFETY: the transfer definition pointer is only used by the thread that owns the
@@ -193,6 +215,7 @@ impl VendorTransfer {
             status,
             error: None,
             crcs: Vec::new(),
+            bb_user: false,
         };
         t.persist()?;
         Ok(t)
@@ -261,20 +284,34 @@ impl VendorTransfer {
             .map_err(|_| PluginError::invalid_parameter(format!("path with a NUL byte: {s:?}")))
     }
 
-    fn bb_dispatch(&mut self) -> PluginResult<()> {
+    /// Make sure libbbAPI is initialised while this transfer lives (once per process).
+    fn bb_enter(&mut self) -> PluginResult<()> {
         type Init = unsafe extern "C" fn(u32, *const c_char) -> c_int;
+        if self.bb_user {
+            return Ok(());
+        }
+        let mut users = BB_USERS.lock().unwrap_or_else(|e| e.into_inner());
+        if *users == 0 {
+            let version = Self::cstr("scr-rs")?;
+            // SAFETY: BB_InitLibrary(contribId, clientVersion) takes a NUL-terminated
+            // string that outlives the call.
+            let rc = unsafe { self.sym::<Init>(b"BB_InitLibrary\0")?(0, version.as_ptr()) };
+            if rc != 0 {
+                return Err(self.bb_error("BB_InitLibrary", rc));
+            }
+        }
+        *users += 1;
+        self.bb_user = true;
+        Ok(())
+    }
+
+    fn bb_dispatch(&mut self) -> PluginResult<()> {
         type Create = unsafe extern "C" fn(*mut *mut std::ffi::c_void) -> c_int;
         type Add =
             unsafe extern "C" fn(*mut std::ffi::c_void, *const c_char, *const c_char, u64) -> c_int;
         type Handle = unsafe extern "C" fn(u64, u64, *const u32, *mut u64) -> c_int;
         type Start = unsafe extern "C" fn(*mut std::ffi::c_void, u64) -> c_int;
-        let version = Self::cstr("scr-rs")?;
-        // SAFETY: BB_InitLibrary(contribId, clientVersion) takes a NUL-terminated string
-        // that outlives the call.
-        let rc = unsafe { self.sym::<Init>(b"BB_InitLibrary\0")?(0, version.as_ptr()) };
-        if rc != 0 {
-            return Err(self.bb_error("BB_InitLibrary", rc));
-        }
+        self.bb_enter()?;
         let mut def: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: BB_CreateTransferDef(&def) stores a new definition pointer in `def`.
         let rc = unsafe { self.sym::<Create>(b"BB_CreateTransferDef\0")?(&mut def) };
@@ -317,7 +354,8 @@ impl VendorTransfer {
         let Some(handle) = self.state.handle else {
             return Ok(TransferStatus::Idle);
         };
-        // SAFETY: BbTransferInfo is plain data; all-zero is a valid value.
+        self.bb_enter()?; // a resumed transfer in a new process
+                          // SAFETY: BbTransferInfo is plain data; all-zero is a valid value.
         let mut info: BbTransferInfo = unsafe { std::mem::zeroed() };
         // SAFETY: BB_GetTransferInfo(handle, &info) fills the struct, which has room for
         // more fields than the ones read here.
@@ -325,12 +363,13 @@ impl VendorTransfer {
         if rc != 0 {
             return Err(self.bb_error("BB_GetTransferInfo", rc));
         }
+        // anything but "not finished yet" or success ends the wait: failed, partial,
+        // stopped, or a status this release does not know
         Ok(match info.status {
             bbstatus::FULLSUCCESS => TransferStatus::Complete,
             bbstatus::CANCELED => TransferStatus::Cancelled,
-            bbstatus::FAILED | bbstatus::PARTIALSUCCESS => TransferStatus::Failed,
             bbstatus::NOTSTARTED | bbstatus::INPROGRESS => TransferStatus::InProgress,
-            _ => TransferStatus::InProgress,
+            _ => TransferStatus::Failed,
         })
     }
 
@@ -407,17 +446,15 @@ impl VendorTransfer {
         if s == TransferStatus::Complete && self.crcs.is_empty() {
             // the vendor copies bytes; the CRC32 is taken from the destination afterwards
             // and the source's mode and times are applied here
-            self.crcs = self
-                .state
-                .files
-                .iter()
-                .map(|(_, d)| {
-                    self.state
-                        .crc
-                        .then(|| std::fs::read(d).ok().map(|b| crc32fast::hash(&b)))
-                        .flatten()
-                })
-                .collect();
+            let mut crcs = Vec::with_capacity(self.state.files.len());
+            for (_, d) in &self.state.files {
+                crcs.push(if self.state.crc {
+                    Some(file_crc(d)?)
+                } else {
+                    None
+                });
+            }
+            self.crcs = crcs;
             if self.state.preserve {
                 for (src, dst) in &self.state.files {
                     crate::copy::copy_metadata(
@@ -497,8 +534,11 @@ impl Transfer for VendorTransfer {
             if self.state.kind == "bbapi" {
                 type Cancel = unsafe extern "C" fn(u64, c_int) -> c_int;
                 if let Some(h) = self.state.handle {
-                    // SAFETY: BB_CancelTransfer(handle, BBSCOPETRANSFER = 0).
-                    let rc = unsafe { self.sym::<Cancel>(b"BB_CancelTransfer\0")?(h, 0) };
+                    self.bb_enter()?;
+                    // SAFETY: BB_CancelTransfer(handle, scope) with a handle from
+                    // BB_GetTransferHandle.
+                    let rc =
+                        unsafe { self.sym::<Cancel>(b"BB_CancelTransfer\0")?(h, BBSCOPETRANSFER) };
                     if rc != 0 {
                         return Err(self.bb_error("BB_CancelTransfer", rc));
                     }
@@ -542,14 +582,20 @@ impl Drop for VendorTransfer {
     fn drop(&mut self) {
         if let Some(def) = self.def.take() {
             type Free = unsafe extern "C" fn(*mut std::ffi::c_void) -> c_int;
-            type Term = unsafe extern "C" fn() -> c_int;
             if let Ok(f) = self.sym::<Free>(b"BB_FreeTransferDef\0") {
                 // SAFETY: `def` came from BB_CreateTransferDef and is freed once.
                 unsafe { f(def) };
             }
-            if let Ok(t) = self.sym::<Term>(b"BB_TerminateLibrary\0") {
-                // SAFETY: paired with the BB_InitLibrary of dispatch.
-                unsafe { t() };
+        }
+        if self.bb_user {
+            let mut users = BB_USERS.lock().unwrap_or_else(|e| e.into_inner());
+            *users -= 1;
+            if *users == 0 {
+                type Term = unsafe extern "C" fn() -> c_int;
+                if let Ok(t) = self.sym::<Term>(b"BB_TerminateLibrary\0") {
+                    // SAFETY: the last user of the library initialised by `bb_enter`.
+                    unsafe { t() };
+                }
             }
         }
     }

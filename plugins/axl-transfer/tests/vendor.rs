@@ -167,6 +167,29 @@ fn vendor_types_drive_the_stand_in_libraries() {
     );
     std::env::remove_var("FAKE_DW_FAIL");
 
+    // two bbapi transfers at once share one initialisation of the library
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut both = Vec::new();
+    for d in [&d1, &d2] {
+        let fs = files(d.path());
+        let mut t = AxlTransfer::new_transfer(
+            &config("bbapi", &d.path().join("state"), &[("library", &bb)]),
+            &host,
+        )
+        .unwrap();
+        for (s, dst, _) in &fs {
+            t.add(s.to_str().unwrap(), dst.to_str().unwrap()).unwrap();
+        }
+        t.dispatch(&host).unwrap();
+        both.push((t, fs));
+    }
+    for (mut t, fs) in both {
+        assert_eq!(t.wait(&host).unwrap(), TransferStatus::Complete);
+        for (_, d, data) in &fs {
+            assert_eq!(&std::fs::read(d).unwrap(), data);
+        }
+    }
+
     // resume: another transfer object picks the persisted state up and waits
     let dir = tempfile::tempdir().unwrap();
     let fs = files(dir.path());

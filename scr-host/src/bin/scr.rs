@@ -193,11 +193,9 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
             )),
         },
         IndexCommand::Current { name: Some(n) } => {
-            if !index
-                .datasets
-                .values()
-                .any(|e| &e.name == n && e.complete && e.checkpoint_id.is_some())
-            {
+            if !index.datasets.values().any(|e| {
+                &e.name == n && e.complete && e.checkpoint_id.is_some() && e.failed.is_none()
+            }) {
                 return fail(format!(
                     "`{n}` is not a complete checkpoint in the index (see `scr index list`)"
                 ));
@@ -211,15 +209,27 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
             }
         }
         IndexCommand::Drop { name, delete } | IndexCommand::DropAfter { name, delete } => {
-            let Some(anchor) = index
+            // a name several datasets share (a rerun after a fetch writes them again)
+            // must be given by id
+            let by_name: Vec<u64> = index
                 .datasets
                 .values()
-                .find(|e| &e.name == name)
+                .filter(|e| &e.name == name)
                 .map(|e| e.id)
-            else {
-                return fail(format!(
-                    "no dataset named `{name}` in the index (see `scr index list`)"
-                ));
+                .collect();
+            let anchor = match (by_name.as_slice(), name.parse::<u64>()) {
+                ([id], _) => *id,
+                ([], Ok(id)) if index.datasets.contains_key(&id) => id,
+                ([], _) => {
+                    return fail(format!(
+                        "no dataset named `{name}` in the index (see `scr index list`)"
+                    ))
+                }
+                (ids, _) => {
+                    return fail(format!(
+                        "several datasets are named `{name}` (ids {ids:?}); give the id instead"
+                    ))
+                }
             };
             let after = matches!(command, IndexCommand::DropAfter { .. });
             let victims: Vec<u64> = index
@@ -229,18 +239,30 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
                 .filter(|&id| if after { id > anchor } else { id == anchor })
                 .collect();
             if *delete {
-                // the files of each dataset, per rank2file; a progress bar for big ones
-                let mut files = Vec::new();
-                for id in &victims {
-                    if let Ok(map) = Rank2File::load(&prefix, *id) {
-                        files.extend(
-                            map.ranks
+                // the files of each dataset, per rank2file, except paths a dataset that
+                // stays in the index still lists; a progress bar for big ones
+                let paths_of = |id: &u64| -> Vec<PathBuf> {
+                    Rank2File::load(&prefix, *id)
+                        .map(|m| {
+                            m.ranks
                                 .into_values()
                                 .flatten()
-                                .map(|f| prefix.join(f.name)),
-                        );
-                    }
-                }
+                                .map(|f| prefix.join(f.name))
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                };
+                let kept: std::collections::BTreeSet<PathBuf> = index
+                    .datasets
+                    .keys()
+                    .filter(|id| !victims.contains(id))
+                    .flat_map(paths_of)
+                    .collect();
+                let files: Vec<PathBuf> = victims
+                    .iter()
+                    .flat_map(paths_of)
+                    .filter(|p| !kept.contains(p))
+                    .collect();
                 let bar = indicatif::ProgressBar::new(files.len() as u64).with_style(
                     indicatif::ProgressStyle::with_template(
                         "deleting {pos}/{len} files {wide_bar}",

@@ -404,7 +404,8 @@ impl Runtime {
 
     /// Evict the oldest datasets of `store` until `room` more fit under its count. Never
     /// evicted: the newest complete checkpoint, the current restart candidate, `keep`
-    /// (the dataset just completed), and output datasets (they wait for their flush).
+    /// (the dataset just completed), datasets being flushed, and output datasets this
+    /// rank has not flushed.
     pub(super) fn evict(&mut self, store: &str, room: u64, keep: Option<u64>) -> Result<()> {
         let limit = self
             .config
@@ -414,6 +415,12 @@ impl Runtime {
             .max(1);
         let protected = [self.restart_candidate_any(), self.restart_candidate(), keep];
         let flushing = self.flushing_ids();
+        let flushed = self
+            .flushing
+            .flushed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         loop {
             let held: Vec<DatasetRecord> = self
                 .filemap
@@ -426,7 +433,9 @@ impl Runtime {
                 return Ok(());
             }
             let Some(victim) = held.into_iter().find(|d| {
-                !protected.contains(&Some(d.id)) && !d.output && !flushing.contains(&d.id)
+                !protected.contains(&Some(d.id))
+                    && !flushing.contains(&d.id)
+                    && (!d.output || flushed.contains(&d.id))
             }) else {
                 return Ok(());
             };

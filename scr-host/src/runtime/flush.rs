@@ -34,10 +34,23 @@ type RankOutcome = std::result::Result<Vec<FlushedFile>, String>;
 pub(super) struct Flushing {
     /// Dataset ids whose transfer is still running on this rank (never evicted).
     pub in_flight: Arc<Mutex<BTreeSet<u64>>>,
+    /// Dataset ids this rank's part of a flush copied (an output may then be evicted).
+    pub flushed: Arc<Mutex<BTreeSet<u64>>>,
+    /// Background flushes of this run, with what each rank's waiter found.
+    pub pending: Vec<IndexEntry>,
+    pub outcomes: Arc<Mutex<BTreeMap<u64, RankOutcome>>>,
+    /// Rank 0: ids whose completion the finisher recorded.
+    pub recorded: Arc<Mutex<BTreeSet<u64>>>,
+    /// Tells rank 0's finishers to stop waiting for markers (finalize takes over).
+    pub stop: Arc<std::sync::atomic::AtomicBool>,
     /// Threads waiting for this rank's transfers.
     pub waiters: Vec<std::thread::JoinHandle<()>>,
     /// Rank 0: threads recording completions.
     pub finishers: Vec<std::thread::JoinHandle<()>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Run a transfer call with a one-member in-process host (transfers need no
@@ -128,6 +141,11 @@ fn finish(
             e.complete = true;
             e.flushed = Some(now_secs());
             e.failed = None;
+            // the newest flushed checkpoint is the restart point (as in SCR), replacing
+            // one pinned with `scr index current`
+            if entry.checkpoint_id.is_some() {
+                ix.current = Some(entry.name.clone());
+            }
         })?;
         FlushFile::add_location(prefix, entry.id, "PFS")
     };
@@ -162,18 +180,32 @@ impl Runtime {
             Index::update(&self.prefix, |ix| {
                 ix.datasets.insert(rec.id, entry.clone());
             })
-            .map_err(ScrError::from)
+            .map_err(|e| e.to_string())
         } else {
             Ok(())
         };
-        self.agree(opened)?;
+        let why = broadcast_bytes(&self.world, opened.err().unwrap_or_default().as_bytes());
+        if !why.is_empty() {
+            // the checkpoint is kept in cache; only the flush is skipped
+            self.warn(&format!(
+                "{} is not flushed: {}",
+                rec.name,
+                String::from_utf8_lossy(&why)
+            ));
+            return Ok(());
+        }
         self.fault_point("flush-started", rec.id);
 
         let started = self.start_transfer(rec);
         if self.config.bool("flush_async") {
             return self.flush_in_background(rec, entry, started);
         }
+        let state = self.transfer_state(rec.id);
         let outcome: RankOutcome = started.and_then(|(t, files)| collect(&self.node, t, &files));
+        let _ = std::fs::remove_file(&state);
+        if outcome.is_ok() {
+            lock(&self.flushing.flushed).insert(rec.id);
+        }
         self.fault_point("flush-copied", rec.id);
         let all = all_gather_bytes(
             &self.world,
@@ -212,6 +244,12 @@ impl Runtime {
         Ok(())
     }
 
+    /// The state file of this rank's transfer of dataset `id`.
+    fn transfer_state(&self, id: u64) -> PathBuf {
+        self.cntl_dir
+            .join(format!("transfer.{id}.{}.state", self.rank))
+    }
+
     /// Create, fill and dispatch this rank's transfer of `rec` to the prefix.
     fn start_transfer(
         &self,
@@ -230,12 +268,7 @@ impl Runtime {
             .collect();
         let config = TransferConfig {
             transfer_type: store.as_str().into(),
-            state_file: self
-                .cntl_dir
-                .join(format!("transfer.{}.{}.state", rec.id, self.rank))
-                .display()
-                .to_string()
-                .into(),
+            state_file: self.transfer_state(rec.id).display().to_string().into(),
             crc32: self.config.bool("crc_on_flush"),
             preserve_metadata: true,
             settings: self.config.plugin_settings(&store).into(),
@@ -272,30 +305,40 @@ impl Runtime {
         let marker_dir = prefix::dataset_dir(&self.prefix, rec.id);
         let marker = marker_dir.join(format!("done.{}.scr", self.rank));
         let in_flight = Arc::clone(&self.flushing.in_flight);
-        in_flight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(rec.id);
+        let flushed = Arc::clone(&self.flushing.flushed);
+        let outcomes = Arc::clone(&self.flushing.outcomes);
+        lock(&in_flight).insert(rec.id);
+        self.flushing.pending.push(entry.clone());
         let node = self.node.clone();
         let id = rec.id;
+        let state = self.transfer_state(rec.id);
         self.flushing.waiters.push(std::thread::spawn(move || {
             let outcome: RankOutcome = started.and_then(|(t, files)| collect(&node, t, &files));
+            let _ = std::fs::remove_file(&state);
             if let Err(e) = prefix::write(&marker, "flush-marker", &outcome) {
-                eprintln!("scr-rs: async flush of dataset {id}: {e}");
+                eprintln!("scr-rs: background flush of dataset {id}: {e}");
             }
-            in_flight
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&id);
+            if outcome.is_ok() {
+                lock(&flushed).insert(id);
+            }
+            lock(&outcomes).insert(id, outcome);
+            lock(&in_flight).remove(&id);
         }));
         if self.rank == 0 {
             let prefix = self.prefix.clone();
             let ranks = self.size;
+            let stop = Arc::clone(&self.flushing.stop);
+            let recorded = Arc::clone(&self.flushing.recorded);
             self.flushing.finishers.push(std::thread::spawn(move || {
                 let markers: Vec<PathBuf> = (0..ranks)
                     .map(|r| marker_dir.join(format!("done.{r}.scr")))
                     .collect();
+                // record completion as soon as every rank's marker is there; finalize
+                // takes over (collectively) if some never appear
                 while !markers.iter().all(|m| m.exists()) {
+                    if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        return;
+                    }
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 let outcomes: BTreeMap<u32, RankOutcome> = markers
@@ -310,6 +353,7 @@ impl Runtime {
                 if let Err(why) = finish(&prefix, &entry, outcomes) {
                     eprintln!("scr-rs: warning: {} stays in cache only: {why}", entry.name);
                 }
+                lock(&recorded).insert(entry.id);
                 for m in markers {
                     let _ = std::fs::remove_file(m);
                 }
@@ -318,14 +362,41 @@ impl Runtime {
         Ok(())
     }
 
-    /// Wait for every asynchronous flush (collective: finalize).
+    /// Wait for every asynchronous flush (collective: finalize). Each rank's outcome is
+    /// also gathered here, so a flush whose markers could not be written is recorded (as
+    /// failed) instead of being waited for forever.
     pub(super) fn wait_flushes(&mut self) {
         for w in self.flushing.waiters.drain(..) {
             let _ = w.join();
         }
-        self.world.barrier();
+        self.flushing
+            .stop
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         for f in self.flushing.finishers.drain(..) {
             let _ = f.join();
+        }
+        for entry in std::mem::take(&mut self.flushing.pending) {
+            let mine = lock(&self.flushing.outcomes)
+                .remove(&entry.id)
+                .unwrap_or_else(|| Err("no outcome".into()));
+            let all =
+                all_gather_bytes(&self.world, &serde_json::to_vec(&mine).expect("serializes"));
+            if self.rank == 0 && !lock(&self.flushing.recorded).contains(&entry.id) {
+                let outcomes = all
+                    .iter()
+                    .enumerate()
+                    .map(|(r, b)| {
+                        (
+                            r as u32,
+                            serde_json::from_slice(b)
+                                .unwrap_or_else(|e| Err(format!("unreadable outcome: {e}"))),
+                        )
+                    })
+                    .collect();
+                if let Err(why) = finish(&self.prefix, &entry, outcomes) {
+                    self.warn(&format!("{} stays in cache only: {why}", entry.name));
+                }
+            }
         }
         self.world.barrier();
     }
@@ -390,16 +461,43 @@ impl Runtime {
                             String::from_utf8_lossy(r)
                         )
                     });
+            // protect it again in cache: a failure there is a failed fetch too
+            let failed = match failed {
+                None => {
+                    let protected = self.protect_fetched(entry.id);
+                    let why = all_gather_bytes(
+                        &self.world,
+                        protected
+                            .err()
+                            .map(|e| e.to_string())
+                            .unwrap_or_default()
+                            .as_bytes(),
+                    );
+                    why.iter()
+                        .enumerate()
+                        .find(|(_, r)| !r.is_empty())
+                        .map(|(rank, r)| {
+                            format!(
+                                "re-protecting failed on rank {rank}: {}",
+                                String::from_utf8_lossy(r)
+                            )
+                        })
+                }
+                some => some,
+            };
             match failed {
                 None => {
-                    // protect it again in cache, then it is the restart point
-                    let protected = self.protect_fetched(entry.id);
-                    self.agree(protected)?;
+                    // ids continue after the fetched dataset
+                    self.next_dataset = self.next_dataset.max(entry.id + 1);
+                    if let Some(c) = entry.checkpoint_id {
+                        self.next_checkpoint = self.next_checkpoint.max(c + 1);
+                    }
                     if self.rank == 0 {
                         let _ = Index::update(&self.prefix, |ix| {
                             if let Some(e) = ix.datasets.get_mut(&entry.id) {
                                 e.fetched = Some(now_secs());
                             }
+                            ix.current = Some(entry.name.clone());
                         });
                     }
                     self.info(&format!(

@@ -61,21 +61,36 @@ unsafe fn text(p: *const c_char) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
+static INITIALISED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Like the real library: calls before BB_InitLibrary fail (ENODEV), a second init
+/// fails (EALREADY).
+fn initialised() -> bool {
+    INITIALISED.load(Ordering::SeqCst)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn BB_InitLibrary(_contrib: u32, _version: *const c_char) -> c_int {
     if fail("init") {
         return set_error("stand-in: init failure on demand");
+    }
+    if INITIALISED.swap(true, Ordering::SeqCst) {
+        return set_error("stand-in: already initialised (EALREADY)");
     }
     0
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn BB_TerminateLibrary() -> c_int {
+    INITIALISED.store(false, Ordering::SeqCst);
     0
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn BB_CreateTransferDef(def: *mut *mut c_void) -> c_int {
+    if !initialised() {
+        return set_error("stand-in: library not initialised (ENODEV)");
+    }
     let d = Box::into_raw(Box::new(Def { files: Vec::new() }));
     unsafe { *def = d.cast() };
     0
@@ -100,12 +115,18 @@ pub unsafe extern "C" fn BB_GetTransferHandle(
     _contrib: *const u32,
     handle: *mut u64,
 ) -> c_int {
+    if !initialised() {
+        return set_error("stand-in: library not initialised (ENODEV)");
+    }
     unsafe { *handle = tag.wrapping_mul(31).wrapping_add(7) };
     0
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn BB_StartTransfer(def: *mut c_void, handle: u64) -> c_int {
+    if !initialised() {
+        return set_error("stand-in: library not initialised (ENODEV)");
+    }
     if fail("start") {
         return set_error("stand-in: start failure on demand");
     }
@@ -139,6 +160,9 @@ pub unsafe extern "C" fn BB_StartTransfer(def: *mut c_void, handle: u64) -> c_in
 
 #[no_mangle]
 pub unsafe extern "C" fn BB_GetTransferInfo(handle: u64, info: *mut BbTransferInfo) -> c_int {
+    if !initialised() {
+        return set_error("stand-in: library not initialised (ENODEV)");
+    }
     let Some(s) = transfers().lock().unwrap().get(&handle).cloned() else {
         return set_error("stand-in: unknown handle");
     };
@@ -150,7 +174,10 @@ pub unsafe extern "C" fn BB_GetTransferInfo(handle: u64, info: *mut BbTransferIn
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn BB_CancelTransfer(handle: u64, _scope: c_int) -> c_int {
+pub unsafe extern "C" fn BB_CancelTransfer(handle: u64, scope: c_int) -> c_int {
+    if scope != 1 {
+        return set_error("stand-in: invalid cancel scope (BBSCOPETRANSFER is 1)");
+    }
     if let Some(s) = transfers().lock().unwrap().get(&handle) {
         s.store(CANCELED, Ordering::SeqCst);
     }
