@@ -255,10 +255,11 @@ fn need_checkpoint_by_seconds() {
         .filter_map(|l| l.strip_prefix("checkpoint ckpt."))
         .map(|l| l.split(':').next().unwrap().parse().unwrap())
         .collect();
-    // 300 ms per step: a second has passed after step 4 at the earliest
+    // 300 ms per step: between two checkpoints at least 3 steps pass (a second; a
+    // loaded machine only makes steps slower), so 8 steps hold at most 3 checkpoints
     assert!(!steps.is_empty(), "{out}");
-    assert!(steps[0] >= 4, "{steps:?}");
-    assert!(steps.windows(2).all(|w| w[1] - w[0] >= 4), "{steps:?}");
+    assert!(steps.len() <= 3, "{steps:?}");
+    assert!(steps.windows(2).all(|w| w[1] - w[0] >= 3), "{steps:?}");
 }
 
 #[test]

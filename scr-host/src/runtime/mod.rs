@@ -252,6 +252,8 @@ impl Runtime {
             rt.fetch()?;
         }
         rt.finalized = false;
+        // time-based checkpoint policies count from the end of init
+        rt.policy.last_end = Instant::now();
         rt.world.barrier();
         for rd in &rt.reddescs {
             rt.info(&format!(
