@@ -154,6 +154,20 @@ impl<'a> Host<'a> {
         }
     }
 
+    /// `Err` unless this process is member `member` of a set of `members`: a scheme
+    /// instance made for one place in a set must be called from that place.
+    pub fn check_place(&self, scheme: &str, member: u32, members: u32) -> PluginResult<()> {
+        if self.size() == members && self.rank() == member {
+            Ok(())
+        } else {
+            Err(PluginError::communication(format!(
+                "{scheme} instance made for member {member} of {members} called as member {} of {}",
+                self.rank(),
+                self.size()
+            )))
+        }
+    }
+
     fn check_member(&self, member: u32) -> PluginResult<()> {
         if member < self.size() {
             Ok(())

@@ -50,16 +50,7 @@ impl PartnerScheme {
     }
 
     fn check_host(&self, host: &Host<'_>) -> PluginResult<()> {
-        if host.size() != self.members || host.rank() != self.member {
-            return Err(PluginError::communication(format!(
-                "PARTNER instance made for member {} of {} called as member {} of {}",
-                self.member,
-                self.members,
-                host.rank(),
-                host.size()
-            )));
-        }
-        Ok(())
+        host.check_place("PARTNER", self.member, self.members)
     }
 }
 

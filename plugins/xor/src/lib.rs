@@ -52,16 +52,7 @@ impl XorScheme {
     }
 
     fn check_host(&self, host: &Host<'_>) -> PluginResult<()> {
-        if host.size() != self.members || host.rank() != self.member {
-            return Err(PluginError::communication(format!(
-                "XOR instance made for member {} of {} called as member {} of {}",
-                self.member,
-                self.members,
-                host.rank(),
-                host.size()
-            )));
-        }
-        Ok(())
+        host.check_place("XOR", self.member, self.members)
     }
 }
 

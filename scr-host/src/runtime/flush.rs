@@ -207,26 +207,7 @@ impl Runtime {
             lock(&self.flushing.flushed).insert(rec.id);
         }
         self.fault_point("flush-copied", rec.id);
-        let all = all_gather_bytes(
-            &self.world,
-            &serde_json::to_vec(&outcome).expect("serializes"),
-        );
-        let recorded = if self.rank == 0 {
-            let outcomes = all
-                .iter()
-                .enumerate()
-                .map(|(r, b)| {
-                    (
-                        r as u32,
-                        serde_json::from_slice(b)
-                            .unwrap_or_else(|e| Err(format!("unreadable outcome: {e}"))),
-                    )
-                })
-                .collect();
-            finish(&self.prefix, &entry, outcomes)
-        } else {
-            Ok(())
-        };
+        let recorded = self.gather_and_finish(&entry, &outcome, true);
         let text = broadcast_bytes(&self.world, recorded.err().unwrap_or_default().as_bytes());
         if text.is_empty() {
             self.info(&format!(
@@ -379,26 +360,38 @@ impl Runtime {
             let mine = lock(&self.flushing.outcomes)
                 .remove(&entry.id)
                 .unwrap_or_else(|| Err("no outcome".into()));
-            let all =
-                all_gather_bytes(&self.world, &serde_json::to_vec(&mine).expect("serializes"));
-            if self.rank == 0 && !lock(&self.flushing.recorded).contains(&entry.id) {
-                let outcomes = all
-                    .iter()
-                    .enumerate()
-                    .map(|(r, b)| {
-                        (
-                            r as u32,
-                            serde_json::from_slice(b)
-                                .unwrap_or_else(|e| Err(format!("unreadable outcome: {e}"))),
-                        )
-                    })
-                    .collect();
-                if let Err(why) = finish(&self.prefix, &entry, outcomes) {
-                    self.warn(&format!("{} stays in cache only: {why}", entry.name));
-                }
+            let record = !lock(&self.flushing.recorded).contains(&entry.id);
+            if let Err(why) = self.gather_and_finish(&entry, &mine, record) {
+                self.warn(&format!("{} stays in cache only: {why}", entry.name));
             }
         }
         self.world.barrier();
+    }
+
+    /// Gather every rank's outcome of the flush of `entry` (collective); rank 0 records
+    /// it (when `record`) and returns why it failed, if it did.
+    fn gather_and_finish(
+        &self,
+        entry: &IndexEntry,
+        mine: &RankOutcome,
+        record: bool,
+    ) -> std::result::Result<(), String> {
+        let all = all_gather_bytes(&self.world, &serde_json::to_vec(mine).expect("serializes"));
+        if self.rank != 0 || !record {
+            return Ok(());
+        }
+        let outcomes = all
+            .iter()
+            .enumerate()
+            .map(|(r, b)| {
+                (
+                    r as u32,
+                    serde_json::from_slice(b)
+                        .unwrap_or_else(|e| Err(format!("unreadable outcome: {e}"))),
+                )
+            })
+            .collect();
+        finish(&self.prefix, entry, outcomes)
     }
 
     /// Dataset ids whose flush is still running on this rank.
