@@ -101,6 +101,25 @@ pub struct FileMeta {
     pub crc32: ROption<u32>,
 }
 
+impl FileMeta {
+    /// Metadata that knows only a path and a size: mode 0 (left alone on rebuild), owner
+    /// 0, times at the epoch, no CRC. For benchmarks and tests that make their own files.
+    pub fn new(path: impl Into<RString>, size: u64) -> Self {
+        FileMeta {
+            path: path.into(),
+            size,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            atime_sec: 0,
+            atime_nsec: 0,
+            crc32: ROption::RNone,
+        }
+    }
+}
+
 /// One rank's share of a dataset: the files that form its logical file, in order.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug)]

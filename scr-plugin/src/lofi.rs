@@ -11,7 +11,7 @@ use crate::error::{PluginError, PluginResult};
 /// An ordered list of files read and written as one zero-padded stream.
 pub struct LogicalFile {
     parts: Vec<(PathBuf, u64)>,
-    handles: Vec<Option<File>>,
+    handles: Vec<File>,
     writable: bool,
 }
 
@@ -49,7 +49,7 @@ impl LogicalFile {
             } else {
                 File::open(p).map_err(|e| PluginError::io(p.display(), e))?
             };
-            handles.push(Some(f));
+            handles.push(f);
         }
         Ok(LogicalFile {
             parts,
@@ -69,39 +69,35 @@ impl LogicalFile {
     }
 
     /// Fill `buf` from logical offset `offset`; bytes past the end read as zero.
-    pub fn read_at(&mut self, mut offset: u64, buf: &mut [u8]) -> PluginResult<()> {
+    pub fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> PluginResult<()> {
         buf.fill(0);
-        let mut done = 0usize;
-        let mut start = 0u64;
-        for (i, (path, size)) in self.parts.iter().enumerate() {
-            let end = start + size;
-            if done < buf.len() && offset < end && offset >= start {
-                let n = ((end - offset) as usize).min(buf.len() - done);
-                let f = self.handles[i].as_mut().expect("open");
-                f.seek(SeekFrom::Start(offset - start))
-                    .and_then(|_| f.read_exact(&mut buf[done..done + n]))
-                    .map_err(|e| PluginError::io(path.display(), e))?;
-                done += n;
-                offset += n as u64;
-            }
-            start = end;
-        }
-        Ok(())
+        self.each_span(offset, buf.len(), |f, range| f.read_exact(&mut buf[range]))
     }
 
     /// Write `buf` at logical offset `offset`; bytes past the end are dropped (they are
     /// padding).
-    pub fn write_at(&mut self, mut offset: u64, buf: &[u8]) -> PluginResult<()> {
+    pub fn write_at(&mut self, offset: u64, buf: &[u8]) -> PluginResult<()> {
         debug_assert!(self.writable);
+        self.each_span(offset, buf.len(), |f, range| f.write_all(&buf[range]))
+    }
+
+    /// Walk the parts that logical bytes `offset..offset + len` fall in: for each,
+    /// position its handle and call `io` with the matching range of the caller's buffer.
+    /// Bytes past the last part are not visited.
+    fn each_span(
+        &mut self,
+        mut offset: u64,
+        len: usize,
+        mut io: impl FnMut(&mut File, std::ops::Range<usize>) -> std::io::Result<()>,
+    ) -> PluginResult<()> {
         let mut done = 0usize;
         let mut start = 0u64;
-        for (i, (path, size)) in self.parts.iter().enumerate() {
+        for ((path, size), f) in self.parts.iter().zip(self.handles.iter_mut()) {
             let end = start + size;
-            if done < buf.len() && offset < end && offset >= start {
-                let n = ((end - offset) as usize).min(buf.len() - done);
-                let f = self.handles[i].as_mut().expect("open");
+            if done < len && offset < end && offset >= start {
+                let n = ((end - offset) as usize).min(len - done);
                 f.seek(SeekFrom::Start(offset - start))
-                    .and_then(|_| f.write_all(&buf[done..done + n]))
+                    .and_then(|_| io(f, done..done + n))
                     .map_err(|e| PluginError::io(path.display(), e))?;
                 done += n;
                 offset += n as u64;
@@ -113,11 +109,9 @@ impl LogicalFile {
 
     /// Flush written files to storage.
     pub fn sync(&mut self) -> PluginResult<()> {
-        for (i, h) in self.handles.iter_mut().enumerate() {
-            if let Some(f) = h {
-                f.sync_all()
-                    .map_err(|e| PluginError::io(self.parts[i].0.display(), e))?;
-            }
+        for ((path, _), f) in self.parts.iter().zip(&self.handles) {
+            f.sync_all()
+                .map_err(|e| PluginError::io(path.display(), e))?;
         }
         Ok(())
     }
@@ -155,20 +149,15 @@ pub fn restore_metadata(meta: &FileMeta) -> PluginResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use abi_stable::std_types::RNone;
 
     fn meta(path: &Path, size: u64) -> FileMeta {
         FileMeta {
-            path: path.display().to_string().into(),
-            size,
             mode: 0o640,
-            uid: 0,
-            gid: 0,
             mtime_sec: 1_600_000_000,
             mtime_nsec: 5,
             atime_sec: 1_600_000_000,
             atime_nsec: 5,
-            crc32: RNone,
+            ..FileMeta::new(path.display().to_string(), size)
         }
     }
 

@@ -40,18 +40,7 @@ struct Args {
 }
 
 fn meta(path: &Path, size: u64) -> FileMeta {
-    FileMeta {
-        path: path.display().to_string().into(),
-        size,
-        mode: 0o600,
-        uid: 0,
-        gid: 0,
-        mtime_sec: 0,
-        mtime_nsec: 0,
-        atime_sec: 0,
-        atime_nsec: 0,
-        crc32: RNone,
-    }
+    FileMeta::new(path.display().to_string(), size)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

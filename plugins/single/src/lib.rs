@@ -110,18 +110,7 @@ mod tests {
     fn file(dir: &std::path::Path, name: &str, bytes: &[u8]) -> FileMeta {
         let path = dir.join(name);
         std::fs::write(&path, bytes).unwrap();
-        FileMeta {
-            path: path.display().to_string().into(),
-            size: bytes.len() as u64,
-            mode: 0o600,
-            uid: 0,
-            gid: 0,
-            mtime_sec: 0,
-            mtime_nsec: 0,
-            atime_sec: 0,
-            atime_nsec: 0,
-            crc32: RNone,
-        }
+        FileMeta::new(path.display().to_string(), bytes.len() as u64)
     }
 
     #[test]
@@ -158,18 +147,7 @@ mod tests {
         let scheme = SingleScheme;
         // no loss: every member gets its own files back
         let out = inproc::run(&["a", "b", "c"], |host| {
-            let files = vec![FileMeta {
-                path: format!("/f{}", host.rank()).into(),
-                size: 1,
-                mode: 0,
-                uid: 0,
-                gid: 0,
-                mtime_sec: 0,
-                mtime_nsec: 0,
-                atime_sec: 0,
-                atime_nsec: 0,
-                crc32: RNone,
-            }];
+            let files = vec![FileMeta::new(format!("/f{}", host.rank()), 1)];
             let req = RecoverRequest {
                 dataset_id: 1,
                 dir: "/".into(),
