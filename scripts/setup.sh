@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Install what building and testing scr-rs needs on Debian 12 (run as root): a C
-# toolchain, OpenMPI (the tests run MPI jobs; rsmpi's bindings need its headers and
-# libclang). Does nothing when everything is already there.
+# toolchain, OpenMPI (the tests run MPI jobs; rsmpi's bindings need its headers) and
+# libclang for rsmpi's bindgen. Each package is checked with `dpkg -s`: a file glob such
+# as libclang* also matches libclang-cpp, which bindgen cannot load. Does nothing when
+# everything is already installed.
 set -euo pipefail
 need=()
-command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
-command -v mpiexec >/dev/null 2>&1 || need+=(openmpi-bin)
-[ -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] || [ -e /usr/include/mpi.h ] || need+=(libopenmpi-dev)
-ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+for pkg in gcc libc6-dev openmpi-bin libopenmpi-dev libclang-dev; do
+    dpkg -s "$pkg" 2>/dev/null | grep -q '^Status: install ok installed' || need+=("$pkg")
+done
 if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "scripts/setup.sh: missing Debian packages: ${need[*]}; install them as root (apt-get install ${need[*]})" >&2
+        exit 1
+    fi
+    echo "installing: ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
