@@ -43,7 +43,11 @@ rm -rf "$work/cache" "$work/cntl" "$work/prefix/.scr"
 fresh=$(mpiexec -n 4 "$heat" --steps 30 --every 0 2>/dev/null | grep '^final')
 echo "restarted run:     $resumed"
 echo "uninterrupted run: $fresh"
-[ "$resumed" = "$fresh" ] && echo "identical: the restart lost nothing"
+if [ -z "$resumed" ] || [ "$resumed" != "$fresh" ]; then
+    echo "DIFFERENT: the restarted run did not end in the uninterrupted run's state" >&2
+    exit 1
+fi
+echo "identical: the restart lost nothing"
 
 echo
 run "$scr" plugins list

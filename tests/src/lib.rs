@@ -131,16 +131,33 @@ impl Cluster {
 
     /// Run `program args` under `mpiexec -n <nodes.len()>`, rank r on simulated node
     /// `nodes[r]`.
+    ///
+    /// For `scr-heat`, which prints `ranks N` first on rank 0, the world size is checked
+    /// here: a wrong `mpiexec` silently runs N singletons, which must not pass a test.
     pub fn run(&self, nodes: &[&str], program: &str, args: &[&str]) -> JobOutput {
         let out = self
             .command(nodes, program, args)
             .output()
             .expect("mpiexec runs (is OpenMPI installed?)");
-        JobOutput {
+        let out = JobOutput {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        };
+        if program == "scr-heat" && out.stdout.lines().any(|l| l.starts_with("ranks ")) {
+            let sizes: Vec<&str> = out
+                .stdout
+                .lines()
+                .filter_map(|l| l.strip_prefix("ranks "))
+                .collect();
+            assert_eq!(
+                sizes,
+                [nodes.len().to_string()],
+                "scr-heat ran with the wrong world size (one `ranks` line of {} expected)\n{out}",
+                nodes.len()
+            );
         }
+        out
     }
 
     fn command(&self, nodes: &[&str], program: &str, args: &[&str]) -> Command {

@@ -94,6 +94,10 @@ fn main() {
     let world = universe.world();
     let rank = world.rank();
     let size = world.size();
+    if rank == 0 {
+        // tests check this: a wrong mpiexec silently runs N singletons of 1 rank each
+        println!("ranks {size}");
+    }
     if let Err(e) = run(&args, &world, rank, size) {
         // (the library was dropped without finalizing: other ranks may be waiting in a
         // collective call, so end the whole job)

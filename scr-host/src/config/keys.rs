@@ -156,6 +156,8 @@ pub const KEYS: &[Key] = &[
           doc: "Move cached files to their owner ranks at init when ranks changed nodes" },
     Key { name: "crc_on_copy", ty: Type::Bool, default: Default::Fixed("true"),
           doc: "Record CRC32 of files at complete_output (SCR: false). It costs one read of the data: a 256 MiB-per-rank SINGLE checkpoint on tmpfs took 1.0x a plain write without it and 1.7-1.9x with it (scr-bench-single); we default to detecting silent corruption" },
+    Key { name: "crc_on_restart", ty: Type::Bool, default: Default::Fixed("true"),
+          doc: "Check every cached file against its recorded size and CRC32 at init, before it is offered for restart, read by a rebuild, or recorded as rebuilt; a file that fails counts as lost. It costs one read of the cached data at init" },
     Key { name: "crc_on_flush", ty: Type::Bool, default: Default::Fixed("true"),
           doc: "Compute and check CRC32 of files during flush and fetch" },
     Key { name: "crc_on_delete", ty: Type::Bool, default: Default::Fixed("false"),

@@ -33,17 +33,7 @@ pub(super) fn stat_file(path: &Path, crc: bool, buf: usize) -> std::io::Result<M
         return Err(std::io::Error::other("not a regular file"));
     }
     let crc32 = if crc {
-        let mut h = crc32fast::Hasher::new();
-        let mut f = std::fs::File::open(path)?;
-        let mut b = vec![0u8; buf];
-        loop {
-            let n = f.read(&mut b)?;
-            if n == 0 {
-                break;
-            }
-            h.update(&b[..n]);
-        }
-        Some(h.finalize())
+        Some(file_crc32(path, buf)?)
     } else {
         None
     };
@@ -53,6 +43,144 @@ pub(super) fn stat_file(path: &Path, crc: bool, buf: usize) -> std::io::Result<M
         mtime: (md.mtime(), md.mtime_nsec() as u32),
         crc32,
     })
+}
+
+/// CRC32 of a file's contents, read once in pieces of `buf` bytes.
+pub(super) fn file_crc32(path: &Path, buf: usize) -> std::io::Result<u32> {
+    let mut h = crc32fast::Hasher::new();
+    let mut f = std::fs::File::open(path)?;
+    let mut b = vec![0u8; buf.max(4096)];
+    loop {
+        let n = f.read(&mut b)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&b[..n]);
+    }
+    Ok(h.finalize())
+}
+
+/// Whether `name` is a plain relative path that stays inside the directory it is joined
+/// to (no root, no `..`): names come from state files and plugins, which are not trusted.
+pub(super) fn is_inside(name: &str) -> bool {
+    let p = Path::new(name);
+    !name.is_empty()
+        && p.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::Normal(_) | std::path::Component::CurDir
+            )
+        })
+}
+
+/// How a file compares with what was recorded of it.
+pub(super) fn check_file(
+    path: &Path,
+    size: u64,
+    crc32: Option<u32>,
+    use_crc: bool,
+    buf: usize,
+) -> std::result::Result<(), String> {
+    let meta = stat_file(path, false, buf).map_err(|e| e.to_string())?;
+    if meta.size != size {
+        return Err(format!("{} bytes, {size} recorded", meta.size));
+    }
+    if let Some(want) = crc32.filter(|_| use_crc) {
+        let got = file_crc32(path, buf).map_err(|e| e.to_string())?;
+        if got != want {
+            return Err(format!("CRC32 {got:08x}, {want:08x} recorded"));
+        }
+    }
+    Ok(())
+}
+
+/// Verify this rank's files of `rec` in `dir`: each exists, is a regular file of the
+/// recorded size and (with `use_crc`, when one was recorded) has the recorded CRC32. The
+/// error names the rank, the file and what differs.
+pub(super) fn verify_dataset(
+    rank: u32,
+    rec: &DatasetRecord,
+    dir: &Path,
+    use_crc: bool,
+    buf: usize,
+) -> std::result::Result<(), String> {
+    for f in &rec.files {
+        if !is_inside(&f.name) {
+            return Err(format!(
+                "rank {rank}: file name `{}` in the filemap leaves the dataset directory",
+                f.name
+            ));
+        }
+        check_file(&dir.join(&f.name), f.size, f.crc32, use_crc, buf)
+            .map_err(|why| format!("rank {rank}: {}: {why}", dir.join(&f.name).display()))?;
+    }
+    Ok(())
+}
+
+/// Check what a scheme says it rebuilt on this rank before the host records it: every
+/// file inside `dir`, the names and sizes this rank's own record lists (when it still
+/// has one), and each file's size and CRC32 on disk against the CRC carried in the
+/// redundancy data and the one recorded. Returns the records to keep.
+pub(super) fn verify_rebuilt(
+    rank: u32,
+    metas: &[FileMeta],
+    own: Option<&DatasetRecord>,
+    dir: &Path,
+    use_crc: bool,
+    buf: usize,
+) -> std::result::Result<Vec<super::FileRecord>, String> {
+    let mut out = Vec::with_capacity(metas.len());
+    for m in metas {
+        let name = relative_to(dir, m.path.as_str());
+        if !is_inside(&name) || Path::new(&name).is_absolute() {
+            return Err(format!(
+                "rank {rank}: the scheme rebuilt `{}`, outside the dataset directory {}",
+                m.path,
+                dir.display()
+            ));
+        }
+        let recorded = own.and_then(|r| r.files.iter().find(|f| f.name == name));
+        if own.is_some() && recorded.is_none() {
+            return Err(format!(
+                "rank {rank}: the scheme rebuilt `{name}`, which this rank never wrote"
+            ));
+        }
+        let crc = m.crc32.into_option();
+        if let Some(r) = recorded {
+            if r.size != m.size || (r.crc32.is_some() && crc.is_some() && r.crc32 != crc) {
+                return Err(format!(
+                    "rank {rank}: {name}: the redundancy data describes {} bytes, CRC32 {:08x}; the filemap recorded {} bytes, CRC32 {:08x}",
+                    m.size,
+                    crc.unwrap_or_default(),
+                    r.size,
+                    r.crc32.unwrap_or_default()
+                ));
+            }
+        }
+        let want = crc.or(recorded.and_then(|r| r.crc32));
+        check_file(&dir.join(&name), m.size, want, use_crc, buf)
+            .map_err(|why| format!("rank {rank}: rebuilt {}: {why}", dir.join(&name).display()))?;
+        out.push(super::FileRecord {
+            name,
+            size: m.size,
+            mode: m.mode,
+            mtime: (m.mtime_sec, m.mtime_nsec),
+            crc32: want,
+        });
+    }
+    if let Some(r) = own {
+        if let Some(missing) = r
+            .files
+            .iter()
+            .find(|f| !out.iter().any(|o| o.name == f.name))
+        {
+            return Err(format!(
+                "rank {rank}: the scheme did not rebuild {}",
+                missing.name
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// The plugin's view of a dataset held in `dir`.
@@ -278,12 +406,32 @@ impl Runtime {
             unreachable!("ready on every rank")
         };
 
-        // intact files on this rank?
-        let intact = own.as_ref().is_some_and(|rec| {
-            rec.files.iter().all(|f| {
-                std::fs::metadata(dir.join(&f.name)).is_ok_and(|m| m.is_file() && m.len() == f.size)
-            })
-        });
+        // Verify before use: a file that is missing, of another size or (with
+        // crc_on_restart) of another CRC32 than recorded makes this rank's data lost, so
+        // the scheme rebuilds it or the dataset is dropped everywhere.
+        let use_crc = self.config.bool("crc_on_restart");
+        let buf = self.config.u64("file_buf_size").max(4096) as usize;
+        let check = match &own {
+            Some(rec) => verify_dataset(self.rank, rec, dir, use_crc, buf),
+            None => Err(format!(
+                "rank {}: no record of the dataset (cache lost)",
+                self.rank
+            )),
+        };
+        let intact = check.is_ok();
+        if let (Some(_), Err(why)) = (&own, &check) {
+            eprintln!(
+                "scr-rs[{}]: warning: dataset {id} ({name}): {why}; counted as lost",
+                self.rank
+            );
+        }
+        let unchecked = own
+            .as_ref()
+            .is_some_and(|r| r.files.iter().any(|f| f.crc32.is_none()));
+        if use_crc && self.rank == 0 && !self.crc_note_given && unchecked {
+            self.crc_note_given = true;
+            self.info("cached files without a recorded CRC32 (crc_on_copy = false): only their sizes are checked at restart");
+        }
         let files: ROption<abi_stable::std_types::RVec<FileMeta>> = match (&own, intact) {
             (Some(rec), true) => RSome(dataset_files(rec, dir).files),
             _ => RNone,
@@ -299,6 +447,20 @@ impl Runtime {
             .into_result()
             .map(|v| v.into_vec())
             .map_err(|e| scheme.error("recover", e).to_string());
+        // what the scheme says it rebuilt is verified before it is recorded
+        let outcome: std::result::Result<Option<Vec<super::FileRecord>>, String> = outcome
+            .and_then(|metas| {
+                if intact {
+                    Ok(None)
+                } else {
+                    verify_rebuilt(self.rank, &metas, own.as_ref(), dir, use_crc, buf)
+                        .map(Some)
+                        .map_err(|why| format!("{} rebuilt wrong data: {why}", t.descriptor.scheme))
+                }
+            });
+        if let Err(why) = &outcome {
+            eprintln!("scr-rs[{}]: dataset {id} ({name}): {why}", self.rank);
+        }
         let kept = self.all_agree(outcome.is_ok());
         if kept && self.debug >= 1 {
             // (debug is the same on every rank, so this gather is collective)
@@ -312,22 +474,13 @@ impl Runtime {
             }
         }
         let local = if kept {
-            match (intact, outcome) {
-                (true, _) => Ok(()),
-                (false, Ok(metas)) => {
-                    // rebuilt here: record the files the scheme restored and its own
+            match outcome {
+                Ok(None) => Ok(()),
+                Ok(Some(files)) => {
+                    // rebuilt here: record the verified files and the scheme's own
                     // redundancy files
                     let mut rec = t.clone();
-                    rec.files = metas
-                        .iter()
-                        .map(|m| super::FileRecord {
-                            name: relative_to(dir, m.path.as_str()),
-                            size: m.size,
-                            mode: m.mode,
-                            mtime: (m.mtime_sec, m.mtime_nsec),
-                            crc32: m.crc32.into_option(),
-                        })
-                        .collect();
+                    rec.files = files;
                     rec.complete = true;
                     let ds = dataset_files(&rec, dir);
                     rec.redundancy = scheme
@@ -339,25 +492,24 @@ impl Runtime {
                     self.filemap.datasets.insert(id, rec);
                     self.save_filemap()
                 }
-                (false, Err(_)) => unreachable!("kept means recovered"),
+                Err(_) => unreachable!("kept means recovered and verified"),
             }
         } else {
             // dropped everywhere: say which sets failed and which ranks lacked files
             let mine = serde_json::to_vec(&(
                 t.descriptor.set_id,
-                !intact,
+                check.as_ref().err().cloned().unwrap_or_default(),
                 outcome.as_ref().err().cloned().unwrap_or_default(),
             ))
             .expect("serializes");
-            let views: Vec<(u64, bool, String)> = all_gather_bytes(&self.world, &mine)
+            let views: Vec<(u64, String, String)> = all_gather_bytes(&self.world, &mine)
                 .iter()
                 .map(|b| serde_json::from_slice(b).unwrap_or_default())
                 .collect();
             let ranks: Vec<String> = views
                 .iter()
-                .enumerate()
-                .filter(|(_, v)| v.1)
-                .map(|(r, _)| r.to_string())
+                .filter(|v| !v.1.is_empty())
+                .map(|v| v.1.clone())
                 .collect();
             let mut failed: BTreeMap<u64, String> = BTreeMap::new();
             for v in views.iter().filter(|v| !v.2.is_empty()) {
@@ -368,8 +520,8 @@ impl Runtime {
                 .map(|(set, why)| format!("set {set}: {why}"))
                 .collect();
             let report = format!(
-                "dataset {id} ({name}) cannot be restored and was dropped: ranks without their files: [{}]; {}",
-                ranks.join(", "),
+                "dataset {id} ({name}) cannot be restored and was dropped: lost or damaged files: [{}]; {}",
+                ranks.join("; "),
                 sets.join("; ")
             );
             self.warn(&report);

@@ -137,6 +137,8 @@ pub struct Runtime {
     halt_reason: Option<String>,
     finalized: bool,
     lost: Vec<String>,
+    /// Whether rank 0 said that files without a CRC32 are checked by size only.
+    crc_note_given: bool,
     flushing: flush::Flushing,
 }
 
@@ -240,6 +242,7 @@ impl Runtime {
             halt_reason: None,
             finalized: false,
             lost: Vec::new(),
+            crc_note_given: false,
             flushing: flush::Flushing::default(),
             config,
         };
