@@ -343,3 +343,97 @@ fn crc_on_restart_off_checks_sizes_only() {
     );
     assert_ne!(out.final_state(), reference(), "the damage went unnoticed");
 }
+
+/// A cluster whose system configuration loads the fixture schemes that fail on one
+/// member (FAIL_ONE, PANIC_ONE), in sets of 4 across 4 nodes.
+fn one_member_fails(scheme: &str) -> Cluster {
+    let mut c = Cluster::new();
+    let lib = scr_e2e::target_dir().join("libscr_fixture_panic.so");
+    assert!(lib.is_file(), "{} (build the workspace)", lib.display());
+    let system = c.path("system.toml");
+    std::fs::write(
+        &system,
+        format!("[plugins]\nfiles = [\"{}\"]\n", lib.display()),
+    )
+    .unwrap();
+    c.set("SCR_SYSTEM_CONFIG", &system.display().to_string())
+        .set("SCR_COPY_TYPE", scheme)
+        .set("SCR_SET_SIZE", "4")
+        .set("SCR_ABORT_TIMEOUT", "2");
+    c
+}
+
+fn probe_reports(c: &Cluster, ranks: usize) -> Vec<String> {
+    (0..ranks)
+        .map(|r| {
+            std::fs::read_to_string(c.prefix().join(format!("probe_{r}.txt")))
+                .unwrap_or_else(|e| panic!("rank {r} wrote no report: {e}"))
+        })
+        .collect()
+}
+
+/// An error on one member only, the others returning: nothing hangs, the dataset is
+/// discarded everywhere and every rank returns the same error, naming the failing rank,
+/// the plugin and the call.
+#[test]
+fn an_apply_error_on_one_member_gives_every_rank_the_same_error() {
+    let c = one_member_fails("FAIL_ONE");
+    let out = c.run(FOUR_NODES, "scr-probe", &["apply-one"]);
+    assert_eq!(out.code, 0, "{out}");
+    let reports = probe_reports(&c, 4);
+    for (r, report) in reports.iter().enumerate() {
+        assert_eq!(report, &reports[0], "rank {r} returned another error");
+    }
+    let first = reports[0].lines().next().unwrap();
+    assert!(
+        first.starts_with("error: complete_output ckpt.1: redundancy could not be applied")
+            && first.contains("on rank 1: ")
+            && first.contains("libscr_fixture_panic.so")
+            && first.contains("apply")
+            && first.contains("deliberate failure in apply on member 1"),
+        "{first}"
+    );
+    assert!(
+        reports[0].contains("restart candidate None"),
+        "{}",
+        reports[0]
+    );
+}
+
+/// A panic on one member while the others wait inside the plugin for a message from it:
+/// the member that caught the panic cannot know the others will never return, so after
+/// abort_timeout it ends the job with MPI_Abort and says why — instead of a hang that
+/// loses the allocation.
+#[test]
+fn a_panic_on_one_member_ends_the_job_with_a_message_instead_of_a_hang() {
+    let c = one_member_fails("PANIC_ONE");
+    let started = std::time::Instant::now();
+    let out = c.run(FOUR_NODES, "scr-probe", &["apply-one"]);
+    assert_ne!(
+        out.code, 124,
+        "the job hung until the test's timeout\n{out}"
+    );
+    assert_ne!(out.code, 0, "{out}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{out}"
+    );
+    assert!(
+        out.stderr
+            .contains("panicked in apply: deliberate panic in apply on member 1"),
+        "{out}"
+    );
+    assert!(
+        out.stderr.contains(
+            "scr-rs[1]: apply of dataset 1 (ckpt.1) failed on this rank while other members of its redundancy set did not return within 2 s (abort_timeout); ending the job with MPI_Abort"
+        ),
+        "{out}"
+    );
+    // no rank got past complete_output as if it had worked
+    for r in 0..4 {
+        assert!(
+            !c.prefix().join(format!("probe_{r}.txt")).exists(),
+            "rank {r}"
+        );
+    }
+}

@@ -441,12 +441,14 @@ impl Runtime {
             dir: dir.display().to_string().into(),
             files,
         };
-        let outcome = scheme
+        let result = scheme
             .raw()
             .recover(scr_plugin::host_ref(host), &request)
-            .into_result()
+            .into_result();
+        let outcome = self
+            .settle_call(host, scheme, "recover", &format!("{id} ({name})"), result)
             .map(|v| v.into_vec())
-            .map_err(|e| scheme.error("recover", e).to_string());
+            .map_err(|e| e.to_string());
         // what the scheme says it rebuilt is verified before it is recorded
         let outcome: std::result::Result<Option<Vec<super::FileRecord>>, String> = outcome
             .and_then(|metas| {

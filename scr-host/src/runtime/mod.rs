@@ -65,6 +65,9 @@ pub enum ScrError {
     Collective(String),
 }
 
+/// The exit code of a job the runtime ends with MPI_Abort (see `abort_timeout`).
+pub const ABORT_CODE: i32 = 70;
+
 /// The exit reason `finalize` records in the halt file (SCR's name for it).
 pub const FINALIZE_REASON: &str = "SCR_FINALIZE_CALLED";
 
@@ -335,6 +338,39 @@ impl Runtime {
         self.world
             .all_reduce_into(&u8::from(ok), &mut out, SystemOperation::min());
         out == 1
+    }
+
+    /// Settle a collective scheme call that returned `out` on this member: when every
+    /// member of the set returned, `out` is handed back (the caller agrees on it as usual);
+    /// when this member failed and the others did not return within `abort_timeout`
+    /// seconds — they wait inside the plugin for a message this member will never send —
+    /// the job is ended with MPI_Abort, naming the plugin, the call and the dataset. A
+    /// hang would lose the whole allocation; the abort at least says why.
+    fn settle_call<T>(
+        &self,
+        host: &MpiHost,
+        scheme: &LoadedScheme,
+        call: &'static str,
+        dataset: &str,
+        out: std::result::Result<T, scr_plugin::PluginError>,
+    ) -> std::result::Result<T, RegistryError> {
+        let out = out.map_err(|e| scheme.error(call, e));
+        let grace = std::time::Duration::from_secs(self.config.u64("abort_timeout"));
+        if !host.settle(out.is_err(), grace) {
+            let why = out
+                .as_ref()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            eprintln!(
+                "scr-rs[{}]: {why}\nscr-rs[{}]: {call} of dataset {dataset} failed on this rank while other members of its redundancy set did not return within {} s (abort_timeout); ending the job with MPI_Abort so that none of them waits forever",
+                self.rank,
+                self.rank,
+                grace.as_secs()
+            );
+            self.world.abort(ABORT_CODE);
+        }
+        out
     }
 
     fn store_dir(&self, store: &str) -> PathBuf {
@@ -712,20 +748,32 @@ impl Runtime {
         if all_valid {
             let rd = &self.reddescs[out.desc];
             let ds = cache::dataset_files(&out.record, &dir);
-            match rd
+            let result = rd
                 .scheme
                 .raw()
                 .apply(scr_plugin::host_ref(&rd.host), &ds)
-                .into_result()
-            {
+                .into_result();
+            let label = format!("{} ({})", out.record.id, out.record.name);
+            match self.settle_call(&rd.host, &rd.scheme, "apply", &label, result) {
                 Ok(red) => {
                     out.record.redundancy = relative_to(&dir, red.iter().map(|s| s.as_str()));
                     applied = true;
                 }
-                Err(e) => apply_error = Some(rd.scheme.error("apply", e).to_string()),
+                Err(e) => apply_error = Some(e.to_string()),
             }
         }
         let kept = self.all_agree(applied);
+        // every rank returns the same error: the first failing rank's, by rank
+        let apply_error = if all_valid && !kept {
+            let mine = apply_error.unwrap_or_default();
+            all_gather_bytes(&self.world, mine.as_bytes())
+                .iter()
+                .enumerate()
+                .find(|(_, e)| !e.is_empty())
+                .map(|(r, e)| format!("on rank {r}: {}", String::from_utf8_lossy(e)))
+        } else {
+            None
+        };
         let local = if kept {
             self.commit_dataset(&mut out)
         } else {
@@ -754,12 +802,7 @@ impl Runtime {
                     out.record.name
                 )));
             }
-            if all_valid {
-                return Err(ScrError::Collective(format!(
-                    "complete_output {}: redundancy failed on another rank, dataset discarded",
-                    out.record.name
-                )));
-            }
+
             self.info(&format!(
                 "complete_output {}: a rank said invalid, dataset discarded",
                 out.record.name

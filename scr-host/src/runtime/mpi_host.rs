@@ -73,6 +73,40 @@ impl MpiHost {
         self.comm.size() as usize == members
     }
 
+    /// After a collective plugin call returned on this member, learn whether every member
+    /// of the set returned too (a non-blocking barrier on the set's communicator).
+    ///
+    /// A member whose call succeeded waits for the others: if one of them is stuck, the
+    /// member that failed ends the job. A member whose call failed (an error or a caught
+    /// panic) cannot tell whether the others returned or wait inside the plugin for a
+    /// message it will never send: it waits at most `grace` and returns `false` when the
+    /// barrier did not complete, and the caller must then abort the job. Returns `true`
+    /// when every member is known to have returned.
+    pub fn settle(&self, failed: bool, grace: std::time::Duration) -> bool {
+        let started = std::time::Instant::now();
+        let mut request = {
+            let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+            self.comm.immediate_barrier()
+        };
+        loop {
+            let polled = {
+                let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+                request.test()
+            };
+            match polled {
+                Ok(_) => return true,
+                Err(pending) => request = pending,
+            }
+            if failed && started.elapsed() >= grace {
+                // the request can never complete now; forget it rather than let rsmpi's
+                // drop panic (the caller aborts the job next)
+                std::mem::forget(request);
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// Take the MPI lock, refusing a foreign thread when MPI's thread level forbids it.
     fn enter(&self) -> Result<MutexGuard<'static, ()>, PluginError> {
         if std::thread::current().id() != self.owner {

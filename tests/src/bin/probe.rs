@@ -97,6 +97,23 @@ fn main() {
             let kept = scr.complete_output(true).expect("complete");
             say(format!("output kept {kept}, file exists {}", p.exists()));
         }
+        "apply-one" => {
+            // the scheme (FAIL_ONE or PANIC_ONE) fails in apply on one member only
+            scr.start_output("ckpt.1", Flags::CHECKPOINT)
+                .expect("start");
+            let p = scr
+                .route_file(format!("c_{}.dat", world.rank()))
+                .expect("route");
+            std::fs::write(&p, b"checkpoint").expect("write");
+            match scr.complete_output(true) {
+                Ok(kept) => say(format!("kept {kept}")),
+                Err(e) => say(format!("error: {e}")),
+            }
+            say(format!("restart candidate {:?}", scr.have_restart()));
+            // written before finalize: after a failed call the API does not finalize
+            std::fs::write(format!("probe_{}.txt", world.rank()), &report).expect("report");
+            return;
+        }
         other => panic!("unknown probe mode `{other}`"),
     }
     scr.finalize().expect("finalize");

@@ -1,5 +1,6 @@
 //! Test fixture: a plugin whose calls panic, to prove the panic guard turns each panic into
-//! an error naming the plugin and the call while the host carries on.
+//! an error naming the plugin and the call while the host carries on — and schemes that
+//! fail on one member of a set only, to prove such a failure never leaves the job hanging.
 
 use scr_plugin::{
     DatasetFiles, FileMeta, Host, PluginLibrary, PluginResult, RecoverRequest, Scheme,
@@ -7,7 +8,9 @@ use scr_plugin::{
 };
 
 /// Provides PANIC_NEW (panics when created), PANIC_APPLY (created fine, panics in
-/// `apply`) and PANIC_DROP (panics when the instance is dropped).
+/// `apply`), PANIC_DROP (panics when the instance is dropped), PANIC_ONE (member 1 of each
+/// set panics in `apply` while the other members wait for a message from it) and FAIL_ONE
+/// (member 1 returns an error from `apply`, the others succeed without waiting).
 pub struct PanicLib;
 
 struct PanicsInApply {
@@ -45,14 +48,73 @@ impl Scheme for PanicsInApply {
     }
 }
 
+/// Fails in `apply` on member 1 only.
+struct OneMemberFails {
+    name: String,
+    member: u32,
+    panics: bool,
+}
+
+impl Scheme for OneMemberFails {
+    fn describe(&self) -> PluginResult<SchemeDescription> {
+        Ok(SchemeDescription {
+            name: self.name.as_str().into(),
+            tolerated_losses: 0,
+            summary: "fails in apply on member 1 only".into(),
+        })
+    }
+    fn apply(&self, host: &Host<'_>, _: &DatasetFiles) -> PluginResult<Vec<String>> {
+        if self.member == 1 {
+            if self.panics {
+                panic!("deliberate panic in apply on member 1");
+            }
+            return Err(scr_plugin::PluginError::new(
+                scr_plugin::ErrorCode::IO,
+                "deliberate failure in apply on member 1",
+            ));
+        }
+        if self.panics && host.size() > 1 {
+            // wait for a message member 1 never sends: without the host's settle step
+            // this member would wait forever
+            let mut buf = [0u8; 1];
+            host.recv(1, 99, &mut buf)?;
+        }
+        Ok(vec![])
+    }
+    fn recover(&self, _: &Host<'_>, _: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
+        Ok(vec![])
+    }
+    fn redundancy_files(&self, _: &DatasetFiles) -> PluginResult<Vec<String>> {
+        Ok(vec![])
+    }
+    fn remove(&self, _: &Host<'_>, _: &DatasetFiles) -> PluginResult<()> {
+        Ok(())
+    }
+}
+
 impl PluginLibrary for PanicLib {
     const NAME: &'static str = "scr-fixture-panic";
     const VERSION: &'static str = "0.0.1";
-    const SCHEMES: &'static [&'static str] = &["PANIC_NEW", "PANIC_APPLY", "PANIC_DROP"];
+    const SCHEMES: &'static [&'static str] = &[
+        "PANIC_NEW",
+        "PANIC_APPLY",
+        "PANIC_DROP",
+        "PANIC_ONE",
+        "FAIL_ONE",
+    ];
 
     fn new_scheme(config: &SchemeConfig) -> PluginResult<Box<dyn Scheme>> {
         if config.scheme.eq_ignore_ascii_case("PANIC_NEW") {
             panic!("deliberate panic in new_scheme");
+        }
+        for (name, panics) in [("PANIC_ONE", true), ("FAIL_ONE", false)] {
+            if config.scheme.eq_ignore_ascii_case(name) {
+                return Ok(Box::new(OneMemberFails {
+                    name: name.into(),
+                    member: config.member,
+                    panics,
+                }));
+            }
         }
         Ok(Box::new(PanicsInApply {
             name: config.scheme.to_ascii_uppercase(),
