@@ -3,13 +3,28 @@
 //!
 //! A flush first records the dataset in the index as incomplete, so a crash in the middle
 //! leaves the index pointing at the previous complete checkpoint. Each rank copies its
-//! files with a transfer (CRC32 computed while copying when `crc_on_flush` is set and
-//! checked against the CRC recorded at `complete_output`); rank 0 then writes the
-//! rank2file map and summary and marks the dataset complete in the index and the flush
-//! file. An asynchronous flush does the same in the background: each rank's transfer is
-//! waited for by a thread that leaves a marker file in the dataset's prefix directory, and
-//! a thread on rank 0 records completion as soon as every rank's marker is there — not at
-//! the next checkpoint.
+//! files with a transfer; rank 0 then writes the rank2file map and summary and marks the
+//! dataset complete in the index and the flush file. An asynchronous flush does the same
+//! in the background: each rank's transfer is waited for by a thread that leaves a marker
+//! file in the dataset's prefix directory, and a thread on rank 0 records completion as
+//! soon as every rank's marker is there — not at the next checkpoint.
+//!
+//! Nothing a transfer plugin says is trusted ([`verify`]): a flush is recorded complete
+//! only when every added file has exactly one Complete result, matched by source and
+//! destination, and the host re-read the destination and found the size and CRC32 recorded
+//! at `complete_output`; rank2file records the CRC32 the host computed. A fetch goes
+//! through the same transfer type and is verified the same way against rank2file. Why the
+//! host pays a read of every flushed file: a plugin (a vendor's burst-buffer library, a
+//! site's own) that reports success for a copy it did not make would otherwise turn the
+//! only copy of a checkpoint that survives losing every node into garbage, silently.
+//!
+//! A flush never writes over a file the prefix already holds: when a dataset's names are
+//! taken (a rerun after a restart writes `ckpt.20` again) it goes to its own directory
+//! ([`prefix::relocated`] explains the choice), so a failed flush leaves every older
+//! flushed checkpoint byte-exact and fetchable.
+//!
+//! Transfers get a [`LocalHost`]: a one-member host whose log is the runtime's and whose
+//! cancellation flag (`Flushing::cancel`) the runtime sets to stop background transfers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -1061,5 +1076,63 @@ mod tests {
             err.contains("did not complete: disk full (transfer type `LIAR`"),
             "{err}"
         );
+    }
+
+    /// A transfer that never finishes unless cancelled, and says whether it was.
+    struct Endless(Arc<AtomicBool>);
+
+    impl scr_plugin::Transfer for Endless {
+        fn add(&mut self, _: &str, _: &str) -> scr_plugin::PluginResult<()> {
+            Ok(())
+        }
+        fn dispatch(&mut self, _: &scr_plugin::Host<'_>) -> scr_plugin::PluginResult<()> {
+            Ok(())
+        }
+        fn test(&mut self, _: &scr_plugin::Host<'_>) -> scr_plugin::PluginResult<TransferStatus> {
+            Ok(TransferStatus::InProgress)
+        }
+        fn wait(&mut self, _: &scr_plugin::Host<'_>) -> scr_plugin::PluginResult<TransferStatus> {
+            Ok(TransferStatus::InProgress)
+        }
+        fn cancel(&mut self, _: &scr_plugin::Host<'_>) -> scr_plugin::PluginResult<()> {
+            self.0.store(true, Ordering::SeqCst);
+            Ok(())
+        }
+        fn results(&self) -> scr_plugin::PluginResult<Vec<FileResult>> {
+            Ok(Vec::new())
+        }
+    }
+
+    struct EndlessLib;
+    impl scr_plugin::PluginLibrary for EndlessLib {
+        const NAME: &'static str = "endless";
+        const VERSION: &'static str = "0";
+    }
+
+    #[test]
+    fn the_runtimes_cancel_flag_stops_a_background_transfer() {
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let flag = Arc::new(AtomicBool::new(false));
+        let host = LocalHost::new(0, "n0", "transfer endless", 0, Arc::clone(&flag));
+        let mut t =
+            scr_plugin::transfer_box::<EndlessLib>(Box::new(Endless(Arc::clone(&cancelled))));
+        let waiter = std::thread::spawn(move || wait_transfer(&mut t, &host, true));
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!waiter.is_finished(), "the transfer is still running");
+        flag.store(true, Ordering::SeqCst);
+        let out = waiter.join().unwrap();
+        assert!(out.unwrap_err().contains("cancelled by the runtime"));
+        assert!(
+            cancelled.load(Ordering::SeqCst),
+            "the plugin was told to cancel"
+        );
+    }
+
+    #[test]
+    fn dropping_the_flushing_state_sets_the_cancel_flag() {
+        let flushing = Flushing::default();
+        let flag = Arc::clone(&flushing.cancel);
+        drop(flushing);
+        assert!(flag.load(Ordering::SeqCst));
     }
 }
