@@ -381,13 +381,19 @@ impl Runtime {
         }
         self.fault_point("flush-started", rec.id);
 
-        // never overwrite what the prefix already holds (an older flushed dataset of the
-        // same name): if any rank's file name is taken, the whole dataset goes to its own
-        // directory (see `prefix::relocated` for why)
-        let taken = rec
+        // never overwrite what the prefix already holds (an older flushed checkpoint of
+        // the same name): if any rank's file name is taken, the whole dataset goes to its
+        // own directory (see `prefix::relocated` for why). A pure output dataset (no
+        // checkpoint) is the exception: it is flushed so that users find it at its path,
+        // as the previous run's output was, and no restart depends on the older copy.
+        let pure_output = rec.output && rec.checkpoint_id.is_none();
+        let existing: BTreeSet<PathBuf> = rec
             .files
             .iter()
-            .any(|f| self.prefix.join(&f.name).symlink_metadata().is_ok());
+            .map(|f| self.prefix.join(&f.name))
+            .filter(|p| p.symlink_metadata().is_ok())
+            .collect();
+        let taken = !pure_output && !existing.is_empty();
         let relocate = !self.all_agree(!taken);
         if relocate {
             self.info(&format!(
@@ -423,8 +429,12 @@ impl Runtime {
             ));
         } else {
             // what this flush wrote is not a checkpoint: no older dataset's file is among
-            // it (names taken in the prefix were relocated), so it can go
-            for p in written {
+            // it (names taken in the prefix were relocated), so it can go; a pure output
+            // written over an older file leaves that path alone
+            for p in written
+                .iter()
+                .filter(|p| relocate || !existing.contains(*p))
+            {
                 let _ = std::fs::remove_file(p);
             }
             self.warn(&format!(

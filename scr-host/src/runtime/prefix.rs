@@ -106,7 +106,8 @@ pub fn check_relative(rel: &str) -> Result<(), String> {
 /// into its own directory never touches a byte of any other dataset; rank2file records
 /// the location (`FlushedFile::stored`) so fetch finds it, and `scr index drop --delete`
 /// removes it with the dataset directory. The common case (fresh names) keeps SCR's
-/// layout, files at `<prefix>/<name>` where users expect them.
+/// layout, files at `<prefix>/<name>` where users expect them; so do pure output datasets
+/// (not checkpoints), which replace the previous run's output at its path.
 pub fn relocated(id: u64, name: &str) -> String {
     format!(".scr/scr.dataset.{id}/files/{name}")
 }
