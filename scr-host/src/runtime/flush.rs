@@ -3,28 +3,48 @@
 //!
 //! A flush first records the dataset in the index as incomplete, so a crash in the middle
 //! leaves the index pointing at the previous complete checkpoint. Each rank copies its
-//! files with a transfer (CRC32 computed while copying when `crc_on_flush` is set and
-//! checked against the CRC recorded at `complete_output`); rank 0 then writes the
-//! rank2file map and summary and marks the dataset complete in the index and the flush
-//! file. An asynchronous flush does the same in the background: each rank's transfer is
-//! waited for by a thread that leaves a marker file in the dataset's prefix directory, and
-//! a thread on rank 0 records completion as soon as every rank's marker is there — not at
-//! the next checkpoint.
+//! files with a transfer; rank 0 then writes the rank2file map and summary and marks the
+//! dataset complete in the index and the flush file. An asynchronous flush does the same
+//! in the background: each rank's transfer is waited for by a thread that leaves a marker
+//! file in the dataset's prefix directory, and a thread on rank 0 records completion as
+//! soon as every rank's marker is there — not at the next checkpoint.
+//!
+//! Nothing a transfer plugin says is trusted ([`verify`]): a flush is recorded complete
+//! only when every added file has exactly one Complete result, matched by source and
+//! destination, and the host re-read the destination and found the size and CRC32 recorded
+//! at `complete_output`; rank2file records the CRC32 the host computed. A fetch goes
+//! through the same transfer type and is verified the same way against rank2file. Why the
+//! host pays a read of every flushed file: a plugin (a vendor's burst-buffer library, a
+//! site's own) that reports success for a copy it did not make would otherwise turn the
+//! only copy of a checkpoint that survives losing every node into garbage, silently.
+//!
+//! A flush never writes over a file the prefix already holds: when a dataset's names are
+//! taken (a rerun after a restart writes `ckpt.20` again) it goes to its own directory
+//! ([`prefix::relocated`] explains the choice), so a failed flush leaves every older
+//! flushed checkpoint byte-exact and fetchable.
+//!
+//! Transfers get a [`LocalHost`]: a one-member host whose log is the runtime's and whose
+//! cancellation flag (`Flushing::cancel`) the runtime sets to stop background transfers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mpi::traits::CommunicatorCollectives as _;
-use scr_plugin::{inproc, Host, TransferBox, TransferConfig, TransferStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use mpi::traits::CommunicatorCollectives as _;
+use scr_plugin::{
+    host_ref, FileResult, HostServices as _, TransferBox, TransferConfig, TransferStatus,
+};
+
+use super::local_host::LocalHost;
 use super::prefix::{self, FlushFile, FlushedFile, Index, IndexEntry, Rank2File, Summary};
 use super::{
     all_gather_bytes, broadcast_bytes, cache, now_secs, DatasetRecord, FileRecord, Result, Runtime,
     ScrError,
 };
-use crate::registry::RegistryError;
+use crate::registry::{Kind, RegistryError};
 
 /// What one rank's part of a flush produced (also the marker of an async flush).
 type RankOutcome = std::result::Result<Vec<FlushedFile>, String>;
@@ -42,63 +62,228 @@ pub(super) struct Flushing {
     /// Rank 0: ids whose completion the finisher recorded.
     pub recorded: Arc<Mutex<BTreeSet<u64>>>,
     /// Tells rank 0's finishers to stop waiting for markers (finalize takes over).
-    pub stop: Arc<std::sync::atomic::AtomicBool>,
+    pub stop: Arc<AtomicBool>,
     /// Threads waiting for this rank's transfers.
     pub waiters: Vec<std::thread::JoinHandle<()>>,
     /// Rank 0: threads recording completions.
     pub finishers: Vec<std::thread::JoinHandle<()>>,
+    /// The cancellation flag of every transfer's host ([`LocalHost`]): set, it stops the
+    /// transfers still running (a background waiter then cancels its transfer, which
+    /// removes partly written destinations).
+    pub cancel: Arc<AtomicBool>,
+}
+
+impl Drop for Flushing {
+    /// A runtime dropped without `finalize` (an error path) must not leave transfers
+    /// writing into the prefix behind it from detached threads: stop them. After
+    /// `finalize` every transfer has ended and this changes nothing.
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::SeqCst);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Run a transfer call with a one-member in-process host (transfers need no
-/// communicator, only the logging and cancellation services).
-fn with_local_host<T>(node: &str, f: impl FnOnce(&Host<'_>) -> T) -> T {
-    let world = inproc::World::new(&[node], Duration::from_secs(24 * 3600));
-    let services = world.member(0);
-    let host = Host::new(scr_plugin::host_ref(&services));
-    let out = f(&host);
-    drop(host);
-    out
+/// One file of a transfer and what it must be once the transfer says it is done.
+#[derive(Clone, Debug)]
+struct Planned {
+    /// The file's name (relative to the prefix and to the dataset's cache directory).
+    name: String,
+    source: PathBuf,
+    destination: PathBuf,
+    /// Size the destination must have.
+    size: u64,
+    /// CRC32 the destination must have, when one was recorded (at `complete_output` for a
+    /// flush, in rank2file for a fetch).
+    crc32: Option<u32>,
+    /// The destination relative to the prefix when a flush relocated it
+    /// ([`prefix::relocated`]).
+    stored: Option<String>,
 }
 
-/// Wait for `transfer` and turn its results into this rank's file list, checking each
-/// file's CRC32 against the one recorded at `complete_output`.
-fn collect(node: &str, mut transfer: TransferBox, files: &[(FileRecord, PathBuf)]) -> RankOutcome {
-    let status = with_local_host(node, |host| transfer.wait(host.raw()).into_result())
-        .map_err(|e| e.to_string())?;
-    let results = transfer
-        .results()
-        .into_result()
-        .map_err(|e| e.to_string())?;
+/// Which transfer did it, for messages that must let an admin find the culprit.
+#[derive(Clone, Debug)]
+struct Label {
+    transfer_type: String,
+    plugin: String,
+}
+
+impl std::fmt::Display for Label {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "transfer type `{}`, plugin {}",
+            self.transfer_type, self.plugin
+        )
+    }
+}
+
+/// A dispatched transfer with what it was asked to do.
+struct Started {
+    transfer: TransferBox,
+    files: Vec<Planned>,
+    label: Label,
+    host: LocalHost,
+}
+
+/// Wait for `transfer`. A background waiter (`poll`) asks with `test` between short
+/// sleeps so that it can see the runtime's cancellation flag and stop the transfer even
+/// when the plugin's `wait` never looks at `is_cancelled`.
+fn wait_transfer(
+    transfer: &mut TransferBox,
+    host: &LocalHost,
+    poll: bool,
+) -> std::result::Result<TransferStatus, String> {
+    if !poll {
+        return transfer
+            .wait(host_ref(host))
+            .into_result()
+            .map_err(|e| e.to_string());
+    }
+    loop {
+        if host.is_cancelled() {
+            let _ = transfer.cancel(host_ref(host));
+            return Err("cancelled by the runtime (it stopped before the flush ended)".into());
+        }
+        match transfer.test(host_ref(host)).into_result() {
+            Ok(TransferStatus::InProgress) => std::thread::sleep(Duration::from_millis(20)),
+            Ok(status) => return Ok(status),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// Check a finished transfer against what it was asked to do, trusting none of its
+/// claims: its overall status, then exactly one Complete result per added file, matched
+/// by source *and* destination (a plugin may report in any order, but not for files it
+/// was not given, nor twice, nor not at all), then the destination itself, re-read by
+/// the host: it must exist with the planned size and, where a CRC32 was recorded, that
+/// CRC32. A CRC32 the transfer reports must also match what the host computed.
+///
+/// Returns the CRC32 the host computed for each planned file, in order. `recorded` says
+/// where the expected CRC comes from, for the message.
+fn verify(
+    label: &Label,
+    status: TransferStatus,
+    results: &[FileResult],
+    files: &[Planned],
+    recorded: &str,
+    buf: usize,
+) -> std::result::Result<Vec<u32>, String> {
     if status != TransferStatus::Complete {
         let why = results
             .iter()
             .find_map(|r| r.error.clone().into_option())
             .map(|e| e.into_string())
             .unwrap_or_else(|| format!("{status:?}"));
-        return Err(format!("transfer did not complete: {why}"));
+        return Err(format!("transfer did not complete: {why} ({label})"));
     }
-    let mut out = Vec::new();
-    for ((rec, _), r) in files.iter().zip(results.iter()) {
-        let crc = r.crc32.into_option();
-        if let (Some(want), Some(got)) = (rec.crc32, crc) {
-            if want != got {
+    let mut matched: Vec<Vec<&FileResult>> = vec![Vec::new(); files.len()];
+    for r in results {
+        let at = files.iter().position(|p| {
+            Path::new(r.source.as_str()) == p.source
+                && Path::new(r.destination.as_str()) == p.destination
+        });
+        match at {
+            Some(i) => matched[i].push(r),
+            None => {
                 return Err(format!(
-                    "{}: CRC32 {got:08x} after the copy, {want:08x} when written",
-                    rec.name
+                    "the transfer reported a file it was not given ({} -> {}) ({label})",
+                    r.source, r.destination
+                ))
+            }
+        }
+    }
+    let mut crcs = Vec::with_capacity(files.len());
+    for (p, rs) in files.iter().zip(&matched) {
+        let r = match rs.as_slice() {
+            [r] => *r,
+            [] => {
+                return Err(format!(
+                    "{}: the transfer returned no result for it ({} -> {}) ({label})",
+                    p.name,
+                    p.source.display(),
+                    p.destination.display()
+                ))
+            }
+            many => {
+                return Err(format!(
+                    "{}: the transfer returned {} results for it ({label})",
+                    p.name,
+                    many.len()
+                ))
+            }
+        };
+        if r.status != TransferStatus::Complete {
+            let why = r
+                .error
+                .clone()
+                .into_option()
+                .map(|e| e.into_string())
+                .unwrap_or_else(|| format!("{:?}", r.status));
+            return Err(format!("{}: {why} ({label})", p.name));
+        }
+        let want = match p.crc32 {
+            Some(c) => format!("{} bytes CRC32 {c:08x} ({recorded})", p.size),
+            None => format!("{} bytes", p.size),
+        };
+        let meta = cache::stat_file(&p.destination, true, buf).map_err(|e| {
+            format!(
+                "{}: expected {want}, but {} cannot be read after the transfer reported it complete: {e} ({label})",
+                p.name,
+                p.destination.display()
+            )
+        })?;
+        let got = meta.crc32.unwrap_or_default();
+        if meta.size != p.size || p.crc32.is_some_and(|c| c != got) {
+            return Err(format!(
+                "{}: expected {want}, {} has {} bytes CRC32 {got:08x} ({label})",
+                p.name,
+                p.destination.display(),
+                meta.size
+            ));
+        }
+        if let Some(claimed) = r.crc32.into_option() {
+            if claimed != got {
+                return Err(format!(
+                    "{}: the transfer reported CRC32 {claimed:08x}, {} has CRC32 {got:08x} ({label})",
+                    p.name,
+                    p.destination.display()
                 ));
             }
         }
-        out.push(FlushedFile {
-            name: rec.name.clone(),
-            size: rec.size,
-            crc32: crc.or(rec.crc32),
-        });
+        crcs.push(got);
     }
-    Ok(out)
+    Ok(crcs)
+}
+
+/// Wait for a started transfer and verify it (see [`verify`]); this rank's flushed files
+/// with the CRC32s the host computed from the destinations.
+fn collect(started: Started, poll: bool, recorded: &str, buf: usize) -> RankOutcome {
+    let Started {
+        mut transfer,
+        files,
+        label,
+        host,
+    } = started;
+    let status = wait_transfer(&mut transfer, &host, poll).map_err(|e| format!("{e} ({label})"))?;
+    let results = transfer
+        .results()
+        .into_result()
+        .map_err(|e| format!("{e} ({label})"))?;
+    let crcs = verify(&label, status, &results, &files, recorded, buf)?;
+    Ok(files
+        .into_iter()
+        .zip(crcs)
+        .map(|(p, crc)| FlushedFile {
+            name: p.name,
+            size: p.size,
+            crc32: Some(crc),
+            stored: p.stored,
+        })
+        .collect())
 }
 
 /// Rank 0: every rank's outcome is in; record the dataset as flushed, or as failed.
@@ -196,12 +381,39 @@ impl Runtime {
         }
         self.fault_point("flush-started", rec.id);
 
-        let started = self.start_transfer(rec);
+        // never overwrite what the prefix already holds (an older flushed checkpoint of
+        // the same name): if any rank's file name is taken, the whole dataset goes to its
+        // own directory (see `prefix::relocated` for why). A pure output dataset (no
+        // checkpoint) is the exception: it is flushed so that users find it at its path,
+        // as the previous run's output was, and no restart depends on the older copy.
+        let pure_output = rec.output && rec.checkpoint_id.is_none();
+        let existing: BTreeSet<PathBuf> = rec
+            .files
+            .iter()
+            .map(|f| self.prefix.join(&f.name))
+            .filter(|p| p.symlink_metadata().is_ok())
+            .collect();
+        let taken = !pure_output && !existing.is_empty();
+        let relocate = !self.all_agree(!taken);
+        if relocate {
+            self.info(&format!(
+                "{}: the prefix already holds files of that name; this flush writes to {}",
+                rec.name,
+                prefix::relocated(rec.id, "")
+            ));
+        }
+
+        let started = self.start_transfer(rec, relocate);
         if self.config.bool("flush_async") {
             return self.flush_in_background(rec, entry, started);
         }
         let state = self.transfer_state(rec.id);
-        let outcome: RankOutcome = started.and_then(|(t, files)| collect(&self.node, t, &files));
+        let written: Vec<PathBuf> = started
+            .as_ref()
+            .map(|s| s.files.iter().map(|p| p.destination.clone()).collect())
+            .unwrap_or_default();
+        let buf = self.buf_size();
+        let outcome: RankOutcome = started.and_then(|s| collect(s, false, "when written", buf));
         let _ = std::fs::remove_file(&state);
         if outcome.is_ok() {
             lock(&self.flushing.flushed).insert(rec.id);
@@ -216,6 +428,15 @@ impl Runtime {
                 self.prefix.display()
             ));
         } else {
+            // what this flush wrote is not a checkpoint: no older dataset's file is among
+            // it (names taken in the prefix were relocated), so it can go; a pure output
+            // written over an older file leaves that path alone
+            for p in written
+                .iter()
+                .filter(|p| relocate || !existing.contains(*p))
+            {
+                let _ = std::fs::remove_file(p);
+            }
             self.warn(&format!(
                 "{} stays in cache only: {}",
                 rec.name,
@@ -231,48 +452,102 @@ impl Runtime {
             .join(format!("transfer.{id}.{}.state", self.rank))
     }
 
-    /// Create, fill and dispatch this rank's transfer of `rec` to the prefix.
+    /// Read buffer for the host's CRC32 of transferred files.
+    fn buf_size(&self) -> usize {
+        self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize
+    }
+
+    /// The transfer type of `store` (its own `type`, else `flush_type`), and a label
+    /// naming it and the library that provides it.
+    fn transfer_of(&self, store: &str) -> Label {
+        let transfer_type = self
+            .config
+            .store(store)
+            .map(|s| self.config.store_transfer(s).0)
+            .unwrap_or_else(|| self.config.str("flush_type"));
+        let plugin = self
+            .registry
+            .provider(Kind::Transfer, &transfer_type)
+            .map(|l| l.path.display().to_string())
+            .unwrap_or_else(|e| format!("(none: {e})"));
+        Label {
+            transfer_type,
+            plugin,
+        }
+    }
+
+    /// Create, fill and dispatch a transfer of `label`'s type for `files`, with a host
+    /// whose log is the runtime's and whose cancellation flag is `flushing.cancel`.
+    fn dispatch(
+        &self,
+        label: Label,
+        files: Vec<Planned>,
+        state_file: &Path,
+    ) -> std::result::Result<Started, String> {
+        let host = LocalHost::new(
+            self.rank,
+            &self.node,
+            &format!("transfer {}", label.transfer_type),
+            self.debug,
+            Arc::clone(&self.flushing.cancel),
+        );
+        let config = TransferConfig {
+            transfer_type: label.transfer_type.as_str().into(),
+            state_file: state_file.display().to_string().into(),
+            crc32: true,
+            preserve_metadata: true,
+            settings: self.config.plugin_settings(&label.transfer_type).into(),
+        };
+        let mut transfer = self
+            .registry
+            .new_transfer(&config, host_ref(&host))
+            .map_err(|e: RegistryError| e.to_string())?;
+        for p in &files {
+            transfer
+                .add(
+                    p.source.display().to_string().as_str().into(),
+                    p.destination.display().to_string().as_str().into(),
+                )
+                .into_result()
+                .map_err(|e| format!("{e} ({label})"))?;
+        }
+        transfer
+            .dispatch(host_ref(&host))
+            .into_result()
+            .map_err(|e| format!("{e} ({label})"))?;
+        Ok(Started {
+            transfer,
+            files,
+            label,
+            host,
+        })
+    }
+
+    /// Start this rank's transfer of `rec` to the prefix: to `<prefix>/<name>`, or into
+    /// the dataset's own directory when `relocate`.
     fn start_transfer(
         &self,
         rec: &DatasetRecord,
-    ) -> std::result::Result<(TransferBox, Vec<(FileRecord, PathBuf)>), String> {
-        let store = self
-            .config
-            .store(&rec.descriptor.store)
-            .map(|s| self.config.store_transfer(s).0)
-            .unwrap_or_else(|| self.config.str("flush_type"));
+        relocate: bool,
+    ) -> std::result::Result<Started, String> {
+        let label = self.transfer_of(&rec.descriptor.store);
         let cache_dir = self.dataset_dir(&rec.descriptor.store, rec.id);
-        let files: Vec<(FileRecord, PathBuf)> = rec
+        let files: Vec<Planned> = rec
             .files
             .iter()
-            .map(|f| (f.clone(), cache_dir.join(&f.name)))
+            .map(|f| {
+                let stored = relocate.then(|| prefix::relocated(rec.id, &f.name));
+                Planned {
+                    name: f.name.clone(),
+                    source: cache_dir.join(&f.name),
+                    destination: self.prefix.join(stored.as_deref().unwrap_or(&f.name)),
+                    size: f.size,
+                    crc32: f.crc32,
+                    stored,
+                }
+            })
             .collect();
-        let config = TransferConfig {
-            transfer_type: store.as_str().into(),
-            state_file: self.transfer_state(rec.id).display().to_string().into(),
-            crc32: self.config.bool("crc_on_flush"),
-            preserve_metadata: true,
-            settings: self.config.plugin_settings(&store).into(),
-        };
-        let mut transfer = with_local_host(&self.node, |host| {
-            self.registry.new_transfer(&config, host.raw())
-        })
-        .map_err(|e: RegistryError| e.to_string())?;
-        for (rec_file, src) in &files {
-            let dst = self.prefix.join(&rec_file.name);
-            transfer
-                .add(
-                    src.display().to_string().as_str().into(),
-                    dst.display().to_string().as_str().into(),
-                )
-                .into_result()
-                .map_err(|e| e.to_string())?;
-        }
-        with_local_host(&self.node, |host| {
-            transfer.dispatch(host.raw()).into_result()
-        })
-        .map_err(|e| e.to_string())?;
-        Ok((transfer, files))
+        self.dispatch(label, files, &self.transfer_state(rec.id))
     }
 
     /// Hand this rank's transfer to a waiter thread; rank 0 also starts the thread that
@@ -281,7 +556,7 @@ impl Runtime {
         &mut self,
         rec: &DatasetRecord,
         entry: IndexEntry,
-        started: std::result::Result<(TransferBox, Vec<(FileRecord, PathBuf)>), String>,
+        started: std::result::Result<Started, String>,
     ) -> Result<()> {
         let marker_dir = prefix::dataset_dir(&self.prefix, rec.id);
         let marker = marker_dir.join(format!("done.{}.scr", self.rank));
@@ -290,11 +565,11 @@ impl Runtime {
         let outcomes = Arc::clone(&self.flushing.outcomes);
         lock(&in_flight).insert(rec.id);
         self.flushing.pending.push(entry.clone());
-        let node = self.node.clone();
         let id = rec.id;
         let state = self.transfer_state(rec.id);
+        let buf = self.buf_size();
         self.flushing.waiters.push(std::thread::spawn(move || {
-            let outcome: RankOutcome = started.and_then(|(t, files)| collect(&node, t, &files));
+            let outcome: RankOutcome = started.and_then(|s| collect(s, true, "when written", buf));
             let _ = std::fs::remove_file(&state);
             if let Err(e) = prefix::write(&marker, "flush-marker", &outcome) {
                 eprintln!("scr-rs: background flush of dataset {id}: {e}");
@@ -317,7 +592,7 @@ impl Runtime {
                 // record completion as soon as every rank's marker is there; finalize
                 // takes over (collectively) if some never appear
                 while !markers.iter().all(|m| m.exists()) {
-                    if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    if stop.load(Ordering::SeqCst) {
                         return;
                     }
                     std::thread::sleep(Duration::from_millis(50));
@@ -350,9 +625,7 @@ impl Runtime {
         for w in self.flushing.waiters.drain(..) {
             let _ = w.join();
         }
-        self.flushing
-            .stop
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.flushing.stop.store(true, Ordering::SeqCst);
         for f in self.flushing.finishers.drain(..) {
             let _ = f.join();
         }
@@ -556,35 +829,40 @@ impl Runtime {
         self.filemap.datasets.insert(entry.id, record.clone());
         self.save_filemap().map_err(|e| e.to_string())?;
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let buf = self.config.u64("file_buf_size").max(4096) as usize;
-        for (f, rec) in mine.iter().zip(record.files.iter_mut()) {
-            let src = self.prefix.join(&f.name);
-            let dst = dir.join(&f.name);
-            if let Some(parent) = dst.parent() {
+        let mut files = Vec::with_capacity(mine.len());
+        for f in &mine {
+            let source = f.stored_path(&self.prefix)?;
+            let destination = dir.join(&f.name);
+            if let Some(parent) = destination.parent() {
                 std::fs::create_dir_all(parent)
                     .map_err(|e| format!("{}: {e}", parent.display()))?;
             }
-            std::fs::copy(&src, &dst).map_err(|e| format!("{}: {e}", src.display()))?;
-            let meta = cache::stat_file(&dst, f.crc32.is_some(), buf)
+            files.push(Planned {
+                name: f.name.clone(),
+                source,
+                destination,
+                size: f.size,
+                crc32: f.crc32,
+                stored: None,
+            });
+        }
+        // the same transfer type as the flush from this store, verified the same way
+        let label = self.transfer_of(&store);
+        let state = self
+            .cntl_dir
+            .join(format!("fetch.{}.{}.state", entry.id, self.rank));
+        let started = self.dispatch(label, files, &state);
+        let buf = self.buf_size();
+        let fetched = started.and_then(|s| collect(s, false, "recorded by the flush", buf));
+        let _ = std::fs::remove_file(&state);
+        let fetched = fetched?;
+        for (f, rec) in fetched.iter().zip(record.files.iter_mut()) {
+            let dst = dir.join(&f.name);
+            let meta = cache::stat_file(&dst, false, buf)
                 .map_err(|e| format!("{}: {e}", dst.display()))?;
-            if meta.size != f.size {
-                return Err(format!(
-                    "{}: {} bytes, the flush recorded {}",
-                    src.display(),
-                    meta.size,
-                    f.size
-                ));
-            }
-            if f.crc32.is_some() && meta.crc32 != f.crc32 {
-                return Err(format!(
-                    "{}: CRC32 {:08x} does not match the flushed {:08x}",
-                    src.display(),
-                    meta.crc32.unwrap_or(0),
-                    f.crc32.unwrap_or(0)
-                ));
-            }
             rec.mode = meta.mode;
             rec.mtime = meta.mtime;
+            rec.crc32 = f.crc32;
         }
         self.filemap.datasets.insert(entry.id, record);
         self.save_filemap().map_err(|e| e.to_string())
@@ -629,5 +907,242 @@ impl Runtime {
                 std::process::abort();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn label() -> Label {
+        Label {
+            transfer_type: "LIAR".into(),
+            plugin: "/lib/libliar.so".into(),
+        }
+    }
+
+    /// Two source files and their planned destinations (not yet written).
+    fn plan(dir: &Path) -> Vec<Planned> {
+        ["a.ckpt", "b.ckpt"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let data = vec![i as u8 + 1; 100 + i];
+                let source = dir.join(format!("src_{name}"));
+                std::fs::write(&source, &data).unwrap();
+                Planned {
+                    name: name.to_string(),
+                    source,
+                    destination: dir.join(format!("dst_{name}")),
+                    size: data.len() as u64,
+                    crc32: Some(crc32fast::hash(&data)),
+                    stored: None,
+                }
+            })
+            .collect()
+    }
+
+    fn copy_all(files: &[Planned]) {
+        for p in files {
+            std::fs::copy(&p.source, &p.destination).unwrap();
+        }
+    }
+
+    fn result(p: &Planned) -> FileResult {
+        FileResult {
+            source: p.source.display().to_string().into(),
+            destination: p.destination.display().to_string().into(),
+            bytes: p.size,
+            crc32: p.crc32.into(),
+            status: TransferStatus::Complete,
+            error: None.into(),
+        }
+    }
+
+    fn check(files: &[Planned], results: &[FileResult]) -> std::result::Result<Vec<u32>, String> {
+        verify(
+            &label(),
+            TransferStatus::Complete,
+            results,
+            files,
+            "when written",
+            4096,
+        )
+    }
+
+    #[test]
+    fn results_in_any_order_are_matched_by_source_and_destination() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = plan(dir.path());
+        copy_all(&files);
+        let mut results: Vec<FileResult> = files.iter().map(result).collect();
+        results.reverse();
+        let crcs = check(&files, &results).unwrap();
+        assert_eq!(crcs, vec![files[0].crc32.unwrap(), files[1].crc32.unwrap()]);
+    }
+
+    #[test]
+    fn a_missing_destination_is_refused_naming_file_sizes_and_transfer() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = plan(dir.path());
+        let results: Vec<FileResult> = files.iter().map(result).collect();
+        let err = check(&files, &results).unwrap_err();
+        assert!(
+            err.starts_with("a.ckpt: expected 100 bytes CRC32")
+                && err.contains("cannot be read")
+                && err.contains("transfer type `LIAR`, plugin /lib/libliar.so"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn missing_duplicate_and_foreign_results_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = plan(dir.path());
+        copy_all(&files);
+        let err = check(&files, &[]).unwrap_err();
+        assert!(
+            err.contains("a.ckpt: the transfer returned no result"),
+            "{err}"
+        );
+        let r = result(&files[0]);
+        let err = check(&files, &[r.clone(), r.clone()]).unwrap_err();
+        assert!(
+            err.contains("a.ckpt: the transfer returned 2 results"),
+            "{err}"
+        );
+        // the right destination under another source is not a result for the file
+        let mut foreign = result(&files[1]);
+        foreign.source = "/elsewhere".into();
+        let err = check(&files, &[r, foreign]).unwrap_err();
+        assert!(err.contains("a file it was not given (/elsewhere"), "{err}");
+    }
+
+    #[test]
+    fn a_short_or_flipped_copy_is_refused_whatever_the_transfer_claims() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = plan(dir.path());
+        copy_all(&files);
+        let results: Vec<FileResult> = files.iter().map(result).collect();
+        let mut bytes = std::fs::read(&files[1].destination).unwrap();
+        bytes[0] ^= 1;
+        std::fs::write(&files[1].destination, &bytes).unwrap();
+        let err = check(&files, &results).unwrap_err();
+        assert!(
+            err.starts_with(&format!(
+                "b.ckpt: expected 101 bytes CRC32 {:08x} (when written), ",
+                files[1].crc32.unwrap()
+            )) && err.contains(&format!(
+                "has 101 bytes CRC32 {:08x}",
+                crc32fast::hash(&bytes)
+            )),
+            "{err}"
+        );
+        bytes.pop();
+        bytes[0] ^= 1;
+        std::fs::write(&files[1].destination, &bytes).unwrap();
+        let err = check(&files, &results).unwrap_err();
+        assert!(err.contains("has 100 bytes"), "{err}");
+    }
+
+    #[test]
+    fn without_a_recorded_crc_sizes_are_compared_and_the_computed_crc_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = plan(dir.path());
+        copy_all(&files);
+        let want: Vec<u32> = files.iter().map(|p| p.crc32.unwrap()).collect();
+        for p in &mut files {
+            p.crc32 = None;
+        }
+        let results: Vec<FileResult> = files.iter().map(result).collect();
+        assert_eq!(check(&files, &results).unwrap(), want);
+        // but a CRC the transfer claims must be the destination's
+        let mut lying = results.clone();
+        lying[0].crc32 = Some(0xdead_beef).into();
+        let err = check(&files, &lying).unwrap_err();
+        assert!(
+            err.contains("the transfer reported CRC32 deadbeef"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_failed_status_names_the_transfer() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = plan(dir.path());
+        let mut r = result(&files[0]);
+        r.status = TransferStatus::Failed;
+        r.error = Some(abi_stable::std_types::RString::from("disk full")).into();
+        let err = verify(
+            &label(),
+            TransferStatus::Failed,
+            &[r],
+            &files,
+            "when written",
+            4096,
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("did not complete: disk full (transfer type `LIAR`"),
+            "{err}"
+        );
+    }
+
+    /// A transfer that never finishes unless cancelled, and says whether it was.
+    struct Endless(Arc<AtomicBool>);
+
+    impl scr_plugin::Transfer for Endless {
+        fn add(&mut self, _: &str, _: &str) -> scr_plugin::PluginResult<()> {
+            Ok(())
+        }
+        fn dispatch(&mut self, _: &scr_plugin::Host<'_>) -> scr_plugin::PluginResult<()> {
+            Ok(())
+        }
+        fn test(&mut self, _: &scr_plugin::Host<'_>) -> scr_plugin::PluginResult<TransferStatus> {
+            Ok(TransferStatus::InProgress)
+        }
+        fn wait(&mut self, _: &scr_plugin::Host<'_>) -> scr_plugin::PluginResult<TransferStatus> {
+            Ok(TransferStatus::InProgress)
+        }
+        fn cancel(&mut self, _: &scr_plugin::Host<'_>) -> scr_plugin::PluginResult<()> {
+            self.0.store(true, Ordering::SeqCst);
+            Ok(())
+        }
+        fn results(&self) -> scr_plugin::PluginResult<Vec<FileResult>> {
+            Ok(Vec::new())
+        }
+    }
+
+    struct EndlessLib;
+    impl scr_plugin::PluginLibrary for EndlessLib {
+        const NAME: &'static str = "endless";
+        const VERSION: &'static str = "0";
+    }
+
+    #[test]
+    fn the_runtimes_cancel_flag_stops_a_background_transfer() {
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let flag = Arc::new(AtomicBool::new(false));
+        let host = LocalHost::new(0, "n0", "transfer endless", 0, Arc::clone(&flag));
+        let mut t =
+            scr_plugin::transfer_box::<EndlessLib>(Box::new(Endless(Arc::clone(&cancelled))));
+        let waiter = std::thread::spawn(move || wait_transfer(&mut t, &host, true));
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!waiter.is_finished(), "the transfer is still running");
+        flag.store(true, Ordering::SeqCst);
+        let out = waiter.join().unwrap();
+        assert!(out.unwrap_err().contains("cancelled by the runtime"));
+        assert!(
+            cancelled.load(Ordering::SeqCst),
+            "the plugin was told to cancel"
+        );
+    }
+
+    #[test]
+    fn dropping_the_flushing_state_sets_the_cancel_flag() {
+        let flushing = Flushing::default();
+        let flag = Arc::clone(&flushing.cancel);
+        drop(flushing);
+        assert!(flag.load(Ordering::SeqCst));
     }
 }

@@ -13,6 +13,7 @@ mod cache;
 mod filemap;
 mod flush;
 pub mod halt;
+mod local_host;
 mod mpi_host;
 pub mod prefix;
 mod sets;

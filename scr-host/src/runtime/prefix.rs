@@ -52,12 +52,64 @@ static INDEX_LOCK: Mutex<()> = Mutex::new(());
 /// One rank's files of a flushed dataset.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlushedFile {
-    /// Path relative to the prefix.
+    /// The file's name: its path relative to the prefix as the application named it, and
+    /// its path relative to the dataset directory in cache.
     pub name: String,
     /// Size in bytes.
     pub size: u64,
-    /// CRC32 when computed during the flush.
+    /// CRC32 of the flushed bytes, computed by the host from the prefix copy (older
+    /// indexes may lack it: then only the size is checked).
     pub crc32: Option<u32>,
+    /// Where the bytes are, relative to the prefix, when not at `name`: a flush whose
+    /// names were already taken in the prefix (a rerun writing `ckpt.20` again) writes
+    /// into its own dataset directory instead, see [`relocated`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored: Option<String>,
+}
+
+impl FlushedFile {
+    /// The path of the flushed bytes under `prefix`, refusing a name that would leave the
+    /// prefix (an absolute path or a `..` component read from a damaged or hostile
+    /// rank2file map).
+    pub fn stored_path(&self, prefix: &Path) -> Result<PathBuf, String> {
+        let rel = self.stored.as_deref().unwrap_or(&self.name);
+        check_relative(rel)?;
+        check_relative(&self.name)?;
+        Ok(prefix.join(rel))
+    }
+}
+
+/// `Err` unless `rel` is a relative path that stays below the directory it is joined to.
+pub fn check_relative(rel: &str) -> Result<(), String> {
+    use std::path::Component;
+    let p = Path::new(rel);
+    if rel.is_empty()
+        || !p
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(format!(
+            "`{rel}` is not a path inside the prefix; the dataset's records are damaged"
+        ));
+    }
+    Ok(())
+}
+
+/// Where a flush of dataset `id` puts the file `name` when the prefix already holds a
+/// file at `<prefix>/<name>`, relative to the prefix: `.scr/scr.dataset.<id>/files/<name>`.
+///
+/// Why this design (rather than staging and renaming after the flush is recorded): a
+/// rename over the old path would still destroy the older dataset's bytes that its own
+/// index entry and rank2file map keep pointing at, so the older checkpoint would stop
+/// being fetchable the moment the newer one is recorded — and a crash between the
+/// renames of different ranks would leave neither intact. Writing the clashing dataset
+/// into its own directory never touches a byte of any other dataset; rank2file records
+/// the location (`FlushedFile::stored`) so fetch finds it, and `scr index drop --delete`
+/// removes it with the dataset directory. The common case (fresh names) keeps SCR's
+/// layout, files at `<prefix>/<name>` where users expect them; so do pure output datasets
+/// (not checkpoints), which replace the previous run's output at its path.
+pub fn relocated(id: u64, name: &str) -> String {
+    format!(".scr/scr.dataset.{id}/files/{name}")
 }
 
 /// Which rank wrote which files (`rank2file.scr`).
