@@ -875,12 +875,15 @@ impl Runtime {
         let dir = self.dataset_dir(&rec.descriptor.store, id);
         let rd = &self.reddescs[desc];
         let ds = cache::dataset_files(&rec, &dir);
-        let red = rd
+        let result = rd
             .scheme
             .raw()
             .apply(scr_plugin::host_ref(&rd.host), &ds)
-            .into_result()
-            .map_err(|e| ScrError::from(rd.scheme.error("apply", e)))?;
+            .into_result();
+        let label = format!("{id} ({})", rec.name);
+        let red = self
+            .settle_call(&rd.host, &rd.scheme, "apply", &label, result)
+            .map_err(ScrError::from)?;
         rec.redundancy = red
             .iter()
             .map(|p| {
