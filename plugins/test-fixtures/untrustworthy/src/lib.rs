@@ -6,7 +6,9 @@
 //!   corrupted is handed back as good, and its corrupted bytes are copied again;
 //! - `NOREPROTECT` rebuilds lost data but never writes a lost redundancy copy again, so
 //!   the set is not protected after a recovery;
-//! - `WRONGLIST` writes its redundancy file but `redundancy_files` names another one.
+//! - `WRONGLIST` writes its redundancy file but `redundancy_files` names another one;
+//! - `HANG` never returns from apply (for the harness's watchdog: always pass `--scheme`
+//!   to scr-conformance with this library).
 //!
 //! Otherwise they behave: one loss tolerated, two refused alike with `unrecoverable`,
 //! redundancy files with a verified header, metadata restored.
@@ -21,7 +23,7 @@ use scr_plugin::{
     RecoverRequest, Scheme, SchemeConfig, SchemeDescription,
 };
 
-/// Provides `TRUSTING`, `NOREPROTECT` and `WRONGLIST`.
+/// Provides `TRUSTING`, `NOREPROTECT`, `WRONGLIST` and `HANG`.
 pub struct UntrustworthyLib;
 
 const TAG: u32 = 31;
@@ -31,6 +33,7 @@ enum Flaw {
     Trusting,
     NoReprotect,
     WrongList,
+    Hang,
 }
 
 struct Mirror {
@@ -81,6 +84,11 @@ impl Scheme for Mirror {
     }
 
     fn apply(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {
+        if self.flaw == Flaw::Hang {
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            }
+        }
         let dir = Path::new(dataset.dir.as_str());
         let mut failure = Failures::new();
         let mine: Vec<StoredMeta> = dataset
@@ -205,12 +213,13 @@ impl Scheme for Mirror {
 impl PluginLibrary for UntrustworthyLib {
     const NAME: &'static str = "scr-fixture-untrustworthy";
     const VERSION: &'static str = "0.0.1";
-    const SCHEMES: &'static [&'static str] = &["TRUSTING", "NOREPROTECT", "WRONGLIST"];
+    const SCHEMES: &'static [&'static str] = &["TRUSTING", "NOREPROTECT", "WRONGLIST", "HANG"];
 
     fn new_scheme(config: &SchemeConfig) -> PluginResult<Box<dyn Scheme>> {
         let (flaw, name) = match config.scheme.to_ascii_uppercase().as_str() {
             "TRUSTING" => (Flaw::Trusting, "TRUSTING"),
             "NOREPROTECT" => (Flaw::NoReprotect, "NOREPROTECT"),
+            "HANG" => (Flaw::Hang, "HANG"),
             _ => (Flaw::WrongList, "WRONGLIST"),
         };
         Ok(Box::new(Mirror {
