@@ -21,7 +21,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Root, Source};
 use scr_host::registry::{Kind, Origin, Registry};
 use scr_host::runtime::MpiHost;
-use scr_plugin::conformance::{run_scheme_cases, CaseResult, Loaded};
+use scr_plugin::conformance::{run_scheme_cases_traced, CaseResult, Loaded};
 use scr_plugin::{Param, SchemeConfig};
 
 /// Check a plugin library against the scr-rs plugin contract.
@@ -34,9 +34,10 @@ struct Args {
     /// Check only this scheme (repeatable; default: every scheme the library declares).
     #[arg(long, value_name = "NAME")]
     scheme: Vec<String>,
-    /// Members per redundancy set to create scheme instances for.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
-    set_size: u32,
+    /// Members per redundancy set to run the scheme cases on (repeatable; default: sets
+    /// of 2, of 3 and of every rank, those that fit in the launch).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    set_size: Vec<u32>,
     /// A scheme parameter `key=value` passed to every instance (repeatable). Unless
     /// given, `buffer_size=4096` is passed so that files exceed one pipeline piece.
     #[arg(long = "param", value_name = "KEY=VALUE")]
@@ -54,6 +55,37 @@ struct Args {
     /// Stop the run with an error after this many seconds (a hung plugin fails).
     #[arg(long, default_value_t = 600)]
     timeout: u64,
+    /// Internal: resume the transfer persisted in this state file in this new process
+    /// (the transfer cases re-execute the harness with it), print its results, exit.
+    #[arg(long, hide = true, value_name = "STATE")]
+    resume_child: Option<PathBuf>,
+}
+
+/// What the watchdog reports when the run hangs: the plugin, the case in progress and
+/// the scratch directories to remove.
+#[derive(Default)]
+struct Progress {
+    case: String,
+    dirs: Vec<PathBuf>,
+}
+
+static PROGRESS: std::sync::Mutex<Progress> = std::sync::Mutex::new(Progress {
+    case: String::new(),
+    dirs: Vec::new(),
+});
+
+fn progress() -> std::sync::MutexGuard<'static, Progress> {
+    PROGRESS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Note the case about to run, so a hang can be reported naming it.
+fn starting(case: &str) {
+    progress().case = case.to_string();
+}
+
+/// Note a scratch directory the watchdog must remove if the run hangs.
+fn scratch(dir: &std::path::Path) {
+    progress().dirs.push(dir.to_path_buf());
 }
 
 #[derive(Default)]
@@ -85,15 +117,32 @@ impl Report {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(state) = &args.resume_child {
+        // a plain process, not an MPI one: the transfer cases need no communicator
+        return transfer::resume_child(&args.plugin, &args.transfer, &args.settings, state);
+    }
     let Some(universe) = mpi::initialize() else {
         eprintln!("error: MPI could not be initialised");
         return ExitCode::from(2);
     };
     let world = universe.world();
     let timeout = args.timeout;
+    let plugin = args.plugin.display().to_string();
+    let rank = world.rank();
     std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_secs(timeout));
-        eprintln!("error: scr-conformance did not finish within {timeout} s: a plugin call hangs");
+        let p = progress();
+        let line = format!(
+            "plugin {plugin} did not return within {timeout} s (it hangs) in case `{}`",
+            p.case
+        );
+        if rank == 0 {
+            println!("FAIL {}: {line}", p.case);
+        }
+        eprintln!("error: rank {rank}: {line}");
+        for d in &p.dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
         std::process::exit(3);
     });
     let mut params = Vec::new();
@@ -128,10 +177,16 @@ fn main() -> ExitCode {
         quiet: world.rank() != 0,
         ..Report::default()
     };
-    run(&args, &params, &mut report, &world);
-    // transfers are not collective: rank 0 checks them
     if world.rank() == 0 {
-        transfer_cases(&args, &settings, &mut report);
+        // tests assert it: the wrong implementation's mpiexec runs N singletons
+        println!("NOTE launched on {} rank(s)", world.size());
+    }
+    run(&args, &params, &mut report, &world);
+    // transfers are not collective, but every rank checks them (on its own files):
+    // rank 0 reports each case once, failed if it failed on any rank
+    let mine = transfer_cases(&args, &settings);
+    for (case, outcome) in merge_at_root(&world, &mine) {
+        report.case(&case, outcome);
     }
     if world.rank() == 0 {
         println!("{} passed, {} failed", report.passed, report.failed);
@@ -197,53 +252,90 @@ fn run(args: &Args, params: &[Param], report: &mut Report, world: &SimpleCommuni
     } else {
         args.scheme.clone()
     };
+    let ranks = world.size() as u32;
+    let sizes: Vec<u32> = if args.set_size.is_empty() {
+        let mut v: Vec<u32> = [2, 3, ranks]
+            .into_iter()
+            .filter(|&s| (2..=ranks).contains(&s))
+            .collect();
+        v.dedup();
+        if v.is_empty() {
+            v.push(2);
+        }
+        v
+    } else {
+        args.set_size.clone()
+    };
     for name in schemes {
-        let config = SchemeConfig {
-            scheme: name.as_str().into(),
-            params: params.to_vec().into(),
-            settings: Default::default(),
-            members: args.set_size,
-            member: 0,
-            world_rank: 0,
-        };
-        let created = registry.new_scheme(&config);
-        let case = format!("scheme {name}: instance for a set of {}", args.set_size);
-        let Ok(scheme) = created.map_err(|e| report.case(&case, Err(e.to_string()))) else {
-            continue;
-        };
-        report.case(&case, Ok(String::new()));
-        let described = scheme.describe().map_err(|e| e.to_string()).and_then(|d| {
-            if !d.name.as_str().eq_ignore_ascii_case(&name) {
-                Err(format!("describes itself as {}", d.name))
-            } else if d.tolerated_losses >= args.set_size {
-                Err(format!(
-                    "claims to tolerate {} lost members of {}",
-                    d.tolerated_losses, args.set_size
-                ))
-            } else {
-                Ok(format!(
-                    "tolerates {} lost member(s); {}",
-                    d.tolerated_losses, d.summary
-                ))
-            }
-        });
-        let ok = report.case(&format!("scheme {name}: describes itself"), described);
-        if ok {
-            collective_cases(args, params, &registry, &name, report, world);
+        for &size in &sizes {
+            scheme_cases(args, params, &registry, &name, size, report, world);
         }
     }
 }
 
-/// The transfer cases for every transfer type the library declares (or `--transfer`).
-fn transfer_cases(args: &Args, settings: &[Param], report: &mut Report) {
+/// Instantiate scheme `name` for a set of `size`, check its description, then run the
+/// collective cases on sets of `size` ranks.
+fn scheme_cases(
+    args: &Args,
+    params: &[Param],
+    registry: &Registry,
+    name: &str,
+    size: u32,
+    report: &mut Report,
+    world: &SimpleCommunicator,
+) {
+    let config = SchemeConfig {
+        scheme: name.into(),
+        params: params.to_vec().into(),
+        settings: Default::default(),
+        members: size,
+        member: 0,
+        world_rank: 0,
+    };
+    let case = format!("scheme {name}: instance for a set of {size}");
+    starting(&case);
+    let scheme = match registry.new_scheme(&config) {
+        Ok(s) => s,
+        Err(e) => {
+            report.case(&case, Err(e.to_string()));
+            return;
+        }
+    };
+    report.case(&case, Ok(String::new()));
+    let case = format!("scheme {name}: set of {size}: describes itself");
+    starting(&case);
+    let described = scheme.describe().map_err(|e| e.to_string()).and_then(|d| {
+        if !d.name.as_str().eq_ignore_ascii_case(name) {
+            Err(format!("describes itself as {}", d.name))
+        } else if d.tolerated_losses >= size {
+            Err(format!(
+                "claims to tolerate {} lost members of {size}",
+                d.tolerated_losses
+            ))
+        } else {
+            Ok(format!(
+                "tolerates {} lost member(s); {}",
+                d.tolerated_losses, d.summary
+            ))
+        }
+    });
+    if report.case(&case, described) {
+        collective_cases(args, params, registry, name, size, report, world);
+    }
+}
+
+/// The transfer cases for every transfer type the library declares (or `--transfer`),
+/// on this rank's own files.
+fn transfer_cases(args: &Args, settings: &[Param]) -> Vec<(String, Result<String, String>)> {
+    let mut out = Vec::new();
     let mut registry = Registry::default();
     registry.add_file(&args.plugin, Origin::Explicit);
     let Some(lib) = registry.libraries().first().cloned() else {
-        return; // the load case already failed
+        return out; // the load case already failed
     };
     let names: Vec<String> = if args.transfer.is_empty() {
         if !args.scheme.is_empty() {
-            return; // only schemes were asked for
+            return out; // only schemes were asked for
         }
         lib.transfers.clone()
     } else {
@@ -254,12 +346,80 @@ fn transfer_cases(args: &Args, settings: &[Param], report: &mut Report) {
         .clone()
         .unwrap_or_else(std::env::temp_dir)
         .join(format!("scr-conformance.{}", std::process::id()));
+    scratch(&base);
     for name in names {
-        transfer::run(&registry, &name, settings, &base, &mut |case, outcome| {
-            report.case(&case, outcome);
-        });
+        transfer::run(
+            &registry,
+            &args.plugin,
+            &name,
+            settings,
+            &base,
+            &mut |case, outcome| out.push((case, outcome)),
+            &mut starting,
+        );
     }
     let _ = std::fs::remove_dir_all(&base);
+    out
+}
+
+/// Every rank's (case, outcome) list merged at rank 0, in rank 0's order: a case fails
+/// when it failed on any rank (the first failing rank's reason is kept). Other ranks get
+/// an empty list.
+fn merge_at_root(
+    world: &SimpleCommunicator,
+    mine: &[(String, Result<String, String>)],
+) -> Vec<(String, Result<String, String>)> {
+    let encode = |v: &[(String, Result<String, String>)]| -> Vec<u8> {
+        v.iter()
+            .map(|(c, o)| match o {
+                Ok(d) => format!("{c}\tP\t{d}"),
+                Err(e) => format!("{c}\tF\t{e}"),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+            .into_bytes()
+    };
+    if world.rank() != 0 {
+        let bytes = encode(mine);
+        let root = world.process_at_rank(0);
+        root.send(&(bytes.len() as u64));
+        if !bytes.is_empty() {
+            root.send(&bytes[..]);
+        }
+        return Vec::new();
+    }
+    let mut merged = mine.to_vec();
+    for r in 1..world.size() {
+        let p = world.process_at_rank(r);
+        let mut len = 0u64;
+        p.receive_into(&mut len);
+        let mut buf = vec![0u8; len as usize];
+        if len > 0 {
+            p.receive_into(&mut buf[..]);
+        }
+        for line in String::from_utf8_lossy(&buf).lines() {
+            let mut parts = line.splitn(3, '\t');
+            let (c, k, d) = (
+                parts.next().unwrap_or_default(),
+                parts.next().unwrap_or_default(),
+                parts.next().unwrap_or_default(),
+            );
+            let theirs = if k == "F" {
+                Err(format!("rank {r}: {d}"))
+            } else {
+                Ok(d.to_string())
+            };
+            match merged.iter_mut().find(|(m, _)| m == c) {
+                Some((_, slot)) => {
+                    if slot.is_ok() && theirs.is_err() {
+                        *slot = theirs;
+                    }
+                }
+                None => merged.push((c.to_string(), theirs)),
+            }
+        }
+    }
+    merged
 }
 
 /// Run the scheme cases on sets of `--set-size` consecutive ranks and report every case
@@ -269,22 +429,19 @@ fn collective_cases(
     params: &[Param],
     registry: &Registry,
     name: &str,
+    size: u32,
     report: &mut Report,
     world: &SimpleCommunicator,
 ) {
     let ranks = world.size() as u32;
-    let size = args.set_size;
-    if ranks < 2 {
-        if !report.quiet {
-            println!("SKIP scheme {name}: collective cases need at least 2 ranks (run under mpiexec -n N)");
-        }
-        return;
-    }
-    if size > ranks {
+    // never a SKIP: a run that could not check the collective cases did not pass them
+    if ranks < 2 || size < 2 || size > ranks {
+        let need = size.max(2);
         report.case(
-            &format!("scheme {name}: collective cases"),
+            &format!("scheme {name}: set of {size}: collective cases"),
             Err(format!(
-                "a set of {size} needs at least {size} ranks; run with mpiexec -n {size} or more"
+                "launched with {ranks} rank(s), but a set of {size} needs at least {need} (and every set at least 2): run `mpiexec -n {need} scr-conformance --plugin {} ...`",
+                args.plugin.display()
             )),
         );
         return;
@@ -338,14 +495,21 @@ fn collective_cases(
         .unwrap_or_else(std::env::temp_dir)
         .join(format!("scr-conformance.{job}"));
     let dir = base.join(format!("rank{rank}"));
+    scratch(&base);
     let mut cases: Vec<CaseResult> = Vec::new();
+    let prefix = format!("scheme {name}: set of {size}");
     let outcome = registry
         .new_scheme(&config)
         .map_err(|e| e.to_string())
         .and_then(|scheme| {
-            run_scheme_cases(&host, &Loaded(scheme.raw()), &dir, piece, &mut |c| {
-                cases.push(c)
-            })
+            run_scheme_cases_traced(
+                &host,
+                &Loaded(scheme.raw()),
+                &dir,
+                piece,
+                &mut |case| starting(&format!("{prefix}: {case}")),
+                &mut |c| cases.push(c),
+            )
             .map_err(|e| e.to_string())
         });
     if let Err(e) = outcome {
@@ -394,10 +558,7 @@ fn collective_cases(
             }
         }
         for (n, f) in merged {
-            report.case(
-                &format!("scheme {name}: {n}"),
-                f.map_or(Ok(String::new()), Err),
-            );
+            report.case(&format!("{prefix}: {n}"), f.map_or(Ok(String::new()), Err));
         }
     } else if rank % size == 0 {
         let bytes = encode(&cases);

@@ -6,7 +6,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use scr_host::registry::Registry;
-use scr_plugin::{inproc, Param, TransferBox, TransferConfig, TransferStatus};
+use scr_plugin::{inproc, FileResult, Param, TransferBox, TransferConfig, TransferStatus};
 
 /// (relative name, size) of the case files: empty, one byte, odd sizes, many small files,
 /// one larger than several chunks of the default copy types.
@@ -93,6 +93,18 @@ impl Case<'_> {
 
     fn check(&self, t: &TransferBox, files: &[(PathBuf, PathBuf, Vec<u8>)]) -> Result<(), String> {
         let results = t.results().into_result().map_err(|e| e.to_string())?;
+        check_results(&results, files)
+    }
+}
+
+/// Never trust what a transfer says: every destination is read back and compared byte
+/// for byte with its source's bytes and CRC32, and the results must be exactly one per
+/// added file, in the order added, naming that source and destination, all Complete.
+fn check_results(
+    results: &[FileResult],
+    files: &[(PathBuf, PathBuf, Vec<u8>)],
+) -> Result<(), String> {
+    {
         if results.len() != files.len() {
             return Err(format!(
                 "{} results for {} files",
@@ -100,10 +112,35 @@ impl Case<'_> {
                 files.len()
             ));
         }
-        for ((s, d, data), r) in files.iter().zip(results.iter()) {
-            let got = std::fs::read(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        for (i, ((s, d, data), r)) in files.iter().zip(results.iter()).enumerate() {
+            if r.source.as_str() != s.display().to_string()
+                || r.destination.as_str() != d.display().to_string()
+            {
+                return Err(format!(
+                    "result {i} is for {} -> {}, but file {i} added was {} -> {}",
+                    r.source,
+                    r.destination,
+                    s.display(),
+                    d.display()
+                ));
+            }
+            let got = std::fs::read(d).map_err(|e| {
+                format!(
+                    "{}: {e}, although the transfer reported it {:?}",
+                    d.display(),
+                    r.status
+                )
+            })?;
             if &got != data {
-                return Err(format!("{} differs from its source", d.display()));
+                let at = got.iter().zip(data).position(|(a, b)| a != b);
+                return Err(format!(
+                    "{} differs from its source ({} bytes, expected {}{}) although the transfer reported it {:?}",
+                    d.display(),
+                    got.len(),
+                    data.len(),
+                    at.map(|i| format!(", first difference at byte {i}")).unwrap_or_default(),
+                    r.status
+                ));
             }
             if r.crc32.into_option() != Some(crc32fast::hash(data)) {
                 return Err(format!(
@@ -116,6 +153,9 @@ impl Case<'_> {
             if r.status != TransferStatus::Complete {
                 return Err(format!("{}: per-file status {:?}", d.display(), r.status));
             }
+        }
+        // metadata after every file's bytes: a wrong byte is the worse news
+        for (s, d, _) in files {
             let (sm, dm) = (
                 std::fs::metadata(s).map_err(|e| e.to_string())?,
                 std::fs::metadata(d).map_err(|e| e.to_string())?,
@@ -161,10 +201,12 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 /// Run the transfer cases for type `name`; `report(case, outcome)` once per case.
 pub fn run(
     registry: &Registry,
+    plugin: &Path,
     name: &str,
     settings: &[Param],
     base: &Path,
     report: &mut dyn FnMut(String, Result<String, String>),
+    started: &mut dyn FnMut(&str),
 ) {
     let case = Case {
         registry,
@@ -175,6 +217,9 @@ pub fn run(
     let _ = std::fs::remove_dir_all(&case.dir);
     std::fs::create_dir_all(&case.dir).expect("case directory");
     let label = |c: &str| format!("transfer {name}: {c}");
+    started(&label(
+        "copies files of every shape byte-exact with CRC32 and metadata",
+    ));
 
     // copy everything, verify everything
     let files = case.sources("copy");
@@ -198,6 +243,7 @@ pub fn run(
     );
 
     // a new object resumes the persisted transfer and finds it complete or completes it
+    started(&label("resumes from its persisted state"));
     let outcome = (|| {
         let cfg = case.config("copy.state");
         let mut t = case
@@ -219,6 +265,7 @@ pub fn run(
     report(label("resumes from its persisted state"), outcome);
 
     // cancel right after dispatch: cancelled, no partial destination
+    started(&label("cancel leaves no partial destination"));
     let files = case.sources("cancel");
     let outcome = case.create("cancel.state").and_then(|mut t| {
         case.fill(&mut t, &files)?;
@@ -246,7 +293,132 @@ pub fn run(
     });
     report(label("cancel leaves no partial destination"), outcome);
 
+    // cancel in the middle of a multi-file copy, then a NEW process resumes it from the
+    // persisted state and must finish it byte-exact
+    let what = "cancelled mid-copy, resumed in a new process, byte-exact";
+    started(&label(what));
+    let files = case.sources("midcancel");
+    let outcome = case.create("midcancel.state").and_then(|mut t| {
+        case.fill(&mut t, &files)?;
+        let done = case
+            .with_host(|h| -> Result<usize, scr_plugin::PluginError> {
+                t.dispatch(h.sabi_reborrow()).into_result()?;
+                let start = std::time::Instant::now();
+                let done = loop {
+                    let s = t.test(h.sabi_reborrow()).into_result()?;
+                    let done = t
+                        .results()
+                        .into_result()?
+                        .iter()
+                        .filter(|r| r.status == TransferStatus::Complete)
+                        .count();
+                    if done > 0 || s != TransferStatus::InProgress || start.elapsed().as_secs() > 60
+                    {
+                        break done;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                };
+                t.cancel(h).into_result()?;
+                Ok(done)
+            })
+            .map_err(|e| e.to_string())?;
+        drop(t);
+        let state = case.dir.join("midcancel.state");
+        let mut cmd = std::process::Command::new(
+            std::env::current_exe().map_err(|e| format!("the harness's own path: {e}"))?,
+        );
+        cmd.arg("--plugin")
+            .arg(plugin)
+            .arg("--transfer")
+            .arg(name)
+            .arg("--resume-child")
+            .arg(&state);
+        for p in settings {
+            cmd.arg("--setting").arg(format!("{}={}", p.key, p.value));
+        }
+        let out = cmd
+            .output()
+            .map_err(|e| format!("re-running the harness to resume: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(format!(
+                "the resuming process failed ({}): {}{}",
+                out.status,
+                stdout.trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let (status, results) = parse_child(&stdout)?;
+        if status != TransferStatus::Complete {
+            return Err(format!("the resumed transfer ended {status:?}"));
+        }
+        check_results(&results, &files)
+            .map(|()| format!("{done} of {} files complete at the cancel", files.len()))
+    });
+    report(label(what), outcome);
+
+    // a source that vanishes while the transfer runs: that file is Failed, never Complete
+    let what = "a source that vanishes mid-transfer is reported Failed";
+    started(&label(what));
+    let files: Vec<(PathBuf, PathBuf, Vec<u8>)> = [
+        ("big.dat", 40usize << 20),
+        ("gone.dat", 1000),
+        ("after.dat", 10),
+    ]
+    .into_iter()
+    .map(|(n, size)| {
+        let src = case.dir.join("vanish/src").join(n);
+        let dst = case.dir.join("vanish/dst").join(n);
+        let data = content(n, size);
+        std::fs::create_dir_all(src.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&src, &data).expect("write source");
+        (src, dst, data)
+    })
+    .collect();
+    let outcome = case.create("vanish.state").and_then(|mut t| {
+        case.fill(&mut t, &files)?;
+        let status = case
+            .with_host(|h| {
+                t.dispatch(h.sabi_reborrow()).into_result()?;
+                let _ = std::fs::remove_file(&files[1].0);
+                t.wait(h).into_result()
+            })
+            .map_err(|e| e.to_string())?;
+        let results = t.results().into_result().map_err(|e| e.to_string())?;
+        if results.len() != files.len() {
+            return Err(format!(
+                "{} results for {} files",
+                results.len(),
+                files.len()
+            ));
+        }
+        let gone = &results[1];
+        match gone.status {
+            TransferStatus::Failed if status == TransferStatus::Complete => Err(format!(
+                "the transfer reported Complete although {} failed",
+                files[1].0.display()
+            )),
+            TransferStatus::Failed => Ok(format!("transfer {status:?}")),
+            TransferStatus::Complete => {
+                // copied before it vanished: then the copy must be whole
+                match std::fs::read(&files[1].1) {
+                    Ok(b) if b == files[1].2 => Ok("copied before the source vanished".into()),
+                    _ => Err(format!(
+                        "{} reported Complete but its destination is missing or wrong",
+                        files[1].0.display()
+                    )),
+                }
+            }
+            s => Err(format!(
+                "{} reported {s:?}, expected Failed",
+                files[1].0.display()
+            )),
+        }
+    });
+    report(label(what), outcome);
+
     // a source that does not exist is refused when added, naming it
+    started(&label("a missing source is refused, naming it"));
     let outcome = case.create("missing.state").and_then(|mut t| {
         let missing = case.dir.join("no-such-file");
         match t
@@ -263,4 +435,110 @@ pub fn run(
     });
     report(label("a missing source is refused, naming it"), outcome);
     let _ = std::fs::remove_dir_all(&case.dir);
+}
+
+/// Parse what [`resume_child`] printed: `STATUS\t<status>` and one
+/// `RESULT\t<status>\t<bytes>\t<crc32 or ->\t<source>\t<destination>` per file.
+fn parse_child(out: &str) -> Result<(TransferStatus, Vec<FileResult>), String> {
+    let status_of = |s: &str| match s {
+        "Idle" => Ok(TransferStatus::Idle),
+        "InProgress" => Ok(TransferStatus::InProgress),
+        "Complete" => Ok(TransferStatus::Complete),
+        "Failed" => Ok(TransferStatus::Failed),
+        "Cancelled" => Ok(TransferStatus::Cancelled),
+        _ => Err(format!("unknown status {s:?} from the resuming process")),
+    };
+    let mut status = None;
+    let mut results = Vec::new();
+    for line in out.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        match f.as_slice() {
+            ["STATUS", s] => status = Some(status_of(s)?),
+            ["RESULT", s, bytes, crc, src, dst] => results.push(FileResult {
+                source: (*src).into(),
+                destination: (*dst).into(),
+                bytes: bytes.parse().map_err(|e| format!("{line}: {e}"))?,
+                crc32: u32::from_str_radix(crc, 16)
+                    .ok()
+                    .map_or(abi_stable::std_types::RNone, abi_stable::std_types::RSome),
+                status: status_of(s)?,
+                error: abi_stable::std_types::RNone,
+            }),
+            _ => {}
+        }
+    }
+    Ok((
+        status.ok_or_else(|| format!("the resuming process printed no status: {out}"))?,
+        results,
+    ))
+}
+
+/// The hidden `--resume-child STATE` mode: in this new process, resume the transfer
+/// persisted in `state`, finish it and print its status and results for the parent.
+pub fn resume_child(
+    plugin: &Path,
+    names: &[String],
+    settings: &[String],
+    state: &Path,
+) -> std::process::ExitCode {
+    let run = || -> Result<(), String> {
+        let name = names.first().ok_or("--resume-child needs --transfer")?;
+        let mut registry = Registry::default();
+        registry.add_file(plugin, scr_host::registry::Origin::Explicit);
+        let settings: Vec<Param> = settings
+            .iter()
+            .filter_map(|p| p.split_once('='))
+            .map(|(k, v)| Param {
+                key: k.trim().into(),
+                value: v.trim().into(),
+            })
+            .collect();
+        let config = TransferConfig {
+            transfer_type: name.as_str().into(),
+            state_file: state.display().to_string().into(),
+            crc32: true,
+            preserve_metadata: true,
+            settings: settings.into(),
+        };
+        let world = inproc::World::new(&["conformance"], std::time::Duration::from_secs(600));
+        let services = world.member(0);
+        let h = scr_plugin::host_ref(&services);
+        let mut t = registry
+            .resume_transfer(&config, h.sabi_reborrow())
+            .map_err(|e| e.to_string())?;
+        let mut status = t
+            .test(h.sabi_reborrow())
+            .into_result()
+            .map_err(|e| e.to_string())?;
+        if status != TransferStatus::Complete {
+            t.dispatch(h.sabi_reborrow())
+                .into_result()
+                .map_err(|e| e.to_string())?;
+            status = t
+                .wait(h.sabi_reborrow())
+                .into_result()
+                .map_err(|e| e.to_string())?;
+        }
+        println!("STATUS\t{status:?}");
+        for r in t.results().into_result().map_err(|e| e.to_string())?.iter() {
+            println!(
+                "RESULT\t{:?}\t{}\t{}\t{}\t{}",
+                r.status,
+                r.bytes,
+                r.crc32
+                    .into_option()
+                    .map_or("-".to_string(), |c| format!("{c:08x}")),
+                r.source,
+                r.destination
+            );
+        }
+        Ok(())
+    };
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
 }

@@ -22,11 +22,16 @@ fn lib(name: &str) -> PathBuf {
 }
 
 fn run(args: &[&str]) -> (i32, String) {
+    run_env(args, &[])
+}
+
+fn run_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     // a singleton MPI process (no mpiexec); OpenMPI still needs its root settings
     let out = Command::new(env!("CARGO_BIN_EXE_scr-conformance"))
         .args(args)
         .env_clear()
         .envs(MPI_ENV)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     (
@@ -42,7 +47,7 @@ fn a_library_that_is_not_a_plugin_fails_at_load() {
     assert_eq!(code, 1, "{out}");
     assert_eq!(
         out,
-        "FAIL loads as an scr-rs plugin: not an scr-rs plugin: it exports no abi_stable root module (build it with scr_plugin::export_plugin!)\n0 passed, 1 failed\n"
+        "NOTE launched on 1 rank(s)\nFAIL loads as an scr-rs plugin: not an scr-rs plugin: it exports no abi_stable root module (build it with scr_plugin::export_plugin!)\n0 passed, 1 failed\n"
     );
 }
 
@@ -51,7 +56,7 @@ fn an_unimplemented_scheme_is_a_failure() {
     let p = lib("scr_rs");
     let (code, out) = run(&["--plugin", p.to_str().unwrap(), "--set-size", "8"]);
     assert_eq!(code, 1, "{out}");
-    let lines: Vec<&str> = out.lines().collect();
+    let lines: Vec<&str> = out.lines().skip(1).collect();
     assert_eq!(
         lines[0],
         "PASS loads as an scr-rs plugin: scr-rs 0.1.0 (ABI 1)"
@@ -70,16 +75,18 @@ fn panics_are_reported_per_case_and_the_run_goes_on() {
     let p = lib("scr_fixture_panic");
     let (code, out) = run(&["--plugin", p.to_str().unwrap(), "--param", "k=v"]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("FAIL scheme PANIC_NEW: instance for a set of 4: plugin "));
+    assert!(out.contains("FAIL scheme PANIC_NEW: instance for a set of 2: plugin "));
     assert!(out.contains("panicked in new_scheme: deliberate panic in new_scheme"));
     assert!(out.contains(
-        "PASS scheme PANIC_APPLY: describes itself: tolerates 0 lost member(s); panics in apply"
+        "PASS scheme PANIC_APPLY: set of 2: describes itself: tolerates 0 lost member(s); panics in apply"
     ));
     assert!(
-        out.contains("PASS scheme PANIC_DROP: describes itself"),
+        out.contains("PASS scheme PANIC_DROP: set of 2: describes itself"),
         "{out}"
     );
-    assert!(out.ends_with("7 passed, 1 failed\n"), "{out}");
+    // one rank cannot run the collective cases: that is a failure, never a skip
+    assert!(!out.contains("SKIP"), "{out}");
+    assert!(out.ends_with("7 passed, 3 failed\n"), "{out}");
 }
 
 #[test]
@@ -133,24 +140,27 @@ fn passes(ranks: u32, lib_name: &str, args: &[&str]) -> usize {
 
 #[test]
 fn shipped_schemes_pass_under_mpiexec_with_8_ranks() {
-    // five load and declaration cases, then the collective ones
-    assert_eq!(passes(8, "scr_single", &["--set-size", "8"]), 5 + 9);
-    assert_eq!(passes(8, "scr_partner", &["--set-size", "4"]), 5 + 84);
+    // totals: five load and declaration cases, then per set size the instance, its
+    // description and the collective cases
+    assert_eq!(passes(8, "scr_single", &["--set-size", "8"]), 41);
+    assert_eq!(passes(8, "scr_partner", &["--set-size", "4"]), 131);
     assert_eq!(
         passes(
             8,
             "scr_partner",
             &["--set-size", "8", "--param", "replicas=2"]
         ),
-        5 + 660
+        1225
     );
-    for (size, cases) in [(3, 66), (4, 84), (8, 156)] {
+    for (size, cases) in [(3, 95), (8, 301)] {
         assert_eq!(
             passes(8, "scr_xor", &["--set-size", &size.to_string()]),
-            5 + cases,
+            cases,
             "XOR set of {size}"
         );
     }
+    // by default: sets of 2, of 3 and of every rank in one run
+    assert_eq!(passes(4, "scr_xor", &[]), 284);
 }
 
 #[test]
@@ -158,12 +168,13 @@ fn a_scheme_that_lies_about_its_tolerance_fails_clearly() {
     let p = lib("scr_fixture_liar");
     let (code, out) = mpirun(4, &["--plugin", p.to_str().unwrap(), "--set-size", "4"]);
     assert_eq!(code, 1, "{out}");
+    assert!(out.starts_with("NOTE launched on 4 rank(s)\n"), "{out}");
     assert!(
-        out.contains("FAIL scheme LIAR: uniform: lose members [0] (Both), recover: member 0: 0 files returned, 1 expected"),
+        out.contains("FAIL scheme LIAR: set of 4: uniform: lose members [0] (Both), recover: member 0: 0 files returned, 1 expected"),
         "{out}"
     );
     assert!(
-        out.contains("FAIL scheme LIAR: varied: lose members [0, 1] (beyond the claim of 1), recover fails everywhere: recovered although more members were lost than the scheme tolerates"),
+        out.contains("FAIL scheme LIAR: set of 4: varied: lose members [0, 1] (beyond the claim of 1), recover is right or fails everywhere: recovered although more members were lost than the scheme tolerates, and wrongly: member 1: 0 files returned, 1 expected"),
         "{out}"
     );
     let last = out.lines().last().unwrap();
@@ -180,15 +191,26 @@ fn shipped_transfer_types_pass_and_an_absent_vendor_library_fails_clearly() {
     for t in ["sync", "pthread"] {
         let (code, out) = run(&["--plugin", plugin, "--transfer", t]);
         assert_eq!(code, 0, "{out}");
-        assert!(out.ends_with("7 passed, 0 failed\n"), "{out}");
+        assert!(
+            out.contains(&format!(
+                "PASS transfer {t}: cancelled mid-copy, resumed in a new process, byte-exact: "
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!(
+                "PASS transfer {t}: a source that vanishes mid-transfer is reported Failed"
+            )),
+            "{out}"
+        );
+        assert!(out.ends_with("9 passed, 0 failed\n"), "{out}");
     }
     for (t, stand_in) in [
         ("bbapi", "scr_fixture_bbapi"),
         ("dw", "scr_fixture_datawarp"),
     ] {
         let setting = format!("library={}", lib(stand_in).display());
-        let (code, out) = run(&["--plugin", plugin, "--transfer", t, "--setting", &setting]);
-        assert_eq!(code, 0, "{t}: {out}");
+        let (_, out) = run(&["--plugin", plugin, "--transfer", t, "--setting", &setting]);
         assert!(
             out.contains(&format!(
                 "PASS transfer {t}: copies files of every shape byte-exact"
@@ -203,4 +225,133 @@ fn shipped_transfer_types_pass_and_an_absent_vendor_library_fails_clearly() {
             && out.contains("unavailable: libbbAPI.so not found"),
         "{out}"
     );
+}
+
+/// `mpiexec -n 4` against one scheme of the untrustworthy fixture: it must fail, every
+/// failed case must be one of `allowed`, and `must` must be among them.
+fn untrustworthy(scheme: &str, must: &str, allowed: &[&str]) {
+    let p = lib("scr_fixture_untrustworthy");
+    let (code, out) = mpirun(
+        4,
+        &[
+            "--plugin",
+            p.to_str().unwrap(),
+            "--scheme",
+            scheme,
+            "--set-size",
+            "4",
+        ],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.starts_with("NOTE launched on 4 rank(s)\n"), "{out}");
+    assert!(out.contains(&format!("FAIL {must}")), "{out}");
+    for line in out.lines().filter(|l| l.starts_with("FAIL")) {
+        assert!(allowed.iter().any(|a| line.contains(a)), "{line}\n{out}");
+    }
+}
+
+#[test]
+fn a_scheme_that_trusts_a_corrupted_survivor_fails_naming_the_case() {
+    untrustworthy(
+        "TRUSTING",
+        "scheme TRUSTING: set of 4: uniform: member 1's data corrupted by one byte and member 0 lost, recover is right or fails everywhere: member 1: member 1: ",
+        &["corrupted by one byte"],
+    );
+}
+
+#[test]
+fn a_scheme_that_never_restores_lost_redundancy_fails_protected_again() {
+    untrustworthy(
+        "NOREPROTECT",
+        "scheme NOREPROTECT: set of 4: varied: after losing [0] (Both), lose member 3 too: protected again: unrecoverable: members [0, 3] lost files; a mirror rebuilds one",
+        &["protected again", "), recover: unrecoverable"],
+    );
+}
+
+#[test]
+fn a_scheme_whose_redundancy_files_disagree_with_apply_fails() {
+    untrustworthy(
+        "WRONGLIST",
+        "scheme WRONGLIST: set of 4: varied: redundancy_files lists exactly what apply wrote: member 0: redundancy_files lists [",
+        &["redundancy_files lists exactly what apply wrote"],
+    );
+}
+
+#[test]
+fn a_hang_is_reported_naming_the_case_and_plugin_and_the_scratch_dir_is_removed() {
+    let p = lib("scr_fixture_untrustworthy");
+    let dir = std::env::temp_dir().join(format!("scr-conformance-hang.{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (code, out) = mpirun(
+        2,
+        &[
+            "--plugin",
+            p.to_str().unwrap(),
+            "--scheme",
+            "HANG",
+            "--set-size",
+            "2",
+            "--timeout",
+            "3",
+            "--dir",
+            dir.to_str().unwrap(),
+        ],
+    );
+    assert_ne!(code, 0, "{out}");
+    assert!(out.starts_with("NOTE launched on 2 rank(s)\n"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "FAIL scheme HANG: set of 2: varied: apply: plugin {} did not return within 3 s (it hangs) in case `scheme HANG: set of 2: varied: apply`",
+            p.display()
+        )),
+        "{out}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    std::fs::remove_dir(&dir).unwrap();
+}
+
+#[test]
+fn too_few_ranks_fail_the_collective_cases_saying_how_to_launch() {
+    let p = lib("scr_xor");
+    let (code, out) = run(&["--plugin", p.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.starts_with("NOTE launched on 1 rank(s)\n"), "{out}");
+    assert!(!out.contains("SKIP"), "{out}");
+    assert!(
+        out.contains(&format!("FAIL scheme XOR: set of 2: collective cases: launched with 1 rank(s), but a set of 2 needs at least 2 (and every set at least 2): run `mpiexec -n 2 scr-conformance --plugin {} ...`", p.display())),
+        "{out}"
+    );
+    let (code, out) = mpirun(2, &["--plugin", p.to_str().unwrap(), "--set-size", "4"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.starts_with("NOTE launched on 2 rank(s)\n"), "{out}");
+    assert!(
+        out.contains("FAIL scheme XOR: set of 4: collective cases: launched with 2 rank(s), but a set of 4 needs at least 4"),
+        "{out}"
+    );
+    assert!(out.contains("run `mpiexec -n 4 scr-conformance"), "{out}");
+}
+
+#[test]
+fn a_transfer_that_lies_is_caught_by_reading_the_destinations() {
+    let p = lib("scr_fixture_lying_transfer");
+    let plugin = p.to_str().unwrap();
+    let copy =
+        "FAIL transfer LYING: copies files of every shape byte-exact with CRC32 and metadata: ";
+    for (lie, why) in [
+        ("nocopy", "empty.dat: No such file or directory (os error 2), although the transfer reported it Complete"),
+        ("flip", "one.dat differs from its source (1 bytes, expected 1, first difference at byte 0) although the transfer reported it Complete"),
+        ("swap", "result 0 is for "),
+    ] {
+        let (code, out) = run_env(
+            &["--plugin", plugin, "--transfer", "LYING"],
+            &[("SCR_FIXTURE_LIE", lie)],
+        );
+        assert_eq!(code, 1, "{lie}: {out}");
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(copy))
+            .unwrap_or_else(|| panic!("{lie}: {out}"));
+        assert!(line.contains(why), "{lie}: {line}");
+    }
 }

@@ -20,7 +20,8 @@
 //! - [`Params`]: typed access to descriptor parameters and plugin settings.
 //! - Helpers shared by the shipped schemes: [`lofi`] (a member's files as one
 //!   zero-padded logical file), [`redfile`] (redundancy files with a checksummed header)
-//!   and [`collect`] (flags and variable-length exchanges over the host services).
+//!   [`collect`] (flags and variable-length exchanges over the host services) and
+//!   [`verify`] (files checked against their recorded size and CRC32).
 //! - [`conformance`]: the scheme cases `scr-conformance` runs, usable from a plugin's own
 //!   unit tests over [`inproc`].
 //!
@@ -93,6 +94,7 @@ pub mod lofi;
 mod params;
 mod plugin;
 pub mod redfile;
+pub mod verify;
 
 pub use abi::{
     DatasetFiles, FfiScheme, FfiTransfer, FileMeta, FileResult, HostRef, HostServices, LibraryInfo,

@@ -62,10 +62,34 @@ pub trait Scheme: Send + Sync + 'static {
     /// Encode this member's logical file into redundancy files; return their paths.
     fn apply(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<Vec<String>>;
     /// Rebuild lost members' files, or fail the same way everywhere.
+    ///
+    /// Integrity contract (never hand back wrong bytes as a good checkpoint):
+    ///
+    /// - `request.files` is `RNone` for a member that lost its files. The host normally
+    ///   verifies every member's files before the call, but a scheme must not rely on it:
+    ///   when any member of the set lost data or redundancy, every survivor whose data
+    ///   will feed the rebuild checks it first ([`verify_files`](crate::verify::verify_files):
+    ///   size, and CRC32 when recorded) and a survivor that fails counts as lost. To keep
+    ///   the common no-loss path cheap, gather the loss flags from presence first and
+    ///   verify only when something is lost (then gather again).
+    /// - What was rebuilt is checked against the sizes and CRC32s carried in the
+    ///   redundancy data (a redundancy-file header, a partner's metadata) before success
+    ///   is returned; on a mismatch the rebuilt files are removed and every member fails
+    ///   alike ([`Failures::agree`](crate::collect::Failures::agree)).
+    /// - The returned [`FileMeta`] of a rebuilt file carries the CRC32 from the
+    ///   redundancy data, so the host can record and check it again.
+    /// - On success the set is protected again: every redundancy file a member lost is
+    ///   written again, so a further tolerated loss can be rebuilt.
+    /// - More losses than [`describe`](Self::describe) claims fail with
+    ///   [`UNRECOVERABLE`](ErrorCode::UNRECOVERABLE) on every member, leaving no lost
+    ///   file looking recovered.
     fn recover(&self, host: &Host<'_>, request: &RecoverRequest) -> PluginResult<Vec<FileMeta>>;
-    /// The redundancy files this member holds for `dataset`.
+    /// The redundancy files this member holds for `dataset`: exactly the paths `apply`
+    /// returned and wrote (the host moves, flushes and deletes by this list, so a file
+    /// missing from it is lost on flush and one too many is a dangling name).
     fn redundancy_files(&self, dataset: &DatasetFiles) -> PluginResult<Vec<String>>;
-    /// Remove this member's redundancy files for `dataset`.
+    /// Remove this member's redundancy files for `dataset`, leaving nothing of the
+    /// scheme's behind in the dataset directory (temporary files included).
     fn remove(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<()>;
 }
 

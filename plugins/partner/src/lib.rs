@@ -12,9 +12,11 @@ use std::path::{Path, PathBuf};
 use scr_plugin::collect::{gather_flags, recv_bytes, send_bytes, sendrecv_bytes, Failures};
 use scr_plugin::lofi::{restore_metadata, LogicalFile};
 use scr_plugin::redfile::{self, open_verified, RedHeader, RedReader, RedWriter, StoredMeta};
+use scr_plugin::verify::verify_files;
 use scr_plugin::{
-    DatasetFiles, ErrorCode, FileMeta, Host, Params, PluginError, PluginLibrary, PluginResult,
-    RecoverRequest, ReduceOp, Scheme, SchemeConfig, SchemeDescription,
+    abi_stable::std_types::{RNone, RSome},
+    DatasetFiles, ErrorCode, FileMeta, Host, LogLevel, Params, PluginError, PluginLibrary,
+    PluginResult, RecoverRequest, ReduceOp, Scheme, SchemeConfig, SchemeDescription,
 };
 
 /// The library's identity and the names it provides.
@@ -160,6 +162,26 @@ impl Scheme for PartnerScheme {
                 .unwrap_or_default()
                 .into_vec());
         }
+        // Something is lost, so survivors' data will be copied again by the apply that
+        // re-protects the set: a survivor whose files do not match their recorded size
+        // and CRC32 counts as lost too (its copy on a partner is rebuilt in its place)
+        // rather than spreading wrong bytes. Only paid when something is lost.
+        let mine_bad = match &request.files {
+            RSome(files) => verify_files(files)
+                .map_err(|e| {
+                    host.log(
+                        LogLevel::Warn,
+                        &format!("PARTNER: {e}; rebuilding this member from a partner's copy"),
+                    );
+                })
+                .is_err(),
+            RNone => false,
+        };
+        let data_lost = if host.all_agree(!mine_bad)? {
+            data_lost
+        } else {
+            gather_flags(host, request.files.is_none() || mine_bad)?
+        };
         // who can give each lost member its files back: its nearest partner whose
         // redundancy file checked out
         let mut providers = Vec::new();
@@ -224,8 +246,18 @@ impl Scheme for PartnerScheme {
                 if let Some(l) = lofi.as_mut() {
                     failure.note(l.sync());
                 }
+                drop(lofi);
+                // never hand back bytes that differ from what the copy's metadata
+                // records (size, CRC32): a wrong rebuild must fail, not look recovered
+                if failure.is_empty() && failure.note(verify_files(&metas)).is_none() {
+                    for m in &metas {
+                        let _ = std::fs::remove_file(m.path.as_str());
+                    }
+                }
                 for m in &metas {
-                    failure.note(restore_metadata(m));
+                    if failure.is_empty() {
+                        failure.note(restore_metadata(m));
+                    }
                 }
                 rebuilt = Some(metas);
             }

@@ -16,9 +16,11 @@ use std::path::{Path, PathBuf};
 use scr_plugin::collect::{gather_flags, recv_bytes, send_bytes, sendrecv_bytes, Failures};
 use scr_plugin::lofi::{restore_metadata, LogicalFile};
 use scr_plugin::redfile::{self, open_verified, RedHeader, RedReader, RedWriter, StoredMeta};
+use scr_plugin::verify::verify_files;
 use scr_plugin::{
-    DatasetFiles, ErrorCode, FileMeta, Host, Params, PluginError, PluginLibrary, PluginResult,
-    RecoverRequest, ReduceOp, Scheme, SchemeConfig, SchemeDescription,
+    abi_stable::std_types::{RNone, RSome},
+    DatasetFiles, ErrorCode, FileMeta, Host, LogLevel, Params, PluginError, PluginLibrary,
+    PluginResult, RecoverRequest, ReduceOp, Scheme, SchemeConfig, SchemeDescription,
 };
 
 /// The library's identity and the names it provides.
@@ -173,9 +175,8 @@ impl Scheme for XorScheme {
             .ok()
             .filter(|r| r.header.matches("XOR", request.dataset_id, n, me));
         let data_ok = request.files.is_some();
-        let lost = gather_flags(host, !(data_ok && red.is_some()))?;
-        let lost_members: Vec<u32> = (0..n).filter(|&m| lost[m as usize]).collect();
-        if lost_members.is_empty() {
+        let mut lost = gather_flags(host, !(data_ok && red.is_some()))?;
+        if !lost.contains(&true) {
             return Ok(request
                 .files
                 .clone()
@@ -183,6 +184,19 @@ impl Scheme for XorScheme {
                 .unwrap_or_default()
                 .into_vec());
         }
+        // A rebuild reads every survivor's data: a survivor whose files do not match
+        // their recorded size and CRC32 would put wrong bytes into the lost member's
+        // files, so it counts as lost too. Only paid when something is lost.
+        let mine_bad = match &request.files {
+            RSome(files) => verify_files(files)
+                .map_err(|e| host.log(LogLevel::Warn, &format!("XOR: {e}; counted as lost")))
+                .is_err(),
+            RNone => false,
+        };
+        if !host.all_agree(!mine_bad)? {
+            lost = gather_flags(host, !(data_ok && !mine_bad && red.is_some()))?;
+        }
+        let lost_members: Vec<u32> = (0..n).filter(|&m| lost[m as usize]).collect();
         if lost_members.len() > 1 || n < 2 {
             return Err(PluginError::new(
                 ErrorCode::UNRECOVERABLE,
@@ -314,8 +328,19 @@ impl Scheme for XorScheme {
             if let Some(l) = lofi.as_mut() {
                 failure.note(l.sync());
             }
+            drop(lofi);
+            // the rebuilt files must match the size and CRC32 the neighbour's header
+            // recorded for them, or the rebuild fails on every member and nothing that
+            // looks recovered is left behind
+            if failure.is_empty() && failure.note(verify_files(&own_metas)).is_none() {
+                for m in &own_metas {
+                    let _ = std::fs::remove_file(m.path.as_str());
+                }
+            }
             for m in &own_metas {
-                failure.note(restore_metadata(m));
+                if failure.is_empty() {
+                    failure.note(restore_metadata(m));
+                }
             }
             if let (Some(w), true) = (writer, failure.is_empty()) {
                 let header = RedHeader {

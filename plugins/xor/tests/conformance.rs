@@ -1,5 +1,6 @@
 //! XOR against the conformance cases on in-process members: every single loss (data,
-//! redundancy or both) is rebuilt byte-exact, two losses fail alike everywhere.
+//! redundancy or both) is rebuilt byte-exact and protected again, every two losses fail
+//! alike everywhere, a corrupted survivor is never trusted.
 
 use scr_plugin::conformance::{run_scheme_cases, CaseResult};
 use scr_plugin::inproc;
@@ -24,8 +25,30 @@ fn run(set_size: u32) {
     );
     let failed: Vec<&CaseResult> = first.iter().filter(|c| c.failure.is_some()).collect();
     assert!(failed.is_empty(), "set of {set_size}: {failed:#?}");
-    // 3 shapes × (2 applies + n patterns × 3 kinds × 2 + beyond + corrupt)
-    assert_eq!(first.len() as u32, 3 * (2 + set_size * 6 + 2), "{first:#?}");
+    assert_eq!(first.len() as u32, expected_cases(set_size), "{first:#?}");
+    // the integrity cases really ran
+    for needle in [
+        "corrupted by one byte",
+        "protected again",
+        "(beyond the claim of 1)",
+        "corrupted redundancy header on member ",
+        "redundancy_files lists exactly what apply wrote",
+        "remove leaves nothing behind",
+    ] {
+        assert!(first.iter().any(|c| c.name.contains(needle)), "{needle}");
+    }
+}
+
+/// Per shape: 2 applies, the redundancy-file list, n single losses × 3 kinds × (recover,
+/// one more loss), every pair beyond the claim, a corrupted header on each member and
+/// remove; plus the corrupted-survivor pairs in the uniform shape.
+fn expected_cases(n: u32) -> u32 {
+    let pairs = if n * (n - 1) <= 30 {
+        n * (n - 1)
+    } else {
+        n * 4
+    };
+    3 * (3 + n * 3 * 2 + n * (n - 1) / 2 + n + 1) + pairs
 }
 
 #[test]
