@@ -510,10 +510,12 @@ pub fn resume_child(
             .test(h.sabi_reborrow())
             .into_result()
             .map_err(|e| e.to_string())?;
-        if status != TransferStatus::Complete {
+        if matches!(status, TransferStatus::Idle | TransferStatus::Cancelled) {
             t.dispatch(h.sabi_reborrow())
                 .into_result()
                 .map_err(|e| e.to_string())?;
+        }
+        if status != TransferStatus::Complete {
             status = t
                 .wait(h.sabi_reborrow())
                 .into_result()

@@ -210,13 +210,15 @@ fn shipped_transfer_types_pass_and_an_absent_vendor_library_fails_clearly() {
         ("dw", "scr_fixture_datawarp"),
     ] {
         let setting = format!("library={}", lib(stand_in).display());
-        let (_, out) = run(&["--plugin", plugin, "--transfer", t, "--setting", &setting]);
+        let (code, out) = run(&["--plugin", plugin, "--transfer", t, "--setting", &setting]);
+        assert_eq!(code, 0, "{out}");
         assert!(
             out.contains(&format!(
                 "PASS transfer {t}: copies files of every shape byte-exact"
             )),
             "{out}"
         );
+        assert!(out.ends_with("9 passed, 0 failed\n"), "{out}");
     }
     let (code, out) = run(&["--plugin", plugin, "--transfer", "bbapi"]);
     assert_eq!(code, 1, "{out}");

@@ -164,6 +164,10 @@ struct VendorState {
     crc: bool,
     #[serde(default)]
     preserve: bool,
+    /// How many times the transfer was started over after a cancel: part of the
+    /// vendor tag, so a restarted transfer never reuses a cancelled one's handle.
+    #[serde(default)]
+    restarts: u32,
 }
 
 /// A `bbapi` or `dw` transfer.
@@ -176,6 +180,9 @@ pub struct VendorTransfer {
     status: TransferStatus,
     error: Option<String>,
     crcs: Vec<Option<u32>>,
+    /// Per file, why it failed after the vendor reported the copy done (CRC or
+    /// metadata); empty until then.
+    file_errors: Vec<Option<String>>,
     /// Whether this transfer counts among libbbAPI's users (see [`BB_USERS`]).
     bb_user: bool,
 }
@@ -215,6 +222,7 @@ impl VendorTransfer {
             status,
             error: None,
             crcs: Vec::new(),
+            file_errors: Vec::new(),
             bb_user: false,
         };
         t.persist()?;
@@ -328,8 +336,10 @@ impl VendorTransfer {
                 return Err(self.bb_error("BB_AddFiles", rc));
             }
         }
-        // a tag unique to this transfer: a hash of its state file's path
-        let tag = crc32fast::hash(self.state_file.to_string_lossy().as_bytes()) as u64;
+        // a tag unique to this transfer: a hash of its state file's path and how often
+        // it was started over
+        let tag = crc32fast::hash(self.state_file.to_string_lossy().as_bytes()) as u64
+            | (u64::from(self.state.restarts) << 32);
         let contrib = [0u32];
         let mut handle = 0u64;
         // SAFETY: BB_GetTransferHandle(tag, numcontrib, contrib[], &handle) reads
@@ -443,26 +453,38 @@ impl VendorTransfer {
         } else {
             self.dw_status()?
         };
+        let mut s = s;
         if s == TransferStatus::Complete && self.crcs.is_empty() {
             // the vendor copies bytes; the CRC32 is taken from the destination afterwards
-            // and the source's mode and times are applied here
+            // and the source's mode and times are applied here. A file where either
+            // fails (e.g. its source vanished, so its metadata is unknown) is Failed on
+            // its own, and so is the transfer: never an error for the whole call.
             let mut crcs = Vec::with_capacity(self.state.files.len());
-            for (_, d) in &self.state.files {
-                crcs.push(if self.state.crc {
-                    Some(file_crc(d)?)
+            let mut errors = Vec::with_capacity(self.state.files.len());
+            for (src, dst) in &self.state.files {
+                let crc = if self.state.crc {
+                    file_crc(dst).map(Some)
                 } else {
-                    None
-                });
+                    Ok(None)
+                };
+                let meta = if self.state.preserve {
+                    crate::copy::copy_metadata(std::path::Path::new(src), std::path::Path::new(dst))
+                } else {
+                    Ok(())
+                };
+                let err = crc
+                    .as_ref()
+                    .err()
+                    .or(meta.as_ref().err())
+                    .map(|e| e.message().to_string());
+                crcs.push(crc.ok().flatten());
+                errors.push(err);
             }
             self.crcs = crcs;
-            if self.state.preserve {
-                for (src, dst) in &self.state.files {
-                    crate::copy::copy_metadata(
-                        std::path::Path::new(src),
-                        std::path::Path::new(dst),
-                    )?;
-                }
+            if errors.iter().any(Option::is_some) {
+                s = TransferStatus::Failed;
             }
+            self.file_errors = errors;
         }
         self.status = s;
         Ok(s)
@@ -482,6 +504,32 @@ impl Transfer for VendorTransfer {
     }
 
     fn dispatch(&mut self, _host: &Host<'_>) -> PluginResult<()> {
+        if self.state.dispatched && !self.state.cancelled {
+            // already running (e.g. resumed from its state file): a second vendor
+            // transfer of the same files would race the first
+            return Ok(());
+        }
+        if self.state.cancelled {
+            // A vendor copy cannot continue where it stopped (the vendor library keeps
+            // no per-chunk progress we could verify, and cancel removed the partial
+            // destinations): dispatching a cancelled transfer again starts it over.
+            self.state.cancelled = false;
+            self.state.dispatched = false;
+            self.state.handle = None;
+            self.state.restarts += 1;
+            self.crcs.clear();
+            self.file_errors.clear();
+            self.error = None;
+            self.status = TransferStatus::Idle;
+            if let Some(def) = self.def.take() {
+                type Free = unsafe extern "C" fn(*mut std::ffi::c_void) -> c_int;
+                if let Ok(f) = self.sym::<Free>(b"BB_FreeTransferDef\0") {
+                    // SAFETY: `def` came from BB_CreateTransferDef and is freed once
+                    // (taken out of `self.def`).
+                    unsafe { f(def) };
+                }
+            }
+        }
         for (_, d) in &self.state.files {
             if let Some(dir) = std::path::Path::new(d).parent() {
                 std::fs::create_dir_all(dir).map_err(|e| PluginError::io(dir.display(), e))?;
@@ -571,8 +619,17 @@ impl Transfer for VendorTransfer {
                     0
                 },
                 crc32: self.crcs.get(i).copied().flatten().into(),
-                status: self.status,
-                error: self.error.clone().map(Into::into).into(),
+                status: match self.file_errors.get(i) {
+                    Some(Some(_)) => TransferStatus::Failed,
+                    // the others copied whole: Complete even when a sibling failed
+                    Some(None) if self.status == TransferStatus::Failed => TransferStatus::Complete,
+                    _ => self.status,
+                },
+                error: match self.file_errors.get(i) {
+                    Some(Some(e)) => Some(e.as_str().into()),
+                    _ => self.error.clone().map(Into::into),
+                }
+                .into(),
             })
             .collect())
     }

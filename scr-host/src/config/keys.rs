@@ -159,7 +159,7 @@ pub const KEYS: &[Key] = &[
     Key { name: "crc_on_restart", ty: Type::Bool, default: Default::Fixed("true"),
           doc: "Check every cached file against its recorded size and CRC32 at init, before it is offered for restart, read by a rebuild, or recorded as rebuilt; a file that fails counts as lost. It costs one read of the cached data at init" },
     Key { name: "crc_on_flush", ty: Type::Bool, default: Default::Fixed("true"),
-          doc: "Compute and check CRC32 of files during flush and fetch" },
+          doc: "Also ask the transfer type for the CRC32 of what it copied, checked against the host's; the host re-reads every flushed or fetched file and checks its size and CRC32 in any case" },
     Key { name: "crc_on_delete", ty: Type::Bool, default: Default::Fixed("false"),
           doc: "Check CRC32 of files before deleting them from cache" },
     Key { name: "checkpoint_interval", ty: U, default: Default::Fixed("0"),

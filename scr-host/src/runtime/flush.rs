@@ -494,7 +494,9 @@ impl Runtime {
         let config = TransferConfig {
             transfer_type: label.transfer_type.as_str().into(),
             state_file: state_file.display().to_string().into(),
-            crc32: true,
+            // the host re-reads every destination and checks its CRC32 whatever the
+            // transfer says; crc_on_flush adds the transfer's own CRC as a second check
+            crc32: self.config.bool("crc_on_flush"),
             preserve_metadata: true,
             settings: self.config.plugin_settings(&label.transfer_type).into(),
         };

@@ -46,6 +46,9 @@ pub unsafe extern "C" fn dw_stage_file_out(
     let s = Arc::clone(&state);
     let handle = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(5));
+        if *s.lock().unwrap() == State::Terminated {
+            return;
+        }
         let ok = !fail("transfer") && std::fs::copy(&src, &dst).is_ok();
         let mut st = s.lock().unwrap();
         if *st == State::Pending {
@@ -102,8 +105,14 @@ pub unsafe extern "C" fn dw_wait_file_stage(dw: *const c_char) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn dw_terminate_file_stage(dw: *const c_char) -> c_int {
     let key = unsafe { text(dw) };
-    if let Some(s) = stages().lock().unwrap().get(&key) {
+    // like DataWarp, no byte is written after the terminate returns: the copy thread
+    // is told to stop and waited for
+    let handle = stages().lock().unwrap().get_mut(&key).and_then(|s| {
         *s.0.lock().unwrap() = State::Terminated;
+        s.1.take()
+    });
+    if let Some(h) = handle {
+        let _ = h.join();
     }
     0
 }
