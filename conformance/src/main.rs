@@ -49,6 +49,12 @@ struct Args {
     /// `library=/opt/ibm/bb/lib/libbbAPI.so`), passed to every transfer (repeatable).
     #[arg(long = "setting", value_name = "KEY=VALUE")]
     settings: Vec<String>,
+    /// Ranks per simulated node (failure group): with more than 1, consecutive ranks
+    /// share a node and sets are formed as the runtime forms them — no two members of a
+    /// set on one node, so members' world ranks are not consecutive and sets may be larger
+    /// than `--set-size` (it is the minimum, as in SCR).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    ranks_per_node: u32,
     /// Directory for the members' files (default: the system temporary directory).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
@@ -449,30 +455,62 @@ fn collective_cases(
     // a directory unique to this run: rank 0's process id
     let mut job = std::process::id();
     world.process_at_rank(0).broadcast_into(&mut job);
-    // full sets of `size` consecutive ranks; leftover ranks take no part
-    let sets = ranks / size;
     let rank = world.rank() as u32;
-    let set = rank / size;
-    let active = set < sets;
-    if rank == 0 && sets * size < ranks {
-        println!(
-            "NOTE scheme {name}: ranks {}..{} are not in a set of {size} and stay idle",
-            sets * size,
-            ranks - 1
-        );
-    }
-    let color = if active {
-        mpi::topology::Color::with_value(set as i32)
+    let per_node = args.ranks_per_node;
+    let nodes: Vec<String> = (0..ranks)
+        .map(|r| format!("node{}", r / per_node))
+        .collect();
+    // the first member of every set that runs: each sends its set's cases to rank 0
+    let leaders: Vec<u32>;
+    let (set, members): (Option<u32>, Vec<u32>) = if per_node > 1 {
+        // as the runtime forms them: members of a set on distinct nodes; a set of one
+        // member (not enough nodes) takes no part
+        let sets = scr_host::runtime::form_sets(&nodes, size as usize);
+        if rank == 0 {
+            let shapes: Vec<String> = sets.iter().map(|s| format!("{:?}", s.members)).collect();
+            println!(
+                "NOTE scheme {name}: {per_node} ranks per node, sets {}",
+                shapes.join(" ")
+            );
+        }
+        leaders = sets
+            .iter()
+            .filter(|s| s.members.len() >= 2)
+            .map(|s| s.members[0])
+            .collect();
+        sets.into_iter()
+            .find(|s| s.members.contains(&rank) && s.members.len() >= 2)
+            .map_or((None, Vec::new()), |s| (Some(s.id as u32), s.members))
     } else {
-        mpi::topology::Color::undefined()
+        // full sets of `size` consecutive ranks; leftover ranks take no part
+        let sets = ranks / size;
+        if rank == 0 && sets * size < ranks {
+            println!(
+                "NOTE scheme {name}: ranks {}..{} are not in a set of {size} and stay idle",
+                sets * size,
+                ranks - 1
+            );
+        }
+        leaders = (0..sets).map(|s| s * size).collect();
+        let set = rank / size;
+        if set < sets {
+            (Some(set), (set * size..(set + 1) * size).collect())
+        } else {
+            (None, Vec::new())
+        }
     };
-    let Some(comm) = world.split_by_color_with_key(color, rank as i32) else {
+    let position = members.iter().position(|&m| m == rank).unwrap_or(0) as u32;
+    let color = match set {
+        Some(s) => mpi::topology::Color::with_value(s as i32),
+        None => mpi::topology::Color::undefined(),
+    };
+    let Some(comm) = world.split_by_color_with_key(color, position as i32) else {
         world.barrier();
         world.barrier();
         return;
     };
-    let members: Vec<u32> = (set * size..(set + 1) * size).collect();
-    let groups = members.iter().map(|m| format!("node{m}")).collect();
+    let set_members = members.len() as u32;
+    let groups = members.iter().map(|&m| nodes[m as usize].clone()).collect();
     let host_services = MpiHost::new(comm, members, groups, rank, 0);
     let raw = scr_plugin::host_ref(&host_services);
     let host = scr_plugin::Host::new(raw);
@@ -485,8 +523,8 @@ fn collective_cases(
         scheme: name.into(),
         params: params.to_vec().into(),
         settings: Default::default(),
-        members: size,
-        member: rank % size,
+        members: set_members,
+        member: position,
         world_rank: rank,
     };
     let base = args
@@ -497,7 +535,11 @@ fn collective_cases(
     let dir = base.join(format!("rank{rank}"));
     scratch(&base);
     let mut cases: Vec<CaseResult> = Vec::new();
-    let prefix = format!("scheme {name}: set of {size}");
+    let prefix = if per_node > 1 {
+        format!("scheme {name}: set of {size}, {per_node} ranks per node")
+    } else {
+        format!("scheme {name}: set of {size}")
+    };
     let outcome = registry
         .new_scheme(&config)
         .map_err(|e| e.to_string())
@@ -536,7 +578,7 @@ fn collective_cases(
             .iter()
             .map(|c| (c.name.clone(), c.failure.clone()))
             .collect();
-        for leader in (size..sets * size).step_by(size as usize) {
+        for &leader in leaders.iter().filter(|&&l| l != 0) {
             let p = world.process_at_rank(leader as i32);
             let mut len = 0u64;
             p.receive_into(&mut len);
@@ -560,7 +602,7 @@ fn collective_cases(
         for (n, f) in merged {
             report.case(&format!("{prefix}: {n}"), f.map_or(Ok(String::new()), Err));
         }
-    } else if rank % size == 0 {
+    } else if leaders.contains(&rank) {
         let bytes = encode(&cases);
         let root = world.process_at_rank(0);
         root.send(&(bytes.len() as u64));

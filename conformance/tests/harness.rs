@@ -163,6 +163,35 @@ fn shipped_schemes_pass_under_mpiexec_with_8_ranks() {
     assert_eq!(passes(4, "scr_xor", &[]), 284);
 }
 
+/// Ranks sharing failure groups: 2 ranks per node, sets formed across nodes as the
+/// runtime forms them (members' world ranks not consecutive, two members of other sets
+/// on each node).
+#[test]
+fn shipped_schemes_pass_with_ranks_sharing_nodes() {
+    for lib_name in ["scr_xor", "scr_partner"] {
+        let p = lib(lib_name);
+        let (code, out) = mpirun(
+            4,
+            &[
+                "--plugin",
+                p.to_str().unwrap(),
+                "--set-size",
+                "2",
+                "--ranks-per-node",
+                "2",
+            ],
+        );
+        assert_eq!(code, 0, "{out}");
+        assert!(out.starts_with("NOTE launched on 4 rank(s)\n"), "{out}");
+        assert!(
+            out.contains(": 2 ranks per node, sets [0, 2] [1, 3]\n"),
+            "{out}"
+        );
+        assert!(out.contains("PASS scheme "), "{out}");
+        assert!(out.ends_with(" passed, 0 failed\n"), "{out}");
+    }
+}
+
 #[test]
 fn a_scheme_that_lies_about_its_tolerance_fails_clearly() {
     let p = lib("scr_fixture_liar");

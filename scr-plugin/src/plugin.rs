@@ -56,6 +56,15 @@ fn panic_message(payload: &(dyn Any + Send)) -> &str {
 /// [`Host::all_agree`]). A panic is caught and becomes an error on the member that
 /// panicked only: the other members cannot learn of it and may wait for messages that never
 /// come, so collective code must return errors rather than panic.
+///
+/// What the scr-rs host does when a member fails alone: after every collective call each
+/// member enters a non-blocking barrier of the set. When all members returned (an error
+/// everywhere, or an error on some and success on others), the host agrees on the outcome
+/// and every rank of the job gets the same error. When the member that failed (error or
+/// caught panic) sees that the others have not returned within `abort_timeout` seconds
+/// (default 60) — they are waiting inside the plugin for it — it ends the job with
+/// `MPI_Abort`, after printing the plugin file, the call, the dataset and the error: an
+/// abort with a reason is better than a hang that burns the allocation.
 pub trait Scheme: Send + Sync + 'static {
     /// Name, tolerated losses and a one-line summary.
     fn describe(&self) -> PluginResult<SchemeDescription>;

@@ -245,12 +245,7 @@ fn a_failed_flush_of_a_reused_name_leaves_the_old_files_byte_identical() {
     assert_ok(&heat(&c, &["--steps", "22"]));
     let old = contents(&files(&c, "ckpt.20"));
     let old_id = entry(&c, "ckpt.20").id;
-    let pin = std::process::Command::new(scr_e2e::binary("scr"))
-        .args(["index", "current", "ckpt.10", "--prefix"])
-        .arg(c.prefix())
-        .output()
-        .unwrap();
-    assert!(pin.status.success(), "{pin:?}");
+    pin_current(&c, "ckpt.10");
     wipe_caches(&c);
     // fetch ckpt.10 into cache with the honest type
     let fetched = heat(&c, &["--steps", "12"]);
@@ -290,12 +285,7 @@ fn a_failed_flush_of_a_reused_name_leaves_the_old_files_byte_identical() {
 
     // the old ckpt.20 is still the one to restart from, byte-exact
     tell_the_truth(&mut c);
-    let pin = std::process::Command::new(scr_e2e::binary("scr"))
-        .args(["index", "current", "ckpt.20", "--prefix"])
-        .arg(c.prefix())
-        .output()
-        .unwrap();
-    assert!(pin.status.success(), "{pin:?}");
+    pin_current(&c, "ckpt.20");
     wipe_caches(&c);
     let last = heat(&c, &["--steps", "30"]);
     assert_ok(&last);
@@ -307,6 +297,16 @@ fn a_failed_flush_of_a_reused_name_leaves_the_old_files_byte_identical() {
     assert_eq!(last.final_state(), reference(30));
 }
 
+/// `scr index current NAME`: make NAME the checkpoint the next fetch starts from.
+fn pin_current(c: &Cluster, name: &str) {
+    let pin = std::process::Command::new(scr_e2e::binary("scr"))
+        .args(["index", "current", name, "--prefix"])
+        .arg(c.prefix())
+        .output()
+        .unwrap();
+    assert!(pin.status.success(), "{pin:?}");
+}
+
 /// A rerun's successful flush of a reused name goes beside the old files; rank2file
 /// records where, and the fetch finds it there.
 #[test]
@@ -314,12 +314,7 @@ fn a_reused_name_is_flushed_beside_the_old_files_and_fetched_from_there() {
     let c = cluster();
     assert_ok(&heat(&c, &["--steps", "22"]));
     let old = contents(&files(&c, "ckpt.20"));
-    let pin = std::process::Command::new(scr_e2e::binary("scr"))
-        .args(["index", "current", "ckpt.10", "--prefix"])
-        .arg(c.prefix())
-        .output()
-        .unwrap();
-    assert!(pin.status.success(), "{pin:?}");
+    pin_current(&c, "ckpt.10");
     wipe_caches(&c);
     let rerun = heat(&c, &["--steps", "22"]);
     assert_ok(&rerun);
