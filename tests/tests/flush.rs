@@ -350,3 +350,43 @@ fn the_restart_point_follows_new_flushes_and_duplicate_names_need_an_id() {
         "a listed file was deleted"
     );
 }
+
+/// `scr index drop --delete` deletes what rank2file lists, so a forged or damaged map
+/// naming a file outside the prefix (absolute, or through `..`) must not reach it: that
+/// entry is refused with a message and the file stays.
+#[test]
+fn index_drop_delete_never_follows_a_name_out_of_the_prefix() {
+    use scr_host::runtime::prefix::{self, FlushedFile, Rank2File};
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "2");
+    assert_eq!(heat(&c, &["--steps", "12"]).code, 0);
+    let id = Index::load(&c.prefix())
+        .unwrap()
+        .datasets
+        .values()
+        .find(|e| e.name == "ckpt.10")
+        .expect("ckpt.10 flushed")
+        .id;
+    let victim = c.path("outside.dat");
+    std::fs::write(&victim, b"not the library's").unwrap();
+    let mut map = Rank2File::load(&c.prefix(), id).unwrap();
+    let forged = [
+        victim.display().to_string(),
+        "../outside.dat".to_string(),
+        "ckpt.10/../../outside.dat".to_string(),
+    ];
+    for name in &forged {
+        map.ranks.entry(0).or_default().push(FlushedFile {
+            name: name.clone(),
+            size: 17,
+            ..FlushedFile::default()
+        });
+    }
+    prefix::write(&Rank2File::path(&c.prefix(), id), "rank2file", &map).unwrap();
+    let (code, out, err) = scr(&c, &["index", "drop", "ckpt.10", "--delete"]);
+    assert_eq!((code, out.as_str()), (0, "dropped ckpt.10\n"), "{err}");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"not the library's");
+    assert_eq!(err.matches("not deleted").count(), forged.len(), "{err}");
+    // the genuine files are gone
+    assert!(!c.prefix().join("ckpt.10/rank_0.ckpt").exists());
+}

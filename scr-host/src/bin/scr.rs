@@ -239,15 +239,23 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
                 .filter(|&id| if after { id > anchor } else { id == anchor })
                 .collect();
             if *delete {
-                // the files of each dataset, per rank2file, except paths a dataset that
-                // stays in the index still lists; a progress bar for big ones
+                // the files of each dataset, per rank2file (where each was stored: a
+                // flush whose names clashed went under .scr), except paths a dataset
+                // that stays in the index still lists; a name that would leave the
+                // prefix (a damaged or forged map) is refused, never deleted
                 let paths_of = |id: &u64| -> Vec<PathBuf> {
                     Rank2File::load(&prefix, *id)
                         .map(|m| {
                             m.ranks
                                 .into_values()
                                 .flatten()
-                                .map(|f| prefix.join(f.name))
+                                .filter_map(|f| {
+                                    f.stored_path(&prefix)
+                                        .map_err(|e| {
+                                            eprintln!("scr index: dataset {id}: {e}; not deleted")
+                                        })
+                                        .ok()
+                                })
                                 .collect()
                         })
                         .unwrap_or_default()
