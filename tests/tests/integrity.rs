@@ -202,15 +202,19 @@ fn xor_rebuilds_a_flipped_byte_on_four_nodes() {
 }
 
 /// A damaged survivor and a lost node in the same set: the rebuild must not read the
-/// damaged bytes. ckpt.10 is beyond repair (two losses in a set); ckpt.5, damaged only by
-/// the node loss, is rebuilt and restarted from.
-fn damaged_survivor_and_lost_node(scheme: &str, nodes: &[&str]) {
+/// damaged bytes. Where both count against one scheme's tolerance (XOR; PARTNER in a set
+/// of 2) ckpt.10 is beyond repair and ckpt.5, damaged only by the node loss, is rebuilt
+/// and restarted from; PARTNER in a ring of 4 rebuilds both from their partners' copies.
+fn damaged_survivor_and_lost_node(scheme: &str, nodes: &[&str], expect: Expect) {
     let c = first_run(scheme, nodes);
     // rank 0 (node n0) survives with a flipped byte; rank 2's node is lost (on both
     // layouts rank 2 shares a set with rank 0 and sits on another node)
     flip_byte(&cached_file(&c, nodes, 0, "ckpt.10"));
     c.lose_node(nodes[2]);
-    let out = second_run(&c, nodes, Expect::Older);
+    let out = second_run(&c, nodes, expect);
+    if expect == Expect::Rebuilt {
+        return;
+    }
     let lost = out
         .stdout
         .lines()
@@ -224,17 +228,17 @@ fn damaged_survivor_and_lost_node(scheme: &str, nodes: &[&str]) {
 
 #[test]
 fn xor_never_rebuilds_from_a_damaged_survivor_on_two_nodes() {
-    damaged_survivor_and_lost_node("XOR", TWO_NODES);
+    damaged_survivor_and_lost_node("XOR", TWO_NODES, Expect::Older);
 }
 
 #[test]
 fn xor_never_rebuilds_from_a_damaged_survivor_on_four_nodes() {
-    damaged_survivor_and_lost_node("XOR", FOUR_NODES);
+    damaged_survivor_and_lost_node("XOR", FOUR_NODES, Expect::Older);
 }
 
 #[test]
 fn partner_never_restarts_from_a_damaged_survivor_on_two_nodes() {
-    damaged_survivor_and_lost_node("PARTNER", TWO_NODES);
+    damaged_survivor_and_lost_node("PARTNER", TWO_NODES, Expect::Older);
 }
 
 /// A truncated file and a deleted one count as lost like a damaged one.
@@ -436,4 +440,143 @@ fn a_panic_on_one_member_ends_the_job_with_a_message_instead_of_a_hang() {
             "rank {r}"
         );
     }
+}
+
+// ----- the rest of the matrix: every scheme on 2 and 4 nodes -----
+
+#[test]
+fn single_truncated_or_deleted_file_falls_back_on_four_nodes() {
+    truncated_and_deleted("SINGLE", FOUR_NODES, Expect::Older);
+}
+
+#[test]
+fn xor_truncated_or_deleted_file_is_rebuilt_on_two_nodes() {
+    truncated_and_deleted("XOR", TWO_NODES, Expect::Rebuilt);
+}
+
+#[test]
+fn partner_truncated_or_deleted_file_is_rebuilt_on_four_nodes() {
+    truncated_and_deleted("PARTNER", FOUR_NODES, Expect::Rebuilt);
+}
+
+#[test]
+fn xor_rebuilds_a_rank_whose_filemap_is_damaged_on_four_nodes() {
+    flipped_filemap("XOR", FOUR_NODES, Expect::Rebuilt);
+}
+
+#[test]
+fn partner_rebuilds_a_rank_whose_filemap_is_damaged_on_two_nodes() {
+    flipped_filemap("PARTNER", TWO_NODES, Expect::Rebuilt);
+}
+
+#[test]
+fn single_starts_fresh_when_a_filemap_is_damaged_on_two_nodes() {
+    flipped_filemap("SINGLE", TWO_NODES, Expect::Fresh);
+}
+
+#[test]
+fn partner_rebuilds_a_damaged_survivor_and_a_lost_node_from_partners_on_four_nodes() {
+    damaged_survivor_and_lost_node("PARTNER", FOUR_NODES, Expect::Rebuilt);
+}
+
+#[test]
+fn partner_flipped_copy_is_rebuilt_on_two_nodes() {
+    flipped_redundancy_file("PARTNER", TWO_NODES);
+}
+
+/// Faults in the prefix: every checkpoint is flushed (ckpt.5, ckpt.10), every cache is
+/// then lost, and the prefix is damaged. A flipped byte in ckpt.10's flushed file makes
+/// the fetch fall back to ckpt.5; a flipped byte in the index leaves nothing trusted to
+/// fetch (a fresh start); a transfer type that reports Complete without copying leaves
+/// nothing recorded (a fresh start). The scheme re-protects whatever was fetched.
+fn prefix_fault(scheme: &str, nodes: &[&str], fault: &str) {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", scheme)
+        .set("SCR_CACHE_SIZE", "2")
+        .set("SCR_FLUSH", "1");
+    if fault == "lying-transfer" {
+        let lib = scr_e2e::target_dir().join("libscr_fixture_lying_transfer.so");
+        let system = c.path("system.toml");
+        std::fs::write(
+            &system,
+            format!("[plugins]\nfiles = [\"{}\"]\n", lib.display()),
+        )
+        .unwrap();
+        c.set("SCR_SYSTEM_CONFIG", &system.display().to_string())
+            .set("SCR_FLUSH_TYPE", "LYING")
+            .set("SCR_FIXTURE_LIE", "nocopy");
+    }
+    let out = heat(&c, nodes, 12);
+    assert_eq!(out.code, 0, "{out}");
+    let expect = match fault {
+        "flushed-file" => {
+            flip_byte(&c.prefix().join("ckpt.10/rank_1.ckpt"));
+            Expect::Older
+        }
+        "index" => {
+            flip_byte(&c.prefix().join(".scr/index.scr"));
+            Expect::Fresh
+        }
+        "lying-transfer" => {
+            assert!(!c.prefix().join("ckpt.10/rank_1.ckpt").exists());
+            Expect::Fresh
+        }
+        other => panic!("unknown fault {other}"),
+    };
+    let mut distinct: Vec<&str> = nodes.to_vec();
+    distinct.dedup();
+    for node in distinct {
+        c.lose_node(node);
+    }
+    second_run(&c, nodes, expect);
+}
+
+#[test]
+fn single_flipped_flushed_file_fetches_the_older_checkpoint_on_two_nodes() {
+    prefix_fault("SINGLE", TWO_NODES, "flushed-file");
+}
+
+#[test]
+fn partner_flipped_flushed_file_fetches_the_older_checkpoint_on_four_nodes() {
+    prefix_fault("PARTNER", FOUR_NODES, "flushed-file");
+}
+
+#[test]
+fn xor_flipped_flushed_file_fetches_the_older_checkpoint_on_two_nodes() {
+    prefix_fault("XOR", TWO_NODES, "flushed-file");
+}
+
+#[test]
+fn xor_flipped_flushed_file_fetches_the_older_checkpoint_on_four_nodes() {
+    prefix_fault("XOR", FOUR_NODES, "flushed-file");
+}
+
+#[test]
+fn single_flipped_index_starts_fresh_on_four_nodes() {
+    prefix_fault("SINGLE", FOUR_NODES, "index");
+}
+
+#[test]
+fn partner_flipped_index_starts_fresh_on_two_nodes() {
+    prefix_fault("PARTNER", TWO_NODES, "index");
+}
+
+#[test]
+fn xor_flipped_index_starts_fresh_on_four_nodes() {
+    prefix_fault("XOR", FOUR_NODES, "index");
+}
+
+#[test]
+fn single_lying_transfer_is_never_recorded_on_two_nodes() {
+    prefix_fault("SINGLE", TWO_NODES, "lying-transfer");
+}
+
+#[test]
+fn partner_lying_transfer_is_never_recorded_on_four_nodes() {
+    prefix_fault("PARTNER", FOUR_NODES, "lying-transfer");
+}
+
+#[test]
+fn xor_lying_transfer_is_never_recorded_on_two_nodes() {
+    prefix_fault("XOR", TWO_NODES, "lying-transfer");
 }
