@@ -342,13 +342,24 @@ fn the_restart_point_follows_new_flushes_and_duplicate_names_need_an_id() {
         err.contains("several datasets are named `ckpt.20`"),
         "{err}"
     );
-    // dropping the old one by id keeps the files the new one still lists
+    // the rerun's flush did not overwrite the old files: it went beside them, under
+    // .scr; dropping the old one by id deletes only the old files
+    let new = scr_host::runtime::prefix::Rank2File::load(&c.prefix(), ids[1]).unwrap();
+    let stored = new.ranks[&0][0].stored_path(&c.prefix()).unwrap();
+    assert_ne!(stored, c.prefix().join("ckpt.20/rank_0.ckpt"));
     let (code, out, _) = scr(&c, &["index", "drop", &ids[0].to_string(), "--delete"]);
     assert_eq!((code, out.as_str()), (0, "dropped ckpt.20\n"));
-    assert!(
-        c.prefix().join("ckpt.20/rank_0.ckpt").exists(),
-        "a listed file was deleted"
+    assert!(!c.prefix().join("ckpt.20/rank_0.ckpt").exists());
+    assert!(stored.is_file(), "a file the new ckpt.20 lists was deleted");
+    // and the new ckpt.20 is still what a restart fetches
+    wipe_caches(&c);
+    let out = heat(&c, &["--steps", "30"]);
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.20 at step 20"),
+        "{out}"
     );
+    assert_eq!(out.final_state(), reference(30));
 }
 
 /// `scr index drop --delete` deletes what rank2file lists, so a forged or damaged map
