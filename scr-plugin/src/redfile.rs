@@ -288,6 +288,19 @@ impl RedReader {
         if header.payload_len != size - TRAILER - hlen {
             return Err(corrupt(path, "payload length does not match the header"));
         }
+        // names are joined to the dataset directory to write rebuilt files: one that
+        // would leave it (absolute, `..`) is a forged or broken header
+        if let Some(bad) = header
+            .files
+            .values()
+            .flatten()
+            .find(|m| !stays_inside(&m.name))
+        {
+            return Err(corrupt(
+                path,
+                format!("file name `{}` leaves the dataset directory", bad.name),
+            ));
+        }
         Ok(RedReader {
             path: path.to_path_buf(),
             file,
@@ -329,6 +342,15 @@ impl RedReader {
             .and_then(|_| self.file.read_exact(&mut buf[..n]))
             .map_err(|e| PluginError::io(self.path.display(), e))
     }
+}
+
+/// Whether `name` is a relative path that stays below the directory it is joined to.
+pub fn stays_inside(name: &str) -> bool {
+    use std::path::Component;
+    !name.is_empty()
+        && Path::new(name)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
 /// Open and fully verify `path`, or say why it cannot be trusted.
@@ -379,5 +401,28 @@ mod tests {
         }
         std::fs::write(&p, &good[..good.len() - 20]).unwrap();
         assert!(open_verified(&p).is_err());
+
+        // a well-formed header naming a file outside the dataset directory
+        for name in ["../escape", "/etc/passwd", "a/../../b"] {
+            let mut w = RedWriter::create(&p).unwrap();
+            w.write(b"x").unwrap();
+            let mut h = header.clone();
+            h.files.insert(
+                0,
+                vec![StoredMeta {
+                    name: name.into(),
+                    size: 1,
+                    mode: 0,
+                    uid: 0,
+                    gid: 0,
+                    mtime: (0, 0),
+                    atime: (0, 0),
+                    crc32: None,
+                }],
+            );
+            w.finish(h).unwrap();
+            let e = open_verified(&p).err().unwrap();
+            assert!(e.message().contains("leaves the dataset directory"), "{e}");
+        }
     }
 }

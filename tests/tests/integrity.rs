@@ -580,3 +580,49 @@ fn partner_lying_transfer_is_never_recorded_on_four_nodes() {
 fn xor_lying_transfer_is_never_recorded_on_two_nodes() {
     prefix_fault("XOR", TWO_NODES, "lying-transfer");
 }
+
+/// A filemap that names a file outside the cache (forged by someone who can write the
+/// control directory, or damaged, with a valid checksum) makes that rank's data count as
+/// lost — and when the dataset is dropped, the named file is not deleted.
+#[test]
+fn a_filemap_naming_a_file_outside_the_cache_never_gets_it_deleted() {
+    use scr_host::runtime::{FileRecord, Filemap};
+    let c = first_run("SINGLE", TWO_NODES);
+    let victim = c.path("outside.dat");
+    std::fs::write(&victim, b"keep me").unwrap();
+    let cntl = c.path("cntl").join("n0").join("e2e").join("scr.e2e");
+    let mut map = Filemap::load(&cntl, 1).unwrap();
+    let newest = map
+        .datasets
+        .values_mut()
+        .find(|d| d.name == "ckpt.10")
+        .expect("ckpt.10 in rank 1's filemap");
+    // from the dataset directory: <cache>/n0/e2e/scr.e2e/scr.dataset.N -> <cluster>
+    let up = "../../../../../outside.dat";
+    assert_eq!(
+        std::fs::canonicalize(
+            cached_file(&c, TWO_NODES, 1, "ckpt.10")
+                .parent()
+                .unwrap()
+                .parent()
+                .unwrap()
+                .join(up)
+        )
+        .unwrap(),
+        std::fs::canonicalize(&victim).unwrap()
+    );
+    newest.files.push(FileRecord {
+        name: up.into(),
+        size: 7,
+        ..FileRecord::default()
+    });
+    newest.files.push(FileRecord {
+        name: victim.display().to_string(),
+        size: 7,
+        ..FileRecord::default()
+    });
+    map.save(&cntl).unwrap();
+    let out = second_run(&c, TWO_NODES, Expect::Older);
+    assert!(out.stderr.contains("leaves the dataset directory"), "{out}");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+}

@@ -172,7 +172,7 @@ pub const KEYS: &[Key] = &[
           doc: "Halt when fewer than N seconds remain in the allocation; 0 disables" },
     Key { name: "halt_exit", ty: Type::Bool, default: Default::Fixed("false"),
           doc: "Exit inside the library when a halt condition is met (else should_exit says so)" },
-    Key { name: "abort_timeout", ty: U, default: Default::Fixed("60"),
+    Key { name: "abort_timeout", ty: Type::UInt { min: 1, max: 86400 }, default: Default::Fixed("60"),
           doc: "Seconds a member whose collective scheme call failed alone (an error or a caught panic in the plugin) waits for the other members of its set to return before it ends the job with MPI_Abort, so that none waits forever" },
     Key { name: "mpi_buf_size", ty: Type::Bytes, default: Default::Fixed("1MiB"),
           doc: "Piece size of redundancy exchanges (SCR: 128KB; 1 MiB stays cache-resident and halves message overhead)" },

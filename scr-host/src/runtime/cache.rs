@@ -63,14 +63,7 @@ pub(super) fn file_crc32(path: &Path, buf: usize) -> std::io::Result<u32> {
 /// Whether `name` is a plain relative path that stays inside the directory it is joined
 /// to (no root, no `..`): names come from state files and plugins, which are not trusted.
 pub(super) fn is_inside(name: &str) -> bool {
-    let p = Path::new(name);
-    !name.is_empty()
-        && p.components().all(|c| {
-            matches!(
-                c,
-                std::path::Component::Normal(_) | std::path::Component::CurDir
-            )
-        })
+    scr_plugin::redfile::stays_inside(name)
 }
 
 /// How a file compares with what was recorded of it.
@@ -121,12 +114,17 @@ pub(super) fn verify_dataset(
 /// file inside `dir`, the names and sizes this rank's own record lists (when it still
 /// has one), and each file's size and CRC32 on disk against the CRC carried in the
 /// redundancy data and the one recorded. Returns the records to keep.
+///
+/// A rebuilt file's CRC32 is always checked when one is known (whatever
+/// `crc_on_restart` says: the rebuild just wrote it, the read is cheap next to that);
+/// with `crc_expected` (the dataset was written with CRC32s), a rebuilt file that comes
+/// without one is refused.
 pub(super) fn verify_rebuilt(
     rank: u32,
     metas: &[FileMeta],
     own: Option<&DatasetRecord>,
     dir: &Path,
-    use_crc: bool,
+    crc_expected: bool,
     buf: usize,
 ) -> std::result::Result<Vec<super::FileRecord>, String> {
     let mut out = Vec::with_capacity(metas.len());
@@ -158,7 +156,12 @@ pub(super) fn verify_rebuilt(
             }
         }
         let want = crc.or(recorded.and_then(|r| r.crc32));
-        check_file(&dir.join(&name), m.size, want, use_crc, buf)
+        if want.is_none() && crc_expected {
+            return Err(format!(
+                "rank {rank}: the scheme gave no CRC32 for rebuilt {name}, so it cannot be checked"
+            ));
+        }
+        check_file(&dir.join(&name), m.size, want, true, buf)
             .map_err(|why| format!("rank {rank}: rebuilt {}: {why}", dir.join(&name).display()))?;
         out.push(super::FileRecord {
             name,
@@ -449,16 +452,24 @@ impl Runtime {
             .settle_call(host, scheme, "recover", &format!("{id} ({name})"), result)
             .map(|v| v.into_vec())
             .map_err(|e| e.to_string());
-        // what the scheme says it rebuilt is verified before it is recorded
+        // what the scheme returned, to clean up if the dataset is dropped
+        let returned: Vec<FileMeta> = outcome.clone().unwrap_or_default();
+        // the dataset was written with CRC32s when any holder recorded one: then a
+        // rebuilt file must come with one too (a rank whose cache is lost has only the
+        // scheme's word for its files)
+        let crc_expected = holders
+            .iter()
+            .any(|h| h.record.files.iter().any(|f| f.crc32.is_some()));
+        // what the scheme says it rebuilt is verified before it is recorded; an intact
+        // rank's files must still be there, whole, after the scheme ran
         let outcome: std::result::Result<Option<Vec<super::FileRecord>>, String> = outcome
-            .and_then(|metas| {
-                if intact {
-                    Ok(None)
-                } else {
-                    verify_rebuilt(self.rank, &metas, own.as_ref(), dir, use_crc, buf)
-                        .map(Some)
-                        .map_err(|why| format!("{} rebuilt wrong data: {why}", t.descriptor.scheme))
-                }
+            .and_then(|metas| match (&own, intact) {
+                (Some(rec), true) => verify_dataset(self.rank, rec, dir, false, buf)
+                    .map(|()| None)
+                    .map_err(|why| format!("{} changed intact files: {why}", t.descriptor.scheme)),
+                _ => verify_rebuilt(self.rank, &metas, own.as_ref(), dir, crc_expected, buf)
+                    .map(Some)
+                    .map_err(|why| format!("{} rebuilt wrong data: {why}", t.descriptor.scheme)),
             });
         if let Err(why) = &outcome {
             eprintln!("scr-rs[{}]: dataset {id} ({name}): {why}", self.rank);
@@ -530,7 +541,27 @@ impl Runtime {
             self.lost.push(report);
             match own {
                 Some(rec) => self.remove_local(&rec),
-                None => Ok(()),
+                None => {
+                    // no record on this rank (its cache was lost): what the scheme wrote
+                    // here for this dataset goes, inside the dataset directory only
+                    let mut names: Vec<PathBuf> = returned
+                        .iter()
+                        .map(|m| PathBuf::from(relative_to(dir, m.path.as_str())))
+                        .collect();
+                    let mut rec = t.clone();
+                    rec.files = Vec::new();
+                    if let Ok(red) = scheme
+                        .raw()
+                        .redundancy_files(&dataset_files(&rec, dir))
+                        .into_result()
+                    {
+                        names.extend(
+                            red.iter()
+                                .map(|p| PathBuf::from(relative_to(dir, p.as_str()))),
+                        );
+                    }
+                    remove_files(dir, &names)
+                }
             }
         };
         self.agree(local)
@@ -586,10 +617,20 @@ impl Runtime {
             if (held.len() as u64) + room <= limit {
                 return Ok(());
             }
+            // an output leaves the cache only once its flush is recorded for every rank:
+            // by this run's synchronous flush, or in the index (a background flush)
+            let in_prefix = |id: u64| {
+                flushed.contains(&id)
+                    || super::prefix::Index::load(&self.prefix).is_ok_and(|ix| {
+                        ix.datasets
+                            .get(&id)
+                            .is_some_and(|e| e.complete && e.failed.is_none())
+                    })
+            };
             let Some(victim) = held.into_iter().find(|d| {
                 !protected.contains(&Some(d.id))
                     && !flushing.contains(&d.id)
-                    && (!d.output || flushed.contains(&d.id))
+                    && (!d.output || in_prefix(d.id))
             }) else {
                 return Ok(());
             };
@@ -819,8 +860,19 @@ fn relative_to(dir: &Path, path: &str) -> String {
 
 /// Delete `names` (relative to `dir`), then every directory from their parents up to
 /// `dir` that is left empty. Files already gone are fine.
+///
+/// A name that would leave `dir` (absolute, or through `..`: a damaged or forged filemap,
+/// a rank2file map, a plugin's answer) is never followed: it is skipped with a warning.
 fn remove_files(dir: &Path, names: &[PathBuf]) -> Result<()> {
     for name in names {
+        if !is_inside(&name.to_string_lossy()) {
+            eprintln!(
+                "scr-rs: warning: `{}` is recorded in {} but leaves it; not deleted",
+                name.display(),
+                dir.display()
+            );
+            continue;
+        }
         let path = dir.join(name);
         match std::fs::remove_file(&path) {
             Ok(()) => {}

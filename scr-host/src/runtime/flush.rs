@@ -237,7 +237,23 @@ fn verify(
             )
         })?;
         let got = meta.crc32.unwrap_or_default();
-        if meta.size != p.size || p.crc32.is_some_and(|c| c != got) {
+        // with no CRC32 recorded (crc_on_copy = false), the source is the reference: a
+        // copy of the right size with other bytes must not become the recorded truth
+        let expected = match p.crc32 {
+            Some(c) => Some(c),
+            None => Some(cache::file_crc32(&p.source, buf).map_err(|e| {
+                format!(
+                    "{}: the source {} cannot be read to check the copy: {e} ({label})",
+                    p.name,
+                    p.source.display()
+                )
+            })?),
+        };
+        let want = match (p.crc32, expected) {
+            (None, Some(c)) => format!("{} bytes CRC32 {c:08x} (of the source)", p.size),
+            _ => want,
+        };
+        if meta.size != p.size || expected.is_some_and(|c| c != got) {
             return Err(format!(
                 "{}: expected {want}, {} has {} bytes CRC32 {got:08x} ({label})",
                 p.name,
@@ -415,13 +431,13 @@ impl Runtime {
         let buf = self.buf_size();
         let outcome: RankOutcome = started.and_then(|s| collect(s, false, "when written", buf));
         let _ = std::fs::remove_file(&state);
-        if outcome.is_ok() {
-            lock(&self.flushing.flushed).insert(rec.id);
-        }
         self.fault_point("flush-copied", rec.id);
         let recorded = self.gather_and_finish(&entry, &outcome, true);
         let text = broadcast_bytes(&self.world, recorded.err().unwrap_or_default().as_bytes());
         if text.is_empty() {
+            // only a flush recorded for every rank lets an output leave the cache: one
+            // that failed elsewhere is cleaned out of the prefix below
+            lock(&self.flushing.flushed).insert(rec.id);
             self.info(&format!(
                 "flushed {} to {}",
                 rec.name,
@@ -563,7 +579,6 @@ impl Runtime {
         let marker_dir = prefix::dataset_dir(&self.prefix, rec.id);
         let marker = marker_dir.join(format!("done.{}.scr", self.rank));
         let in_flight = Arc::clone(&self.flushing.in_flight);
-        let flushed = Arc::clone(&self.flushing.flushed);
         let outcomes = Arc::clone(&self.flushing.outcomes);
         lock(&in_flight).insert(rec.id);
         self.flushing.pending.push(entry.clone());
@@ -576,9 +591,8 @@ impl Runtime {
             if let Err(e) = prefix::write(&marker, "flush-marker", &outcome) {
                 eprintln!("scr-rs: background flush of dataset {id}: {e}");
             }
-            if outcome.is_ok() {
-                lock(&flushed).insert(id);
-            }
+            // (not `flushed` yet: whether every rank's part succeeded is known only once
+            // rank 0 recorded it in the index, which eviction reads)
             lock(&outcomes).insert(id, outcome);
             lock(&in_flight).remove(&id);
         }));
@@ -694,7 +708,22 @@ impl Runtime {
                     .into_iter()
                     .find(|e| !tried.contains(&e.id))
                     .map(|e| {
-                        let map = Rank2File::load(&self.prefix, e.id).map_err(|x| x.to_string());
+                        let size = self.size;
+                        let map = Rank2File::load(&self.prefix, e.id)
+                            .map_err(|x| x.to_string())
+                            .and_then(|m| {
+                                // every rank's list (possibly empty) is recorded by a
+                                // flush: a map missing one would fetch nothing for it
+                                if m.ranks.keys().copied().eq(0..size) {
+                                    Ok(m)
+                                } else {
+                                    Err(format!(
+                                        "{}: lists ranks {:?}, the job has ranks 0..{size}",
+                                        Rank2File::path(&self.prefix, e.id).display(),
+                                        m.ranks.keys().collect::<Vec<_>>()
+                                    ))
+                                }
+                            });
                         (e.clone(), map)
                     })
             } else {
@@ -1048,6 +1077,28 @@ mod tests {
         std::fs::write(&files[1].destination, &bytes).unwrap();
         let err = check(&files, &results).unwrap_err();
         assert!(err.contains("has 100 bytes"), "{err}");
+    }
+
+    #[test]
+    fn without_a_recorded_crc_the_source_is_the_reference() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = plan(dir.path());
+        copy_all(&files);
+        for p in &mut files {
+            p.crc32 = None;
+        }
+        // right size, other bytes (a transfer that wrote zeros): refused
+        let len = std::fs::metadata(&files[1].destination).unwrap().len() as usize;
+        std::fs::write(&files[1].destination, vec![0u8; len]).unwrap();
+        let mut results: Vec<FileResult> = files.iter().map(result).collect();
+        results[1].crc32 = None.into();
+        let err = check(&files, &results).unwrap_err();
+        assert!(
+            err.contains("b.ckpt: expected 101 bytes CRC32")
+                && err.contains("(of the source)")
+                && err.contains(" has 101 bytes CRC32 "),
+            "{err}"
+        );
     }
 
     #[test]

@@ -82,8 +82,10 @@ impl MpiHost {
     /// message it will never send: it waits at most `grace` and returns `false` when the
     /// barrier did not complete, and the caller must then abort the job. Returns `true`
     /// when every member is known to have returned.
+    #[must_use = "when settle returns false the job must be aborted: a pending barrier is left on the set"]
     pub fn settle(&self, failed: bool, grace: std::time::Duration) -> bool {
         let started = std::time::Instant::now();
+        let mut told = false;
         let mut request = {
             let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
             self.comm.immediate_barrier()
@@ -96,6 +98,16 @@ impl MpiHost {
             match polled {
                 Ok(_) => return true,
                 Err(pending) => request = pending,
+            }
+            if !failed && !told && started.elapsed() >= grace {
+                // a member that succeeded waits for one still inside the plugin: that
+                // member ends the job if it failed; say why this one waits meanwhile
+                told = true;
+                eprintln!(
+                    "scr-rs[{}]: waiting for other members of the redundancy set to return from the plugin call ({} s so far)",
+                    self.me,
+                    grace.as_secs()
+                );
             }
             if failed && started.elapsed() >= grace {
                 // the request can never complete now; forget it rather than let rsmpi's
