@@ -504,15 +504,36 @@ impl Transfer for VendorTransfer {
     }
 
     fn dispatch(&mut self, _host: &Host<'_>) -> PluginResult<()> {
-        if self.state.dispatched && !self.state.cancelled {
-            // already running (e.g. resumed from its state file): a second vendor
-            // transfer of the same files would race the first
+        // a dispatched transfer whose status cannot even be queried (its handle is
+        // unknown to the vendor now) is as good as failed: start it over
+        let failed = self.state.dispatched
+            && !self.state.cancelled
+            && self.status().map_or(true, |s| s == TransferStatus::Failed);
+        if self.state.dispatched && !self.state.cancelled && !failed {
+            // already running or done (e.g. resumed from its state file): a second
+            // vendor transfer of the same files would race the first
             return Ok(());
         }
-        if self.state.cancelled {
+        if self.state.cancelled || failed {
+            // BB_CancelTransfer returns before the vendor stops: wait (bounded) until the
+            // old transfer reached a final state, so it cannot write after the new one
+            if self.state.kind == "bbapi" && self.state.handle.is_some() {
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                // (a handle the vendor no longer knows has stopped)
+                while matches!(self.bb_status(), Ok(TransferStatus::InProgress)) {
+                    if std::time::Instant::now() >= deadline {
+                        return Err(PluginError::new(
+                            ErrorCode::IO,
+                            "bbapi: the cancelled transfer did not stop within 30 s; not started again",
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
             // A vendor copy cannot continue where it stopped (the vendor library keeps
             // no per-chunk progress we could verify, and cancel removed the partial
-            // destinations): dispatching a cancelled transfer again starts it over.
+            // destinations): dispatching a cancelled or failed transfer again starts it
+            // over.
             self.state.cancelled = false;
             self.state.dispatched = false;
             self.state.handle = None;

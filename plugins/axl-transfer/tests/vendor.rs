@@ -167,6 +167,29 @@ fn vendor_types_drive_the_stand_in_libraries() {
     );
     std::env::remove_var("FAKE_DW_FAIL");
 
+    // a transfer that failed is started over by another dispatch, and then copies
+    for (kind, lib, var) in [
+        ("bbapi", &bb, "FAKE_BBAPI_FAIL"),
+        ("dw", &dw, "FAKE_DW_FAIL"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = files(dir.path());
+        let cfg = config(kind, &dir.path().join("state"), &[("library", lib)]);
+        let mut t = AxlTransfer::new_transfer(&cfg, &host).unwrap();
+        for (s, d, _) in &fs {
+            t.add(s.to_str().unwrap(), d.to_str().unwrap()).unwrap();
+        }
+        std::env::set_var(var, "transfer");
+        t.dispatch(&host).unwrap();
+        assert_eq!(t.wait(&host).unwrap(), TransferStatus::Failed, "{kind}");
+        std::env::remove_var(var);
+        t.dispatch(&host).unwrap();
+        assert_eq!(t.wait(&host).unwrap(), TransferStatus::Complete, "{kind}");
+        for (_, d, data) in &fs {
+            assert_eq!(&std::fs::read(d).unwrap(), data, "{kind}: {}", d.display());
+        }
+    }
+
     // two bbapi transfers at once share one initialisation of the library
     let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut both = Vec::new();
