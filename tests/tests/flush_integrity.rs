@@ -123,6 +123,12 @@ fn contents(paths: &[PathBuf]) -> Vec<Vec<u8>> {
 /// the library; the older checkpoint untouched; after losing every cache the restart comes
 /// from ckpt.10 and ends in the reference state.
 fn a_lying_flush_is_refused(how: &str, reason: &str) {
+    lying_flush(how, reason, false);
+}
+
+/// [`a_lying_flush_is_refused`], with the lying flush in the background (`flush_async`):
+/// it is recorded failed, and what it wrote is removed at finalize.
+fn lying_flush(how: &str, reason: &str, background: bool) {
     let mut c = cluster();
     let first = heat(&c, &["--steps", "12"]);
     assert_ok(&first);
@@ -130,6 +136,9 @@ fn a_lying_flush_is_refused(how: &str, reason: &str) {
     let older = contents(&files(&c, "ckpt.10"));
 
     lie(&mut c, how);
+    if background {
+        c.set("SCR_FLUSH_ASYNC", "1");
+    }
     let second = heat(&c, &["--steps", "22"]);
     assert_ok(&second);
     assert_eq!(
@@ -165,6 +174,7 @@ fn a_lying_flush_is_refused(how: &str, reason: &str) {
     assert_eq!(contents(&files(&c, "ckpt.10")), older);
 
     tell_the_truth(&mut c);
+    c.env.remove("SCR_FLUSH_ASYNC");
     wipe_caches(&c);
     let third = heat(&c, &["--steps", "30"]);
     assert_ok(&third);
@@ -174,6 +184,11 @@ fn a_lying_flush_is_refused(how: &str, reason: &str) {
         "{third}"
     );
     assert_eq!(third.final_state(), reference(30));
+}
+
+#[test]
+fn a_short_background_flush_is_not_recorded_and_leaves_nothing() {
+    lying_flush("short", "bytes CRC32", true);
 }
 
 #[test]

@@ -59,6 +59,9 @@ pub(super) struct Flushing {
     /// Background flushes of this run, with what each rank's waiter found.
     pub pending: Vec<IndexEntry>,
     pub outcomes: Arc<Mutex<BTreeMap<u64, RankOutcome>>>,
+    /// Per background flush, the prefix files this rank writes that no older dataset
+    /// owns (removed if the flush fails anywhere).
+    pub removable: Arc<Mutex<BTreeMap<u64, Vec<PathBuf>>>>,
     /// Rank 0: ids whose completion the finisher recorded.
     pub recorded: Arc<Mutex<BTreeSet<u64>>>,
     /// Tells rank 0's finishers to stop waiting for markers (finalize takes over).
@@ -302,6 +305,28 @@ fn collect(started: Started, poll: bool, recorded: &str, buf: usize) -> RankOutc
         .collect())
 }
 
+/// Remove what a failed flush wrote into the prefix (files already gone are fine), and
+/// the directories that leaves empty below a relocated dataset's `files/` (directories
+/// at the application's own paths are left: they may be the user's).
+fn remove_written(paths: &[PathBuf]) {
+    for p in paths {
+        let _ = std::fs::remove_file(p);
+        let relocated = p
+            .ancestors()
+            .any(|a| a.file_name().is_some_and(|n| n == ".scr"));
+        if !relocated {
+            continue;
+        }
+        let mut dir = p.parent();
+        while let Some(d) = dir {
+            if d.file_name().is_some_and(|n| n == "files") || std::fs::remove_dir(d).is_err() {
+                break;
+            }
+            dir = d.parent();
+        }
+    }
+}
+
 /// Rank 0: every rank's outcome is in; record the dataset as flushed, or as failed.
 fn finish(
     prefix: &Path,
@@ -420,14 +445,24 @@ impl Runtime {
         }
 
         let started = self.start_transfer(rec, relocate);
+        // what this flush writes that no older dataset owns: removed if the flush fails
+        // (names taken in the prefix were relocated; a pure output written over an older
+        // file leaves that path alone)
+        let removable: Vec<PathBuf> = started
+            .as_ref()
+            .map(|s| {
+                s.files
+                    .iter()
+                    .map(|p| p.destination.clone())
+                    .filter(|p| relocate || !existing.contains(p))
+                    .collect()
+            })
+            .unwrap_or_default();
         if self.config.bool("flush_async") {
+            lock(&self.flushing.removable).insert(rec.id, removable);
             return self.flush_in_background(rec, entry, started);
         }
         let state = self.transfer_state(rec.id);
-        let written: Vec<PathBuf> = started
-            .as_ref()
-            .map(|s| s.files.iter().map(|p| p.destination.clone()).collect())
-            .unwrap_or_default();
         let buf = self.buf_size();
         let outcome: RankOutcome = started.and_then(|s| collect(s, false, "when written", buf));
         let _ = std::fs::remove_file(&state);
@@ -444,15 +479,7 @@ impl Runtime {
                 self.prefix.display()
             ));
         } else {
-            // what this flush wrote is not a checkpoint: no older dataset's file is among
-            // it (names taken in the prefix were relocated), so it can go; a pure output
-            // written over an older file leaves that path alone
-            for p in written
-                .iter()
-                .filter(|p| relocate || !existing.contains(*p))
-            {
-                let _ = std::fs::remove_file(p);
-            }
+            remove_written(&removable);
             self.warn(&format!(
                 "{} stays in cache only: {}",
                 rec.name,
@@ -650,8 +677,17 @@ impl Runtime {
                 .remove(&entry.id)
                 .unwrap_or_else(|| Err("no outcome".into()));
             let record = !lock(&self.flushing.recorded).contains(&entry.id);
+            let mine_ok = mine.is_ok();
             if let Err(why) = self.gather_and_finish(&entry, &mine, record) {
                 self.warn(&format!("{} stays in cache only: {why}", entry.name));
+            }
+            // a background flush that failed on any rank leaves nothing of its own in
+            // the prefix, like a synchronous one
+            let removable = lock(&self.flushing.removable)
+                .remove(&entry.id)
+                .unwrap_or_default();
+            if !self.all_agree(mine_ok) {
+                remove_written(&removable);
             }
         }
         self.world.barrier();
