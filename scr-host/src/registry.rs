@@ -226,8 +226,18 @@ impl Registry {
         reg
     }
 
-    /// Load every `*.so` in `dir` (sorted, so the order is the same on every rank).
+    /// Load every `*.so` in `dir` (sorted, so the order is the same on every rank). A
+    /// directory someone else can write to is refused whole, before any file in it is
+    /// opened (see [`check_trusted`]).
     pub fn add_directory(&mut self, dir: &Path, origin: Origin) {
+        if let Err(reason) = check_trusted_dir(dir) {
+            self.refused.push(Refusal {
+                path: dir.to_path_buf(),
+                origin,
+                reason,
+            });
+            return;
+        }
         let entries = match std::fs::read_dir(dir) {
             Ok(e) => e,
             Err(e) => {
@@ -260,7 +270,11 @@ impl Registry {
         if self.libraries.iter().any(|l| l.path == path) {
             return; // the same file reached twice (e.g. a dir and an explicit name)
         }
-        let loaded = load_library(&path, origin.clone()).and_then(|lib| match expected_name {
+        // never dlopen a file another user could have written: its constructors would
+        // run in every rank before any check of ours
+        let loaded = check_trusted(&path)
+            .and_then(|()| load_library(&path, origin.clone()))
+            .and_then(|lib| match expected_name {
             Some(want) if lib.name != want => Err(format!(
                 "a built-in plugin file must be library {want}, but this one is {} {}; reinstall scr-rs",
                 lib.name, lib.version
@@ -434,6 +448,67 @@ impl LoadedScheme {
             error,
         }
     }
+}
+
+/// The effective user id of this process (from /proc: no `unsafe` needed).
+fn effective_uid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// Why `what` (a file or directory) could be written by someone other than root and this
+/// user, if it could: owned by another user, or writable by group or others (ssh's
+/// StrictModes rule).
+fn untrusted(path: &Path, what: &str) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let md = match std::fs::metadata(path) {
+        Ok(md) => md,
+        Err(e) => return Some(format!("cannot check {what} {}: {e}", path.display())),
+    };
+    let me = effective_uid();
+    let (uid, mode) = (md.uid(), md.mode() & 0o7777);
+    if uid != 0 && Some(uid) != me {
+        return Some(format!(
+            "{what} {} is owned by uid {uid}, neither root nor this user{}; plugins are loaded only from files and directories root or you own",
+            path.display(),
+            me.map(|u| format!(" (uid {u})")).unwrap_or_default()
+        ));
+    }
+    if mode & 0o022 != 0 {
+        return Some(format!(
+            "{what} {} has mode {mode:04o}: writable by group or others, so another user could have put code there; chmod go-w it",
+            path.display()
+        ));
+    }
+    None
+}
+
+/// A directory plugins may be loaded from: owned by root or this user and writable by
+/// nobody else.
+fn check_trusted_dir(dir: &Path) -> Result<(), String> {
+    if !dir.exists() {
+        return Ok(()); // reported as unreadable by the caller
+    }
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    untrusted(&dir, "plugin directory").map_or(Ok(()), Err)
+}
+
+/// A plugin file may be opened only when it and its directory (after resolving symbolic
+/// links, so a link planted in a trusted directory is judged by its target) are owned by
+/// root or this user and writable by nobody else — checked *before* `dlopen`, because
+/// loading runs the library's constructors.
+pub fn check_trusted(path: &Path) -> Result<(), String> {
+    let real = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    if let Some(why) = untrusted(&real, "plugin file") {
+        return Err(format!("not opened: {why}"));
+    }
+    if let Some(dir) = real.parent() {
+        if let Some(why) = untrusted(dir, "its directory") {
+            return Err(format!("not opened: {why}"));
+        }
+    }
+    Ok(())
 }
 
 fn load_library(path: &Path, origin: Origin) -> Result<Library, String> {

@@ -382,3 +382,97 @@ fn a_panic_while_dropping_a_plugin_object_does_not_abort() {
     drop(scheme);
     assert!(r.new_scheme(&scheme_config("PANIC_APPLY")).is_ok());
 }
+
+/// A plugin file or directory another user could have written is refused before it is
+/// opened (its constructors would run in every rank): owned by someone else, or writable
+/// by group or others. `scr plugins list` shows the reason.
+#[test]
+fn plugins_others_could_write_are_refused_before_they_are_opened() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    let only_refusal = |r: &Registry| -> String {
+        assert!(r.libraries().is_empty(), "{:?}", r.libraries().len());
+        let lines: Vec<String> = r.refused().iter().map(|x| x.to_string()).collect();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        lines[0].clone()
+    };
+
+    // a world-writable plugin directory: refused whole, naming its mode
+    let dir = tempfile::tempdir().unwrap();
+    let so = dir.path().join("libsite_xor.so");
+    std::fs::copy(lib("scr_xor"), &so).unwrap();
+    mode(dir.path(), 0o777);
+    let mut r = Registry::default();
+    r.add_directory(
+        dir.path(),
+        LibOrigin::SiteDirectory(dir.path().to_path_buf()),
+    );
+    let line = only_refusal(&r);
+    assert!(
+        line.contains("plugin directory")
+            && line.contains("has mode 0777: writable by group or others")
+            && line.contains("chmod go-w"),
+        "{line}"
+    );
+    // ... and a file named explicitly in it
+    let mut r = Registry::default();
+    r.add_file(&so, LibOrigin::Explicit);
+    let line = only_refusal(&r);
+    assert!(line.contains("not opened: its directory"), "{line}");
+
+    // a group-writable file in a private directory
+    mode(dir.path(), 0o700);
+    mode(&so, 0o775);
+    let mut r = Registry::default();
+    r.add_file(&so, LibOrigin::Explicit);
+    let line = only_refusal(&r);
+    assert!(
+        line.contains("not opened: plugin file") && line.contains("has mode 0775"),
+        "{line}"
+    );
+
+    // a file owned by another user (needs root to arrange)
+    mode(&so, 0o755);
+    if std::os::unix::fs::chown(&so, Some(54321), None).is_ok() {
+        let mut r = Registry::default();
+        r.add_file(&so, LibOrigin::Explicit);
+        let line = only_refusal(&r);
+        assert!(
+            line.contains("is owned by uid 54321, neither root nor this user"),
+            "{line}"
+        );
+        std::os::unix::fs::chown(&so, Some(0), None).unwrap();
+    }
+
+    // a symbolic link in a trusted directory is judged by its target
+    let open = tempfile::tempdir().unwrap();
+    let target = open.path().join("libplanted.so");
+    std::fs::copy(lib("scr_xor"), &target).unwrap();
+    mode(open.path(), 0o777);
+    let link = dir.path().join("liblink.so");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let mut r = Registry::default();
+    r.add_file(&link, LibOrigin::Explicit);
+    let line = only_refusal(&r);
+    assert!(line.contains("not opened: its directory"), "{line}");
+    mode(open.path(), 0o700);
+
+    // once fixed, the same file loads
+    std::fs::remove_file(&link).unwrap();
+    let mut r = Registry::default();
+    r.add_directory(
+        dir.path(),
+        LibOrigin::SiteDirectory(dir.path().to_path_buf()),
+    );
+    assert_eq!(
+        r.libraries().len(),
+        1,
+        "{:?}",
+        r.refused()
+            .iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+    );
+}
