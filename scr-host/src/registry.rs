@@ -451,7 +451,7 @@ impl LoadedScheme {
 }
 
 /// The effective user id of this process (from /proc: no `unsafe` needed).
-fn effective_uid() -> Option<u32> {
+pub(crate) fn effective_uid() -> Option<u32> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("Uid:"))?;
     line.split_whitespace().nth(2)?.parse().ok()

@@ -626,3 +626,63 @@ fn a_filemap_naming_a_file_outside_the_cache_never_gets_it_deleted() {
     assert!(out.stderr.contains("leaves the dataset directory"), "{out}");
     assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
 }
+
+/// Another user pre-creates this user's directory in the shared cache base: as a link to
+/// a directory of theirs, as a directory anyone can write, or as a directory they own.
+/// Every rank refuses it (none waits), the error names the path, owner and mode, and not
+/// one byte is written through it.
+#[test]
+fn planted_directories_in_a_shared_base_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    for plant in ["symlink", "open", "foreign"] {
+        let c = Cluster::new();
+        // cntl and cache of node n1: <base>/n1/<user>
+        let theirs = c.path("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let node = c.path("cache").join("n1");
+        std::fs::create_dir_all(&node).unwrap();
+        let planted = node.join("e2e");
+        match plant {
+            "symlink" => std::os::unix::fs::symlink(&theirs, &planted).unwrap(),
+            "open" => {
+                std::fs::create_dir(&planted).unwrap();
+                std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
+            }
+            _ => {
+                std::fs::create_dir(&planted).unwrap();
+                std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o700)).unwrap();
+                if std::os::unix::fs::chown(&planted, Some(54321), None).is_err() {
+                    continue; // needs root to arrange
+                }
+            }
+        }
+        let out = c.run(TWO_NODES, "scr-heat", &["--steps", "6", "--cells", CELLS]);
+        assert_ne!(out.code, 124, "{plant}: the job hung\n{out}");
+        assert_ne!(
+            out.code, 0,
+            "{plant}: the job used the planted directory\n{out}"
+        );
+        let why = match plant {
+            "symlink" => "is a symbolic link",
+            "open" => "has mode 0777: group or others can write to it",
+            _ => "is owned by uid 54321, not by this user",
+        };
+        let line = format!("{} {why}", planted.display());
+        assert!(out.stderr.contains(&line), "{plant}: {line}\n{out}");
+        // the ranks of n0 stopped with it, and nobody wrote a checkpoint anywhere
+        assert!(
+            out.stderr.contains("another rank failed"),
+            "{plant}: ranks on n0 must stop too\n{out}"
+        );
+        assert!(
+            !out.stdout.contains("checkpoint ckpt.5: kept"),
+            "{plant}\n{out}"
+        );
+        assert_eq!(
+            std::fs::read_dir(&theirs).unwrap().count(),
+            0,
+            "{plant}: files went through the planted link"
+        );
+    }
+}

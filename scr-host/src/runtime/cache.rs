@@ -384,9 +384,16 @@ impl Runtime {
         let dir = template
             .as_ref()
             .map(|t| self.dataset_dir(&t.descriptor.store, id));
-        let dir_ok = dir
-            .as_ref()
-            .is_some_and(|d| std::fs::create_dir_all(d).is_ok());
+        let dir_ok = match (&template, &dir) {
+            (Some(t), Some(d)) => match self.create_store_dir(&t.descriptor.store) {
+                Ok(()) => std::fs::create_dir_all(d).is_ok(),
+                Err(e) => {
+                    eprintln!("scr-rs[{}]: {e}", self.rank);
+                    false
+                }
+            },
+            _ => false,
+        };
         let ready = matches!((&host, &scheme), (Some(_), Some(Ok(_)))) && dir_ok;
         let name = template
             .as_ref()

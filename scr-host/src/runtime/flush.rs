@@ -895,6 +895,7 @@ impl Runtime {
         };
         self.filemap.datasets.insert(entry.id, record.clone());
         self.save_filemap().map_err(|e| e.to_string())?;
+        self.create_store_dir(&store).map_err(|e| e.to_string())?;
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let mut files = Vec::with_capacity(mine.len());
         for f in &mine {

@@ -194,7 +194,7 @@ impl Runtime {
         let cntl_base = PathBuf::from(config.str("cntl_base"));
         let cntl_dir = node_local(&cntl_base, simulated, &node).join(&job_dir);
         let prefix = PathBuf::from(config.str("prefix"));
-        let local = create_private_dir(&cntl_dir).and_then(|()| {
+        let local = create_private_dir(&cntl_base, &cntl_dir).and_then(|()| {
             if rank == 0 {
                 let scr = prefix.join(".scr");
                 std::fs::create_dir_all(&scr).map_err(io_err(&scr))?;
@@ -389,6 +389,11 @@ impl Runtime {
         .join(format!("scr.{}", self.job_id))
     }
 
+    /// Create this job's directory in `store` (see [`create_private_dir`]).
+    fn create_store_dir(&self, store: &str) -> Result<()> {
+        create_private_dir(Path::new(store), &self.store_dir(store))
+    }
+
     fn dataset_dir(&self, store: &str, id: u64) -> PathBuf {
         self.store_dir(store).join(format!("scr.dataset.{id}"))
     }
@@ -577,7 +582,7 @@ impl Runtime {
     /// dataset in the filemap.
     fn open_dataset(&mut self, store: &str, record: &DatasetRecord) -> Result<()> {
         self.evict(store, 1, None)?;
-        create_private_dir(&self.store_dir(store))?;
+        self.create_store_dir(store)?;
         let dir = self.dataset_dir(store, record.id);
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         self.filemap.datasets.insert(record.id, record.clone());
@@ -1117,16 +1122,30 @@ fn node_local(base: &Path, simulated: bool, node: &str) -> PathBuf {
     }
 }
 
-/// [`Runtime::agree`] before the runtime exists.
+/// [`Runtime::agree`] before the runtime exists. When some rank failed, every rank
+/// learns the first failing rank's error (one gather, on the failure path only), so the
+/// reason reaches the application on every rank — not only on the rank that may be
+/// killed first when the application aborts.
 fn agree_on<T>(world: &SimpleCommunicator, local: Result<T>) -> Result<T> {
     let mut all = 0u8;
     world.all_reduce_into(&u8::from(local.is_ok()), &mut all, SystemOperation::min());
-    match (all, local) {
-        (1, Ok(v)) => Ok(v),
-        (_, Err(e)) => Err(e),
-        (_, Ok(_)) => Err(ScrError::Collective(
-            "another rank failed (its error says why); this rank stops with it".into(),
-        )),
+    if all == 1 {
+        return local;
+    }
+    let mine = local.as_ref().err().map(|e| e.to_string()).unwrap_or_default();
+    let first = all_gather_bytes(world, mine.as_bytes())
+        .into_iter()
+        .enumerate()
+        .find(|(_, e)| !e.is_empty())
+        .map(|(r, e)| (r, String::from_utf8_lossy(&e).into_owned()));
+    match local {
+        Err(e) => Err(e),
+        Ok(_) => Err(ScrError::Collective(match first {
+            Some((rank, why)) => {
+                format!("another rank failed, this rank stops with it: rank {rank}: {why}")
+            }
+            None => "another rank failed; this rank stops with it".into(),
+        })),
     }
 }
 
@@ -1139,13 +1158,61 @@ fn load_halt(prefix: &Path) -> Halt {
     })
 }
 
-fn create_private_dir(dir: &Path) -> Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(io_err(dir))
+/// Create `dir` below `base` (a shared base such as /dev/shm, which other users can
+/// write to) one level at a time, each new level with mode 0700, and check every level
+/// that already exists: a symbolic link, a directory owned by another user, or one that
+/// group or others can write is refused, naming it. Another user could otherwise plant
+/// `<base>/<user>` in advance — as a link to a directory of theirs (our checkpoints would
+/// be written there) or as an open directory (they could read our checkpoints and forge
+/// our filemaps). `base` itself is created (as an ordinary directory) when missing.
+pub(crate) fn create_private_dir(base: &Path, dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let Ok(rel) = dir.strip_prefix(base) else {
+        return Err(ScrError::Usage(format!(
+            "{} is not below its base {}",
+            dir.display(),
+            base.display()
+        )));
+    };
+    if !base.exists() {
+        std::fs::create_dir_all(base).map_err(io_err(base))?;
+    }
+    let me = crate::registry::effective_uid();
+    let mut at = base.to_path_buf();
+    for level in rel.components() {
+        at.push(level);
+        match std::fs::DirBuilder::new().mode(0o700).create(&at) {
+            Ok(()) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_err(&at)(e)),
+        }
+        // it was there already (or another rank of this job made it just now): judge
+        // the entry itself, never what a link points to
+        let md = std::fs::symlink_metadata(&at).map_err(io_err(&at))?;
+        let why = if md.file_type().is_symlink() {
+            Some("is a symbolic link".to_string())
+        } else if !md.is_dir() {
+            Some("is not a directory".to_string())
+        } else if me.is_some_and(|u| u != md.uid()) {
+            Some(format!("is owned by uid {}, not by this user", md.uid()))
+        } else if md.mode() & 0o022 != 0 {
+            Some(format!(
+                "has mode {:04o}: group or others can write to it",
+                md.mode() & 0o7777
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(ScrError::Usage(format!(
+                "{} {why} (owner uid {}, mode {:04o}); it is not used, because another user could read or redirect checkpoints through it: remove it, or choose another cache_base / cntl_base",
+                at.display(),
+                md.uid(),
+                md.mode() & 0o7777
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn now_secs() -> i64 {
