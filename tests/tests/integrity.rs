@@ -686,3 +686,21 @@ fn planted_directories_in_a_shared_base_are_refused() {
         );
     }
 }
+
+/// A failure on some ranks only during init (here: fewer node names than ranks, so
+/// ranks 2 and 3 have none) reaches every rank as an error naming the cause — nobody
+/// waits in init, and the application does not have to abort.
+#[test]
+fn an_init_failure_on_some_ranks_returns_an_error_on_every_rank() {
+    let mut c = Cluster::new();
+    c.set("SCR_NODE_NAMES", "n0,n0");
+    let out = c.run(TWO_NODES, "scr-probe", &["misuse"]);
+    assert_eq!(out.code, 0, "every rank returned\n{out}");
+    let reports = probe_reports(&c, 4);
+    let cause = "node_names lists 2 node(s) but the job has 4 ranks; give one name per rank";
+    for (r, report) in reports.iter().enumerate() {
+        assert!(report.starts_with("init error: "), "rank {r}: {report}");
+        assert!(report.contains(cause), "rank {r}: {report}");
+    }
+    assert!(reports[0].contains("rank 2: "), "{}", reports[0]);
+}

@@ -154,15 +154,22 @@ impl Runtime {
         let rank = world.rank() as u32;
         let size = world.size() as u32;
 
-        let config = load_config(&world, api)?;
+        // Every step below can fail on some ranks only (each rank loads the broadcast
+        // configuration with its own environment, opens plugins from its own node's
+        // file system, finds its own node name): each outcome is agreed before the next
+        // collective step, so every rank returns an error and none waits for the others.
+        let config = agree_on(&world, load_config(&world, api))?;
         let debug = config.u64("debug");
         let started = Instant::now();
 
         let registry = Registry::load(&config.search_path());
         let findings = check_plugins(&config, &registry);
-        if !findings.errors.is_empty() {
-            return Err(ScrError::Config(ConfigErrors(findings.errors)));
-        }
+        let checked = if findings.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ScrError::Config(ConfigErrors(findings.errors)))
+        };
+        agree_on(&world, checked)?;
 
         // node names: the testing override, else the host name
         let node_names = config.str("node_names");
@@ -170,19 +177,18 @@ impl Runtime {
         let node = if simulated {
             let names: Vec<&str> = node_names.split(',').map(str::trim).collect();
             match names.get(rank as usize) {
-                Some(n) if !n.is_empty() => n.to_string(),
-                _ => {
-                    return Err(ScrError::Usage(format!(
-                        "node_names lists {} node(s) but the job has {size} ranks; give one name per rank",
-                        names.len()
-                    )))
-                }
+                Some(n) if !n.is_empty() => Ok(n.to_string()),
+                _ => Err(ScrError::Usage(format!(
+                    "node_names lists {} node(s) but the job has {size} ranks; give one name per rank",
+                    names.len()
+                ))),
             }
         } else {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
+            Ok(std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|s| s.trim().to_string())
-                .unwrap_or_else(|_| "localhost".into())
+                .unwrap_or_else(|_| "localhost".into()))
         };
+        let node = agree_on(&world, node)?;
         let nodes: Vec<String> = all_gather_bytes(&world, node.as_bytes())
             .into_iter()
             .map(|b| String::from_utf8_lossy(&b).into_owned())
@@ -943,12 +949,18 @@ impl Runtime {
 
     /// Delete the named dataset from cache (collective).
     pub fn delete(&mut self, name: &str) -> Result<()> {
-        let id = self.id_of(name)?;
-        if self.restart == Some(id) || self.output.as_ref().is_some_and(|o| o.record.id == id) {
-            return Err(ScrError::Usage(format!(
-                "delete: dataset `{name}` is being read or written; complete it first"
-            )));
-        }
+        // a name some ranks do not know (or a dataset busy on some) is an error on every
+        // rank, agreed before anything is deleted
+        let id = self.id_of(name).and_then(|id| {
+            if self.restart == Some(id) || self.output.as_ref().is_some_and(|o| o.record.id == id) {
+                Err(ScrError::Usage(format!(
+                    "delete: dataset `{name}` is being read or written; complete it first"
+                )))
+            } else {
+                Ok(id)
+            }
+        });
+        let id = self.agree(id)?;
         let rec = self.filemap.datasets[&id].clone();
         let local = self.delete_dataset(&rec);
         self.agree(local)
@@ -1132,7 +1144,11 @@ fn agree_on<T>(world: &SimpleCommunicator, local: Result<T>) -> Result<T> {
     if all == 1 {
         return local;
     }
-    let mine = local.as_ref().err().map(|e| e.to_string()).unwrap_or_default();
+    let mine = local
+        .as_ref()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
     let first = all_gather_bytes(world, mine.as_bytes())
         .into_iter()
         .enumerate()

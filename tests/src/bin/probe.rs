@@ -10,7 +10,18 @@ fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();
     let universe = mpi::initialize().expect("MPI initialises");
     let world = universe.world();
-    let mut scr = Scr::init(&world).expect("init");
+    let mut scr = match Scr::init(&world) {
+        Ok(scr) => scr,
+        Err(e) => {
+            // every rank must get here with an error (none may wait in init)
+            std::fs::write(
+                format!("probe_{}.txt", world.rank()),
+                format!("init error: {e}\n"),
+            )
+            .expect("report");
+            return;
+        }
+    };
     let mut report = String::new();
     let mut say = |line: String| {
         report.push_str(&line);
