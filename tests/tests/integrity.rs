@@ -704,3 +704,48 @@ fn an_init_failure_on_some_ranks_returns_an_error_on_every_rank() {
     }
     assert!(reports[0].contains("rank 2: "), "{}", reports[0]);
 }
+
+/// Names the application may not route: empty, with a NUL byte, inside the prefix's
+/// .scr, or the name of a redundancy file (this rank's: refused at route_file; another
+/// rank's: the dataset is refused at complete_output). Nothing routed can break a later
+/// init.
+#[test]
+fn route_file_refuses_names_that_would_break_the_library() {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR").set("SCR_SET_SIZE", "4");
+    let out = c.run(FOUR_NODES, "scr-probe", &["route-rules"]);
+    assert_eq!(out.code, 0, "{out}");
+    for (r, report) in probe_reports(&c, 4).iter().enumerate() {
+        let lines: Vec<&str> = report.lines().collect();
+        assert!(
+            lines[0].starts_with("\"\": route_file: the file name is empty"),
+            "{report}"
+        );
+        assert!(lines[1].contains("contains a NUL byte"), "{report}");
+        assert!(
+            lines[2].contains("is inside the prefix's .scr directory"),
+            "{report}"
+        );
+        assert!(
+            lines[3].contains("is inside the prefix's .scr directory"),
+            "{report}"
+        );
+        assert!(
+            lines[4].contains(&format!(
+                "`scr.{r}.xor.mem_{r}_of_4.redset` is the name of this rank's redundancy file under scheme XOR"
+            )),
+            "{report}"
+        );
+        assert_eq!(lines[5], "kept true", "{report}");
+        assert_eq!(lines[6], "second kept Ok(false)", "rank {r}: {report}");
+    }
+    assert!(
+        out.stderr.contains(
+            "rank 0 routed `scr.1.xor.mem_1_of_4.redset`, the name of rank 1's redundancy file under scheme XOR"
+        ),
+        "{out}"
+    );
+    // a later init on this cache still works and offers ckpt.1
+    let again = c.run(FOUR_NODES, "scr-heat", &["--steps", "1", "--cells", CELLS]);
+    assert_eq!(again.code, 0, "{again}");
+}

@@ -630,11 +630,49 @@ impl Runtime {
     /// the file is recorded in the filemap before this returns, and its parent
     /// directories are created.
     pub fn route_file(&mut self, name: &Path) -> Result<PathBuf> {
+        use std::os::unix::ffi::OsStrExt;
+        if name.as_os_str().is_empty() {
+            return Err(ScrError::Usage(
+                "route_file: the file name is empty; name a file inside the prefix".into(),
+            ));
+        }
+        if name.as_os_str().as_bytes().contains(&0) {
+            return Err(ScrError::Usage(format!(
+                "route_file: `{}` contains a NUL byte, which no file name may hold",
+                name.display()
+            )));
+        }
         let rel = self.relative_name(name)?;
+        if rel
+            .components()
+            .next()
+            .is_some_and(|c| c.as_os_str() == ".scr")
+        {
+            return Err(ScrError::Usage(format!(
+                "route_file: `{}` is inside the prefix's .scr directory, which holds scr-rs's own state (index, flush file, summaries); name files elsewhere in the prefix",
+                name.display()
+            )));
+        }
         let key = rel.to_string_lossy().into_owned();
         if let Some(out) = &self.output {
             let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
             let path = dir.join(&rel);
+            // a name the scheme uses for this rank's redundancy data would be overwritten
+            // by it (other ranks' names are checked at complete_output)
+            let rd = &self.reddescs[out.desc];
+            let red = rd
+                .scheme
+                .raw()
+                .redundancy_files(&cache::dataset_files(&out.record, &dir))
+                .into_result()
+                .map(|v| relative_to(&dir, v.iter().map(|p| p.as_str())))
+                .unwrap_or_default();
+            if red.contains(&key) {
+                return Err(ScrError::Usage(format!(
+                    "route_file: `{key}` is the name of this rank's redundancy file under scheme {}; choose another name",
+                    rd.record.scheme
+                )));
+            }
             if !self
                 .output
                 .as_ref()
@@ -727,6 +765,7 @@ impl Runtime {
         let mut all_valid = self.all_agree(local_ok && clash.is_none());
         if all_valid {
             let rd = &self.reddescs[out.desc];
+            let scheme_name = rd.record.scheme.clone();
             let ds = cache::dataset_files(&out.record, &dir);
             let named = rd
                 .scheme
@@ -736,6 +775,14 @@ impl Runtime {
                 .map_err(|e| ScrError::from(rd.scheme.error("redundancy_files", e)))
                 .and_then(|red| {
                     out.record.redundancy = relative_to(&dir, red.iter().map(|s| s.as_str()));
+                    // a rank's redundancy file must not have the name of a file any rank
+                    // routed (ranks on one node share the dataset directory)
+                    if let Some(n) = out.record.redundancy.iter().find(|n| owner.contains_key(*n)) {
+                        return Err(ScrError::Usage(format!(
+                            "complete_output {}: rank {} routed `{n}`, the name of rank {}'s redundancy file under scheme {}; choose another name",
+                            out.record.name, owner[n], self.rank, scheme_name
+                        )));
+                    }
                     self.filemap
                         .datasets
                         .insert(out.record.id, out.record.clone());

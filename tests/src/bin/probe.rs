@@ -108,6 +108,40 @@ fn main() {
             let kept = scr.complete_output(true).expect("complete");
             say(format!("output kept {kept}, file exists {}", p.exists()));
         }
+        "route-rules" => {
+            // run with XOR in one set of 4, member = rank: rank r's redundancy file is
+            // scr.<r>.xor.mem_<r>_of_4.redset
+            let r = world.rank();
+            scr.start_output("ckpt.1", Flags::CHECKPOINT)
+                .expect("start");
+            let own = format!("scr.{r}.xor.mem_{r}_of_4.redset");
+            for name in ["", "a\0b", ".scr/index.scr", "./.scr/x", own.as_str()] {
+                match scr.route_file(name) {
+                    Ok(p) => say(format!("{name:?} routed to {}", p.display())),
+                    Err(e) => say(format!("{name:?}: {e}")),
+                }
+            }
+            let p = scr.route_file(format!("ok_{r}.dat")).expect("route");
+            std::fs::write(&p, b"ok").expect("write");
+            say(format!(
+                "kept {}",
+                scr.complete_output(true).expect("complete")
+            ));
+            // rank 0 routes the name of rank 1's redundancy file: found at complete
+            scr.start_output("ckpt.2", Flags::CHECKPOINT)
+                .expect("start");
+            let name = if r == 0 {
+                "scr.1.xor.mem_1_of_4.redset".to_string()
+            } else {
+                format!("two_{r}.dat")
+            };
+            let p = scr.route_file(&name).expect("route");
+            std::fs::write(&p, b"two").expect("write");
+            say(format!(
+                "second kept {:?}",
+                scr.complete_output(true).map_err(|e| e.to_string())
+            ));
+        }
         "apply-one" => {
             // the scheme (FAIL_ONE or PANIC_ONE) fails in apply on one member only
             scr.start_output("ckpt.1", Flags::CHECKPOINT)
