@@ -748,3 +748,28 @@ mod explain {
         assert!(text.contains("param:   set_size = 8 (default)"), "{text}");
     }
 }
+
+/// A misspelt `SCR_*` variable is ignored by the loader (the environment may hold
+/// anything) but named in a warning with the key it probably meant; variables read
+/// elsewhere (SCR_CONF_FILE, ...) and real keys are not reported.
+#[test]
+fn unknown_scr_environment_variables_are_warned_about_with_a_suggestion() {
+    let mut loader = Loader::default();
+    for (k, v) in [
+        ("SCR_CACHSIZE", "3"),
+        ("SCR_CACHE_SIZE", "2"),
+        ("SCR_CONF_FILE", "/nonexistent"),
+        ("SCR_ZZZZZZZZ", "1"),
+        ("PATH", "/bin"),
+    ] {
+        loader.env.insert(k.into(), v.into());
+    }
+    let warnings = loader.unknown_env();
+    assert_eq!(
+        warnings,
+        [
+            "environment variable SCR_CACHSIZE names no scr-rs setting and is ignored; did you mean SCR_CACHE_SIZE?",
+            "environment variable SCR_ZZZZZZZZ names no scr-rs setting and is ignored",
+        ]
+    );
+}

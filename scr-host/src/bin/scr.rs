@@ -531,7 +531,12 @@ fn main() -> ExitCode {
             };
             let registry = Registry::load(&config.search_path());
             let findings = check_plugins(&config, &registry);
-            for w in &findings.warnings {
+            for w in findings
+                .warnings
+                .iter()
+                .map(ToString::to_string)
+                .chain(scr_host::config::Loader::from_process().unknown_env())
+            {
                 eprintln!("warning: {w}");
             }
             if !findings.errors.is_empty() {

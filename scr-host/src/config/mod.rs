@@ -373,6 +373,32 @@ pub struct Loader {
 pub type Snapshot = BTreeMap<PathBuf, Option<Result<String, String>>>;
 
 impl Loader {
+    /// `SCR_*` environment variables that name no configuration key (a typo such as
+    /// `SCR_CACHSIZE=3` would otherwise be ignored in silence, while the same typo in a
+    /// file is an error), each as a warning with a "did you mean" when one is close.
+    /// Variables that are not keys but are read elsewhere are not reported.
+    pub fn unknown_env(&self) -> Vec<String> {
+        const NOT_KEYS: &[&str] = &[
+            "SCR_CONF_FILE",
+            "SCR_SYSTEM_CONFIG",
+            "SCR_SYSTEM_CONFIG_DEFAULT",
+            "SCR_FAULT",
+            "SCR_FIXTURE_LIE",
+        ];
+        let known: Vec<String> = keys::KEYS.iter().map(|k| k.env_var()).collect();
+        self.env
+            .keys()
+            .filter(|v| v.starts_with("SCR_") && !NOT_KEYS.contains(&v.as_str()))
+            .filter(|v| !known.contains(v))
+            .map(|v| {
+                let hint = keys::suggest(v, known.iter().map(String::as_str))
+                    .map(|k| format!("; did you mean {k}?"))
+                    .unwrap_or_default();
+                format!("environment variable {v} names no scr-rs setting and is ignored{hint}")
+            })
+            .collect()
+    }
+
     /// A loader over this process's environment and working directory.
     pub fn from_process() -> Self {
         // Variables that are not UTF-8 are skipped, except ours, which are passed on

@@ -1305,6 +1305,11 @@ fn lexical_normalize(p: &Path) -> PathBuf {
 /// file system and all see the same files.
 fn load_config(world: &SimpleCommunicator, api: Vec<(usize, String)>) -> Result<Config> {
     let mut loader = Loader::from_process();
+    if world.rank() == 0 {
+        for w in loader.unknown_env() {
+            eprintln!("scr-rs: warning: {w}");
+        }
+    }
     loader.api = api;
     let snapshot = if world.rank() == 0 {
         let _ = loader.load();
