@@ -302,7 +302,7 @@ pub fn explain_checkpoint(config: &Config, registry: &Registry, id: u64) -> Stri
     let candidates: Vec<String> = enabled
         .into_iter()
         .map(|c| {
-            let mark = if id % c.interval == 0 {
+            let mark = if id.is_multiple_of(c.interval) {
                 "divides"
             } else {
                 "does not divide"

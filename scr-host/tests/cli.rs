@@ -688,3 +688,55 @@ fn halt_sets_unsets_and_lists_conditions() {
     sb.run(&["halt", "--prefix", &prefix, "--after", "soon"], &[])
         .expect_code(2);
 }
+
+/// `scr index current` run by an admin while a job updates the index: every update is a
+/// read-modify-write under an advisory lock on `<prefix>/.scr/lock`, so none is lost
+/// (before the lock, concurrent updates dropped some of each other's entries).
+#[test]
+fn concurrent_index_updates_from_several_processes_lose_nothing() {
+    use scr_host::runtime::prefix::{Index, IndexEntry};
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path();
+    let entry = |id: u64| IndexEntry {
+        id,
+        name: format!("ckpt.{id}"),
+        checkpoint_id: Some(id),
+        dir: format!("scr.dataset.{id}"),
+        world_size: 1,
+        complete: true,
+        ..IndexEntry::default()
+    };
+    Index::update(prefix, |ix| {
+        ix.datasets.insert(1, entry(1));
+    })
+    .unwrap();
+    let admins: Vec<std::process::Child> = (0..4)
+        .map(|_| {
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!(
+                    "for i in $(seq 15); do {SCR} index current ckpt.1 --prefix {} >/dev/null || exit 1; done",
+                    prefix.display()
+                ))
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for id in 100..200 {
+        Index::update(prefix, |ix| {
+            ix.datasets.insert(id, entry(id));
+        })
+        .unwrap();
+    }
+    for mut a in admins {
+        assert!(a.wait().unwrap().success());
+    }
+    let ix = Index::load(prefix).unwrap();
+    let missing: Vec<u64> = (100..200)
+        .filter(|id| !ix.datasets.contains_key(id))
+        .collect();
+    assert!(missing.is_empty(), "lost updates: {missing:?}");
+    assert_eq!(ix.current.as_deref(), Some("ckpt.1"));
+    let holder = std::fs::read_to_string(prefix.join(".scr/lock")).unwrap();
+    assert!(holder.starts_with("pid "), "{holder}");
+}

@@ -124,7 +124,7 @@ fn run(
     let mut u: Vec<f64> = (0..n)
         .map(|i| {
             let g = rank as usize * n + i;
-            if g % 97 == 0 {
+            if g.is_multiple_of(97) {
                 100.0
             } else {
                 0.0
@@ -194,7 +194,7 @@ fn run(
         let want = if args.need {
             scr.need_checkpoint()?
         } else {
-            args.every > 0 && step % args.every == 0
+            args.every > 0 && step.is_multiple_of(args.every)
         };
         if want {
             let name = format!("ckpt.{step}");

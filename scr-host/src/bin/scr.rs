@@ -238,7 +238,10 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
                 .copied()
                 .filter(|&id| if after { id > anchor } else { id == anchor })
                 .collect();
-            if *delete {
+            // what --delete removes, computed first; deleted only once the index no
+            // longer lists the datasets (a crash in between leaves files, never an index
+            // entry whose files are gone)
+            let files: Vec<PathBuf> = if *delete {
                 // the files of each dataset, per rank2file (where each was stored: a
                 // flush whose names clashed went under .scr), except paths a dataset
                 // that stays in the index still lists; a name that would leave the
@@ -271,24 +274,10 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
                     .flat_map(paths_of)
                     .filter(|p| !kept.contains(p))
                     .collect();
-                let bar = indicatif::ProgressBar::new(files.len() as u64).with_style(
-                    indicatif::ProgressStyle::with_template(
-                        "deleting {pos}/{len} files {wide_bar}",
-                    )
-                    .expect("template"),
-                );
-                for f in files {
-                    let _ = std::fs::remove_file(&f);
-                    if let Some(parent) = f.parent() {
-                        let _ = std::fs::remove_dir(parent);
-                    }
-                    bar.inc(1);
-                }
-                bar.finish_and_clear();
-                for id in &victims {
-                    let _ = std::fs::remove_dir_all(dataset_dir(&prefix, *id));
-                }
-            }
+                files
+            } else {
+                Vec::new()
+            };
             let names: Vec<String> = victims
                 .iter()
                 .filter_map(|id| index.datasets.get(id).map(|e| e.name.clone()))
@@ -302,6 +291,25 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
                 }
             }) {
                 Ok(()) => {
+                    if *delete {
+                        let bar = indicatif::ProgressBar::new(files.len() as u64).with_style(
+                            indicatif::ProgressStyle::with_template(
+                                "deleting {pos}/{len} files {wide_bar}",
+                            )
+                            .expect("template"),
+                        );
+                        for f in files {
+                            let _ = std::fs::remove_file(&f);
+                            if let Some(parent) = f.parent() {
+                                let _ = std::fs::remove_dir(parent);
+                            }
+                            bar.inc(1);
+                        }
+                        bar.finish_and_clear();
+                        for id in &victims {
+                            let _ = std::fs::remove_dir_all(dataset_dir(&prefix, *id));
+                        }
+                    }
                     println!(
                         "dropped {}",
                         if names.is_empty() {

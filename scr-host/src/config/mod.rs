@@ -999,7 +999,7 @@ impl Config {
     pub fn checkpoint_for(&self, id: u64) -> Option<&Checkpoint> {
         self.checkpoints
             .iter()
-            .filter(|c| c.enabled && c.interval > 0 && id % c.interval == 0)
+            .filter(|c| c.enabled && c.interval > 0 && id.is_multiple_of(c.interval))
             .max_by_key(|c| c.interval)
     }
 

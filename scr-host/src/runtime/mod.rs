@@ -530,7 +530,7 @@ impl Runtime {
         self.reddescs
             .iter()
             .enumerate()
-            .filter(|(_, d)| id % d.interval == 0)
+            .filter(|(_, d)| id.is_multiple_of(d.interval))
             .max_by_key(|(_, d)| d.interval)
             .map(|(i, _)| i)
             .expect("validation guarantees an interval-1 descriptor")
@@ -1042,7 +1042,7 @@ impl Runtime {
             let need = if interval == 0 && seconds == 0 && overhead == 0.0 {
                 true
             } else {
-                (interval > 0 && self.policy.calls % interval == 0)
+                (interval > 0 && self.policy.calls.is_multiple_of(interval))
                     || (seconds > 0 && since >= seconds as f64)
                     || (overhead > 0.0 && self.policy.last_cost <= since * overhead / 100.0)
             };

@@ -49,6 +49,73 @@ pub struct Index {
 /// Serializes index updates within one process (the flush thread and the main thread).
 static INDEX_LOCK: Mutex<()> = Mutex::new(());
 
+/// How long an update waits for another process's lock on the prefix state.
+const LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// An exclusive hold on the prefix's state files (index, flush file), across processes:
+/// a job's flushes, `scr index` run by an admin, another job sharing the prefix. Each
+/// update is a read-modify-write; without the lock two of them lose one's change.
+pub struct PrefixLock {
+    _file: std::fs::File,
+    _in_process: std::sync::MutexGuard<'static, ()>,
+}
+
+impl PrefixLock {
+    /// The lock file, `<prefix>/.scr/lock`; it holds the holder's pid and host.
+    pub fn path(prefix: &Path) -> PathBuf {
+        scr_dir(prefix).join("lock")
+    }
+
+    /// Take the lock (an advisory `flock`), waiting up to a minute; the error names the
+    /// holder.
+    pub fn take(prefix: &Path) -> Result<PrefixLock, StateError> {
+        use std::io::{Read, Seek, Write};
+        let in_process = INDEX_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let path = Self::path(prefix);
+        let io = |source| StateError::Io {
+            path: path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(scr_dir(prefix)).map_err(io)?;
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io)?;
+        let started = std::time::Instant::now();
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    if started.elapsed() >= LOCK_TIMEOUT {
+                        let mut holder = String::new();
+                        let _ = file.read_to_string(&mut holder);
+                        return Err(io(std::io::Error::other(format!(
+                            "still locked after {} s by {}; if that process is gone, the lock is released with it",
+                            LOCK_TIMEOUT.as_secs(),
+                            if holder.trim().is_empty() { "another process" } else { holder.trim() }
+                        ))));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+            }
+        }
+        // say who holds it, for the message of whoever waits
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let _ = file
+            .set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| write!(file, "pid {} on {}", std::process::id(), host.trim()));
+        Ok(PrefixLock {
+            _file: file,
+            _in_process: in_process,
+        })
+    }
+}
+
 /// One rank's files of a flushed dataset.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlushedFile {
@@ -177,10 +244,10 @@ impl Index {
         load_or_default(&Self::path(prefix), "index")
     }
 
-    /// Read, change and write it back atomically, serialized with other updates made by
-    /// this process.
+    /// Read, change and write it back atomically, serialized with every other update of
+    /// the prefix's state, in this process or another ([`PrefixLock`]).
     pub fn update<T>(prefix: &Path, change: impl FnOnce(&mut Index) -> T) -> Result<T, StateError> {
-        let _g = INDEX_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = PrefixLock::take(prefix)?;
         let mut index = Self::load(prefix)?;
         let out = change(&mut index);
         std::fs::create_dir_all(scr_dir(prefix)).map_err(|source| StateError::Io {
@@ -250,7 +317,7 @@ impl FlushFile {
 
     /// Record that dataset `id` is (also) at `location`.
     pub fn add_location(prefix: &Path, id: u64, location: &str) -> Result<(), StateError> {
-        let _g = INDEX_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = PrefixLock::take(prefix)?;
         let mut f = Self::load(prefix)?;
         let entry = f
             .datasets
@@ -270,7 +337,7 @@ impl FlushFile {
 impl FlushFile {
     /// Record that dataset `id` is no longer at `location`.
     pub fn remove_location(prefix: &Path, id: u64, location: &str) -> Result<(), StateError> {
-        let _g = INDEX_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = PrefixLock::take(prefix)?;
         let mut f = Self::load(prefix)?;
         let Some(entry) = f.datasets.get_mut(&id) else {
             return Ok(());
