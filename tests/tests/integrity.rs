@@ -749,3 +749,19 @@ fn route_file_refuses_names_that_would_break_the_library() {
     let again = c.run(FOUR_NODES, "scr-heat", &["--steps", "1", "--cells", CELLS]);
     assert_eq!(again.code, 0, "{again}");
 }
+
+/// Finalize cannot record the exit reason (the halt file cannot be written): the job's
+/// work is done, so that is a warning, not an error the application aborts on.
+#[test]
+fn a_halt_file_that_cannot_be_written_at_finalize_is_not_fatal() {
+    let c = Cluster::new();
+    let blocker = c.prefix().join(".scr").join("halt.scr");
+    std::fs::create_dir_all(blocker.join("in-the-way")).unwrap();
+    let out = heat(&c, TWO_NODES, 6);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains("final step 6"), "{out}");
+    assert!(
+        out.stderr.contains("halt.scr") && out.stderr.contains("the exit reason is not recorded"),
+        "{out}"
+    );
+}

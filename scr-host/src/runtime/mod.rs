@@ -1097,8 +1097,14 @@ impl Runtime {
                     Some(why) => format!("{FINALIZE_REASON} ({why})"),
                     None => FINALIZE_REASON.into(),
                 });
-                halt.save(&self.prefix)
-                    .map_err(io_err(&Halt::path(&self.prefix)))?;
+                // the job's work is done: a full or failing prefix here is reported,
+                // never turned into a failed finalize (which applications abort on)
+                if let Err(e) = halt.save(&self.prefix) {
+                    eprintln!(
+                        "scr-rs: warning: {}: {e}; the exit reason is not recorded",
+                        Halt::path(&self.prefix).display()
+                    );
+                }
             }
         }
         Ok(())
