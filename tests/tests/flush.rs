@@ -294,8 +294,10 @@ fn a_flush_that_cannot_write_fails_cleanly_and_the_run_goes_on() {
     assert!(out.stdout.contains("final step 12"), "{out}");
 }
 
+/// A damaged index is not a dead end: the next flush rebuilds it from the summaries and
+/// records itself in it.
 #[test]
-fn a_damaged_index_skips_the_flush_but_keeps_the_checkpoint() {
+fn a_damaged_index_is_repaired_by_the_next_flush() {
     let mut c = Cluster::new();
     c.set("SCR_FLUSH", "1");
     assert_eq!(heat(&c, &["--steps", "5"]).code, 0);
@@ -307,8 +309,15 @@ fn a_damaged_index_skips_the_flush_but_keeps_the_checkpoint() {
     assert_eq!(out.code, 0, "{out}");
     assert!(out.stdout.contains("checkpoint ckpt.10: kept"), "{out}");
     assert!(
-        out.stderr.contains("ckpt.10 is not flushed:") && out.stderr.contains("checksum mismatch"),
+        out.stderr.contains("index.scr") && out.stderr.contains("rebuilt from 1 dataset summaries"),
         "{out}"
+    );
+    assert_eq!(
+        index(&c),
+        [
+            ("ckpt.5".to_string(), true, None),
+            ("ckpt.10".to_string(), true, None)
+        ]
     );
 }
 

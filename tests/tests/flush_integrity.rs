@@ -397,23 +397,56 @@ fn a_lying_fetch_is_caught_and_falls_back() {
     assert_eq!(out.final_state(), reference(30));
 }
 
-/// One flipped byte in the index: nothing in the prefix is trusted, the run starts fresh
-/// and ends right.
+/// One flipped byte in the index: it is not trusted, but it is no dead end either: it is
+/// rebuilt from the per-dataset summaries, the newest flushed checkpoint is fetched, and
+/// the next flush writes a good index again. `scr index rebuild` does the same by hand.
 #[test]
-fn a_flipped_byte_in_the_index_means_a_fresh_start() {
+fn a_flipped_byte_in_the_index_is_rebuilt_from_the_summaries() {
     let c = cluster();
     assert_ok(&heat(&c, &["--steps", "22"]));
     wipe_caches(&c);
     let ix = Index::path(&c.prefix());
-    let mut bytes = std::fs::read(&ix).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0x01;
-    std::fs::write(&ix, bytes).unwrap();
+    let flip = || {
+        let mut bytes = std::fs::read(&ix).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x01;
+        std::fs::write(&ix, bytes).unwrap();
+    };
+    flip();
     let out = heat(&c, &["--steps", "30"]);
     assert_ok(&out);
-    assert!(out.stdout.contains("starting fresh"), "{out}");
-    assert!(out.stderr.contains("nothing is fetched"), "{out}");
+    assert!(
+        out.stderr.contains("rebuilt from 2 dataset summaries"),
+        "{out}"
+    );
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.20 at step 20"),
+        "{out}"
+    );
     assert_eq!(out.final_state(), reference(30));
+    // the run's own flush (ckpt.30) repaired it
+    let names: Vec<String> = Index::load(&c.prefix())
+        .expect("a good index again")
+        .datasets
+        .values()
+        .map(|e| e.name.clone())
+        .collect();
+    assert_eq!(names, ["ckpt.10", "ckpt.20", "ckpt.30"]);
+
+    // by hand
+    flip();
+    let out = std::process::Command::new(scr_e2e::binary("scr"))
+        .args(["index", "rebuild", "--prefix"])
+        .arg(c.prefix())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "index rebuilt: 3 dataset(s)\n"
+    );
+    assert_eq!(Index::load(&c.prefix()).unwrap().datasets.len(), 3);
 }
 
 /// One flipped byte in the newest dataset's rank2file map: that dataset is refused and

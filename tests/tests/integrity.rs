@@ -486,8 +486,8 @@ fn partner_flipped_copy_is_rebuilt_on_two_nodes() {
 
 /// Faults in the prefix: every checkpoint is flushed (ckpt.5, ckpt.10), every cache is
 /// then lost, and the prefix is damaged. A flipped byte in ckpt.10's flushed file makes
-/// the fetch fall back to ckpt.5; a flipped byte in the index leaves nothing trusted to
-/// fetch (a fresh start); a transfer type that reports Complete without copying leaves
+/// the fetch fall back to ckpt.5; a flipped byte in the index makes it rebuilt from the
+/// per-dataset summaries (ckpt.10 is fetched); a transfer type that reports Complete without copying leaves
 /// nothing recorded (a fresh start). The scheme re-protects whatever was fetched.
 fn prefix_fault(scheme: &str, nodes: &[&str], fault: &str) {
     let mut c = Cluster::new();
@@ -514,8 +514,9 @@ fn prefix_fault(scheme: &str, nodes: &[&str], fault: &str) {
             Expect::Older
         }
         "index" => {
+            // not trusted, rebuilt from the summaries: ckpt.10 is fetched
             flip_byte(&c.prefix().join(".scr/index.scr"));
-            Expect::Fresh
+            Expect::Rebuilt
         }
         "lying-transfer" => {
             assert!(!c.prefix().join("ckpt.10/rank_1.ckpt").exists());
@@ -552,17 +553,17 @@ fn xor_flipped_flushed_file_fetches_the_older_checkpoint_on_four_nodes() {
 }
 
 #[test]
-fn single_flipped_index_starts_fresh_on_four_nodes() {
+fn single_flipped_index_is_rebuilt_and_fetched_on_four_nodes() {
     prefix_fault("SINGLE", FOUR_NODES, "index");
 }
 
 #[test]
-fn partner_flipped_index_starts_fresh_on_two_nodes() {
+fn partner_flipped_index_is_rebuilt_and_fetched_on_two_nodes() {
     prefix_fault("PARTNER", TWO_NODES, "index");
 }
 
 #[test]
-fn xor_flipped_index_starts_fresh_on_four_nodes() {
+fn xor_flipped_index_is_rebuilt_and_fetched_on_four_nodes() {
     prefix_fault("XOR", FOUR_NODES, "index");
 }
 

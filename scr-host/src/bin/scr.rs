@@ -85,6 +85,9 @@ enum IndexCommand {
         #[arg(long)]
         delete: bool,
     },
+    /// Write the index again from the per-dataset summaries under .scr (after damage;
+    /// the restart point set with `current` and failure notes are not kept).
+    Rebuild,
 }
 
 #[derive(Subcommand)]
@@ -128,7 +131,19 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
         Ok(p) => p,
         Err(code) => return code,
     };
-    let index = match Index::load(&prefix) {
+    if let IndexCommand::Rebuild = command {
+        return match Index::rebuild(&prefix).and_then(|rebuilt| {
+            let n = rebuilt.datasets.len();
+            Index::update(&prefix, |ix| *ix = rebuilt).map(|()| n)
+        }) {
+            Ok(n) => {
+                println!("index rebuilt: {n} dataset(s)");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        };
+    }
+    let index = match Index::load_or_rebuild(&prefix) {
         Ok(i) => i,
         Err(e) => return fail(e),
     };
@@ -149,6 +164,7 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
             .or_else(|| v.first().map(|e| e.name.clone()))
     });
     match command {
+        IndexCommand::Rebuild => unreachable!("handled above"),
         IndexCommand::List => {
             println!("{:>6} {:>8} {:<24} state", "id", "ckpt", "name");
             for e in index.datasets.values() {

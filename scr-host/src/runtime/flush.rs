@@ -735,7 +735,7 @@ impl Runtime {
         let mut tried: Vec<u64> = Vec::new();
         loop {
             let choice = if self.rank == 0 {
-                let index = Index::load(&self.prefix).unwrap_or_else(|e| {
+                let index = Index::load_or_rebuild(&self.prefix).unwrap_or_else(|e| {
                     eprintln!("scr-rs: warning: {e}; nothing is fetched");
                     Index::default()
                 });

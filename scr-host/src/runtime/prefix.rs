@@ -244,11 +244,77 @@ impl Index {
         load_or_default(&Self::path(prefix), "index")
     }
 
+    /// Read it; when it is damaged (a flipped byte, a truncated write), rebuild it from
+    /// the per-dataset summaries instead, with a warning: a damaged index must not
+    /// disable fetch and every later flush. What the summaries cannot say (the pinned
+    /// `current`, failure reasons, fetch times) is lost; the newest complete checkpoint
+    /// becomes the restart point.
+    pub fn load_or_rebuild(prefix: &Path) -> Result<Index, StateError> {
+        match Self::load(prefix) {
+            Err(damaged @ StateError::Corrupt { .. }) => {
+                let rebuilt = Self::rebuild(prefix)?;
+                eprintln!(
+                    "scr-rs: warning: {damaged}; rebuilt from {} dataset summaries",
+                    rebuilt.datasets.len()
+                );
+                Ok(rebuilt)
+            }
+            other => other,
+        }
+    }
+
+    /// An index made from the summaries in `<prefix>/.scr/scr.dataset.<id>/summary.scr`
+    /// (a summary is written only once a flush is complete on every rank). Summaries that
+    /// cannot be read are skipped with a warning.
+    pub fn rebuild(prefix: &Path) -> Result<Index, StateError> {
+        let dir = scr_dir(prefix);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Index::default()),
+            Err(source) => return Err(StateError::Io { path: dir, source }),
+        };
+        let mut index = Index::default();
+        for e in entries.filter_map(Result::ok) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(id) = name
+                .strip_prefix("scr.dataset.")
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            match read_state::<Summary>(&Summary::path(prefix, id), "summary") {
+                Ok(sum) if sum.id == id => {
+                    index.datasets.insert(
+                        id,
+                        IndexEntry {
+                            id,
+                            name: sum.name,
+                            checkpoint_id: sum.checkpoint_id,
+                            output: sum.checkpoint_id.is_none(),
+                            dir: name,
+                            world_size: sum.world_size,
+                            complete: sum.complete,
+                            ..IndexEntry::default()
+                        },
+                    );
+                }
+                Ok(_) => eprintln!(
+                    "scr-rs: warning: {}: summary of another dataset; skipped",
+                    Summary::path(prefix, id).display()
+                ),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => eprintln!("scr-rs: warning: {e}; skipped"),
+            }
+        }
+        Ok(index)
+    }
+
     /// Read, change and write it back atomically, serialized with every other update of
     /// the prefix's state, in this process or another ([`PrefixLock`]).
     pub fn update<T>(prefix: &Path, change: impl FnOnce(&mut Index) -> T) -> Result<T, StateError> {
         let _g = PrefixLock::take(prefix)?;
-        let mut index = Self::load(prefix)?;
+        // a damaged index is repaired by the next update
+        let mut index = Self::load_or_rebuild(prefix)?;
         let out = change(&mut index);
         std::fs::create_dir_all(scr_dir(prefix)).map_err(|source| StateError::Io {
             path: scr_dir(prefix),
