@@ -29,6 +29,7 @@ fn fail(step: &str) -> bool {
 }
 
 unsafe fn text(p: *const c_char) -> String {
+    // SAFETY: callers pass a NUL-terminated path that outlives the call (the DataWarp API contract).
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
@@ -41,6 +42,7 @@ pub unsafe extern "C" fn dw_stage_file_out(
     if fail("stage") {
         return -5; // -EIO
     }
+    // SAFETY: both are NUL-terminated paths from the caller, valid for this call.
     let (src, dst) = unsafe { (text(dw), text(pfs)) };
     let state = Arc::new(Mutex::new(State::Pending));
     let s = Arc::clone(&state);
@@ -58,6 +60,7 @@ pub unsafe extern "C" fn dw_stage_file_out(
     stages()
         .lock()
         .unwrap()
+        // SAFETY: `dw` is the caller's NUL-terminated path, valid for this call.
         .insert(unsafe { text(dw) }, (state, Some(handle)));
     0
 }
@@ -70,6 +73,7 @@ pub unsafe extern "C" fn dw_query_file_stage(
     deferred: *mut c_int,
     failed: *mut c_int,
 ) -> c_int {
+    // SAFETY: `dw` is the caller's NUL-terminated path, valid for this call.
     let key = unsafe { text(dw) };
     let Some(state) = stages()
         .lock()
@@ -79,6 +83,7 @@ pub unsafe extern "C" fn dw_query_file_stage(
     else {
         return -2; // -ENOENT
     };
+    // SAFETY: the four out-pointers are valid `int`s the caller passed for us to fill.
     unsafe {
         *complete = c_int::from(state == State::Complete);
         *pending = c_int::from(state == State::Pending);
@@ -90,6 +95,7 @@ pub unsafe extern "C" fn dw_query_file_stage(
 
 #[no_mangle]
 pub unsafe extern "C" fn dw_wait_file_stage(dw: *const c_char) -> c_int {
+    // SAFETY: `dw` is the caller's NUL-terminated path, valid for this call.
     let key = unsafe { text(dw) };
     let handle = stages()
         .lock()
@@ -104,6 +110,7 @@ pub unsafe extern "C" fn dw_wait_file_stage(dw: *const c_char) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn dw_terminate_file_stage(dw: *const c_char) -> c_int {
+    // SAFETY: `dw` is the caller's NUL-terminated path, valid for this call.
     let key = unsafe { text(dw) };
     // like DataWarp, no byte is written after the terminate returns: the copy thread
     // is told to stop and waited for
