@@ -6,6 +6,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use scr_host::registry::Registry;
+use scr_plugin::conformance::walk;
 use scr_plugin::{inproc, FileResult, Param, TransferBox, TransferConfig, TransferStatus};
 
 /// (relative name, size) of the case files: empty, one byte, odd sizes, many small files,
@@ -181,21 +182,6 @@ fn check_results(
         }
         Ok(())
     }
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                out.extend(walk(&p));
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out
 }
 
 /// Run the transfer cases for type `name`; `report(case, outcome)` once per case.

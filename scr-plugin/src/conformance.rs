@@ -379,8 +379,9 @@ fn remove_all(paths: impl IntoIterator<Item = PathBuf>) {
     }
 }
 
-/// Every regular file under `dir`, sorted.
-fn walk(dir: &Path) -> Vec<PathBuf> {
+/// Every regular file under `dir`, sorted (what a case left behind, for checks that
+/// nothing is).
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir(dir) {
         for e in rd.flatten() {
