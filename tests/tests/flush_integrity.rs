@@ -447,6 +447,23 @@ fn a_flipped_byte_in_the_index_is_rebuilt_from_the_summaries() {
         "index rebuilt: 3 dataset(s)\n"
     );
     assert_eq!(Index::load(&c.prefix()).unwrap().datasets.len(), 3);
+    // a dataset the admin dropped (files kept) does not come back with a rebuild
+    let scr = |args: &[&str]| {
+        let out = std::process::Command::new(scr_e2e::binary("scr"))
+            .args(args)
+            .arg("--prefix")
+            .arg(c.prefix())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(scr(&["index", "drop", "ckpt.10"]), "dropped ckpt.10\n");
+    assert!(
+        c.prefix().join("ckpt.10/rank_0.ckpt").is_file(),
+        "files kept"
+    );
+    assert_eq!(scr(&["index", "rebuild"]), "index rebuilt: 2 dataset(s)\n");
 }
 
 /// One flipped byte in the newest dataset's rank2file map: that dataset is refused and

@@ -325,6 +325,14 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
                         for id in &victims {
                             let _ = std::fs::remove_dir_all(dataset_dir(&prefix, *id));
                         }
+                    } else {
+                        // the files stay, but no summary may bring the dataset back when
+                        // a damaged index is rebuilt from the summaries
+                        for id in &victims {
+                            let _ = std::fs::remove_file(scr_host::runtime::prefix::Summary::path(
+                                &prefix, *id,
+                            ));
+                        }
                     }
                     println!(
                         "dropped {}",
