@@ -452,9 +452,30 @@ impl LoadedScheme {
 
 /// The effective user id of this process (from /proc: no `unsafe` needed).
 pub(crate) fn effective_uid() -> Option<u32> {
+    proc_status_id("Uid:")
+}
+
+/// The effective id on the `Uid:` or `Gid:` line of /proc/self/status.
+fn proc_status_id(field: &str) -> Option<u32> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     line.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// Whether `gid` is this user's private group (user private groups, the default on
+/// Debian, Ubuntu and Fedora with umask 002): this process's effective group, with no
+/// other members listed in /etc/group. Group write access then is the user's own.
+fn private_group(gid: u32) -> bool {
+    if proc_status_id("Gid:") != Some(gid) {
+        return false;
+    }
+    let Ok(groups) = std::fs::read_to_string("/etc/group") else {
+        return false;
+    };
+    groups.lines().any(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        f.len() >= 4 && f[2] == gid.to_string() && f[3].trim().is_empty()
+    })
 }
 
 /// Why `what` (a file or directory) could be written by someone other than root and this
@@ -475,7 +496,8 @@ fn untrusted(path: &Path, what: &str) -> Option<String> {
             me.map(|u| format!(" (uid {u})")).unwrap_or_default()
         ));
     }
-    if mode & 0o022 != 0 {
+    let group_write_ok = mode & 0o020 == 0 || private_group(md.gid());
+    if mode & 0o002 != 0 || !group_write_ok {
         return Some(format!(
             "{what} {} has mode {mode:04o}: writable by group or others, so another user could have put code there; chmod go-w it",
             path.display()

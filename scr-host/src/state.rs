@@ -42,6 +42,12 @@ impl StateError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, StateError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
     }
+
+    /// True when the file is intact but written by a release with another format
+    /// version: not damage, so it must never be replaced by a rebuilt copy.
+    pub fn is_other_version(&self) -> bool {
+        matches!(self, StateError::Corrupt { why, .. } if why.starts_with("format version "))
+    }
 }
 
 /// Write `bytes` to `path` atomically (temporary file, fsync, rename, fsync directory).

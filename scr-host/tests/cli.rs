@@ -740,3 +740,40 @@ fn concurrent_index_updates_from_several_processes_lose_nothing() {
     let holder = std::fs::read_to_string(prefix.join(".scr/lock")).unwrap();
     assert!(holder.starts_with("pid "), "{holder}");
 }
+
+/// An index written by a release with another format version is not damage: it is never
+/// replaced by one rebuilt from the summaries (that would wipe a shared prefix's
+/// history); updates fail with the version named. A damaged one is rebuilt, and the
+/// damaged file is kept beside it.
+#[test]
+fn an_index_of_another_version_is_never_rebuilt_over() {
+    use scr_host::runtime::prefix::Index;
+    let dir = tempfile::tempdir().unwrap();
+    let path = Index::path(dir.path());
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let body = b"{\"datasets\":{}}";
+    let other = format!("scr-rs index 999 crc32={:08x}\n", crc32fast::hash(body));
+    let mut bytes = other.into_bytes();
+    bytes.extend_from_slice(body);
+    std::fs::write(&path, &bytes).unwrap();
+    let e = Index::update(dir.path(), |ix| ix.current = Some("x".into())).unwrap_err();
+    assert!(e.to_string().contains("format version 999"), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "left as it was");
+
+    // damage (a flipped byte) is rebuilt, the damaged file kept
+    std::fs::remove_file(&path).unwrap();
+    Index::update(dir.path(), |ix| ix.current = Some("a".into())).unwrap();
+    let mut good = std::fs::read(&path).unwrap();
+    let last = good.len() - 2;
+    good[last] ^= 1;
+    std::fs::write(&path, &good).unwrap();
+    Index::update(dir.path(), |ix| ix.current = Some("b".into())).unwrap();
+    assert_eq!(
+        Index::load(dir.path()).unwrap().current.as_deref(),
+        Some("b")
+    );
+    assert_eq!(
+        std::fs::read(path.with_extension("scr.damaged")).unwrap(),
+        good
+    );
+}

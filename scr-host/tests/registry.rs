@@ -422,16 +422,36 @@ fn plugins_others_could_write_are_refused_before_they_are_opened() {
     let line = only_refusal(&r);
     assert!(line.contains("not opened: its directory"), "{line}");
 
-    // a group-writable file in a private directory
+    // a group-writable file in a private directory: refused when the group is another
+    // one (needs root to arrange), accepted when it is the user's own private group
+    // (umask 002 distributions)
     mode(dir.path(), 0o700);
     mode(&so, 0o775);
+    if std::os::unix::fs::chown(&so, None, Some(54322)).is_ok() {
+        let mut r = Registry::default();
+        r.add_file(&so, LibOrigin::Explicit);
+        let line = only_refusal(&r);
+        assert!(
+            line.contains("not opened: plugin file") && line.contains("has mode 0775"),
+            "{line}"
+        );
+        std::os::unix::fs::chown(&so, None, Some(current_gid())).unwrap();
+    }
+    if own_group_is_private() {
+        let mut r = Registry::default();
+        r.add_file(&so, LibOrigin::Explicit);
+        assert_eq!(
+            r.libraries().len(),
+            1,
+            "private group write is the user's own"
+        );
+    }
+    // writable by others: refused whatever the group
+    mode(&so, 0o757);
     let mut r = Registry::default();
     r.add_file(&so, LibOrigin::Explicit);
     let line = only_refusal(&r);
-    assert!(
-        line.contains("not opened: plugin file") && line.contains("has mode 0775"),
-        "{line}"
-    );
+    assert!(line.contains("has mode 0757"), "{line}");
 
     // a file owned by another user (needs root to arrange)
     mode(&so, 0o755);
@@ -475,4 +495,21 @@ fn plugins_others_could_write_are_refused_before_they_are_opened() {
             .map(|x| x.to_string())
             .collect::<Vec<_>>()
     );
+}
+
+fn current_gid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::metadata(dir.path()).unwrap().gid()
+}
+
+/// Whether this process's group has no other members in /etc/group (a private group).
+fn own_group_is_private() -> bool {
+    let gid = current_gid().to_string();
+    std::fs::read_to_string("/etc/group").is_ok_and(|g| {
+        g.lines().any(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            f.len() >= 4 && f[2] == gid && f[3].trim().is_empty()
+        })
+    })
 }

@@ -308,12 +308,11 @@ fn collect(started: Started, poll: bool, recorded: &str, buf: usize) -> RankOutc
 /// Remove what a failed flush wrote into the prefix (files already gone are fine), and
 /// the directories that leaves empty below a relocated dataset's `files/` (directories
 /// at the application's own paths are left: they may be the user's).
-fn remove_written(paths: &[PathBuf]) {
+fn remove_written(prefix: &Path, paths: &[PathBuf]) {
+    let scr = prefix.join(".scr");
     for p in paths {
         let _ = std::fs::remove_file(p);
-        let relocated = p
-            .ancestors()
-            .any(|a| a.file_name().is_some_and(|n| n == ".scr"));
+        let relocated = p.starts_with(&scr);
         if !relocated {
             continue;
         }
@@ -373,9 +372,22 @@ fn finish(
                 ix.current = Some(entry.name.clone());
             }
         })?;
-        FlushFile::add_location(prefix, entry.id, "PFS")
+        // the index records the flush: from here it stands, whatever happens to the
+        // flush file (a hint for scripts, not what fetch trusts)
+        if let Err(e) = FlushFile::add_location(prefix, entry.id, "PFS") {
+            eprintln!(
+                "scr-rs: warning: {e}; the flush file does not list dataset {} in PFS",
+                entry.id
+            );
+        }
+        Ok(())
     };
-    step().map_err(|e| e.to_string())
+    step().map_err(|e| {
+        // not recorded: no summary or map may bring it back when an index is rebuilt
+        let _ = std::fs::remove_file(Summary::path(prefix, entry.id));
+        let _ = std::fs::remove_file(Rank2File::path(prefix, entry.id));
+        e.to_string()
+    })
 }
 
 impl Runtime {
@@ -479,7 +491,7 @@ impl Runtime {
                 self.prefix.display()
             ));
         } else {
-            remove_written(&removable);
+            remove_written(&self.prefix, &removable);
             self.warn(&format!(
                 "{} stays in cache only: {}",
                 rec.name,
@@ -687,7 +699,7 @@ impl Runtime {
                 .remove(&entry.id)
                 .unwrap_or_default();
             if !self.all_agree(mine_ok) {
-                remove_written(&removable);
+                remove_written(&self.prefix, &removable);
             }
         }
         self.world.barrier();

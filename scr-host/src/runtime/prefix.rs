@@ -100,6 +100,21 @@ impl PrefixLock {
                     }
                     std::thread::sleep(std::time::Duration::from_millis(5));
                 }
+                Err(std::fs::TryLockError::Error(e))
+                    if matches!(e.raw_os_error(), Some(38 | 95 | 37 | 22)) =>
+                {
+                    // ENOSYS, EOPNOTSUPP, ENOLCK, EINVAL: this file system has no flock
+                    // (Lustre without -o flock, NFS with nolock). Updates from this process
+                    // stay serialized; across processes they are not: say so once.
+                    static SAID: std::sync::Once = std::sync::Once::new();
+                    SAID.call_once(|| {
+                        eprintln!(
+                            "scr-rs: warning: {}: no file locking on this file system ({e}); updates of the prefix's index from other processes (scr index, another job) are not serialized with this job's",
+                            path.display()
+                        )
+                    });
+                    break;
+                }
                 Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
             }
         }
@@ -251,7 +266,7 @@ impl Index {
     /// becomes the restart point.
     pub fn load_or_rebuild(prefix: &Path) -> Result<Index, StateError> {
         match Self::load(prefix) {
-            Err(damaged @ StateError::Corrupt { .. }) => {
+            Err(damaged @ StateError::Corrupt { .. }) if !damaged.is_other_version() => {
                 let rebuilt = Self::rebuild(prefix)?;
                 eprintln!(
                     "scr-rs: warning: {damaged}; rebuilt from {} dataset summaries",
@@ -313,8 +328,16 @@ impl Index {
     /// the prefix's state, in this process or another ([`PrefixLock`]).
     pub fn update<T>(prefix: &Path, change: impl FnOnce(&mut Index) -> T) -> Result<T, StateError> {
         let _g = PrefixLock::take(prefix)?;
-        // a damaged index is repaired by the next update
+        // a damaged index is repaired by the next update; the damaged file is kept
+        // beside it (index.scr.damaged) for whoever wants to look
+        let damaged = matches!(Self::load(prefix), Err(StateError::Corrupt { .. }));
         let mut index = Self::load_or_rebuild(prefix)?;
+        if damaged {
+            let _ = std::fs::rename(
+                Self::path(prefix),
+                Self::path(prefix).with_extension("scr.damaged"),
+            );
+        }
         let out = change(&mut index);
         std::fs::create_dir_all(scr_dir(prefix)).map_err(|source| StateError::Io {
             path: scr_dir(prefix),
