@@ -308,6 +308,13 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
             }) {
                 Ok(()) => {
                     if *delete {
+                        // the summaries first: a delete interrupted halfway must leave no
+                        // summary that a rebuilt index would take for a complete dataset
+                        for id in &victims {
+                            let _ = std::fs::remove_file(scr_host::runtime::prefix::Summary::path(
+                                &prefix, *id,
+                            ));
+                        }
                         let bar = indicatif::ProgressBar::new(files.len() as u64).with_style(
                             indicatif::ProgressStyle::with_template(
                                 "deleting {pos}/{len} files {wide_bar}",

@@ -440,11 +440,19 @@ impl Runtime {
         // checkpoint) is the exception: it is flushed so that users find it at its path,
         // as the previous run's output was, and no restart depends on the older copy.
         let pure_output = rec.output && rec.checkpoint_id.is_none();
+        // taken: on disk already, or a destination of a background flush still running
+        // (whose transfer may not have created it yet; writing it again would race it,
+        // and a failure of either would remove the other's file)
+        let in_flight: BTreeSet<PathBuf> = lock(&self.flushing.removable)
+            .values()
+            .flatten()
+            .cloned()
+            .collect();
         let existing: BTreeSet<PathBuf> = rec
             .files
             .iter()
             .map(|f| self.prefix.join(&f.name))
-            .filter(|p| p.symlink_metadata().is_ok())
+            .filter(|p| p.symlink_metadata().is_ok() || in_flight.contains(p))
             .collect();
         let taken = !pure_output && !existing.is_empty();
         let relocate = !self.all_agree(!taken);
