@@ -183,6 +183,23 @@ impl Cluster {
     }
 }
 
+/// The final state scr-heat reaches in an uninterrupted run (no checkpoints, fresh
+/// cluster) of `ranks` ranks, `steps` steps and `cells` cells per rank (`None`: the
+/// example's default): what every restarted run must end in.
+pub fn reference_state(ranks: usize, steps: u64, cells: Option<usize>) -> String {
+    let c = Cluster::new();
+    let steps = steps.to_string();
+    let cells = cells.map(|n| n.to_string());
+    let mut args = vec!["--steps", steps.as_str(), "--every", "0"];
+    if let Some(n) = &cells {
+        args.extend(["--cells", n.as_str()]);
+    }
+    let nodes = vec!["x"; ranks];
+    let out = c.run(&nodes, "scr-heat", &args);
+    assert_eq!(out.code, 0, "{out}");
+    out.final_state().to_string()
+}
+
 /// The user name jobs run as (it appears in cache and control directory names).
 const USER: &str = "e2e";
 

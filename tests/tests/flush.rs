@@ -13,14 +13,7 @@ fn heat(c: &Cluster, args: &[&str]) -> JobOutput {
 }
 
 fn reference(steps: u64) -> String {
-    let c = Cluster::new();
-    let out = c.run(
-        &["x"; 4],
-        "scr-heat",
-        &["--steps", &steps.to_string(), "--every", "0"],
-    );
-    assert_eq!(out.code, 0, "{out}");
-    out.final_state().to_string()
+    scr_e2e::reference_state(4, steps, None)
 }
 
 /// (name, complete) of every index entry, by dataset id.

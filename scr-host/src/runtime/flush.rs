@@ -183,12 +183,19 @@ fn verify(
             .unwrap_or_else(|| format!("{status:?}"));
         return Err(format!("transfer did not complete: {why} ({label})"));
     }
+    let index: BTreeMap<(&Path, &Path), usize> = files
+        .iter()
+        .enumerate()
+        .map(|(i, p)| ((p.source.as_path(), p.destination.as_path()), i))
+        .collect();
     let mut matched: Vec<Vec<&FileResult>> = vec![Vec::new(); files.len()];
     for r in results {
-        let at = files.iter().position(|p| {
-            Path::new(r.source.as_str()) == p.source
-                && Path::new(r.destination.as_str()) == p.destination
-        });
+        let at = index
+            .get(&(
+                Path::new(r.source.as_str()),
+                Path::new(r.destination.as_str()),
+            ))
+            .copied();
         match at {
             Some(i) => matched[i].push(r),
             None => {
@@ -228,10 +235,22 @@ fn verify(
                 .unwrap_or_else(|| format!("{:?}", r.status));
             return Err(format!("{}: {why} ({label})", p.name));
         }
-        let want = match p.crc32 {
-            Some(c) => format!("{} bytes CRC32 {c:08x} ({recorded})", p.size),
-            None => format!("{} bytes", p.size),
+        // with no CRC32 recorded (crc_on_copy = false), the source is the reference: a
+        // copy of the right size with other bytes must not become the recorded truth
+        let (expected, from) = match p.crc32 {
+            Some(c) => (c, recorded),
+            None => (
+                cache::file_crc32(&p.source, buf).map_err(|e| {
+                    format!(
+                        "{}: the source {} cannot be read to check the copy: {e} ({label})",
+                        p.name,
+                        p.source.display()
+                    )
+                })?,
+                "of the source",
+            ),
         };
+        let want = format!("{} bytes CRC32 {expected:08x} ({from})", p.size);
         let meta = cache::stat_file(&p.destination, true, buf).map_err(|e| {
             format!(
                 "{}: expected {want}, but {} cannot be read after the transfer reported it complete: {e} ({label})",
@@ -240,23 +259,7 @@ fn verify(
             )
         })?;
         let got = meta.crc32.unwrap_or_default();
-        // with no CRC32 recorded (crc_on_copy = false), the source is the reference: a
-        // copy of the right size with other bytes must not become the recorded truth
-        let expected = match p.crc32 {
-            Some(c) => Some(c),
-            None => Some(cache::file_crc32(&p.source, buf).map_err(|e| {
-                format!(
-                    "{}: the source {} cannot be read to check the copy: {e} ({label})",
-                    p.name,
-                    p.source.display()
-                )
-            })?),
-        };
-        let want = match (p.crc32, expected) {
-            (None, Some(c)) => format!("{} bytes CRC32 {c:08x} (of the source)", p.size),
-            _ => want,
-        };
-        if meta.size != p.size || expected.is_some_and(|c| c != got) {
+        if meta.size != p.size || got != expected {
             return Err(format!(
                 "{}: expected {want}, {} has {} bytes CRC32 {got:08x} ({label})",
                 p.name,

@@ -105,6 +105,9 @@ struct Output {
     record: DatasetRecord,
     desc: usize,
     started: Instant,
+    /// This rank's redundancy file names (relative), asked of the scheme once at
+    /// start_output so route_file can refuse them without asking per file.
+    redundancy_names: Vec<String>,
 }
 
 /// Timing state of `need_checkpoint`.
@@ -572,10 +575,19 @@ impl Runtime {
         };
         let local = self.open_dataset(&store, &record);
         self.agree(local)?;
+        let dir = self.dataset_dir(&store, id);
+        let redundancy_names = self.reddescs[desc]
+            .scheme
+            .raw()
+            .redundancy_files(&cache::dataset_files(&record, &dir))
+            .into_result()
+            .map(|v| relative_to(&dir, v.iter().map(|p| p.as_str())))
+            .unwrap_or_default();
         self.output = Some(Output {
             record,
             desc,
             started: Instant::now(),
+            redundancy_names,
         });
         self.info(&format!(
             "start_output {name}: dataset {id}, checkpoint {checkpoint_id:?}, descriptor {}",
@@ -658,19 +670,12 @@ impl Runtime {
             let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
             let path = dir.join(&rel);
             // a name the scheme uses for this rank's redundancy data would be overwritten
-            // by it (other ranks' names are checked at complete_output)
-            let rd = &self.reddescs[out.desc];
-            let red = rd
-                .scheme
-                .raw()
-                .redundancy_files(&cache::dataset_files(&out.record, &dir))
-                .into_result()
-                .map(|v| relative_to(&dir, v.iter().map(|p| p.as_str())))
-                .unwrap_or_default();
-            if red.contains(&key) {
+            // by it (other ranks' names, and names that depend on the files, are checked
+            // at complete_output)
+            if out.redundancy_names.contains(&key) {
                 return Err(ScrError::Usage(format!(
                     "route_file: `{key}` is the name of this rank's redundancy file under scheme {}; choose another name",
-                    rd.record.scheme
+                    self.reddescs[out.desc].record.scheme
                 )));
             }
             if !self
@@ -824,12 +829,8 @@ impl Runtime {
         let kept = self.all_agree(applied);
         // every rank returns the same error: the first failing rank's, by rank
         let apply_error = if all_valid && !kept {
-            let mine = apply_error.unwrap_or_default();
-            all_gather_bytes(&self.world, mine.as_bytes())
-                .iter()
-                .enumerate()
-                .find(|(_, e)| !e.is_empty())
-                .map(|(r, e)| format!("on rank {r}: {}", String::from_utf8_lossy(e)))
+            first_failure(&self.world, apply_error.as_deref())
+                .map(|(r, e)| format!("on rank {r}: {e}"))
         } else {
             None
         };
@@ -1197,16 +1198,8 @@ fn agree_on<T>(world: &SimpleCommunicator, local: Result<T>) -> Result<T> {
     if all == 1 {
         return local;
     }
-    let mine = local
-        .as_ref()
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
-    let first = all_gather_bytes(world, mine.as_bytes())
-        .into_iter()
-        .enumerate()
-        .find(|(_, e)| !e.is_empty())
-        .map(|(r, e)| (r, String::from_utf8_lossy(&e).into_owned()));
+    let mine = local.as_ref().err().map(|e| e.to_string());
+    let first = first_failure(world, mine.as_deref());
     match local {
         Err(e) => Err(e),
         Ok(_) => Err(ScrError::Collective(match first {
@@ -1216,6 +1209,19 @@ fn agree_on<T>(world: &SimpleCommunicator, local: Result<T>) -> Result<T> {
             None => "another rank failed; this rank stops with it".into(),
         })),
     }
+}
+
+/// The first failing rank and its error, given each rank's own (`None`: it did not fail).
+/// Collective: every rank calls it, on a path every rank takes (after agreeing that some
+/// rank failed). A failure with an empty message still counts (a flag goes with it).
+fn first_failure(world: &SimpleCommunicator, mine: Option<&str>) -> Option<(usize, String)> {
+    let mut msg = vec![u8::from(mine.is_some())];
+    msg.extend_from_slice(mine.unwrap_or_default().as_bytes());
+    all_gather_bytes(world, &msg)
+        .into_iter()
+        .enumerate()
+        .find(|(_, m)| m.first() == Some(&1))
+        .map(|(r, m)| (r, String::from_utf8_lossy(&m[1..]).into_owned()))
 }
 
 /// The halt file, or no conditions (with a warning) when it cannot be read: a damaged
