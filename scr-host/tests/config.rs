@@ -118,6 +118,26 @@ mod errors {
         );
     }
 
+    /// A file saved in another encoding: the error names the first line that is not
+    /// UTF-8 (not just the file), and what to do.
+    #[test]
+    fn non_utf8_file_names_the_first_bad_line() {
+        let env = Env::new().user("cache_size = 2\n");
+        std::fs::write(
+            env.path("user.toml"),
+            b"cache_size = 2\n# caf\xe9 machines\nset_size = 3\n# \xff\n",
+        )
+        .unwrap();
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 2),
+            &[
+                "line 2, column 6: byte 0xe9 is not UTF-8",
+                "re-save the file as UTF-8",
+            ],
+        );
+    }
+
     #[test]
     fn unknown_key_suggests_the_right_one() {
         let env = Env::new().user("# comment\ncache_bse = \"/x\"\n");

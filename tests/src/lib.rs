@@ -160,11 +160,41 @@ impl Cluster {
         out
     }
 
+    /// Like [`Cluster::run`], with every rank started through `wrapper` (a command that
+    /// ends by running the program it is given as `$0 "$@"`, e.g. `sh -c '...; exec
+    /// "$0" "$@"'`), so that ranks can be given different environments.
+    pub fn run_wrapped(
+        &self,
+        nodes: &[&str],
+        wrapper: &[&str],
+        program: &str,
+        args: &[&str],
+    ) -> JobOutput {
+        let mut cmd = self.command_with(nodes, wrapper, program, args);
+        let out = cmd.output().expect("mpiexec runs (is OpenMPI installed?)");
+        JobOutput {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
     fn command(&self, nodes: &[&str], program: &str, args: &[&str]) -> Command {
+        self.command_with(nodes, &[], program, args)
+    }
+
+    fn command_with(
+        &self,
+        nodes: &[&str],
+        wrapper: &[&str],
+        program: &str,
+        args: &[&str],
+    ) -> Command {
         // a hung job fails its test instead of hanging the suite
         let mut cmd = Command::new("timeout");
         cmd.args(["--kill-after=5", "120", "mpiexec"]);
         cmd.arg("-n").arg(nodes.len().to_string());
+        cmd.args(wrapper);
         cmd.arg(binary(program)).args(args);
         cmd.current_dir(self.prefix());
         for (k, v) in mpi_env() {

@@ -121,7 +121,7 @@ const U: Type = Type::UInt {
 /// Every scalar key, in the order `scr config show` prints them.
 pub const KEYS: &[Key] = &[
     Key { name: "enable", ty: Type::Bool, default: Default::Fixed("true"),
-          doc: "Turn the library on; when false every call succeeds and does nothing" },
+          doc: "Turn the library on; when false every call passes through: nothing is cached, protected, flushed or fetched, route_file returns the application's own path and have_restart offers nothing" },
     Key { name: "debug", ty: Type::UInt { min: 0, max: 5 }, default: Default::Fixed("0"),
           doc: "Log verbosity: 0 silent, 1 summary and timings on rank 0, 2+ detail" },
     Key { name: "prefix", ty: Type::Path, default: Default::Computed("the current working directory"),
@@ -171,7 +171,7 @@ pub const KEYS: &[Key] = &[
     Key { name: "halt_seconds", ty: U, default: Default::Fixed("0"),
           doc: "Halt when fewer than N seconds remain in the allocation; 0 disables" },
     Key { name: "halt_exit", ty: Type::Bool, default: Default::Fixed("false"),
-          doc: "Exit inside the library when a halt condition is met (else should_exit says so)" },
+          doc: "When a halt condition holds at init or after a checkpoint, finalize, finalize MPI and exit with status 0 inside the library (else the application asks should_exit)" },
     Key { name: "abort_timeout", ty: Type::UInt { min: 1, max: 86400 }, default: Default::Fixed("60"),
           doc: "Seconds a member whose collective scheme call failed alone (an error or a caught panic in the plugin) waits for the other members of its set to return before it ends the job with MPI_Abort, so that none waits forever" },
     Key { name: "mpi_buf_size", ty: Type::Bytes, default: Default::Fixed("1MiB"),

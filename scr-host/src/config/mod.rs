@@ -436,8 +436,8 @@ impl Loader {
     fn fetch(&self, path: &Path) -> Option<Result<String, String>> {
         let got = match &self.snapshot {
             Some(snap) => snap.get(path).cloned().flatten(),
-            None => match std::fs::read_to_string(path) {
-                Ok(t) => Some(Ok(t)),
+            None => match std::fs::read(path) {
+                Ok(bytes) => Some(utf8_text(bytes)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                 Err(e) => Some(Err(e.to_string())),
             },
@@ -468,10 +468,16 @@ impl Loader {
                 Some(file::parse(path, &text, tier, errors))
             }
             Err(e) => {
+                // a text error (see `utf8_text`) starts with the line it names
+                let line = e
+                    .strip_prefix("line ")
+                    .and_then(|rest| rest.split(',').next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
                 errors.push(ConfigError::new(
                     Origin::File {
                         path: path.to_path_buf(),
-                        line: 0,
+                        line,
                     },
                     format!("cannot read configuration file: {e}"),
                 ));
@@ -614,6 +620,22 @@ fn user_from_uid() -> String {
             })
         })
         .unwrap_or_else(|| format!("uid{uid}"))
+}
+
+/// A configuration file's bytes as text, or an error naming the first line that is not
+/// UTF-8 (TOML files are UTF-8; a file saved as Latin-1 would otherwise be reported
+/// without saying where).
+fn utf8_text(bytes: Vec<u8>) -> Result<String, String> {
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count();
+        let column = 1 + at - bytes[..at].iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+        format!(
+            "line {line}, column {column}: byte 0x{:02x} is not UTF-8; configuration files must be UTF-8 text (re-save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`)",
+            bytes[at]
+        )
+    })
 }
 
 fn merge(

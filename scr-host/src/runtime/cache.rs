@@ -222,6 +222,11 @@ impl Runtime {
     pub(super) fn restore_cache(&mut self) -> Result<()> {
         if self.config.bool("distribute") {
             self.distribute()?;
+        } else {
+            // SCR's SCR_DISTRIBUTE=0: no restart from cache; the cache is purged and the
+            // run restarts from the prefix (fetch)
+            let purged = self.purge_cache();
+            self.agree(purged)?;
         }
         self.filemap = match Filemap::load(&self.cntl_dir, self.rank) {
             Ok(m) => m,
@@ -578,6 +583,17 @@ impl Runtime {
     /// directory) and forget it.
     pub(super) fn remove_local(&mut self, rec: &DatasetRecord) -> Result<()> {
         let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+        if rec.complete && self.config.bool("crc_on_delete") {
+            // SCR's SCR_CRC_ON_DELETE: a last check that tells the user the cache
+            // damaged data while holding it (the files go either way)
+            let buf = self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize;
+            if let Err(why) = verify_dataset(self.rank, rec, &dir, true, buf) {
+                eprintln!(
+                    "scr-rs[{}]: warning: crc_on_delete: dataset {} ({}) was damaged in cache before it was deleted: {why}",
+                    self.rank, rec.id, rec.name
+                );
+            }
+        }
         remove_files(&dir, &file_names(rec))?;
         self.filemap.datasets.remove(&rec.id);
         if self.rank == 0 && rec.complete {
@@ -589,15 +605,54 @@ impl Runtime {
         self.save_filemap()
     }
 
+    /// Delete every dataset the cache of this node holds, for any rank, with the
+    /// filemaps that list them (`distribute = false`). The first rank on each node does
+    /// it; only names inside their dataset directories are removed.
+    fn purge_cache(&mut self) -> Result<()> {
+        let first_on_node =
+            self.nodes.iter().position(|n| *n == self.node) == Some(self.rank as usize);
+        if !first_on_node {
+            return Ok(());
+        }
+        let mut purged = 0;
+        for (owner, path) in Filemap::owners_in(&self.cntl_dir) {
+            if let Ok(map) = Filemap::load(&self.cntl_dir, owner) {
+                for rec in map.datasets.values() {
+                    let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+                    remove_files(&dir, &file_names(rec))?;
+                    purged += 1;
+                }
+            }
+            std::fs::remove_file(&path).map_err(|e| ScrError::Io {
+                path: path.clone(),
+                source: e,
+            })?;
+        }
+        if purged > 0 {
+            eprintln!(
+                "scr-rs[{}]: distribute = false: purged {purged} cached dataset record(s) on node {}; restarting from the prefix",
+                self.rank, self.node
+            );
+        }
+        Ok(())
+    }
+
     /// Delete a dataset on this rank (every rank calls it for a collective delete).
     pub(super) fn delete_dataset(&mut self, rec: &DatasetRecord) -> Result<()> {
+        self.injected_failure("delete", rec.id)?;
         self.remove_local(rec)
     }
 
-    /// Evict the oldest datasets of `store` until `room` more fit under its count. Never
-    /// evicted: the newest complete checkpoint, the current restart candidate, `keep`
-    /// (the dataset just completed), datasets being flushed, and output datasets this
-    /// rank has not flushed.
+    /// Evict the oldest datasets of `store` until `room` more fit under its count
+    /// (collective). Never evicted: the newest complete checkpoint, the current restart
+    /// candidate, `keep` (the dataset just completed), datasets being flushed, and output
+    /// datasets whose flush is not recorded for every rank.
+    ///
+    /// The victims are chosen together: each rank says which datasets of the store it
+    /// holds and which of them it could give up, and a dataset goes only when every rank
+    /// that holds it can give it up. Ranks whose caches differ (a lost node, a flush
+    /// running on some ranks only) would otherwise evict different datasets and leave a
+    /// checkpoint complete on some ranks and gone on others.
     pub(super) fn evict(&mut self, store: &str, room: u64, keep: Option<u64>) -> Result<()> {
         let limit = self
             .config
@@ -613,42 +668,72 @@ impl Runtime {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let held: Vec<u64> = self
+            .filemap
+            .datasets
+            .values()
+            .filter(|d| d.descriptor.store == store)
+            .map(|d| d.id)
+            .collect();
+        // an output leaves the cache only once its flush is recorded for every rank:
+        // by this run's synchronous flush, or in the index (a background flush); the
+        // index is read at most once, and only when an output is a candidate
         let index = std::cell::OnceCell::new();
-        loop {
-            let held: Vec<DatasetRecord> = self
-                .filemap
-                .datasets
-                .values()
-                .filter(|d| d.descriptor.store == store)
-                .cloned()
-                .collect();
-            if (held.len() as u64) + room <= limit {
-                return Ok(());
-            }
-            // an output leaves the cache only once its flush is recorded for every rank:
-            // by this run's synchronous flush, or in the index (a background flush)
-            // (the index is read at most once per eviction, and only when needed)
-            let in_prefix = |id: u64| {
-                flushed.contains(&id)
-                    || index
-                        .get_or_init(|| super::prefix::Index::load(&self.prefix).ok())
-                        .as_ref()
-                        .and_then(|ix| ix.datasets.get(&id))
-                        .is_some_and(|e| e.complete && e.failed.is_none())
-            };
-            let Some(victim) = held.into_iter().find(|d| {
-                !protected.contains(&Some(d.id))
+        let in_prefix = |id: u64| {
+            flushed.contains(&id)
+                || index
+                    .get_or_init(|| super::prefix::Index::load(&self.prefix).ok())
+                    .as_ref()
+                    .and_then(|ix| ix.datasets.get(&id))
+                    .is_some_and(|e| e.complete && e.failed.is_none())
+        };
+        let may_go: Vec<u64> = self
+            .filemap
+            .datasets
+            .values()
+            .filter(|d| {
+                d.descriptor.store == store
+                    && !protected.contains(&Some(d.id))
                     && !flushing.contains(&d.id)
                     && (!d.output || in_prefix(d.id))
-            }) else {
-                return Ok(());
+            })
+            .map(|d| d.id)
+            .collect();
+        let mine = serde_json::to_vec(&(held, may_go)).expect("ids serialize");
+        let mut holders: BTreeMap<u64, bool> = BTreeMap::new(); // id -> every holder may evict
+        for b in all_gather_bytes(&self.world, &mine) {
+            let (held, may_go): (Vec<u64>, Vec<u64>) =
+                serde_json::from_slice(&b).unwrap_or_default();
+            for id in held {
+                let ok = may_go.contains(&id);
+                holders.entry(id).and_modify(|all| *all &= ok).or_insert(ok);
+            }
+        }
+        let mut count = holders.len() as u64;
+        let mut victims = Vec::new();
+        for (&id, &evictable) in &holders {
+            if count + room <= limit {
+                break;
+            }
+            if evictable {
+                victims.push(id);
+                count -= 1;
+            }
+        }
+        let mut local = Ok(());
+        for id in victims {
+            let Some(victim) = self.filemap.datasets.get(&id).cloned() else {
+                continue;
             };
             self.info(&format!(
                 "evicting dataset {} ({}) from {store}",
                 victim.id, victim.name
             ));
-            self.remove_local(&victim)?;
+            if let Err(e) = self.remove_local(&victim) {
+                local = Err(e);
+            }
         }
+        self.agree_changed("evicting from cache", local)
     }
 
     /// The newest complete checkpoint, skipped or not.

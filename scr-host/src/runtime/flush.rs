@@ -406,6 +406,35 @@ impl Runtime {
         if !due {
             return Ok(());
         }
+        self.flush_dataset(rec)
+    }
+
+    /// `flush_on_restart`: flush the checkpoint init restored from cache, unless the
+    /// prefix holds it already (collective), so that a job restarted from cache leaves
+    /// its restart point on the parallel file system too.
+    pub(super) fn flush_restarted(&mut self) -> Result<()> {
+        let Some(id) = self.restart_candidate() else {
+            return Ok(());
+        };
+        let held = if self.rank == 0 {
+            Index::load(&self.prefix)
+                .ok()
+                .and_then(|ix| ix.datasets.get(&id).cloned())
+                .is_some_and(|e| e.complete && e.failed.is_none())
+        } else {
+            false
+        };
+        let held = !broadcast_bytes(&self.world, if held { b"1" } else { b"" }).is_empty();
+        if held {
+            return Ok(());
+        }
+        let rec = self.filemap.datasets[&id].clone();
+        self.info(&format!("flush_on_restart: flushing {}", rec.name));
+        self.flush_dataset(&rec)
+    }
+
+    /// Flush `rec` to the prefix now (collective).
+    fn flush_dataset(&mut self, rec: &DatasetRecord) -> Result<()> {
         // rank 0 opens the index entry first: until the flush completes, the index still
         // points at the previous complete checkpoint
         let entry = IndexEntry {

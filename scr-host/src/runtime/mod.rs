@@ -14,11 +14,12 @@ mod filemap;
 mod flush;
 pub mod halt;
 mod local_host;
+mod mpi_exit;
 mod mpi_host;
 pub mod prefix;
 mod sets;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -64,6 +65,11 @@ pub enum ScrError {
     /// Another rank failed; this rank followed it so that every rank returns the same.
     #[error("{0}")]
     Collective(String),
+    /// An earlier call failed after ranks had begun to change their state, so the ranks'
+    /// caches may no longer agree: every collective call is refused from then on (on
+    /// every rank alike) rather than run on diverged state.
+    #[error("{0}")]
+    StateUncertain(String),
 }
 
 /// The exit code of a job the runtime ends with MPI_Abort (see `abort_timeout`).
@@ -147,6 +153,18 @@ pub struct Runtime {
     /// Whether rank 0 said that files without a CRC32 are checked by size only.
     crc_note_given: bool,
     flushing: flush::Flushing,
+    /// Set (on every rank alike) when a call failed after ranks had begun to change their
+    /// state: what failed. Collective calls are refused from then on.
+    uncertain: Option<String>,
+    /// `Some` when the library is disabled (`enable = false`): the calls pass through.
+    passthrough: Option<Passthrough>,
+}
+
+/// The state of a disabled runtime: only what the API's call order needs.
+#[derive(Debug, Default)]
+struct Passthrough {
+    /// The dataset being written, between start_output and complete_output.
+    output: Option<String>,
 }
 
 impl Runtime {
@@ -162,22 +180,68 @@ impl Runtime {
         // file system, finds its own node name): each outcome is agreed before the next
         // collective step, so every rank returns an error and none waits for the others.
         let config = agree_on(&world, load_config(&world, api))?;
-        let debug = config.u64("debug");
+        agree_on(&world, same_config(&world, &config))?;
         let started = Instant::now();
+        let mut rt = Runtime {
+            rank,
+            size,
+            node: String::new(),
+            nodes: Vec::new(),
+            simulated: false,
+            registry: Registry::default(),
+            user: config.str("user"),
+            job_id: config.str("job_id"),
+            cntl_dir: PathBuf::new(),
+            prefix: PathBuf::from(config.str("prefix")),
+            debug: config.u64("debug"),
+            reddescs: Vec::new(),
+            filemap: Filemap {
+                rank,
+                datasets: BTreeMap::new(),
+            },
+            next_dataset: 1,
+            next_checkpoint: 1,
+            output: None,
+            restart: None,
+            skipped: Vec::new(),
+            policy: Policy {
+                calls: 0,
+                last_end: Instant::now(),
+                last_cost: 0.0,
+            },
+            halt_reason: None,
+            // until init succeeds, dropping the half-built runtime is not a missed finalize
+            finalized: true,
+            lost: Vec::new(),
+            crc_note_given: false,
+            flushing: flush::Flushing::default(),
+            uncertain: None,
+            passthrough: (!config.bool("enable")).then(Passthrough::default),
+            world,
+            config,
+        };
+        if rt.passthrough.is_some() {
+            // SCR_ENABLE=0: nothing is cached, protected, flushed or fetched, and no
+            // directory or state file is created; every call succeeds and route_file
+            // hands back the application's own path
+            rt.info("disabled (enable = false): every call passes through; nothing is cached");
+            rt.finalized = false;
+            return Ok(rt);
+        }
 
-        let registry = Registry::load(&config.search_path());
-        let findings = check_plugins(&config, &registry);
+        rt.registry = Registry::load(&rt.config.search_path());
+        let findings = check_plugins(&rt.config, &rt.registry);
         let checked = if findings.errors.is_empty() {
             Ok(())
         } else {
             Err(ScrError::Config(ConfigErrors(findings.errors)))
         };
-        agree_on(&world, checked)?;
+        rt.agree(checked)?;
 
         // node names: the testing override, else the host name
-        let node_names = config.str("node_names");
-        let simulated = !node_names.is_empty();
-        let node = if simulated {
+        let node_names = rt.config.str("node_names");
+        rt.simulated = !node_names.is_empty();
+        let node = if rt.simulated {
             let names: Vec<&str> = node_names.split(',').map(str::trim).collect();
             match names.get(rank as usize) {
                 Some(n) if !n.is_empty() => Ok(n.to_string()),
@@ -191,19 +255,17 @@ impl Runtime {
                 .map(|s| s.trim().to_string())
                 .unwrap_or_else(|_| "localhost".into()))
         };
-        let node = agree_on(&world, node)?;
-        let nodes: Vec<String> = all_gather_bytes(&world, node.as_bytes())
+        rt.node = rt.agree(node)?;
+        rt.nodes = all_gather_bytes(&rt.world, rt.node.as_bytes())
             .into_iter()
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .collect();
 
-        let user = config.str("user");
-        let job_id = config.str("job_id");
-        let job_dir = PathBuf::from(&user).join(format!("scr.{job_id}"));
-        let cntl_base = PathBuf::from(config.str("cntl_base"));
-        let cntl_dir = node_local(&cntl_base, simulated, &node).join(&job_dir);
-        let prefix = PathBuf::from(config.str("prefix"));
-        let local = create_private_dir(&cntl_base, &cntl_dir).and_then(|()| {
+        let job_dir = PathBuf::from(&rt.user).join(format!("scr.{}", rt.job_id));
+        let cntl_base = PathBuf::from(rt.config.str("cntl_base"));
+        rt.cntl_dir = node_local(&cntl_base, rt.simulated, &rt.node).join(&job_dir);
+        let prefix = rt.prefix.clone();
+        let local = create_private_dir(&cntl_base, &rt.cntl_dir).and_then(|()| {
             if rank == 0 {
                 let scr = prefix.join(".scr");
                 std::fs::create_dir_all(&scr).map_err(io_err(&scr))?;
@@ -222,52 +284,24 @@ impl Runtime {
             }
             Ok(())
         });
-        agree_on(&world, local)?;
+        rt.agree(local)?;
 
-        let mut rt = Runtime {
-            world,
-            rank,
-            size,
-            node,
-            nodes,
-            simulated,
-            registry,
-            user,
-            job_id,
-            cntl_dir,
-            prefix,
-            debug,
-            reddescs: Vec::new(),
-            filemap: Filemap {
-                rank,
-                datasets: BTreeMap::new(),
-            },
-            next_dataset: 1,
-            next_checkpoint: 1,
-            output: None,
-            restart: None,
-            skipped: Vec::new(),
-            policy: Policy {
-                calls: 0,
-                last_end: Instant::now(),
-                last_cost: 0.0,
-            },
-            halt_reason: None,
-            finalized: false,
-            lost: Vec::new(),
-            crc_note_given: false,
-            flushing: flush::Flushing::default(),
-            config,
-        };
-        // until init succeeds, dropping the half-built runtime is not a missed finalize
-        rt.finalized = true;
         rt.create_reddescs()?;
+        // every store in use gets its job directory now (SCR makes its cache directories
+        // in init): a store that cannot be used fails the start, not a later checkpoint
+        let stores: BTreeSet<String> = rt.reddescs.iter().map(|d| d.record.store.clone()).collect();
+        let made = stores.iter().try_for_each(|s| rt.create_store_dir(s));
+        rt.agree(made)?;
         rt.write_nodes_file()?;
         rt.restore_cache()?;
         if rt.restart_candidate().is_none() && rt.config.bool("fetch") {
             rt.fetch()?;
         }
         rt.finalized = false;
+        if rt.config.bool("flush_on_restart") {
+            rt.flush_restarted()?;
+        }
+        rt.exit_if_halted();
         // time-based checkpoint policies count from the end of init
         rt.policy.last_end = Instant::now();
         rt.world.barrier();
@@ -350,6 +384,37 @@ impl Runtime {
         out == 1
     }
 
+    /// The first step of every collective call: refuse it when an earlier call left the
+    /// ranks' state uncertain (the same on every rank), and agree on this rank's checks
+    /// of the call's preconditions, so that a call misused on some ranks only fails on
+    /// every rank instead of leaving the others waiting in its first collective step.
+    fn begin<T>(&self, call: &str, local: Result<T>) -> Result<T> {
+        self.usable(call)?;
+        self.agree(local)
+    }
+
+    /// Refuse `call` when an earlier call left the ranks' state uncertain (local: that
+    /// state is the same on every rank).
+    fn usable(&self, call: &str) -> Result<()> {
+        match &self.uncertain {
+            Some(why) => Err(ScrError::StateUncertain(format!(
+                "{call}: refused, because an earlier call left the ranks' cached state uncertain ({why}); call finalize (or MPI_Abort) and restart the job, which restores what every rank agrees on"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Agree on a local step taken after the ranks began to change their state: when it
+    /// failed on any rank, the state is uncertain from then on, on every rank (see
+    /// [`Runtime::begin`]).
+    fn agree_changed(&mut self, what: &str, local: Result<()>) -> Result<()> {
+        let agreed = self.agree(local);
+        if let Err(e) = &agreed {
+            self.uncertain = Some(format!("{what}: {e}"));
+        }
+        agreed
+    }
+
     /// Settle a collective scheme call that returned `out` on this member: when every
     /// member of the set returned, `out` is handed back (the caller agrees on it as usual);
     /// when this member failed and the others did not return within `abort_timeout`
@@ -398,9 +463,19 @@ impl Runtime {
         .join(format!("scr.{}", self.job_id))
     }
 
-    /// Create this job's directory in `store` (see [`create_private_dir`]).
+    /// Create this job's directory in `store` (see [`create_private_dir`]). A store with
+    /// `mkdir = false` (SCR's MKDIR=0: a job prolog or the burst buffer makes it) must
+    /// hold it already; it is checked all the same.
     fn create_store_dir(&self, store: &str) -> Result<()> {
-        create_private_dir(Path::new(store), &self.store_dir(store))
+        let dir = self.store_dir(store);
+        if self.config.store(store).is_some_and(|s| !s.mkdir) && !dir.is_dir() {
+            return Err(ScrError::Usage(format!(
+                "store {store}: mkdir = false, but the job's directory {} does not exist on node {}; create it before the job starts (as a job prolog would) or set mkdir = true",
+                dir.display(),
+                self.node
+            )));
+        }
+        create_private_dir(Path::new(store), &dir)
     }
 
     fn dataset_dir(&self, store: &str, id: u64) -> PathBuf {
@@ -542,21 +617,31 @@ impl Runtime {
     /// Begin a dataset (collective). Old datasets are evicted from its store first, as
     /// the store's `count` requires.
     pub fn start_output(&mut self, name: &str, flags: OutputFlags) -> Result<()> {
-        if self.output.is_some() {
-            return Err(ScrError::Usage(
+        let writing = self.output.is_some()
+            || self
+                .passthrough
+                .as_ref()
+                .is_some_and(|p| p.output.is_some());
+        let pre = if writing {
+            Err(ScrError::Usage(
                 "start_output: a dataset is already being written; call complete_output first"
                     .into(),
-            ));
-        }
-        if self.restart.is_some() {
-            return Err(ScrError::Usage(
+            ))
+        } else if self.restart.is_some() {
+            Err(ScrError::Usage(
                 "start_output: a restart is in progress; call complete_restart first".into(),
-            ));
-        }
-        if name.is_empty() || name.contains('/') {
-            return Err(ScrError::Usage(format!(
+            ))
+        } else if name.is_empty() || name.contains('/') {
+            Err(ScrError::Usage(format!(
                 "start_output: dataset name `{name}` must be non-empty and contain no `/`"
-            )));
+            )))
+        } else {
+            Ok(())
+        };
+        self.begin("start_output", pre)?;
+        if let Some(pt) = self.passthrough.as_mut() {
+            pt.output = Some(name.to_string());
+            return Ok(());
         }
         let checkpoint_id = flags.checkpoint.then_some(self.next_checkpoint);
         let desc = self.reddesc_for(checkpoint_id);
@@ -573,8 +658,17 @@ impl Runtime {
             redundancy: Vec::new(),
             world_size: self.size,
         };
+        self.evict(&store, 1, None)?;
         let local = self.open_dataset(&store, &record);
-        self.agree(local)?;
+        if let Err(e) = self.agree(local) {
+            // nothing was written into the dataset yet: forget it on every rank, so the
+            // ranks stay in step and the next start_output may try again
+            self.filemap.datasets.remove(&id);
+            let _ = std::fs::remove_dir(self.dataset_dir(&store, id));
+            let undone = self.save_filemap();
+            self.agree_changed("start_output", undone)?;
+            return Err(e);
+        }
         let dir = self.dataset_dir(&store, id);
         let redundancy_names = self.reddescs[desc]
             .scheme
@@ -596,10 +690,9 @@ impl Runtime {
         Ok(())
     }
 
-    /// This rank's part of `start_output`: make room, create the directory, record the
-    /// dataset in the filemap.
+    /// This rank's part of `start_output`: create the directory, record the dataset in
+    /// the filemap.
     fn open_dataset(&mut self, store: &str, record: &DatasetRecord) -> Result<()> {
-        self.evict(store, 1, None)?;
         self.create_store_dir(store)?;
         let dir = self.dataset_dir(store, record.id);
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
@@ -643,6 +736,7 @@ impl Runtime {
     /// directories are created.
     pub fn route_file(&mut self, name: &Path) -> Result<PathBuf> {
         use std::os::unix::ffi::OsStrExt;
+        self.usable("route_file")?;
         if name.as_os_str().is_empty() {
             return Err(ScrError::Usage(
                 "route_file: the file name is empty; name a file inside the prefix".into(),
@@ -653,6 +747,19 @@ impl Runtime {
                 "route_file: `{}` contains a NUL byte, which no file name may hold",
                 name.display()
             )));
+        }
+        if let Some(pt) = &self.passthrough {
+            // disabled: the application's own path (absolute), read and written in
+            // place; during output its directories are made, as they are in cache, so
+            // the application behaves the same either way
+            let cwd = std::env::current_dir().map_err(io_err(Path::new(".")))?;
+            let path = lexical_normalize(&cwd.join(name));
+            if pt.output.is_some() {
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+                }
+            }
+            return Ok(path);
         }
         let rel = self.relative_name(name)?;
         if rel
@@ -718,11 +825,24 @@ impl Runtime {
     /// files exist, and the redundancy scheme applied everywhere; otherwise it is deleted
     /// on every rank. Returns whether it was kept.
     pub fn complete_output(&mut self, valid: bool) -> Result<bool> {
-        let Some(mut out) = self.output.take() else {
-            return Err(ScrError::Usage(
+        let writing = self.output.is_some()
+            || self
+                .passthrough
+                .as_ref()
+                .is_some_and(|p| p.output.is_some());
+        let pre = if writing {
+            Ok(())
+        } else {
+            Err(ScrError::Usage(
                 "complete_output: no dataset is being written; call start_output first".into(),
-            ));
+            ))
         };
+        self.begin("complete_output", pre)?;
+        if let Some(pt) = self.passthrough.as_mut() {
+            pt.output = None;
+            return Ok(self.all_agree(valid));
+        }
+        let mut out = self.output.take().expect("checked by every rank");
         let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
         let crc = self.config.bool("crc_on_copy");
         let buf = self.config.u64("file_buf_size").max(4096) as usize;
@@ -801,7 +921,7 @@ impl Runtime {
         if let Some(c) = clash {
             let local = self.delete_dataset(&out.record);
             self.dataset_done(out.record.id);
-            self.agree(local)?;
+            self.agree_changed("complete_output", local)?;
             return Err(ScrError::Usage(format!(
                 "complete_output {}: {c}; dataset discarded",
                 out.record.name
@@ -834,13 +954,38 @@ impl Runtime {
         } else {
             None
         };
-        let local = if kept {
-            self.commit_dataset(&mut out)
+        if kept {
+            // the keep decision is only final once every rank recorded the dataset as
+            // complete; a rank that could not (a full control directory, say) makes every
+            // rank discard it, while the previous checkpoint is still in cache
+            let committed = self.commit_dataset(&mut out);
+            if !self.all_agree(committed.is_ok()) {
+                // every rank returns the same error: the first failing rank's
+                let why = committed.err().map(|e| e.to_string());
+                let why = first_failure(&self.world, why.as_deref())
+                    .map(|(r, e)| format!("on rank {r}: {e}"))
+                    .unwrap_or_default();
+                out.record.complete = false;
+                let local = self.delete_dataset(&out.record);
+                self.dataset_done(out.record.id);
+                self.agree_changed("complete_output", local)?;
+                return Err(ScrError::Collective(format!(
+                    "complete_output {}: the dataset could not be recorded as complete {why}; it is discarded on every rank, and the previous checkpoint stays the restart candidate",
+                    out.record.name
+                )));
+            }
+            if let Some(c) = out.record.checkpoint_id {
+                self.next_checkpoint = c + 1;
+                self.checkpoint_done(out.started);
+            }
+            self.dataset_done(out.record.id);
+            let store = out.record.descriptor.store.clone();
+            self.evict(&store, 0, Some(out.record.id))?;
         } else {
-            self.delete_dataset(&out.record)
-        };
-        self.dataset_done(out.record.id);
-        self.agree(local)?;
+            let local = self.delete_dataset(&out.record);
+            self.dataset_done(out.record.id);
+            self.agree_changed("complete_output", local)?;
+        }
         if kept {
             if self.rank == 0 {
                 if let Err(e) =
@@ -855,6 +1000,9 @@ impl Runtime {
                 out.record.name,
                 out.started.elapsed().as_secs_f64()
             ));
+            if out.record.checkpoint_id.is_some() {
+                self.exit_if_halted();
+            }
         } else {
             if let Some(e) = apply_error {
                 return Err(ScrError::Collective(format!(
@@ -871,19 +1019,14 @@ impl Runtime {
         Ok(kept)
     }
 
-    /// This rank's part of keeping a dataset: mark it complete, count the checkpoint,
-    /// evict what the store's count no longer allows.
+    /// This rank's part of keeping a dataset: mark it complete in the filemap.
     fn commit_dataset(&mut self, out: &mut Output) -> Result<()> {
+        self.injected_failure("commit", out.record.id)?;
         out.record.complete = true;
-        let id = out.record.id;
-        self.filemap.datasets.insert(id, out.record.clone());
-        self.save_filemap()?;
-        if let Some(c) = out.record.checkpoint_id {
-            self.next_checkpoint = c + 1;
-            self.checkpoint_done(out.started)?;
-        }
-        let store = out.record.descriptor.store.clone();
-        self.evict(&store, 0, Some(id))
+        self.filemap
+            .datasets
+            .insert(out.record.id, out.record.clone());
+        self.save_filemap()
     }
 
     /// Dataset `id` is finished (kept or not): the next one gets a new id, and rank 0
@@ -903,7 +1046,7 @@ impl Runtime {
         }
     }
 
-    fn checkpoint_done(&mut self, started: Instant) -> Result<()> {
+    fn checkpoint_done(&mut self, started: Instant) {
         self.policy.last_cost = started.elapsed().as_secs_f64();
         self.policy.last_end = Instant::now();
         if self.rank == 0 {
@@ -918,7 +1061,6 @@ impl Runtime {
                 }
             }
         }
-        Ok(())
     }
 
     // ----- restart -----
@@ -940,6 +1082,7 @@ impl Runtime {
 
     /// Begin reading the restart checkpoint; returns its name.
     pub fn start_restart(&mut self) -> Result<String> {
+        self.usable("start_restart")?;
         if self.output.is_some() || self.restart.is_some() {
             return Err(ScrError::Usage(
                 "start_restart: another output or restart is in progress".into(),
@@ -957,11 +1100,16 @@ impl Runtime {
     /// Finish reading (collective). If any rank says `!valid`, this checkpoint is passed
     /// over and `have_restart` offers the next older one. Returns whether all were valid.
     pub fn complete_restart(&mut self, valid: bool) -> Result<bool> {
-        let Some(id) = self.restart.take() else {
-            return Err(ScrError::Usage(
+        let pre = self.restart.ok_or_else(|| {
+            ScrError::Usage(
                 "complete_restart: no restart in progress; call start_restart first".into(),
-            ));
-        };
+            )
+        });
+        let agreed = self.begin("complete_restart", pre);
+        // ended either way: a rank that was reading is not left inside a restart that
+        // the others failed
+        self.restart = None;
+        let id = agreed?;
         let ok = self.all_agree(valid);
         if !ok {
             self.skipped.push(id);
@@ -973,9 +1121,13 @@ impl Runtime {
         Ok(ok)
     }
 
-    /// Make the named checkpoint the restart candidate, passing over newer ones.
+    /// Make the named checkpoint the restart candidate, passing over newer ones
+    /// (collective: a name some ranks do not know is an error on every rank).
     pub fn current(&mut self, name: &str) -> Result<()> {
-        let id = self.id_of(name)?;
+        if self.passthrough.is_some() {
+            return Ok(());
+        }
+        let id = self.begin("current", self.id_of(name))?;
         let newer: Vec<u64> = self
             .filemap
             .datasets
@@ -988,15 +1140,22 @@ impl Runtime {
         Ok(())
     }
 
-    /// Forget the named dataset as a restart candidate (its files stay until evicted).
+    /// Forget the named dataset as a restart candidate (its files stay until evicted;
+    /// collective, like `current`).
     pub fn drop_dataset(&mut self, name: &str) -> Result<()> {
-        let id = self.id_of(name)?;
+        if self.passthrough.is_some() {
+            return Ok(());
+        }
+        let id = self.begin("drop", self.id_of(name))?;
         self.skipped.push(id);
         Ok(())
     }
 
     /// Delete the named dataset from cache (collective).
     pub fn delete(&mut self, name: &str) -> Result<()> {
+        if self.passthrough.is_some() {
+            return Ok(());
+        }
         // a name some ranks do not know (or a dataset busy on some) is an error on every
         // rank, agreed before anything is deleted
         let id = self.id_of(name).and_then(|id| {
@@ -1008,10 +1167,10 @@ impl Runtime {
                 Ok(id)
             }
         });
-        let id = self.agree(id)?;
+        let id = self.begin("delete", id)?;
         let rec = self.filemap.datasets[&id].clone();
         let local = self.delete_dataset(&rec);
-        self.agree(local)
+        self.agree_changed("delete", local)
     }
 
     fn id_of(&self, name: &str) -> Result<u64> {
@@ -1030,6 +1189,7 @@ impl Runtime {
     /// time stays under `checkpoint_overhead` percent, or when a halt condition holds.
     /// With none of these set, always.
     pub fn need_checkpoint(&mut self) -> Result<bool> {
+        self.usable("need_checkpoint")?;
         self.policy.calls += 1;
         let mut decision = [0u8];
         if self.rank == 0 {
@@ -1063,6 +1223,19 @@ impl Runtime {
     /// Whether the run should stop now (collective; a halt condition holds). The reason
     /// is recorded for `finalize`.
     pub fn should_exit(&mut self) -> Result<bool> {
+        self.usable("should_exit")?;
+        match self.agreed_halt_reason() {
+            None => Ok(false),
+            Some(reason) => {
+                self.info(&format!("should_exit: {reason}"));
+                self.halt_reason = Some(reason);
+                Ok(true)
+            }
+        }
+    }
+
+    /// Rank 0's view of the halt conditions, on every rank (collective).
+    fn agreed_halt_reason(&self) -> Option<String> {
         let reason = if self.rank == 0 {
             self.halt_check()
         } else {
@@ -1070,13 +1243,31 @@ impl Runtime {
         };
         let text = broadcast_bytes(&self.world, reason.unwrap_or_default().as_bytes());
         let reason = String::from_utf8_lossy(&text).into_owned();
-        if reason.is_empty() {
-            Ok(false)
-        } else {
-            self.info(&format!("should_exit: {reason}"));
-            self.halt_reason = Some(reason);
-            Ok(true)
+        (!reason.is_empty()).then_some(reason)
+    }
+
+    /// With `halt_exit`, a halt condition ends the run inside the library, as SCR's
+    /// SCR_HALT_EXIT does: checked at the end of init and after every checkpoint kept
+    /// (collective). Every rank finalizes (recording the reason in the halt file),
+    /// finalizes MPI and exits with status 0; the application does not return from the
+    /// call. Without `halt_exit` the application asks `should_exit`.
+    fn exit_if_halted(&mut self) {
+        if !self.config.bool("halt_exit") {
+            return;
         }
+        let Some(reason) = self.agreed_halt_reason() else {
+            return;
+        };
+        if self.rank == 0 {
+            eprintln!(
+                "scr-rs: halting the run: {reason} (halt_exit = true: finalizing and exiting)"
+            );
+        }
+        self.halt_reason = Some(reason);
+        if let Err(e) = self.finalize() {
+            eprintln!("scr-rs[{}]: finalize before the halt exit: {e}", self.rank);
+        }
+        mpi_exit::finalize_mpi_and_exit(0)
     }
 
     /// End the run (collective): records the exit reason in the halt file.
@@ -1085,6 +1276,9 @@ impl Runtime {
             return Ok(());
         }
         self.finalized = true;
+        if self.passthrough.is_some() {
+            return Ok(());
+        }
         if self.output.is_some() {
             self.warn("finalize: a dataset was still being written; it is discarded");
             self.complete_output(false)?;
@@ -1120,6 +1314,19 @@ impl Runtime {
     /// made, and dropping says nothing more.
     pub fn abandon(&mut self) {
         self.finalized = true;
+    }
+
+    /// The fault suite's hook: `SCR_FAULT=<point>:<rank>:<dataset id>` makes `point`
+    /// fail on that rank for that dataset, as a full or failing control directory would,
+    /// so that failures on one rank only can be tested deterministically.
+    pub(super) fn injected_failure(&self, point: &str, id: u64) -> Result<()> {
+        match std::env::var("SCR_FAULT") {
+            Ok(spec) if spec == format!("{point}:{}:{id}", self.rank) => Err(ScrError::Io {
+                path: self.cntl_dir.join(Filemap::file_name(self.rank)),
+                source: std::io::Error::other(format!("injected failure ({spec})")),
+            }),
+            _ => Ok(()),
+        }
     }
 
     fn save_filemap(&self) -> Result<()> {
@@ -1333,6 +1540,55 @@ fn load_config(world: &SimpleCommunicator, api: Vec<(usize, String)>) -> Result<
     let snap: Snapshot = serde_json::from_slice(&bytes).unwrap_or_default();
     loader.snapshot = Some(snap);
     loader.load().map_err(ScrError::Config)
+}
+
+/// The effective configuration without where each value came from: what must be the
+/// same on every rank.
+fn config_fingerprint(config: &Config) -> String {
+    let shown = crate::show::render(config);
+    // the rendering is valid TOML; reading it back drops the comments naming sources
+    match shown.parse::<toml::Table>() {
+        Ok(table) => table.to_string(),
+        Err(_) => shown,
+    }
+}
+
+/// Check (collectively) that every rank loaded the same effective configuration. Each
+/// rank loads rank 0's files with its own environment, so an `SCR_*` variable set on
+/// some nodes only, or a different working directory (the default prefix), would make
+/// ranks disagree on stores, schemes or the prefix and fail later in ways that name
+/// nothing; this names the first difference. Costs two reductions; the gather runs only
+/// when the configurations differ.
+fn same_config(world: &SimpleCommunicator, config: &Config) -> Result<()> {
+    use std::hash::{Hash as _, Hasher as _};
+    let text = config_fingerprint(config);
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    let mine = h.finish();
+    let (mut lo, mut hi) = (0u64, 0u64);
+    world.all_reduce_into(&mine, &mut lo, SystemOperation::min());
+    world.all_reduce_into(&mine, &mut hi, SystemOperation::max());
+    if lo == hi {
+        return Ok(());
+    }
+    let all = all_gather_bytes(world, text.as_bytes());
+    let first = String::from_utf8_lossy(&all[0]).into_owned();
+    let (rank, other) = all
+        .iter()
+        .enumerate()
+        .find(|(_, t)| t.as_slice() != all[0].as_slice())
+        .map(|(r, t)| (r, String::from_utf8_lossy(t).into_owned()))
+        .unwrap_or((0, first.clone()));
+    let a: Vec<&str> = first.lines().collect();
+    let b: Vec<&str> = other.lines().collect();
+    let at = (0..a.len().max(b.len()))
+        .find(|&i| a.get(i) != b.get(i))
+        .unwrap_or(0);
+    Err(ScrError::Usage(format!(
+        "the effective configuration differs between ranks: rank 0 has `{}` where rank {rank} has `{}`; every rank must see the same configuration files, SCR_* environment and working directory (see `scr config show` on each node)",
+        a.get(at).copied().unwrap_or("(nothing)"),
+        b.get(at).copied().unwrap_or("(nothing)")
+    )))
 }
 
 /// Rank 0's bytes on every rank.

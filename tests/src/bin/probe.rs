@@ -159,6 +159,87 @@ fn main() {
             std::fs::write(format!("probe_{}.txt", world.rank()), &report).expect("report");
             return;
         }
+        "candidate" => say(format!("candidate {:?}", scr.have_restart())),
+        "commit-one" => {
+            // run with SCR_FAULT=commit:2:2: rank 2 cannot record dataset 2 (ckpt.2) as
+            // complete after every rank decided to keep it
+            let r = world.rank();
+            for n in 1..=3 {
+                scr.start_output(&format!("ckpt.{n}"), Flags::CHECKPOINT)
+                    .expect("start");
+                let p = scr.route_file(format!("c{n}_{r}.dat")).expect("route");
+                std::fs::write(&p, format!("checkpoint {n} of rank {r}")).expect("write");
+                match scr.complete_output(true) {
+                    Ok(kept) => say(format!("ckpt.{n} kept {kept}")),
+                    Err(e) => say(format!("ckpt.{n} error: {e}")),
+                }
+                say(format!("candidate {:?}", scr.have_restart()));
+            }
+        }
+        "uncertain" => {
+            // run with SCR_FAULT=delete:1:1: deleting ckpt.1 fails on rank 1 only, after
+            // the other ranks deleted their files
+            let r = world.rank();
+            scr.start_output("ckpt.1", Flags::CHECKPOINT)
+                .expect("start");
+            let p = scr.route_file(format!("c_{r}.dat")).expect("route");
+            std::fs::write(&p, b"one").expect("write");
+            say(format!(
+                "kept {}",
+                scr.complete_output(true).expect("complete")
+            ));
+            let show = |what: &str, e: Result<String, scr_api::ScrError>| match e {
+                Ok(v) => format!("{what}: ok {v}"),
+                Err(e) => format!("{what}: {e}"),
+            };
+            say(show("delete", scr.delete("ckpt.1").map(|_| String::new())));
+            say(show(
+                "start",
+                scr.start_output("ckpt.2", Flags::CHECKPOINT)
+                    .map(|_| String::new()),
+            ));
+            say(show("need", scr.need_checkpoint().map(|b| b.to_string())));
+            say(show(
+                "route",
+                scr.route_file("x.dat").map(|p| p.display().to_string()),
+            ));
+            say(show("exit", scr.should_exit().map(|b| b.to_string())));
+        }
+        "diverge" => {
+            // calls misused on some ranks only: every rank returns an error, none waits,
+            // and the ranks stay in step afterwards
+            let r = world.rank();
+            let show = |what: &str, e: Result<String, scr_api::ScrError>| match e {
+                Ok(v) => format!("{what}: ok {v}"),
+                Err(e) => format!("{what}: {e}"),
+            };
+            let name = if r == 3 { "bad/name" } else { "ckpt.1" };
+            say(show(
+                "start",
+                scr.start_output(name, Flags::CHECKPOINT)
+                    .map(|_| String::new()),
+            ));
+            scr.start_output("ckpt.1", Flags::CHECKPOINT)
+                .expect("start");
+            let p = scr.route_file(format!("c_{r}.dat")).expect("route");
+            std::fs::write(&p, b"one").expect("write");
+            say(show(
+                "complete",
+                scr.complete_output(true).map(|k| k.to_string()),
+            ));
+            let name = if r == 1 { "nope" } else { "ckpt.1" };
+            say(show("current", scr.current(name).map(|_| String::new())));
+            say(show("drop", scr.drop_dataset(name).map(|_| String::new())));
+            say(show("delete", scr.delete(name).map(|_| String::new())));
+            // rank 2 completes a restart it never started
+            let r2 = if r == 2 {
+                scr.complete_restart(true)
+            } else {
+                scr.start_restart().and_then(|_| scr.complete_restart(true))
+            };
+            say(show("restart", r2.map(|k| k.to_string())));
+            say(format!("candidate {:?}", scr.have_restart()));
+        }
         other => panic!("unknown probe mode `{other}`"),
     }
     scr.finalize().expect("finalize");
