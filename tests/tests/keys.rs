@@ -298,3 +298,27 @@ fn a_store_with_mkdir_false_needs_its_directory_made_beforehand() {
     assert_eq!(out.code, 0, "{out}");
     assert_eq!(out.final_state(), reference(10), "{out}");
 }
+
+/// `job_name` is recorded with each flushed dataset in the index (SCR's JOBNAME) and
+/// shown by `scr index list`.
+#[test]
+fn job_name_is_recorded_in_the_index() {
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "1").set("SCR_JOB_NAME", "heat-study-7");
+    let out = heat(&c, 5, 5);
+    assert_eq!(out.code, 0, "{out}");
+    let list = std::process::Command::new(binary("scr"))
+        .args(["index", "list", "--prefix"])
+        .arg(c.prefix())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(list.status.success(), "{list:?}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("ckpt.5"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("complete,job=heat-study-7"), "{line}");
+    let index = std::fs::read_to_string(c.prefix().join(".scr/index.scr")).unwrap();
+    assert!(index.contains("\"job_name\": \"heat-study-7\""), "{index}");
+}

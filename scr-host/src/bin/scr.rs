@@ -176,6 +176,10 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
                 if e.fetched.is_some() {
                     state.push("fetched");
                 }
+                let job = e.job_name.as_deref().map(|j| format!("job={j}"));
+                if let Some(j) = &job {
+                    state.push(j);
+                }
                 let failed = e
                     .failed
                     .as_deref()

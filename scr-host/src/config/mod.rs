@@ -191,7 +191,9 @@ pub struct Store {
     pub group: Option<String>,
     /// Datasets kept (default: `cache_size`).
     pub count: Option<u64>,
-    /// Whether directories can be created.
+    /// Whether scr-rs creates the job's directory `<path>/<user>/scr.<jobid>` (SCR's
+    /// MKDIR). When false, something else (a job prolog, the burst buffer) must have made
+    /// it before the job starts; init refuses the store otherwise.
     pub mkdir: bool,
     /// Whether the store may be used.
     pub enabled: bool,

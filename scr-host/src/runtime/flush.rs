@@ -444,6 +444,7 @@ impl Runtime {
             output: rec.output,
             dir: format!("scr.dataset.{}", rec.id),
             world_size: self.size,
+            job_name: Some(self.config.str("job_name")).filter(|n| !n.is_empty()),
             ..IndexEntry::default()
         };
         let opened = if self.rank == 0 {

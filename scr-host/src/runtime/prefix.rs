@@ -34,6 +34,9 @@ pub struct IndexEntry {
     pub fetched: Option<i64>,
     /// Why it must not be used (a failed fetch, a flush that never completed).
     pub failed: Option<String>,
+    /// The `job_name` of the job that wrote it (SCR's JOBNAME), when one was set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
 }
 
 /// The index of a prefix directory.
