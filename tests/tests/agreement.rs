@@ -190,3 +190,51 @@ fn an_environment_that_differs_between_ranks_is_an_init_error_on_every_rank() {
         );
     }
 }
+
+/// A vendor library present on some nodes only (libbbAPI missing on rank 2's node, the
+/// flush type being bbapi): init fails on every rank, naming the library and the rank,
+/// instead of the other ranks waiting in init.
+#[test]
+fn a_vendor_library_missing_on_one_node_is_an_init_error_on_every_rank() {
+    let mut c = Cluster::new();
+    let vendor = c.path("vendor");
+    std::fs::create_dir(&vendor).unwrap();
+    std::os::unix::fs::symlink(
+        scr_e2e::target_dir().join("libscr_fixture_bbapi.so"),
+        vendor.join("libbbAPI.so"),
+    )
+    .unwrap();
+    c.set("SCR_FLUSH_TYPE", "bbapi");
+    let script = format!(
+        "[ \"$OMPI_COMM_WORLD_RANK\" = 2 ] || export LD_LIBRARY_PATH={}; exec \"$0\" \"$@\"",
+        vendor.display()
+    );
+    let out = c.run_wrapped(
+        FOUR_NODES,
+        &["sh", "-c", &script],
+        "scr-probe",
+        &["candidate"],
+    );
+    assert_eq!(out.code, 0, "every rank returned\n{out}");
+    assert_four_ranks(&c);
+    for r in 0..4 {
+        let report = std::fs::read_to_string(c.prefix().join(format!("probe_{r}.txt"))).unwrap();
+        assert!(report.starts_with("init error: "), "rank {r}: {report}");
+        assert!(report.contains("libbbAPI.so"), "rank {r}: {report}");
+        if r != 2 {
+            assert!(
+                report.contains("another rank failed, this rank stops with it: rank 2: "),
+                "rank {r}: {report}"
+            );
+        }
+    }
+    // with the library on every node the same job starts
+    let all = format!(
+        "export LD_LIBRARY_PATH={}; exec \"$0\" \"$@\"",
+        vendor.display()
+    );
+    let out = c.run_wrapped(FOUR_NODES, &["sh", "-c", &all], "scr-probe", &["candidate"]);
+    assert_eq!(out.code, 0, "{out}");
+    let report = std::fs::read_to_string(c.prefix().join("probe_2.txt")).unwrap();
+    assert_eq!(report, "candidate None\n", "{out}");
+}
