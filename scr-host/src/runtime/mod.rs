@@ -888,6 +888,8 @@ impl Runtime {
         }
         // the redundancy files are recorded before they exist, like every file
         let mut all_valid = self.all_agree(local_ok && clash.is_none());
+        // why the redundancy files could not be named and recorded, the same on every rank
+        let mut naming_error = None;
         if all_valid {
             let rd = &self.reddescs[out.desc];
             let scheme_name = rd.record.scheme.clone();
@@ -904,8 +906,8 @@ impl Runtime {
                     // routed (ranks on one node share the dataset directory)
                     if let Some(n) = out.record.redundancy.iter().find(|n| owner.contains_key(*n)) {
                         return Err(ScrError::Usage(format!(
-                            "complete_output {}: rank {} routed `{n}`, the name of rank {}'s redundancy file under scheme {}; choose another name",
-                            out.record.name, owner[n], self.rank, scheme_name
+                            "rank {} routed `{n}`, the name of rank {}'s redundancy file under scheme {}; choose another name",
+                            owner[n], self.rank, scheme_name
                         )));
                     }
                     self.filemap
@@ -913,10 +915,12 @@ impl Runtime {
                         .insert(out.record.id, out.record.clone());
                     self.save_filemap()
                 });
-            if let Err(e) = &named {
-                eprintln!("scr-rs[{}]: {e}", self.rank);
-            }
             all_valid = self.all_agree(named.is_ok());
+            if !all_valid {
+                let mine = named.err().map(|e| e.to_string());
+                naming_error = first_failure(&self.world, mine.as_deref())
+                    .map(|(r, e)| format!("on rank {r}: {e}"));
+            }
         }
         if let Some(c) = clash {
             let local = self.delete_dataset(&out.record);
@@ -1004,6 +1008,12 @@ impl Runtime {
                 self.exit_if_halted();
             }
         } else {
+            if let Some(e) = naming_error {
+                return Err(ScrError::Usage(format!(
+                    "complete_output {}: dataset discarded: {e}",
+                    out.record.name
+                )));
+            }
             if let Some(e) = apply_error {
                 return Err(ScrError::Collective(format!(
                     "complete_output {}: redundancy could not be applied, dataset discarded: {e}",
