@@ -238,3 +238,43 @@ fn a_vendor_library_missing_on_one_node_is_an_init_error_on_every_rank() {
     let report = std::fs::read_to_string(c.prefix().join("probe_2.txt")).unwrap();
     assert_eq!(report, "candidate None\n", "{out}");
 }
+
+/// A plugin directory other users can write to (here 0777, holding a library someone
+/// dropped there): the library is never opened — not one rank maps it, so its
+/// constructors never ran — and the job starts with the trusted plugins.
+#[test]
+fn a_library_in_a_plugin_directory_others_can_write_is_never_opened() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut c = Cluster::new();
+    let planted = c.path("planted");
+    std::fs::create_dir(&planted).unwrap();
+    std::fs::copy(
+        scr_e2e::target_dir().join("libscr_fixture_liar.so"),
+        planted.join("libplanted_by_someone.so"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let system = c.path("system.toml");
+    std::fs::write(
+        &system,
+        format!("[plugins]\ndirectories = [\"{}\"]\n", planted.display()),
+    )
+    .unwrap();
+    c.set("SCR_SYSTEM_CONFIG", &system.display().to_string())
+        .set("PROBE_MAPS", "libplanted_by_someone");
+    let (out, reports) = probe(&c, "maps");
+    assert_eq!(out.code, 0, "{out}");
+    assert_four_ranks(&c);
+    for (r, report) in reports.iter().enumerate() {
+        assert_eq!(report, "mapped false\ncandidate None\n", "rank {r}\n{out}");
+    }
+    // the control: the same library in a private directory is opened
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (out, reports) = probe(&c, "maps");
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        reports[0].starts_with("mapped true"),
+        "{}\n{out}",
+        reports[0]
+    );
+}

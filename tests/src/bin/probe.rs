@@ -160,6 +160,17 @@ fn main() {
             return;
         }
         "candidate" => say(format!("candidate {:?}", scr.have_restart())),
+        "maps" => {
+            // whether a library whose path contains $PROBE_MAPS was ever mapped into this
+            // process (dlopen'd) by init
+            let want = std::env::var("PROBE_MAPS").expect("PROBE_MAPS names a path fragment");
+            let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+            say(format!(
+                "mapped {}",
+                maps.lines().any(|l| l.contains(&want))
+            ));
+            say(format!("candidate {:?}", scr.have_restart()));
+        }
         "commit-one" => {
             // run with SCR_FAULT=commit:2:2: rank 2 cannot record dataset 2 (ckpt.2) as
             // complete after every rank decided to keep it
