@@ -278,3 +278,69 @@ fn a_library_in_a_plugin_directory_others_can_write_is_never_opened() {
         reports[0]
     );
 }
+
+/// Eviction is decided together. A background flush of ckpt.1 still running on rank 1
+/// (its vendor transfer is slow there) while rank 0's finished: when ckpt.3 needs room,
+/// ckpt.1 may not go on rank 1, so it goes nowhere — instead of leaving ckpt.1 in one
+/// node's cache and not the other's. The job is killed right after, to look at the
+/// caches as eviction left them.
+#[test]
+fn eviction_leaves_no_dataset_on_some_ranks_only() {
+    let mut c = Cluster::new();
+    let vendor = c.path("vendor");
+    std::fs::create_dir(&vendor).unwrap();
+    std::os::unix::fs::symlink(
+        scr_e2e::target_dir().join("libscr_fixture_bbapi.so"),
+        vendor.join("libbbAPI.so"),
+    )
+    .unwrap();
+    c.set("SCR_FLUSH_TYPE", "bbapi")
+        .set("SCR_FLUSH", "1")
+        .set("SCR_FLUSH_ASYNC", "1")
+        .set("SCR_CACHE_SIZE", "2");
+    let script = format!(
+        "export LD_LIBRARY_PATH={}; [ \"$OMPI_COMM_WORLD_RANK\" = 1 ] && export FAKE_BBAPI_DELAY_MS=4000; exec \"$0\" \"$@\"",
+        vendor.display()
+    );
+    let out = c.run_wrapped(
+        &["n0", "n1"],
+        &["sh", "-c", &script],
+        "scr-heat",
+        &[
+            "--steps",
+            "6",
+            "--every",
+            "1",
+            "--cells",
+            "64",
+            "--sleep-ms",
+            "300",
+            "--kill-at",
+            "4",
+            "--kill-rank",
+            "0",
+        ],
+    );
+    assert_ne!(out.code, 0, "the job was to be killed\n{out}");
+    let held = |node: &str| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(c.cache_dir(node))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| std::fs::read_dir(e.path()).is_ok_and(|mut f| f.next().is_some()))
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let (n0, n1) = (held("n0"), held("n1"));
+
+    assert_eq!(n0, n1, "the caches differ after eviction\n{out}");
+    // (ckpt.1 normally stays, rank 1 still flushing it; on a machine so loaded that the
+    // 4 s flush ended first it is gone from both — never from one only)
+    assert!(
+        n0.contains(&"scr.dataset.3".to_string()),
+        "ckpt.3 kept: {n0:?}\n{out}"
+    );
+}
