@@ -322,3 +322,15 @@ fn job_name_is_recorded_in_the_index() {
     let index = std::fs::read_to_string(c.prefix().join(".scr/index.scr")).unwrap();
     assert!(index.contains("\"job_name\": \"heat-study-7\""), "{index}");
 }
+
+/// A misspelt `SCR_*` variable is named in one warning (rank 0's) with the key it
+/// probably meant, instead of being ignored in silence.
+#[test]
+fn a_misspelt_environment_variable_is_warned_about_once() {
+    let mut c = Cluster::new();
+    c.set("SCR_CACHSIZE", "3");
+    let out = heat(&c, 5, 5);
+    assert_eq!(out.code, 0, "{out}");
+    let warning = "scr-rs: warning: environment variable SCR_CACHSIZE names no scr-rs setting and is ignored; did you mean SCR_CACHE_SIZE?";
+    assert_eq!(out.stderr.matches(warning).count(), 1, "{out}");
+}
