@@ -230,7 +230,7 @@ mod tests {
     }
 
     #[test]
-    fn levels_are_created_0700_and_files_0600_whatever_the_umask() {
+    fn levels_are_created_0700_and_files_0600() {
         let t = tempfile::tempdir().unwrap();
         let dir = t.path().join("a/b/c");
         create_dirs(t.path(), &dir, None).unwrap();
