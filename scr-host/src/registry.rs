@@ -465,7 +465,7 @@ fn proc_status_id(field: &str) -> Option<u32> {
 /// Whether `gid` is this user's private group (user private groups, the default on
 /// Debian, Ubuntu and Fedora with umask 002): this process's effective group, with no
 /// other members listed in /etc/group. Group write access then is the user's own.
-fn private_group(gid: u32) -> bool {
+pub(crate) fn private_group(gid: u32) -> bool {
     if proc_status_id("Gid:") != Some(gid) {
         return false;
     }

@@ -52,11 +52,22 @@ impl StateError {
 
 /// Write `bytes` to `path` atomically (temporary file, fsync, rename, fsync directory).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_as(path, bytes, false)
+}
+
+/// [`write_atomic`], the file created with mode 0600 and never through a symbolic link
+/// when `private` (state kept in cache: filemaps, the nodes file), else with the umask's
+/// mode (state in the prefix, which other tools and users may read).
+fn write_atomic_as(path: &Path, bytes: &[u8], private: bool) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("state");
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
     let result = (|| {
-        let mut f = File::create(&tmp)?;
+        let mut f = if private {
+            scr_plugin::cachefs::create_file(&tmp).map_err(io::Error::other)?
+        } else {
+            File::create(&tmp)?
+        };
         f.write_all(bytes)?;
         f.sync_all()?;
         fs::rename(&tmp, path)?;
@@ -70,6 +81,16 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// Serialize `value` as a state file of `kind`.
 pub fn write_state<T: Serialize>(path: &Path, kind: &str, value: &T) -> io::Result<()> {
+    write_atomic(path, &state_bytes(kind, value)?)
+}
+
+/// [`write_state`] for state kept in cache: mode 0600, never through a symbolic link.
+pub fn write_private_state<T: Serialize>(path: &Path, kind: &str, value: &T) -> io::Result<()> {
+    write_atomic_as(path, &state_bytes(kind, value)?, true)
+}
+
+/// The header line and JSON body of a state file.
+fn state_bytes<T: Serialize>(kind: &str, value: &T) -> io::Result<Vec<u8>> {
     let body = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
     let mut bytes = format!(
         "scr-rs {kind} {STATE_VERSION} crc32={:08x}\n",
@@ -77,7 +98,7 @@ pub fn write_state<T: Serialize>(path: &Path, kind: &str, value: &T) -> io::Resu
     )
     .into_bytes();
     bytes.extend_from_slice(&body);
-    write_atomic(path, &bytes)
+    Ok(bytes)
 }
 
 /// Read and verify a state file of `kind`.

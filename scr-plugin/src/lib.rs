@@ -85,6 +85,7 @@
 #![allow(non_local_definitions)] // emitted by #[sabi_trait] on recent compilers
 
 pub mod abi;
+pub mod cachefs;
 pub mod collect;
 pub mod conformance;
 mod error;

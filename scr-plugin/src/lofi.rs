@@ -18,31 +18,31 @@ pub struct LogicalFile {
 impl LogicalFile {
     /// Open the files of `metas` for reading.
     pub fn open(metas: &[FileMeta]) -> PluginResult<Self> {
-        Self::with(metas, false)
+        Self::with(None, metas)
     }
 
-    /// Create (truncate) the files of `metas` for writing, making parent directories.
-    pub fn create(metas: &[FileMeta]) -> PluginResult<Self> {
-        Self::with(metas, true)
+    /// Create (truncate) the files of `metas` in the dataset directory `dir` for writing:
+    /// new files with mode 0600, parent directories below `dir` with mode 0700, and never
+    /// through a symbolic link in place of a directory level or a file (see
+    /// [`crate::cachefs`]). Every file must lie below `dir`.
+    pub fn create(dir: &Path, metas: &[FileMeta]) -> PluginResult<Self> {
+        Self::with(Some(dir), metas)
     }
 
-    fn with(metas: &[FileMeta], writable: bool) -> PluginResult<Self> {
+    fn with(top: Option<&Path>, metas: &[FileMeta]) -> PluginResult<Self> {
+        let writable = top.is_some();
         let parts: Vec<(PathBuf, u64)> = metas
             .iter()
             .map(|m| (PathBuf::from(m.path.as_str()), m.size))
             .collect();
         let mut handles = Vec::with_capacity(parts.len());
         for (p, size) in &parts {
-            let f = if writable {
+            let f = if let Some(top) = top {
+                let owner = crate::cachefs::owner_of(top)?;
                 if let Some(dir) = p.parent() {
-                    std::fs::create_dir_all(dir).map_err(|e| PluginError::io(dir.display(), e))?;
+                    crate::cachefs::create_dirs(top, dir, Some(owner))?;
                 }
-                let f = OpenOptions::new()
-                    .create(true)
-                    .write(true)
-                    .truncate(true)
-                    .open(p)
-                    .map_err(|e| PluginError::io(p.display(), e))?;
+                let f = crate::cachefs::create_file(p)?;
                 f.set_len(*size)
                     .map_err(|e| PluginError::io(p.display(), e))?;
                 f
@@ -186,7 +186,7 @@ mod tests {
                 meta(&out.path().join(rel), m.size)
             })
             .collect();
-        let mut w = LogicalFile::create(&metas2).unwrap();
+        let mut w = LogicalFile::create(out.path(), &metas2).unwrap();
         w.write_at(0, b"hel").unwrap();
         w.write_at(3, b"loworld!\0\0\0").unwrap();
         w.sync().unwrap();

@@ -7,7 +7,7 @@
 //! neighbours'). Files are written under a temporary name and renamed when complete.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
@@ -172,12 +172,8 @@ impl RedWriter {
     /// Start writing `path` (under a temporary name until [`RedWriter::finish`]).
     pub fn create(path: &Path) -> PluginResult<Self> {
         let tmp = path.with_extension("tmp");
-        let file = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(|e| PluginError::io(tmp.display(), e))?;
+        // mode 0600, never through a link left at the temporary name
+        let file = crate::cachefs::create_file(&tmp)?;
         Ok(RedWriter {
             path: path.to_path_buf(),
             tmp,

@@ -113,11 +113,89 @@ impl Shared {
     fn persist(&self, state: &State) -> PluginResult<()> {
         let bytes = serde_json::to_vec(state)
             .map_err(|e| PluginError::new(ErrorCode::OTHER, format!("state: {e}")))?;
-        let tmp = self.state_file.with_extension("tmp");
-        let io = |e| PluginError::io(self.state_file.display(), e);
-        std::fs::write(&tmp, &bytes).map_err(io)?;
-        File::open(&tmp).and_then(|f| f.sync_all()).map_err(io)?;
-        std::fs::rename(&tmp, &self.state_file).map_err(io)
+        persist_atomic(&self.state_file, &bytes)
+    }
+}
+
+/// Write a transfer's state file atomically (temporary file, fsync, rename), mode 0600
+/// and never through a symbolic link: it names files to write and delete, so nobody else
+/// may read or change it.
+pub(crate) fn persist_atomic(state_file: &Path, bytes: &[u8]) -> PluginResult<()> {
+    use std::io::Write as _;
+    let tmp = state_file.with_extension("tmp");
+    let io = |e| PluginError::io(state_file.display(), e);
+    let mut f = scr_plugin::cachefs::create_file(&tmp)?;
+    f.write_all(bytes).and_then(|()| f.sync_all()).map_err(io)?;
+    std::fs::rename(&tmp, state_file).map_err(io)
+}
+
+/// Before a persisted state is trusted on resume (which writes its destinations, and a
+/// cancel after it deletes what it wrote): the state file must be a regular file (not a
+/// link) owned by the owner of its directory and writable by nobody else, in a directory
+/// nobody else can write (so no other user forged it); and every source and destination
+/// it names must be an absolute path without `..` components, each destination
+/// named once and never a source. A path that fails is refused, naming the file.
+///
+/// What the plugin cannot tell is whether a well-formed absolute destination is one the
+/// host asked for: that rests on the state file being private (the control directory is
+/// 0700, the file 0600).
+pub(crate) fn check_resumed<'a>(
+    state_file: &Path,
+    pairs: impl Iterator<Item = (&'a Path, &'a Path)>,
+) -> PluginResult<()> {
+    let corrupt = |why: String| {
+        PluginError::new(
+            ErrorCode::CORRUPT,
+            format!(
+                "{}: {why}; the transfer state is not trusted and not resumed",
+                state_file.display()
+            ),
+        )
+    };
+    let dir = state_file.parent().unwrap_or(Path::new("."));
+    let owner = scr_plugin::cachefs::owner_of(dir)?;
+    scr_plugin::cachefs::check_dir(dir, Some(owner)).map_err(|e| corrupt(e.to_string()))?;
+    let md = std::fs::symlink_metadata(state_file)
+        .map_err(|e| PluginError::io(state_file.display(), e))?;
+    if !md.file_type().is_file() || md.uid() != owner || md.mode() & 0o022 != 0 {
+        return Err(corrupt(format!(
+            "not a regular file of its directory's owner writable by nobody else (owner uid {}, mode {:04o})",
+            md.uid(),
+            md.mode() & 0o7777
+        )));
+    }
+    let mut destinations = BTreeSet::new();
+    let mut sources = BTreeSet::new();
+    let mut all = Vec::new();
+    for (src, dst) in pairs {
+        for p in [src, dst] {
+            let rootless = p.strip_prefix("/").ok().and_then(|r| r.to_str());
+            if !rootless.is_some_and(scr_plugin::redfile::stays_inside) {
+                return Err(corrupt(format!(
+                    "`{}` is not an absolute path without `..` components",
+                    p.display()
+                )));
+            }
+        }
+        if !destinations.insert(dst) {
+            return Err(corrupt(format!("{} is named twice", dst.display())));
+        }
+        sources.insert(src);
+        all.push(dst);
+    }
+    if let Some(d) = all.iter().find(|d| sources.contains(*d)) {
+        return Err(corrupt(format!(
+            "{} is both a source and a destination",
+            d.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Remove `path` if it is a regular file (a link there is left alone, never followed).
+pub(crate) fn remove_regular(path: &Path) {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file()) {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -187,6 +265,13 @@ impl CopyTransfer {
                 format!("{}: state version {}", path.display(), state.version),
             ));
         }
+        check_resumed(
+            &path,
+            state
+                .files
+                .iter()
+                .map(|f| (f.source.as_path(), f.destination.as_path())),
+        )?;
         let chunk = state.chunk;
         for f in &mut state.files {
             if f.status == Status::Complete {
@@ -492,7 +577,7 @@ impl Transfer for CopyTransfer {
         let mut st = self.shared.lock();
         for f in &mut st.files {
             if f.status != Status::Complete {
-                let _ = std::fs::remove_file(f.temp());
+                remove_regular(&f.temp());
                 f.status = Status::Cancelled;
                 f.chunks.clear();
             }
@@ -645,6 +730,70 @@ mod tests {
             assert_eq!(r.wait(host).unwrap(), TransferStatus::Complete);
         });
         assert_eq!(std::fs::read(&dst).unwrap(), content);
+    }
+
+    /// A state file names files to write (resume) and delete (cancel): a forged one
+    /// naming a path with `..` or no root, or one that others could have written,
+    /// is refused on resume, and nothing it names is touched.
+    #[test]
+    fn a_forged_or_loose_state_is_not_resumed_and_nothing_is_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        std::fs::write(&src, data(3 * 4096, 2)).unwrap();
+        let state = dir.path().join("state.json");
+        let cfg = config("sync", &state, &[("chunk_size", "4096")]);
+        let mut t = CopyTransfer::new(&cfg).unwrap();
+        let dst = dir.path().join("out/dst");
+        t.add(src.to_str().unwrap(), dst.to_str().unwrap()).unwrap();
+        with_host(|host| {
+            t.dispatch(host).unwrap();
+            assert_eq!(t.wait(host).unwrap(), TransferStatus::Complete);
+        });
+        drop(t);
+        // the state is private
+        assert_eq!(std::fs::metadata(&state).unwrap().mode() & 0o7777, 0o600);
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let victim_part = dir.path().join("victim.scr-part");
+        std::fs::write(&victim_part, b"keep part").unwrap();
+        let good: State = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+        let base = dir.path().display().to_string();
+        let forge = |destination: &str, mode: u32| {
+            let mut st = good.clone();
+            st.files[0].destination = destination.into();
+            st.files[0].status = Status::InProgress;
+            st.status = Status::InProgress;
+            std::fs::write(&state, serde_json::to_vec(&st).unwrap()).unwrap();
+            std::fs::set_permissions(&state, std::fs::Permissions::from_mode(mode)).unwrap();
+            match CopyTransfer::resume(&cfg) {
+                Ok(mut r) => {
+                    with_host(|host| r.cancel(host).unwrap());
+                    panic!("{destination} (mode {mode:o}) was resumed")
+                }
+                Err(e) => e.message().to_string(),
+            }
+        };
+        for forged in [
+            format!("{base}/out/../victim"),
+            "victim".to_string(),
+            "out/../../victim".to_string(),
+        ] {
+            let e = forge(&forged, 0o600);
+            assert!(
+                e.contains(&format!(
+                    "`{forged}` is not an absolute path without `..` components; the transfer state is not trusted"
+                )),
+                "{e}"
+            );
+        }
+        // well formed, but others could have written it
+        let e = forge(&victim.display().to_string(), 0o666);
+        assert!(
+            e.contains("writable by nobody else (owner uid") && e.contains("mode 0666)"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert_eq!(std::fs::read(&victim_part).unwrap(), b"keep part");
     }
 
     #[test]

@@ -8,7 +8,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int, CStr, CString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use libloading::Library;
@@ -198,9 +198,19 @@ impl VendorTransfer {
         let state = if resume {
             let bytes =
                 std::fs::read(&state_file).map_err(|e| PluginError::io(state_file.display(), e))?;
-            serde_json::from_slice(&bytes).map_err(|e| {
+            let state: VendorState = serde_json::from_slice(&bytes).map_err(|e| {
                 PluginError::new(ErrorCode::CORRUPT, format!("{}: {e}", state_file.display()))
-            })?
+            })?;
+            // a cancel after resume deletes the destinations: only a private, well-formed
+            // state is trusted
+            crate::copy::check_resumed(
+                &state_file,
+                state
+                    .files
+                    .iter()
+                    .map(|(s, d)| (Path::new(s), Path::new(d))),
+            )?;
+            state
         } else {
             VendorState {
                 kind: kind.into(),
@@ -232,10 +242,7 @@ impl VendorTransfer {
     fn persist(&self) -> PluginResult<()> {
         let bytes = serde_json::to_vec(&self.state)
             .map_err(|e| PluginError::new(ErrorCode::OTHER, e.to_string()))?;
-        let tmp = self.state_file.with_extension("tmp");
-        let io = |e| PluginError::io(self.state_file.display(), e);
-        std::fs::write(&tmp, bytes).map_err(io)?;
-        std::fs::rename(&tmp, &self.state_file).map_err(io)
+        crate::copy::persist_atomic(&self.state_file, &bytes)
     }
 
     fn sym<T>(&self, name: &[u8]) -> PluginResult<libloading::Symbol<'_, T>> {
@@ -618,7 +625,7 @@ impl Transfer for VendorTransfer {
         }
         for (_, d) in &self.state.files {
             if self.status != TransferStatus::Complete {
-                let _ = std::fs::remove_file(d);
+                crate::copy::remove_regular(Path::new(d));
             }
         }
         self.state.cancelled = true;

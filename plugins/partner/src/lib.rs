@@ -235,7 +235,7 @@ impl Scheme for PartnerScheme {
                     .unwrap_or_default();
                 let metas: Vec<FileMeta> = stored.iter().map(|m| m.to_meta(dir)).collect();
                 let len: u64 = metas.iter().map(|m| m.size).sum();
-                let mut lofi = failure.note(LogicalFile::create(&metas));
+                let mut lofi = failure.note(LogicalFile::create(dir, &metas));
                 for step in 0..len.div_ceil(self.piece as u64) {
                     let s = piece_len(len, step, self.piece);
                     host.recv(p, TAG, &mut buf[..s])?;

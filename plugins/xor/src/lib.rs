@@ -273,7 +273,7 @@ impl Scheme for XorScheme {
                 .into_vec()
         };
         let mut lofi = if me == f {
-            failure.note(LogicalFile::create(&own_metas))
+            failure.note(LogicalFile::create(dir, &own_metas))
         } else {
             failure.note(LogicalFile::open(&own_metas))
         };

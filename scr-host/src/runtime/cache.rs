@@ -389,14 +389,18 @@ impl Runtime {
         let dir = template
             .as_ref()
             .map(|t| self.dataset_dir(&t.descriptor.store, id));
+        // every level from the store down 0700 and checked, none followed through a link
+        // (a rebuild writes here)
         let dir_ok = match (&template, &dir) {
-            (Some(t), Some(d)) => match self.create_store_dir(&t.descriptor.store) {
-                Ok(()) => std::fs::create_dir_all(d).is_ok(),
-                Err(e) => {
-                    eprintln!("scr-rs[{}]: {e}", self.rank);
-                    false
+            (Some(t), Some(d)) => {
+                match super::create_private_dir(Path::new(&t.descriptor.store), d) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        eprintln!("scr-rs[{}]: {e}", self.rank);
+                        false
+                    }
                 }
-            },
+            }
             _ => false,
         };
         let ready = matches!((&host, &scheme), (Some(_), Some(Ok(_)))) && dir_ok;
@@ -815,7 +819,16 @@ impl Runtime {
             let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
             for name in file_names(rec) {
                 let path = dir.join(&name);
-                let file = std::fs::File::open(&path);
+                // a name that leaves the dataset directory, or a link on the way, is
+                // never read: sent as gone
+                let file = inside_dir(&dir, &name)
+                    .map_err(|e| {
+                        eprintln!("scr-rs[{}]: {e}; not sent", self.rank);
+                        std::io::Error::other(e)
+                    })
+                    .and_then(|()| {
+                        scr_plugin::cachefs::open_file(&path).map_err(std::io::Error::other)
+                    });
                 let len = file
                     .as_ref()
                     .ok()
@@ -911,11 +924,19 @@ impl Runtime {
                     continue;
                 }
                 let path = dir.join(&name);
-                let mut out = path
-                    .parent()
-                    .map_or(Ok(()), std::fs::create_dir_all)
-                    .and_then(|()| std::fs::File::create(&path))
-                    .map_err(|e| eprintln!("scr-rs[{}]: {}: {e}", self.rank, path.display()))
+                // the name must stay inside the dataset directory; every directory level
+                // is created 0700 and never followed through a link, the file 0600 and
+                // never opened through one
+                let base = Path::new(&rec.descriptor.store);
+                let mut out = inside_dir(&dir, &name)
+                    .and_then(|()| {
+                        let parent = path.parent().unwrap_or(&dir);
+                        super::create_private_dir(base, parent).map_err(|e| e.to_string())
+                    })
+                    .and_then(|()| {
+                        scr_plugin::cachefs::create_file(&path).map_err(|e| e.to_string())
+                    })
+                    .map_err(|e| eprintln!("scr-rs[{}]: {e}", self.rank))
                     .ok();
                 let mut left = len;
                 while left > 0 {
@@ -930,10 +951,23 @@ impl Runtime {
                 }
                 let mut sender_ok = 0u8;
                 peer.receive_into_with_tag(&mut sender_ok, MOVE_TAG);
-                let stored = sender_ok == 1 && out.is_some_and(|f| f.sync_all().is_ok());
+                // an application file gets back the mode it was recorded with (the
+                // application's own, which a flush restores); redundancy files stay 0600
+                let mode = rec.files.iter().find(|f| Path::new(&f.name) == name);
+                let stored = sender_ok == 1
+                    && out.is_some_and(|f| {
+                        mode.filter(|m| m.mode != 0).is_none_or(|m| {
+                            use std::os::unix::fs::PermissionsExt;
+                            f.set_permissions(std::fs::Permissions::from_mode(m.mode & 0o7777))
+                                .is_ok()
+                        }) && f.sync_all().is_ok()
+                    });
                 if !stored {
-                    // a partial or unreadable copy must not pass for the file
-                    let _ = std::fs::remove_file(&path);
+                    // a partial or unreadable copy must not pass for the file (only a
+                    // name inside the dataset directory is removed, through no link)
+                    if inside_dir(&dir, &name).is_ok() {
+                        let _ = remove_files(&dir, std::slice::from_ref(&name));
+                    }
                     ok &= sender_ok != 1;
                 }
             }
@@ -957,7 +991,16 @@ fn relative_to(dir: &Path, path: &str) -> String {
 ///
 /// A name that would leave `dir` (absolute, or through `..`: a damaged or forged filemap,
 /// a rank2file map, a plugin's answer) is never followed: it is skipped with a warning.
+///
+/// Nothing is deleted through a symbolic link: the dataset directory and every level
+/// below it down to the file are judged first (`lstat`), and a link in place of one is
+/// refused with an error naming it ([`scr_plugin::cachefs::check_dirs`]).
 fn remove_files(dir: &Path, names: &[PathBuf]) -> Result<()> {
+    use scr_plugin::cachefs::check_dirs;
+    let me = crate::registry::effective_uid();
+    if let Some(above) = dir.parent() {
+        check_dirs(above, dir, me).map_err(super::cachefs_err)?;
+    }
     for name in names {
         if !is_inside(&name.to_string_lossy()) {
             eprintln!(
@@ -968,6 +1011,9 @@ fn remove_files(dir: &Path, names: &[PathBuf]) -> Result<()> {
             continue;
         }
         let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            check_dirs(dir, parent, me).map_err(super::cachefs_err)?;
+        }
         match std::fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -983,6 +1029,19 @@ fn remove_files(dir: &Path, names: &[PathBuf]) -> Result<()> {
     }
     let _ = std::fs::remove_dir(dir); // only when empty
     Ok(())
+}
+
+/// `Err` naming the file unless `name` (read from a filemap) stays inside `dir`.
+fn inside_dir(dir: &Path, name: &Path) -> std::result::Result<(), String> {
+    if is_inside(&name.to_string_lossy()) {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{}` is recorded in a filemap for {} but leaves it",
+            name.display(),
+            dir.display()
+        ))
+    }
 }
 
 /// Application and redundancy files of a dataset, relative to its directory.

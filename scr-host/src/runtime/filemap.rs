@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{read_state, write_state, StateError};
+use crate::state::{read_state, write_private_state, StateError};
 
 /// State-file kind of filemaps.
 pub const KIND: &str = "filemap";
@@ -107,9 +107,9 @@ impl Filemap {
         }
     }
 
-    /// Write it atomically into `dir`.
+    /// Write it atomically into `dir`, mode 0600.
     pub fn save(&self, dir: &Path) -> std::io::Result<()> {
-        write_state(&dir.join(Self::file_name(self.rank)), KIND, self)
+        write_private_state(&dir.join(Self::file_name(self.rank)), KIND, self)
     }
 
     /// Filemap owners present in a control directory.

@@ -948,15 +948,15 @@ impl Runtime {
         };
         self.filemap.datasets.insert(entry.id, record.clone());
         self.save_filemap().map_err(|e| e.to_string())?;
-        self.create_store_dir(&store).map_err(|e| e.to_string())?;
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        // every directory from the store down 0700 and checked, none a link
+        let base = Path::new(&store);
+        super::create_private_dir(base, &dir).map_err(|e| e.to_string())?;
         let mut files = Vec::with_capacity(mine.len());
         for f in &mine {
             let source = f.stored_path(&self.prefix)?;
             let destination = dir.join(&f.name);
             if let Some(parent) = destination.parent() {
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| format!("{}: {e}", parent.display()))?;
+                super::create_private_dir(base, parent).map_err(|e| e.to_string())?;
             }
             files.push(Planned {
                 name: f.name.clone(),

@@ -590,7 +590,7 @@ impl Runtime {
             distinct.sort();
             distinct.dedup();
             let path = self.cntl_dir.join("nodes.scr");
-            written = crate::state::write_state(
+            written = crate::state::write_private_state(
                 &path,
                 "nodes",
                 &BTreeMap::from([("NODES", distinct.len())]),
@@ -695,7 +695,8 @@ impl Runtime {
     fn open_dataset(&mut self, store: &str, record: &DatasetRecord) -> Result<()> {
         self.create_store_dir(store)?;
         let dir = self.dataset_dir(store, record.id);
-        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        // every level from the store to the dataset directory 0700, none a link
+        create_private_dir(Path::new(store), &dir)?;
         self.filemap.datasets.insert(record.id, record.clone());
         self.save_filemap()
     }
@@ -776,6 +777,7 @@ impl Runtime {
         if let Some(out) = &self.output {
             let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
             let path = dir.join(&rel);
+            let base = PathBuf::from(&out.record.descriptor.store);
             // a name the scheme uses for this rank's redundancy data would be overwritten
             // by it (other ranks' names, and names that depend on the files, are checked
             // at complete_output)
@@ -783,6 +785,19 @@ impl Runtime {
                 return Err(ScrError::Usage(format!(
                     "route_file: `{key}` is the name of this rank's redundancy file under scheme {}; choose another name",
                     self.reddescs[out.desc].record.scheme
+                )));
+            }
+            // nested names: no directory level that exists is a link (or anyone else's),
+            // nor is the file itself a link (the application would write through it);
+            // judged before the name is recorded, so a refused name leaves no record
+            if let Some(parent) = path.parent() {
+                scr_plugin::cachefs::check_dirs(&dir, parent, crate::registry::effective_uid())
+                    .map_err(cachefs_err)?;
+            }
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(ScrError::Usage(format!(
+                    "route_file: {} is a symbolic link; it is not written through: remove it",
+                    path.display()
                 )));
             }
             if !self
@@ -799,8 +814,9 @@ impl Runtime {
                 self.filemap.datasets.insert(record.id, record);
                 self.save_filemap()?;
             }
+            // each directory of a nested name 0700, never through a link in place of one
             if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+                create_private_dir(&base, parent)?;
             }
             return Ok(path);
         }
@@ -1456,51 +1472,65 @@ fn load_halt(prefix: &Path) -> Halt {
 /// group or others can write is refused, naming it. Another user could otherwise plant
 /// `<base>/<user>` in advance — as a link to a directory of theirs (our checkpoints would
 /// be written there) or as an open directory (they could read our checkpoints and forge
-/// our filemaps). `base` itself is created (as an ordinary directory) when missing.
+/// our filemaps). `base` itself is created (as an ordinary directory) when missing, and
+/// judged by [`check_base`].
+///
+/// Every directory the runtime makes in cache goes through here (job, dataset and nested
+/// directories alike), so no level below the base is ever followed through a link; the
+/// plugins use the same rules ([`scr_plugin::cachefs`]).
 pub(crate) fn create_private_dir(base: &Path, dir: &Path) -> Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    let Ok(rel) = dir.strip_prefix(base) else {
-        return Err(ScrError::Usage(format!(
-            "{} is not below its base {}",
-            dir.display(),
-            base.display()
-        )));
-    };
     if !base.exists() {
         std::fs::create_dir_all(base).map_err(io_err(base))?;
     }
-    let me = crate::registry::effective_uid();
-    let mut at = base.to_path_buf();
-    for level in rel.components() {
-        at.push(level);
-        match std::fs::DirBuilder::new().mode(0o700).create(&at) {
-            Ok(()) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io_err(&at)(e)),
-        }
-        // it was there already (or another rank of this job made it just now): judge
-        // the entry itself, never what a link points to
-        let md = std::fs::symlink_metadata(&at).map_err(io_err(&at))?;
-        let why = if md.file_type().is_symlink() {
-            Some("is a symbolic link".to_string())
-        } else if !md.is_dir() {
-            Some("is not a directory".to_string())
-        } else if me.is_some_and(|u| u != md.uid()) {
-            Some(format!("is owned by uid {}, not by this user", md.uid()))
-        } else if md.mode() & 0o022 != 0 {
-            Some(format!(
-                "has mode {:04o}: group or others can write to it",
-                md.mode() & 0o7777
-            ))
-        } else {
-            None
-        };
-        if let Some(why) = why {
+    check_base(base)?;
+    scr_plugin::cachefs::create_dirs(base, dir, crate::registry::effective_uid())
+        .map_err(cachefs_err)
+}
+
+/// A [`scr_plugin::cachefs`] refusal is a usage error (the user must remove what was
+/// planted or choose another base); anything else is an I/O error.
+fn cachefs_err(e: scr_plugin::cachefs::CacheFsError) -> ScrError {
+    use scr_plugin::cachefs::CacheFsError;
+    match e {
+        CacheFsError::Io { path, source } => ScrError::Io { path, source },
+        refused => ScrError::Usage(refused.to_string()),
+    }
+}
+
+/// A shared base (`cache_base`, `cntl_base`, a store) that someone other than this user
+/// can write to must have the sticky bit, as /tmp and /dev/shm do (mode 1777): without
+/// it anyone who can write there can rename this user's directory away and put their
+/// own in its place at any moment, after every check. A base owned by another user (root,
+/// an admin) that only its owner can write to is fine.
+///
+/// The same holds for every ancestor of the base, judged after resolving symbolic links
+/// in the configured path (the path itself is the site's or user's choice; where it
+/// leads is what others could change): renaming an ancestor moves the whole tree. "Others"
+/// are group members unless the group is root's or this user's private group, and all
+/// other users.
+fn check_base(base: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let real = base.canonicalize().map_err(io_err(base))?;
+    for at in real.ancestors() {
+        let md = std::fs::metadata(at).map_err(io_err(at))?;
+        let mode = md.mode() & 0o7777;
+        let group_writes =
+            mode & 0o020 != 0 && md.gid() != 0 && !crate::registry::private_group(md.gid());
+        let others_write = mode & 0o002 != 0 || group_writes;
+        if others_write && mode & 0o1000 == 0 {
+            let what = if at == real {
+                format!("the shared base {}", at.display())
+            } else {
+                format!(
+                    "{}, above the shared base {},",
+                    at.display(),
+                    base.display()
+                )
+            };
             return Err(ScrError::Usage(format!(
-                "{} {why} (owner uid {}, mode {:04o}); it is not used, because another user could read or redirect checkpoints through it: remove it, or choose another cache_base / cntl_base",
-                at.display(),
+                "{what} (owner uid {}, mode {mode:04o}) can be written by other users and has no sticky bit, so another user could rename or replace this job's directory in it: set the sticky bit (chmod +t {}, as /tmp and /dev/shm are: mode 1777), make it writable by its owner only, or choose another cache_base / cntl_base / store",
                 md.uid(),
-                md.mode() & 0o7777
+                at.display()
             )));
         }
     }

@@ -166,13 +166,7 @@ impl FlushedFile {
 
 /// `Err` unless `rel` is a relative path that stays below the directory it is joined to.
 pub fn check_relative(rel: &str) -> Result<(), String> {
-    use std::path::Component;
-    let p = Path::new(rel);
-    if rel.is_empty()
-        || !p
-            .components()
-            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
-    {
+    if !scr_plugin::redfile::stays_inside(rel) {
         return Err(format!(
             "`{rel}` is not a path inside the prefix; the dataset's records are damaged"
         ));

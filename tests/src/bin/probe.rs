@@ -108,6 +108,36 @@ fn main() {
             let kept = scr.complete_output(true).expect("complete");
             say(format!("output kept {kept}, file exists {}", p.exists()));
         }
+        "planted-nested" => {
+            // each rank plants a link `sub_<rank>` in its dataset directory pointing at
+            // $PROBE_THEIRS, then routes a file below it: refused, nothing written there
+            let r = world.rank();
+            let theirs = std::env::var("PROBE_THEIRS").expect("PROBE_THEIRS");
+            scr.start_output("ckpt.1", Flags::CHECKPOINT)
+                .expect("start");
+            let flat = scr.route_file(format!("flat_{r}.dat")).expect("route");
+            std::fs::write(&flat, b"flat").expect("write");
+            let dataset = flat.parent().expect("dataset dir");
+            std::os::unix::fs::symlink(&theirs, dataset.join(format!("sub_{r}"))).expect("plant");
+            match scr.route_file(format!("sub_{r}/deeper/x.dat")) {
+                Ok(p) => {
+                    let _ = std::fs::write(&p, b"through the link");
+                    say(format!("nested routed to {}", p.display()));
+                }
+                Err(e) => say(format!("nested: {e}")),
+            }
+            // the file itself planted as a link
+            let name = format!("file_{r}.dat");
+            std::os::unix::fs::symlink(format!("{theirs}/{name}"), dataset.join(&name))
+                .expect("plant");
+            match scr.route_file(&name) {
+                Ok(p) => say(format!("file routed to {}", p.display())),
+                Err(e) => say(format!("file: {e}")),
+            }
+            say(format!("dataset {}", dataset.display()));
+            let kept = scr.complete_output(true);
+            say(format!("kept {kept:?}"));
+        }
         "route-rules" => {
             // run with XOR in one set of 4, member = rank: rank r's redundancy file is
             // scr.<r>.xor.mem_<r>_of_4.redset
