@@ -186,6 +186,28 @@ pub(super) fn verify_rebuilt(
     Ok(out)
 }
 
+/// Add to `rec` the redundancy files `scheme` declares for it in `dir` (keeping those
+/// already recorded). The caller saves `rec` in the filemap before the scheme writes
+/// them: a crash or a failed apply or rebuild then leaves no file the next init cannot
+/// find and delete. Not collective.
+pub(super) fn declare_redundancy(
+    scheme: &crate::registry::LoadedScheme,
+    rec: &mut DatasetRecord,
+    dir: &Path,
+) -> Result<()> {
+    let names = scheme
+        .raw()
+        .redundancy_files(&dataset_files(rec, dir))
+        .into_result()
+        .map_err(|e| ScrError::from(scheme.error("redundancy_files", e)))?;
+    for name in names.iter().map(|p| relative_to(dir, p.as_str())) {
+        if !rec.redundancy.contains(&name) {
+            rec.redundancy.push(name);
+        }
+    }
+    Ok(())
+}
+
 /// The plugin's view of a dataset held in `dir`.
 pub(super) fn dataset_files(rec: &DatasetRecord, dir: &Path) -> DatasetFiles {
     DatasetFiles {
@@ -572,6 +594,37 @@ impl Runtime {
             }
         };
         self.agree(local)
+    }
+
+    /// Discard a dataset whose apply failed on some rank (every rank calls this; `desc`
+    /// is the redundancy descriptor whose scheme ran apply, `None` when apply never ran):
+    /// the scheme's `remove` takes what it wrote on this member, its temporary files
+    /// included (names only it knows), then the dataset goes by its recorded names —
+    /// the redundancy files declared before apply among them.
+    pub(super) fn discard_failed_apply(
+        &mut self,
+        desc: Option<usize>,
+        rec: &DatasetRecord,
+    ) -> Result<()> {
+        if let Some(desc) = desc {
+            let rd = &self.reddescs[desc];
+            let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+            let result = rd
+                .scheme
+                .raw()
+                .remove(scr_plugin::host_ref(&rd.host), &dataset_files(rec, &dir))
+                .into_result();
+            let label = format!("{} ({})", rec.id, rec.name);
+            if let Err(e) = self.settle_call(&rd.host, &rd.scheme, "remove", &label, result) {
+                // the recorded names still go below; say what may be left
+                eprintln!(
+                    "scr-rs[{}]: warning: {e}; files the scheme wrote for dataset {label} in {} and did not declare may be left",
+                    self.rank,
+                    dir.display()
+                );
+            }
+        }
+        self.delete_dataset(rec)
     }
 
     /// Delete this rank's files of a dataset (other ranks on the node share the dataset

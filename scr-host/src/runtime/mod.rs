@@ -837,7 +837,7 @@ impl Runtime {
         let local = if kept {
             self.commit_dataset(&mut out)
         } else {
-            self.delete_dataset(&out.record)
+            self.discard_failed_apply(all_valid.then_some(out.desc), &out.record)
         };
         self.dataset_done(out.record.id);
         self.agree(local)?;
