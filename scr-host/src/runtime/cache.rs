@@ -464,6 +464,40 @@ impl Runtime {
             self.crc_note_given = true;
             self.info("cached files without a recorded CRC32 (crc_on_copy = false): only their sizes are checked at restart");
         }
+        // Files a rebuild writes are recorded before they exist: this rank's record —
+        // or, when its cache was lost, an incomplete one made from its set's record —
+        // names the redundancy files the scheme declares, saved before recover runs, so
+        // a crash inside the rebuild leaves nothing the next init cannot find and delete
+        // (an incomplete record is deleted at init). A lost rank's own file names are
+        // only in the redundancy data: they are recorded the moment recover returns them.
+        let mut rebuilding = own.clone().unwrap_or_else(|| DatasetRecord {
+            files: Vec::new(),
+            redundancy: Vec::new(),
+            complete: false,
+            ..t.clone()
+        });
+        let declared = declare_redundancy(scheme, &mut rebuilding, dir).and_then(|()| {
+            if own.as_ref() == Some(&rebuilding) {
+                Ok(())
+            } else {
+                self.filemap.datasets.insert(id, rebuilding.clone());
+                self.save_filemap()
+            }
+        });
+        if let Err(e) = &declared {
+            eprintln!("scr-rs[{}]: dataset {id} ({name}): {e}", self.rank);
+        }
+        if !self.all_agree(declared.is_ok()) {
+            // nothing was written for the rebuild: forget a record made for it
+            if own.is_none() && self.filemap.datasets.remove(&id).is_some() {
+                let _ = self.save_filemap();
+            }
+            self.skipped.push(id);
+            self.warn(&format!(
+                "dataset {id} ({name}) is not restored now: its redundancy files could not be recorded before the rebuild"
+            ));
+            return Ok(());
+        }
         let files: ROption<abi_stable::std_types::RVec<FileMeta>> = match (&own, intact) {
             (Some(rec), true) => RSome(dataset_files(rec, dir).files),
             _ => RNone,
@@ -483,6 +517,24 @@ impl Runtime {
             .map_err(|e| e.to_string());
         // what the scheme returned, to clean up if the dataset is dropped
         let returned: Vec<FileMeta> = outcome.clone().unwrap_or_default();
+        if own.is_none() && !returned.is_empty() {
+            // rebuilt on this rank whose cache was lost: record the names at once
+            rebuilding.files = returned
+                .iter()
+                .map(|m| super::FileRecord {
+                    name: relative_to(dir, m.path.as_str()),
+                    size: m.size,
+                    mode: m.mode,
+                    mtime: (m.mtime_sec, m.mtime_nsec),
+                    crc32: m.crc32.into_option(),
+                })
+                .filter(|f| is_inside(&f.name))
+                .collect();
+            self.filemap.datasets.insert(id, rebuilding.clone());
+            if let Err(e) = self.save_filemap() {
+                eprintln!("scr-rs[{}]: warning: dataset {id} ({name}): {e}", self.rank);
+            }
+        }
         // the dataset was written with CRC32s when any holder recorded one: then a
         // rebuilt file must come with one too (a rank whose cache is lost has only the
         // scheme's word for its files)
@@ -569,7 +621,7 @@ impl Runtime {
             self.warn(&report);
             self.lost.push(report);
             match own {
-                Some(rec) => self.remove_local(&rec),
+                Some(_) => self.remove_local(&rebuilding),
                 None => {
                     // no record on this rank (its cache was lost): what the scheme wrote
                     // here for this dataset goes, inside the dataset directory only
@@ -589,7 +641,8 @@ impl Runtime {
                                 .map(|p| PathBuf::from(relative_to(dir, p.as_str()))),
                         );
                     }
-                    remove_files(dir, &names)
+                    // then the record made for the rebuild, with the names it holds
+                    remove_files(dir, &names).and_then(|()| self.remove_local(&rebuilding))
                 }
             }
         };
