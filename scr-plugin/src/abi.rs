@@ -252,8 +252,9 @@ pub struct FileResult {
 ///   a lock of its own across a host call that another of its threads needs before it
 ///   can make its own host call. Use `sendrecv` for exchanges, and make the calls of one
 ///   operation from one thread.
-/// - **Threads**: communicating calls from a thread other than the one that called into
-///   the plugin (the application's thread, which made the host) are refused with a
+/// - **Threads**: communicating calls from a thread other than the one that made the
+///   host (the application's thread that initialised scr-rs, which is also the one that
+///   calls into the plugin) are refused with a
 ///   [`COMMUNICATION`](crate::ErrorCode::COMMUNICATION) error unless MPI was initialised
 ///   with at least `MPI_THREAD_SERIALIZED`; local calls are allowed from any thread.
 /// - **No panics**: no call panics or unwinds into the plugin. Invalid arguments (a
