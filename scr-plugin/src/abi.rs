@@ -230,6 +230,41 @@ pub struct FileResult {
 /// (the smallest upper bound MPI guarantees). Messages between one pair of members with
 /// one tag arrive in the order they were sent; `recv` must be given a buffer of exactly
 /// the size that was sent.
+///
+/// # The contract (what the scr-rs hosts do)
+///
+/// - **Local calls**: `rank`, `size`, `world_rank`, `failure_group`, `log` and
+///   `is_cancelled` never communicate, never block on another member and take no lock;
+///   any thread may call them at any time.
+/// - **Point-to-point calls**: `send`, `recv` and `sendrecv` involve the named members
+///   only. They block until this member's side is complete.
+/// - **Collective calls**: `barrier`, `all_reduce_u64` and `broadcast` must be made by
+///   every member of the set, in the same order, each from one thread at a time; a member
+///   that skips one leaves the others waiting. `broadcast` first agrees on the length, so
+///   buffers of different lengths are an error on every member, not a truncation.
+/// - **One lock**: every communicating call (point-to-point or collective) of every host
+///   in the process holds one process-wide lock for its whole duration, including while
+///   it blocks waiting for a peer. So calls from several plugin threads are serialized,
+///   never concurrent: a thread blocked in `recv` keeps every other thread's `send` out
+///   until its message arrives. A plugin must therefore not wait in a host call for
+///   something another of its threads can only do through a host call (two threads
+///   each in `recv` for what the other thread will `send`: deadlock), and must not hold
+///   a lock of its own across a host call that another of its threads needs before it
+///   can make its own host call. Use `sendrecv` for exchanges, and make the calls of one
+///   operation from one thread.
+/// - **Threads**: communicating calls from a thread other than the one that made the
+///   host (the application's thread that initialised scr-rs, which is also the one that
+///   calls into the plugin) are refused with a
+///   [`COMMUNICATION`](crate::ErrorCode::COMMUNICATION) error unless MPI was initialised
+///   with at least `MPI_THREAD_SERIALIZED`; local calls are allowed from any thread.
+/// - **No panics**: no call panics or unwinds into the plugin. Invalid arguments (a
+///   member or tag out of range, a message whose size differs from the buffer, a length
+///   MPI cannot express) are errors; the host never allocates a buffer sized by a length
+///   a peer or the plugin sent before checking it against the buffer it was given.
+///   ([`host_ref`](crate::host_ref) also catches a panic of the host's own code and
+///   returns it as an error.)
+/// - Transfers get a one-member host: communicating with another member is an error,
+///   `barrier` and `all_reduce_u64` return at once.
 #[sabi_trait]
 pub trait HostServices: Send + Sync {
     /// This process's member number in the set.

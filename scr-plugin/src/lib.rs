@@ -103,7 +103,7 @@ pub use abi::{
     SchemeDescription, TransferBox, TransferConfig, TransferStatus, ABI_VERSION,
 };
 pub use error::{ErrorCode, PluginError, PluginResult};
-pub use host::{host_ref, Host, MAX_TAG};
+pub use host::{host_ref, Guarded, Host, MAX_TAG};
 pub use params::Params;
 pub use plugin::{guard, root_module, scheme_box, transfer_box, PluginLibrary, Scheme, Transfer};
 

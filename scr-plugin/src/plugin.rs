@@ -2,6 +2,7 @@
 //! shims that [`export_plugin!`](crate::export_plugin) wires together.
 
 use std::any::Any;
+use std::io::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use abi_stable::{
@@ -166,7 +167,12 @@ pub trait PluginLibrary: 'static {
 /// the process.
 fn drop_guarded<T>(plugin: &str, what: &str, value: T) {
     if catch_unwind(AssertUnwindSafe(move || drop(value))).is_err() {
-        eprintln!("scr-rs: plugin {plugin} panicked while dropping {what}; continuing");
+        // not `eprintln!`, which panics when stderr is closed (this runs where a panic
+        // aborts the process)
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "scr-rs: plugin {plugin} panicked while dropping {what}; continuing"
+        );
     }
 }
 

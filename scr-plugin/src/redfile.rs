@@ -149,23 +149,39 @@ pub fn member_file(
     ))
 }
 
-/// Delete a redundancy file; one already gone is fine.
+/// Delete a redundancy file and the temporary file a [`RedWriter`] of it may have left
+/// (an apply that ended before [`RedWriter::finish`]); files already gone are fine.
 pub fn remove(path: &Path) -> PluginResult<()> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(PluginError::io(path.display(), e))
+    for p in [path.with_extension("tmp"), path.to_path_buf()] {
+        match std::fs::remove_file(&p) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(PluginError::io(p.display(), e))
+            }
+            _ => {}
         }
-        _ => Ok(()),
     }
+    Ok(())
 }
 
-/// Writes a redundancy file: payload first (sequentially), header last.
+/// Writes a redundancy file: payload first (sequentially), header last. Dropped before
+/// [`finish`](RedWriter::finish) (an error or a panic in the middle of an apply), it
+/// removes its temporary file: a failed apply leaves no partial redundancy file behind.
 pub struct RedWriter {
     path: PathBuf,
     tmp: PathBuf,
     file: File,
     crc: crc32fast::Hasher,
     len: u64,
+    /// Set once the temporary file was renamed into place.
+    finished: bool,
+}
+
+impl Drop for RedWriter {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 impl RedWriter {
@@ -180,6 +196,7 @@ impl RedWriter {
             file,
             crc: crc32fast::Hasher::new(),
             len: 0,
+            finished: false,
         })
     }
 
@@ -220,7 +237,8 @@ impl RedWriter {
         self.file.write_all(&trailer).map_err(io)?;
         self.file.sync_all().map_err(io)?;
         std::fs::rename(&self.tmp, &self.path).map_err(io)?;
-        Ok(self.path)
+        self.finished = true;
+        Ok(self.path.clone())
     }
 }
 
@@ -420,5 +438,29 @@ mod tests {
             let e = open_verified(&p).err().unwrap();
             assert!(e.message().contains("leaves the dataset directory"), "{e}");
         }
+    }
+
+    #[test]
+    fn an_unfinished_writer_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("scr.1.xor.mem_1_of_4.redset");
+        let tmp = dir.path().join("scr.1.xor.mem_1_of_4.tmp");
+        // an apply that fails after writing part of its redundancy file
+        let mut w = RedWriter::create(&p).unwrap();
+        w.write(b"half of the parity").unwrap();
+        assert!(tmp.is_file());
+        drop(w);
+        assert!(!tmp.exists() && !p.exists());
+        // one left by a process that died in the middle goes with `remove`
+        std::fs::write(&tmp, b"partial").unwrap();
+        remove(&p).unwrap();
+        assert!(!tmp.exists());
+        // a finished one stays until removed
+        let mut w = RedWriter::create(&p).unwrap();
+        w.write(b"parity").unwrap();
+        w.finish(RedHeader::default()).unwrap();
+        assert!(p.is_file() && !tmp.exists());
+        remove(&p).unwrap();
+        assert!(!p.exists());
     }
 }

@@ -186,6 +186,28 @@ pub(super) fn verify_rebuilt(
     Ok(out)
 }
 
+/// Add to `rec` the redundancy files `scheme` declares for it in `dir` (keeping those
+/// already recorded). The caller saves `rec` in the filemap before the scheme writes
+/// them: a crash or a failed apply or rebuild then leaves no file the next init cannot
+/// find and delete. Not collective.
+pub(super) fn declare_redundancy(
+    scheme: &crate::registry::LoadedScheme,
+    rec: &mut DatasetRecord,
+    dir: &Path,
+) -> Result<()> {
+    let names = scheme
+        .raw()
+        .redundancy_files(&dataset_files(rec, dir))
+        .into_result()
+        .map_err(|e| ScrError::from(scheme.error("redundancy_files", e)))?;
+    for name in names.iter().map(|p| relative_to(dir, p.as_str())) {
+        if !rec.redundancy.contains(&name) {
+            rec.redundancy.push(name);
+        }
+    }
+    Ok(())
+}
+
 /// The plugin's view of a dataset held in `dir`.
 pub(super) fn dataset_files(rec: &DatasetRecord, dir: &Path) -> DatasetFiles {
     DatasetFiles {
@@ -451,6 +473,40 @@ impl Runtime {
             self.crc_note_given = true;
             self.info("cached files without a recorded CRC32 (crc_on_copy = false): only their sizes are checked at restart");
         }
+        // Files a rebuild writes are recorded before they exist: this rank's record —
+        // or, when its cache was lost, an incomplete one made from its set's record —
+        // names the redundancy files the scheme declares, saved before recover runs, so
+        // a crash inside the rebuild leaves nothing the next init cannot find and delete
+        // (an incomplete record is deleted at init). A lost rank's own file names are
+        // only in the redundancy data: they are recorded the moment recover returns them.
+        let mut rebuilding = own.clone().unwrap_or_else(|| DatasetRecord {
+            files: Vec::new(),
+            redundancy: Vec::new(),
+            complete: false,
+            ..t.clone()
+        });
+        let declared = declare_redundancy(scheme, &mut rebuilding, dir).and_then(|()| {
+            if own.as_ref() == Some(&rebuilding) {
+                Ok(())
+            } else {
+                self.filemap.datasets.insert(id, rebuilding.clone());
+                self.save_filemap()
+            }
+        });
+        if let Err(e) = &declared {
+            eprintln!("scr-rs[{}]: dataset {id} ({name}): {e}", self.rank);
+        }
+        if !self.all_agree(declared.is_ok()) {
+            // nothing was written for the rebuild: forget a record made for it
+            if own.is_none() && self.filemap.datasets.remove(&id).is_some() {
+                let _ = self.save_filemap();
+            }
+            self.skipped.push(id);
+            self.warn(&format!(
+                "dataset {id} ({name}) is not restored now: its redundancy files could not be recorded before the rebuild"
+            ));
+            return Ok(());
+        }
         let files: ROption<abi_stable::std_types::RVec<FileMeta>> = match (&own, intact) {
             (Some(rec), true) => RSome(dataset_files(rec, dir).files),
             _ => RNone,
@@ -470,6 +526,24 @@ impl Runtime {
             .map_err(|e| e.to_string());
         // what the scheme returned, to clean up if the dataset is dropped
         let returned: Vec<FileMeta> = outcome.clone().unwrap_or_default();
+        if own.is_none() && !returned.is_empty() {
+            // rebuilt on this rank whose cache was lost: record the names at once
+            rebuilding.files = returned
+                .iter()
+                .map(|m| super::FileRecord {
+                    name: relative_to(dir, m.path.as_str()),
+                    size: m.size,
+                    mode: m.mode,
+                    mtime: (m.mtime_sec, m.mtime_nsec),
+                    crc32: m.crc32.into_option(),
+                })
+                .filter(|f| is_inside(&f.name))
+                .collect();
+            self.filemap.datasets.insert(id, rebuilding.clone());
+            if let Err(e) = self.save_filemap() {
+                eprintln!("scr-rs[{}]: warning: dataset {id} ({name}): {e}", self.rank);
+            }
+        }
         // the dataset was written with CRC32s when any holder recorded one: then a
         // rebuilt file must come with one too (a rank whose cache is lost has only the
         // scheme's word for its files)
@@ -556,7 +630,7 @@ impl Runtime {
             self.warn(&report);
             self.lost.push(report);
             match own {
-                Some(rec) => self.remove_local(&rec),
+                Some(_) => self.remove_local(&rebuilding),
                 None => {
                     // no record on this rank (its cache was lost): what the scheme wrote
                     // here for this dataset goes, inside the dataset directory only
@@ -576,11 +650,43 @@ impl Runtime {
                                 .map(|p| PathBuf::from(relative_to(dir, p.as_str()))),
                         );
                     }
-                    remove_files(dir, &names)
+                    // then the record made for the rebuild, with the names it holds
+                    remove_files(dir, &names).and_then(|()| self.remove_local(&rebuilding))
                 }
             }
         };
         self.agree(local)
+    }
+
+    /// Discard a dataset whose apply failed on some rank (every rank calls this; `desc`
+    /// is the redundancy descriptor whose scheme ran apply, `None` when apply never ran):
+    /// the scheme's `remove` takes what it wrote on this member, its temporary files
+    /// included (names only it knows), then the dataset goes by its recorded names —
+    /// the redundancy files declared before apply among them.
+    pub(super) fn discard_failed_apply(
+        &mut self,
+        desc: Option<usize>,
+        rec: &DatasetRecord,
+    ) -> Result<()> {
+        if let Some(desc) = desc {
+            let rd = &self.reddescs[desc];
+            let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+            let result = rd
+                .scheme
+                .raw()
+                .remove(scr_plugin::host_ref(&rd.host), &dataset_files(rec, &dir))
+                .into_result();
+            let label = format!("{} ({})", rec.id, rec.name);
+            if let Err(e) = self.settle_call(&rd.host, &rd.scheme, "remove", &label, result) {
+                // the recorded names still go below; say what may be left
+                eprintln!(
+                    "scr-rs[{}]: warning: {e}; files the scheme wrote for dataset {label} in {} and did not declare may be left",
+                    self.rank,
+                    dir.display()
+                );
+            }
+        }
+        self.delete_dataset(rec)
     }
 
     /// Delete this rank's files of a dataset (other ranks on the node share the dataset

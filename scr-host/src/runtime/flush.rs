@@ -990,10 +990,20 @@ impl Runtime {
     }
 
     /// Apply the redundancy scheme to a fetched dataset and mark it complete.
+    /// Collective. When apply fails on some rank, the dataset is discarded on every rank
+    /// (the redundancy files declared before apply among its names) and the ranks where
+    /// it failed return their error.
     fn protect_fetched(&mut self, id: u64) -> Result<()> {
         let mut rec = self.filemap.datasets[&id].clone();
         let desc = self.reddesc_for(rec.checkpoint_id);
         let dir = self.dataset_dir(&rec.descriptor.store, id);
+        // the redundancy files are recorded before they exist, like every file
+        let declared = cache::declare_redundancy(&self.reddescs[desc].scheme, &mut rec, &dir)
+            .and_then(|()| {
+                self.filemap.datasets.insert(id, rec.clone());
+                self.save_filemap()
+            });
+        self.agree(declared)?;
         let rd = &self.reddescs[desc];
         let ds = cache::dataset_files(&rec, &dir);
         let result = rd
@@ -1004,7 +1014,15 @@ impl Runtime {
         let label = format!("{id} ({})", rec.name);
         let red = self
             .settle_call(&rd.host, &rd.scheme, "apply", &label, result)
-            .map_err(ScrError::from)?;
+            .map_err(ScrError::from);
+        if !self.all_agree(red.is_ok()) {
+            // discarded on every rank, what the scheme wrote with it (its `remove` takes
+            // what it did not declare); this rank's own error only, as the caller
+            // gathers every rank's to name the one that failed
+            self.discard_failed_apply(Some(desc), &rec)?;
+            return red.map(|_| ());
+        }
+        let red = red?;
         rec.redundancy = red
             .iter()
             .map(|p| {

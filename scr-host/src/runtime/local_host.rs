@@ -7,6 +7,7 @@
 //! a plugin's warnings (e.g. "bbapi is missing, using the fallback") then went nowhere,
 //! and the runtime had no way to tell a running transfer to stop.
 
+use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -118,9 +119,12 @@ impl HostServices for LocalHost {
 
     fn log(&self, level: LogLevel, message: RStr<'_>) {
         if shown(level, self.debug) {
-            eprintln!(
+            // never `eprintln!`: it panics when stderr is closed
+            let _ = writeln!(
+                std::io::stderr().lock(),
                 "scr-rs[{}] {level:?}: {}: {message}",
-                self.world_rank, self.label
+                self.world_rank,
+                self.label
             );
         }
     }

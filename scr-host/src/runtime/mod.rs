@@ -1002,7 +1002,9 @@ impl Runtime {
             let store = out.record.descriptor.store.clone();
             self.evict(&store, 0, Some(out.record.id))?;
         } else {
-            let local = self.delete_dataset(&out.record);
+            // what the scheme wrote before a failed apply goes too, not only the names
+            // it declared (collective: every rank is in this branch alike)
+            let local = self.discard_failed_apply(all_valid.then_some(out.desc), &out.record);
             self.dataset_done(out.record.id);
             self.agree_changed("complete_output", local)?;
         }

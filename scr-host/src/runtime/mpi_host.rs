@@ -3,23 +3,34 @@
 //! `unsafe impl`s below.
 #![allow(unsafe_code)]
 
+use std::io::Write as _;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use abi_stable::std_types::{RResult, RSlice, RSliceMut, RStr, RString};
 use mpi::datatype::Equivalence as _;
+use mpi::raw::{AsRaw as _, AsRawMut as _};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{
     Communicator as _, CommunicatorCollectives as _, Destination as _, Root as _, Source as _,
 };
-use scr_plugin::{HostServices, LogLevel, PluginError, ReduceOp};
+use scr_plugin::{HostServices, LogLevel, PluginError, ReduceOp, MAX_TAG};
 
 /// Largest piece sent in one MPI call: counts are C `int`s.
 const PIECE: usize = 1 << 30;
 
 /// One redundancy set's communicator plus what plugins may ask about its members.
 pub struct MpiHost {
-    comm: SimpleCommunicator,
+    /// Freed in `Drop` under the MPI lock (hence not dropped as a plain field).
+    comm: ManuallyDrop<SimpleCommunicator>,
+    /// This process's member number, read once at construction: plugins ask for it from
+    /// any thread, and asking MPI there would call it outside the lock.
+    rank: u32,
+    /// Number of members, read once at construction (see `rank`).
+    size: u32,
+    /// MPI's thread level, read once on the owner thread (see `enter`).
+    threading: mpi::Threading,
     /// World rank of each member.
     world_ranks: Vec<u32>,
     /// Failure-group value of each member.
@@ -56,8 +67,20 @@ impl MpiHost {
         me: u32,
         debug: u64,
     ) -> Self {
+        let (rank, size, threading) = {
+            let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+            (
+                // a communicator's rank and size are never negative
+                u32::try_from(comm.rank()).unwrap_or(0),
+                u32::try_from(comm.size()).unwrap_or(0),
+                mpi::environment::threading_support(),
+            )
+        };
         MpiHost {
-            comm,
+            comm: ManuallyDrop::new(comm),
+            rank,
+            size,
+            threading,
             world_ranks,
             groups,
             me,
@@ -70,7 +93,7 @@ impl MpiHost {
     /// Whether the communicator has `members` members (a set recorded by an earlier run
     /// may no longer match the job).
     pub fn size_matches(&self, members: usize) -> bool {
-        self.comm.size() as usize == members
+        usize::try_from(self.size).is_ok_and(|s| s == members)
     }
 
     /// After a collective plugin call returned on this member, learn whether every member
@@ -103,7 +126,8 @@ impl MpiHost {
                 // a member that succeeded waits for one still inside the plugin: that
                 // member ends the job if it failed; say why this one waits meanwhile
                 told = true;
-                eprintln!(
+                let _ = writeln!(
+                    std::io::stderr().lock(),
                     "scr-rs[{}]: waiting for other members of the redundancy set to return from the plugin call ({} s so far)",
                     self.me,
                     grace.as_secs()
@@ -122,7 +146,7 @@ impl MpiHost {
     /// Take the MPI lock, refusing a foreign thread when MPI's thread level forbids it.
     fn enter(&self) -> Result<MutexGuard<'static, ()>, PluginError> {
         if std::thread::current().id() != self.owner {
-            let level = mpi::environment::threading_support();
+            let level = self.threading;
             if level < mpi::Threading::Serialized {
                 return Err(PluginError::communication(format!(
                     "host services were called from a plugin thread, but MPI was initialised with thread level {level:?}; initialise MPI with Threading::Serialized or Multiple, or call from the calling thread"
@@ -132,43 +156,106 @@ impl MpiHost {
         Ok(SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// `member` as an MPI rank of the set, or an error when the set has no such member.
     fn check(&self, member: u32) -> Result<i32, PluginError> {
-        if member < self.comm.size() as u32 {
-            Ok(member as i32)
-        } else {
-            Err(PluginError::communication(format!(
+        match i32::try_from(member) {
+            Ok(r) if member < self.size => Ok(r),
+            _ => Err(PluginError::communication(format!(
                 "member {member} does not exist in a set of {} members",
-                self.comm.size()
-            )))
+                self.size
+            ))),
         }
     }
 
     /// Receive one piece from `src`, refusing a message of another size instead of
     /// letting MPI fail the whole job with a truncation error.
+    ///
+    /// A longer message than `buf` is consumed without allocating its length (the peer
+    /// chose it, up to 2 GiB): it is received truncated into `buf` with the set's
+    /// communicator returning errors instead of aborting, so the next receive of the tag
+    /// sees the next message.
     fn recv_piece(&self, src: i32, tag: i32, buf: &mut [u8]) -> Result<(), PluginError> {
-        let (msg, status) = self.comm.process_at_rank(src).matched_probe_with_tag(tag);
-        let count = status.count(u8::equivalent_datatype());
-        let count = usize::try_from(count).unwrap_or(usize::MAX);
-        if count != buf.len() {
-            let mut sink = vec![0u8; count];
-            msg.matched_receive_into(&mut sink[..]);
-            return Err(PluginError::communication(format!(
-                "expected {} bytes from member {src} (tag {tag}) but {count} arrived",
-                buf.len()
-            )));
+        let (mut msg, status) = self.comm.process_at_rank(src).matched_probe_with_tag(tag);
+        let arrived = status.count(u8::equivalent_datatype());
+        let count = usize::try_from(arrived).unwrap_or(usize::MAX);
+        if count == buf.len() {
+            msg.matched_receive_into(buf);
+            return Ok(());
         }
-        msg.matched_receive_into(buf);
-        Ok(())
+        let expected = buf.len();
+        let mismatch = |extra: &str| {
+            PluginError::communication(format!(
+                "expected {expected} bytes from member {src} (tag {tag}) but {arrived} arrived{extra}"
+            ))
+        };
+        if count < buf.len() {
+            // a shorter message fits: take it into the front of the buffer
+            msg.matched_receive_into(&mut buf[..count]);
+            return Err(mismatch(""));
+        }
+        // a longer one: receive it truncated, with truncation an error code rather than
+        // fatal on this communicator for the one call
+        let len = i32::try_from(buf.len()).unwrap_or(i32::MAX);
+        let comm = self.comm.as_raw();
+        // SAFETY: plain MPI calls on this host's own communicator, under the MPI lock the
+        // caller holds. `old` is written by MPI_Comm_get_errhandler before it is read and
+        // freed once after it is set back. The receive writes at most `len` <=
+        // `buf.len()` bytes into `buf`, which is borrowed mutably for the call; `msg` is
+        // the handle the probe just matched, received exactly once here (then forgotten,
+        // MPI having set it to MPI_MESSAGE_NULL; forgetting it also skips rsmpi's drop
+        // assertion, which would panic should an MPI leave it set after an error).
+        let rc = unsafe {
+            let mut old = std::mem::MaybeUninit::uninit();
+            mpi::ffi::MPI_Comm_get_errhandler(comm, old.as_mut_ptr());
+            let mut old = old.assume_init();
+            mpi::ffi::MPI_Comm_set_errhandler(comm, mpi::ffi::RSMPI_ERRORS_RETURN);
+            let mut st = std::mem::MaybeUninit::uninit();
+            let rc = mpi::ffi::MPI_Mrecv(
+                buf.as_mut_ptr().cast(),
+                len,
+                u8::equivalent_datatype().as_raw(),
+                msg.as_raw_mut(),
+                st.as_mut_ptr(),
+            );
+            mpi::ffi::MPI_Comm_set_errhandler(comm, old);
+            mpi::ffi::MPI_Errhandler_free(&mut old);
+            rc
+        };
+        std::mem::forget(msg);
+        Err(mismatch(&format!(
+            " (message discarded{})",
+            if rc == 0 { "" } else { ", truncated" }
+        )))
+    }
+}
+
+impl Drop for MpiHost {
+    fn drop(&mut self) {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: `comm` is dropped exactly once, here, and never used afterwards.
+        unsafe { ManuallyDrop::drop(&mut self.comm) };
+    }
+}
+
+/// A plugin's tag as an MPI tag: `0..=MAX_TAG` (the smallest `MPI_TAG_UB` MPI allows),
+/// an error otherwise — never truncated into a negative or out-of-range MPI tag, which
+/// MPI treats as a fatal error.
+fn mpi_tag(tag: u32) -> Result<i32, PluginError> {
+    match i32::try_from(tag) {
+        Ok(t) if tag <= MAX_TAG => Ok(t),
+        _ => Err(PluginError::communication(format!(
+            "tag {tag} is above the largest plugin tag {MAX_TAG}"
+        ))),
     }
 }
 
 impl HostServices for MpiHost {
     fn rank(&self) -> u32 {
-        self.comm.rank() as u32
+        self.rank
     }
 
     fn size(&self) -> u32 {
-        self.comm.size() as u32
+        self.size
     }
 
     fn world_rank(&self, member: u32) -> u32 {
@@ -188,10 +275,11 @@ impl HostServices for MpiHost {
     fn send(&self, dest: u32, tag: u32, data: RSlice<'_, u8>) -> RResult<(), PluginError> {
         let run = || {
             let d = self.check(dest)?;
+            let tag = mpi_tag(tag)?;
             let _g = self.enter()?;
             let p = self.comm.process_at_rank(d);
             for piece in pieces(data.len()) {
-                p.send_with_tag(&data[piece], tag as i32);
+                p.send_with_tag(&data[piece], tag);
             }
             Ok(())
         };
@@ -201,10 +289,11 @@ impl HostServices for MpiHost {
     fn recv(&self, src: u32, tag: u32, mut buf: RSliceMut<'_, u8>) -> RResult<(), PluginError> {
         let mut run = || {
             let s = self.check(src)?;
+            let tag = mpi_tag(tag)?;
             let _g = self.enter()?;
             let len = buf.len();
             for piece in pieces(len) {
-                self.recv_piece(s, tag as i32, &mut buf.as_mut_slice()[piece])?;
+                self.recv_piece(s, tag, &mut buf.as_mut_slice()[piece])?;
             }
             Ok(())
         };
@@ -222,6 +311,7 @@ impl HostServices for MpiHost {
         let mut run = || {
             let d = self.check(dest)?;
             let s = self.check(src)?;
+            let tag = mpi_tag(tag)?;
             let _g = self.enter()?;
             let send = pieces(data.len());
             let recv = pieces(buf.len());
@@ -236,8 +326,8 @@ impl HostServices for MpiHost {
                             let req = self
                                 .comm
                                 .process_at_rank(d)
-                                .immediate_send_with_tag(scope, out, tag as i32);
-                            let r = self.recv_piece(s, tag as i32, into);
+                                .immediate_send_with_tag(scope, out, tag);
+                            let r = self.recv_piece(s, tag, into);
                             req.wait();
                             r
                         })?;
@@ -245,9 +335,9 @@ impl HostServices for MpiHost {
                     (Some(sp), None) => self
                         .comm
                         .process_at_rank(d)
-                        .send_with_tag(&data[sp.clone()], tag as i32),
+                        .send_with_tag(&data[sp.clone()], tag),
                     (None, Some(rp)) => {
-                        self.recv_piece(s, tag as i32, &mut buf.as_mut_slice()[rp.clone()])?
+                        self.recv_piece(s, tag, &mut buf.as_mut_slice()[rp.clone()])?
                     }
                     (None, None) => {}
                 }
@@ -320,7 +410,12 @@ impl HostServices for MpiHost {
             LogLevel::Debug => self.debug >= 2,
         };
         if shown {
-            eprintln!("scr-rs[{}] {level:?}: {message}", self.me);
+            // never `eprintln!`: it panics when stderr is closed
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "scr-rs[{}] {level:?}: {message}",
+                self.me
+            );
         }
     }
 

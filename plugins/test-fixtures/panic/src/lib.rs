@@ -9,8 +9,11 @@ use scr_plugin::{
 
 /// Provides PANIC_NEW (panics when created), PANIC_APPLY (created fine, panics in
 /// `apply`), PANIC_DROP (panics when the instance is dropped), PANIC_ONE (member 1 of each
-/// set panics in `apply` while the other members wait for a message from it) and FAIL_ONE
-/// (member 1 returns an error from `apply`, the others succeed without waiting).
+/// set panics in `apply` while the other members wait for a message from it), FAIL_ONE
+/// (member 1 returns an error from `apply`, the others succeed without waiting) and
+/// FAIL_PARTIAL (like FAIL_ONE, after every member wrote part of its declared redundancy
+/// file and of a temporary file only its `remove` knows; with the environment variable
+/// `SCR_FIXTURE_APPLY_OK` set, every apply succeeds).
 pub struct PanicLib;
 
 struct PanicsInApply {
@@ -52,7 +55,21 @@ impl Scheme for PanicsInApply {
 struct OneMemberFails {
     name: String,
     member: u32,
+    world_rank: u32,
     panics: bool,
+    /// FAIL_PARTIAL: write part of the redundancy files first.
+    partial: bool,
+}
+
+impl OneMemberFails {
+    /// The redundancy file FAIL_PARTIAL declares, and its temporary file (not declared).
+    fn partial_files(&self, dir: &str) -> [std::path::PathBuf; 2] {
+        let dir = std::path::Path::new(dir);
+        [
+            dir.join(format!("fail_partial.{}.red", self.world_rank)),
+            dir.join(format!("fail_partial.{}.red.tmp", self.world_rank)),
+        ]
+    }
 }
 
 impl Scheme for OneMemberFails {
@@ -63,7 +80,21 @@ impl Scheme for OneMemberFails {
             summary: "fails in apply on member 1 only".into(),
         })
     }
-    fn apply(&self, host: &Host<'_>, _: &DatasetFiles) -> PluginResult<Vec<String>> {
+    fn apply(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {
+        let mut written = Vec::new();
+        if self.partial {
+            for p in self.partial_files(&dataset.dir) {
+                std::fs::write(&p, b"partial parity")
+                    .map_err(|e| scr_plugin::PluginError::io(p.display(), e))?;
+            }
+            if std::env::var_os("SCR_FIXTURE_APPLY_OK").is_some() {
+                let [red, tmp] = self.partial_files(&dataset.dir);
+                std::fs::rename(&tmp, &red)
+                    .map_err(|e| scr_plugin::PluginError::io(tmp.display(), e))?;
+                return Ok(vec![red.display().to_string()]);
+            }
+            written.push(self.partial_files(&dataset.dir)[0].display().to_string());
+        }
         if self.member == 1 {
             if self.panics {
                 panic!("deliberate panic in apply on member 1");
@@ -79,15 +110,29 @@ impl Scheme for OneMemberFails {
             let mut buf = [0u8; 1];
             host.recv(1, 99, &mut buf)?;
         }
-        Ok(vec![])
+        Ok(written)
     }
     fn recover(&self, _: &Host<'_>, _: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
         Ok(vec![])
     }
-    fn redundancy_files(&self, _: &DatasetFiles) -> PluginResult<Vec<String>> {
-        Ok(vec![])
+    fn redundancy_files(&self, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {
+        Ok(if self.partial {
+            vec![self.partial_files(&dataset.dir)[0].display().to_string()]
+        } else {
+            vec![]
+        })
     }
-    fn remove(&self, _: &Host<'_>, _: &DatasetFiles) -> PluginResult<()> {
+    fn remove(&self, _: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<()> {
+        if self.partial {
+            for p in self.partial_files(&dataset.dir) {
+                match std::fs::remove_file(&p) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(scr_plugin::PluginError::io(p.display(), e))
+                    }
+                    _ => {}
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -101,18 +146,25 @@ impl PluginLibrary for PanicLib {
         "PANIC_DROP",
         "PANIC_ONE",
         "FAIL_ONE",
+        "FAIL_PARTIAL",
     ];
 
     fn new_scheme(config: &SchemeConfig) -> PluginResult<Box<dyn Scheme>> {
         if config.scheme.eq_ignore_ascii_case("PANIC_NEW") {
             panic!("deliberate panic in new_scheme");
         }
-        for (name, panics) in [("PANIC_ONE", true), ("FAIL_ONE", false)] {
+        for (name, panics, partial) in [
+            ("PANIC_ONE", true, false),
+            ("FAIL_ONE", false, false),
+            ("FAIL_PARTIAL", false, true),
+        ] {
             if config.scheme.eq_ignore_ascii_case(name) {
                 return Ok(Box::new(OneMemberFails {
                     name: name.into(),
                     member: config.member,
+                    world_rank: config.world_rank,
                     panics,
+                    partial,
                 }));
             }
         }

@@ -8,7 +8,10 @@
 //!   the set is not protected after a recovery;
 //! - `WRONGLIST` writes its redundancy file but `redundancy_files` names another one;
 //! - `HANG` never returns from apply (for the harness's watchdog: always pass `--scheme`
-//!   to scr-conformance with this library).
+//!   to scr-conformance with this library);
+//! - `CRASHREBUILD` behaves, except that with the environment variable
+//!   `SCR_FIXTURE_CRASH_REBUILD` set, a member that lost its files writes part of its
+//!   redundancy file in `recover` and then exits the process (a node dying mid-rebuild).
 //!
 //! Otherwise they behave: one loss tolerated, two refused alike with `unrecoverable`,
 //! redundancy files with a verified header, metadata restored.
@@ -23,7 +26,7 @@ use scr_plugin::{
     RecoverRequest, Scheme, SchemeConfig, SchemeDescription,
 };
 
-/// Provides `TRUSTING`, `NOREPROTECT`, `WRONGLIST` and `HANG`.
+/// Provides `TRUSTING`, `NOREPROTECT`, `WRONGLIST`, `HANG` and `CRASHREBUILD`.
 pub struct UntrustworthyLib;
 
 const TAG: u32 = 31;
@@ -34,6 +37,7 @@ enum Flaw {
     NoReprotect,
     WrongList,
     Hang,
+    CrashRebuild,
 }
 
 struct Mirror {
@@ -132,6 +136,13 @@ impl Scheme for Mirror {
             .ok()
             .filter(|r| r.header.matches(self.name, request.dataset_id, n, me));
         let mut data_lost = gather_flags(host, request.files.is_none())?;
+        if self.flaw == Flaw::CrashRebuild
+            && request.files.is_none()
+            && std::env::var_os("SCR_FIXTURE_CRASH_REBUILD").is_some()
+        {
+            let _ = std::fs::write(self.red_path(dir), b"partial parity");
+            std::process::exit(17);
+        }
         if self.flaw != Flaw::Trusting && data_lost.contains(&true) {
             // the flaw of TRUSTING is skipping exactly this
             let bad = request
@@ -213,13 +224,20 @@ impl Scheme for Mirror {
 impl PluginLibrary for UntrustworthyLib {
     const NAME: &'static str = "scr-fixture-untrustworthy";
     const VERSION: &'static str = "0.0.1";
-    const SCHEMES: &'static [&'static str] = &["TRUSTING", "NOREPROTECT", "WRONGLIST", "HANG"];
+    const SCHEMES: &'static [&'static str] = &[
+        "TRUSTING",
+        "NOREPROTECT",
+        "WRONGLIST",
+        "HANG",
+        "CRASHREBUILD",
+    ];
 
     fn new_scheme(config: &SchemeConfig) -> PluginResult<Box<dyn Scheme>> {
         let (flaw, name) = match config.scheme.to_ascii_uppercase().as_str() {
             "TRUSTING" => (Flaw::Trusting, "TRUSTING"),
             "NOREPROTECT" => (Flaw::NoReprotect, "NOREPROTECT"),
             "HANG" => (Flaw::Hang, "HANG"),
+            "CRASHREBUILD" => (Flaw::CrashRebuild, "CRASHREBUILD"),
             _ => (Flaw::WrongList, "WRONGLIST"),
         };
         Ok(Box::new(Mirror {
