@@ -369,6 +369,7 @@ fn finish(
             e.complete = true;
             e.flushed = Some(now_secs());
             e.failed = None;
+            let _ = std::fs::remove_file(prefix::FailedNote::path(prefix, entry.id));
             // the newest flushed checkpoint is the restart point (as in SCR), replacing
             // one pinned with `scr index current`
             if entry.checkpoint_id.is_some() {
@@ -905,11 +906,13 @@ impl Runtime {
                         entry.name
                     ));
                     if self.rank == 0 {
-                        let _ = Index::update(&self.prefix, |ix| {
-                            if let Some(e) = ix.datasets.get_mut(&entry.id) {
-                                e.failed = Some(reason.clone());
-                            }
-                        });
+                        // (kept through a rebuild of the index from the summaries)
+                        if let Err(e) = Index::mark_failed(&self.prefix, entry.id, &reason) {
+                            eprintln!(
+                                "scr-rs: warning: {e}; {} is not marked failed in the index",
+                                entry.name
+                            );
+                        }
                     }
                 }
             }
