@@ -777,3 +777,67 @@ fn an_index_of_another_version_is_never_rebuilt_over() {
         good
     );
 }
+
+/// `scr index current NAME` and `scr index drop NAME` decide on the index as it is once
+/// they hold the prefix lock: a dataset a job's flush records while the command waits for
+/// the lock is found (before, the index was read before the lock, so the command refused
+/// a name that was there by the time it wrote, or wrote back a stale choice).
+#[test]
+fn index_commands_decide_on_the_index_they_find_under_the_lock() {
+    use scr_host::runtime::prefix::{Index, IndexEntry, PrefixLock};
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path();
+    let entry = |id: u64| IndexEntry {
+        id,
+        name: format!("ckpt.{id}"),
+        checkpoint_id: Some(id),
+        dir: format!("scr.dataset.{id}"),
+        world_size: 1,
+        complete: true,
+        ..IndexEntry::default()
+    };
+    Index::update(prefix, |ix| {
+        ix.datasets.insert(1, entry(1));
+    })
+    .unwrap();
+    for (args, id, said) in [
+        (
+            &["index", "current", "ckpt.2"][..],
+            2,
+            "restart point set to ckpt.2\n",
+        ),
+        (&["index", "drop", "ckpt.3"][..], 3, "dropped ckpt.3\n"),
+    ] {
+        // another process (a job) holds the lock: a separate open file description
+        // conflicts with the command's flock as another process's would
+        let held = std::fs::File::open(PrefixLock::path(prefix)).unwrap();
+        held.lock().unwrap();
+        let admin = Command::new(SCR)
+            .args(args)
+            .arg("--prefix")
+            .arg(prefix)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        // the job records its flush (as it does, under the lock it holds)
+        let mut ix = Index::load(prefix).unwrap();
+        ix.datasets.insert(id, entry(id));
+        scr_host::state::write_state(&Index::path(prefix), "index", &ix).unwrap();
+        held.unlock().unwrap();
+        let out = admin.wait_with_output().unwrap();
+        assert_eq!(
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            ),
+            (Some(0), said.to_string()),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let ix = Index::load(prefix).unwrap();
+    assert_eq!(ix.current.as_deref(), Some("ckpt.2"));
+    assert_eq!(ix.datasets.keys().copied().collect::<Vec<_>>(), [1, 2]);
+}

@@ -34,6 +34,11 @@ mod bbstatus {
 /// `BBSCOPETRANSFER` of bbapi_types.h: cancel this transfer only.
 const BBSCOPETRANSFER: c_int = 1;
 
+/// How often `dispatch` asks for the status of a transfer dispatched before, and the
+/// pause between asks, before reporting that it cannot tell.
+const QUERY_TRIES: u32 = 3;
+const QUERY_PAUSE: Duration = Duration::from_millis(100);
+
 /// libbbAPI is initialised once per process (a second `BB_InitLibrary` fails) and shut
 /// down when the last transfer using it is gone: how many live transfers use it.
 static BB_USERS: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
@@ -511,11 +516,39 @@ impl Transfer for VendorTransfer {
     }
 
     fn dispatch(&mut self, _host: &Host<'_>) -> PluginResult<()> {
-        // a dispatched transfer whose status cannot even be queried (its handle is
-        // unknown to the vendor now) is as good as failed: start it over
-        let failed = self.state.dispatched
-            && !self.state.cancelled
-            && self.status().map_or(true, |s| s == TransferStatus::Failed);
+        // a transfer dispatched before: ask the vendor where it is, a few times (a query
+        // can fail for a moment: a busy server). A query error that persists is reported
+        // as what it is, never taken for "failed": starting over while the first copy
+        // may still be running would have two vendor transfers write the same
+        // destinations. `cancel` first is how a caller starts such a transfer over.
+        let failed = if self.state.dispatched && !self.state.cancelled {
+            let mut tries = 1;
+            loop {
+                match self.status() {
+                    Ok(s) => break s == TransferStatus::Failed,
+                    Err(_) if tries < QUERY_TRIES => {
+                        tries += 1;
+                        std::thread::sleep(QUERY_PAUSE);
+                    }
+                    Err(e) => {
+                        return Err(PluginError::new(
+                            e.code,
+                            format!(
+                                "{} ({tries} tries): the state of the transfer dispatched before is unknown, so it is not started again (it may still be running); cancel it to start over",
+                                e.message()
+                            ),
+                        ))
+                    }
+                }
+            }
+        } else {
+            false
+        };
+        if failed && self.state.kind != "bbapi" {
+            // DataWarp keeps a failed stage until it is terminated; staging the same
+            // file again before that is refused or races what is left of the old one
+            self.dw_each(b"dw_terminate_file_stage\0", "dw_terminate_file_stage")?;
+        }
         if self.state.dispatched && !self.state.cancelled && !failed {
             // already running or done (e.g. resumed from its state file): a second
             // vendor transfer of the same files would race the first

@@ -183,11 +183,54 @@ fn vendor_types_drive_the_stand_in_libraries() {
         t.dispatch(&host).unwrap();
         assert_eq!(t.wait(&host).unwrap(), TransferStatus::Failed, "{kind}");
         std::env::remove_var(var);
+        let log = dir.path().join("terminated");
+        std::env::set_var("FAKE_DW_TERMINATE_LOG", &log);
         t.dispatch(&host).unwrap();
+        std::env::remove_var("FAKE_DW_TERMINATE_LOG");
+        if kind == "dw" {
+            // DataWarp's failed stages were terminated before staging again
+            let sources: Vec<String> = fs.iter().map(|(s, _, _)| s.display().to_string()).collect();
+            assert_eq!(
+                std::fs::read_to_string(&log)
+                    .unwrap()
+                    .lines()
+                    .collect::<Vec<_>>(),
+                sources,
+                "{kind}"
+            );
+        }
         assert_eq!(t.wait(&host).unwrap(), TransferStatus::Complete, "{kind}");
         for (_, d, data) in &fs {
             assert_eq!(&std::fs::read(d).unwrap(), data, "{kind}: {}", d.display());
         }
+    }
+
+    // a status query that keeps failing is reported as such by dispatch, never taken
+    // for "failed" and started over beside a copy that may still be running
+    let dir = tempfile::tempdir().unwrap();
+    let fs = files(dir.path());
+    let cfg = config("dw", &dir.path().join("state"), &[("library", &dw)]);
+    let mut t = AxlTransfer::new_transfer(&cfg, &host).unwrap();
+    for (s, d, _) in &fs {
+        t.add(s.to_str().unwrap(), d.to_str().unwrap()).unwrap();
+    }
+    t.dispatch(&host).unwrap();
+    let log = dir.path().join("terminated");
+    std::env::set_var("FAKE_DW_TERMINATE_LOG", &log);
+    std::env::set_var("FAKE_DW_FAIL", "query");
+    let e = t.dispatch(&host).unwrap_err();
+    std::env::remove_var("FAKE_DW_FAIL");
+    std::env::remove_var("FAKE_DW_TERMINATE_LOG");
+    assert!(
+        e.message().contains("dw_query_file_stage(")
+            && e.message().contains("returned -5 (3 tries)")
+            && e.message().contains("not started again"),
+        "{e}"
+    );
+    assert!(!log.exists(), "nothing was terminated or restaged");
+    assert_eq!(t.wait(&host).unwrap(), TransferStatus::Complete);
+    for (_, d, data) in &fs {
+        assert_eq!(&std::fs::read(d).unwrap(), data);
     }
 
     // two bbapi transfers at once share one initialisation of the library

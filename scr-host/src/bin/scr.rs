@@ -86,7 +86,8 @@ enum IndexCommand {
         delete: bool,
     },
     /// Write the index again from the per-dataset summaries under .scr (after damage;
-    /// the restart point set with `current` and failure notes are not kept).
+    /// the restart point set with `current` is not kept, datasets marked failed stay
+    /// failed).
     Rebuild,
 }
 
@@ -125,47 +126,151 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// The checkpoint a restart would fetch: for a job of any size, `current` when it names a
+/// complete checkpoint not marked failed, else the newest such one.
+fn restart_of(index: &scr_host::runtime::prefix::Index) -> Option<String> {
+    let mut v: Vec<_> = index
+        .datasets
+        .values()
+        .filter(|e| e.complete && e.checkpoint_id.is_some() && e.failed.is_none())
+        .collect();
+    v.sort_by_key(|e| std::cmp::Reverse(e.checkpoint_id));
+    let cur = index.current.clone();
+    cur.filter(|c| v.iter().any(|e| &e.name == c))
+        .or_else(|| v.first().map(|e| e.name.clone()))
+}
+
+/// What `scr index drop[-after] NAME` removes, decided on the index as it is under the
+/// prefix lock: the dataset ids, their names, and (with `delete`) the files to delete
+/// once the index no longer lists them.
+struct Dropped {
+    victims: Vec<u64>,
+    names: Vec<String>,
+    files: Vec<PathBuf>,
+}
+
+/// Choose and remove from `index` the datasets `drop` (or `drop-after` when `after`)
+/// names.
+fn drop_from(
+    prefix: &std::path::Path,
+    index: &mut scr_host::runtime::prefix::Index,
+    name: &str,
+    after: bool,
+    delete: bool,
+) -> Result<Dropped, String> {
+    use scr_host::runtime::prefix::Rank2File;
+    // a name several datasets share (a rerun after a fetch writes them again) must be
+    // given by id
+    let by_name: Vec<u64> = index
+        .datasets
+        .values()
+        .filter(|e| e.name == name)
+        .map(|e| e.id)
+        .collect();
+    let anchor = match (by_name.as_slice(), name.parse::<u64>()) {
+        ([id], _) => *id,
+        ([], Ok(id)) if index.datasets.contains_key(&id) => id,
+        ([], _) => {
+            return Err(format!(
+                "no dataset named `{name}` in the index (see `scr index list`)"
+            ))
+        }
+        (ids, _) => {
+            return Err(format!(
+                "several datasets are named `{name}` (ids {ids:?}); give the id instead"
+            ))
+        }
+    };
+    let victims: Vec<u64> = index
+        .datasets
+        .keys()
+        .copied()
+        .filter(|&id| if after { id > anchor } else { id == anchor })
+        .collect();
+    // what --delete removes, computed here; deleted only once the index no longer lists
+    // the datasets (a crash in between leaves files, never an index entry whose files
+    // are gone)
+    let files: Vec<PathBuf> = if delete {
+        // the files of each dataset, per rank2file (where each was stored: a flush whose
+        // names clashed went under .scr), except paths a dataset that stays in the index
+        // still lists; a name that would leave the prefix (a damaged or forged map) is
+        // refused, never deleted
+        let paths_of = |id: &u64| -> Vec<PathBuf> {
+            Rank2File::load(prefix, *id)
+                .map(|m| {
+                    m.ranks
+                        .into_values()
+                        .flatten()
+                        .filter_map(|f| {
+                            f.stored_path(prefix)
+                                .map_err(|e| eprintln!("scr index: dataset {id}: {e}; not deleted"))
+                                .ok()
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let kept: std::collections::BTreeSet<PathBuf> = index
+            .datasets
+            .keys()
+            .filter(|id| !victims.contains(id))
+            .flat_map(paths_of)
+            .collect();
+        victims
+            .iter()
+            .flat_map(paths_of)
+            .filter(|p| !kept.contains(p))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let names: Vec<String> = victims
+        .iter()
+        .filter_map(|id| index.datasets.get(id).map(|e| e.name.clone()))
+        .collect();
+    for id in &victims {
+        index.datasets.remove(id);
+    }
+    if index.current.as_ref().is_some_and(|c| names.contains(c)) {
+        index.current = None;
+    }
+    Ok(Dropped {
+        victims,
+        names,
+        files,
+    })
+}
+
 fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) -> ExitCode {
-    use scr_host::runtime::prefix::{dataset_dir, Index, Rank2File};
+    use scr_host::runtime::prefix::{dataset_dir, Index, Summary};
     let prefix = match prefix_of(cli, prefix) {
         Ok(p) => p,
         Err(code) => return code,
     };
-    if let IndexCommand::Rebuild = command {
-        return match Index::rebuild(&prefix).and_then(|rebuilt| {
-            let n = rebuilt.datasets.len();
-            Index::update(&prefix, |ix| *ix = rebuilt).map(|()| n)
-        }) {
-            Ok(n) => {
-                println!("index rebuilt: {n} dataset(s)");
-                ExitCode::SUCCESS
-            }
-            Err(e) => fail(e),
-        };
-    }
-    let index = match Index::load_or_rebuild(&prefix) {
-        Ok(i) => i,
-        Err(e) => return fail(e),
-    };
-    let restart = index
-        .fetch_candidates(u32::MAX)
-        .first()
-        .map(|e| e.name.clone());
-    let restart = restart.or_else(|| {
-        // any job size: the newest complete checkpoint
-        let mut v: Vec<_> = index
-            .datasets
-            .values()
-            .filter(|e| e.complete && e.checkpoint_id.is_some() && e.failed.is_none())
-            .collect();
-        v.sort_by_key(|e| std::cmp::Reverse(e.checkpoint_id));
-        let cur = index.current.clone();
-        cur.filter(|c| v.iter().any(|e| &e.name == c))
-            .or_else(|| v.first().map(|e| e.name.clone()))
-    });
+    // Every command that changes the index decides inside `Index::try_update`, on the
+    // index as it is under the prefix lock: a copy read before the lock may be stale by
+    // the time it is acted on (a job's flush recorded in between).
     match command {
-        IndexCommand::Rebuild => unreachable!("handled above"),
+        IndexCommand::Rebuild => {
+            match Index::try_update(&prefix, |ix| {
+                let rebuilt = Index::rebuild(&prefix)?;
+                let n = rebuilt.datasets.len();
+                *ix = rebuilt;
+                Ok(n)
+            }) {
+                Ok(Ok(n)) => {
+                    println!("index rebuilt: {n} dataset(s)");
+                    ExitCode::SUCCESS
+                }
+                Ok(Err(e)) | Err(e) => fail(e),
+            }
+        }
         IndexCommand::List => {
+            let index = match Index::load_or_rebuild(&prefix) {
+                Ok(i) => i,
+                Err(e) => return fail(e),
+            };
+            let restart = restart_of(&index);
             println!("{:>6} {:>8} {:<24} state", "id", "ckpt", "name");
             for e in index.datasets.values() {
                 let mut state = Vec::new();
@@ -202,161 +307,83 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
             }
             ExitCode::SUCCESS
         }
-        IndexCommand::Current { name: None } => match restart {
-            Some(n) => {
-                println!("{n}");
-                ExitCode::SUCCESS
+        IndexCommand::Current { name: None } => {
+            match Index::load_or_rebuild(&prefix).map(|i| restart_of(&i)) {
+                Ok(Some(n)) => {
+                    println!("{n}");
+                    ExitCode::SUCCESS
+                }
+                Ok(None) => fail(format!(
+                    "no complete checkpoint in {}",
+                    Index::path(&prefix).display()
+                )),
+                Err(e) => fail(e),
             }
-            None => fail(format!(
-                "no complete checkpoint in {}",
-                Index::path(&prefix).display()
-            )),
-        },
+        }
         IndexCommand::Current { name: Some(n) } => {
-            if !index.datasets.values().any(|e| {
-                &e.name == n && e.complete && e.checkpoint_id.is_some() && e.failed.is_none()
+            match Index::try_update(&prefix, |ix| {
+                if !ix.datasets.values().any(|e| {
+                    &e.name == n && e.complete && e.checkpoint_id.is_some() && e.failed.is_none()
+                }) {
+                    return Err(format!(
+                        "`{n}` is not a complete checkpoint in the index (see `scr index list`)"
+                    ));
+                }
+                ix.current = Some(n.clone());
+                Ok(())
             }) {
-                return fail(format!(
-                    "`{n}` is not a complete checkpoint in the index (see `scr index list`)"
-                ));
-            }
-            match Index::update(&prefix, |ix| ix.current = Some(n.clone())) {
-                Ok(()) => {
+                Ok(Ok(())) => {
                     println!("restart point set to {n}");
                     ExitCode::SUCCESS
                 }
+                Ok(Err(e)) => fail(e),
                 Err(e) => fail(e),
             }
         }
         IndexCommand::Drop { name, delete } | IndexCommand::DropAfter { name, delete } => {
-            // a name several datasets share (a rerun after a fetch writes them again)
-            // must be given by id
-            let by_name: Vec<u64> = index
-                .datasets
-                .values()
-                .filter(|e| &e.name == name)
-                .map(|e| e.id)
-                .collect();
-            let anchor = match (by_name.as_slice(), name.parse::<u64>()) {
-                ([id], _) => *id,
-                ([], Ok(id)) if index.datasets.contains_key(&id) => id,
-                ([], _) => {
-                    return fail(format!(
-                        "no dataset named `{name}` in the index (see `scr index list`)"
-                    ))
-                }
-                (ids, _) => {
-                    return fail(format!(
-                        "several datasets are named `{name}` (ids {ids:?}); give the id instead"
-                    ))
-                }
-            };
             let after = matches!(command, IndexCommand::DropAfter { .. });
-            let victims: Vec<u64> = index
-                .datasets
-                .keys()
-                .copied()
-                .filter(|&id| if after { id > anchor } else { id == anchor })
-                .collect();
-            // what --delete removes, computed first; deleted only once the index no
-            // longer lists the datasets (a crash in between leaves files, never an index
-            // entry whose files are gone)
-            let files: Vec<PathBuf> = if *delete {
-                // the files of each dataset, per rank2file (where each was stored: a
-                // flush whose names clashed went under .scr), except paths a dataset
-                // that stays in the index still lists; a name that would leave the
-                // prefix (a damaged or forged map) is refused, never deleted
-                let paths_of = |id: &u64| -> Vec<PathBuf> {
-                    Rank2File::load(&prefix, *id)
-                        .map(|m| {
-                            m.ranks
-                                .into_values()
-                                .flatten()
-                                .filter_map(|f| {
-                                    f.stored_path(&prefix)
-                                        .map_err(|e| {
-                                            eprintln!("scr index: dataset {id}: {e}; not deleted")
-                                        })
-                                        .ok()
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default()
+            let dropped =
+                match Index::try_update(&prefix, |ix| drop_from(&prefix, ix, name, after, *delete))
+                {
+                    Ok(Ok(d)) => d,
+                    Ok(Err(e)) => return fail(e),
+                    Err(e) => return fail(e),
                 };
-                let kept: std::collections::BTreeSet<PathBuf> = index
-                    .datasets
-                    .keys()
-                    .filter(|id| !victims.contains(id))
-                    .flat_map(paths_of)
-                    .collect();
-                let files: Vec<PathBuf> = victims
-                    .iter()
-                    .flat_map(paths_of)
-                    .filter(|p| !kept.contains(p))
-                    .collect();
-                files
-            } else {
-                Vec::new()
-            };
-            let names: Vec<String> = victims
-                .iter()
-                .filter_map(|id| index.datasets.get(id).map(|e| e.name.clone()))
-                .collect();
-            match Index::update(&prefix, |ix| {
-                for id in &victims {
-                    ix.datasets.remove(id);
-                }
-                if ix.current.as_ref().is_some_and(|c| names.contains(c)) {
-                    ix.current = None;
-                }
-            }) {
-                Ok(()) => {
-                    if *delete {
-                        // the summaries first: a delete interrupted halfway must leave no
-                        // summary that a rebuilt index would take for a complete dataset
-                        for id in &victims {
-                            let _ = std::fs::remove_file(scr_host::runtime::prefix::Summary::path(
-                                &prefix, *id,
-                            ));
-                        }
-                        let bar = indicatif::ProgressBar::new(files.len() as u64).with_style(
-                            indicatif::ProgressStyle::with_template(
-                                "deleting {pos}/{len} files {wide_bar}",
-                            )
-                            .expect("template"),
-                        );
-                        for f in files {
-                            let _ = std::fs::remove_file(&f);
-                            if let Some(parent) = f.parent() {
-                                let _ = std::fs::remove_dir(parent);
-                            }
-                            bar.inc(1);
-                        }
-                        bar.finish_and_clear();
-                        for id in &victims {
-                            let _ = std::fs::remove_dir_all(dataset_dir(&prefix, *id));
-                        }
-                    } else {
-                        // the files stay, but no summary may bring the dataset back when
-                        // a damaged index is rebuilt from the summaries
-                        for id in &victims {
-                            let _ = std::fs::remove_file(scr_host::runtime::prefix::Summary::path(
-                                &prefix, *id,
-                            ));
-                        }
-                    }
-                    println!(
-                        "dropped {}",
-                        if names.is_empty() {
-                            "nothing".to_string()
-                        } else {
-                            names.join(", ")
-                        }
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(e),
+            // the summaries first (with or without --delete): no summary may bring a
+            // dropped dataset back when a damaged index is rebuilt, and a delete
+            // interrupted halfway must leave none that a rebuilt index would take for a
+            // complete dataset
+            for id in &dropped.victims {
+                let _ = std::fs::remove_file(Summary::path(&prefix, *id));
             }
+            if *delete {
+                let bar = indicatif::ProgressBar::new(dropped.files.len() as u64).with_style(
+                    indicatif::ProgressStyle::with_template(
+                        "deleting {pos}/{len} files {wide_bar}",
+                    )
+                    .expect("template"),
+                );
+                for f in &dropped.files {
+                    let _ = std::fs::remove_file(f);
+                    if let Some(parent) = f.parent() {
+                        let _ = std::fs::remove_dir(parent);
+                    }
+                    bar.inc(1);
+                }
+                bar.finish_and_clear();
+                for id in &dropped.victims {
+                    let _ = std::fs::remove_dir_all(dataset_dir(&prefix, *id));
+                }
+            }
+            println!(
+                "dropped {}",
+                if dropped.names.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    dropped.names.join(", ")
+                }
+            );
+            ExitCode::SUCCESS
         }
     }
 }
@@ -458,13 +485,6 @@ fn halt(cli: &Cli, args: &HaltArgs) -> ExitCode {
             Err(e) => return report_errors(&e),
         },
     };
-    let mut h = match Halt::load(&prefix) {
-        Ok(h) => h,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(1);
-        }
-    };
     let changing = args.clear
         || !args.unset.is_empty()
         || args.checkpoints.is_some()
@@ -472,29 +492,41 @@ fn halt(cli: &Cli, args: &HaltArgs) -> ExitCode {
         || args.before.is_some()
         || args.seconds.is_some()
         || args.reason.is_some();
-    if args.clear {
-        h = Halt::default();
-    }
-    for u in &args.unset {
-        match u.as_str() {
-            "checkpoints" => h.checkpoints_left = None,
-            "after" => h.exit_after = None,
-            "before" => h.exit_before = None,
-            "seconds" => h.halt_seconds = None,
-            _ => h.exit_reason = None,
-        }
-    }
-    h.checkpoints_left = args.checkpoints.or(h.checkpoints_left);
-    h.exit_after = args.after.or(h.exit_after);
-    h.exit_before = args.before.or(h.exit_before);
-    h.halt_seconds = args.seconds.or(h.halt_seconds);
-    h.exit_reason = args.reason.clone().or(h.exit_reason);
-    if changing {
-        if let Err(e) = h.save(&prefix) {
-            eprintln!("error: {}: {e}", Halt::path(&prefix).display());
+    // read, changed and written under the prefix lock: a job decrementing
+    // CheckpointsLeft or recording its exit reason at the same time loses nothing
+    // (a listing only reads: it needs no lock, nor a writable prefix)
+    let updated = if !changing {
+        Halt::load(&prefix)
+    } else {
+        Halt::update(&prefix, |h| {
+            if args.clear {
+                *h = Halt::default();
+            }
+            for u in &args.unset {
+                match u.as_str() {
+                    "checkpoints" => h.checkpoints_left = None,
+                    "after" => h.exit_after = None,
+                    "before" => h.exit_before = None,
+                    "seconds" => h.halt_seconds = None,
+                    _ => h.exit_reason = None,
+                }
+            }
+            h.checkpoints_left = args.checkpoints.or(h.checkpoints_left);
+            h.exit_after = args.after.or(h.exit_after);
+            h.exit_before = args.before.or(h.exit_before);
+            h.halt_seconds = args.seconds.or(h.halt_seconds);
+            h.exit_reason = args.reason.clone().or(h.exit_reason.take());
+            (true, ())
+        })
+        .map(|(h, ())| h)
+    };
+    let h = match updated {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("error: {e}");
             return ExitCode::from(1);
         }
-    }
+    };
     let show = |name: &str, v: Option<String>| {
         println!("{name:<16} {}", v.unwrap_or_else(|| "-".into()));
     };

@@ -941,10 +941,11 @@ impl Runtime {
                     .and_then(|f| f.metadata().ok())
                     .map_or(u64::MAX, |m| m.len());
                 peer.send_with_tag(&len, MOVE_TAG);
-                if len == u64::MAX {
-                    continue; // this file is gone; the owner's verification will notice
-                }
-                let mut f = file.expect("opened");
+                // (len is u64::MAX exactly when the file could not be opened or stat'ed)
+                let mut f = match file {
+                    Ok(f) if len != u64::MAX => f,
+                    _ => continue, // this file is gone; the owner's verification will notice
+                };
                 let mut ok = true;
                 let mut left = len;
                 while left > 0 {

@@ -290,12 +290,32 @@ fn collect(started: Started, poll: bool, recorded: &str, buf: usize) -> RankOutc
         label,
         host,
     } = started;
-    let status = wait_transfer(&mut transfer, &host, poll).map_err(|e| format!("{e} ({label})"))?;
-    let results = transfer
-        .results()
-        .into_result()
-        .map_err(|e| format!("{e} ({label})"))?;
-    let crcs = verify(&label, status, &results, &files, recorded, buf)?;
+    let outcome = wait_transfer(&mut transfer, &host, poll)
+        .map_err(|e| format!("{e} ({label})"))
+        .and_then(|status| {
+            let results = transfer
+                .results()
+                .into_result()
+                .map_err(|e| format!("{e} ({label})"))?;
+            verify(&label, status, &results, &files, recorded, buf)
+        });
+    let crcs = match outcome {
+        Ok(crcs) => crcs,
+        Err(why) => {
+            // a transfer that failed (a full prefix, a quota) may leave its partial
+            // files (the copy types' `*.scr-part`) holding the space every later flush
+            // needs: cancelling is how a plugin is told to remove what it has not
+            // finished (the destinations it completed are the caller's to remove)
+            if !host.is_cancelled() {
+                if let Err(e) = transfer.cancel(host_ref(&host)).into_result() {
+                    eprintln!(
+                        "scr-rs: warning: cancelling the failed transfer ({label}): {e}; it may leave partial files"
+                    );
+                }
+            }
+            return Err(why);
+        }
+    };
     Ok(files
         .into_iter()
         .zip(crcs)
@@ -369,6 +389,7 @@ fn finish(
             e.complete = true;
             e.flushed = Some(now_secs());
             e.failed = None;
+            let _ = std::fs::remove_file(prefix::FailedNote::path(prefix, entry.id));
             // the newest flushed checkpoint is the restart point (as in SCR), replacing
             // one pinned with `scr index current`
             if entry.checkpoint_id.is_some() {
@@ -702,10 +723,24 @@ impl Runtime {
                         (r as u32, o)
                     })
                     .collect();
-                if let Err(why) = finish(&prefix, &entry, outcomes) {
-                    eprintln!("scr-rs: warning: {} stays in cache only: {why}", entry.name);
+                let copied = outcomes.values().all(|o| o.is_ok());
+                match finish(&prefix, &entry, outcomes) {
+                    Ok(()) => {
+                        lock(&recorded).insert(entry.id);
+                    }
+                    // a failed transfer is recorded as such: final
+                    Err(why) if !copied => {
+                        eprintln!("scr-rs: warning: {} stays in cache only: {why}", entry.name);
+                        lock(&recorded).insert(entry.id);
+                    }
+                    // fully copied, but recording it failed (a prefix full of another
+                    // flush's files): finalize tries again once failed flushes gave
+                    // their space back, so a copied checkpoint is not lost
+                    Err(why) => eprintln!(
+                        "scr-rs: warning: {} is copied but not yet recorded: {why}; finalize tries again",
+                        entry.name
+                    ),
                 }
-                lock(&recorded).insert(entry.id);
                 for m in markers {
                     let _ = std::fs::remove_file(m);
                 }
@@ -725,22 +760,32 @@ impl Runtime {
         for f in self.flushing.finishers.drain(..) {
             let _ = f.join();
         }
-        for entry in std::mem::take(&mut self.flushing.pending) {
-            let mine = lock(&self.flushing.outcomes)
-                .remove(&entry.id)
-                .unwrap_or_else(|| Err("no outcome".into()));
-            let record = !lock(&self.flushing.recorded).contains(&entry.id);
-            let mine_ok = mine.is_ok();
-            if let Err(why) = self.gather_and_finish(&entry, &mine, record) {
-                self.warn(&format!("{} stays in cache only: {why}", entry.name));
-            }
-            // a background flush that failed on any rank leaves nothing of its own in
-            // the prefix, like a synchronous one
+        let pending = std::mem::take(&mut self.flushing.pending);
+        let mine: Vec<RankOutcome> = pending
+            .iter()
+            .map(|entry| {
+                lock(&self.flushing.outcomes)
+                    .remove(&entry.id)
+                    .unwrap_or_else(|| Err("no outcome".into()))
+            })
+            .collect();
+        // first, a background flush that failed on any rank leaves nothing of its own in
+        // the prefix, like a synchronous one; done before any flush is recorded, so that
+        // the space a failed one took (a prefix that filled up) is there again for
+        // recording the ones that were fully copied
+        for (entry, mine) in pending.iter().zip(&mine) {
             let removable = lock(&self.flushing.removable)
                 .remove(&entry.id)
                 .unwrap_or_default();
-            if !self.all_agree(mine_ok) {
+            if !self.all_agree(mine.is_ok()) {
                 remove_written(&self.prefix, &removable);
+            }
+        }
+        // then record each (in order: the newest recorded is the restart point)
+        for (entry, mine) in pending.iter().zip(&mine) {
+            let record = !lock(&self.flushing.recorded).contains(&entry.id);
+            if let Err(why) = self.gather_and_finish(entry, mine, record) {
+                self.warn(&format!("{} stays in cache only: {why}", entry.name));
             }
         }
         self.world.barrier();
@@ -905,11 +950,13 @@ impl Runtime {
                         entry.name
                     ));
                     if self.rank == 0 {
-                        let _ = Index::update(&self.prefix, |ix| {
-                            if let Some(e) = ix.datasets.get_mut(&entry.id) {
-                                e.failed = Some(reason.clone());
-                            }
-                        });
+                        // (kept through a rebuild of the index from the summaries)
+                        if let Err(e) = Index::mark_failed(&self.prefix, entry.id, &reason) {
+                            eprintln!(
+                                "scr-rs: warning: {e}; {} is not marked failed in the index",
+                                entry.name
+                            );
+                        }
                     }
                 }
             }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::prefix::PrefixLock;
 use crate::state::{read_state, write_state, StateError};
 
 /// State-file kind of the halt file.
@@ -40,7 +41,42 @@ impl Halt {
         }
     }
 
-    /// Write it atomically (creating `<prefix>/.scr`).
+    /// Read, change and write it back atomically, serialized with every other update of
+    /// the prefix's state (index, flush file, halt file) in this process or another
+    /// ([`PrefixLock`]): `scr halt` run by an admin while a job decrements
+    /// CheckpointsLeft or records its exit reason must not lose either change. `change`
+    /// returns whether it changed anything; only then is the file written (a full
+    /// prefix does not fail a read). A damaged or unreadable halt file is taken, with a
+    /// warning, as no conditions (what `change` makes of them replaces it); one of
+    /// another format version is an error.
+    pub fn update<T>(
+        prefix: &Path,
+        change: impl FnOnce(&mut Halt) -> (bool, T),
+    ) -> Result<(Halt, T), StateError> {
+        let _g = PrefixLock::take(prefix)?;
+        let mut halt = match Self::load(prefix) {
+            Ok(h) => h,
+            // another release's file is not ours to replace
+            Err(e) if e.is_other_version() => return Err(e),
+            // damaged or unreadable (a flipped byte, a directory in the way): it holds
+            // no usable condition, as for every reader of it; a change replaces it
+            Err(e) => {
+                eprintln!("scr-rs: warning: {e}; taken as no halt conditions");
+                Halt::default()
+            }
+        };
+        let (changed, out) = change(&mut halt);
+        if changed {
+            halt.save(prefix).map_err(|source| StateError::Io {
+                path: Self::path(prefix),
+                source,
+            })?;
+        }
+        Ok((halt, out))
+    }
+
+    /// Write it atomically (creating `<prefix>/.scr`). Callers that read it first use
+    /// [`Halt::update`] instead, which holds the prefix lock.
     pub fn save(&self, prefix: &Path) -> std::io::Result<()> {
         let path = Self::path(prefix);
         if let Some(dir) = path.parent() {

@@ -272,15 +272,25 @@ impl Runtime {
                 // A run that ended in finalize left that as its reason; a new run
                 // starting means it no longer holds. Reasons set by `scr halt` stay
                 // (finalize never overwrites them).
-                let mut halt = load_halt(&prefix);
-                if halt
-                    .exit_reason
-                    .as_deref()
-                    .is_some_and(|r| r.starts_with(FINALIZE_REASON))
-                {
-                    halt.exit_reason = None;
-                    halt.save(&prefix).map_err(io_err(&Halt::path(&prefix)))?;
-                }
+                // (under the prefix lock: `scr halt` may be setting a condition now)
+                Halt::update(&prefix, |halt| {
+                    let stale = halt
+                        .exit_reason
+                        .as_deref()
+                        .is_some_and(|r| r.starts_with(FINALIZE_REASON));
+                    if stale {
+                        halt.exit_reason = None;
+                    }
+                    (stale, ())
+                })
+                .or_else(|e| match e {
+                    // ignored, as every reader of the halt file does
+                    e if e.is_other_version() => {
+                        eprintln!("scr-rs: warning: {e}; ignoring the halt file");
+                        Ok((Halt::default(), ()))
+                    }
+                    e => Err(ScrError::from(e)),
+                })?;
             }
             Ok(())
         });
@@ -1078,15 +1088,18 @@ impl Runtime {
         self.policy.last_cost = started.elapsed().as_secs_f64();
         self.policy.last_end = Instant::now();
         if self.rank == 0 {
-            let mut halt = load_halt(&self.prefix);
-            if let Some(n) = halt.checkpoints_left.as_mut() {
-                *n -= 1;
-                if let Err(e) = halt.save(&self.prefix) {
-                    eprintln!(
-                        "scr-rs: warning: {}: {e}; CheckpointsLeft not decremented",
-                        Halt::path(&self.prefix).display()
-                    );
-                }
+            // a read-modify-write under the prefix lock: a concurrent `scr halt` must
+            // neither lose this decrement nor have its own change lost
+            let decremented =
+                Halt::update(&self.prefix, |halt| match halt.checkpoints_left.as_mut() {
+                    Some(n) => {
+                        *n -= 1;
+                        (true, ())
+                    }
+                    None => (false, ()),
+                });
+            if let Err(e) = decremented {
+                eprintln!("scr-rs: warning: {e}; CheckpointsLeft not decremented");
             }
         }
     }
@@ -1313,21 +1326,23 @@ impl Runtime {
         }
         self.wait_flushes();
         if self.rank == 0 {
-            // record why the run ended, unless someone set a reason of their own
-            let mut halt = load_halt(&self.prefix);
-            if halt.exit_reason.is_none() {
-                halt.exit_reason = Some(match &self.halt_reason {
-                    Some(why) => format!("{FINALIZE_REASON} ({why})"),
-                    None => FINALIZE_REASON.into(),
-                });
-                // the job's work is done: a full or failing prefix here is reported,
-                // never turned into a failed finalize (which applications abort on)
-                if let Err(e) = halt.save(&self.prefix) {
-                    eprintln!(
-                        "scr-rs: warning: {}: {e}; the exit reason is not recorded",
-                        Halt::path(&self.prefix).display()
-                    );
+            // record why the run ended, unless someone set a reason of their own (read
+            // and written under the prefix lock, like every halt file update)
+            let reason = match &self.halt_reason {
+                Some(why) => format!("{FINALIZE_REASON} ({why})"),
+                None => FINALIZE_REASON.into(),
+            };
+            let recorded = Halt::update(&self.prefix, |halt| {
+                let unset = halt.exit_reason.is_none();
+                if unset {
+                    halt.exit_reason = Some(reason);
                 }
+                (unset, ())
+            });
+            // the job's work is done: a full or failing prefix here is reported, never
+            // turned into a failed finalize (which applications abort on)
+            if let Err(e) = recorded {
+                eprintln!("scr-rs: warning: {e}; the exit reason is not recorded");
             }
         }
         Ok(())

@@ -259,8 +259,8 @@ impl Index {
     /// Read it; when it is damaged (a flipped byte, a truncated write), rebuild it from
     /// the per-dataset summaries instead, with a warning: a damaged index must not
     /// disable fetch and every later flush. What the summaries cannot say (the pinned
-    /// `current`, failure reasons, fetch times) is lost; the newest complete checkpoint
-    /// becomes the restart point.
+    /// `current`, fetch times) is lost; the newest complete checkpoint not marked failed
+    /// ([`FailedNote`]) becomes the restart point.
     pub fn load_or_rebuild(prefix: &Path) -> Result<Index, StateError> {
         match Self::load(prefix) {
             Err(damaged @ StateError::Corrupt { .. }) if !damaged.is_other_version() => {
@@ -296,6 +296,14 @@ impl Index {
             };
             match read_state::<Summary>(&Summary::path(prefix, id), "summary") {
                 Ok(sum) if sum.id == id => {
+                    let failed =
+                        match read_state::<String>(&FailedNote::path(prefix, id), FailedNote::KIND)
+                        {
+                            Ok(why) => Some(why),
+                            Err(e) if e.is_not_found() => None,
+                            // an unreadable note still says something went wrong with it
+                            Err(e) => Some(format!("marked failed; the note is unreadable: {e}")),
+                        };
                     index.datasets.insert(
                         id,
                         IndexEntry {
@@ -306,6 +314,7 @@ impl Index {
                             dir: name,
                             world_size: sum.world_size,
                             complete: sum.complete,
+                            failed,
                             ..IndexEntry::default()
                         },
                     );
@@ -324,18 +333,36 @@ impl Index {
     /// Read, change and write it back atomically, serialized with every other update of
     /// the prefix's state, in this process or another ([`PrefixLock`]).
     pub fn update<T>(prefix: &Path, change: impl FnOnce(&mut Index) -> T) -> Result<T, StateError> {
+        Self::try_update(prefix, |ix| Ok::<T, std::convert::Infallible>(change(ix)))
+            .map(|r| r.unwrap_or_else(|never| match never {}))
+    }
+
+    /// Like [`Index::update`], but `change` may refuse: then nothing is written and its
+    /// error is returned inside `Ok`. For decisions that must be made on the index as it
+    /// is under the lock (an admin command checking a name, choosing what to drop), not
+    /// on a copy read earlier that a job's flush may have changed since.
+    pub fn try_update<T, E>(
+        prefix: &Path,
+        change: impl FnOnce(&mut Index) -> Result<T, E>,
+    ) -> Result<Result<T, E>, StateError> {
         let _g = PrefixLock::take(prefix)?;
         // a damaged index is repaired by the next update; the damaged file is kept
         // beside it (index.scr.damaged) for whoever wants to look
         let damaged = matches!(Self::load(prefix), Err(StateError::Corrupt { .. }));
         let mut index = Self::load_or_rebuild(prefix)?;
+        let out = match change(&mut index) {
+            Ok(out) => out,
+            Err(refused) => return Ok(Err(refused)),
+        };
         if damaged {
-            let _ = std::fs::rename(
-                Self::path(prefix),
-                Self::path(prefix).with_extension("scr.damaged"),
-            );
+            // a second name for the damaged bytes (a link needs no space on a full
+            // prefix); the write below replaces index.scr atomically, so until it
+            // succeeds readers still find the damaged file and rebuild from summaries,
+            // never an absent, empty index
+            let kept = Self::path(prefix).with_extension("scr.damaged");
+            let _ = std::fs::remove_file(&kept);
+            let _ = std::fs::hard_link(Self::path(prefix), &kept);
         }
-        let out = change(&mut index);
         std::fs::create_dir_all(scr_dir(prefix)).map_err(|source| StateError::Io {
             path: scr_dir(prefix),
             source,
@@ -344,7 +371,22 @@ impl Index {
             path: Self::path(prefix),
             source,
         })?;
-        Ok(out)
+        Ok(Ok(out))
+    }
+
+    /// Mark dataset `id` as not to be used (a fetch that failed), in the index and in a
+    /// note beside its summary (`failed.scr`), so that an index rebuilt from the
+    /// summaries keeps the mark: without it a rebuild would offer a checkpoint known to
+    /// be bad as the restart point again.
+    pub fn mark_failed(prefix: &Path, id: u64, reason: &str) -> Result<(), StateError> {
+        Self::try_update(prefix, |ix| {
+            // the note first: an index rebuilt between the two steps must keep the mark
+            write(&FailedNote::path(prefix, id), FailedNote::KIND, &reason)?;
+            if let Some(e) = ix.datasets.get_mut(&id) {
+                e.failed = Some(reason.to_string());
+            }
+            Ok(())
+        })?
     }
 
     /// Complete checkpoints that may be fetched, newest first (`current` first when set),
@@ -380,6 +422,21 @@ impl Rank2File {
     /// Read it.
     pub fn load(prefix: &Path, id: u64) -> Result<Rank2File, StateError> {
         read_state(&Self::path(prefix, id), "rank2file")
+    }
+}
+
+/// The note that dataset `id` must not be used (`failed.scr` beside its summary), kept
+/// so that [`Index::rebuild`] restores the index's `failed` mark: a state file holding
+/// the reason.
+pub struct FailedNote;
+
+impl FailedNote {
+    /// State-file kind.
+    pub const KIND: &'static str = "failed";
+
+    /// The note of dataset `id`.
+    pub fn path(prefix: &Path, id: u64) -> PathBuf {
+        dataset_dir(prefix, id).join("failed.scr")
     }
 }
 

@@ -1,6 +1,7 @@
 //! Test fixture: a stand-in for Cray's libdatawarp with the staging calls AXL (and
 //! scr-rs) make. Each stage-out copies in a background thread.
-//! `FAKE_DW_FAIL=stage|transfer` makes that step fail.
+//! `FAKE_DW_FAIL=stage|transfer|query` makes that step fail; with
+//! `FAKE_DW_TERMINATE_LOG=FILE`, each terminated path is appended to FILE.
 #![allow(unsafe_code)]
 #![allow(clippy::missing_safety_doc)]
 
@@ -73,6 +74,9 @@ pub unsafe extern "C" fn dw_query_file_stage(
     deferred: *mut c_int,
     failed: *mut c_int,
 ) -> c_int {
+    if fail("query") {
+        return -5; // -EIO
+    }
     // SAFETY: `dw` is the caller's NUL-terminated path, valid for this call.
     let key = unsafe { text(dw) };
     let Some(state) = stages()
@@ -112,6 +116,16 @@ pub unsafe extern "C" fn dw_wait_file_stage(dw: *const c_char) -> c_int {
 pub unsafe extern "C" fn dw_terminate_file_stage(dw: *const c_char) -> c_int {
     // SAFETY: `dw` is the caller's NUL-terminated path, valid for this call.
     let key = unsafe { text(dw) };
+    if let Ok(log) = std::env::var("FAKE_DW_TERMINATE_LOG") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
+            let _ = writeln!(f, "{key}");
+        }
+    }
     // like DataWarp, no byte is written after the terminate returns: the copy thread
     // is told to stop and waited for
     let handle = stages().lock().unwrap().get_mut(&key).and_then(|s| {
