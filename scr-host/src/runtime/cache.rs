@@ -1160,15 +1160,14 @@ fn file_names(rec: &DatasetRecord) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Send a (never empty: a serialized filemap) blob as one message.
 fn send_blob(peer: &mpi::topology::Process<'_>, bytes: &[u8]) {
-    peer.send_with_tag(&(bytes.len() as u64), MOVE_TAG);
     peer.send_with_tag(bytes, MOVE_TAG);
 }
 
+/// Receive a blob sized by the message that actually arrived (a matched probe), never
+/// by a length the peer claims: another rank's bug cannot make this one allocate more
+/// than it was sent.
 fn recv_blob(peer: &mpi::topology::Process<'_>) -> Vec<u8> {
-    let mut len = 0u64;
-    peer.receive_into_with_tag(&mut len, MOVE_TAG);
-    let mut buf = vec![0u8; len as usize];
-    peer.receive_into_with_tag(&mut buf[..], MOVE_TAG);
-    buf
+    peer.receive_vec_with_tag::<u8>(MOVE_TAG).0
 }
