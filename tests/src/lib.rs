@@ -114,6 +114,39 @@ impl Cluster {
         }
     }
 
+    /// Load these plugin libraries of the workspace (file names in `target/<profile>`,
+    /// e.g. `libscr_fixture_panic.so`) through a system configuration file, for every
+    /// later job.
+    pub fn load_plugins(&mut self, libs: &[&str]) -> &mut Self {
+        let files: Vec<String> = libs
+            .iter()
+            .map(|l| {
+                let lib = target_dir().join(l);
+                assert!(lib.is_file(), "{} (build the workspace)", lib.display());
+                format!("\"{}\"", lib.display())
+            })
+            .collect();
+        let system = self.path("system.toml");
+        std::fs::write(
+            &system,
+            format!("[plugins]\nfiles = [{}]\n", files.join(", ")),
+        )
+        .expect("system configuration");
+        self.set("SCR_SYSTEM_CONFIG", &system.display().to_string())
+    }
+
+    /// What each of `ranks` ranks of a `scr-probe` job reported (`probe_<rank>.txt` in
+    /// the prefix); a rank that wrote none fails the test: it did not run or did not
+    /// return.
+    pub fn probe_reports(&self, ranks: usize) -> Vec<String> {
+        (0..ranks)
+            .map(|r| {
+                std::fs::read_to_string(self.prefix().join(format!("probe_{r}.txt")))
+                    .unwrap_or_else(|e| panic!("rank {r} wrote no report: {e}"))
+            })
+            .collect()
+    }
+
     /// Set an environment variable for every later job.
     pub fn set(&mut self, key: &str, value: &str) -> &mut Self {
         self.env.insert(key.into(), value.into());
@@ -135,15 +168,7 @@ impl Cluster {
     /// For `scr-heat`, which prints `ranks N` first on rank 0, the world size is checked
     /// here: a wrong `mpiexec` silently runs N singletons, which must not pass a test.
     pub fn run(&self, nodes: &[&str], program: &str, args: &[&str]) -> JobOutput {
-        let out = self
-            .command(nodes, program, args)
-            .output()
-            .expect("mpiexec runs (is OpenMPI installed?)");
-        let out = JobOutput {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        };
+        let out = output_of(self.command(nodes, program, args));
         if program == "scr-heat" && out.stdout.lines().any(|l| l.starts_with("ranks ")) {
             let sizes: Vec<&str> = out
                 .stdout
@@ -170,13 +195,7 @@ impl Cluster {
         program: &str,
         args: &[&str],
     ) -> JobOutput {
-        let mut cmd = self.command_with(nodes, wrapper, program, args);
-        let out = cmd.output().expect("mpiexec runs (is OpenMPI installed?)");
-        JobOutput {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        output_of(self.command_with(nodes, wrapper, program, args))
     }
 
     fn command(&self, nodes: &[&str], program: &str, args: &[&str]) -> Command {
@@ -211,6 +230,42 @@ impl Cluster {
         }
         cmd
     }
+}
+
+/// Run a job's command to its end.
+fn output_of(mut cmd: Command) -> JobOutput {
+    let out = cmd.output().expect("mpiexec runs (is OpenMPI installed?)");
+    JobOutput {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Every file below `dir` that is not a directory (links are listed, not followed), as
+/// full paths, sorted; nothing when `dir` does not exist.
+pub fn files_below(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                todo.push(e.path());
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// [`files_below`] as names relative to `dir`.
+pub fn relative_files_below(dir: &Path) -> Vec<String> {
+    files_below(dir)
+        .iter()
+        .map(|p| p.strip_prefix(dir).unwrap_or(p).display().to_string())
+        .collect()
 }
 
 /// The final state scr-heat reaches in an uninterrupted run (no checkpoints, fresh

@@ -9,13 +9,20 @@ const FOUR_NODES: &[&str] = &["n0", "n1", "n2", "n3"];
 
 fn probe(c: &Cluster, mode: &str) -> (JobOutput, Vec<String>) {
     let out = c.run(FOUR_NODES, "scr-probe", &[mode]);
-    let reports = (0..4)
-        .map(|r| {
-            std::fs::read_to_string(c.prefix().join(format!("probe_{r}.txt")))
-                .unwrap_or_else(|e| panic!("rank {r} wrote no report: {e}\n{out}"))
-        })
-        .collect();
-    (out, reports)
+    assert_eq!(out.code, 0, "every rank returned\n{out}");
+    (out, c.probe_reports(4))
+}
+
+/// A directory holding the stand-in libbbAPI, for LD_LIBRARY_PATH.
+fn stand_in_bbapi(c: &Cluster) -> std::path::PathBuf {
+    let vendor = c.path("vendor");
+    std::fs::create_dir(&vendor).unwrap();
+    std::os::unix::fs::symlink(
+        scr_e2e::target_dir().join("libscr_fixture_bbapi.so"),
+        vendor.join("libbbAPI.so"),
+    )
+    .unwrap();
+    vendor
 }
 
 /// The world size the job ran with, from the ranks' reports (a wrong mpiexec runs N
@@ -197,13 +204,7 @@ fn an_environment_that_differs_between_ranks_is_an_init_error_on_every_rank() {
 #[test]
 fn a_vendor_library_missing_on_one_node_is_an_init_error_on_every_rank() {
     let mut c = Cluster::new();
-    let vendor = c.path("vendor");
-    std::fs::create_dir(&vendor).unwrap();
-    std::os::unix::fs::symlink(
-        scr_e2e::target_dir().join("libscr_fixture_bbapi.so"),
-        vendor.join("libbbAPI.so"),
-    )
-    .unwrap();
+    let vendor = stand_in_bbapi(&c);
     c.set("SCR_FLUSH_TYPE", "bbapi");
     let script = format!(
         "[ \"$OMPI_COMM_WORLD_RANK\" = 2 ] || export LD_LIBRARY_PATH={}; exec \"$0\" \"$@\"",
@@ -287,13 +288,7 @@ fn a_library_in_a_plugin_directory_others_can_write_is_never_opened() {
 #[test]
 fn eviction_leaves_no_dataset_on_some_ranks_only() {
     let mut c = Cluster::new();
-    let vendor = c.path("vendor");
-    std::fs::create_dir(&vendor).unwrap();
-    std::os::unix::fs::symlink(
-        scr_e2e::target_dir().join("libscr_fixture_bbapi.so"),
-        vendor.join("libbbAPI.so"),
-    )
-    .unwrap();
+    let vendor = stand_in_bbapi(&c);
     c.set("SCR_FLUSH_TYPE", "bbapi")
         .set("SCR_FLUSH", "1")
         .set("SCR_FLUSH_ASYNC", "1")

@@ -3,46 +3,20 @@
 //! file on every member, then fails on member 1 — at `complete_output`, and when a
 //! fetched checkpoint is protected again at init.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use scr_e2e::Cluster;
+use scr_e2e::{files_below, Cluster};
 
 const FOUR_NODES: &[&str] = &["n0", "n1", "n2", "n3"];
 
 /// A cluster loading the panic fixture, with FAIL_PARTIAL in sets of 4.
 fn fail_partial() -> Cluster {
     let mut c = Cluster::new();
-    let lib = scr_e2e::target_dir().join("libscr_fixture_panic.so");
-    assert!(lib.is_file(), "{} (build the workspace)", lib.display());
-    let system = c.path("system.toml");
-    std::fs::write(
-        &system,
-        format!("[plugins]\nfiles = [\"{}\"]\n", lib.display()),
-    )
-    .unwrap();
-    c.set("SCR_SYSTEM_CONFIG", &system.display().to_string())
+    c.load_plugins(&["libscr_fixture_panic.so"])
         .set("SCR_COPY_TYPE", "FAIL_PARTIAL")
         .set("SCR_SET_SIZE", "4")
         .set("SCR_ABORT_TIMEOUT", "5");
     c
-}
-
-/// Every regular file below `dir`.
-fn files_below(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let t = e.file_type().unwrap();
-            if t.is_dir() {
-                todo.push(e.path());
-            } else {
-                out.push(e.path());
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 #[test]

@@ -58,15 +58,6 @@ fn count(dir: &Path) -> usize {
     std::fs::read_dir(dir).unwrap().count()
 }
 
-fn probe_reports(c: &Cluster, ranks: usize) -> Vec<String> {
-    (0..ranks)
-        .map(|r| {
-            std::fs::read_to_string(c.prefix().join(format!("probe_{r}.txt")))
-                .unwrap_or_else(|e| panic!("rank {r} wrote no report: {e}"))
-        })
-        .collect()
-}
-
 /// A cache base anyone can write to without the sticky bit lets another user rename the
 /// job's directory away at any time: refused on every rank, naming path, owner and mode
 /// and what to do; the same for an ancestor of the base. /dev/shm's 1777 is accepted,
@@ -156,7 +147,7 @@ fn route_file_never_goes_through_a_planted_link() {
     c.set("PROBE_THEIRS", theirs.to_str().unwrap());
     let out = c.run(TWO_NODES, "scr-probe", &["planted-nested"]);
     assert_eq!(out.code, 0, "{out}");
-    let reports = probe_reports(&c, 4);
+    let reports = c.probe_reports(4);
     for (r, report) in reports.iter().enumerate() {
         let dataset = report
             .lines()

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use scr_e2e::{Cluster, JobOutput};
+use scr_e2e::{relative_files_below, Cluster, JobOutput};
 use scr_host::runtime::prefix::{Index, Rank2File};
 
 const TWO_NODES: &[&str] = &["n0", "n0", "n1", "n1"];
@@ -143,28 +143,9 @@ fn wipe_caches(c: &Cluster) {
     }
 }
 
-/// Every regular file under `dir`, relative to it, sorted.
-fn files_under(dir: &Path) -> Vec<String> {
-    fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
-        for e in std::fs::read_dir(dir).unwrap().map(Result::unwrap) {
-            let p = e.path();
-            let t = e.file_type().unwrap();
-            if t.is_dir() {
-                walk(base, &p, out);
-            } else {
-                out.push(p.strip_prefix(base).unwrap().display().to_string());
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(dir, dir, &mut out);
-    out.sort();
-    out
-}
-
 /// The application's files in the prefix (everything outside `.scr`).
 fn app_files(c: &Cluster) -> Vec<String> {
-    files_under(&c.prefix())
+    relative_files_below(&c.prefix())
         .into_iter()
         .filter(|f| !f.starts_with(".scr/"))
         .collect()
@@ -217,7 +198,7 @@ fn a_flush_into_a_full_prefix_leaves_nothing_and_the_previous_checkpoint_is_fetc
         "{first}"
     );
     assert!(first.stderr.contains("No space left on device"), "{first}");
-    let left = files_under(&c.prefix());
+    let left = relative_files_below(&c.prefix());
     assert!(
         !left.iter().any(|f| f.ends_with(".scr-part")),
         "partial files left: {left:?}"
@@ -244,7 +225,7 @@ fn a_flush_into_a_full_prefix_leaves_nothing_and_the_previous_checkpoint_is_fetc
     );
     assert_eq!(second.final_state(), reference(10));
     assert!(
-        !files_under(&c.prefix())
+        !relative_files_below(&c.prefix())
             .iter()
             .any(|f| f.ends_with(".scr-part")),
         "{second}"
@@ -285,7 +266,7 @@ fn background_flushes_record_every_fully_copied_checkpoint_when_the_prefix_fills
     // prefix fills, and the ones fully copied must be recorded in a prefix full of the
     // others' files
     let out = heat_with(&c, 20, 1, SMALL);
-    let left = files_under(&c.prefix());
+    let left = relative_files_below(&c.prefix());
     assert!(
         !left.iter().any(|f| f.ends_with(".scr-part")),
         "partial files left: {left:?}\n{out}"

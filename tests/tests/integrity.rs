@@ -345,28 +345,11 @@ fn crc_on_restart_off_checks_sizes_only() {
 /// member (FAIL_ONE, PANIC_ONE), in sets of 4 across 4 nodes.
 fn one_member_fails(scheme: &str) -> Cluster {
     let mut c = Cluster::new();
-    let lib = scr_e2e::target_dir().join("libscr_fixture_panic.so");
-    assert!(lib.is_file(), "{} (build the workspace)", lib.display());
-    let system = c.path("system.toml");
-    std::fs::write(
-        &system,
-        format!("[plugins]\nfiles = [\"{}\"]\n", lib.display()),
-    )
-    .unwrap();
-    c.set("SCR_SYSTEM_CONFIG", &system.display().to_string())
+    c.load_plugins(&["libscr_fixture_panic.so"])
         .set("SCR_COPY_TYPE", scheme)
         .set("SCR_SET_SIZE", "4")
         .set("SCR_ABORT_TIMEOUT", "2");
     c
-}
-
-fn probe_reports(c: &Cluster, ranks: usize) -> Vec<String> {
-    (0..ranks)
-        .map(|r| {
-            std::fs::read_to_string(c.prefix().join(format!("probe_{r}.txt")))
-                .unwrap_or_else(|e| panic!("rank {r} wrote no report: {e}"))
-        })
-        .collect()
 }
 
 /// An error on one member only, the others returning: nothing hangs, the dataset is
@@ -377,7 +360,7 @@ fn an_apply_error_on_one_member_gives_every_rank_the_same_error() {
     let c = one_member_fails("FAIL_ONE");
     let out = c.run(FOUR_NODES, "scr-probe", &["apply-one"]);
     assert_eq!(out.code, 0, "{out}");
-    let reports = probe_reports(&c, 4);
+    let reports = c.probe_reports(4);
     for (r, report) in reports.iter().enumerate() {
         assert_eq!(report, &reports[0], "rank {r} returned another error");
     }
@@ -662,7 +645,7 @@ fn planted_directories_in_a_shared_base_are_refused() {
         };
         let line = format!("{} {why}", planted.display());
         // the ranks of n1 name the planted directory, those of n0 stopped with them
-        for (r, report) in probe_reports(&c, 4).iter().enumerate() {
+        for (r, report) in c.probe_reports(4).iter().enumerate() {
             assert!(
                 report.starts_with("init error: "),
                 "{plant}: rank {r}: {report}"
@@ -696,7 +679,7 @@ fn an_init_failure_on_some_ranks_returns_an_error_on_every_rank() {
     c.set("SCR_NODE_NAMES", "n0,n0");
     let out = c.run(TWO_NODES, "scr-probe", &["misuse"]);
     assert_eq!(out.code, 0, "every rank returned\n{out}");
-    let reports = probe_reports(&c, 4);
+    let reports = c.probe_reports(4);
     let cause = "node_names lists 2 node(s) but the job has 4 ranks; give one name per rank";
     for (r, report) in reports.iter().enumerate() {
         assert!(report.starts_with("init error: "), "rank {r}: {report}");
@@ -715,7 +698,7 @@ fn route_file_refuses_names_that_would_break_the_library() {
     c.set("SCR_COPY_TYPE", "XOR").set("SCR_SET_SIZE", "4");
     let out = c.run(FOUR_NODES, "scr-probe", &["route-rules"]);
     assert_eq!(out.code, 0, "{out}");
-    for (r, report) in probe_reports(&c, 4).iter().enumerate() {
+    for (r, report) in c.probe_reports(4).iter().enumerate() {
         let lines: Vec<&str> = report.lines().collect();
         assert!(
             lines[0].starts_with("\"\": route_file: the file name is empty"),

@@ -2,9 +2,7 @@
 //! `crc_on_delete`, `distribute = false` and store `mkdir`, each in an MPI job on
 //! simulated nodes, each checked for what it must change and what must not be lost.
 
-use std::path::Path;
-
-use scr_e2e::{binary, reference_state, Cluster, JobOutput};
+use scr_e2e::{binary, reference_state, relative_files_below, Cluster, JobOutput};
 
 const NODES: &[&str] = &["n0", "n0", "n1", "n1"];
 const CELLS: &str = "64";
@@ -28,24 +26,6 @@ fn reference(steps: u64) -> String {
     reference_state(NODES.len(), steps, Some(64))
 }
 
-/// Every regular file below `dir` (relative names, sorted).
-fn files_below(dir: &Path) -> Vec<String> {
-    fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                walk(base, &p, out);
-            } else {
-                out.push(p.strip_prefix(base).unwrap().display().to_string());
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(dir, dir, &mut out);
-    out.sort();
-    out
-}
-
 /// `enable = false`: every call passes through. The application's files land at their
 /// own paths, nothing is cached or recorded (no cache, control or .scr directory), and
 /// the next run offers no restart.
@@ -57,7 +37,7 @@ fn a_disabled_library_passes_every_call_through() {
     assert_eq!(out.code, 0, "{out}");
     assert_eq!(out.final_state(), reference(12), "{out}");
     assert!(out.stdout.contains("checkpoint ckpt.10: kept"), "{out}");
-    let written = files_below(&c.prefix());
+    let written = relative_files_below(&c.prefix());
     let mut expected = Vec::new();
     for step in [5, 10] {
         for r in 0..4 {
@@ -76,7 +56,7 @@ fn a_disabled_library_passes_every_call_through() {
     }
     for base in ["cache", "cntl"] {
         assert!(
-            files_below(&c.path(base)).is_empty(),
+            relative_files_below(&c.path(base)).is_empty(),
             "{base}: nothing cached"
         );
         assert_eq!(
@@ -238,7 +218,7 @@ fn distribute_off_purges_the_cache_and_restarts_from_the_prefix() {
     // the previous run's ckpt.10 (dataset 2) is gone from every cache (this run wrote
     // its own ckpt.10 and ckpt.15 as datasets 3 and 4)
     for node in ["n0", "n1"] {
-        let left = files_below(&c.cache_dir(node));
+        let left = relative_files_below(&c.cache_dir(node));
         assert!(
             !left.iter().any(|f| f.starts_with("scr.dataset.2/")),
             "{node}: the purged ckpt.10 is still cached: {left:?}"

@@ -4,9 +4,9 @@
 //! names, and the next run cleans it up and rebuilds.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use scr_e2e::{Cluster, JobOutput};
+use scr_e2e::{files_below, Cluster, JobOutput};
 use scr_host::runtime::Filemap;
 
 const FOUR_NODES: &[&str] = &["n0", "n1", "n2", "n3"];
@@ -18,23 +18,6 @@ fn heat(c: &Cluster, steps: u64) -> JobOutput {
         "scr-heat",
         &["--steps", &steps.to_string(), "--cells", CELLS],
     )
-}
-
-/// Every regular file below `dir`.
-fn files_below(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            if e.file_type().unwrap().is_dir() {
-                todo.push(e.path());
-            } else {
-                out.push(e.path());
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 /// Files in node `node`'s cache that no filemap of the node names (as (dataset id,
@@ -76,15 +59,7 @@ fn unrecorded(c: &Cluster, node: &str) -> Vec<PathBuf> {
 #[test]
 fn a_crash_in_the_middle_of_a_rebuild_leaves_no_unrecorded_file_and_the_next_run_rebuilds() {
     let mut c = Cluster::new();
-    let lib = scr_e2e::target_dir().join("libscr_fixture_untrustworthy.so");
-    assert!(lib.is_file(), "{} (build the workspace)", lib.display());
-    let system = c.path("system.toml");
-    std::fs::write(
-        &system,
-        format!("[plugins]\nfiles = [\"{}\"]\n", lib.display()),
-    )
-    .unwrap();
-    c.set("SCR_SYSTEM_CONFIG", &system.display().to_string())
+    c.load_plugins(&["libscr_fixture_untrustworthy.so"])
         .set("SCR_COPY_TYPE", "CRASHREBUILD")
         .set("SCR_CACHE_SIZE", "2")
         .set("SCR_FLUSH", "0");

@@ -627,12 +627,7 @@ impl Runtime {
     /// Begin a dataset (collective). Old datasets are evicted from its store first, as
     /// the store's `count` requires.
     pub fn start_output(&mut self, name: &str, flags: OutputFlags) -> Result<()> {
-        let writing = self.output.is_some()
-            || self
-                .passthrough
-                .as_ref()
-                .is_some_and(|p| p.output.is_some());
-        let pre = if writing {
+        let pre = if self.writing() {
             Err(ScrError::Usage(
                 "start_output: a dataset is already being written; call complete_output first"
                     .into(),
@@ -698,6 +693,15 @@ impl Runtime {
             self.reddescs[desc].index
         ));
         Ok(())
+    }
+
+    /// Whether a dataset is being written (between start_output and complete_output).
+    fn writing(&self) -> bool {
+        self.output.is_some()
+            || self
+                .passthrough
+                .as_ref()
+                .is_some_and(|p| p.output.is_some())
     }
 
     /// This rank's part of `start_output`: create the directory, record the dataset in
@@ -851,12 +855,7 @@ impl Runtime {
     /// files exist, and the redundancy scheme applied everywhere; otherwise it is deleted
     /// on every rank. Returns whether it was kept.
     pub fn complete_output(&mut self, valid: bool) -> Result<bool> {
-        let writing = self.output.is_some()
-            || self
-                .passthrough
-                .as_ref()
-                .is_some_and(|p| p.output.is_some());
-        let pre = if writing {
+        let pre = if self.writing() {
             Ok(())
         } else {
             Err(ScrError::Usage(
