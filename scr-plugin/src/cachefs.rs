@@ -82,14 +82,16 @@ fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> CacheFsError + '_ {
 
 /// Judge an existing directory level itself (never what a link points to): a symbolic
 /// link, something other than a directory, a directory owned by another user than
-/// `owner` (when given), or one group or others can write, is refused.
+/// `owner` (when given) or root, or one group or others can write, is refused. (A level
+/// root made and left unwritable to others — a job prolog's `mkdir -p` — is fine: root
+/// can change anything anyway.)
 pub fn check_dir(path: &Path, owner: Option<u32>) -> Result<(), CacheFsError> {
     let md = std::fs::symlink_metadata(path).map_err(io_at(path))?;
     let why = if md.file_type().is_symlink() {
         Some("is a symbolic link".to_string())
     } else if !md.is_dir() {
         Some("is not a directory".to_string())
-    } else if owner.is_some_and(|u| u != md.uid()) {
+    } else if owner.is_some_and(|u| u != md.uid() && md.uid() != 0) {
         Some(format!("is owned by uid {}, not by this user", md.uid()))
     } else if md.mode() & 0o022 != 0 {
         Some(format!(

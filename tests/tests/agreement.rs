@@ -89,7 +89,8 @@ fn a_commit_failing_on_one_rank_discards_the_dataset_everywhere() {
 
 /// A delete that fails on one rank after the others deleted their files leaves the ranks'
 /// caches diverged: that call fails everywhere, and every later call is refused on every
-/// rank with an error saying to finalize; finalize still works.
+/// rank with an error saying to finalize; finalize still works (with a dataset open)
+/// and drops the open dataset.
 #[test]
 fn after_a_call_leaves_state_uncertain_every_rank_refuses_further_calls() {
     let mut c = Cluster::new();
@@ -120,6 +121,19 @@ fn after_a_call_leaves_state_uncertain_every_rank_refuses_further_calls() {
             );
         }
         assert_eq!(lines.len(), 6, "rank {r}: {report}");
+    }
+    assert!(
+        out.stderr
+            .contains("finalize: a dataset was still being written; it is discarded"),
+        "{out}"
+    );
+    for node in FOUR_NODES {
+        let open = c.cache_dir(node).join("scr.dataset.2");
+        assert!(
+            scr_e2e::files_below(&open).is_empty(),
+            "{}: the open dataset was not dropped",
+            open.display()
+        );
     }
 }
 

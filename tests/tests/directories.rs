@@ -60,8 +60,9 @@ fn count(dir: &Path) -> usize {
 
 /// A cache base anyone can write to without the sticky bit lets another user rename the
 /// job's directory away at any time: refused on every rank, naming path, owner and mode
-/// and what to do; the same for an ancestor of the base. /dev/shm's 1777 is accepted,
-/// and so is a base owned by another user that only that user can write to.
+/// and what to do; the same for an ancestor of the base. /dev/shm's 1777 is accepted; a
+/// base owned by another user is refused whatever its mode (its owner can rename what
+/// is in it).
 #[test]
 fn a_base_others_can_write_needs_the_sticky_bit() {
     let c = Cluster::new();
@@ -85,11 +86,22 @@ fn a_base_others_can_write_needs_the_sticky_bit() {
     assert_eq!(out.code, 0, "{out}");
     assert!(out.stdout.contains("checkpoint ckpt.5: kept"), "{out}");
 
-    // owned by another user, writable by that user only
+    // owned by another user, even one only that user can write to: its owner can
+    // rename what is in it whatever the mode
     std::os::unix::fs::chown(&cache, Some(12345), None).unwrap();
     chmod(&cache, 0o755);
-    let out = heat(&c, TWO_NODES, 6);
+    let out = c.run(TWO_NODES, "scr-probe", &["candidate"]);
     assert_eq!(out.code, 0, "{out}");
+    for (r, report) in c.probe_reports(4).iter().enumerate() {
+        assert!(
+            report.contains(&format!(
+                "the shared base {} (mode 0755) is owned by uid 12345, neither root nor this user",
+                cache.display()
+            )),
+            "rank {r}: {report}"
+        );
+    }
+    std::os::unix::fs::chown(&cache, Some(0), None).unwrap();
 
     // an open ancestor: the whole tree could be moved
     let mut c = Cluster::new();

@@ -215,6 +215,17 @@ fn distribute_off_purges_the_cache_and_restarts_from_the_prefix() {
     );
     assert_eq!(out.final_state(), reference(15), "{out}");
     assert!(out.stderr.contains("distribute = false: purged"), "{out}");
+    // the flush file no longer says the purged ckpt.10 (dataset 2) is in cache
+    let location = std::process::Command::new(binary("scr"))
+        .args(["flush-file", "--prefix"])
+        .arg(c.prefix())
+        .args(["location", "2"])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&location.stdout).contains("CACHE"),
+        "{location:?}"
+    );
     // the previous run's ckpt.10 (dataset 2) is gone from every cache (this run wrote
     // its own ckpt.10 and ckpt.15 as datasets 3 and 4)
     for node in ["n0", "n1"] {

@@ -249,6 +249,25 @@ impl Runtime {
             // run restarts from the prefix (fetch)
             let purged = self.purge_cache();
             self.agree(purged)?;
+            if self.rank == 0 {
+                // every node's cache was purged: no dataset is in cache any more
+                let cached: Vec<u64> = super::prefix::FlushFile::load(&self.prefix)
+                    .map(|f| {
+                        f.datasets
+                            .iter()
+                            .filter(|(_, (at, _))| at.iter().any(|l| l == "CACHE"))
+                            .map(|(&id, _)| id)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for id in cached {
+                    if let Err(e) =
+                        super::prefix::FlushFile::remove_location(&self.prefix, id, "CACHE")
+                    {
+                        eprintln!("scr-rs: warning: {e}");
+                    }
+                }
+            }
         }
         self.filemap = match Filemap::load(&self.cntl_dir, self.rank) {
             Ok(m) => m,

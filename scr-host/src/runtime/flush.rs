@@ -391,9 +391,19 @@ fn finish(
             e.failed = None;
             let _ = std::fs::remove_file(prefix::FailedNote::path(prefix, entry.id));
             // the newest flushed checkpoint is the restart point (as in SCR), replacing
-            // one pinned with `scr index current`
-            if entry.checkpoint_id.is_some() {
-                ix.current = Some(entry.name.clone());
+            // one pinned with `scr index current` — but background flushes may be
+            // recorded out of order (a finisher per flush, or finalize recording one
+            // whose finisher failed): an older one never takes the place of a newer one
+            if let Some(c) = entry.checkpoint_id {
+                let newer_recorded = ix.datasets.values().any(|d| {
+                    d.id != entry.id
+                        && d.complete
+                        && d.failed.is_none()
+                        && d.checkpoint_id.is_some_and(|x| x > c)
+                });
+                if !newer_recorded {
+                    ix.current = Some(entry.name.clone());
+                }
             }
         })?;
         // the index records the flush: from here it stands, whatever happens to the
@@ -438,7 +448,9 @@ impl Runtime {
             return Ok(());
         };
         let held = if self.rank == 0 {
-            Index::load(&self.prefix)
+            // (a damaged index is rebuilt from the summaries first: taking it for empty
+            // would flush the checkpoint a second time beside its first copy)
+            Index::load_or_rebuild(&self.prefix)
                 .ok()
                 .and_then(|ix| ix.datasets.get(&id).cloned())
                 .is_some_and(|e| e.complete && e.failed.is_none())
@@ -1102,6 +1114,32 @@ impl Runtime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Background flushes recorded out of order (ckpt.2's before ckpt.1's): the restart
+    /// point stays the newer checkpoint.
+    #[test]
+    fn an_older_flush_recorded_late_never_becomes_the_restart_point() {
+        let dir = tempfile::tempdir().unwrap();
+        let entry = |id: u64| IndexEntry {
+            id,
+            name: format!("ckpt.{id}"),
+            checkpoint_id: Some(id),
+            dir: format!("scr.dataset.{id}"),
+            world_size: 1,
+            ..IndexEntry::default()
+        };
+        let done = || BTreeMap::from([(0u32, Ok(Vec::new()))]);
+        finish(dir.path(), &entry(2), done()).unwrap();
+        finish(dir.path(), &entry(1), done()).unwrap();
+        let ix = Index::load(dir.path()).unwrap();
+        assert_eq!(ix.current.as_deref(), Some("ckpt.2"));
+        assert!(ix.datasets[&1].complete && ix.datasets[&2].complete);
+        finish(dir.path(), &entry(3), done()).unwrap();
+        assert_eq!(
+            Index::load(dir.path()).unwrap().current.as_deref(),
+            Some("ckpt.3")
+        );
+    }
 
     fn label() -> Label {
         Label {

@@ -1009,7 +1009,14 @@ impl Runtime {
             }
             self.dataset_done(out.record.id);
             let store = out.record.descriptor.store.clone();
-            self.evict(&store, 0, Some(out.record.id))?;
+            // the dataset is kept whatever eviction does: a failure there marks the
+            // state uncertain (every later call says so) but does not unsay the keep
+            if let Err(e) = self.evict(&store, 0, Some(out.record.id)) {
+                self.warn(&format!(
+                    "complete_output {}: kept, but evicting older datasets failed: {e}",
+                    out.record.name
+                ));
+            }
         } else {
             // what the scheme wrote before a failed apply goes too, not only the names
             // it declared (collective: every rank is in this branch alike)
@@ -1319,9 +1326,22 @@ impl Runtime {
         if self.passthrough.is_some() {
             return Ok(());
         }
-        if self.output.is_some() {
+        if let Some(out) = self.output.take() {
             self.warn("finalize: a dataset was still being written; it is discarded");
-            self.complete_output(false)?;
+            if self.uncertain.is_some() {
+                // complete_output is refused now; each rank drops its part (no collective
+                // step: the ranks' state is uncertain already)
+                if let Err(e) = self.delete_dataset(&out.record) {
+                    eprintln!("scr-rs[{}]: warning: {e}", self.rank);
+                }
+            } else {
+                self.output = Some(out);
+                // agreed on every rank; the flushes are waited for and the exit reason
+                // recorded all the same
+                if let Err(e) = self.complete_output(false) {
+                    self.warn(&format!("finalize: discarding the open dataset: {e}"));
+                }
+            }
         }
         self.wait_flushes();
         if self.rank == 0 {
@@ -1516,8 +1536,8 @@ fn cachefs_err(e: scr_plugin::cachefs::CacheFsError) -> ScrError {
 /// A shared base (`cache_base`, `cntl_base`, a store) that someone other than this user
 /// can write to must have the sticky bit, as /tmp and /dev/shm do (mode 1777): without
 /// it anyone who can write there can rename this user's directory away and put their
-/// own in its place at any moment, after every check. A base owned by another user (root,
-/// an admin) that only its owner can write to is fine.
+/// own in its place at any moment, after every check. The owner of a directory can do
+/// that whatever its mode, so the base must also be owned by root or this user.
 ///
 /// The same holds for every ancestor of the base, judged after resolving symbolic links
 /// in the configured path (the path itself is the site's or user's choice; where it
@@ -1527,22 +1547,29 @@ fn cachefs_err(e: scr_plugin::cachefs::CacheFsError) -> ScrError {
 fn check_base(base: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let real = base.canonicalize().map_err(io_err(base))?;
+    let me = crate::registry::effective_uid();
     for at in real.ancestors() {
         let md = std::fs::metadata(at).map_err(io_err(at))?;
         let mode = md.mode() & 0o7777;
+        let what = if at == real {
+            format!("the shared base {}", at.display())
+        } else {
+            format!(
+                "{}, above the shared base {},",
+                at.display(),
+                base.display()
+            )
+        };
+        if md.uid() != 0 && me.is_some_and(|u| u != md.uid()) {
+            return Err(ScrError::Usage(format!(
+                "{what} (mode {mode:04o}) is owned by uid {}, neither root nor this user: its owner could rename or replace this job's directory in it at any time; choose a base owned by root or by you",
+                md.uid()
+            )));
+        }
         let group_writes =
             mode & 0o020 != 0 && md.gid() != 0 && !crate::registry::private_group(md.gid());
         let others_write = mode & 0o002 != 0 || group_writes;
         if others_write && mode & 0o1000 == 0 {
-            let what = if at == real {
-                format!("the shared base {}", at.display())
-            } else {
-                format!(
-                    "{}, above the shared base {},",
-                    at.display(),
-                    base.display()
-                )
-            };
             return Err(ScrError::Usage(format!(
                 "{what} (owner uid {}, mode {mode:04o}) can be written by other users and has no sticky bit, so another user could rename or replace this job's directory in it: set the sticky bit (chmod +t {}, as /tmp and /dev/shm are: mode 1777), make it writable by its owner only, or choose another cache_base / cntl_base / store",
                 md.uid(),

@@ -229,6 +229,12 @@ fn main() {
                 "kept {}",
                 scr.complete_output(true).expect("complete")
             ));
+            // a dataset is open when the state becomes uncertain: finalize must still
+            // work (and drop it)
+            scr.start_output("ckpt.2", Flags::CHECKPOINT)
+                .expect("start");
+            let p = scr.route_file(format!("d_{r}.dat")).expect("route");
+            std::fs::write(&p, b"two").expect("write");
             let show = |what: &str, e: Result<String, scr_api::ScrError>| match e {
                 Ok(v) => format!("{what}: ok {v}"),
                 Err(e) => format!("{what}: {e}"),
