@@ -841,3 +841,54 @@ fn index_commands_decide_on_the_index_they_find_under_the_lock() {
     assert_eq!(ix.current.as_deref(), Some("ckpt.2"));
     assert_eq!(ix.datasets.keys().copied().collect::<Vec<_>>(), [1, 2]);
 }
+
+/// A failed mark (kept beside the summary, so a rebuilt index keeps it) can be cleared
+/// once its cause is fixed; then the checkpoint can be made the restart point again.
+#[test]
+fn scr_index_clear_failed_makes_a_checkpoint_usable_again() {
+    use scr_host::runtime::prefix::{FailedNote, Index, IndexEntry};
+    let sb = Sandbox::new();
+    let prefix = sb.path().join("prefix");
+    std::fs::create_dir(&prefix).unwrap();
+    Index::update(&prefix, |ix| {
+        ix.datasets.insert(
+            1,
+            IndexEntry {
+                id: 1,
+                name: "ckpt.1".into(),
+                checkpoint_id: Some(1),
+                dir: "scr.dataset.1".into(),
+                world_size: 4,
+                complete: true,
+                ..IndexEntry::default()
+            },
+        );
+    })
+    .unwrap();
+    Index::mark_failed(&prefix, 1, "re-protecting failed on rank 2").unwrap();
+    assert!(FailedNote::path(&prefix, 1).is_file());
+    let p = prefix.display().to_string();
+    sb.run(&["index", "current", "ckpt.1", "--prefix", &p], &[])
+        .expect_code(1);
+    let run = sb.run(&["index", "clear-failed", "ckpt.1", "--prefix", &p], &[]);
+    run.expect_code(0);
+    assert!(
+        run.stdout
+            .contains("ckpt.1: failed mark cleared (it said: re-protecting failed on rank 2)"),
+        "{}",
+        run.stdout
+    );
+    assert!(!FailedNote::path(&prefix, 1).exists());
+    assert_eq!(Index::load(&prefix).unwrap().datasets[&1].failed, None);
+    sb.run(&["index", "current", "ckpt.1", "--prefix", &p], &[])
+        .expect_code(0);
+    let unknown = sb.run(&["index", "clear-failed", "ckpt.9", "--prefix", &p], &[]);
+    unknown.expect_code(1);
+    assert!(
+        unknown
+            .stderr
+            .contains("no dataset named `ckpt.9` in the index"),
+        "{}",
+        unknown.stderr
+    );
+}

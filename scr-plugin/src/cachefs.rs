@@ -286,8 +286,22 @@ mod tests {
             "{e}"
         );
         assert!(!open.join("x").exists());
-        let me = owner_of(t.path()).unwrap();
-        let e = check_dir(t.path(), Some(me + 1)).unwrap_err();
-        assert!(e.to_string().contains("not by this user"), "{e}");
+        // another user's level is refused; root's (a prolog's `mkdir -p`) is not
+        let theirs = t.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if std::os::unix::fs::chown(&theirs, Some(54321), None).is_ok() {
+            let e = check_dir(&theirs, Some(1000)).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("is owned by uid 54321, not by this user"),
+                "{e}"
+            );
+            std::os::unix::fs::chown(&theirs, Some(0), None).unwrap();
+            assert!(
+                check_dir(&theirs, Some(1000)).is_ok(),
+                "root's level is accepted"
+            );
+        }
     }
 }

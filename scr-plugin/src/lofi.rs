@@ -140,7 +140,8 @@ pub fn restore_metadata(meta: &FileMeta) -> PluginResult<()> {
     )
     .map_err(|e| PluginError::io(path.display(), e))?;
     if meta.mode != 0 {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(meta.mode))
+        // permission bits only: never setuid/setgid/sticky bits named by redundancy data
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(meta.mode & 0o777))
             .map_err(|e| PluginError::io(path.display(), e))?;
     }
     Ok(())

@@ -89,6 +89,13 @@ enum IndexCommand {
     /// the restart point set with `current` is not kept, datasets marked failed stay
     /// failed).
     Rebuild,
+    /// Clear a dataset's failed mark once its cause is fixed (a fetch marks a dataset
+    /// failed also for trouble on the cache side, e.g. a full node): it is offered for
+    /// fetch again, and its files are verified again when fetched.
+    ClearFailed {
+        /// The dataset name.
+        name: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -334,6 +341,37 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
             }) {
                 Ok(Ok(())) => {
                     println!("restart point set to {n}");
+                    ExitCode::SUCCESS
+                }
+                Ok(Err(e)) => fail(e),
+                Err(e) => fail(e),
+            }
+        }
+        IndexCommand::ClearFailed { name } => {
+            let cleared = Index::try_update(&prefix, |ix| {
+                let Some(e) = ix.datasets.values_mut().find(|e| &e.name == name) else {
+                    return Err(format!(
+                        "no dataset named `{name}` in the index (see `scr index list`)"
+                    ));
+                };
+                let was = e.failed.take();
+                // the note beside the summary too, or a rebuilt index would mark it again
+                let note = scr_host::runtime::prefix::FailedNote::path(&prefix, e.id);
+                match std::fs::remove_file(&note) {
+                    Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(format!("{}: {err}", note.display()));
+                    }
+                    _ => {}
+                }
+                Ok(was)
+            });
+            match cleared {
+                Ok(Ok(Some(why))) => {
+                    println!("{name}: failed mark cleared (it said: {why})");
+                    ExitCode::SUCCESS
+                }
+                Ok(Ok(None)) => {
+                    println!("{name} was not marked failed");
                     ExitCode::SUCCESS
                 }
                 Ok(Err(e)) => fail(e),

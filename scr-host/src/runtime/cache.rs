@@ -1084,7 +1084,8 @@ impl Runtime {
                     && out.is_some_and(|f| {
                         mode.filter(|m| m.mode != 0).is_none_or(|m| {
                             use std::os::unix::fs::PermissionsExt;
-                            f.set_permissions(std::fs::Permissions::from_mode(m.mode & 0o7777))
+                            // (never setuid/setgid/sticky bits from a filemap)
+                            f.set_permissions(std::fs::Permissions::from_mode(m.mode & 0o777))
                                 .is_ok()
                         }) && f.sync_all().is_ok()
                     });
