@@ -214,7 +214,11 @@ fn distribute_off_purges_the_cache_and_restarts_from_the_prefix() {
         "{out}"
     );
     assert_eq!(out.final_state(), reference(15), "{out}");
-    assert!(out.stderr.contains("distribute = false: purged"), "{out}");
+    assert!(
+        out.stderr
+            .contains("distribute = false: purged the cache of node n0: ckpt.10, ckpt.5;"),
+        "{out}"
+    );
     // the flush file no longer says the purged ckpt.10 (dataset 2) is in cache
     let location = std::process::Command::new(binary("scr"))
         .args(["flush-file", "--prefix"])

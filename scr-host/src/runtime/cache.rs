@@ -743,13 +743,18 @@ impl Runtime {
         if !first_on_node {
             return Ok(());
         }
-        let mut purged = 0;
+        let mut purged = BTreeSet::new();
         for (owner, path) in Filemap::owners_in(&self.cntl_dir) {
             if let Ok(map) = Filemap::load(&self.cntl_dir, owner) {
                 for rec in map.datasets.values() {
                     let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
                     remove_files(&dir, &file_names(rec))?;
-                    purged += 1;
+                    // outputs never flushed are named too: they are gone for good
+                    purged.insert(format!(
+                        "{}{}",
+                        rec.name,
+                        if rec.output { " (output)" } else { "" }
+                    ));
                 }
             }
             std::fs::remove_file(&path).map_err(|e| ScrError::Io {
@@ -757,10 +762,12 @@ impl Runtime {
                 source: e,
             })?;
         }
-        if purged > 0 {
+        if !purged.is_empty() {
             eprintln!(
-                "scr-rs[{}]: distribute = false: purged {purged} cached dataset record(s) on node {}; restarting from the prefix",
-                self.rank, self.node
+                "scr-rs[{}]: distribute = false: purged the cache of node {}: {}; restarting from the prefix",
+                self.rank,
+                self.node,
+                purged.into_iter().collect::<Vec<_>>().join(", ")
             );
         }
         Ok(())

@@ -1210,6 +1210,13 @@ impl Runtime {
                 Err(ScrError::Usage(format!(
                     "delete: dataset `{name}` is being read or written; complete it first"
                 )))
+            } else if self.flushing_ids().contains(&id) {
+                // the background transfer still reads it (on this rank, maybe not on
+                // others: agreed below); deleting now would fail the flush
+                Err(ScrError::Usage(format!(
+                    "delete: dataset `{name}` is being flushed in the background on rank {}; delete it once the flush is done (or at the next run)",
+                    self.rank
+                )))
             } else {
                 Ok(id)
             }
