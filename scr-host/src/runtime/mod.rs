@@ -791,7 +791,6 @@ impl Runtime {
         if let Some(out) = &self.output {
             let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
             let path = dir.join(&rel);
-            let base = PathBuf::from(&out.record.descriptor.store);
             // a name the scheme uses for this rank's redundancy data would be overwritten
             // by it (other ranks' names, and names that depend on the files, are checked
             // at complete_output)
@@ -829,8 +828,11 @@ impl Runtime {
                 self.save_filemap()?;
             }
             // each directory of a nested name 0700, never through a link in place of one
+            // (from the dataset directory down: start_output made and judged the levels
+            // above it, and this runs per file)
             if let Some(parent) = path.parent() {
-                create_private_dir(&base, parent)?;
+                scr_plugin::cachefs::create_dirs(&dir, parent, crate::registry::effective_uid())
+                    .map_err(cachefs_err)?;
             }
             return Ok(path);
         }
