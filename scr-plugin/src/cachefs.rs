@@ -195,6 +195,19 @@ pub fn create_file(path: &Path) -> Result<File, CacheFsError> {
         .map_err(|source| refused_link(path, source))
 }
 
+/// Open `path` for writing without truncating it (a resumed copy keeps what it wrote),
+/// creating it with mode 0600 when `create`, never through a symbolic link at `path`:
+/// a link planted at a temporary name would otherwise take the bytes elsewhere.
+pub fn open_for_writing(path: &Path, create: bool) -> Result<File, CacheFsError> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(create)
+        .mode(FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|source| refused_link(path, source))
+}
+
 /// Open the existing file `path` for reading, never through a symbolic link at `path`.
 pub fn open_file(path: &Path) -> Result<File, CacheFsError> {
     std::fs::OpenOptions::new()

@@ -7,7 +7,7 @@
 //! the chunks already copied, wait, or cancel.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -441,12 +441,10 @@ fn prepare_temp(f: &FileState) -> PluginResult<()> {
         std::fs::create_dir_all(dir).map_err(|e| PluginError::io(dir.display(), e))?;
     }
     let temp = f.temp();
-    let file = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(false)
-        .open(&temp)
-        .map_err(|e| PluginError::io(temp.display(), e))?;
+    // 0600 and never through a link planted at the temporary name (the final mode
+    // comes from the source when the file is finished)
+    let file = scr_plugin::cachefs::open_for_writing(&temp, true)
+        .map_err(|e| PluginError::new(ErrorCode::IO, e.to_string()))?;
     file.set_len(f.size)
         .map_err(|e| PluginError::io(temp.display(), e))
 }
@@ -459,10 +457,8 @@ fn copy_chunk(f: &FileState, ci: u64, chunk: u64) -> PluginResult<u32> {
     src.read_exact_at(&mut buf, off)
         .map_err(|e| PluginError::io(f.source.display(), e))?;
     let temp = f.temp();
-    let dst = OpenOptions::new()
-        .write(true)
-        .open(&temp)
-        .map_err(|e| PluginError::io(temp.display(), e))?;
+    let dst = scr_plugin::cachefs::open_for_writing(&temp, false)
+        .map_err(|e| PluginError::new(ErrorCode::IO, e.to_string()))?;
     dst.write_all_at(&buf, off)
         .map_err(|e| PluginError::io(temp.display(), e))?;
     Ok(crc32fast::hash(&buf))
@@ -715,7 +711,7 @@ mod tests {
         st.files[0].status = Status::InProgress;
         st.status = Status::InProgress;
         std::fs::write(&state, serde_json::to_vec(&st).unwrap()).unwrap();
-        let f = OpenOptions::new().write(true).open(&temp).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&temp).unwrap();
         f.write_all_at(b"XXXX", 2 * 4096 + 10).unwrap();
         drop(t);
 
@@ -794,6 +790,56 @@ mod tests {
         );
         assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
         assert_eq!(std::fs::read(&victim_part).unwrap(), b"keep part");
+    }
+
+    /// A link planted at a destination's temporary name (`<dst>.scr-part`) is never
+    /// written through: the copy fails naming it, and the link's target keeps its bytes.
+    /// Without a link, the temporary file is private (0600) while it is being written.
+    #[test]
+    fn a_link_at_the_temporary_name_is_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        std::fs::write(&src, data(3 * 4096, 4)).unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        std::fs::create_dir(dir.path().join("out")).unwrap();
+        let dst = dir.path().join("out/dst");
+        std::os::unix::fs::symlink(&victim, dir.path().join("out/dst.scr-part")).unwrap();
+        for kind in ["sync", "pthread"] {
+            let state = dir.path().join(format!("{kind}.json"));
+            let cfg = config(kind, &state, &[("chunk_size", "4096")]);
+            let mut t = CopyTransfer::new(&cfg).unwrap();
+            t.add(src.to_str().unwrap(), dst.to_str().unwrap()).unwrap();
+            with_host(|host| {
+                t.dispatch(host).unwrap();
+                assert_eq!(t.wait(host).unwrap(), TransferStatus::Failed, "{kind}");
+            });
+            let why = t.results().unwrap()[0]
+                .error
+                .clone()
+                .into_option()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                why.contains("dst.scr-part is a symbolic link"),
+                "{kind}: {why}"
+            );
+            assert_eq!(std::fs::read(&victim).unwrap(), b"keep", "{kind}");
+            assert!(!dst.exists(), "{kind}");
+        }
+        // no link: the temporary file is created 0600
+        std::fs::remove_file(dir.path().join("out/dst.scr-part")).unwrap();
+        let f = FileState {
+            source: src.clone(),
+            destination: dst.clone(),
+            size: 3 * 4096,
+            chunks: BTreeMap::new(),
+            crc32: None,
+            status: Status::InProgress,
+            error: None,
+        };
+        prepare_temp(&f).unwrap();
+        assert_eq!(std::fs::metadata(f.temp()).unwrap().mode() & 0o7777, 0o600);
     }
 
     #[test]
