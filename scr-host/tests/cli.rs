@@ -689,23 +689,27 @@ fn halt_sets_unsets_and_lists_conditions() {
         .expect_code(2);
 }
 
-/// `scr index current` run by an admin while a job updates the index: every update is a
-/// read-modify-write under an advisory lock on `<prefix>/.scr/lock`, so none is lost
-/// (before the lock, concurrent updates dropped some of each other's entries).
-#[test]
-fn concurrent_index_updates_from_several_processes_lose_nothing() {
-    use scr_host::runtime::prefix::{Index, IndexEntry};
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = dir.path();
-    let entry = |id: u64| IndexEntry {
+/// The index entry of complete checkpoint `ckpt.<id>` (dataset `id`).
+fn entry(id: u64) -> scr_host::runtime::prefix::IndexEntry {
+    scr_host::runtime::prefix::IndexEntry {
         id,
         name: format!("ckpt.{id}"),
         checkpoint_id: Some(id),
         dir: format!("scr.dataset.{id}"),
         world_size: 1,
         complete: true,
-        ..IndexEntry::default()
-    };
+        ..Default::default()
+    }
+}
+
+/// `scr index current` run by an admin while a job updates the index: every update is a
+/// read-modify-write under an advisory lock on `<prefix>/.scr/lock`, so none is lost
+/// (before the lock, concurrent updates dropped some of each other's entries).
+#[test]
+fn concurrent_index_updates_from_several_processes_lose_nothing() {
+    use scr_host::runtime::prefix::Index;
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path();
     Index::update(prefix, |ix| {
         ix.datasets.insert(1, entry(1));
     })
@@ -784,18 +788,9 @@ fn an_index_of_another_version_is_never_rebuilt_over() {
 /// a name that was there by the time it wrote, or wrote back a stale choice).
 #[test]
 fn index_commands_decide_on_the_index_they_find_under_the_lock() {
-    use scr_host::runtime::prefix::{Index, IndexEntry, PrefixLock};
+    use scr_host::runtime::prefix::{Index, PrefixLock};
     let dir = tempfile::tempdir().unwrap();
     let prefix = dir.path();
-    let entry = |id: u64| IndexEntry {
-        id,
-        name: format!("ckpt.{id}"),
-        checkpoint_id: Some(id),
-        dir: format!("scr.dataset.{id}"),
-        world_size: 1,
-        complete: true,
-        ..IndexEntry::default()
-    };
     Index::update(prefix, |ix| {
         ix.datasets.insert(1, entry(1));
     })
@@ -846,23 +841,12 @@ fn index_commands_decide_on_the_index_they_find_under_the_lock() {
 /// once its cause is fixed; then the checkpoint can be made the restart point again.
 #[test]
 fn scr_index_clear_failed_makes_a_checkpoint_usable_again() {
-    use scr_host::runtime::prefix::{FailedNote, Index, IndexEntry};
+    use scr_host::runtime::prefix::{FailedNote, Index};
     let sb = Sandbox::new();
     let prefix = sb.path().join("prefix");
     std::fs::create_dir(&prefix).unwrap();
     Index::update(&prefix, |ix| {
-        ix.datasets.insert(
-            1,
-            IndexEntry {
-                id: 1,
-                name: "ckpt.1".into(),
-                checkpoint_id: Some(1),
-                dir: "scr.dataset.1".into(),
-                world_size: 4,
-                complete: true,
-                ..IndexEntry::default()
-            },
-        );
+        ix.datasets.insert(1, entry(1));
     })
     .unwrap();
     Index::mark_failed(&prefix, 1, "re-protecting failed on rank 2").unwrap();

@@ -73,10 +73,10 @@ fn library_name(config: &TransferConfig, default: &str) -> String {
 
 /// Open the vendor library, or say it is unavailable.
 fn open(name: &str) -> PluginResult<Library> {
-    // SAFETY: loading a library runs its initialisers. The library is the vendor's
-    // (or a test stand-in) named by the site's configuration, exactly as AXL loads it;
-    // nothing else is assumed of it until its symbols are looked up with their
-    // documented signatures.
+    // Loading a library runs its initialisers; nothing else is assumed of it until its
+    // symbols are looked up with their documented signatures.
+    // SAFETY: the library is the vendor's (or a test stand-in) named by the site's
+    // configuration, loaded exactly as AXL loads it.
     unsafe { Library::new(name) }.map_err(|e| {
         PluginError::new(
             ErrorCode::UNAVAILABLE,

@@ -648,31 +648,11 @@ impl Runtime {
             );
             self.warn(&report);
             self.lost.push(report);
-            match own {
-                Some(_) => self.remove_local(&rebuilding),
-                None => {
-                    // no record on this rank (its cache was lost): what the scheme wrote
-                    // here for this dataset goes, inside the dataset directory only
-                    let mut names: Vec<PathBuf> = returned
-                        .iter()
-                        .map(|m| PathBuf::from(relative_to(dir, m.path.as_str())))
-                        .collect();
-                    let mut rec = t.clone();
-                    rec.files = Vec::new();
-                    if let Ok(red) = scheme
-                        .raw()
-                        .redundancy_files(&dataset_files(&rec, dir))
-                        .into_result()
-                    {
-                        names.extend(
-                            red.iter()
-                                .map(|p| PathBuf::from(relative_to(dir, p.as_str()))),
-                        );
-                    }
-                    // then the record made for the rebuild, with the names it holds
-                    remove_files(dir, &names).and_then(|()| self.remove_local(&rebuilding))
-                }
-            }
+            // this rank's record, or the one made for the rebuild when its cache was
+            // lost (holding the redundancy files declared before recover and the names
+            // recover returned): what the scheme wrote here goes with it, inside the
+            // dataset directory only
+            self.remove_local(&rebuilding)
         };
         self.agree(local)
     }

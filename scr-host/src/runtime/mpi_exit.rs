@@ -11,11 +11,11 @@ use std::io::Write as _;
 pub(super) fn finalize_mpi_and_exit(code: i32) -> ! {
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
-    // SAFETY: MPI is initialised (a runtime exists only on an initialised world) and not
-    // yet finalized (the application is still inside a library call); every rank gets here
-    // after the same collective finalize, which waited for every background flush, so no
-    // MPI operation of this library is pending; the process exits right after, so no MPI
-    // handle (the application's or ours) is used once MPI is finalized.
+    // MPI is initialised (a runtime exists only on an initialised world) and not yet
+    // finalized (the application is still inside a library call); every rank gets here
+    // after the same collective finalize, which waited for every background flush.
+    // SAFETY: no MPI operation of this library is pending, and the process exits right
+    // after, so no MPI handle (the application's or ours) is used once MPI is finalized.
     unsafe {
         mpi::ffi::MPI_Finalize();
     }

@@ -197,13 +197,13 @@ impl MpiHost {
         // fatal on this communicator for the one call
         let len = i32::try_from(buf.len()).unwrap_or(i32::MAX);
         let comm = self.comm.as_raw();
-        // SAFETY: plain MPI calls on this host's own communicator, under the MPI lock the
-        // caller holds. `old` is written by MPI_Comm_get_errhandler before it is read and
-        // freed once after it is set back. The receive writes at most `len` <=
-        // `buf.len()` bytes into `buf`, which is borrowed mutably for the call; `msg` is
-        // the handle the probe just matched, received exactly once here (then forgotten,
-        // MPI having set it to MPI_MESSAGE_NULL; forgetting it also skips rsmpi's drop
-        // assertion, which would panic should an MPI leave it set after an error).
+        // `old` is written by MPI_Comm_get_errhandler before it is read and freed once
+        // after it is set back. `msg` is the handle the probe just matched, received
+        // exactly once here (then forgotten, MPI having set it to MPI_MESSAGE_NULL;
+        // forgetting it also skips rsmpi's drop assertion, which would panic should an
+        // MPI leave it set after an error).
+        // SAFETY: plain MPI calls on this host's own communicator, under the caller's MPI
+        // lock; the receive writes at most `len` <= `buf.len()` bytes into `buf`.
         let rc = unsafe {
             let mut old = std::mem::MaybeUninit::uninit();
             mpi::ffi::MPI_Comm_get_errhandler(comm, old.as_mut_ptr());
