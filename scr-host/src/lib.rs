@@ -4,5 +4,6 @@ pub mod config;
 pub mod explain;
 pub mod registry;
 pub mod runtime;
+pub mod scavenge;
 pub mod show;
 pub mod state;

@@ -19,7 +19,7 @@ const MOVE_TAG: i32 = 7001;
 const MOVE_PIECE: usize = 64 << 20;
 
 /// What `stat_file` measured.
-pub(super) struct Meta {
+pub(crate) struct Meta {
     pub size: u64,
     pub mode: u32,
     pub mtime: (i64, u32),
@@ -27,7 +27,7 @@ pub(super) struct Meta {
 }
 
 /// Size, mode, mtime and (when asked) CRC32 of a file.
-pub(super) fn stat_file(path: &Path, crc: bool, buf: usize) -> std::io::Result<Meta> {
+pub(crate) fn stat_file(path: &Path, crc: bool, buf: usize) -> std::io::Result<Meta> {
     let md = std::fs::metadata(path)?;
     if !md.is_file() {
         return Err(std::io::Error::other("not a regular file"));
@@ -46,7 +46,7 @@ pub(super) fn stat_file(path: &Path, crc: bool, buf: usize) -> std::io::Result<M
 }
 
 /// CRC32 of a file's contents, read once in pieces of `buf` bytes.
-pub(super) fn file_crc32(path: &Path, buf: usize) -> std::io::Result<u32> {
+pub(crate) fn file_crc32(path: &Path, buf: usize) -> std::io::Result<u32> {
     let mut h = crc32fast::Hasher::new();
     let mut f = std::fs::File::open(path)?;
     let mut b = vec![0u8; buf.max(4096)];
@@ -67,7 +67,7 @@ pub(super) fn is_inside(name: &str) -> bool {
 }
 
 /// How a file compares with what was recorded of it.
-pub(super) fn check_file(
+pub(crate) fn check_file(
     path: &Path,
     size: u64,
     crc32: Option<u32>,
@@ -119,7 +119,7 @@ pub(super) fn verify_dataset(
 /// `crc_on_restart` says: the rebuild just wrote it, the read is cheap next to that);
 /// with `crc_expected` (the dataset was written with CRC32s), a rebuilt file that comes
 /// without one is refused.
-pub(super) fn verify_rebuilt(
+pub(crate) fn verify_rebuilt(
     rank: u32,
     metas: &[FileMeta],
     own: Option<&DatasetRecord>,
@@ -209,7 +209,7 @@ pub(super) fn declare_redundancy(
 }
 
 /// The plugin's view of a dataset held in `dir`.
-pub(super) fn dataset_files(rec: &DatasetRecord, dir: &Path) -> DatasetFiles {
+pub(crate) fn dataset_files(rec: &DatasetRecord, dir: &Path) -> DatasetFiles {
     DatasetFiles {
         dataset_id: rec.id,
         dir: dir.display().to_string().into(),

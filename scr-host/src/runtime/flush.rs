@@ -91,26 +91,26 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// One file of a transfer and what it must be once the transfer says it is done.
 #[derive(Clone, Debug)]
-struct Planned {
+pub(crate) struct Planned {
     /// The file's name (relative to the prefix and to the dataset's cache directory).
-    name: String,
-    source: PathBuf,
-    destination: PathBuf,
+    pub name: String,
+    pub source: PathBuf,
+    pub destination: PathBuf,
     /// Size the destination must have.
-    size: u64,
+    pub size: u64,
     /// CRC32 the destination must have, when one was recorded (at `complete_output` for a
     /// flush, in rank2file for a fetch).
-    crc32: Option<u32>,
+    pub crc32: Option<u32>,
     /// The destination relative to the prefix when a flush relocated it
     /// ([`prefix::relocated`]).
-    stored: Option<String>,
+    pub stored: Option<String>,
 }
 
 /// Which transfer did it, for messages that must let an admin find the culprit.
 #[derive(Clone, Debug)]
-struct Label {
-    transfer_type: String,
-    plugin: String,
+pub(crate) struct Label {
+    pub transfer_type: String,
+    pub plugin: String,
 }
 
 impl std::fmt::Display for Label {
@@ -124,11 +124,11 @@ impl std::fmt::Display for Label {
 }
 
 /// A dispatched transfer with what it was asked to do.
-struct Started {
-    transfer: TransferBox,
-    files: Vec<Planned>,
-    label: Label,
-    host: LocalHost,
+pub(crate) struct Started {
+    pub transfer: TransferBox,
+    pub files: Vec<Planned>,
+    pub label: Label,
+    pub host: LocalHost,
 }
 
 /// Wait for `transfer`. A background waiter (`poll`) asks with `test` between short
@@ -283,7 +283,7 @@ fn verify(
 
 /// Wait for a started transfer and verify it (see [`verify`]); this rank's flushed files
 /// with the CRC32s the host computed from the destinations.
-fn collect(started: Started, poll: bool, recorded: &str, buf: usize) -> RankOutcome {
+pub(crate) fn collect(started: Started, poll: bool, recorded: &str, buf: usize) -> RankOutcome {
     let Started {
         mut transfer,
         files,

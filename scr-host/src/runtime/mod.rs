@@ -9,11 +9,11 @@
 //! are routed into node-local cache, recorded in the filemap before they exist, and
 //! protected by the scheme of the descriptor chosen for the checkpoint id.
 
-mod cache;
+pub(crate) mod cache;
 mod filemap;
-mod flush;
+pub(crate) mod flush;
 pub mod halt;
-mod local_host;
+pub(crate) mod local_host;
 mod mpi_exit;
 mod mpi_host;
 pub mod prefix;
@@ -1458,7 +1458,7 @@ fn relative_to<'a>(dir: &Path, paths: impl Iterator<Item = &'a str>) -> Vec<Stri
 }
 
 /// `<base>/<node>` when nodes are simulated, else `<base>`.
-fn node_local(base: &Path, simulated: bool, node: &str) -> PathBuf {
+pub(crate) fn node_local(base: &Path, simulated: bool, node: &str) -> PathBuf {
     if simulated {
         base.join(node)
     } else {
