@@ -737,7 +737,10 @@ impl Scavenger {
             if !lost.contains_key(&rank) {
                 continue;
             }
-            let recs = cache::verify_rebuilt(rank, &metas, None, &dirs[member], crc_expected, buf)
+            // a rank whose copy failed its check still has its filemap record: what the
+            // scheme rebuilt must match it too (names, sizes, CRC32s)
+            let own = manifests.get(&rank).map(|m| &m.record);
+            let recs = cache::verify_rebuilt(rank, &metas, own, &dirs[member], crc_expected, buf)
                 .map_err(|why| format!("{} rebuilt wrong data: {why}", d.scheme))?;
             out.insert(
                 rank,
@@ -1190,9 +1193,30 @@ pub fn postrun_command(config: Config, args: &PostrunArgs) -> std::process::Exit
             );
             std::process::ExitCode::SUCCESS
         }
-        Err(why) => failed(format!(
-            "dataset {id} was not scavenged: {why}. The cache still holds what it held; fix the cause and run `scr postrun` again"
-        )),
+        Err(why) => {
+            // what a restart would fetch now (as `scr index current` says)
+            let restart = Index::load_or_rebuild(sc.prefix()).ok().and_then(|ix| {
+                let usable =
+                    |e: &&IndexEntry| e.complete && e.checkpoint_id.is_some() && e.failed.is_none();
+                ix.current
+                    .clone()
+                    .filter(|c| ix.datasets.values().filter(usable).any(|e| &e.name == c))
+                    .or_else(|| {
+                        ix.datasets
+                            .values()
+                            .filter(usable)
+                            .max_by_key(|e| e.checkpoint_id)
+                            .map(|e| e.name.clone())
+                    })
+            });
+            failed(format!(
+                "dataset {id} was not scavenged: {why}. {}. The cache still holds what it held; fix the cause and run `scr postrun` again",
+                match restart {
+                    Some(n) => format!("The restart point stays {n}"),
+                    None => "The prefix holds no checkpoint to restart from".to_string(),
+                }
+            ))
+        }
     }
 }
 

@@ -213,7 +213,8 @@ fn two_lost_members_of_one_xor_set_are_refused_and_the_prefix_is_left_as_it_was(
         "{out}"
     );
     assert!(
-        out.stderr.contains("nothing was added to the index"),
+        out.stderr
+            .contains("nothing was added to the index. The restart point stays ckpt.10."),
         "{out}"
     );
     assert_eq!(
@@ -284,6 +285,9 @@ fn a_flipped_byte_whose_set_partner_is_lost_is_refused() {
         "{:?}",
         files_below(&c.prefix())
     );
+    assert!(out
+        .stderr
+        .contains("The prefix holds no checkpoint to restart from."));
     assert!(Index::load(&c.prefix()).unwrap().datasets.is_empty());
 }
 
