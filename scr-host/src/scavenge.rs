@@ -777,11 +777,16 @@ impl Scavenger {
             .flatten()
             .any(|f| prefix.join(&f.name).symlink_metadata().is_ok());
         let mut moved: Vec<(PathBuf, PathBuf)> = Vec::new();
-        let undo = |moved: &[(PathBuf, PathBuf)]| {
+        // directories made for the files, outermost first (undone innermost first)
+        let mut made: Vec<PathBuf> = Vec::new();
+        let undo = |moved: &[(PathBuf, PathBuf)], made: &[PathBuf]| {
             for (from, to) in moved.iter().rev() {
                 if std::fs::rename(to, from).is_err() {
                     let _ = std::fs::remove_file(to);
                 }
+            }
+            for d in made.iter().rev() {
+                let _ = std::fs::remove_dir(d);
             }
         };
         let mut step = || -> Result<(), String> {
@@ -797,6 +802,12 @@ impl Scavenger {
                         ));
                     }
                     if let Some(dir) = to.parent() {
+                        let missing: Vec<PathBuf> = dir
+                            .ancestors()
+                            .take_while(|a| a.symlink_metadata().is_err())
+                            .map(Path::to_path_buf)
+                            .collect();
+                        made.extend(missing.into_iter().rev());
                         std::fs::create_dir_all(dir)
                             .map_err(|e| format!("{}: {e}", dir.display()))?;
                     }
@@ -813,7 +824,7 @@ impl Scavenger {
             Ok(())
         };
         if let Err(e) = step() {
-            undo(&moved);
+            undo(&moved, &made);
             return Err(format!("{e}; nothing was added to the index"));
         }
         let summary = Summary {
@@ -846,7 +857,7 @@ impl Scavenger {
             Err(e) => {
                 let _ = std::fs::remove_file(Summary::path(prefix, id));
                 let _ = std::fs::remove_file(Rank2File::path(prefix, id));
-                undo(&moved);
+                undo(&moved, &made);
                 Err(format!("{e}; nothing was added to the index"))
             }
         }

@@ -339,3 +339,30 @@ fn per_node_scavenge_then_postrun_without_copying_as_a_site_script_runs_them() {
     assert!(!out.stdout.contains("copied"), "{out}");
     restart_fresh(&c, TWO_NODES);
 }
+
+#[test]
+fn a_failure_after_the_files_were_moved_into_place_undoes_everything() {
+    let c = cluster(0);
+    killed_job(&c, TWO_NODES);
+    // the summary cannot be written (a directory holds its name): rank2file was already
+    // written and every file moved into place when that fails
+    let blocker = c.prefix().join(".scr/scr.dataset.3/summary.scr");
+    std::fs::create_dir_all(&blocker).unwrap();
+    let before = snapshot(&c.prefix());
+    let out = scr(&c, TWO_NODES, &["postrun"]);
+    assert_eq!(out.code, 1, "{out}");
+    assert!(
+        out.stderr.contains("summary.scr") && out.stderr.contains("nothing was added to the index"),
+        "{out}"
+    );
+    assert_eq!(snapshot(&c.prefix()), before, "nothing half-added");
+    assert!(!c.prefix().join("ckpt.15").exists());
+    assert!(!c.prefix().join(".scr/scr.dataset.3/rank2file.scr").exists());
+    assert!(!c.prefix().join(".scr/scr.dataset.3/scavenge").exists());
+    assert!(Index::load(&c.prefix()).unwrap().datasets.is_empty());
+    // once the cause is gone, postrun succeeds from the cache, which still holds it all
+    std::fs::remove_dir(&blocker).unwrap();
+    let out = scr(&c, TWO_NODES, &["postrun"]);
+    assert_eq!(out.code, 0, "{out}");
+    restart_fresh(&c, TWO_NODES);
+}
