@@ -260,6 +260,19 @@ impl Scavenger {
     /// and skipped: that rank then counts as lost).
     fn filemaps(&self, node: &str) -> Vec<Filemap> {
         let dir = self.cntl_dir(node);
+        // the filemaps say which files to copy where: only from a control directory the
+        // runtime made (this user's, private, no link on the way; see
+        // runtime::create_private_dir), never from one another user could have planted
+        if dir.is_dir() {
+            if let Err(e) =
+                crate::runtime::create_private_dir(Path::new(&self.config.str("cntl_base")), &dir)
+            {
+                eprintln!(
+                    "scr scavenge: node {node}: {e}; its filemaps are not trusted and its ranks count as lost"
+                );
+                return Vec::new();
+            }
+        }
         Filemap::owners_in(&dir)
             .into_iter()
             .filter_map(|(rank, _)| match Filemap::load(&dir, rank) {
@@ -366,9 +379,21 @@ impl Scavenger {
         buf: usize,
     ) -> Result<Vec<FlushedFile>, String> {
         let store = &record.descriptor.store;
+        // a store the configuration defines, in a dataset directory the runtime made
+        // (private, this user's, no link on the way): a damaged or forged filemap must not
+        // make scavenge copy other files into the prefix
+        if self.config.store(store).is_none() {
+            return Err(format!(
+                "the filemap names store {store}, which the configuration does not define; run postrun with the job's configuration"
+            ));
+        }
         let cache = self
             .store_dir(store, node)
             .join(format!("scr.dataset.{}", record.id));
+        if cache.is_dir() {
+            crate::runtime::create_private_dir(Path::new(store), &cache)
+                .map_err(|e| e.to_string())?;
+        }
         let mut files = Vec::new();
         for f in &record.files {
             check_relative(&f.name)?;

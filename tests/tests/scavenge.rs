@@ -366,3 +366,33 @@ fn a_failure_after_the_files_were_moved_into_place_undoes_everything() {
     assert_eq!(out.code, 0, "{out}");
     restart_fresh(&c, TWO_NODES);
 }
+
+#[test]
+fn a_control_directory_others_can_write_is_not_trusted() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = cluster(0);
+    killed_job(&c, TWO_NODES);
+    // anyone could have put filemaps there naming files to copy into the prefix
+    let cntl = c.path("cntl/n1/e2e/scr.e2e");
+    std::fs::set_permissions(&cntl, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = scr(&c, TWO_NODES, &["postrun"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stderr.contains("scr scavenge: node n1: ")
+            && out
+                .stderr
+                .contains("its filemaps are not trusted and its ranks count as lost"),
+        "{out}"
+    );
+    // its ranks are rebuilt from n0's redundancy data instead, byte-exact
+    assert!(
+        out.stdout.contains("rebuilt the files of ranks [2, 3]"),
+        "{out}"
+    );
+    for (rank, node) in TWO_NODES.iter().enumerate() {
+        assert_eq!(
+            std::fs::read(c.prefix().join(format!("ckpt.15/rank_{rank}.ckpt"))).unwrap(),
+            std::fs::read(cached(&c, node, rank)).unwrap()
+        );
+    }
+}

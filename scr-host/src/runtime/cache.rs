@@ -19,7 +19,7 @@ const MOVE_TAG: i32 = 7001;
 const MOVE_PIECE: usize = 64 << 20;
 
 /// What `stat_file` measured.
-pub(crate) struct Meta {
+pub(super) struct Meta {
     pub size: u64,
     pub mode: u32,
     pub mtime: (i64, u32),
@@ -27,7 +27,7 @@ pub(crate) struct Meta {
 }
 
 /// Size, mode, mtime and (when asked) CRC32 of a file.
-pub(crate) fn stat_file(path: &Path, crc: bool, buf: usize) -> std::io::Result<Meta> {
+pub(super) fn stat_file(path: &Path, crc: bool, buf: usize) -> std::io::Result<Meta> {
     let md = std::fs::metadata(path)?;
     if !md.is_file() {
         return Err(std::io::Error::other("not a regular file"));
@@ -46,7 +46,7 @@ pub(crate) fn stat_file(path: &Path, crc: bool, buf: usize) -> std::io::Result<M
 }
 
 /// CRC32 of a file's contents, read once in pieces of `buf` bytes.
-pub(crate) fn file_crc32(path: &Path, buf: usize) -> std::io::Result<u32> {
+pub(super) fn file_crc32(path: &Path, buf: usize) -> std::io::Result<u32> {
     let mut h = crc32fast::Hasher::new();
     let mut f = std::fs::File::open(path)?;
     let mut b = vec![0u8; buf.max(4096)];
