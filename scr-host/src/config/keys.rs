@@ -150,6 +150,8 @@ pub const KEYS: &[Key] = &[
           doc: "Transfer type for flushes from stores that name none" },
     Key { name: "flush_on_restart", ty: Type::Bool, default: Default::Fixed("false"),
           doc: "At init, flush the checkpoint restored from cache unless the prefix holds it already" },
+    Key { name: "flush_on_finalize", ty: Type::Bool, default: Default::Fixed("true"),
+          doc: "At finalize (and when a halt condition ends the run), flush the newest checkpoint unless the prefix holds it already (with flush = 0 nothing is flushed)" },
     Key { name: "fetch", ty: Type::Bool, default: Default::Fixed("true"),
           doc: "Fetch the newest checkpoint from the prefix at init when cache holds none" },
     Key { name: "distribute", ty: Type::Bool, default: Default::Fixed("true"),
