@@ -6,3 +6,4 @@ pub mod registry;
 pub mod runtime;
 pub mod show;
 pub mod state;
+pub mod walltime;
