@@ -1,6 +1,7 @@
 //! The scr-rs runtime.
 #![allow(missing_docs)]
 pub mod config;
+pub mod events;
 pub mod explain;
 pub mod registry;
 pub mod runtime;
