@@ -800,6 +800,43 @@ mod tests {
     }
 
     #[test]
+    fn concurrent_writers_never_interleave_lines() {
+        // each log_event opens its own descriptor, as separate processes do
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().to_path_buf();
+        let threads: Vec<_> = (0..8u32)
+            .map(|t| {
+                let prefix = prefix.clone();
+                std::thread::spawn(move || {
+                    for i in 0..100u32 {
+                        log_event(
+                            &prefix,
+                            &format!("job{t}"),
+                            Event::Failure {
+                                what: format!("{t}:{i}:").repeat(400),
+                                rank: Some(i),
+                            },
+                        );
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let (records, damaged) = read(&prefix).unwrap();
+        assert_eq!(damaged, 0);
+        assert_eq!(records.len(), 800);
+        for r in &records {
+            let Event::Failure { what, rank } = &r.event else {
+                panic!("{r:?}")
+            };
+            let t = r.job_id.strip_prefix("job").unwrap();
+            assert_eq!(what, &format!("{t}:{}:", rank.unwrap()).repeat(400));
+        }
+    }
+
+    #[test]
     fn a_link_at_the_log_is_refused_and_nothing_written_through_it() {
         let dir = tempfile::tempdir().unwrap();
         let prefix = dir.path();

@@ -201,6 +201,15 @@ pub fn parse_slurm_duration(text: &str) -> Option<i64> {
 /// error output discarded, for at most [`COMMAND_TIMEOUT`]; its output when it exits
 /// with status 0.
 fn run_command(path: Option<&str>, program: &str, args: &[&str]) -> Option<String> {
+    run_command_within(path, program, args, COMMAND_TIMEOUT)
+}
+
+fn run_command_within(
+    path: Option<&str>,
+    program: &str,
+    args: &[&str],
+    timeout: Duration,
+) -> Option<String> {
     let mut cmd = Command::new(program);
     if let Some(path) = path {
         // std searches the PATH given to the child
@@ -220,15 +229,15 @@ fn run_command(path: Option<&str>, program: &str, args: &[&str]) -> Option<Strin
         let mut out = String::new();
         stdout.read_to_string(&mut out).ok().map(|_| out)
     });
-    let deadline = Instant::now() + COMMAND_TIMEOUT;
+    let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
             _ => {
                 eprintln!(
-                    "scr-rs: warning: `{program}` did not answer within {}s; the allocation's end time is not known from it",
-                    COMMAND_TIMEOUT.as_secs()
+                    "scr-rs: warning: `{program}` did not answer within {:.1}s; the allocation's end time is not known from it",
+                    timeout.as_secs_f64()
                 );
                 let _ = child.kill();
                 let _ = child.wait();
@@ -438,6 +447,19 @@ mod tests {
         assert_eq!(run_command(None, "scr-no-such-command-xyz", &[]), None);
         assert_eq!(run_command(None, "false", &[]), None);
         assert_eq!(run_command(None, "echo", &["hi"]).as_deref(), Some("hi\n"));
+        // a hung command is killed at the deadline, also when its child keeps the
+        // output pipe open
+        let t = Instant::now();
+        assert_eq!(
+            run_command_within(
+                None,
+                "sh",
+                &["-c", "sleep 30 & exec sleep 30"],
+                Duration::from_millis(300)
+            ),
+            None
+        );
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
         // a PATH without the program
         assert_eq!(run_command(Some("/nonexistent"), "echo", &["hi"]), None);
     }
