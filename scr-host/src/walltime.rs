@@ -53,7 +53,8 @@ pub fn allocation_end(env: &dyn Fn(&str) -> Option<String>, now: i64) -> Option<
 }
 
 /// [`allocation_end`] after the `end_time` key, which wins when set (non-zero); reads
-/// the process environment.
+/// the process environment. Call it on one rank and broadcast the answer: thousands of
+/// ranks each running `squeue` at init would load the controller (SCR asks once, too).
 pub fn from_config_and_env(config: &Config) -> Option<(i64, String)> {
     let key = config.u64("end_time");
     if key > 0 {
