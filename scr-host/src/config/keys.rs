@@ -188,6 +188,9 @@ pub const KEYS: &[Key] = &[
           doc: "Testing only: comma-separated node name of each rank (by world rank), so one machine acts as several nodes; node-local stores and the control directory then include the node name" },
     Key { name: "user", ty: Type::Str, default: Default::Computed("$USER, else the uid"),
           doc: "User name used in cache and control directory names" },
+    // walltime and event log (issue 10, "events")
+    Key { name: "end_time", ty: U, default: Default::Fixed("0"),
+          doc: "When the allocation ends, in seconds since the epoch (e.g. SCR_END_TIME=$(( $(date +%s) + 3600 ))); wins over the resource manager's end time, which halt_seconds otherwise counts from; 0 asks the resource manager (SLURM, Flux, LSF, PBS)" },
 ];
 
 /// Look a scalar key up by name (case-insensitive).
