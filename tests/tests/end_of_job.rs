@@ -327,3 +327,127 @@ fn an_interrupted_sync_flush_is_cleaned_up_when_the_caches_are_lost() {
 fn an_interrupted_async_flush_is_cleaned_up_when_the_caches_are_lost() {
     an_interrupted_flush_is_cleaned_up(true);
 }
+
+#[test]
+fn a_faked_slurm_end_time_triggers_the_halt_seconds_rule() {
+    let mut c = Cluster::new();
+    let end = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 8;
+    c.set("SCR_FLUSH", "10")
+        .set("SCR_HALT_SECONDS", "5")
+        .set("SCR_HALT_EXIT", "1")
+        .set("SLURM_JOB_ID", "4242")
+        .set("SLURM_JOB_END_TIME", &end.to_string());
+    // 200 steps of 100 ms would outlast the allocation; the rule stops it about 3 s in
+    let out = heat(&c, &["--steps", "200", "--sleep-ms", "100"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stderr.contains(&format!(
+            "before the allocation ends at {end} (from SLURM_JOB_END_TIME), within halt_seconds = 5"
+        )),
+        "{out}"
+    );
+    // heat asks should_exit after every step: it stops well before step 200
+    let halted: u64 = out
+        .line_after("halted at step ")
+        .unwrap_or_else(|| panic!("not halted\n{out}"))
+        .parse()
+        .unwrap();
+    assert!(halted < 100, "{out}");
+    // the newest checkpoint is in the prefix (flush = 10 flushed nothing before)
+    let ix = Index::load(&c.prefix()).unwrap();
+    assert_eq!(ix.datasets.len(), 1, "{ix:?}");
+    let newest = ix.datasets.values().next().unwrap().clone();
+    assert!(newest.complete && newest.failed.is_none(), "{newest:?}");
+    assert_eq!(ix.current.as_deref(), Some(newest.name.as_str()));
+    // without a known end (no resource manager) the same run is not stopped
+    let mut free = Cluster::new();
+    free.set("SCR_HALT_SECONDS", "5").set("SCR_HALT_EXIT", "1");
+    let out = free.run(TWO_NODES, "scr-heat", &["--steps", "12"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.line_after("final step ").is_some(), "{out}");
+}
+
+#[test]
+fn the_event_log_records_failures_rebuilds_and_flushes_and_scr_log_sums_them_up() {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR").set("SCR_FLUSH", "10");
+    let killed = heat(
+        &c,
+        &["--steps", "20", "--kill-at", "12", "--kill-rank", "1"],
+    );
+    assert_ne!(killed.code, 0, "{killed}");
+    c.lose_node("n1");
+    let out = heat(&c, &["--steps", "20"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{out}"
+    );
+    let log = std::fs::read_to_string(c.prefix().join(".scr/events.jsonl")).unwrap();
+    let events: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    // first run: init, ckpt.5, ckpt.10, killed; second: the failure found, ckpt.10 and
+    // ckpt.5 rebuilt, n1 lost, init, ckpt.15, ckpt.20, the finalize flush of ckpt.20,
+    // finalize
+    assert_eq!(
+        kinds,
+        [
+            "init",
+            "checkpoint",
+            "checkpoint",
+            "failure",
+            "rebuild",
+            "rebuild",
+            "lost_nodes",
+            "init",
+            "checkpoint",
+            "checkpoint",
+            "flush",
+            "finalize"
+        ],
+        "{log}"
+    );
+    assert!(
+        events[3]["what"]
+            .as_str()
+            .unwrap()
+            .contains("ended without finalize"),
+        "{log}"
+    );
+    assert_eq!(events[4]["name"], "ckpt.10");
+    assert_eq!(events[4]["ranks"], serde_json::json!([2, 3]));
+    assert_eq!(events[5]["name"], "ckpt.5");
+    assert_eq!(events[6]["nodes"], serde_json::json!(["n1"]));
+    assert_eq!(events[7]["restarted_from"], "ckpt.10");
+    assert_eq!(events[10]["name"], "ckpt.20");
+    assert_eq!(events[10]["ok"], true);
+    // every checkpoint's bytes: 4 ranks' files of equal size
+    let file = std::fs::metadata(c.prefix().join("ckpt.20/rank_0.ckpt"))
+        .unwrap()
+        .len();
+    assert_eq!(events[1]["bytes"], 4 * file);
+    assert_eq!(events[10]["bytes"], 4 * file);
+    let report = Command::new(binary("scr"))
+        .args(["log", "--json", "--prefix"])
+        .arg(c.prefix())
+        .output()
+        .unwrap();
+    assert!(report.status.success(), "{report:?}");
+    let summary: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(summary["checkpoints"], 4, "{summary}");
+    assert_eq!(summary["rebuilds"], 2, "{summary}");
+    assert_eq!(summary["flushes"], 1, "{summary}");
+    // the failure and the lost node are one failure
+    assert_eq!(summary["failures"], 1, "{summary}");
+}

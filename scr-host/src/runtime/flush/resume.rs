@@ -114,6 +114,9 @@ impl Runtime {
         let mixed = parts.contains(&1) && parts.contains(&2);
         let resumable = !parts.contains(&0) && !mixed;
         if resumable {
+            self.flushing
+                .started
+                .insert(entry.id, std::time::Instant::now());
             let Ok(mut started) = reopened else {
                 unreachable!("every rank reopened its transfer")
             };
