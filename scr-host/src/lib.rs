@@ -1,9 +1,11 @@
 //! The scr-rs runtime.
 #![allow(missing_docs)]
 pub mod config;
+pub mod events;
 pub mod explain;
 pub mod registry;
 pub mod runtime;
 pub mod scavenge;
 pub mod show;
 pub mod state;
+pub mod walltime;
