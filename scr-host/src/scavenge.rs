@@ -105,6 +105,10 @@ pub struct Added {
     pub relocated: bool,
     /// Whether it became the restart point.
     pub current: bool,
+    /// Bytes of application files added.
+    pub bytes: u64,
+    /// Nodes (as `node_names` names them) whose ranks left no copy at all.
+    pub lost_nodes: Vec<String>,
 }
 
 /// The scavenge tools, for one job (the configuration's `job_id`, `user`, bases).
@@ -584,17 +588,26 @@ impl Scavenger {
             })
             .collect();
         let rebuilt: Vec<u32> = lost.keys().copied().collect();
+        let mut lost_nodes: Vec<String> = (0..world)
+            .filter(|r| !manifests.contains_key(r))
+            .filter_map(|r| node_names.split(',').nth(r as usize))
+            .map(|n| n.trim().to_string())
+            .collect();
+        lost_nodes.dedup();
         if !lost.is_empty() {
             for (rank, fs) in self.rebuild(id, &manifests, &lost)? {
                 files.insert(rank, fs);
             }
         }
+        let bytes = files.values().flatten().map(|f| f.size).sum();
         self.place(id, &first, files)
             .map(|(entry, relocated, current)| Added {
                 entry,
                 rebuilt,
                 relocated,
                 current,
+                bytes,
+                lost_nodes,
             })
     }
 
@@ -1209,6 +1222,28 @@ pub fn postrun_command(config: Config, args: &PostrunArgs) -> std::process::Exit
     match sc.finish(id) {
         Ok(added) => {
             let e = &added.entry;
+            // the event log (`scr log`) counts scavenges and lost nodes
+            let job = sc.config.str("job_id");
+            if !added.lost_nodes.is_empty() {
+                crate::events::log_event(
+                    sc.prefix(),
+                    &job,
+                    crate::events::Event::LostNodes {
+                        nodes: added.lost_nodes.clone(),
+                    },
+                );
+            }
+            crate::events::log_event(
+                sc.prefix(),
+                &job,
+                crate::events::Event::Scavenge {
+                    name: e.name.clone(),
+                    id: e.id,
+                    bytes: added.bytes,
+                    seconds: started.elapsed().as_secs_f64(),
+                    rebuilt_ranks: added.rebuilt.clone(),
+                },
+            );
             if !added.rebuilt.is_empty() {
                 println!("rebuilt the files of ranks {:?}", added.rebuilt);
             }

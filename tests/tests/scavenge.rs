@@ -180,6 +180,25 @@ fn postrun_rebuilds_a_lost_nodes_files_through_xor_byte_exact() {
         let p = c.prefix().join(format!("ckpt.15/rank_{r}.ckpt"));
         assert_eq!(std::fs::read(&p).unwrap(), originals[i], "{}", p.display());
     }
+    // the event log has the lost node and the scavenge with its rebuilt ranks
+    let (records, damaged) = scr_host::events::read(&c.prefix()).unwrap();
+    assert_eq!(damaged, 0);
+    let tail: Vec<&scr_host::events::Event> = records
+        .iter()
+        .rev()
+        .take(2)
+        .rev()
+        .map(|r| &r.event)
+        .collect();
+    assert!(
+        matches!(tail[0], scr_host::events::Event::LostNodes { nodes } if nodes == &["n1"]),
+        "{tail:?}"
+    );
+    assert!(
+        matches!(tail[1], scr_host::events::Event::Scavenge { name, id: 3, bytes, rebuilt_ranks, .. }
+            if name == "ckpt.15" && *bytes == 4 * 32776 && rebuilt_ranks == &[2, 3]),
+        "{tail:?}"
+    );
     restart_fresh(&c, TWO_NODES);
 }
 
