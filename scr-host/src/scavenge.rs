@@ -808,6 +808,7 @@ impl Scavenger {
         for f in ranks.values().flatten() {
             check_relative(&f.name)?;
         }
+        self.clear_interrupted_flush(id, rec);
         // never over an older dataset's files: any name taken sends all to the
         // dataset's own directory (prefix::relocated explains why)
         let relocate = ranks
@@ -891,13 +892,78 @@ impl Scavenger {
             )
         });
         match recorded {
-            Ok((entry, current)) => Ok((entry, relocate, current)),
+            Ok((entry, current)) => {
+                // an interrupted flush's list of writes is settled with it
+                let _ =
+                    std::fs::remove_file(crate::runtime::flush::resume::writes_path(prefix, id));
+                Ok((entry, relocate, current))
+            }
             Err(e) => {
                 let _ = std::fs::remove_file(Summary::path(prefix, id));
                 let _ = std::fs::remove_file(Rank2File::path(prefix, id));
                 undo(&moved, &made);
                 Err(format!("{e}; nothing was added to the index"))
             }
+        }
+    }
+
+    /// A flush of dataset `id` that the killed job left open (index entry incomplete,
+    /// not marked failed) wrote some of its files into the prefix, at the paths it listed
+    /// in `writes.scr` (see `runtime::flush::resume`). Scavenge completes that dataset, so
+    /// the next init will not clean them up: remove them here (and the transfers'
+    /// `*.scr-part` files), except any path a complete dataset's rank2file names — the
+    /// same rule init applies — so the dataset lands at its own names instead of being
+    /// relocated beside the debris. When the owners cannot all be read, only the
+    /// dataset's own directory is cleaned.
+    fn clear_interrupted_flush(&self, id: u64, rec: &DatasetRecord) {
+        use crate::runtime::flush::resume::{writes_path, WRITES_KIND};
+        let prefix = &self.prefix;
+        let open = Index::load_or_rebuild(prefix)
+            .ok()
+            .and_then(|ix| ix.datasets.get(&id).cloned())
+            .is_some_and(|e| !e.complete && e.failed.is_none());
+        if !open {
+            return;
+        }
+        let Ok(writes) = read_state::<Vec<String>>(&writes_path(prefix, id), WRITES_KIND) else {
+            return;
+        };
+        let owned: Option<BTreeSet<PathBuf>> = (|| {
+            let ix = Index::load_or_rebuild(prefix).ok()?;
+            let mut owned = BTreeSet::new();
+            for e in ix.datasets.values().filter(|e| e.complete) {
+                for f in Rank2File::load(prefix, e.id).ok()?.ranks.values().flatten() {
+                    owned.insert(f.stored_path(prefix).ok()?);
+                }
+            }
+            Some(owned)
+        })();
+        let pure_output = rec.output && rec.checkpoint_id.is_none();
+        let mut removed = 0;
+        for w in writes.iter().filter(|w| check_relative(w).is_ok()) {
+            let p = prefix.join(w);
+            let own_dir = p.starts_with(dataset_dir(prefix, id));
+            if !own_dir && (pure_output || owned.as_ref().is_none_or(|o| o.contains(&p))) {
+                continue;
+            }
+            let mut part = p.clone().into_os_string();
+            part.push(".scr-part");
+            for q in [p, PathBuf::from(part)] {
+                if q.symlink_metadata().is_ok_and(|m| m.is_file())
+                    && std::fs::remove_file(&q).is_ok()
+                {
+                    removed += 1;
+                }
+            }
+        }
+        if removed > 0 {
+            self.progress.done(
+                &format!(
+                    "removed {removed} file(s) that an interrupted flush of {} left in the prefix",
+                    rec.name
+                ),
+                0,
+            );
         }
     }
 

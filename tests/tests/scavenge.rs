@@ -415,3 +415,50 @@ fn a_control_directory_others_can_write_is_not_trusted() {
         );
     }
 }
+
+#[test]
+fn the_files_of_a_flush_the_kill_interrupted_are_replaced_not_left_beside_it() {
+    // ckpt.15 is the third checkpoint: its flush starts, rank 1 dies after copying its
+    // files and before the flush is recorded (the index entry stays open)
+    let mut c = cluster(3);
+    c.set("SCR_FAULT", "flush-copied:1");
+    let out = c.run(TWO_NODES, "scr-heat", &["--steps", "20"]);
+    assert_ne!(out.code, 0, "{out}");
+    c.env.remove("SCR_FAULT");
+    let ix = Index::load(&c.prefix()).unwrap();
+    assert!(
+        ix.datasets
+            .get(&3)
+            .is_some_and(|e| !e.complete && e.failed.is_none()),
+        "the flush of ckpt.15 was left open: {ix:?}"
+    );
+    assert!(
+        c.prefix().join("ckpt.15/rank_1.ckpt").exists(),
+        "rank 1 copied its file before it died"
+    );
+    let out = scr(&c, TWO_NODES, &["postrun"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stdout
+            .contains("file(s) that an interrupted flush of ckpt.15 left in the prefix"),
+        "{out}"
+    );
+    assert!(!out.stdout.contains("its names were taken"), "{out}");
+    for (rank, node) in TWO_NODES.iter().enumerate() {
+        assert_eq!(
+            std::fs::read(c.prefix().join(format!("ckpt.15/rank_{rank}.ckpt"))).unwrap(),
+            std::fs::read(cached(&c, node, rank)).unwrap()
+        );
+    }
+    assert!(!c.prefix().join(".scr/scr.dataset.3/files").exists());
+    assert!(
+        files_below(&c.prefix())
+            .iter()
+            .all(|p| !p.to_string_lossy().ends_with(".scr-part")),
+        "{:?}",
+        files_below(&c.prefix())
+    );
+    let ix = Index::load(&c.prefix()).unwrap();
+    assert!(ix.datasets[&3].complete && ix.current.as_deref() == Some("ckpt.15"));
+    restart_fresh(&c, TWO_NODES);
+}

@@ -47,7 +47,7 @@ use super::{
 use crate::events::Event;
 use crate::registry::{Kind, RegistryError};
 
-mod resume;
+pub(crate) mod resume;
 
 /// What one rank's part of a flush produced (also the marker of an async flush).
 type RankOutcome = std::result::Result<Vec<FlushedFile>, String>;

@@ -32,10 +32,10 @@ use crate::runtime::prefix::{self, Index, IndexEntry, Rank2File};
 use crate::runtime::{broadcast_bytes, DatasetRecord, Result, Runtime};
 
 /// State-file kind of the list of prefix paths a flush may write.
-const WRITES_KIND: &str = "flush-writes";
+pub(crate) const WRITES_KIND: &str = "flush-writes";
 
 /// `<prefix>/.scr/scr.dataset.<id>/writes.scr`: what the flush of dataset `id` may write.
-fn writes_path(prefix: &Path, id: u64) -> PathBuf {
+pub(crate) fn writes_path(prefix: &Path, id: u64) -> PathBuf {
     prefix::dataset_dir(prefix, id).join("writes.scr")
 }
 
