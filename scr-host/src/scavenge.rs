@@ -37,6 +37,11 @@
 //! the shared prefix is where the coordinating step meets the copies — also when a node
 //! is reachable only later, or never.
 //!
+//! A flush of the same dataset that the kill interrupted (its index entry still open)
+//! left files at the paths its `writes.scr` lists; those no complete dataset owns are
+//! removed before placing, as the next init would have done
+//! (`runtime::flush::resume`) — once the entry is complete, init no longer would.
+//!
 //! Never overwrites: a file the prefix already holds at an application file's name (an
 //! older flushed checkpoint of the same name) makes the whole dataset go to its own
 //! directory ([`prefix::relocated`]), as a flush does. A failure at any step (two members

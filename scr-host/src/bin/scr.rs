@@ -60,7 +60,7 @@ enum Command {
     },
     /// Per-node step of postrun: copy this node's cached files of the newest dataset not
     /// yet in the prefix (application and redundancy files, each verified by size and
-    /// CRC32) into a staging directory of the prefix, PREFIX/.scr/scr.dataset.<id>/scavenge/.
+    /// CRC32) into a staging directory of the prefix, `PREFIX/.scr/scr.dataset.<id>/scavenge/`.
     Scavenge(scr_host::scavenge::ScavengeArgs),
     /// After the job step ended (also when it was killed): copy the newest checkpoint
     /// that is only in node-local cache into the prefix, rebuild the files of lost nodes
@@ -98,7 +98,7 @@ enum IndexCommand {
     /// point when it is the newest checkpoint. Exit status 1 when a check fails (nothing
     /// is added).
     Add {
-        /// The dataset's name or id (as in PREFIX/.scr/scr.dataset.<id>/summary.scr).
+        /// The dataset's name or id (as in `PREFIX/.scr/scr.dataset.<id>/summary.scr`).
         name: String,
     },
     /// Print the checkpoint a restart would fetch; with NAME, make it that one.
