@@ -451,3 +451,54 @@ fn the_event_log_records_failures_rebuilds_and_flushes_and_scr_log_sums_them_up(
     // the failure and the lost node are one failure
     assert_eq!(summary["failures"], 1, "{summary}");
 }
+
+#[test]
+fn cleaning_up_an_interrupted_relocated_flush_leaves_the_older_checkpoint_of_that_name() {
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "2");
+    let cells = ["--cells", "200000"];
+    let args = |steps: &'static str| -> Vec<&'static str> {
+        let mut a = vec!["--steps", steps];
+        a.extend_from_slice(&cells);
+        a
+    };
+    assert_eq!(heat(&c, &args("22")).code, 0);
+    let older: Vec<Vec<u8>> = (0..4)
+        .map(|r| std::fs::read(c.prefix().join(format!("ckpt.20/rank_{r}.ckpt"))).unwrap())
+        .collect();
+    // back to ckpt.10 from the prefix: the next ckpt.20 finds its names taken, so its
+    // flush writes to the dataset's own directory; rank 1 dies right after it started
+    let pin = Command::new(binary("scr"))
+        .args(["index", "current", "ckpt.10", "--prefix"])
+        .arg(c.prefix())
+        .output()
+        .unwrap();
+    assert!(pin.status.success(), "{pin:?}");
+    wipe_caches(&c);
+    c.set("SCR_FAULT", "flush-dispatched:1");
+    let crashed = heat(&c, &args("22"));
+    assert_ne!(crashed.code, 0, "{crashed}");
+    c.env.remove("SCR_FAULT");
+    let relocated_before = files_below(&c.prefix().join(".scr"))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("/files/"))
+        .count();
+    assert!(relocated_before > 0, "the second flush was not relocated");
+    wipe_caches(&c);
+    let out = heat(&c, &args("12"));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stderr.contains("cannot be resumed"), "{out}");
+    let relocated_after: Vec<_> = files_below(&c.prefix().join(".scr"))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("/files/"))
+        .collect();
+    assert!(relocated_after.is_empty(), "{relocated_after:?}");
+    no_partial_files(&c.prefix());
+    for (r, bytes) in older.iter().enumerate() {
+        assert_eq!(
+            &std::fs::read(c.prefix().join(format!("ckpt.20/rank_{r}.ckpt"))).unwrap(),
+            bytes,
+            "rank {r}'s older ckpt.20 changed"
+        );
+    }
+}
