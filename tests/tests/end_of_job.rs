@@ -331,41 +331,42 @@ fn an_interrupted_async_flush_is_cleaned_up_when_the_caches_are_lost() {
 #[test]
 fn a_faked_slurm_end_time_triggers_the_halt_seconds_rule() {
     let mut c = Cluster::new();
+    // a first run leaves ckpt.5 and ckpt.10 in cache only
+    c.set("SCR_FLUSH", "10").set("SCR_FLUSH_ON_FINALIZE", "0");
+    let first = heat(&c, &["--steps", "12"]);
+    assert_eq!(first.code, 0, "{first}");
+    assert!(Index::load(&c.prefix())
+        .unwrap_or_default()
+        .datasets
+        .is_empty());
+    // the next run starts 30 s before its allocation ends, within halt_seconds = 60:
+    // init flushes the newest checkpoint and ends the run, saying why
     let end = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs()
-        + 8;
-    c.set("SCR_FLUSH", "10")
-        .set("SCR_HALT_SECONDS", "5")
+        + 30;
+    c.env.remove("SCR_FLUSH_ON_FINALIZE");
+    c.set("SCR_HALT_SECONDS", "60")
         .set("SCR_HALT_EXIT", "1")
         .set("SLURM_JOB_ID", "4242")
         .set("SLURM_JOB_END_TIME", &end.to_string());
-    // 200 steps of 100 ms would outlast the allocation; the rule stops it about 3 s in
-    let out = heat(&c, &["--steps", "200", "--sleep-ms", "100"]);
+    let out = heat(&c, &["--steps", "200"]);
     assert_eq!(out.code, 0, "{out}");
     assert!(
         out.stderr.contains(&format!(
-            "before the allocation ends at {end} (from SLURM_JOB_END_TIME), within halt_seconds = 5"
+            "before the allocation ends at {end} (from SLURM_JOB_END_TIME), within halt_seconds = 60"
         )),
         "{out}"
     );
-    // heat asks should_exit after every step: it stops well before step 200
-    let halted: u64 = out
-        .line_after("halted at step ")
-        .unwrap_or_else(|| panic!("not halted\n{out}"))
-        .parse()
-        .unwrap();
-    assert!(halted < 100, "{out}");
-    // the newest checkpoint is in the prefix (flush = 10 flushed nothing before)
+    assert!(out.stderr.contains("halting the run: "), "{out}");
+    assert!(out.line_after("final step ").is_none(), "it ran on\n{out}");
     let ix = Index::load(&c.prefix()).unwrap();
-    assert_eq!(ix.datasets.len(), 1, "{ix:?}");
-    let newest = ix.datasets.values().next().unwrap().clone();
-    assert!(newest.complete && newest.failed.is_none(), "{newest:?}");
-    assert_eq!(ix.current.as_deref(), Some(newest.name.as_str()));
-    // without a known end (no resource manager) the same run is not stopped
+    assert_eq!(index(&c), [("ckpt.10".to_string(), true, None)], "{ix:?}");
+    assert_eq!(ix.current.as_deref(), Some("ckpt.10"));
+    // without a known end (no resource manager) the same settings do not stop a run
     let mut free = Cluster::new();
-    free.set("SCR_HALT_SECONDS", "5").set("SCR_HALT_EXIT", "1");
+    free.set("SCR_HALT_SECONDS", "60").set("SCR_HALT_EXIT", "1");
     let out = free.run(TWO_NODES, "scr-heat", &["--steps", "12"]);
     assert_eq!(out.code, 0, "{out}");
     assert!(out.line_after("final step ").is_some(), "{out}");
@@ -450,4 +451,55 @@ fn the_event_log_records_failures_rebuilds_and_flushes_and_scr_log_sums_them_up(
     assert_eq!(summary["flushes"], 1, "{summary}");
     // the failure and the lost node are one failure
     assert_eq!(summary["failures"], 1, "{summary}");
+}
+
+#[test]
+fn cleaning_up_an_interrupted_relocated_flush_leaves_the_older_checkpoint_of_that_name() {
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "2");
+    let cells = ["--cells", "200000"];
+    let args = |steps: &'static str| -> Vec<&'static str> {
+        let mut a = vec!["--steps", steps];
+        a.extend_from_slice(&cells);
+        a
+    };
+    assert_eq!(heat(&c, &args("22")).code, 0);
+    let older: Vec<Vec<u8>> = (0..4)
+        .map(|r| std::fs::read(c.prefix().join(format!("ckpt.20/rank_{r}.ckpt"))).unwrap())
+        .collect();
+    // back to ckpt.10 from the prefix: the next ckpt.20 finds its names taken, so its
+    // flush writes to the dataset's own directory; rank 1 dies right after it started
+    let pin = Command::new(binary("scr"))
+        .args(["index", "current", "ckpt.10", "--prefix"])
+        .arg(c.prefix())
+        .output()
+        .unwrap();
+    assert!(pin.status.success(), "{pin:?}");
+    wipe_caches(&c);
+    c.set("SCR_FAULT", "flush-dispatched:1");
+    let crashed = heat(&c, &args("22"));
+    assert_ne!(crashed.code, 0, "{crashed}");
+    c.env.remove("SCR_FAULT");
+    let relocated_before = files_below(&c.prefix().join(".scr"))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("/files/"))
+        .count();
+    assert!(relocated_before > 0, "the second flush was not relocated");
+    wipe_caches(&c);
+    let out = heat(&c, &args("12"));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stderr.contains("cannot be resumed"), "{out}");
+    let relocated_after: Vec<_> = files_below(&c.prefix().join(".scr"))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("/files/"))
+        .collect();
+    assert!(relocated_after.is_empty(), "{relocated_after:?}");
+    no_partial_files(&c.prefix());
+    for (r, bytes) in older.iter().enumerate() {
+        assert_eq!(
+            &std::fs::read(c.prefix().join(format!("ckpt.20/rank_{r}.ckpt"))).unwrap(),
+            bytes,
+            "rank {r}'s older ckpt.20 changed"
+        );
+    }
 }
