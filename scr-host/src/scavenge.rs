@@ -1092,18 +1092,7 @@ pub fn index_add(
         let _ = std::fs::remove_file(prefix::FailedNote::path(prefix, id));
         ix.datasets.insert(id, entry.clone());
         // the newest complete checkpoint is the restart point, as after a flush
-        let current = entry.checkpoint_id.is_some_and(|c| {
-            !ix.datasets.values().any(|d| {
-                d.id != id
-                    && d.complete
-                    && d.failed.is_none()
-                    && d.checkpoint_id.is_some_and(|x| x > c)
-            })
-        });
-        if current {
-            ix.current = Some(entry.name.clone());
-        }
-        Ok(current)
+        Ok(ix.make_current_if_newest(&entry))
     })
     .map_err(|e| e.to_string())??;
     if let Err(e) = FlushFile::add_location(prefix, id, "PFS") {
@@ -1337,20 +1326,9 @@ pub fn postrun_command(config: Config, args: &PostrunArgs) -> std::process::Exit
         }
         Err(why) => {
             // what a restart would fetch now (as `scr index current` says)
-            let restart = Index::load_or_rebuild(sc.prefix()).ok().and_then(|ix| {
-                let usable =
-                    |e: &&IndexEntry| e.complete && e.checkpoint_id.is_some() && e.failed.is_none();
-                ix.current
-                    .clone()
-                    .filter(|c| ix.datasets.values().filter(usable).any(|e| &e.name == c))
-                    .or_else(|| {
-                        ix.datasets
-                            .values()
-                            .filter(usable)
-                            .max_by_key(|e| e.checkpoint_id)
-                            .map(|e| e.name.clone())
-                    })
-            });
+            let restart = Index::load_or_rebuild(sc.prefix())
+                .ok()
+                .and_then(|ix| ix.restart_point());
             failed(format!(
                 "dataset {id} was not scavenged: {why}. {}. The cache still holds what it held; fix the cause and run `scr postrun` again",
                 match restart {

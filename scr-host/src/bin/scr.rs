@@ -170,20 +170,6 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(1)
 }
 
-/// The checkpoint a restart would fetch: for a job of any size, `current` when it names a
-/// complete checkpoint not marked failed, else the newest such one.
-fn restart_of(index: &scr_host::runtime::prefix::Index) -> Option<String> {
-    let mut v: Vec<_> = index
-        .datasets
-        .values()
-        .filter(|e| e.complete && e.checkpoint_id.is_some() && e.failed.is_none())
-        .collect();
-    v.sort_by_key(|e| std::cmp::Reverse(e.checkpoint_id));
-    let cur = index.current.clone();
-    cur.filter(|c| v.iter().any(|e| &e.name == c))
-        .or_else(|| v.first().map(|e| e.name.clone()))
-}
-
 /// What `scr index drop[-after] NAME` removes, decided on the index as it is under the
 /// prefix lock: the dataset ids, their names, and (with `delete`) the files to delete
 /// once the index no longer lists them.
@@ -317,7 +303,7 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
                 Ok(i) => i,
                 Err(e) => return fail(e),
             };
-            let restart = restart_of(&index);
+            let restart = index.restart_point();
             println!("{:>6} {:>8} {:<24} state", "id", "ckpt", "name");
             for e in index.datasets.values() {
                 let mut state = Vec::new();
@@ -355,7 +341,7 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
             ExitCode::SUCCESS
         }
         IndexCommand::Current { name: None } => {
-            match Index::load_or_rebuild(&prefix).map(|i| restart_of(&i)) {
+            match Index::load_or_rebuild(&prefix).map(|i| i.restart_point()) {
                 Ok(Some(n)) => {
                     println!("{n}");
                     ExitCode::SUCCESS

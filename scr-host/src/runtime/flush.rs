@@ -431,21 +431,10 @@ fn finish_recording(
             e.flushed = Some(now_secs());
             e.failed = None;
             let _ = std::fs::remove_file(prefix::FailedNote::path(prefix, entry.id));
-            // the newest flushed checkpoint is the restart point (as in SCR), replacing
-            // one pinned with `scr index current` — but background flushes may be
-            // recorded out of order (a finisher per flush, or finalize recording one
-            // whose finisher failed): an older one never takes the place of a newer one
-            if let Some(c) = entry.checkpoint_id {
-                let newer_recorded = ix.datasets.values().any(|d| {
-                    d.id != entry.id
-                        && d.complete
-                        && d.failed.is_none()
-                        && d.checkpoint_id.is_some_and(|x| x > c)
-                });
-                if !newer_recorded {
-                    ix.current = Some(entry.name.clone());
-                }
-            }
+            // the newest flushed checkpoint is the restart point (a finisher per flush,
+            // or finalize recording one whose finisher failed, may record them out of
+            // order)
+            ix.make_current_if_newest(entry);
         })?;
         // the index records the flush: from here it stands, whatever happens to the
         // flush file (a hint for scripts, not what fetch trusts)

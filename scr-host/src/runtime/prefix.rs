@@ -389,6 +389,44 @@ impl Index {
         })?
     }
 
+    /// The checkpoint a restart would fetch, for a job of any size: `current` when it
+    /// names a complete checkpoint not marked failed, else the newest such one.
+    pub fn restart_point(&self) -> Option<String> {
+        let usable =
+            |e: &&IndexEntry| e.complete && e.checkpoint_id.is_some() && e.failed.is_none();
+        self.current
+            .clone()
+            .filter(|c| self.datasets.values().filter(usable).any(|e| &e.name == c))
+            .or_else(|| {
+                self.datasets
+                    .values()
+                    .filter(usable)
+                    .max_by_key(|e| e.checkpoint_id)
+                    .map(|e| e.name.clone())
+            })
+    }
+
+    /// Make `entry` (just recorded complete) the restart point, as SCR does for the
+    /// newest flushed checkpoint, replacing one pinned with `scr index current` — unless
+    /// a newer complete checkpoint is recorded already (background flushes may be
+    /// recorded out of order, and a scavenged dataset may be older than a flushed one):
+    /// an older one never takes the place of a newer one. Returns whether it did.
+    pub fn make_current_if_newest(&mut self, entry: &IndexEntry) -> bool {
+        let Some(c) = entry.checkpoint_id else {
+            return false;
+        };
+        let newer_recorded = self.datasets.values().any(|d| {
+            d.id != entry.id
+                && d.complete
+                && d.failed.is_none()
+                && d.checkpoint_id.is_some_and(|x| x > c)
+        });
+        if !newer_recorded {
+            self.current = Some(entry.name.clone());
+        }
+        !newer_recorded
+    }
+
     /// Complete checkpoints that may be fetched, newest first (`current` first when set),
     /// for a job of `world_size` ranks.
     pub fn fetch_candidates(&self, world_size: u32) -> Vec<&IndexEntry> {
