@@ -2,6 +2,8 @@
 #![allow(missing_docs)]
 pub mod config;
 pub mod explain;
+pub mod hostlist;
+pub mod launch;
 pub mod registry;
 pub mod runtime;
 pub mod show;

@@ -1,0 +1,681 @@
+//! `scr run`: launch a job step, and relaunch it inside the same allocation after a
+//! failure (SCR's `scr_srun`/`scr_run`), with `scr env` and `scr halt --check`
+//! (SCR's `scr_env` and `scr_retries_halt`).
+//!
+//! # The loop
+//!
+//! Before every launch the allocation's nodes are checked ([`NodeCheck`]); a node found
+//! down once stays excluded for the rest of the allocation (it failed once: SCR's rule).
+//! The step is launched on the nodes left; when it fails, the loop launches again while
+//! runs remain (`--runs`, key `runs`), at least `min_nodes` nodes are left (0: as many
+//! as the first launch used) and no halt condition holds in the prefix's halt file
+//! ([`Halt::reason`]; a job that called `SCR_Finalize` left one). A watchdog
+//! (`watchdog_timeout`) kills a step that shows no progress. Then `scr postrun` runs
+//! (with `--postrun false`, not).
+//!
+//! # Telling the step where it runs
+//!
+//! Each argument of the launcher command may hold placeholders, replaced per launch:
+//! `{hosts}` (the nodes, comma-separated), `{hostlist}` (the same compressed:
+//! `n[0,2-3]`), `{nodes}` (their count), `{ranks}` (nodes × ranks per node) and
+//! `{exclude}` (the down nodes, compressed; empty when none). A launcher named `srun`
+//! with down nodes and no `{exclude}` in its arguments gets `--exclude=<down nodes>`
+//! right after `srun`, as SCR's scr_srun does.
+//!
+//! With simulated nodes (`node_names`/`SCR_NODE_NAMES` set for `scr run`), the names
+//! describe the first launch: its distinct nodes and the ranks on each (the same on
+//! every node). A relaunch uses the same number of nodes: the survivors first, in their
+//! order, then spare nodes of the allocation in its order (fewer when too few are left
+//! but at least `min_nodes`), and the step gets `SCR_NODE_NAMES` for them with as many
+//! ranks per node as the first launch.
+//!
+//! What the loop decided is kept in `<prefix>/.scr/run.scr` (job id, allocation, down
+//! nodes with reasons, runs left) for `scr env`.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+pub mod cli;
+pub mod nodes;
+
+use crate::config::Config;
+use crate::hostlist;
+use crate::runtime::Halt;
+pub use nodes::{allocation, Allocation, NodeCheck};
+
+/// State-file kind of `<prefix>/.scr/run.scr`.
+pub const KIND: &str = "run";
+
+/// What `scr run` decided so far in this allocation.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunState {
+    /// The job (allocation) id.
+    pub job_id: String,
+    /// The allocation's nodes.
+    pub allocation: Vec<String>,
+    /// Nodes found down, with the reason, in the order they were found.
+    pub down: Vec<(String, String)>,
+    /// The nodes of the newest launch.
+    pub launched_on: Vec<String>,
+    /// Launches made so far.
+    pub launches: u64,
+    /// Launches still allowed.
+    pub runs_left: u64,
+}
+
+impl RunState {
+    /// `<prefix>/.scr/run.scr`.
+    pub fn path(prefix: &Path) -> PathBuf {
+        prefix.join(".scr").join("run.scr")
+    }
+
+    /// The state `scr run` left for job `job_id` in `prefix`, if any.
+    pub fn load(prefix: &Path, job_id: &str) -> Option<RunState> {
+        crate::state::read_state::<RunState>(&Self::path(prefix), KIND)
+            .ok()
+            .filter(|s| s.job_id == job_id)
+    }
+
+    fn save(&self, prefix: &Path) {
+        let path = Self::path(prefix);
+        let saved = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| crate::state::write_state(&path, KIND, self));
+        if let Err(e) = saved {
+            eprintln!(
+                "scr run: warning: {}: {e}; `scr env` will not show this run",
+                path.display()
+            );
+        }
+    }
+}
+
+/// `scr run`'s options.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Launches in all (else the `runs` key).
+    pub runs: Option<u64>,
+    /// Fewest nodes to relaunch on (else the `min_nodes` key).
+    pub min_nodes: Option<u64>,
+    /// Run `scr postrun` at the end.
+    pub postrun: bool,
+    /// The launcher command and its arguments.
+    pub launcher: Vec<String>,
+    /// The prefix directory.
+    pub prefix: PathBuf,
+}
+
+/// Print a line of the loop's own (flushed: the step's output is interleaved).
+fn say(msg: impl std::fmt::Display) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "scr run: {msg}");
+    let _ = out.flush();
+}
+
+/// The first launch's nodes and ranks per node from `node_names`, when it is set.
+pub fn simulated_layout(node_names: &str) -> Result<Option<(Vec<String>, u64)>, String> {
+    if node_names.trim().is_empty() {
+        return Ok(None);
+    }
+    let mut nodes: Vec<(String, u64)> = Vec::new();
+    for n in node_names.split(',').map(str::trim) {
+        if n.is_empty() {
+            return Err(format!("node_names `{node_names}` has an empty name"));
+        }
+        match nodes.iter_mut().find(|(m, _)| m == n) {
+            Some((_, c)) => *c += 1,
+            None => nodes.push((n.to_string(), 1)),
+        }
+    }
+    let per = nodes[0].1;
+    if let Some((n, c)) = nodes.iter().find(|(_, c)| *c != per) {
+        return Err(format!(
+            "node_names gives {} {per} rank(s) but {n} {c}: scr run relaunches with the same number of ranks on every node",
+            nodes[0].0
+        ));
+    }
+    Ok(Some((nodes.into_iter().map(|(n, _)| n).collect(), per)))
+}
+
+/// The nodes of the next launch: the previous launch's nodes that are still up, in
+/// their order, then the other nodes left, in the allocation's order; at most `want`.
+pub fn choose_nodes(previous: &[String], left: &[String], want: usize) -> Vec<String> {
+    let mut out: Vec<String> = previous
+        .iter()
+        .filter(|n| left.contains(n))
+        .cloned()
+        .collect();
+    out.extend(left.iter().filter(|n| !previous.contains(n)).cloned());
+    out.truncate(want);
+    out
+}
+
+/// The launcher command with its placeholders replaced (see the module documentation).
+pub fn launch_command(
+    launcher: &[String],
+    nodes: &[String],
+    ranks_per_node: u64,
+    down: &[String],
+) -> Vec<String> {
+    let exclude = hostlist::compress(down);
+    let fill = |a: &String| {
+        a.replace("{hosts}", &nodes.join(","))
+            .replace("{hostlist}", &hostlist::compress(nodes))
+            .replace("{nodes}", &nodes.len().to_string())
+            .replace(
+                "{ranks}",
+                &(nodes.len() as u64 * ranks_per_node).to_string(),
+            )
+            .replace("{exclude}", &exclude)
+    };
+    let mut out: Vec<String> = launcher.iter().map(fill).collect();
+    let is_srun = launcher
+        .first()
+        .is_some_and(|l| Path::new(l).file_name().is_some_and(|f| f == "srun"));
+    if is_srun && !down.is_empty() && !launcher.iter().any(|a| a.contains("{exclude}")) {
+        out.insert(1, format!("--exclude={exclude}"));
+    }
+    out
+}
+
+/// How a step ended.
+enum Ended {
+    Status(std::process::ExitStatus),
+    Watchdog(u64),
+}
+
+/// `scr run`: the exit code (0: the step completed; 1: it did not, the reason printed;
+/// 2: usage).
+pub fn run(config: &Config, opts: &RunOptions) -> u8 {
+    if opts.launcher.is_empty() {
+        eprintln!("scr run: error: no launcher command given (scr run -- mpiexec -n 4 ./app)");
+        return 2;
+    }
+    let alloc = match allocation(config, &|v| std::env::var(v).ok()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("scr run: error: {e}");
+            return 1;
+        }
+    };
+    let layout = match simulated_layout(&config.str("node_names")) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("scr run: error: {e}");
+            return 1;
+        }
+    };
+    if let Some((nodes, _)) = &layout {
+        if let Some(n) = nodes.iter().find(|n| !alloc.nodes.contains(n)) {
+            eprintln!(
+                "scr run: error: node_names names {n}, which is not in the allocation {} ({})",
+                hostlist::compress(&alloc.nodes),
+                alloc.source
+            );
+            return 1;
+        }
+    }
+    let ranks_per_node = layout.as_ref().map_or(1, |(_, r)| *r);
+    let check = match NodeCheck::new(config, &opts.prefix, ranks_per_node) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("scr run: error: {e}");
+            return 1;
+        }
+    };
+    let runs = opts.runs.unwrap_or_else(|| config.u64("runs")).max(1);
+    let watchdog = config.u64("watchdog_timeout");
+    let halt_seconds = config.u64("halt_seconds") as i64;
+    say(format!(
+        "allocation {} ({}), {runs} run(s){}",
+        hostlist::compress(&alloc.nodes),
+        alloc.source,
+        if watchdog > 0 {
+            format!(", watchdog {watchdog} s")
+        } else {
+            String::new()
+        }
+    ));
+
+    let mut state = RunState {
+        job_id: config.str("job_id"),
+        allocation: alloc.nodes.clone(),
+        runs_left: runs,
+        ..RunState::default()
+    };
+    // the first launch's nodes: the simulated layout, else every node left
+    let mut previous: Vec<String> = layout.as_ref().map(|(n, _)| n.clone()).unwrap_or_default();
+    let mut want: Option<usize> = layout.as_ref().map(|(n, _)| n.len());
+    let mut min_nodes = opts.min_nodes.unwrap_or_else(|| config.u64("min_nodes"));
+    let mut code = 1u8;
+    let mut launched_ok = false;
+    for attempt in 1..=runs {
+        let up: Vec<String> = alloc
+            .nodes
+            .iter()
+            .filter(|n| !state.down.iter().any(|(d, _)| d == *n))
+            .cloned()
+            .collect();
+        for (node, why) in check.down(&up) {
+            say(format!("node {node} is down: {why}"));
+            state.down.push((node, why));
+        }
+        let left: Vec<String> = up
+            .into_iter()
+            .filter(|n| !state.down.iter().any(|(d, _)| d == n))
+            .collect();
+        let want_now = *want.get_or_insert(left.len());
+        if min_nodes == 0 {
+            min_nodes = want_now as u64;
+        }
+        let nodes = choose_nodes(&previous, &left, want_now);
+        if (nodes.len() as u64) < min_nodes || nodes.is_empty() {
+            let down: Vec<String> = state
+                .down
+                .iter()
+                .map(|(n, why)| format!("{n} ({why})"))
+                .collect();
+            say(format!(
+                "stopping: {} node(s) left{}, fewer than the {min_nodes} needed (min_nodes); down: {}",
+                nodes.len(),
+                if nodes.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", hostlist::compress(&nodes))
+                },
+                if down.is_empty() {
+                    "none".into()
+                } else {
+                    down.join(", ")
+                }
+            ));
+            state.save(&opts.prefix);
+            break;
+        }
+        let down_names: Vec<String> = state.down.iter().map(|(n, _)| n.clone()).collect();
+        let argv = launch_command(&opts.launcher, &nodes, ranks_per_node, &down_names);
+        state.launches = attempt;
+        state.runs_left = runs - attempt;
+        state.launched_on = nodes.clone();
+        state.save(&opts.prefix);
+        say(format!(
+            "launch {attempt} of {runs} on {} node(s) {}: {}",
+            nodes.len(),
+            hostlist::compress(&nodes),
+            argv.join(" ")
+        ));
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
+        if layout.is_some() {
+            let names: Vec<&str> = nodes
+                .iter()
+                .flat_map(|n| std::iter::repeat_n(n.as_str(), ranks_per_node as usize))
+                .collect();
+            cmd.env("SCR_NODE_NAMES", names.join(","));
+        }
+        let ended = match launch(
+            cmd,
+            watchdog,
+            &watched_dirs(config, &opts.prefix, &check, &nodes),
+        ) {
+            Ok(e) => e,
+            Err(e) => {
+                say(format!("stopping: cannot start `{}`: {e}", argv[0]));
+                state.save(&opts.prefix);
+                break;
+            }
+        };
+        previous = nodes;
+        match ended {
+            Ended::Status(s) if s.success() => {
+                say(format!("launch {attempt} completed"));
+                launched_ok = true;
+                code = 0;
+                break;
+            }
+            Ended::Status(s) => say(format!("launch {attempt} failed ({s})")),
+            Ended::Watchdog(secs) => say(format!(
+                "launch {attempt} killed by the watchdog: no progress for {secs} s"
+            )),
+        }
+        if attempt == runs {
+            say(format!("stopping: no runs left (runs = {runs})"));
+            break;
+        }
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        match Halt::load(&opts.prefix).map(|h| h.reason(now, halt_seconds)) {
+            Ok(Some(why)) => {
+                say(format!("stopping: halt condition: {why}"));
+                break;
+            }
+            Ok(None) => {}
+            Err(e) => say(format!("warning: {e}; relaunching")),
+        }
+    }
+    state.save(&opts.prefix);
+    if opts.postrun {
+        say("running scr postrun");
+        let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("scr"));
+        match Command::new(exe)
+            .arg("postrun")
+            .arg("--prefix")
+            .arg(&opts.prefix)
+            .status()
+        {
+            Ok(s) if s.success() => {}
+            Ok(s) => {
+                say(format!("scr postrun failed ({s})"));
+                if launched_ok {
+                    code = 1;
+                }
+            }
+            Err(e) => {
+                say(format!("cannot run scr postrun: {e}"));
+                code = 1;
+            }
+        }
+    }
+    code
+}
+
+/// Where progress shows: the prefix's `.scr` and the job's directory under the control
+/// base and every node-local store, on each node of the launch (on this host for real
+/// nodes: the others cannot be seen from here).
+fn watched_dirs(
+    config: &Config,
+    prefix: &Path,
+    check: &NodeCheck,
+    nodes: &[String],
+) -> Vec<PathBuf> {
+    let mut dirs = vec![prefix.join(".scr")];
+    let simulated = !config.str("node_names").is_empty();
+    for (base, _) in &check.bases {
+        if simulated {
+            dirs.extend(nodes.iter().map(|n| base.join(n).join(&check.job_dir)));
+        } else {
+            dirs.push(base.join(&check.job_dir));
+        }
+    }
+    dirs
+}
+
+/// The newest modification time of anything below `dirs` (at most `limit` entries
+/// looked at, so a huge cache cannot stall the watchdog).
+fn newest_change(dirs: &[PathBuf], limit: usize) -> Option<SystemTime> {
+    let mut newest = None;
+    let mut seen = 0usize;
+    let mut todo: Vec<PathBuf> = dirs.to_vec();
+    while let Some(d) = todo.pop() {
+        let Ok(m) = std::fs::symlink_metadata(&d) else {
+            continue;
+        };
+        if let Ok(t) = m.modified() {
+            newest = newest.max(Some(t));
+        }
+        if m.is_dir() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                seen += 1;
+                if seen > limit {
+                    return newest;
+                }
+                todo.push(e.path());
+            }
+        }
+    }
+    newest
+}
+
+/// Start the step in a process group of its own (so that the watchdog can end it with
+/// everything it started) and wait for it, killing it when it shows no progress for
+/// `watchdog` seconds (0: never).
+fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Result<Ended> {
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0);
+    if watchdog == 0 {
+        return cmd.status().map(Ended::Status);
+    }
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = cmd.spawn()?;
+    // the step's output is passed through line by line; each line is progress
+    let last_output = Arc::new(AtomicU64::new(0));
+    let mut pumps = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        pumps.push(pump(out, false, last_output.clone(), start));
+    }
+    if let Some(err) = child.stderr.take() {
+        pumps.push(pump(err, true, last_output.clone(), start));
+    }
+    let mut newest = newest_change(watched, 100_000);
+    let mut last_progress = Duration::ZERO;
+    let mut last_scan = Instant::now();
+    let ended = loop {
+        if let Some(s) = child.try_wait()? {
+            break Ended::Status(s);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        if last_scan.elapsed() >= Duration::from_millis(500) {
+            last_scan = Instant::now();
+            let now = newest_change(watched, 100_000);
+            if now > newest {
+                newest = now;
+                last_progress = start.elapsed();
+            }
+        }
+        let out = Duration::from_millis(last_output.load(Ordering::Relaxed));
+        let idle = start.elapsed().saturating_sub(last_progress.max(out));
+        if idle >= Duration::from_secs(watchdog) {
+            say(format!(
+                "watchdog: no output and no file changed under {} for {watchdog} s; killing the job step (process group {})",
+                watched
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                child.id()
+            ));
+            kill_group(&mut child);
+            break Ended::Watchdog(watchdog);
+        }
+    };
+    for p in pumps {
+        let _ = p.join();
+    }
+    Ok(ended)
+}
+
+/// SIGTERM to the step's process group, SIGKILL 5 s later if anything is left.
+fn kill_group(child: &mut Child) {
+    let group = format!("-{}", child.id());
+    let signal = |sig: &str| {
+        let _ = Command::new("kill").args([sig, "--", &group]).status();
+    };
+    signal("-TERM");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // the leader may be gone while others of its group live on
+    signal("-KILL");
+    let _ = child.wait();
+}
+
+/// Copy `from` to our stdout or stderr line by line, noting when each line came.
+fn pump(
+    from: impl std::io::Read + Send + 'static,
+    stderr: bool,
+    last: Arc<AtomicU64>,
+    start: Instant,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut r = std::io::BufReader::new(from);
+        let mut line = Vec::new();
+        while r.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+            last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+            let _ = if stderr {
+                let mut e = std::io::stderr().lock();
+                e.write_all(&line).and_then(|()| e.flush())
+            } else {
+                let mut o = std::io::stdout().lock();
+                o.write_all(&line).and_then(|()| o.flush())
+            };
+            line.clear();
+        }
+    })
+}
+
+/// `scr halt --check`: whether a job should stop retrying, with the reason (SCR's
+/// `scr_retries_halt`). `Ok(Some(why))`: stop.
+pub fn halt_check(prefix: &Path, halt_seconds: u64) -> Result<Option<String>, String> {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    Halt::load(prefix)
+        .map(|h| h.reason(now, halt_seconds as i64))
+        .map_err(|e| e.to_string())
+}
+
+/// `scr env`'s fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Env {
+    /// Job id.
+    pub job_id: String,
+    /// The allocation's nodes (compressed) and their source.
+    pub nodes: Result<Allocation, String>,
+    /// Down nodes: those `scr run` found in this job, else `exclude_nodes`.
+    pub down: Vec<(String, String)>,
+    /// The prefix directory.
+    pub prefix: PathBuf,
+    /// Launches `scr run` may still make (the `runs` key before it started).
+    pub runs_left: u64,
+}
+
+/// What `scr env` prints.
+pub fn env(config: &Config, prefix: &Path, getenv: &dyn Fn(&str) -> Option<String>) -> Env {
+    let job_id = config.str("job_id");
+    let state = RunState::load(prefix, &job_id);
+    let mut down: Vec<(String, String)> =
+        state.as_ref().map(|s| s.down.clone()).unwrap_or_default();
+    if let Ok(ex) = hostlist::expand(&config.str("exclude_nodes")) {
+        for n in ex {
+            if !down.iter().any(|(d, _)| *d == n) {
+                down.push((n, "listed in exclude_nodes".into()));
+            }
+        }
+    }
+    Env {
+        nodes: allocation(config, getenv),
+        runs_left: state.map_or_else(|| config.u64("runs"), |s| s.runs_left),
+        job_id,
+        down,
+        prefix: prefix.to_path_buf(),
+    }
+}
+
+impl std::fmt::Display for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "{:<11} {}", "job id", self.job_id)?;
+        match &self.nodes {
+            Ok(a) => writeln!(
+                f,
+                "{:<11} {} ({})",
+                "nodes",
+                hostlist::compress(&a.nodes),
+                a.source
+            )?,
+            Err(e) => writeln!(f, "{:<11} unknown: {e}", "nodes")?,
+        }
+        if self.down.is_empty() {
+            writeln!(f, "{:<11} none", "down")?;
+        }
+        for (n, why) in &self.down {
+            writeln!(f, "{:<11} {n}: {why}", "down")?;
+        }
+        writeln!(f, "{:<11} {}", "prefix", self.prefix.display())?;
+        writeln!(f, "{:<11} {}", "runs left", self.runs_left)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn layout_of_simulated_nodes() {
+        assert_eq!(
+            simulated_layout("n0,n0,n1,n1").unwrap(),
+            Some((s(&["n0", "n1"]), 2))
+        );
+        assert_eq!(simulated_layout("").unwrap(), None);
+        assert_eq!(
+            simulated_layout("n0,n0,n1").unwrap_err(),
+            "node_names gives n0 2 rank(s) but n1 1: scr run relaunches with the same number of ranks on every node"
+        );
+    }
+
+    #[test]
+    fn survivors_first_then_spares() {
+        let prev = s(&["n0", "n1", "n2"]);
+        assert_eq!(
+            choose_nodes(&prev, &s(&["n0", "n2", "n3", "n4"]), 3),
+            s(&["n0", "n2", "n3"])
+        );
+        assert_eq!(choose_nodes(&prev, &s(&["n3", "n2"]), 3), s(&["n2", "n3"]));
+        assert_eq!(choose_nodes(&[], &s(&["a", "b"]), 5), s(&["a", "b"]));
+    }
+
+    #[test]
+    fn placeholders_and_srun_exclude() {
+        let l = s(&[
+            "mpiexec",
+            "-n",
+            "{ranks}",
+            "--host",
+            "{hosts}",
+            "app",
+            "{hostlist}/{nodes}",
+        ]);
+        assert_eq!(
+            launch_command(&l, &s(&["n0", "n2", "n3"]), 2, &s(&["n1"])),
+            s(&[
+                "mpiexec",
+                "-n",
+                "6",
+                "--host",
+                "n0,n2,n3",
+                "app",
+                "n[0,2-3]/3"
+            ])
+        );
+        let srun = s(&["/usr/bin/srun", "-N", "{nodes}", "app"]);
+        assert_eq!(
+            launch_command(&srun, &s(&["n0", "n3"]), 1, &s(&["n1", "n2"])),
+            s(&["/usr/bin/srun", "--exclude=n[1-2]", "-N", "2", "app"])
+        );
+        assert_eq!(
+            launch_command(&srun, &s(&["n0"]), 1, &[]),
+            s(&["/usr/bin/srun", "-N", "1", "app"])
+        );
+        let own = s(&["srun", "-x", "{exclude}", "app"]);
+        assert_eq!(
+            launch_command(&own, &s(&["n0"]), 1, &s(&["n1"])),
+            s(&["srun", "-x", "n1", "app"])
+        );
+    }
+}
