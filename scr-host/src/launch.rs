@@ -282,20 +282,20 @@ pub fn run(config: &Config, opts: &RunOptions) -> u8 {
                 .iter()
                 .map(|(n, why)| format!("{n} ({why})"))
                 .collect();
-            say(format!(
-                "stopping: {} node(s) left{}, fewer than the {min_nodes} needed (min_nodes); down: {}",
-                nodes.len(),
-                if nodes.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", hostlist::compress(&nodes))
-                },
-                if down.is_empty() {
-                    "none".into()
-                } else {
-                    down.join(", ")
-                }
-            ));
+            let down = if down.is_empty() {
+                "none".into()
+            } else {
+                down.join(", ")
+            };
+            if nodes.is_empty() {
+                say(format!("stopping: no usable node left; down: {down}"));
+            } else {
+                say(format!(
+                    "stopping: {} node(s) left ({}), fewer than the {min_nodes} needed (min_nodes); down: {down}",
+                    nodes.len(),
+                    hostlist::compress(&nodes),
+                ));
+            }
             state.save(&opts.prefix);
             break;
         }
@@ -439,10 +439,12 @@ fn newest_change(dirs: &[PathBuf], limit: usize) -> Option<SystemTime> {
 /// `watchdog` seconds (0: never).
 fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Result<Ended> {
     use std::os::unix::process::CommandExt;
-    cmd.process_group(0);
     if watchdog == 0 {
+        // the step stays in scr run's process group: a Ctrl-C or a signal to the batch
+        // script's group reaches it as it would without scr run
         return cmd.status().map(Ended::Status);
     }
+    cmd.process_group(0);
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let start = Instant::now();
     let mut child = cmd.spawn()?;
