@@ -11,7 +11,8 @@
 //! as the first launch used) and no halt condition holds in the prefix's halt file
 //! ([`Halt::reason`]; a job that called `SCR_Finalize` left one). A watchdog
 //! (`watchdog_timeout`) kills a step that shows no progress. Then `scr postrun` runs
-//! (with `--postrun false`, not).
+//! (with `--postrun false`, not) on the last launch's nodes: `scr postrun --prefix P`,
+//! with `--node N` for each node of the last launch when the nodes are simulated.
 //!
 //! # Telling the step where it runs
 //!
@@ -22,6 +23,8 @@
 //! with down nodes and no `{exclude}` in its arguments gets `--exclude=<down nodes>`
 //! right after `srun`, as SCR's scr_srun does.
 //!
+//! A launch uses `--nodes` nodes (default: as many as the first launch; all usable
+//! nodes when nothing says how many), the others are spares.
 //! With simulated nodes (`node_names`/`SCR_NODE_NAMES` set for `scr run`), the names
 //! describe the first launch: its distinct nodes and the ranks on each (the same on
 //! every node). A relaunch uses the same number of nodes: the survivors first, in their
@@ -104,6 +107,10 @@ pub struct RunOptions {
     pub runs: Option<u64>,
     /// Fewest nodes to relaunch on (else the `min_nodes` key).
     pub min_nodes: Option<u64>,
+    /// Nodes per launch (else as many as `node_names` names, else every usable node).
+    pub nodes: Option<u64>,
+    /// Ranks per node for `{ranks}` and simulated nodes (else from `node_names`, else 1).
+    pub ranks_per_node: Option<u64>,
     /// Run `scr postrun` at the end.
     pub postrun: bool,
     /// The launcher command and its arguments.
@@ -222,7 +229,9 @@ pub fn run(config: &Config, opts: &RunOptions) -> u8 {
             return 1;
         }
     }
-    let ranks_per_node = layout.as_ref().map_or(1, |(_, r)| *r);
+    let ranks_per_node = opts
+        .ranks_per_node
+        .unwrap_or_else(|| layout.as_ref().map_or(1, |(_, r)| *r));
     let check = match NodeCheck::new(config, &opts.prefix, ranks_per_node) {
         Ok(c) => c,
         Err(e) => {
@@ -252,7 +261,10 @@ pub fn run(config: &Config, opts: &RunOptions) -> u8 {
     };
     // the first launch's nodes: the simulated layout, else every node left
     let mut previous: Vec<String> = layout.as_ref().map(|(n, _)| n.clone()).unwrap_or_default();
-    let mut want: Option<usize> = layout.as_ref().map(|(n, _)| n.len());
+    let mut want: Option<usize> = opts
+        .nodes
+        .map(|n| n as usize)
+        .or_else(|| layout.as_ref().map(|(n, _)| n.len()));
     let mut min_nodes = opts.min_nodes.unwrap_or_else(|| config.u64("min_nodes"));
     let mut code = 1u8;
     let mut launched_ok = false;
@@ -365,12 +377,21 @@ pub fn run(config: &Config, opts: &RunOptions) -> u8 {
     if opts.postrun {
         say("running scr postrun");
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("scr"));
-        match Command::new(exe)
-            .arg("postrun")
-            .arg("--prefix")
-            .arg(&opts.prefix)
-            .status()
-        {
+        let mut cmd = Command::new(exe);
+        cmd.arg("postrun").arg("--prefix").arg(&opts.prefix);
+        if layout.is_some() && !previous.is_empty() {
+            // simulated nodes: the caches of the last launch's nodes (every cache is
+            // reachable from here); real nodes: postrun's own default (this host)
+            for n in &previous {
+                cmd.arg("--node").arg(n);
+            }
+            let names: Vec<&str> = previous
+                .iter()
+                .flat_map(|n| std::iter::repeat_n(n.as_str(), ranks_per_node as usize))
+                .collect();
+            cmd.env("SCR_NODE_NAMES", names.join(","));
+        }
+        match cmd.status() {
             Ok(s) if s.success() => {}
             Ok(s) => {
                 say(format!("scr postrun failed ({s})"));

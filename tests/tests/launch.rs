@@ -473,3 +473,31 @@ fn hostlist_cli() {
         )
     );
 }
+
+#[test]
+fn nodes_and_ranks_per_node_shape_the_step_and_its_node_names() {
+    let c = Cluster::new();
+    let out = scr(
+        &c,
+        &[
+            "run",
+            "--nodes",
+            "2",
+            "--ranks-per-node",
+            "3",
+            "--postrun",
+            "false",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$SCR_NODE_NAMES\" {ranks} {nodes} {hostlist} {hosts} [{exclude}]",
+        ],
+        &[("SCR_NODELIST", "n[0-3]"), ("SCR_NODE_NAMES", "n2,n0,n1")],
+    );
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        out.stdout.lines().nth(2),
+        Some("n2,n2,n2,n0,n0,n0 6 2 n[0,2] n2,n0 []"),
+        "{out}"
+    );
+}

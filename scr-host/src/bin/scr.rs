@@ -510,7 +510,7 @@ struct HaltArgs {
     clear: bool,
     /// Tell a script whether to stop retrying (SCR's scr_retries_halt): exit 0 and print
     /// why when a halt condition holds (a finished job's finalize leaves one), else
-    /// exit 1. Changes nothing.
+    /// exit 1; exit 2 when the halt file cannot be read. Changes nothing.
     #[arg(long, conflicts_with_all = ["checkpoints", "after", "before", "seconds", "reason", "unset", "clear"])]
     check: bool,
 }

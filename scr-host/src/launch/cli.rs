@@ -16,13 +16,16 @@ Placeholders in the launcher's arguments, replaced at each launch:
   {hosts}     the nodes of this launch, comma-separated
   {hostlist}  the same, compressed (n[0,2-3])
   {nodes}     their count
-  {ranks}     nodes x ranks per node (from SCR_NODE_NAMES; else 1 per node)
+  {ranks}     nodes x ranks per node (--ranks-per-node, else from SCR_NODE_NAMES, else 1)
   {exclude}   the down nodes, compressed (empty when none)
 `srun` with down nodes and no {exclude} gets --exclude=<down nodes>.
 With simulated nodes (SCR_NODE_NAMES set), SCR_NODE_NAMES describes the first launch;
 each relaunch gets SCR_NODE_NAMES for its nodes (survivors first, then spares).
 
-Example: scr run --runs 3 -- mpiexec -n {ranks} ./app
+Examples: scr run --runs 3 -- mpiexec -n {ranks} ./app
+          scr run --runs 3 --nodes 4 --ranks-per-node 8 -- srun -N {nodes} -n {ranks} ./app
+Node list: nodelist (SCR_NODELIST), SLURM_JOB_NODELIST, SLURM_NODELIST, `flux getattr
+hostlist` (FLUX_URI set), LSB_MCPU_HOSTS, LSB_HOSTS, PBS_NODEFILE, SCR_NODE_NAMES.
 
 Exit status: 0 the step completed; 1 it did not (the reason is printed); 2 usage.")]
 pub struct RunArgs {
@@ -33,6 +36,14 @@ pub struct RunArgs {
     /// unset: as many as the first launch used).
     #[arg(long, value_name = "M")]
     pub min_nodes: Option<u64>,
+    /// Nodes per launch; the allocation's other nodes are spares for relaunches
+    /// (default: as many as SCR_NODE_NAMES names, else every usable node).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    pub nodes: Option<u64>,
+    /// Ranks per node, for {ranks} and the SCR_NODE_NAMES of simulated nodes (default:
+    /// from SCR_NODE_NAMES, else 1).
+    #[arg(long, value_name = "R", value_parser = clap::value_parser!(u64).range(1..))]
+    pub ranks_per_node: Option<u64>,
     /// Run `scr postrun` after the last launch (scavenge the newest checkpoint).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub postrun: bool,
@@ -135,6 +146,8 @@ pub fn run(config: &Config, args: &RunArgs) -> u8 {
         &RunOptions {
             runs: args.runs,
             min_nodes: args.min_nodes,
+            nodes: args.nodes,
+            ranks_per_node: args.ranks_per_node,
             postrun: args.postrun,
             launcher: args.launcher.clone(),
             prefix: prefix_or(config, &args.prefix),
