@@ -232,6 +232,23 @@ pub fn run(config: &Config, opts: &RunOptions) -> u8 {
     let ranks_per_node = opts
         .ranks_per_node
         .unwrap_or_else(|| layout.as_ref().map_or(1, |(_, r)| *r));
+    if !config.bool("enable") {
+        // SCR's scr_srun too: with the library off there is nothing to relaunch from
+        say("enable = false: launching once, without node checks or relaunches");
+        let nodes = layout.as_ref().map_or(&alloc.nodes, |(n, _)| n);
+        let argv = launch_command(&opts.launcher, nodes, ranks_per_node, &[]);
+        return match Command::new(&argv[0]).args(&argv[1..]).status() {
+            Ok(s) if s.success() => 0,
+            Ok(s) => {
+                say(format!("launch failed ({s})"));
+                1
+            }
+            Err(e) => {
+                say(format!("cannot start `{}`: {e}", argv[0]));
+                1
+            }
+        };
+    }
     let check = match NodeCheck::new(config, &opts.prefix, ranks_per_node) {
         Ok(c) => c,
         Err(e) => {

@@ -500,4 +500,31 @@ fn nodes_and_ranks_per_node_shape_the_step_and_its_node_names() {
         Some("n2,n2,n2,n0,n0,n0 6 2 n[0,2] n2,n0 []"),
         "{out}"
     );
+    // with the library off: one launch on the given layout, no checks, no relaunch
+    let out = scr(
+        &c,
+        &[
+            "run",
+            "--runs",
+            "3",
+            "--postrun",
+            "false",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$SCR_NODE_NAMES\" {ranks} {hosts}; exit 4",
+        ],
+        &[
+            ("SCR_NODELIST", "n[0-3]"),
+            ("SCR_NODE_NAMES", "n2,n0,n1"),
+            ("SCR_ENABLE", "0"),
+        ],
+    );
+    assert_eq!(out.code, 1, "{out}");
+    assert_eq!(
+        out.stdout,
+        "scr run: enable = false: launching once, without node checks or relaunches\n\
+         n2,n0,n1 3 n2,n0,n1\n\
+         scr run: launch failed (exit status: 4)\n"
+    );
 }
