@@ -528,3 +528,63 @@ fn nodes_and_ranks_per_node_shape_the_step_and_its_node_names() {
          scr run: launch failed (exit status: 4)\n"
     );
 }
+
+#[test]
+fn after_the_last_launch_postrun_saves_the_newest_checkpoint_for_a_fresh_cache() {
+    // `scr postrun` comes from the scavenge part of issue 10; until it is in this build
+    // the test has nothing to check
+    let help = Command::new(binary("scr"))
+        .args(["help", "postrun"])
+        .output()
+        .unwrap();
+    if !help.status.success() {
+        eprintln!("skipped: this `scr` has no postrun subcommand");
+        return;
+    }
+    let reference = reference_state(6, STEPS, Some(CELLS));
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR").set("SCR_SET_SIZE", "3");
+    let script = launcher(
+        &c,
+        &failing_first_launch(&c),
+        &format!("exec {}", heat_cmd("")),
+    );
+    let out = scr(
+        &c,
+        &["run", "--runs", "3", "--", &script, "{ranks}"],
+        &[
+            ("SCR_NODELIST", "n[0-2]"),
+            ("SCR_NODE_NAMES", "n0,n0,n1,n1,n2,n2"),
+        ],
+    );
+    // too few nodes after the failure: no relaunch, but postrun ran
+    assert_eq!(out.code, 1, "{out}");
+    assert_eq!(world_sizes(&out), ["6"], "{out}");
+    assert!(
+        out.stdout.contains("scr run: running scr postrun\n"),
+        "{out}"
+    );
+    let current = scr(&c, &["index", "current"], &[]);
+    assert_eq!(
+        (current.code, current.stdout.as_str()),
+        (0, "ckpt.10\n"),
+        "{current}"
+    );
+    // a fresh cache on fresh nodes restarts from what postrun saved
+    for base in ["cache", "cntl"] {
+        std::fs::remove_dir_all(c.path(base)).unwrap();
+        std::fs::create_dir(c.path(base)).unwrap();
+    }
+    let nodes = ["m0", "m0", "m1", "m1", "m2", "m2"];
+    let out = c.run(
+        &nodes,
+        "scr-heat",
+        &["--steps", "30", "--every", "5", "--cells", "64"],
+    );
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stdout.contains("restarted from ckpt.10 at step 10"),
+        "{out}"
+    );
+    assert_eq!(out.final_state(), reference, "{out}");
+}
