@@ -1,6 +1,7 @@
 //! The scr-rs runtime.
 #![allow(missing_docs)]
 pub mod config;
+pub mod events;
 pub mod explain;
 pub mod hostlist;
 pub mod launch;
@@ -8,3 +9,4 @@ pub mod registry;
 pub mod runtime;
 pub mod show;
 pub mod state;
+pub mod walltime;

@@ -242,6 +242,16 @@ fn output_of(mut cmd: Command) -> JobOutput {
     }
 }
 
+/// Wait for a job started with [`Cluster::spawn`] and take what it printed.
+pub fn output_of_child(child: std::process::Child) -> JobOutput {
+    let out = child.wait_with_output().expect("the job's output");
+    JobOutput {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
 /// Every file below `dir` that is not a directory (links are listed, not followed), as
 /// full paths, sorted; nothing when `dir` does not exist.
 pub fn files_below(dir: &Path) -> Vec<PathBuf> {

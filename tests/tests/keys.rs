@@ -103,7 +103,7 @@ fn halt_exit_ends_the_run_inside_the_library() {
     assert!(!out.stdout.contains("final step"), "the run went on\n{out}");
     assert!(
         out.stderr
-            .contains("scr-rs: halting the run: no checkpoints left (halt_exit = true: finalizing and exiting)"),
+            .contains("scr-rs: halting the run: no checkpoints left (halt_exit = true: flushing the newest checkpoint, finalizing and exiting)"),
         "{out}"
     );
     let halt = std::fs::read_to_string(c.prefix().join(".scr/halt.scr")).unwrap();

@@ -70,6 +70,25 @@ enum Command {
         #[command(subcommand)]
         command: FlushFileCommand,
     },
+    /// Summarise the event log (PREFIX/.scr/events.jsonl): jobs, checkpoint cost, flush
+    /// bandwidth, failures and the checkpoint interval they advise.
+    #[command(
+        long_about = "Summarise the event log PREFIX/.scr/events.jsonl that every job \
+appends to: the jobs and their runs, checkpoints (count, mean cost C in seconds, bytes), \
+flushes and their bandwidth, fetches, rebuilds, scavenges, halts, and failures with the \
+mean time between them M (run time / failures; reports of one crash within 60 s count once; \
+at least 2 failures needed). From C and M it advises a checkpoint interval by Young's \
+formula sqrt(2CM) and Daly's sqrt(2CM)(1 + sqrt(C/2M)/3 + C/18M) - C (M when C >= 2M), \
+or says why it cannot. Damaged lines are skipped with a warning."
+    )]
+    Log {
+        /// The prefix directory (default: the configuration's `prefix`).
+        #[arg(long, value_name = "DIR")]
+        prefix: Option<PathBuf>,
+        /// Print the summary as one JSON object (all figures in bytes and seconds).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -738,6 +757,15 @@ fn main() -> ExitCode {
         Command::Env(args) => with_config(&cli, |c| scr_host::launch::cli::env(c, args)),
         Command::Index { prefix, command } => index_command(&cli, prefix, command),
         Command::FlushFile { prefix, command } => flush_file_command(&cli, prefix, command),
+        Command::Log { prefix, json } => match prefix_of(&cli, prefix)
+            .and_then(|p| scr_host::events::log_report(&p, *json).map_err(fail))
+        {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
         Command::Plugins(PluginsCommand::List) => {
             let config = match load(&cli, &[]) {
                 Ok(c) => c,

@@ -150,6 +150,8 @@ pub const KEYS: &[Key] = &[
           doc: "Transfer type for flushes from stores that name none" },
     Key { name: "flush_on_restart", ty: Type::Bool, default: Default::Fixed("false"),
           doc: "At init, flush the checkpoint restored from cache unless the prefix holds it already" },
+    Key { name: "flush_on_finalize", ty: Type::Bool, default: Default::Fixed("true"),
+          doc: "At finalize (and when a halt condition ends the run), flush the newest checkpoint unless the prefix holds it already (with flush = 0 nothing is flushed)" },
     Key { name: "fetch", ty: Type::Bool, default: Default::Fixed("true"),
           doc: "Fetch the newest checkpoint from the prefix at init when cache holds none" },
     Key { name: "distribute", ty: Type::Bool, default: Default::Fixed("true"),
@@ -186,6 +188,9 @@ pub const KEYS: &[Key] = &[
           doc: "Testing only: comma-separated node name of each rank (by world rank), so one machine acts as several nodes; node-local stores and the control directory then include the node name" },
     Key { name: "user", ty: Type::Str, default: Default::Computed("$USER, else the uid"),
           doc: "User name used in cache and control directory names" },
+    // walltime and event log (issue 10, "events")
+    Key { name: "end_time", ty: U, default: Default::Fixed("0"),
+          doc: "When the allocation ends, in seconds since the epoch (e.g. SCR_END_TIME=$(( $(date +%s) + 3600 ))); wins over the resource manager's end time, which halt_seconds otherwise counts from; 0 asks the resource manager (SLURM, Flux, LSF, PBS)" },
     // `scr run`, `scr nodes down`, `scr env` (the launch part)
     Key { name: "nodelist", ty: Type::Str, default: Default::None,
           doc: "The allocation's nodes as a host list (node[1-4,7]); unset: SLURM_JOB_NODELIST, SLURM_NODELIST, `flux getattr hostlist`, LSB_MCPU_HOSTS, LSB_HOSTS, PBS_NODEFILE, node_names, this host (first found)" },

@@ -46,6 +46,8 @@ use super::{
 };
 use crate::registry::{Kind, RegistryError};
 
+mod resume;
+
 /// What one rank's part of a flush produced (also the marker of an async flush).
 type RankOutcome = std::result::Result<Vec<FlushedFile>, String>;
 
@@ -56,6 +58,9 @@ pub(super) struct Flushing {
     pub in_flight: Arc<Mutex<BTreeSet<u64>>>,
     /// Dataset ids this rank's part of a flush copied (an output may then be evicted).
     pub flushed: Arc<Mutex<BTreeSet<u64>>>,
+    /// Dataset ids this run started a flush of (finalize does not start another of one
+    /// that failed: a transfer that failed minutes ago is not tried again at the end).
+    pub attempted: BTreeSet<u64>,
     /// Background flushes of this run, with what each rank's waiter found.
     pub pending: Vec<IndexEntry>,
     pub outcomes: Arc<Mutex<BTreeMap<u64, RankOutcome>>>,
@@ -440,13 +445,21 @@ impl Runtime {
         self.flush_dataset(rec)
     }
 
-    /// `flush_on_restart`: flush the checkpoint init restored from cache, unless the
-    /// prefix holds it already (collective), so that a job restarted from cache leaves
-    /// its restart point on the parallel file system too.
-    pub(super) fn flush_restarted(&mut self) -> Result<()> {
+    /// Flush the newest checkpoint in cache unless the prefix holds it already or a
+    /// background flush of it is running (collective; `why` says who asks, for the log).
+    /// Used by `flush_on_restart` (a job restarted from cache leaves its restart point
+    /// on the parallel file system too), by finalize (SCR's behaviour: a clean finish
+    /// never leaves the newest checkpoint in node-local cache only) and when a halt
+    /// condition holds (the job is about to end).
+    pub(super) fn flush_newest(&mut self, why: &str) -> Result<()> {
         let Some(id) = self.restart_candidate() else {
             return Ok(());
         };
+        if self.flushing.attempted.contains(&id) {
+            // flushed by this run already, still running, or failed earlier in this run
+            // (the index says why; it stays in cache for the next run or scavenge)
+            return Ok(());
+        }
         let held = if self.rank == 0 {
             // (a damaged index is rebuilt from the summaries first: taking it for empty
             // would flush the checkpoint a second time beside its first copy)
@@ -462,12 +475,20 @@ impl Runtime {
             return Ok(());
         }
         let rec = self.filemap.datasets[&id].clone();
-        self.info(&format!("flush_on_restart: flushing {}", rec.name));
+        self.info(&format!(
+            "{why}: flushing {} (the newest checkpoint, not yet in the prefix)",
+            rec.name
+        ));
         self.flush_dataset(&rec)
     }
 
     /// Flush `rec` to the prefix now (collective).
     fn flush_dataset(&mut self, rec: &DatasetRecord) -> Result<()> {
+        self.flushing.attempted.insert(rec.id);
+        // (a dataset flushed a second time in one run, `scr index drop` between the two,
+        // starts with nothing of the first attempt's outcome)
+        lock(&self.flushing.recorded).remove(&rec.id);
+        lock(&self.flushing.outcomes).remove(&rec.id);
         // rank 0 opens the index entry first: until the flush completes, the index still
         // points at the previous complete checkpoint
         let entry = IndexEntry {
@@ -530,7 +551,24 @@ impl Runtime {
             ));
         }
 
+        // what this flush may write, recorded in the prefix before anything is written:
+        // if the run dies mid-flush, the next init cleans it up even when every cache is
+        // lost with the filemaps that name the files (see `resume`)
+        let writes: Vec<String> = rec
+            .files
+            .iter()
+            .filter_map(|f| {
+                if relocate {
+                    Some(prefix::relocated(rec.id, &f.name))
+                } else {
+                    (pure_output || !existing.contains(&self.prefix.join(&f.name)))
+                        .then(|| f.name.clone())
+                }
+            })
+            .collect();
+        self.record_writes(rec.id, &writes);
         let started = self.start_transfer(rec, relocate);
+        self.fault_point("flush-dispatched", rec.id);
         // what this flush writes that no older dataset owns: removed if the flush fails
         // (names taken in the prefix were relocated; a pure output written over an older
         // file leaves that path alone)
@@ -551,10 +589,12 @@ impl Runtime {
         let state = self.transfer_state(rec.id);
         let buf = self.buf_size();
         let outcome: RankOutcome = started.and_then(|s| collect(s, false, "when written", buf));
-        let _ = std::fs::remove_file(&state);
         self.fault_point("flush-copied", rec.id);
         let recorded = self.gather_and_finish(&entry, &outcome, true);
         let text = broadcast_bytes(&self.world, recorded.err().unwrap_or_default().as_bytes());
+        // the transfer's state stays until the flush is settled: a crash before this
+        // point leaves it for the next init to resume (see `resume`)
+        let _ = std::fs::remove_file(&state);
         if text.is_empty() {
             // only a flush recorded for every rank lets an output leave the cache: one
             // that failed elsewhere is cleaned out of the prefix below
@@ -605,6 +645,32 @@ impl Runtime {
         }
     }
 
+    /// The host a transfer of `label`'s type gets: its log is the runtime's and its
+    /// cancellation flag is `flushing.cancel`.
+    fn transfer_host(&self, label: &Label) -> LocalHost {
+        LocalHost::new(
+            self.rank,
+            &self.node,
+            &format!("transfer {}", label.transfer_type),
+            self.debug,
+            Arc::clone(&self.flushing.cancel),
+        )
+    }
+
+    /// The configuration of a transfer of `label`'s type persisting its state in
+    /// `state_file`.
+    fn transfer_config(&self, label: &Label, state_file: &Path) -> TransferConfig {
+        TransferConfig {
+            transfer_type: label.transfer_type.as_str().into(),
+            state_file: state_file.display().to_string().into(),
+            // the host re-reads every destination and checks its CRC32 whatever the
+            // transfer says; crc_on_flush adds the transfer's own CRC as a second check
+            crc32: self.config.bool("crc_on_flush"),
+            preserve_metadata: true,
+            settings: self.config.plugin_settings(&label.transfer_type).into(),
+        }
+    }
+
     /// Create, fill and dispatch a transfer of `label`'s type for `files`, with a host
     /// whose log is the runtime's and whose cancellation flag is `flushing.cancel`.
     fn dispatch(
@@ -613,22 +679,8 @@ impl Runtime {
         files: Vec<Planned>,
         state_file: &Path,
     ) -> std::result::Result<Started, String> {
-        let host = LocalHost::new(
-            self.rank,
-            &self.node,
-            &format!("transfer {}", label.transfer_type),
-            self.debug,
-            Arc::clone(&self.flushing.cancel),
-        );
-        let config = TransferConfig {
-            transfer_type: label.transfer_type.as_str().into(),
-            state_file: state_file.display().to_string().into(),
-            // the host re-reads every destination and checks its CRC32 whatever the
-            // transfer says; crc_on_flush adds the transfer's own CRC as a second check
-            crc32: self.config.bool("crc_on_flush"),
-            preserve_metadata: true,
-            settings: self.config.plugin_settings(&label.transfer_type).into(),
-        };
+        let host = self.transfer_host(&label);
+        let config = self.transfer_config(&label, state_file);
         let mut transfer = self
             .registry
             .new_transfer(&config, host_ref(&host))
@@ -696,11 +748,9 @@ impl Runtime {
         lock(&in_flight).insert(rec.id);
         self.flushing.pending.push(entry.clone());
         let id = rec.id;
-        let state = self.transfer_state(rec.id);
         let buf = self.buf_size();
         self.flushing.waiters.push(std::thread::spawn(move || {
             let outcome: RankOutcome = started.and_then(|s| collect(s, true, "when written", buf));
-            let _ = std::fs::remove_file(&state);
             if let Err(e) = prefix::write(&marker, "flush-marker", &outcome) {
                 eprintln!("scr-rs: background flush of dataset {id}: {e}");
             }
@@ -799,6 +849,9 @@ impl Runtime {
             if let Err(why) = self.gather_and_finish(entry, mine, record) {
                 self.warn(&format!("{} stays in cache only: {why}", entry.name));
             }
+            // settled: nothing is left to resume (kept until now so that a crash before
+            // the flush was recorded leaves it for the next init)
+            let _ = std::fs::remove_file(self.transfer_state(entry.id));
         }
         self.world.barrier();
     }

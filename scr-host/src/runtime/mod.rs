@@ -304,12 +304,13 @@ impl Runtime {
         rt.agree(made)?;
         rt.write_nodes_file()?;
         rt.restore_cache()?;
+        rt.settle_interrupted_flushes()?;
         if rt.restart_candidate().is_none() && rt.config.bool("fetch") {
             rt.fetch()?;
         }
         rt.finalized = false;
         if rt.config.bool("flush_on_restart") {
-            rt.flush_restarted()?;
+            rt.flush_newest("flush_on_restart")?;
         }
         rt.exit_if_halted();
         // time-based checkpoint policies count from the end of init
@@ -1246,6 +1247,13 @@ impl Runtime {
     /// With none of these set, always.
     pub fn need_checkpoint(&mut self) -> Result<bool> {
         self.usable("need_checkpoint")?;
+        // SCR checks the halt conditions here too: with halt_exit the run ends now
+        let halt = self.agreed_halt_reason();
+        if let Some(reason) = &halt {
+            if self.config.bool("halt_exit") {
+                self.halt_and_exit(reason.clone());
+            }
+        }
         self.policy.calls += 1;
         let mut decision = [0u8];
         if self.rank == 0 {
@@ -1263,7 +1271,7 @@ impl Runtime {
                     || (seconds > 0 && since >= seconds as f64)
                     || (overhead > 0.0 && self.policy.last_cost <= since * overhead / 100.0)
             };
-            decision[0] = u8::from(need || self.halt_check().is_some());
+            decision[0] = u8::from(need || halt.is_some());
         }
         self.world
             .process_at_rank(0)
@@ -1283,8 +1291,16 @@ impl Runtime {
         match self.agreed_halt_reason() {
             None => Ok(false),
             Some(reason) => {
-                self.info(&format!("should_exit: {reason}"));
+                if self.rank == 0 {
+                    eprintln!("scr-rs: should_exit: yes, {reason}");
+                }
                 self.halt_reason = Some(reason);
+                // the run is about to end: its newest checkpoint goes to the prefix now
+                // (finalize would otherwise; an application that exits without it
+                // still leaves it saved)
+                if self.config.u64("flush") > 0 && self.config.bool("flush_on_finalize") {
+                    self.flush_newest("should_exit")?;
+                }
                 Ok(true)
             }
         }
@@ -1314,9 +1330,15 @@ impl Runtime {
         let Some(reason) = self.agreed_halt_reason() else {
             return;
         };
+        self.halt_and_exit(reason)
+    }
+
+    /// End the run for `reason` (collective; halt_exit): finalize (which flushes the
+    /// newest checkpoint), finalize MPI and exit with status 0.
+    fn halt_and_exit(&mut self, reason: String) -> ! {
         if self.rank == 0 {
             eprintln!(
-                "scr-rs: halting the run: {reason} (halt_exit = true: finalizing and exiting)"
+                "scr-rs: halting the run: {reason} (halt_exit = true: flushing the newest checkpoint, finalizing and exiting)"
             );
         }
         self.halt_reason = Some(reason);
@@ -1353,6 +1375,18 @@ impl Runtime {
             }
         }
         self.wait_flushes();
+        // a clean finish (or a halt) leaves the newest checkpoint in the prefix, not in
+        // node-local cache only; a flush that fails is reported and leaves it cached
+        // (scavenge can still save it), never failing finalize
+        if self.uncertain.is_none()
+            && self.config.u64("flush") > 0
+            && self.config.bool("flush_on_finalize")
+        {
+            if let Err(e) = self.flush_newest("finalize") {
+                self.warn(&format!("finalize: flushing the newest checkpoint: {e}"));
+            }
+            self.wait_flushes();
+        }
         if self.rank == 0 {
             // record why the run ended, unless someone set a reason of their own (read
             // and written under the prefix lock, like every halt file update)

@@ -1,0 +1,434 @@
+//! Flushes a crashed run left unfinished: resumed or cleaned up at the next init.
+//!
+//! A flush opens its index entry (incomplete) before any file is copied and each rank's
+//! transfer persists its state in the control directory until the flush is recorded. A
+//! run killed in between (by the scheduler, a node failure, SIGKILL) leaves an open
+//! entry, transfer state files and partly written files in the prefix. At init every
+//! open entry is settled, on every rank alike:
+//!
+//! - **resumed** when the dataset is still complete in every rank's cache and every
+//!   rank's transfer reopens from its state file (`resume_transfer`) with exactly this
+//!   rank's files as sources and destinations the flush could have chosen (the file's
+//!   own path in the prefix or, on every rank alike, its relocated path). The transfer
+//!   copies what is missing and the host verifies every destination (size and CRC32 from
+//!   the filemap) exactly as for a new flush, then records it in the index;
+//! - **cleaned up** otherwise: each reopened transfer is cancelled (which removes its
+//!   partial files), this rank's destinations that no complete dataset in the prefix
+//!   owns are removed, and the entry is marked failed with the reason. A dataset still in
+//!   cache is flushed again by the usual policy (at the latest by finalize).
+//!
+//! Why not trust the transfer's state for what to delete: the state file is in a
+//! directory of ours, but a plugin's notion of "its" destinations is not evidence that
+//! no older checkpoint lives there; the host removes only paths of this dataset's names
+//! that no complete dataset's rank2file claims.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use scr_plugin::host_ref;
+
+use super::{collect, remove_written, Planned, RankOutcome, Started};
+use crate::runtime::prefix::{self, Index, IndexEntry, Rank2File};
+use crate::runtime::{broadcast_bytes, DatasetRecord, Result, Runtime};
+
+/// State-file kind of the list of prefix paths a flush may write.
+const WRITES_KIND: &str = "flush-writes";
+
+/// `<prefix>/.scr/scr.dataset.<id>/writes.scr`: what the flush of dataset `id` may write.
+fn writes_path(prefix: &Path, id: u64) -> PathBuf {
+    prefix::dataset_dir(prefix, id).join("writes.scr")
+}
+
+/// What a rank found it can do with its part of an interrupted flush.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// It cannot be resumed here (no state, refused, not in cache).
+    No,
+    /// Resumable, writing to the files' own paths.
+    InPlace,
+    /// Resumable, writing to the dataset's own directory.
+    Relocated,
+    /// Resumable, and this rank has no file in the dataset.
+    Empty,
+}
+
+impl Runtime {
+    /// Settle every flush an earlier run left open (collective; at init, after the cache
+    /// was restored), and remove transfer state files no open flush needs.
+    pub(in crate::runtime) fn settle_interrupted_flushes(&mut self) -> Result<()> {
+        let open: Vec<IndexEntry> = if self.rank == 0 {
+            match Index::load_or_rebuild(&self.prefix) {
+                Ok(ix) => ix
+                    .datasets
+                    .values()
+                    .filter(|e| !e.complete && e.failed.is_none())
+                    .cloned()
+                    .collect(),
+                Err(e) => {
+                    eprintln!("scr-rs: warning: {e}; interrupted flushes are not looked for");
+                    Vec::new()
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        let bytes = broadcast_bytes(
+            &self.world,
+            &serde_json::to_vec(&open).expect("index entries serialize"),
+        );
+        let open: Vec<IndexEntry> = serde_json::from_slice(&bytes).unwrap_or_default();
+        for entry in &open {
+            self.settle(entry);
+        }
+        self.remove_stale_transfer_states();
+        Ok(())
+    }
+
+    /// Resume or clean up the interrupted flush of `entry` (collective).
+    fn settle(&mut self, entry: &IndexEntry) {
+        let state = self.transfer_state(entry.id);
+        let rec = self
+            .filemap
+            .datasets
+            .get(&entry.id)
+            .filter(|r| r.complete && entry.world_size == self.size)
+            .cloned();
+        let reopened = self.reopen(entry, rec.as_ref(), &state);
+        let part = match (&rec, &reopened) {
+            (Some(_), Ok(s)) => match s.files.first() {
+                None => Part::Empty,
+                Some(p) if p.stored.is_some() => Part::Relocated,
+                Some(_) => Part::InPlace,
+            },
+            _ => Part::No,
+        };
+        // every rank's view, so that all take the same road
+        let mine = [match part {
+            Part::No => 0u8,
+            Part::InPlace => 1,
+            Part::Relocated => 2,
+            Part::Empty => 3,
+        }];
+        let all = super::all_gather_bytes(&self.world, &mine);
+        let parts: BTreeSet<u8> = all.iter().filter_map(|b| b.first().copied()).collect();
+        let mixed = parts.contains(&1) && parts.contains(&2);
+        let resumable = !parts.contains(&0) && !mixed;
+        if resumable {
+            let Ok(mut started) = reopened else {
+                unreachable!("every rank reopened its transfer")
+            };
+            let dispatched = started
+                .transfer
+                .dispatch(host_ref(&started.host))
+                .into_result()
+                .map_err(|e| format!("{e} ({})", started.label));
+            let destinations: Vec<PathBuf> = started
+                .files
+                .iter()
+                .map(|p| p.destination.clone())
+                .collect();
+            let outcome: RankOutcome =
+                dispatched.and_then(|()| collect(started, false, "when written", self.buf_size()));
+            let recorded = self.gather_and_finish(entry, &outcome, true);
+            let text = broadcast_bytes(&self.world, recorded.err().unwrap_or_default().as_bytes());
+            if text.is_empty() {
+                super::lock(&self.flushing.flushed).insert(entry.id);
+                self.warn(&format!(
+                    "the flush of {} that an earlier run left unfinished was resumed and is recorded in {}",
+                    entry.name,
+                    self.prefix.display()
+                ));
+            } else {
+                let owned = self.owned_paths();
+                let ours: Vec<PathBuf> = destinations
+                    .into_iter()
+                    .filter(|p| owned.as_ref().is_some_and(|o| !o.contains(p)))
+                    .collect();
+                remove_written(&self.prefix, &ours);
+                self.warn(&format!(
+                    "the resumed flush of {} failed and is cleaned up: {}",
+                    entry.name,
+                    String::from_utf8_lossy(&text)
+                ));
+            }
+        } else {
+            if let Ok(mut started) = reopened {
+                // its partial files go; completed destinations are removed below
+                if let Err(e) = started
+                    .transfer
+                    .cancel(host_ref(&started.host))
+                    .into_result()
+                {
+                    self.warn(&format!(
+                        "cancelling the interrupted transfer of {} ({}): {e}",
+                        entry.name, started.label
+                    ));
+                }
+            }
+            let why = if rec.is_none() {
+                "the dataset is no longer complete in every rank's cache".to_string()
+            } else if mixed {
+                "the ranks' transfer states disagree on where the files go".to_string()
+            } else {
+                "some rank's transfer could not be resumed from its state".to_string()
+            };
+            self.clean_up(entry, rec.as_ref(), &why);
+        }
+        let _ = std::fs::remove_file(&state);
+    }
+
+    /// Reopen this rank's transfer of `entry` from `state` and check that it is this
+    /// flush's: exactly the dataset's cached files as sources, each to its own path in
+    /// the prefix or (all alike) to its relocated path. Not yet dispatched.
+    fn reopen(
+        &self,
+        entry: &IndexEntry,
+        rec: Option<&DatasetRecord>,
+        state: &Path,
+    ) -> std::result::Result<Started, String> {
+        let rec = rec.ok_or("not in this rank's cache")?;
+        if rec.files.is_empty() {
+            // nothing of this rank's to copy: its part is done whatever the state says
+            let label = self.transfer_of(&rec.descriptor.store);
+            let host = self.transfer_host(&label);
+            let config = self.transfer_config(&label, state);
+            let transfer = self
+                .registry
+                .new_transfer(&config, host_ref(&host))
+                .map_err(|e| e.to_string())?;
+            return Ok(Started {
+                transfer,
+                files: Vec::new(),
+                label,
+                host,
+            });
+        }
+        if state.symlink_metadata().is_err() {
+            return Err(format!("no transfer state ({})", state.display()));
+        }
+        let label = self.transfer_of(&rec.descriptor.store);
+        let host = self.transfer_host(&label);
+        let config = self.transfer_config(&label, state);
+        let transfer = self
+            .registry
+            .resume_transfer(&config, host_ref(&host))
+            .map_err(|e| e.to_string())?;
+        let results = transfer
+            .results()
+            .into_result()
+            .map_err(|e| format!("{e} ({label})"))?;
+        if results.len() != rec.files.len() {
+            return Err(format!(
+                "the transfer state lists {} file(s), the dataset has {} on this rank ({label})",
+                results.len(),
+                rec.files.len()
+            ));
+        }
+        let cache_dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+        let mut files = Vec::with_capacity(rec.files.len());
+        let mut relocated: Option<bool> = None;
+        for f in &rec.files {
+            let source = cache_dir.join(&f.name);
+            let mut matching = results
+                .iter()
+                .filter(|r| Path::new(r.source.as_str()) == source);
+            let (Some(r), None) = (matching.next(), matching.next()) else {
+                return Err(format!(
+                    "the transfer state does not list {} exactly once ({label})",
+                    source.display()
+                ));
+            };
+            let destination = PathBuf::from(r.destination.as_str());
+            let moved = prefix::relocated(entry.id, &f.name);
+            let stored = if destination == self.prefix.join(&f.name) {
+                None
+            } else if destination == self.prefix.join(&moved) {
+                Some(moved)
+            } else {
+                return Err(format!(
+                    "the transfer state sends {} to {}, which is not where a flush of {} writes it ({label})",
+                    source.display(),
+                    destination.display(),
+                    entry.name
+                ));
+            };
+            if relocated.is_some_and(|r| r != stored.is_some()) {
+                return Err(format!(
+                    "the transfer state sends some files to the dataset's own directory and some not ({label})"
+                ));
+            }
+            relocated = Some(stored.is_some());
+            files.push(Planned {
+                name: f.name.clone(),
+                source,
+                destination,
+                size: f.size,
+                crc32: f.crc32,
+                stored,
+            });
+        }
+        Ok(Started {
+            transfer,
+            files,
+            label,
+            host,
+        })
+    }
+
+    /// Remove what the interrupted flush of `entry` may have written on this rank and
+    /// mark the entry failed (collective: rank 0 marks it after every rank cleaned).
+    fn clean_up(&mut self, entry: &IndexEntry, rec: Option<&DatasetRecord>, why: &str) {
+        let owned = self.owned_paths();
+        let pure_output = entry.output && entry.checkpoint_id.is_none();
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        if let Some(rec) = rec {
+            for f in &rec.files {
+                candidates.push(self.prefix.join(prefix::relocated(entry.id, &f.name)));
+                // a pure output may have been written over the user's older file of that
+                // name: its own path is left alone
+                if !pure_output {
+                    candidates.push(self.prefix.join(&f.name));
+                }
+            }
+        }
+        let mut removed = 0usize;
+        let mut remove: Vec<PathBuf> = Vec::new();
+        for p in candidates {
+            let relocated_path = p.starts_with(prefix::dataset_dir(&self.prefix, entry.id));
+            // a path some complete dataset's rank2file names is never this flush's; when
+            // that cannot be known, only the dataset's own directory is cleaned
+            let free = relocated_path || owned.as_ref().is_some_and(|o| !o.contains(&p));
+            if !free {
+                continue;
+            }
+            let mut part = p.clone().into_os_string();
+            part.push(".scr-part");
+            for q in [p, PathBuf::from(part)] {
+                if q.symlink_metadata().is_ok_and(|m| m.is_file()) {
+                    removed += 1;
+                    remove.push(q);
+                }
+            }
+        }
+        if self.rank == 0 {
+            // what the flush said it would write (read from the prefix: the filemaps
+            // that name the files may be lost with the caches)
+            match crate::state::read_state::<Vec<String>>(
+                &writes_path(&self.prefix, entry.id),
+                WRITES_KIND,
+            ) {
+                Ok(writes) => {
+                    for w in writes {
+                        if prefix::check_relative(&w).is_err() {
+                            continue;
+                        }
+                        let p = self.prefix.join(&w);
+                        let relocated_path =
+                            p.starts_with(prefix::dataset_dir(&self.prefix, entry.id));
+                        if pure_output && !relocated_path {
+                            continue;
+                        }
+                        if !relocated_path && owned.as_ref().is_none_or(|o| o.contains(&p)) {
+                            continue;
+                        }
+                        let mut part = p.clone().into_os_string();
+                        part.push(".scr-part");
+                        for q in [p, PathBuf::from(part)] {
+                            if !remove.contains(&q)
+                                && q.symlink_metadata().is_ok_and(|m| m.is_file())
+                            {
+                                removed += 1;
+                                remove.push(q);
+                            }
+                        }
+                    }
+                }
+                Err(e) if e.is_not_found() => {}
+                Err(e) => eprintln!("scr-rs: warning: {e}; cleaning up what the filemaps name"),
+            }
+        }
+        remove_written(&self.prefix, &remove);
+        let total = super::all_gather_bytes(&self.world, &(removed as u64).to_le_bytes())
+            .iter()
+            .map(|b| u64::from_le_bytes(b.as_slice().try_into().unwrap_or([0; 8])))
+            .sum::<u64>();
+        let reason =
+            format!("flush interrupted by the crash of an earlier run; cleaned up at init: {why}");
+        if self.rank == 0 {
+            if let Err(e) = Index::mark_failed(&self.prefix, entry.id, &reason) {
+                eprintln!(
+                    "scr-rs: warning: {e}; the interrupted flush of {} is not marked",
+                    entry.name
+                );
+            }
+        }
+        self.warn(&format!(
+            "the flush of {} that an earlier run left unfinished cannot be resumed ({why}); its {total} partly or fully written file(s) in the prefix were removed and the index marks it failed",
+            entry.name
+        ));
+    }
+
+    /// Record, in the dataset's directory under `.scr`, the prefix paths (relative) every
+    /// rank's part of the flush of dataset `id` may write (collective; rank 0 writes).
+    /// A pure output's own paths are listed too: they are what the flush writes, but
+    /// the cleanup never removes a pure output's own paths (they may be the user's).
+    pub(in crate::runtime) fn record_writes(&self, id: u64, mine: &[String]) {
+        let all = super::all_gather_bytes(
+            &self.world,
+            &serde_json::to_vec(mine).expect("names serialize"),
+        );
+        if self.rank != 0 {
+            return;
+        }
+        let writes: Vec<String> = all
+            .iter()
+            .flat_map(|b| serde_json::from_slice::<Vec<String>>(b).unwrap_or_default())
+            .collect();
+        if let Err(e) = prefix::write(&writes_path(&self.prefix, id), WRITES_KIND, &writes) {
+            eprintln!(
+                "scr-rs: warning: {e}; if this flush is interrupted, its files are cleaned up only while the dataset is in cache"
+            );
+        }
+    }
+
+    /// Every prefix path a complete dataset's rank2file names (rank 0 reads them and
+    /// tells every rank); `None` when some cannot be read.
+    fn owned_paths(&self) -> Option<BTreeSet<PathBuf>> {
+        let mine: Option<BTreeSet<PathBuf>> = if self.rank == 0 {
+            (|| {
+                let ix = Index::load_or_rebuild(&self.prefix).ok()?;
+                let mut owned = BTreeSet::new();
+                for e in ix.datasets.values().filter(|e| e.complete) {
+                    let map = Rank2File::load(&self.prefix, e.id).ok()?;
+                    for f in map.ranks.values().flatten() {
+                        owned.insert(f.stored_path(&self.prefix).ok()?);
+                    }
+                }
+                Some(owned)
+            })()
+        } else {
+            None
+        };
+        let bytes = broadcast_bytes(
+            &self.world,
+            &serde_json::to_vec(&mine).expect("paths serialize"),
+        );
+        serde_json::from_slice(&bytes).unwrap_or(None)
+    }
+
+    /// Transfer state files of this rank that no open flush needs (a flush recorded
+    /// after the last transfer of its run ended, a crash after it was recorded).
+    fn remove_stale_transfer_states(&self) {
+        let suffix = format!(".{}.state", self.rank);
+        let Ok(dir) = std::fs::read_dir(&self.cntl_dir) else {
+            return;
+        };
+        for e in dir.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("transfer.") && name.ends_with(&suffix) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
