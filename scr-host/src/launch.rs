@@ -258,7 +258,6 @@ pub fn run(config: &Config, opts: &RunOptions) -> u8 {
     };
     let runs = opts.runs.unwrap_or_else(|| config.u64("runs")).max(1);
     let watchdog = config.u64("watchdog_timeout");
-    let halt_seconds = config.u64("halt_seconds") as i64;
     say(format!(
         "allocation {} ({}), {runs} run(s){}",
         hostlist::compress(&alloc.nodes),
@@ -378,10 +377,7 @@ pub fn run(config: &Config, opts: &RunOptions) -> u8 {
             say(format!("stopping: no runs left (runs = {runs})"));
             break;
         }
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        match Halt::load(&opts.prefix).map(|h| h.reason(now, halt_seconds)) {
+        match halt_reason(&opts.prefix, config) {
             Ok(Some(why)) => {
                 say(format!("stopping: halt condition: {why}"));
                 break;
@@ -576,15 +572,30 @@ fn pump(
     })
 }
 
-/// `scr halt --check`: whether a job should stop retrying, with the reason (SCR's
-/// `scr_retries_halt`). `Ok(Some(why))`: stop.
-pub fn halt_check(prefix: &Path, halt_seconds: u64) -> Result<Option<String>, String> {
+/// Whether a job should stop retrying, with the reason (SCR's `scr_retries_halt`):
+/// a condition of the prefix's halt file ([`Halt::reason`]; a job that called finalize
+/// left one), or fewer than `halt_seconds` left before the allocation's end
+/// ([`crate::walltime`]: the `end_time` key, else the resource manager), the rule the
+/// library applies inside the job. `Ok(Some(why))`: stop.
+pub fn halt_reason(prefix: &Path, config: &Config) -> Result<Option<String>, String> {
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
-    Halt::load(prefix)
-        .map(|h| h.reason(now, halt_seconds as i64))
-        .map_err(|e| e.to_string())
+    let margin = config.u64("halt_seconds") as i64;
+    let halt = Halt::load(prefix).map_err(|e| e.to_string())?;
+    if let Some(why) = halt.reason(now, margin) {
+        return Ok(Some(why));
+    }
+    if margin > 0 {
+        if let Some((end, source)) = crate::walltime::from_config_and_env(config) {
+            if now >= end - margin {
+                return Ok(Some(format!(
+                    "within {margin} s (halt_seconds) of the allocation's end {end} ({source})"
+                )));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// `scr env`'s fields.

@@ -242,6 +242,40 @@ fn a_halt_condition_stops_the_relaunches_and_halt_check_tells_scripts() {
         (0, "halt: exit reason set: maintenance at noon\n"),
         "{check}"
     );
+    // fewer than halt_seconds left in the allocation counts too (here its end is given
+    // with the end_time key; the resource managers' are the walltime module's)
+    let end = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 50;
+    let end_s = end.to_string();
+    let timed = [
+        ("SCR_HALT_SECONDS", "100"),
+        ("SCR_END_TIME", end_s.as_str()),
+    ];
+    let cleared = scr(&c, &["halt", "--unset", "reason"], &[]);
+    assert_eq!(cleared.code, 0, "{cleared}");
+    let check = scr(&c, &["halt", "--check"], &timed);
+    assert_eq!(
+        (check.code, check.stdout.as_str()),
+        (
+            0,
+            format!(
+                "halt: within 100 s (halt_seconds) of the allocation's end {end} (end_time (environment SCR_END_TIME))\n"
+            )
+            .as_str()
+        ),
+        "{check}"
+    );
+    let check = scr(
+        &c,
+        &["halt", "--check"],
+        &[("SCR_HALT_SECONDS", "10"), ("SCR_END_TIME", &end_s)],
+    );
+    assert_eq!(check.code, 1, "{check}");
+    let set = scr(&c, &["halt", "--reason", "maintenance at noon"], &[]);
+    assert_eq!(set.code, 0, "{set}");
     // a failing step is not relaunched while the condition holds
     let out = scr(
         &c,

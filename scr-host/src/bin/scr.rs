@@ -528,7 +528,8 @@ struct HaltArgs {
     #[arg(long)]
     clear: bool,
     /// Tell a script whether to stop retrying (SCR's scr_retries_halt): exit 0 and print
-    /// why when a halt condition holds (a finished job's finalize leaves one), else
+    /// why when a halt condition holds (a finished job's finalize leaves one; fewer than
+    /// halt_seconds left before the allocation's end counts too), else
     /// exit 1; exit 2 when the halt file cannot be read. Changes nothing.
     #[arg(long, conflicts_with_all = ["checkpoints", "after", "before", "seconds", "reason", "unset", "clear"])]
     check: bool,
@@ -560,8 +561,7 @@ fn halt(cli: &Cli, args: &HaltArgs) -> ExitCode {
         },
     };
     if args.check {
-        let halt_seconds = load(cli, &[]).map_or(0, |c| c.u64("halt_seconds"));
-        return ExitCode::from(scr_host::launch::cli::halt_check(&prefix, halt_seconds));
+        return with_config(cli, |c| scr_host::launch::cli::halt_check(c, &prefix));
     }
     let changing = args.clear
         || !args.unset.is_empty()

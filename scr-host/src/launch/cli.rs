@@ -245,8 +245,8 @@ pub fn env(config: &Config, args: &EnvArgs) -> u8 {
 }
 
 /// `scr halt --check`: 0 and the reason when a halt condition holds, 1 when none does.
-pub fn halt_check(prefix: &std::path::Path, halt_seconds: u64) -> u8 {
-    match launch::halt_check(prefix, halt_seconds) {
+pub fn halt_check(config: &Config, prefix: &std::path::Path) -> u8 {
+    match launch::halt_reason(prefix, config) {
         Ok(Some(why)) => {
             println!("halt: {why}");
             0
