@@ -33,7 +33,8 @@
 //! ranks per node as the first launch.
 //!
 //! What the loop decided is kept in `<prefix>/.scr/run.scr` (job id, allocation, down
-//! nodes with reasons, runs left) for `scr env`.
+//! nodes with reasons, runs left) for `scr env`; failed launches, down nodes and a halt
+//! that ends the retries are also appended to the prefix's event log (`scr log`).
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -269,6 +270,9 @@ pub fn run(config: &Config, opts: &RunOptions) -> u8 {
         }
     ));
 
+    // failures and lost nodes go to the prefix's event log, where `scr log` counts them
+    let job_id = config.str("job_id");
+    let log = |event| crate::events::log_event(&opts.prefix, &job_id, event);
     let mut state = RunState {
         job_id: config.str("job_id"),
         allocation: alloc.nodes.clone(),
@@ -291,10 +295,16 @@ pub fn run(config: &Config, opts: &RunOptions) -> u8 {
             .filter(|n| !state.down.iter().any(|(d, _)| d == *n))
             .cloned()
             .collect();
-        for (node, why) in check.down(&up) {
+        let found = check.down(&up);
+        for (node, why) in &found {
             say(format!("node {node} is down: {why}"));
-            state.down.push((node, why));
         }
+        if !found.is_empty() {
+            log(crate::events::Event::LostNodes {
+                nodes: found.iter().map(|(n, _)| n.clone()).collect(),
+            });
+        }
+        state.down.extend(found);
         let left: Vec<String> = up
             .into_iter()
             .filter(|n| !state.down.iter().any(|(d, _)| d == n))
@@ -368,10 +378,23 @@ pub fn run(config: &Config, opts: &RunOptions) -> u8 {
                 code = 0;
                 break;
             }
-            Ended::Status(s) => say(format!("launch {attempt} failed ({s})")),
-            Ended::Watchdog(secs) => say(format!(
-                "launch {attempt} killed by the watchdog: no progress for {secs} s"
-            )),
+            Ended::Status(s) => {
+                let what = format!("launch {attempt} failed ({s})");
+                say(&what);
+                log(crate::events::Event::Failure {
+                    what: format!("scr run: {what}"),
+                    rank: None,
+                });
+            }
+            Ended::Watchdog(secs) => {
+                let what =
+                    format!("launch {attempt} killed by the watchdog: no progress for {secs} s");
+                say(&what);
+                log(crate::events::Event::Failure {
+                    what: format!("scr run: {what}"),
+                    rank: None,
+                });
+            }
         }
         if attempt == runs {
             say(format!("stopping: no runs left (runs = {runs})"));
@@ -380,6 +403,9 @@ pub fn run(config: &Config, opts: &RunOptions) -> u8 {
         match halt_reason(&opts.prefix, config) {
             Ok(Some(why)) => {
                 say(format!("stopping: halt condition: {why}"));
+                log(crate::events::Event::Halt {
+                    reason: format!("scr run: {why}"),
+                });
                 break;
             }
             Ok(None) => {}

@@ -157,6 +157,20 @@ fn a_failed_node_is_excluded_and_the_job_relaunches_on_the_survivors_and_a_spare
     let n3 = c.cache_dir("n3");
     assert!(n3.is_dir(), "the spare n3 was not used\n{out}");
 
+    // the failure and the lost node are in the event log, for `scr log`
+    let events = std::fs::read_to_string(c.prefix().join(".scr/events.jsonl")).unwrap();
+    let ours: Vec<&str> = events.lines().filter(|l| l.contains("scr run: ")).collect();
+    assert_eq!(ours.len(), 1, "{events}");
+    assert!(
+        ours[0].contains("\"what\":\"scr run: launch 1 failed (exit status: 137)\""),
+        "{events}"
+    );
+    assert!(
+        events
+            .lines()
+            .any(|l| l.contains("\"event\":\"lost_nodes\"") && l.contains("\"nodes\":[\"n1\"]")),
+        "{events}"
+    );
     // what scr env reports about the allocation now
     let env = scr(&c, &["env"], &[("SCR_NODELIST", "n[0-3]")]);
     assert_eq!(env.code, 0, "{env}");
