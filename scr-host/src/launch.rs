@@ -10,7 +10,9 @@
 //! runs remain (`--runs`, key `runs`), at least `min_nodes` nodes are left (0: as many
 //! as the first launch used) and no halt condition holds in the prefix's halt file
 //! ([`Halt::reason`]; a job that called `SCR_Finalize` left one). A watchdog
-//! (`watchdog_timeout`) kills a step that shows no progress. Then `scr postrun` runs
+//! (`watchdog_timeout`) kills a step that shows no progress. A termination signal to
+//! `scr run` (Ctrl-C, SLURM's `--signal=B:TERM@120` before the time limit) is passed on
+//! to the step and ends the retries; postrun still runs. Then `scr postrun` runs
 //! (with `--postrun false`, not) on the last launch's nodes: `scr postrun --prefix P`,
 //! with `--node N` for each node of the last launch when the nodes are simulated.
 //!
@@ -47,6 +49,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod cli;
 pub mod nodes;
+mod signals;
 
 use crate::config::Config;
 use crate::hostlist;
@@ -197,6 +200,8 @@ pub fn launch_command(
 enum Ended {
     Status(std::process::ExitStatus),
     Watchdog(u64),
+    /// `scr run` received this signal and passed it on.
+    Signalled(i32),
 }
 
 /// `scr run`: the exit code (0: the step completed; 1: it did not, the reason printed;
@@ -270,6 +275,9 @@ pub fn run(config: &Config, opts: &RunOptions) -> u8 {
         }
     ));
 
+    // from here on a Ctrl-C or SIGTERM ends the step and the retries, not the loop:
+    // postrun still runs (SLURM's --signal=B:TERM@120 before the time limit)
+    signals::catch_termination();
     // failures and lost nodes go to the prefix's event log, where `scr log` counts them
     let job_id = config.str("job_id");
     let log = |event| crate::events::log_event(&opts.prefix, &job_id, event);
@@ -295,6 +303,13 @@ pub fn run(config: &Config, opts: &RunOptions) -> u8 {
             .filter(|n| !state.down.iter().any(|(d, _)| d == *n))
             .cloned()
             .collect();
+        if let Some(sig) = signals::take() {
+            say(format!(
+                "stopping: scr run received {}; no relaunch",
+                signals::name(sig)
+            ));
+            break;
+        }
         let found = check.down(&up);
         for (node, why) in &found {
             say(format!("node {node} is down: {why}"));
@@ -385,6 +400,14 @@ pub fn run(config: &Config, opts: &RunOptions) -> u8 {
                     what: format!("scr run: {what}"),
                     rank: None,
                 });
+            }
+            Ended::Signalled(sig) => {
+                let why = format!("scr run received {}", signals::name(sig));
+                say(format!("stopping: {why}; no relaunch"));
+                log(crate::events::Event::Halt {
+                    reason: format!("scr run: {why}"),
+                });
+                break;
             }
             Ended::Watchdog(secs) => {
                 let what =
@@ -494,18 +517,19 @@ fn newest_change(dirs: &[PathBuf], limit: usize) -> Option<SystemTime> {
     newest
 }
 
-/// Start the step in a process group of its own (so that the watchdog can end it with
-/// everything it started) and wait for it, killing it when it shows no progress for
-/// `watchdog` seconds (0: never).
+/// Start the step and wait for it. With a watchdog (`watchdog` > 0 seconds) the step
+/// runs in a process group of its own, so that everything it started can be ended
+/// together when it shows no progress; without one it stays in `scr run`'s group, where
+/// a Ctrl-C at the terminal reaches it directly. A termination signal sent to `scr run`
+/// is passed on to the step (its group with a watchdog), which then has
+/// [`SIGNAL_GRACE`] to end before it is killed.
 fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Result<Ended> {
     use std::os::unix::process::CommandExt;
-    if watchdog == 0 {
-        // the step stays in scr run's process group: a Ctrl-C or a signal to the batch
-        // script's group reaches it as it would without scr run
-        return cmd.status().map(Ended::Status);
+    let own_group = watchdog > 0;
+    if own_group {
+        cmd.process_group(0);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
-    cmd.process_group(0);
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let start = Instant::now();
     let mut child = cmd.spawn()?;
     // the step's output is passed through line by line; each line is progress
@@ -517,6 +541,11 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
     if let Some(err) = child.stderr.take() {
         pumps.push(pump(err, true, last_output.clone(), start));
     }
+    let target = if own_group {
+        format!("-{}", child.id())
+    } else {
+        child.id().to_string()
+    };
     let mut newest = newest_change(watched, 100_000);
     let mut last_progress = Duration::ZERO;
     let mut last_scan = Instant::now();
@@ -524,7 +553,24 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
         if let Some(s) = child.try_wait()? {
             break Ended::Status(s);
         }
+        if let Some(sig) = signals::take() {
+            say(format!(
+                "received {}: passing it on to the job step ({}), which has {} s to end",
+                signals::name(sig),
+                if own_group {
+                    "its process group"
+                } else {
+                    "the launcher"
+                },
+                SIGNAL_GRACE.as_secs()
+            ));
+            end_step(&mut child, &target, &sig.to_string(), SIGNAL_GRACE);
+            break Ended::Signalled(sig);
+        }
         std::thread::sleep(Duration::from_millis(100));
+        if watchdog == 0 {
+            continue;
+        }
         if last_scan.elapsed() >= Duration::from_millis(500) {
             last_scan = Instant::now();
             let now = newest_change(watched, 100_000);
@@ -545,7 +591,7 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
                     .join(", "),
                 child.id()
             ));
-            kill_group(&mut child);
+            end_step(&mut child, &target, "TERM", Duration::from_secs(5));
             break Ended::Watchdog(watchdog);
         }
     };
@@ -555,22 +601,34 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
     Ok(ended)
 }
 
-/// SIGTERM to the step's process group, SIGKILL 5 s later if anything is left.
-fn kill_group(child: &mut Child) {
-    let group = format!("-{}", child.id());
-    let signal = |sig: &str| {
-        let _ = Command::new("kill").args([sig, "--", &group]).status();
+/// How long a step has to end after a signal passed on from `scr run` (SLURM's
+/// `--signal=B:TERM@120` leaves two minutes before the time limit; postrun needs some).
+pub const SIGNAL_GRACE: Duration = Duration::from_secs(30);
+
+/// Send `signal` (a name or number) to `target` (a pid, or `-pgid` for a process group),
+/// and SIGKILL after `grace` if the step has not ended; a second signal to `scr run`
+/// cuts the grace short.
+fn end_step(child: &mut Child, target: &str, signal: &str, grace: Duration) {
+    let send = |sig: &str| {
+        let _ = Command::new("kill")
+            .args([format!("-{sig}").as_str(), "--", target])
+            .status();
     };
-    signal("-TERM");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
+    send(signal);
+    let deadline = Instant::now() + grace;
+    let mut exited = false;
+    while Instant::now() < deadline && signals::take().is_none() {
         if matches!(child.try_wait(), Ok(Some(_))) {
+            exited = true;
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    // the leader may be gone while others of its group live on
-    signal("-KILL");
+    // a group's leader may be gone while others of the group live on; a lone launcher
+    // that has exited is not signalled again (its pid may be another process's by now)
+    if target.starts_with('-') || !exited {
+        send("KILL");
+    }
     let _ = child.wait();
 }
 

@@ -10,10 +10,23 @@ use scr_e2e::{binary, mpi_env, reference_state, Cluster, JobOutput};
 /// `scr ARGS` in the cluster's prefix, with the environment its jobs get (cache and
 /// control bases, job id, MPI settings) plus `env`.
 fn scr(c: &Cluster, args: &[&str], env: &[(&str, &str)]) -> JobOutput {
-    let mut cmd = Command::new("timeout");
-    cmd.args(["--kill-after=5", "150"])
-        .arg(binary("scr"))
-        .args(args);
+    let scr = binary("scr");
+    let mut timed = vec!["--kill-after=5", "150", scr.to_str().unwrap()];
+    timed.extend(args);
+    let out = scr_command(c, "timeout", &timed, env)
+        .output()
+        .expect("scr runs");
+    JobOutput {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `program args` with the environment [`scr`] gives.
+fn scr_command(c: &Cluster, program: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
     cmd.current_dir(c.prefix());
     for (k, v) in mpi_env() {
         cmd.env(k, v);
@@ -41,12 +54,7 @@ fn scr(c: &Cluster, args: &[&str], env: &[(&str, &str)]) -> JobOutput {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().expect("scr runs");
-    JobOutput {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    cmd
 }
 
 /// A launcher script: on its first call it runs `first` (a shell command), on every
@@ -635,4 +643,100 @@ fn after_the_last_launch_postrun_saves_the_newest_checkpoint_for_a_fresh_cache()
         "{out}"
     );
     assert_eq!(out.final_state(), reference, "{out}");
+}
+
+#[test]
+fn a_termination_signal_to_scr_run_reaches_the_step_and_ends_the_retries() {
+    for watchdog in ["0", "100"] {
+        let c = Cluster::new();
+        let pid_file = c.path("step.pid");
+        let step = format!("echo $$ > '{}'; exec sleep 600", pid_file.display());
+        let scr_bin = binary("scr");
+        let mut child = scr_command(
+            &c,
+            scr_bin.to_str().unwrap(),
+            &[
+                "run",
+                "--runs",
+                "3",
+                "--postrun",
+                "false",
+                "--",
+                "sh",
+                "-c",
+                &step,
+            ],
+            &[
+                ("SCR_NODELIST", "n0"),
+                ("SCR_NODE_NAMES", "n0"),
+                ("SCR_WATCHDOG_TIMEOUT", watchdog),
+            ],
+        )
+        // output to files, not pipes: a step that outlived scr run (the failure this
+        // test catches) would hold a pipe open and hang the test
+        .stdout(std::fs::File::create(c.path("run.out")).unwrap())
+        .stderr(std::fs::File::create(c.path("run.err")).unwrap())
+        .spawn()
+        .unwrap();
+        let started = std::time::Instant::now();
+        let step_pid = loop {
+            match std::fs::read_to_string(&pid_file) {
+                Ok(p) if p.ends_with('\n') => break p.trim().to_string(),
+                _ if started.elapsed().as_secs() > 30 => {
+                    let _ = child.kill();
+                    panic!("the step never started");
+                }
+                _ => std::thread::sleep(std::time::Duration::from_millis(50)),
+            }
+        };
+        let killed = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if started.elapsed().as_secs() > 60 {
+                let _ = child.kill();
+                let _ = Command::new("kill").args(["-KILL", &step_pid]).status();
+                panic!("watchdog {watchdog}: scr run did not end after SIGTERM");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let step_alive = Path::new("/proc").join(&step_pid).exists();
+        if step_alive {
+            let _ = Command::new("kill").args(["-KILL", &step_pid]).status();
+        }
+        let out = JobOutput {
+            code: status.code().unwrap_or(-1),
+            stdout: std::fs::read_to_string(c.path("run.out")).unwrap(),
+            stderr: std::fs::read_to_string(c.path("run.err")).unwrap(),
+        };
+        assert_eq!(out.code, 1, "watchdog {watchdog}: {out}");
+        let group = if watchdog == "0" {
+            "the launcher"
+        } else {
+            "its process group"
+        };
+        let ours: Vec<&str> = out.stdout.lines().skip(1).collect();
+        assert_eq!(
+            ours,
+            [
+                "scr run: launch 1 of 3 on 1 node(s) n0: sh -c ".to_string() + &step,
+                format!("scr run: received SIGTERM: passing it on to the job step ({group}), which has 30 s to end"),
+                "scr run: stopping: scr run received SIGTERM; no relaunch".into(),
+            ],
+            "watchdog {watchdog}: {out}"
+        );
+        assert!(
+            !step_alive,
+            "watchdog {watchdog}: the step (pid {step_pid}) outlived scr run\n{out}"
+        );
+        assert!(
+            started.elapsed().as_secs() < 20,
+            "watchdog {watchdog}: {out}"
+        );
+    }
 }
