@@ -7,6 +7,7 @@ pub mod hostlist;
 pub mod launch;
 pub mod registry;
 pub mod runtime;
+pub mod scavenge;
 pub mod show;
 pub mod state;
 pub mod walltime;

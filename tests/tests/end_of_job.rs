@@ -327,3 +327,179 @@ fn an_interrupted_sync_flush_is_cleaned_up_when_the_caches_are_lost() {
 fn an_interrupted_async_flush_is_cleaned_up_when_the_caches_are_lost() {
     an_interrupted_flush_is_cleaned_up(true);
 }
+
+#[test]
+fn a_faked_slurm_end_time_triggers_the_halt_seconds_rule() {
+    let mut c = Cluster::new();
+    // a first run leaves ckpt.5 and ckpt.10 in cache only
+    c.set("SCR_FLUSH", "10").set("SCR_FLUSH_ON_FINALIZE", "0");
+    let first = heat(&c, &["--steps", "12"]);
+    assert_eq!(first.code, 0, "{first}");
+    assert!(Index::load(&c.prefix())
+        .unwrap_or_default()
+        .datasets
+        .is_empty());
+    // the next run starts 30 s before its allocation ends, within halt_seconds = 60:
+    // init flushes the newest checkpoint and ends the run, saying why
+    let end = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 30;
+    c.env.remove("SCR_FLUSH_ON_FINALIZE");
+    c.set("SCR_HALT_SECONDS", "60")
+        .set("SCR_HALT_EXIT", "1")
+        .set("SLURM_JOB_ID", "4242")
+        .set("SLURM_JOB_END_TIME", &end.to_string());
+    let out = heat(&c, &["--steps", "200"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stderr.contains(&format!(
+            "before the allocation ends at {end} (from SLURM_JOB_END_TIME), within halt_seconds = 60"
+        )),
+        "{out}"
+    );
+    assert!(out.stderr.contains("halting the run: "), "{out}");
+    assert!(out.line_after("final step ").is_none(), "it ran on\n{out}");
+    let ix = Index::load(&c.prefix()).unwrap();
+    assert_eq!(index(&c), [("ckpt.10".to_string(), true, None)], "{ix:?}");
+    assert_eq!(ix.current.as_deref(), Some("ckpt.10"));
+    // without a known end (no resource manager) the same settings do not stop a run
+    let mut free = Cluster::new();
+    free.set("SCR_HALT_SECONDS", "60").set("SCR_HALT_EXIT", "1");
+    let out = free.run(TWO_NODES, "scr-heat", &["--steps", "12"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.line_after("final step ").is_some(), "{out}");
+}
+
+#[test]
+fn the_event_log_records_failures_rebuilds_and_flushes_and_scr_log_sums_them_up() {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR").set("SCR_FLUSH", "10");
+    let killed = heat(
+        &c,
+        &["--steps", "20", "--kill-at", "12", "--kill-rank", "1"],
+    );
+    assert_ne!(killed.code, 0, "{killed}");
+    c.lose_node("n1");
+    let out = heat(&c, &["--steps", "20"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{out}"
+    );
+    let log = std::fs::read_to_string(c.prefix().join(".scr/events.jsonl")).unwrap();
+    let events: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    // first run: init, ckpt.5, ckpt.10, killed; second: the failure found, ckpt.10 and
+    // ckpt.5 rebuilt, n1 lost, init, ckpt.15, ckpt.20, the finalize flush of ckpt.20,
+    // finalize
+    assert_eq!(
+        kinds,
+        [
+            "init",
+            "checkpoint",
+            "checkpoint",
+            "failure",
+            "rebuild",
+            "rebuild",
+            "lost_nodes",
+            "init",
+            "checkpoint",
+            "checkpoint",
+            "flush",
+            "finalize"
+        ],
+        "{log}"
+    );
+    assert!(
+        events[3]["what"]
+            .as_str()
+            .unwrap()
+            .contains("ended without finalize"),
+        "{log}"
+    );
+    assert_eq!(events[4]["name"], "ckpt.10");
+    assert_eq!(events[4]["ranks"], serde_json::json!([2, 3]));
+    assert_eq!(events[5]["name"], "ckpt.5");
+    assert_eq!(events[6]["nodes"], serde_json::json!(["n1"]));
+    assert_eq!(events[7]["restarted_from"], "ckpt.10");
+    assert_eq!(events[10]["name"], "ckpt.20");
+    assert_eq!(events[10]["ok"], true);
+    // every checkpoint's bytes: 4 ranks' files of equal size
+    let file = std::fs::metadata(c.prefix().join("ckpt.20/rank_0.ckpt"))
+        .unwrap()
+        .len();
+    assert_eq!(events[1]["bytes"], 4 * file);
+    assert_eq!(events[10]["bytes"], 4 * file);
+    let report = Command::new(binary("scr"))
+        .args(["log", "--json", "--prefix"])
+        .arg(c.prefix())
+        .output()
+        .unwrap();
+    assert!(report.status.success(), "{report:?}");
+    let summary: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(summary["checkpoints"], 4, "{summary}");
+    assert_eq!(summary["rebuilds"], 2, "{summary}");
+    assert_eq!(summary["flushes"], 1, "{summary}");
+    // the failure and the lost node are one failure
+    assert_eq!(summary["failures"], 1, "{summary}");
+}
+
+#[test]
+fn cleaning_up_an_interrupted_relocated_flush_leaves_the_older_checkpoint_of_that_name() {
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "2");
+    let cells = ["--cells", "200000"];
+    let args = |steps: &'static str| -> Vec<&'static str> {
+        let mut a = vec!["--steps", steps];
+        a.extend_from_slice(&cells);
+        a
+    };
+    assert_eq!(heat(&c, &args("22")).code, 0);
+    let older: Vec<Vec<u8>> = (0..4)
+        .map(|r| std::fs::read(c.prefix().join(format!("ckpt.20/rank_{r}.ckpt"))).unwrap())
+        .collect();
+    // back to ckpt.10 from the prefix: the next ckpt.20 finds its names taken, so its
+    // flush writes to the dataset's own directory; rank 1 dies right after it started
+    let pin = Command::new(binary("scr"))
+        .args(["index", "current", "ckpt.10", "--prefix"])
+        .arg(c.prefix())
+        .output()
+        .unwrap();
+    assert!(pin.status.success(), "{pin:?}");
+    wipe_caches(&c);
+    c.set("SCR_FAULT", "flush-dispatched:1");
+    let crashed = heat(&c, &args("22"));
+    assert_ne!(crashed.code, 0, "{crashed}");
+    c.env.remove("SCR_FAULT");
+    let relocated_before = files_below(&c.prefix().join(".scr"))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("/files/"))
+        .count();
+    assert!(relocated_before > 0, "the second flush was not relocated");
+    wipe_caches(&c);
+    let out = heat(&c, &args("12"));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stderr.contains("cannot be resumed"), "{out}");
+    let relocated_after: Vec<_> = files_below(&c.prefix().join(".scr"))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("/files/"))
+        .collect();
+    assert!(relocated_after.is_empty(), "{relocated_after:?}");
+    no_partial_files(&c.prefix());
+    for (r, bytes) in older.iter().enumerate() {
+        assert_eq!(
+            &std::fs::read(c.prefix().join(format!("ckpt.20/rank_{r}.ckpt"))).unwrap(),
+            bytes,
+            "rank {r}'s older ckpt.20 changed"
+        );
+    }
+}

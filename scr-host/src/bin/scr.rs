@@ -70,6 +70,16 @@ enum Command {
         #[command(subcommand)]
         command: FlushFileCommand,
     },
+    /// Per-node step of postrun: copy this node's cached files of the newest dataset not
+    /// yet in the prefix (application and redundancy files, each verified by size and
+    /// CRC32) into a staging directory of the prefix, `PREFIX/.scr/scr.dataset.<id>/scavenge/`.
+    Scavenge(scr_host::scavenge::ScavengeArgs),
+    /// After the job step ended (also when it was killed): copy the newest checkpoint
+    /// that is only in node-local cache into the prefix, rebuild the files of lost nodes
+    /// through its redundancy scheme, verify every file's CRC32, and add it to the index
+    /// (the restart point when it is the newest). Runs the per-node step itself for every
+    /// node it can reach.
+    Postrun(scr_host::scavenge::PostrunArgs),
     /// Summarise the event log (PREFIX/.scr/events.jsonl): jobs, checkpoint cost, flush
     /// bandwidth, failures and the checkpoint interval they advise.
     #[command(
@@ -95,6 +105,14 @@ or says why it cannot. Damaged lines are skipped with a warning."
 enum IndexCommand {
     /// List every dataset: id, name, checkpoint id, state, and the restart point.
     List,
+    /// Add a dataset whose files, summary and rank2file are in the prefix (after checking
+    /// every file's size and CRC32 against rank2file), complete; it becomes the restart
+    /// point when it is the newest checkpoint. Exit status 1 when a check fails (nothing
+    /// is added).
+    Add {
+        /// The dataset's name or id (as in `PREFIX/.scr/scr.dataset.<id>/summary.scr`).
+        name: String,
+    },
     /// Print the checkpoint a restart would fetch; with NAME, make it that one.
     Current {
         /// The checkpoint to restart from.
@@ -289,6 +307,9 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
     // index as it is under the prefix lock: a copy read before the lock may be stale by
     // the time it is acted on (a job's flush recorded in between).
     match command {
+        IndexCommand::Add { name } => {
+            scr_host::scavenge::index_add_command(load(cli, &[]).ok().as_ref(), &prefix, name)
+        }
         IndexCommand::Rebuild => {
             match Index::try_update(&prefix, |ix| {
                 let rebuilt = Index::rebuild(&prefix)?;
@@ -757,6 +778,14 @@ fn main() -> ExitCode {
         Command::Env(args) => with_config(&cli, |c| scr_host::launch::cli::env(c, args)),
         Command::Index { prefix, command } => index_command(&cli, prefix, command),
         Command::FlushFile { prefix, command } => flush_file_command(&cli, prefix, command),
+        Command::Scavenge(args) => match load(&cli, &[]) {
+            Ok(c) => scr_host::scavenge::scavenge_command(c, args),
+            Err(e) => report_errors(&e),
+        },
+        Command::Postrun(args) => match load(&cli, &[]) {
+            Ok(c) => scr_host::scavenge::postrun_command(c, args),
+            Err(e) => report_errors(&e),
+        },
         Command::Log { prefix, json } => match prefix_of(&cli, prefix)
             .and_then(|p| scr_host::events::log_report(&p, *json).map_err(fail))
         {

@@ -67,7 +67,7 @@ pub(super) fn is_inside(name: &str) -> bool {
 }
 
 /// How a file compares with what was recorded of it.
-pub(super) fn check_file(
+pub(crate) fn check_file(
     path: &Path,
     size: u64,
     crc32: Option<u32>,
@@ -119,7 +119,7 @@ pub(super) fn verify_dataset(
 /// `crc_on_restart` says: the rebuild just wrote it, the read is cheap next to that);
 /// with `crc_expected` (the dataset was written with CRC32s), a rebuilt file that comes
 /// without one is refused.
-pub(super) fn verify_rebuilt(
+pub(crate) fn verify_rebuilt(
     rank: u32,
     metas: &[FileMeta],
     own: Option<&DatasetRecord>,
@@ -209,7 +209,7 @@ pub(super) fn declare_redundancy(
 }
 
 /// The plugin's view of a dataset held in `dir`.
-pub(super) fn dataset_files(rec: &DatasetRecord, dir: &Path) -> DatasetFiles {
+pub(crate) fn dataset_files(rec: &DatasetRecord, dir: &Path) -> DatasetFiles {
     DatasetFiles {
         dataset_id: rec.id,
         dir: dir.display().to_string().into(),
@@ -384,6 +384,7 @@ impl Runtime {
     /// Verify (and, through the scheme, rebuild) dataset `id` on every rank, or drop it
     /// everywhere. Collective.
     fn restore_dataset(&mut self, id: u64, holders: &[&Summary]) -> Result<()> {
+        let restore_started = std::time::Instant::now();
         let own = self.filemap.datasets.get(&id).cloned();
         // the record that says which set this rank belonged to
         let template = own.clone().or_else(|| {
@@ -584,16 +585,37 @@ impl Runtime {
             eprintln!("scr-rs[{}]: dataset {id} ({name}): {why}", self.rank);
         }
         let kept = self.all_agree(outcome.is_ok());
-        if kept && self.debug >= 1 {
-            // (debug is the same on every rank, so this gather is collective)
-            let flags = all_gather_bytes(&self.world, &[u8::from(!intact)]);
-            let rebuilt: Vec<usize> = (0..flags.len()).filter(|&r| flags[r] == [1]).collect();
-            if !rebuilt.is_empty() {
-                self.info(&format!(
-                    "dataset {id} ({name}): rebuilt the files of ranks {rebuilt:?} through {}",
-                    t.descriptor.scheme
-                ));
+        // which ranks lacked files (1: damaged or missing, 2: the whole cache lost): for
+        // the log, and the event log's lost nodes
+        let flags = all_gather_bytes(
+            &self.world,
+            &[match (&own, intact) {
+                (None, _) => 2u8,
+                (Some(_), false) => 1,
+                (Some(_), true) => 0,
+            }],
+        );
+        for (r, f) in flags.iter().enumerate() {
+            if f.as_slice() == [2] {
+                if let Some(node) = self.nodes.get(r) {
+                    self.lost_nodes.insert(node.clone());
+                }
             }
+        }
+        let rebuilt: Vec<u32> = (0..flags.len() as u32)
+            .filter(|&r| flags[r as usize].as_slice() != [0])
+            .collect();
+        if kept && !rebuilt.is_empty() {
+            self.info(&format!(
+                "dataset {id} ({name}): rebuilt the files of ranks {rebuilt:?} through {}",
+                t.descriptor.scheme
+            ));
+            self.log_event(crate::events::Event::Rebuild {
+                name: name.clone(),
+                id,
+                ranks: rebuilt,
+                seconds: restore_started.elapsed().as_secs_f64(),
+            });
         }
         let local = if kept {
             match outcome {
@@ -647,6 +669,10 @@ impl Runtime {
                 sets.join("; ")
             );
             self.warn(&report);
+            self.log_event(crate::events::Event::Failure {
+                what: report.clone(),
+                rank: None,
+            });
             self.lost.push(report);
             // this rank's record, or the one made for the rebuild when its cache was
             // lost (holding the redundancy files declared before recover and the names

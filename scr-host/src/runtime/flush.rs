@@ -44,9 +44,10 @@ use super::{
     all_gather_bytes, broadcast_bytes, cache, now_secs, DatasetRecord, FileRecord, Result, Runtime,
     ScrError,
 };
+use crate::events::Event;
 use crate::registry::{Kind, RegistryError};
 
-mod resume;
+pub(crate) mod resume;
 
 /// What one rank's part of a flush produced (also the marker of an async flush).
 type RankOutcome = std::result::Result<Vec<FlushedFile>, String>;
@@ -61,6 +62,8 @@ pub(super) struct Flushing {
     /// Dataset ids this run started a flush of (finalize does not start another of one
     /// that failed: a transfer that failed minutes ago is not tried again at the end).
     pub attempted: BTreeSet<u64>,
+    /// When each flush of this run started (for its event in the log).
+    pub started: BTreeMap<u64, std::time::Instant>,
     /// Background flushes of this run, with what each rank's waiter found.
     pub pending: Vec<IndexEntry>,
     pub outcomes: Arc<Mutex<BTreeMap<u64, RankOutcome>>>,
@@ -96,26 +99,26 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// One file of a transfer and what it must be once the transfer says it is done.
 #[derive(Clone, Debug)]
-struct Planned {
+pub(crate) struct Planned {
     /// The file's name (relative to the prefix and to the dataset's cache directory).
-    name: String,
-    source: PathBuf,
-    destination: PathBuf,
+    pub name: String,
+    pub source: PathBuf,
+    pub destination: PathBuf,
     /// Size the destination must have.
-    size: u64,
+    pub size: u64,
     /// CRC32 the destination must have, when one was recorded (at `complete_output` for a
     /// flush, in rank2file for a fetch).
-    crc32: Option<u32>,
+    pub crc32: Option<u32>,
     /// The destination relative to the prefix when a flush relocated it
     /// ([`prefix::relocated`]).
-    stored: Option<String>,
+    pub stored: Option<String>,
 }
 
 /// Which transfer did it, for messages that must let an admin find the culprit.
 #[derive(Clone, Debug)]
-struct Label {
-    transfer_type: String,
-    plugin: String,
+pub(crate) struct Label {
+    pub transfer_type: String,
+    pub plugin: String,
 }
 
 impl std::fmt::Display for Label {
@@ -129,11 +132,11 @@ impl std::fmt::Display for Label {
 }
 
 /// A dispatched transfer with what it was asked to do.
-struct Started {
-    transfer: TransferBox,
-    files: Vec<Planned>,
-    label: Label,
-    host: LocalHost,
+pub(crate) struct Started {
+    pub transfer: TransferBox,
+    pub files: Vec<Planned>,
+    pub label: Label,
+    pub host: LocalHost,
 }
 
 /// Wait for `transfer`. A background waiter (`poll`) asks with `test` between short
@@ -288,7 +291,7 @@ fn verify(
 
 /// Wait for a started transfer and verify it (see [`verify`]); this rank's flushed files
 /// with the CRC32s the host computed from the destinations.
-fn collect(started: Started, poll: bool, recorded: &str, buf: usize) -> RankOutcome {
+pub(crate) fn collect(started: Started, poll: bool, recorded: &str, buf: usize) -> RankOutcome {
     let Started {
         mut transfer,
         files,
@@ -359,7 +362,40 @@ fn finish(
     prefix: &Path,
     entry: &IndexEntry,
     outcomes: BTreeMap<u32, RankOutcome>,
+    started: FlushStart,
 ) -> std::result::Result<(), String> {
+    let done = finish_recording(prefix, entry, outcomes);
+    let (bytes, ok) = match &done {
+        Ok(bytes) => (*bytes, true),
+        Err(_) => (0, false),
+    };
+    crate::events::log_event(
+        prefix,
+        &started.job_id,
+        Event::Flush {
+            name: entry.name.clone(),
+            id: entry.id,
+            bytes,
+            seconds: started.at.elapsed().as_secs_f64(),
+            ok,
+        },
+    );
+    done.map(|_| ())
+}
+
+/// When and by which job a flush started (for its event in the log).
+#[derive(Clone)]
+struct FlushStart {
+    job_id: String,
+    at: std::time::Instant,
+}
+
+/// [`finish`]'s work; returns the bytes recorded.
+fn finish_recording(
+    prefix: &Path,
+    entry: &IndexEntry,
+    outcomes: BTreeMap<u32, RankOutcome>,
+) -> std::result::Result<u64, String> {
     if let Some((rank, Err(why))) = outcomes.iter().find(|(_, o)| o.is_err()) {
         let reason = format!("flush failed on rank {rank}: {why}");
         let _ = Index::update(prefix, |ix| {
@@ -421,7 +457,8 @@ fn finish(
         }
         Ok(())
     };
-    step().map_err(|e| {
+    let bytes = summary.bytes;
+    step().map(|()| bytes).map_err(|e| {
         // not recorded: no summary or map may bring it back when an index is rebuilt
         let _ = std::fs::remove_file(Summary::path(prefix, entry.id));
         let _ = std::fs::remove_file(Rank2File::path(prefix, entry.id));
@@ -485,6 +522,9 @@ impl Runtime {
     /// Flush `rec` to the prefix now (collective).
     fn flush_dataset(&mut self, rec: &DatasetRecord) -> Result<()> {
         self.flushing.attempted.insert(rec.id);
+        self.flushing
+            .started
+            .insert(rec.id, std::time::Instant::now());
         // (a dataset flushed a second time in one run, `scr index drop` between the two,
         // starts with nothing of the first attempt's outcome)
         lock(&self.flushing.recorded).remove(&rec.id);
@@ -762,6 +802,15 @@ impl Runtime {
         if self.rank == 0 {
             let prefix = self.prefix.clone();
             let ranks = self.size;
+            let flush_start = FlushStart {
+                job_id: self.job_id.clone(),
+                at: self
+                    .flushing
+                    .started
+                    .get(&rec.id)
+                    .copied()
+                    .unwrap_or_else(std::time::Instant::now),
+            };
             let stop = Arc::clone(&self.flushing.stop);
             let recorded = Arc::clone(&self.flushing.recorded);
             self.flushing.finishers.push(std::thread::spawn(move || {
@@ -786,7 +835,7 @@ impl Runtime {
                     })
                     .collect();
                 let copied = outcomes.values().all(|o| o.is_ok());
-                match finish(&prefix, &entry, outcomes) {
+                match finish(&prefix, &entry, outcomes, flush_start.clone()) {
                     Ok(()) => {
                         lock(&recorded).insert(entry.id);
                     }
@@ -879,7 +928,16 @@ impl Runtime {
                 )
             })
             .collect();
-        finish(&self.prefix, entry, outcomes)
+        let started = FlushStart {
+            job_id: self.job_id.clone(),
+            at: self
+                .flushing
+                .started
+                .get(&entry.id)
+                .copied()
+                .unwrap_or_else(std::time::Instant::now),
+        };
+        finish(&self.prefix, entry, outcomes, started)
     }
 
     /// Dataset ids whose flush is still running on this rank.
@@ -938,6 +996,11 @@ impl Runtime {
                 return Ok(());
             };
             tried.push(entry.id);
+            let fetch_started = std::time::Instant::now();
+            let fetch_bytes: u64 = map
+                .as_ref()
+                .map(|m| m.ranks.values().flatten().map(|f| f.size).sum())
+                .unwrap_or(0);
             let outcome = match map {
                 Ok(map) => self.fetch_one(&entry, &map),
                 Err(e) => Err(e),
@@ -1001,6 +1064,12 @@ impl Runtime {
                         entry.name,
                         self.prefix.display()
                     ));
+                    self.log_event(Event::Fetch {
+                        name: entry.name.clone(),
+                        id: entry.id,
+                        bytes: fetch_bytes,
+                        seconds: fetch_started.elapsed().as_secs_f64(),
+                    });
                     return Ok(());
                 }
                 Some(reason) => {
@@ -1182,12 +1251,12 @@ mod tests {
             ..IndexEntry::default()
         };
         let done = || BTreeMap::from([(0u32, Ok(Vec::new()))]);
-        finish(dir.path(), &entry(2), done()).unwrap();
-        finish(dir.path(), &entry(1), done()).unwrap();
+        finish_recording(dir.path(), &entry(2), done()).unwrap();
+        finish_recording(dir.path(), &entry(1), done()).unwrap();
         let ix = Index::load(dir.path()).unwrap();
         assert_eq!(ix.current.as_deref(), Some("ckpt.2"));
         assert!(ix.datasets[&1].complete && ix.datasets[&2].complete);
-        finish(dir.path(), &entry(3), done()).unwrap();
+        finish_recording(dir.path(), &entry(3), done()).unwrap();
         assert_eq!(
             Index::load(dir.path()).unwrap().current.as_deref(),
             Some("ckpt.3")

@@ -16,7 +16,7 @@ use scr_plugin::{HostServices, LogLevel, PluginError, ReduceOp};
 
 /// Host services of one process for transfer calls.
 #[derive(Clone, Debug)]
-pub(super) struct LocalHost {
+pub(crate) struct LocalHost {
     /// `MPI_COMM_WORLD` rank of this process (member 0's world rank), for log lines.
     world_rank: u32,
     /// This process's node (its failure group).
@@ -32,7 +32,7 @@ pub(super) struct LocalHost {
 
 impl LocalHost {
     /// A host for transfers of type `label` on world rank `world_rank`.
-    pub(super) fn new(
+    pub(crate) fn new(
         world_rank: u32,
         node: &str,
         label: &str,

@@ -9,11 +9,11 @@
 //! are routed into node-local cache, recorded in the filemap before they exist, and
 //! protected by the scheme of the descriptor chosen for the checkpoint id.
 
-mod cache;
+pub(crate) mod cache;
 mod filemap;
-mod flush;
+pub(crate) mod flush;
 pub mod halt;
-mod local_host;
+pub(crate) mod local_host;
 mod mpi_exit;
 mod mpi_host;
 pub mod prefix;
@@ -150,6 +150,13 @@ pub struct Runtime {
     halt_reason: Option<String>,
     finalized: bool,
     lost: Vec<String>,
+    /// Nodes whose cache init found lost (for the event log).
+    lost_nodes: BTreeSet<String>,
+    /// When init began (the finalize event says how long the run was).
+    init_started: Instant,
+    /// Rank 0: the allocation's end and where it was read from (`halt_seconds` counts
+    /// back from it); read once at init.
+    allocation_end: Option<(i64, String)>,
     /// Whether rank 0 said that files without a CRC32 are checked by size only.
     crc_note_given: bool,
     flushing: flush::Flushing,
@@ -213,6 +220,9 @@ impl Runtime {
             // until init succeeds, dropping the half-built runtime is not a missed finalize
             finalized: true,
             lost: Vec::new(),
+            lost_nodes: BTreeSet::new(),
+            init_started: started,
+            allocation_end: None,
             crc_note_given: false,
             flushing: flush::Flushing::default(),
             uncertain: None,
@@ -303,7 +313,21 @@ impl Runtime {
         let made = stores.iter().try_for_each(|s| rt.create_store_dir(s));
         rt.agree(made)?;
         rt.write_nodes_file()?;
+        if rank == 0 {
+            // asked once, on one rank: thousands of ranks each running `squeue` would
+            // load the resource manager
+            rt.allocation_end = crate::walltime::from_config_and_env(&rt.config);
+            if let Some((end, source)) = &rt.allocation_end {
+                rt.info(&format!("the allocation ends at {end} (from {source})"));
+            }
+            rt.log_previous_run_failure();
+        }
         rt.restore_cache()?;
+        if !rt.lost_nodes.is_empty() {
+            rt.log_event(crate::events::Event::LostNodes {
+                nodes: rt.lost_nodes.iter().cloned().collect(),
+            });
+        }
         rt.settle_interrupted_flushes()?;
         if rt.restart_candidate().is_none() && rt.config.bool("fetch") {
             rt.fetch()?;
@@ -312,6 +336,17 @@ impl Runtime {
         if rt.config.bool("flush_on_restart") {
             rt.flush_newest("flush_on_restart")?;
         }
+        rt.log_event(crate::events::Event::Init {
+            ranks: rt.size,
+            nodes: {
+                let mut n = rt.nodes.clone();
+                n.sort();
+                n.dedup();
+                n.len() as u32
+            },
+            seconds: started.elapsed().as_secs_f64(),
+            restarted_from: rt.have_restart(),
+        });
         rt.exit_if_halted();
         // time-based checkpoint policies count from the end of init
         rt.policy.last_end = Instant::now();
@@ -372,6 +407,41 @@ impl Runtime {
     fn info(&self, msg: &str) {
         if self.debug >= 1 && self.rank == 0 {
             eprintln!("scr-rs: {msg}");
+        }
+    }
+
+    /// Append `event` to the prefix's event log (rank 0; see [`crate::events`]).
+    fn log_event(&self, event: crate::events::Event) {
+        if self.rank == 0 && self.passthrough.is_none() {
+            crate::events::log_event(&self.prefix, &self.job_id, event);
+        }
+    }
+
+    /// Rank 0 at init: when the event log's last run started and never finalized (or
+    /// halted), that run failed — killed, a node lost, a rank crashed. Logged as a
+    /// failure so that `scr log` can count the time between failures.
+    fn log_previous_run_failure(&self) {
+        let Ok((records, _)) = crate::events::read(&self.prefix) else {
+            return;
+        };
+        use crate::events::Event;
+        let last_init = records
+            .iter()
+            .rposition(|r| matches!(r.event, Event::Init { .. }));
+        let Some(i) = last_init else {
+            return;
+        };
+        let ended = records[i..]
+            .iter()
+            .any(|r| matches!(r.event, Event::Finalize { .. } | Event::Halt { .. }));
+        if !ended {
+            self.log_event(Event::Failure {
+                what: format!(
+                    "the previous run (job {}, started at {:.0}) ended without finalize",
+                    records[i].job_id, records[i].time
+                ),
+                rank: None,
+            });
         }
     }
 
@@ -1008,7 +1078,17 @@ impl Runtime {
             }
             if let Some(c) = out.record.checkpoint_id {
                 self.next_checkpoint = c + 1;
+                let bytes: u64 = out.record.files.iter().map(|f| f.size).sum();
                 self.checkpoint_done(out.started);
+                let mut total = 0u64;
+                self.world
+                    .all_reduce_into(&bytes, &mut total, SystemOperation::sum());
+                self.log_event(crate::events::Event::Checkpoint {
+                    name: out.record.name.clone(),
+                    id: out.record.id,
+                    bytes: total,
+                    seconds: out.started.elapsed().as_secs_f64(),
+                });
             }
             self.dataset_done(out.record.id);
             let store = out.record.descriptor.store.clone();
@@ -1281,7 +1361,18 @@ impl Runtime {
 
     /// Rank 0's view of the halt conditions.
     fn halt_check(&self) -> Option<String> {
-        load_halt(&self.prefix).reason(now_secs(), self.config.u64("halt_seconds") as i64)
+        let now = now_secs();
+        let margin = self.config.u64("halt_seconds") as i64;
+        load_halt(&self.prefix).reason(now, margin).or_else(|| {
+            // SCR_HALT_SECONDS: stop while there is time left to flush
+            let (end, source) = self.allocation_end.as_ref()?;
+            (margin > 0 && now >= end - margin).then(|| {
+                format!(
+                    "{} s left before the allocation ends at {end} (from {source}), within halt_seconds = {margin}",
+                    (end - now).max(0)
+                )
+            })
+        })
     }
 
     /// Whether the run should stop now (collective; a halt condition holds). The reason
@@ -1293,6 +1384,11 @@ impl Runtime {
             Some(reason) => {
                 if self.rank == 0 {
                     eprintln!("scr-rs: should_exit: yes, {reason}");
+                }
+                if self.halt_reason.is_none() {
+                    self.log_event(crate::events::Event::Halt {
+                        reason: reason.clone(),
+                    });
                 }
                 self.halt_reason = Some(reason);
                 // the run is about to end: its newest checkpoint goes to the prefix now
@@ -1336,6 +1432,9 @@ impl Runtime {
     /// End the run for `reason` (collective; halt_exit): finalize (which flushes the
     /// newest checkpoint), finalize MPI and exit with status 0.
     fn halt_and_exit(&mut self, reason: String) -> ! {
+        self.log_event(crate::events::Event::Halt {
+            reason: reason.clone(),
+        });
         if self.rank == 0 {
             eprintln!(
                 "scr-rs: halting the run: {reason} (halt_exit = true: flushing the newest checkpoint, finalizing and exiting)"
@@ -1387,6 +1486,9 @@ impl Runtime {
             }
             self.wait_flushes();
         }
+        self.log_event(crate::events::Event::Finalize {
+            seconds_total: self.init_started.elapsed().as_secs_f64(),
+        });
         if self.rank == 0 {
             // record why the run ended, unless someone set a reason of their own (read
             // and written under the prefix lock, like every halt file update)
@@ -1492,7 +1594,7 @@ fn relative_to<'a>(dir: &Path, paths: impl Iterator<Item = &'a str>) -> Vec<Stri
 }
 
 /// `<base>/<node>` when nodes are simulated, else `<base>`.
-fn node_local(base: &Path, simulated: bool, node: &str) -> PathBuf {
+pub(crate) fn node_local(base: &Path, simulated: bool, node: &str) -> PathBuf {
     if simulated {
         base.join(node)
     } else {

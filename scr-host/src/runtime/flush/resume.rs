@@ -32,10 +32,10 @@ use crate::runtime::prefix::{self, Index, IndexEntry, Rank2File};
 use crate::runtime::{broadcast_bytes, DatasetRecord, Result, Runtime};
 
 /// State-file kind of the list of prefix paths a flush may write.
-const WRITES_KIND: &str = "flush-writes";
+pub(crate) const WRITES_KIND: &str = "flush-writes";
 
 /// `<prefix>/.scr/scr.dataset.<id>/writes.scr`: what the flush of dataset `id` may write.
-fn writes_path(prefix: &Path, id: u64) -> PathBuf {
+pub(crate) fn writes_path(prefix: &Path, id: u64) -> PathBuf {
     prefix::dataset_dir(prefix, id).join("writes.scr")
 }
 
@@ -114,6 +114,9 @@ impl Runtime {
         let mixed = parts.contains(&1) && parts.contains(&2);
         let resumable = !parts.contains(&0) && !mixed;
         if resumable {
+            self.flushing
+                .started
+                .insert(entry.id, std::time::Instant::now());
             let Ok(mut started) = reopened else {
                 unreachable!("every rank reopened its transfer")
             };
@@ -275,80 +278,74 @@ impl Runtime {
         })
     }
 
-    /// Remove what the interrupted flush of `entry` may have written on this rank and
-    /// mark the entry failed (collective: rank 0 marks it after every rank cleaned).
+    /// Remove what the interrupted flush of `entry` wrote and mark the entry failed
+    /// (collective). What it may have written is the list the flush recorded in the
+    /// prefix before it copied anything (rank 0 removes it all: the filemaps that name
+    /// the files may be lost with the caches); only when that list cannot be read does
+    /// each rank fall back to its filemap's names. Either way a path is removed only
+    /// when it is in the dataset's own directory, or when no complete dataset's
+    /// rank2file names it — and a pure output's own paths never (the flush may have
+    /// written over the user's older file of that name).
     fn clean_up(&mut self, entry: &IndexEntry, rec: Option<&DatasetRecord>, why: &str) {
         let owned = self.owned_paths();
         let pure_output = entry.output && entry.checkpoint_id.is_none();
-        let mut candidates: Vec<PathBuf> = Vec::new();
-        if let Some(rec) = rec {
-            for f in &rec.files {
-                candidates.push(self.prefix.join(prefix::relocated(entry.id, &f.name)));
-                // a pure output may have been written over the user's older file of that
-                // name: its own path is left alone
-                if !pure_output {
-                    candidates.push(self.prefix.join(&f.name));
+        let own_dir = prefix::dataset_dir(&self.prefix, entry.id);
+        let recorded: Option<Vec<String>> = if self.rank == 0 {
+            match crate::state::read_state::<Vec<String>>(
+                &writes_path(&self.prefix, entry.id),
+                WRITES_KIND,
+            ) {
+                Ok(writes) => Some(writes),
+                Err(e) => {
+                    if !e.is_not_found() {
+                        eprintln!("scr-rs: warning: {e}; cleaning up what the filemaps name");
+                    }
+                    None
                 }
             }
-        }
-        let mut removed = 0usize;
+        } else {
+            None
+        };
+        let have_list =
+            !broadcast_bytes(&self.world, if recorded.is_some() { b"1" } else { b"" }).is_empty();
+        let candidates: Vec<PathBuf> = match (&recorded, have_list, rec) {
+            (Some(writes), _, _) => writes
+                .iter()
+                .filter(|w| prefix::check_relative(w).is_ok())
+                .map(|w| self.prefix.join(w))
+                .collect(),
+            (None, false, Some(rec)) => rec
+                .files
+                .iter()
+                .flat_map(|f| {
+                    [
+                        self.prefix.join(prefix::relocated(entry.id, &f.name)),
+                        self.prefix.join(&f.name),
+                    ]
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         let mut remove: Vec<PathBuf> = Vec::new();
         for p in candidates {
-            let relocated_path = p.starts_with(prefix::dataset_dir(&self.prefix, entry.id));
+            let in_own_dir = p.starts_with(&own_dir);
             // a path some complete dataset's rank2file names is never this flush's; when
             // that cannot be known, only the dataset's own directory is cleaned
-            let free = relocated_path || owned.as_ref().is_some_and(|o| !o.contains(&p));
+            let free =
+                in_own_dir || (!pure_output && owned.as_ref().is_some_and(|o| !o.contains(&p)));
             if !free {
                 continue;
             }
             let mut part = p.clone().into_os_string();
             part.push(".scr-part");
             for q in [p, PathBuf::from(part)] {
-                if q.symlink_metadata().is_ok_and(|m| m.is_file()) {
-                    removed += 1;
+                if !remove.contains(&q) && q.symlink_metadata().is_ok_and(|m| m.is_file()) {
                     remove.push(q);
                 }
             }
         }
-        if self.rank == 0 {
-            // what the flush said it would write (read from the prefix: the filemaps
-            // that name the files may be lost with the caches)
-            match crate::state::read_state::<Vec<String>>(
-                &writes_path(&self.prefix, entry.id),
-                WRITES_KIND,
-            ) {
-                Ok(writes) => {
-                    for w in writes {
-                        if prefix::check_relative(&w).is_err() {
-                            continue;
-                        }
-                        let p = self.prefix.join(&w);
-                        let relocated_path =
-                            p.starts_with(prefix::dataset_dir(&self.prefix, entry.id));
-                        if pure_output && !relocated_path {
-                            continue;
-                        }
-                        if !relocated_path && owned.as_ref().is_none_or(|o| o.contains(&p)) {
-                            continue;
-                        }
-                        let mut part = p.clone().into_os_string();
-                        part.push(".scr-part");
-                        for q in [p, PathBuf::from(part)] {
-                            if !remove.contains(&q)
-                                && q.symlink_metadata().is_ok_and(|m| m.is_file())
-                            {
-                                removed += 1;
-                                remove.push(q);
-                            }
-                        }
-                    }
-                }
-                Err(e) if e.is_not_found() => {}
-                Err(e) => eprintln!("scr-rs: warning: {e}; cleaning up what the filemaps name"),
-            }
-        }
         remove_written(&self.prefix, &remove);
-        let total = super::all_gather_bytes(&self.world, &(removed as u64).to_le_bytes())
+        let total = super::all_gather_bytes(&self.world, &(remove.len() as u64).to_le_bytes())
             .iter()
             .map(|b| u64::from_le_bytes(b.as_slice().try_into().unwrap_or([0; 8])))
             .sum::<u64>();

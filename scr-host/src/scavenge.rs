@@ -1,0 +1,1467 @@
+//! `scr scavenge`, `scr postrun` and `scr index add`: after a job step ended without
+//! flushing its newest checkpoint (killed at its time limit, a node lost, `flush = 0`),
+//! copy that checkpoint out of node-local cache into the prefix, rebuild the files of lost
+//! nodes through the dataset's redundancy scheme, and record it in the index.
+//!
+//! # Design: a per-node copy step, then one coordinating step
+//!
+//! Node-local storage (`/dev/shm`, a local SSD) can only be read on its node, so the
+//! copy must run there; the rebuild needs the redundancy data of every member of a set,
+//! which lives on several nodes. SCR's `scr_postrun` solves that with `scr_scavenge`, a
+//! small parallel job (one process per node). Here the two parts are separate steps:
+//!
+//! 1. **Per node** (`scr scavenge --node NODE`): read the filemaps in that node's control
+//!    directory, and copy each rank's application *and* redundancy files of the dataset
+//!    through the store's transfer type (the same plugin a flush uses) into a staging
+//!    directory of the prefix, `.scr/scr.dataset.<id>/scavenge/rank_<r>/`. The host
+//!    re-reads every copy and checks its size and CRC32 against the filemap (as a flush
+//!    does); a rank whose copy fails (a flipped byte, a missing file) is recorded as lost
+//!    with the reason, never as good. Each rank's outcome goes into a manifest
+//!    (`scavenge/rank_<r>.scr`). A site runs this on every node (`pdsh`, `srun
+//!    --ntasks-per-node=1`); it needs no MPI and no other node.
+//! 2. **Coordinating** (`scr postrun`, which also runs step 1 itself for every node whose
+//!    directories it can reach — every simulated node here, this host otherwise): ranks
+//!    without a good manifest are lost. For each redundancy set with lost members the
+//!    scheme plugin's `recover` runs offline, its members as threads over the in-process
+//!    host services ([`scr_plugin::inproc`]), each in its rank's staging directory (the
+//!    survivors' copied data and redundancy files, an empty directory for the lost);
+//!    what it rebuilds is checked against the CRC32s in the redundancy data. Then the
+//!    application files are moved from staging to their place in the prefix, summary and
+//!    rank2file are written, and the dataset is added to the index ([`index_add`], which
+//!    checks every file's size and CRC32 against rank2file again) as complete; it becomes
+//!    the restart point when it is the newest checkpoint.
+//!
+//! Why not an MPI job: after the job step ended, launching another one costs a launcher
+//! round and fails exactly when scavenge matters most (a node down, an allocation about
+//! to end); a serial step per node needs only a shell there, and the staging directory on
+//! the shared prefix is where the coordinating step meets the copies — also when a node
+//! is reachable only later, or never.
+//!
+//! A flush of the same dataset that the kill interrupted (its index entry still open)
+//! left files at the paths its `writes.scr` lists; those no complete dataset owns are
+//! removed before placing, as the next init would have done
+//! (`runtime::flush::resume`) — once the entry is complete, init no longer would.
+//!
+//! Never overwrites: a file the prefix already holds at an application file's name (an
+//! older flushed checkpoint of the same name) makes the whole dataset go to its own
+//! directory ([`prefix::relocated`]), as a flush does. A failure at any step (two members
+//! of one XOR set lost, a rebuild that does not verify, a full prefix) leaves the index,
+//! the flush file and every older dataset as they were, and removes the staging copies.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use abi_stable::std_types::{RNone, RSome};
+use scr_plugin::{host_ref, RecoverRequest, SchemeConfig, TransferConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Config, View};
+use crate::registry::{Kind, Registry};
+use crate::runtime::cache;
+use crate::runtime::flush::{collect, Label, Planned, Started};
+use crate::runtime::local_host::LocalHost;
+use crate::runtime::prefix::{
+    self, check_relative, dataset_dir, FlushFile, FlushedFile, Index, IndexEntry, Rank2File,
+    Summary,
+};
+use crate::runtime::{node_local, DatasetRecord, Filemap};
+use crate::state::read_state;
+
+/// State-file kind of a rank's scavenge manifest.
+const MANIFEST: &str = "scavenge-rank";
+
+/// What the per-node step found for one rank (`scavenge/rank_<r>.scr`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RankManifest {
+    /// World rank.
+    pub rank: u32,
+    /// The node whose cache held its files.
+    pub node: String,
+    /// Its filemap record of the dataset.
+    pub record: DatasetRecord,
+    /// The files copied into its staging directory and verified (application files
+    /// first, then redundancy files), or why this rank's copy cannot be used.
+    pub copied: Result<Vec<FlushedFile>, String>,
+}
+
+/// The outcome of the per-node step on one node.
+#[derive(Debug, Default)]
+pub struct NodeReport {
+    /// Ranks whose files were copied and verified.
+    pub copied: Vec<u32>,
+    /// Ranks whose copy failed, with the reason.
+    pub failed: Vec<(u32, String)>,
+    /// Bytes copied.
+    pub bytes: u64,
+}
+
+/// A dataset added to the index.
+#[derive(Debug)]
+pub struct Added {
+    /// Its index entry.
+    pub entry: IndexEntry,
+    /// Ranks whose files were rebuilt through the scheme.
+    pub rebuilt: Vec<u32>,
+    /// Whether the files went to the dataset's own directory (names taken in the prefix).
+    pub relocated: bool,
+    /// Whether it became the restart point.
+    pub current: bool,
+    /// Bytes of application files added.
+    pub bytes: u64,
+    /// Nodes (as `node_names` names them) whose ranks left no copy at all.
+    pub lost_nodes: Vec<String>,
+}
+
+/// The scavenge tools, for one job (the configuration's `job_id`, `user`, bases).
+pub struct Scavenger {
+    config: Config,
+    registry: Registry,
+    prefix: PathBuf,
+    simulated: bool,
+    progress: Progress,
+}
+
+/// Progress and bandwidth: a bar on a terminal, a plain line per rank otherwise.
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Progress {
+    fn new(quiet: bool) -> Progress {
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+            let bar = indicatif::ProgressBar::new(0);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{msg:20} {bytes}/{total_bytes} {binary_bytes_per_sec} {wide_bar}",
+                )
+                .expect("template"),
+            );
+            bar
+        });
+        Progress { bar }
+    }
+
+    fn start(&self, what: &str, bytes: u64) {
+        if let Some(b) = &self.bar {
+            b.set_message(what.to_string());
+            b.inc_length(bytes);
+        }
+    }
+
+    fn done(&self, line: &str, bytes: u64) {
+        match &self.bar {
+            Some(b) => {
+                b.inc(bytes);
+                b.println(line);
+            }
+            None => println!("{line}"),
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// `bytes` over `secs` as a human figure.
+fn rate(bytes: u64, secs: f64) -> String {
+    let size = |b: f64| {
+        if b >= (1u64 << 30) as f64 {
+            format!("{:.2} GiB", b / (1u64 << 30) as f64)
+        } else if b >= (1u64 << 20) as f64 {
+            format!("{:.1} MiB", b / (1u64 << 20) as f64)
+        } else {
+            format!("{:.1} KiB", b / 1024.0)
+        }
+    };
+    if secs <= 0.0 {
+        size(bytes as f64)
+    } else {
+        format!(
+            "{} in {secs:.2} s, {}/s",
+            size(bytes as f64),
+            size(bytes as f64 / secs)
+        )
+    }
+}
+
+/// The staging directory of dataset `id` in `prefix`.
+pub fn stage_dir(prefix: &Path, id: u64) -> PathBuf {
+    dataset_dir(prefix, id).join("scavenge")
+}
+
+fn rank_stage(prefix: &Path, id: u64, rank: u32) -> PathBuf {
+    stage_dir(prefix, id).join(format!("rank_{rank}"))
+}
+
+fn manifest_path(prefix: &Path, id: u64, rank: u32) -> PathBuf {
+    stage_dir(prefix, id).join(format!("rank_{rank}.scr"))
+}
+
+impl Scavenger {
+    /// Tools for the job `config` describes; `prefix` overrides its `prefix`.
+    pub fn new(config: Config, prefix: Option<PathBuf>, quiet: bool) -> Scavenger {
+        let registry = Registry::load(&config.search_path());
+        Scavenger {
+            prefix: prefix.unwrap_or_else(|| PathBuf::from(config.str("prefix"))),
+            simulated: !config.str("node_names").is_empty(),
+            registry,
+            config,
+            progress: Progress::new(quiet),
+        }
+    }
+
+    /// The prefix directory.
+    pub fn prefix(&self) -> &Path {
+        &self.prefix
+    }
+
+    /// The nodes whose directories this process can reach: every simulated node
+    /// (`node_names`, in order of first appearance), else this host.
+    pub fn reachable_nodes(&self) -> Vec<String> {
+        if self.simulated {
+            let mut seen = BTreeSet::new();
+            self.config
+                .str("node_names")
+                .split(',')
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty() && seen.insert(n.clone()))
+                .collect()
+        } else {
+            vec![std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "localhost".into())]
+        }
+    }
+
+    fn job_dir(&self) -> PathBuf {
+        PathBuf::from(self.config.str("user")).join(format!("scr.{}", self.config.str("job_id")))
+    }
+
+    /// The job's control directory on `node`.
+    pub fn cntl_dir(&self, node: &str) -> PathBuf {
+        node_local(
+            Path::new(&self.config.str("cntl_base")),
+            self.simulated,
+            node,
+        )
+        .join(self.job_dir())
+    }
+
+    /// The job's directory in `store` on `node` (as the runtime's `store_dir`).
+    fn store_dir(&self, store: &str, node: &str) -> PathBuf {
+        let view = self
+            .config
+            .store(store)
+            .map(|s| self.config.store_view(s))
+            .unwrap_or(View::Node);
+        node_local(Path::new(store), self.simulated && view == View::Node, node)
+            .join(self.job_dir())
+    }
+
+    /// Every rank's filemap in `node`'s control directory (unreadable ones are reported
+    /// and skipped: that rank then counts as lost).
+    fn filemaps(&self, node: &str) -> Vec<Filemap> {
+        let dir = self.cntl_dir(node);
+        // the filemaps say which files to copy where: only from a control directory the
+        // runtime made (this user's, private, no link on the way; see
+        // runtime::create_private_dir), never from one another user could have planted
+        if dir.is_dir() {
+            if let Err(e) =
+                crate::runtime::create_private_dir(Path::new(&self.config.str("cntl_base")), &dir)
+            {
+                eprintln!(
+                    "scr scavenge: node {node}: {e}; its filemaps are not trusted and its ranks count as lost"
+                );
+                return Vec::new();
+            }
+        }
+        Filemap::owners_in(&dir)
+            .into_iter()
+            .filter_map(|(rank, _)| match Filemap::load(&dir, rank) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    eprintln!("scr scavenge: node {node}: rank {rank}: {e}; its files are treated as lost");
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// The newest dataset complete in the filemaps of `nodes`, with its name, and whether
+    /// the prefix's index already holds it complete.
+    pub fn newest_cached(&self, nodes: &[String]) -> Option<(u64, String, bool)> {
+        let newest = nodes
+            .iter()
+            .flat_map(|n| self.filemaps(n))
+            .flat_map(|m| m.datasets.into_values())
+            .filter(|d| d.complete)
+            .max_by_key(|d| d.id)?;
+        let index = Index::load_or_rebuild(&self.prefix).unwrap_or_else(|e| {
+            eprintln!("scr scavenge: warning: {e}; treating the index as empty");
+            Index::default()
+        });
+        let held = index
+            .datasets
+            .get(&newest.id)
+            .is_some_and(|e| e.complete && e.failed.is_none());
+        Some((newest.id, newest.name, held))
+    }
+
+    /// The per-node step: copy every rank's files of dataset `id` held on `node` into
+    /// the staging directory, verified, and write each rank's manifest.
+    pub fn copy_node(&self, node: &str, id: u64) -> NodeReport {
+        let mut report = NodeReport::default();
+        let buf = self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize;
+        let cntl = self.cntl_dir(node);
+        if !cntl.is_dir() {
+            self.progress.done(
+                &format!(
+                    "{node}: no control directory {}: the ranks that ran there count as lost",
+                    cntl.display()
+                ),
+                0,
+            );
+        }
+        for map in self.filemaps(node) {
+            let Some(record) = map.datasets.get(&id).filter(|d| d.complete).cloned() else {
+                continue;
+            };
+            let rank = map.rank;
+            let stage = rank_stage(&self.prefix, id, rank);
+            let _ = std::fs::remove_dir_all(&stage);
+            let bytes: u64 = record.files.iter().map(|f| f.size).sum();
+            self.progress.start(&format!("{node} rank {rank}"), bytes);
+            let started = Instant::now();
+            let copied = self.copy_rank(node, &record, &stage, buf);
+            if copied.is_err() {
+                // nothing of a failed copy stays: the rank counts as lost
+                let _ = std::fs::remove_dir_all(&stage);
+            }
+            let line = match &copied {
+                Ok(files) => format!(
+                    "{node}: rank {rank}: {} file(s) and {} redundancy file(s) of {}, {}",
+                    record.files.len(),
+                    files.len() - record.files.len(),
+                    record.name,
+                    rate(bytes, started.elapsed().as_secs_f64())
+                ),
+                Err(why) => format!("{node}: rank {rank}: NOT copied: {why}"),
+            };
+            self.progress.done(&line, bytes);
+            let manifest = RankManifest {
+                rank,
+                node: node.to_string(),
+                record,
+                copied: copied.clone(),
+            };
+            let path = manifest_path(&self.prefix, id, rank);
+            if let Err(e) = prefix::write(&path, MANIFEST, &manifest) {
+                report.failed.push((rank, e.to_string()));
+                continue;
+            }
+            match copied {
+                Ok(_) => {
+                    report.copied.push(rank);
+                    report.bytes += bytes;
+                }
+                Err(why) => report.failed.push((rank, why)),
+            }
+        }
+        report
+    }
+
+    /// Copy one rank's application and redundancy files through the store's transfer
+    /// type, each verified by the host after the copy (size and the CRC32 the filemap
+    /// recorded; the source's CRC32 for redundancy files, which have no record).
+    fn copy_rank(
+        &self,
+        node: &str,
+        record: &DatasetRecord,
+        stage: &Path,
+        buf: usize,
+    ) -> Result<Vec<FlushedFile>, String> {
+        let store = &record.descriptor.store;
+        // a store the configuration defines, in a dataset directory the runtime made
+        // (private, this user's, no link on the way): a damaged or forged filemap must not
+        // make scavenge copy other files into the prefix
+        if self.config.store(store).is_none() {
+            return Err(format!(
+                "the filemap names store {store}, which the configuration does not define; run postrun with the job's configuration"
+            ));
+        }
+        let cache = self
+            .store_dir(store, node)
+            .join(format!("scr.dataset.{}", record.id));
+        if cache.is_dir() {
+            crate::runtime::create_private_dir(Path::new(store), &cache)
+                .map_err(|e| e.to_string())?;
+        }
+        let mut files = Vec::new();
+        for f in &record.files {
+            check_relative(&f.name)?;
+            files.push(Planned {
+                name: f.name.clone(),
+                source: cache.join(&f.name),
+                destination: stage.join(&f.name),
+                size: f.size,
+                crc32: f.crc32,
+                stored: None,
+            });
+        }
+        for r in &record.redundancy {
+            check_relative(r)?;
+            let source = cache.join(r);
+            let size = std::fs::metadata(&source)
+                .map_err(|e| format!("redundancy file {}: {e}", source.display()))?
+                .len();
+            files.push(Planned {
+                name: r.clone(),
+                source,
+                destination: stage.join(r),
+                size,
+                crc32: None,
+                stored: None,
+            });
+        }
+        std::fs::create_dir_all(stage).map_err(|e| format!("{}: {e}", stage.display()))?;
+        let transfer_type = self
+            .config
+            .store(store)
+            .map(|s| self.config.store_transfer(s).0)
+            .unwrap_or_else(|| self.config.str("flush_type"));
+        let label = Label {
+            plugin: self
+                .registry
+                .provider(Kind::Transfer, &transfer_type)
+                .map(|l| l.path.display().to_string())
+                .unwrap_or_else(|e| format!("(none: {e})")),
+            transfer_type,
+        };
+        let host = LocalHost::new(
+            record.descriptor.members.first().copied().unwrap_or(0),
+            node,
+            &format!("transfer {}", label.transfer_type),
+            self.config.u64("debug"),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let state = stage.with_extension("transfer.state");
+        let config = TransferConfig {
+            transfer_type: label.transfer_type.as_str().into(),
+            state_file: state.display().to_string().into(),
+            crc32: self.config.bool("crc_on_flush"),
+            preserve_metadata: true,
+            settings: self.config.plugin_settings(&label.transfer_type).into(),
+        };
+        let mut transfer = self
+            .registry
+            .new_transfer(&config, host_ref(&host))
+            .map_err(|e| e.to_string())?;
+        for p in &files {
+            transfer
+                .add(
+                    p.source.display().to_string().as_str().into(),
+                    p.destination.display().to_string().as_str().into(),
+                )
+                .into_result()
+                .map_err(|e| format!("{e} ({label})"))?;
+        }
+        transfer
+            .dispatch(host_ref(&host))
+            .into_result()
+            .map_err(|e| format!("{e} ({label})"))?;
+        let out = collect(
+            Started {
+                transfer,
+                files,
+                label,
+                host,
+            },
+            false,
+            "recorded in the filemap",
+            buf,
+        );
+        let _ = std::fs::remove_file(&state);
+        out
+    }
+
+    /// The coordinating step: from the manifests in the staging directory of dataset
+    /// `id`, rebuild lost ranks through the scheme, move the files into the prefix, write
+    /// summary and rank2file, and add the dataset to the index. On any failure nothing is
+    /// added and the prefix is left as it was; the staging directory is removed either
+    /// way (the cache still holds what it held).
+    pub fn finish(&self, id: u64) -> Result<Added, String> {
+        let out = self.finish_staged(id);
+        let _ = std::fs::remove_dir_all(stage_dir(&self.prefix, id));
+        // the dataset's directory goes too when scavenge made it and left nothing else
+        let _ = std::fs::remove_dir(dataset_dir(&self.prefix, id));
+        out
+    }
+
+    fn finish_staged(&self, id: u64) -> Result<Added, String> {
+        let stage = stage_dir(&self.prefix, id);
+        let mut manifests: BTreeMap<u32, RankManifest> = BTreeMap::new();
+        for e in std::fs::read_dir(&stage)
+            .map_err(|e| {
+                format!(
+                    "{}: {e}; run `scr scavenge` on the nodes first",
+                    stage.display()
+                )
+            })?
+            .filter_map(Result::ok)
+        {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("rank_") && name.ends_with(".scr") {
+                let m: RankManifest = read_state(&e.path(), MANIFEST).map_err(|e| e.to_string())?;
+                manifests.insert(m.rank, m);
+            }
+        }
+        let Some(first) = manifests.values().next().map(|m| m.record.clone()) else {
+            return Err(format!(
+                "dataset {id}: no node's cache held any of its files (nothing was copied to {})",
+                stage.display()
+            ));
+        };
+        let world = first.world_size;
+        if let Some(other) = manifests.values().find(|m| {
+            m.record.name != first.name
+                || m.record.checkpoint_id != first.checkpoint_id
+                || m.record.world_size != world
+                || m.record.descriptor.scheme != first.descriptor.scheme
+        }) {
+            return Err(format!(
+                "dataset {id}: the caches disagree about it (rank {} holds {} of {} ranks, rank {} holds {} of {} ranks); scavenge it by hand",
+                manifests.values().next().map_or(0, |m| m.rank),
+                first.name,
+                world,
+                other.rank,
+                other.record.name,
+                other.record.world_size
+            ));
+        }
+        if let Some(r) = manifests.keys().find(|&&r| r >= world) {
+            return Err(format!(
+                "dataset {id}: rank {r} holds it but it was written by {world} ranks"
+            ));
+        }
+        // lost: no manifest, or a copy that failed
+        let node_names = self.config.str("node_names");
+        let node_of = |r: u32| {
+            node_names
+                .split(',')
+                .nth(r as usize)
+                .map(|n| format!(" (node {})", n.trim()))
+                .unwrap_or_default()
+        };
+        let mut lost: BTreeMap<u32, String> = (0..world)
+            .filter(|r| !manifests.contains_key(r))
+            .map(|r| {
+                (
+                    r,
+                    format!(
+                        "no copy: its node's cache or control directory is gone or was not reachable{}",
+                        node_of(r)
+                    ),
+                )
+            })
+            .collect();
+        for m in manifests.values() {
+            if let Err(why) = &m.copied {
+                lost.insert(m.rank, why.clone());
+            }
+        }
+        let mut files: BTreeMap<u32, Vec<FlushedFile>> = manifests
+            .values()
+            .filter_map(|m| {
+                let names: BTreeSet<&str> =
+                    m.record.files.iter().map(|f| f.name.as_str()).collect();
+                m.copied.as_ref().ok().map(|v| {
+                    (
+                        m.rank,
+                        v.iter()
+                            .filter(|f| names.contains(f.name.as_str()))
+                            .cloned()
+                            .collect(),
+                    )
+                })
+            })
+            .collect();
+        let rebuilt: Vec<u32> = lost.keys().copied().collect();
+        let mut lost_nodes: Vec<String> = (0..world)
+            .filter(|r| !manifests.contains_key(r))
+            .filter_map(|r| node_names.split(',').nth(r as usize))
+            .map(|n| n.trim().to_string())
+            .collect();
+        lost_nodes.dedup();
+        if !lost.is_empty() {
+            for (rank, fs) in self.rebuild(id, &manifests, &lost)? {
+                files.insert(rank, fs);
+            }
+        }
+        let bytes = files.values().flatten().map(|f| f.size).sum();
+        self.place(id, &first, files)
+            .map(|(entry, relocated, current)| Added {
+                entry,
+                rebuilt,
+                relocated,
+                current,
+                bytes,
+                lost_nodes,
+            })
+    }
+
+    /// Rebuild the files of the `lost` ranks, one redundancy set at a time, through the
+    /// dataset's scheme run offline (members as threads). Returns each rebuilt rank's
+    /// files, verified against the CRC32s carried in the redundancy data.
+    fn rebuild(
+        &self,
+        id: u64,
+        manifests: &BTreeMap<u32, RankManifest>,
+        lost: &BTreeMap<u32, String>,
+    ) -> Result<BTreeMap<u32, Vec<FlushedFile>>, String> {
+        let survivors: Vec<&RankManifest> =
+            manifests.values().filter(|m| m.copied.is_ok()).collect();
+        let describe = |ranks: &[u32]| -> String {
+            ranks
+                .iter()
+                .map(|r| format!("rank {r}: {}", lost[r]))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        // the sets, as every record names its own
+        let mut sets: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+        for m in manifests.values() {
+            sets.insert(
+                m.record.descriptor.set_id,
+                m.record.descriptor.members.clone(),
+            );
+        }
+        let orphans: Vec<u32> = lost
+            .keys()
+            .copied()
+            .filter(|r| !sets.values().any(|ms| ms.contains(r)))
+            .collect();
+        if !orphans.is_empty() {
+            return Err(format!(
+                "ranks {orphans:?} cannot be rebuilt: no member of their redundancy set survived ({}); nothing was added to the index",
+                describe(&orphans)
+            ));
+        }
+        let mut out = BTreeMap::new();
+        let mut refusals = Vec::new();
+        for (set_id, members) in &sets {
+            let lost_here: Vec<u32> = members
+                .iter()
+                .copied()
+                .filter(|r| lost.contains_key(r))
+                .collect();
+            if lost_here.is_empty() {
+                continue;
+            }
+            let template = survivors
+                .iter()
+                .find(|m| m.record.descriptor.set_id == *set_id)
+                .map(|m| m.record.clone());
+            let Some(template) = template else {
+                refusals.push(format!(
+                    "set {set_id} (ranks {members:?}): no member survived, ranks {lost_here:?} cannot be rebuilt ({})",
+                    describe(&lost_here)
+                ));
+                continue;
+            };
+            match self.rebuild_set(id, &template, members, manifests, lost) {
+                Ok(done) => out.extend(done),
+                Err(why) => refusals.push(format!(
+                    "set {set_id} (ranks {members:?}): ranks {lost_here:?} cannot be rebuilt through {}: {why} [{}]",
+                    template.descriptor.scheme,
+                    describe(&lost_here)
+                )),
+            }
+        }
+        if refusals.is_empty() {
+            Ok(out)
+        } else {
+            Err(format!(
+                "{}; nothing was added to the index",
+                refusals.join("; ")
+            ))
+        }
+    }
+
+    fn rebuild_set(
+        &self,
+        id: u64,
+        template: &DatasetRecord,
+        members: &[u32],
+        manifests: &BTreeMap<u32, RankManifest>,
+        lost: &BTreeMap<u32, String>,
+    ) -> Result<BTreeMap<u32, Vec<FlushedFile>>, String> {
+        let d = &template.descriptor;
+        let node_names: Vec<String> = self
+            .config
+            .str("node_names")
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .collect();
+        let groups: Vec<String> = members
+            .iter()
+            .map(|r| {
+                manifests
+                    .get(r)
+                    .map(|m| m.node.clone())
+                    .or_else(|| node_names.get(*r as usize).cloned())
+                    .unwrap_or_else(|| format!("lost-rank-{r}"))
+            })
+            .collect();
+        let mut schemes = Vec::new();
+        let mut requests = Vec::new();
+        let mut dirs = Vec::new();
+        for (member, &rank) in members.iter().enumerate() {
+            let scheme = self
+                .registry
+                .new_scheme(&SchemeConfig {
+                    scheme: d.scheme.as_str().into(),
+                    params: d
+                        .params
+                        .iter()
+                        .map(|(k, v)| scr_plugin::Param {
+                            key: k.as_str().into(),
+                            value: v.as_str().into(),
+                        })
+                        .collect(),
+                    settings: self.config.plugin_settings(&d.scheme).into(),
+                    members: members.len() as u32,
+                    member: member as u32,
+                    world_rank: rank,
+                })
+                .map_err(|e| e.to_string())?;
+            let dir = rank_stage(&self.prefix, id, rank);
+            let files = if lost.contains_key(&rank) {
+                // a lost rank starts from an empty directory: nothing of a failed copy
+                let _ = std::fs::remove_dir_all(&dir);
+                std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                RNone
+            } else {
+                RSome(cache::dataset_files(&manifests[&rank].record, &dir).files)
+            };
+            requests.push(RecoverRequest {
+                dataset_id: id,
+                dir: dir.display().to_string().into(),
+                files,
+            });
+            schemes.push(scheme);
+            dirs.push(dir);
+        }
+        let group_refs: Vec<&str> = groups.iter().map(String::as_str).collect();
+        let timeout = Duration::from_secs(self.config.u64("abort_timeout").max(60));
+        let world = scr_plugin::inproc::World::new(&group_refs, timeout);
+        let results = scr_plugin::inproc::run_in(&world, |host| {
+            let m = host.rank() as usize;
+            schemes[m]
+                .raw()
+                .recover(host.raw(), &requests[m])
+                .into_result()
+                .map(|v| v.into_vec())
+                .map_err(|e| schemes[m].error("recover", e).to_string())
+        });
+        let crc_expected = manifests
+            .values()
+            .any(|m| m.record.files.iter().any(|f| f.crc32.is_some()));
+        let buf = self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize;
+        let mut out = BTreeMap::new();
+        for (member, (&rank, result)) in members.iter().zip(results).enumerate() {
+            let metas = result?;
+            if !lost.contains_key(&rank) {
+                continue;
+            }
+            // a rank whose copy failed its check still has its filemap record: what the
+            // scheme rebuilt must match it too (names, sizes, CRC32s)
+            let own = manifests.get(&rank).map(|m| &m.record);
+            let recs = cache::verify_rebuilt(rank, &metas, own, &dirs[member], crc_expected, buf)
+                .map_err(|why| format!("{} rebuilt wrong data: {why}", d.scheme))?;
+            out.insert(
+                rank,
+                recs.into_iter()
+                    .map(|f| FlushedFile {
+                        name: f.name,
+                        size: f.size,
+                        crc32: f.crc32,
+                        stored: None,
+                    })
+                    .collect(),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Move every rank's verified files from staging to the prefix (their own names, or
+    /// the dataset's directory when any name is taken), write rank2file and summary, and
+    /// add the dataset to the index. Undone completely on failure.
+    fn place(
+        &self,
+        id: u64,
+        rec: &DatasetRecord,
+        mut ranks: BTreeMap<u32, Vec<FlushedFile>>,
+    ) -> Result<(IndexEntry, bool, bool), String> {
+        let prefix = &self.prefix;
+        for f in ranks.values().flatten() {
+            check_relative(&f.name)?;
+        }
+        self.clear_interrupted_flush(id, rec);
+        // never over an older dataset's files: any name taken sends all to the
+        // dataset's own directory (prefix::relocated explains why)
+        let relocate = ranks
+            .values()
+            .flatten()
+            .any(|f| prefix.join(&f.name).symlink_metadata().is_ok());
+        let mut moved: Vec<(PathBuf, PathBuf)> = Vec::new();
+        // directories made for the files, outermost first (undone innermost first)
+        let mut made: Vec<PathBuf> = Vec::new();
+        let undo = |moved: &[(PathBuf, PathBuf)], made: &[PathBuf]| {
+            for (from, to) in moved.iter().rev() {
+                if std::fs::rename(to, from).is_err() {
+                    let _ = std::fs::remove_file(to);
+                }
+            }
+            for d in made.iter().rev() {
+                let _ = std::fs::remove_dir(d);
+            }
+        };
+        let mut step = || -> Result<(), String> {
+            for (&rank, fs) in ranks.iter_mut() {
+                for f in fs.iter_mut() {
+                    let from = rank_stage(prefix, id, rank).join(&f.name);
+                    f.stored = relocate.then(|| prefix::relocated(id, &f.name));
+                    let to = f.stored_path(prefix)?;
+                    if !relocate && to.symlink_metadata().is_ok() {
+                        return Err(format!(
+                            "{} appeared in the prefix while scavenging; run postrun again",
+                            to.display()
+                        ));
+                    }
+                    if let Some(dir) = to.parent() {
+                        let missing: Vec<PathBuf> = dir
+                            .ancestors()
+                            .take_while(|a| a.symlink_metadata().is_err())
+                            .map(Path::to_path_buf)
+                            .collect();
+                        made.extend(missing.into_iter().rev());
+                        std::fs::create_dir_all(dir)
+                            .map_err(|e| format!("{}: {e}", dir.display()))?;
+                    }
+                    std::fs::rename(&from, &to).map_err(|e| {
+                        format!(
+                            "rank {rank}: moving {} to {}: {e}",
+                            from.display(),
+                            to.display()
+                        )
+                    })?;
+                    moved.push((from, to));
+                }
+            }
+            Ok(())
+        };
+        if let Err(e) = step() {
+            undo(&moved, &made);
+            return Err(format!("{e}; nothing was added to the index"));
+        }
+        let summary = Summary {
+            id,
+            name: rec.name.clone(),
+            checkpoint_id: rec.checkpoint_id,
+            world_size: rec.world_size,
+            files: ranks.values().map(|v| v.len() as u64).sum(),
+            bytes: ranks.values().flatten().map(|f| f.size).sum(),
+            complete: true,
+        };
+        let recorded = prefix::write(
+            &Rank2File::path(prefix, id),
+            "rank2file",
+            &Rank2File { ranks },
+        )
+        .and_then(|()| prefix::write(&Summary::path(prefix, id), "summary", &summary))
+        .map_err(|e| e.to_string())
+        .and_then(|()| {
+            index_add(
+                prefix,
+                &id.to_string(),
+                rec.output,
+                Some(self.config.str("job_name")).filter(|n| !n.is_empty()),
+                self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize,
+            )
+        });
+        match recorded {
+            Ok((entry, current)) => {
+                // an interrupted flush's list of writes is settled with it
+                let _ =
+                    std::fs::remove_file(crate::runtime::flush::resume::writes_path(prefix, id));
+                Ok((entry, relocate, current))
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(Summary::path(prefix, id));
+                let _ = std::fs::remove_file(Rank2File::path(prefix, id));
+                undo(&moved, &made);
+                Err(format!("{e}; nothing was added to the index"))
+            }
+        }
+    }
+
+    /// A flush of dataset `id` that the killed job left open (index entry incomplete,
+    /// not marked failed) wrote some of its files into the prefix, at the paths it listed
+    /// in `writes.scr` (see `runtime::flush::resume`). Scavenge completes that dataset, so
+    /// the next init will not clean them up: remove them here (and the transfers'
+    /// `*.scr-part` files), except any path a complete dataset's rank2file names — the
+    /// same rule init applies — so the dataset lands at its own names instead of being
+    /// relocated beside the debris. When the owners cannot all be read, only the
+    /// dataset's own directory is cleaned.
+    fn clear_interrupted_flush(&self, id: u64, rec: &DatasetRecord) {
+        use crate::runtime::flush::resume::{writes_path, WRITES_KIND};
+        let prefix = &self.prefix;
+        let open = Index::load_or_rebuild(prefix)
+            .ok()
+            .and_then(|ix| ix.datasets.get(&id).cloned())
+            .is_some_and(|e| !e.complete && e.failed.is_none());
+        if !open {
+            return;
+        }
+        let Ok(writes) = read_state::<Vec<String>>(&writes_path(prefix, id), WRITES_KIND) else {
+            return;
+        };
+        let owned: Option<BTreeSet<PathBuf>> = (|| {
+            let ix = Index::load_or_rebuild(prefix).ok()?;
+            let mut owned = BTreeSet::new();
+            for e in ix.datasets.values().filter(|e| e.complete) {
+                for f in Rank2File::load(prefix, e.id).ok()?.ranks.values().flatten() {
+                    owned.insert(f.stored_path(prefix).ok()?);
+                }
+            }
+            Some(owned)
+        })();
+        let pure_output = rec.output && rec.checkpoint_id.is_none();
+        let mut removed = 0;
+        for w in writes.iter().filter(|w| check_relative(w).is_ok()) {
+            let p = prefix.join(w);
+            let own_dir = p.starts_with(dataset_dir(prefix, id));
+            if !own_dir && (pure_output || owned.as_ref().is_none_or(|o| o.contains(&p))) {
+                continue;
+            }
+            let mut part = p.clone().into_os_string();
+            part.push(".scr-part");
+            for q in [p, PathBuf::from(part)] {
+                if q.symlink_metadata().is_ok_and(|m| m.is_file())
+                    && std::fs::remove_file(&q).is_ok()
+                {
+                    removed += 1;
+                }
+            }
+        }
+        if removed > 0 {
+            self.progress.done(
+                &format!(
+                    "removed {removed} file(s) that an interrupted flush of {} left in the prefix",
+                    rec.name
+                ),
+                0,
+            );
+        }
+    }
+
+    /// Finish the progress display.
+    pub fn finish_progress(&self) {
+        self.progress.finish();
+    }
+}
+
+/// `scr index add NAME|ID`: add to the index of `prefix` a dataset whose files, summary
+/// and rank2file are in the prefix, after checking every rank's files against rank2file
+/// (present, size, CRC32 where recorded). Complete; the restart point when no newer
+/// complete checkpoint is recorded. Returns the entry and whether it became current.
+pub fn index_add(
+    prefix: &Path,
+    which: &str,
+    output: bool,
+    job_name: Option<String>,
+    buf: usize,
+) -> Result<(IndexEntry, bool), String> {
+    // by id, else by name among the summaries under .scr
+    let summaries: Vec<Summary> = std::fs::read_dir(prefix::scr_dir(prefix))
+        .map_err(|e| format!("{}: {e}", prefix::scr_dir(prefix).display()))?
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let id = e
+                .file_name()
+                .to_string_lossy()
+                .strip_prefix("scr.dataset.")?
+                .parse::<u64>()
+                .ok()?;
+            read_state::<Summary>(&Summary::path(prefix, id), "summary")
+                .ok()
+                .filter(|s| s.id == id)
+        })
+        .collect();
+    let by_id: Vec<&Summary> = summaries
+        .iter()
+        .filter(|s| which.parse::<u64>().is_ok_and(|id| id == s.id))
+        .collect();
+    let by_name: Vec<&Summary> = summaries.iter().filter(|s| s.name == which).collect();
+    let summary = match (by_id.as_slice(), by_name.as_slice()) {
+        ([s], _) | ([], [s]) => (*s).clone(),
+        ([], []) => {
+            return Err(format!(
+                "no dataset `{which}` in {}: no .scr/scr.dataset.<id>/summary.scr names it",
+                prefix.display()
+            ))
+        }
+        (_, many) => {
+            return Err(format!(
+                "several datasets are named `{which}` (ids {:?}); give the id instead",
+                many.iter().map(|s| s.id).collect::<Vec<_>>()
+            ))
+        }
+    };
+    let id = summary.id;
+    let map = Rank2File::load(prefix, id).map_err(|e| e.to_string())?;
+    if !map.ranks.keys().copied().eq(0..summary.world_size) {
+        return Err(format!(
+            "{}: lists ranks {:?}, the dataset was written by {} ranks",
+            Rank2File::path(prefix, id).display(),
+            map.ranks.keys().collect::<Vec<_>>(),
+            summary.world_size
+        ));
+    }
+    let (count, bytes) = map
+        .ranks
+        .values()
+        .flatten()
+        .fold((0u64, 0u64), |(n, b), f| (n + 1, b + f.size));
+    if (count, bytes) != (summary.files, summary.bytes) {
+        return Err(format!(
+            "{}: {} files of {} bytes, rank2file lists {count} of {bytes}",
+            Summary::path(prefix, id).display(),
+            summary.files,
+            summary.bytes
+        ));
+    }
+    for (rank, files) in &map.ranks {
+        for f in files {
+            let path = f
+                .stored_path(prefix)
+                .map_err(|e| format!("rank {rank}: {e}"))?;
+            cache::check_file(&path, f.size, f.crc32, true, buf).map_err(|why| {
+                format!(
+                    "rank {rank}: {} ({}): {why}; the dataset is not added",
+                    f.name,
+                    path.display()
+                )
+            })?;
+        }
+    }
+    let entry = IndexEntry {
+        id,
+        name: summary.name.clone(),
+        checkpoint_id: summary.checkpoint_id,
+        output: output || summary.checkpoint_id.is_none(),
+        dir: format!("scr.dataset.{id}"),
+        world_size: summary.world_size,
+        complete: true,
+        flushed: Some(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64),
+        ),
+        job_name,
+        ..IndexEntry::default()
+    };
+    let current = Index::try_update(prefix, |ix| {
+        if ix
+            .datasets
+            .get(&id)
+            .is_some_and(|e| e.complete && e.failed.is_none())
+        {
+            return Err(format!(
+                "dataset {id} ({}) is in the index already",
+                entry.name
+            ));
+        }
+        let _ = std::fs::remove_file(prefix::FailedNote::path(prefix, id));
+        ix.datasets.insert(id, entry.clone());
+        // the newest complete checkpoint is the restart point, as after a flush
+        let current = entry.checkpoint_id.is_some_and(|c| {
+            !ix.datasets.values().any(|d| {
+                d.id != id
+                    && d.complete
+                    && d.failed.is_none()
+                    && d.checkpoint_id.is_some_and(|x| x > c)
+            })
+        });
+        if current {
+            ix.current = Some(entry.name.clone());
+        }
+        Ok(current)
+    })
+    .map_err(|e| e.to_string())??;
+    if let Err(e) = FlushFile::add_location(prefix, id, "PFS") {
+        eprintln!("scr: warning: {e}; the flush file does not list dataset {id} in PFS");
+    }
+    Ok((entry, current))
+}
+
+/// Exit statuses of `scr scavenge`, `scr postrun` and `scr index add`.
+const EXIT_HELP: &str = "Exit status: 0 done (or nothing to do: the newest cached dataset is in the prefix already), 1 failed or refused: nothing was added to the index and the prefix is as it was (the message names the node, rank and file and what to do), 2 usage error.";
+
+/// Exit statuses of `scr scavenge`.
+const SCAVENGE_EXIT_HELP: &str = "Exit status: 0 every rank's files found on these nodes were copied and verified (or nothing to do), 1 some rank's files could not be copied or verified (each named with node, rank, file and reason; `scr postrun` rebuilds such ranks through the redundancy scheme when it can), 2 usage error.";
+
+/// `scr scavenge`: the per-node step.
+#[derive(clap::Args, Debug)]
+#[command(after_help = SCAVENGE_EXIT_HELP)]
+pub struct ScavengeArgs {
+    /// The prefix directory (default: the configuration's `prefix`).
+    #[arg(long, value_name = "DIR")]
+    pub prefix: Option<PathBuf>,
+    /// The node whose cache to copy (repeatable). Default: this host, or every simulated
+    /// node when SCR_NODE_NAMES is set. Run it on each node of the allocation (pdsh,
+    /// `srun --ntasks-per-node=1`): node-local storage is readable only there.
+    #[arg(long, value_name = "NODE")]
+    pub node: Vec<String>,
+    /// The dataset id to copy (default: the newest complete one in these nodes' cache).
+    #[arg(long, value_name = "ID")]
+    pub id: Option<u64>,
+    /// No progress display; plain lines only.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// `scr postrun`: scavenge the newest checkpoint into the prefix after the job step.
+#[derive(clap::Args, Debug)]
+#[command(after_help = EXIT_HELP)]
+pub struct PostrunArgs {
+    /// The prefix directory (default: the configuration's `prefix`).
+    #[arg(long, value_name = "DIR")]
+    pub prefix: Option<PathBuf>,
+    /// The dataset id to scavenge (default: the newest complete one in cache).
+    #[arg(long, value_name = "ID")]
+    pub id: Option<u64>,
+    /// The nodes whose caches to copy from here (repeatable; default: every simulated
+    /// node when SCR_NODE_NAMES is set, else this host).
+    #[arg(long, value_name = "NODE")]
+    pub node: Vec<String>,
+    /// Copy nothing: use what `scr scavenge` already copied on each node (default id:
+    /// the newest one staged in the prefix).
+    #[arg(long)]
+    pub no_copy: bool,
+    /// No progress display; plain lines only.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn failed(msg: impl std::fmt::Display) -> std::process::ExitCode {
+    eprintln!("error: {msg}");
+    std::process::ExitCode::from(1)
+}
+
+/// The dataset to work on: the one asked for, else the newest complete one in `nodes`'
+/// cache; `Err(code)` when there is nothing to do (0) or nothing is cached (0).
+fn choose(
+    sc: &Scavenger,
+    nodes: &[String],
+    id: Option<u64>,
+) -> Result<u64, std::process::ExitCode> {
+    if let Some(id) = id {
+        let held = Index::load_or_rebuild(sc.prefix())
+            .ok()
+            .and_then(|ix| ix.datasets.get(&id).cloned())
+            .is_some_and(|e| e.complete && e.failed.is_none());
+        if held {
+            println!("dataset {id} is in the prefix already; nothing to scavenge");
+            return Err(std::process::ExitCode::SUCCESS);
+        }
+        return Ok(id);
+    }
+    match sc.newest_cached(nodes) {
+        None => {
+            println!(
+                "nothing to scavenge: no complete dataset in the cache of node(s) {}",
+                nodes.join(", ")
+            );
+            Err(std::process::ExitCode::SUCCESS)
+        }
+        Some((id, name, true)) => {
+            println!("{name} (dataset {id}), the newest in cache, is in the prefix already; nothing to scavenge");
+            Err(std::process::ExitCode::SUCCESS)
+        }
+        Some((id, _, false)) => Ok(id),
+    }
+}
+
+/// Run `scr scavenge`.
+pub fn scavenge_command(config: Config, args: &ScavengeArgs) -> std::process::ExitCode {
+    let sc = Scavenger::new(config, args.prefix.clone(), args.quiet);
+    let nodes = if args.node.is_empty() {
+        sc.reachable_nodes()
+    } else {
+        args.node.clone()
+    };
+    let id = match choose(&sc, &nodes, args.id) {
+        Ok(id) => id,
+        Err(code) => return code,
+    };
+    let mut bad = Vec::new();
+    for node in &nodes {
+        let r = sc.copy_node(node, id);
+        bad.extend(r.failed);
+    }
+    sc.finish_progress();
+    println!(
+        "dataset {id}: staged in {}; run `scr postrun --no-copy --id {id}` once every node is done",
+        stage_dir(sc.prefix(), id).display()
+    );
+    if bad.is_empty() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        failed(format!(
+            "dataset {id}: not copied: {}; `scr postrun` rebuilds such ranks through the redundancy scheme when it can",
+            bad.iter()
+                .map(|(r, why)| format!("rank {r}: {why}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))
+    }
+}
+
+/// The newest dataset id with a staging directory in `prefix`.
+fn newest_staged(prefix: &Path) -> Option<u64> {
+    std::fs::read_dir(prefix::scr_dir(prefix))
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .strip_prefix("scr.dataset.")?
+                .parse::<u64>()
+                .ok()
+        })
+        .filter(|&id| stage_dir(prefix, id).is_dir())
+        .max()
+}
+
+/// Run `scr postrun`.
+pub fn postrun_command(config: Config, args: &PostrunArgs) -> std::process::ExitCode {
+    let sc = Scavenger::new(config, args.prefix.clone(), args.quiet);
+    let nodes = if args.node.is_empty() {
+        sc.reachable_nodes()
+    } else {
+        args.node.clone()
+    };
+    let id = if args.no_copy && args.id.is_none() {
+        match newest_staged(sc.prefix()) {
+            Some(id) => id,
+            None => {
+                return failed(format!(
+                    "nothing staged in {}: run `scr scavenge` on every node first",
+                    prefix::scr_dir(sc.prefix()).display()
+                ))
+            }
+        }
+    } else {
+        match choose(&sc, &nodes, args.id) {
+            Ok(id) => id,
+            Err(code) => return code,
+        }
+    };
+    let started = Instant::now();
+    if !args.no_copy {
+        // a fresh start: copies left by an earlier, interrupted scavenge are not used
+        let _ = std::fs::remove_dir_all(stage_dir(sc.prefix(), id));
+        let mut bytes = 0;
+        for node in &nodes {
+            bytes += sc.copy_node(node, id).bytes;
+        }
+        sc.finish_progress();
+        println!(
+            "copied {} from {} node(s)",
+            rate(bytes, started.elapsed().as_secs_f64()),
+            nodes.len()
+        );
+    }
+    match sc.finish(id) {
+        Ok(added) => {
+            let e = &added.entry;
+            // the event log (`scr log`) counts scavenges and lost nodes
+            let job = sc.config.str("job_id");
+            if !added.lost_nodes.is_empty() {
+                crate::events::log_event(
+                    sc.prefix(),
+                    &job,
+                    crate::events::Event::LostNodes {
+                        nodes: added.lost_nodes.clone(),
+                    },
+                );
+            }
+            crate::events::log_event(
+                sc.prefix(),
+                &job,
+                crate::events::Event::Scavenge {
+                    name: e.name.clone(),
+                    id: e.id,
+                    bytes: added.bytes,
+                    seconds: started.elapsed().as_secs_f64(),
+                    rebuilt_ranks: added.rebuilt.clone(),
+                },
+            );
+            if !added.rebuilt.is_empty() {
+                println!("rebuilt the files of ranks {:?}", added.rebuilt);
+            }
+            println!(
+                "added {} (dataset {}) to the index of {}{}{}",
+                e.name,
+                e.id,
+                sc.prefix().display(),
+                if added.current { ", restart point" } else { "" },
+                if added.relocated {
+                    format!(
+                        "; its names were taken in the prefix, so its files are in {}",
+                        prefix::relocated(e.id, "")
+                    )
+                } else {
+                    String::new()
+                }
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        Err(why) => {
+            // what a restart would fetch now (as `scr index current` says)
+            let restart = Index::load_or_rebuild(sc.prefix()).ok().and_then(|ix| {
+                let usable =
+                    |e: &&IndexEntry| e.complete && e.checkpoint_id.is_some() && e.failed.is_none();
+                ix.current
+                    .clone()
+                    .filter(|c| ix.datasets.values().filter(usable).any(|e| &e.name == c))
+                    .or_else(|| {
+                        ix.datasets
+                            .values()
+                            .filter(usable)
+                            .max_by_key(|e| e.checkpoint_id)
+                            .map(|e| e.name.clone())
+                    })
+            });
+            failed(format!(
+                "dataset {id} was not scavenged: {why}. {}. The cache still holds what it held; fix the cause and run `scr postrun` again",
+                match restart {
+                    Some(n) => format!("The restart point stays {n}"),
+                    None => "The prefix holds no checkpoint to restart from".to_string(),
+                }
+            ))
+        }
+    }
+}
+
+/// Run `scr index add NAME|ID`.
+pub fn index_add_command(
+    config: Option<&Config>,
+    prefix: &Path,
+    which: &str,
+) -> std::process::ExitCode {
+    let buf = config.map_or(1 << 20, |c| {
+        c.u64("file_buf_size").clamp(4096, 64 << 20) as usize
+    });
+    let job = config.map(|c| c.str("job_name")).filter(|n| !n.is_empty());
+    match index_add(prefix, which, false, job, buf) {
+        Ok((e, current)) => {
+            println!(
+                "added {} (dataset {}) to the index{}",
+                e.name,
+                e.id,
+                if current { ", restart point" } else { "" }
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        Err(why) => failed(why),
+    }
+}
+
+/// Write a state file, for the tests of this module.
+#[cfg(test)]
+fn put(path: &Path, kind: &str, v: &impl Serialize) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    crate::state::write_state(path, kind, v).unwrap();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dataset(prefix: &Path, id: u64, name: &str, files: &[(&str, &[u8])]) {
+        let mut ranks = BTreeMap::new();
+        for (r, (n, data)) in files.iter().enumerate() {
+            std::fs::create_dir_all(prefix.join(n).parent().unwrap()).unwrap();
+            std::fs::write(prefix.join(n), data).unwrap();
+            ranks.insert(
+                r as u32,
+                vec![FlushedFile {
+                    name: n.to_string(),
+                    size: data.len() as u64,
+                    crc32: Some(crc32fast::hash(data)),
+                    stored: None,
+                }],
+            );
+        }
+        let summary = Summary {
+            id,
+            name: name.into(),
+            checkpoint_id: Some(id),
+            world_size: files.len() as u32,
+            files: files.len() as u64,
+            bytes: files.iter().map(|f| f.1.len() as u64).sum(),
+            complete: true,
+        };
+        put(
+            &Rank2File::path(prefix, id),
+            "rank2file",
+            &Rank2File { ranks },
+        );
+        put(&Summary::path(prefix, id), "summary", &summary);
+    }
+
+    #[test]
+    fn index_add_checks_every_file_then_adds_it_as_the_restart_point() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        dataset(p, 3, "ckpt.3", &[("c3/a", b"alpha"), ("c3/b", b"beta")]);
+        let (entry, current) = index_add(p, "ckpt.3", false, None, 4096).unwrap();
+        assert!(entry.complete && current);
+        let ix = Index::load(p).unwrap();
+        assert_eq!(ix.current.as_deref(), Some("ckpt.3"));
+        assert!(ix.datasets[&3].complete);
+        // twice: refused
+        let err = index_add(p, "3", false, None, 4096).unwrap_err();
+        assert!(err.contains("in the index already"), "{err}");
+        // an older one is added but does not become the restart point
+        dataset(p, 2, "ckpt.2", &[("c2/a", b"one"), ("c2/b", b"two")]);
+        let (_, current) = index_add(p, "2", false, None, 4096).unwrap();
+        assert!(!current);
+        assert_eq!(Index::load(p).unwrap().current.as_deref(), Some("ckpt.3"));
+    }
+
+    #[test]
+    fn index_add_refuses_a_flipped_byte_naming_rank_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        dataset(p, 4, "ckpt.4", &[("c4/a", b"alpha"), ("c4/b", b"beta")]);
+        std::fs::write(p.join("c4/b"), b"bexa").unwrap();
+        let err = index_add(p, "ckpt.4", false, None, 4096).unwrap_err();
+        assert!(
+            err.starts_with("rank 1: c4/b (") && err.contains("CRC32"),
+            "{err}"
+        );
+        assert!(Index::load(p).unwrap().datasets.is_empty());
+        let err = index_add(p, "ckpt.9", false, None, 4096).unwrap_err();
+        assert!(err.contains("no dataset `ckpt.9`"), "{err}");
+    }
+}
