@@ -587,16 +587,6 @@ fn nodes_and_ranks_per_node_shape_the_step_and_its_node_names() {
 
 #[test]
 fn after_the_last_launch_postrun_saves_the_newest_checkpoint_for_a_fresh_cache() {
-    // `scr postrun` comes from the scavenge part of issue 10; until it is in this build
-    // the test has nothing to check
-    let help = Command::new(binary("scr"))
-        .args(["help", "postrun"])
-        .output()
-        .unwrap();
-    if !help.status.success() {
-        eprintln!("skipped: this `scr` has no postrun subcommand");
-        return;
-    }
     let reference = reference_state(6, STEPS, Some(CELLS));
     let mut c = Cluster::new();
     c.set("SCR_COPY_TYPE", "XOR").set("SCR_SET_SIZE", "3");
