@@ -3,6 +3,8 @@
 pub mod config;
 pub mod events;
 pub mod explain;
+pub mod hostlist;
+pub mod launch;
 pub mod registry;
 pub mod runtime;
 pub mod scavenge;

@@ -50,6 +50,18 @@ enum Command {
         #[command(subcommand)]
         command: IndexCommand,
     },
+    /// Launch a job step and relaunch it after failures inside the same allocation,
+    /// excluding down nodes (SCR's scr_srun): `scr run -- mpiexec -n {ranks} ./app`.
+    Run(scr_host::launch::cli::RunArgs),
+    /// Check the allocation's nodes.
+    #[command(subcommand)]
+    Nodes(scr_host::launch::cli::NodesCommand),
+    /// Expand, compress and combine SLURM-style host lists (node[1-4,7]).
+    #[command(subcommand)]
+    Hostlist(scr_host::launch::cli::HostlistCommand),
+    /// Print the job id, the allocation's nodes, the down nodes, the prefix and the runs
+    /// left (SCR's scr_env).
+    Env(scr_host::launch::cli::EnvArgs),
     /// Query the flush file (PREFIX/.scr/flush.scr): where datasets are.
     FlushFile {
         /// The prefix directory (default: the configuration's `prefix`).
@@ -522,6 +534,12 @@ struct HaltArgs {
     /// Remove every condition.
     #[arg(long)]
     clear: bool,
+    /// Tell a script whether to stop retrying (SCR's scr_retries_halt): exit 0 and print
+    /// why when a halt condition holds (a finished job's finalize leaves one; fewer than
+    /// halt_seconds left before the allocation's end counts too), else
+    /// exit 1; exit 2 when the halt file cannot be read. Changes nothing.
+    #[arg(long, conflicts_with_all = ["checkpoints", "after", "before", "seconds", "reason", "unset", "clear"])]
+    check: bool,
 }
 
 fn parse_time(s: &str) -> Result<i64, String> {
@@ -549,6 +567,9 @@ fn halt(cli: &Cli, args: &HaltArgs) -> ExitCode {
             Err(e) => return report_errors(&e),
         },
     };
+    if args.check {
+        return with_config(cli, |c| scr_host::launch::cli::halt_check(c, &prefix));
+    }
     let changing = args.clear
         || !args.unset.is_empty()
         || args.checkpoints.is_some()
@@ -648,6 +669,14 @@ fn load(cli: &Cli, extra: &[PathBuf]) -> Result<Config, ConfigErrors> {
     loader.load()
 }
 
+/// Run `f` with the configuration in force, or report why it cannot be loaded.
+fn with_config(cli: &Cli, f: impl FnOnce(&Config) -> u8) -> ExitCode {
+    match load(cli, &[]) {
+        Ok(c) => ExitCode::from(f(&c)),
+        Err(e) => report_errors(&e),
+    }
+}
+
 fn report_errors(errors: &ConfigErrors) -> ExitCode {
     for e in &errors.0 {
         eprintln!("error: {e}");
@@ -729,6 +758,10 @@ fn main() -> ExitCode {
             Err(e) => report_errors(&e),
         },
         Command::Halt(args) => halt(&cli, args),
+        Command::Run(args) => with_config(&cli, |c| scr_host::launch::cli::run(c, args)),
+        Command::Nodes(cmd) => with_config(&cli, |c| scr_host::launch::cli::nodes(c, cmd)),
+        Command::Hostlist(cmd) => ExitCode::from(scr_host::launch::cli::hostlist(cmd)),
+        Command::Env(args) => with_config(&cli, |c| scr_host::launch::cli::env(c, args)),
         Command::Index { prefix, command } => index_command(&cli, prefix, command),
         Command::FlushFile { prefix, command } => flush_file_command(&cli, prefix, command),
         Command::Scavenge(args) => match load(&cli, &[]) {

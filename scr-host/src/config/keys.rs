@@ -191,6 +191,21 @@ pub const KEYS: &[Key] = &[
     // walltime and event log (issue 10, "events")
     Key { name: "end_time", ty: U, default: Default::Fixed("0"),
           doc: "When the allocation ends, in seconds since the epoch (e.g. SCR_END_TIME=$(( $(date +%s) + 3600 ))); wins over the resource manager's end time, which halt_seconds otherwise counts from; 0 asks the resource manager (SLURM, Flux, LSF, PBS)" },
+    // `scr run`, `scr nodes down`, `scr env` (the launch part)
+    Key { name: "nodelist", ty: Type::Str, default: Default::None,
+          doc: "The allocation's nodes as a host list (node[1-4,7]); unset: SLURM_JOB_NODELIST, SLURM_NODELIST, `flux getattr hostlist`, LSB_MCPU_HOSTS, LSB_HOSTS, PBS_NODEFILE, node_names, this host (first found)" },
+    Key { name: "exclude_nodes", ty: Type::Str, default: Default::None,
+          doc: "Nodes `scr run` never launches on (a host list); nodes it finds down are added for the rest of the allocation" },
+    Key { name: "min_nodes", ty: U, default: Default::Fixed("0"),
+          doc: "`scr run` stops relaunching when fewer nodes than this are left; 0: as many as the first launch used" },
+    Key { name: "runs", ty: Type::UInt { min: 1, max: u64::MAX }, default: Default::Fixed("1"),
+          doc: "Launches `scr run` makes in all (the first and the relaunches after failures)" },
+    Key { name: "watchdog_timeout", ty: U, default: Default::Fixed("0"),
+          doc: "`scr run` kills a job step that shows no progress (no output line, no file changed in the prefix's .scr, cache or control directories) for N seconds, and relaunches; 0 disables" },
+    Key { name: "down_nodes_script", ty: Type::Path, default: Default::None,
+          doc: "Site script run with the node names as arguments; each `NODE REASON` line it prints marks that node down for `scr run` and `scr nodes down`" },
+    Key { name: "cache_free", ty: Type::Bytes, default: Default::None,
+          doc: "Free space each node-local store must have for `scr run` to use the node; unset: the store's dataset count times the largest indexed dataset's bytes per node" },
 ];
 
 /// Look a scalar key up by name (case-insensitive).

@@ -1,0 +1,816 @@
+//! `scr run`: launch a job step, and relaunch it inside the same allocation after a
+//! failure (SCR's `scr_srun`/`scr_run`), with `scr env` and `scr halt --check`
+//! (SCR's `scr_env` and `scr_retries_halt`).
+//!
+//! # The loop
+//!
+//! Before every launch the allocation's nodes are checked ([`NodeCheck`]); a node found
+//! down once stays excluded for the rest of the allocation (it failed once: SCR's rule).
+//! The step is launched on the nodes left; when it fails, the loop launches again while
+//! runs remain (`--runs`, key `runs`), at least `min_nodes` nodes are left (0: as many
+//! as the first launch used) and no halt condition holds in the prefix's halt file
+//! ([`Halt::reason`]; a job that called `SCR_Finalize` left one). A watchdog
+//! (`watchdog_timeout`) kills a step that shows no progress. A termination signal to
+//! `scr run` (Ctrl-C, SLURM's `--signal=B:TERM@120` before the time limit) is passed on
+//! to the step and ends the retries; postrun still runs. Then `scr postrun` runs
+//! (with `--postrun false`, not) on the last launch's nodes: `scr postrun --prefix P`,
+//! with `--node N` for each node of the last launch when the nodes are simulated.
+//!
+//! # Telling the step where it runs
+//!
+//! Each argument of the launcher command may hold placeholders, replaced per launch:
+//! `{hosts}` (the nodes, comma-separated), `{hostlist}` (the same compressed:
+//! `n[0,2-3]`), `{nodes}` (their count), `{ranks}` (nodes × ranks per node) and
+//! `{exclude}` (the down nodes, compressed; empty when none). A launcher named `srun`
+//! with down nodes and no `{exclude}` in its arguments gets `--exclude=<down nodes>`
+//! right after `srun`, as SCR's scr_srun does.
+//!
+//! A launch uses `--nodes` nodes (default: as many as the first launch; all usable
+//! nodes when nothing says how many), the others are spares.
+//! With simulated nodes (`node_names`/`SCR_NODE_NAMES` set for `scr run`), the names
+//! describe the first launch: its distinct nodes and the ranks on each (the same on
+//! every node). A relaunch uses the same number of nodes: the survivors first, in their
+//! order, then spare nodes of the allocation in its order (fewer when too few are left
+//! but at least `min_nodes`), and the step gets `SCR_NODE_NAMES` for them with as many
+//! ranks per node as the first launch.
+//!
+//! What the loop decided is kept in `<prefix>/.scr/run.scr` (job id, allocation, down
+//! nodes with reasons, runs left) for `scr env`; failed launches, down nodes and a halt
+//! that ends the retries are also appended to the prefix's event log (`scr log`).
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+pub mod cli;
+pub mod nodes;
+mod signals;
+
+use crate::config::Config;
+use crate::hostlist;
+use crate::runtime::Halt;
+pub use nodes::{allocation, Allocation, NodeCheck};
+
+/// State-file kind of `<prefix>/.scr/run.scr`.
+pub const KIND: &str = "run";
+
+/// What `scr run` decided so far in this allocation.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunState {
+    /// The job (allocation) id.
+    pub job_id: String,
+    /// The allocation's nodes.
+    pub allocation: Vec<String>,
+    /// Nodes found down, with the reason, in the order they were found.
+    pub down: Vec<(String, String)>,
+    /// The nodes of the newest launch.
+    pub launched_on: Vec<String>,
+    /// Launches made so far.
+    pub launches: u64,
+    /// Launches still allowed.
+    pub runs_left: u64,
+}
+
+impl RunState {
+    /// `<prefix>/.scr/run.scr`.
+    pub fn path(prefix: &Path) -> PathBuf {
+        prefix.join(".scr").join("run.scr")
+    }
+
+    /// The state `scr run` left for job `job_id` in `prefix`, if any.
+    pub fn load(prefix: &Path, job_id: &str) -> Option<RunState> {
+        crate::state::read_state::<RunState>(&Self::path(prefix), KIND)
+            .ok()
+            .filter(|s| s.job_id == job_id)
+    }
+
+    fn save(&self, prefix: &Path) {
+        let path = Self::path(prefix);
+        let saved = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| crate::state::write_state(&path, KIND, self));
+        if let Err(e) = saved {
+            eprintln!(
+                "scr run: warning: {}: {e}; `scr env` will not show this run",
+                path.display()
+            );
+        }
+    }
+}
+
+/// `scr run`'s options.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Launches in all (else the `runs` key).
+    pub runs: Option<u64>,
+    /// Fewest nodes to relaunch on (else the `min_nodes` key).
+    pub min_nodes: Option<u64>,
+    /// Nodes per launch (else as many as `node_names` names, else every usable node).
+    pub nodes: Option<u64>,
+    /// Ranks per node for `{ranks}` and simulated nodes (else from `node_names`, else 1).
+    pub ranks_per_node: Option<u64>,
+    /// Run `scr postrun` at the end.
+    pub postrun: bool,
+    /// The launcher command and its arguments.
+    pub launcher: Vec<String>,
+    /// The prefix directory.
+    pub prefix: PathBuf,
+}
+
+/// Print a line of the loop's own (flushed: the step's output is interleaved).
+fn say(msg: impl std::fmt::Display) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "scr run: {msg}");
+    let _ = out.flush();
+}
+
+/// The first launch's nodes and ranks per node from `node_names`, when it is set.
+pub fn simulated_layout(node_names: &str) -> Result<Option<(Vec<String>, u64)>, String> {
+    if node_names.trim().is_empty() {
+        return Ok(None);
+    }
+    let mut nodes: Vec<(String, u64)> = Vec::new();
+    for n in node_names.split(',').map(str::trim) {
+        if n.is_empty() {
+            return Err(format!("node_names `{node_names}` has an empty name"));
+        }
+        match nodes.iter_mut().find(|(m, _)| m == n) {
+            Some((_, c)) => *c += 1,
+            None => nodes.push((n.to_string(), 1)),
+        }
+    }
+    let per = nodes[0].1;
+    if let Some((n, c)) = nodes.iter().find(|(_, c)| *c != per) {
+        return Err(format!(
+            "node_names gives {} {per} rank(s) but {n} {c}: scr run relaunches with the same number of ranks on every node",
+            nodes[0].0
+        ));
+    }
+    Ok(Some((nodes.into_iter().map(|(n, _)| n).collect(), per)))
+}
+
+/// The nodes of the next launch: the previous launch's nodes that are still up, in
+/// their order, then the other nodes left, in the allocation's order; at most `want`.
+pub fn choose_nodes(previous: &[String], left: &[String], want: usize) -> Vec<String> {
+    let mut out: Vec<String> = previous
+        .iter()
+        .filter(|n| left.contains(n))
+        .cloned()
+        .collect();
+    out.extend(left.iter().filter(|n| !previous.contains(n)).cloned());
+    out.truncate(want);
+    out
+}
+
+/// The launcher command with its placeholders replaced (see the module documentation).
+pub fn launch_command(
+    launcher: &[String],
+    nodes: &[String],
+    ranks_per_node: u64,
+    down: &[String],
+) -> Vec<String> {
+    let exclude = hostlist::compress(down);
+    let fill = |a: &String| {
+        a.replace("{hosts}", &nodes.join(","))
+            .replace("{hostlist}", &hostlist::compress(nodes))
+            .replace("{nodes}", &nodes.len().to_string())
+            .replace(
+                "{ranks}",
+                &(nodes.len() as u64 * ranks_per_node).to_string(),
+            )
+            .replace("{exclude}", &exclude)
+    };
+    let mut out: Vec<String> = launcher.iter().map(fill).collect();
+    let is_srun = launcher
+        .first()
+        .is_some_and(|l| Path::new(l).file_name().is_some_and(|f| f == "srun"));
+    if is_srun && !down.is_empty() && !launcher.iter().any(|a| a.contains("{exclude}")) {
+        out.insert(1, format!("--exclude={exclude}"));
+    }
+    out
+}
+
+/// How a step ended.
+enum Ended {
+    Status(std::process::ExitStatus),
+    Watchdog(u64),
+    /// `scr run` received this signal and passed it on.
+    Signalled(i32),
+}
+
+/// `scr run`: the exit code (0: the step completed; 1: it did not, the reason printed;
+/// 2: usage).
+pub fn run(config: &Config, opts: &RunOptions) -> u8 {
+    if opts.launcher.is_empty() {
+        eprintln!("scr run: error: no launcher command given (scr run -- mpiexec -n 4 ./app)");
+        return 2;
+    }
+    let alloc = match allocation(config, &|v| std::env::var(v).ok()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("scr run: error: {e}");
+            return 1;
+        }
+    };
+    let layout = match simulated_layout(&config.str("node_names")) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("scr run: error: {e}");
+            return 1;
+        }
+    };
+    if let Some((nodes, _)) = &layout {
+        if let Some(n) = nodes.iter().find(|n| !alloc.nodes.contains(n)) {
+            eprintln!(
+                "scr run: error: node_names names {n}, which is not in the allocation {} ({})",
+                hostlist::compress(&alloc.nodes),
+                alloc.source
+            );
+            return 1;
+        }
+    }
+    let ranks_per_node = opts
+        .ranks_per_node
+        .unwrap_or_else(|| layout.as_ref().map_or(1, |(_, r)| *r));
+    if !config.bool("enable") {
+        // SCR's scr_srun too: with the library off there is nothing to relaunch from
+        say("enable = false: launching once, without node checks or relaunches");
+        let nodes = layout.as_ref().map_or(&alloc.nodes, |(n, _)| n);
+        let argv = launch_command(&opts.launcher, nodes, ranks_per_node, &[]);
+        return match Command::new(&argv[0]).args(&argv[1..]).status() {
+            Ok(s) if s.success() => 0,
+            Ok(s) => {
+                say(format!("launch failed ({s})"));
+                1
+            }
+            Err(e) => {
+                say(format!("cannot start `{}`: {e}", argv[0]));
+                1
+            }
+        };
+    }
+    let check = match NodeCheck::new(config, &opts.prefix, ranks_per_node) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("scr run: error: {e}");
+            return 1;
+        }
+    };
+    let runs = opts.runs.unwrap_or_else(|| config.u64("runs")).max(1);
+    let watchdog = config.u64("watchdog_timeout");
+    say(format!(
+        "allocation {} ({}), {runs} run(s){}",
+        hostlist::compress(&alloc.nodes),
+        alloc.source,
+        if watchdog > 0 {
+            format!(", watchdog {watchdog} s")
+        } else {
+            String::new()
+        }
+    ));
+
+    // from here on a Ctrl-C or SIGTERM ends the step and the retries, not the loop:
+    // postrun still runs (SLURM's --signal=B:TERM@120 before the time limit)
+    signals::catch_termination();
+    // failures and lost nodes go to the prefix's event log, where `scr log` counts them
+    let job_id = config.str("job_id");
+    let log = |event| crate::events::log_event(&opts.prefix, &job_id, event);
+    let mut state = RunState {
+        job_id: config.str("job_id"),
+        allocation: alloc.nodes.clone(),
+        runs_left: runs,
+        ..RunState::default()
+    };
+    // the first launch's nodes: the simulated layout, else every node left
+    let mut previous: Vec<String> = layout.as_ref().map(|(n, _)| n.clone()).unwrap_or_default();
+    let mut want: Option<usize> = opts
+        .nodes
+        .map(|n| n as usize)
+        .or_else(|| layout.as_ref().map(|(n, _)| n.len()));
+    let mut min_nodes = opts.min_nodes.unwrap_or_else(|| config.u64("min_nodes"));
+    let mut code = 1u8;
+    let mut launched_ok = false;
+    for attempt in 1..=runs {
+        let up: Vec<String> = alloc
+            .nodes
+            .iter()
+            .filter(|n| !state.down.iter().any(|(d, _)| d == *n))
+            .cloned()
+            .collect();
+        if let Some(sig) = signals::take() {
+            say(format!(
+                "stopping: scr run received {}; no relaunch",
+                signals::name(sig)
+            ));
+            break;
+        }
+        let found = check.down(&up);
+        for (node, why) in &found {
+            say(format!("node {node} is down: {why}"));
+        }
+        if !found.is_empty() {
+            log(crate::events::Event::LostNodes {
+                nodes: found.iter().map(|(n, _)| n.clone()).collect(),
+            });
+        }
+        state.down.extend(found);
+        let left: Vec<String> = up
+            .into_iter()
+            .filter(|n| !state.down.iter().any(|(d, _)| d == n))
+            .collect();
+        let want_now = *want.get_or_insert(left.len());
+        if min_nodes == 0 {
+            min_nodes = want_now as u64;
+        }
+        let nodes = choose_nodes(&previous, &left, want_now);
+        if (nodes.len() as u64) < min_nodes || nodes.is_empty() {
+            let down: Vec<String> = state
+                .down
+                .iter()
+                .map(|(n, why)| format!("{n} ({why})"))
+                .collect();
+            let down = if down.is_empty() {
+                "none".into()
+            } else {
+                down.join(", ")
+            };
+            if nodes.is_empty() {
+                say(format!("stopping: no usable node left; down: {down}"));
+            } else {
+                say(format!(
+                    "stopping: {} node(s) left ({}), fewer than the {min_nodes} needed (min_nodes); down: {down}",
+                    nodes.len(),
+                    hostlist::compress(&nodes),
+                ));
+            }
+            state.save(&opts.prefix);
+            break;
+        }
+        let down_names: Vec<String> = state.down.iter().map(|(n, _)| n.clone()).collect();
+        let argv = launch_command(&opts.launcher, &nodes, ranks_per_node, &down_names);
+        state.launches = attempt;
+        state.runs_left = runs - attempt;
+        state.launched_on = nodes.clone();
+        state.save(&opts.prefix);
+        say(format!(
+            "launch {attempt} of {runs} on {} node(s) {}: {}",
+            nodes.len(),
+            hostlist::compress(&nodes),
+            argv.join(" ")
+        ));
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
+        if layout.is_some() {
+            let names: Vec<&str> = nodes
+                .iter()
+                .flat_map(|n| std::iter::repeat_n(n.as_str(), ranks_per_node as usize))
+                .collect();
+            cmd.env("SCR_NODE_NAMES", names.join(","));
+        }
+        let ended = match launch(
+            cmd,
+            watchdog,
+            &watched_dirs(config, &opts.prefix, &check, &nodes),
+        ) {
+            Ok(e) => e,
+            Err(e) => {
+                say(format!("stopping: cannot start `{}`: {e}", argv[0]));
+                state.save(&opts.prefix);
+                break;
+            }
+        };
+        previous = nodes;
+        match ended {
+            Ended::Status(s) if s.success() => {
+                say(format!("launch {attempt} completed"));
+                launched_ok = true;
+                code = 0;
+                break;
+            }
+            Ended::Status(s) => {
+                let what = format!("launch {attempt} failed ({s})");
+                say(&what);
+                log(crate::events::Event::Failure {
+                    what: format!("scr run: {what}"),
+                    rank: None,
+                });
+            }
+            Ended::Signalled(sig) => {
+                let why = format!("scr run received {}", signals::name(sig));
+                say(format!("stopping: {why}; no relaunch"));
+                log(crate::events::Event::Halt {
+                    reason: format!("scr run: {why}"),
+                });
+                break;
+            }
+            Ended::Watchdog(secs) => {
+                let what =
+                    format!("launch {attempt} killed by the watchdog: no progress for {secs} s");
+                say(&what);
+                log(crate::events::Event::Failure {
+                    what: format!("scr run: {what}"),
+                    rank: None,
+                });
+            }
+        }
+        if attempt == runs {
+            say(format!("stopping: no runs left (runs = {runs})"));
+            break;
+        }
+        match halt_reason(&opts.prefix, config) {
+            Ok(Some(why)) => {
+                say(format!("stopping: halt condition: {why}"));
+                log(crate::events::Event::Halt {
+                    reason: format!("scr run: {why}"),
+                });
+                break;
+            }
+            Ok(None) => {}
+            Err(e) => say(format!("warning: {e}; relaunching")),
+        }
+    }
+    state.save(&opts.prefix);
+    if opts.postrun {
+        say("running scr postrun");
+        let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("scr"));
+        let mut cmd = Command::new(exe);
+        cmd.arg("postrun").arg("--prefix").arg(&opts.prefix);
+        if layout.is_some() && !previous.is_empty() {
+            // simulated nodes: the caches of the last launch's nodes (every cache is
+            // reachable from here); real nodes: postrun's own default (this host)
+            for n in &previous {
+                cmd.arg("--node").arg(n);
+            }
+            let names: Vec<&str> = previous
+                .iter()
+                .flat_map(|n| std::iter::repeat_n(n.as_str(), ranks_per_node as usize))
+                .collect();
+            cmd.env("SCR_NODE_NAMES", names.join(","));
+        }
+        match cmd.status() {
+            Ok(s) if s.success() => {}
+            Ok(s) => {
+                say(format!("scr postrun failed ({s})"));
+                if launched_ok {
+                    code = 1;
+                }
+            }
+            Err(e) => {
+                say(format!("cannot run scr postrun: {e}"));
+                code = 1;
+            }
+        }
+    }
+    code
+}
+
+/// Where progress shows: the prefix's `.scr` and the job's directory under the control
+/// base and every node-local store, on each node of the launch (on this host for real
+/// nodes: the others cannot be seen from here).
+fn watched_dirs(
+    config: &Config,
+    prefix: &Path,
+    check: &NodeCheck,
+    nodes: &[String],
+) -> Vec<PathBuf> {
+    let mut dirs = vec![prefix.join(".scr")];
+    let simulated = !config.str("node_names").is_empty();
+    for (base, _) in &check.bases {
+        if simulated {
+            dirs.extend(nodes.iter().map(|n| base.join(n).join(&check.job_dir)));
+        } else {
+            dirs.push(base.join(&check.job_dir));
+        }
+    }
+    dirs
+}
+
+/// The newest modification time of anything below `dirs` (at most `limit` entries
+/// looked at, so a huge cache cannot stall the watchdog).
+fn newest_change(dirs: &[PathBuf], limit: usize) -> Option<SystemTime> {
+    let mut newest = None;
+    let mut seen = 0usize;
+    let mut todo: Vec<PathBuf> = dirs.to_vec();
+    while let Some(d) = todo.pop() {
+        let Ok(m) = std::fs::symlink_metadata(&d) else {
+            continue;
+        };
+        if let Ok(t) = m.modified() {
+            newest = newest.max(Some(t));
+        }
+        if m.is_dir() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                seen += 1;
+                if seen > limit {
+                    return newest;
+                }
+                todo.push(e.path());
+            }
+        }
+    }
+    newest
+}
+
+/// Start the step and wait for it. With a watchdog (`watchdog` > 0 seconds) the step
+/// runs in a process group of its own, so that everything it started can be ended
+/// together when it shows no progress; without one it stays in `scr run`'s group, where
+/// a Ctrl-C at the terminal reaches it directly. A termination signal sent to `scr run`
+/// is passed on to the step (its group with a watchdog), which then has
+/// [`SIGNAL_GRACE`] to end before it is killed.
+fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Result<Ended> {
+    use std::os::unix::process::CommandExt;
+    let own_group = watchdog > 0;
+    if own_group {
+        cmd.process_group(0);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    }
+    let start = Instant::now();
+    let mut child = cmd.spawn()?;
+    // the step's output is passed through line by line; each line is progress
+    let last_output = Arc::new(AtomicU64::new(0));
+    let mut pumps = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        pumps.push(pump(out, false, last_output.clone(), start));
+    }
+    if let Some(err) = child.stderr.take() {
+        pumps.push(pump(err, true, last_output.clone(), start));
+    }
+    let target = if own_group {
+        format!("-{}", child.id())
+    } else {
+        child.id().to_string()
+    };
+    let mut newest = newest_change(watched, 100_000);
+    let mut last_progress = Duration::ZERO;
+    let mut last_scan = Instant::now();
+    let ended = loop {
+        if let Some(s) = child.try_wait()? {
+            break Ended::Status(s);
+        }
+        if let Some(sig) = signals::take() {
+            say(format!(
+                "received {}: passing it on to the job step ({}), which has {} s to end",
+                signals::name(sig),
+                if own_group {
+                    "its process group"
+                } else {
+                    "the launcher"
+                },
+                SIGNAL_GRACE.as_secs()
+            ));
+            end_step(&mut child, &target, &sig.to_string(), SIGNAL_GRACE);
+            break Ended::Signalled(sig);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        if watchdog == 0 {
+            continue;
+        }
+        if last_scan.elapsed() >= Duration::from_millis(500) {
+            last_scan = Instant::now();
+            let now = newest_change(watched, 100_000);
+            if now > newest {
+                newest = now;
+                last_progress = start.elapsed();
+            }
+        }
+        let out = Duration::from_millis(last_output.load(Ordering::Relaxed));
+        let idle = start.elapsed().saturating_sub(last_progress.max(out));
+        if idle >= Duration::from_secs(watchdog) {
+            say(format!(
+                "watchdog: no output and no file changed under {} for {watchdog} s; killing the job step (process group {})",
+                watched
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                child.id()
+            ));
+            end_step(&mut child, &target, "TERM", Duration::from_secs(5));
+            break Ended::Watchdog(watchdog);
+        }
+    };
+    for p in pumps {
+        let _ = p.join();
+    }
+    Ok(ended)
+}
+
+/// How long a step has to end after a signal passed on from `scr run` (SLURM's
+/// `--signal=B:TERM@120` leaves two minutes before the time limit; postrun needs some).
+pub const SIGNAL_GRACE: Duration = Duration::from_secs(30);
+
+/// Send `signal` (a name or number) to `target` (a pid, or `-pgid` for a process group),
+/// and SIGKILL after `grace` if the step has not ended; a second signal to `scr run`
+/// cuts the grace short.
+fn end_step(child: &mut Child, target: &str, signal: &str, grace: Duration) {
+    let send = |sig: &str| {
+        let _ = Command::new("kill")
+            .args([format!("-{sig}").as_str(), "--", target])
+            .status();
+    };
+    send(signal);
+    let deadline = Instant::now() + grace;
+    let mut exited = false;
+    while Instant::now() < deadline && signals::take().is_none() {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            exited = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // a group's leader may be gone while others of the group live on; a lone launcher
+    // that has exited is not signalled again (its pid may be another process's by now)
+    if target.starts_with('-') || !exited {
+        send("KILL");
+    }
+    let _ = child.wait();
+}
+
+/// Copy `from` to our stdout or stderr line by line, noting when each line came.
+fn pump(
+    from: impl std::io::Read + Send + 'static,
+    stderr: bool,
+    last: Arc<AtomicU64>,
+    start: Instant,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut r = std::io::BufReader::new(from);
+        let mut line = Vec::new();
+        while r.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+            last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+            let _ = if stderr {
+                let mut e = std::io::stderr().lock();
+                e.write_all(&line).and_then(|()| e.flush())
+            } else {
+                let mut o = std::io::stdout().lock();
+                o.write_all(&line).and_then(|()| o.flush())
+            };
+            line.clear();
+        }
+    })
+}
+
+/// Whether a job should stop retrying, with the reason (SCR's `scr_retries_halt`):
+/// a condition of the prefix's halt file ([`Halt::reason`]; a job that called finalize
+/// left one), or fewer than `halt_seconds` left before the allocation's end
+/// ([`crate::walltime`]: the `end_time` key, else the resource manager), the rule the
+/// library applies inside the job. `Ok(Some(why))`: stop.
+pub fn halt_reason(prefix: &Path, config: &Config) -> Result<Option<String>, String> {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let margin = config.u64("halt_seconds") as i64;
+    let halt = Halt::load(prefix).map_err(|e| e.to_string())?;
+    if let Some(why) = halt.reason(now, margin) {
+        return Ok(Some(why));
+    }
+    if margin > 0 {
+        if let Some((end, source)) = crate::walltime::from_config_and_env(config) {
+            if now >= end - margin {
+                return Ok(Some(format!(
+                    "within {margin} s (halt_seconds) of the allocation's end {end} ({source})"
+                )));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// `scr env`'s fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Env {
+    /// Job id.
+    pub job_id: String,
+    /// The allocation's nodes (compressed) and their source.
+    pub nodes: Result<Allocation, String>,
+    /// Down nodes: those `scr run` found in this job, else `exclude_nodes`.
+    pub down: Vec<(String, String)>,
+    /// The prefix directory.
+    pub prefix: PathBuf,
+    /// Launches `scr run` may still make (the `runs` key before it started).
+    pub runs_left: u64,
+}
+
+/// What `scr env` prints.
+pub fn env(config: &Config, prefix: &Path, getenv: &dyn Fn(&str) -> Option<String>) -> Env {
+    let job_id = config.str("job_id");
+    let state = RunState::load(prefix, &job_id);
+    let mut down: Vec<(String, String)> =
+        state.as_ref().map(|s| s.down.clone()).unwrap_or_default();
+    if let Ok(ex) = hostlist::expand(&config.str("exclude_nodes")) {
+        for n in ex {
+            if !down.iter().any(|(d, _)| *d == n) {
+                down.push((n, "listed in exclude_nodes".into()));
+            }
+        }
+    }
+    Env {
+        nodes: allocation(config, getenv),
+        runs_left: state.map_or_else(|| config.u64("runs"), |s| s.runs_left),
+        job_id,
+        down,
+        prefix: prefix.to_path_buf(),
+    }
+}
+
+impl std::fmt::Display for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "{:<11} {}", "job id", self.job_id)?;
+        match &self.nodes {
+            Ok(a) => writeln!(
+                f,
+                "{:<11} {} ({})",
+                "nodes",
+                hostlist::compress(&a.nodes),
+                a.source
+            )?,
+            Err(e) => writeln!(f, "{:<11} unknown: {e}", "nodes")?,
+        }
+        if self.down.is_empty() {
+            writeln!(f, "{:<11} none", "down")?;
+        }
+        for (n, why) in &self.down {
+            writeln!(f, "{:<11} {n}: {why}", "down")?;
+        }
+        writeln!(f, "{:<11} {}", "prefix", self.prefix.display())?;
+        writeln!(f, "{:<11} {}", "runs left", self.runs_left)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn layout_of_simulated_nodes() {
+        assert_eq!(
+            simulated_layout("n0,n0,n1,n1").unwrap(),
+            Some((s(&["n0", "n1"]), 2))
+        );
+        assert_eq!(simulated_layout("").unwrap(), None);
+        assert_eq!(
+            simulated_layout("n0,n0,n1").unwrap_err(),
+            "node_names gives n0 2 rank(s) but n1 1: scr run relaunches with the same number of ranks on every node"
+        );
+    }
+
+    #[test]
+    fn survivors_first_then_spares() {
+        let prev = s(&["n0", "n1", "n2"]);
+        assert_eq!(
+            choose_nodes(&prev, &s(&["n0", "n2", "n3", "n4"]), 3),
+            s(&["n0", "n2", "n3"])
+        );
+        assert_eq!(choose_nodes(&prev, &s(&["n3", "n2"]), 3), s(&["n2", "n3"]));
+        assert_eq!(choose_nodes(&[], &s(&["a", "b"]), 5), s(&["a", "b"]));
+    }
+
+    #[test]
+    fn placeholders_and_srun_exclude() {
+        let l = s(&[
+            "mpiexec",
+            "-n",
+            "{ranks}",
+            "--host",
+            "{hosts}",
+            "app",
+            "{hostlist}/{nodes}",
+        ]);
+        assert_eq!(
+            launch_command(&l, &s(&["n0", "n2", "n3"]), 2, &s(&["n1"])),
+            s(&[
+                "mpiexec",
+                "-n",
+                "6",
+                "--host",
+                "n0,n2,n3",
+                "app",
+                "n[0,2-3]/3"
+            ])
+        );
+        let srun = s(&["/usr/bin/srun", "-N", "{nodes}", "app"]);
+        assert_eq!(
+            launch_command(&srun, &s(&["n0", "n3"]), 1, &s(&["n1", "n2"])),
+            s(&["/usr/bin/srun", "--exclude=n[1-2]", "-N", "2", "app"])
+        );
+        assert_eq!(
+            launch_command(&srun, &s(&["n0"]), 1, &[]),
+            s(&["/usr/bin/srun", "-N", "1", "app"])
+        );
+        let own = s(&["srun", "-x", "{exclude}", "app"]);
+        assert_eq!(
+            launch_command(&own, &s(&["n0"]), 1, &s(&["n1"])),
+            s(&["srun", "-x", "n1", "app"])
+        );
+    }
+}

@@ -1,0 +1,268 @@
+//! The command-line side of the launch part: `scr run`, `scr nodes down`,
+//! `scr hostlist`, `scr env` (argument types for `scr`'s parser and what each does).
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
+
+use crate::config::Config;
+use crate::hostlist;
+use crate::launch::{self, allocation, NodeCheck, RunOptions};
+
+/// `scr run [OPTIONS] -- LAUNCHER ARGS...`
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Placeholders in the launcher's arguments, replaced at each launch:
+  {hosts}     the nodes of this launch, comma-separated
+  {hostlist}  the same, compressed (n[0,2-3])
+  {nodes}     their count
+  {ranks}     nodes x ranks per node (--ranks-per-node, else from SCR_NODE_NAMES, else 1)
+  {exclude}   the down nodes, compressed (empty when none)
+`srun` with down nodes and no {exclude} gets --exclude=<down nodes>.
+With simulated nodes (SCR_NODE_NAMES set), SCR_NODE_NAMES describes the first launch;
+each relaunch gets SCR_NODE_NAMES for its nodes (survivors first, then spares).
+
+Examples: scr run --runs 3 -- mpiexec -n {ranks} ./app
+          scr run --runs 3 --nodes 4 --ranks-per-node 8 -- srun -N {nodes} -n {ranks} ./app
+Node list: nodelist (SCR_NODELIST), SLURM_JOB_NODELIST, SLURM_NODELIST, `flux getattr
+hostlist` (FLUX_URI set), LSB_MCPU_HOSTS, LSB_HOSTS, PBS_NODEFILE, SCR_NODE_NAMES.
+
+Exit status: 0 the step completed; 1 it did not (the reason is printed); 2 usage.")]
+pub struct RunArgs {
+    /// Launches in all, the first included (default: the `runs` key, SCR_RUNS).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub runs: Option<u64>,
+    /// Stop relaunching when fewer nodes are left (default: the `min_nodes` key; 0 or
+    /// unset: as many as the first launch used).
+    #[arg(long, value_name = "M")]
+    pub min_nodes: Option<u64>,
+    /// Nodes per launch; the allocation's other nodes are spares for relaunches
+    /// (default: as many as SCR_NODE_NAMES names, else every usable node).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    pub nodes: Option<u64>,
+    /// Ranks per node, for {ranks} and the SCR_NODE_NAMES of simulated nodes (default:
+    /// from SCR_NODE_NAMES, else 1).
+    #[arg(long, value_name = "R", value_parser = clap::value_parser!(u64).range(1..))]
+    pub ranks_per_node: Option<u64>,
+    /// Run `scr postrun` after the last launch (scavenge the newest checkpoint).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub postrun: bool,
+    /// The prefix directory (default: the configuration's `prefix`).
+    #[arg(long, value_name = "DIR")]
+    pub prefix: Option<PathBuf>,
+    /// The launcher and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "LAUNCHER")]
+    pub launcher: Vec<String>,
+}
+
+/// `scr nodes ...`
+#[derive(Subcommand, Debug)]
+pub enum NodesCommand {
+    /// List the nodes that are down, with the reason for each: listed in
+    /// exclude_nodes, reported by down_nodes_script, a host name that does not resolve,
+    /// an unusable control or cache directory, too little free space. Exit 0 when none
+    /// is down, 1 when some are.
+    Down {
+        /// The nodes to check, a host list such as node[1-4] (default: the allocation's).
+        #[arg(value_name = "HOSTLIST")]
+        nodes: Option<String>,
+        /// The prefix directory whose index sizes the free-space check (default: the
+        /// configuration's `prefix`).
+        #[arg(long, value_name = "DIR")]
+        prefix: Option<PathBuf>,
+    },
+}
+
+/// `scr hostlist ...`
+#[derive(Subcommand, Debug)]
+pub enum HostlistCommand {
+    /// Print every host the lists name, comma-separated (node[1-3] -> node1,node2,node3).
+    Expand {
+        /// Host lists (node[1-4,7], rack[1-2]n[01-03], a,b,c).
+        #[arg(required = true, value_name = "HOSTLIST")]
+        lists: Vec<String>,
+        /// One host per line instead.
+        #[arg(long)]
+        lines: bool,
+    },
+    /// Print the hosts the lists name as one compressed list (node1,node2 -> node[1-2]).
+    Compress {
+        /// Host lists or host names.
+        #[arg(required = true, value_name = "HOSTLIST")]
+        lists: Vec<String>,
+    },
+    /// Print the hosts of A that are not in B, compressed.
+    Diff {
+        /// The hosts to keep from.
+        a: String,
+        /// The hosts to remove.
+        b: String,
+    },
+    /// Print the hosts of A that are also in B, compressed.
+    Intersect {
+        /// The first list.
+        a: String,
+        /// The second list.
+        b: String,
+    },
+}
+
+/// One field of `scr env`.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum EnvField {
+    /// The job id.
+    Jobid,
+    /// The allocation's nodes, compressed.
+    Nodes,
+    /// The down nodes, compressed.
+    Down,
+    /// The prefix directory.
+    Prefix,
+    /// Launches `scr run` may still make.
+    Runs,
+}
+
+/// `scr env [FIELD]`
+#[derive(Args, Debug)]
+pub struct EnvArgs {
+    /// Print only this field's value (for scripts).
+    #[arg(value_enum)]
+    pub field: Option<EnvField>,
+    /// The prefix directory (default: the configuration's `prefix`).
+    #[arg(long, value_name = "DIR")]
+    pub prefix: Option<PathBuf>,
+}
+
+fn prefix_or(config: &Config, given: &Option<PathBuf>) -> PathBuf {
+    given
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(config.str("prefix")))
+}
+
+/// `scr run`.
+pub fn run(config: &Config, args: &RunArgs) -> u8 {
+    launch::run(
+        config,
+        &RunOptions {
+            runs: args.runs,
+            min_nodes: args.min_nodes,
+            nodes: args.nodes,
+            ranks_per_node: args.ranks_per_node,
+            postrun: args.postrun,
+            launcher: args.launcher.clone(),
+            prefix: prefix_or(config, &args.prefix),
+        },
+    )
+}
+
+/// `scr nodes ...`.
+pub fn nodes(config: &Config, cmd: &NodesCommand) -> u8 {
+    let NodesCommand::Down { nodes, prefix } = cmd;
+    let list = match nodes {
+        Some(l) => hostlist::expand(l).map_err(|e| e.to_string()),
+        None => allocation(config, &|v| std::env::var(v).ok()).map(|a| a.nodes),
+    };
+    let per_node = launch::simulated_layout(&config.str("node_names"))
+        .ok()
+        .flatten()
+        .map_or(1, |(_, r)| r);
+    let check = list
+        .and_then(|l| NodeCheck::new(config, &prefix_or(config, prefix), per_node).map(|c| (l, c)));
+    let (list, check) = match check {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let down = check.down(&list);
+    for (n, why) in &down {
+        println!("{n}: {why}");
+    }
+    u8::from(!down.is_empty())
+}
+
+/// `scr hostlist ...`.
+pub fn hostlist(cmd: &HostlistCommand) -> u8 {
+    let all = |lists: &[String]| -> Result<Vec<String>, hostlist::HostlistError> {
+        let mut out: Vec<String> = Vec::new();
+        for l in lists {
+            for h in hostlist::expand(l)? {
+                if !out.contains(&h) {
+                    out.push(h);
+                }
+            }
+        }
+        Ok(out)
+    };
+    let result = match cmd {
+        HostlistCommand::Expand { lists, lines } => {
+            all(lists).map(|h| h.join(if *lines { "\n" } else { "," }))
+        }
+        HostlistCommand::Compress { lists } => all(lists).map(|h| hostlist::compress(&h)),
+        HostlistCommand::Diff { a, b } => hostlist::expand(a)
+            .and_then(|a| Ok((a, hostlist::expand(b)?)))
+            .map(|(a, b)| hostlist::compress(&hostlist::diff(&a, &b))),
+        HostlistCommand::Intersect { a, b } => hostlist::expand(a)
+            .and_then(|a| Ok((a, hostlist::expand(b)?)))
+            .map(|(a, b)| hostlist::compress(&hostlist::intersect(&a, &b))),
+    };
+    match result {
+        Ok(text) => {
+            println!("{text}");
+            0
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            1
+        }
+    }
+}
+
+/// `scr env`.
+pub fn env(config: &Config, args: &EnvArgs) -> u8 {
+    let e = launch::env(config, &prefix_or(config, &args.prefix), &|v| {
+        std::env::var(v).ok()
+    });
+    match args.field {
+        None => print!("{e}"),
+        Some(EnvField::Jobid) => println!("{}", e.job_id),
+        Some(EnvField::Nodes) => match &e.nodes {
+            Ok(a) => println!("{}", hostlist::compress(&a.nodes)),
+            Err(err) => {
+                eprintln!("error: {err}");
+                return 1;
+            }
+        },
+        Some(EnvField::Down) => {
+            let d: Vec<String> = e.down.iter().map(|(n, _)| n.clone()).collect();
+            println!("{}", hostlist::compress(&d));
+        }
+        Some(EnvField::Prefix) => println!("{}", e.prefix.display()),
+        Some(EnvField::Runs) => println!("{}", e.runs_left),
+    }
+    0
+}
+
+/// `scr halt --check`: 0 and the reason when a halt condition holds, 1 when none does.
+pub fn halt_check(config: &Config, prefix: &std::path::Path) -> u8 {
+    match launch::halt_reason(prefix, config) {
+        Ok(Some(why)) => {
+            println!("halt: {why}");
+            0
+        }
+        Ok(None) => {
+            println!(
+                "no halt condition holds in {}",
+                crate::runtime::Halt::path(prefix).display()
+            );
+            1
+        }
+        Err(e) => {
+            // an unreadable halt file cannot say "stop": retrying is the safe side only
+            // when a person looks, so say so and let the script decide (exit 2)
+            eprintln!("error: {e}");
+            2
+        }
+    }
+}

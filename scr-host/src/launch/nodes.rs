@@ -1,0 +1,529 @@
+//! The allocation's nodes and which of them are down (SCR's `scr_env --nodes` and
+//! `scr_list_down_nodes`), for `scr run`, `scr nodes down` and `scr env`.
+//!
+//! # The node list
+//!
+//! First match wins:
+//! 1. the `nodelist` key (`SCR_NODELIST`, or a configuration file), a host list;
+//! 2. SLURM: `SLURM_JOB_NODELIST`, else `SLURM_NODELIST` (host lists);
+//! 3. Flux: when `FLUX_URI` is set (inside a Flux instance), the output of
+//!    `flux getattr hostlist` (a host list);
+//! 4. LSF: `LSB_MCPU_HOSTS` (`host slots host slots ...`), else `LSB_HOSTS` (one name
+//!    per slot);
+//! 5. PBS/Torque: the file `PBS_NODEFILE` (one name per slot and line);
+//! 6. simulated nodes: the distinct names of `node_names` (`SCR_NODE_NAMES`);
+//! 7. this host alone.
+//!
+//! Duplicates are dropped; the order is the resource manager's.
+//!
+//! # Down nodes
+//!
+//! `ping` is not available everywhere (nor allowed in containers), and `scr run` runs on
+//! one node of the allocation, serially. A node is down when:
+//! - `exclude_nodes` lists it;
+//! - the site script `down_nodes_script` says so: it is run once with the node names as
+//!   arguments and prints `NODE REASON...` lines for the nodes it finds down (a site
+//!   knows best: `sinfo`, `pdsh`, a health check); a script that fails is reported and
+//!   marks nothing;
+//! - it is a real node (not simulated) whose name does not resolve to an address;
+//! - its control directory or a node-local store is unusable: the node's base
+//!   (`<base>/<node>` for simulated nodes, `<base>` on this host) is not a directory,
+//!   is owned by another user (neither root nor this user), or refuses a probe file; the
+//!   job's directory `<user>/scr.<jobid>` below it, when it exists, must be a directory
+//!   owned by this user. Real nodes other than the one `scr run` runs on cannot be
+//!   looked into from here: that is the site script's part;
+//! - a node-local store's free space is below what it needs: `cache_free` when set,
+//!   else the store's dataset count (`count`, else `cache_size`) times the bytes per node
+//!   of the largest dataset in the prefix's index (its bytes over its world size, times
+//!   the ranks per node). Checked where the directories are checked.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::config::{Config, View};
+use crate::hostlist;
+
+/// The allocation's nodes and where the list came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    /// Node names, in the resource manager's order.
+    pub nodes: Vec<String>,
+    /// The variable, key or command the list came from.
+    pub source: String,
+}
+
+/// The allocation's nodes (see the module documentation for the sources, in order).
+/// `env` reads an environment variable (the process environment in use; a map in tests).
+pub fn allocation(
+    config: &Config,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Allocation, String> {
+    let set = |v: &str| env(v).filter(|s| !s.trim().is_empty());
+    let from_list = |list: &str, source: String| -> Result<Allocation, String> {
+        let nodes = hostlist::expand(list).map_err(|e| format!("{source}: {e}"))?;
+        if nodes.is_empty() {
+            return Err(format!("{source} names no node"));
+        }
+        Ok(Allocation { nodes, source })
+    };
+    let key = config.str("nodelist");
+    if !key.is_empty() {
+        let origin = &config.setting("nodelist").origin;
+        return from_list(&key, format!("nodelist ({origin})"));
+    }
+    for var in ["SLURM_JOB_NODELIST", "SLURM_NODELIST"] {
+        if let Some(v) = set(var) {
+            return from_list(&v, var.into());
+        }
+    }
+    if set("FLUX_URI").is_some() {
+        let out = Command::new("flux")
+            .args(["getattr", "hostlist"])
+            .output()
+            .map_err(|e| format!("FLUX_URI is set but `flux getattr hostlist` did not run: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "`flux getattr hostlist` failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        return from_list(text.trim(), "flux getattr hostlist".into());
+    }
+    let dedup = |names: Vec<&str>, source: String| -> Result<Allocation, String> {
+        let mut nodes: Vec<String> = Vec::new();
+        for n in names {
+            if !nodes.iter().any(|m| m == n) {
+                nodes.push(n.to_string());
+            }
+        }
+        if nodes.is_empty() {
+            return Err(format!("{source} names no node"));
+        }
+        Ok(Allocation { nodes, source })
+    };
+    if let Some(v) = set("LSB_MCPU_HOSTS") {
+        let words: Vec<&str> = v.split_whitespace().collect();
+        if !words.len().is_multiple_of(2) || words.chunks(2).any(|p| p[1].parse::<u64>().is_err()) {
+            return Err(format!(
+                "LSB_MCPU_HOSTS `{v}`: expected pairs `host slots` (e.g. `n1 16 n2 16`)"
+            ));
+        }
+        return dedup(
+            words.iter().step_by(2).copied().collect(),
+            "LSB_MCPU_HOSTS".into(),
+        );
+    }
+    if let Some(v) = set("LSB_HOSTS") {
+        return dedup(v.split_whitespace().collect(), "LSB_HOSTS".into());
+    }
+    if let Some(f) = set("PBS_NODEFILE") {
+        let text = std::fs::read_to_string(&f)
+            .map_err(|e| format!("PBS_NODEFILE {f}: cannot read: {e}"))?;
+        return dedup(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect(),
+            format!("PBS_NODEFILE ({f})"),
+        );
+    }
+    let simulated = config.str("node_names");
+    if !simulated.is_empty() {
+        return dedup(
+            simulated.split(',').map(str::trim).collect(),
+            "node_names (simulated nodes)".into(),
+        );
+    }
+    Ok(Allocation {
+        nodes: vec![this_host()],
+        source: "this host (no resource manager found)".into(),
+    })
+}
+
+/// This host's name.
+pub fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// What the down-node checks need to know about the job.
+#[derive(Clone, Debug)]
+pub struct NodeCheck {
+    /// Nodes are directories (`node_names` is set): no name resolution; every node's
+    /// directories are checked under `<base>/<node>`.
+    pub simulated: bool,
+    /// `exclude_nodes`.
+    pub excluded: Vec<String>,
+    /// `down_nodes_script`, if set.
+    pub script: Option<PathBuf>,
+    /// The control base and every enabled node-local store: (base, bytes it must have
+    /// free, why that many).
+    pub bases: Vec<(PathBuf, Option<(u64, String)>)>,
+    /// `<user>/scr.<jobid>`: the job's directory under each base.
+    pub job_dir: PathBuf,
+    /// The host this runs on (its directories can be checked from here).
+    pub this_host: String,
+}
+
+impl NodeCheck {
+    /// From the configuration in force and the prefix's index; `ranks_per_node` sizes
+    /// the capacity estimate.
+    pub fn new(config: &Config, prefix: &Path, ranks_per_node: u64) -> Result<NodeCheck, String> {
+        let excluded = hostlist::expand(&config.str("exclude_nodes"))
+            .map_err(|e| format!("exclude_nodes: {e}"))?;
+        let script = Some(config.str("down_nodes_script"))
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from);
+        let fixed = match config.setting("cache_free").value {
+            Some(crate::config::keys::Value::UInt(n)) => Some(n),
+            _ => None,
+        };
+        let per_node = largest_dataset_per_node(prefix, ranks_per_node.max(1));
+        let mut bases = vec![(PathBuf::from(config.str("cntl_base")), None)];
+        let group = config.str("group");
+        for s in config.stores.iter().filter(|s| s.enabled) {
+            let g = s.group.clone().unwrap_or_else(|| group.clone());
+            let view = s.view.unwrap_or(if g == "WORLD" {
+                View::Global
+            } else {
+                View::Node
+            });
+            if view != View::Node {
+                continue;
+            }
+            let count = s.count.unwrap_or_else(|| config.u64("cache_size"));
+            let need = match (fixed, &per_node) {
+                (Some(n), _) => Some((n, "cache_free".to_string())),
+                (None, Some((bytes, name))) if *bytes > 0 => Some((
+                    bytes.saturating_mul(count),
+                    format!("{count} dataset(s) of {bytes} bytes per node, as {name}"),
+                )),
+                _ => None,
+            };
+            let path = PathBuf::from(&s.path);
+            if let Some(b) = bases.iter_mut().find(|(p, _)| *p == path) {
+                b.1 = need;
+            } else {
+                bases.push((path, need));
+            }
+        }
+        let simulated = !config.str("node_names").is_empty();
+        Ok(NodeCheck {
+            simulated,
+            excluded,
+            script,
+            bases,
+            job_dir: PathBuf::from(config.str("user"))
+                .join(format!("scr.{}", config.str("job_id"))),
+            this_host: this_host(),
+        })
+    }
+
+    /// The down nodes among `nodes`, each with its reason, in `nodes`' order.
+    pub fn down(&self, nodes: &[String]) -> Vec<(String, String)> {
+        let mut script_says = std::collections::BTreeMap::new();
+        if let Some(script) = &self.script {
+            match run_script(script, nodes) {
+                Ok(found) => script_says = found,
+                Err(e) => eprintln!("scr: warning: {e}"),
+            }
+        }
+        let mut out = Vec::new();
+        for node in nodes {
+            let why = if self.excluded.contains(node) {
+                Some("listed in exclude_nodes".to_string())
+            } else if let Some(r) = script_says.get(node) {
+                Some(format!("down_nodes_script: {r}"))
+            } else {
+                self.check_node(node)
+            };
+            if let Some(why) = why {
+                out.push((node.clone(), why));
+            }
+        }
+        out
+    }
+
+    /// The first reason `node` is down that can be seen from here, if any.
+    fn check_node(&self, node: &str) -> Option<String> {
+        if !self.simulated {
+            use std::net::ToSocketAddrs;
+            if (node, 0u16)
+                .to_socket_addrs()
+                .map_or(true, |mut a| a.next().is_none())
+            {
+                return Some(format!("host name `{node}` does not resolve to an address"));
+            }
+            if node != self.this_host {
+                return None;
+            }
+        }
+        self.bases.iter().find_map(|(base, need)| {
+            let dir = if self.simulated {
+                base.join(node)
+            } else {
+                base.clone()
+            };
+            check_dir(&dir, &self.job_dir)
+                .err()
+                .or_else(|| need.as_ref().and_then(|(n, why)| check_free(&dir, *n, why)))
+        })
+    }
+}
+
+/// The largest complete dataset in the prefix's index, in bytes per node
+/// (bytes ÷ world size × ranks per node), with its name.
+fn largest_dataset_per_node(prefix: &Path, ranks_per_node: u64) -> Option<(u64, String)> {
+    use crate::runtime::prefix::{Index, Summary};
+    let index = Index::load(prefix).ok()?;
+    index
+        .datasets
+        .values()
+        .filter(|e| e.complete)
+        .filter_map(|e| {
+            let s: Summary =
+                crate::state::read_state(&Summary::path(prefix, e.id), "summary").ok()?;
+            let per_rank = s.bytes.div_ceil(u64::from(s.world_size.max(1)));
+            Some((per_rank * ranks_per_node, format!("dataset {}", s.name)))
+        })
+        .max_by_key(|(b, _)| *b)
+}
+
+/// Run the site script with the node names; its `NODE REASON...` lines.
+fn run_script(
+    script: &Path,
+    nodes: &[String],
+) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let out = Command::new(script)
+        .args(nodes)
+        .output()
+        .map_err(|e| format!("down_nodes_script {}: cannot run: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "down_nodes_script {} failed ({}); its verdict is ignored: {}",
+            script.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let (node, why) = l.split_once(char::is_whitespace).unwrap_or((l, ""));
+            let why = why.trim();
+            (!node.is_empty()).then(|| {
+                let why = if why.is_empty() { "reported down" } else { why };
+                (node.to_string(), why.to_string())
+            })
+        })
+        .collect())
+}
+
+/// Whether a node's base `dir` (and the job's directory below it) can be used.
+fn check_dir(dir: &Path, job_dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = crate::registry::effective_uid();
+    let owned_ok = |uid: u32| uid == 0 || Some(uid) == me;
+    // a base not there yet is made by the job: its nearest existing ancestor must take it
+    let mut probe_in = dir.to_path_buf();
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if !m.is_dir() => return Err(format!("{} is not a directory", dir.display())),
+        Ok(m) if !owned_ok(m.uid()) => {
+            return Err(format!(
+                "{} is owned by uid {}, not by this user (uid {}) or root",
+                dir.display(),
+                m.uid(),
+                me.map_or("?".into(), |u| u.to_string())
+            ))
+        }
+        Ok(_) => {
+            let jd = dir.join(job_dir);
+            match std::fs::symlink_metadata(&jd) {
+                Ok(m) if !m.is_dir() => return Err(format!("{} is not a directory", jd.display())),
+                Ok(m) if Some(m.uid()) != me => {
+                    return Err(format!(
+                        "{} is owned by uid {}, not by this user (uid {})",
+                        jd.display(),
+                        m.uid(),
+                        me.map_or("?".into(), |u| u.to_string())
+                    ))
+                }
+                Ok(_) => probe_in = jd,
+                Err(_) => {}
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            while !probe_in.is_dir() {
+                if !probe_in.pop() {
+                    return Err(format!("{}: no part of the path exists", dir.display()));
+                }
+            }
+        }
+        Err(e) => return Err(format!("{}: {e}", dir.display())),
+    }
+    // permission bits say little as root; a file actually made there says it all
+    // (read-only mounts, full devices, a dead NFS server's EIO)
+    let probe = probe_in.join(format!(".scr-probe.{}", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(format!(
+            "cannot create a file in {}: {e}",
+            probe_in.display()
+        )),
+    }
+}
+
+/// Why `dir`'s file system has too little free space for `need` bytes, if it has.
+fn check_free(dir: &Path, need: u64, why: &str) -> Option<String> {
+    let mut at = dir.to_path_buf();
+    while !at.exists() && at.pop() {}
+    let free = free_bytes(&at)?;
+    (free < need).then(|| {
+        format!(
+            "{} has {free} bytes free, below the {need} needed ({why})",
+            dir.display()
+        )
+    })
+}
+
+/// Free bytes of the file system holding `dir`, as `df` reports them (no `unsafe`
+/// statvfs call for a serial check); `None` when df cannot tell.
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    let out = Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(dir)
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn config(vars: &[(&str, &str)]) -> Config {
+        let mut l = crate::config::Loader::default();
+        l.env = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        l.system_file = Some(PathBuf::from("/dev/null"));
+        l.load().expect("configuration")
+    }
+
+    fn alloc(cfg: &[(&str, &str)], env: &[(&str, &str)]) -> Result<Allocation, String> {
+        let env: BTreeMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        allocation(&config(cfg), &|k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn node_list_sources_in_order() {
+        let a = alloc(
+            &[("SCR_NODELIST", "n[1-2]")],
+            &[("SLURM_JOB_NODELIST", "s1")],
+        )
+        .unwrap();
+        assert_eq!(a.nodes, ["n1", "n2"]);
+        assert!(
+            a.source.starts_with("nodelist (environment SCR_NODELIST"),
+            "{}",
+            a.source
+        );
+        let a = alloc(&[], &[("SLURM_NODELIST", "s[3-4]"), ("LSB_HOSTS", "x")]).unwrap();
+        assert_eq!(
+            (a.nodes, a.source.as_str()),
+            (vec!["s3".into(), "s4".into()], "SLURM_NODELIST")
+        );
+        let a = alloc(
+            &[],
+            &[("LSB_MCPU_HOSTS", "l1 16 l2 16"), ("LSB_HOSTS", "x")],
+        )
+        .unwrap();
+        assert_eq!(a.nodes, ["l1", "l2"]);
+        let a = alloc(&[], &[("LSB_HOSTS", "l1 l1 l2 l2")]).unwrap();
+        assert_eq!(a.nodes, ["l1", "l2"]);
+        let e = alloc(&[], &[("LSB_MCPU_HOSTS", "l1 16 l2")]).unwrap_err();
+        assert!(
+            e.starts_with("LSB_MCPU_HOSTS `l1 16 l2`: expected pairs"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("nodes");
+        std::fs::write(&f, "p1\np1\np2\n\n").unwrap();
+        let a = alloc(&[], &[("PBS_NODEFILE", f.to_str().unwrap())]).unwrap();
+        assert_eq!(a.nodes, ["p1", "p2"]);
+        let a = alloc(&[("SCR_NODE_NAMES", "a,a,b,b")], &[]).unwrap();
+        assert_eq!(a.nodes, ["a", "b"]);
+        let e = alloc(&[], &[("SLURM_JOB_NODELIST", "n[1-")]).unwrap_err();
+        assert_eq!(
+            e,
+            "SLURM_JOB_NODELIST: host list `n[1-`: `[` never closed in `[1-`"
+        );
+        let a = alloc(&[], &[]).unwrap();
+        assert_eq!(a.nodes, [this_host()]);
+    }
+
+    #[test]
+    fn unusable_directories_are_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let job = Path::new("u/scr.1");
+        assert_eq!(check_dir(&dir.path().join("new"), job), Ok(()));
+        let file = dir.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        assert_eq!(
+            check_dir(&file, job),
+            Err(format!("{} is not a directory", file.display()))
+        );
+        let theirs = dir.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(12345), None).unwrap();
+        let e = check_dir(&theirs, job).unwrap_err();
+        assert!(e.contains("is owned by uid 12345, not by this user"), "{e}");
+        let ok = dir.path().join("ok");
+        std::fs::create_dir_all(ok.join(job)).unwrap();
+        assert_eq!(check_dir(&ok, job), Ok(()));
+        std::os::unix::fs::chown(ok.join(job), Some(12345), None).unwrap();
+        let e = check_dir(&ok, job).unwrap_err();
+        assert!(
+            e.starts_with(&format!("{} is owned by uid 12345", ok.join(job).display())),
+            "{e}"
+        );
+        // a read-only tmpfs refuses the probe even to root
+        let ro = dir.path().join("ro");
+        std::fs::create_dir(&ro).unwrap();
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "ro,size=64k", "tmpfs"])
+            .arg(&ro)
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            let e = check_dir(&ro, job);
+            let _ = Command::new("umount").arg(&ro).status();
+            let e = e.unwrap_err();
+            assert!(
+                e.starts_with(&format!("cannot create a file in {}", ro.display())),
+                "{e}"
+            );
+        }
+    }
+}

@@ -1,0 +1,732 @@
+//! `scr run` (relaunch after a node failure, min_nodes, watchdog), `scr nodes down`,
+//! `scr env`, `scr halt --check` and `scr hostlist`, driven as a batch script would,
+//! with mpiexec on simulated nodes.
+
+use std::path::Path;
+use std::process::Command;
+
+use scr_e2e::{binary, mpi_env, reference_state, Cluster, JobOutput};
+
+/// `scr ARGS` in the cluster's prefix, with the environment its jobs get (cache and
+/// control bases, job id, MPI settings) plus `env`.
+fn scr(c: &Cluster, args: &[&str], env: &[(&str, &str)]) -> JobOutput {
+    let scr = binary("scr");
+    let mut timed = vec!["--kill-after=5", "150", scr.to_str().unwrap()];
+    timed.extend(args);
+    let out = scr_command(c, "timeout", &timed, env)
+        .output()
+        .expect("scr runs");
+    JobOutput {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `program args` with the environment [`scr`] gives.
+fn scr_command(c: &Cluster, program: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    cmd.current_dir(c.prefix());
+    for (k, v) in mpi_env() {
+        cmd.env(k, v);
+    }
+    cmd.env("SCR_CACHE_BASE", c.path("cache"))
+        .env("SCR_CNTL_BASE", c.path("cntl"))
+        .env("SCR_JOB_ID", "e2e")
+        .env("SCR_SYSTEM_CONFIG", "/dev/null")
+        .env_remove("SCR_CONF_FILE")
+        .env_remove("SCR_NODE_NAMES")
+        .env_remove("SCR_NODELIST");
+    for v in [
+        "SLURM_JOB_NODELIST",
+        "SLURM_NODELIST",
+        "FLUX_URI",
+        "LSB_MCPU_HOSTS",
+        "LSB_HOSTS",
+        "PBS_NODEFILE",
+    ] {
+        cmd.env_remove(v);
+    }
+    for (k, v) in &c.env {
+        cmd.env(k, v);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// A launcher script: on its first call it runs `first` (a shell command), on every
+/// later call `later`; `$1` is the rank count `scr run` passes as `{ranks}`.
+fn launcher(c: &Cluster, first: &str, later: &str) -> String {
+    let marker = c.path("launched-once");
+    let script = c.path("launch.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nif [ ! -e '{m}' ]; then\n  touch '{m}'\n  {first}\nfi\n{later}\n",
+            m = marker.display()
+        ),
+    )
+    .unwrap();
+    let mut perm = std::fs::metadata(&script).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&script, perm).unwrap();
+    script.display().to_string()
+}
+
+const STEPS: u64 = 30;
+const CELLS: usize = 64;
+
+/// `mpiexec -n $1 scr-heat` with the test's sizes and `extra` arguments.
+fn heat_cmd(extra: &str) -> String {
+    format!(
+        "mpiexec -n \"$1\" '{}' --steps {STEPS} --every 5 --cells {CELLS} {extra}",
+        binary("scr-heat").display()
+    )
+}
+
+/// The first launch: rank 2 (on n1) is killed after step 12, then n1's cache base is
+/// given to another user (the node's cache is unusable from now on).
+fn failing_first_launch(c: &Cluster) -> String {
+    format!(
+        "{}\n  rc=$?\n  chown 12345 '{}'\n  exit $rc",
+        heat_cmd("--kill-at 12 --kill-rank 2"),
+        c.path("cache").join("n1").display()
+    )
+}
+
+fn world_sizes(out: &JobOutput) -> Vec<&str> {
+    out.stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ranks "))
+        .collect()
+}
+
+#[test]
+fn a_failed_node_is_excluded_and_the_job_relaunches_on_the_survivors_and_a_spare() {
+    let reference = reference_state(6, STEPS, Some(CELLS));
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR").set("SCR_SET_SIZE", "3");
+    let script = launcher(
+        &c,
+        &failing_first_launch(&c),
+        &format!("exec {}", heat_cmd("")),
+    );
+    let out = scr(
+        &c,
+        &[
+            "run",
+            "--runs",
+            "3",
+            "--postrun",
+            "false",
+            "--",
+            &script,
+            "{ranks}",
+        ],
+        &[
+            ("SCR_NODELIST", "n[0-3]"),
+            ("SCR_NODE_NAMES", "n0,n0,n1,n1,n2,n2"),
+        ],
+    );
+    assert_eq!(out.code, 0, "{out}");
+    let cache_n1 = c.path("cache").join("n1");
+    let launches: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("scr run: "))
+        .collect();
+    assert_eq!(
+        launches,
+        [
+            "scr run: allocation n[0-3] (nodelist (environment SCR_NODELIST)), 3 run(s)".to_string(),
+            format!("scr run: launch 1 of 3 on 3 node(s) n[0-2]: {script} 6"),
+            "scr run: launch 1 failed (exit status: 137)".into(),
+            format!(
+                "scr run: node n1 is down: {} is owned by uid 12345, not by this user (uid 0) or root",
+                cache_n1.display()
+            ),
+            format!("scr run: launch 2 of 3 on 3 node(s) n[0,2-3]: {script} 6"),
+            "scr run: launch 2 completed".into(),
+        ],
+        "{out}"
+    );
+    // both launches ran 6 ranks; the second restarted from the newest checkpoint (n1's
+    // files rebuilt through XOR on the spare n3) and ended where an uninterrupted run does
+    assert_eq!(world_sizes(&out), ["6", "6"], "{out}");
+    assert!(
+        out.stdout.contains("restarted from ckpt.10 at step 10"),
+        "{out}"
+    );
+    assert_eq!(out.final_state(), reference, "{out}");
+    // the relaunch put ranks 2 and 3 on the spare, not on n1
+    let n3 = c.cache_dir("n3");
+    assert!(n3.is_dir(), "the spare n3 was not used\n{out}");
+
+    // the failure and the lost node are in the event log, for `scr log`
+    let events = std::fs::read_to_string(c.prefix().join(".scr/events.jsonl")).unwrap();
+    let ours: Vec<&str> = events.lines().filter(|l| l.contains("scr run: ")).collect();
+    assert_eq!(ours.len(), 1, "{events}");
+    assert!(
+        ours[0].contains("\"what\":\"scr run: launch 1 failed (exit status: 137)\""),
+        "{events}"
+    );
+    assert!(
+        events
+            .lines()
+            .any(|l| l.contains("\"event\":\"lost_nodes\"") && l.contains("\"nodes\":[\"n1\"]")),
+        "{events}"
+    );
+    // what scr env reports about the allocation now
+    let env = scr(&c, &["env"], &[("SCR_NODELIST", "n[0-3]")]);
+    assert_eq!(env.code, 0, "{env}");
+    assert_eq!(
+        env.stdout,
+        format!(
+            "job id      e2e\nnodes       n[0-3] (nodelist (environment SCR_NODELIST))\n\
+             down        n1: {} is owned by uid 12345, not by this user (uid 0) or root\n\
+             prefix      {}\nruns left   1\n",
+            cache_n1.display(),
+            c.prefix().display()
+        )
+    );
+    let down = scr(&c, &["env", "down"], &[]);
+    assert_eq!((down.code, down.stdout.as_str()), (0, "n1\n"), "{down}");
+    let runs = scr(&c, &["env", "runs"], &[]);
+    assert_eq!(runs.stdout, "1\n", "{runs}");
+}
+
+#[test]
+fn with_too_few_nodes_left_scr_run_stops_and_says_why() {
+    let c = Cluster::new();
+    let script = launcher(
+        &c,
+        &failing_first_launch(&c),
+        &format!("exec {}", heat_cmd("")),
+    );
+    let out = scr(
+        &c,
+        &[
+            "run",
+            "--runs",
+            "3",
+            "--postrun",
+            "false",
+            "--",
+            &script,
+            "{ranks}",
+        ],
+        &[
+            ("SCR_NODELIST", "n[0-2]"),
+            ("SCR_NODE_NAMES", "n0,n0,n1,n1,n2,n2"),
+        ],
+    );
+    assert_eq!(out.code, 1, "{out}");
+    assert_eq!(world_sizes(&out), ["6"], "one launch only\n{out}");
+    let last = out
+        .stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("scr run: "));
+    assert_eq!(
+        last,
+        Some(
+            format!(
+                "scr run: stopping: 2 node(s) left (n[0,2]), fewer than the 3 needed (min_nodes); \
+                 down: n1 ({} is owned by uid 12345, not by this user (uid 0) or root)",
+                c.path("cache").join("n1").display()
+            )
+            .as_str()
+        ),
+        "{out}"
+    );
+    assert!(!out.stdout.contains("final step"), "{out}");
+}
+
+#[test]
+fn a_halt_condition_stops_the_relaunches_and_halt_check_tells_scripts() {
+    let c = Cluster::new();
+    let prefix = c.prefix();
+    let prefix = prefix.to_str().unwrap();
+    let check = scr(&c, &["halt", "--check", "--prefix", prefix], &[]);
+    assert_eq!(check.code, 1, "{check}");
+    assert_eq!(
+        check.stdout,
+        format!("no halt condition holds in {prefix}/.scr/halt.scr\n")
+    );
+    let set = scr(&c, &["halt", "--reason", "maintenance at noon"], &[]);
+    assert_eq!(set.code, 0, "{set}");
+    let check = scr(&c, &["halt", "--check"], &[]);
+    assert_eq!(
+        (check.code, check.stdout.as_str()),
+        (0, "halt: exit reason set: maintenance at noon\n"),
+        "{check}"
+    );
+    // fewer than halt_seconds left in the allocation counts too (here its end is given
+    // with the end_time key; the resource managers' are the walltime module's)
+    let end = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 50;
+    let end_s = end.to_string();
+    let timed = [
+        ("SCR_HALT_SECONDS", "100"),
+        ("SCR_END_TIME", end_s.as_str()),
+    ];
+    let cleared = scr(&c, &["halt", "--unset", "reason"], &[]);
+    assert_eq!(cleared.code, 0, "{cleared}");
+    let check = scr(&c, &["halt", "--check"], &timed);
+    assert_eq!(
+        (check.code, check.stdout.as_str()),
+        (
+            0,
+            format!(
+                "halt: within 100 s (halt_seconds) of the allocation's end {end} (end_time (environment SCR_END_TIME))\n"
+            )
+            .as_str()
+        ),
+        "{check}"
+    );
+    let check = scr(
+        &c,
+        &["halt", "--check"],
+        &[("SCR_HALT_SECONDS", "10"), ("SCR_END_TIME", &end_s)],
+    );
+    assert_eq!(check.code, 1, "{check}");
+    let set = scr(&c, &["halt", "--reason", "maintenance at noon"], &[]);
+    assert_eq!(set.code, 0, "{set}");
+    // a failing step is not relaunched while the condition holds
+    let out = scr(
+        &c,
+        &[
+            "run",
+            "--runs",
+            "5",
+            "--postrun",
+            "false",
+            "--",
+            "sh",
+            "-c",
+            "echo step on {hosts}; exit 3",
+        ],
+        &[("SCR_NODELIST", "a,b"), ("SCR_NODE_NAMES", "a,b")],
+    );
+    assert_eq!(out.code, 1, "{out}");
+    assert_eq!(
+        out.stdout,
+        "scr run: allocation a,b (nodelist (environment SCR_NODELIST)), 5 run(s)\n\
+         scr run: launch 1 of 5 on 2 node(s) a,b: sh -c echo step on a,b; exit 3\n\
+         step on a,b\n\
+         scr run: launch 1 failed (exit status: 3)\n\
+         scr run: stopping: halt condition: exit reason set: maintenance at noon\n"
+    );
+}
+
+#[test]
+fn the_watchdog_kills_a_step_that_stops_progressing_and_the_relaunch_finishes() {
+    let reference = reference_state(4, 40, Some(CELLS));
+    let mut c = Cluster::new();
+    c.set("SCR_WATCHDOG_TIMEOUT", "3");
+    let pid_file = c.path("hung.pid");
+    // the first step hangs silently (a child that sleeps, as a deadlocked rank would);
+    // the second runs 40 steps of 100 ms: longer than the timeout, but progressing
+    let hung = format!(
+        "sleep 600 &\n  echo $! > '{}'\n  wait\n  exit 1",
+        pid_file.display()
+    );
+    let later = format!(
+        "exec mpiexec -n \"$1\" '{}' --steps 40 --every 5 --cells {CELLS} --sleep-ms 100",
+        binary("scr-heat").display()
+    );
+    let script = launcher(&c, &hung, &later);
+    let started = std::time::Instant::now();
+    let out = scr(
+        &c,
+        &[
+            "run",
+            "--runs",
+            "2",
+            "--postrun",
+            "false",
+            "--",
+            &script,
+            "{ranks}",
+        ],
+        &[
+            ("SCR_NODELIST", "n[0-1]"),
+            ("SCR_NODE_NAMES", "n0,n0,n1,n1"),
+        ],
+    );
+    let took = started.elapsed();
+    assert_eq!(out.code, 0, "{out}");
+    let watchdog: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("watchdog"))
+        .collect();
+    assert_eq!(watchdog.len(), 3, "{out}");
+    assert!(
+        watchdog[1].starts_with("scr run: watchdog: no output and no file changed under ")
+            && watchdog[1].contains(" for 3 s; killing the job step (process group "),
+        "{out}"
+    );
+    assert_eq!(
+        watchdog[2],
+        "scr run: launch 1 killed by the watchdog: no progress for 3 s"
+    );
+    assert_eq!(world_sizes(&out), ["4"], "{out}");
+    assert_eq!(out.final_state(), reference, "{out}");
+    assert!(out.stdout.contains("scr run: launch 2 completed"), "{out}");
+    // the hung step's child is gone with its process group
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    assert!(
+        !Path::new("/proc").join(pid.trim()).exists(),
+        "the hung step's sleep (pid {pid}) outlived the watchdog"
+    );
+    assert!(took.as_secs() < 60, "took {took:?}\n{out}");
+}
+
+#[test]
+fn nodes_down_names_each_reason() {
+    let c = Cluster::new();
+    let cache = c.path("cache");
+    // n1: its cache base is a file; n2: the site script says so; n3: fine
+    std::fs::write(cache.join("n1"), "").unwrap();
+    let script = c.path("down.sh");
+    std::fs::write(&script, "#!/bin/sh\necho \"n2 fan failure ($#: $*)\"\n").unwrap();
+    let mut perm = std::fs::metadata(&script).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&script, perm).unwrap();
+    let sim = [
+        ("SCR_NODE_NAMES", "n1,n2,n3"),
+        ("SCR_DOWN_NODES_SCRIPT", script.to_str().unwrap()),
+        ("SCR_EXCLUDE_NODES", "n4"),
+    ];
+    let out = scr(&c, &["nodes", "down", "n[1-4]"], &sim);
+    assert_eq!(out.code, 1, "{out}");
+    assert_eq!(
+        out.stdout,
+        format!(
+            "n1: {} is not a directory\nn2: down_nodes_script: fan failure (4: n1 n2 n3 n4)\n\
+             n4: listed in exclude_nodes\n",
+            cache.join("n1").display()
+        )
+    );
+    // too little free space for what the store needs
+    let out = scr(
+        &c,
+        &["nodes", "down", "n3"],
+        &[("SCR_NODE_NAMES", "n3"), ("SCR_CACHE_FREE", "1PB")],
+    );
+    assert_eq!(out.code, 1, "{out}");
+    assert!(
+        out.stdout
+            .starts_with(&format!("n3: {} has ", cache.join("n3").display()))
+            && out
+                .stdout
+                .ends_with(" bytes free, below the 1125899906842624 needed (cache_free)\n"),
+        "{out}"
+    );
+    // all well: nothing printed, exit 0
+    let out = scr(&c, &["nodes", "down"], &[("SCR_NODE_NAMES", "n3,n3")]);
+    assert_eq!((out.code, out.stdout.as_str()), (0, ""), "{out}");
+    // a real node name that does not resolve
+    let out = scr(&c, &["nodes", "down", "nosuch.invalid"], &[]);
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (
+            1,
+            "nosuch.invalid: host name `nosuch.invalid` does not resolve to an address\n"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn node_lists_come_from_the_resource_manager() {
+    let c = Cluster::new();
+    let nodes = |env: &[(&str, &str)]| {
+        let out = scr(&c, &["env", "nodes"], env);
+        assert_eq!(out.code, 0, "{out}");
+        out.stdout
+    };
+    assert_eq!(
+        nodes(&[("SLURM_JOB_NODELIST", "r[1-2]n[01-02]")]),
+        "r1n[01-02],r2n[01-02]\n"
+    );
+    assert_eq!(nodes(&[("LSB_MCPU_HOSTS", "l3 8 l1 8 l2 8")]), "l[1-3]\n");
+    let nodefile = c.path("pbs_nodes");
+    std::fs::write(&nodefile, "p1\np1\np2\n").unwrap();
+    assert_eq!(
+        nodes(&[("PBS_NODEFILE", nodefile.to_str().unwrap())]),
+        "p[1-2]\n"
+    );
+    // Flux: `flux getattr hostlist` (a fake flux first on PATH)
+    let bin = c.path("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let flux = bin.join("flux");
+    std::fs::write(
+        &flux,
+        "#!/bin/sh\n[ \"$*\" = 'getattr hostlist' ] && echo 'f[7-9]'\n",
+    )
+    .unwrap();
+    let mut perm = std::fs::metadata(&flux).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&flux, perm).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    assert_eq!(
+        nodes(&[("FLUX_URI", "local:///tmp/x"), ("PATH", &path)]),
+        "f[7-9]\n"
+    );
+    let bad = scr(&c, &["env", "nodes"], &[("SLURM_NODELIST", "n[2-1]")]);
+    assert_eq!(bad.code, 1, "{bad}");
+    assert_eq!(
+        bad.stderr,
+        "error: SLURM_NODELIST: host list `n[2-1]`: the range `2-1` runs backwards in `n[2-1]`\n"
+    );
+}
+
+#[test]
+fn hostlist_cli() {
+    let c = Cluster::new();
+    let run = |args: &[&str]| {
+        let out = scr(&c, args, &[]);
+        (out.code, out.stdout, out.stderr)
+    };
+    assert_eq!(
+        run(&["hostlist", "expand", "node[1-3,7]", "x"]).1,
+        "node1,node2,node3,node7,x\n"
+    );
+    assert_eq!(
+        run(&["hostlist", "expand", "--lines", "r[1-2]n[08-09]"]).1,
+        "r1n08\nr1n09\nr2n08\nr2n09\n"
+    );
+    assert_eq!(
+        run(&["hostlist", "compress", "n3,n1,n2", "n10", "m01"]).1,
+        "n[1-3,10],m01\n"
+    );
+    assert_eq!(
+        run(&["hostlist", "diff", "n[1-8]", "n[2-4,7]"]).1,
+        "n[1,5-6,8]\n"
+    );
+    assert_eq!(
+        run(&["hostlist", "intersect", "n[1-8]", "n[2-4,7],m1"]).1,
+        "n[2-4,7]\n"
+    );
+    assert_eq!(
+        run(&["hostlist", "expand", "n[1-4"]),
+        (
+            1,
+            String::new(),
+            "error: host list `n[1-4`: `[` never closed in `[1-4`\n".into()
+        )
+    );
+}
+
+#[test]
+fn nodes_and_ranks_per_node_shape_the_step_and_its_node_names() {
+    let c = Cluster::new();
+    let out = scr(
+        &c,
+        &[
+            "run",
+            "--nodes",
+            "2",
+            "--ranks-per-node",
+            "3",
+            "--postrun",
+            "false",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$SCR_NODE_NAMES\" {ranks} {nodes} {hostlist} {hosts} [{exclude}]",
+        ],
+        &[("SCR_NODELIST", "n[0-3]"), ("SCR_NODE_NAMES", "n2,n0,n1")],
+    );
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        out.stdout.lines().nth(2),
+        Some("n2,n2,n2,n0,n0,n0 6 2 n[0,2] n2,n0 []"),
+        "{out}"
+    );
+    // with the library off: one launch on the given layout, no checks, no relaunch
+    let out = scr(
+        &c,
+        &[
+            "run",
+            "--runs",
+            "3",
+            "--postrun",
+            "false",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$SCR_NODE_NAMES\" {ranks} {hosts}; exit 4",
+        ],
+        &[
+            ("SCR_NODELIST", "n[0-3]"),
+            ("SCR_NODE_NAMES", "n2,n0,n1"),
+            ("SCR_ENABLE", "0"),
+        ],
+    );
+    assert_eq!(out.code, 1, "{out}");
+    assert_eq!(
+        out.stdout,
+        "scr run: enable = false: launching once, without node checks or relaunches\n\
+         n2,n0,n1 3 n2,n0,n1\n\
+         scr run: launch failed (exit status: 4)\n"
+    );
+}
+
+#[test]
+fn after_the_last_launch_postrun_saves_the_newest_checkpoint_for_a_fresh_cache() {
+    let reference = reference_state(6, STEPS, Some(CELLS));
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR").set("SCR_SET_SIZE", "3");
+    let script = launcher(
+        &c,
+        &failing_first_launch(&c),
+        &format!("exec {}", heat_cmd("")),
+    );
+    let out = scr(
+        &c,
+        &["run", "--runs", "3", "--", &script, "{ranks}"],
+        &[
+            ("SCR_NODELIST", "n[0-2]"),
+            ("SCR_NODE_NAMES", "n0,n0,n1,n1,n2,n2"),
+        ],
+    );
+    // too few nodes after the failure: no relaunch, but postrun ran
+    assert_eq!(out.code, 1, "{out}");
+    assert_eq!(world_sizes(&out), ["6"], "{out}");
+    assert!(
+        out.stdout.contains("scr run: running scr postrun\n"),
+        "{out}"
+    );
+    let current = scr(&c, &["index", "current"], &[]);
+    assert_eq!(
+        (current.code, current.stdout.as_str()),
+        (0, "ckpt.10\n"),
+        "{current}"
+    );
+    // a fresh cache on fresh nodes restarts from what postrun saved
+    for base in ["cache", "cntl"] {
+        std::fs::remove_dir_all(c.path(base)).unwrap();
+        std::fs::create_dir(c.path(base)).unwrap();
+    }
+    let nodes = ["m0", "m0", "m1", "m1", "m2", "m2"];
+    let out = c.run(
+        &nodes,
+        "scr-heat",
+        &["--steps", "30", "--every", "5", "--cells", "64"],
+    );
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stdout.contains("restarted from ckpt.10 at step 10"),
+        "{out}"
+    );
+    assert_eq!(out.final_state(), reference, "{out}");
+}
+
+#[test]
+fn a_termination_signal_to_scr_run_reaches_the_step_and_ends_the_retries() {
+    for watchdog in ["0", "100"] {
+        let c = Cluster::new();
+        let pid_file = c.path("step.pid");
+        let step = format!("echo $$ > '{}'; exec sleep 600", pid_file.display());
+        let scr_bin = binary("scr");
+        let mut child = scr_command(
+            &c,
+            scr_bin.to_str().unwrap(),
+            &[
+                "run",
+                "--runs",
+                "3",
+                "--postrun",
+                "false",
+                "--",
+                "sh",
+                "-c",
+                &step,
+            ],
+            &[
+                ("SCR_NODELIST", "n0"),
+                ("SCR_NODE_NAMES", "n0"),
+                ("SCR_WATCHDOG_TIMEOUT", watchdog),
+            ],
+        )
+        // output to files, not pipes: a step that outlived scr run (the failure this
+        // test catches) would hold a pipe open and hang the test
+        .stdout(std::fs::File::create(c.path("run.out")).unwrap())
+        .stderr(std::fs::File::create(c.path("run.err")).unwrap())
+        .spawn()
+        .unwrap();
+        let started = std::time::Instant::now();
+        let step_pid = loop {
+            match std::fs::read_to_string(&pid_file) {
+                Ok(p) if p.ends_with('\n') => break p.trim().to_string(),
+                _ if started.elapsed().as_secs() > 30 => {
+                    let _ = child.kill();
+                    panic!("the step never started");
+                }
+                _ => std::thread::sleep(std::time::Duration::from_millis(50)),
+            }
+        };
+        let killed = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if started.elapsed().as_secs() > 60 {
+                let _ = child.kill();
+                let _ = Command::new("kill").args(["-KILL", &step_pid]).status();
+                panic!("watchdog {watchdog}: scr run did not end after SIGTERM");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let step_alive = Path::new("/proc").join(&step_pid).exists();
+        if step_alive {
+            let _ = Command::new("kill").args(["-KILL", &step_pid]).status();
+        }
+        let out = JobOutput {
+            code: status.code().unwrap_or(-1),
+            stdout: std::fs::read_to_string(c.path("run.out")).unwrap(),
+            stderr: std::fs::read_to_string(c.path("run.err")).unwrap(),
+        };
+        assert_eq!(out.code, 1, "watchdog {watchdog}: {out}");
+        let group = if watchdog == "0" {
+            "the launcher"
+        } else {
+            "its process group"
+        };
+        let ours: Vec<&str> = out.stdout.lines().skip(1).collect();
+        assert_eq!(
+            ours,
+            [
+                "scr run: launch 1 of 3 on 1 node(s) n0: sh -c ".to_string() + &step,
+                format!("scr run: received SIGTERM: passing it on to the job step ({group}), which has 30 s to end"),
+                "scr run: stopping: scr run received SIGTERM; no relaunch".into(),
+            ],
+            "watchdog {watchdog}: {out}"
+        );
+        assert!(
+            !step_alive,
+            "watchdog {watchdog}: the step (pid {step_pid}) outlived scr run\n{out}"
+        );
+        assert!(
+            started.elapsed().as_secs() < 20,
+            "watchdog {watchdog}: {out}"
+        );
+    }
+}
