@@ -294,15 +294,18 @@ impl Scavenger {
             .collect()
     }
 
-    /// The newest dataset complete in the filemaps of `nodes`, with its name, and whether
-    /// the prefix's index already holds it complete.
+    /// The newest checkpoint complete in the filemaps of `nodes` (the newest output only
+    /// when no checkpoint is cached), with its name, and whether the prefix's index
+    /// already holds it complete. A checkpoint comes first: an output written after it
+    /// (and flushed, as outputs always are) must not hide the checkpoint the next run
+    /// restarts from.
     pub fn newest_cached(&self, nodes: &[String]) -> Option<(u64, String, bool)> {
-        let newest = nodes
-            .iter()
-            .flat_map(|n| self.filemaps(n))
-            .flat_map(|m| m.datasets.into_values())
-            .filter(|d| d.complete)
-            .max_by_key(|d| d.id)?;
+        let newest = to_scavenge(
+            nodes
+                .iter()
+                .flat_map(|n| self.filemaps(n))
+                .flat_map(|m| m.datasets.into_values()),
+        )?;
         let index = Index::load_or_rebuild(&self.prefix).unwrap_or_else(|e| {
             eprintln!("scr scavenge: warning: {e}; treating the index as empty");
             Index::default()
@@ -1365,6 +1368,14 @@ pub fn index_add_command(
 }
 
 /// Write a state file, for the tests of this module.
+/// Which cached dataset scavenge saves: the newest complete checkpoint, else the newest
+/// complete output (see [`Scavenger::newest_cached`]).
+fn to_scavenge(datasets: impl Iterator<Item = DatasetRecord>) -> Option<DatasetRecord> {
+    datasets
+        .filter(|d| d.complete)
+        .max_by_key(|d| (d.checkpoint_id.is_some(), d.checkpoint_id, d.id))
+}
+
 #[cfg(test)]
 fn put(path: &Path, kind: &str, v: &impl Serialize) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -1405,6 +1416,31 @@ mod tests {
             &Rank2File { ranks },
         );
         put(&Summary::path(prefix, id), "summary", &summary);
+    }
+
+    #[test]
+    fn the_newest_checkpoint_is_scavenged_even_when_an_output_came_after_it() {
+        let rec = |id: u64, ckpt: Option<u64>, complete: bool| DatasetRecord {
+            id,
+            name: format!("d{id}"),
+            checkpoint_id: ckpt,
+            output: ckpt.is_none(),
+            complete,
+            ..DatasetRecord::default()
+        };
+        let pick = |v: Vec<DatasetRecord>| to_scavenge(v.into_iter()).map(|d| d.id);
+        // ckpt 3, then an output (id 4, always flushed), then an incomplete checkpoint
+        assert_eq!(
+            pick(vec![
+                rec(3, Some(2), true),
+                rec(4, None, true),
+                rec(5, Some(3), false)
+            ]),
+            Some(3)
+        );
+        // outputs only: the newest output
+        assert_eq!(pick(vec![rec(1, None, true), rec(2, None, true)]), Some(2));
+        assert_eq!(pick(vec![rec(1, Some(1), false)]), None);
     }
 
     #[test]

@@ -503,3 +503,73 @@ fn cleaning_up_an_interrupted_relocated_flush_leaves_the_older_checkpoint_of_tha
         );
     }
 }
+
+#[test]
+fn a_resumed_flush_never_writes_over_a_path_a_complete_dataset_owns_now() {
+    use scr_host::runtime::prefix::{self, FlushedFile, IndexEntry, Rank2File};
+    let c = interrupted_flush(false);
+    // since the crash, a complete dataset (placed by postrun, say) owns rank 0's path
+    let owned = c.prefix().join("ckpt.20/rank_0.ckpt");
+    let newer = b"a newer dataset's file".to_vec();
+    std::fs::write(&owned, &newer).unwrap();
+    let entry = IndexEntry {
+        id: 99,
+        name: "other".into(),
+        output: true,
+        dir: "scr.dataset.99".into(),
+        world_size: 4,
+        complete: true,
+        ..IndexEntry::default()
+    };
+    Index::update(&c.prefix(), |ix| {
+        ix.datasets.insert(99, entry);
+    })
+    .unwrap();
+    prefix::write(
+        &Rank2File::path(&c.prefix(), 99),
+        "rank2file",
+        &Rank2File {
+            ranks: [(
+                0,
+                vec![FlushedFile {
+                    name: "ckpt.20/rank_0.ckpt".into(),
+                    size: newer.len() as u64,
+                    crc32: Some(crc32fast::hash(&newer)),
+                    stored: None,
+                }],
+            )]
+            .into(),
+        },
+    )
+    .unwrap();
+    let out = heat(&c, &["--steps", "22", "--cells", "200000"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stderr.contains("belongs to a complete dataset now")
+            && out
+                .stderr
+                .contains("ckpt.20 is still in every rank's cache: flushing it again"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read(&owned).unwrap(),
+        newer,
+        "the owned file changed"
+    );
+    no_partial_files(&c.prefix());
+    // flushed again, to the dataset's own directory (its names are taken), and the
+    // restart point
+    assert_eq!(current(&c).as_deref(), Some("ckpt.20"));
+    wipe_caches(&c);
+    let out = heat(&c, &["--steps", "30", "--cells", "200000"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.20 at step 20"),
+        "{out}"
+    );
+    assert_eq!(
+        out.final_state(),
+        scr_e2e::reference_state(4, 30, Some(200000))
+    );
+}

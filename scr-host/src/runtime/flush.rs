@@ -447,12 +447,18 @@ fn finish_recording(
         Ok(())
     };
     let bytes = summary.bytes;
-    step().map(|()| bytes).map_err(|e| {
-        // not recorded: no summary or map may bring it back when an index is rebuilt
-        let _ = std::fs::remove_file(Summary::path(prefix, entry.id));
-        let _ = std::fs::remove_file(Rank2File::path(prefix, entry.id));
-        e.to_string()
-    })
+    step()
+        .map(|()| {
+            // recorded: the list of what an interrupted flush would have to clean is moot
+            let _ = std::fs::remove_file(resume::writes_path(prefix, entry.id));
+            bytes
+        })
+        .map_err(|e| {
+            // not recorded: no summary or map may bring it back when an index is rebuilt
+            let _ = std::fs::remove_file(Summary::path(prefix, entry.id));
+            let _ = std::fs::remove_file(Rank2File::path(prefix, entry.id));
+            e.to_string()
+        })
 }
 
 impl Runtime {
@@ -888,10 +894,17 @@ impl Runtime {
                 self.warn(&format!("{} stays in cache only: {why}", entry.name));
             }
             // settled: nothing is left to resume (kept until now so that a crash before
-            // the flush was recorded leaves it for the next init)
+            // the flush was recorded leaves it for the next init), and this rank's
+            // marker is read (a finisher stopped by finalize leaves it)
             let _ = std::fs::remove_file(self.transfer_state(entry.id));
+            let _ = std::fs::remove_file(
+                prefix::dataset_dir(&self.prefix, entry.id).join(format!("done.{}.scr", self.rank)),
+            );
         }
         self.world.barrier();
+        // every finisher has ended: a background flush started after this (finalize's
+        // flush of the newest checkpoint) gets a finisher that waits for its markers
+        self.flushing.stop.store(false, Ordering::SeqCst);
     }
 
     /// Gather every rank's outcome of the flush of `entry` (collective); rank 0 records

@@ -1396,6 +1396,8 @@ impl Runtime {
                 // still leaves it saved)
                 if self.config.u64("flush") > 0 && self.config.bool("flush_on_finalize") {
                     self.flush_newest("should_exit")?;
+                    // (a background flush dies with a process that exits now: wait)
+                    self.wait_flushes();
                 }
                 Ok(true)
             }

@@ -39,17 +39,22 @@ pub(crate) fn writes_path(prefix: &Path, id: u64) -> PathBuf {
     prefix::dataset_dir(prefix, id).join("writes.scr")
 }
 
-/// What a rank found it can do with its part of an interrupted flush.
+/// What a rank found it can do with its part of an interrupted flush (sent to every rank
+/// as one byte).
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 enum Part {
-    /// It cannot be resumed here (no state, refused, not in cache).
-    No,
+    /// It cannot be resumed here (no state, refused, a destination owned by another
+    /// dataset now).
+    No = 0,
     /// Resumable, writing to the files' own paths.
-    InPlace,
+    InPlace = 1,
     /// Resumable, writing to the dataset's own directory.
-    Relocated,
+    Relocated = 2,
     /// Resumable, and this rank has no file in the dataset.
-    Empty,
+    Empty = 3,
+    /// The dataset is not complete in this rank's cache.
+    NotCached = 4,
 }
 
 impl Runtime {
@@ -84,7 +89,10 @@ impl Runtime {
         Ok(())
     }
 
-    /// Resume or clean up the interrupted flush of `entry` (collective).
+    /// Resume or clean up the interrupted flush of `entry` (collective). A dataset still
+    /// complete in every rank's cache whose flush could not be resumed is flushed again
+    /// right away (an output would otherwise never be: only the newest checkpoint is
+    /// flushed at finalize).
     fn settle(&mut self, entry: &IndexEntry) {
         let state = self.transfer_state(entry.id);
         let rec = self
@@ -93,26 +101,44 @@ impl Runtime {
             .get(&entry.id)
             .filter(|r| r.complete && entry.world_size == self.size)
             .cloned();
-        let reopened = self.reopen(entry, rec.as_ref(), &state);
+        // what complete datasets own: a resumed transfer must not write there (a
+        // dataset scavenged or flushed since may hold that path now), and the cleanup
+        // never removes it
+        let owned = self.owned_paths();
+        let reopened = self
+            .reopen(entry, rec.as_ref(), &state)
+            .and_then(|s| match &owned {
+                None => Err("the prefix's rank2file maps cannot all be read, so it is not known which paths complete datasets own".to_string()),
+                Some(o) => match s.files.iter().find(|p| o.contains(&p.destination)) {
+                    Some(p) => Err(format!(
+                        "{} belongs to a complete dataset now",
+                        p.destination.display()
+                    )),
+                    None => Ok(s),
+                },
+            });
+        if let (Some(_), Err(why)) = (&rec, &reopened) {
+            eprintln!(
+                "scr-rs[{}]: the interrupted flush of {}: {why}",
+                self.rank, entry.name
+            );
+        }
         let part = match (&rec, &reopened) {
+            (None, _) => Part::NotCached,
             (Some(_), Ok(s)) => match s.files.first() {
                 None => Part::Empty,
                 Some(p) if p.stored.is_some() => Part::Relocated,
                 Some(_) => Part::InPlace,
             },
-            _ => Part::No,
+            (Some(_), Err(_)) => Part::No,
         };
         // every rank's view, so that all take the same road
-        let mine = [match part {
-            Part::No => 0u8,
-            Part::InPlace => 1,
-            Part::Relocated => 2,
-            Part::Empty => 3,
-        }];
-        let all = super::all_gather_bytes(&self.world, &mine);
+        let all = super::all_gather_bytes(&self.world, &[part as u8]);
         let parts: BTreeSet<u8> = all.iter().filter_map(|b| b.first().copied()).collect();
-        let mixed = parts.contains(&1) && parts.contains(&2);
-        let resumable = !parts.contains(&0) && !mixed;
+        let cached = !parts.contains(&(Part::NotCached as u8));
+        let mixed =
+            parts.contains(&(Part::InPlace as u8)) && parts.contains(&(Part::Relocated as u8));
+        let resumable = cached && !parts.contains(&(Part::No as u8)) && !mixed;
         if resumable {
             self.flushing
                 .started
@@ -125,11 +151,6 @@ impl Runtime {
                 .dispatch(host_ref(&started.host))
                 .into_result()
                 .map_err(|e| format!("{e} ({})", started.label));
-            let destinations: Vec<PathBuf> = started
-                .files
-                .iter()
-                .map(|p| p.destination.clone())
-                .collect();
             let outcome: RankOutcome =
                 dispatched.and_then(|()| collect(started, false, "when written", self.buf_size()));
             let recorded = self.gather_and_finish(entry, &outcome, true);
@@ -142,14 +163,10 @@ impl Runtime {
                     self.prefix.display()
                 ));
             } else {
-                let owned = self.owned_paths();
-                let ours: Vec<PathBuf> = destinations
-                    .into_iter()
-                    .filter(|p| owned.as_ref().is_some_and(|o| !o.contains(p)))
-                    .collect();
-                remove_written(&self.prefix, &ours);
+                // recorded failed by `finish`, with its reason; what it wrote goes
+                let removed = self.remove_flush_files(entry, rec.as_ref(), owned.as_ref());
                 self.warn(&format!(
-                    "the resumed flush of {} failed and is cleaned up: {}",
+                    "the resumed flush of {} failed; its {removed} file(s) in the prefix were removed: {}",
                     entry.name,
                     String::from_utf8_lossy(&text)
                 ));
@@ -168,14 +185,23 @@ impl Runtime {
                     ));
                 }
             }
-            let why = if rec.is_none() {
-                "the dataset is no longer complete in every rank's cache".to_string()
+            let why = if !cached {
+                "the dataset is no longer complete in every rank's cache"
             } else if mixed {
-                "the ranks' transfer states disagree on where the files go".to_string()
+                "the ranks' transfer states disagree on where the files go"
             } else {
-                "some rank's transfer could not be resumed from its state".to_string()
+                "some rank's transfer could not be resumed from its state (see the messages above)"
             };
-            self.clean_up(entry, rec.as_ref(), &why);
+            self.clean_up(entry, rec.as_ref(), owned.as_ref(), why);
+            if let Some(rec) = rec.filter(|_| cached) {
+                self.warn(&format!(
+                    "{} is still in every rank's cache: flushing it again",
+                    entry.name
+                ));
+                if let Err(e) = self.flush_dataset(&rec) {
+                    self.warn(&format!("flushing {} again: {e}", entry.name));
+                }
+            }
         }
         let _ = std::fs::remove_file(&state);
     }
@@ -279,15 +305,48 @@ impl Runtime {
     }
 
     /// Remove what the interrupted flush of `entry` wrote and mark the entry failed
-    /// (collective). What it may have written is the list the flush recorded in the
+    /// (collective).
+    fn clean_up(
+        &mut self,
+        entry: &IndexEntry,
+        rec: Option<&DatasetRecord>,
+        owned: Option<&BTreeSet<PathBuf>>,
+        why: &str,
+    ) {
+        let total = self.remove_flush_files(entry, rec, owned);
+        let reason =
+            format!("flush interrupted by the crash of an earlier run; cleaned up at init: {why}");
+        if self.rank == 0 {
+            if let Err(e) = Index::mark_failed(&self.prefix, entry.id, &reason) {
+                eprintln!(
+                    "scr-rs: warning: {e}; the interrupted flush of {} is not marked",
+                    entry.name
+                );
+            }
+        }
+        self.warn(&format!(
+            "the flush of {} that an earlier run left unfinished cannot be resumed ({why}); its {total} partly or fully written file(s) in the prefix were removed and the index marks it failed",
+            entry.name
+        ));
+    }
+
+    /// Remove what the flush of `entry` wrote (collective; returns how many files went,
+    /// on every rank). What it may have written is the list the flush recorded in the
     /// prefix before it copied anything (rank 0 removes it all: the filemaps that name
-    /// the files may be lost with the caches); only when that list cannot be read does
-    /// each rank fall back to its filemap's names. Either way a path is removed only
-    /// when it is in the dataset's own directory, or when no complete dataset's
-    /// rank2file names it — and a pure output's own paths never (the flush may have
-    /// written over the user's older file of that name).
-    fn clean_up(&mut self, entry: &IndexEntry, rec: Option<&DatasetRecord>, why: &str) {
-        let owned = self.owned_paths();
+    /// the files may be lost with the caches). Removed: every file in the dataset's own
+    /// directory, every temporary copy (`*.scr-part`) of a listed path, and a listed
+    /// path itself when no complete dataset's rank2file names it (`owned`; nothing when
+    /// that is unknown) — never a pure output's own path (the flush may have written
+    /// over the user's older file of that name). Without the list, each rank goes by its
+    /// filemap's names, and then removes only the dataset's own directory and temporary
+    /// copies: the flush went to its own directory exactly when a name was taken, so a
+    /// file at a name's own path may be someone else's.
+    fn remove_flush_files(
+        &self,
+        entry: &IndexEntry,
+        rec: Option<&DatasetRecord>,
+        owned: Option<&BTreeSet<PathBuf>>,
+    ) -> u64 {
         let pure_output = entry.output && entry.checkpoint_id.is_none();
         let own_dir = prefix::dataset_dir(&self.prefix, entry.id);
         let recorded: Option<Vec<String>> = if self.rank == 0 {
@@ -308,61 +367,45 @@ impl Runtime {
         };
         let have_list =
             !broadcast_bytes(&self.world, if recorded.is_some() { b"1" } else { b"" }).is_empty();
-        let candidates: Vec<PathBuf> = match (&recorded, have_list, rec) {
+        // (path, whether the path itself may go when no complete dataset owns it)
+        let candidates: Vec<(PathBuf, bool)> = match (&recorded, have_list, rec) {
             (Some(writes), _, _) => writes
                 .iter()
                 .filter(|w| prefix::check_relative(w).is_ok())
-                .map(|w| self.prefix.join(w))
+                .map(|w| (self.prefix.join(w), true))
                 .collect(),
             (None, false, Some(rec)) => rec
                 .files
                 .iter()
                 .flat_map(|f| {
                     [
-                        self.prefix.join(prefix::relocated(entry.id, &f.name)),
-                        self.prefix.join(&f.name),
+                        (self.prefix.join(prefix::relocated(entry.id, &f.name)), true),
+                        (self.prefix.join(&f.name), false),
                     ]
                 })
                 .collect(),
             _ => Vec::new(),
         };
         let mut remove: Vec<PathBuf> = Vec::new();
-        for p in candidates {
+        for (p, listed) in candidates {
             let in_own_dir = p.starts_with(&own_dir);
-            // a path some complete dataset's rank2file names is never this flush's; when
-            // that cannot be known, only the dataset's own directory is cleaned
             let free =
-                in_own_dir || (!pure_output && owned.as_ref().is_some_and(|o| !o.contains(&p)));
-            if !free {
-                continue;
-            }
+                in_own_dir || (listed && !pure_output && owned.is_some_and(|o| !o.contains(&p)));
             let mut part = p.clone().into_os_string();
             part.push(".scr-part");
-            for q in [p, PathBuf::from(part)] {
+            let part = PathBuf::from(part);
+            let doomed = if free { vec![p, part] } else { vec![part] };
+            for q in doomed {
                 if !remove.contains(&q) && q.symlink_metadata().is_ok_and(|m| m.is_file()) {
                     remove.push(q);
                 }
             }
         }
         remove_written(&self.prefix, &remove);
-        let total = super::all_gather_bytes(&self.world, &(remove.len() as u64).to_le_bytes())
+        super::all_gather_bytes(&self.world, &(remove.len() as u64).to_le_bytes())
             .iter()
             .map(|b| u64::from_le_bytes(b.as_slice().try_into().unwrap_or([0; 8])))
-            .sum::<u64>();
-        let reason =
-            format!("flush interrupted by the crash of an earlier run; cleaned up at init: {why}");
-        if self.rank == 0 {
-            if let Err(e) = Index::mark_failed(&self.prefix, entry.id, &reason) {
-                eprintln!(
-                    "scr-rs: warning: {e}; the interrupted flush of {} is not marked",
-                    entry.name
-                );
-            }
-        }
-        self.warn(&format!(
-            "the flush of {} that an earlier run left unfinished cannot be resumed ({why}); its {total} partly or fully written file(s) in the prefix were removed and the index marks it failed",
-            entry.name
-        ));
+            .sum::<u64>()
     }
 
     /// Record, in the dataset's directory under `.scr`, the prefix paths (relative) every
