@@ -81,7 +81,8 @@ impl Cluster {
         for d in ["cache", "cntl", "prefix"] {
             std::fs::create_dir(dir.path().join(d)).expect("mkdir");
         }
-        // SINGLE until the XOR plugin (the default scheme) is implemented
+        // SINGLE (no redundancy data, the cheapest) unless a test chooses a scheme: the
+        // tests about rebuilding set PARTNER or XOR (the default scheme) themselves
         let env = BTreeMap::from([("SCR_COPY_TYPE".to_string(), "SINGLE".to_string())]);
         Cluster { dir, env }
     }

@@ -61,7 +61,7 @@ pub enum NodesCommand {
     /// List the nodes that are down, with the reason for each: listed in
     /// exclude_nodes, reported by down_nodes_script, a host name that does not resolve,
     /// an unusable control or cache directory, too little free space. Exit 0 when none
-    /// is down, 1 when some are.
+    /// is down, 1 when some are, 2 when the host list or the configuration is invalid.
     Down {
         /// The nodes to check, a host list such as node[1-4] (default: the allocation's).
         #[arg(value_name = "HOSTLIST")]
