@@ -573,3 +573,54 @@ fn a_resumed_flush_never_writes_over_a_path_a_complete_dataset_owns_now() {
         scr_e2e::reference_state(4, 30, Some(200000))
     );
 }
+
+#[test]
+fn need_checkpoint_ends_the_run_when_an_admin_halts_it() {
+    // the halt lands at a random point of a step; in the rare case it falls between
+    // need_checkpoint and should_exit, should_exit sees it first: try again
+    for _attempt in 0..5 {
+        if let Some(out) = halted_by_need_checkpoint() {
+            assert!(
+                out.stderr
+                    .contains("halting the run: exit reason set: maintenance (halt_exit = true"),
+                "{out}"
+            );
+            assert!(out.line_after("final step ").is_none(), "it ran on\n{out}");
+            return;
+        }
+    }
+    panic!("should_exit saw the halt first five times in a row");
+}
+
+/// One job halted by `scr halt --reason` while it asks need_checkpoint every step; `None`
+/// when should_exit saw the halt first.
+fn halted_by_need_checkpoint() -> Option<JobOutput> {
+    let mut c = Cluster::new();
+    // need_checkpoint alone decides, and says no for 1000 calls: only the halt stops it
+    c.set("SCR_HALT_EXIT", "1")
+        .set("SCR_CHECKPOINT_INTERVAL", "1000");
+    let job = c.spawn(
+        TWO_NODES,
+        "scr-heat",
+        &["--steps", "600", "--need", "--sleep-ms", "50"],
+    );
+    let log = c.prefix().join(".scr/events.jsonl");
+    let start = Instant::now();
+    while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("\"init\"")) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the job did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let halt = Command::new(binary("scr"))
+        .args(["halt", "--reason", "maintenance", "--prefix"])
+        .arg(c.prefix())
+        .output()
+        .unwrap();
+    assert!(halt.status.success(), "{halt:?}");
+    let out = scr_e2e::output_of_child(job);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(std::fs::read_to_string(&log).unwrap().contains("\"halt\""));
+    (!out.stdout.contains("halted at step")).then_some(out)
+}

@@ -1327,16 +1327,14 @@ impl Runtime {
     /// With none of these set, always.
     pub fn need_checkpoint(&mut self) -> Result<bool> {
         self.usable("need_checkpoint")?;
-        // SCR checks the halt conditions here too: with halt_exit the run ends now
-        let halt = self.agreed_halt_reason();
-        if let Some(reason) = &halt {
-            if self.config.bool("halt_exit") {
-                self.halt_and_exit(reason.clone());
-            }
-        }
         self.policy.calls += 1;
+        // one broadcast decides (applications may ask every iteration): 0 no, 1 yes, 2 a
+        // halt condition holds (SCR checks them here too) — then, with halt_exit, the
+        // reason follows and the run ends now
         let mut decision = [0u8];
+        let mut halt = None;
         if self.rank == 0 {
+            halt = self.halt_check();
             let interval = self.config.u64("checkpoint_interval");
             let seconds = self.config.u64("checkpoint_seconds");
             let overhead = match &self.config.setting("checkpoint_overhead").value {
@@ -1351,12 +1349,16 @@ impl Runtime {
                     || (seconds > 0 && since >= seconds as f64)
                     || (overhead > 0.0 && self.policy.last_cost <= since * overhead / 100.0)
             };
-            decision[0] = u8::from(need || halt.is_some());
+            decision[0] = if halt.is_some() { 2 } else { u8::from(need) };
         }
         self.world
             .process_at_rank(0)
             .broadcast_into(&mut decision[..]);
-        Ok(decision[0] == 1)
+        if decision[0] == 2 && self.config.bool("halt_exit") {
+            let text = broadcast_bytes(&self.world, halt.unwrap_or_default().as_bytes());
+            self.halt_and_exit(String::from_utf8_lossy(&text).into_owned());
+        }
+        Ok(decision[0] != 0)
     }
 
     /// Rank 0's view of the halt conditions.
