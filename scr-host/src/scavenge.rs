@@ -338,6 +338,22 @@ impl Scavenger {
             };
             let rank = map.rank;
             let stage = rank_stage(&self.prefix, id, rank);
+            let path = manifest_path(&self.prefix, id, rank);
+            // a rank whose filemap is on two nodes (a relaunch on other nodes left the
+            // old one): a verified copy of the same record from the other node stands,
+            // rather than being removed for a second copy that may fail
+            if let Ok(prev) = read_state::<RankManifest>(&path, MANIFEST) {
+                if prev.node != node && prev.copied.is_ok() && prev.record == record {
+                    self.progress.done(
+                        &format!(
+                            "{node}: rank {rank}: already copied from {}; this node's copy is not used",
+                            prev.node
+                        ),
+                        0,
+                    );
+                    continue;
+                }
+            }
             let _ = std::fs::remove_dir_all(&stage);
             let bytes: u64 = record.files.iter().map(|f| f.size).sum();
             self.progress.start(&format!("{node} rank {rank}"), bytes);
@@ -364,7 +380,6 @@ impl Scavenger {
                 record,
                 copied: copied.clone(),
             };
-            let path = manifest_path(&self.prefix, id, rank);
             if let Err(e) = prefix::write(&path, MANIFEST, &manifest) {
                 report.failed.push((rank, e.to_string()));
                 continue;
