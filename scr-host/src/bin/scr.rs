@@ -70,7 +70,7 @@ enum Command {
         #[command(subcommand)]
         command: FlushFileCommand,
     },
-    /// Per-node step of postrun: copy this node's cached files of the newest dataset not
+    /// Per-node step of postrun: copy this node's cached files of the newest checkpoint not
     /// yet in the prefix (application and redundancy files, each verified by size and
     /// CRC32) into a staging directory of the prefix, `PREFIX/.scr/scr.dataset.<id>/scavenge/`.
     Scavenge(scr_host::scavenge::ScavengeArgs),
