@@ -232,7 +232,7 @@ pub struct Summary {
     pub scavenges: usize,
     pub halts: Vec<String>,
     pub failures: usize,
-    /// Sum over jobs of the time from their first to their last event.
+    /// The time the runs ran (see `run_seconds`).
     pub run_seconds: f64,
     /// Mean time between failures (M).
     pub mtbf_seconds: Option<f64>,
@@ -335,7 +335,7 @@ pub fn summarize(records: &[Record], damaged: usize) -> Summary {
         }
     }
     s.jobs = jobs.into_values().collect();
-    s.run_seconds = s.jobs.iter().map(|j| j.last - j.first).sum();
+    s.run_seconds = run_seconds(records);
     if s.checkpoints > 0 {
         s.checkpoint_seconds_mean = Some(ckpt_seconds / s.checkpoints as f64);
     }
@@ -360,6 +360,38 @@ pub fn summarize(records: &[Record], damaged: usize) -> Summary {
         }
     }
     s
+}
+
+/// The time the runs ran: for each run (an `init` of a job to its next `init`), from its
+/// `init` to its last event of the run's own (checkpoint, flush, fetch, halt, finalize).
+/// Not from a job's first event to its last: without a resource manager every run has
+/// job id 0, and the days between runs are not run time (they would inflate the mean
+/// time between failures, and with it the advised interval). The failure, lost-node and
+/// rebuild events logged while a run starts belong to the time before it.
+fn run_seconds(records: &[Record]) -> f64 {
+    // per job: (start of its current run, its latest event of its own)
+    let mut open: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    let mut total = 0.0;
+    for r in records {
+        match &r.event {
+            Event::Init { .. } => {
+                if let Some((start, last)) = open.insert(&r.job_id, (r.time, r.time)) {
+                    total += last - start;
+                }
+            }
+            Event::Checkpoint { .. }
+            | Event::Flush { .. }
+            | Event::Fetch { .. }
+            | Event::Halt { .. }
+            | Event::Finalize { .. } => {
+                if let Some(run) = open.get_mut(r.job_id.as_str()) {
+                    run.1 = run.1.max(r.time);
+                }
+            }
+            _ => {}
+        }
+    }
+    total + open.values().map(|(start, last)| last - start).sum::<f64>()
 }
 
 /// `seconds` as `1h 02m 03s` (or `4.2s` under a minute).
@@ -699,14 +731,16 @@ mod tests {
         assert_eq!(s.rebuilds, 1);
         assert_eq!(s.halts, vec!["checkpoints left 0".to_string()]);
         assert_eq!(s.failures, 2);
-        assert_eq!(s.run_seconds, 2000.0);
-        assert_eq!(s.mtbf_seconds, Some(1000.0));
-        // C = 3.75, M = 1000: Young sqrt(7500)
-        let young = 7500f64.sqrt();
+        // run A ran 0..300 (its last checkpoint; the failure reports and the days
+        // before B are not run time), run B 2000..3000
+        assert_eq!(s.run_seconds, 1300.0);
+        assert_eq!(s.mtbf_seconds, Some(650.0));
+        // C = 3.75, M = 650: Young sqrt(4875)
+        let young = 4875f64.sqrt();
         assert_eq!(s.young_seconds, Some(young));
-        let daly = young * (1.0 + (3.75f64 / 2000.0).sqrt() / 3.0 + 3.75 / 18000.0) - 3.75;
+        let daly = young * (1.0 + (3.75f64 / 1300.0).sqrt() / 3.0 + 3.75 / 11700.0) - 3.75;
         assert_eq!(s.daly_seconds, Some(daly));
-        assert!((daly - 84.1206).abs() < 1e-3, "{daly}");
+        assert!((daly - 67.3436).abs() < 1e-3, "{daly}");
         assert_eq!(s.no_advice, None);
         let text = render(&s);
         assert!(
@@ -722,13 +756,42 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("mean time between failures 16m 40s"),
+            text.contains("mean time between failures 10m 50s"),
             "{text}"
         );
         assert!(
-            text.contains("Young 1m 27s (sqrt(2CM)), Daly 1m 24s"),
+            text.contains("Young 1m 10s (sqrt(2CM)), Daly 1m 07s"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_days_between_runs_of_one_job_id_are_not_run_time() {
+        // no resource manager: every run is job 0; a day passes between the runs
+        let text = [
+            rec(0.0, "0", init()),
+            rec(100.0, "0", ckpt(1, 5, 1.0)),
+            rec(
+                200.0,
+                "0",
+                Event::Finalize {
+                    seconds_total: 200.0,
+                },
+            ),
+            rec(
+                86_399.0,
+                "0",
+                Event::Failure {
+                    what: "the previous run ended without finalize".into(),
+                    rank: None,
+                },
+            ),
+            rec(86_400.0, "0", init()),
+            rec(86_500.0, "0", ckpt(2, 5, 1.0)),
+        ]
+        .join("\n");
+        let (r, _) = parse(&text, "t");
+        assert_eq!(summarize(&r, 0).run_seconds, 300.0);
     }
 
     #[test]
@@ -761,7 +824,7 @@ mod tests {
         assert_eq!(s.young_seconds, None);
         assert_eq!(
             s.no_advice.as_deref(),
-            Some("too few failures to estimate the time between them (1 in 1m 10s of run time; at least 2 needed)")
+            Some("too few failures to estimate the time between them (1 in 10.0s of run time; at least 2 needed)")
         );
         let s = summarize(&[], 0);
         assert_eq!(

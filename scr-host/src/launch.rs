@@ -528,7 +528,10 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
     let own_group = watchdog > 0;
     if own_group {
         cmd.process_group(0);
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        // (a background process group reading the terminal would be stopped: SIGTTIN)
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
     }
     let start = Instant::now();
     let mut child = cmd.spawn()?;
@@ -541,11 +544,6 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
     if let Some(err) = child.stderr.take() {
         pumps.push(pump(err, true, last_output.clone(), start));
     }
-    let target = if own_group {
-        format!("-{}", child.id())
-    } else {
-        child.id().to_string()
-    };
     let mut newest = newest_change(watched, 100_000);
     let mut last_progress = Duration::ZERO;
     let mut last_scan = Instant::now();
@@ -564,7 +562,7 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
                 },
                 SIGNAL_GRACE.as_secs()
             ));
-            end_step(&mut child, &target, &sig.to_string(), SIGNAL_GRACE);
+            end_step(&mut child, own_group, sig, SIGNAL_GRACE);
             break Ended::Signalled(sig);
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -591,11 +589,25 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
                     .join(", "),
                 child.id()
             ));
-            end_step(&mut child, &target, "TERM", Duration::from_secs(5));
-            break Ended::Watchdog(watchdog);
+            // a signal to `scr run` during the grace is not lost: it ends the retries
+            match end_step(&mut child, own_group, libc::SIGTERM, Duration::from_secs(5)) {
+                Some(sig) => break Ended::Signalled(sig),
+                None => break Ended::Watchdog(watchdog),
+            }
         }
     };
-    for p in pumps {
+    if own_group {
+        // whatever the step left running (a background helper, a stray rank) goes with
+        // it: it would hold the output pipes open and `scr run` would wait for it
+        signals::send(child.id(), true, libc::SIGKILL);
+    }
+    // the output is passed on until the pipes close; a process that left the group and
+    // keeps them open is not waited for beyond a few seconds
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pumps.iter().any(|p| !p.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for p in pumps.into_iter().filter(|p| p.is_finished()) {
         let _ = p.join();
     }
     Ok(ended)
@@ -605,19 +617,19 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
 /// `--signal=B:TERM@120` leaves two minutes before the time limit; postrun needs some).
 pub const SIGNAL_GRACE: Duration = Duration::from_secs(30);
 
-/// Send `signal` (a name or number) to `target` (a pid, or `-pgid` for a process group),
-/// and SIGKILL after `grace` if the step has not ended; a second signal to `scr run`
-/// cuts the grace short.
-fn end_step(child: &mut Child, target: &str, signal: &str, grace: Duration) {
-    let send = |sig: &str| {
-        let _ = Command::new("kill")
-            .args([format!("-{sig}").as_str(), "--", target])
-            .status();
-    };
-    send(signal);
+/// Send `signal` to the step (its process group when `group`), and SIGKILL after
+/// `grace` if it has not ended; a second signal to `scr run` cuts the grace short and
+/// is returned.
+fn end_step(child: &mut Child, group: bool, signal: i32, grace: Duration) -> Option<i32> {
+    signals::send(child.id(), group, signal);
     let deadline = Instant::now() + grace;
     let mut exited = false;
-    while Instant::now() < deadline && signals::take().is_none() {
+    let mut taken = None;
+    while Instant::now() < deadline {
+        if let Some(sig) = signals::take() {
+            taken = Some(sig);
+            break;
+        }
         if matches!(child.try_wait(), Ok(Some(_))) {
             exited = true;
             break;
@@ -626,10 +638,11 @@ fn end_step(child: &mut Child, target: &str, signal: &str, grace: Duration) {
     }
     // a group's leader may be gone while others of the group live on; a lone launcher
     // that has exited is not signalled again (its pid may be another process's by now)
-    if target.starts_with('-') || !exited {
-        send("KILL");
+    if group || !exited {
+        signals::send(child.id(), group, libc::SIGKILL);
     }
     let _ = child.wait();
+    taken
 }
 
 /// Copy `from` to our stdout or stderr line by line, noting when each line came.

@@ -730,3 +730,61 @@ fn a_termination_signal_to_scr_run_reaches_the_step_and_ends_the_retries() {
         );
     }
 }
+
+#[test]
+fn a_step_that_exits_leaving_a_child_holding_its_output_does_not_hold_scr_run() {
+    let c = Cluster::new();
+    let pid_file = c.path("left.pid");
+    // the step exits at once, failing, but leaves a child with its stdout and stderr
+    let script = c.path("leaves-a-child.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nsleep 300 &\necho $! > '{}'\necho started\nexit 1\n",
+            pid_file.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let started = std::time::Instant::now();
+    let out = scr(
+        &c,
+        &[
+            "run",
+            "--runs",
+            "1",
+            "--postrun",
+            "false",
+            "--",
+            script.to_str().unwrap(),
+        ],
+        &[
+            ("SCR_NODELIST", "n[0-1]"),
+            ("SCR_NODE_NAMES", "n0,n0,n1,n1"),
+            ("SCR_WATCHDOG_TIMEOUT", "30"),
+        ],
+    );
+    let took = started.elapsed();
+    // (150 s and exit 124 when `scr run` waited for the child's pipes)
+    assert_eq!(out.code, 1, "{out}");
+    assert!(took.as_secs() < 30, "took {took:?}\n{out}");
+    assert!(out.stdout.contains("started"), "{out}");
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    // gone, or a zombie waiting for whoever adopted it to reap it
+    let alive = || {
+        std::fs::read_to_string(Path::new("/proc").join(pid.trim()).join("stat")).is_ok_and(|st| {
+            st.rsplit(')')
+                .next()
+                .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while alive() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        !alive(),
+        "the step's child (pid {}) outlived the step",
+        pid.trim()
+    );
+}

@@ -267,9 +267,14 @@ impl NodeCheck {
             } else {
                 base.clone()
             };
-            check_dir(&dir, &self.job_dir)
-                .err()
-                .or_else(|| need.as_ref().and_then(|(n, why)| check_free(&dir, *n, why)))
+            check_dir(&dir, &self.job_dir).err().or_else(|| {
+                need.as_ref().and_then(|(n, why)| {
+                    // what this job's datasets already hold there is reused or
+                    // evicted by the relaunch: it counts as free
+                    let own = used_bytes(&dir.join(&self.job_dir));
+                    check_free(&dir, n.saturating_sub(own), why)
+                })
+            })
         })
     }
 }
@@ -382,6 +387,22 @@ fn check_dir(dir: &Path, job_dir: &Path) -> Result<(), String> {
             probe_in.display()
         )),
     }
+}
+
+/// Bytes of the regular files below `dir` (links not followed; 0 when it is missing).
+fn used_bytes(dir: &Path) -> u64 {
+    let mut total = 0u64;
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            match e.path().symlink_metadata() {
+                Ok(m) if m.is_dir() => todo.push(e.path()),
+                Ok(m) if m.is_file() => total = total.saturating_add(m.len()),
+                _ => {}
+            }
+        }
+    }
+    total
 }
 
 /// Why `dir`'s file system has too little free space for `need` bytes, if it has.
