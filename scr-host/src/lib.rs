@@ -1,5 +1,6 @@
 //! The scr-rs runtime.
 #![allow(missing_docs)]
+mod command;
 pub mod config;
 pub mod events;
 pub mod explain;

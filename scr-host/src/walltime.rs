@@ -29,9 +29,8 @@
 //! [`COMMAND_TIMEOUT`] is skipped without an error: then the job has no known end and the
 //! `halt_seconds` rule does not apply (what SCR does too).
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::config::Config;
 
@@ -216,38 +215,15 @@ fn run_command_within(
         // std searches the PATH given to the child
         cmd.env("PATH", path);
     }
-    let mut child = cmd
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    // read on a thread, so that a command printing more than a pipe holds cannot block
-    // on its write while we wait for it to exit
-    let mut stdout = child.stdout.take()?;
-    let reader = std::thread::spawn(move || {
-        let mut out = String::new();
-        stdout.read_to_string(&mut out).ok().map(|_| out)
-    });
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
-                eprintln!(
-                    "scr-rs: warning: `{program}` did not answer within {:.1}s; the allocation's end time is not known from it",
-                    timeout.as_secs_f64()
-                );
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
+    match crate::command::output_within(cmd.args(args), timeout) {
+        Ok(out) => out.status.success().then_some(out.stdout),
+        Err(why) if why.contains("did not answer") => {
+            eprintln!("scr-rs: warning: {why}; the allocation's end time is not known from it");
+            None
         }
-    };
-    let out = reader.join().ok()??;
-    status.success().then_some(out)
+        // not installed, not runnable: this resource manager is not the one
+        Err(_) => None,
+    }
 }
 
 fn now_secs() -> i64 {
@@ -450,7 +426,7 @@ mod tests {
         assert_eq!(run_command(None, "echo", &["hi"]).as_deref(), Some("hi\n"));
         // a hung command is killed at the deadline, also when its child keeps the
         // output pipe open
-        let t = Instant::now();
+        let t = std::time::Instant::now();
         assert_eq!(
             run_command_within(
                 None,

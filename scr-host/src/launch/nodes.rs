@@ -77,18 +77,19 @@ pub fn allocation(
         }
     }
     if set("FLUX_URI").is_some() {
-        let out = Command::new("flux")
-            .args(["getattr", "hostlist"])
-            .output()
-            .map_err(|e| format!("FLUX_URI is set but `flux getattr hostlist` did not run: {e}"))?;
+        let out = crate::command::output_within(
+            Command::new("flux").args(["getattr", "hostlist"]),
+            crate::walltime::COMMAND_TIMEOUT,
+        )
+        .map_err(|e| format!("FLUX_URI is set but `flux getattr hostlist` did not run: {e}"))?;
         if !out.status.success() {
             return Err(format!(
                 "`flux getattr hostlist` failed ({}): {}",
                 out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
+                out.stderr.as_str().trim()
             ));
         }
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = out.stdout.as_str();
         return from_list(text.trim(), "flux getattr hostlist".into());
     }
     let dedup = |names: Vec<&str>, source: String| -> Result<Allocation, String> {
@@ -297,24 +298,28 @@ fn largest_dataset_per_node(prefix: &Path, ranks_per_node: u64) -> Option<(u64, 
         .max_by_key(|(b, _)| *b)
 }
 
+/// How long the site's `down_nodes_script` may take.
+const SCRIPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Run the site script with the node names; its `NODE REASON...` lines.
 fn run_script(
     script: &Path,
     nodes: &[String],
 ) -> Result<std::collections::BTreeMap<String, String>, String> {
-    let out = Command::new(script)
-        .args(nodes)
-        .output()
-        .map_err(|e| format!("down_nodes_script {}: cannot run: {e}", script.display()))?;
+    // (a site script that hangs must not hold up every launch)
+    let out = crate::command::output_within(Command::new(script).args(nodes), SCRIPT_TIMEOUT)
+        .map_err(|e| format!("down_nodes_script {}: {e}", script.display()))?;
     if !out.status.success() {
         return Err(format!(
             "down_nodes_script {} failed ({}); its verdict is ignored: {}",
             script.display(),
             out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
+            out.stderr.as_str().trim()
         ));
     }
-    Ok(String::from_utf8_lossy(&out.stdout)
+    Ok(out
+        .stdout
+        .as_str()
         .lines()
         .filter_map(|l| {
             let l = l.trim();
@@ -421,12 +426,14 @@ fn check_free(dir: &Path, need: u64, why: &str) -> Option<String> {
 /// Free bytes of the file system holding `dir`, as `df` reports them (no `unsafe`
 /// statvfs call for a serial check); `None` when df cannot tell.
 pub fn free_bytes(dir: &Path) -> Option<u64> {
-    let out = Command::new("df")
-        .args(["--output=avail", "-B1"])
-        .arg(dir)
-        .output()
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout)
+    // (df blocks on a hung network file system: then the free space is not known)
+    let out = crate::command::output_within(
+        Command::new("df").args(["--output=avail", "-B1"]).arg(dir),
+        crate::walltime::COMMAND_TIMEOUT,
+    )
+    .ok()?;
+    out.stdout
+        .as_str()
         .lines()
         .nth(1)
         .and_then(|l| l.trim().parse().ok())

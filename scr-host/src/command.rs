@@ -1,0 +1,119 @@
+//! Running an outside command with a time limit (a resource manager's query, a site's
+//! down-node script, `df` on a file system that may hang): a command that does not
+//! answer must not hold up a job's init or `scr run` for ever.
+
+use std::io::Read;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// What a command printed and how it ended.
+pub(crate) struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Run `cmd` (stdin closed, output captured) and wait at most `timeout`; past it the
+/// command is killed and the error says so. Its output is read on threads, so that a
+/// command printing more than a pipe holds cannot block on its write while we wait for
+/// it to exit, and a child it left behind holding the pipes is not waited for past the
+/// deadline either (what was read by then is returned).
+pub(crate) fn output_within(cmd: &mut Command, timeout: Duration) -> Result<Output, String> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("`{program}` cannot run: {e}"))?;
+    let read = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut bytes);
+            }
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    };
+    let out = read(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = read(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "`{program}` did not answer within {:.1} s and was stopped",
+                    timeout.as_secs_f64()
+                ));
+            }
+        }
+    };
+    while !(out.is_finished() && err.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let take = |h: std::thread::JoinHandle<String>| {
+        if h.is_finished() {
+            h.join().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    Ok(Output {
+        status,
+        stdout: take(out),
+        stderr: take(err),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_and_status_are_returned() {
+        let o = output_within(
+            Command::new("sh").args(["-c", "echo out; echo err >&2; exit 3"]),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(o.stdout, "out\n");
+        assert_eq!(o.stderr, "err\n");
+        assert_eq!(o.status.code(), Some(3));
+    }
+
+    #[test]
+    fn a_command_that_does_not_answer_is_stopped() {
+        let started = Instant::now();
+        let e = output_within(Command::new("sleep").arg("30"), Duration::from_millis(300))
+            .err()
+            .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(e, "`sleep` did not answer within 0.3 s and was stopped");
+    }
+
+    #[test]
+    fn a_child_left_holding_the_pipes_is_not_waited_for() {
+        let started = Instant::now();
+        let o = output_within(
+            Command::new("sh").args(["-c", "sleep 30 & echo done"]),
+            Duration::from_millis(500),
+        )
+        .unwrap();
+        assert!(o.status.success());
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}
