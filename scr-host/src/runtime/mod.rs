@@ -410,6 +410,12 @@ impl Runtime {
         }
     }
 
+    /// Whether the end of the run (finalize, a halt) flushes the newest checkpoint:
+    /// `flush_on_finalize`, unless `flush = 0` turns flushing off.
+    fn flush_at_end(&self) -> bool {
+        self.config.u64("flush") > 0 && self.config.bool("flush_on_finalize")
+    }
+
     /// Append `event` to the prefix's event log (rank 0; see [`crate::events`]).
     fn log_event(&self, event: crate::events::Event) {
         if self.rank == 0 && self.passthrough.is_none() {
@@ -1396,7 +1402,7 @@ impl Runtime {
                 // the run is about to end: its newest checkpoint goes to the prefix now
                 // (finalize would otherwise; an application that exits without it
                 // still leaves it saved)
-                if self.config.u64("flush") > 0 && self.config.bool("flush_on_finalize") {
+                if self.flush_at_end() {
                     self.flush_newest("should_exit")?;
                     // (a background flush dies with a process that exits now: wait)
                     self.wait_flushes();
@@ -1481,10 +1487,7 @@ impl Runtime {
         // a clean finish (or a halt) leaves the newest checkpoint in the prefix, not in
         // node-local cache only; a flush that fails is reported and leaves it cached
         // (scavenge can still save it), never failing finalize
-        if self.uncertain.is_none()
-            && self.config.u64("flush") > 0
-            && self.config.bool("flush_on_finalize")
-        {
+        if self.uncertain.is_none() && self.flush_at_end() {
             if let Err(e) = self.flush_newest("finalize") {
                 self.warn(&format!("finalize: flushing the newest checkpoint: {e}"));
             }

@@ -179,10 +179,10 @@ impl Runtime {
                     .cancel(host_ref(&started.host))
                     .into_result()
                 {
-                    self.warn(&format!(
-                        "cancelling the interrupted transfer of {} ({}): {e}",
-                        entry.name, started.label
-                    ));
+                    eprintln!(
+                        "scr-rs[{}]: warning: cancelling the interrupted transfer of {} ({}): {e}; its partial files are removed below",
+                        self.rank, entry.name, started.label
+                    );
                 }
             }
             let why = if !cached {
