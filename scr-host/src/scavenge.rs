@@ -56,13 +56,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use abi_stable::std_types::{RNone, RSome};
-use scr_plugin::{host_ref, RecoverRequest, SchemeConfig, TransferConfig};
+use scr_plugin::{RecoverRequest, SchemeConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, View};
-use crate::registry::{Kind, Registry};
+use crate::registry::Registry;
 use crate::runtime::cache;
-use crate::runtime::flush::{collect, Label, Planned, Started};
+use crate::runtime::flush::{collect, start_transfer, transfer_config, transfer_label, Planned};
 use crate::runtime::local_host::LocalHost;
 use crate::runtime::prefix::{
     self, check_relative, dataset_dir, FlushFile, FlushedFile, Index, IndexEntry, Rank2File,
@@ -449,19 +449,7 @@ impl Scavenger {
             });
         }
         std::fs::create_dir_all(stage).map_err(|e| format!("{}: {e}", stage.display()))?;
-        let transfer_type = self
-            .config
-            .store(store)
-            .map(|s| self.config.store_transfer(s).0)
-            .unwrap_or_else(|| self.config.str("flush_type"));
-        let label = Label {
-            plugin: self
-                .registry
-                .provider(Kind::Transfer, &transfer_type)
-                .map(|l| l.path.display().to_string())
-                .unwrap_or_else(|e| format!("(none: {e})")),
-            transfer_type,
-        };
+        let label = transfer_label(&self.config, &self.registry, store);
         let host = LocalHost::new(
             record.descriptor.members.first().copied().unwrap_or(0),
             node,
@@ -470,41 +458,9 @@ impl Scavenger {
             Arc::new(AtomicBool::new(false)),
         );
         let state = stage.with_extension("transfer.state");
-        let config = TransferConfig {
-            transfer_type: label.transfer_type.as_str().into(),
-            state_file: state.display().to_string().into(),
-            crc32: self.config.bool("crc_on_flush"),
-            preserve_metadata: true,
-            settings: self.config.plugin_settings(&label.transfer_type).into(),
-        };
-        let mut transfer = self
-            .registry
-            .new_transfer(&config, host_ref(&host))
-            .map_err(|e| e.to_string())?;
-        for p in &files {
-            transfer
-                .add(
-                    p.source.display().to_string().as_str().into(),
-                    p.destination.display().to_string().as_str().into(),
-                )
-                .into_result()
-                .map_err(|e| format!("{e} ({label})"))?;
-        }
-        transfer
-            .dispatch(host_ref(&host))
-            .into_result()
-            .map_err(|e| format!("{e} ({label})"))?;
-        let out = collect(
-            Started {
-                transfer,
-                files,
-                label,
-                host,
-            },
-            false,
-            "recorded in the filemap",
-            buf,
-        );
+        let config = transfer_config(&self.config, &label, &state);
+        let started = start_transfer(&self.registry, &config, host, label, files)?;
+        let out = collect(started, false, "recorded in the filemap", buf);
         let _ = std::fs::remove_file(&state);
         out
     }

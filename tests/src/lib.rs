@@ -243,6 +243,26 @@ fn output_of(mut cmd: Command) -> JobOutput {
     }
 }
 
+/// Four ranks on two simulated nodes, two per node: the placement most tests use.
+pub const TWO_NODES: &[&str] = &["n0", "n0", "n1", "n1"];
+
+/// (name, complete, failed) of every entry of `prefix`'s index, by dataset id.
+pub fn index_entries(prefix: &Path) -> Vec<(String, bool, Option<String>)> {
+    scr_host::runtime::prefix::Index::load(prefix)
+        .unwrap()
+        .datasets
+        .values()
+        .map(|e| (e.name.clone(), e.complete, e.failed.clone()))
+        .collect()
+}
+
+/// Lose both nodes of [`TWO_NODES`]: every cache and control directory.
+pub fn wipe_caches(c: &Cluster) {
+    for node in ["n0", "n1"] {
+        c.lose_node(node);
+    }
+}
+
 /// Wait for a job started with [`Cluster::spawn`] and take what it printed.
 pub fn output_of_child(child: std::process::Child) -> JobOutput {
     let out = child.wait_with_output().expect("the job's output");

@@ -6,50 +6,43 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use scr_e2e::{binary, files_below, Cluster, JobOutput};
+use scr_e2e::{binary, files_below, wipe_caches, Cluster, JobOutput, TWO_NODES};
 use scr_host::runtime::prefix::Index;
-
-const TWO_NODES: &[&str] = &["n0", "n0", "n1", "n1"];
 
 fn heat(c: &Cluster, args: &[&str]) -> JobOutput {
     c.run(TWO_NODES, "scr-heat", args)
 }
 
-fn reference(steps: u64) -> String {
-    scr_e2e::reference_state(4, steps, None)
-}
-
 /// (name, complete, failed) of every index entry, by dataset id.
 fn index(c: &Cluster) -> Vec<(String, bool, Option<String>)> {
-    Index::load(&c.prefix())
-        .unwrap()
-        .datasets
-        .values()
-        .map(|e| (e.name.clone(), e.complete, e.failed.clone()))
-        .collect()
+    scr_e2e::index_entries(&c.prefix())
 }
 
 fn current(c: &Cluster) -> Option<String> {
     Index::load(&c.prefix()).unwrap().current
 }
 
-fn wipe_caches(c: &Cluster) {
-    for node in ["n0", "n1"] {
-        c.lose_node(node);
-    }
-}
-
 /// A fresh cache restarts from `name` and ends in the uninterrupted run's state.
 fn restarts_from_prefix(c: &Cluster, name: &str, step: u64) {
+    restarts_from_prefix_with(c, name, step, None);
+}
+
+/// [`restarts_from_prefix`] for runs of `cells` cells per rank.
+fn restarts_from_prefix_with(c: &Cluster, name: &str, step: u64, cells: Option<usize>) {
     wipe_caches(c);
-    let out = heat(c, &["--steps", "30"]);
+    let cells_arg = cells.map(|n| n.to_string());
+    let mut args = vec!["--steps", "30"];
+    if let Some(n) = &cells_arg {
+        args.extend(["--cells", n.as_str()]);
+    }
+    let out = heat(c, &args);
     assert_eq!(out.code, 0, "{out}");
     assert_eq!(
         out.line_after("restarted from "),
         Some(format!("{name} at step {step}").as_str()),
         "{out}"
     );
-    assert_eq!(out.final_state(), reference(30));
+    assert_eq!(out.final_state(), scr_e2e::reference_state(4, 30, cells));
 }
 
 #[test]
@@ -242,18 +235,7 @@ fn an_interrupted_flush_is_resumed(asynchronous: bool) {
         .filter(|p| p.to_string_lossy().contains("transfer."))
         .collect();
     assert!(states.is_empty(), "{states:?}");
-    wipe_caches(&c);
-    let out = heat(&c, &["--steps", "30", "--cells", "200000"]);
-    assert_eq!(out.code, 0, "{out}");
-    assert_eq!(
-        out.line_after("restarted from "),
-        Some("ckpt.20 at step 20"),
-        "{out}"
-    );
-    assert_eq!(
-        out.final_state(),
-        scr_e2e::reference_state(4, 30, Some(200000))
-    );
+    restarts_from_prefix_with(&c, "ckpt.20", 20, Some(200000));
 }
 
 fn an_interrupted_flush_is_cleaned_up(asynchronous: bool) {
@@ -560,18 +542,7 @@ fn a_resumed_flush_never_writes_over_a_path_a_complete_dataset_owns_now() {
     // flushed again, to the dataset's own directory (its names are taken), and the
     // restart point
     assert_eq!(current(&c).as_deref(), Some("ckpt.20"));
-    wipe_caches(&c);
-    let out = heat(&c, &["--steps", "30", "--cells", "200000"]);
-    assert_eq!(out.code, 0, "{out}");
-    assert_eq!(
-        out.line_after("restarted from "),
-        Some("ckpt.20 at step 20"),
-        "{out}"
-    );
-    assert_eq!(
-        out.final_state(),
-        scr_e2e::reference_state(4, 30, Some(200000))
-    );
+    restarts_from_prefix_with(&c, "ckpt.20", 20, Some(200000));
 }
 
 #[test]

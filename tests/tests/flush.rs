@@ -3,10 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use scr_e2e::{Cluster, JobOutput};
+use scr_e2e::{wipe_caches, Cluster, JobOutput, TWO_NODES};
 use scr_host::runtime::prefix::Index;
-
-const TWO_NODES: &[&str] = &["n0", "n0", "n1", "n1"];
 
 fn heat(c: &Cluster, args: &[&str]) -> JobOutput {
     c.run(TWO_NODES, "scr-heat", args)
@@ -16,20 +14,9 @@ fn reference(steps: u64) -> String {
     scr_e2e::reference_state(4, steps, None)
 }
 
-/// (name, complete) of every index entry, by dataset id.
+/// (name, complete, failed) of every index entry, by dataset id.
 fn index(c: &Cluster) -> Vec<(String, bool, Option<String>)> {
-    Index::load(&c.prefix())
-        .unwrap()
-        .datasets
-        .values()
-        .map(|e| (e.name.clone(), e.complete, e.failed.clone()))
-        .collect()
-}
-
-fn wipe_caches(c: &Cluster) {
-    for node in ["n0", "n1"] {
-        c.lose_node(node);
-    }
+    scr_e2e::index_entries(&c.prefix())
 }
 
 #[test]

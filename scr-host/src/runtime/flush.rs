@@ -44,8 +44,9 @@ use super::{
     all_gather_bytes, broadcast_bytes, cache, now_secs, DatasetRecord, FileRecord, Result, Runtime,
     ScrError,
 };
+use crate::config::Config;
 use crate::events::Event;
-use crate::registry::{Kind, RegistryError};
+use crate::registry::{Kind, Registry, RegistryError};
 
 pub(crate) mod resume;
 
@@ -461,6 +462,70 @@ fn finish_recording(
         })
 }
 
+/// The transfer type of `store` (its own `type`, else `flush_type`), and a label naming
+/// it and the library that provides it.
+pub(crate) fn transfer_label(config: &Config, registry: &Registry, store: &str) -> Label {
+    let transfer_type = config
+        .store(store)
+        .map(|s| config.store_transfer(s).0)
+        .unwrap_or_else(|| config.str("flush_type"));
+    let plugin = registry
+        .provider(Kind::Transfer, &transfer_type)
+        .map(|l| l.path.display().to_string())
+        .unwrap_or_else(|e| format!("(none: {e})"));
+    Label {
+        transfer_type,
+        plugin,
+    }
+}
+
+/// The configuration of a transfer of `label`'s type persisting its state in
+/// `state_file`.
+pub(crate) fn transfer_config(config: &Config, label: &Label, state_file: &Path) -> TransferConfig {
+    TransferConfig {
+        transfer_type: label.transfer_type.as_str().into(),
+        state_file: state_file.display().to_string().into(),
+        // the host re-reads every destination and checks its CRC32 whatever the
+        // transfer says; crc_on_flush adds the transfer's own CRC as a second check
+        crc32: config.bool("crc_on_flush"),
+        preserve_metadata: true,
+        settings: config.plugin_settings(&label.transfer_type).into(),
+    }
+}
+
+/// Create a transfer through `registry`, add `files` and dispatch it (flush, fetch and
+/// scavenge all start theirs here).
+pub(crate) fn start_transfer(
+    registry: &Registry,
+    config: &TransferConfig,
+    host: LocalHost,
+    label: Label,
+    files: Vec<Planned>,
+) -> std::result::Result<Started, String> {
+    let mut transfer = registry
+        .new_transfer(config, host_ref(&host))
+        .map_err(|e: RegistryError| e.to_string())?;
+    for p in &files {
+        transfer
+            .add(
+                p.source.display().to_string().as_str().into(),
+                p.destination.display().to_string().as_str().into(),
+            )
+            .into_result()
+            .map_err(|e| format!("{e} ({label})"))?;
+    }
+    transfer
+        .dispatch(host_ref(&host))
+        .into_result()
+        .map_err(|e| format!("{e} ({label})"))?;
+    Ok(Started {
+        transfer,
+        files,
+        label,
+        host,
+    })
+}
+
 impl Runtime {
     /// Flush `rec` if the policy asks for it: every `flush`-th checkpoint and every output
     /// dataset. A flush that fails leaves the dataset in cache and says so; it does not
@@ -661,23 +726,9 @@ impl Runtime {
         self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize
     }
 
-    /// The transfer type of `store` (its own `type`, else `flush_type`), and a label
-    /// naming it and the library that provides it.
+    /// The transfer type of `store` and the library providing it ([`transfer_label`]).
     fn transfer_of(&self, store: &str) -> Label {
-        let transfer_type = self
-            .config
-            .store(store)
-            .map(|s| self.config.store_transfer(s).0)
-            .unwrap_or_else(|| self.config.str("flush_type"));
-        let plugin = self
-            .registry
-            .provider(Kind::Transfer, &transfer_type)
-            .map(|l| l.path.display().to_string())
-            .unwrap_or_else(|e| format!("(none: {e})"));
-        Label {
-            transfer_type,
-            plugin,
-        }
+        transfer_label(&self.config, &self.registry, store)
     }
 
     /// The host a transfer of `label`'s type gets: its log is the runtime's and its
@@ -693,17 +744,9 @@ impl Runtime {
     }
 
     /// The configuration of a transfer of `label`'s type persisting its state in
-    /// `state_file`.
+    /// `state_file` ([`transfer_config`]).
     fn transfer_config(&self, label: &Label, state_file: &Path) -> TransferConfig {
-        TransferConfig {
-            transfer_type: label.transfer_type.as_str().into(),
-            state_file: state_file.display().to_string().into(),
-            // the host re-reads every destination and checks its CRC32 whatever the
-            // transfer says; crc_on_flush adds the transfer's own CRC as a second check
-            crc32: self.config.bool("crc_on_flush"),
-            preserve_metadata: true,
-            settings: self.config.plugin_settings(&label.transfer_type).into(),
-        }
+        transfer_config(&self.config, label, state_file)
     }
 
     /// Create, fill and dispatch a transfer of `label`'s type for `files`, with a host
@@ -716,29 +759,7 @@ impl Runtime {
     ) -> std::result::Result<Started, String> {
         let host = self.transfer_host(&label);
         let config = self.transfer_config(&label, state_file);
-        let mut transfer = self
-            .registry
-            .new_transfer(&config, host_ref(&host))
-            .map_err(|e: RegistryError| e.to_string())?;
-        for p in &files {
-            transfer
-                .add(
-                    p.source.display().to_string().as_str().into(),
-                    p.destination.display().to_string().as_str().into(),
-                )
-                .into_result()
-                .map_err(|e| format!("{e} ({label})"))?;
-        }
-        transfer
-            .dispatch(host_ref(&host))
-            .into_result()
-            .map_err(|e| format!("{e} ({label})"))?;
-        Ok(Started {
-            transfer,
-            files,
-            label,
-            host,
-        })
+        start_transfer(&self.registry, &config, host, label, files)
     }
 
     /// Start this rank's transfer of `rec` to the prefix: to `<prefix>/<name>`, or into
