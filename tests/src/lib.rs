@@ -199,6 +199,21 @@ impl Cluster {
         output_of(self.command_with(nodes, wrapper, program, args))
     }
 
+    /// Like [`Cluster::run`] for a program outside the workspace's build (a C, Fortran
+    /// or Python program, or an interpreter with its script as the first argument).
+    pub fn run_path(&self, nodes: &[&str], program: &Path, args: &[&str]) -> JobOutput {
+        output_of(self.command_path(nodes, &[], program, args))
+    }
+
+    /// Like [`Cluster::spawn`] for a program outside the workspace's build.
+    pub fn spawn_path(&self, nodes: &[&str], program: &Path, args: &[&str]) -> std::process::Child {
+        self.command_path(nodes, &[], program, args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("mpiexec starts")
+    }
+
     fn command(&self, nodes: &[&str], program: &str, args: &[&str]) -> Command {
         self.command_with(nodes, &[], program, args)
     }
@@ -210,12 +225,22 @@ impl Cluster {
         program: &str,
         args: &[&str],
     ) -> Command {
+        self.command_path(nodes, wrapper, &binary(program), args)
+    }
+
+    fn command_path(
+        &self,
+        nodes: &[&str],
+        wrapper: &[&str],
+        program: &Path,
+        args: &[&str],
+    ) -> Command {
         // a hung job fails its test instead of hanging the suite
         let mut cmd = Command::new("timeout");
         cmd.args(["--kill-after=5", "120", "mpiexec"]);
         cmd.arg("-n").arg(nodes.len().to_string());
         cmd.args(wrapper);
-        cmd.arg(binary(program)).args(args);
+        cmd.arg(program).args(args);
         cmd.current_dir(self.prefix());
         for (k, v) in mpi_env() {
             cmd.env(k, v);

@@ -24,6 +24,7 @@
 //! `group` and `cache_base` (SCR's behaviour); with no store table for `cache_base`, one
 //! is implied too, so a setup with no file at all works.
 
+pub mod api;
 pub mod keys;
 
 mod file;
@@ -515,30 +516,8 @@ impl Loader {
             layers.extend(self.read(&p, Tier::System, &mut errors, &mut files));
         }
 
-        // API values
-        let mut api = Layer::new(Tier::Api);
-        for (call, text) in &self.api {
-            let origin = Origin::Api(*call, text.clone());
-            let Some((k, v)) = text.split_once('=') else {
-                errors.push(ConfigError::new(origin, "expected `key=value`"));
-                continue;
-            };
-            match keys::find_api(k) {
-                Some(key) if v.trim().is_empty() => {
-                    api.scalars.remove(key.name); // `key=` unsets an earlier call
-                }
-                Some(key) => match keys::parse_text(key.ty, v) {
-                    Ok(value) => {
-                        api.scalars.insert(key.name, (value, origin));
-                    }
-                    Err(msg) => {
-                        errors.push(ConfigError::new(origin, format!("`{}`: {msg}", key.name)))
-                    }
-                },
-                None => errors.push(ConfigError::new(origin, keys::unknown_key(k.trim()))),
-            }
-        }
-        layers.push(api);
+        // API values (SCR_Config calls: scalars and descriptors)
+        layers.push(api::layer(&self.api, &mut errors));
 
         // environment
         let mut env = Layer::new(Tier::Env);

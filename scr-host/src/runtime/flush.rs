@@ -975,7 +975,7 @@ impl Runtime {
     /// With no restartable checkpoint in cache, fetch the newest complete one from the
     /// prefix (falling back to older ones, marking failures in the index) and protect it
     /// again with its redundancy scheme. Collective.
-    pub(super) fn fetch(&mut self) -> Result<()> {
+    pub(super) fn fetch(&mut self, wanted: Option<&str>) -> Result<()> {
         let mut tried: Vec<u64> = Vec::new();
         loop {
             let choice = if self.rank == 0 {
@@ -983,8 +983,16 @@ impl Runtime {
                     eprintln!("scr-rs: warning: {e}; nothing is fetched");
                     Index::default()
                 });
-                index
-                    .fetch_candidates(self.size)
+                let mut candidates = index.fetch_candidates(self.size);
+                // the checkpoint `current` named is tried first
+                if let Some(pos) = candidates
+                    .iter()
+                    .position(|e| Some(e.name.as_str()) == wanted)
+                {
+                    let e = candidates.remove(pos);
+                    candidates.insert(0, e);
+                }
+                candidates
                     .into_iter()
                     .find(|e| !tried.contains(&e.id))
                     .map(|e| {

@@ -165,6 +165,20 @@ pub struct Runtime {
     uncertain: Option<String>,
     /// `Some` when the library is disabled (`enable = false`): the calls pass through.
     passthrough: Option<Passthrough>,
+    /// SCR 3.x order: the fetch from the prefix waits for the first
+    /// [`Runtime::have_restart_fetching`], so that `current` can choose what is loaded.
+    fetch_pending: bool,
+    /// The checkpoint `current` chose while the fetch was pending, when no cache holds it.
+    wanted: Option<String>,
+}
+
+/// How [`Runtime::init_with`] starts a run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InitOptions {
+    /// Fetch at the first [`Runtime::have_restart_fetching`] instead of in init (SCR
+    /// 3.0 moved the fetch so that `SCR_Current` between init and `SCR_Have_restart`
+    /// chooses the checkpoint to load; the C API works this way).
+    pub fetch_at_have_restart: bool,
 }
 
 /// The state of a disabled runtime: only what the API's call order needs.
@@ -178,6 +192,15 @@ impl Runtime {
     /// Initialise on `world` (normally `MPI_COMM_WORLD`; collective). `api` holds the
     /// configuration calls the application made before init, with their call numbers.
     pub fn init(world: &SimpleCommunicator, api: Vec<(usize, String)>) -> Result<Runtime> {
+        Self::init_with(world, api, InitOptions::default())
+    }
+
+    /// [`Runtime::init`] with options.
+    pub fn init_with(
+        world: &SimpleCommunicator,
+        api: Vec<(usize, String)>,
+        options: InitOptions,
+    ) -> Result<Runtime> {
         let world = world.duplicate();
         let rank = world.rank() as u32;
         let size = world.size() as u32;
@@ -227,6 +250,8 @@ impl Runtime {
             flushing: flush::Flushing::default(),
             uncertain: None,
             passthrough: (!config.bool("enable")).then(Passthrough::default),
+            fetch_pending: false,
+            wanted: None,
             world,
             config,
         };
@@ -329,12 +354,11 @@ impl Runtime {
             });
         }
         rt.settle_interrupted_flushes()?;
-        if rt.restart_candidate().is_none() && rt.config.bool("fetch") {
-            rt.fetch()?;
-        }
         rt.finalized = false;
-        if rt.config.bool("flush_on_restart") {
-            rt.flush_newest("flush_on_restart")?;
+        if options.fetch_at_have_restart {
+            rt.fetch_pending = true;
+        } else {
+            rt.settle_restart()?;
         }
         rt.log_event(crate::events::Event::Init {
             ranks: rt.size,
@@ -792,6 +816,12 @@ impl Runtime {
         self.save_filemap()
     }
 
+    /// The name a dataset started without one gets (SCR's `SCR_Start_output(NULL, ..)`):
+    /// `scr.dataset.<id>`, with the id it will have.
+    pub fn default_dataset_name(&self) -> String {
+        format!("scr.dataset.{}", self.next_dataset)
+    }
+
     /// SCR's legacy `SCR_Start_checkpoint`: a checkpoint named `ckpt.<checkpoint id>`.
     pub fn start_checkpoint(&mut self) -> Result<String> {
         let name = format!("ckpt.{}", self.next_checkpoint);
@@ -1201,6 +1231,43 @@ impl Runtime {
 
     // ----- restart -----
 
+    /// Fetch when the cache holds no checkpoint (or `current` chose one only the prefix
+    /// holds), then flush the restart checkpoint when `flush_on_restart` asks for it.
+    fn settle_restart(&mut self) -> Result<()> {
+        let wanted = self.wanted.take();
+        if (self.restart_candidate().is_none() || wanted.is_some()) && self.config.bool("fetch") {
+            self.fetch(wanted.as_deref())?;
+        }
+        if self.config.bool("flush_on_restart") {
+            self.flush_newest("flush_on_restart")?;
+        }
+        Ok(())
+    }
+
+    /// SCR 3.x's `SCR_Have_restart` (collective): the first call after an init with
+    /// [`InitOptions::fetch_at_have_restart`] fetches from the prefix (the checkpoint
+    /// `current` named, else the newest when no cache holds one); every call then
+    /// answers like [`Runtime::have_restart`].
+    pub fn have_restart_fetching(&mut self) -> Result<Option<String>> {
+        if self.fetch_pending && self.passthrough.is_none() {
+            self.usable("have_restart")?;
+            self.fetch_pending = false;
+            self.settle_restart()?;
+        }
+        Ok(self.have_restart())
+    }
+
+    /// Whether a dataset is being written or a checkpoint read (between start and
+    /// complete): outside both, SCR 3.x's `SCR_Route_file` returns the name unchanged.
+    pub fn in_dataset(&self) -> bool {
+        self.output.is_some()
+            || self.restart.is_some()
+            || self
+                .passthrough
+                .as_ref()
+                .is_some_and(|p| p.output.is_some())
+    }
+
     /// The newest complete checkpoint this run can restart from, if any.
     pub fn have_restart(&self) -> Option<String> {
         self.restart_candidate()
@@ -1262,6 +1329,48 @@ impl Runtime {
     pub fn current(&mut self, name: &str) -> Result<()> {
         if self.passthrough.is_some() {
             return Ok(());
+        }
+        if self.fetch_pending {
+            self.usable("current")?;
+            let cached = self.all_agree(self.id_of(name).is_ok());
+            if !cached {
+                // only the prefix has it: the pending fetch loads it, and cached
+                // datasets written after it are passed over
+                let found = if self.rank == 0 {
+                    prefix::Index::load_or_rebuild(&self.prefix)
+                        .ok()
+                        .and_then(|ix| {
+                            ix.fetch_candidates(self.size)
+                                .into_iter()
+                                .find(|e| e.name == name)
+                                .map(|e| e.id)
+                        })
+                } else {
+                    None
+                };
+                let bytes = broadcast_bytes(
+                    &self.world,
+                    &serde_json::to_vec(&found).expect("serializes"),
+                );
+                let found: Option<u64> = serde_json::from_slice(&bytes).unwrap_or(None);
+                let Some(id) = found else {
+                    return Err(ScrError::Usage(format!(
+                        "current: no checkpoint named `{name}` in cache or in the prefix {} (complete, not failed, and written by {} ranks)",
+                        self.prefix.display(),
+                        self.size
+                    )));
+                };
+                let newer: Vec<u64> = self
+                    .filemap
+                    .datasets
+                    .values()
+                    .filter(|d| d.id > id)
+                    .map(|d| d.id)
+                    .collect();
+                self.skipped.extend(newer);
+                self.wanted = Some(name.to_string());
+                return Ok(());
+            }
         }
         let id = self.begin("current", self.id_of(name))?;
         let newer: Vec<u64> = self

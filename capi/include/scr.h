@@ -1,0 +1,88 @@
+/*
+ * scr-rs: Scalable Checkpoint/Restart for MPI applications.
+ *
+ * The C interface: source-compatible with the SCR 3.1 API, so an application written
+ * for it compiles unchanged and links with -lscr (see `pkg-config --cflags --libs scr`).
+ *
+ * Every function except SCR_Config (before SCR_Init), SCR_Route_file and SCR_Get_version
+ * is collective over MPI_COMM_WORLD. The application calls MPI_Init before SCR_Init and
+ * MPI_Finalize after SCR_Finalize. A function that fails returns SCR_FAILURE and prints
+ * on stderr which rank, which call and why.
+ */
+#ifndef SCR_H
+#define SCR_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The SCR API level this library implements (strings, as SCR defines them). */
+#define SCR_MAJOR_VERSION "3"
+#define SCR_MINOR_VERSION "1"
+#define SCR_PATCH_VERSION "0"
+#define SCR_VERSION "v3.1.0"
+
+/* The scr-rs release. */
+#define SCR_RS_VERSION "0.1.0"
+
+/* Return codes. */
+#define SCR_SUCCESS (0)
+#define SCR_FAILURE (1)
+
+/* The largest file or dataset name returned, with its terminating NUL: buffers passed
+ * to SCR_Route_file, SCR_Have_restart and SCR_Start_restart hold at least this many. */
+#define SCR_MAX_FILENAME 1024
+
+/* Flags for SCR_Start_output, combined with | */
+#define SCR_FLAG_NONE       (0 << 0) /* no flags */
+#define SCR_FLAG_CHECKPOINT (1 << 0) /* the job can restart from this dataset */
+#define SCR_FLAG_OUTPUT     (1 << 1) /* the dataset must reach the prefix directory */
+
+/* Init and finalize */
+int SCR_Init(void);
+int SCR_Finalize(void);
+
+/* Configuration. "KEY=VALUE" sets a value, "KEY=" forgets a value set here, both before
+ * SCR_Init, and return NULL. "KEY" returns the value in force in a string the caller
+ * must free(), or NULL when the key has no value. Descriptors: "CKPT=0 TYPE=XOR
+ * SET_SIZE=16", "STORE=/dev/shm COUNT=2"; query one item with "CKPT=0 TYPE". */
+const char* SCR_Config(const char* config);
+const char* SCR_Configf(const char* format, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* Where to write (between SCR_Start_output and SCR_Complete_output) or read (between
+ * SCR_Start_restart and SCR_Complete_restart) the file `name`; outside both, `name`
+ * itself. `file` holds at least SCR_MAX_FILENAME bytes. */
+int SCR_Route_file(const char* name, char* file);
+
+/* Restart */
+int SCR_Have_restart(int* flag, char* name);
+int SCR_Start_restart(char* name);
+int SCR_Complete_restart(int valid);
+
+/* Checkpoint (the SCR 1.x/2.x forms) */
+int SCR_Need_checkpoint(int* flag);
+int SCR_Start_checkpoint(void);
+int SCR_Complete_checkpoint(int valid);
+
+/* Output (checkpoints and output datasets) */
+int SCR_Start_output(const char* name, int flags);
+int SCR_Complete_output(int valid);
+
+/* Dataset management */
+int SCR_Current(const char* name);
+int SCR_Drop(const char* name);
+int SCR_Delete(const char* name);
+
+/* Environment */
+char* SCR_Get_version(void);
+int SCR_Should_exit(int* flag);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* SCR_H */

@@ -1,0 +1,327 @@
+//! The API calls on Rust types, and the library's state between them. The C functions
+//! (`ffi`) and the Fortran bindings convert their arguments and call these through
+//! [`guarded`], which reports failures and keeps panics from crossing into C.
+
+use std::cell::RefCell;
+use std::ffi::CStr;
+use std::path::Path;
+use std::sync::Mutex;
+use std::thread::ThreadId;
+
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::Communicator as _;
+use scr_host::config::api;
+use scr_host::config::Loader;
+use scr_host::runtime::{InitOptions, OutputFlags, Runtime};
+
+/// `SCR_FLAG_CHECKPOINT`.
+pub const FLAG_CHECKPOINT: i32 = 1;
+/// `SCR_FLAG_OUTPUT`.
+pub const FLAG_OUTPUT: i32 = 2;
+/// `SCR_MAX_FILENAME`: buffers for names hold this many bytes with the NUL.
+pub const MAX_FILENAME: usize = 1024;
+
+/// What `SCR_Get_version` returns.
+pub const VERSION: &CStr = c"scr-rs 0.1.0 (SCR API v3.1.0)";
+
+/// The library's state on the thread that called `SCR_Init` (SCR's API is not
+/// thread-safe; a call from another thread is refused with the reason, see [`guarded`]).
+#[derive(Default)]
+struct State {
+    /// Accepted `SCR_Config` settings before init: (call number, text).
+    calls: Vec<(usize, String)>,
+    /// Every `SCR_Config` call so far, accepted or not (errors name the call's number).
+    attempts: usize,
+    runtime: Option<Runtime>,
+    finalized: bool,
+}
+
+thread_local! {
+    static STATE: RefCell<State> = RefCell::new(State::default());
+}
+
+/// The thread that called `SCR_Init`, once one has.
+static INIT_THREAD: Mutex<Option<ThreadId>> = Mutex::new(None);
+
+/// This process's rank in `MPI_COMM_WORLD`, for messages; `None` before `MPI_Init`.
+fn world_rank() -> Option<i32> {
+    (mpi::environment::is_initialized() && !mpi::environment::is_finalized())
+        .then(|| SimpleCommunicator::world().rank())
+}
+
+/// Print a failed call's reason on stderr: which rank, which call, why.
+pub fn report(call: &str, message: &str) {
+    let rank = STATE
+        .try_with(|s| {
+            s.try_borrow()
+                .ok()
+                .and_then(|s| s.runtime.as_ref().map(|r| r.rank() as i32))
+        })
+        .ok()
+        .flatten()
+        .or_else(world_rank);
+    match rank {
+        Some(r) => eprintln!("scr-rs[rank {r}] {call}: {message}"),
+        None => eprintln!("scr-rs {call}: {message}"),
+    }
+}
+
+/// Run one call: `None` when it failed (the reason is printed) or panicked (the panic is
+/// stopped here and reported as an internal error).
+pub fn guarded<T>(call: &str, f: impl FnOnce() -> Result<T, String>) -> Option<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => Some(v),
+        Ok(Err(message)) => {
+            report(call, &message);
+            None
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown".into());
+            report(
+                call,
+                &format!("internal error (panic: {what}); please report it with this message"),
+            );
+            None
+        }
+    }
+}
+
+/// Run `f` on the state, refusing a call from a thread other than the one that called
+/// `SCR_Init`.
+fn with_state<T>(f: impl FnOnce(&mut State) -> Result<T, String>) -> Result<T, String> {
+    let owner = *INIT_THREAD.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(t) = owner {
+        if t != std::thread::current().id() {
+            return Err(format!(
+                "called on thread {:?}, but SCR_Init was called on thread {t:?}; call SCR's functions from the thread that called SCR_Init",
+                std::thread::current().id()
+            ));
+        }
+    }
+    STATE.with(|s| {
+        let mut s = s
+            .try_borrow_mut()
+            .map_err(|_| "called again from inside an SCR call (a signal handler?)".to_string())?;
+        f(&mut s)
+    })
+}
+
+/// The runtime, or why there is none.
+fn runtime(s: &mut State) -> Result<&mut Runtime, String> {
+    match &mut s.runtime {
+        Some(rt) => Ok(rt),
+        None if s.finalized => {
+            Err("SCR_Finalize was already called; no SCR call may follow it".into())
+        }
+        None => Err("SCR_Init has not been called (call MPI_Init, then SCR_Init)".into()),
+    }
+}
+
+/// `SCR_Init`: collective over `MPI_COMM_WORLD`, after `MPI_Init`.
+pub fn init() -> Result<(), String> {
+    with_state(|s| {
+        if s.runtime.is_some() {
+            return Err("SCR_Init was already called; call it once per run".into());
+        }
+        if s.finalized {
+            return Err(
+                "SCR_Finalize was already called; SCR cannot be initialised again in this process"
+                    .into(),
+            );
+        }
+        if !mpi::environment::is_initialized() {
+            return Err(
+                "MPI is not initialised: call MPI_Init (or MPI_Init_thread) before SCR_Init".into(),
+            );
+        }
+        if mpi::environment::is_finalized() {
+            return Err(
+                "MPI is already finalized: call SCR_Init between MPI_Init and MPI_Finalize".into(),
+            );
+        }
+        let rt = Runtime::init_with(
+            &SimpleCommunicator::world(),
+            s.calls.clone(),
+            InitOptions {
+                fetch_at_have_restart: true,
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        s.runtime = Some(rt);
+        *INIT_THREAD.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::thread::current().id());
+        Ok(())
+    })
+}
+
+/// `SCR_Finalize`: collective.
+pub fn finalize() -> Result<(), String> {
+    with_state(|s| {
+        let rt = runtime(s)?;
+        let r = rt.finalize().map_err(|e| e.to_string());
+        s.runtime = None;
+        s.finalized = true;
+        r
+    })
+}
+
+/// `SCR_Config`: set or unset before init (`Ok(None)`), or query the value in force.
+pub fn config(text: &str) -> Result<Option<String>, String> {
+    with_state(|s| {
+        s.attempts += 1;
+        let n = s.attempts;
+        let call = api::parse(text).map_err(|m| format!("\"{text}\": {m}"))?;
+        if call.is_set() {
+            if s.runtime.is_some() || s.finalized {
+                return Err(format!(
+                    "\"{text}\": values can only be set before SCR_Init (queries work at any time)"
+                ));
+            }
+            s.calls.push((n, text.to_string()));
+            return Ok(None);
+        }
+        let value = match &s.runtime {
+            Some(rt) => rt.config().query(&call),
+            None => {
+                let mut loader = Loader::from_process();
+                loader.api = s.calls.clone();
+                let config = loader.load().map_err(|e| {
+                    format!(
+                        "\"{text}\": the configuration has errors:\n  {}",
+                        e.0.iter()
+                            .map(|x| x.to_string())
+                            .collect::<Vec<_>>()
+                            .join("\n  ")
+                    )
+                })?;
+                config.query(&call)
+            }
+        };
+        value.map_err(|m| format!("\"{text}\": {m}"))
+    })
+}
+
+/// `SCR_Route_file`: the path to write or read, or the name itself outside a dataset.
+pub fn route_file(name: &[u8]) -> Result<Vec<u8>, String> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    with_state(|s| {
+        let rt = runtime(s)?;
+        if !rt.in_dataset() {
+            return Ok(name.to_vec());
+        }
+        let path = rt
+            .route_file(Path::new(std::ffi::OsStr::from_bytes(name)))
+            .map_err(|e| e.to_string())?;
+        let bytes = path.into_os_string().into_vec();
+        if bytes.len() >= MAX_FILENAME {
+            return Err(format!(
+                "the routed path {} is {} bytes, more than SCR_MAX_FILENAME ({MAX_FILENAME}) holds with its NUL; use a shorter cache_base or file name",
+                String::from_utf8_lossy(&bytes),
+                bytes.len()
+            ));
+        }
+        Ok(bytes)
+    })
+}
+
+/// `SCR_Have_restart`: collective; the first call fetches when needed.
+pub fn have_restart() -> Result<Option<String>, String> {
+    with_state(|s| {
+        runtime(s)?
+            .have_restart_fetching()
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// `SCR_Start_restart`: the checkpoint's name.
+pub fn start_restart() -> Result<String, String> {
+    with_state(|s| runtime(s)?.start_restart().map_err(|e| e.to_string()))
+}
+
+/// `SCR_Complete_restart`: whether every rank read it.
+pub fn complete_restart(valid: bool) -> Result<bool, String> {
+    with_state(|s| {
+        runtime(s)?
+            .complete_restart(valid)
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// `SCR_Need_checkpoint`.
+pub fn need_checkpoint() -> Result<bool, String> {
+    with_state(|s| runtime(s)?.need_checkpoint().map_err(|e| e.to_string()))
+}
+
+/// `SCR_Start_checkpoint`: a checkpoint named `ckpt.<id>`.
+pub fn start_checkpoint() -> Result<String, String> {
+    with_state(|s| runtime(s)?.start_checkpoint().map_err(|e| e.to_string()))
+}
+
+/// `SCR_Start_output`: `name` `None` gives the dataset a name of its id.
+pub fn start_output(name: Option<&str>, flags: i32) -> Result<(), String> {
+    with_state(|s| {
+        let rt = runtime(s)?;
+        if flags & !(FLAG_CHECKPOINT | FLAG_OUTPUT) != 0 {
+            return Err(format!(
+                "flags {flags:#x} hold bits that are not SCR_FLAG_CHECKPOINT (1) or SCR_FLAG_OUTPUT (2)"
+            ));
+        }
+        let name = name.map_or_else(|| rt.default_dataset_name(), str::to_string);
+        rt.start_output(
+            &name,
+            OutputFlags {
+                checkpoint: flags & FLAG_CHECKPOINT != 0,
+                output: flags & FLAG_OUTPUT != 0,
+            },
+        )
+        .map_err(|e| e.to_string())
+    })
+}
+
+/// `SCR_Complete_output` and `SCR_Complete_checkpoint`: whether the dataset was kept.
+pub fn complete_output(valid: bool) -> Result<bool, String> {
+    with_state(|s| {
+        runtime(s)?
+            .complete_output(valid)
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// `SCR_Current`.
+pub fn current(name: &str) -> Result<(), String> {
+    with_state(|s| runtime(s)?.current(name).map_err(|e| e.to_string()))
+}
+
+/// `SCR_Drop`.
+pub fn drop_dataset(name: &str) -> Result<(), String> {
+    with_state(|s| runtime(s)?.drop_dataset(name).map_err(|e| e.to_string()))
+}
+
+/// `SCR_Delete`.
+pub fn delete(name: &str) -> Result<(), String> {
+    with_state(|s| runtime(s)?.delete(name).map_err(|e| e.to_string()))
+}
+
+/// `SCR_Should_exit`.
+pub fn should_exit() -> Result<bool, String> {
+    with_state(|s| runtime(s)?.should_exit().map_err(|e| e.to_string()))
+}
+
+/// A name the caller passed, as text: SCR's names (datasets, keys) are text.
+pub fn text<'a>(what: &str, bytes: &'a [u8]) -> Result<&'a str, String> {
+    std::str::from_utf8(bytes).map_err(|e| format!("the {what} is not UTF-8 text ({e})"))
+}
+
+/// Whether a name fits a caller's buffer of `MAX_FILENAME` bytes with its NUL.
+pub fn fits(what: &str, name: &str) -> Result<(), String> {
+    if name.len() >= MAX_FILENAME {
+        return Err(format!(
+            "the {what} `{name}` is {} bytes, more than SCR_MAX_FILENAME ({MAX_FILENAME}) holds with its NUL",
+            name.len()
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,272 @@
+//! The `extern "C"` functions of `scr.h`. Each converts its C arguments, calls
+//! [`crate::calls`] under [`guarded`] (no panic reaches C; every failure is printed with
+//! the rank and the call) and converts the result. Every `unsafe` block of the crate is
+//! in this module, for the C pointers an application passes.
+#![allow(non_snake_case)] // the names are SCR's
+
+use std::ffi::{c_char, c_int, CStr};
+
+use crate::calls::{self, guarded, MAX_FILENAME};
+
+/// `SCR_SUCCESS`.
+pub const SCR_SUCCESS: c_int = 0;
+/// `SCR_FAILURE`.
+pub const SCR_FAILURE: c_int = 1;
+
+fn code(ok: Option<()>) -> c_int {
+    if ok.is_some() {
+        SCR_SUCCESS
+    } else {
+        SCR_FAILURE
+    }
+}
+
+/// A kept/valid answer as a return code: `false` is a failure the call already explained
+/// (or, for the complete calls, a process's own `valid = 0`).
+fn code_of(answer: Option<bool>) -> c_int {
+    if answer == Some(true) {
+        SCR_SUCCESS
+    } else {
+        SCR_FAILURE
+    }
+}
+
+/// The bytes of a C string argument, or why it cannot be read.
+fn c_bytes<'a>(what: &str, p: *const c_char) -> Result<&'a [u8], String> {
+    if p.is_null() {
+        return Err(format!("the {what} is NULL"));
+    }
+    // SAFETY: the pointer is not NULL, and the API's contract (scr.h) is that a name
+    // argument is a NUL-terminated string that stays valid during the call; it is read
+    // only up to its NUL and not kept past the call ('a ends with the caller's use).
+    Ok(unsafe { CStr::from_ptr(p) }.to_bytes())
+}
+
+/// Copy `bytes` and a NUL into a caller's buffer of `MAX_FILENAME` bytes (the caller
+/// checked the length fits).
+fn fill(buf: *mut c_char, bytes: &[u8]) {
+    debug_assert!(bytes.len() < MAX_FILENAME);
+    if buf.is_null() {
+        return;
+    }
+    // SAFETY: scr.h requires `buf` to point to at least SCR_MAX_FILENAME writable bytes;
+    // the callers checked `bytes.len() < MAX_FILENAME`, so the bytes and the NUL fit; the
+    // source is our own slice, which cannot overlap the caller's buffer.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), bytes.len());
+        *buf.add(bytes.len()) = 0;
+    }
+}
+
+/// Store an answer through a caller's `int*` (refused when NULL).
+fn set_flag(call: &str, flag: *mut c_int, value: bool) -> Result<(), String> {
+    if flag.is_null() {
+        return Err(format!(
+            "{call}: the flag pointer is NULL; pass the address of an int"
+        ));
+    }
+    // SAFETY: not NULL, and scr.h's contract is a pointer to one writable int.
+    unsafe { *flag = c_int::from(value) };
+    Ok(())
+}
+
+/// Initialise the library (collective, after `MPI_Init`).
+#[no_mangle]
+pub extern "C" fn SCR_Init() -> c_int {
+    code(guarded("SCR_Init", calls::init))
+}
+
+/// Shut the library down (collective, before `MPI_Finalize`).
+#[no_mangle]
+pub extern "C" fn SCR_Finalize() -> c_int {
+    code(guarded("SCR_Finalize", calls::finalize))
+}
+
+/// Set (`KEY=VALUE`), unset (`KEY=`) or query (`KEY`) a configuration value. A query
+/// returns a `malloc`ed copy of the value for the caller to `free`, or NULL.
+#[no_mangle]
+pub extern "C" fn SCR_Config(config: *const c_char) -> *const c_char {
+    let value = guarded("SCR_Config", || {
+        let text = calls::text(
+            "configuration string",
+            c_bytes("configuration string", config)?,
+        )?;
+        calls::config(text)
+    });
+    match value.flatten() {
+        None => std::ptr::null(),
+        Some(v) => {
+            let Ok(c) = std::ffi::CString::new(v) else {
+                return std::ptr::null();
+            };
+            // SAFETY: strdup copies our NUL-terminated string into memory from malloc,
+            // which SCR's contract says the caller releases with free().
+            unsafe { libc::strdup(c.as_ptr()) }
+        }
+    }
+}
+
+/// Called by `SCR_Configf` (src/configf.c) when its format could not be expanded.
+#[no_mangle]
+pub extern "C" fn scr_rs_configf_failed(format: *const c_char) {
+    let shown = c_bytes("format", format)
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .unwrap_or_default();
+    calls::report(
+        "SCR_Configf",
+        &format!(
+            "the format \"{shown}\" could not be expanded (vsnprintf failed or out of memory)"
+        ),
+    );
+}
+
+/// Where to write or read `name` (or `name` itself outside a dataset), into `file`.
+#[no_mangle]
+pub extern "C" fn SCR_Route_file(name: *const c_char, file: *mut c_char) -> c_int {
+    code(guarded("SCR_Route_file", || {
+        let name = c_bytes("file name", name)?;
+        if file.is_null() {
+            return Err(
+                "the output buffer is NULL; pass a buffer of SCR_MAX_FILENAME bytes".into(),
+            );
+        }
+        if name.len() >= MAX_FILENAME {
+            return Err(format!(
+                "the file name is {} bytes, more than SCR_MAX_FILENAME ({MAX_FILENAME}) holds with its NUL",
+                name.len()
+            ));
+        }
+        let routed = calls::route_file(name)?;
+        fill(file, &routed);
+        Ok(())
+    }))
+}
+
+/// Whether a checkpoint is available (`*flag`), and its name (`name` may be NULL).
+#[no_mangle]
+pub extern "C" fn SCR_Have_restart(flag: *mut c_int, name: *mut c_char) -> c_int {
+    code(guarded("SCR_Have_restart", || {
+        if flag.is_null() {
+            return Err("the flag pointer is NULL; pass the address of an int".into());
+        }
+        let found = calls::have_restart()?;
+        if let Some(n) = &found {
+            calls::fits("checkpoint name", n)?;
+            fill(name, n.as_bytes());
+        } else {
+            fill(name, b"");
+        }
+        set_flag("SCR_Have_restart", flag, found.is_some())
+    }))
+}
+
+/// Begin reading the checkpoint; its name into `name` (may be NULL).
+#[no_mangle]
+pub extern "C" fn SCR_Start_restart(name: *mut c_char) -> c_int {
+    code(guarded("SCR_Start_restart", || {
+        let n = calls::start_restart()?;
+        calls::fits("checkpoint name", &n)?;
+        fill(name, n.as_bytes());
+        Ok(())
+    }))
+}
+
+/// Finish reading: success only when every process read the checkpoint (`valid`).
+#[no_mangle]
+pub extern "C" fn SCR_Complete_restart(valid: c_int) -> c_int {
+    code_of(guarded("SCR_Complete_restart", || {
+        calls::complete_restart(valid != 0)
+    }))
+}
+
+/// Whether to checkpoint now (`*flag`, the same on every process).
+#[no_mangle]
+pub extern "C" fn SCR_Need_checkpoint(flag: *mut c_int) -> c_int {
+    code(guarded("SCR_Need_checkpoint", || {
+        if flag.is_null() {
+            return Err("the flag pointer is NULL; pass the address of an int".into());
+        }
+        let need = calls::need_checkpoint()?;
+        set_flag("SCR_Need_checkpoint", flag, need)
+    }))
+}
+
+/// Begin a checkpoint (the SCR 1.x/2.x form; named `ckpt.<id>`).
+#[no_mangle]
+pub extern "C" fn SCR_Start_checkpoint() -> c_int {
+    code(guarded("SCR_Start_checkpoint", || {
+        calls::start_checkpoint().map(|_| ())
+    }))
+}
+
+/// Finish a checkpoint begun with `SCR_Start_checkpoint`.
+#[no_mangle]
+pub extern "C" fn SCR_Complete_checkpoint(valid: c_int) -> c_int {
+    code_of(guarded("SCR_Complete_checkpoint", || {
+        calls::complete_output(valid != 0)
+    }))
+}
+
+/// Begin a dataset named `name` (NULL: named after its id) with `SCR_FLAG_*` flags.
+#[no_mangle]
+pub extern "C" fn SCR_Start_output(name: *const c_char, flags: c_int) -> c_int {
+    code(guarded("SCR_Start_output", || {
+        let name = if name.is_null() {
+            None
+        } else {
+            Some(calls::text("dataset name", c_bytes("dataset name", name)?)?)
+        };
+        calls::start_output(name, flags)
+    }))
+}
+
+/// Finish the dataset: success only when every process wrote it (`valid`) and it was kept.
+#[no_mangle]
+pub extern "C" fn SCR_Complete_output(valid: c_int) -> c_int {
+    code_of(guarded("SCR_Complete_output", || {
+        calls::complete_output(valid != 0)
+    }))
+}
+
+fn named(call: &str, name: *const c_char, f: fn(&str) -> Result<(), String>) -> c_int {
+    code(guarded(call, || {
+        f(calls::text("dataset name", c_bytes("dataset name", name)?)?)
+    }))
+}
+
+/// Make the named checkpoint the one to restart from.
+#[no_mangle]
+pub extern "C" fn SCR_Current(name: *const c_char) -> c_int {
+    named("SCR_Current", name, calls::current)
+}
+
+/// Stop offering the named dataset for restart.
+#[no_mangle]
+pub extern "C" fn SCR_Drop(name: *const c_char) -> c_int {
+    named("SCR_Drop", name, calls::drop_dataset)
+}
+
+/// Delete the named dataset from cache.
+#[no_mangle]
+pub extern "C" fn SCR_Delete(name: *const c_char) -> c_int {
+    named("SCR_Delete", name, calls::delete)
+}
+
+/// The library's version; the caller must not free or change it.
+#[no_mangle]
+pub extern "C" fn SCR_Get_version() -> *mut c_char {
+    // SCR's prototype returns `char*` to a static string; it is never written through
+    calls::VERSION.as_ptr().cast_mut()
+}
+
+/// Whether the run should stop now (`*flag`, the same on every process).
+#[no_mangle]
+pub extern "C" fn SCR_Should_exit(flag: *mut c_int) -> c_int {
+    code(guarded("SCR_Should_exit", || {
+        if flag.is_null() {
+            return Err("the flag pointer is NULL; pass the address of an int".into());
+        }
+        let exit = calls::should_exit()?;
+        set_flag("SCR_Should_exit", flag, exit)
+    }))
+}

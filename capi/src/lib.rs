@@ -1,0 +1,22 @@
+//! libscr: the scr-rs runtime behind SCR 3.x's C interface (`include/scr.h`), so that
+//! C, C++, Fortran and Python applications written for SCR build unchanged and link with
+//! `-lscr`.
+//!
+//! The layers:
+//! - [`calls`]: each API call on Rust types (bytes in, bytes out), with the library's
+//!   state (values set before init, the runtime after it). Safe code; the Fortran
+//!   bindings and the C functions both call it.
+//! - `ffi`: the `extern "C"` functions of `scr.h`. All `unsafe` of the crate is there
+//!   (reading C strings, writing caller buffers), each block with its reason. No panic
+//!   crosses into C: each call runs under `catch_unwind`.
+//!
+//! SCR 3.x semantics kept: MPI is initialised by the application before `SCR_Init` and
+//! `MPI_COMM_WORLD` is implied; the fetch from the prefix happens in the first
+//! `SCR_Have_restart`, so `SCR_Current(name)` between them chooses what is loaded;
+//! `SCR_Route_file` outside a dataset returns the name unchanged; `SCR_Config("KEY")`
+//! returns the value in force in a string the caller frees.
+
+pub mod calls;
+mod ffi;
+
+pub use ffi::*;

@@ -1,0 +1,475 @@
+//! The strings applications pass to `SCR_Config` (SCR 3.x): `KEY=VALUE` sets a scalar,
+//! `KEY=` unsets what an earlier call set, `KEY` queries the value in force, and the
+//! multi-item forms `CKPT=0 TYPE=XOR SET_SIZE=16`, `STORE=/dev/shm COUNT=2` and
+//! `GROUPS=host1 POWER=p1` define descriptors (queried as `CKPT=0 TYPE`). Each call is
+//! checked when it is made, so a mistake is reported at the call that made it; the calls
+//! are then applied, in order, as the configuration's API source.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::keys::{self, Key, Value};
+use super::{file, import, Config, ConfigError, Layer, Origin, Tier};
+
+/// The descriptor kinds `SCR_Config` can define.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DescriptorKind {
+    /// `CKPT=<index>`: a checkpoint (redundancy) descriptor.
+    Checkpoint,
+    /// `STORE=<path>`: a store descriptor.
+    Store,
+    /// `GROUPS=<host>`: a host's custom group values.
+    Groups,
+}
+
+impl DescriptorKind {
+    fn from_head(head: &str) -> Option<Self> {
+        match head.to_ascii_uppercase().as_str() {
+            "CKPT" | "CHECKPOINT" => Some(Self::Checkpoint),
+            "STORE" => Some(Self::Store),
+            "GROUPS" => Some(Self::Groups),
+            _ => None,
+        }
+    }
+
+    fn head(self) -> &'static str {
+        match self {
+            Self::Checkpoint => "CKPT",
+            Self::Store => "STORE",
+            Self::Groups => "GROUPS",
+        }
+    }
+}
+
+/// One `SCR_Config` string, understood.
+#[derive(Clone, Debug)]
+pub enum ApiCall {
+    /// `KEY=VALUE` (`value: Some`) or `KEY=` (`None`: forget what earlier calls set).
+    Set {
+        /// The key.
+        key: &'static Key,
+        /// The checked value.
+        value: Option<Value>,
+    },
+    /// `CKPT=0 TYPE=XOR ...`: set (or, with `KEY=`, unset) items of one descriptor.
+    Descriptor {
+        /// Which kind.
+        kind: DescriptorKind,
+        /// Its name: the checkpoint index, store path or host.
+        name: String,
+        /// Upper-case item names with their values (`None` to unset).
+        items: Vec<(String, Option<String>)>,
+    },
+    /// `KEY`: the value in force.
+    Query(&'static Key),
+    /// `CKPT=0 TYPE`: one item of a descriptor in force.
+    DescriptorQuery {
+        /// Which kind.
+        kind: DescriptorKind,
+        /// Its name.
+        name: String,
+        /// The item asked for, upper case.
+        item: String,
+    },
+}
+
+impl ApiCall {
+    /// Whether this call changes the configuration (only allowed before init).
+    pub fn is_set(&self) -> bool {
+        matches!(self, ApiCall::Set { .. } | ApiCall::Descriptor { .. })
+    }
+}
+
+/// `"value"` or `'value'` → `value` (SCR lets a value hold `=` or spaces when quoted).
+fn unquote(v: &str) -> &str {
+    let v = v.trim();
+    for q in ['"', '\''] {
+        if v.len() >= 2 && v.starts_with(q) && v.ends_with(q) {
+            return &v[1..v.len() - 1];
+        }
+    }
+    v
+}
+
+/// Understand and check one `SCR_Config` string.
+pub fn parse(text: &str) -> Result<ApiCall, String> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err(
+            "the configuration string is empty; pass `KEY=VALUE` to set, `KEY` to query".into(),
+        );
+    }
+    let first = t.split_whitespace().next().unwrap_or("");
+    let head = first.split('=').next().unwrap_or("");
+    if let Some(kind) = DescriptorKind::from_head(head) {
+        return parse_descriptor(kind, t);
+    }
+    match t.split_once('=') {
+        None => {
+            if t.split_whitespace().count() > 1 {
+                return Err(format!(
+                    "`{t}` is neither `KEY=VALUE`, `KEY` nor a descriptor (CKPT=, STORE=, GROUPS=)"
+                ));
+            }
+            keys::find_api(t)
+                .map(ApiCall::Query)
+                .ok_or_else(|| keys::unknown_key(t))
+        }
+        Some((k, v)) => {
+            let key = keys::find_api(k).ok_or_else(|| keys::unknown_key(k.trim()))?;
+            let v = unquote(v);
+            if v.is_empty() {
+                return Ok(ApiCall::Set { key, value: None });
+            }
+            let value = keys::parse_text(key.ty, v).map_err(|m| format!("`{}`: {m}", key.name))?;
+            Ok(ApiCall::Set {
+                key,
+                value: Some(value),
+            })
+        }
+    }
+}
+
+fn parse_descriptor(kind: DescriptorKind, t: &str) -> Result<ApiCall, String> {
+    let mut tokens = t.split_whitespace();
+    let first = tokens.next().expect("not empty");
+    let name = unquote(first.split_once('=').map(|(_, v)| v).unwrap_or("")).to_string();
+    if name.is_empty() {
+        return Err(format!(
+            "`{first}` names no {} (write e.g. {})",
+            match kind {
+                DescriptorKind::Checkpoint => "descriptor index",
+                DescriptorKind::Store => "store path",
+                DescriptorKind::Groups => "host",
+            },
+            match kind {
+                DescriptorKind::Checkpoint => "`CKPT=0 TYPE=XOR SET_SIZE=16`",
+                DescriptorKind::Store => "`STORE=/dev/shm COUNT=2`",
+                DescriptorKind::Groups => "`GROUPS=node1 POWER=p1`",
+            }
+        ));
+    }
+    if kind == DescriptorKind::Checkpoint && name.parse::<u32>().is_err() {
+        return Err(format!(
+            "CKPT={name}: a checkpoint descriptor is named by its index, a whole number"
+        ));
+    }
+    let rest: Vec<&str> = tokens.collect();
+    if rest.is_empty() {
+        return Err(format!(
+            "`{t}` sets nothing: add items, e.g. `{} TYPE=XOR`, or query one with `{} TYPE`",
+            first, first
+        ));
+    }
+    if rest.len() == 1 && !rest[0].contains('=') {
+        return Ok(ApiCall::DescriptorQuery {
+            kind,
+            name,
+            item: rest[0].to_ascii_uppercase(),
+        });
+    }
+    let mut items = Vec::new();
+    for tok in rest {
+        let (k, v) = tok.split_once('=').ok_or_else(|| {
+            format!("`{tok}`: a descriptor item is `KEY=VALUE` (a query names one item alone)")
+        })?;
+        let v = unquote(v);
+        items.push((
+            k.to_ascii_uppercase(),
+            (!v.is_empty()).then(|| v.to_string()),
+        ));
+    }
+    let call = ApiCall::Descriptor { kind, name, items };
+    // checked now, with the translation init will use, so the call that is wrong is named
+    let mut errors = Vec::new();
+    descriptor_layer(&call, &Origin::Default, &mut errors);
+    match errors.into_iter().next() {
+        Some(e) => Err(e.message),
+        None => Ok(call),
+    }
+}
+
+/// One descriptor as a one-line SCR configuration file, translated and parsed like a
+/// TOML file of the API tier; every origin in it becomes `origin`.
+fn descriptor_layer(call: &ApiCall, origin: &Origin, errors: &mut Vec<ConfigError>) -> Layer {
+    let ApiCall::Descriptor { kind, name, items } = call else {
+        unreachable!("only descriptors are translated")
+    };
+    let mut line = format!("{}={name}", kind.head());
+    for (k, v) in items {
+        if let Some(v) = v {
+            line.push_str(&format!(" {k}={v}"));
+        }
+    }
+    let toml = match import::import_scr(&line) {
+        Ok(t) => t,
+        Err(es) => {
+            for e in es {
+                errors.push(ConfigError::new(origin.clone(), e.message));
+            }
+            return Layer::new(Tier::Api);
+        }
+    };
+    let mut mine = Vec::new();
+    let mut layer = file::parse(Path::new("SCR_Config"), &toml, Tier::Api, &mut mine);
+    errors.extend(mine.into_iter().map(|mut e| {
+        e.origin = origin.clone();
+        e
+    }));
+    relabel(&mut layer, origin);
+    layer
+}
+
+fn relabel(layer: &mut Layer, origin: &Origin) {
+    for g in &mut layer.groups {
+        g.origin = origin.clone();
+    }
+    for s in &mut layer.stores {
+        s.origin = origin.clone();
+    }
+    for c in &mut layer.checkpoints {
+        c.origin = origin.clone();
+        for o in c.origins.values_mut() {
+            *o = origin.clone();
+        }
+        for p in &mut c.params {
+            p.2 = origin.clone();
+        }
+    }
+    for o in layer.sections.values_mut() {
+        *o = origin.clone();
+    }
+}
+
+/// Apply the calls, in order, as the API tier: later calls override earlier ones item by
+/// item, `KEY=` forgets what earlier calls set. Queries are ignored.
+pub(crate) fn layer(calls: &[(usize, String)], errors: &mut Vec<ConfigError>) -> Layer {
+    let mut api = Layer::new(Tier::Api);
+    // (kind, name) → merged items and the call that last touched the descriptor
+    type Items = Vec<(String, Option<String>)>;
+    let mut descriptors: BTreeMap<(DescriptorKind, String), (Items, Origin)> = BTreeMap::new();
+    for (call, text) in calls {
+        let origin = Origin::Api(*call, text.clone());
+        match parse(text) {
+            Err(m) => errors.push(ConfigError::new(origin, m)),
+            Ok(ApiCall::Set { key, value: None }) => {
+                api.scalars.remove(key.name);
+            }
+            Ok(ApiCall::Set {
+                key,
+                value: Some(v),
+            }) => {
+                api.scalars.insert(key.name, (v, origin));
+            }
+            Ok(ApiCall::Descriptor { kind, name, items }) => {
+                let entry = descriptors
+                    .entry((kind, name))
+                    .or_insert_with(|| (Vec::new(), origin.clone()));
+                for (k, v) in items {
+                    entry.0.retain(|(x, _)| *x != k);
+                    entry.0.push((k, v));
+                }
+                entry.1 = origin;
+            }
+            Ok(ApiCall::Query(_) | ApiCall::DescriptorQuery { .. }) => {}
+        }
+    }
+    // checkpoint descriptors in index order (a BTreeMap of strings would put 10 before 2)
+    let mut entries: Vec<_> = descriptors.into_iter().collect();
+    entries
+        .sort_by_key(|((kind, name), _)| (*kind, name.parse::<u64>().unwrap_or(0), name.clone()));
+    for ((kind, name), (items, origin)) in entries {
+        let call = ApiCall::Descriptor { kind, name, items };
+        let l = descriptor_layer(&call, &origin, errors);
+        api.groups.extend(l.groups);
+        api.stores.extend(l.stores);
+        api.checkpoints.extend(l.checkpoints);
+        for (s, o) in l.sections {
+            api.sections.entry(s).or_insert(o);
+        }
+    }
+    api
+}
+
+impl Config {
+    /// The answer to a query (`KEY`, `CKPT=0 TYPE`, `STORE=/dev/shm COUNT`): the value in
+    /// force, as text; `None` when the key has no value. What `scr config explain`
+    /// reports for the same key.
+    pub fn query(&self, call: &ApiCall) -> Result<Option<String>, String> {
+        match call {
+            ApiCall::Query(key) => Ok(self.setting(key.name).value.as_ref().map(Value::to_param)),
+            ApiCall::DescriptorQuery { kind, name, item } => {
+                self.descriptor_item(*kind, name, item)
+            }
+            _ => Err("not a query".into()),
+        }
+    }
+
+    fn descriptor_item(
+        &self,
+        kind: DescriptorKind,
+        name: &str,
+        item: &str,
+    ) -> Result<Option<String>, String> {
+        let flag = |b: bool| Some(if b { "1" } else { "0" }.to_string());
+        match kind {
+            DescriptorKind::Checkpoint => {
+                let index: usize = name
+                    .parse()
+                    .map_err(|_| format!("CKPT={name}: not an index"))?;
+                let c = self.checkpoints.get(index).ok_or_else(|| {
+                    format!(
+                        "CKPT={index}: no such checkpoint descriptor ({} in force)",
+                        self.checkpoints.len()
+                    )
+                })?;
+                let number = |k: &str| {
+                    c.numbers
+                        .get(k)
+                        .copied()
+                        .or_else(|| {
+                            self.setting(k).value.as_ref().and_then(|v| match v {
+                                Value::UInt(n) => Some(*n),
+                                _ => None,
+                            })
+                        })
+                        .map(|n| n.to_string())
+                };
+                Ok(match item {
+                    "TYPE" => Some(c.scheme.clone().unwrap_or_else(|| self.str("copy_type"))),
+                    "INTERVAL" => Some(c.interval.to_string()),
+                    "STORE" => Some(c.store.clone().unwrap_or_else(|| self.str("cache_base"))),
+                    "GROUP" => Some(c.group.clone().unwrap_or_else(|| self.str("group"))),
+                    "SET_SIZE" => number("set_size"),
+                    "SET_FAILURES" => number("set_failures"),
+                    "REPLICAS" => number("replicas"),
+                    "OUTPUT" => flag(c.output),
+                    "BYPASS" => flag(c.bypass),
+                    "ENABLED" => flag(c.enabled),
+                    other => c
+                        .params
+                        .iter()
+                        .find(|(k, _, _)| k.eq_ignore_ascii_case(other))
+                        .map(|(_, v, _)| v.clone()),
+                })
+            }
+            DescriptorKind::Store => {
+                let path = file::normalize_dir(name);
+                let s = self
+                    .stores
+                    .iter()
+                    .find(|s| s.path == path)
+                    .ok_or_else(|| format!("STORE={name}: no such store in force"))?;
+                Ok(match item {
+                    "GROUP" => Some(s.group.clone().unwrap_or_else(|| self.str("group"))),
+                    "COUNT" => Some(
+                        s.count
+                            .unwrap_or_else(|| self.u64("cache_size"))
+                            .to_string(),
+                    ),
+                    "TYPE" => Some(s.transfer.clone().unwrap_or_else(|| self.str("flush_type"))),
+                    "VIEW" => s.view.map(|v| v.to_string().to_ascii_uppercase()),
+                    "ENABLED" => flag(s.enabled),
+                    "MKDIR" => flag(s.mkdir),
+                    other => {
+                        return Err(format!(
+                            "STORE items are GROUP, COUNT, TYPE, VIEW, ENABLED, MKDIR; not {other}"
+                        ))
+                    }
+                })
+            }
+            DescriptorKind::Groups => {
+                let g = self
+                    .groups
+                    .iter()
+                    .find(|g| g.host == name)
+                    .ok_or_else(|| format!("GROUPS={name}: no group values for this host"))?;
+                Ok(g.values
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(item))
+                    .map(|(_, v)| v.clone()))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalar_forms() {
+        assert!(
+            matches!(parse("SCR_FLUSH=10"), Ok(ApiCall::Set { key, value: Some(Value::UInt(10)) }) if key.name == "flush")
+        );
+        assert!(
+            matches!(parse("flush="), Ok(ApiCall::Set { key, value: None }) if key.name == "flush")
+        );
+        assert!(matches!(parse(" SCR_FLUSH "), Ok(ApiCall::Query(key)) if key.name == "flush"));
+        assert!(
+            matches!(parse("SCR_PREFIX=\"/my/dir/with/=/sign\""), Ok(ApiCall::Set { value: Some(Value::Str(s)), .. }) if s == "/my/dir/with/=/sign")
+        );
+        assert!(parse("SCR_SET_SIZE=1")
+            .unwrap_err()
+            .contains("out of range"));
+        assert!(parse("SCR_NOPE=1").unwrap_err().contains("SCR_NOPE"));
+        assert!(parse("").is_err());
+    }
+
+    #[test]
+    fn descriptor_forms() {
+        match parse("CKPT=0 TYPE=XOR SET_SIZE=16").unwrap() {
+            ApiCall::Descriptor { kind, name, items } => {
+                assert_eq!(kind, DescriptorKind::Checkpoint);
+                assert_eq!(name, "0");
+                assert_eq!(
+                    items,
+                    vec![
+                        ("TYPE".into(), Some("XOR".into())),
+                        ("SET_SIZE".into(), Some("16".into()))
+                    ]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse("CKPT=1 type").unwrap(),
+            ApiCall::DescriptorQuery { kind: DescriptorKind::Checkpoint, name, item } if name == "1" && item == "TYPE"
+        ));
+        assert!(parse("CKPT=x TYPE=XOR").unwrap_err().contains("index"));
+        assert!(parse("STORE=/dev/shm COUNT=two")
+            .unwrap_err()
+            .contains("COUNT"));
+        assert!(parse("CKPT=0").unwrap_err().contains("sets nothing"));
+    }
+
+    #[test]
+    fn later_calls_override_items_and_descriptors_keep_index_order() {
+        let calls: Vec<(usize, String)> = [
+            "CKPT=10 INTERVAL=4 TYPE=PARTNER",
+            "CKPT=2 TYPE=XOR SET_SIZE=16",
+            "CKPT=2 TYPE=SINGLE",
+            "STORE=/dev/shm/ COUNT=2",
+            "SCR_FLUSH=3",
+            "SCR_FLUSH=",
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (i + 1, t.to_string()))
+        .collect();
+        let mut errors = Vec::new();
+        let l = layer(&calls, &mut errors);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(l.checkpoints.len(), 2);
+        assert_eq!(l.checkpoints[0].scheme.as_deref(), Some("SINGLE"));
+        assert_eq!(l.checkpoints[0].numbers.get("set_size"), Some(&16));
+        assert_eq!(
+            l.checkpoints[0].origin,
+            Origin::Api(3, "CKPT=2 TYPE=SINGLE".into())
+        );
+        assert_eq!(l.checkpoints[1].interval, 4);
+        assert_eq!(l.stores[0].path, "/dev/shm");
+        assert_eq!(l.stores[0].count, Some(2));
+        assert!(!l.scalars.contains_key("flush"));
+    }
+}
