@@ -8,6 +8,14 @@ fn main() {
         .warnings(true)
         .extra_warnings(true)
         .compile("scr_configf");
+    // rustc exports only Rust's #[no_mangle] functions from the cdylib; add the C one
+    let map = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"))
+        .join("src/exports.map");
+    println!(
+        "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
+        map.display()
+    );
+    println!("cargo:rerun-if-changed=src/exports.map");
     println!("cargo:rerun-if-changed=src/configf.c");
     println!("cargo:rerun-if-changed=include/scr.h");
 }

@@ -106,6 +106,17 @@ pub extern "C" fn SCR_Config(config: *const c_char) -> *const c_char {
     }
 }
 
+extern "C" {
+    /// The printf form of `SCR_Config`, in C (src/configf.c): stable Rust cannot define a
+    /// function taking C varargs.
+    fn SCR_Configf(format: *const c_char, ...) -> *const c_char;
+}
+
+/// Makes the linker keep `SCR_Configf` in libscr (nothing in Rust calls it); the
+/// version script src/exports.map exports it.
+#[used]
+static KEEP_CONFIGF: unsafe extern "C" fn(*const c_char, ...) -> *const c_char = SCR_Configf;
+
 /// Called by `SCR_Configf` (src/configf.c) when its format could not be expanded.
 #[no_mangle]
 pub extern "C" fn scr_rs_configf_failed(format: *const c_char) {

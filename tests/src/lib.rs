@@ -27,6 +27,24 @@ pub fn binary(name: &str) -> PathBuf {
     p
 }
 
+/// The compiler and linker flags that build an application against this build's
+/// libscr: `-I` for scr.h, `-L`, an rpath and `-lscr`.
+pub fn scr_build_flags() -> Vec<String> {
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../capi/include");
+    let lib = target_dir();
+    assert!(
+        lib.join("libscr.so").is_file(),
+        "{} is missing: run `cargo build --workspace` first",
+        lib.join("libscr.so").display()
+    );
+    vec![
+        format!("-I{}", include.display()),
+        format!("-L{}", lib.display()),
+        format!("-Wl,-rpath,{}", lib.display()),
+        "-lscr".into(),
+    ]
+}
+
 /// What a finished job printed.
 #[derive(Debug)]
 pub struct JobOutput {

@@ -1,0 +1,228 @@
+/*
+ * SCR 3.x behaviours C applications rely on, one mode per run (tests/tests/capi.rs runs
+ * them under mpiexec on simulated nodes and checks what each prints):
+ *   config   SCR_Config / SCR_Configf: set, query (a malloc'ed string), unset,
+ *            descriptor forms, errors, set after SCR_Init refused
+ *   no-mpi   SCR_Init before MPI_Init fails
+ *   route    SCR_Route_file outside a dataset, during output and during restart;
+ *            NULL name; invalid output on one rank; NULL flag pointer
+ *   legacy   SCR_Need_checkpoint with SCR_CHECKPOINT_INTERVAL, SCR_Start_checkpoint and
+ *            SCR_Complete_checkpoint
+ *   write N  N checkpoints ckpt.1..ckpt.N, each file holding its step
+ *   current NAME  SCR_Current(NAME) before SCR_Have_restart; prints what is restarted
+ *   exit     SCR_Should_exit
+ *   version  SCR_Get_version and the header's macros
+ * Every line a test checks starts with "r<rank> ".
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scr.h"
+
+static int rank = -1;
+
+/* Print a query's answer and free it as SCR's contract says. */
+static void show(const char* key)
+{
+    const char* v = SCR_Config(key);
+    printf("r%d query %s = %s\n", rank, key, v ? v : "(null)");
+    free((void*)v);
+}
+
+static void check(int ok, const char* what)
+{
+    printf("r%d %s %s\n", rank, ok ? "ok" : "FAILED", what);
+}
+
+static int write_file(const char* name, const char* text)
+{
+    char path[SCR_MAX_FILENAME];
+    if (SCR_Route_file(name, path) != SCR_SUCCESS) return 0;
+    FILE* f = fopen(path, "w");
+    if (!f) return 0;
+    fputs(text, f);
+    return fclose(f) == 0;
+}
+
+static int read_file(const char* name, char* text, size_t len)
+{
+    char path[SCR_MAX_FILENAME];
+    if (SCR_Route_file(name, path) != SCR_SUCCESS) return 0;
+    FILE* f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(text, 1, len - 1, f);
+    text[n] = 0;
+    fclose(f);
+    return 1;
+}
+
+static void mode_config(void)
+{
+    check(SCR_Config("SCR_CACHE_SIZE=3") == NULL, "set returns NULL");
+    show("SCR_CACHE_SIZE");
+    check(SCR_Configf("SCR_FLUSH=%d", 4) == NULL, "Configf set returns NULL");
+    show("SCR_FLUSH");
+    SCR_Config("SCR_FLUSH=");
+    show("SCR_FLUSH");
+    check(SCR_Config("CKPT=0 TYPE=XOR SET_SIZE=16") == NULL, "descriptor set returns NULL");
+    SCR_Configf("STORE=%s COUNT=2", getenv("SCR_CACHE_BASE"));
+    show("CKPT=0 TYPE");
+    show("CKPT=0 SET_SIZE");
+    char q[1200];
+    snprintf(q, sizeof(q), "STORE=%s COUNT", getenv("SCR_CACHE_BASE"));
+    const char* count = SCR_Config(q);
+    printf("r%d query STORE COUNT = %s\n", rank, count ? count : "(null)");
+    free((void*)count);
+    check(SCR_Config("SCR_NO_SUCH_KEY=1") == NULL, "unknown key refused");
+    check(SCR_Config("SCR_SET_SIZE=1") == NULL, "out-of-range value refused");
+    show("SCR_NO_SUCH_KEY");
+    check(SCR_Config(NULL) == NULL, "NULL refused");
+    check(SCR_Init() == SCR_SUCCESS, "init");
+    check(SCR_Config("SCR_CACHE_SIZE=5") == NULL, "set after init refused");
+    show("SCR_CACHE_SIZE");
+    show("CKPT=0 TYPE");
+    check(SCR_Finalize() == SCR_SUCCESS, "finalize");
+}
+
+static void mode_route(void)
+{
+    char path[SCR_MAX_FILENAME];
+    check(SCR_Init() == SCR_SUCCESS, "init");
+    check(SCR_Route_file("data/a.txt", path) == SCR_SUCCESS && strcmp(path, "data/a.txt") == 0,
+          "outside a dataset the name comes back unchanged");
+    check(SCR_Start_output("first", SCR_FLAG_CHECKPOINT) == SCR_SUCCESS, "start output");
+    char mine[64];
+    snprintf(mine, sizeof(mine), "data/rank%d.txt", rank);
+    check(SCR_Route_file(mine, path) == SCR_SUCCESS, "route during output");
+    const char* base = getenv("SCR_CACHE_BASE");
+    check(strncmp(path, base, strlen(base)) == 0, "the routed path is in cache");
+    printf("r%d routed %s\n", rank, path);
+    check(SCR_Route_file("/etc/passwd", path) == SCR_FAILURE, "a file outside the prefix is refused");
+    check(SCR_Route_file(NULL, path) == SCR_FAILURE, "a NULL name is refused");
+    char text[64];
+    snprintf(text, sizeof(text), "written by rank %d\n", rank);
+    check(write_file(mine, text), "write");
+    check(SCR_Complete_output(1) == SCR_SUCCESS, "complete output");
+
+    /* a dataset one rank says is invalid is not kept, on every rank */
+    check(SCR_Start_output(NULL, SCR_FLAG_CHECKPOINT) == SCR_SUCCESS, "start output with a NULL name");
+    write_file(mine, "second\n");
+    check(SCR_Complete_output(rank == 1 ? 0 : 1) == SCR_FAILURE, "one invalid rank fails complete everywhere");
+    check(SCR_Need_checkpoint(NULL) == SCR_FAILURE, "a NULL flag pointer is refused");
+    check(SCR_Start_output("bad", 4) == SCR_FAILURE, "unknown flag bits are refused");
+
+    int have = 0;
+    char name[SCR_MAX_FILENAME];
+    check(SCR_Have_restart(&have, name) == SCR_SUCCESS && have, "have restart");
+    printf("r%d restart name %s\n", rank, name);
+    check(SCR_Start_restart(NULL) == SCR_SUCCESS, "start restart with a NULL name buffer");
+    char got[64] = "";
+    check(read_file(mine, got, sizeof(got)) && strcmp(got, text) == 0, "read back during restart");
+    check(SCR_Route_file("data/never.txt", path) == SCR_FAILURE, "a file not in the checkpoint is refused");
+    check(SCR_Complete_restart(1) == SCR_SUCCESS, "complete restart");
+    check(SCR_Finalize() == SCR_SUCCESS, "finalize");
+    check(SCR_Start_output("late", SCR_FLAG_CHECKPOINT) == SCR_FAILURE, "calls after finalize are refused");
+}
+
+static void mode_legacy(void)
+{
+    SCR_Config("SCR_CHECKPOINT_INTERVAL=3");
+    check(SCR_Init() == SCR_SUCCESS, "init");
+    char flags[16] = "";
+    for (int i = 0; i < 7; i++) {
+        int need = -1;
+        SCR_Need_checkpoint(&need);
+        flags[i] = need == 1 ? '1' : need == 0 ? '0' : '?';
+    }
+    printf("r%d need %s\n", rank, flags);
+    check(SCR_Start_checkpoint() == SCR_SUCCESS, "start checkpoint");
+    char mine[64];
+    snprintf(mine, sizeof(mine), "legacy%d.txt", rank);
+    check(write_file(mine, "legacy\n"), "write");
+    check(SCR_Complete_checkpoint(1) == SCR_SUCCESS, "complete checkpoint");
+    int have = 0;
+    char name[SCR_MAX_FILENAME];
+    SCR_Have_restart(&have, name);
+    printf("r%d restart name %s\n", rank, have ? name : "(none)");
+    check(SCR_Finalize() == SCR_SUCCESS, "finalize");
+}
+
+static void mode_write(int n)
+{
+    check(SCR_Init() == SCR_SUCCESS, "init");
+    for (int i = 1; i <= n; i++) {
+        char ckpt[32], mine[64], text[32];
+        snprintf(ckpt, sizeof(ckpt), "ckpt.%d", i);
+        snprintf(mine, sizeof(mine), "state%d.txt", rank);
+        snprintf(text, sizeof(text), "step %d\n", i);
+        SCR_Start_output(ckpt, SCR_FLAG_CHECKPOINT);
+        int ok = write_file(mine, text);
+        check(SCR_Complete_output(ok) == SCR_SUCCESS, ckpt);
+    }
+    check(SCR_Finalize() == SCR_SUCCESS, "finalize");
+}
+
+static void mode_current(const char* wanted)
+{
+    check(SCR_Init() == SCR_SUCCESS, "init");
+    int rc = SCR_Current(wanted);
+    printf("r%d current %s: %s\n", rank, wanted, rc == SCR_SUCCESS ? "ok" : "refused");
+    int have = 0;
+    char name[SCR_MAX_FILENAME];
+    SCR_Have_restart(&have, name);
+    if (have) {
+        SCR_Start_restart(name);
+        char mine[64], got[64] = "";
+        snprintf(mine, sizeof(mine), "state%d.txt", rank);
+        int ok = read_file(mine, got, sizeof(got));
+        got[strcspn(got, "\n")] = 0;
+        printf("r%d restarted %s holding \"%s\"\n", rank, name, got);
+        SCR_Complete_restart(ok);
+    } else {
+        printf("r%d no restart\n", rank);
+    }
+    check(SCR_Finalize() == SCR_SUCCESS, "finalize");
+}
+
+static void mode_exit(void)
+{
+    check(SCR_Init() == SCR_SUCCESS, "init");
+    int flag = -1;
+    check(SCR_Should_exit(&flag) == SCR_SUCCESS, "should exit");
+    printf("r%d should exit %d\n", rank, flag);
+    check(SCR_Finalize() == SCR_SUCCESS, "finalize");
+}
+
+int main(int argc, char** argv)
+{
+    const char* mode = argc > 1 ? argv[1] : "";
+    if (strcmp(mode, "no-mpi") == 0) {
+        int rc = SCR_Init();
+        printf("init before MPI_Init: %s\n", rc == SCR_SUCCESS ? "succeeded" : "failed");
+        return 0;
+    }
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (rank == 0) printf("ranks %d\n", size);
+    fflush(stdout);
+    if (strcmp(mode, "config") == 0) mode_config();
+    else if (strcmp(mode, "route") == 0) mode_route();
+    else if (strcmp(mode, "legacy") == 0) mode_legacy();
+    else if (strcmp(mode, "write") == 0 && argc > 2) mode_write(atoi(argv[2]));
+    else if (strcmp(mode, "current") == 0 && argc > 2) mode_current(argv[2]);
+    else if (strcmp(mode, "exit") == 0) mode_exit();
+    else if (strcmp(mode, "version") == 0) {
+        printf("r%d version %s header %s %s.%s.%s\n", rank, SCR_Get_version(), SCR_VERSION,
+               SCR_MAJOR_VERSION, SCR_MINOR_VERSION, SCR_PATCH_VERSION);
+    } else {
+        fprintf(stderr, "unknown mode %s\n", mode);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    fflush(stdout);
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,394 @@
+//! C and C++ applications through libscr and scr.h, end to end: the examples are built as
+//! a user builds them (the MPI compiler wrappers, scr.h and -lscr) and run under mpiexec
+//! on simulated nodes through checkpoint, a lost node and a byte-exact restart; and each
+//! SCR 3.x behaviour applications rely on is checked by tests/c/semantics.c.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use scr_e2e::{binary, files_below, Cluster, JobOutput, TWO_NODES};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Compile `source` with `compiler` (mpicc, mpicxx) against libscr as an application
+/// would: `<flags> -lscr`, the library found at run time through its rpath.
+fn build(compiler: &str, source: &Path, dir: &Path) -> PathBuf {
+    let exe = dir.join(source.file_stem().unwrap());
+    let flags = scr_e2e::scr_build_flags();
+    let out = Command::new(compiler)
+        .arg("-Wall")
+        .arg("-Werror")
+        .arg("-o")
+        .arg(&exe)
+        .arg(source)
+        .args(&flags)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("{compiler} cannot run ({e}): run scripts/setup.sh to install the MPI compiler wrappers")
+        });
+    assert!(
+        out.status.success(),
+        "{compiler} {} {flags:?} failed:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// The one `ranks N` line: a wrong mpiexec runs N singletons, which must not pass.
+fn assert_world(out: &JobOutput, n: usize) {
+    let sizes: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ranks "))
+        .collect();
+    assert_eq!(sizes, [n.to_string()], "expected one world of {n}\n{out}");
+}
+
+fn semantics(dir: &Path) -> PathBuf {
+    build("mpicc", &repo().join("tests/c/semantics.c"), dir)
+}
+
+/// Rank `r`'s lines, without the `r<rank> ` mark.
+fn lines_of(out: &JobOutput, r: usize) -> Vec<String> {
+    let mark = format!("r{r} ");
+    out.stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix(&mark))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every checked line `ok`, on every rank, and the run ended well.
+fn assert_all_ok(out: &JobOutput, ranks: usize) {
+    assert_eq!(out.code, 0, "{out}");
+    assert_world(out, ranks);
+    for r in 0..ranks {
+        let lines = lines_of(out, r);
+        assert!(!lines.is_empty(), "rank {r} printed nothing\n{out}");
+        assert!(
+            !lines.iter().any(|l| l.starts_with("FAILED")),
+            "rank {r}: {lines:#?}\n{out}"
+        );
+    }
+}
+
+fn results(prefix: &Path) -> Vec<(String, Vec<u8>)> {
+    let dir = prefix.join("results");
+    files_below(&dir)
+        .into_iter()
+        .map(|f| {
+            let name = f.strip_prefix(&dir).unwrap().display().to_string();
+            (name, std::fs::read(&f).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn the_c_example_restarts_byte_exact_after_a_node_is_lost() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = build(
+        "mpicc",
+        &repo().join("examples/c/checkpoint.c"),
+        work.path(),
+    );
+    let args = ["--steps", "30", "--files", "3", "--output-every", "10"];
+
+    let mut reference = Cluster::new();
+    reference.set("SCR_CHECKPOINT_INTERVAL", "5");
+    let fresh = reference.run_path(TWO_NODES, &exe, &args);
+    assert_eq!(fresh.code, 0, "{fresh}");
+    assert_world(&fresh, 4);
+    assert!(fresh.stdout.contains("starting fresh"), "{fresh}");
+
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR")
+        .set("SCR_CHECKPOINT_INTERVAL", "5");
+    let mut killed_args = args.to_vec();
+    killed_args.extend(["--kill-at", "17", "--kill-rank", "1"]);
+    let first = c.run_path(TWO_NODES, &exe, &killed_args);
+    assert_ne!(first.code, 0, "rank 1 was to be killed\n{first}");
+    assert!(first.stdout.contains("checkpoint ckpt.15"), "{first}");
+    // every checkpoint file of node1's ranks, as cached before the loss
+    let before: Vec<(PathBuf, Vec<u8>)> = files_below(&c.cache_dir("n1"))
+        .into_iter()
+        .filter(|f| f.to_string_lossy().contains("/ckpt/"))
+        .map(|f| (f.clone(), std::fs::read(&f).unwrap()))
+        .collect();
+    assert!(
+        before
+            .iter()
+            .any(|(f, _)| f.to_string_lossy().contains("rank_3.part2")),
+        "{before:?}"
+    );
+    c.lose_node("n1");
+
+    let second = c.run_path(TWO_NODES, &exe, &args);
+    assert_eq!(second.code, 0, "{second}");
+    assert_world(&second, 4);
+    assert!(
+        second.stdout.contains("restarted from ckpt.15 at step 15"),
+        "{second}"
+    );
+    assert_eq!(
+        second.line_after("final step "),
+        fresh.line_after("final step "),
+        "the restarted run must end in the uninterrupted run's state\n{second}"
+    );
+    // the output datasets reached the prefix exactly as the uninterrupted run wrote them
+    let got = results(&c.prefix());
+    assert_eq!(
+        got.len(),
+        12,
+        "{:?}",
+        got.iter().map(|r| &r.0).collect::<Vec<_>>()
+    );
+    assert_eq!(got, results(&reference.prefix()));
+    // ckpt.15's files that node1 lost were rebuilt byte for byte (ckpt.20 and later
+    // replaced them in cache, so the rebuilt ones are compared through the restart: the
+    // final state above; the files of the older checkpoint still cached are compared here)
+    for (f, bytes) in &before {
+        if let Ok(now) = std::fs::read(f) {
+            assert_eq!(&now, bytes, "{} changed", f.display());
+        }
+    }
+}
+
+#[test]
+fn the_cxx_example_restarts_after_a_node_is_lost() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = build(
+        "mpicxx",
+        &repo().join("examples/cxx/checkpoint.cpp"),
+        work.path(),
+    );
+
+    let reference = Cluster::new();
+    let fresh = reference.run_path(TWO_NODES, &exe, &["--steps", "12"]);
+    assert_eq!(fresh.code, 0, "{fresh}");
+    assert_world(&fresh, 4);
+
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "PARTNER")
+        .set("SCR_CHECKPOINT_INTERVAL", "4");
+    let first = c.run_path(TWO_NODES, &exe, &["--steps", "12", "--kill-at", "9"]);
+    assert_ne!(first.code, 0, "{first}");
+    c.lose_node("n1");
+    let second = c.run_path(TWO_NODES, &exe, &["--steps", "12"]);
+    assert_eq!(second.code, 0, "{second}");
+    assert_world(&second, 4);
+    assert!(
+        second.stdout.contains("restarted from ckpt.8 at step 8"),
+        "{second}"
+    );
+    assert_eq!(
+        second.line_after("final step "),
+        fresh.line_after("final step ")
+    );
+}
+
+#[test]
+fn config_sets_queries_and_unsets_values_and_descriptors() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = semantics(work.path());
+    let c = Cluster::new();
+    let out = c.run_path(TWO_NODES, &exe, &["config"]);
+    assert_all_ok(&out, 4);
+    for r in 0..4 {
+        assert_eq!(
+            lines_of(&out, r)
+                .iter()
+                .filter(|l| l.starts_with("query "))
+                .cloned()
+                .collect::<Vec<_>>(),
+            [
+                "query SCR_CACHE_SIZE = 3",
+                "query SCR_FLUSH = 4",
+                // unset: the value in force from elsewhere (here the built-in default)
+                "query SCR_FLUSH = 10",
+                "query CKPT=0 TYPE = XOR",
+                "query CKPT=0 SET_SIZE = 16",
+                "query STORE COUNT = 2",
+                "query SCR_NO_SUCH_KEY = (null)",
+                // after init: the values init used; the refused set changed nothing
+                "query SCR_CACHE_SIZE = 3",
+                "query CKPT=0 TYPE = XOR",
+            ],
+            "rank {r}\n{out}"
+        );
+    }
+    for expected in [
+        "scr-rs[rank 2] SCR_Config: \"SCR_NO_SUCH_KEY=1\": unknown key `SCR_NO_SUCH_KEY`",
+        "scr-rs[rank 0] SCR_Config: \"SCR_SET_SIZE=1\": `set_size`: 1 is out of range: expected a whole number in 2..=4096",
+        "scr-rs[rank 1] SCR_Config: the configuration string is NULL",
+        "scr-rs[rank 3] SCR_Config: \"SCR_CACHE_SIZE=5\": values can only be set before SCR_Init (queries work at any time)",
+    ] {
+        assert!(out.stderr.contains(expected), "missing `{expected}`\n{out}");
+    }
+}
+
+#[test]
+fn route_file_outside_during_output_and_during_restart() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = semantics(work.path());
+    let c = Cluster::new();
+    let out = c.run_path(TWO_NODES, &exe, &["route"]);
+    assert_all_ok(&out, 4);
+    for (r, node) in TWO_NODES.iter().enumerate() {
+        let lines = lines_of(&out, r);
+        let routed = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("routed "))
+            .unwrap_or_else(|| panic!("rank {r}: {lines:?}"));
+        assert!(
+            routed.starts_with(&c.path(&format!("cache/{node}/")).display().to_string())
+                && routed.ends_with(&format!("/data/rank{r}.txt")),
+            "rank {r}: {routed}"
+        );
+        // the dataset one rank called invalid is gone: the restart is the first one
+        assert!(
+            lines.contains(&"restart name first".to_string()),
+            "{lines:?}"
+        );
+        // the file in cache is what the rank wrote
+        assert_eq!(
+            std::fs::read_to_string(routed).unwrap(),
+            format!("written by rank {r}\n")
+        );
+    }
+    for expected in [
+        "scr-rs[rank 1] SCR_Route_file: the file name is NULL",
+        "outside the prefix directory",
+        "scr-rs[rank 0] SCR_Need_checkpoint: the flag pointer is NULL; pass the address of an int",
+        "scr-rs[rank 3] SCR_Start_output: flags 0x4 hold bits that are not SCR_FLAG_CHECKPOINT (1) or SCR_FLAG_OUTPUT (2)",
+        "scr-rs[rank 2] SCR_Route_file: route_file: `data/never.txt` is not a file of checkpoint first on rank 2",
+        "scr-rs[rank 0] SCR_Start_output: SCR_Finalize was already called; no SCR call may follow it",
+    ] {
+        assert!(out.stderr.contains(expected), "missing `{expected}`\n{out}");
+    }
+}
+
+#[test]
+fn need_checkpoint_interval_and_the_legacy_checkpoint_calls() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = semantics(work.path());
+    let c = Cluster::new();
+    let out = c.run_path(TWO_NODES, &exe, &["legacy"]);
+    assert_all_ok(&out, 4);
+    for r in 0..4 {
+        let lines = lines_of(&out, r);
+        // SCR_CHECKPOINT_INTERVAL=3: every third call, the same on every rank
+        assert!(lines.contains(&"need 0010010".to_string()), "{lines:?}");
+        assert!(
+            lines.contains(&"restart name ckpt.1".to_string()),
+            "{lines:?}"
+        );
+    }
+}
+
+#[test]
+fn init_before_mpi_init_fails_saying_why() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = semantics(work.path());
+    let out = Command::new(&exe).arg("no-mpi").output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "init before MPI_Init: failed\n"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "scr-rs SCR_Init: MPI is not initialised: call MPI_Init (or MPI_Init_thread) before SCR_Init\n"
+    );
+}
+
+#[test]
+fn version_and_should_exit() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = semantics(work.path());
+    let c = Cluster::new();
+    let out = c.run_path(&["n0", "n1"], &exe, &["version"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert_world(&out, 2);
+    assert_eq!(
+        lines_of(&out, 1),
+        ["version scr-rs 0.1.0 (SCR API v3.1.0) header v3.1.0 3.1.0"]
+    );
+
+    let out = c.run_path(&["n0", "n1"], &exe, &["exit"]);
+    assert_all_ok(&out, 2);
+    assert!(
+        lines_of(&out, 1).contains(&"should exit 0".to_string()),
+        "{out}"
+    );
+    let halt = Command::new(binary("scr"))
+        .args(["halt", "--reason", "maintenance", "--prefix"])
+        .arg(c.prefix())
+        .output()
+        .unwrap();
+    assert!(halt.status.success(), "{halt:?}");
+    let out = c.run_path(&["n0", "n1"], &exe, &["exit"]);
+    assert_all_ok(&out, 2);
+    for r in 0..2 {
+        assert!(
+            lines_of(&out, r).contains(&"should exit 1".to_string()),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn current_before_have_restart_chooses_the_checkpoint_even_one_only_the_prefix_holds() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = semantics(work.path());
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "1").set("SCR_CACHE_SIZE", "2");
+    let out = c.run_path(TWO_NODES, &exe, &["write", "3"]);
+    assert_all_ok(&out, 4);
+
+    // cache holds ckpt.2 and ckpt.3: current picks the older cached one
+    let out = c.run_path(TWO_NODES, &exe, &["current", "ckpt.2"]);
+    assert_all_ok(&out, 4);
+    for r in 0..4 {
+        let lines = lines_of(&out, r);
+        assert!(lines.contains(&"current ckpt.2: ok".to_string()), "{out}");
+        assert!(
+            lines.contains(&"restarted ckpt.2 holding \"step 2\"".to_string()),
+            "{out}"
+        );
+    }
+    // ckpt.1 was evicted from cache: only the prefix has it; the fetch in Have_restart
+    // loads it because Current named it
+    let out = c.run_path(TWO_NODES, &exe, &["current", "ckpt.1"]);
+    assert_all_ok(&out, 4);
+    for r in 0..4 {
+        assert!(
+            lines_of(&out, r).contains(&"restarted ckpt.1 holding \"step 1\"".to_string()),
+            "{out}"
+        );
+    }
+    // a name nobody has is refused on every rank; what is offered is the prefix's
+    // current checkpoint, which the last run's restart from ckpt.1 made it (SCR's
+    // index marker), not the newest
+    scr_e2e::wipe_caches(&c);
+    let out = c.run_path(TWO_NODES, &exe, &["current", "ckpt.9"]);
+    assert_all_ok(&out, 4);
+    for r in 0..4 {
+        let lines = lines_of(&out, r);
+        assert!(
+            lines.contains(&"current ckpt.9: refused".to_string()),
+            "{out}"
+        );
+        assert!(
+            lines.contains(&"restarted ckpt.1 holding \"step 1\"".to_string()),
+            "{out}"
+        );
+    }
+    assert!(
+        out.stderr.contains(
+            "SCR_Current: current: no checkpoint named `ckpt.9` in cache or in the prefix"
+        ),
+        "{out}"
+    );
+}
