@@ -49,6 +49,7 @@ pub use mpi;
 pub use scr_host::runtime::ScrError;
 use scr_host::runtime::{OutputFlags, Runtime};
 
+use scr_host::config::api::{self, ApiCall};
 use scr_host::config::{keys, Loader};
 
 /// Results of this API.
@@ -277,9 +278,11 @@ impl Settings {
         Self::default()
     }
 
-    /// Set (`key=value`) or unset (`key=`) one scalar key. The key may be written as in
-    /// the TOML files (`cache_size`) or as SCR's parameter (`SCR_CACHE_SIZE`); the value
-    /// is checked against the key's type at once, so a mistake is reported at the call.
+    /// Set (`key=value`) or unset (`key=`) one scalar key, or define a descriptor as
+    /// SCR's `SCR_Config` does (`CKPT=0 TYPE=XOR SET_SIZE=16`, `STORE=/dev/shm COUNT=2`).
+    /// The key may be written as in the TOML files (`cache_size`) or as SCR's parameter
+    /// (`SCR_CACHE_SIZE`); the value is checked against the key's type at once, so a
+    /// mistake is reported at the call.
     pub fn set(&mut self, text: &str) -> Result<(), SettingsError> {
         self.attempts += 1;
         let err = |message: String| SettingsError {
@@ -287,24 +290,25 @@ impl Settings {
             text: text.to_string(),
             message,
         };
-        let (k, v) = text
-            .split_once('=')
-            .ok_or_else(|| err("expected `key=value` (or `key=` to unset)".into()))?;
-        let key = keys::find_api(k).ok_or_else(|| err(keys::unknown_key(k.trim())))?;
-        let value = if v.trim().is_empty() {
-            None
-        } else {
-            let parsed = keys::parse_text(key.ty, v).map_err(err)?;
-            Some(parsed.to_param())
+        let (name, value) = match api::parse(text).map_err(err)? {
+            ApiCall::Set { key, value } => (key.name, value.map(|v| v.to_param())),
+            // descriptors are not scalars: `get` does not answer for them
+            ApiCall::Descriptor { .. } => ("", None),
+            ApiCall::Query(_) | ApiCall::DescriptorQuery { .. } => {
+                return Err(err(
+                    "this is a query, not a setting: expected `key=value` (or `key=` to unset); read values with `Settings::get` or the runtime's configuration".into(),
+                ))
+            }
         };
         self.calls
-            .push((self.attempts, text.to_string(), key.name, value));
+            .push((self.attempts, text.to_string(), name, value));
         Ok(())
     }
 
     /// The value last set for `key` (any spelling), unless it was unset since.
     pub fn get(&self, key: &str) -> Option<String> {
         let name = keys::find_api(key)?.name;
+        debug_assert!(!name.is_empty());
         self.calls
             .iter()
             .rev()
@@ -353,7 +357,7 @@ mod tests {
         let e = s.set("set_size=1").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "configuration call 2 (\"set_size=1\"): 1 is out of range: expected a whole number in 2..=4096"
+            "configuration call 2 (\"set_size=1\"): `set_size`: 1 is out of range: expected a whole number in 2..=4096"
         );
         let e = s.set("flush").unwrap_err();
         assert_eq!(e.call, 3);
@@ -378,6 +382,26 @@ mod tests {
             Origin::Api(4, "SCR_MPI_BUF_SIZE=1MiB".into())
         );
         assert!(errors[0].message.contains("`mpi_buf_size` is locked"));
+    }
+
+    #[test]
+    fn descriptors_set_through_the_api_replace_the_files_descriptors() {
+        let mut s = Settings::new();
+        s.set("CKPT=0 TYPE=PARTNER").unwrap();
+        s.set("CKPT=1 INTERVAL=4 TYPE=XOR SET_SIZE=4").unwrap();
+        assert!(s
+            .set("CKPT=1 INTERVAL=x")
+            .unwrap_err()
+            .message
+            .contains("INTERVAL"));
+        let c = load_with_system(&s, "[[checkpoint]]\ntype = \"SINGLE\"\n").unwrap();
+        let schemes: Vec<_> = c.checkpoints.iter().map(|d| d.scheme.clone()).collect();
+        assert_eq!(schemes, [Some("PARTNER".into()), Some("XOR".into())]);
+        assert_eq!(c.checkpoints[1].interval, 4);
+        assert_eq!(
+            c.checkpoints[1].origin,
+            Origin::Api(2, "CKPT=1 INTERVAL=4 TYPE=XOR SET_SIZE=4".into())
+        );
     }
 
     #[test]

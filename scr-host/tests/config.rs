@@ -311,7 +311,10 @@ mod errors {
         assert_eq!(errors[0].origin, Origin::Api(2, "set_sise=4".into()));
         assert!(errors[0].message.contains("did you mean `set_size`?"));
         assert_eq!(errors[1].origin, Origin::Api(3, "nonsense".into()));
-        assert!(errors[1].message.contains("expected `key=value`"));
+        assert!(
+            errors[1].message.contains("to set one write `KEY=VALUE`"),
+            "{errors:#?}"
+        );
     }
 
     #[test]

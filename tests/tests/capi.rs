@@ -75,6 +75,23 @@ fn assert_all_ok(out: &JobOutput, ranks: usize) {
     }
 }
 
+/// `scr ARGS` in the cluster's prefix with the jobs' environment; its standard output.
+fn scr_cli(c: &Cluster, args: &[&str]) -> String {
+    let out = Command::new(binary("scr"))
+        .args(args)
+        .current_dir(c.prefix())
+        .env("SCR_SYSTEM_CONFIG", "/dev/null")
+        .env("SCR_CACHE_BASE", c.path("cache"))
+        .env("SCR_CNTL_BASE", c.path("cntl"))
+        .env("SCR_JOB_ID", "e2e")
+        .env_remove("SCR_CONF_FILE")
+        .envs(&c.env)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "scr {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn results(prefix: &Path) -> Vec<(String, Vec<u8>)> {
     let dir = prefix.join("results");
     files_below(&dir)
@@ -218,6 +235,29 @@ fn config_sets_queries_and_unsets_values_and_descriptors() {
             ],
             "rank {r}\n{out}"
         );
+    }
+    // `scr config show` and `explain`, run afterwards in the prefix, report what the
+    // application set, with the same values its queries returned
+    let show = scr_cli(&c, &["config", "show"]);
+    for expected in [
+        "cache_size = 3                           # API config call 1 (\"SCR_CACHE_SIZE=3\")",
+        "flush = 10                               # default",
+        "type = \"XOR\"                             # API config call 7 (\"CKPT=0 TYPE=XOR SET_SIZE=16\")",
+        "set_size = 16                            # API config call 7 (\"CKPT=0 TYPE=XOR SET_SIZE=16\")",
+    ] {
+        assert!(show.lines().any(|l| l == expected), "missing `{expected}`\n{show}");
+    }
+    let explain = scr_cli(&c, &["config", "explain", "--checkpoint", "1"]);
+    for expected in [
+        "  scheme:  XOR (API config call 7 (\"CKPT=0 TYPE=XOR SET_SIZE=16\"))".to_string(),
+        "  param:   set_size = 16 (API config call 7 (\"CKPT=0 TYPE=XOR SET_SIZE=16\"))".to_string(),
+        format!(
+            "  store:   {} (group NODE, count 2, view node, flush transfer pthread; API config call 8 (\"STORE={} COUNT=2\"))",
+            c.path("cache").display(),
+            c.path("cache").display()
+        ),
+    ] {
+        assert!(explain.lines().any(|l| l == expected), "missing `{expected}`\n{explain}");
     }
     for expected in [
         "scr-rs[rank 2] SCR_Config: \"SCR_NO_SUCH_KEY=1\": unknown key `SCR_NO_SUCH_KEY`",

@@ -662,11 +662,25 @@ enum PluginsCommand {
     },
 }
 
+/// The configuration in force, including what the last run in the prefix set through
+/// the API (SCR_Config, recorded by its init in `<prefix>/.scr/app.conf`).
 fn load(cli: &Cli, extra: &[PathBuf]) -> Result<Config, ConfigErrors> {
     let mut loader = Loader::from_process();
     loader.extra_user_files = cli.config.iter().chain(extra).cloned().collect();
     loader.system_file = cli.system.clone();
-    loader.load()
+    let config = loader.load()?;
+    let prefix = PathBuf::from(config.str("prefix"));
+    match scr_host::config::api::recorded(&prefix) {
+        Ok(calls) if calls.is_empty() => Ok(config),
+        Ok(calls) => {
+            loader.api = calls;
+            loader.load()
+        }
+        Err(e) => {
+            eprintln!("warning: the run's recorded configuration calls are not shown: {e}");
+            Ok(config)
+        }
+    }
 }
 
 /// Run `f` with the configuration in force, or report why it cannot be loaded.

@@ -111,9 +111,12 @@ pub fn parse(text: &str) -> Result<ApiCall, String> {
                     "`{t}` is neither `KEY=VALUE`, `KEY` nor a descriptor (CKPT=, STORE=, GROUPS=)"
                 ));
             }
-            keys::find_api(t)
-                .map(ApiCall::Query)
-                .ok_or_else(|| keys::unknown_key(t))
+            keys::find_api(t).map(ApiCall::Query).ok_or_else(|| {
+                format!(
+                    "{} (a query names a key; to set one write `KEY=VALUE`)",
+                    keys::unknown_key(t)
+                )
+            })
         }
         Some((k, v)) => {
             let key = keys::find_api(k).ok_or_else(|| keys::unknown_key(k.trim()))?;
@@ -289,6 +292,66 @@ pub(crate) fn layer(calls: &[(usize, String)], errors: &mut Vec<ConfigError>) ->
         }
     }
     api
+}
+
+/// Where init records the settings the application made through the API, so that
+/// `scr config show` and `explain` (run later, in another process) report what the run
+/// had in force: `<prefix>/.scr/app.conf` (SCR keeps its own in the same place).
+pub fn record_path(prefix: &Path) -> std::path::PathBuf {
+    prefix.join(".scr").join("app.conf")
+}
+
+/// Record the run's accepted settings (`(call number, text)`), replacing an earlier
+/// run's; with none, remove the record, so a stale one does not outlive the run that
+/// made it.
+pub fn record(prefix: &Path, calls: &[(usize, String)]) -> std::io::Result<()> {
+    let path = record_path(prefix);
+    let calls: Vec<&(usize, String)> = calls
+        .iter()
+        .filter(|(_, t)| parse(t).is_ok_and(|c| c.is_set()))
+        .collect();
+    if calls.is_empty() {
+        return match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        };
+    }
+    let mut text = String::from(
+        "# The configuration calls (SCR_Config) of the last run started in this prefix:\n# call number, a tab, the text. Read by `scr config show` and `explain`.\n",
+    );
+    for (n, t) in calls {
+        // a call's text is one line: a newline in it would make the next line a call
+        text.push_str(&format!("{n}\t{}\n", t.replace('\n', " ")));
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    crate::state::write_atomic(&path, text.as_bytes())
+}
+
+/// The settings [`record`] left in `prefix`; none when there is no record.
+pub fn recorded(prefix: &Path) -> Result<Vec<(usize, String)>, String> {
+    let path = record_path(prefix);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|(i, l)| {
+            l.split_once('\t')
+                .and_then(|(n, t)| Some((n.parse().ok()?, t.to_string())))
+                .ok_or_else(|| {
+                    format!(
+                        "{}:{}: not `<call number><tab><text>`",
+                        path.display(),
+                        i + 1
+                    )
+                })
+        })
+        .collect()
 }
 
 impl Config {

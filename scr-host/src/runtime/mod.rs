@@ -209,6 +209,7 @@ impl Runtime {
         // configuration with its own environment, opens plugins from its own node's
         // file system, finds its own node name): each outcome is agreed before the next
         // collective step, so every rank returns an error and none waits for the others.
+        let recorded_api = api.clone();
         let config = agree_on(&world, load_config(&world, api))?;
         agree_on(&world, same_config(&world, &config))?;
         let started = Instant::now();
@@ -338,6 +339,15 @@ impl Runtime {
         let made = stores.iter().try_for_each(|s| rt.create_store_dir(s));
         rt.agree(made)?;
         rt.write_nodes_file()?;
+        if rank == 0 && rt.passthrough.is_none() {
+            // what the application set, for `scr config show` and `explain` to report
+            if let Err(e) = crate::config::api::record(&rt.prefix, &recorded_api) {
+                rt.warn(&format!(
+                    "the configuration calls could not be recorded in {} ({e}); `scr config show` will not list them",
+                    crate::config::api::record_path(&rt.prefix).display()
+                ));
+            }
+        }
         if rank == 0 {
             // asked once, on one rank: thousands of ranks each running `squeue` would
             // load the resource manager
