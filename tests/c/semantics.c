@@ -176,6 +176,8 @@ static void mode_current(const char* wanted)
         SCR_Start_restart(name);
         char mine[64], got[64] = "";
         snprintf(mine, sizeof(mine), "state%d.txt", rank);
+        char path[SCR_MAX_FILENAME];
+        if (SCR_Route_file(mine, path) == SCR_SUCCESS) printf("r%d reads %s\n", rank, path);
         int ok = read_file(mine, got, sizeof(got));
         got[strcspn(got, "\n")] = 0;
         printf("r%d restarted %s holding \"%s\"\n", rank, name, got);

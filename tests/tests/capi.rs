@@ -432,3 +432,59 @@ fn current_before_have_restart_chooses_the_checkpoint_even_one_only_the_prefix_h
         "{out}"
     );
 }
+
+#[test]
+fn with_fetch_off_a_restart_reads_the_prefix_in_place_after_checking_it() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = semantics(work.path());
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "1");
+    let out = c.run_path(TWO_NODES, &exe, &["write", "3"]);
+    assert_all_ok(&out, 4);
+    scr_e2e::wipe_caches(&c);
+    // one byte of rank 1's file of ckpt.3 in the prefix flipped: ckpt.3 is refused
+    let r2f = scr_host::runtime::prefix::Rank2File::load(&c.prefix(), 3).unwrap();
+    let victim = r2f.ranks[&1][0].stored_path(&c.prefix()).unwrap();
+    let mut bytes = std::fs::read(&victim).unwrap();
+    assert_eq!(bytes, b"step 3\n");
+    bytes[5] = b'8';
+    std::fs::write(&victim, &bytes).unwrap();
+
+    c.set("SCR_FETCH", "0");
+    let out = c.run_path(TWO_NODES, &exe, &["current", "ckpt.3"]);
+    assert_all_ok(&out, 4);
+    assert!(
+        out.stderr
+            .contains("ckpt.3 in the prefix cannot be read for a restart: rank 1:")
+            && out.stderr.contains("has CRC32"),
+        "{out}"
+    );
+    // ckpt.2 is read in place in the prefix: nothing is copied into cache
+    for r in 0..4 {
+        let lines = lines_of(&out, r);
+        assert!(
+            lines.contains(&"restarted ckpt.2 holding \"step 2\"".to_string()),
+            "{out}"
+        );
+        let path = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("reads "))
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(
+            path.starts_with(&c.prefix().display().to_string()),
+            "rank {r} reads {path}"
+        );
+    }
+    assert!(
+        files_below(&c.path("cache")).is_empty(),
+        "{:?}",
+        files_below(&c.path("cache"))
+    );
+    let entries = scr_e2e::index_entries(&c.prefix());
+    assert!(
+        entries
+            .iter()
+            .any(|(n, _, failed)| n == "ckpt.3" && failed.is_some()),
+        "{entries:?}"
+    );
+}

@@ -972,57 +972,153 @@ impl Runtime {
             .clone()
     }
 
+    /// The checkpoint in the prefix to restart from next (collective; chosen on rank 0):
+    /// `wanted` first, then the index's current one, then the newest, skipping `tried`;
+    /// with its rank2file map, or why that cannot be used.
+    pub(super) fn choose_from_index(
+        &self,
+        tried: &[u64],
+        wanted: Option<&str>,
+    ) -> Option<(IndexEntry, std::result::Result<Rank2File, String>)> {
+        let choice = if self.rank == 0 {
+            let index = Index::load_or_rebuild(&self.prefix).unwrap_or_else(|e| {
+                eprintln!("scr-rs: warning: {e}; no checkpoint is taken from the prefix");
+                Index::default()
+            });
+            let mut candidates = index.fetch_candidates(self.size);
+            // the checkpoint `current` named is tried first
+            if let Some(pos) = candidates
+                .iter()
+                .position(|e| Some(e.name.as_str()) == wanted)
+            {
+                let e = candidates.remove(pos);
+                candidates.insert(0, e);
+            }
+            candidates
+                .into_iter()
+                .find(|e| !tried.contains(&e.id))
+                .map(|e| {
+                    let size = self.size;
+                    let map = Rank2File::load(&self.prefix, e.id)
+                        .map_err(|x| x.to_string())
+                        .and_then(|m| {
+                            // every rank's list (possibly empty) is recorded by a
+                            // flush: a map missing one would fetch nothing for it
+                            if m.ranks.keys().copied().eq(0..size) {
+                                Ok(m)
+                            } else {
+                                Err(format!(
+                                    "{}: lists ranks {:?}, the job has ranks 0..{size}",
+                                    Rank2File::path(&self.prefix, e.id).display(),
+                                    m.ranks.keys().collect::<Vec<_>>()
+                                ))
+                            }
+                        });
+                    (e.clone(), map)
+                })
+        } else {
+            None
+        };
+        let bytes = broadcast_bytes(
+            &self.world,
+            &serde_json::to_vec(&choice).expect("serializes"),
+        );
+        serde_json::from_slice(&bytes).unwrap_or(None)
+    }
+
+    /// With `fetch = false` and no checkpoint in cache, restart straight from the prefix
+    /// (SCR 3.x): offer the checkpoint `choose_from_index` picks, after every rank found
+    /// its files there with the recorded size (and CRC32, with `crc_on_restart`);
+    /// `route_file` then returns their prefix paths. One that fails is marked failed in
+    /// the index and the next older one is tried. Collective.
+    pub(super) fn open_prefix_restart(&mut self, wanted: Option<&str>) -> Result<()> {
+        let mut tried: Vec<u64> = Vec::new();
+        let check_crc = self.config.bool("crc_on_restart");
+        let buf = self.buf_size();
+        while let Some((entry, map)) = self.choose_from_index(&tried, wanted) {
+            tried.push(entry.id);
+            let mine = map.and_then(|m| {
+                let mut files = BTreeMap::new();
+                for f in m.ranks.get(&self.rank).into_iter().flatten() {
+                    let path = f.stored_path(&self.prefix)?;
+                    let meta =
+                        std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                    if meta.len() != f.size {
+                        return Err(format!(
+                            "{} is {} bytes, the flush recorded {}",
+                            path.display(),
+                            meta.len(),
+                            f.size
+                        ));
+                    }
+                    if let (true, Some(want)) = (check_crc, f.crc32) {
+                        let got = super::cache::file_crc32(&path, buf)
+                            .map_err(|e| format!("{}: {e}", path.display()))?;
+                        if got != want {
+                            return Err(format!(
+                                "{} has CRC32 {got:08x}, the flush recorded {want:08x}",
+                                path.display()
+                            ));
+                        }
+                    }
+                    files.insert(f.name.clone(), path);
+                }
+                Ok(files)
+            });
+            let reasons = all_gather_bytes(
+                &self.world,
+                mine.as_ref().err().map_or(&[][..], |s| s.as_bytes()),
+            );
+            let failed = reasons
+                .iter()
+                .enumerate()
+                .find(|(_, r)| !r.is_empty())
+                .map(|(rank, r)| format!("rank {rank}: {}", String::from_utf8_lossy(r)));
+            match (failed, mine) {
+                (None, Ok(files)) => {
+                    self.next_dataset = self.next_dataset.max(entry.id + 1);
+                    if let Some(c) = entry.checkpoint_id {
+                        self.next_checkpoint = self.next_checkpoint.max(c + 1);
+                    }
+                    self.info(&format!(
+                        "restarting from {} in the prefix {} (fetch = false)",
+                        entry.name,
+                        self.prefix.display()
+                    ));
+                    self.prefix_restart = Some(super::PrefixRestart {
+                        id: entry.id,
+                        name: entry.name.clone(),
+                        files,
+                    });
+                    return Ok(());
+                }
+                (failed, _) => {
+                    let reason = failed.unwrap_or_default();
+                    self.warn(&format!(
+                        "{} in the prefix cannot be read for a restart: {reason}; trying an older checkpoint",
+                        entry.name
+                    ));
+                    if self.rank == 0 {
+                        if let Err(e) = Index::mark_failed(&self.prefix, entry.id, &reason) {
+                            eprintln!(
+                                "scr-rs: warning: {e}; {} is not marked failed in the index",
+                                entry.name
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// With no restartable checkpoint in cache, fetch the newest complete one from the
     /// prefix (falling back to older ones, marking failures in the index) and protect it
     /// again with its redundancy scheme. Collective.
     pub(super) fn fetch(&mut self, wanted: Option<&str>) -> Result<()> {
         let mut tried: Vec<u64> = Vec::new();
         loop {
-            let choice = if self.rank == 0 {
-                let index = Index::load_or_rebuild(&self.prefix).unwrap_or_else(|e| {
-                    eprintln!("scr-rs: warning: {e}; nothing is fetched");
-                    Index::default()
-                });
-                let mut candidates = index.fetch_candidates(self.size);
-                // the checkpoint `current` named is tried first
-                if let Some(pos) = candidates
-                    .iter()
-                    .position(|e| Some(e.name.as_str()) == wanted)
-                {
-                    let e = candidates.remove(pos);
-                    candidates.insert(0, e);
-                }
-                candidates
-                    .into_iter()
-                    .find(|e| !tried.contains(&e.id))
-                    .map(|e| {
-                        let size = self.size;
-                        let map = Rank2File::load(&self.prefix, e.id)
-                            .map_err(|x| x.to_string())
-                            .and_then(|m| {
-                                // every rank's list (possibly empty) is recorded by a
-                                // flush: a map missing one would fetch nothing for it
-                                if m.ranks.keys().copied().eq(0..size) {
-                                    Ok(m)
-                                } else {
-                                    Err(format!(
-                                        "{}: lists ranks {:?}, the job has ranks 0..{size}",
-                                        Rank2File::path(&self.prefix, e.id).display(),
-                                        m.ranks.keys().collect::<Vec<_>>()
-                                    ))
-                                }
-                            });
-                        (e.clone(), map)
-                    })
-            } else {
-                None
-            };
-            let bytes = broadcast_bytes(
-                &self.world,
-                &serde_json::to_vec(&choice).expect("serializes"),
-            );
-            let choice: Option<(IndexEntry, std::result::Result<Rank2File, String>)> =
-                serde_json::from_slice(&bytes).unwrap_or(None);
+            let choice = self.choose_from_index(&tried, wanted);
             let Some((entry, map)) = choice else {
                 return Ok(());
             };

@@ -170,6 +170,21 @@ pub struct Runtime {
     fetch_pending: bool,
     /// The checkpoint `current` chose while the fetch was pending, when no cache holds it.
     wanted: Option<String>,
+    /// With `fetch = false`: the checkpoint offered for a restart straight from the prefix.
+    prefix_restart: Option<PrefixRestart>,
+    /// Between start_restart and complete_restart of `prefix_restart`.
+    reading_prefix: bool,
+}
+
+/// A checkpoint read in place in the prefix (SCR 3.x with fetch disabled).
+#[derive(Debug)]
+struct PrefixRestart {
+    /// Its dataset id.
+    id: u64,
+    /// Its name.
+    name: String,
+    /// This rank's files: the name as the application routes it → where it is stored.
+    files: BTreeMap<String, PathBuf>,
 }
 
 /// How [`Runtime::init_with`] starts a run.
@@ -253,6 +268,8 @@ impl Runtime {
             passthrough: (!config.bool("enable")).then(Passthrough::default),
             fetch_pending: false,
             wanted: None,
+            prefix_restart: None,
+            reading_prefix: false,
             world,
             config,
         };
@@ -953,6 +970,16 @@ impl Runtime {
             }
             return Ok(path);
         }
+        if let (true, Some(p)) = (self.reading_prefix, &self.prefix_restart) {
+            return p.files.get(&key).cloned().ok_or_else(|| {
+                ScrError::Usage(format!(
+                    "route_file: `{}` is not a file of checkpoint {} on rank {}",
+                    name.display(),
+                    p.name,
+                    self.rank
+                ))
+            });
+        }
         if let Some(id) = self.restart {
             let rec = &self.filemap.datasets[&id];
             if rec.files.iter().any(|f| f.name == key) {
@@ -1245,8 +1272,12 @@ impl Runtime {
     /// holds), then flush the restart checkpoint when `flush_on_restart` asks for it.
     fn settle_restart(&mut self) -> Result<()> {
         let wanted = self.wanted.take();
-        if (self.restart_candidate().is_none() || wanted.is_some()) && self.config.bool("fetch") {
-            self.fetch(wanted.as_deref())?;
+        if self.restart_candidate().is_none() || wanted.is_some() {
+            if self.config.bool("fetch") {
+                self.fetch(wanted.as_deref())?;
+            } else {
+                self.open_prefix_restart(wanted.as_deref())?;
+            }
         }
         if self.config.bool("flush_on_restart") {
             self.flush_newest("flush_on_restart")?;
@@ -1272,6 +1303,7 @@ impl Runtime {
     pub fn in_dataset(&self) -> bool {
         self.output.is_some()
             || self.restart.is_some()
+            || self.reading_prefix
             || self
                 .passthrough
                 .as_ref()
@@ -1282,6 +1314,7 @@ impl Runtime {
     pub fn have_restart(&self) -> Option<String> {
         self.restart_candidate()
             .map(|id| self.filemap.datasets[&id].name.clone())
+            .or_else(|| self.prefix_restart.as_ref().map(|p| p.name.clone()))
     }
 
     fn restart_candidate(&self) -> Option<u64> {
@@ -1296,10 +1329,14 @@ impl Runtime {
     /// Begin reading the restart checkpoint; returns its name.
     pub fn start_restart(&mut self) -> Result<String> {
         self.usable("start_restart")?;
-        if self.output.is_some() || self.restart.is_some() {
+        if self.output.is_some() || self.restart.is_some() || self.reading_prefix {
             return Err(ScrError::Usage(
                 "start_restart: another output or restart is in progress".into(),
             ));
+        }
+        if let (None, Some(p)) = (self.restart_candidate(), &self.prefix_restart) {
+            self.reading_prefix = true;
+            return Ok(p.name.clone());
         }
         let id = self.restart_candidate().ok_or_else(|| {
             ScrError::Usage(
@@ -1313,6 +1350,20 @@ impl Runtime {
     /// Finish reading (collective). If any rank says `!valid`, this checkpoint is passed
     /// over and `have_restart` offers the next older one. Returns whether all were valid.
     pub fn complete_restart(&mut self, valid: bool) -> Result<bool> {
+        if self.reading_prefix {
+            let agreed = self.begin("complete_restart", Ok(()));
+            self.reading_prefix = false;
+            agreed?;
+            let ok = self.all_agree(valid);
+            if !ok {
+                let p = self.prefix_restart.take().expect("reading it");
+                self.warn(&format!(
+                    "restart from {} (dataset {}, in the prefix) reported invalid; no older checkpoint is offered from the prefix in this run",
+                    p.name, p.id
+                ));
+            }
+            return Ok(ok);
+        }
         let pre = self.restart.ok_or_else(|| {
             ScrError::Usage(
                 "complete_restart: no restart in progress; call start_restart first".into(),
