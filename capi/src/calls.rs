@@ -36,6 +36,23 @@ struct State {
     finalized: bool,
 }
 
+impl Drop for State {
+    /// At thread (or process) exit without `SCR_Finalize`: the runtime holds an MPI
+    /// communicator, which must not be freed after `MPI_Finalize`; it is then leaked, and
+    /// the application told what it missed.
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            eprintln!(
+                "scr-rs[rank {}]: the application exited without calling SCR_Finalize; the cache keeps what the last completed dataset left",
+                rt.rank()
+            );
+            if mpi::environment::is_finalized() {
+                std::mem::forget(rt);
+            }
+        }
+    }
+}
+
 thread_local! {
     static STATE: RefCell<State> = RefCell::new(State::default());
 }

@@ -11,6 +11,7 @@
  *   write N  N checkpoints ckpt.1..ckpt.N, each file holding its step
  *   current NAME  SCR_Current(NAME) before SCR_Have_restart; prints what is restarted
  *   exit     SCR_Should_exit
+ *   no-finalize  SCR_Init, then MPI_Finalize and exit without SCR_Finalize
  *   version  SCR_Get_version and the header's macros
  * Every line a test checks starts with "r<rank> ".
  */
@@ -217,6 +218,7 @@ int main(int argc, char** argv)
     else if (strcmp(mode, "write") == 0 && argc > 2) mode_write(atoi(argv[2]));
     else if (strcmp(mode, "current") == 0 && argc > 2) mode_current(argv[2]);
     else if (strcmp(mode, "exit") == 0) mode_exit();
+    else if (strcmp(mode, "no-finalize") == 0) check(SCR_Init() == SCR_SUCCESS, "init");
     else if (strcmp(mode, "version") == 0) {
         printf("r%d version %s header %s %s.%s.%s\n", rank, SCR_Get_version(), SCR_VERSION,
                SCR_MAJOR_VERSION, SCR_MINOR_VERSION, SCR_PATCH_VERSION);

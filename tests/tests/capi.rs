@@ -329,6 +329,23 @@ fn need_checkpoint_interval_and_the_legacy_checkpoint_calls() {
 }
 
 #[test]
+fn exiting_without_finalize_is_reported_and_ends_cleanly() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = semantics(work.path());
+    let c = Cluster::new();
+    let out = c.run_path(&["n0", "n1"], &exe, &["no-finalize"]);
+    assert_all_ok(&out, 2);
+    for r in 0..2 {
+        assert!(
+            out.stderr.contains(&format!(
+                "scr-rs[rank {r}]: the application exited without calling SCR_Finalize"
+            )),
+            "{out}"
+        );
+    }
+}
+
+#[test]
 fn init_before_mpi_init_fails_saying_why() {
     let work = tempfile::tempdir().unwrap();
     let exe = semantics(work.path());
