@@ -17,7 +17,8 @@
 //! Fortran strings are blank-padded, not NUL-terminated: an input has its trailing
 //! blanks removed; an output is copied and blank-padded to the variable's declared
 //! length, and a value longer than the variable is a failure that says the length
-//! needed (the variable is then left blank, never holding a truncated path).
+//! needed. Output arguments are blanked before each call, so after a failure they hold
+//! blanks, never a stale or truncated name.
 //!
 //! Each call converts its arguments and runs [`crate::calls`] under [`guarded`], like
 //! the C functions of `ffi`: no panic reaches Fortran, every failure is printed with
@@ -104,6 +105,12 @@ fn text_out(what: &str, p: *mut c_char, len: CharLen, value: &[u8]) -> Result<()
         ));
     }
     Ok(())
+}
+
+/// Blank a `CHARACTER` output argument before the call, so that it holds no stale
+/// value when the call fails.
+fn clear(what: &str, p: *mut c_char, len: CharLen) -> Result<(), String> {
+    text_out(what, p, len, b"")
 }
 
 /// Read an `INTEGER` input argument.
@@ -201,6 +208,7 @@ fn config(
     val_len: CharLen,
 ) {
     run("SCR_CONFIG", ierror, || {
+        clear("VAL argument", val, val_len)?;
         let text = str_in("CONFIG argument", config, config_len)?;
         let value = calls::config(&text)?;
         text_out(
@@ -233,6 +241,7 @@ fn route_file(
 ) {
     run("SCR_ROUTE_FILE", ierror, || {
         let name = text_in("NAME argument", name, name_len)?;
+        clear("FILE argument", file, file_len)?;
         if name.is_empty() {
             return Err("the NAME argument is blank; pass the file's name".into());
         }
@@ -262,6 +271,7 @@ export!(route_file(
 fn have_restart(flag: *mut c_int, name: *mut c_char, ierror: *mut c_int, name_len: CharLen) {
     run("SCR_HAVE_RESTART", ierror, || {
         int_out("FLAG argument", flag, 0)?;
+        clear("NAME argument", name, name_len)?;
         let found = calls::have_restart()?;
         int_out("FLAG argument", flag, c_int::from(found.is_some()))?;
         text_out(
@@ -283,6 +293,7 @@ export!(have_restart(
 /// `SCR_START_RESTART(NAME, IERROR)`: begin reading; the checkpoint's name into `NAME`.
 fn start_restart(name: *mut c_char, ierror: *mut c_int, name_len: CharLen) {
     run("SCR_START_RESTART", ierror, || {
+        clear("NAME argument", name, name_len)?;
         let n = calls::start_restart()?;
         text_out("checkpoint name", name, name_len, n.as_bytes()).map_err(|m| {
             format!("{m} (the restart has started: call SCR_COMPLETE_RESTART as usual)")
