@@ -329,3 +329,49 @@ fn fortran_calling_convention() {
         );
     }
 }
+
+/// `scrf.h` in a fixed-form (FORTRAN 77 layout) and a free-form source, with SCR's
+/// constant values.
+#[test]
+fn scrf_h_in_fixed_and_free_form() {
+    let build = tempfile::tempdir().expect("build directory");
+    let fixed = "      PROGRAM FIXED
+      INCLUDE 'scrf.h'
+      INTEGER IERROR
+      CHARACTER(LEN=8) V
+      CALL SCR_GET_VERSION(V, IERROR)
+      PRINT '(6(I0,1X),A,1X,I0)', SCR_SUCCESS, SCR_FAILURE,
+     &  SCR_MAX_FILENAME, SCR_FLAG_NONE, SCR_FLAG_CHECKPOINT,
+     &  SCR_FLAG_OUTPUT, SCR_VERSION, IERROR
+      END
+";
+    let free = "program free
+  implicit none
+  include 'scrf.h'
+  character(len=64) :: v
+  integer :: ierror
+  call SCR_GET_VERSION(v, ierror)
+  print '(6(i0,1x),a,1x,i0)', SCR_SUCCESS, SCR_FAILURE, SCR_MAX_FILENAME, &
+    SCR_FLAG_NONE, SCR_FLAG_CHECKPOINT, SCR_FLAG_OUTPUT, SCR_VERSION, ierror
+end program free
+";
+    // the fixed-form program's 8-character variable is too short for the version:
+    // IERROR is SCR_FAILURE there
+    for (file, text, flags, expected) in [
+        (
+            "fixed.f",
+            fixed,
+            "-ffixed-form",
+            "0 1 1024 0 1 2 v3.1.0 1\n",
+        ),
+        ("free.f90", free, "-ffree-form", "0 1 1024 0 1 2 v3.1.0 0\n"),
+    ] {
+        let source = build.path().join(file);
+        std::fs::write(&source, text).expect("source");
+        let exe = build.path().join(file.replace('.', "_"));
+        mpif90(&source, &exe, &[flags, "-std=f2008", "-Werror", "-Wall"]);
+        let out = Command::new(&exe).output().expect("the program runs");
+        assert!(out.status.success(), "{file}: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), expected, "{file}");
+    }
+}
