@@ -18,5 +18,6 @@
 
 pub mod calls;
 mod ffi;
+pub mod fortran;
 
 pub use ffi::*;

@@ -1,0 +1,426 @@
+//! SCR's Fortran interface (`include/scrf.h`): `CALL SCR_INIT(IERROR)`,
+//! `CALL SCR_ROUTE_FILE(NAME, FILE, IERROR)`, ... each with a trailing `INTEGER IERROR`
+//! that receives `SCR_SUCCESS` (0) or `SCR_FAILURE` (1).
+//!
+//! The calling convention is gfortran's (and that of most Unix Fortran compilers):
+//! - the link name is the lower-case name with one trailing underscore (`scr_init_`);
+//!   the same functions are also exported with two (`scr_init__`, for `-ff2c` /
+//!   `-fsecond-underscore` builds and g77-era code) and in upper case without
+//!   underscore (`SCR_INIT`), which costs one forwarding function each;
+//! - every argument is passed by reference (`INTEGER` is a C `int`);
+//! - a `CHARACTER` argument is a pointer to its bytes plus a hidden length appended after
+//!   all the other arguments, in the order of the `CHARACTER` arguments. The length is a
+//!   `size_t` since gfortran 8 (also Intel's and flang's on 64-bit Linux); gfortran 7 and
+//!   older passed an `int`, which is not supported (a length beyond `i32::MAX` is refused
+//!   with that hint rather than read).
+//!
+//! Fortran strings are blank-padded, not NUL-terminated: an input has its trailing
+//! blanks removed; an output is copied and blank-padded to the variable's declared
+//! length, and a value longer than the variable is a failure that says the length
+//! needed. Output arguments are blanked before each call, so after a failure they hold
+//! blanks, never a stale or truncated name.
+//!
+//! Each call converts its arguments and runs [`crate::calls`] under [`guarded`], like
+//! the C functions of `ffi`: no panic reaches Fortran, every failure is printed with
+//! the rank and the call's Fortran name. All `unsafe` of the Fortran bindings is in the
+//! small helpers at the top of this module.
+#![allow(non_snake_case)] // the upper-case link names are the Fortran compilers'
+
+use std::ffi::{c_char, c_int};
+
+use crate::calls::{self, guarded, MAX_FILENAME};
+use crate::ffi::{SCR_FAILURE, SCR_SUCCESS};
+
+/// The hidden length of a `CHARACTER` argument (gfortran >= 8: `size_t`).
+type CharLen = usize;
+
+/// Longest `CHARACTER` length believed: a larger one is a caller built with the old
+/// `int` length convention (or a corrupt call), and reading it would run off the buffer.
+const MAX_CHAR_LEN: CharLen = i32::MAX as CharLen;
+
+/// A Fortran `CHARACTER` input argument without its trailing blanks, copied (so that
+/// an output argument aliasing it can be written afterwards).
+fn text_in(what: &str, p: *const c_char, len: CharLen) -> Result<Vec<u8>, String> {
+    if len > MAX_CHAR_LEN {
+        return Err(format!(
+            "the {what}'s hidden length is {len}: the program was built with a Fortran compiler passing CHARACTER lengths as int (gfortran 7 or older); rebuild it with gfortran 8 or newer"
+        ));
+    }
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    if p.is_null() {
+        return Err(format!("the {what} has no address (NULL)"));
+    }
+    // SAFETY: a Fortran caller passes the address of a CHARACTER variable or constant
+    // and its declared length `len` (checked plausible above), all readable for the
+    // call; the slice lives only until it is copied below.
+    let all = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) };
+    let end = all.iter().rposition(|&b| b != b' ').map_or(0, |i| i + 1);
+    let text = &all[..end];
+    if text.contains(&0) {
+        return Err(format!(
+            "the {what} contains a NUL character (CHAR(0)); pass the text alone, blank-padded"
+        ));
+    }
+    Ok(text.to_vec())
+}
+
+/// A Fortran input as text (names and configuration strings are text).
+fn str_in(what: &str, p: *const c_char, len: CharLen) -> Result<String, String> {
+    String::from_utf8(text_in(what, p, len)?)
+        .map_err(|e| format!("the {what} is not UTF-8 text ({})", e.utf8_error()))
+}
+
+/// Copy `value` into a Fortran `CHARACTER` output argument of declared length `len`,
+/// blank-padded; a value that does not fit blanks the variable and fails with the
+/// length needed.
+fn text_out(what: &str, p: *mut c_char, len: CharLen, value: &[u8]) -> Result<(), String> {
+    if len > MAX_CHAR_LEN {
+        return Err(format!(
+            "the {what}'s hidden length is {len}: the program was built with a Fortran compiler passing CHARACTER lengths as int (gfortran 7 or older); rebuild it with gfortran 8 or newer"
+        ));
+    }
+    if len > 0 && p.is_null() {
+        return Err(format!("the {what} has no address (NULL)"));
+    }
+    let n = if value.len() <= len { value.len() } else { 0 };
+    if len > 0 {
+        // SAFETY: a Fortran caller passes the address of a CHARACTER variable and its
+        // declared length `len` (checked plausible above), all writable for the call;
+        // n <= len, so both writes stay inside it; `value` is our own memory (inputs were
+        // copied by `text_in`), so the copy cannot overlap.
+        unsafe {
+            let buf = p.cast::<u8>();
+            std::ptr::copy_nonoverlapping(value.as_ptr(), buf, n);
+            std::ptr::write_bytes(buf.add(n), b' ', len - n);
+        }
+    }
+    if value.len() > len {
+        return Err(format!(
+            "the {what} `{}` is {} characters, but the CHARACTER variable passed holds {len}; declare it CHARACTER(LEN={}) or longer (CHARACTER(LEN=SCR_MAX_FILENAME) holds any name)",
+            String::from_utf8_lossy(value),
+            value.len(),
+            value.len().max(1)
+        ));
+    }
+    Ok(())
+}
+
+/// Blank a `CHARACTER` output argument before the call, so that it holds no stale
+/// value when the call fails.
+fn clear(what: &str, p: *mut c_char, len: CharLen) -> Result<(), String> {
+    text_out(what, p, len, b"")
+}
+
+/// Read an `INTEGER` input argument.
+fn int_in(what: &str, p: *const c_int) -> Result<c_int, String> {
+    if p.is_null() {
+        return Err(format!("the {what} has no address (NULL)"));
+    }
+    // SAFETY: not NULL, and a Fortran caller passes INTEGER arguments by reference: the
+    // address of one readable default INTEGER (a C int).
+    Ok(unsafe { *p })
+}
+
+/// Store into an `INTEGER` output argument.
+fn int_out(what: &str, p: *mut c_int, value: c_int) -> Result<(), String> {
+    if p.is_null() {
+        return Err(format!("the {what} has no address (NULL)"));
+    }
+    // SAFETY: not NULL, and a Fortran caller passes INTEGER arguments by reference: the
+    // address of one writable default INTEGER (a C int).
+    unsafe { *p = value };
+    Ok(())
+}
+
+/// Store the call's outcome in `IERROR`.
+fn set_ierror(call: &str, ierror: *mut c_int, ok: bool) {
+    let code = if ok { SCR_SUCCESS } else { SCR_FAILURE };
+    if int_out("IERROR argument", ierror, code).is_err() {
+        calls::report(
+            call,
+            "the IERROR argument has no address; pass an INTEGER variable as the last argument",
+        );
+    }
+}
+
+/// Run one call under [`guarded`] and store its outcome (`Ok(true)`: success) in `IERROR`.
+fn run(call: &str, ierror: *mut c_int, f: impl FnOnce() -> Result<bool, String>) {
+    let ok = guarded(call, f) == Some(true);
+    set_ierror(call, ierror, ok);
+}
+
+/// Export `imp` under each Fortran link name given (same arguments, forwarded).
+macro_rules! export {
+    ($imp:ident $args:tt as $($name:ident),+) => {
+        $( export_one!($imp $name $args); )+
+    };
+}
+
+/// One exported link name of [`export`].
+macro_rules! export_one {
+    ($imp:ident $name:ident ($($arg:ident : $ty:ty),*)) => {
+        #[doc = concat!("Fortran link name of `", stringify!($imp), "`.")]
+        #[no_mangle]
+        pub extern "C" fn $name($($arg: $ty),*) {
+            $imp($($arg),*)
+        }
+    };
+}
+
+// ---- Init, finalize, exit ----
+
+/// `SCR_INIT(IERROR)`: collective, after `MPI_INIT`.
+fn init(ierror: *mut c_int) {
+    run("SCR_INIT", ierror, || calls::init().map(|()| true));
+}
+export!(init(ierror: *mut c_int) as scr_init_, scr_init__, SCR_INIT);
+
+/// `SCR_FINALIZE(IERROR)`: collective, before `MPI_FINALIZE`.
+fn finalize(ierror: *mut c_int) {
+    run("SCR_FINALIZE", ierror, || calls::finalize().map(|()| true));
+}
+export!(finalize(ierror: *mut c_int) as scr_finalize_, scr_finalize__, SCR_FINALIZE);
+
+/// `SCR_SHOULD_EXIT(FLAG, IERROR)`: `FLAG` 1 when the run should stop now.
+fn should_exit(flag: *mut c_int, ierror: *mut c_int) {
+    run("SCR_SHOULD_EXIT", ierror, || {
+        int_out("FLAG argument", flag, 0)?;
+        let exit = calls::should_exit()?;
+        int_out("FLAG argument", flag, c_int::from(exit))?;
+        Ok(true)
+    });
+}
+export!(should_exit(flag: *mut c_int, ierror: *mut c_int)
+    as scr_should_exit_, scr_should_exit__, SCR_SHOULD_EXIT);
+
+// ---- Configuration ----
+
+/// `SCR_CONFIG(CONFIG, VAL, IERROR)`: `KEY=VALUE` sets and `KEY=` unsets (before
+/// `SCR_INIT`; `VAL` is blanked), `KEY` queries: `VAL` receives the value in force, or
+/// blanks when the key has none.
+fn config(
+    config: *const c_char,
+    val: *mut c_char,
+    ierror: *mut c_int,
+    config_len: CharLen,
+    val_len: CharLen,
+) {
+    run("SCR_CONFIG", ierror, || {
+        clear("VAL argument", val, val_len)?;
+        let text = str_in("CONFIG argument", config, config_len)?;
+        let value = calls::config(&text)?;
+        text_out(
+            "value",
+            val,
+            val_len,
+            value.as_deref().unwrap_or("").as_bytes(),
+        )?;
+        Ok(true)
+    });
+}
+export!(config(
+    cfg: *const c_char,
+    val: *mut c_char,
+    ierror: *mut c_int,
+    config_len: CharLen,
+    val_len: CharLen
+) as scr_config_, scr_config__, SCR_CONFIG);
+
+// ---- File routing ----
+
+/// `SCR_ROUTE_FILE(NAME, FILE, IERROR)`: where to write or read `NAME`; outside a
+/// dataset, `NAME` itself.
+fn route_file(
+    name: *const c_char,
+    file: *mut c_char,
+    ierror: *mut c_int,
+    name_len: CharLen,
+    file_len: CharLen,
+) {
+    run("SCR_ROUTE_FILE", ierror, || {
+        let name = text_in("NAME argument", name, name_len)?;
+        clear("FILE argument", file, file_len)?;
+        if name.is_empty() {
+            return Err("the NAME argument is blank; pass the file's name".into());
+        }
+        if name.len() >= MAX_FILENAME {
+            return Err(format!(
+                "the file name is {} characters, more than SCR_MAX_FILENAME ({MAX_FILENAME}) allows (with C's terminating NUL)",
+                name.len()
+            ));
+        }
+        let routed = calls::route_file(&name)?;
+        text_out("routed path", file, file_len, &routed)?;
+        Ok(true)
+    });
+}
+export!(route_file(
+    name: *const c_char,
+    file: *mut c_char,
+    ierror: *mut c_int,
+    name_len: CharLen,
+    file_len: CharLen
+) as scr_route_file_, scr_route_file__, SCR_ROUTE_FILE);
+
+// ---- Restart ----
+
+/// `SCR_HAVE_RESTART(FLAG, NAME, IERROR)`: `FLAG` 1 and the checkpoint's name in
+/// `NAME` when one is available, else 0 and blanks. Collective; the first call fetches.
+fn have_restart(flag: *mut c_int, name: *mut c_char, ierror: *mut c_int, name_len: CharLen) {
+    run("SCR_HAVE_RESTART", ierror, || {
+        int_out("FLAG argument", flag, 0)?;
+        clear("NAME argument", name, name_len)?;
+        let found = calls::have_restart()?;
+        int_out("FLAG argument", flag, c_int::from(found.is_some()))?;
+        text_out(
+            "checkpoint name",
+            name,
+            name_len,
+            found.as_deref().unwrap_or("").as_bytes(),
+        )?;
+        Ok(true)
+    });
+}
+export!(have_restart(
+    flag: *mut c_int,
+    name: *mut c_char,
+    ierror: *mut c_int,
+    name_len: CharLen
+) as scr_have_restart_, scr_have_restart__, SCR_HAVE_RESTART);
+
+/// `SCR_START_RESTART(NAME, IERROR)`: begin reading; the checkpoint's name into `NAME`.
+fn start_restart(name: *mut c_char, ierror: *mut c_int, name_len: CharLen) {
+    run("SCR_START_RESTART", ierror, || {
+        clear("NAME argument", name, name_len)?;
+        let n = calls::start_restart()?;
+        text_out("checkpoint name", name, name_len, n.as_bytes()).map_err(|m| {
+            format!("{m} (the restart has started: call SCR_COMPLETE_RESTART as usual)")
+        })?;
+        Ok(true)
+    });
+}
+export!(start_restart(name: *mut c_char, ierror: *mut c_int, name_len: CharLen)
+    as scr_start_restart_, scr_start_restart__, SCR_START_RESTART);
+
+/// `SCR_COMPLETE_RESTART(VALID, IERROR)`: success only when every process read it.
+fn complete_restart(valid: *const c_int, ierror: *mut c_int) {
+    run("SCR_COMPLETE_RESTART", ierror, || {
+        calls::complete_restart(int_in("VALID argument", valid)? != 0)
+    });
+}
+export!(complete_restart(valid: *const c_int, ierror: *mut c_int)
+    as scr_complete_restart_, scr_complete_restart__, SCR_COMPLETE_RESTART);
+
+// ---- Checkpoint and output ----
+
+/// `SCR_NEED_CHECKPOINT(FLAG, IERROR)`: `FLAG` 1 when a checkpoint should be taken now.
+fn need_checkpoint(flag: *mut c_int, ierror: *mut c_int) {
+    run("SCR_NEED_CHECKPOINT", ierror, || {
+        int_out("FLAG argument", flag, 0)?;
+        let need = calls::need_checkpoint()?;
+        int_out("FLAG argument", flag, c_int::from(need))?;
+        Ok(true)
+    });
+}
+export!(need_checkpoint(flag: *mut c_int, ierror: *mut c_int)
+    as scr_need_checkpoint_, scr_need_checkpoint__, SCR_NEED_CHECKPOINT);
+
+/// `SCR_START_CHECKPOINT(IERROR)`: the SCR 1.x/2.x form (named `ckpt.<id>`).
+fn start_checkpoint(ierror: *mut c_int) {
+    run("SCR_START_CHECKPOINT", ierror, || {
+        calls::start_checkpoint().map(|_| true)
+    });
+}
+export!(start_checkpoint(ierror: *mut c_int)
+    as scr_start_checkpoint_, scr_start_checkpoint__, SCR_START_CHECKPOINT);
+
+/// `SCR_COMPLETE_CHECKPOINT(VALID, IERROR)`.
+fn complete_checkpoint(valid: *const c_int, ierror: *mut c_int) {
+    run("SCR_COMPLETE_CHECKPOINT", ierror, || {
+        calls::complete_output(int_in("VALID argument", valid)? != 0)
+    });
+}
+export!(complete_checkpoint(valid: *const c_int, ierror: *mut c_int)
+    as scr_complete_checkpoint_, scr_complete_checkpoint__, SCR_COMPLETE_CHECKPOINT);
+
+/// `SCR_START_OUTPUT(NAME, FLAGS, IERROR)`: `FLAGS` a sum of `SCR_FLAG_*`. A blank
+/// `NAME` (Fortran has no NULL) names the dataset after its id, as C's NULL does.
+fn start_output(name: *const c_char, flags: *const c_int, ierror: *mut c_int, name_len: CharLen) {
+    run("SCR_START_OUTPUT", ierror, || {
+        let name = str_in("NAME argument", name, name_len)?;
+        let flags = int_in("FLAGS argument", flags)?;
+        calls::start_output((!name.is_empty()).then_some(name.as_str()), flags)?;
+        Ok(true)
+    });
+}
+export!(start_output(
+    name: *const c_char,
+    flags: *const c_int,
+    ierror: *mut c_int,
+    name_len: CharLen
+) as scr_start_output_, scr_start_output__, SCR_START_OUTPUT);
+
+/// `SCR_COMPLETE_OUTPUT(VALID, IERROR)`: success only when every process wrote its
+/// files (`VALID` 1 everywhere) and the dataset was kept.
+fn complete_output(valid: *const c_int, ierror: *mut c_int) {
+    run("SCR_COMPLETE_OUTPUT", ierror, || {
+        calls::complete_output(int_in("VALID argument", valid)? != 0)
+    });
+}
+export!(complete_output(valid: *const c_int, ierror: *mut c_int)
+    as scr_complete_output_, scr_complete_output__, SCR_COMPLETE_OUTPUT);
+
+// ---- Dataset management ----
+
+/// A call taking one dataset name.
+fn named(
+    call: &str,
+    name: *const c_char,
+    ierror: *mut c_int,
+    name_len: CharLen,
+    f: fn(&str) -> Result<(), String>,
+) {
+    run(call, ierror, || {
+        let name = str_in("NAME argument", name, name_len)?;
+        if name.is_empty() {
+            return Err("the NAME argument is blank; pass the dataset's name".into());
+        }
+        f(&name)?;
+        Ok(true)
+    });
+}
+
+/// `SCR_CURRENT(NAME, IERROR)`: restart from the named checkpoint.
+fn current(name: *const c_char, ierror: *mut c_int, name_len: CharLen) {
+    named("SCR_CURRENT", name, ierror, name_len, calls::current);
+}
+export!(current(name: *const c_char, ierror: *mut c_int, name_len: CharLen)
+    as scr_current_, scr_current__, SCR_CURRENT);
+
+/// `SCR_DROP(NAME, IERROR)`: stop offering the named dataset for restart.
+fn drop_dataset(name: *const c_char, ierror: *mut c_int, name_len: CharLen) {
+    named("SCR_DROP", name, ierror, name_len, calls::drop_dataset);
+}
+export!(drop_dataset(name: *const c_char, ierror: *mut c_int, name_len: CharLen)
+    as scr_drop_, scr_drop__, SCR_DROP);
+
+/// `SCR_DELETE(NAME, IERROR)`: delete the named dataset.
+fn delete(name: *const c_char, ierror: *mut c_int, name_len: CharLen) {
+    named("SCR_DELETE", name, ierror, name_len, calls::delete);
+}
+export!(delete(name: *const c_char, ierror: *mut c_int, name_len: CharLen)
+    as scr_delete_, scr_delete__, SCR_DELETE);
+
+// ---- Environment ----
+
+/// `SCR_GET_VERSION(VERSION, IERROR)`: the library's version, blank-padded.
+fn get_version(version: *mut c_char, ierror: *mut c_int, version_len: CharLen) {
+    run("SCR_GET_VERSION", ierror, || {
+        text_out("version", version, version_len, calls::VERSION.to_bytes())?;
+        Ok(true)
+    });
+}
+export!(get_version(version: *mut c_char, ierror: *mut c_int, version_len: CharLen)
+    as scr_get_version_, scr_get_version__, SCR_GET_VERSION);

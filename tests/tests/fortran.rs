@@ -1,0 +1,377 @@
+//! Fortran applications on libscr: examples/fortran/checkpoint.f90 built with `mpif90`
+//! as a user builds it (`-I<include> -L<lib> -lscr`, `INCLUDE 'scrf.h'`), run under
+//! mpiexec on simulated nodes through a checkpoint, a killed rank, a lost node and a
+//! restart; and SCR's Fortran calling convention (blank-padded strings in and out,
+//! trailing IERROR, too-short output variables) checked from a small Fortran program.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use scr_e2e::{files_below, target_dir, Cluster, JobOutput, TWO_NODES};
+
+/// The workspace's root directory.
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is inside the workspace")
+        .to_path_buf()
+}
+
+/// Where a Fortran program finds `scrf.h` and `libscr`: (include dir, lib dir). The one
+/// place to switch the tests to the install tree.
+fn fortran_build_dirs() -> (PathBuf, PathBuf) {
+    let include = workspace_root().join("capi/include");
+    let lib = target_dir();
+    assert!(
+        lib.join("libscr.so").is_file(),
+        "{} is missing: run `cargo build --workspace` first",
+        lib.join("libscr.so").display()
+    );
+    assert!(
+        include.join("scrf.h").is_file(),
+        "{}/scrf.h is missing",
+        include.display()
+    );
+    (include, lib)
+}
+
+/// Build `source` into `out` with `mpif90 [extra] -o out source -I.. -L.. -Wl,-rpath,.. -lscr`.
+/// A machine without gfortran or OpenMPI's wrappers fails the test: the Fortran
+/// interface is part of what is shipped, so its test must not pass by skipping.
+fn mpif90(source: &Path, out: &Path, extra: &[&str]) {
+    let (include, lib) = fortran_build_dirs();
+    let mut cmd = Command::new("mpif90");
+    cmd.args(extra)
+        .arg("-o")
+        .arg(out)
+        .arg(source)
+        .arg(format!("-I{}", include.display()))
+        .arg(format!("-L{}", lib.display()))
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-lscr")
+        .current_dir(out.parent().expect("output directory"));
+    let setup = "run scripts/setup.sh, which installs gfortran and OpenMPI's Fortran compiler wrapper mpif90";
+    match cmd.output() {
+        Err(e) => panic!("mpif90 could not be started ({e}): {setup}"),
+        Ok(o) if !o.status.success() => panic!(
+            "mpif90 failed to build {} (if it says gfortran is missing: {setup})\n{}{}",
+            source.display(),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Ok(_) => {}
+    }
+}
+
+/// The Fortran example, built into `dir`.
+fn build_example(dir: &Path) -> PathBuf {
+    let exe = dir.join("checkpoint_f90");
+    mpif90(
+        &workspace_root().join("examples/fortran/checkpoint.f90"),
+        &exe,
+        &[],
+    );
+    exe
+}
+
+/// A cluster as the example's runs use it: XOR (so a lost node is rebuilt), a
+/// checkpoint every 5 steps.
+fn cluster() -> Cluster {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR")
+        .set("SCR_CHECKPOINT_INTERVAL", "5");
+    c
+}
+
+/// Run the example on [`TWO_NODES`], checking that it ran as one world of 4 ranks.
+fn run_example(c: &Cluster, exe: &Path, args: &[&str]) -> JobOutput {
+    let out = c.run_path(TWO_NODES, exe, args);
+    let sizes: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ranks "))
+        .collect();
+    assert_eq!(sizes, ["4"], "one `ranks 4` line expected\n{out}");
+    out
+}
+
+/// The checkpoint files (`.../ckpt/rank_*`) in `node`'s cache, by path below it.
+fn cached_checkpoint_files(c: &Cluster, node: &str) -> BTreeMap<String, Vec<u8>> {
+    let base = c.cache_dir(node);
+    files_below(&base)
+        .into_iter()
+        .filter(|p| p.parent().is_some_and(|d| d.ends_with("ckpt")))
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (p.strip_prefix(&base).unwrap().display().to_string(), bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn fortran_example_restarts_after_a_lost_node() {
+    let build = tempfile::tempdir().expect("build directory");
+    let exe = build_example(build.path());
+
+    // an uninterrupted run: the final state every restarted run must reach
+    let fresh = cluster();
+    let reference = run_example(&fresh, &exe, &["--steps", "20"]);
+    assert_eq!(reference.code, 0, "{reference}");
+    assert!(reference.stdout.contains("starting fresh\n"), "{reference}");
+    // SCR_CONFIG's query through the Fortran binding
+    assert!(reference.stdout.contains(", scheme XOR\n"), "{reference}");
+    for n in [5, 10, 15, 20] {
+        assert!(
+            reference.stdout.contains(&format!("checkpoint ckpt.{n}\n")),
+            "{reference}"
+        );
+    }
+    let expected = reference.final_state().to_string();
+    assert!(expected.starts_with("20 state crc32 "), "{reference}");
+
+    // rank 1 dies after step 12: ckpt.10 is the newest checkpoint
+    let c = cluster();
+    let killed = run_example(&c, &exe, &["--steps", "20", "--kill-at", "12"]);
+    assert_ne!(killed.code, 0, "the killed job must fail\n{killed}");
+    assert!(
+        killed.stdout.contains("rank 1 killed after step 12\n"),
+        "{killed}"
+    );
+    assert!(killed.stdout.contains("checkpoint ckpt.10\n"), "{killed}");
+    assert!(killed.line_after("final step ").is_none(), "{killed}");
+
+    // node n1 (ranks 2 and 3) is lost with its cache
+    let lost = cached_checkpoint_files(&c, "n1");
+    let names: Vec<&str> = lost.keys().map(|k| k.rsplit('/').next().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "rank_2.part0",
+            "rank_2.part1",
+            "rank_3.part0",
+            "rank_3.part1"
+        ],
+        "n1 holds ranks 2 and 3's files of ckpt.10 (2 files per rank) before it is lost"
+    );
+    c.lose_node("n1");
+    assert!(!c.cache_dir("n1").exists());
+
+    // the restart rebuilds n1's files from XOR, byte for byte, and reads them
+    let restarted = run_example(&c, &exe, &["--steps", "10"]);
+    assert_eq!(restarted.code, 0, "{restarted}");
+    assert!(
+        restarted
+            .stdout
+            .contains("restarted from ckpt.10 at step 10\n"),
+        "{restarted}"
+    );
+    assert_eq!(
+        cached_checkpoint_files(&c, "n1"),
+        lost,
+        "the files rebuilt in n1's cache differ from those lost"
+    );
+
+    // and the run continues from it to the uninterrupted run's final state
+    let finished = run_example(&c, &exe, &["--steps", "20"]);
+    assert_eq!(finished.code, 0, "{finished}");
+    assert!(
+        finished
+            .stdout
+            .contains("restarted from ckpt.10 at step 10\n"),
+        "{finished}"
+    );
+    assert_eq!(finished.final_state(), expected, "{finished}");
+}
+
+/// A Fortran program exercising the calling convention: strings in (blank-trimmed) and
+/// out (blank-padded), too-short output variables, the trailing IERROR.
+const PROBE: &str = r#"
+program probe
+  use mpi
+  implicit none
+  include 'scrf.h'
+  integer :: ierr, flag, u, ios
+  character(len=40) :: v40, name, longname
+  character(len=3) :: v3
+  character(len=8) :: v8
+  character(len=SCR_MAX_FILENAME) :: path
+
+  call MPI_INIT(ierr)
+  v40 = 'stale'
+  call SCR_CONFIG('SCR_COPY_TYPE=PARTNER', v40, ierr)
+  print '(a,i0,3a)', 'set ', ierr, ' [', v40, ']'
+  longname = 'SCR_COPY_TYPE'
+  call SCR_CONFIG(longname, v40, ierr)
+  print '(a,i0,3a)', 'query ', ierr, ' [', v40, ']'
+  v3 = 'abc'
+  call SCR_CONFIG('SCR_COPY_TYPE', v3, ierr)
+  print '(a,i0,3a)', 'short ', ierr, ' [', v3, ']'
+  v40 = 'stale'
+  call SCR_CONFIG('SCR_JOB_NAME', v40, ierr)
+  print '(a,i0,3a)', 'none ', ierr, ' [', v40, ']'
+  v40 = 'stale'
+  call SCR_CONFIG('SCR_NO_SUCH_KEY', v40, ierr)
+  print '(a,i0,3a)', 'unknown ', ierr, ' [', v40, ']'
+  call SCR_GET_VERSION(v40, ierr)
+  print '(a,i0,3a)', 'version ', ierr, ' [', v40, ']'
+  v8 = 'stale'
+  call SCR_GET_VERSION(v8, ierr)
+  print '(a,i0,3a)', 'version8 ', ierr, ' [', v8, ']'
+
+  call SCR_INIT(ierr)
+  print '(a,i0)', 'init ', ierr
+  call SCR_CONFIG('SCR_CACHE_SIZE=3', v40, ierr)
+  print '(a,i0)', 'late set ', ierr
+  longname = 'data/in.dat'
+  call SCR_ROUTE_FILE(longname, v40, ierr)
+  print '(a,i0,3a)', 'route ', ierr, ' [', v40, ']'
+  v8 = 'stale'
+  call SCR_ROUTE_FILE(longname, v8, ierr)
+  print '(a,i0,3a)', 'route8 ', ierr, ' [', v8, ']'
+  name = 'stale'
+  flag = 7
+  call SCR_HAVE_RESTART(flag, name, ierr)
+  print '(a,i0,a,i0,3a)', 'have ', ierr, ' ', flag, ' [', name, ']'
+
+  call SCR_START_OUTPUT(' ', SCR_FLAG_CHECKPOINT, ierr)
+  print '(a,i0)', 'start ', ierr
+  call SCR_ROUTE_FILE('state.dat', path, ierr)
+  print '(a,i0,a,l1,a,l1)', 'routed ', ierr, ' absolute ', path(1:1) == '/', &
+    ' ends ', path(len_trim(path) - 9:len_trim(path)) == '/state.dat'
+  open (newunit=u, file=trim(path), status='replace', action='write', iostat=ios)
+  write (u, '(a)', iostat=ios) 'state'
+  close (u)
+  call SCR_COMPLETE_OUTPUT(1, ierr)
+  print '(a,i0)', 'complete ', ierr
+  call SCR_FINALIZE(ierr)
+  print '(a,i0)', 'finalize ', ierr
+  call MPI_FINALIZE(ierr)
+end program probe
+"#;
+
+/// `[text]` blank-padded to `len`.
+fn padded(text: &str, len: usize) -> String {
+    format!("[{text:<len$}]")
+}
+
+#[test]
+fn fortran_calling_convention() {
+    let build = tempfile::tempdir().expect("build directory");
+    let source = build.path().join("probe.f90");
+    std::fs::write(&source, PROBE).expect("probe source");
+    let version = format!("scr-rs {} (SCR API v3.1.0)", env!("CARGO_PKG_VERSION"));
+    let expected = [
+        format!("set 0 {}", padded("", 40)),
+        format!("query 0 {}", padded("PARTNER", 40)),
+        format!("short 1 {}", padded("", 3)),
+        format!("none 0 {}", padded("", 40)),
+        format!("unknown 1 {}", padded("", 40)),
+        format!("version 0 {}", padded(&version, 40)),
+        format!("version8 1 {}", padded("", 8)),
+        "init 0".into(),
+        "late set 1".into(),
+        format!("route 0 {}", padded("data/in.dat", 40)),
+        format!("route8 1 {}", padded("", 8)),
+        format!("have 0 0 {}", padded("", 40)),
+        "start 0".into(),
+        "routed 0 absolute T ends T".into(),
+        "complete 0".into(),
+        "finalize 0".into(),
+    ]
+    .map(|l| l + "\n")
+    .concat();
+
+    // gfortran's default names (scr_config_) and the -fsecond-underscore ones
+    // (scr_config__), which libscr exports too
+    for (exe, flags) in [("probe", &[][..]), ("probe2", &["-fsecond-underscore"][..])] {
+        let exe = build.path().join(exe);
+        mpif90(&source, &exe, flags);
+        let mut c = Cluster::new();
+        // the scheme comes from SCR_CONFIG alone
+        c.env.remove("SCR_COPY_TYPE");
+        let out = c.run_path(&["n0"], &exe, &[]);
+        assert_eq!(out.code, 0, "{flags:?}\n{out}");
+        assert_eq!(out.stdout, expected, "{flags:?}\n{out}");
+        for message in [
+            "scr-rs[rank 0] SCR_CONFIG: the value `PARTNER` is 7 characters, but the CHARACTER variable passed holds 3; declare it CHARACTER(LEN=7) or longer".to_string(),
+            "scr-rs[rank 0] SCR_CONFIG: \"SCR_NO_SUCH_KEY\": unknown key".into(),
+            format!("scr-rs[rank 0] SCR_GET_VERSION: the version `{version}` is {} characters, but the CHARACTER variable passed holds 8; declare it CHARACTER(LEN={})", version.len(), version.len()),
+            "scr-rs[rank 0] SCR_CONFIG: \"SCR_CACHE_SIZE=3\": values can only be set before SCR_Init".into(),
+            "scr-rs[rank 0] SCR_ROUTE_FILE: the routed path `data/in.dat` is 11 characters, but the CHARACTER variable passed holds 8; declare it CHARACTER(LEN=11) or longer".into(),
+        ] {
+            assert!(out.stderr.contains(&message), "{flags:?}: missing `{message}`\n{out}");
+        }
+        assert_eq!(
+            out.stderr.matches("scr-rs[rank 0] ").count(),
+            5,
+            "only the five failures above are reported\n{out}"
+        );
+    }
+
+    // compilers naming procedures in upper case find them too
+    let nm = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(fortran_build_dirs().1.join("libscr.so"))
+        .output()
+        .expect("nm (binutils) runs");
+    let symbols = String::from_utf8_lossy(&nm.stdout);
+    for name in [
+        "SCR_INIT",
+        "SCR_CONFIG",
+        "SCR_ROUTE_FILE",
+        "scr_route_file_",
+        "scr_route_file__",
+    ] {
+        assert!(
+            symbols.lines().any(|l| l.ends_with(&format!(" T {name}"))),
+            "libscr.so does not export {name}"
+        );
+    }
+}
+
+/// `scrf.h` in a fixed-form (FORTRAN 77 layout) and a free-form source, with SCR's
+/// constant values.
+#[test]
+fn scrf_h_in_fixed_and_free_form() {
+    let build = tempfile::tempdir().expect("build directory");
+    let fixed = "      PROGRAM FIXED
+      INCLUDE 'scrf.h'
+      INTEGER IERROR
+      CHARACTER(LEN=8) V
+      CALL SCR_GET_VERSION(V, IERROR)
+      PRINT '(6(I0,1X),A,1X,I0)', SCR_SUCCESS, SCR_FAILURE,
+     &  SCR_MAX_FILENAME, SCR_FLAG_NONE, SCR_FLAG_CHECKPOINT,
+     &  SCR_FLAG_OUTPUT, SCR_VERSION, IERROR
+      END
+";
+    let free = "program free
+  implicit none
+  include 'scrf.h'
+  character(len=64) :: v
+  integer :: ierror
+  call SCR_GET_VERSION(v, ierror)
+  print '(6(i0,1x),a,1x,i0)', SCR_SUCCESS, SCR_FAILURE, SCR_MAX_FILENAME, &
+    SCR_FLAG_NONE, SCR_FLAG_CHECKPOINT, SCR_FLAG_OUTPUT, SCR_VERSION, ierror
+end program free
+";
+    // the fixed-form program's 8-character variable is too short for the version:
+    // IERROR is SCR_FAILURE there
+    for (file, text, flags, expected) in [
+        (
+            "fixed.f",
+            fixed,
+            "-ffixed-form",
+            "0 1 1024 0 1 2 v3.1.0 1\n",
+        ),
+        ("free.f90", free, "-ffree-form", "0 1 1024 0 1 2 v3.1.0 0\n"),
+    ] {
+        let source = build.path().join(file);
+        std::fs::write(&source, text).expect("source");
+        let exe = build.path().join(file.replace('.', "_"));
+        mpif90(&source, &exe, &[flags, "-std=f2008", "-Werror", "-Wall"]);
+        let out = Command::new(&exe).output().expect("the program runs");
+        assert!(out.status.success(), "{file}: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), expected, "{file}");
+    }
+}
