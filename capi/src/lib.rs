@@ -6,9 +6,10 @@
 //! - [`calls`]: each API call on Rust types (bytes in, bytes out), with the library's
 //!   state (values set before init, the runtime after it). Safe code; the Fortran
 //!   bindings and the C functions both call it.
-//! - `ffi`: the `extern "C"` functions of `scr.h`. All `unsafe` of the crate is there
-//!   (reading C strings, writing caller buffers), each block with its reason. No panic
-//!   crosses into C: each call runs under `catch_unwind`.
+//! - `ffi`: the `extern "C"` functions of `scr.h`; [`fortran`]: the Fortran bindings
+//!   (`scrf.h`). All `unsafe` of the crate is in these two FFI modules (reading C and
+//!   Fortran strings, writing caller buffers), each block with its reason. No panic
+//!   crosses into C or Fortran: each call runs under `catch_unwind`.
 //!
 //! SCR 3.x semantics kept: MPI is initialised by the application before `SCR_Init` and
 //! `MPI_COMM_WORLD` is implied; the fetch from the prefix happens in the first
