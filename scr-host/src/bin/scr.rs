@@ -690,6 +690,9 @@ fn report_errors(errors: &ConfigErrors) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    if let Some(dir) = scr_host::man::requested() {
+        return scr_host::man::write_pages(<Cli as clap::CommandFactory>::command(), &dir);
+    }
     let cli = Cli::parse();
     match &cli.command {
         Command::Config(ConfigCommand::Check { files }) => {
