@@ -1,21 +1,56 @@
 #!/usr/bin/env bash
-# Install what building and testing scr-rs needs on Debian 12 (run as root): a C
-# toolchain, OpenMPI (the tests run MPI jobs; rsmpi's bindings need its headers) and
-# libclang for rsmpi's bindgen. Each package is checked with `dpkg -s`: a file glob such
-# as libclang* also matches libclang-cpp, which bindgen cannot load. Does nothing when
-# everything is already installed.
+# Install what building and testing scr-rs needs on Debian 12 (run as root). Each package
+# is checked with `dpkg -s`, not a file glob: libclang* also matches libclang-cpp, which
+# rsmpi's bindgen cannot load. Does nothing when everything is already installed.
+#
+# What each build step needs:
+#   gcc libc6-dev        cargo's linker, the C example and the C tests
+#   openmpi-bin          mpiexec, mpicc (the tests run MPI jobs)
+#   libopenmpi-dev       the MPI headers rsmpi's bindings are generated from
+#   libclang-dev         libclang itself, for rsmpi's bindgen
+#   g++                  the C++ example (mpicxx)
+#   gfortran             mpif90: the Fortran interface and example
+#   pkg-config           building the examples as a user would: $(pkg-config --cflags --libs scr)
+#   python3 python3-mpi4py   the Python module and its test
+#
+# After installing, the commands the tests run are checked (mpicc, mpicxx, mpif90 compile
+# and python3 imports mpi4py), so a wrapper whose compiler is missing is reported here.
 set -euo pipefail
+packages=(gcc libc6-dev openmpi-bin libopenmpi-dev libclang-dev g++ gfortran pkg-config python3 python3-mpi4py)
 need=()
-for pkg in gcc libc6-dev openmpi-bin libopenmpi-dev libclang-dev; do
+for pkg in "${packages[@]}"; do
     dpkg -s "$pkg" 2>/dev/null | grep -q '^Status: install ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
-        echo "scripts/setup.sh: missing Debian packages: ${need[*]}; install them as root (apt-get install ${need[*]})" >&2
+        echo "scripts/setup.sh: missing Debian packages: ${need[*]}; install them as root (apt-get install ${need[*]})," >&2
+        echo "  or see README.md \"Installing\" for what to install without root or on other distributions" >&2
         exit 1
     fi
     echo "installing: ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# Check that the tools work, not only that their packages are installed.
+failed=()
+check() {
+    local what=$1
+    shift
+    "$@" >/dev/null 2>&1 || failed+=("$what (\`$*\` failed)")
+}
+check "mpicc" mpicc --version
+check "mpicxx" mpicxx --version
+check "mpif90" mpif90 --version
+check "pkg-config" pkg-config --version
+# Debian's python3-mpi4py is for the system interpreter; a python3 earlier on PATH (pyenv,
+# a virtual environment) needs its own mpi4py (pip install mpi4py), which is only a warning.
+check "mpi4py" /usr/bin/python3 -c 'import mpi4py'
+if [ "$(command -v python3)" != /usr/bin/python3 ] && ! python3 -c 'import mpi4py' >/dev/null 2>&1; then
+    echo "scripts/setup.sh: warning: $(command -v python3) (first python3 on PATH) cannot import mpi4py; /usr/bin/python3 can. Use /usr/bin/python3 or run \`python3 -m pip install mpi4py\`" >&2
+fi
+if [ ${#failed[@]} -gt 0 ]; then
+    printf 'scripts/setup.sh: installed but not working: %s\n' "${failed[@]}" >&2
+    exit 1
 fi

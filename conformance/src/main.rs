@@ -122,6 +122,9 @@ impl Report {
 }
 
 fn main() -> ExitCode {
+    if let Some(dir) = scr_host::man::requested() {
+        return scr_host::man::write_pages(<Args as clap::CommandFactory>::command(), &dir);
+    }
     let args = Args::parse();
     if let Some(state) = &args.resume_child {
         // a plain process, not an MPI one: the transfer cases need no communicator

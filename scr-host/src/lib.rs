@@ -6,6 +6,7 @@ pub mod events;
 pub mod explain;
 pub mod hostlist;
 pub mod launch;
+pub mod man;
 pub mod registry;
 pub mod runtime;
 pub mod scavenge;

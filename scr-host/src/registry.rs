@@ -58,6 +58,10 @@ impl fmt::Display for Origin {
 pub struct SearchPath {
     /// The built-in directory, if shipped plugins are enabled and one was found.
     pub builtin: Option<PathBuf>,
+    /// Every place the built-in directory was looked for ([`builtin_plugin_candidates`];
+    /// empty when shipped plugins are switched off), named in the error when no plugin
+    /// provides a name.
+    pub builtin_candidates: Vec<PathBuf>,
     /// Site plugin directories from the system configuration.
     pub site_directories: Vec<PathBuf>,
     /// Individual library files.
@@ -66,28 +70,92 @@ pub struct SearchPath {
     pub user_directories: Vec<PathBuf>,
 }
 
-/// The directory holding the shipped plugins, first of: the install directory fixed at
-/// build time (`SCR_PLUGIN_INSTALL_DIR`), `../lib/scr/plugins` beside the running `scr`
-/// binary (an install tree), and the build's own target directory (development). `None`
-/// when none of them holds a shipped plugin.
-pub fn builtin_plugin_dir() -> Option<PathBuf> {
+/// Setting this environment variable (to anything) drops the build directory a
+/// development build records (`SCR_BUILD_PLUGIN_DIR`) from [`builtin_plugin_candidates`],
+/// so that an install tree made from a development build can be tested as a user would
+/// see it: found through its own `lib/scr/plugins`, or not at all.
+pub const SKIP_BUILD_DIR_VAR: &str = "SCR_PLUGIN_SKIP_BUILD_DIR";
+
+/// The places the shipped plugins are looked for, in order:
+///
+/// 1. the install directory fixed at build time (`SCR_PLUGIN_INSTALL_DIR`; an application
+///    statically linked with `libscr.a` has nothing else to go by);
+/// 2. beside the loaded object holding this code: `<dir>/scr/plugins` when that is a
+///    shared library (`<prefix>/lib/libscr.so` → `<prefix>/lib/scr/plugins`), so a program
+///    built anywhere against an install tree finds them;
+/// 3. `../lib/scr/plugins` beside the running executable (`<prefix>/bin/scr`);
+/// 4. the build's own target directory (development), unless [`SKIP_BUILD_DIR_VAR`] is set.
+pub fn builtin_plugin_candidates() -> Vec<PathBuf> {
     let mut candidates: Vec<PathBuf> = Vec::new();
     if let Some(d) = option_env!("SCR_PLUGIN_INSTALL_DIR") {
         candidates.push(PathBuf::from(d));
     }
-    if let Some(bin) = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_path_buf))
-    {
-        candidates.push(bin.join("../lib/scr/plugins"));
+    let exe = std::env::current_exe().ok();
+    if let Some(object) = loaded_object::path_of_this_code() {
+        let object = object.canonicalize().unwrap_or(object);
+        // the executable itself is covered by the next candidate
+        if exe.as_deref() != Some(object.as_path()) {
+            if let Some(dir) = object.parent() {
+                candidates.push(dir.join("scr/plugins"));
+            }
+        }
     }
-    if let Some(d) = option_env!("SCR_BUILD_PLUGIN_DIR") {
-        candidates.push(PathBuf::from(d));
+    if let Some(prefix) = exe.as_deref().and_then(Path::parent).and_then(Path::parent) {
+        candidates.push(prefix.join("lib/scr/plugins"));
     }
-    candidates
+    if std::env::var_os(SKIP_BUILD_DIR_VAR).is_none() {
+        if let Some(d) = option_env!("SCR_BUILD_PLUGIN_DIR") {
+            candidates.push(PathBuf::from(d));
+        }
+    }
+    let mut unique: Vec<PathBuf> = Vec::new();
+    for c in candidates {
+        if !unique.contains(&c) {
+            unique.push(c);
+        }
+    }
+    unique
+}
+
+/// The directory holding the shipped plugins: the first of
+/// [`builtin_plugin_candidates`] holding one of them. `None` when none does.
+pub fn builtin_plugin_dir() -> Option<PathBuf> {
+    builtin_plugin_candidates()
         .into_iter()
         .find(|d| SHIPPED_PLUGINS.iter().any(|(f, _)| d.join(f).is_file()))
         .map(|d| d.canonicalize().unwrap_or(d))
+}
+
+/// Which file the code of this crate was loaded from: `libscr.so` when it is linked into
+/// the C library, else the executable.
+mod loaded_object {
+    #![allow(unsafe_code)]
+
+    use std::ffi::{CStr, OsStr};
+    use std::os::unix::ffi::OsStrExt as _;
+    use std::path::PathBuf;
+
+    /// The path of the loaded object (shared library or executable) containing this
+    /// function, as the dynamic loader recorded it. `None` when the loader does not know
+    /// or recorded a relative name (glibc gives `argv[0]` for the executable, which may be
+    /// relative to a directory we are no longer in).
+    pub(super) fn path_of_this_code() -> Option<PathBuf> {
+        let address = path_of_this_code as fn() -> Option<PathBuf> as *const libc::c_void;
+        // SAFETY: Dl_info is plain pointers and integers, for which all-zero is valid.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr only reads the loader's tables for `address` (a function of this
+        // object, so mapped) and writes into `info`, which lives for the whole call.
+        let found = unsafe { libc::dladdr(address, &mut info) };
+        if found == 0 || info.dli_fname.is_null() {
+            return None;
+        }
+        // SAFETY: dladdr succeeded, so dli_fname points to the loader's NUL-terminated
+        // name of the object, which stays valid while the object is loaded; it holds this
+        // code, so it is loaded now. The bytes are copied before returning.
+        let name = unsafe { CStr::from_ptr(info.dli_fname) };
+        let path = PathBuf::from(OsStr::from_bytes(name.to_bytes()));
+        path.is_absolute().then_some(path)
+    }
 }
 
 /// A library that loaded and passed every check.
@@ -162,7 +230,7 @@ impl fmt::Display for Kind {
 #[non_exhaustive]
 pub enum RegistryError {
     /// No loaded library provides the name.
-    #[error("unknown {kind} \"{name}\": no loaded plugin provides it (known: {known})")]
+    #[error("unknown {kind} \"{name}\": no loaded plugin provides it (known: {known}{looked})")]
     Unknown {
         /// Scheme or transfer.
         kind: Kind,
@@ -170,6 +238,9 @@ pub enum RegistryError {
         name: String,
         /// Comma-separated names that do exist.
         known: String,
+        /// When nothing is known: where plugins were looked for (`; looked in: ...`),
+        /// so that a program that found no plugin says where to put them. Else empty.
+        looked: String,
     },
     /// Two or more libraries provide the name.
     #[error("{kind} \"{name}\" is provided by more than one library: {}; remove all but one (or set `builtin = false` under [plugins] to drop the shipped ones)", .files.join(" and "))]
@@ -200,12 +271,23 @@ pub struct Registry {
     refused: Vec<Refusal>,
     /// lower-case name -> (display name, indexes of providing libraries)
     names: BTreeMap<(Kind, String), (String, Vec<usize>)>,
+    /// Every place `load` looked for plugins, in order.
+    looked: Vec<PathBuf>,
 }
 
 impl Registry {
     /// Load every library on the search path. Problems are collected, never fatal.
     pub fn load(search: &SearchPath) -> Registry {
-        let mut reg = Registry::default();
+        let mut reg = Registry {
+            looked: match &search.builtin {
+                Some(dir) => vec![dir.clone()],
+                None => search.builtin_candidates.clone(),
+            },
+            ..Registry::default()
+        };
+        reg.looked.extend(search.site_directories.iter().cloned());
+        reg.looked.extend(search.files.iter().cloned());
+        reg.looked.extend(search.user_directories.iter().cloned());
         if let Some(dir) = &search.builtin {
             for (file, name) in SHIPPED_PLUGINS {
                 let path = dir.join(file);
@@ -316,6 +398,13 @@ impl Registry {
         &self.refused
     }
 
+    /// Every place [`Registry::load`] looked for plugins, in order: the built-in
+    /// directory (or, when none was found, every candidate for it), then the site
+    /// directories, named files and user directories.
+    pub fn looked(&self) -> &[PathBuf] {
+        &self.looked
+    }
+
     /// Names provided by more than one library: one line each.
     pub fn duplicates(&self) -> Vec<RegistryError> {
         self.names
@@ -359,6 +448,18 @@ impl Registry {
                         "none".into()
                     } else {
                         known.join(", ")
+                    },
+                    looked: match (known.is_empty(), self.looked.is_empty()) {
+                        (false, _) => String::new(),
+                        (true, true) => "; no plugin directory was searched".into(),
+                        (true, false) => format!(
+                            "; looked in: {}",
+                            self.looked
+                                .iter()
+                                .map(|p| p.display().to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
                     },
                 })
             }

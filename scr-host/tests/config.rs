@@ -765,7 +765,8 @@ mod explain {
         assert_eq!(lines[2], format!("  scheme:  RS ({file}:3)"));
         assert_eq!(
             *lines.last().unwrap(),
-            "  plugin:  unknown scheme \"RS\": no loaded plugin provides it (known: none)"
+            "  plugin:  unknown scheme \"RS\": no loaded plugin provides it \
+             (known: none; no plugin directory was searched)"
         );
         let text = explain_checkpoint(&c, &Registry::default(), 6);
         assert!(text.contains("param:   set_size = 8 (default)"), "{text}");

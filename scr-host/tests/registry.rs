@@ -513,3 +513,61 @@ fn own_group_is_private() -> bool {
         })
     })
 }
+
+/// A program that finds no plugin says every place it looked, in search order, so the
+/// user knows where to put them; once anything is known the message stays short.
+#[test]
+fn when_no_plugin_is_found_the_error_lists_every_place_looked() {
+    let empty = tempfile::tempdir().unwrap();
+    let candidates = vec![
+        empty.path().join("install/lib/scr/plugins"),
+        empty.path().join("lib/scr/plugins"),
+    ];
+    let site = empty.path().join("site");
+    let r = Registry::load(&SearchPath {
+        builtin: None,
+        builtin_candidates: candidates.clone(),
+        site_directories: vec![site.clone()],
+        ..SearchPath::default()
+    });
+    assert_eq!(
+        r.looked(),
+        [candidates[0].clone(), candidates[1].clone(), site.clone()]
+    );
+    let e = r.provider(Kind::Scheme, "XOR").unwrap_err().to_string();
+    assert_eq!(
+        e,
+        format!(
+            "unknown scheme \"XOR\": no loaded plugin provides it (known: none; looked in: {}, {}, {})",
+            candidates[0].display(),
+            candidates[1].display(),
+            site.display()
+        )
+    );
+    // a found built-in directory stands for the candidates
+    let dir = scr_host::registry::builtin_plugin_dir().expect("built-in plugin dir");
+    let r = Registry::load(&SearchPath {
+        builtin: Some(dir.clone()),
+        builtin_candidates: candidates,
+        ..SearchPath::default()
+    });
+    assert_eq!(r.looked(), [dir]);
+    assert_eq!(
+        r.provider(Kind::Scheme, "MIRROR").unwrap_err().to_string(),
+        "unknown scheme \"MIRROR\": no loaded plugin provides it (known: PARTNER, RS, SINGLE, XOR)"
+    );
+}
+
+/// The executable running the tests is the object holding scr-host's code, so its
+/// `../lib/scr/plugins` is a candidate, and the development build directory comes last.
+#[test]
+fn builtin_candidates_include_the_executables_lib_dir_and_end_with_the_build_dir() {
+    let candidates = scr_host::registry::builtin_plugin_candidates();
+    let exe = std::env::current_exe().unwrap();
+    let prefix = exe.parent().unwrap().parent().unwrap();
+    assert!(
+        candidates.contains(&prefix.join("lib/scr/plugins")),
+        "{candidates:?}"
+    );
+    assert_eq!(candidates.last(), Some(&target_dir()), "{candidates:?}");
+}

@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod install;
+pub use install::install_tree;
+
 /// `target/<profile>`, where the workspace's binaries are built.
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");

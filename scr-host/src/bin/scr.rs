@@ -704,6 +704,9 @@ fn report_errors(errors: &ConfigErrors) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    if let Some(dir) = scr_host::man::requested() {
+        return scr_host::man::write_pages(<Cli as clap::CommandFactory>::command(), &dir);
+    }
     let cli = Cli::parse();
     match &cli.command {
         Command::Config(ConfigCommand::Check { files }) => {
@@ -803,11 +806,18 @@ fn main() -> ExitCode {
             let registry = Registry::load(&config.search_path());
             print!("{}", show::plugin_table(&config, &registry));
             if registry.libraries().is_empty() && registry.refused().is_empty() {
+                let looked: Vec<String> = registry
+                    .looked()
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect();
                 eprintln!(
-                    "no plugin libraries found (built-in directory: {})",
-                    scr_host::registry::builtin_plugin_dir()
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_else(|| "none found".into())
+                    "no plugin libraries found; looked in: {}",
+                    if looked.is_empty() {
+                        "nothing (shipped plugins are switched off and no plugin directory is configured)".to_string()
+                    } else {
+                        looked.join(", ")
+                    }
                 );
             }
             ExitCode::SUCCESS

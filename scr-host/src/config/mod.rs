@@ -387,6 +387,7 @@ impl Loader {
             "SCR_SYSTEM_CONFIG_DEFAULT",
             "SCR_FAULT",
             "SCR_FIXTURE_LIE",
+            crate::registry::SKIP_BUILD_DIR_VAR,
         ];
         let known: Vec<String> = keys::KEYS.iter().map(|k| k.env_var()).collect();
         self.env
@@ -1024,6 +1025,11 @@ impl Config {
                 crate::registry::builtin_plugin_dir()
             } else {
                 None
+            },
+            builtin_candidates: if self.plugins.builtin.0 {
+                crate::registry::builtin_plugin_candidates()
+            } else {
+                Vec::new()
             },
             site_directories: self
                 .plugins
