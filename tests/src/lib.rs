@@ -30,22 +30,25 @@ pub fn binary(name: &str) -> PathBuf {
     p
 }
 
-/// The compiler and linker flags that build an application against this build's
-/// libscr: `-I` for scr.h, `-L`, an rpath and `-lscr`.
+/// The compiler and linker flags that build an application against libscr as a user
+/// does: `pkg-config --cflags --libs scr` of this build's install tree
+/// ([`install::install_tree`]), so the tests use the installed headers, library and
+/// pkg-config file (whose rpath lets the program find libscr.so).
 pub fn scr_build_flags() -> Vec<String> {
-    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../capi/include");
-    let lib = target_dir();
+    let prefix = install::install_tree();
+    let out = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "scr"])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+        .output()
+        .unwrap_or_else(|e| panic!("pkg-config cannot run ({e}): run scripts/setup.sh"));
     assert!(
-        lib.join("libscr.so").is_file(),
-        "{} is missing: run `cargo build --workspace` first",
-        lib.join("libscr.so").display()
+        out.status.success(),
+        "pkg-config --cflags --libs scr: {out:?}"
     );
-    vec![
-        format!("-I{}", include.display()),
-        format!("-L{}", lib.display()),
-        format!("-Wl,-rpath,{}", lib.display()),
-        "-lscr".into(),
-    ]
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
 }
 
 /// What a finished job printed.
@@ -169,6 +172,15 @@ impl Cluster {
             .collect()
     }
 
+    /// A cluster for programs built against the install tree: the development build's
+    /// plugin directory is not searched (`SCR_PLUGIN_SKIP_BUILD_DIR`), so the installed
+    /// libscr must find the installed plugins by itself, as on a user's machine.
+    pub fn for_installed() -> Cluster {
+        let mut c = Cluster::new();
+        c.set("SCR_PLUGIN_SKIP_BUILD_DIR", "1");
+        c
+    }
+
     /// Set an environment variable for every later job.
     pub fn set(&mut self, key: &str, value: &str) -> &mut Self {
         self.env.insert(key.into(), value.into());
@@ -271,7 +283,11 @@ impl Cluster {
             .env("SCR_JOB_ID", "e2e")
             .env("SCR_NODE_NAMES", nodes.join(","))
             .env("SCR_SYSTEM_CONFIG", "/dev/null")
-            .env_remove("SCR_CONF_FILE");
+            .env_remove("SCR_CONF_FILE")
+            // cargo's test runner points LD_LIBRARY_PATH at target/<profile>, which would
+            // load the build's libscr.so instead of the installed one a program's rpath
+            // names (RUNPATH ranks below LD_LIBRARY_PATH)
+            .env_remove("LD_LIBRARY_PATH");
         for (k, v) in &self.env {
             cmd.env(k, v);
         }

@@ -113,14 +113,14 @@ fn the_c_example_restarts_byte_exact_after_a_node_is_lost() {
     );
     let args = ["--steps", "30", "--files", "3", "--output-every", "10"];
 
-    let mut reference = Cluster::new();
+    let mut reference = Cluster::for_installed();
     reference.set("SCR_CHECKPOINT_INTERVAL", "5");
     let fresh = reference.run_path(TWO_NODES, &exe, &args);
     assert_eq!(fresh.code, 0, "{fresh}");
     assert_world(&fresh, 4);
     assert!(fresh.stdout.contains("starting fresh"), "{fresh}");
 
-    let mut c = Cluster::new();
+    let mut c = Cluster::for_installed();
     c.set("SCR_COPY_TYPE", "XOR")
         .set("SCR_CHECKPOINT_INTERVAL", "5");
     let mut killed_args = args.to_vec();
@@ -174,6 +174,60 @@ fn the_c_example_restarts_byte_exact_after_a_node_is_lost() {
 }
 
 #[test]
+fn an_application_linked_with_the_static_libscr_restarts_too() {
+    let prefix = scr_e2e::install_tree();
+    let work = tempfile::tempdir().unwrap();
+    let exe = work.path().join("checkpoint-static");
+    // libscr.a itself, then what `pkg-config --static` says it needs
+    let private = Command::new("pkg-config")
+        .args(["--static", "--libs-only-l", "scr"])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+        .output()
+        .unwrap();
+    assert!(private.status.success(), "{private:?}");
+    let libs: Vec<String> = String::from_utf8_lossy(&private.stdout)
+        .split_whitespace()
+        .filter(|l| *l != "-lscr")
+        .map(str::to_string)
+        .collect();
+    let out = Command::new("mpicc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(repo().join("examples/c/checkpoint.c"))
+        .arg(format!("-I{}", prefix.join("include").display()))
+        .arg(prefix.join("lib/libscr.a"))
+        .args(&libs)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dynamic = Command::new("ldd").arg(&exe).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&dynamic.stdout).contains("libscr"),
+        "linked statically: {}",
+        String::from_utf8_lossy(&dynamic.stdout)
+    );
+    // (a static program finds the plugins through the directory its build baked in:
+    // here the development build's)
+    let mut c = Cluster::new();
+    c.set("SCR_CHECKPOINT_INTERVAL", "3")
+        .set("SCR_COPY_TYPE", "PARTNER");
+    let first = c.run_path(TWO_NODES, &exe, &["--steps", "7", "--kill-at", "7"]);
+    assert!(first.stdout.contains("checkpoint ckpt.6"), "{first}");
+    c.lose_node("n0");
+    let second = c.run_path(TWO_NODES, &exe, &["--steps", "9"]);
+    assert_eq!(second.code, 0, "{second}");
+    assert_world(&second, 4);
+    assert!(
+        second.stdout.contains("restarted from ckpt.6 at step 6"),
+        "{second}"
+    );
+}
+
+#[test]
 fn the_cxx_example_restarts_after_a_node_is_lost() {
     let work = tempfile::tempdir().unwrap();
     let exe = build(
@@ -182,12 +236,12 @@ fn the_cxx_example_restarts_after_a_node_is_lost() {
         work.path(),
     );
 
-    let reference = Cluster::new();
+    let reference = Cluster::for_installed();
     let fresh = reference.run_path(TWO_NODES, &exe, &["--steps", "12"]);
     assert_eq!(fresh.code, 0, "{fresh}");
     assert_world(&fresh, 4);
 
-    let mut c = Cluster::new();
+    let mut c = Cluster::for_installed();
     c.set("SCR_COPY_TYPE", "PARTNER")
         .set("SCR_CHECKPOINT_INTERVAL", "4");
     let first = c.run_path(TWO_NODES, &exe, &["--steps", "12", "--kill-at", "9"]);
@@ -210,7 +264,7 @@ fn the_cxx_example_restarts_after_a_node_is_lost() {
 fn config_sets_queries_and_unsets_values_and_descriptors() {
     let work = tempfile::tempdir().unwrap();
     let exe = semantics(work.path());
-    let c = Cluster::new();
+    let c = Cluster::for_installed();
     let out = c.run_path(TWO_NODES, &exe, &["config"]);
     assert_all_ok(&out, 4);
     for r in 0..4 {
@@ -273,7 +327,7 @@ fn config_sets_queries_and_unsets_values_and_descriptors() {
 fn route_file_outside_during_output_and_during_restart() {
     let work = tempfile::tempdir().unwrap();
     let exe = semantics(work.path());
-    let c = Cluster::new();
+    let c = Cluster::for_installed();
     let out = c.run_path(TWO_NODES, &exe, &["route"]);
     assert_all_ok(&out, 4);
     for (r, node) in TWO_NODES.iter().enumerate() {
@@ -314,7 +368,7 @@ fn route_file_outside_during_output_and_during_restart() {
 fn need_checkpoint_interval_and_the_legacy_checkpoint_calls() {
     let work = tempfile::tempdir().unwrap();
     let exe = semantics(work.path());
-    let c = Cluster::new();
+    let c = Cluster::for_installed();
     let out = c.run_path(TWO_NODES, &exe, &["legacy"]);
     assert_all_ok(&out, 4);
     for r in 0..4 {
@@ -332,7 +386,7 @@ fn need_checkpoint_interval_and_the_legacy_checkpoint_calls() {
 fn exiting_without_finalize_is_reported_and_ends_cleanly() {
     let work = tempfile::tempdir().unwrap();
     let exe = semantics(work.path());
-    let c = Cluster::new();
+    let c = Cluster::for_installed();
     let out = c.run_path(&["n0", "n1"], &exe, &["no-finalize"]);
     assert_all_ok(&out, 2);
     for r in 0..2 {
@@ -364,7 +418,7 @@ fn init_before_mpi_init_fails_saying_why() {
 fn version_and_should_exit() {
     let work = tempfile::tempdir().unwrap();
     let exe = semantics(work.path());
-    let c = Cluster::new();
+    let c = Cluster::for_installed();
     let out = c.run_path(&["n0", "n1"], &exe, &["version"]);
     assert_eq!(out.code, 0, "{out}");
     assert_world(&out, 2);
@@ -399,7 +453,7 @@ fn version_and_should_exit() {
 fn current_before_have_restart_chooses_the_checkpoint_even_one_only_the_prefix_holds() {
     let work = tempfile::tempdir().unwrap();
     let exe = semantics(work.path());
-    let mut c = Cluster::new();
+    let mut c = Cluster::for_installed();
     c.set("SCR_FLUSH", "1").set("SCR_CACHE_SIZE", "2");
     let out = c.run_path(TWO_NODES, &exe, &["write", "3"]);
     assert_all_ok(&out, 4);
@@ -454,7 +508,7 @@ fn current_before_have_restart_chooses_the_checkpoint_even_one_only_the_prefix_h
 fn with_fetch_off_a_restart_reads_the_prefix_in_place_after_checking_it() {
     let work = tempfile::tempdir().unwrap();
     let exe = semantics(work.path());
-    let mut c = Cluster::new();
+    let mut c = Cluster::for_installed();
     c.set("SCR_FLUSH", "1");
     let out = c.run_path(TWO_NODES, &exe, &["write", "3"]);
     assert_all_ok(&out, 4);

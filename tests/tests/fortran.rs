@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use scr_e2e::{files_below, target_dir, Cluster, JobOutput, TWO_NODES};
+use scr_e2e::{files_below, Cluster, JobOutput, TWO_NODES};
 
 /// The workspace's root directory.
 fn workspace_root() -> PathBuf {
@@ -21,8 +21,9 @@ fn workspace_root() -> PathBuf {
 /// Where a Fortran program finds `scrf.h` and `libscr`: (include dir, lib dir). The one
 /// place to switch the tests to the install tree.
 fn fortran_build_dirs() -> (PathBuf, PathBuf) {
-    let include = workspace_root().join("capi/include");
-    let lib = target_dir();
+    let prefix = scr_e2e::install::install_tree();
+    let include = prefix.join("include");
+    let lib = prefix.join("lib");
     assert!(
         lib.join("libscr.so").is_file(),
         "{} is missing: run `cargo build --workspace` first",
@@ -78,7 +79,7 @@ fn build_example(dir: &Path) -> PathBuf {
 /// A cluster as the example's runs use it: XOR (so a lost node is rebuilt), a
 /// checkpoint every 5 steps.
 fn cluster() -> Cluster {
-    let mut c = Cluster::new();
+    let mut c = Cluster::for_installed();
     c.set("SCR_COPY_TYPE", "XOR")
         .set("SCR_CHECKPOINT_INTERVAL", "5");
     c
@@ -287,7 +288,7 @@ fn fortran_calling_convention() {
     for (exe, flags) in [("probe", &[][..]), ("probe2", &["-fsecond-underscore"][..])] {
         let exe = build.path().join(exe);
         mpif90(&source, &exe, flags);
-        let mut c = Cluster::new();
+        let mut c = Cluster::for_installed();
         // the scheme comes from SCR_CONFIG alone
         c.env.remove("SCR_COPY_TYPE");
         let out = c.run_path(&["n0"], &exe, &[]);
