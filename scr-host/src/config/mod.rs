@@ -387,6 +387,8 @@ impl Loader {
             "SCR_SYSTEM_CONFIG_DEFAULT",
             "SCR_FAULT",
             "SCR_FIXTURE_LIE",
+            // where Python's `scr` module finds libscr (python/scr/__init__.py)
+            "SCR_LIBRARY",
         ];
         let known: Vec<String> = keys::KEYS.iter().map(|k| k.env_var()).collect();
         self.env
