@@ -30,14 +30,21 @@ def install_tree_library():
 
 
 class BuildPyRecordingLibscr(build_py):
-    """build_py that also writes scr/_install.py (LIBSCR: the path or None)."""
+    """build_py that also writes scr/_install.py (LIBSCR: the path or None).
+
+    A package copied out of its install tree (e.g. to build it where the tree is read
+    only) keeps an scr/_install.py it already holds: the installer may write one.
+    """
 
     def run(self):
         super().run()
         target = os.path.join(self.build_lib, "scr", "_install.py")
+        lib = install_tree_library()
+        if lib is None and os.path.isfile(os.path.join(HERE, "scr", "_install.py")):
+            return
         with open(target, "w", encoding="utf-8") as f:
             f.write('"""Written by setup.py at install time: the libscr to load."""\n')
-            f.write("LIBSCR = %r\n" % install_tree_library())
+            f.write("LIBSCR = %r\n" % lib)
 
 
 setup(cmdclass={"build_py": BuildPyRecordingLibscr})
