@@ -500,6 +500,51 @@ fn python_pip_install_from_the_install_tree_finds_libscr() {
         "the install tree's libscr"
     );
 
+    // a copy of the package out of its install tree (built where the tree is read
+    // only) keeps the libscr path an installer recorded in scr/_install.py
+    let copy = tmp.path().join("copy");
+    copy_package(&package_dir(&prefix), &copy);
+    let recorded = scr_e2e::binary("libscr.so");
+    std::fs::write(
+        copy.join("scr/_install.py"),
+        format!("LIBSCR = {:?}\n", recorded.display().to_string()),
+    )
+    .unwrap();
+    let out = Command::new(&venv_python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--no-index",
+            "--no-build-isolation",
+            "--quiet",
+        ])
+        .args(["--force-reinstall", "--no-deps"])
+        .arg(&copy)
+        .env_remove("PYTHONPATH")
+        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+        .output()
+        .expect("pip runs");
+    assert!(
+        out.status.success(),
+        "pip install of the copy failed\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(&venv_python)
+        .args(["-c", "import scr; print(scr.library_path)"])
+        .current_dir(tmp.path())
+        .env_remove("PYTHONPATH")
+        .env_remove("SCR_LIBRARY")
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .expect("python runs");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end(),
+        recorded.display().to_string(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // and the installed module runs an MPI job: the example, 4 ranks
     let mut c = Cluster::new();
     c.set("SCR_CHECKPOINT_INTERVAL", "5");
