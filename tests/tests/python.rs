@@ -108,9 +108,11 @@ fn package_dir(prefix: &Path) -> PathBuf {
 }
 
 /// A cluster whose jobs import `scr` from an install at `prefix` (libscr found through
-/// the install tree, not SCR_LIBRARY), with a copy scheme that rebuilds a lost node.
+/// the install tree: not SCR_LIBRARY, and not the LD_LIBRARY_PATH cargo gives tests,
+/// which holds target/debug), with a copy scheme that rebuilds a lost node.
 fn python_cluster(c: &mut Cluster, prefix: &Path) {
     c.set("PYTHONPATH", &package_dir(prefix).display().to_string())
+        .set("LD_LIBRARY_PATH", "")
         .set("SCR_COPY_TYPE", "XOR")
         .set("SCR_CHECKPOINT_INTERVAL", "5");
 }
