@@ -388,6 +388,8 @@ impl Loader {
             "SCR_FAULT",
             "SCR_FIXTURE_LIE",
             crate::registry::SKIP_BUILD_DIR_VAR,
+            // where Python's `scr` module finds libscr (python/scr/__init__.py)
+            "SCR_LIBRARY",
         ];
         let known: Vec<String> = keys::KEYS.iter().map(|k| k.env_var()).collect();
         self.env

@@ -1,0 +1,482 @@
+"""SCR's Python interface over scr-rs's libscr (Scalable Checkpoint/Restart for MPI).
+
+The functions and constants are those of SCR's own ``scr`` module, so a Python
+application written for SCR runs unchanged; each function calls the C function of the
+same name in libscr (``init`` calls ``SCR_Init``, ...). See ``scr.h`` for the C API.
+
+MPI must be initialised first, by mpi4py::
+
+    from mpi4py import MPI   # initialises MPI
+    import scr
+
+    scr.config("SCR_CACHE_SIZE=2")
+    scr.init()
+    name = scr.have_restart()
+    ...
+    scr.finalize()           # before MPI is finalized at exit
+
+Every function is collective over ``MPI_COMM_WORLD`` except ``config`` (called before
+``init``), ``route_file`` and ``get_version``.
+
+Failures: a call that fails raises :class:`scr.Error` (a ``RuntimeError``, which is
+what SCR's module raises, so existing ``except RuntimeError`` handlers keep working)
+naming the C call; libscr prints the reason (rank, call, why) on stderr. Two calls
+report the collective outcome as a value instead, as in SCR: ``complete_restart`` and
+``complete_output`` return ``False`` when any process passed ``valid=False`` or the
+dataset was not kept.
+
+Finding libscr, in order (the first that exists is loaded):
+
+1. the file named by the environment variable ``SCR_LIBRARY``, when it is set (nothing
+   else is tried then);
+2. ``PREFIX/lib/libscr.so`` when this package sits in an install tree at
+   ``PREFIX/share/scr/python/scr``;
+3. the library recorded when the package was pip-installed from an install tree
+   (``scr/_install.py``, written by ``setup.py``);
+4. ``libscr.so`` in each directory of ``LD_LIBRARY_PATH``, then the dynamic linker's
+   cache (``ctypes.util.find_library("scr")``).
+
+When none is found, ``import scr`` raises ``ImportError`` listing every place looked.
+libscr is loaded with ``RTLD_GLOBAL`` and links the same ``libmpi`` as mpi4py, so it
+sees the ``MPI_Init`` mpi4py made.
+"""
+
+import ctypes
+import ctypes.util
+import os
+import re
+import sys
+import tempfile
+import threading
+
+__all__ = [
+    "Error",
+    "FLAG_NONE",
+    "FLAG_CHECKPOINT",
+    "FLAG_OUTPUT",
+    "SUCCESS",
+    "FAILURE",
+    "MAX_FILENAME",
+    "library_path",
+    "config",
+    "init",
+    "finalize",
+    "route_file",
+    "have_restart",
+    "start_restart",
+    "complete_restart",
+    "need_checkpoint",
+    "start_checkpoint",
+    "complete_checkpoint",
+    "start_output",
+    "complete_output",
+    "should_exit",
+    "current",
+    "drop",
+    "delete",
+    "get_version",
+]
+
+# The values of scr.h.
+FLAG_NONE = 0
+"""No flags (``SCR_FLAG_NONE``)."""
+FLAG_CHECKPOINT = 1
+"""The job can restart from this dataset (``SCR_FLAG_CHECKPOINT``)."""
+FLAG_OUTPUT = 2
+"""The dataset must reach the prefix directory (``SCR_FLAG_OUTPUT``)."""
+SUCCESS = 0
+"""``SCR_SUCCESS``."""
+FAILURE = 1
+"""``SCR_FAILURE``."""
+MAX_FILENAME = 1024
+"""The longest name libscr returns, with its terminating NUL (``SCR_MAX_FILENAME``)."""
+
+
+class Error(RuntimeError):
+    """A libscr call failed.
+
+    ``call`` is the C function that failed (e.g. ``"SCR_Start_output"``) and ``reason``
+    why, when this module knows it (``config``); otherwise libscr printed the reason on
+    this process's stderr.
+    """
+
+    def __init__(self, call, reason=None):
+        self.call = call
+        self.reason = reason
+        if reason:
+            message = "%s failed: %s" % (call, reason)
+        else:
+            message = "%s failed; libscr printed the reason on stderr" % call
+        super().__init__(message)
+
+
+def _package_install_tree_library():
+    """``PREFIX/lib/libscr.so`` when this package is ``PREFIX/share/scr/python/scr``,
+    else ``None``."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    python_dir = os.path.dirname(here)
+    scr_share = os.path.dirname(python_dir)
+    share = os.path.dirname(scr_share)
+    if (
+        os.path.basename(python_dir) == "python"
+        and os.path.basename(scr_share) == "scr"
+        and os.path.basename(share) == "share"
+    ):
+        return os.path.join(os.path.dirname(share), "lib", "libscr.so")
+    return None
+
+
+def _recorded_library():
+    """The libscr path ``setup.py`` recorded at pip-install time, else ``None``."""
+    try:
+        from . import _install  # written by setup.py when installed from an install tree
+    except ImportError:
+        return None
+    return getattr(_install, "LIBSCR", None)
+
+
+def _load():
+    """Load libscr; return ``(CDLL, path)`` or raise ``ImportError`` naming every place
+    looked and what to set."""
+    looked = []
+
+    def attempt(path, where):
+        if not os.path.isfile(path):
+            looked.append("%s (%s): no such file" % (path, where))
+            return None
+        try:
+            return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError as e:
+            looked.append("%s (%s): cannot be loaded: %s" % (path, where, e))
+            return None
+
+    explicit = os.environ.get("SCR_LIBRARY")
+    if explicit:
+        lib = attempt(explicit, "SCR_LIBRARY")
+        if lib is None:
+            raise ImportError(
+                "scr: cannot load libscr from SCR_LIBRARY: %s; set SCR_LIBRARY to the "
+                "path of libscr.so (PREFIX/lib/libscr.so of an install, or "
+                "target/debug/libscr.so of a build), or unset it to search" % looked[0]
+            )
+        return lib, explicit
+
+    candidates = []
+    tree = _package_install_tree_library()
+    if tree is None:
+        looked.append(
+            "the install tree: this package (%s) is not in PREFIX/share/scr/python"
+            % os.path.dirname(os.path.abspath(__file__))
+        )
+    else:
+        candidates.append((tree, "the install tree this package is in"))
+    recorded = _recorded_library()
+    if recorded:
+        candidates.append((recorded, "recorded when the package was installed"))
+    else:
+        looked.append("no libscr was recorded when this package was installed")
+    ld_path = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    if not ld_path:
+        looked.append("LD_LIBRARY_PATH: not set")
+    for d in ld_path:
+        candidates.append((os.path.join(d, "libscr.so"), "LD_LIBRARY_PATH"))
+
+    for path, where in candidates:
+        lib = attempt(path, where)
+        if lib is not None:
+            return lib, path
+
+    found = ctypes.util.find_library("scr")
+    if found:
+        try:
+            return ctypes.CDLL(found, mode=ctypes.RTLD_GLOBAL), found
+        except OSError as e:
+            looked.append("%s (the dynamic linker's cache): cannot be loaded: %s" % (found, e))
+    else:
+        looked.append("the dynamic linker's cache (ctypes.util.find_library('scr')): no libscr")
+
+    raise ImportError(
+        "scr: libscr.so was not found. Looked in:\n  - SCR_LIBRARY: not set\n  - "
+        + "\n  - ".join(looked)
+        + "\nSet SCR_LIBRARY to the path of libscr.so (PREFIX/lib/libscr.so of an install, "
+        "or target/debug/libscr.so of a cargo build), or add its directory to "
+        "LD_LIBRARY_PATH."
+    )
+
+
+_lib, library_path = _load()
+"""``library_path``: the libscr this module loaded."""
+
+_c_int = ctypes.c_int
+_c_char_p = ctypes.c_char_p
+_int_p = ctypes.POINTER(ctypes.c_int)
+
+
+def _prototype(name, restype, argtypes):
+    try:
+        f = getattr(_lib, name)
+    except AttributeError:
+        raise ImportError(
+            "scr: %s has no function %s: it is not scr-rs's libscr (or it is too old); "
+            "set SCR_LIBRARY to scr-rs's libscr.so" % (library_path, name)
+        ) from None
+    f.restype = restype
+    f.argtypes = argtypes
+    return f
+
+
+_SCR_Init = _prototype("SCR_Init", _c_int, [])
+_SCR_Finalize = _prototype("SCR_Finalize", _c_int, [])
+# c_void_p, not c_char_p: the returned string is malloc'ed and must be freed here
+_SCR_Config = _prototype("SCR_Config", ctypes.c_void_p, [_c_char_p])
+_SCR_Route_file = _prototype("SCR_Route_file", _c_int, [_c_char_p, _c_char_p])
+_SCR_Have_restart = _prototype("SCR_Have_restart", _c_int, [_int_p, _c_char_p])
+_SCR_Start_restart = _prototype("SCR_Start_restart", _c_int, [_c_char_p])
+_SCR_Complete_restart = _prototype("SCR_Complete_restart", _c_int, [_c_int])
+_SCR_Need_checkpoint = _prototype("SCR_Need_checkpoint", _c_int, [_int_p])
+_SCR_Start_checkpoint = _prototype("SCR_Start_checkpoint", _c_int, [])
+_SCR_Complete_checkpoint = _prototype("SCR_Complete_checkpoint", _c_int, [_c_int])
+_SCR_Start_output = _prototype("SCR_Start_output", _c_int, [_c_char_p, _c_int])
+_SCR_Complete_output = _prototype("SCR_Complete_output", _c_int, [_c_int])
+_SCR_Should_exit = _prototype("SCR_Should_exit", _c_int, [_int_p])
+_SCR_Current = _prototype("SCR_Current", _c_int, [_c_char_p])
+_SCR_Drop = _prototype("SCR_Drop", _c_int, [_c_char_p])
+_SCR_Delete = _prototype("SCR_Delete", _c_int, [_c_char_p])
+_SCR_Get_version = _prototype("SCR_Get_version", _c_char_p, [])
+
+# free() of the C library libscr allocates from (one libc per process)
+_free = ctypes.CDLL(None).free
+_free.restype = None
+_free.argtypes = [ctypes.c_void_p]
+
+
+def _check(call, rc):
+    if rc != SUCCESS:
+        raise Error(call)
+
+
+def _encode(name, what):
+    """A str, bytes or path-like argument as the bytes libscr takes."""
+    if name is None:
+        raise TypeError("scr: the %s must be a str, bytes or path, not None" % what)
+    return os.fsencode(name)
+
+
+# SCR_Config returns NULL both for a set and for a failure, which libscr explains on
+# stderr as "scr-rs[rank R] SCR_Config: why" (or "scr-rs SCR_Config: why" before MPI).
+# config() watches its stderr during the call to tell them apart, and passes on what was
+# printed.
+_CONFIG_FAILURE = re.compile(r"^scr-rs(?:\[rank \d+\])? SCR_Config: ", re.MULTILINE)
+_stderr_lock = threading.Lock()
+
+
+def _config_call(text):
+    """Call SCR_Config; return (the pointer it returned, its failure reason or None)."""
+    with _stderr_lock:
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError, AttributeError):
+            # no usable fd 2: call without watching (a failure then reads as None)
+            return _SCR_Config(text), None
+        with tempfile.TemporaryFile() as printed:
+            os.dup2(printed.fileno(), 2)
+            try:
+                value = _SCR_Config(text)
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+            printed.seek(0)
+            data = printed.read()
+    if data:
+        os.write(2, data)  # libscr's message still reaches stderr
+    match = _CONFIG_FAILURE.search(data.decode("utf-8", "replace"))
+    if match is None:
+        return value, None
+    return value, data.decode("utf-8", "replace")[match.end():].strip()
+
+
+def config(conf):
+    """Set, unset or query an SCR configuration value (``SCR_Config``).
+
+    ``"KEY=VALUE"`` sets a value and ``"KEY="`` forgets one set here, before
+    ``init()``; both return ``None``. ``"KEY"`` returns the value in force as a ``str``,
+    or ``None`` when the key has no value. Descriptors work too: ``"CKPT=0 TYPE=XOR
+    SET_SIZE=16"`` sets, ``"CKPT=0 TYPE"`` queries one item.
+
+    Raises :class:`Error` (call ``SCR_Config``, with libscr's reason) for an unknown
+    key, a malformed string or a set after ``init()``.
+    """
+    value, failure = _config_call(_encode(conf, "configuration string"))
+    if value:
+        try:
+            text = ctypes.string_at(value).decode("utf-8", "replace")
+        finally:
+            _free(value)
+    else:
+        text = None
+    if failure is not None:
+        raise Error("SCR_Config", failure or None)
+    return text
+
+
+def init(params=None):
+    """Initialise SCR (``SCR_Init``); collective, after mpi4py initialised MPI.
+
+    ``params`` (as in SCR's module) are configuration settings made with ``config()``
+    first: a ``str``, a ``list`` of them, or a ``dict`` of ``key: value`` (``None``
+    unsets the key). Raises :class:`Error` when libscr cannot start (the reason is on
+    stderr).
+    """
+    if params is not None:
+        if isinstance(params, str):
+            config(params)
+        elif isinstance(params, (list, tuple)):
+            for p in params:
+                config(str(p))
+        elif isinstance(params, dict):
+            for k, v in params.items():
+                config("%s=%s" % (k, "" if v is None else v))
+        else:
+            raise TypeError(
+                "scr.init: params must be a str, list or dict, not %s" % type(params).__name__
+            )
+    _check("SCR_Init", _SCR_Init())
+
+
+def finalize():
+    """Shut SCR down (``SCR_Finalize``); collective, before MPI is finalized.
+
+    Flushes the datasets that must reach the prefix. No SCR call may follow it.
+    """
+    _check("SCR_Finalize", _SCR_Finalize())
+
+
+def route_file(name):
+    """The path to open ``name`` at (``SCR_Route_file``); local to this process.
+
+    Between ``start_output`` and ``complete_output`` the path to write (the file joins
+    the dataset); between ``start_restart`` and ``complete_restart`` the path to read;
+    outside both, ``name`` unchanged. ``name`` may be ``str``, ``bytes`` or a path; the
+    result is a ``str``. Do not create the directories of the returned path: SCR does.
+    """
+    buf = ctypes.create_string_buffer(MAX_FILENAME)
+    _check("SCR_Route_file", _SCR_Route_file(_encode(name, "file name"), buf))
+    return os.fsdecode(buf.value)
+
+
+def have_restart():
+    """The name of the checkpoint to restart from, or ``None`` (``SCR_Have_restart``).
+
+    Collective. The first call loads the checkpoint (from cache, rebuilding it, or from
+    the prefix), so ``current(name)`` before it chooses which one.
+    """
+    flag = ctypes.c_int(0)
+    buf = ctypes.create_string_buffer(MAX_FILENAME)
+    _check("SCR_Have_restart", _SCR_Have_restart(ctypes.byref(flag), buf))
+    return buf.value.decode("utf-8") if flag.value else None
+
+
+def start_restart():
+    """Begin reading the checkpoint; returns its name (``SCR_Start_restart``).
+
+    Collective; only after ``have_restart()`` returned a name.
+    """
+    buf = ctypes.create_string_buffer(MAX_FILENAME)
+    _check("SCR_Start_restart", _SCR_Start_restart(buf))
+    return buf.value.decode("utf-8")
+
+
+def complete_restart(valid):
+    """Finish reading the checkpoint (``SCR_Complete_restart``); collective.
+
+    ``valid``: whether this process read its files. Returns ``True`` when every process
+    did, ``False`` otherwise; then ``have_restart()`` offers the next older checkpoint.
+    """
+    return _SCR_Complete_restart(1 if valid else 0) == SUCCESS
+
+
+def need_checkpoint():
+    """Whether to checkpoint now (``SCR_Need_checkpoint``); collective.
+
+    The same answer on every process, from the configured interval, seconds and
+    overhead rules.
+    """
+    flag = ctypes.c_int(0)
+    _check("SCR_Need_checkpoint", _SCR_Need_checkpoint(ctypes.byref(flag)))
+    return bool(flag.value)
+
+
+def start_checkpoint():
+    """Begin a checkpoint named ``ckpt.<id>`` (``SCR_Start_checkpoint``, SCR 1.x/2.x).
+
+    Collective; prefer ``start_output(name, FLAG_CHECKPOINT)``.
+    """
+    _check("SCR_Start_checkpoint", _SCR_Start_checkpoint())
+
+
+def complete_checkpoint(valid):
+    """Finish a checkpoint begun with ``start_checkpoint`` (``SCR_Complete_checkpoint``).
+
+    Returns ``True`` when every process passed ``valid=True`` and it was kept.
+    """
+    return _SCR_Complete_checkpoint(1 if valid else 0) == SUCCESS
+
+
+def start_output(name, flags):
+    """Begin a dataset (``SCR_Start_output``); collective.
+
+    ``name``: the dataset's name (``None``: named after its id). ``flags``:
+    ``FLAG_CHECKPOINT`` (the job can restart from it) and/or ``FLAG_OUTPUT`` (it must
+    reach the prefix), combined with ``|``.
+    """
+    encoded = None if name is None else _encode(name, "dataset name")
+    _check("SCR_Start_output", _SCR_Start_output(encoded, int(flags)))
+
+
+def complete_output(valid):
+    """Finish the dataset (``SCR_Complete_output``); collective.
+
+    ``valid``: whether this process wrote its files. Returns ``True`` when every process
+    did and the dataset was kept, ``False`` otherwise.
+    """
+    return _SCR_Complete_output(1 if valid else 0) == SUCCESS
+
+
+def should_exit():
+    """Whether the run should stop now (``SCR_Should_exit``); collective.
+
+    ``True`` near the end of the allocation or after ``scr halt``; call ``finalize()``
+    and exit then.
+    """
+    flag = ctypes.c_int(0)
+    _check("SCR_Should_exit", _SCR_Should_exit(ctypes.byref(flag)))
+    return bool(flag.value)
+
+
+def current(name):
+    """Make checkpoint ``name`` the one to restart from (``SCR_Current``); collective.
+
+    Called before ``have_restart()`` it chooses the checkpoint loaded; an application
+    that reads its checkpoint without the restart calls tells SCR where it resumed.
+    """
+    _check("SCR_Current", _SCR_Current(_encode(name, "dataset name")))
+
+
+def drop(name):
+    """Forget dataset ``name`` as a restart candidate, keeping its files (``SCR_Drop``).
+
+    Collective.
+    """
+    _check("SCR_Drop", _SCR_Drop(_encode(name, "dataset name")))
+
+
+def delete(name):
+    """Delete dataset ``name``'s files and its record (``SCR_Delete``); collective."""
+    _check("SCR_Delete", _SCR_Delete(_encode(name, "dataset name")))
+
+
+def get_version():
+    """libscr's version string (``SCR_Get_version``), e.g. ``"scr-rs 0.1.0 (SCR API
+    v3.1.0)"``."""
+    return _SCR_Get_version().decode("utf-8")
