@@ -195,6 +195,11 @@ for lang in c cxx fortran python; do
 done
 if [ -d "$root/python" ]; then
     put_tree "$root/python" "$prefix/share/scr/python"
+    # what an in-place pip build left in the source tree is not installed
+    rm -rf "$prefix/share/scr/python/build" "$prefix/share/scr/python/"*.egg-info
+    # a copy of the package pip-installs from anywhere still finds this libscr
+    printf '# Written by scripts/install.sh: the libscr this package was installed with.\nLIBSCR = "%s"\n' \
+        "$prefix/lib/libscr.so" >"$prefix/share/scr/python/scr/_install.py"
 fi
 
 # The system configuration: a site may have edited the installed one; keep it.

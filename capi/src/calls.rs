@@ -83,13 +83,36 @@ pub fn report(call: &str, message: &str) {
     }
 }
 
+thread_local! {
+    /// Why the last call on this thread failed, for [`last_error`].
+    static LAST_ERROR: RefCell<Option<std::ffi::CString>> = const { RefCell::new(None) };
+}
+
+/// Why the last call made on this thread failed (`None` when it succeeded): what
+/// `scr_rs_last_error` gives language bindings, since SCR_Config's NULL means both "set"
+/// and "failed". The pointer stays valid until the next call on this thread.
+pub fn last_error() -> *const std::ffi::c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ref().map_or(std::ptr::null(), |c| c.as_ptr()))
+}
+
+fn set_last_error(message: Option<String>) {
+    let c = message.map(|m| std::ffi::CString::new(m.replace('\0', " ")).unwrap_or_default());
+    let _ = LAST_ERROR.try_with(|e| {
+        if let Ok(mut e) = e.try_borrow_mut() {
+            *e = c;
+        }
+    });
+}
+
 /// Run one call: `None` when it failed (the reason is printed) or panicked (the panic is
 /// stopped here and reported as an internal error).
 pub fn guarded<T>(call: &str, f: impl FnOnce() -> Result<T, String>) -> Option<T> {
+    set_last_error(None);
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(Ok(v)) => Some(v),
         Ok(Err(message)) => {
             report(call, &message);
+            set_last_error(Some(message));
             None
         }
         Err(panic) => {
@@ -98,10 +121,10 @@ pub fn guarded<T>(call: &str, f: impl FnOnce() -> Result<T, String>) -> Option<T
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown".into());
-            report(
-                call,
-                &format!("internal error (panic: {what}); please report it with this message"),
-            );
+            let message =
+                format!("internal error (panic: {what}); please report it with this message");
+            report(call, &message);
+            set_last_error(Some(message));
             None
         }
     }

@@ -117,6 +117,14 @@ extern "C" {
 #[used]
 static KEEP_CONFIGF: unsafe extern "C" fn(*const c_char, ...) -> *const c_char = SCR_Configf;
 
+/// Why the last SCR call on this thread failed, or NULL when it succeeded; valid until
+/// the next call. An scr-rs extension (not in scr.h) for language bindings: `SCR_Config`
+/// returns NULL both after a set and after a failure.
+#[no_mangle]
+pub extern "C" fn scr_rs_last_error() -> *const c_char {
+    calls::last_error()
+}
+
 /// Called by `SCR_Configf` (src/configf.c) when its format could not be expanded.
 #[no_mangle]
 pub extern "C" fn scr_rs_configf_failed(format: *const c_char) {

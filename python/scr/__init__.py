@@ -20,7 +20,7 @@ Every function is collective over ``MPI_COMM_WORLD`` except ``config`` (called b
 
 Failures: a call that fails raises :class:`scr.Error` (a ``RuntimeError``, which is
 what SCR's module raises, so existing ``except RuntimeError`` handlers keep working)
-naming the C call; libscr prints the reason (rank, call, why) on stderr. Two calls
+naming the C call and why (libscr also prints the reason, with the rank, on stderr). Two calls
 report the collective outcome as a value instead, as in SCR: ``complete_restart`` and
 ``complete_output`` return ``False`` when any process passed ``valid=False`` or the
 dataset was not kept.
@@ -44,10 +44,6 @@ sees the ``MPI_Init`` mpi4py made.
 import ctypes
 import ctypes.util
 import os
-import re
-import sys
-import tempfile
-import threading
 
 __all__ = [
     "Error",
@@ -96,8 +92,8 @@ class Error(RuntimeError):
     """A libscr call failed.
 
     ``call`` is the C function that failed (e.g. ``"SCR_Start_output"``) and ``reason``
-    why, when this module knows it (``config``); otherwise libscr printed the reason on
-    this process's stderr.
+    why, as libscr said it (libscr also prints it on this process's stderr, with the
+    rank).
     """
 
     def __init__(self, call, reason=None):
@@ -252,7 +248,7 @@ _free.argtypes = [ctypes.c_void_p]
 
 def _check(call, rc):
     if rc != SUCCESS:
-        raise Error(call)
+        raise Error(call, _reason())
 
 
 def _encode(name, what):
@@ -262,38 +258,15 @@ def _encode(name, what):
     return os.fsencode(name)
 
 
-# SCR_Config returns NULL both for a set and for a failure, which libscr explains on
-# stderr as "scr-rs[rank R] SCR_Config: why" (or "scr-rs SCR_Config: why" before MPI).
-# config() watches its stderr during the call to tell them apart, and passes on what was
-# printed.
-_CONFIG_FAILURE = re.compile(r"^scr-rs(?:\[rank \d+\])? SCR_Config: ", re.MULTILINE)
-_stderr_lock = threading.Lock()
+# SCR_Config returns NULL both for a set and for a failure: libscr's scr_rs_last_error()
+# says which (and why), for every call.
+_last_error = _prototype("scr_rs_last_error", _c_char_p, [])
 
 
-def _config_call(text):
-    """Call SCR_Config; return (the pointer it returned, its failure reason or None)."""
-    with _stderr_lock:
-        try:
-            sys.stderr.flush()
-            saved = os.dup(2)
-        except (OSError, ValueError, AttributeError):
-            # no usable fd 2: call without watching (a failure then reads as None)
-            return _SCR_Config(text), None
-        with tempfile.TemporaryFile() as printed:
-            os.dup2(printed.fileno(), 2)
-            try:
-                value = _SCR_Config(text)
-            finally:
-                os.dup2(saved, 2)
-                os.close(saved)
-            printed.seek(0)
-            data = printed.read()
-    if data:
-        os.write(2, data)  # libscr's message still reaches stderr
-    match = _CONFIG_FAILURE.search(data.decode("utf-8", "replace"))
-    if match is None:
-        return value, None
-    return value, data.decode("utf-8", "replace")[match.end():].strip()
+def _reason():
+    """Why the last libscr call failed, as libscr said it (also printed on stderr)."""
+    why = _last_error()
+    return why.decode("utf-8", "replace") if why else None
 
 
 def config(conf):
@@ -307,7 +280,8 @@ def config(conf):
     Raises :class:`Error` (call ``SCR_Config``, with libscr's reason) for an unknown
     key, a malformed string or a set after ``init()``.
     """
-    value, failure = _config_call(_encode(conf, "configuration string"))
+    value = _SCR_Config(_encode(conf, "configuration string"))
+    failure = _reason()
     if value:
         try:
             text = ctypes.string_at(value).decode("utf-8", "replace")
@@ -316,7 +290,7 @@ def config(conf):
     else:
         text = None
     if failure is not None:
-        raise Error("SCR_Config", failure or None)
+        raise Error("SCR_Config", failure)
     return text
 
 

@@ -112,12 +112,28 @@ fn the_install_tree_has_each_file_where_the_layout_says() {
         ("examples/python", "share/scr/examples/python"),
         ("python", "share/scr/python"),
     ] {
-        let want: Vec<String> = relative_files_below(&root.join(src))
+        let mut want: Vec<String> = relative_files_below(&root.join(src))
             .into_iter()
             .filter(|f| !f.contains("__pycache__") && !f.ends_with(".pyc") && !f.ends_with(".o"))
+            // what an in-place pip build leaves is not installed
+            .filter(|f| {
+                !f.starts_with("build/") && !f.contains(".egg-info/") && f != "scr/_install.py"
+            })
             .collect();
+        if src == "python" {
+            want.push("scr/_install.py".into());
+            want.sort();
+        }
         assert_eq!(relative_files_below(&prefix.join(dest)), want, "{dest}");
     }
+    // the installed package names the installed libscr, for copies pip-installed elsewhere
+    assert_eq!(
+        std::fs::read_to_string(prefix.join("share/scr/python/scr/_install.py")).unwrap(),
+        format!(
+            "# Written by scripts/install.sh: the libscr this package was installed with.\nLIBSCR = \"{}\"\n",
+            prefix.join("lib/libscr.so").display()
+        )
+    );
 }
 
 #[test]

@@ -89,14 +89,18 @@ fn copy_package(from: &Path, to: &Path) {
     }
 }
 
-/// Where the tests take the `scr` package and libscr from: a prefix laid out like an
-/// install (`PREFIX/share/scr/python/scr`, `PREFIX/lib/libscr.so`) made in `dir` from
-/// the repository's python/ and target/debug's libscr. The one place to change when the
-/// tests use the real install tree.
+/// Where the tests take the `scr` package and libscr from: the package and library
+/// `scripts/install.sh` installed ([`scr_e2e::install_tree`]), in a prefix of the test's
+/// own in `dir` (`PREFIX/share/scr/python/scr`, `PREFIX/lib/libscr.so`): pip builds in
+/// the package's directory, which tests must not share.
 fn install_prefix(dir: &Path) -> PathBuf {
-    let lib = scr_e2e::binary("libscr.so");
+    let tree = scr_e2e::install_tree();
+    let lib = tree.join("lib/libscr.so");
     let prefix = dir.join("install");
-    copy_package(&repo().join("python"), &prefix.join("share/scr/python"));
+    copy_package(
+        &tree.join("share/scr/python"),
+        &prefix.join("share/scr/python"),
+    );
     std::fs::create_dir_all(prefix.join("lib")).expect("mkdir lib");
     std::os::unix::fs::symlink(&lib, prefix.join("lib/libscr.so")).expect("link libscr.so");
     prefix
@@ -291,7 +295,7 @@ fn python_module_conventions() {
         ["ranks 2"],
         "world size\n{out}"
     );
-    let config_error = "SCR_Config failed: \"SCR_NO_SUCH_KEY\": unknown key `SCR_NO_SUCH_KEY`";
+    let config_error = "SCR_Config failed: \"SCR_NO_SUCH_KEY\": unknown key `SCR_NO_SUCH_KEY` (a query names a key; to set one write `KEY=VALUE`)";
     let expected = [
         "constants 0 1 2 0 1 1024".to_string(),
         "set None".into(),
@@ -299,20 +303,20 @@ fn python_module_conventions() {
         "descriptor None 'PARTNER'".into(),
         format!("bad_key SCR_Config True {config_error}"),
         "bad_set SCR_Config True SCR_Config failed: \"SCR_NO_SUCH_KEY=1\": unknown key `SCR_NO_SUCH_KEY`".into(),
-        "route_before_init SCR_Route_file True SCR_Route_file failed; libscr printed the reason on stderr".into(),
+        "route_before_init SCR_Route_file True SCR_Route_file failed: SCR_Init has not been called (call MPI_Init, then SCR_Init)".into(),
         "set_after_init SCR_Config True SCR_Config failed: \"SCR_CACHE_SIZE=4\": values can only be set before SCR_Init (queries work at any time)".into(),
         "query_after_init '3'".into(),
         "version scr-rs 0.1.0 (SCR API v3.1.0)".into(),
         "route_outside some/dir/file.txt".into(),
         "have_restart None".into(),
-        "start_restart SCR_Start_restart True SCR_Start_restart failed; libscr printed the reason on stderr".into(),
+        "start_restart SCR_Start_restart True SCR_Start_restart failed: start_restart: no checkpoint to restart from (have_restart said none)".into(),
         "need_checkpoint True".into(),
         "routed_elsewhere True".into(),
         "complete True".into(),
         "complete_one_invalid False".into(),
-        "bad_flags SCR_Start_output True SCR_Start_output failed; libscr printed the reason on stderr".into(),
+        "bad_flags SCR_Start_output True SCR_Start_output failed: flags 0x8 hold bits that are not SCR_FLAG_CHECKPOINT (1) or SCR_FLAG_OUTPUT (2)".into(),
         "should_exit False".into(),
-        "init_after_finalize SCR_Init True SCR_Init failed; libscr printed the reason on stderr".into(),
+        "init_after_finalize SCR_Init True SCR_Init failed: SCR_Finalize was already called; SCR cannot be initialised again in this process".into(),
     ];
     for rank in 0..2 {
         let mine: Vec<&str> = out
@@ -329,7 +333,7 @@ fn python_module_conventions() {
     // libscr's reasons still reach stderr, once per rank, with the rank
     for rank in 0..2 {
         let line = format!(
-            "scr-rs[rank {rank}] SCR_Config: \"SCR_NO_SUCH_KEY\": unknown key `SCR_NO_SUCH_KEY`"
+            "scr-rs[rank {rank}] SCR_Config: \"SCR_NO_SUCH_KEY\": unknown key `SCR_NO_SUCH_KEY` (a query names a key; to set one write `KEY=VALUE`)"
         );
         assert_eq!(
             out.stderr.lines().filter(|l| *l == line).count(),
