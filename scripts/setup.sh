@@ -12,11 +12,12 @@
 #   gfortran             mpif90: the Fortran interface and example
 #   pkg-config           building the examples as a user would: $(pkg-config --cflags --libs scr)
 #   python3 python3-mpi4py   the Python module and its test
+#   python3-venv python3-setuptools   the test that pip-installs the module into a venv
 #
 # After installing, the commands the tests run are checked (mpicc, mpicxx, mpif90 compile
 # and python3 imports mpi4py), so a wrapper whose compiler is missing is reported here.
 set -euo pipefail
-packages=(gcc libc6-dev openmpi-bin libopenmpi-dev libclang-dev g++ gfortran pkg-config python3 python3-mpi4py)
+packages=(gcc libc6-dev openmpi-bin libopenmpi-dev libclang-dev g++ gfortran pkg-config python3 python3-mpi4py python3-venv python3-setuptools)
 need=()
 for pkg in "${packages[@]}"; do
     dpkg -s "$pkg" 2>/dev/null | grep -q '^Status: install ok installed' || need+=("$pkg")
