@@ -77,10 +77,13 @@ pub fn report(call: &str, message: &str) {
         .ok()
         .flatten()
         .or_else(world_rank);
-    match rank {
-        Some(r) => eprintln!("scr-rs[rank {r}] {call}: {message}"),
-        None => eprintln!("scr-rs {call}: {message}"),
-    }
+    let line = match rank {
+        Some(r) => format!("scr-rs[rank {r}] {call}: {message}\n"),
+        None => format!("scr-rs {call}: {message}\n"),
+    };
+    // one write: the lines of ranks sharing a terminal or pipe do not interleave
+    use std::io::Write as _;
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
 thread_local! {
@@ -300,22 +303,31 @@ pub fn start_checkpoint() -> Result<String, String> {
     with_state(|s| runtime(s)?.start_checkpoint().map_err(|e| e.to_string()))
 }
 
-/// `SCR_Start_output`: `name` `None` gives the dataset a name of its id.
-pub fn start_output(name: Option<&str>, flags: i32) -> Result<(), String> {
+/// `SCR_Start_output`: `name` `None` (or empty, as SCR treats it) gives the dataset a
+/// name of its id. A refusal of the arguments on this rank (`refused`, e.g. a name that
+/// is not UTF-8) and flag bits SCR does not define are agreed with the other ranks, so
+/// every rank fails the call and none waits.
+pub fn start_output(name: Option<&str>, flags: i32, refused: Option<String>) -> Result<(), String> {
     with_state(|s| {
         let rt = runtime(s)?;
-        if flags & !(FLAG_CHECKPOINT | FLAG_OUTPUT) != 0 {
-            return Err(format!(
-                "flags {flags:#x} hold bits that are not SCR_FLAG_CHECKPOINT (1) or SCR_FLAG_OUTPUT (2)"
-            ));
-        }
-        let name = name.map_or_else(|| rt.default_dataset_name(), str::to_string);
-        rt.start_output(
+        let refused = refused.or_else(|| {
+            (flags & !(FLAG_CHECKPOINT | FLAG_OUTPUT) != 0).then(|| {
+                format!(
+                    "flags {flags:#x} hold bits that are not SCR_FLAG_CHECKPOINT (1) or SCR_FLAG_OUTPUT (2)"
+                )
+            })
+        });
+        let name = match name {
+            Some(n) if !n.is_empty() => n.to_string(),
+            _ => rt.default_dataset_name(),
+        };
+        rt.start_output_or_refuse(
             &name,
             OutputFlags {
                 checkpoint: flags & FLAG_CHECKPOINT != 0,
                 output: flags & FLAG_OUTPUT != 0,
             },
+            refused,
         )
         .map_err(|e| e.to_string())
     })

@@ -59,11 +59,9 @@ fn fill(buf: *mut c_char, bytes: &[u8]) {
 }
 
 /// Store an answer through a caller's `int*` (refused when NULL).
-fn set_flag(call: &str, flag: *mut c_int, value: bool) -> Result<(), String> {
+fn set_flag(flag: *mut c_int, value: bool) -> Result<(), String> {
     if flag.is_null() {
-        return Err(format!(
-            "{call}: the flag pointer is NULL; pass the address of an int"
-        ));
+        return Err("the flag pointer is NULL; pass the address of an int".into());
     }
     // SAFETY: not NULL, and scr.h's contract is a pointer to one writable int.
     unsafe { *flag = c_int::from(value) };
@@ -164,24 +162,29 @@ pub extern "C" fn SCR_Route_file(name: *const c_char, file: *mut c_char) -> c_in
 /// Whether a checkpoint is available (`*flag`), and its name (`name` may be NULL).
 #[no_mangle]
 pub extern "C" fn SCR_Have_restart(flag: *mut c_int, name: *mut c_char) -> c_int {
+    // a failed call leaves "no restart" behind, not what the caller's variables held
+    fill(name, b"");
+    let _ = set_flag(flag, false);
     code(guarded("SCR_Have_restart", || {
+        // collective first: a NULL pointer on one rank must not leave the others waiting
+        let found = calls::have_restart()?;
         if flag.is_null() {
             return Err("the flag pointer is NULL; pass the address of an int".into());
         }
-        let found = calls::have_restart()?;
         if let Some(n) = &found {
             calls::fits("checkpoint name", n)?;
             fill(name, n.as_bytes());
         } else {
             fill(name, b"");
         }
-        set_flag("SCR_Have_restart", flag, found.is_some())
+        set_flag(flag, found.is_some())
     }))
 }
 
 /// Begin reading the checkpoint; its name into `name` (may be NULL).
 #[no_mangle]
 pub extern "C" fn SCR_Start_restart(name: *mut c_char) -> c_int {
+    fill(name, b"");
     code(guarded("SCR_Start_restart", || {
         let n = calls::start_restart()?;
         calls::fits("checkpoint name", &n)?;
@@ -201,12 +204,11 @@ pub extern "C" fn SCR_Complete_restart(valid: c_int) -> c_int {
 /// Whether to checkpoint now (`*flag`, the same on every process).
 #[no_mangle]
 pub extern "C" fn SCR_Need_checkpoint(flag: *mut c_int) -> c_int {
+    let _ = set_flag(flag, false);
     code(guarded("SCR_Need_checkpoint", || {
-        if flag.is_null() {
-            return Err("the flag pointer is NULL; pass the address of an int".into());
-        }
+        // collective first: a NULL pointer on one rank must not leave the others waiting
         let need = calls::need_checkpoint()?;
-        set_flag("SCR_Need_checkpoint", flag, need)
+        set_flag(flag, need)
     }))
 }
 
@@ -230,12 +232,15 @@ pub extern "C" fn SCR_Complete_checkpoint(valid: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn SCR_Start_output(name: *const c_char, flags: c_int) -> c_int {
     code(guarded("SCR_Start_output", || {
-        let name = if name.is_null() {
+        let bytes = if name.is_null() {
             None
         } else {
-            Some(calls::text("dataset name", c_bytes("dataset name", name)?)?)
+            Some(c_bytes("dataset name", name)?)
         };
-        calls::start_output(name, flags)
+        // a name that is not text is refused on every rank alike (agreed in the runtime)
+        let refused = bytes.and_then(|b| calls::text("dataset name", b).err());
+        let lossy = bytes.map(String::from_utf8_lossy);
+        calls::start_output(lossy.as_deref(), flags, refused)
     }))
 }
 
@@ -247,9 +252,17 @@ pub extern "C" fn SCR_Complete_output(valid: c_int) -> c_int {
     }))
 }
 
+/// A call taking a dataset name. A name that is not UTF-8 names no dataset: it is passed
+/// on (lossily) so the runtime refuses it on every rank alike, not here on one.
 fn named(call: &str, name: *const c_char, f: fn(&str) -> Result<(), String>) -> c_int {
     code(guarded(call, || {
-        f(calls::text("dataset name", c_bytes("dataset name", name)?)?)
+        // NULL, too, is refused by the runtime on every rank (it names no dataset)
+        let bytes = if name.is_null() {
+            &[][..]
+        } else {
+            c_bytes("dataset name", name)?
+        };
+        f(&String::from_utf8_lossy(bytes))
     }))
 }
 
@@ -281,11 +294,10 @@ pub extern "C" fn SCR_Get_version() -> *mut c_char {
 /// Whether the run should stop now (`*flag`, the same on every process).
 #[no_mangle]
 pub extern "C" fn SCR_Should_exit(flag: *mut c_int) -> c_int {
+    let _ = set_flag(flag, false);
     code(guarded("SCR_Should_exit", || {
-        if flag.is_null() {
-            return Err("the flag pointer is NULL; pass the address of an int".into());
-        }
+        // collective first: a NULL pointer on one rank must not leave the others waiting
         let exit = calls::should_exit()?;
-        set_flag("SCR_Should_exit", flag, exit)
+        set_flag(flag, exit)
     }))
 }

@@ -208,8 +208,10 @@ fn config(
     val_len: CharLen,
 ) {
     run("SCR_CONFIG", ierror, || {
+        // CONFIG is read before VAL is blanked: a caller may pass one variable for both
+        let text = str_in("CONFIG argument", config, config_len);
         clear("VAL argument", val, val_len)?;
-        let text = str_in("CONFIG argument", config, config_len)?;
+        let text = text?;
         let value = calls::config(&text)?;
         text_out(
             "value",
@@ -349,9 +351,13 @@ export!(complete_checkpoint(valid: *const c_int, ierror: *mut c_int)
 /// `NAME` (Fortran has no NULL) names the dataset after its id, as C's NULL does.
 fn start_output(name: *const c_char, flags: *const c_int, ierror: *mut c_int, name_len: CharLen) {
     run("SCR_START_OUTPUT", ierror, || {
-        let name = str_in("NAME argument", name, name_len)?;
+        // collective: a NAME refused here is refused on every rank (agreed in the runtime)
+        let (name, refused) = match str_in("NAME argument", name, name_len) {
+            Ok(n) => (n, None),
+            Err(e) => (String::new(), Some(e)),
+        };
         let flags = int_in("FLAGS argument", flags)?;
-        calls::start_output((!name.is_empty()).then_some(name.as_str()), flags)?;
+        calls::start_output((!name.is_empty()).then_some(name.as_str()), flags, refused)?;
         Ok(true)
     });
 }
@@ -383,10 +389,9 @@ fn named(
     f: fn(&str) -> Result<(), String>,
 ) {
     run(call, ierror, || {
-        let name = str_in("NAME argument", name, name_len)?;
-        if name.is_empty() {
-            return Err("the NAME argument is blank; pass the dataset's name".into());
-        }
+        // collective: a blank or unreadable NAME names no dataset, which the runtime
+        // refuses on every rank alike (a refusal here would leave the others waiting)
+        let name = str_in("NAME argument", name, name_len).unwrap_or_default();
         f(&name)?;
         Ok(true)
     });

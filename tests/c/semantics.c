@@ -11,6 +11,7 @@
  *   write N  N checkpoints ckpt.1..ckpt.N, each file holding its step
  *   current NAME  SCR_Current(NAME) before SCR_Have_restart; prints what is restarted
  *   exit     SCR_Should_exit
+ *   mismatch arguments that differ between ranks or are wrong on one rank
  *   no-finalize  SCR_Init, then MPI_Finalize and exit without SCR_Finalize
  *   version  SCR_Get_version and the header's macros
  * Every line a test checks starts with "r<rank> ".
@@ -69,8 +70,11 @@ static void mode_config(void)
     show("SCR_FLUSH");
     check(SCR_Config("CKPT=0 TYPE=XOR SET_SIZE=16") == NULL, "descriptor set returns NULL");
     SCR_Configf("STORE=%s COUNT=2", getenv("SCR_CACHE_BASE"));
+    SCR_Config("CKPT=3 INTERVAL=4 TYPE=PARTNER");
     show("CKPT=0 TYPE");
     show("CKPT=0 SET_SIZE");
+    show("CKPT=3 TYPE");
+    show("CKPT=1 TYPE");
     char q[1200];
     snprintf(q, sizeof(q), "STORE=%s COUNT", getenv("SCR_CACHE_BASE"));
     const char* count = SCR_Config(q);
@@ -189,6 +193,23 @@ static void mode_current(const char* wanted)
     check(SCR_Finalize() == SCR_SUCCESS, "finalize");
 }
 
+/* Arguments that differ between ranks, or that one rank gets wrong: every rank fails the
+ * call (none waits for the others), and the ranks stay in step for the next one. */
+static void mode_mismatch(void)
+{
+    check(SCR_Init() == SCR_SUCCESS, "init");
+    check(SCR_Start_output("a", rank == 0 ? 4 : SCR_FLAG_CHECKPOINT) == SCR_FAILURE, "bad flags on rank 0 fail everywhere");
+    check(SCR_Start_output(rank == 1 ? "b" : "a", SCR_FLAG_CHECKPOINT) == SCR_FAILURE, "a different name on rank 1 fails everywhere");
+    check(SCR_Start_output("a", rank == 2 ? SCR_FLAG_OUTPUT : SCR_FLAG_CHECKPOINT) == SCR_FAILURE, "different flags on rank 2 fail everywhere");
+    check(SCR_Current(rank == 3 ? NULL : "nothing") == SCR_FAILURE, "a NULL name on rank 3 fails everywhere");
+    int flag = -7;
+    check(SCR_Should_exit(rank == 0 ? NULL : &flag) == (rank == 0 ? SCR_FAILURE : SCR_SUCCESS) && (rank == 0 || flag == 0),
+          "a NULL flag on rank 0 fails there only, after the collective");
+    check(SCR_Start_output("a", SCR_FLAG_CHECKPOINT) == SCR_SUCCESS, "then a good call works");
+    check(SCR_Complete_output(1) == SCR_SUCCESS, "complete");
+    check(SCR_Finalize() == SCR_SUCCESS, "finalize");
+}
+
 static void mode_exit(void)
 {
     check(SCR_Init() == SCR_SUCCESS, "init");
@@ -218,6 +239,7 @@ int main(int argc, char** argv)
     else if (strcmp(mode, "write") == 0 && argc > 2) mode_write(atoi(argv[2]));
     else if (strcmp(mode, "current") == 0 && argc > 2) mode_current(argv[2]);
     else if (strcmp(mode, "exit") == 0) mode_exit();
+    else if (strcmp(mode, "mismatch") == 0) mode_mismatch();
     else if (strcmp(mode, "no-finalize") == 0) check(SCR_Init() == SCR_SUCCESS, "init");
     else if (strcmp(mode, "version") == 0) {
         printf("r%d version %s header %s %s.%s.%s\n", rank, SCR_Get_version(), SCR_VERSION,

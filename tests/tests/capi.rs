@@ -281,6 +281,9 @@ fn config_sets_queries_and_unsets_values_and_descriptors() {
                 "query SCR_FLUSH = 10",
                 "query CKPT=0 TYPE = XOR",
                 "query CKPT=0 SET_SIZE = 16",
+                // descriptors are named by their CKPT index, not their position
+                "query CKPT=3 TYPE = PARTNER",
+                "query CKPT=1 TYPE = (null)",
                 "query STORE COUNT = 2",
                 "query SCR_NO_SUCH_KEY = (null)",
                 // after init: the values init used; the refused set changed nothing
@@ -356,7 +359,7 @@ fn route_file_outside_during_output_and_during_restart() {
         "scr-rs[rank 1] SCR_Route_file: the file name is NULL",
         "outside the prefix directory",
         "scr-rs[rank 0] SCR_Need_checkpoint: the flag pointer is NULL; pass the address of an int",
-        "scr-rs[rank 3] SCR_Start_output: flags 0x4 hold bits that are not SCR_FLAG_CHECKPOINT (1) or SCR_FLAG_OUTPUT (2)",
+        "scr-rs[rank 3] SCR_Start_output: start_output: flags 0x4 hold bits that are not SCR_FLAG_CHECKPOINT (1) or SCR_FLAG_OUTPUT (2)",
         "scr-rs[rank 2] SCR_Route_file: route_file: `data/never.txt` is not a file of checkpoint first on rank 2",
         "scr-rs[rank 0] SCR_Start_output: SCR_Finalize was already called; no SCR call may follow it",
     ] {
@@ -380,6 +383,51 @@ fn need_checkpoint_interval_and_the_legacy_checkpoint_calls() {
             "{lines:?}"
         );
     }
+}
+
+#[test]
+fn arguments_that_differ_between_ranks_fail_every_rank_without_a_hang() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = semantics(work.path());
+    let c = Cluster::for_installed();
+    let out = c.run_path(TWO_NODES, &exe, &["mismatch"]);
+    assert_all_ok(&out, 4);
+    for r in 0..4 {
+        assert_eq!(lines_of(&out, r).len(), 9, "rank {r} ran every step\n{out}");
+    }
+    for expected in [
+        "scr-rs[rank 1] SCR_Start_output: start_output: rank 1 passed dataset `b` with flags (checkpoint, output) 10, rank 0 passed `a` with 10; every process must pass the same name and flags",
+        "SCR_Start_output: start_output: flags 0x4 hold bits that are not SCR_FLAG_CHECKPOINT (1) or SCR_FLAG_OUTPUT (2)",
+        "scr-rs[rank 0] SCR_Should_exit: the flag pointer is NULL; pass the address of an int",
+    ] {
+        assert!(out.stderr.contains(expected), "missing `{expected}`\n{out}");
+    }
+}
+
+#[test]
+fn flush_on_restart_flushes_at_init_without_the_restart_api() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = semantics(work.path());
+    let mut c = Cluster::for_installed();
+    c.set("SCR_FLUSH", "0");
+    let out = c.run_path(TWO_NODES, &exe, &["write", "2"]);
+    assert_all_ok(&out, 4);
+    assert!(scr_e2e::index_entries(&c.prefix()).is_empty());
+    // a run that never calls SCR_Have_restart (init, should_exit, finalize)
+    c.set("SCR_FLUSH_ON_RESTART", "1");
+    let out = c.run_path(TWO_NODES, &exe, &["exit"]);
+    assert_all_ok(&out, 4);
+    let entries = scr_e2e::index_entries(&c.prefix());
+    assert!(
+        entries
+            .iter()
+            .any(|(n, complete, _)| n == "ckpt.2" && *complete),
+        "{entries:?}\n{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(c.prefix().join("state3.txt")).unwrap(),
+        "step 2\n"
+    );
 }
 
 #[test]

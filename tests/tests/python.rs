@@ -314,7 +314,7 @@ fn python_module_conventions() {
         "routed_elsewhere True".into(),
         "complete True".into(),
         "complete_one_invalid False".into(),
-        "bad_flags SCR_Start_output True SCR_Start_output failed: flags 0x8 hold bits that are not SCR_FLAG_CHECKPOINT (1) or SCR_FLAG_OUTPUT (2)".into(),
+        "bad_flags SCR_Start_output True SCR_Start_output failed: start_output: flags 0x8 hold bits that are not SCR_FLAG_CHECKPOINT (1) or SCR_FLAG_OUTPUT (2)".into(),
         "should_exit False".into(),
         "init_after_finalize SCR_Init True SCR_Init failed: SCR_Finalize was already called; SCR cannot be initialised again in this process".into(),
     ];

@@ -282,11 +282,18 @@ pub(crate) fn layer(calls: &[(usize, String)], errors: &mut Vec<ConfigError>) ->
     entries
         .sort_by_key(|((kind, name), _)| (*kind, name.parse::<u64>().unwrap_or(0), name.clone()));
     for ((kind, name), (items, origin)) in entries {
+        let index = name.parse::<u64>().ok();
         let call = ApiCall::Descriptor { kind, name, items };
         let l = descriptor_layer(&call, &origin, errors);
         api.groups.extend(l.groups);
         api.stores.extend(l.stores);
-        api.checkpoints.extend(l.checkpoints);
+        api.checkpoints
+            .extend(l.checkpoints.into_iter().map(|mut c| {
+                if kind == DescriptorKind::Checkpoint {
+                    c.index = index;
+                }
+                c
+            }));
         for (s, o) in l.sections {
             api.sections.entry(s).or_insert(o);
         }
@@ -377,10 +384,19 @@ impl Config {
         let flag = |b: bool| Some(if b { "1" } else { "0" }.to_string());
         match kind {
             DescriptorKind::Checkpoint => {
-                let index: usize = name
+                let index: u64 = name
                     .parse()
                     .map_err(|_| format!("CKPT={name}: not an index"))?;
-                let c = self.checkpoints.get(index).ok_or_else(|| {
+                // descriptors the application defined are named by their CKPT index;
+                // the files' (or the implied one) by their position
+                let c = if self.checkpoints.iter().any(|c| c.index.is_some()) {
+                    self.checkpoints.iter().find(|c| c.index == Some(index))
+                } else {
+                    usize::try_from(index)
+                        .ok()
+                        .and_then(|i| self.checkpoints.get(i))
+                };
+                let c = c.ok_or_else(|| {
                     format!(
                         "CKPT={index}: no such checkpoint descriptor ({} in force)",
                         self.checkpoints.len()
@@ -534,5 +550,7 @@ mod tests {
         assert_eq!(l.stores[0].path, "/dev/shm");
         assert_eq!(l.stores[0].count, Some(2));
         assert!(!l.scalars.contains_key("flush"));
+        assert_eq!(l.checkpoints[0].index, Some(2));
+        assert_eq!(l.checkpoints[1].index, Some(10));
     }
 }

@@ -248,6 +248,9 @@ pub struct Checkpoint {
     pub origin: Origin,
     /// Where each key of the table is.
     pub origins: BTreeMap<&'static str, Origin>,
+    /// The index an application gave it with `SCR_Config("CKPT=<index> ...")` (SCR names
+    /// descriptors by index; queries such as `CKPT=3 TYPE` look it up by that).
+    pub index: Option<u64>,
 }
 
 impl Checkpoint {
@@ -264,6 +267,7 @@ impl Checkpoint {
             params: Vec::new(),
             origin,
             origins: BTreeMap::new(),
+            index: None,
         }
     }
 }

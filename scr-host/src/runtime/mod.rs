@@ -356,7 +356,7 @@ impl Runtime {
         let made = stores.iter().try_for_each(|s| rt.create_store_dir(s));
         rt.agree(made)?;
         rt.write_nodes_file()?;
-        if rank == 0 && rt.passthrough.is_none() {
+        if rank == 0 {
             // what the application set, for `scr config show` and `explain` to report
             if let Err(e) = crate::config::api::record(&rt.prefix, &recorded_api) {
                 rt.warn(&format!(
@@ -383,9 +383,15 @@ impl Runtime {
         rt.settle_interrupted_flushes()?;
         rt.finalized = false;
         if options.fetch_at_have_restart {
+            // only the fetch waits for have_restart: flush_on_restart flushes what the
+            // cache holds now (SCR does it in init, for applications that restart
+            // without the restart API)
             rt.fetch_pending = true;
+            if rt.config.bool("flush_on_restart") {
+                rt.flush_newest("flush_on_restart")?;
+            }
         } else {
-            rt.settle_restart()?;
+            rt.settle_restart(true)?;
         }
         rt.log_event(crate::events::Event::Init {
             ranks: rt.size,
@@ -755,7 +761,47 @@ impl Runtime {
     /// Begin a dataset (collective). Old datasets are evicted from its store first, as
     /// the store's `count` requires.
     pub fn start_output(&mut self, name: &str, flags: OutputFlags) -> Result<()> {
-        let pre = if self.writing() {
+        self.start_output_or_refuse(name, flags, None)
+    }
+
+    /// [`Runtime::start_output`] where the caller may already have refused its own
+    /// arguments on this rank (`refused`: why; the C layer's flag bits, say): the
+    /// refusal is agreed like any precondition, so every rank returns the error and none
+    /// waits in a collective the refusing rank skipped. Every rank must also pass rank
+    /// 0's name and flags (SCR checks the same).
+    pub fn start_output_or_refuse(
+        &mut self,
+        name: &str,
+        flags: OutputFlags,
+        refused: Option<String>,
+    ) -> Result<()> {
+        let mine = format!(
+            "{name}\0{}{}",
+            u8::from(flags.checkpoint),
+            u8::from(flags.output)
+        );
+        let root =
+            String::from_utf8_lossy(&broadcast_bytes(&self.world, mine.as_bytes())).into_owned();
+        let pre = if let Some(why) = refused {
+            Err(ScrError::Usage(format!("start_output: {why}")))
+        } else if root != mine {
+            let (root_name, root_flags) = root.split_once('\0').unwrap_or((&root, ""));
+            Err(ScrError::Usage(format!(
+                "start_output: rank {} passed dataset `{name}` with flags (checkpoint, output) {}{}, rank 0 passed `{root_name}` with {root_flags}; every process must pass the same name and flags",
+                self.rank,
+                u8::from(flags.checkpoint),
+                u8::from(flags.output)
+            )))
+        } else if name.len() >= 1024 {
+            Err(ScrError::Usage(format!(
+                "start_output: the dataset name is {} bytes; names must be shorter than SCR_MAX_FILENAME (1024)",
+                name.len()
+            )))
+        } else if self.reading_prefix {
+            Err(ScrError::Usage(
+                "start_output: a restart is in progress; call complete_restart first".into(),
+            ))
+        } else if self.writing() {
             Err(ScrError::Usage(
                 "start_output: a dataset is already being written; call complete_output first"
                     .into(),
@@ -1270,7 +1316,7 @@ impl Runtime {
 
     /// Fetch when the cache holds no checkpoint (or `current` chose one only the prefix
     /// holds), then flush the restart checkpoint when `flush_on_restart` asks for it.
-    fn settle_restart(&mut self) -> Result<()> {
+    fn settle_restart(&mut self, flush_on_restart: bool) -> Result<()> {
         let wanted = self.wanted.take();
         if self.restart_candidate().is_none() || wanted.is_some() {
             if self.config.bool("fetch") {
@@ -1279,7 +1325,7 @@ impl Runtime {
                 self.open_prefix_restart(wanted.as_deref())?;
             }
         }
-        if self.config.bool("flush_on_restart") {
+        if flush_on_restart && self.config.bool("flush_on_restart") {
             self.flush_newest("flush_on_restart")?;
         }
         Ok(())
@@ -1293,7 +1339,7 @@ impl Runtime {
         if self.fetch_pending && self.passthrough.is_none() {
             self.usable("have_restart")?;
             self.fetch_pending = false;
-            self.settle_restart()?;
+            self.settle_restart(false)?;
         }
         Ok(self.have_restart())
     }
@@ -1394,41 +1440,47 @@ impl Runtime {
         if self.fetch_pending {
             self.usable("current")?;
             let cached = self.all_agree(self.id_of(name).is_ok());
-            if !cached {
+            if cached {
+                // a checkpoint the cache holds: an earlier call's prefix choice is void
+                self.wanted = None;
+            } else {
                 // only the prefix has it: the pending fetch loads it, and cached
                 // datasets written after it are passed over
-                let found = if self.rank == 0 {
+                let found: std::result::Result<Option<u64>, String> = if self.rank == 0 {
                     prefix::Index::load_or_rebuild(&self.prefix)
-                        .ok()
-                        .and_then(|ix| {
+                        .map_err(|e| e.to_string())
+                        .map(|ix| {
                             ix.fetch_candidates(self.size)
                                 .into_iter()
                                 .find(|e| e.name == name)
                                 .map(|e| e.id)
                         })
                 } else {
-                    None
+                    Ok(None)
                 };
                 let bytes = broadcast_bytes(
                     &self.world,
                     &serde_json::to_vec(&found).expect("serializes"),
                 );
-                let found: Option<u64> = serde_json::from_slice(&bytes).unwrap_or(None);
-                let Some(id) = found else {
+                let found: std::result::Result<Option<u64>, String> =
+                    serde_json::from_slice(&bytes).unwrap_or(Ok(None));
+                let found = found.map_err(|e| {
+                    ScrError::Usage(format!(
+                        "current: `{name}` is not in cache and the prefix's index cannot be read: {e}"
+                    ))
+                })?;
+                if found.is_none() {
                     return Err(ScrError::Usage(format!(
                         "current: no checkpoint named `{name}` in cache or in the prefix {} (complete, not failed, and written by {} ranks)",
                         self.prefix.display(),
                         self.size
                     )));
-                };
-                let newer: Vec<u64> = self
-                    .filemap
-                    .datasets
-                    .values()
-                    .filter(|d| d.id > id)
-                    .map(|d| d.id)
-                    .collect();
-                self.skipped.extend(newer);
+                }
+                // the named checkpoint is the one restarted: every cached one is passed
+                // over (the newer ones as SCR deletes them; older ones too, so that a
+                // restart in place from the prefix does not prefer them)
+                let cached: Vec<u64> = self.filemap.datasets.keys().copied().collect();
+                self.skipped.extend(cached);
                 self.wanted = Some(name.to_string());
                 return Ok(());
             }
