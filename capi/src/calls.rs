@@ -42,9 +42,14 @@ impl Drop for State {
     /// the application told what it missed.
     fn drop(&mut self) {
         if let Some(rt) = self.runtime.take() {
-            eprintln!(
-                "scr-rs[rank {}]: the application exited without calling SCR_Finalize; the cache keeps what the last completed dataset left",
-                rt.rank()
+            // one write: the lines of ranks sharing a pipe do not interleave
+            use std::io::Write as _;
+            let _ = std::io::stderr().write_all(
+                format!(
+                    "scr-rs[rank {}]: the application exited without calling SCR_Finalize; the cache keeps what the last completed dataset left\n",
+                    rt.rank()
+                )
+                .as_bytes(),
             );
             if mpi::environment::is_finalized() {
                 std::mem::forget(rt);

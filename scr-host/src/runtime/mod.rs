@@ -782,22 +782,16 @@ impl Runtime {
         );
         let root =
             String::from_utf8_lossy(&broadcast_bytes(&self.world, mine.as_bytes())).into_owned();
+        // this rank's own arguments and state first (the more precise reason), then
+        // whether they are rank 0's
         let pre = if let Some(why) = refused {
             Err(ScrError::Usage(format!("start_output: {why}")))
-        } else if root != mine {
-            let (root_name, root_flags) = root.split_once('\0').unwrap_or((&root, ""));
-            Err(ScrError::Usage(format!(
-                "start_output: rank {} passed dataset `{name}` with flags (checkpoint, output) {}{}, rank 0 passed `{root_name}` with {root_flags}; every process must pass the same name and flags",
-                self.rank,
-                u8::from(flags.checkpoint),
-                u8::from(flags.output)
-            )))
         } else if name.len() >= 1024 {
             Err(ScrError::Usage(format!(
                 "start_output: the dataset name is {} bytes; names must be shorter than SCR_MAX_FILENAME (1024)",
                 name.len()
             )))
-        } else if self.reading_prefix {
+        } else if self.reading_prefix || self.restart.is_some() {
             Err(ScrError::Usage(
                 "start_output: a restart is in progress; call complete_restart first".into(),
             ))
@@ -806,13 +800,17 @@ impl Runtime {
                 "start_output: a dataset is already being written; call complete_output first"
                     .into(),
             ))
-        } else if self.restart.is_some() {
-            Err(ScrError::Usage(
-                "start_output: a restart is in progress; call complete_restart first".into(),
-            ))
         } else if name.is_empty() || name.contains('/') {
             Err(ScrError::Usage(format!(
                 "start_output: dataset name `{name}` must be non-empty and contain no `/`"
+            )))
+        } else if root != mine {
+            let (root_name, root_flags) = root.split_once('\0').unwrap_or((&root, ""));
+            Err(ScrError::Usage(format!(
+                "start_output: rank {} passed dataset `{name}` with flags (checkpoint, output) {}{}, rank 0 passed `{root_name}` with {root_flags}; every process must pass the same name and flags",
+                self.rank,
+                u8::from(flags.checkpoint),
+                u8::from(flags.output)
             )))
         } else {
             Ok(())
