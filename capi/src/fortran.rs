@@ -86,12 +86,12 @@ fn text_out(what: &str, p: *mut c_char, len: CharLen, value: &[u8]) -> Result<()
     }
     let n = if value.len() <= len { value.len() } else { 0 };
     if len > 0 {
+        let buf = p.cast::<u8>();
         // SAFETY: a Fortran caller passes the address of a CHARACTER variable and its
         // declared length `len` (checked plausible above), all writable for the call;
         // n <= len, so both writes stay inside it; `value` is our own memory (inputs were
         // copied by `text_in`), so the copy cannot overlap.
         unsafe {
-            let buf = p.cast::<u8>();
             std::ptr::copy_nonoverlapping(value.as_ptr(), buf, n);
             std::ptr::write_bytes(buf.add(n), b' ', len - n);
         }

@@ -1026,6 +1026,20 @@ impl Runtime {
         serde_json::from_slice(&bytes).unwrap_or(None)
     }
 
+    /// Rank 0 marks a checkpoint that cannot be restarted from as failed in the index
+    /// (kept through a rebuild of the index from the summaries), so no later run tries
+    /// it again; a failure to do so is a warning.
+    fn mark_failed_in_index(&self, entry: &IndexEntry, reason: &str) {
+        if self.rank == 0 {
+            if let Err(e) = Index::mark_failed(&self.prefix, entry.id, reason) {
+                eprintln!(
+                    "scr-rs: warning: {e}; {} is not marked failed in the index",
+                    entry.name
+                );
+            }
+        }
+    }
+
     /// With `fetch = false` and no checkpoint in cache, restart straight from the prefix
     /// (SCR 3.x): offer the checkpoint `choose_from_index` picks, after every rank found
     /// its files there with the recorded size (and CRC32, with `crc_on_restart`);
@@ -1065,15 +1079,8 @@ impl Runtime {
                 }
                 Ok(files)
             });
-            let reasons = all_gather_bytes(
-                &self.world,
-                mine.as_ref().err().map_or(&[][..], |s| s.as_bytes()),
-            );
-            let failed = reasons
-                .iter()
-                .enumerate()
-                .find(|(_, r)| !r.is_empty())
-                .map(|(rank, r)| format!("rank {rank}: {}", String::from_utf8_lossy(r)));
+            let failed = super::first_failure(&self.world, mine.as_ref().err().map(String::as_str))
+                .map(|(rank, why)| format!("rank {rank}: {why}"));
             match (failed, mine) {
                 (None, Ok(files)) => {
                     self.next_dataset = self.next_dataset.max(entry.id + 1);
@@ -1098,14 +1105,7 @@ impl Runtime {
                         "{} in the prefix cannot be read for a restart: {reason}; trying an older checkpoint",
                         entry.name
                     ));
-                    if self.rank == 0 {
-                        if let Err(e) = Index::mark_failed(&self.prefix, entry.id, &reason) {
-                            eprintln!(
-                                "scr-rs: warning: {e}; {} is not marked failed in the index",
-                                entry.name
-                            );
-                        }
-                    }
+                    self.mark_failed_in_index(&entry, &reason);
                 }
             }
         }
@@ -1210,15 +1210,7 @@ impl Runtime {
                         "{} cannot be fetched: {reason}; trying an older checkpoint",
                         entry.name
                     ));
-                    if self.rank == 0 {
-                        // (kept through a rebuild of the index from the summaries)
-                        if let Err(e) = Index::mark_failed(&self.prefix, entry.id, &reason) {
-                            eprintln!(
-                                "scr-rs: warning: {e}; {} is not marked failed in the index",
-                                entry.name
-                            );
-                        }
-                    }
+                    self.mark_failed_in_index(&entry, &reason);
                 }
             }
         }
