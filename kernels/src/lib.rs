@@ -7,12 +7,224 @@
 //! seed's worked examples.
 //!
 //! The slice kernels ([`mul_add`], [`mul_add_multi`], [`xor_into`]) pick the fastest
-//! implementation this CPU supports once, at the first call, and fall back to portable
-//! scalar code everywhere else. Every implementation computes exactly the same bytes.
+//! implementation this CPU supports once, at the first call (AVX2, then SSSE3 on x86; NEON
+//! on aarch64), and fall back to portable scalar code everywhere else. Every implementation
+//! computes exactly the same bytes. The environment variable `SCR_KERNELS`
+//! (`scalar`, `ssse3`, `avx2`, `neon`) forces one, so tests and benchmarks can run each path;
+//! [`Kernels::get`] reaches every implementation this CPU has directly.
+//!
+//! The vector kernels multiply with split product tables: `c·s = lo[s & 15] ^ hi[s >> 4]`,
+//! two 16-byte tables per coefficient that a byte shuffle looks up a whole vector at a time.
 
 pub mod gf;
 pub mod matrix;
 mod scalar;
+
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+mod avx2;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+mod ssse3;
+
+use std::fmt;
+use std::sync::OnceLock;
+
+/// The environment variable that forces one implementation (its [`Isa::name`]); unset or
+/// empty means the fastest this CPU has.
+pub const ENV_VAR: &str = "SCR_KERNELS";
+
+/// An instruction set the slice kernels are implemented for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// Portable Rust (a 256-byte product row per call; XOR vectorised by the compiler for
+    /// the baseline instruction set).
+    Scalar,
+    /// x86 SSSE3: PSHUFB on 16-byte vectors.
+    Ssse3,
+    /// x86 AVX2: VPSHUFB on 32-byte vectors.
+    Avx2,
+    /// aarch64 NEON: TBL on 16-byte vectors.
+    Neon,
+}
+
+impl Isa {
+    /// Every instruction set, slowest first.
+    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Neon, Isa::Ssse3, Isa::Avx2];
+
+    /// The lower-case name used by [`ENV_VAR`] and [`implementation`].
+    pub const fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Ssse3 => "ssse3",
+            Isa::Avx2 => "avx2",
+            Isa::Neon => "neon",
+        }
+    }
+
+    /// The instruction set called `name` (case-insensitive), None when there is none.
+    pub fn from_name(name: &str) -> Option<Isa> {
+        Isa::ALL
+            .into_iter()
+            .find(|isa| isa.name().eq_ignore_ascii_case(name.trim()))
+    }
+}
+
+impl fmt::Display for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One implementation of the slice kernels. Obtained only through [`Kernels::get`],
+/// [`Kernels::available`] or [`selected`], which hand out an implementation only when this
+/// CPU runs its instructions, so every method is safe to call.
+pub struct Kernels {
+    isa: Isa,
+    mul_add: fn(&mut [u8], &[u8], u8),
+    mul_add_multi: fn(&mut [&mut [u8]], &[u8], &[u8]),
+    xor_into: fn(&mut [u8], &[u8]),
+}
+
+static SCALAR: Kernels = Kernels {
+    isa: Isa::Scalar,
+    mul_add: scalar::mul_add,
+    mul_add_multi: scalar::mul_add_multi,
+    xor_into: scalar::xor_into,
+};
+
+impl Kernels {
+    /// The implementation for `isa`, None when this CPU (or this build's target) lacks it.
+    pub fn get(isa: Isa) -> Option<&'static Kernels> {
+        match isa {
+            Isa::Scalar => Some(&SCALAR),
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            Isa::Ssse3 => ssse3::kernels(),
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            Isa::Avx2 => avx2::kernels(),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => neon::kernels(),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    /// Every implementation this CPU runs, slowest first (so the last is the fastest).
+    pub fn available() -> Vec<&'static Kernels> {
+        Isa::ALL.into_iter().filter_map(Kernels::get).collect()
+    }
+
+    /// The fastest implementation this CPU runs.
+    pub fn best() -> &'static Kernels {
+        Isa::ALL
+            .into_iter()
+            .rev()
+            .find_map(Kernels::get)
+            .unwrap_or(&SCALAR)
+    }
+
+    /// The instruction set of this implementation.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// `dst[i] ^= c · src[i]`; see [`mul_add`].
+    ///
+    /// # Panics
+    /// When `dst` and `src` differ in length.
+    pub fn mul_add(&self, dst: &mut [u8], src: &[u8], c: u8) {
+        assert_eq!(dst.len(), src.len(), "mul_add: slices differ in length");
+        match c {
+            0 => {}
+            1 => (self.xor_into)(dst, src),
+            _ => (self.mul_add)(dst, src, c),
+        }
+    }
+
+    /// `dsts[j][i] ^= coefs[j] · src[i]`; see [`mul_add_multi`].
+    ///
+    /// # Panics
+    /// When `dsts` and `coefs` differ in length or a destination differs in length from
+    /// `src`.
+    pub fn mul_add_multi(&self, dsts: &mut [&mut [u8]], src: &[u8], coefs: &[u8]) {
+        assert_eq!(
+            dsts.len(),
+            coefs.len(),
+            "mul_add_multi: one coefficient per destination"
+        );
+        for d in dsts.iter() {
+            assert_eq!(
+                d.len(),
+                src.len(),
+                "mul_add_multi: a destination differs in length from the source"
+            );
+        }
+        match (dsts, coefs) {
+            ([], []) => {}
+            ([d], [c]) => self.mul_add(d, src, *c),
+            (dsts, coefs) => (self.mul_add_multi)(dsts, src, coefs),
+        }
+    }
+
+    /// `dst[i] ^= src[i]`; see [`xor_into`].
+    ///
+    /// # Panics
+    /// When `dst` and `src` differ in length.
+    pub fn xor_into(&self, dst: &mut [u8], src: &[u8]) {
+        assert_eq!(dst.len(), src.len(), "xor_into: slices differ in length");
+        (self.xor_into)(dst, src);
+    }
+}
+
+impl fmt::Debug for Kernels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kernels").field("isa", &self.isa).finish()
+    }
+}
+
+/// The implementation a request for `name` (the value of [`ENV_VAR`]) gets: the fastest
+/// this CPU runs for None or an empty name, else the named one. The error says why a named
+/// one cannot be used and what to set instead.
+pub fn choose(name: Option<&str>) -> Result<&'static Kernels, String> {
+    let name = name.map(str::trim).unwrap_or("");
+    if name.is_empty() {
+        return Ok(Kernels::best());
+    }
+    let here: Vec<&str> = Kernels::available()
+        .iter()
+        .map(|k| k.isa().name())
+        .collect();
+    match Isa::from_name(name) {
+        None => Err(format!(
+            "{ENV_VAR}={name}: no such kernel implementation (choose one of {}, or unset \
+             {ENV_VAR} for the fastest)",
+            Isa::ALL.map(Isa::name).join(", ")
+        )),
+        Some(isa) => Kernels::get(isa).ok_or_else(|| {
+            format!(
+                "{ENV_VAR}={name}: this CPU or build cannot run {isa} (available here: {}; \
+                 unset {ENV_VAR} for the fastest)",
+                here.join(", ")
+            )
+        }),
+    }
+}
+
+/// The implementation the free functions use: chosen once, at the first call, from
+/// [`ENV_VAR`] or else the fastest this CPU runs. A request that cannot be honoured is
+/// reported once on standard error and the fastest is used (a kernel call has no error path,
+/// and the bytes computed are the same whichever implementation runs).
+pub fn selected() -> &'static Kernels {
+    static SELECTED: OnceLock<&'static Kernels> = OnceLock::new();
+    SELECTED.get_or_init(|| {
+        let request = std::env::var(ENV_VAR).ok();
+        choose(request.as_deref()).unwrap_or_else(|e| {
+            let best = Kernels::best();
+            eprintln!("scr-kernels: {e}; using {}", best.isa());
+            best
+        })
+    })
+}
 
 /// `dst[i] ^= c · src[i]` over GF(2^8) for every `i`.
 ///
@@ -20,28 +232,17 @@ mod scalar;
 /// When `dst` and `src` differ in length (a caller bug: the schemes size both from one
 /// piece length).
 pub fn mul_add(dst: &mut [u8], src: &[u8], c: u8) {
-    assert_eq!(dst.len(), src.len(), "mul_add: slices differ in length");
-    match c {
-        0 => {}
-        1 => xor_into(dst, src),
-        _ => scalar::mul_add(dst, src, c),
-    }
+    selected().mul_add(dst, src, c);
 }
 
 /// `dsts[j][i] ^= coefs[j] · src[i]` for every `j` and `i`: one source encoded into several
-/// checksums, reading the source once.
+/// checksums, reading the source once (the vector kernels update up to four destinations per
+/// pass over the source, so the source is read once per four destinations).
 ///
 /// # Panics
 /// When `dsts` and `coefs` differ in length or a destination differs in length from `src`.
 pub fn mul_add_multi(dsts: &mut [&mut [u8]], src: &[u8], coefs: &[u8]) {
-    assert_eq!(
-        dsts.len(),
-        coefs.len(),
-        "mul_add_multi: one coefficient per destination"
-    );
-    for (d, &c) in dsts.iter_mut().zip(coefs) {
-        mul_add(d, src, c);
-    }
+    selected().mul_add_multi(dsts, src, coefs);
 }
 
 /// `dst[i] ^= src[i]` for every `i`.
@@ -49,12 +250,11 @@ pub fn mul_add_multi(dsts: &mut [&mut [u8]], src: &[u8], coefs: &[u8]) {
 /// # Panics
 /// When `dst` and `src` differ in length.
 pub fn xor_into(dst: &mut [u8], src: &[u8]) {
-    assert_eq!(dst.len(), src.len(), "xor_into: slices differ in length");
-    scalar::xor_into(dst, src);
+    selected().xor_into(dst, src);
 }
 
 /// The name of the implementation the slice kernels use on this CPU (for benchmarks and
 /// `--version` style reports).
 pub fn implementation() -> &'static str {
-    "scalar"
+    selected().isa().name()
 }
