@@ -2,7 +2,12 @@
 //! quotes): every kernel on every implementation this CPU runs, and ISA-L's equivalents when
 //! `libisal.so.2` is installed (Debian `libisal2`).
 //!
-//! `cargo run --release -p scr-kernels --example kernel-ratios [-- --reps N --sizes 1,64]`
+//! `cargo run --release -p scr-kernels --example kernel-ratios [-- --reps N --sizes 64K,1M,64M
+//! --cpu-time]`
+//!
+//! `--cpu-time` divides by the thread's CPU time instead of the elapsed time: on a machine
+//! shared with other work it leaves out the time the thread waited for a core (not the
+//! memory bandwidth the others take), which makes variants comparable there.
 //!
 //! Throughput is bytes of source data per second (for memcpy, bytes copied). Each rep
 //! measures every kernel once, in turn, so load from other processes spreads over all of
@@ -21,27 +26,55 @@ const DATA: usize = 6;
 
 struct Options {
     reps: usize,
-    sizes_mib: Vec<usize>,
+    cpu_time: bool,
+    /// Buffer sizes in bytes.
+    sizes: Vec<usize>,
+}
+
+/// `64K`, `1M`, `64M` or a plain number of bytes.
+fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (num, shift) = match s.char_indices().last()? {
+        (i, 'K' | 'k') => (&s[..i], 10),
+        (i, 'M' | 'm') => (&s[..i], 20),
+        _ => (s, 0),
+    };
+    num.parse::<usize>().ok().map(|n| n << shift)
+}
+
+fn size_name(len: usize) -> String {
+    if len >= 1 << 20 && len.is_multiple_of(1 << 20) {
+        format!("{} MiB", len >> 20)
+    } else if len >= 1 << 10 && len.is_multiple_of(1 << 10) {
+        format!("{} KiB", len >> 10)
+    } else {
+        format!("{len} B")
+    }
 }
 
 fn options() -> Options {
     let mut o = Options {
         reps: 7,
-        sizes_mib: vec![1, 64],
+        cpu_time: false,
+        sizes: vec![1 << 20, 64 << 20],
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
+        if a == "--cpu-time" {
+            o.cpu_time = true;
+            continue;
+        }
         let v = args.next();
         match (a.as_str(), v) {
             ("--reps", Some(v)) => o.reps = v.parse().expect("--reps takes a number"),
             ("--sizes", Some(v)) => {
-                o.sizes_mib = v
+                o.sizes = v
                     .split(',')
-                    .map(|s| s.parse().expect("--sizes takes MiB numbers, e.g. 1,64"))
+                    .map(|s| parse_size(s).expect("--sizes takes sizes like 64K,1M,64M"))
                     .collect()
             }
             _ => {
-                eprintln!("usage: kernel-ratios [--reps N] [--sizes MIB,MIB...]");
+                eprintln!("usage: kernel-ratios [--reps N] [--sizes 64K,1M,64M] [--cpu-time]");
                 std::process::exit(2);
             }
         }
@@ -58,16 +91,36 @@ struct Case<'a> {
     samples: Vec<f64>,
 }
 
-/// GB/s of one sample: as many calls as fit in ~60 ms (at least 2), after one warm-up call.
-fn sample(case: &mut Case) -> f64 {
+/// This thread's CPU time.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through the valid pointer it is given;
+    // CLOCK_THREAD_CPUTIME_ID is supported by every Linux this runs on.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// GB/s of one sample: as many calls as fit in ~60 ms (at least 2), after one warm-up call,
+/// over elapsed or (with `cpu_time`) this thread's CPU time.
+fn sample(case: &mut Case, cpu_time: bool) -> f64 {
     (case.run)();
     let start = Instant::now();
+    let cpu_start = thread_cpu_time();
     let mut calls = 0u64;
     while calls < 2 || start.elapsed() < Duration::from_millis(60) {
         (case.run)();
         calls += 1;
     }
-    (case.bytes as f64 * calls as f64) / start.elapsed().as_secs_f64() / 1e9
+    let secs = if cpu_time {
+        (thread_cpu_time() - cpu_start).as_secs_f64()
+    } else {
+        start.elapsed().as_secs_f64()
+    };
+    (case.bytes as f64 * calls as f64) / secs / 1e9
 }
 
 fn best_median(v: &[f64]) -> (f64, f64) {
@@ -98,10 +151,14 @@ fn main() {
         Ok(_) => println!("ISA-L: libisal.so.2 loaded (its own run-time dispatch)"),
         Err(e) => println!("ISA-L not installed ({e})"),
     }
-    println!("reps per figure: {}; GB/s of source bytes\n", o.reps);
+    println!(
+        "reps per figure: {}; GB/s of source bytes per {} second",
+        o.reps,
+        if o.cpu_time { "CPU" } else { "elapsed" }
+    );
+    println!();
 
-    for &mib in &o.sizes_mib {
-        let len = mib << 20;
+    for &len in &o.sizes {
         let src_buf = buffer(len, 7);
         let src: &[u8] = &src_buf;
         let srcs_buf: Vec<Vec<u8>> = (0..DATA).map(|i| buffer(len, i as u8 * 13)).collect();
@@ -179,12 +236,12 @@ fn main() {
 
         for _ in 0..o.reps {
             for c in cases.iter_mut() {
-                let s = sample(c);
+                let s = sample(c, o.cpu_time);
                 c.samples.push(s);
             }
         }
         let (mb, mm) = best_median(&cases[0].samples);
-        println!("{mib} MiB buffers");
+        println!("{} buffers", size_name(len));
         println!(
             "{:<32} {:>9} {:>9} {:>8} {:>8}",
             "kernel", "best", "median", "best/", "median/"

@@ -29,7 +29,7 @@ const TABLES: ([u8; 512], [u8; 256]) = tables();
 /// `EXP[i]` = 2^i (the generator 2 is primitive for 0x11D); doubled so `EXP[a + b]`
 /// needs no reduction.
 pub const EXP: [u8; 512] = TABLES.0;
-/// `LOG[x]` for x ≠ 0 (LOG[0] is unused).
+/// `LOG[x]` for x ≠ 0 (`LOG[0]` is unused).
 pub const LOG: [u8; 256] = TABLES.1;
 
 /// a · b.
