@@ -304,3 +304,61 @@ fn mismatched_lengths_are_refused() {
         );
     }
 }
+
+/// Run in a child process by `the_environment_forces_each_implementation`: reports what the
+/// free functions chose for the `SCR_KERNELS` it was started with, and checks their bytes.
+#[test]
+#[ignore = "run as a child process by the_environment_forces_each_implementation"]
+fn child_reports_its_implementation() {
+    let mut dst = vec![0u8; 100];
+    let src: Vec<u8> = (0..100u8).collect();
+    scr_kernels::mul_add(&mut dst, &src, 0x8e);
+    for (d, s) in dst.iter().zip(&src) {
+        assert_eq!(*d, gf::mul(0x8e, *s));
+    }
+    println!("IMPLEMENTATION={}", scr_kernels::implementation());
+}
+
+/// `SCR_KERNELS` forces each implementation this CPU has in a fresh process (the choice is
+/// made once per process), and a request that cannot be honoured falls back to the fastest
+/// with a message on standard error that names the variable and the choices.
+#[test]
+fn the_environment_forces_each_implementation() {
+    let run = |value: &str| {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "child_reports_its_implementation",
+                "--include-ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(scr_kernels::ENV_VAR, value)
+            .output()
+            .expect("the test binary starts again as a child");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
+        let chosen = stdout
+            .lines()
+            .find_map(|l| l.split("IMPLEMENTATION=").nth(1))
+            .unwrap_or_else(|| panic!("the child ran no test:\n{stdout}\n{stderr}"))
+            .to_string();
+        (chosen, stderr)
+    };
+    for k in Kernels::available() {
+        let (chosen, stderr) = run(k.isa().name());
+        assert_eq!(chosen, k.isa().name(), "{stderr}");
+        assert!(!stderr.contains("scr-kernels:"), "{stderr}");
+    }
+    let best = Kernels::best().isa().name();
+    let (chosen, _) = run("");
+    assert_eq!(chosen, best);
+    let (chosen, stderr) = run("avx512");
+    assert_eq!(chosen, best);
+    assert!(
+        stderr.contains("scr-kernels: SCR_KERNELS=avx512: no such kernel implementation")
+            && stderr.contains(&format!("using {best}")),
+        "{stderr}"
+    );
+}
