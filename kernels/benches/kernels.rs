@@ -1,6 +1,7 @@
 //! Criterion benchmarks of the slice kernels on every implementation this CPU runs, next to
 //! a memcpy of the same size as the baseline, on 1 MiB (cache-resident on most CPUs) and
-//! 64 MiB (memory-bound) buffers. Throughput is bytes of source data.
+//! 64 MiB (memory-bound) buffers, and a whole 6 -> 2 encode. Throughput is bytes of source
+//! data.
 //!
 //! `cargo bench -p scr-kernels --bench kernels [-- FILTER]`; the `kernel-ratios` example
 //! prints the same kernels as ratios to memcpy measured in the same run.
@@ -54,6 +55,41 @@ fn kernels(c: &mut Criterion) {
                     })
                 });
             }
+        }
+        g.finish();
+
+        // A whole 6 -> 2 encode (throughput in bytes of all six sources): the striped matrix
+        // form against one fused call per source over the whole slices.
+        let srcs: Vec<Vec<u8>> = (0..6).map(|i| buffer(len, 40 + i as u8)).collect();
+        let coefs: Vec<u8> = (0..12).map(|x| COEFS[x % 4]).collect();
+        let mut g = c.benchmark_group(format!("{mib}MiB-encode6x2"));
+        g.throughput(Throughput::Bytes(6 * len as u64));
+        if mib > 1 {
+            g.sample_size(10)
+                .warm_up_time(Duration::from_secs(1))
+                .measurement_time(Duration::from_secs(3));
+        }
+        let mut ds: Vec<Vec<u8>> = (0..2).map(|j| buffer(len, j as u8)).collect();
+        for k in Kernels::available() {
+            let isa = k.isa().name();
+            g.bench_function(BenchmarkId::new("mul_add_matrix", isa), |b| {
+                b.iter(|| {
+                    let mut refs: Vec<&mut [u8]> =
+                        ds.iter_mut().map(|d| d.as_mut_slice()).collect();
+                    let s: Vec<&[u8]> = srcs.iter().map(|s| s.as_slice()).collect();
+                    k.mul_add_matrix(black_box(&mut refs), black_box(&s), &coefs)
+                })
+            });
+            g.bench_function(BenchmarkId::new("mul_add_multi_per_source", isa), |b| {
+                b.iter(|| {
+                    let mut refs: Vec<&mut [u8]> =
+                        ds.iter_mut().map(|d| d.as_mut_slice()).collect();
+                    for (i, s) in srcs.iter().enumerate() {
+                        let column = [coefs[i], coefs[6 + i]];
+                        k.mul_add_multi(black_box(&mut refs), black_box(s), &column);
+                    }
+                })
+            });
         }
         g.finish();
     }

@@ -217,7 +217,7 @@ fn main() {
             }
             let mut ds: Vec<Vec<u8>> = (0..2).map(|_| vec![0u8; len]).collect();
             cases.push(Case {
-                name: format!("encode {DATA}->2 {isa}"),
+                name: format!("encode {DATA}->2 by multi {isa}"),
                 bytes: len * DATA,
                 run: Box::new(move || {
                     let mut refs: Vec<&mut [u8]> =
@@ -226,6 +226,21 @@ fn main() {
                         let coefs = [COEFS[i % 4], COEFS[(i + 1) % 4]];
                         k.mul_add_multi(black_box(&mut refs), black_box(s), &coefs);
                     }
+                }),
+                samples: vec![],
+            });
+            let mut ds: Vec<Vec<u8>> = (0..2).map(|_| vec![0u8; len]).collect();
+            let coefs: Vec<u8> = (0..2)
+                .flat_map(|r| (0..DATA).map(move |i| COEFS[(i + r) % 4]))
+                .collect();
+            cases.push(Case {
+                name: format!("mul_add_matrix {DATA}->2 {isa}"),
+                bytes: len * DATA,
+                run: Box::new(move || {
+                    let mut refs: Vec<&mut [u8]> =
+                        ds.iter_mut().map(|d| d.as_mut_slice()).collect();
+                    let srcs: Vec<&[u8]> = srcs.iter().map(|s| s.as_slice()).collect();
+                    k.mul_add_matrix(black_box(&mut refs), black_box(&srcs), &coefs);
                 }),
                 samples: vec![],
             });

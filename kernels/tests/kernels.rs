@@ -106,6 +106,47 @@ fn check_multi(k: &Kernels, len: usize, soff: usize, doffs: &[usize], coefs: &[u
     }
 }
 
+/// `mul_add_matrix` of `k` with a `dsts × srcs` matrix equals the reference, every slice at
+/// its own offset.
+fn check_matrix(k: &Kernels, len: usize, nsrc: usize, ndst: usize, coefs: &[u8], seed: u64) {
+    let srcs: Vec<Vec<u8>> = (0..nsrc)
+        .map(|i| buffer(len, seed ^ ((i as u64 + 1) * 0x9e37)))
+        .collect();
+    let mut dsts: Vec<Vec<u8>> = (0..ndst)
+        .map(|j| buffer(len, seed.wrapping_add(j as u64 * 7919)))
+        .collect();
+    let off = |x: usize| (x * 17 + seed as usize) % 64;
+    let mut want = dsts.clone();
+    for (j, w) in want.iter_mut().enumerate() {
+        for (i, s) in srcs.iter().enumerate() {
+            reference_mul_add(
+                &mut w[off(j)..off(j) + len],
+                &s[off(i + 8)..off(i + 8) + len],
+                coefs[j * nsrc + i],
+            );
+        }
+    }
+    let src_slices: Vec<&[u8]> = srcs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| &s[off(i + 8)..off(i + 8) + len])
+        .collect();
+    let mut dst_slices: Vec<&mut [u8]> = dsts
+        .iter_mut()
+        .enumerate()
+        .map(|(j, d)| &mut d[off(j)..off(j) + len])
+        .collect();
+    k.mul_add_matrix(&mut dst_slices, &src_slices, coefs);
+    for j in 0..ndst {
+        assert!(
+            dsts[j] == want[j],
+            "{}: mul_add_matrix len={len} {ndst}x{nsrc} destination {j} differs from the \
+             reference (coefficients {coefs:?})",
+            k.isa()
+        );
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -146,6 +187,55 @@ proptest! {
         for k in implementations() {
             check_multi(k, len, soff, &doffs, &coefs, seed);
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn mul_add_matrix_matches_reference(
+        len in prop_oneof![4 => 0usize..70, 4 => 0usize..5000, 1 => 30_000usize..70_000],
+        nsrc in 1usize..=8,
+        ndst in 1usize..=6,
+        coefs in prop::collection::vec(any::<u8>(), 48),
+        seed in any::<u64>(),
+    ) {
+        for k in implementations() {
+            check_matrix(k, len, nsrc, ndst, &coefs[..nsrc * ndst], seed);
+        }
+    }
+}
+
+/// The matrix form over several stripes with the RS encoding matrix's checksum rows gives
+/// what one fused call per source gives (the way the pipelined encode computes checksums).
+#[test]
+fn matrix_encode_equals_one_fused_call_per_source() {
+    let (p, k) = (6, 3);
+    let m = scr_kernels::matrix::encoding(p, k).unwrap();
+    let coefs: Vec<u8> = m[p..].iter().flatten().copied().collect();
+    let len = 100_003;
+    let data: Vec<Vec<u8>> = (0..p).map(|i| buffer(len, i as u64 + 11)).collect();
+    for kern in implementations() {
+        let mut a = vec![vec![0u8; len]; k];
+        let mut b = vec![vec![0u8; len]; k];
+        let srcs: Vec<&[u8]> = data.iter().map(|d| &d[..len]).collect();
+        let mut da: Vec<&mut [u8]> = a.iter_mut().map(|d| d.as_mut_slice()).collect();
+        kern.mul_add_matrix(&mut da, &srcs, &coefs);
+        for (i, s) in srcs.iter().enumerate() {
+            let column: Vec<u8> = (0..k).map(|j| m[p + j][i]).collect();
+            let mut db: Vec<&mut [u8]> = b.iter_mut().map(|d| d.as_mut_slice()).collect();
+            kern.mul_add_multi(&mut db, s, &column);
+        }
+        assert!(
+            a == b,
+            "{}: matrix encode differs from per-source encode",
+            kern.isa()
+        );
+        assert!(
+            a.iter().all(|c| c.iter().any(|&x| x != 0)),
+            "checksums are all zero"
+        );
     }
 }
 
@@ -294,6 +384,24 @@ fn mismatched_lengths_are_refused() {
         assert!(
             r.is_err(),
             "{}: mul_add_multi accepted extra coefficients",
+            k.isa()
+        );
+        let r = std::panic::catch_unwind(|| {
+            let mut a = [0u8; 4];
+            k.mul_add_matrix(&mut [&mut a], &[&[1u8; 4], &[1u8; 5]], &[2, 3]);
+        });
+        assert!(
+            r.is_err(),
+            "{}: mul_add_matrix accepted a longer source",
+            k.isa()
+        );
+        let r = std::panic::catch_unwind(|| {
+            let mut a = [0u8; 4];
+            k.mul_add_matrix(&mut [&mut a], &[&[1u8; 4], &[1u8; 4]], &[2]);
+        });
+        assert!(
+            r.is_err(),
+            "{}: mul_add_matrix accepted too few coefficients",
             k.isa()
         );
         let r = std::panic::catch_unwind(|| k.xor_into(&mut [0u8; 40], &[1u8; 39]));
