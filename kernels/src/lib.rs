@@ -6,12 +6,13 @@
 //! redset and most Reed-Solomon storage codes use, so encoding coefficients match the
 //! seed's worked examples.
 //!
-//! The slice kernels ([`mul_add`], [`mul_add_multi`], [`xor_into`]) pick the fastest
-//! implementation this CPU supports once, at the first call (AVX2, then SSSE3 on x86; NEON
-//! on aarch64), and fall back to portable scalar code everywhere else. Every implementation
-//! computes exactly the same bytes. The environment variable `SCR_KERNELS`
-//! (`scalar`, `ssse3`, `avx2`, `neon`) forces one, so tests and benchmarks can run each path;
-//! [`Kernels::get`] reaches every implementation this CPU has directly.
+//! The slice kernels ([`mul_add`], [`mul_add_multi`], [`mul_add_matrix`], [`xor_into`]) pick
+//! the fastest implementation this CPU supports once, at the first call (AVX2, then SSSE3 on
+//! x86; NEON on aarch64), and fall back to portable scalar code everywhere else. Every
+//! implementation computes exactly the same bytes. The environment variable `SCR_KERNELS`
+//! (`scalar`, `ssse3`, `avx2`, `neon`) forces one, so tests and benchmarks can run each
+//! path; it is read once per process (once per plugin library, each of which links its own
+//! copy of this crate). [`Kernels::get`] reaches every implementation this CPU has directly.
 //!
 //! The vector kernels multiply with split product tables: `c·s = lo[s & 15] ^ hi[s >> 4]`,
 //! two 16-byte tables per coefficient that a byte shuffle looks up a whole vector at a time.
