@@ -24,6 +24,7 @@ static KERNELS: Kernels = Kernels {
     isa: Isa::Avx2,
     mul_add,
     mul_add_multi,
+    mul_add_matrix: Some(mul_add_matrix),
     xor_into,
 };
 
@@ -48,6 +49,22 @@ fn mul_add_multi(dsts: &mut [&mut [u8]], src: &[u8], coefs: &[u8]) {
                 2 => mul_add_group_avx2::<2>(group, src, coefs),
                 3 => mul_add_group_avx2::<3>(group, src, coefs),
                 _ => mul_add_group_avx2::<4>(group, src, coefs),
+            }
+        }
+    }
+}
+
+fn mul_add_matrix(dsts: &mut [&mut [u8]], srcs: &[&[u8]], coefs: &[u8]) {
+    let p = srcs.len();
+    for (group, rows) in dsts.chunks_mut(GROUP).zip(coefs.chunks(GROUP * p)) {
+        // SAFETY: reachable only through KERNELS, handed out only on a CPU with AVX2 (see
+        // `mul_add`).
+        unsafe {
+            match group.len() {
+                1 => mul_add_matrix_group_avx2::<1>(group, srcs, rows),
+                2 => mul_add_matrix_group_avx2::<2>(group, srcs, rows),
+                3 => mul_add_matrix_group_avx2::<3>(group, srcs, rows),
+                _ => mul_add_matrix_group_avx2::<4>(group, srcs, rows),
             }
         }
     }
@@ -127,6 +144,52 @@ fn mul_add_group_avx2<const N: usize>(dsts: &mut [&mut [u8]], src: &[u8], coefs:
     }
     for j in 0..N {
         scalar::mul_add_nibbles(parts[j].1, st, &nib[j].0, &nib[j].1);
+    }
+}
+
+/// `dsts[j] ^= Σ_i rows[j·p + i]·srcs[i]` for the `N` destinations of one group: each
+/// destination block is loaded once, accumulates the products of every source in a
+/// register and is stored once, so destinations cost one read and one write whatever `p`.
+#[target_feature(enable = "avx2")]
+fn mul_add_matrix_group_avx2<const N: usize>(dsts: &mut [&mut [u8]], srcs: &[&[u8]], rows: &[u8]) {
+    let p = srcs.len();
+    let nib: Vec<([u8; 16], [u8; 16])> = rows.iter().map(|&c| scalar::nibble_tables(c)).collect();
+    let mut t = Vec::with_capacity(nib.len());
+    for (lo, hi) in &nib {
+        t.push(tables(lo, hi));
+    }
+    let len = srcs.first().map_or(0, |s| s.len());
+    let blocks = len / W;
+    let sv: Vec<&[[u8; W]]> = srcs
+        .iter()
+        .map(|s| &s.as_chunks::<W>().0[..blocks])
+        .collect();
+    let mut dests = dsts.iter_mut();
+    let parts: [(&mut [[u8; W]], &mut [u8]); N] = std::array::from_fn(|_| {
+        let (v, t) = dests
+            .next()
+            .expect("one group of N destinations")
+            .as_chunks_mut::<W>();
+        (&mut v[..blocks], t)
+    });
+    for b in 0..blocks {
+        let mut acc = [_mm256_setzero_si256(); N];
+        for (i, s) in sv.iter().enumerate() {
+            let n = nibbles(bytemuck::cast(s[b]));
+            for j in 0..N {
+                acc[j] = _mm256_xor_si256(acc[j], product(t[j * p + i], n));
+            }
+        }
+        for j in 0..N {
+            let d = &mut parts[j].0[b];
+            *d = bytemuck::cast(_mm256_xor_si256(bytemuck::cast(*d), acc[j]));
+        }
+    }
+    for j in 0..N {
+        for (i, s) in srcs.iter().enumerate() {
+            let (lo, hi) = &nib[j * p + i];
+            scalar::mul_add_nibbles(parts[j].1, &s[blocks * W..], lo, hi);
+        }
     }
 }
 

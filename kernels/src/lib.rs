@@ -82,6 +82,9 @@ impl fmt::Display for Isa {
     }
 }
 
+/// `dsts[j] ^= Σ_i coefs[j·p + i] · srcs[i]`, lengths already checked.
+type MatrixKernel = fn(&mut [&mut [u8]], &[&[u8]], &[u8]);
+
 /// One implementation of the slice kernels. Obtained only through [`Kernels::get`],
 /// [`Kernels::available`] or [`selected`], which hand out an implementation only when this
 /// CPU runs its instructions, so every method is safe to call.
@@ -89,6 +92,9 @@ pub struct Kernels {
     isa: Isa,
     mul_add: fn(&mut [u8], &[u8], u8),
     mul_add_multi: fn(&mut [&mut [u8]], &[u8], &[u8]),
+    /// A kernel that keeps destination blocks in registers over every source; None uses
+    /// [`Kernels::mul_add_multi`] over cache-sized stripes.
+    mul_add_matrix: Option<MatrixKernel>,
     xor_into: fn(&mut [u8], &[u8]),
 }
 
@@ -96,6 +102,7 @@ static SCALAR: Kernels = Kernels {
     isa: Isa::Scalar,
     mul_add: scalar::mul_add,
     mul_add_multi: scalar::mul_add_multi,
+    mul_add_matrix: None,
     xor_into: scalar::xor_into,
 };
 
@@ -192,6 +199,9 @@ impl Kernels {
             srcs.iter().all(|s| s.len() == len) && dsts.iter().all(|d| d.len() == len),
             "mul_add_matrix: slices differ in length"
         );
+        if let Some(kernel) = self.mul_add_matrix {
+            return kernel(dsts, srcs, coefs);
+        }
         // The coefficients of source i for every destination (column i of the matrix).
         let columns: Vec<Vec<u8>> = (0..p)
             .map(|i| (0..dsts.len()).map(|j| coefs[j * p + i]).collect())
@@ -290,10 +300,12 @@ pub fn mul_add_multi(dsts: &mut [&mut [u8]], src: &[u8], coefs: &[u8]) {
 /// `dsts.len() × p` coefficient matrix (row-major, one row per destination) applied at
 /// once, as an encode from every data member or a decode from the survivors needs.
 ///
-/// The slices are processed in stripes of 64 KiB, every source into every destination per
-/// stripe, so the destinations stay in cache while each source is added: each source is read
-/// from memory once and each destination read and written once, where separate
-/// [`mul_add_multi`] calls over whole slices would stream the destinations once per source.
+/// The SSSE3 and AVX2 kernels keep each destination block in a register while the products
+/// of every source are added, so each destination is read and written once and each source
+/// read once (per group of four destinations). The others process stripes of 64 KiB, every
+/// source into every destination per stripe, so the destinations stay in cache. Either way
+/// this beats separate [`mul_add_multi`] calls over whole slices, which stream the
+/// destinations through memory once per source.
 ///
 /// # Panics
 /// When `coefs` does not hold `dsts.len() · srcs.len()` coefficients or a slice differs in

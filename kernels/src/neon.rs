@@ -19,6 +19,9 @@ static KERNELS: Kernels = Kernels {
     isa: Isa::Neon,
     mul_add,
     mul_add_multi,
+    // The striped form over mul_add_multi: a register-accumulating kernel here could not be
+    // run on this project's x86 machines.
+    mul_add_matrix: None,
     xor_into,
 };
 
