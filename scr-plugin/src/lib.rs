@@ -98,9 +98,9 @@ pub mod redfile;
 pub mod verify;
 
 pub use abi::{
-    DatasetFiles, FfiScheme, FfiTransfer, FileMeta, FileResult, HostRef, HostServices, LibraryInfo,
-    LogLevel, Param, PluginMod, PluginModRef, RecoverRequest, ReduceOp, SchemeBox, SchemeConfig,
-    SchemeDescription, TransferBox, TransferConfig, TransferStatus, ABI_VERSION,
+    Applied, DatasetFiles, FfiScheme, FfiTransfer, FileMeta, FileResult, HostRef, HostServices,
+    LibraryInfo, LogLevel, Param, PluginMod, PluginModRef, RecoverRequest, ReduceOp, SchemeBox,
+    SchemeConfig, SchemeDescription, TransferBox, TransferConfig, TransferStatus, ABI_VERSION,
 };
 pub use error::{ErrorCode, PluginError, PluginResult};
 pub use host::{host_ref, Guarded, Host, MAX_TAG};
