@@ -7,8 +7,15 @@
 //! them so every error names the library file).
 //!
 //! Every trait here ends its mandatory methods with `#[sabi(last_prefix_field)]` so that a
-//! later ABI version can append defaulted methods and still load plugins built against
-//! this one.
+//! later version of this contract can append defaulted methods (as
+//! [`FfiScheme::crc32_in_apply`] and [`FfiScheme::apply_with_crc`] were).
+//!
+//! What that buys, as abi_stable checks layouts at load: a plugin built against this
+//! contract loads in a host built against the same or an *older* one (the host never
+//! calls the methods it does not know). A plugin *binary* built against an older
+//! contract, with fewer methods, is refused by a newer host ("too many fields, expected
+//! N, found M"): rebuild it. Its source compiles unchanged, because every appended
+//! method has a default on [`Scheme`](crate::Scheme).
 #![allow(missing_docs)] // the sabi_trait macro generates undocumented helper items
 
 use abi_stable::{

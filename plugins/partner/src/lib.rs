@@ -1,9 +1,12 @@
 //! The PARTNER redundancy scheme: full copies of each member's files on its `replicas`
 //! right-hand neighbours in the set (which set formation places in other failure
 //! groups). Each member's redundancy file holds the copies of its left-hand partners,
-//! nearest first, with their metadata in the header. Any loss that leaves one copy of
-//! every member's files is rebuilt, and then every redundancy file is written again so
-//! the set is protected as before.
+//! nearest first, with their metadata in the header; with `apply_with_crc` the first copy
+//! hashes the bytes it reads, so the host needs no second read for the CRC32s. Any loss
+//! that leaves one copy of every member's files is rebuilt: the lost members' files from
+//! a partner's copy, then only the redundancy files that were lost, from their partners'
+//! data, so the set is protected as before while every intact redundancy file stays as
+//! it is.
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;

@@ -6,9 +6,11 @@
 //! (the XOR of every member's slot `j`) is stored by member `j`. Apply computes it with a
 //! pipelined ring reduce-scatter: in pieces of `buffer_size` bytes, each member receives
 //! from its left neighbour and sends to its right, reading each data byte once and writing
-//! each parity byte once. Each member's file metadata also goes into its right neighbour's
-//! redundancy-file header. One lost member per set is rebuilt by a pipelined reduction
-//! along the ring to it, which also restores its parity, so the set is protected again.
+//! each parity byte once. With `apply_with_crc` the same pass hashes each data byte as it
+//! is read ([`FileCrcs`]), so the host needs no second read for the CRC32s. Each member's
+//! file metadata (with those CRC32s) then goes into its right neighbour's redundancy-file
+//! header. One lost member per set is rebuilt by a pipelined reduction along the ring to
+//! it, which also restores its parity, so the set is protected again.
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
