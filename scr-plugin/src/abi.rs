@@ -7,8 +7,15 @@
 //! them so every error names the library file).
 //!
 //! Every trait here ends its mandatory methods with `#[sabi(last_prefix_field)]` so that a
-//! later ABI version can append defaulted methods and still load plugins built against
-//! this one.
+//! later version of this contract can append defaulted methods (as
+//! [`FfiScheme::crc32_in_apply`] and [`FfiScheme::apply_with_crc`] were).
+//!
+//! What that buys, as abi_stable checks layouts at load: a plugin built against this
+//! contract loads in a host built against the same or an *older* one (the host never
+//! calls the methods it does not know). A plugin *binary* built against an older
+//! contract, with fewer methods, is refused by a newer host ("too many fields, expected
+//! N, found M"): rebuild it. Its source compiles unchanged, because every appended
+//! method has a default on [`Scheme`](crate::Scheme).
 #![allow(missing_docs)] // the sabi_trait macro generates undocumented helper items
 
 use abi_stable::{
@@ -131,6 +138,43 @@ pub struct DatasetFiles {
     /// This rank's files in order; the scheme treats their concatenation as one logical
     /// file.
     pub files: RVec<FileMeta>,
+}
+
+/// What [`Scheme::apply_with_crc`](crate::Scheme::apply_with_crc) returns: the
+/// redundancy files written, and the CRC32 of each dataset file computed in the same pass.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq, Eq, Default)]
+pub struct Applied {
+    /// The redundancy files this member wrote (what [`Scheme::apply`](crate::Scheme::apply)
+    /// returns).
+    pub redundancy: RVec<RString>,
+    /// The CRC32 of each of the dataset's files, in the order of [`DatasetFiles::files`],
+    /// computed from the bytes the scheme read during the call; `RNone` for a file it
+    /// could not vouch for. Empty when the scheme computed none. The host reads every file
+    /// that has no CRC32 here itself.
+    pub crc32: RVec<ROption<u32>>,
+}
+
+impl Applied {
+    /// The redundancy files, with no CRC32 computed.
+    pub fn without_crc(redundancy: Vec<String>) -> Self {
+        Applied {
+            redundancy: redundancy.into_iter().map(RString::from).collect(),
+            crc32: RVec::new(),
+        }
+    }
+
+    /// The redundancy files and the CRC32 of each dataset file (as
+    /// [`FileCrcs::finish`](crate::lofi::FileCrcs::finish) gives them).
+    pub fn with_crc(redundancy: Vec<String>, crc32: Vec<Option<u32>>) -> Self {
+        Applied {
+            redundancy: redundancy.into_iter().map(RString::from).collect(),
+            crc32: crc32
+                .into_iter()
+                .map(|c| c.map_or(ROption::RNone, ROption::RSome))
+                .collect(),
+        }
+    }
 }
 
 /// A request to rebuild one dataset across a redundancy set.
@@ -328,6 +372,34 @@ pub trait FfiScheme: Send + Sync {
     /// Remove this member's redundancy files for the dataset.
     #[sabi(last_prefix_field)]
     fn remove(&self, host: HostRef<'_>, dataset: &DatasetFiles) -> RResult<(), PluginError>;
+
+    // ---- added after the first release of ABI version 1: defaulted, so a library built
+    // before them still loads, and its scheme objects answer with these defaults ----
+
+    /// Whether [`apply_with_crc`](Self::apply_with_crc) computes each file's CRC32 from
+    /// the bytes it reads (see [`Scheme::apply_with_crc`](crate::Scheme::apply_with_crc)).
+    /// `false` for a library built before this method existed.
+    fn crc32_in_apply(&self) -> bool {
+        false
+    }
+
+    /// [`apply`](Self::apply), also reporting the CRC32 of each of the dataset's files as
+    /// computed from the bytes the scheme read. The host calls it only when it wants
+    /// CRC32s and [`crc32_in_apply`](Self::crc32_in_apply) said `true`. For a library
+    /// built before this method existed, it is `apply` reporting no CRC32.
+    fn apply_with_crc(
+        &self,
+        host: HostRef<'_>,
+        dataset: &DatasetFiles,
+    ) -> RResult<Applied, PluginError> {
+        match self.apply(host, dataset) {
+            RResult::ROk(redundancy) => RResult::ROk(Applied {
+                redundancy,
+                crc32: RVec::new(),
+            }),
+            RResult::RErr(e) => RResult::RErr(e),
+        }
+    }
 }
 
 /// An owned scheme instance.

@@ -19,11 +19,13 @@
 //! - [`inproc`]: an in-process host (threads as members) for unit-testing algorithms.
 //! - [`Params`]: typed access to descriptor parameters and plugin settings.
 //! - Helpers shared by the shipped schemes: [`lofi`] (a member's files as one
-//!   zero-padded logical file), [`redfile`] (redundancy files with a checksummed header)
+//!   zero-padded logical file, and [`FileCrcs`](lofi::FileCrcs), their CRC32s computed
+//!   from the pieces a scheme reads anyway), [`redfile`] (redundancy files with a checksummed header)
 //!   [`collect`] (flags and variable-length exchanges over the host services) and
 //!   [`verify`] (files checked against their recorded size and CRC32).
 //! - [`conformance`]: the scheme cases `scr-conformance` runs, usable from a plugin's own
-//!   unit tests over [`inproc`].
+//!   unit tests over [`inproc`]; [`crc_cases`]: the cases of a scheme that computes its
+//!   files' CRC32s in its own pass ([`Scheme::apply_with_crc`]).
 //!
 //! Every exported entry point runs under [`guard`], so a panic inside a plugin comes
 //! back to the host as a [`PluginError`] with code [`ErrorCode::PANIC`] naming the plugin
@@ -88,6 +90,7 @@ pub mod abi;
 pub mod cachefs;
 pub mod collect;
 pub mod conformance;
+pub mod crc_cases;
 mod error;
 mod host;
 pub mod inproc;
@@ -98,9 +101,9 @@ pub mod redfile;
 pub mod verify;
 
 pub use abi::{
-    DatasetFiles, FfiScheme, FfiTransfer, FileMeta, FileResult, HostRef, HostServices, LibraryInfo,
-    LogLevel, Param, PluginMod, PluginModRef, RecoverRequest, ReduceOp, SchemeBox, SchemeConfig,
-    SchemeDescription, TransferBox, TransferConfig, TransferStatus, ABI_VERSION,
+    Applied, DatasetFiles, FfiScheme, FfiTransfer, FileMeta, FileResult, HostRef, HostServices,
+    LibraryInfo, LogLevel, Param, PluginMod, PluginModRef, RecoverRequest, ReduceOp, SchemeBox,
+    SchemeConfig, SchemeDescription, TransferBox, TransferConfig, TransferStatus, ABI_VERSION,
 };
 pub use error::{ErrorCode, PluginError, PluginResult};
 pub use host::{host_ref, Guarded, Host, MAX_TAG};

@@ -1,12 +1,17 @@
 //! Logical files: a member's files of one dataset treated as one file (their
-//! concatenation, padded with zeros past its end), the way XOR and RS see them.
+//! concatenation, padded with zeros past its end), the way XOR and RS see them; and
+//! [`FileCrcs`], which computes each of those files' CRC32 from the pieces a scheme reads
+//! anyway, so that recording a CRC32 costs no second read of the data.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use abi_stable::std_types::ROption;
+
 use crate::abi::FileMeta;
-use crate::error::{PluginError, PluginResult};
+use crate::error::{ErrorCode, PluginError, PluginResult};
 
 /// An ordered list of files read and written as one zero-padded stream.
 pub struct LogicalFile {
@@ -117,6 +122,180 @@ impl LogicalFile {
     }
 }
 
+/// The CRC32 of each physical file of a [`LogicalFile`], computed from the pieces a scheme
+/// reads, in whatever order it reads them.
+///
+/// A scheme that reads every byte of its member's data (XOR, PARTNER, RS) implements
+/// [`Scheme::apply_with_crc`](crate::Scheme::apply_with_crc) by handing each piece it
+/// read to [`update`](Self::update), with the logical offset it read it at, *before* it
+/// changes the buffer (XOR folds a neighbour's parity into it): the CRC32 recorded for a
+/// file must be the CRC32 of the bytes actually read from it, never of bytes the scheme
+/// computed. [`finish`](Self::finish) then gives one CRC32 per file.
+///
+/// Pieces may come in any order (XOR reads its logical file slot by slot, a pipelined
+/// encode may read several regions in turn): each file keeps one running hasher per
+/// contiguous run of bytes seen so far, extends a run when a piece continues it, and
+/// joins two runs with [`crc32fast::Hasher::combine`] when a piece closes the gap
+/// between them. A piece may span several files (it is split at file boundaries) and
+/// reach past the logical end (the zero padding is not part of any file and is ignored).
+///
+/// A file is reported only when its bytes were seen exactly once each: a file with a
+/// gap, or with a byte fed twice (a scheme that reads some region twice must feed it
+/// once), gets `None`, and the host then reads the file itself. Empty files are always
+/// complete (their CRC32 is 0).
+///
+/// ```
+/// use scr_plugin::{lofi::FileCrcs, FileMeta};
+/// let data = b"hello, world";
+/// let metas = [FileMeta::new("/a", 5), FileMeta::new("/b", 0), FileMeta::new("/c", 7)];
+/// let mut crcs = FileCrcs::new(&metas);
+/// crcs.update(8, &data[8..]);            // "orld", then padding
+/// crcs.update(0, &data[..8]);            // "hello, w": spans /a and /c
+/// assert_eq!(crcs.finish(), [Some(crc32fast::hash(b"hello")), Some(0),
+///                             Some(crc32fast::hash(b", world"))]);
+/// ```
+#[derive(Clone, Debug)]
+pub struct FileCrcs {
+    /// Logical offset where each file starts.
+    starts: Vec<u64>,
+    /// Each file's size.
+    sizes: Vec<u64>,
+    /// Each file's runs seen so far, by start offset within the file; `None` once the
+    /// file was fed a byte twice.
+    runs: Vec<Option<BTreeMap<u64, Run>>>,
+}
+
+/// Bytes `start..end` of one file (the key is `start`), hashed.
+#[derive(Clone, Debug)]
+struct Run {
+    end: u64,
+    hasher: crc32fast::Hasher,
+}
+
+impl FileCrcs {
+    /// Track the files of `metas`, in the order they form the logical file (the order
+    /// [`LogicalFile::open`] was given).
+    pub fn new(metas: &[FileMeta]) -> Self {
+        let mut starts = Vec::with_capacity(metas.len());
+        let mut at = 0u64;
+        for m in metas {
+            starts.push(at);
+            at += m.size;
+        }
+        FileCrcs {
+            starts,
+            sizes: metas.iter().map(|m| m.size).collect(),
+            runs: vec![Some(BTreeMap::new()); metas.len()],
+        }
+    }
+
+    /// Account for `bytes`, read at logical offset `offset`.
+    pub fn update(&mut self, offset: u64, bytes: &[u8]) {
+        let end = offset.saturating_add(bytes.len() as u64);
+        // the first file that ends after `offset` (empty files end where they start)
+        let first = self
+            .starts
+            .iter()
+            .zip(&self.sizes)
+            .position(|(s, z)| s + z > offset)
+            .unwrap_or(self.starts.len());
+        for fi in first..self.starts.len() {
+            let (fstart, fsize) = (self.starts[fi], self.sizes[fi]);
+            if fstart >= end {
+                break;
+            }
+            if fsize == 0 {
+                continue;
+            }
+            let s = offset.max(fstart);
+            let e = end.min(fstart + fsize);
+            let piece = &bytes[(s - offset) as usize..(e - offset) as usize];
+            self.add(fi, s - fstart, e - fstart, piece);
+        }
+    }
+
+    /// Add bytes `s..e` of file `fi`.
+    fn add(&mut self, fi: usize, s: u64, e: u64, data: &[u8]) {
+        let Some(runs) = self.runs[fi].as_mut() else {
+            return;
+        };
+        let before = runs.range(..=s).next_back().map(|(&k, r)| (k, r.end));
+        let after = runs.range(s + 1..).next().map(|(&k, _)| k);
+        let overlaps =
+            before.is_some_and(|(k, end)| k == s || end > s) || after.is_some_and(|k| k < e);
+        if overlaps {
+            self.runs[fi] = None;
+            return;
+        }
+        let (start, mut hasher) = match before {
+            Some((k, end)) if end == s => (k, runs.remove(&k).expect("present").hasher),
+            _ => (s, crc32fast::Hasher::new()),
+        };
+        hasher.update(data);
+        let mut end = e;
+        if let Some(next) = runs.remove(&e) {
+            hasher.combine(&next.hasher);
+            end = next.end;
+        }
+        runs.insert(start, Run { end, hasher });
+    }
+
+    /// Whether every byte of every file was seen exactly once.
+    pub fn is_complete(&self) -> bool {
+        (0..self.sizes.len()).all(|fi| self.crc(fi).is_some())
+    }
+
+    fn crc(&self, fi: usize) -> Option<u32> {
+        let runs = self.runs[fi].as_ref()?;
+        if self.sizes[fi] == 0 {
+            return Some(crc32fast::hash(&[]));
+        }
+        match runs.first_key_value() {
+            Some((0, r)) if runs.len() == 1 && r.end == self.sizes[fi] => {
+                Some(r.hasher.clone().finalize())
+            }
+            _ => None,
+        }
+    }
+
+    /// The CRC32 of each file, in order: `None` for a file not covered exactly once.
+    pub fn finish(self) -> Vec<Option<u32>> {
+        (0..self.sizes.len()).map(|fi| self.crc(fi)).collect()
+    }
+}
+
+/// `files` with the CRC32s a pass computed (`crcs`, one per file as
+/// [`FileCrcs::finish`] gives them, or empty) filled in where none was given: the
+/// metadata a scheme records in its redundancy data after
+/// [`apply_with_crc`](crate::Scheme::apply_with_crc).
+///
+/// A file whose given CRC32 differs from the one computed from the bytes just read
+/// changed after the host recorded it: that is an error ([`CORRUPT`](ErrorCode::CORRUPT)),
+/// so a scheme never protects bytes other than those the host recorded.
+pub fn with_crcs(files: &[FileMeta], crcs: &[Option<u32>]) -> PluginResult<Vec<FileMeta>> {
+    files
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let mut m = m.clone();
+            match (m.crc32.into_option(), crcs.get(i).copied().flatten()) {
+                (Some(given), Some(read)) if given != read => {
+                    return Err(PluginError::new(
+                        ErrorCode::CORRUPT,
+                        format!(
+                            "{}: CRC32 recorded {given:08x}, the bytes read have {read:08x}; the file changed after it was recorded",
+                            m.path
+                        ),
+                    ))
+                }
+                (None, Some(read)) => m.crc32 = ROption::RSome(read),
+                _ => {}
+            }
+            Ok(m)
+        })
+        .collect()
+}
+
 /// Apply the recorded mode and times to a rebuilt file.
 pub fn restore_metadata(meta: &FileMeta) -> PluginResult<()> {
     use std::os::unix::fs::PermissionsExt;
@@ -160,6 +339,150 @@ mod tests {
             atime_nsec: 5,
             ..FileMeta::new(path.display().to_string(), size)
         }
+    }
+
+    /// A small deterministic generator (xorshift64*), so failures reproduce.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n.max(1)
+        }
+    }
+
+    /// Random file shapes (empty files included) and their bytes.
+    fn random_files(rng: &mut Rng) -> (Vec<FileMeta>, Vec<Vec<u8>>) {
+        let count = rng.below(6) as usize;
+        let mut metas = Vec::new();
+        let mut datas = Vec::new();
+        for i in 0..count {
+            let size = match rng.below(4) {
+                0 => 0,
+                1 => 1 + rng.below(3),
+                _ => rng.below(5000),
+            };
+            let data: Vec<u8> = (0..size).map(|_| rng.next() as u8).collect();
+            metas.push(FileMeta::new(format!("/f{i}"), size));
+            datas.push(data);
+        }
+        (metas, datas)
+    }
+
+    /// Cut `0..len` into pieces of random lengths (at least one byte each).
+    fn random_pieces(rng: &mut Rng, len: u64) -> Vec<(u64, u64)> {
+        let mut pieces = Vec::new();
+        let mut at = 0;
+        while at < len {
+            let n = (1 + rng.below(700)).min(len - at);
+            pieces.push((at, at + n));
+            at += n;
+        }
+        pieces
+    }
+
+    fn logical(datas: &[Vec<u8>], padding: usize) -> Vec<u8> {
+        let mut all: Vec<u8> = datas.concat();
+        all.resize(all.len() + padding, 0);
+        all
+    }
+
+    #[test]
+    fn file_crcs_match_crc32fast_in_any_read_order() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for round in 0..400 {
+            let (metas, datas) = random_files(&mut rng);
+            let all = logical(&datas, rng.below(300) as usize);
+            let mut pieces = random_pieces(&mut rng, all.len() as u64);
+            // shuffle (Fisher-Yates)
+            for i in (1..pieces.len()).rev() {
+                pieces.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            let mut crcs = FileCrcs::new(&metas);
+            for &(s, e) in &pieces {
+                crcs.update(s, &all[s as usize..e as usize]);
+            }
+            assert!(crcs.is_complete(), "round {round}");
+            let want: Vec<Option<u32>> = datas.iter().map(|d| Some(crc32fast::hash(d))).collect();
+            assert_eq!(crcs.finish(), want, "round {round}: {metas:?} {pieces:?}");
+        }
+    }
+
+    #[test]
+    fn file_crcs_follow_the_xor_slot_order() {
+        // XOR's order: for each offset within a chunk, one piece of every chunk in turn
+        let mut rng = Rng(7);
+        for _ in 0..100 {
+            let (metas, datas) = random_files(&mut rng);
+            let total: u64 = metas.iter().map(|m| m.size).sum();
+            let chunks = 1 + rng.below(7);
+            let chunk = total.div_ceil(chunks).max(1);
+            let piece = 1 + rng.below(chunk);
+            let all = logical(&datas, (chunk * chunks - total) as usize);
+            let mut crcs = FileCrcs::new(&metas);
+            let mut offset = 0;
+            while offset < chunk {
+                let p = piece.min(chunk - offset);
+                for c in 0..chunks {
+                    let s = (c * chunk + offset) as usize;
+                    crcs.update(s as u64, &all[s..s + p as usize]);
+                }
+                offset += p;
+            }
+            let want: Vec<Option<u32>> = datas.iter().map(|d| Some(crc32fast::hash(d))).collect();
+            assert_eq!(crcs.finish(), want);
+        }
+    }
+
+    #[test]
+    fn file_crcs_refuse_files_with_a_gap_or_a_byte_fed_twice() {
+        let mut rng = Rng(42);
+        let mut checked = (0, 0);
+        for _ in 0..300 {
+            let (metas, datas) = random_files(&mut rng);
+            let all = logical(&datas, 0);
+            let pieces = random_pieces(&mut rng, all.len() as u64);
+            if pieces.is_empty() {
+                continue;
+            }
+            let odd = rng.below(pieces.len() as u64) as usize;
+            let twice = rng.below(2) == 0;
+            let mut crcs = FileCrcs::new(&metas);
+            for (i, &(s, e)) in pieces.iter().enumerate() {
+                if i != odd || twice {
+                    crcs.update(s, &all[s as usize..e as usize]);
+                }
+            }
+            if twice {
+                // the same bytes again, or a piece straddling the odd one's start
+                let (s, e) = pieces[odd];
+                let s = s.saturating_sub(rng.below(3));
+                crcs.update(s, &all[s as usize..e as usize]);
+            }
+            let (s, e) = pieces[odd];
+            let got = crcs.finish();
+            let mut start = 0;
+            for (fi, d) in datas.iter().enumerate() {
+                let (fs, fe) = (start, start + d.len() as u64);
+                start = fe;
+                let touched = !d.is_empty() && fs < e && s < fe;
+                if touched {
+                    assert_eq!(got[fi], None, "file {fi} {fs}..{fe}, piece {s}..{e}");
+                    if twice {
+                        checked.1 += 1
+                    } else {
+                        checked.0 += 1
+                    }
+                } else {
+                    assert_eq!(got[fi], Some(crc32fast::hash(d)), "file {fi}");
+                }
+            }
+        }
+        assert!(checked.0 > 20 && checked.1 > 20, "{checked:?}");
     }
 
     #[test]

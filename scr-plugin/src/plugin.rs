@@ -12,9 +12,9 @@ use abi_stable::{
 };
 
 use crate::abi::{
-    DatasetFiles, FfiScheme, FfiScheme_TO, FfiTransfer, FfiTransfer_TO, FileMeta, FileResult,
-    HostRef, LibraryInfo, PluginMod, PluginModRef, RecoverRequest, SchemeBox, SchemeConfig,
-    SchemeDescription, TransferBox, TransferConfig, TransferStatus, ABI_VERSION,
+    Applied, DatasetFiles, FfiScheme, FfiScheme_TO, FfiTransfer, FfiTransfer_TO, FileMeta,
+    FileResult, HostRef, LibraryInfo, PluginMod, PluginModRef, RecoverRequest, SchemeBox,
+    SchemeConfig, SchemeDescription, TransferBox, TransferConfig, TransferStatus, ABI_VERSION,
 };
 use crate::error::{ErrorCode, PluginError, PluginResult};
 use crate::host::Host;
@@ -101,6 +101,43 @@ pub trait Scheme: Send + Sync + 'static {
     /// Remove this member's redundancy files for `dataset`, leaving nothing of the
     /// scheme's behind in the dataset directory (temporary files included).
     fn remove(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<()>;
+
+    /// Whether [`apply_with_crc`](Self::apply_with_crc) computes the CRC32 of the
+    /// dataset's files. Return `true` only together with an `apply_with_crc` that does;
+    /// the default is `false`.
+    fn crc32_in_apply(&self) -> bool {
+        false
+    }
+
+    /// [`apply`](Self::apply), also computing the CRC32 of each of the dataset's files from
+    /// the bytes this call reads anyway.
+    ///
+    /// Why: the host records a CRC32 of every file (with `crc_on_copy`, the default) so
+    /// that a flipped bit is caught at restart, flush and rebuild. A scheme that reads
+    /// every byte of its member's data to encode it (XOR, PARTNER, RS) can hash those
+    /// bytes as they pass, which costs almost nothing next to a second full read of the
+    /// data by the host.
+    ///
+    /// The contract:
+    ///
+    /// - The host calls this instead of `apply` only when it wants CRC32s and
+    ///   [`crc32_in_apply`](Self::crc32_in_apply) is `true`. The dataset's files then come
+    ///   with `crc32: RNone`, and the CRC32s computed here are the ones to record in the
+    ///   redundancy data (a rebuild checks the rebuilt files against them). Otherwise the
+    ///   host reads the files first and calls `apply` with their CRC32s filled in.
+    /// - Each CRC32 must be the CRC32 of the bytes actually read from that file during
+    ///   this call, fed before the scheme changes them: [`FileCrcs`](crate::lofi::FileCrcs)
+    ///   does the bookkeeping for pieces read in any order. A file the scheme cannot vouch
+    ///   for (not read completely, a read error) gets `None`; the host then reads it
+    ///   itself. Return one entry per file, or none at all.
+    /// - It is collective and must agree on success or failure exactly as `apply` does.
+    ///
+    /// The default calls `apply` and reports no CRC32, so a scheme written before this
+    /// method existed compiles and works unchanged (and since its `crc32_in_apply` is
+    /// `false`, the host never relies on it).
+    fn apply_with_crc(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<Applied> {
+        Ok(Applied::without_crc(self.apply(host, dataset)?))
+    }
 }
 
 /// A transfer of files from cache to a prefix or back (see [`FfiTransfer`] for the
@@ -230,6 +267,24 @@ impl FfiScheme for GuardedScheme {
     fn remove(&self, host: HostRef<'_>, dataset: &DatasetFiles) -> RResult<(), PluginError> {
         guard(self.plugin, "remove", || {
             self.inner()?.remove(&Host::new(host), dataset)
+        })
+    }
+
+    fn crc32_in_apply(&self) -> bool {
+        // a panic or a dropped instance answers "no": the host then reads the files itself
+        guard(self.plugin, "crc32_in_apply", || {
+            Ok(self.inner()?.crc32_in_apply())
+        })
+        .unwrap_or(false)
+    }
+
+    fn apply_with_crc(
+        &self,
+        host: HostRef<'_>,
+        dataset: &DatasetFiles,
+    ) -> RResult<Applied, PluginError> {
+        guard(self.plugin, "apply_with_crc", || {
+            self.inner()?.apply_with_crc(&Host::new(host), dataset)
         })
     }
 }

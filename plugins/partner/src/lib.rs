@@ -1,21 +1,24 @@
 //! The PARTNER redundancy scheme: full copies of each member's files on its `replicas`
 //! right-hand neighbours in the set (which set formation places in other failure
 //! groups). Each member's redundancy file holds the copies of its left-hand partners,
-//! nearest first, with their metadata in the header. Any loss that leaves one copy of
-//! every member's files is rebuilt, and then every redundancy file is written again so
-//! the set is protected as before.
+//! nearest first, with their metadata in the header; with `apply_with_crc` the first copy
+//! hashes the bytes it reads, so the host needs no second read for the CRC32s. Any loss
+//! that leaves one copy of every member's files is rebuilt: the lost members' files from
+//! a partner's copy, then only the redundancy files that were lost, from their partners'
+//! data, so the set is protected as before while every intact redundancy file stays as
+//! it is.
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use scr_plugin::collect::{gather_flags, recv_bytes, send_bytes, sendrecv_bytes, Failures};
-use scr_plugin::lofi::{restore_metadata, LogicalFile};
+use scr_plugin::lofi::{restore_metadata, with_crcs, FileCrcs, LogicalFile};
 use scr_plugin::redfile::{self, open_verified, RedHeader, RedReader, RedWriter, StoredMeta};
 use scr_plugin::verify::verify_files;
 use scr_plugin::{
     abi_stable::std_types::{RNone, RSome},
-    DatasetFiles, ErrorCode, FileMeta, Host, LogLevel, Params, PluginError, PluginLibrary,
+    Applied, DatasetFiles, ErrorCode, FileMeta, Host, LogLevel, Params, PluginError, PluginLibrary,
     PluginResult, RecoverRequest, ReduceOp, Scheme, SchemeConfig, SchemeDescription,
 };
 
@@ -54,6 +57,203 @@ impl PartnerScheme {
     fn check_host(&self, host: &Host<'_>) -> PluginResult<()> {
         host.check_place("PARTNER", self.member, self.members)
     }
+
+    /// The apply: for each partner distance `d`, this member's data goes to its `d`-th
+    /// right-hand partner while the `d`-th left-hand partner's data comes in (sizes are
+    /// exchanged first, so every receive knows its length); the file metadata follows
+    /// the data, because with `crc` its CRC32s are computed from the bytes this pass read
+    /// (in the first copy; the others read the same bytes again). Returns the redundancy
+    /// file written and, with `crc`, each data file's CRC32.
+    fn encode(
+        &self,
+        host: &Host<'_>,
+        dataset: &DatasetFiles,
+        crc: bool,
+    ) -> PluginResult<(Vec<String>, Vec<Option<u32>>)> {
+        self.check_host(host)?;
+        let me = self.member;
+        let dir = Path::new(dataset.dir.as_str());
+        let mut failure = Failures::new();
+        let size: u64 = dataset.files.iter().map(|m| m.size).sum();
+        let steps = host
+            .all_reduce(size, ReduceOp::Max)?
+            .div_ceil(self.piece as u64);
+
+        let mut crcs = crc.then(|| FileCrcs::new(&dataset.files));
+        let mut sections = BTreeMap::new();
+        let mut lofi = failure.note(LogicalFile::open(&dataset.files));
+        let mut writer = failure.note(RedWriter::create(&self.red_path(dir)));
+        let mut out = vec![0u8; self.piece];
+        let mut inc = vec![0u8; self.piece];
+        for d in 1..=self.replicas {
+            let from = host.left(d);
+            let mut theirs = [0u8; 8];
+            host.sendrecv(host.right(d), &size.to_le_bytes(), from, &mut theirs, TAG)?;
+            let their_size = u64::from_le_bytes(theirs);
+            sections.insert(
+                from,
+                (writer.as_ref().map_or(0, RedWriter::len), their_size),
+            );
+            for step in 0..steps {
+                let s = piece_len(size, step, self.piece);
+                let r = piece_len(their_size, step, self.piece);
+                let at = step * self.piece as u64;
+                if let Some(l) = lofi.as_mut() {
+                    if failure.note(l.read_at(at, &mut out[..s])).is_some() && d == 1 {
+                        if let Some(h) = crcs.as_mut() {
+                            h.update(at, &out[..s]);
+                        }
+                    }
+                }
+                host.sendrecv(host.right(d), &out[..s], from, &mut inc[..r], TAG)?;
+                if let Some(w) = writer.as_mut() {
+                    failure.note(w.write(&inc[..r]));
+                }
+            }
+        }
+        let crcs = crcs.map(FileCrcs::finish).unwrap_or_default();
+        let mine: Vec<StoredMeta> = failure
+            .note(with_crcs(&dataset.files, &crcs))
+            .unwrap_or_default()
+            .iter()
+            .map(|m| StoredMeta::from_meta(m, dir))
+            .collect();
+        let mine_json = serde_json::to_vec(&mine).expect("metadata serializes");
+        let mut files: BTreeMap<u32, Vec<StoredMeta>> = BTreeMap::new();
+        for d in 1..=self.replicas {
+            let from = host.left(d);
+            let theirs = sendrecv_bytes(host, host.right(d), &mine_json, from, TAG)?;
+            let theirs: Vec<StoredMeta> = failure
+                .note(unjson(&theirs).and_then(|t| same_size(t, from, &sections)))
+                .unwrap_or_default();
+            files.insert(from, theirs);
+        }
+        files.insert(me, mine);
+        let mut written = None;
+        if let (Some(w), true) = (writer, failure.is_empty()) {
+            let header = RedHeader {
+                files,
+                sections,
+                ..RedHeader::for_member("PARTNER", dataset.dataset_id, host)?
+            };
+            written = failure.note(w.finish(header));
+        }
+        failure.agree(host, "PARTNER apply")?;
+        Ok((
+            written
+                .map(|p| vec![p.display().to_string()])
+                .unwrap_or_default(),
+            crcs,
+        ))
+    }
+
+    /// Write again the redundancy file of every member that lost it (`red_lost`), from
+    /// its partners' data, leaving every other member's redundancy file as it is: a
+    /// survivor's copies of a rebuilt member are still exact, since the rebuilt files
+    /// were checked against the CRC32s those copies carry. `own` is this member's files
+    /// (rebuilt or verified). Collective; every member walks the same list of (lost
+    /// file, partner) pairs in the same order, so each send meets its receive.
+    fn reprotect(
+        &self,
+        host: &Host<'_>,
+        dataset_id: u64,
+        dir: &Path,
+        own: &[FileMeta],
+        red_lost: &[bool],
+    ) -> PluginResult<()> {
+        let n = self.members;
+        let me = self.member;
+        let mut failure = Failures::new();
+        let mut writer = if red_lost[me as usize] {
+            failure.note(RedWriter::create(&self.red_path(dir)))
+        } else {
+            None
+        };
+        let mut files: BTreeMap<u32, Vec<StoredMeta>> = BTreeMap::new();
+        let mut sections = BTreeMap::new();
+        let mut buf = vec![0u8; self.piece];
+        for f in (0..n).filter(|&f| red_lost[f as usize]) {
+            for d in 1..=self.replicas {
+                let src = (f + n - d) % n;
+                if me == src {
+                    let mine: Vec<StoredMeta> =
+                        own.iter().map(|m| StoredMeta::from_meta(m, dir)).collect();
+                    let len: u64 = own.iter().map(|m| m.size).sum();
+                    send_bytes(
+                        host,
+                        f,
+                        TAG,
+                        &serde_json::to_vec(&mine).expect("metadata serializes"),
+                    )?;
+                    host.send(f, TAG, &len.to_le_bytes())?;
+                    let mut lofi = failure.note(LogicalFile::open(own));
+                    for step in 0..len.div_ceil(self.piece as u64) {
+                        let s = piece_len(len, step, self.piece);
+                        let read = lofi
+                            .as_mut()
+                            .map(|l| l.read_at(step * self.piece as u64, &mut buf[..s]));
+                        if read.is_none_or(|r| failure.note(r).is_none()) {
+                            buf[..s].fill(0);
+                        }
+                        host.send(f, TAG, &buf[..s])?;
+                    }
+                } else if me == f {
+                    let theirs = failure.note(recv_bytes(host, src, TAG).and_then(|b| unjson(&b)));
+                    let mut len = [0u8; 8];
+                    host.recv(src, TAG, &mut len)?;
+                    let len = u64::from_le_bytes(len);
+                    sections.insert(src, (writer.as_ref().map_or(0, RedWriter::len), len));
+                    if let Some(t) = theirs {
+                        files.insert(
+                            src,
+                            failure
+                                .note(same_size(t, src, &sections))
+                                .unwrap_or_default(),
+                        );
+                    }
+                    for step in 0..len.div_ceil(self.piece as u64) {
+                        let s = piece_len(len, step, self.piece);
+                        host.recv(src, TAG, &mut buf[..s])?;
+                        if let Some(w) = writer.as_mut() {
+                            failure.note(w.write(&buf[..s]));
+                        }
+                    }
+                }
+            }
+        }
+        if let (Some(w), true) = (writer, failure.is_empty()) {
+            files.insert(
+                me,
+                own.iter().map(|m| StoredMeta::from_meta(m, dir)).collect(),
+            );
+            let header = RedHeader {
+                files,
+                sections,
+                ..RedHeader::for_member("PARTNER", dataset_id, host)?
+            };
+            failure.note(w.finish(header));
+        }
+        failure.agree(host, "PARTNER re-protection")
+    }
+}
+
+/// `theirs`, the metadata partner `from` sent, if its sizes add up to the length of the
+/// data it sent (recorded in `sections`): a header must describe the bytes it guards.
+fn same_size(
+    theirs: Vec<StoredMeta>,
+    from: u32,
+    sections: &BTreeMap<u32, (u64, u64)>,
+) -> PluginResult<Vec<StoredMeta>> {
+    let sent = sections.get(&from).map_or(0, |s| s.1);
+    let described: u64 = theirs.iter().map(|m| m.size).sum();
+    if described == sent {
+        Ok(theirs)
+    } else {
+        Err(PluginError::new(
+            ErrorCode::CORRUPT,
+            format!("member {from} sent {sent} bytes but metadata for {described}"),
+        ))
+    }
 }
 
 fn unjson<T: serde::de::DeserializeOwned>(b: &[u8]) -> PluginResult<T> {
@@ -81,67 +281,16 @@ impl Scheme for PartnerScheme {
     }
 
     fn apply(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {
-        self.check_host(host)?;
-        let me = self.member;
-        let dir = Path::new(dataset.dir.as_str());
-        let mut failure = Failures::new();
-        let mine: Vec<StoredMeta> = dataset
-            .files
-            .iter()
-            .map(|m| StoredMeta::from_meta(m, dir))
-            .collect();
-        let size: u64 = mine.iter().map(|m| m.size).sum();
-        let steps = host
-            .all_reduce(size, ReduceOp::Max)?
-            .div_ceil(self.piece as u64);
-        let mine_json = serde_json::to_vec(&mine).expect("metadata serializes");
+        Ok(self.encode(host, dataset, false)?.0)
+    }
 
-        let mut files: BTreeMap<u32, Vec<StoredMeta>> = BTreeMap::new();
-        let mut sections = BTreeMap::new();
-        let mut lofi = failure.note(LogicalFile::open(&dataset.files));
-        let mut writer = failure.note(RedWriter::create(&self.red_path(dir)));
-        let mut out = vec![0u8; self.piece];
-        let mut inc = vec![0u8; self.piece];
-        for d in 1..=self.replicas {
-            let from = host.left(d);
-            let theirs: Vec<StoredMeta> = failure
-                .note(
-                    sendrecv_bytes(host, host.right(d), &mine_json, from, TAG)
-                        .and_then(|b| unjson(&b)),
-                )
-                .unwrap_or_default();
-            let their_size: u64 = theirs.iter().map(|m| m.size).sum();
-            sections.insert(
-                from,
-                (writer.as_ref().map_or(0, RedWriter::len), their_size),
-            );
-            files.insert(from, theirs);
-            for step in 0..steps {
-                let s = piece_len(size, step, self.piece);
-                let r = piece_len(their_size, step, self.piece);
-                if let Some(l) = lofi.as_mut() {
-                    failure.note(l.read_at(step * self.piece as u64, &mut out[..s]));
-                }
-                host.sendrecv(host.right(d), &out[..s], from, &mut inc[..r], TAG)?;
-                if let Some(w) = writer.as_mut() {
-                    failure.note(w.write(&inc[..r]));
-                }
-            }
-        }
-        files.insert(me, mine);
-        let mut written = None;
-        if let (Some(w), true) = (writer, failure.is_empty()) {
-            let header = RedHeader {
-                files,
-                sections,
-                ..RedHeader::for_member("PARTNER", dataset.dataset_id, host)?
-            };
-            written = failure.note(w.finish(header));
-        }
-        failure.agree(host, "PARTNER apply")?;
-        Ok(written
-            .map(|p| vec![p.display().to_string()])
-            .unwrap_or_default())
+    fn crc32_in_apply(&self) -> bool {
+        true
+    }
+
+    fn apply_with_crc(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<Applied> {
+        let (redundancy, crcs) = self.encode(host, dataset, true)?;
+        Ok(Applied::with_crc(redundancy, crcs))
     }
 
     fn recover(&self, host: &Host<'_>, request: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
@@ -271,16 +420,13 @@ impl Scheme for PartnerScheme {
                 .unwrap_or_default()
                 .into_vec()
         });
-        // every member's copies are written again, so the set is protected as before
+        // only the redundancy files that were lost (or not trusted) are written again:
+        // the survivors' copies are still exact, and the set is protected as before
         drop(red);
-        self.apply(
-            host,
-            &DatasetFiles {
-                dataset_id: request.dataset_id,
-                dir: request.dir.clone(),
-                files: files.clone().into(),
-            },
-        )?;
+        let red_lost: Vec<bool> = red_ok.iter().map(|ok| !ok).collect();
+        if red_lost.contains(&true) {
+            self.reprotect(host, request.dataset_id, dir, &files, &red_lost)?;
+        }
         Ok(files)
     }
 

@@ -6,20 +6,22 @@
 //! (the XOR of every member's slot `j`) is stored by member `j`. Apply computes it with a
 //! pipelined ring reduce-scatter: in pieces of `buffer_size` bytes, each member receives
 //! from its left neighbour and sends to its right, reading each data byte once and writing
-//! each parity byte once. Each member's file metadata also goes into its right neighbour's
-//! redundancy-file header. One lost member per set is rebuilt by a pipelined reduction
-//! along the ring to it, which also restores its parity, so the set is protected again.
+//! each parity byte once. With `apply_with_crc` the same pass hashes each data byte as it
+//! is read ([`FileCrcs`]), so the host needs no second read for the CRC32s. Each member's
+//! file metadata (with those CRC32s) then goes into its right neighbour's redundancy-file
+//! header. One lost member per set is rebuilt by a pipelined reduction along the ring to
+//! it, which also restores its parity, so the set is protected again.
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 
 use scr_plugin::collect::{gather_flags, recv_bytes, send_bytes, sendrecv_bytes, Failures};
-use scr_plugin::lofi::{restore_metadata, LogicalFile};
+use scr_plugin::lofi::{restore_metadata, with_crcs, FileCrcs, LogicalFile};
 use scr_plugin::redfile::{self, open_verified, RedHeader, RedReader, RedWriter, StoredMeta};
 use scr_plugin::verify::verify_files;
 use scr_plugin::{
     abi_stable::std_types::{RNone, RSome},
-    DatasetFiles, ErrorCode, FileMeta, Host, LogLevel, Params, PluginError, PluginLibrary,
+    Applied, DatasetFiles, ErrorCode, FileMeta, Host, LogLevel, Params, PluginError, PluginLibrary,
     PluginResult, RecoverRequest, ReduceOp, Scheme, SchemeConfig, SchemeDescription,
 };
 
@@ -56,6 +58,92 @@ impl XorScheme {
     fn check_host(&self, host: &Host<'_>) -> PluginResult<()> {
         host.check_place("XOR", self.member, self.members)
     }
+
+    /// The apply: the ring reduce-scatter of the parity, then the exchange of file
+    /// metadata with the neighbours (after the data, because with `crc` the CRC32s that
+    /// go into the headers are computed from the bytes this pass reads). Returns the
+    /// redundancy file written and, with `crc`, each data file's CRC32.
+    fn encode(
+        &self,
+        host: &Host<'_>,
+        dataset: &DatasetFiles,
+        crc: bool,
+    ) -> PluginResult<(Vec<String>, Vec<Option<u32>>)> {
+        self.check_host(host)?;
+        let n = self.members;
+        let me = self.member;
+        let dir = Path::new(dataset.dir.as_str());
+        let mut failure = Failures::new();
+        let size: u64 = dataset.files.iter().map(|m| m.size).sum();
+        let largest = host.all_reduce(size, ReduceOp::Max)?;
+        let chunk = if n > 1 {
+            largest.div_ceil(n as u64 - 1)
+        } else {
+            0
+        };
+        let mut crcs = crc.then(|| FileCrcs::new(&dataset.files));
+        let mut lofi = failure.note(LogicalFile::open(&dataset.files));
+        let mut writer = failure.note(RedWriter::create(&self.red_path(dir)));
+        if n > 1 {
+            let mut send = vec![0u8; self.piece];
+            let mut recv = vec![0u8; self.piece];
+            let mut offset = 0u64;
+            while offset < chunk {
+                let p = (self.piece as u64).min(chunk - offset) as usize;
+                for step in 1..n {
+                    let slot = (me + n - step) % n;
+                    let buf = &mut send[..p];
+                    match (chunk_of(me, slot), lofi.as_mut()) {
+                        (Some(c), Some(l)) => {
+                            let at = c * chunk + offset;
+                            if failure.note(l.read_at(at, buf)).is_some() {
+                                // hashed as read, before the parity is folded in
+                                if let Some(h) = crcs.as_mut() {
+                                    h.update(at, buf);
+                                }
+                            } else {
+                                buf.fill(0);
+                            }
+                        }
+                        _ => buf.fill(0),
+                    }
+                    if step > 1 {
+                        scr_kernels::xor_into(buf, &recv[..p]);
+                    }
+                    host.sendrecv(host.right(1), buf, host.left(1), &mut recv[..p], TAG)?;
+                }
+                if let Some(w) = writer.as_mut() {
+                    failure.note(w.write(&recv[..p]));
+                }
+                offset += p as u64;
+            }
+        }
+        let crcs = crcs.map(FileCrcs::finish).unwrap_or_default();
+        let mine: Vec<StoredMeta> = failure
+            .note(with_crcs(&dataset.files, &crcs))
+            .unwrap_or_default()
+            .iter()
+            .map(|m| StoredMeta::from_meta(m, dir))
+            .collect();
+        let left_meta = sendrecv_bytes(host, host.right(1), &json(&mine), host.left(1), TAG)?;
+        let left: Vec<StoredMeta> = failure.note(unjson(&left_meta)).unwrap_or_default();
+        let mut written = None;
+        if let (Some(w), true) = (writer, failure.is_empty()) {
+            let header = RedHeader {
+                chunk,
+                files: [(me, mine), (host.left(1), left)].into_iter().collect(),
+                ..RedHeader::for_member("XOR", dataset.dataset_id, host)?
+            };
+            written = failure.note(w.finish(header));
+        }
+        failure.agree(host, "XOR apply")?;
+        Ok((
+            written
+                .map(|p| vec![p.display().to_string()])
+                .unwrap_or_default(),
+            crcs,
+        ))
+    }
 }
 
 /// Which data chunk of member `i` sits in slot `j` (None: the zero slot).
@@ -64,12 +152,6 @@ fn chunk_of(i: u32, j: u32) -> Option<u64> {
         std::cmp::Ordering::Less => Some(j as u64),
         std::cmp::Ordering::Equal => None,
         std::cmp::Ordering::Greater => Some(j as u64 - 1),
-    }
-}
-
-fn xor_into(dst: &mut [u8], src: &[u8]) {
-    for (d, s) in dst.iter_mut().zip(src) {
-        *d ^= s;
     }
 }
 
@@ -101,69 +183,16 @@ impl Scheme for XorScheme {
     }
 
     fn apply(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {
-        self.check_host(host)?;
-        let n = self.members;
-        let me = self.member;
-        let dir = Path::new(dataset.dir.as_str());
-        let mut failure = Failures::new();
-        let mine: Vec<StoredMeta> = dataset
-            .files
-            .iter()
-            .map(|m| StoredMeta::from_meta(m, dir))
-            .collect();
-        let size: u64 = mine.iter().map(|m| m.size).sum();
-        let largest = host.all_reduce(size, ReduceOp::Max)?;
-        let chunk = if n > 1 {
-            largest.div_ceil(n as u64 - 1)
-        } else {
-            0
-        };
-        let left_meta = sendrecv_bytes(host, host.right(1), &json(&mine), host.left(1), TAG)?;
-        let left: Vec<StoredMeta> = failure.note(unjson(&left_meta)).unwrap_or_default();
+        Ok(self.encode(host, dataset, false)?.0)
+    }
 
-        let mut lofi = failure.note(LogicalFile::open(&dataset.files));
-        let mut writer = failure.note(RedWriter::create(&self.red_path(dir)));
-        if n > 1 {
-            let mut send = vec![0u8; self.piece];
-            let mut recv = vec![0u8; self.piece];
-            let mut offset = 0u64;
-            while offset < chunk {
-                let p = (self.piece as u64).min(chunk - offset) as usize;
-                for step in 1..n {
-                    let slot = (me + n - step) % n;
-                    let buf = &mut send[..p];
-                    match (chunk_of(me, slot), lofi.as_mut()) {
-                        (Some(c), Some(l)) => {
-                            if failure.note(l.read_at(c * chunk + offset, buf)).is_none() {
-                                buf.fill(0);
-                            }
-                        }
-                        _ => buf.fill(0),
-                    }
-                    if step > 1 {
-                        xor_into(buf, &recv[..p]);
-                    }
-                    host.sendrecv(host.right(1), buf, host.left(1), &mut recv[..p], TAG)?;
-                }
-                if let Some(w) = writer.as_mut() {
-                    failure.note(w.write(&recv[..p]));
-                }
-                offset += p as u64;
-            }
-        }
-        let mut written = None;
-        if let (Some(w), true) = (writer, failure.is_empty()) {
-            let header = RedHeader {
-                chunk,
-                files: [(me, mine), (host.left(1), left)].into_iter().collect(),
-                ..RedHeader::for_member("XOR", dataset.dataset_id, host)?
-            };
-            written = failure.note(w.finish(header));
-        }
-        failure.agree(host, "XOR apply")?;
-        Ok(written
-            .map(|p| vec![p.display().to_string()])
-            .unwrap_or_default())
+    fn crc32_in_apply(&self) -> bool {
+        true
+    }
+
+    fn apply_with_crc(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<Applied> {
+        let (redundancy, crcs) = self.encode(host, dataset, true)?;
+        Ok(Applied::with_crc(redundancy, crcs))
     }
 
     fn recover(&self, host: &Host<'_>, request: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
@@ -318,7 +347,7 @@ impl Scheme for XorScheme {
                 }
                 if k > 1 {
                     host.recv(host.left(1), TAG, &mut incoming[..p])?;
-                    xor_into(out, &incoming[..p]);
+                    scr_kernels::xor_into(out, &incoming[..p]);
                 }
                 host.send(host.right(1), TAG, out)?;
             }

@@ -1061,11 +1061,16 @@ impl Runtime {
         let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
         let crc = self.config.bool("crc_on_copy");
         let buf = self.config.u64("file_buf_size").max(4096) as usize;
+        // With a scheme that hashes the files in the pass it makes over them anyway
+        // (`crc32_in_apply`), the CRC32s come back from its apply and the files are not
+        // read here: one read of the data instead of two. Agreed (by every rank, whatever
+        // its own answer), so that every member of a set makes the same call.
+        let fused = self.all_agree(crc && self.reddescs[out.desc].scheme.raw().crc32_in_apply());
         let mut local_ok = valid;
         let mut problem = None;
         if valid {
             for f in &mut out.record.files {
-                match cache::stat_file(&dir.join(&f.name), crc, buf) {
+                match cache::stat_file(&dir.join(&f.name), crc && !fused, buf) {
                     Ok(meta) => {
                         f.size = meta.size;
                         f.mode = meta.mode;
@@ -1151,16 +1156,34 @@ impl Runtime {
         if all_valid {
             let rd = &self.reddescs[out.desc];
             let ds = cache::dataset_files(&out.record, &dir);
-            let result = rd
-                .scheme
-                .raw()
-                .apply(scr_plugin::host_ref(&rd.host), &ds)
-                .into_result();
+            let host = scr_plugin::host_ref(&rd.host);
+            let result = if fused {
+                rd.scheme.raw().apply_with_crc(host, &ds).into_result()
+            } else {
+                rd.scheme
+                    .raw()
+                    .apply(host, &ds)
+                    .into_result()
+                    .map(|redundancy| scr_plugin::Applied {
+                        redundancy,
+                        crc32: Default::default(),
+                    })
+            };
             let label = format!("{} ({})", out.record.id, out.record.name);
-            match self.settle_call(&rd.host, &rd.scheme, "apply", &label, result) {
-                Ok(red) => {
-                    out.record.redundancy = relative_to(&dir, red.iter().map(|s| s.as_str()));
-                    applied = true;
+            let call = if fused { "apply_with_crc" } else { "apply" };
+            match self.settle_call(&rd.host, &rd.scheme, call, &label, result) {
+                Ok(done) => {
+                    out.record.redundancy =
+                        relative_to(&dir, done.redundancy.iter().map(|s| s.as_str()));
+                    match fused
+                        .then(|| {
+                            self.record_crcs(out.desc, &mut out.record, &dir, &done.crc32, buf)
+                        })
+                        .transpose()
+                    {
+                        Ok(_) => applied = true,
+                        Err(e) => apply_error = Some(e),
+                    }
                 }
                 Err(e) => apply_error = Some(e.to_string()),
             }
@@ -1261,6 +1284,38 @@ impl Runtime {
             ));
         }
         Ok(kept)
+    }
+
+    /// Record in `rec` the CRC32s a scheme computed during its apply (`crcs`, one per
+    /// file of `rec`, in order), reading each file it gave none for. A list of another
+    /// length breaks the contract of `apply_with_crc`: refused, naming the plugin.
+    fn record_crcs(
+        &self,
+        desc: usize,
+        rec: &mut DatasetRecord,
+        dir: &Path,
+        crcs: &[abi_stable::std_types::ROption<u32>],
+        buf: usize,
+    ) -> std::result::Result<(), String> {
+        if !crcs.is_empty() && crcs.len() != rec.files.len() {
+            return Err(format!(
+                "rank {}: plugin {} returned {} CRC32s from apply_with_crc for {} files",
+                self.rank,
+                self.reddescs[desc].scheme.file(),
+                crcs.len(),
+                rec.files.len()
+            ));
+        }
+        for (i, f) in rec.files.iter_mut().enumerate() {
+            f.crc32 = match crcs.get(i).and_then(|c| c.into_option()) {
+                Some(c) => Some(c),
+                None => Some(
+                    cache::file_crc32(&dir.join(&f.name), buf)
+                        .map_err(|e| format!("rank {}: {}: {e}", self.rank, f.name))?,
+                ),
+            };
+        }
+        Ok(())
     }
 
     /// This rank's part of keeping a dataset: mark it complete in the filemap.

@@ -1,0 +1,53 @@
+//! PARTNER computes its files' CRC32s in its own pass: the CRC32s it reports are the files',
+//! and the redundancy data it writes is byte for byte what the host's other path (CRC32s
+//! read first, then `apply`) writes — through the plugin-side scheme and through the FFI
+//! object the host calls.
+
+use scr_partner::{Partner, PartnerScheme};
+use scr_plugin::crc_cases::check_crc_in_apply;
+use scr_plugin::{inproc, scheme_box, Scheme};
+
+fn run(set_size: u32, replicas: u32, ffi: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let groups: Vec<String> = (0..set_size).map(|i| format!("node{i}")).collect();
+    let refs: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let piece = 64u64;
+    let out = inproc::run(&refs, |host| {
+        let scheme = PartnerScheme::new(
+            host.size(),
+            host.rank(),
+            host.rank(),
+            replicas,
+            piece as usize,
+        );
+        assert!(scheme.crc32_in_apply());
+        let mine = dir.path().join(format!("member{}", host.rank()));
+        if ffi {
+            let boxed = scheme_box::<Partner>(Box::new(scheme));
+            check_crc_in_apply(host, &boxed, &mine, piece)
+        } else {
+            check_crc_in_apply(host, &scheme, &mine, piece)
+        }
+    });
+    for (m, r) in out.iter().enumerate() {
+        assert!(
+            r.is_ok(),
+            "set of {set_size}, {replicas} replicas, member {m}: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn crcs_from_the_copies_match_the_files_in_sets_of_2_to_5() {
+    for n in 2..=5 {
+        run(n, 1, false);
+    }
+    // with two copies each byte is read twice and hashed once
+    run(3, 2, false);
+    run(5, 2, false);
+}
+
+#[test]
+fn crcs_cross_the_ffi_boundary() {
+    run(4, 1, true);
+}
