@@ -693,7 +693,11 @@ fn describe_load_error(err: &LibraryError) -> String {
             format!("its root module failed to load: {}", one_line(&err.to_string()))
         }
         LibraryError::AbiInstability(e) => {
-            format!("incompatible plugin ABI layout: {}", condense_abi_report(&e.to_string()))
+            format!(
+                "incompatible plugin ABI layout: {}; rebuild the plugin against scr-plugin {} (the version this host was built with)",
+                condense_abi_report(&e.to_string()),
+                env!("CARGO_PKG_VERSION")
+            )
         }
         other => one_line(&other.to_string()),
     }
