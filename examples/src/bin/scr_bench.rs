@@ -211,15 +211,19 @@ fn main() {
     let args = Args::parse();
     let universe = mpi::initialize().expect("MPI initialises");
     let world = universe.world();
-    if let Err(e) = run(&args, &world) {
-        if world.rank() == 0 {
-            eprintln!("scr-bench: {e}");
-        }
+    let mut job = std::process::id();
+    world.process_at_rank(0).broadcast_into(&mut job);
+    let root = args.dir.join(format!("scr-bench.{job}"));
+    if let Err(e) = run(&args, &world, &root) {
+        // every rank says why: an error may be one rank's alone (mpiexec then ends the job)
+        eprintln!("scr-bench: rank {}: {e}", world.rank());
+        // every rank sweeps what it can reach (ranks on one node race here, harmlessly)
+        let _ = std::fs::remove_dir_all(&root);
         std::process::exit(1);
     }
 }
 
-fn run(args: &Args, world: &SimpleCommunicator) -> Result<(), Error> {
+fn run(args: &Args, world: &SimpleCommunicator, root: &Path) -> Result<(), Error> {
     let (rank, ranks) = (world.rank(), world.size());
     if (ranks as u32) < args.set_size {
         return Err(format!(
@@ -232,14 +236,11 @@ fn run(args: &Args, world: &SimpleCommunicator) -> Result<(), Error> {
     if args.lose < 0 || args.lose >= ranks {
         return Err(format!("--lose {} is not a rank of this job of {ranks}", args.lose).into());
     }
-    let mut job = std::process::id();
-    world.process_at_rank(0).broadcast_into(&mut job);
-    let root = args.dir.join(format!("scr-bench.{job}"));
     let node = format!("node{rank}");
     let nodes: Vec<String> = (0..ranks).map(|r| format!("node{r}")).collect();
 
     // the configuration the library runs will have (for cache_size and buffer sizes)
-    let base = settings(args, &root, &nodes, "SINGLE", "probe", &root.join("prefix"))?;
+    let base = settings(args, root, &nodes, "SINGLE", "probe", &root.join("prefix"))?;
     let config = base.loader().load().map_err(|e| e.to_string())?;
     let keep = config.u64("cache_size").max(1) as usize;
     let piece = config.u64("mpi_buf_size").max(4096) as usize;
@@ -248,7 +249,8 @@ fn run(args: &Args, world: &SimpleCommunicator) -> Result<(), Error> {
     if rank == 0 && !args.json {
         let overridden: Vec<String> = std::env::vars()
             .map(|(k, _)| k)
-            .filter(|k| k.starts_with("SCR_"))
+            // (the system file ranks below this benchmark's settings)
+            .filter(|k| k.starts_with("SCR_") && k != "SCR_SYSTEM_CONFIG")
             .collect();
         if !overridden.is_empty() {
             println!(
@@ -332,7 +334,7 @@ fn run(args: &Args, world: &SimpleCommunicator) -> Result<(), Error> {
                             continue;
                         }
                         let job_id = format!("{}-{mib}-{rep}", row.scheme.to_lowercase());
-                        match scheme_run(args, world, &root, &nodes, &row.scheme, &job_id, &data) {
+                        match scheme_run(args, world, root, &nodes, &row.scheme, &job_id, &data) {
                             Ok(r) => row.runs.push(r),
                             Err(RunError::Unavailable(why)) => {
                                 unavailable.insert(row.scheme.clone(), why.clone());
@@ -340,7 +342,7 @@ fn run(args: &Args, world: &SimpleCommunicator) -> Result<(), Error> {
                             }
                             Err(RunError::Failed(e)) => return Err(e),
                         }
-                        cleanup(world, &root, &node, &job_id);
+                        cleanup(world, root, &node, &job_id);
                     }
                 }
             }
@@ -350,7 +352,7 @@ fn run(args: &Args, world: &SimpleCommunicator) -> Result<(), Error> {
     }
     world.barrier();
     if rank == 0 {
-        let _ = std::fs::remove_dir_all(&root);
+        let _ = std::fs::remove_dir_all(root);
         report(args, ranks as usize, replicas, &args.mib, &baselines, &rows);
     }
     Ok(())
@@ -432,10 +434,14 @@ fn scheme_run(
         }
         let t0 = Instant::now();
         scr.start_output(&format!("ckpt.{t}"), Flags::CHECKPOINT)?;
-        let path = scr.route_file(file(t))?;
-        let written = write_file(&path, data);
+        // a failure on one rank is reported through complete_output (collective), never
+        // by returning early while the other ranks wait in it
+        let written = match scr.route_file(file(t)) {
+            Ok(path) => write_file(&path, data).map_err(|e| format!("{}: {e}", path.display())),
+            Err(e) => Err(e.to_string()),
+        };
         if let Err(e) = &written {
-            eprintln!("scr-bench: rank {rank}: {}: {e}", path.display());
+            eprintln!("scr-bench: rank {rank}: {e}");
         }
         let t1 = Instant::now();
         let kept = scr.complete_output(written.is_ok())?;
@@ -482,14 +488,19 @@ fn scheme_run(
             .into());
         }
         scr.start_restart()?;
-        let path = scr.route_file(file(args.checkpoints))?;
-        let same = std::fs::read(&path).is_ok_and(|b| b == data);
-        if !same {
-            eprintln!(
-                "scr-bench: rank {rank}: {} differs from what was written",
-                path.display()
-            );
+        // (as above: a rank that cannot read its file says so through complete_restart)
+        let same = match scr.route_file(file(args.checkpoints)) {
+            Ok(path) => match std::fs::read(&path) {
+                Ok(b) if b == data => Ok(()),
+                Ok(_) => Err(format!("{} differs from what was written", path.display())),
+                Err(e) => Err(format!("{}: {e}", path.display())),
+            },
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = &same {
+            eprintln!("scr-bench: rank {rank}: {e}");
         }
+        let same = same.is_ok();
         let all_same = scr.complete_restart(same)?;
         let lost = scr.lost_datasets().to_vec();
         scr.finalize()?;
@@ -859,5 +870,35 @@ fn report(
     }
     for n in &notes {
         println!("  {n}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cost;
+
+    #[test]
+    fn bytes_per_rank_follow_the_schemes_algorithms() {
+        // XOR over 4: a ring reduce-scatter moves 3 chunks of B/3 each way
+        let xor = cost("XOR", 4, 2, 1);
+        assert_eq!((xor.apply, xor.redundancy), (1.0, 1.0 / 3.0));
+        assert_eq!(xor.rebuild, Some(4.0 / 3.0));
+        // RS (4, 2): 2 steps x 2 sends of B/2 = 2B each way; 2 chunks of B/2 kept;
+        // rebuild: 3 reduction steps each way + 3 gathered chunks of B/2 = 4.5 B = 2.25 x 2B
+        let rs = cost("RS", 4, 2, 1);
+        assert_eq!(
+            (rs.apply, rs.redundancy, rs.rebuild),
+            (2.0, 1.0, Some(2.25))
+        );
+        // RS (8, 2): chunks of B/6
+        let rs = cost("RS", 8, 2, 1);
+        assert_eq!((rs.apply, rs.rebuild), (2.0, Some(1.75)));
+        // PARTNER: one copy each way, and the lost member gets 2B back
+        let partner = cost("PARTNER", 4, 2, 1);
+        assert_eq!(
+            (partner.apply, partner.redundancy, partner.rebuild),
+            (1.0, 1.0, Some(1.0))
+        );
+        assert_eq!(cost("SINGLE", 4, 2, 1).rebuild, None);
     }
 }
