@@ -186,6 +186,8 @@ struct Baseline {
     ring: f64,
     /// Seconds to read a SIZE file back and compute its CRC32 (slowest rank).
     crc: f64,
+    /// The plain loop's MiB read, MiB written and minor faults per checkpoint and rank.
+    work: [f64; 3],
 }
 
 /// One repetition of a scheme at one size.
@@ -197,6 +199,8 @@ struct Run {
     complete: f64,
     /// Slowest rank's init seconds after the loss, and the datasets it restored.
     rebuild: Option<(f64, usize)>,
+    /// MiB read, MiB written and minor faults per checkpoint and rank.
+    work: [f64; 3],
 }
 
 /// Everything measured for one size.
@@ -232,6 +236,9 @@ fn run(args: &Args, world: &SimpleCommunicator, root: &Path) -> Result<(), Error
             args.set_size, args.set_size
         )
         .into());
+    }
+    if args.reps == 0 || args.checkpoints == 0 {
+        return Err("--reps and --checkpoints must be at least 1".into());
     }
     if args.lose < 0 || args.lose >= ranks {
         return Err(format!("--lose {} is not a rank of this job of {ranks}", args.lose).into());
@@ -315,7 +322,8 @@ fn run(args: &Args, world: &SimpleCommunicator, root: &Path) -> Result<(), Error
                 match what {
                     None => {
                         let plain_dir = root.join("plain").join(&node);
-                        let plain_rate = plain_loop(world, &plain_dir, &data, args, keep, mib)?;
+                        let (plain_rate, work) =
+                            plain_loop(world, &plain_dir, &data, args, keep, mib)?;
                         let last = plain_dir
                             .join(format!("ckpt.{}", args.checkpoints))
                             .join(format!("rank_{rank}.ckpt"));
@@ -326,6 +334,7 @@ fn run(args: &Args, world: &SimpleCommunicator, root: &Path) -> Result<(), Error
                             plain_rate,
                             ring,
                             crc,
+                            work,
                         });
                     }
                     Some(i) => {
@@ -426,10 +435,12 @@ fn scheme_run(
     let file = |t: usize| prefix.join(format!("ckpt.{t}/rank_{rank}.ckpt"));
     let (mut write, mut complete) = (0.0, 0.0);
     let mut started = Instant::now();
+    let mut before = counters();
     for t in 0..=args.checkpoints {
         if t == 1 {
             world.barrier();
             started = Instant::now();
+            before = counters();
             (write, complete) = (0.0, 0.0);
         }
         let t0 = Instant::now();
@@ -452,6 +463,7 @@ fn scheme_run(
         }
     }
     let secs = started.elapsed().as_secs_f64();
+    let io = work(world, before, args.checkpoints);
     let n = args.checkpoints as f64;
     let mib = (data.len() >> 20) as f64;
     let rate = sum(world, n * mib / secs);
@@ -519,6 +531,7 @@ fn scheme_run(
         write,
         complete,
         rebuild,
+        work: io,
     })
 }
 
@@ -556,7 +569,7 @@ fn plain_loop(
     args: &Args,
     keep: usize,
     mib: usize,
-) -> Result<f64, Error> {
+) -> Result<(f64, [f64; 3]), Error> {
     let rank = world.rank();
     let one = |t: usize| -> std::io::Result<()> {
         let d = dir.join(format!("ckpt.{t}"));
@@ -570,10 +583,12 @@ fn plain_loop(
     let mut result = one(0);
     world.barrier();
     let started = Instant::now();
+    let before = counters();
     for t in 1..=args.checkpoints {
         result = result.and_then(|()| one(t));
     }
     let secs = started.elapsed().as_secs_f64();
+    let io = work(world, before, args.checkpoints);
     let mut ok = 0u8;
     world.all_reduce_into(&u8::from(result.is_ok()), &mut ok, SystemOperation::min());
     if ok == 0 {
@@ -586,7 +601,7 @@ fn plain_loop(
         )
         .into());
     }
-    Ok(sum(world, (args.checkpoints * mib) as f64 / secs))
+    Ok((sum(world, (args.checkpoints * mib) as f64 / secs), io))
 }
 
 /// Slowest rank's seconds to read `path` in `buf`-sized pieces and compute its CRC32.
@@ -626,6 +641,37 @@ fn ring_time(world: &SimpleCommunicator, data: &[u8], recv: &mut [u8], piece: us
     slowest(world, t.elapsed().as_secs_f64())
 }
 
+/// This process's bytes read and written through system calls and its minor page faults
+/// so far (`/proc/self/io`, `/proc/self/stat`; zeros where unavailable): counts that do not
+/// depend on the machine's load, to compare the work per MiB between sizes.
+fn counters() -> [f64; 3] {
+    let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+    let field = |name: &str| {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // minflt is the 10th field; the command name (2nd) ends with the last ')'
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let minflt = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(7))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    [field("rchar:"), field("wchar:"), minflt]
+}
+
+/// Per rank and checkpoint: MiB read, MiB written, minor faults, between two [`counters`]
+/// snapshots, averaged over ranks (collective).
+fn work(world: &SimpleCommunicator, before: [f64; 3], checkpoints: usize) -> [f64; 3] {
+    let after = counters();
+    let per = |i: usize, scale: f64| {
+        sum(world, (after[i] - before[i]) / scale / checkpoints as f64) / world.size() as f64
+    };
+    [per(0, 1048576.0), per(1, 1048576.0), per(2, 1.0)]
+}
+
 /// Sum of `v` over ranks.
 fn sum(world: &SimpleCommunicator, v: f64) -> f64 {
     let mut out = 0.0f64;
@@ -644,6 +690,17 @@ struct Line {
     vs_limit: Option<Spread>,
     limited_by: String,
     detail: String,
+}
+
+/// The work counters per checkpoint and rank, per MiB of the checkpoint.
+fn show_work(w: [f64; 3], mib: usize) -> String {
+    let m = mib as f64;
+    format!(
+        "per MiB of checkpoint: {:.2} MiB read, {:.2} MiB written, {:.0} minor faults",
+        w[0] / m,
+        w[1] / m,
+        w[2] / m
+    )
 }
 
 fn report(
@@ -672,10 +729,11 @@ fn report(
             limited_by: "(baseline)".into(),
             detail: format!(
                 "plain loop {} MiB/s; ring sendrecv {} MB/s per rank (sent + received); \
-                 CRC32 re-read of B {:.3} s",
+                 CRC32 re-read of B {:.3} s; {}",
                 plain.show(0),
                 ring.show(0),
-                crc.median
+                crc.median,
+                show_work(base[0].work, mib)
             ),
         });
         for row in rows.iter().filter(|r| r.mib == mib) {
@@ -727,14 +785,15 @@ fn report(
                 limited_by,
                 detail: format!(
                     "{} MiB/s; per checkpoint and rank: write phase {:.1} ms (plain {:.1}), \
-                     complete_output {:.1} ms (exchange {:.1} + redundancy write {:.1}; CRC32 re-read {:.1})",
+                     complete_output {:.1} ms (exchange {:.1} + redundancy write {:.1}; CRC32 re-read {:.1}); {}",
                     rate.show(0),
                     write * 1e3,
                     p_t * 1e3,
                     complete * 1e3,
                     x_t * 1e3,
                     red_t * 1e3,
-                    crc.median * 1e3
+                    crc.median * 1e3,
+                    show_work(row.runs[0].work, mib)
                 ),
             });
             let Some(factor) = c.rebuild else {
