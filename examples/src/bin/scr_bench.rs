@@ -18,7 +18,8 @@
 //! same loop with plain files and no library (write + fsync into the same node-local
 //! cache, keeping as many checkpoints as the library's `cache_size`), and the MPI
 //! sendrecv bandwidth of a ring where every rank sends SIZE bytes to its right
-//! neighbour while receiving as much from its left one (pieces of `mpi_buf_size`).
+//! neighbour while receiving as much from its left one (pieces of `mpi_buf_size`; the
+//! fastest of three rings, since a limit is what the ranks can reach).
 //!
 //! Run: `mpiexec -n 4 target/release/scr-bench` (see `--help` for the columns).
 
@@ -50,7 +51,8 @@ Columns of the table (one row per scheme, size per rank and operation):
               + exchange time; rebuild: exchange time / init time.
               The exchange time = the bytes one rank must send plus receive, divided by
               the per-rank traffic of the ring sendrecv measured in the same repetition
-              (2 x SIZE per ring time); the formulas are printed above the table.
+              (2 x SIZE per ring time, the fastest of three rings); the formulas are
+              printed above the table.
               1.00 = at the physical limit; higher is better for every ratio
   limited by  where the time above the limit went, from the loop's phases per checkpoint:
               `write` (start_output + route_file + write + fsync above the plain write),
@@ -329,7 +331,10 @@ fn run(args: &Args, world: &SimpleCommunicator, root: &Path) -> Result<(), Error
                             .join(format!("rank_{rank}.ckpt"));
                         let crc = crc_reread(world, &last, file_buf)?;
                         let _ = std::fs::remove_dir_all(&plain_dir);
-                        let ring = ring_time(world, &data, &mut recv, piece);
+                        // the limit is what the ranks can do: the fastest of three rings
+                        let ring = (0..3)
+                            .map(|_| ring_time(world, &data, &mut recv, piece))
+                            .fold(f64::INFINITY, f64::min);
                         base_reps.push(Baseline {
                             plain_rate,
                             ring,
@@ -825,7 +830,8 @@ fn report(
                 0.0
             };
             let rewrite = p_t * (1.0 + c.redundancy) * datasets as f64;
-            let other = init - x_t - verify - rewrite;
+            // (the parts are estimates from the baselines: what they leave is at least 0)
+            let other = (init - x_t - verify - rewrite).max(0.0);
             let parts = [
                 ("exchange", x_t),
                 ("verify", verify),
