@@ -28,3 +28,54 @@ pub fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
     f.write_all(data)?;
     f.sync_all()
 }
+
+/// Median, minimum and maximum of repeated measurements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Spread {
+    /// The median (the upper one of an even count).
+    pub median: f64,
+    /// The smallest value.
+    pub min: f64,
+    /// The largest value.
+    pub max: f64,
+    /// How many values.
+    pub n: usize,
+}
+
+impl Spread {
+    /// The spread of `values`; all NaN when there are none.
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Spread {
+        let mut v: Vec<f64> = values.into_iter().collect();
+        if v.is_empty() {
+            return Spread {
+                median: f64::NAN,
+                min: f64::NAN,
+                max: f64::NAN,
+                n: 0,
+            };
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        Spread {
+            median: v[v.len() / 2],
+            min: v[0],
+            max: v[v.len() - 1],
+            n: v.len(),
+        }
+    }
+
+    /// `median [min-max]` with `decimals` decimals.
+    pub fn show(&self, decimals: usize) -> String {
+        format!(
+            "{:.d$} [{:.d$}-{:.d$}]",
+            self.median,
+            self.min,
+            self.max,
+            d = decimals
+        )
+    }
+
+    /// As a JSON object.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({"median": self.median, "min": self.min, "max": self.max, "n": self.n})
+    }
+}

@@ -15,7 +15,7 @@ use std::time::Instant;
 use clap::Parser;
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives};
 use scr_api::{mpi, Flags, Scr, Settings};
-use scr_examples::slowest;
+use scr_examples::{slowest, Spread};
 
 #[derive(Parser)]
 #[command(
@@ -24,9 +24,12 @@ use scr_examples::slowest;
     about = "Empty checkpoint cycles: the C API against the Rust API"
 )]
 struct Args {
-    /// Timed cycles per API (after 10 untimed ones).
+    /// Timed cycles per API and repetition (after 10 untimed ones).
     #[arg(long, default_value_t = 200)]
     cycles: usize,
+    /// Repetitions (blocks of `--cycles` cycles; medians reported, with min and max).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -41,19 +44,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     settings.set("cache_size=1")?;
     settings.set("flush=0")?;
     let mut scr = Scr::init_with(&world, &settings)?;
-    let mut rust = 0.0;
-    for i in 0..warm + args.cycles {
-        if i == warm {
+    let total = warm + args.cycles * args.reps;
+    let (mut rust, mut block) = (Vec::new(), 0.0);
+    for i in 0..total {
+        if i >= warm && (i - warm) % args.cycles == 0 {
             world.barrier();
         }
         let t = Instant::now();
         scr.start_output(&format!("rust.{i}"), Flags::CHECKPOINT)?;
         scr.complete_output(true)?;
         if i >= warm {
-            rust += t.elapsed().as_secs_f64();
+            block += t.elapsed().as_secs_f64();
+            if (i - warm + 1) % args.cycles == 0 {
+                rust.push(slowest(&world, block));
+                block = 0.0;
+            }
         }
     }
-    rust = slowest(&world, rust);
     scr.finalize()?;
 
     // the C API, configured the same way
@@ -64,12 +71,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if scr::SCR_Init() != scr::SCR_SUCCESS {
         return Err("SCR_Init failed".into());
     }
-    let names: Vec<CString> = (0..warm + args.cycles)
+    let names: Vec<CString> = (0..total)
         .map(|i| CString::new(format!("c.{i}")))
         .collect::<Result<_, _>>()?;
-    let mut c_api = 0.0;
+    let mut c_api = Vec::new();
     for (i, name) in names.iter().enumerate() {
-        if i == warm {
+        if i >= warm && (i - warm) % args.cycles == 0 {
             world.barrier();
         }
         let t = Instant::now();
@@ -79,24 +86,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             return Err(format!("cycle {i} failed through the C API").into());
         }
         if i >= warm {
-            c_api += t.elapsed().as_secs_f64();
+            block += t.elapsed().as_secs_f64();
+            if (i - warm + 1) % args.cycles == 0 {
+                c_api.push(slowest(&world, block));
+                block = 0.0;
+            }
         }
     }
-    c_api = slowest(&world, c_api);
     if scr::SCR_Finalize() != scr::SCR_SUCCESS {
         return Err("SCR_Finalize failed".into());
     }
 
     if rank == 0 {
-        let per = |t: f64| t / args.cycles as f64 * 1e6;
+        let per = |v: &[f64]| Spread::of(v.iter().map(|t| t / args.cycles as f64 * 1e6));
         println!(
-            "ranks {}, {} empty start/complete cycles per API (SINGLE, no files)",
+            "ranks {}, {} x {} empty start/complete cycles per API (SINGLE, no files); \
+             medians of the {} blocks [min-max]",
             world.size(),
-            args.cycles
+            args.reps,
+            args.cycles,
+            args.reps
         );
-        println!("rust API: {:9.1} us per cycle", per(rust));
-        println!("C API:    {:9.1} us per cycle", per(c_api));
-        println!("ratio C / Rust: {:.3}", c_api / rust);
+        println!("rust API: {} us per cycle", per(&rust).show(1));
+        println!("C API:    {} us per cycle", per(&c_api).show(1));
+        // blocks are not paired in time (the Rust API runs first): ratio of the medians
+        println!(
+            "time ratio C / Rust (of the medians): {:.3}",
+            Spread::of(c_api.iter().copied()).median / Spread::of(rust.iter().copied()).median
+        );
     }
     Ok(())
 }

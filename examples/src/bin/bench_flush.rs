@@ -1,21 +1,39 @@
-//! `scr-bench-flush`: flush bandwidth of the `sync` and `pthread` transfer types against
-//! `cp -r` of the same dataset in the same run.
+//! `scr-bench-flush`: flush bandwidth through the library and of the transfer plugins
+//! alone, against `cp -r` of the same data in the same run.
 //!
-//! Each rank copies its own dataset from `--cache` (default /dev/shm) to `--prefix`
+//! Each rank flushes its own dataset from `--cache` (default /dev/shm) to `--prefix`
 //! (default /tmp, the stand-in for a parallel file system): once one file of `--mib` MiB,
-//! once `--files` files of `--kib` KiB. Times are the slowest rank's, medians of `--reps`.
-//! The transfer types fsync every file before renaming it into place; `cp` does not, so
-//! the ratio includes durability `cp` does not give.
+//! once `--files` files of `--kib` KiB. Five ways, in an order that rotates with each
+//! repetition; times are the slowest rank's, medians of `--reps` with [min-max]:
+//! - `cp -r` of the rank's directory (no fsync);
+//! - `plugin sync` / `plugin pthread`: the transfer plugin alone, loaded through the
+//!   registry, copying the files (fsync and rename of each file, CRC32 on copy);
+//! - `flush sync` / `flush pthread`: the real flush through the library, i.e. the
+//!   `complete_output` of an OUTPUT dataset holding those files with `flush_type` set to
+//!   that type: the index entry, the transfer, the host's re-read and CRC32 check of
+//!   every flushed file, the gather of every rank's outcome, the summary and rank2file
+//!   records. `crc_on_copy` is off in these runs so that `complete_output` does nothing
+//!   else; the fixed cost of a `complete_output` that does not flush (a CHECKPOINT of the
+//!   same files) is printed beside it.
+//!
+//! Rates are MB/s per rank; ratios are each way's rate / the `cp -r` rate of the same
+//! repetition (1.00 = as fast as `cp -r`; the transfer types fsync every file before
+//! renaming it into place, which `cp` does not). The library's pthread flush uses the
+//! configured thread count (`[plugins.pthread] threads`, default 4), `--threads` only the
+//! plugin-alone row.
 //!
 //! Run: `mpiexec -n 4 target/release/scr-bench-flush`.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Parser;
 use scr_api::mpi;
+use scr_api::mpi::topology::SimpleCommunicator;
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives, Root};
-use scr_examples::{median, slowest};
+use scr_api::{Flags, Scr, Settings};
+use scr_examples::{slowest, Spread};
 use scr_host::config::Config;
 use scr_host::registry::Registry;
 use scr_plugin::{inproc, TransferConfig, TransferStatus};
@@ -24,7 +42,7 @@ use scr_plugin::{inproc, TransferConfig, TransferStatus};
 #[command(
     name = "scr-bench-flush",
     version,
-    about = "Flush bandwidth against cp -r"
+    about = "Flush bandwidth, through the library and of the transfer plugins alone, against cp -r"
 )]
 struct Args {
     /// Where the cached dataset is made.
@@ -42,12 +60,18 @@ struct Args {
     /// Size of each of those files, KiB.
     #[arg(long, default_value_t = 64)]
     kib: usize,
-    /// Repetitions (median reported).
-    #[arg(long, default_value_t = 3)]
+    /// Repetitions (median reported, with min and max).
+    #[arg(long, default_value_t = 5)]
     reps: usize,
-    /// Threads of the pthread type.
+    /// Threads of the plugin-alone pthread row.
     #[arg(long, default_value_t = 4)]
     threads: usize,
+}
+
+fn contents(bytes: usize, i: usize, rank: i32) -> Vec<u8> {
+    (0..bytes)
+        .map(|x| (x as u32 ^ (i as u32) ^ rank as u32) as u8)
+        .collect()
 }
 
 fn make(dir: &Path, files: usize, bytes: usize, rank: i32) -> std::io::Result<Vec<PathBuf>> {
@@ -55,10 +79,7 @@ fn make(dir: &Path, files: usize, bytes: usize, rank: i32) -> std::io::Result<Ve
     (0..files)
         .map(|i| {
             let p = dir.join(format!("f{i}.dat"));
-            let data: Vec<u8> = (0..bytes)
-                .map(|x| (x as u32 ^ (i as u32) ^ rank as u32) as u8)
-                .collect();
-            std::fs::write(&p, data).map(|()| p)
+            std::fs::write(&p, contents(bytes, i, rank)).map(|()| p)
         })
         .collect()
 }
@@ -108,6 +129,110 @@ fn transfer(
     }
 }
 
+/// Where the library runs of this benchmark keep their cache, control directory and
+/// prefix.
+struct Places {
+    cache: PathBuf,
+    prefix: PathBuf,
+}
+
+/// Time (slowest rank) of the `complete_output` of a dataset of `files` files of `bytes`
+/// bytes per rank, written untimed first: an OUTPUT dataset flushes with `kind`, a
+/// CHECKPOINT one (flush = 0) does not. The flushed files are removed afterwards.
+#[allow(clippy::too_many_arguments)]
+fn library(
+    world: &SimpleCommunicator,
+    places: &Places,
+    kind: &str,
+    output: bool,
+    tag: &str,
+    files: usize,
+    bytes: usize,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let rank = world.rank();
+    let job = format!("{tag}-{kind}-{}", if output { "out" } else { "ckpt" });
+    let prefix = places.prefix.join(&job);
+    let mut s = Settings::new();
+    for kv in [
+        "copy_type=SINGLE".to_string(),
+        "cache_size=1".into(),
+        "flush=0".into(),
+        "crc_on_copy=false".into(),
+        format!("flush_type={kind}"),
+        format!("cache_base={}", places.cache.join("cache").display()),
+        format!("cntl_base={}", places.cache.join("cntl").display()),
+        format!("prefix={}", prefix.display()),
+        format!("job_id={job}"),
+    ] {
+        s.set(&kv)?;
+    }
+    let mut scr = Scr::init_with(world, &s)?;
+    let flags = if output {
+        Flags::OUTPUT
+    } else {
+        Flags::CHECKPOINT
+    };
+    scr.start_output("bench", flags)?;
+    let mut ok = true;
+    for i in 0..files {
+        let path = scr.route_file(prefix.join(format!("out/r{rank}/f{i}.dat")))?;
+        ok &= std::fs::File::create(&path)
+            .and_then(|mut f| f.write_all(&contents(bytes, i, rank)))
+            .is_ok();
+    }
+    world.barrier();
+    let t = Instant::now();
+    let kept = scr.complete_output(ok)?;
+    let secs = slowest(world, t.elapsed().as_secs_f64());
+    if !kept {
+        return Err(format!("the {job} dataset was not kept").into());
+    }
+    if output {
+        // the flush must have put every file in the prefix, byte for byte
+        let all = (0..files).all(|i| {
+            std::fs::read(prefix.join(format!("out/r{rank}/f{i}.dat")))
+                .is_ok_and(|b| b == contents(bytes, i, rank))
+        });
+        let mut everywhere = 0u8;
+        world.all_reduce_into(
+            &u8::from(all),
+            &mut everywhere,
+            mpi::collective::SystemOperation::min(),
+        );
+        if everywhere == 0 {
+            return Err(format!("the {kind} flush did not leave every file in the prefix").into());
+        }
+    }
+    let user = scr.runtime().config().str("user");
+    scr.finalize()?;
+    // what the run left in cache and in the prefix goes (ranks sharing a node race on
+    // the cache: rank 0 sweeps again after them)
+    let leftovers = [
+        places
+            .cache
+            .join("cache")
+            .join(&user)
+            .join(format!("scr.{job}")),
+        places
+            .cache
+            .join("cntl")
+            .join(&user)
+            .join(format!("scr.{job}")),
+        prefix.join(format!("out/r{rank}")),
+    ];
+    world.barrier();
+    for d in &leftovers {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    world.barrier();
+    if rank == 0 {
+        for d in &leftovers[..2] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+    Ok(secs)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let universe = mpi::initialize().ok_or("MPI initialises")?;
@@ -121,16 +246,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let prefix = args
         .prefix
         .join(format!("scr-bench-flush.{job}/rank{rank}"));
+    let places = Places {
+        cache: args.cache.join(format!("scr-bench-flush.{job}/lib")),
+        prefix: args.prefix.join(format!("scr-bench-flush.{job}/lib")),
+    };
+    const WAYS: [&str; 5] = [
+        "cp -r",
+        "plugin sync",
+        "plugin pthread",
+        "flush sync",
+        "flush pthread",
+    ];
     if rank == 0 {
         println!(
-            "ranks {}, cache {}, prefix {}; MB/s per rank, ratio = time / cp -r time",
+            "ranks {}, cache {}, prefix {}; MB/s per rank, medians of {} reps [min-max]",
             world.size(),
             args.cache.display(),
-            args.prefix.display()
-        );
-        println!(
-            "{:<24} {:>10} {:>10} {:>10} {:>8} {:>8}",
-            "dataset", "cp -r", "sync", "pthread", "sync/cp", "pthr/cp"
+            args.prefix.display(),
+            args.reps
         );
     }
     for (label, files, bytes) in [
@@ -143,9 +276,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ] {
         let src = cache.join("src");
         let list = make(&src, files, bytes, rank)?;
-        let mut times: [Vec<f64>; 3] = Default::default();
-        for _ in 0..args.reps {
-            for (k, times) in times.iter_mut().enumerate() {
+        let mut times: [Vec<f64>; 5] = Default::default();
+        let mut fixed = Vec::new();
+        for rep in 0..args.reps {
+            for j in 0..WAYS.len() {
+                let k = (j + rep) % WAYS.len();
                 let dst = prefix.join(format!("dst{k}"));
                 let _ = std::fs::remove_dir_all(&dst);
                 std::fs::create_dir_all(&dst)?;
@@ -166,7 +301,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         }
                     }
                     1 => transfer(&registry, "sync", 1, &list, &dst, &cache.join("state1"))?,
-                    _ => transfer(
+                    2 => transfer(
                         &registry,
                         "pthread",
                         args.threads,
@@ -174,20 +309,54 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         &dst,
                         &cache.join("state2"),
                     )?,
+                    _ => {}
                 }
-                times.push(slowest(&world, t.elapsed().as_secs_f64()));
+                let secs = match k {
+                    3 | 4 => {
+                        let kind = if k == 3 { "sync" } else { "pthread" };
+                        library(
+                            &world,
+                            &places,
+                            kind,
+                            true,
+                            &format!("{files}-{rep}"),
+                            files,
+                            bytes,
+                        )?
+                    }
+                    _ => slowest(&world, t.elapsed().as_secs_f64()),
+                };
+                times[k].push(secs);
+                let _ = std::fs::remove_dir_all(&dst);
             }
+            fixed.push(library(
+                &world,
+                &places,
+                "sync",
+                false,
+                &format!("{files}-{rep}"),
+                files,
+                bytes,
+            )?);
         }
-        let [cp, sync, pthread] = times.map(median);
         let rate = |s: f64| (files * bytes) as f64 / s / 1e6;
         if rank == 0 {
+            println!("{label}:");
+            for (k, way) in WAYS.iter().enumerate() {
+                let r = Spread::of(times[k].iter().map(|&t| rate(t)));
+                let vs = Spread::of(times[k].iter().zip(&times[0]).map(|(t, cp)| cp / t));
+                println!(
+                    "  {way:<15} {:>22} MB/s   rate / cp -r rate {}",
+                    r.show(0),
+                    vs.show(2)
+                );
+            }
+            let f = Spread::of(fixed);
             println!(
-                "{label:<24} {:>10.0} {:>10.0} {:>10.0} {:>8.2} {:>8.2}",
-                rate(cp),
-                rate(sync),
-                rate(pthread),
-                sync / cp,
-                pthread / cp
+                "  (a complete_output of the same files that does not flush: {:.1} [{:.1}-{:.1}] ms)",
+                f.median * 1e3,
+                f.min * 1e3,
+                f.max * 1e3
             );
         }
         let _ = std::fs::remove_dir_all(&src);

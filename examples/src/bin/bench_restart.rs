@@ -4,7 +4,8 @@
 //!
 //! Each rank writes one checkpoint of `--mib` MiB with SINGLE into the cache (CRC32
 //! recorded at complete_output) and finalizes. Then, alternating so that neither side
-//! warms the other's cache, and with the slowest rank's time of each (median of `--reps`):
+//! warms the other's cache, and with the slowest rank's time of each (median of `--reps`,
+//! with [min-max]; ratios are taken per repetition):
 //! - plain read: read the cached file into memory in `file_buf_size` pieces;
 //! - init with `crc_on_restart = true`: every cached file checked (size and CRC32);
 //! - init with `crc_on_restart = false`: sizes only.
@@ -20,7 +21,7 @@ use std::time::Instant;
 use clap::Parser;
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives};
 use scr_api::{mpi, Flags, Scr, Settings};
-use scr_examples::{median, slowest, write_synced};
+use scr_examples::{slowest, write_synced, Spread};
 
 #[derive(Parser)]
 #[command(
@@ -104,27 +105,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    let (plain, with_crc, sizes_only) = (median(plain), median(with_crc), median(sizes_only));
+    let per_rep = |v: &[f64]| Spread::of(v.iter().zip(&plain).map(|(t, p)| t / p));
+    let verify: Vec<f64> = with_crc
+        .iter()
+        .zip(&sizes_only)
+        .map(|(c, s)| c - s)
+        .collect();
     if rank == 0 {
         println!(
-            "ranks: {}, {} MiB per rank, median of {} reps, cache {cache_base}",
+            "ranks: {}, {} MiB per rank, medians of {} reps [min-max], cache {cache_base}",
             world.size(),
             args.mib,
             args.reps
         );
-        println!("plain read of the cached file:   {plain:.3} s");
         println!(
-            "init, crc_on_restart = true:     {with_crc:.3} s ({:.2}x the plain read)",
-            with_crc / plain
+            "plain read of the cached file:   {} s",
+            Spread::of(plain.iter().copied()).show(3)
         );
         println!(
-            "init, crc_on_restart = false:    {sizes_only:.3} s ({:.2}x the plain read)",
-            sizes_only / plain
+            "init, crc_on_restart = true:     {} s, time / plain read {}",
+            Spread::of(with_crc.iter().copied()).show(3),
+            per_rep(&with_crc).show(2)
         );
         println!(
-            "verification alone:              {:.3} s ({:.2}x the plain read)",
-            with_crc - sizes_only,
-            (with_crc - sizes_only) / plain
+            "init, crc_on_restart = false:    {} s, time / plain read {}",
+            Spread::of(sizes_only.iter().copied()).show(3),
+            per_rep(&sizes_only).show(2)
+        );
+        println!(
+            "verification alone:              {} s, time / plain read {}",
+            Spread::of(verify.iter().copied()).show(3),
+            per_rep(&verify).show(2)
         );
     }
     // leave nothing behind in the cache

@@ -1,5 +1,8 @@
-//! `scr-bench-xor`: XOR apply and rebuild throughput per rank, each as a ratio to writing
-//! the same bytes with plain writes + fsync in the same run.
+//! `scr-bench-xor`: XOR apply and rebuild throughput per rank (MB/s of each rank's data),
+//! each as a throughput ratio to writing the same bytes with plain writes + fsync in the
+//! same run: `apply MB/s / plain MB/s` (1.00 = the apply takes as long as writing the
+//! data once; higher is faster). Medians of `--reps` with [min-max]; the ratios are taken
+//! per repetition, each against that repetition's plain write.
 //!
 //! Run: `mpiexec -n 4 target/release/scr-bench-xor --mib 64 256` (and `-n 8`). Files live
 //! under `--dir` (default /dev/shm). The set is the whole job, the scheme is the shipped
@@ -12,7 +15,7 @@ use abi_stable::std_types::{RNone, RSome};
 use clap::Parser;
 use scr_api::mpi;
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives, Root};
-use scr_examples::{median, slowest, write_synced};
+use scr_examples::{slowest, write_synced, Spread};
 use scr_host::config::Config;
 use scr_host::registry::Registry;
 use scr_host::runtime::MpiHost;
@@ -34,8 +37,8 @@ struct Args {
     /// Pipeline piece size in KiB.
     #[arg(long, default_value_t = 1024)]
     piece_kib: u64,
-    /// Repetitions (median reported).
-    #[arg(long, default_value_t = 3)]
+    /// Repetitions (median reported, with min and max).
+    #[arg(long, default_value_t = 5)]
     reps: usize,
 }
 
@@ -83,8 +86,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             args.dir.display()
         );
         println!(
-            "{:>8} {:>12} {:>12} {:>12} {:>10} {:>10}",
-            "MiB/rank", "plain MB/s", "apply MB/s", "rebuild MB/s", "apply/plain", "rebuild/plain"
+            "MB/s per rank and throughput ratios to the plain write, medians of {} reps [min-max]",
+            args.reps
         );
     }
     for &mib in &args.mib {
@@ -139,16 +142,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 return Err("the rebuilt file differs from the original".into());
             }
         }
-        let (plain, apply, rebuild) = (median(plain), median(apply), median(rebuild));
-        let rate = |s: f64| bytes as f64 / s / 1e6;
+        let rate = |v: &[f64]| Spread::of(v.iter().map(|s| bytes as f64 / s / 1e6));
+        // throughput ratio = plain time / its time, per repetition
+        let vs = |v: &[f64]| Spread::of(v.iter().zip(&plain).map(|(s, p)| p / s));
         if rank == 0 {
+            println!("{mib} MiB/rank:");
+            println!("  plain write + fsync {:>22} MB/s", rate(&plain).show(0));
             println!(
-                "{mib:>8} {:>12.0} {:>12.0} {:>12.0} {:>10.2} {:>10.2}",
-                rate(plain),
-                rate(apply),
-                rate(rebuild),
-                apply / plain,
-                rebuild / plain
+                "  XOR apply           {:>22} MB/s   apply MB/s / plain MB/s {}",
+                rate(&apply).show(0),
+                vs(&apply).show(2)
+            );
+            println!(
+                "  XOR rebuild         {:>22} MB/s   rebuild MB/s / plain MB/s {}",
+                rate(&rebuild).show(0),
+                vs(&rebuild).show(2)
             );
         }
     }
