@@ -584,40 +584,69 @@ impl Scheme for RsScheme {
         };
         let mut failure = Failures::new();
         let mut known: BTreeMap<u32, Vec<StoredMeta>> = BTreeMap::new();
-        // one global order of (receiver, list) pairs, followed by everyone: every send
-        // meets its receive whatever the MPI implementation buffers
-        for l in 0..p {
-            for x in needs(l) {
-                let src = source(x).expect("checked above");
-                let got = if src == l {
-                    (me == l).then(|| Ok(my_copy(x)))
-                } else if me == src {
-                    send_bytes(host, l, TAG_META, &json(&my_copy(x)))?;
+        // In shift step t every member sends member me+t the lists it is the source of
+        // and that member needs, in one message, and receives those from member me-t:
+        // both sides know whether a message goes, so every send meets its receive, and
+        // the steps run side by side instead of one list after another.
+        let lists_for = |src: u32, l: u32| -> Vec<u32> {
+            needs(l)
+                .into_iter()
+                .filter(|&x| source(x) == Some(src))
+                .collect()
+        };
+        for x in lists_for(me, me) {
+            let mine = my_copy(x).ok_or_else(|| {
+                PluginError::new(
+                    ErrorCode::CORRUPT,
+                    format!("this member's redundancy header has no file list for member {x}"),
+                )
+            });
+            if let Some(v) = failure.note(mine) {
+                known.insert(x, v);
+            }
+        }
+        for t in 1..p {
+            let (to, from) = ((me + t) % p, (me + p - t) % p);
+            let give: Vec<(u32, Option<Vec<StoredMeta>>)> = lists_for(me, to)
+                .into_iter()
+                .map(|x| (x, my_copy(x)))
+                .collect();
+            let want = lists_for(from, me);
+            let out = json(&give);
+            let got = match (give.is_empty(), want.is_empty()) {
+                (false, false) => Some(sendrecv_bytes(host, to, &out, from, TAG_META)?),
+                (false, true) => {
+                    send_bytes(host, to, TAG_META, &out)?;
                     None
-                } else if me == l {
-                    Some(recv_bytes(host, src, TAG_META).and_then(|b| unjson(&b, src)))
-                } else {
-                    None
-                };
-                if let Some(got) = got {
-                    let list = got.and_then(|o: Option<Vec<StoredMeta>>| {
-                        o.ok_or_else(|| {
-                            PluginError::new(
-                                ErrorCode::CORRUPT,
-                                format!("member {src}'s redundancy header has no file list for member {x}"),
-                            )
-                        })
-                    });
-                    let list = list.and_then(|v| match v.iter().find(|m| !redfile::stays_inside(&m.name)) {
+                }
+                (true, false) => Some(recv_bytes(host, from, TAG_META)?),
+                (true, true) => None,
+            };
+            let Some(got) = got else { continue };
+            let Some(got) = failure.note(unjson::<Vec<(u32, Option<Vec<StoredMeta>>)>>(&got, from))
+            else {
+                continue;
+            };
+            for x in want {
+                let list = got
+                    .iter()
+                    .find(|(y, _)| *y == x)
+                    .and_then(|(_, v)| v.clone())
+                    .ok_or_else(|| {
+                        PluginError::new(
+                            ErrorCode::CORRUPT,
+                            format!("member {from}'s redundancy header has no file list for member {x}"),
+                        )
+                    })
+                    .and_then(|v| match v.iter().find(|m| !redfile::stays_inside(&m.name)) {
                         Some(bad) => Err(PluginError::new(
                             ErrorCode::CORRUPT,
-                            format!("member {src} sent file name `{}` for member {x}, which leaves the dataset directory; not trusted", bad.name),
+                            format!("member {from} sent file name `{}` for member {x}, which leaves the dataset directory; not trusted", bad.name),
                         )),
                         None => Ok(v),
                     });
-                    if let Some(v) = failure.note(list) {
-                        known.insert(x, v);
-                    }
+                if let Some(v) = failure.note(list) {
+                    known.insert(x, v);
                 }
             }
         }
