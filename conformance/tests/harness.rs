@@ -52,9 +52,17 @@ fn a_library_that_is_not_a_plugin_fails_at_load() {
 }
 
 #[test]
-fn an_unimplemented_scheme_is_a_failure() {
+fn a_scheme_instance_the_plugin_refuses_is_a_failure() {
+    // RS cannot keep as many checksums as the set has members
     let p = lib("scr_rs");
-    let (code, out) = run(&["--plugin", p.to_str().unwrap(), "--set-size", "8"]);
+    let (code, out) = run(&[
+        "--plugin",
+        p.to_str().unwrap(),
+        "--set-size",
+        "8",
+        "--param",
+        "set_failures=8",
+    ]);
     assert_eq!(code, 1, "{out}");
     let lines: Vec<&str> = out.lines().skip(1).collect();
     assert_eq!(
@@ -66,7 +74,9 @@ fn an_unimplemented_scheme_is_a_failure() {
         "PASS declares at least one scheme or transfer type: schemes [RS], transfer types []"
     );
     assert!(lines[3].starts_with("FAIL scheme RS: instance for a set of 8: plugin "));
-    assert!(lines[3].ends_with("new_scheme: not implemented: scheme RS is not implemented yet"));
+    assert!(lines[3].ends_with(
+        "new_scheme: invalid parameter: scheme RS: set_failures = 8 needs sets of at least 9 members, but this set has 8; lower set_failures below 8 or raise set_size (a set is smaller than set_size when the job spans too few failure groups)"
+    ), "{}", lines[3]);
     assert_eq!(*lines.last().unwrap(), "3 passed, 1 failed");
 }
 

@@ -85,7 +85,7 @@ fn shipped_plugins_load_from_the_builtin_directory() {
 }
 
 #[test]
-fn unimplemented_names_say_so_when_used() {
+fn shipped_names_instantiate_or_say_what_they_need() {
     let r = registry_of(&[
         "scr_single",
         "scr_partner",
@@ -93,7 +93,13 @@ fn unimplemented_names_say_so_when_used() {
         "scr_rs",
         "scr_axl_transfer",
     ]);
-    for (s, tolerated) in [("single", 0), ("Partner", 1), ("XOR", 1)] {
+    for (s, tolerated) in [
+        ("single", 0),
+        ("Partner", 1),
+        ("XOR", 1),
+        ("rs", 2),
+        ("RS", 2),
+    ] {
         let scheme = r.new_scheme(&scheme_config(s)).unwrap();
         assert_eq!(
             scheme.describe().unwrap().tolerated_losses,
@@ -101,19 +107,26 @@ fn unimplemented_names_say_so_when_used() {
             "{s}"
         );
     }
-    for s in ["rs", "RS"] {
-        match r.new_scheme(&scheme_config(s)) {
-            Err(RegistryError::Plugin { call, error, file }) => {
-                assert_eq!(call, "new_scheme");
-                assert_eq!(error.code, ErrorCode::NOT_IMPLEMENTED);
-                assert!(
-                    error.message().ends_with("is not implemented yet"),
-                    "{error}"
-                );
-                assert!(file.ends_with(".so"));
-            }
-            other => panic!("{s}: expected not implemented, got {:?}", other.err()),
+    // RS cannot keep its default 2 checksums in a set of 2: refused, saying why
+    match r.new_scheme(&SchemeConfig {
+        members: 2,
+        ..scheme_config("RS")
+    }) {
+        Err(RegistryError::Plugin { call, error, file }) => {
+            assert_eq!(call, "new_scheme");
+            assert_eq!(error.code, ErrorCode::INVALID_PARAMETER);
+            assert!(
+                error.message().contains(
+                    "set_failures = 2 needs sets of at least 3 members, but this set has 2"
+                ),
+                "{error}"
+            );
+            assert!(file.ends_with(".so"));
         }
+        other => panic!(
+            "RS in a set of 2: expected a refusal, got {:?}",
+            other.err()
+        ),
     }
     let dir = tempfile::tempdir().unwrap();
     let out = inproc::run(&["n0"], |host| {

@@ -284,11 +284,22 @@ enum Loss {
 
 const KINDS: [Loss; 3] = [Loss::Both, Loss::DataOnly, Loss::RedundancyOnly];
 
+/// Patterns of more members than this get the three rotations of the kinds instead of
+/// every mixed assignment (3^7 - 3 of them for 7 members, each a rebuild and a second one).
+const MIXED_IN_FULL: usize = 2;
+
 /// Every way the members of `pattern` can each lose their files: the three uniform ways
-/// first, then (when `mixed`) every assignment that mixes kinds.
+/// first, then (when `mixed`) every assignment that mixes kinds — or, for patterns of
+/// more than [`MIXED_IN_FULL`] members, the three rotations `Both, DataOnly,
+/// RedundancyOnly, Both, ...` starting at each kind, so that every member still loses
+/// each way in some assignment and members next to each other lose differently.
 fn assignments(pattern: &[u32], mixed: bool) -> Vec<Vec<Loss>> {
     let mut out: Vec<Vec<Loss>> = KINDS.iter().map(|&k| vec![k; pattern.len()]).collect();
-    if mixed && pattern.len() > 1 {
+    if mixed && pattern.len() > MIXED_IN_FULL {
+        for start in 0..3 {
+            out.push((0..pattern.len()).map(|i| KINDS[(start + i) % 3]).collect());
+        }
+    } else if mixed && pattern.len() > 1 {
         let total = 3usize.pow(pattern.len() as u32);
         for code in 0..total {
             let mut c = code;
@@ -492,7 +503,8 @@ pub fn run_scheme_cases(
 /// The cases, for each shape of files: apply (twice: it must be repeatable, with the
 /// same redundancy files); `redundancy_files` must list exactly what apply returned and
 /// wrote; every tolerated loss pattern of up to `k` members, each member losing data,
-/// redundancy or both (mixed kinds within a pattern in the first shape), recovered
+/// redundancy or both (mixed kinds within a pattern in the first shape: every mix for
+/// pairs, three rotations of the kinds for larger patterns), recovered
 /// byte-exact and then, after one more member is lost, recovered again (the set must be
 /// protected again); every pattern of `k + 1` losses (a seeded sample when there are more
 /// than 300) failing `unrecoverable` on every member with nothing looking recovered (or
@@ -772,5 +784,29 @@ mod tests {
         assert_eq!(combinations(3, 1), vec![vec![0], vec![1], vec![2]]);
         assert_eq!(combinations(4, 2).len(), 4 + 6);
         assert!(combinations(5, 0).is_empty());
+        // every subset of up to k members, for the k of an RS scheme too
+        let all = combinations(8, 7);
+        assert_eq!(all.len(), 255 - 1);
+        for mask in 1u32..255 {
+            let want: Vec<u32> = (0..8).filter(|m| mask & (1 << m) != 0).collect();
+            assert!(all.contains(&want), "{want:?}");
+        }
+        assert_eq!(combinations(6, 3).len(), 6 + 15 + 20);
+    }
+
+    #[test]
+    fn mixed_losses_every_way_for_pairs_and_rotations_beyond() {
+        assert_eq!(assignments(&[0], true).len(), 3);
+        assert_eq!(assignments(&[0, 1], true).len(), 9);
+        assert_eq!(assignments(&[0, 1], false).len(), 3);
+        let big = assignments(&[0, 1, 2, 3], true);
+        assert_eq!(big.len(), 6);
+        // each member loses each way in some assignment
+        for m in 0..4 {
+            for k in KINDS {
+                assert!(big.iter().any(|a| a[m] == k), "member {m} {k:?}");
+            }
+        }
+        assert!(big[3..].iter().all(|a| a.iter().any(|&k| k != a[0])));
     }
 }

@@ -163,7 +163,8 @@ pub fn remove(path: &Path) -> PluginResult<()> {
     Ok(())
 }
 
-/// Writes a redundancy file: payload first (sequentially), header last. Dropped before
+/// Writes a redundancy file: payload first (sequentially, or in sections with
+/// [`write_at`](RedWriter::write_at)), header last. Dropped before
 /// [`finish`](RedWriter::finish) (an error or a panic in the middle of an apply), it
 /// removes its temporary file: a failed apply leaves no partial redundancy file behind.
 pub struct RedWriter {
@@ -172,6 +173,8 @@ pub struct RedWriter {
     file: File,
     crc: crc32fast::Hasher,
     len: u64,
+    /// Runs written by `write_at`, keyed by their end offset: (start, CRC32 of the run).
+    placed: BTreeMap<u64, (u64, crc32fast::Hasher)>,
     /// Set once the temporary file was renamed into place.
     finished: bool,
 }
@@ -196,8 +199,29 @@ impl RedWriter {
             file,
             crc: crc32fast::Hasher::new(),
             len: 0,
+            placed: BTreeMap::new(),
             finished: false,
         })
+    }
+
+    /// Write payload bytes at `offset`, for a payload made of sections that fill in
+    /// parallel (RS completes a piece of each of its checksum chunks per pipeline step).
+    /// Each run of consecutive writes keeps its own CRC32, and [`finish`](Self::finish)
+    /// combines them, so the payload is never read back. The writes must cover the
+    /// payload from offset 0 without a gap or an overlap (checked at `finish`), and a
+    /// writer uses either `write_at` or [`write`](Self::write), not both.
+    pub fn write_at(&mut self, offset: u64, data: &[u8]) -> PluginResult<()> {
+        use std::os::unix::fs::FileExt;
+        self.file
+            .write_all_at(data, offset)
+            .map_err(|e| PluginError::io(self.tmp.display(), e))?;
+        let (start, mut crc) = self
+            .placed
+            .remove(&offset)
+            .unwrap_or_else(|| (offset, crc32fast::Hasher::new()));
+        crc.update(data);
+        self.placed.insert(offset + data.len() as u64, (start, crc));
+        Ok(())
     }
 
     /// Append payload bytes.
@@ -213,19 +237,55 @@ impl RedWriter {
     /// Payload bytes written so far.
     pub fn len(&self) -> u64 {
         self.len
+            + self
+                .placed
+                .iter()
+                .map(|(end, (start, _))| end - start)
+                .sum::<u64>()
     }
 
     /// Whether no payload was written.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
+    }
+
+    /// The payload's length and CRC32 from the runs `write_at` wrote, or why they do
+    /// not form one payload.
+    fn placed_payload(&self) -> PluginResult<(u64, u32)> {
+        let mut runs: Vec<(u64, u64, &crc32fast::Hasher)> = self
+            .placed
+            .iter()
+            .map(|(&end, (start, crc))| (*start, end, crc))
+            .collect();
+        runs.sort_by_key(|r| r.0);
+        let mut crc = crc32fast::Hasher::new();
+        let mut at = 0u64;
+        for (start, end, run) in runs {
+            if start != at || self.len != 0 {
+                return Err(PluginError::new(
+                    ErrorCode::OTHER,
+                    format!(
+                        "{}: payload written with a gap, an overlap or mixed sequential writes at offset {at} (a scheme bug)",
+                        self.tmp.display()
+                    ),
+                ));
+            }
+            crc.combine(run);
+            at = end;
+        }
+        Ok((at, crc.finalize()))
     }
 
     /// Append the header (with payload length and CRC filled in), fsync and rename into
     /// place.
     pub fn finish(mut self, mut header: RedHeader) -> PluginResult<PathBuf> {
         header.version = REDFILE_VERSION;
-        header.payload_len = self.len;
-        header.payload_crc32 = self.crc.clone().finalize();
+        (header.payload_len, header.payload_crc32) = if self.placed.is_empty() {
+            (self.len, self.crc.clone().finalize())
+        } else {
+            self.placed_payload()?
+        };
+        let end = header.payload_len;
         let json = serde_json::to_vec(&header)
             .map_err(|e| PluginError::new(ErrorCode::OTHER, format!("header: {e}")))?;
         let mut trailer = Vec::with_capacity(json.len() + TRAILER as usize);
@@ -234,6 +294,7 @@ impl RedWriter {
         trailer.extend_from_slice(&crc32fast::hash(&json).to_le_bytes());
         trailer.extend_from_slice(MAGIC);
         let io = |e| PluginError::io(self.tmp.display(), e);
+        self.file.seek(SeekFrom::Start(end)).map_err(io)?;
         self.file.write_all(&trailer).map_err(io)?;
         self.file.sync_all().map_err(io)?;
         std::fs::rename(&self.tmp, &self.path).map_err(io)?;
@@ -437,6 +498,36 @@ mod tests {
             w.finish(h).unwrap();
             let e = open_verified(&p).err().unwrap();
             assert!(e.message().contains("leaves the dataset directory"), "{e}");
+        }
+    }
+
+    #[test]
+    fn sections_written_in_parallel_make_one_checked_payload() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.redset");
+        // two sections of 6 bytes, filled a piece of each at a time (as RS does)
+        let mut w = RedWriter::create(&p).unwrap();
+        for (off, a, b) in [(0u64, b"abc", b"ABC"), (3, b"def", b"DEF")] {
+            w.write_at(off, a).unwrap();
+            w.write_at(6 + off, b).unwrap();
+        }
+        assert_eq!(w.len(), 12);
+        w.finish(RedHeader::default()).unwrap();
+        let mut r = open_verified(&p).unwrap();
+        assert_eq!(r.header.payload_len, 12);
+        assert_eq!(r.header.payload_crc32, crc32fast::hash(b"abcdefABCDEF"));
+        let mut b = [0u8; 12];
+        r.read_at(0, &mut b).unwrap();
+        assert_eq!(&b, b"abcdefABCDEF");
+
+        // a gap or an overlap is a scheme bug, refused rather than written
+        for runs in [&[(0u64, 3usize), (4, 2)][..], &[(0, 4), (3, 3)][..]] {
+            let mut w = RedWriter::create(&p).unwrap();
+            for &(off, len) in runs {
+                w.write_at(off, &vec![1u8; len]).unwrap();
+            }
+            let e = w.finish(RedHeader::default()).unwrap_err();
+            assert!(e.message().contains("with a gap, an overlap"), "{e}");
         }
     }
 

@@ -1,19 +1,1048 @@
-//! The Reed-Solomon (RS) redundancy scheme over GF(2^8): tolerates set_failures losses per set.
+//! The Reed-Solomon (RS) redundancy scheme over GF(2^8): each set of `p` members keeps `k`
+//! checksums (`set_failures`, default 2) and rebuilds any `k` members that lost their
+//! files.
 //!
-//! The library registers its names so that configurations can select them and
-//! `scr plugins list` shows them; creating an instance answers "not implemented" until
-//! the implementation lands, so nothing ever pretends to protect data.
+//! # Code
+//!
+//! The field is GF(2^8) with the polynomial 0x11D; the code is the `(p + k) × p`
+//! Vandermonde matrix turned into one whose top `p × p` block is the identity
+//! ([`scr_kernels::matrix::encoding`]), so any `p` of its rows are independent and any
+//! square block of its bottom `k` rows (the checksum coefficients `E[p + j][q]`) is
+//! invertible: whichever `k` of the `p + k` values of a row are lost, the rest determine
+//! them. `set_failures = k` needs `1 <= k < p` and `p + k <= 256`, with `p` the members of
+//! the set actually formed (a set can be smaller than `set_size`); anything else is
+//! refused at instantiation with the values and what to change.
+//!
+//! `k = 1` is accepted: it is this same code with one checksum row, tolerating one lost
+//! member per set like XOR (its coefficients are not all 1, so its checksum bytes differ
+//! from XOR parity; XOR is the cheaper choice for one loss, RS with `k = 1` exists so that
+//! a configuration can lower `set_failures` without changing scheme).
+//!
+//! # Layout
+//!
+//! Member `i`'s files, concatenated and zero padded, form its logical file, cut into
+//! `p - k` data chunks of `chunk = ceil(largest logical file in the set / (p - k))`
+//! bytes. The set is seen as `p` rows of chunks (see [`Layout`]): in row `r`, checksum
+//! `j` (0..k) is held by member `(r - j) mod p`, who contributes zeros as data in that
+//! row; every other member contributes one of its data chunks, in increasing row order.
+//! So member `i` holds checksum `j` of row `(i + j) mod p`, and its redundancy file's
+//! payload is its `k` checksum chunks, checksum `j` at offset `j · chunk` (recorded as
+//! the header's `sections`, which also record `k`). The header (see
+//! [`scr_plugin::redfile`]) carries the file metadata of member `i` and of its `k` left
+//! neighbours: a member's metadata is on itself and on its `k` right neighbours, `k + 1`
+//! members, so any `k` losses leave a copy of every member's file list.
+//!
+//! # Encode (apply)
+//!
+//! Pipelined in pieces of `buffer_size` bytes of the chunk. In step `s` (1..=p-k) member
+//! `q` reads the piece of its data chunk in row `(q - s) mod p` (each data byte is read
+//! once) and sends it to the `k` holders of that row: holder `(q - s - j) mod p`
+//! accumulates `E[p + j][q] ·` piece into its checksum `j`. Each (step, `j`) is one shift
+//! of the ring (every member sends `s + j` places left and receives from `s + j` places
+//! right), done as one `sendrecv`, which cannot deadlock for any `p` and `k`. After
+//! `p - k` steps the piece of each of the `k` checksums is final and written.
+//!
+//! # Decode (recover)
+//!
+//! A member has lost its data when its files are missing or fail their size and CRC32
+//! check (a corrupt survivor must never be spread), and its redundancy when its file is
+//! missing, fails its checksums or belongs to another dataset, set or `k`. In row `r` the
+//! unknowns are the data chunk of every member that lost data and does not hold a
+//! checksum there, and checksum `j` when its holder lost redundancy. Each checksum row is
+//! an equation `Σ_q E[p + j][q] · d_q + c_j = 0`; the equations of lost checksums are
+//! forced, others fill up to the number of unknowns. A row with more than `k` unknowns
+//! cannot be solved and the rebuild is refused on every member with `UNRECOVERABLE`;
+//! `k` lost members never make more than `k` unknowns in a row.
+//!
+//! Row `r` is solved by member `r`: in `p - 1` shift steps every member sends it the one
+//! known value the row's equations need from it (data or checksum), and the solver
+//! accumulates coefficient × value into one buffer per equation
+//! ([`scr_kernels::mul_add_multi`], reading the value once); it inverts the small matrix
+//! of the unknowns' coefficients once ([`scr_kernels::matrix::invert`]), solves, and in
+//! `p - 1` more shift steps sends each unknown to the member that lost it, who writes
+//! data into its logical file or a checksum into its new redundancy file. Rebuilt data
+//! must match the size and CRC32 recorded for it, and every lost redundancy file is
+//! written again, so the set is protected again. Only what was lost is written: a member
+//! that lost only its redundancy file keeps its data untouched.
 #![forbid(unsafe_code)]
 
-use scr_plugin::PluginLibrary;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use scr_kernels::matrix::{self, Matrix};
+use scr_plugin::collect::{gather_flags, recv_bytes, send_bytes, sendrecv_bytes, Failures};
+use scr_plugin::lofi::{restore_metadata, LogicalFile};
+use scr_plugin::redfile::{self, open_verified, RedHeader, RedReader, RedWriter, StoredMeta};
+use scr_plugin::verify::verify_files;
+use scr_plugin::{
+    DatasetFiles, ErrorCode, FileMeta, Host, LogLevel, Params, PluginError, PluginLibrary,
+    PluginResult, RecoverRequest, ReduceOp, Scheme, SchemeConfig, SchemeDescription,
+};
 
 /// The library's identity and the names it provides.
 pub struct Rs;
+
+const SCHEME: &str = "RS";
+/// File lists sent to the members whose headers keep copies (apply) or who lost them.
+const TAG_META: u32 = 19;
+/// Encode pieces on their way to the checksum holders.
+const TAG_ENCODE: u32 = 20;
+/// Known values on their way to a row's solver.
+const TAG_REDUCE: u32 = 21;
+/// Solved unknowns on their way to the member that lost them.
+const TAG_SCATTER: u32 = 22;
+const PARAMS: &[&str] = &["set_size", "set_failures", "replicas", "buffer_size"];
+/// `set_failures` when the descriptor names none.
+pub const DEFAULT_FAILURES: u32 = 2;
+
+/// Where chunks sit in a set of `p` members with `k` checksums per row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Members in the set.
+    pub p: u32,
+    /// Checksums per row.
+    pub k: u32,
+}
+
+impl Layout {
+    /// The member holding checksum `j` of row `r`: `(r - j) mod p`.
+    pub fn holder(&self, r: u32, j: u32) -> u32 {
+        (r + self.p - j) % self.p
+    }
+
+    /// Which checksum member `i` holds in row `r`, if any (then its data there is zero).
+    pub fn checksum_of(&self, i: u32, r: u32) -> Option<u32> {
+        let j = (r + self.p - i) % self.p;
+        (j < self.k).then_some(j)
+    }
+
+    /// Which of member `i`'s `p - k` data chunks sits in row `r` (None: `i` holds a
+    /// checksum there). Data chunks fill the rows `i` holds no checksum of, in increasing
+    /// row order.
+    pub fn data_chunk(&self, i: u32, r: u32) -> Option<u64> {
+        if self.checksum_of(i, r).is_some() {
+            return None;
+        }
+        let held_below = (0..self.k).filter(|&j| (i + j) % self.p < r).count() as u64;
+        Some(u64::from(r) - held_below)
+    }
+
+    /// The row whose data member `q` sends to its holders in encode step `s` (1..=p-k).
+    pub fn encode_row(&self, q: u32, s: u32) -> u32 {
+        (q + self.p - s % self.p) % self.p
+    }
+}
+
+/// A value a row's solve is missing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unknown {
+    /// Data chunk `chunk` of `member`.
+    Data {
+        /// Who lost it.
+        member: u32,
+        /// Which of its data chunks.
+        chunk: u64,
+    },
+    /// Checksum `j` of the row, held by `member`.
+    Checksum {
+        /// Who lost it.
+        member: u32,
+        /// Which checksum.
+        j: u32,
+    },
+}
+
+impl Unknown {
+    /// The member that lost this value and gets it back.
+    pub fn member(&self) -> u32 {
+        match *self {
+            Unknown::Data { member, .. } | Unknown::Checksum { member, .. } => member,
+        }
+    }
+}
+
+/// A value a member knows and a row's solve needs from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Known {
+    /// One of its data chunks.
+    Data(u64),
+    /// Checksum `j` of the row.
+    Checksum(u32),
+}
+
+/// How one row is solved after losses: its unknowns and the checksum equations chosen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowPlan {
+    /// The row.
+    pub row: u32,
+    /// What the row is missing, by member.
+    pub unknowns: Vec<Unknown>,
+    /// The checksum indices whose equations solve them (ascending); fewer than the
+    /// unknowns when the row cannot be solved.
+    pub equations: Vec<u32>,
+}
+
+impl RowPlan {
+    /// The unknowns of row `r` when members lost their data (`lost_data`) or their
+    /// redundancy (`lost_red`), and the equations that solve them: those of lost
+    /// checksums (each lost checksum appears in its own equation only), then others in
+    /// increasing order.
+    pub fn new(lay: Layout, r: u32, lost_data: &[bool], lost_red: &[bool]) -> RowPlan {
+        let mut unknowns = Vec::new();
+        for m in 0..lay.p {
+            match (lay.checksum_of(m, r), lay.data_chunk(m, r)) {
+                (Some(j), _) if lost_red[m as usize] => {
+                    unknowns.push(Unknown::Checksum { member: m, j })
+                }
+                (None, Some(chunk)) if lost_data[m as usize] => {
+                    unknowns.push(Unknown::Data { member: m, chunk })
+                }
+                _ => {}
+            }
+        }
+        let mut equations: Vec<u32> = unknowns
+            .iter()
+            .filter_map(|u| match u {
+                Unknown::Checksum { j, .. } => Some(*j),
+                Unknown::Data { .. } => None,
+            })
+            .collect();
+        for j in 0..lay.k {
+            if equations.len() >= unknowns.len() {
+                break;
+            }
+            if !equations.contains(&j) {
+                equations.push(j);
+            }
+        }
+        equations.sort_unstable();
+        RowPlan {
+            row: r,
+            unknowns,
+            equations,
+        }
+    }
+
+    /// What member `q` contributes to this row's solve, if anything: its data chunk when
+    /// it holds none of the row's checksums and kept its data, or its checksum when the
+    /// row's equations use it and it kept its redundancy.
+    pub fn contribution(
+        &self,
+        lay: Layout,
+        q: u32,
+        lost_data: &[bool],
+        lost_red: &[bool],
+    ) -> Option<Known> {
+        if self.unknowns.is_empty() {
+            return None;
+        }
+        match lay.checksum_of(q, self.row) {
+            Some(j) => {
+                (!lost_red[q as usize] && self.equations.contains(&j)).then_some(Known::Checksum(j))
+            }
+            None => (!lost_data[q as usize])
+                .then(|| lay.data_chunk(q, self.row).map(Known::Data))
+                .flatten(),
+        }
+    }
+
+    /// The unknown of this row that `member` lost, if any (at most one: a member is
+    /// either a checksum holder or a data contributor in a row).
+    pub fn unknown_of(&self, member: u32) -> Option<(usize, Unknown)> {
+        self.unknowns
+            .iter()
+            .enumerate()
+            .find(|(_, u)| u.member() == member)
+            .map(|(i, u)| (i, *u))
+    }
+}
+
+/// Refuse `k` checksums for a set of `p` members unless GF(2^8) RS can provide them.
+pub fn check_failures(p: u32, k: u64) -> PluginResult<()> {
+    let why = if k == 0 {
+        format!(
+            "scheme RS: set_failures = 0 leaves nothing to rebuild from; set it between 1 and {} for this set of {p} members (or use the SINGLE scheme for no redundancy)",
+            p.saturating_sub(1).max(1)
+        )
+    } else if k >= u64::from(p) {
+        format!(
+            "scheme RS: set_failures = {k} needs sets of at least {} members, but this set has {p}; lower set_failures below {p} or raise set_size (a set is smaller than set_size when the job spans too few failure groups)",
+            k + 1
+        )
+    } else if u64::from(p) + k > 256 {
+        format!(
+            "scheme RS: a set of {p} members with set_failures = {k} needs {} code rows and GF(2^8) has at most 256; lower set_size or set_failures so that they add up to 256 at most",
+            u64::from(p) + k
+        )
+    } else {
+        return Ok(());
+    };
+    Err(PluginError::invalid_parameter(why))
+}
+
+/// One RS instance for one member of one set.
+pub struct RsScheme {
+    lay: Layout,
+    member: u32,
+    world_rank: u32,
+    piece: usize,
+    code: Matrix,
+}
+
+impl RsScheme {
+    /// An instance for member `member` (world rank `world_rank`) of a set of `members`
+    /// with `k` checksums, working in pieces of `piece` bytes; refused unless
+    /// `1 <= k < members` and `members + k <= 256`.
+    pub fn new(
+        members: u32,
+        member: u32,
+        world_rank: u32,
+        k: u32,
+        piece: usize,
+    ) -> PluginResult<Self> {
+        check_failures(members, u64::from(k))?;
+        let code = matrix::encoding(members as usize, k as usize).ok_or_else(|| {
+            PluginError::invalid_parameter(format!(
+                "scheme RS: no encoding matrix for {members} members and {k} checksums"
+            ))
+        })?;
+        Ok(RsScheme {
+            lay: Layout { p: members, k },
+            member,
+            world_rank,
+            piece: piece.max(1),
+            code,
+        })
+    }
+
+    /// The coefficient of member `q`'s data in checksum `j`.
+    fn coef(&self, j: u32, q: u32) -> u8 {
+        self.code[(self.lay.p + j) as usize][q as usize]
+    }
+
+    fn red_path(&self, dir: &Path) -> PathBuf {
+        redfile::member_file(dir, SCHEME, self.world_rank, self.member, self.lay.p)
+    }
+
+    fn check_host(&self, host: &Host<'_>) -> PluginResult<()> {
+        host.check_place(SCHEME, self.member, self.lay.p)
+    }
+
+    /// The header sections of `k` checksum chunks of `chunk` bytes, one after another.
+    fn sections(&self, chunk: u64) -> BTreeMap<u32, (u64, u64)> {
+        (0..self.lay.k)
+            .map(|j| (j, (u64::from(j) * chunk, chunk)))
+            .collect()
+    }
+
+    /// Whether a verified header is this member's for this dataset with this code.
+    fn header_fits(&self, h: &RedHeader, dataset_id: u64, host: &Host<'_>) -> bool {
+        if !h.matches(SCHEME, dataset_id, self.lay.p, self.member) {
+            return false;
+        }
+        if h.sections.len() != self.lay.k as usize {
+            host.log(
+                LogLevel::Warn,
+                &format!(
+                    "RS: {} was written with set_failures = {}, this run uses {}; not used",
+                    self.red_path(Path::new("")).display(),
+                    h.sections.len(),
+                    self.lay.k
+                ),
+            );
+            return false;
+        }
+        h.sections == self.sections(h.chunk)
+            && h.payload_len == u64::from(self.lay.k) * h.chunk
+            && h.files.contains_key(&self.member)
+    }
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).expect("metadata serializes")
+}
+
+fn unjson<T: serde::de::DeserializeOwned>(b: &[u8], from: u32) -> PluginResult<T> {
+    serde_json::from_slice(b).map_err(|e| {
+        PluginError::new(
+            ErrorCode::CORRUPT,
+            format!("file list from member {from}: {e}"),
+        )
+    })
+}
+
+/// Send `out` to `to`, receive `into` from `from`, either, both or neither: the two
+/// sides of a shift step agree on which, so every send meets its receive.
+fn exchange(
+    host: &Host<'_>,
+    to: Option<(u32, &[u8])>,
+    from: Option<(u32, &mut [u8])>,
+    tag: u32,
+) -> PluginResult<()> {
+    match (to, from) {
+        (Some((d, out)), Some((s, into))) => host.sendrecv(d, out, s, into, tag),
+        (Some((d, out)), None) => host.send(d, tag, out),
+        (None, Some((s, into))) => host.recv(s, tag, into),
+        (None, None) => Ok(()),
+    }
+}
+
+impl Scheme for RsScheme {
+    fn describe(&self) -> PluginResult<SchemeDescription> {
+        Ok(SchemeDescription {
+            name: SCHEME.into(),
+            tolerated_losses: self.lay.k,
+            summary: format!(
+                "Reed-Solomon over GF(2^8): {} checksum(s) per set of {}, {} KiB pieces",
+                self.lay.k,
+                self.lay.p,
+                self.piece >> 10
+            )
+            .into(),
+        })
+    }
+
+    fn apply(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {
+        self.check_host(host)?;
+        let Layout { p, k } = self.lay;
+        let me = self.member;
+        let dir = Path::new(dataset.dir.as_str());
+        let mut failure = Failures::new();
+        let mine: Vec<StoredMeta> = dataset
+            .files
+            .iter()
+            .map(|m| StoredMeta::from_meta(m, dir))
+            .collect();
+        let size: u64 = mine.iter().map(|m| m.size).sum();
+        let largest = host.all_reduce(size, ReduceOp::Max)?;
+        let chunk = largest.div_ceil(u64::from(p - k));
+
+        // this member's file list goes into the headers of its k right neighbours
+        let mut files = BTreeMap::from([(me, mine.clone())]);
+        for d in 1..=k {
+            let got = sendrecv_bytes(host, host.right(d), &json(&mine), host.left(d), TAG_META)?;
+            let left: Vec<StoredMeta> =
+                failure.note(unjson(&got, host.left(d))).unwrap_or_default();
+            files.insert(host.left(d), left);
+        }
+
+        let mut lofi = failure.note(LogicalFile::open(&dataset.files));
+        let mut writer = failure.note(RedWriter::create(&self.red_path(dir)));
+        let mut data = vec![0u8; self.piece];
+        let mut incoming = vec![0u8; self.piece];
+        let mut sums = vec![vec![0u8; self.piece]; k as usize];
+        let mut offset = 0u64;
+        while offset < chunk {
+            let n = (self.piece as u64).min(chunk - offset) as usize;
+            for c in sums.iter_mut() {
+                c[..n].fill(0);
+            }
+            for s in 1..=(p - k) {
+                let row = self.lay.encode_row(me, s);
+                let buf = &mut data[..n];
+                match (self.lay.data_chunk(me, row), lofi.as_mut()) {
+                    (Some(c), Some(l)) => {
+                        if failure.note(l.read_at(c * chunk + offset, buf)).is_none() {
+                            buf.fill(0);
+                        }
+                    }
+                    _ => buf.fill(0),
+                }
+                // Every data byte of this member passes here exactly once (chunk by
+                // chunk, in piece order within a chunk): the place for a CRC32 computed
+                // in the same pass as the encode reads the data.
+                for j in 0..k {
+                    let from = host.right(s + j);
+                    host.sendrecv(host.left(s + j), buf, from, &mut incoming[..n], TAG_ENCODE)?;
+                    scr_kernels::mul_add(
+                        &mut sums[j as usize][..n],
+                        &incoming[..n],
+                        self.coef(j, from),
+                    );
+                }
+            }
+            if let Some(w) = writer.as_mut() {
+                for (j, sum) in sums.iter().enumerate() {
+                    failure.note(w.write_at(j as u64 * chunk + offset, &sum[..n]));
+                }
+            }
+            offset += n as u64;
+        }
+        let mut written = None;
+        if let (Some(w), true) = (writer, failure.is_empty()) {
+            let header = RedHeader {
+                chunk,
+                files,
+                sections: self.sections(chunk),
+                ..RedHeader::for_member(SCHEME, dataset.dataset_id, host)?
+            };
+            written = failure.note(w.finish(header));
+        }
+        failure.agree(host, "RS apply")?;
+        Ok(written
+            .map(|p| vec![p.display().to_string()])
+            .unwrap_or_default())
+    }
+
+    fn recover(&self, host: &Host<'_>, request: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
+        self.check_host(host)?;
+        let lay = self.lay;
+        let Layout { p, k } = lay;
+        let me = self.member;
+        let dir = Path::new(request.dir.as_str());
+        let red: Option<RedReader> = open_verified(&self.red_path(dir))
+            .ok()
+            .filter(|r| self.header_fits(&r.header, request.dataset_id, host));
+        let data_ok = request.files.is_some();
+        let mut lost_data = gather_flags(host, !data_ok)?;
+        let lost_red = gather_flags(host, red.is_none())?;
+        let given: Vec<FileMeta> = request
+            .files
+            .clone()
+            .into_option()
+            .unwrap_or_default()
+            .into_vec();
+        if !lost_data.contains(&true) && !lost_red.contains(&true) {
+            return Ok(given);
+        }
+        // A rebuild reads every survivor's data: a survivor whose files do not match
+        // their recorded size and CRC32 would put wrong bytes into the rebuilt files
+        // and checksums, so it counts as having lost its data. Only paid when something
+        // is lost.
+        let mine_bad = data_ok
+            && verify_files(&given)
+                .map_err(|e| {
+                    host.log(
+                        LogLevel::Warn,
+                        &format!("RS: {e}; counted as lost and rebuilt"),
+                    )
+                })
+                .is_err();
+        if !host.all_agree(!mine_bad)? {
+            lost_data = gather_flags(host, !data_ok || mine_bad)?;
+        }
+        let lost: Vec<u32> = (0..p)
+            .filter(|&m| lost_data[m as usize] || lost_red[m as usize])
+            .collect();
+        let plans: Vec<RowPlan> = (0..p)
+            .map(|r| RowPlan::new(lay, r, &lost_data, &lost_red))
+            .collect();
+        if plans
+            .iter()
+            .any(|pl| pl.equations.len() < pl.unknowns.len())
+        {
+            return Err(PluginError::new(
+                ErrorCode::UNRECOVERABLE,
+                format!(
+                    "members {lost:?} of {p} lost files and RS with set_failures = {k} rebuilds at most {k} per set"
+                ),
+            ));
+        }
+
+        // Who knows member x's file list: x itself when it kept its data (the host's
+        // verified list), else the first of x, x+1 .. x+k whose header is intact.
+        let source = |x: u32| -> Option<u32> {
+            if !lost_data[x as usize] {
+                Some(x)
+            } else {
+                (0..=k)
+                    .map(|d| (x + d) % p)
+                    .find(|&y| !lost_red[y as usize])
+            }
+        };
+        // What member l needs: its own list when it lost data; its own and its k left
+        // neighbours' when it writes its header again.
+        let needs = |l: u32| -> Vec<u32> {
+            if lost_red[l as usize] {
+                (0..=k).map(|d| (l + p - d) % p).collect()
+            } else if lost_data[l as usize] {
+                vec![l]
+            } else {
+                Vec::new()
+            }
+        };
+        if let Some(x) = (0..p).flat_map(needs).find(|&x| source(x).is_none()) {
+            return Err(PluginError::new(
+                ErrorCode::UNRECOVERABLE,
+                format!(
+                    "members {lost:?} of {p} lost files and no intact copy of member {x}'s file list is left (RS with set_failures = {k})"
+                ),
+            ));
+        }
+        let header = red.as_ref().map(|r| r.header.clone());
+        let my_copy = |x: u32| -> Option<Vec<StoredMeta>> {
+            if x == me && !lost_data[me as usize] {
+                Some(
+                    given
+                        .iter()
+                        .map(|m| StoredMeta::from_meta(m, dir))
+                        .collect(),
+                )
+            } else {
+                header.as_ref().and_then(|h| h.files.get(&x).cloned())
+            }
+        };
+        let mut failure = Failures::new();
+        let mut known: BTreeMap<u32, Vec<StoredMeta>> = BTreeMap::new();
+        // In shift step t every member sends member me+t the lists it is the source of
+        // and that member needs, in one message, and receives those from member me-t:
+        // both sides know whether a message goes, so every send meets its receive, and
+        // the steps run side by side instead of one list after another.
+        let lists_for = |src: u32, l: u32| -> Vec<u32> {
+            needs(l)
+                .into_iter()
+                .filter(|&x| source(x) == Some(src))
+                .collect()
+        };
+        for x in lists_for(me, me) {
+            let mine = my_copy(x).ok_or_else(|| {
+                PluginError::new(
+                    ErrorCode::CORRUPT,
+                    format!("this member's redundancy header has no file list for member {x}"),
+                )
+            });
+            if let Some(v) = failure.note(mine) {
+                known.insert(x, v);
+            }
+        }
+        for t in 1..p {
+            let (to, from) = ((me + t) % p, (me + p - t) % p);
+            let give: Vec<(u32, Option<Vec<StoredMeta>>)> = lists_for(me, to)
+                .into_iter()
+                .map(|x| (x, my_copy(x)))
+                .collect();
+            let want = lists_for(from, me);
+            let out = json(&give);
+            let got = match (give.is_empty(), want.is_empty()) {
+                (false, false) => Some(sendrecv_bytes(host, to, &out, from, TAG_META)?),
+                (false, true) => {
+                    send_bytes(host, to, TAG_META, &out)?;
+                    None
+                }
+                (true, false) => Some(recv_bytes(host, from, TAG_META)?),
+                (true, true) => None,
+            };
+            let Some(got) = got else { continue };
+            let Some(got) = failure.note(unjson::<Vec<(u32, Option<Vec<StoredMeta>>)>>(&got, from))
+            else {
+                continue;
+            };
+            for x in want {
+                let list = got
+                    .iter()
+                    .find(|(y, _)| *y == x)
+                    .and_then(|(_, v)| v.clone())
+                    .ok_or_else(|| {
+                        PluginError::new(
+                            ErrorCode::CORRUPT,
+                            format!("member {from}'s redundancy header has no file list for member {x}"),
+                        )
+                    })
+                    .and_then(|v| match v.iter().find(|m| !redfile::stays_inside(&m.name)) {
+                        Some(bad) => Err(PluginError::new(
+                            ErrorCode::CORRUPT,
+                            format!("member {from} sent file name `{}` for member {x}, which leaves the dataset directory; not trusted", bad.name),
+                        )),
+                        None => Ok(v),
+                    });
+                if let Some(v) = failure.note(list) {
+                    known.insert(x, v);
+                }
+            }
+        }
+
+        // the chunk size, as every intact header recorded it (they must agree); with no
+        // header left (only redundancy lost, everywhere) the one apply computed
+        let recorded = header.as_ref().map(|h| h.chunk);
+        let hi = host.all_reduce(recorded.unwrap_or(0), ReduceOp::Max)?;
+        let lo = host.all_reduce(recorded.unwrap_or(u64::MAX), ReduceOp::Min)?;
+        let chunk = if lo == u64::MAX {
+            let size: u64 = given.iter().map(|m| m.size).sum();
+            host.all_reduce(size, ReduceOp::Max)?
+                .div_ceil(u64::from(p - k))
+        } else if lo != hi {
+            return Err(PluginError::new(
+                ErrorCode::CORRUPT,
+                format!("the intact RS headers of the set record chunk sizes from {lo} to {hi} bytes; not trusted"),
+            ));
+        } else {
+            hi
+        };
+
+        let own_metas: Vec<FileMeta> = if lost_data[me as usize] {
+            known
+                .get(&me)
+                .map(|v| v.iter().map(|m| m.to_meta(dir)).collect())
+                .unwrap_or_default()
+        } else {
+            given.clone()
+        };
+        let mut lofi = if lost_data[me as usize] {
+            failure.note(LogicalFile::create(dir, &own_metas))
+        } else {
+            failure.note(LogicalFile::open(&own_metas))
+        };
+        let mut red = red;
+        let mut writer = if lost_red[me as usize] {
+            failure.note(RedWriter::create(&self.red_path(dir)))
+        } else {
+            None
+        };
+
+        // this member solves its own row: the inverse of its unknowns' coefficients
+        let plan = &plans[me as usize];
+        let a: Matrix = plan
+            .equations
+            .iter()
+            .map(|&j| {
+                plan.unknowns
+                    .iter()
+                    .map(|u| match *u {
+                        Unknown::Data { member, .. } => self.coef(j, member),
+                        Unknown::Checksum { j: uj, .. } => u8::from(uj == j),
+                    })
+                    .collect()
+            })
+            .collect();
+        let inverse: Matrix = if a.is_empty() {
+            Vec::new()
+        } else {
+            failure
+                .note(matrix::invert(&a).ok_or_else(|| {
+                    PluginError::new(
+                        ErrorCode::OTHER,
+                        format!("RS: the coefficients of row {me}'s unknowns are singular (a bug)"),
+                    )
+                }))
+                .unwrap_or_else(|| vec![vec![0u8; a.len()]; a.len()])
+        };
+        let eqs = plan.equations.len();
+        let piece = self.piece;
+        let mut sums = vec![vec![0u8; piece]; eqs];
+        let mut solved = vec![vec![0u8; piece]; eqs];
+        let mut out = vec![0u8; piece];
+        let mut incoming = vec![0u8; piece];
+
+        let mut offset = 0u64;
+        while offset < chunk {
+            let n = (piece as u64).min(chunk - offset) as usize;
+            // read a known value of this member at this piece
+            let mut read = |kn: Known, buf: &mut [u8], failure: &mut Failures| {
+                let r = match kn {
+                    Known::Data(c) => lofi.as_mut().map(|l| l.read_at(c * chunk + offset, buf)),
+                    Known::Checksum(j) => red
+                        .as_mut()
+                        .map(|r| r.read_at(u64::from(j) * chunk + offset, buf)),
+                };
+                if !matches!(r, Some(Ok(()))) {
+                    if let Some(Err(e)) = r {
+                        failure.note::<()>(Err(e));
+                    }
+                    buf.fill(0);
+                }
+            };
+            // add a known value of member q to this member's row sums
+            let accumulate = |sums: &mut Vec<Vec<u8>>, kn: Known, q: u32, val: &[u8]| match kn {
+                Known::Data(_) => {
+                    let coefs: Vec<u8> = plan.equations.iter().map(|&j| self.coef(j, q)).collect();
+                    let mut dsts: Vec<&mut [u8]> = sums.iter_mut().map(|s| &mut s[..n]).collect();
+                    scr_kernels::mul_add_multi(&mut dsts, val, &coefs);
+                }
+                Known::Checksum(j) => {
+                    if let Some(e) = plan.equations.iter().position(|&x| x == j) {
+                        scr_kernels::xor_into(&mut sums[e][..n], val);
+                    }
+                }
+            };
+            for s in sums.iter_mut() {
+                s[..n].fill(0);
+            }
+            if let Some(kn) = plan.contribution(lay, me, &lost_data, &lost_red) {
+                read(kn, &mut out[..n], &mut failure);
+                accumulate(&mut sums, kn, me, &out[..n]);
+            }
+            // reduce: in step t, this member's value for row me+t goes to its solver and
+            // the value of member me-t for this member's row comes in
+            for t in 1..p {
+                let (to, from) = ((me + t) % p, (me + p - t) % p);
+                let give = plans[to as usize].contribution(lay, me, &lost_data, &lost_red);
+                let take = plan.contribution(lay, from, &lost_data, &lost_red);
+                if let Some(kn) = give {
+                    read(kn, &mut out[..n], &mut failure);
+                }
+                exchange(
+                    host,
+                    give.map(|_| (to, &out[..n])),
+                    take.map(|_| (from, &mut incoming[..n])),
+                    TAG_REDUCE,
+                )?;
+                if let Some(kn) = take {
+                    accumulate(&mut sums, kn, from, &incoming[..n]);
+                }
+            }
+            // solve: unknowns = inverse · sums
+            for x in solved.iter_mut() {
+                x[..n].fill(0);
+            }
+            for (e, sum) in sums.iter().enumerate() {
+                let column: Vec<u8> = inverse.iter().map(|row| row[e]).collect();
+                let mut dsts: Vec<&mut [u8]> = solved.iter_mut().map(|x| &mut x[..n]).collect();
+                scr_kernels::mul_add_multi(&mut dsts, &sum[..n], &column);
+            }
+            // scatter: in step t the unknown of member me+t goes to it and this member's
+            // unknown in row me-t comes in
+            let mut store = |u: Unknown, val: &[u8], failure: &mut Failures| match u {
+                Unknown::Data { chunk: c, .. } => {
+                    if let Some(l) = lofi.as_mut() {
+                        failure.note(l.write_at(c * chunk + offset, val));
+                    }
+                }
+                Unknown::Checksum { j, .. } => {
+                    if let Some(w) = writer.as_mut() {
+                        failure.note(w.write_at(u64::from(j) * chunk + offset, val));
+                    }
+                }
+            };
+            if let Some((i, u)) = plan.unknown_of(me) {
+                store(u, &solved[i][..n], &mut failure);
+            }
+            for t in 1..p {
+                let (to, from) = ((me + t) % p, (me + p - t) % p);
+                let give = plan.unknown_of(to).map(|(i, _)| (to, &solved[i][..n]));
+                let take = plans[from as usize].unknown_of(me);
+                exchange(
+                    host,
+                    give,
+                    take.map(|_| (from, &mut incoming[..n])),
+                    TAG_SCATTER,
+                )?;
+                if let Some((_, u)) = take {
+                    store(u, &incoming[..n], &mut failure);
+                }
+            }
+            offset += n as u64;
+        }
+
+        if lost_data[me as usize] {
+            if let Some(l) = lofi.as_mut() {
+                failure.note(l.sync());
+            }
+            drop(lofi);
+            // the rebuilt files must match the size and CRC32 recorded for them, or the
+            // rebuild fails on every member and nothing that looks recovered is left
+            if failure.is_empty() && failure.note(verify_files(&own_metas)).is_none() {
+                for m in &own_metas {
+                    let _ = std::fs::remove_file(m.path.as_str());
+                }
+            }
+            for m in &own_metas {
+                if failure.is_empty() {
+                    failure.note(restore_metadata(m));
+                }
+            }
+        }
+        if let (Some(w), true) = (writer, failure.is_empty()) {
+            let files: BTreeMap<u32, Vec<StoredMeta>> = needs(me)
+                .into_iter()
+                .map(|x| (x, known.get(&x).cloned().unwrap_or_default()))
+                .collect();
+            let header = RedHeader {
+                chunk,
+                files,
+                sections: self.sections(chunk),
+                ..RedHeader::for_member(SCHEME, request.dataset_id, host)?
+            };
+            failure.note(w.finish(header));
+        }
+        failure.agree(host, "RS rebuild")?;
+        Ok(own_metas)
+    }
+
+    fn redundancy_files(&self, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {
+        Ok(vec![self
+            .red_path(Path::new(dataset.dir.as_str()))
+            .display()
+            .to_string()])
+    }
+
+    fn remove(&self, _host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<()> {
+        redfile::remove(&self.red_path(Path::new(dataset.dir.as_str())))
+    }
+}
 
 impl PluginLibrary for Rs {
     const NAME: &'static str = "scr-rs";
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
     const SCHEMES: &'static [&'static str] = &["RS"];
+
+    fn new_scheme(config: &SchemeConfig) -> PluginResult<Box<dyn Scheme>> {
+        let params = Params::new("scheme RS", &config.params);
+        params.only(PARAMS)?;
+        let piece = params.u64_in("buffer_size", 1 << 20, 1..=(1 << 30))? as usize;
+        let members = config.members.max(1);
+        let k = params.u64_or("set_failures", u64::from(DEFAULT_FAILURES))?;
+        check_failures(members, k)?;
+        Ok(Box::new(RsScheme::new(
+            members,
+            config.member,
+            config.world_rank,
+            k as u32,
+            piece,
+        )?))
+    }
 }
 
 scr_plugin::export_plugin!(Rs);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_seed_layout_for_four_members_and_two_checksums() {
+        let lay = Layout { p: 4, k: 2 };
+        // member 0 holds c0 of row 0 and c1 of row 1; row 1's c0 is on member 1
+        assert_eq!(lay.holder(0, 0), 0);
+        assert_eq!(lay.holder(1, 1), 0);
+        assert_eq!(lay.holder(1, 0), 1);
+        assert_eq!(lay.checksum_of(0, 0), Some(0));
+        assert_eq!(lay.checksum_of(0, 1), Some(1));
+        assert_eq!(lay.checksum_of(0, 2), None);
+        // in row 0, members 0 and 3 contribute zeros (they hold c0 and c1)
+        let zeros: Vec<u32> = (0..4).filter(|&m| lay.data_chunk(m, 0).is_none()).collect();
+        assert_eq!(zeros, [0, 3]);
+        // member 0's data chunks are in rows 2 and 3; member 2's in rows 0 and 1
+        assert_eq!(
+            (0..4).map(|r| lay.data_chunk(0, r)).collect::<Vec<_>>(),
+            [None, None, Some(0), Some(1)]
+        );
+        assert_eq!(
+            (0..4).map(|r| lay.data_chunk(2, r)).collect::<Vec<_>>(),
+            [Some(0), Some(1), None, None]
+        );
+        assert_eq!(
+            (0..4).map(|r| lay.data_chunk(3, r)).collect::<Vec<_>>(),
+            [None, Some(0), Some(1), None]
+        );
+        // encode step 1: member 0 sends row 3's data (to its holders 3 and 2)
+        assert_eq!(lay.encode_row(0, 1), 3);
+        assert_eq!((lay.holder(3, 0), lay.holder(3, 1)), (3, 2));
+        assert_eq!(lay.encode_row(0, 2), 2);
+    }
+
+    #[test]
+    fn every_row_has_k_holders_and_every_member_k_checksums_and_p_minus_k_chunks() {
+        for (p, k) in [(2, 1), (3, 1), (4, 2), (6, 3), (8, 2), (8, 7), (17, 5)] {
+            let lay = Layout { p, k };
+            for r in 0..p {
+                let holders: Vec<u32> = (0..p)
+                    .filter(|&m| lay.checksum_of(m, r).is_some())
+                    .collect();
+                assert_eq!(holders.len() as u32, k, "p={p} k={k} row {r}");
+                for j in 0..k {
+                    assert_eq!(lay.checksum_of(lay.holder(r, j), r), Some(j));
+                }
+            }
+            for m in 0..p {
+                let mut chunks: Vec<u64> = (0..p).filter_map(|r| lay.data_chunk(m, r)).collect();
+                let want: Vec<u64> = (0..u64::from(p - k)).collect();
+                assert_eq!(chunks, want, "p={p} k={k} member {m}: chunks in row order");
+                chunks.clear();
+                // the encode steps visit exactly the rows with data, once each
+                let mut rows: Vec<u32> = (1..=p - k).map(|s| lay.encode_row(m, s)).collect();
+                rows.sort_unstable();
+                let mut want: Vec<u32> =
+                    (0..p).filter(|&r| lay.data_chunk(m, r).is_some()).collect();
+                want.sort_unstable();
+                assert_eq!(rows, want);
+            }
+        }
+    }
+
+    #[test]
+    fn the_seed_decode_example_row_one_with_members_one_and_two_lost() {
+        // the seed: p=4, k=2, members 1 and 2 lost; row 1 misses c0 (held by member 1)
+        // and member 2's data, both equations are used
+        let lay = Layout { p: 4, k: 2 };
+        let lost = [false, true, true, false];
+        let plan = RowPlan::new(lay, 1, &lost, &lost);
+        assert_eq!(
+            plan.unknowns,
+            [
+                Unknown::Checksum { member: 1, j: 0 },
+                Unknown::Data {
+                    member: 2,
+                    chunk: 1
+                }
+            ]
+        );
+        assert_eq!(plan.equations, [0, 1]);
+        // member 3 sends its data, member 0 its c1, lost members nothing
+        assert_eq!(
+            plan.contribution(lay, 3, &lost, &lost),
+            Some(Known::Data(0))
+        );
+        assert_eq!(
+            plan.contribution(lay, 0, &lost, &lost),
+            Some(Known::Checksum(1))
+        );
+        assert_eq!(plan.contribution(lay, 1, &lost, &lost), None);
+        assert_eq!(plan.contribution(lay, 2, &lost, &lost), None);
+    }
+
+    #[test]
+    fn a_lost_redundancy_file_alone_makes_only_checksums_unknown() {
+        let lay = Layout { p: 6, k: 3 };
+        let none = [false; 6];
+        let red = [false, false, true, false, false, false];
+        for r in 0..6 {
+            let plan = RowPlan::new(lay, r, &none, &red);
+            match lay.checksum_of(2, r) {
+                Some(j) => {
+                    assert_eq!(plan.unknowns, [Unknown::Checksum { member: 2, j }]);
+                    assert_eq!(plan.equations, [j]);
+                }
+                None => assert!(plan.unknowns.is_empty()),
+            }
+        }
+    }
+
+    #[test]
+    fn k_plus_one_lost_members_leave_a_row_unsolvable() {
+        let lay = Layout { p: 5, k: 2 };
+        let lost = [true, true, true, false, false];
+        assert!((0..5).any(|r| {
+            let plan = RowPlan::new(lay, r, &lost, &lost);
+            plan.equations.len() < plan.unknowns.len()
+        }));
+        // and any k never do
+        for a in 0..5 {
+            for b in 0..5 {
+                let mut lost = [false; 5];
+                lost[a] = true;
+                lost[b] = true;
+                for r in 0..5 {
+                    let plan = RowPlan::new(lay, r, &lost, &lost);
+                    assert_eq!(plan.equations.len(), plan.unknowns.len());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn set_failures_outside_what_gf256_rs_can_do_is_refused_with_the_values() {
+        assert!(check_failures(4, 1).is_ok() && check_failures(4, 3).is_ok());
+        let e = check_failures(4, 4).unwrap_err();
+        assert_eq!(e.code, ErrorCode::INVALID_PARAMETER);
+        assert!(
+            e.message().starts_with("scheme RS: set_failures = 4 needs sets of at least 5 members, but this set has 4; lower set_failures below 4 or raise set_size"),
+            "{e}"
+        );
+        let e = check_failures(4, 0).unwrap_err();
+        assert!(e.message().contains("set_failures = 0"), "{e}");
+        let e = check_failures(200, 100).unwrap_err();
+        assert!(e.message().contains("needs 300 code rows"), "{e}");
+        assert!(check_failures(250, 6).is_ok());
+        assert!(check_failures(1, 1).is_err());
+    }
+}
