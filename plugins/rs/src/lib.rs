@@ -40,7 +40,10 @@
 //! accumulates `E[p + j][q] ·` piece into its checksum `j`. Each (step, `j`) is one shift
 //! of the ring (every member sends `s + j` places left and receives from `s + j` places
 //! right), done as one `sendrecv`, which cannot deadlock for any `p` and `k`. After
-//! `p - k` steps the piece of each of the `k` checksums is final and written.
+//! `p - k` steps the piece of each of the `k` checksums is final and written. With
+//! `apply_with_crc` the same pass hashes each data byte as it is read
+//! ([`scr_plugin::lofi::FileCrcs`]), so the host needs no second read for the CRC32s;
+//! the file metadata (with those CRC32s) goes to the `k` right neighbours after the data.
 //!
 //! # Decode (recover)
 //!
@@ -71,11 +74,11 @@ use std::path::{Path, PathBuf};
 
 use scr_kernels::matrix::{self, Matrix};
 use scr_plugin::collect::{gather_flags, recv_bytes, send_bytes, sendrecv_bytes, Failures};
-use scr_plugin::lofi::{restore_metadata, LogicalFile};
+use scr_plugin::lofi::{restore_metadata, with_crcs, FileCrcs, LogicalFile};
 use scr_plugin::redfile::{self, open_verified, RedHeader, RedReader, RedWriter, StoredMeta};
 use scr_plugin::verify::verify_files;
 use scr_plugin::{
-    DatasetFiles, ErrorCode, FileMeta, Host, LogLevel, Params, PluginError, PluginLibrary,
+    Applied, DatasetFiles, ErrorCode, FileMeta, Host, LogLevel, Params, PluginError, PluginLibrary,
     PluginResult, RecoverRequest, ReduceOp, Scheme, SchemeConfig, SchemeDescription,
 };
 
@@ -356,6 +359,106 @@ impl RsScheme {
             && h.payload_len == u64::from(self.lay.k) * h.chunk
             && h.files.contains_key(&self.member)
     }
+
+    /// The apply: the pipelined encode of the `k` checksums, then the exchange of file
+    /// metadata with the `k` right neighbours (after the data, because with `crc` the
+    /// CRC32s that go into the headers are computed from the bytes this pass reads, see
+    /// [`FileCrcs`]). Returns the redundancy file written and, with `crc`, each data
+    /// file's CRC32.
+    fn encode(
+        &self,
+        host: &Host<'_>,
+        dataset: &DatasetFiles,
+        crc: bool,
+    ) -> PluginResult<(Vec<String>, Vec<Option<u32>>)> {
+        self.check_host(host)?;
+        let Layout { p, k } = self.lay;
+        let me = self.member;
+        let dir = Path::new(dataset.dir.as_str());
+        let mut failure = Failures::new();
+        let size: u64 = dataset.files.iter().map(|m| m.size).sum();
+        let largest = host.all_reduce(size, ReduceOp::Max)?;
+        let chunk = largest.div_ceil(u64::from(p - k));
+        let mut crcs = crc.then(|| FileCrcs::new(&dataset.files));
+        let mut lofi = failure.note(LogicalFile::open(&dataset.files));
+        let mut writer = failure.note(RedWriter::create(&self.red_path(dir)));
+        let mut data = vec![0u8; self.piece];
+        let mut incoming = vec![0u8; self.piece];
+        let mut sums = vec![vec![0u8; self.piece]; k as usize];
+        let mut offset = 0u64;
+        while offset < chunk {
+            let n = (self.piece as u64).min(chunk - offset) as usize;
+            for c in sums.iter_mut() {
+                c[..n].fill(0);
+            }
+            for s in 1..=(p - k) {
+                let row = self.lay.encode_row(me, s);
+                let buf = &mut data[..n];
+                match (self.lay.data_chunk(me, row), lofi.as_mut()) {
+                    (Some(c), Some(l)) => {
+                        let at = c * chunk + offset;
+                        if failure.note(l.read_at(at, buf)).is_some() {
+                            // every data byte of this member passes here exactly once
+                            if let Some(h) = crcs.as_mut() {
+                                h.update(at, buf);
+                            }
+                        } else {
+                            buf.fill(0);
+                        }
+                    }
+                    _ => buf.fill(0),
+                }
+                for j in 0..k {
+                    let from = host.right(s + j);
+                    host.sendrecv(host.left(s + j), buf, from, &mut incoming[..n], TAG_ENCODE)?;
+                    scr_kernels::mul_add(
+                        &mut sums[j as usize][..n],
+                        &incoming[..n],
+                        self.coef(j, from),
+                    );
+                }
+            }
+            if let Some(w) = writer.as_mut() {
+                for (j, sum) in sums.iter().enumerate() {
+                    failure.note(w.write_at(j as u64 * chunk + offset, &sum[..n]));
+                }
+            }
+            offset += n as u64;
+        }
+        // This member's file list goes into the headers of its k right neighbours; after
+        // the data, because with `crc` its CRC32s come from the bytes this pass read.
+        let crcs = crcs.map(FileCrcs::finish).unwrap_or_default();
+        let mine: Vec<StoredMeta> = failure
+            .note(with_crcs(&dataset.files, &crcs))
+            .unwrap_or_default()
+            .iter()
+            .map(|m| StoredMeta::from_meta(m, dir))
+            .collect();
+        let mut files = BTreeMap::from([(me, mine.clone())]);
+        for d in 1..=k {
+            let got = sendrecv_bytes(host, host.right(d), &json(&mine), host.left(d), TAG_META)?;
+            let left: Vec<StoredMeta> =
+                failure.note(unjson(&got, host.left(d))).unwrap_or_default();
+            files.insert(host.left(d), left);
+        }
+        let mut written = None;
+        if let (Some(w), true) = (writer, failure.is_empty()) {
+            let header = RedHeader {
+                chunk,
+                files,
+                sections: self.sections(chunk),
+                ..RedHeader::for_member(SCHEME, dataset.dataset_id, host)?
+            };
+            written = failure.note(w.finish(header));
+        }
+        failure.agree(host, "RS apply")?;
+        Ok((
+            written
+                .map(|p| vec![p.display().to_string()])
+                .unwrap_or_default(),
+            crcs,
+        ))
+    }
 }
 
 fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
@@ -403,85 +506,16 @@ impl Scheme for RsScheme {
     }
 
     fn apply(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {
-        self.check_host(host)?;
-        let Layout { p, k } = self.lay;
-        let me = self.member;
-        let dir = Path::new(dataset.dir.as_str());
-        let mut failure = Failures::new();
-        let mine: Vec<StoredMeta> = dataset
-            .files
-            .iter()
-            .map(|m| StoredMeta::from_meta(m, dir))
-            .collect();
-        let size: u64 = mine.iter().map(|m| m.size).sum();
-        let largest = host.all_reduce(size, ReduceOp::Max)?;
-        let chunk = largest.div_ceil(u64::from(p - k));
+        Ok(self.encode(host, dataset, false)?.0)
+    }
 
-        // this member's file list goes into the headers of its k right neighbours
-        let mut files = BTreeMap::from([(me, mine.clone())]);
-        for d in 1..=k {
-            let got = sendrecv_bytes(host, host.right(d), &json(&mine), host.left(d), TAG_META)?;
-            let left: Vec<StoredMeta> =
-                failure.note(unjson(&got, host.left(d))).unwrap_or_default();
-            files.insert(host.left(d), left);
-        }
+    fn crc32_in_apply(&self) -> bool {
+        true
+    }
 
-        let mut lofi = failure.note(LogicalFile::open(&dataset.files));
-        let mut writer = failure.note(RedWriter::create(&self.red_path(dir)));
-        let mut data = vec![0u8; self.piece];
-        let mut incoming = vec![0u8; self.piece];
-        let mut sums = vec![vec![0u8; self.piece]; k as usize];
-        let mut offset = 0u64;
-        while offset < chunk {
-            let n = (self.piece as u64).min(chunk - offset) as usize;
-            for c in sums.iter_mut() {
-                c[..n].fill(0);
-            }
-            for s in 1..=(p - k) {
-                let row = self.lay.encode_row(me, s);
-                let buf = &mut data[..n];
-                match (self.lay.data_chunk(me, row), lofi.as_mut()) {
-                    (Some(c), Some(l)) => {
-                        if failure.note(l.read_at(c * chunk + offset, buf)).is_none() {
-                            buf.fill(0);
-                        }
-                    }
-                    _ => buf.fill(0),
-                }
-                // Every data byte of this member passes here exactly once (chunk by
-                // chunk, in piece order within a chunk): the place for a CRC32 computed
-                // in the same pass as the encode reads the data.
-                for j in 0..k {
-                    let from = host.right(s + j);
-                    host.sendrecv(host.left(s + j), buf, from, &mut incoming[..n], TAG_ENCODE)?;
-                    scr_kernels::mul_add(
-                        &mut sums[j as usize][..n],
-                        &incoming[..n],
-                        self.coef(j, from),
-                    );
-                }
-            }
-            if let Some(w) = writer.as_mut() {
-                for (j, sum) in sums.iter().enumerate() {
-                    failure.note(w.write_at(j as u64 * chunk + offset, &sum[..n]));
-                }
-            }
-            offset += n as u64;
-        }
-        let mut written = None;
-        if let (Some(w), true) = (writer, failure.is_empty()) {
-            let header = RedHeader {
-                chunk,
-                files,
-                sections: self.sections(chunk),
-                ..RedHeader::for_member(SCHEME, dataset.dataset_id, host)?
-            };
-            written = failure.note(w.finish(header));
-        }
-        failure.agree(host, "RS apply")?;
-        Ok(written
-            .map(|p| vec![p.display().to_string()])
-            .unwrap_or_default())
+    fn apply_with_crc(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<Applied> {
+        let (redundancy, crcs) = self.encode(host, dataset, true)?;
+        Ok(Applied::with_crc(redundancy, crcs))
     }
 
     fn recover(&self, host: &Host<'_>, request: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
