@@ -373,8 +373,10 @@ pub trait FfiScheme: Send + Sync {
     #[sabi(last_prefix_field)]
     fn remove(&self, host: HostRef<'_>, dataset: &DatasetFiles) -> RResult<(), PluginError>;
 
-    // ---- added after the first release of ABI version 1: defaulted, so a library built
-    // before them still loads, and its scheme objects answer with these defaults ----
+    // ---- added after the first release of ABI version 1: defaulted in the Rust trait, so
+    // a plugin's source compiles unchanged; a library *binary* built before them is
+    // refused by this host's layout check (rebuild it), while a library built with them
+    // still loads into an older host ----
 
     /// Whether [`apply_with_crc`](Self::apply_with_crc) computes each file's CRC32 from
     /// the bytes it reads (see [`Scheme::apply_with_crc`](crate::Scheme::apply_with_crc)).
