@@ -192,13 +192,17 @@ impl FileCrcs {
     /// Account for `bytes`, read at logical offset `offset`.
     pub fn update(&mut self, offset: u64, bytes: &[u8]) {
         let end = offset.saturating_add(bytes.len() as u64);
-        // the first file that ends after `offset` (empty files end where they start)
-        let first = self
-            .starts
-            .iter()
-            .zip(&self.sizes)
-            .position(|(s, z)| s + z > offset)
-            .unwrap_or(self.starts.len());
+        // the first file that ends after `offset` (empty files end where they start);
+        // file ends never decrease, so a binary search finds it in O(log files) per piece
+        let (mut first, mut hi) = (0, self.starts.len());
+        while first < hi {
+            let mid = first + (hi - first) / 2;
+            if self.starts[mid] + self.sizes[mid] <= offset {
+                first = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
         for fi in first..self.starts.len() {
             let (fstart, fsize) = (self.starts[fi], self.sizes[fi]);
             if fstart >= end {

@@ -52,11 +52,11 @@ mod mapped {
         if populate {
             options.populate();
         }
-        // SAFETY: the map is read-only, private to this function and dropped before it
-        // returns. Another process writing the file meanwhile changes the bytes hashed
-        // (a wrong CRC32, as a read racing a write gives); one truncating it makes the
-        // access past the new end raise SIGBUS — acceptable in a benchmark of files it
-        // made itself, and the reason the runtime would need more care to adopt this.
+        // Another process writing the file meanwhile changes the bytes hashed (a wrong
+        // CRC32, as a read racing a write gives); one truncating it makes the access past
+        // the new end raise SIGBUS — acceptable in a benchmark of files it made itself,
+        // and the reason the runtime would need more care to adopt this.
+        // SAFETY: the map is read-only, private to this function and dropped before it returns.
         let map = unsafe { options.map(file)? };
         let _ = map.advise(memmap2::Advice::Sequential);
         Ok(crc32fast::hash(&map))
