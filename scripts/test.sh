@@ -27,3 +27,5 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
     cargo test --workspace --locked --no-fail-fast
 fi
+echo "== NEON kernels (aarch64 build under qemu-user)"
+bash scripts/test-neon.sh

@@ -315,6 +315,9 @@ fn every_instruction_set_of_this_target_is_named_and_x86_has_its_vectors_where_t
         );
         assert!(Kernels::get(Isa::Neon).is_none());
     }
+    // NEON is in the aarch64 baseline: always there (scripts/test-neon.sh runs this in qemu)
+    #[cfg(target_arch = "aarch64")]
+    assert_eq!(names, ["scalar", "neon"]);
     eprintln!("implementations tested here: {names:?}");
 }
 
@@ -433,7 +436,20 @@ fn child_reports_its_implementation() {
 #[test]
 fn the_environment_forces_each_implementation() {
     let run = |value: &str| {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
+        // under emulation (scripts/test-neon.sh runs the aarch64 build in qemu-user) the
+        // child must be started through the same emulator
+        let exe = std::env::current_exe().unwrap();
+        let runner = std::env::var("SCR_KERNELS_TEST_RUNNER").unwrap_or_default();
+        let mut words = runner.split_whitespace();
+        let mut cmd = match words.next() {
+            Some(emulator) => {
+                let mut c = std::process::Command::new(emulator);
+                c.args(words).arg(&exe);
+                c
+            }
+            None => std::process::Command::new(&exe),
+        };
+        let out = cmd
             .args([
                 "--exact",
                 "child_reports_its_implementation",

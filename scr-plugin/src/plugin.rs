@@ -129,7 +129,9 @@ pub trait Scheme: Send + Sync + 'static {
     ///   this call, fed before the scheme changes them: [`FileCrcs`](crate::lofi::FileCrcs)
     ///   does the bookkeeping for pieces read in any order. A file the scheme cannot vouch
     ///   for (not read completely, a read error) gets `None`; the host then reads it
-    ///   itself. Return one entry per file, or none at all.
+    ///   itself and records that CRC32 in its filemap, but the redundancy data this call
+    ///   wrote does not carry it, so a rebuild of that file can be checked against its
+    ///   size only. Hash every byte you read to keep rebuilds fully checked. Return one entry per file, or none at all.
     /// - It is collective and must agree on success or failure exactly as `apply` does.
     ///
     /// The default calls `apply` and reports no CRC32, so a scheme written before this

@@ -54,12 +54,22 @@ Columns of the table (one row per scheme, size per rank and operation):
               (2 x SIZE per ring time, the fastest of three rings); the formulas are
               printed above the table.
               1.00 = at the physical limit; higher is better for every ratio
+  x work      the same against the limit that also counts the reads the data needs:
+              ckpt: + one read of B (with crc_on_copy: read + CRC32, which every
+              scheme needs; without: the plain read XOR, PARTNER and RS make to send
+              or encode B, none for SINGLE), measured in the same repetition; for
+              SINGLE with crc_on_copy: the plain loop reading each file back for its
+              CRC32 right after its fsync, measured as such;
+              rebuild: exchange + verify (crc_on_restart reads the survivors' files)
+              + rewrite (the lost bytes at the plain loop's write rate) / init time
   limited by  where the time above the limit went, from the loop's phases per checkpoint:
-              `write` (start_output + route_file + write + fsync above the plain write),
-              `complete` (complete_output above exchange + redundancy write; the detail
-              lines give the CRC32 re-read time for comparison), `at limit` (>= 0.9 of
-              the limit); rebuild: the largest of exchange, verify (crc_on_restart reads
-              every survivor's files), rewrite (writing the lost files) and other";
+              `at limit` (x limit >= 0.9), `read <ms>` (x work >= 0.9: the read of B
+              is what the write + exchange limit leaves out), else the larger of
+              `write` (start_output + route_file + write + fsync above the plain write)
+              and `complete` (complete_output above exchange + redundancy write +
+              read); rebuild: the largest of exchange, verify, rewrite and other
+  notes       RS / XOR: RS's loop time over XOR's per repetition, next to the ratio of
+              their work limits (what RS must do over what XOR must do)";
 
 #[derive(Parser)]
 #[command(
@@ -123,6 +133,9 @@ type Error = Box<dyn std::error::Error>;
 struct Cost {
     /// Redundancy bytes a member writes at apply.
     redundancy: f64,
+    /// Bytes of its own checkpoint a member must read back at apply to send or encode
+    /// them (without a CRC32: with `crc_on_copy` every scheme reads them once anyway).
+    reads: f64,
     /// Bytes one rank sends plus receives at apply, in units of 2 x SIZE (one ring step).
     apply: f64,
     /// The same for the rebuild of one lost member (the busiest rank).
@@ -136,41 +149,46 @@ fn cost(scheme: &str, p: u32, k: u32, replicas: u32) -> Cost {
     match scheme {
         "SINGLE" => Cost {
             redundancy: 0.0,
+            reads: 0.0,
             apply: 0.0,
             rebuild: None,
             text: "SINGLE: nothing exchanged; no rebuild (no redundancy: a lost node's files are gone)".into(),
         },
         "PARTNER" => Cost {
             redundancy: r,
+            reads: 1.0,
             apply: r,
             rebuild: Some(1.0),
             text: format!(
-                "PARTNER (replicas {replicas}): apply sends and receives {replicas} x B, writes {replicas} x B; \
+                "PARTNER (replicas {replicas}): apply reads B, sends and receives {replicas} x B, writes {replicas} x B; \
                  rebuild: the lost member receives its own B and the B it held = 2B"
             ),
         },
         "XOR" => Cost {
             redundancy: 1.0 / (p - 1.0),
+            reads: 1.0,
             apply: 1.0,
             rebuild: Some(p / (p - 1.0)),
             text: format!(
-                "XOR (p={p}): apply = ring reduce-scatter, p-1 steps of B/(p-1) each way = B sent + B received, \
+                "XOR (p={p}): apply reads B; ring reduce-scatter, p-1 steps of B/(p-1) each way = B sent + B received, \
                  writes B/(p-1); rebuild = chain reduction of p chunks of B/(p-1) into the lost member = \
                  p/(p-1) x (B sent + B received) on the busiest rank"
             ),
         },
         "RS" => Cost {
             redundancy: k / (p - k),
+            reads: 1.0,
             apply: k,
             rebuild: Some(1.5 * (p - 1.0) / (p - k)),
             text: format!(
-                "RS (p={p}, k={k}): apply = p-k steps x k sends (and k receives) of B/(p-k) = k x B each way, \
+                "RS (p={p}, k={k}): apply reads B; p-k steps x k sends (and k receives) of B/(p-k) = k x B each way, \
                  writes k x B/(p-k); rebuild (one lost) = p-1 reduction steps of B/(p-k) each way \
                  + gather of p-1 chunks of B/(p-k) into the lost member = 3(p-1)/(p-k) x B on it"
             ),
         },
         other => Cost {
             redundancy: 0.0,
+            reads: 0.0,
             apply: 0.0,
             rebuild: None,
             text: format!("{other}: no formula known; limits assume nothing is exchanged"),
@@ -188,6 +206,11 @@ struct Baseline {
     ring: f64,
     /// Seconds to read a SIZE file back and compute its CRC32 (slowest rank).
     crc: f64,
+    /// Seconds to read a SIZE file back without a CRC32 (slowest rank).
+    read: f64,
+    /// Aggregate MiB/s of the plain loop with each file's CRC32 read right after it is
+    /// written, and read by a thread during the next write (zeros: not measured).
+    crc_loops: [f64; 2],
     /// The plain loop's MiB read, MiB written and minor faults per checkpoint and rank.
     work: [f64; 3],
 }
@@ -324,13 +347,41 @@ fn run(args: &Args, world: &SimpleCommunicator, root: &Path) -> Result<(), Error
                 match what {
                     None => {
                         let plain_dir = root.join("plain").join(&node);
-                        let (plain_rate, work) =
-                            plain_loop(world, &plain_dir, &data, args, keep, mib)?;
+                        let (plain_rate, work) = plain_loop(
+                            world,
+                            &plain_dir,
+                            &data,
+                            args,
+                            (keep, file_buf),
+                            mib,
+                            PlainCrc::None,
+                        )?;
                         let last = plain_dir
                             .join(format!("ckpt.{}", args.checkpoints))
                             .join(format!("rank_{rank}.ckpt"));
-                        let crc = crc_reread(world, &last, file_buf)?;
+                        let read = reread(world, &last, file_buf, false)?;
+                        let crc = reread(world, &last, file_buf, true)?;
                         let _ = std::fs::remove_dir_all(&plain_dir);
+                        // SINGLE's CRC32 read, in the application's loop and behind it
+                        let mut crc_loops = [0.0; 2];
+                        if args.crc == Crc::On && args.schemes.iter().any(|s| s == "SINGLE") {
+                            for (i, how) in [PlainCrc::Foreground, PlainCrc::Background]
+                                .into_iter()
+                                .enumerate()
+                            {
+                                crc_loops[i] = plain_loop(
+                                    world,
+                                    &plain_dir,
+                                    &data,
+                                    args,
+                                    (keep, file_buf),
+                                    mib,
+                                    how,
+                                )?
+                                .0;
+                                let _ = std::fs::remove_dir_all(&plain_dir);
+                            }
+                        }
                         // the limit is what the ranks can do: the fastest of three rings
                         let ring = (0..3)
                             .map(|_| ring_time(world, &data, &mut recv, piece))
@@ -339,6 +390,8 @@ fn run(args: &Args, world: &SimpleCommunicator, root: &Path) -> Result<(), Error
                             plain_rate,
                             ring,
                             crc,
+                            read,
+                            crc_loops,
                             work,
                         });
                     }
@@ -564,6 +617,18 @@ fn write_file(path: &Path, data: &[u8]) -> std::io::Result<()> {
     f.sync_all()
 }
 
+/// How the plain loop treats the CRC32 of each file it wrote.
+#[derive(Clone, Copy, PartialEq)]
+enum PlainCrc {
+    /// No CRC32: the baseline.
+    None,
+    /// Read back and hashed right after its fsync, before the next checkpoint.
+    Foreground,
+    /// Read back and hashed by a thread while the next checkpoint is written (joined
+    /// before the one after): what hiding the CRC32 behind the application would gain.
+    Background,
+}
+
 /// The loop without the library: the same files into the same node-local file system,
 /// the directory of checkpoint t - `keep` removed after checkpoint t (the footprint of
 /// the library's cache_size). Returns the aggregate MiB/s (collective).
@@ -572,14 +637,46 @@ fn plain_loop(
     dir: &Path,
     data: &[u8],
     args: &Args,
-    keep: usize,
+    (keep, buf): (usize, usize),
     mib: usize,
+    crc: PlainCrc,
 ) -> Result<(f64, [f64; 3]), Error> {
     let rank = world.rank();
-    let one = |t: usize| -> std::io::Result<()> {
-        let d = dir.join(format!("ckpt.{t}"));
-        std::fs::create_dir_all(&d)?;
-        write_file(&d.join(format!("rank_{rank}.ckpt")), data)?;
+    let file = |t: usize| {
+        dir.join(format!("ckpt.{t}"))
+            .join(format!("rank_{rank}.ckpt"))
+    };
+    let hash = move |path: PathBuf| -> std::io::Result<u32> {
+        let mut b = vec![0u8; buf];
+        let mut h = crc32fast::Hasher::new();
+        let mut f = std::fs::File::open(path)?;
+        loop {
+            let n = f.read(&mut b)?;
+            if n == 0 {
+                return Ok(h.finalize());
+            }
+            h.update(&b[..n]);
+        }
+    };
+    let mut pending: Option<std::thread::JoinHandle<std::io::Result<u32>>> = None;
+    let mut one = |t: usize| -> std::io::Result<()> {
+        std::fs::create_dir_all(file(t).parent().expect("a directory"))?;
+        write_file(&file(t), data)?;
+        // the background hash of checkpoint t-1 ran during this write; it must end before
+        // its directory can be evicted
+        if let Some(h) = pending.take() {
+            h.join().expect("the hashing thread does not panic")?;
+        }
+        match crc {
+            PlainCrc::None => {}
+            PlainCrc::Foreground => {
+                std::hint::black_box(hash(file(t))?);
+            }
+            PlainCrc::Background => {
+                let path = file(t);
+                pending = Some(std::thread::spawn(move || hash(path)));
+            }
+        }
         if t >= keep {
             std::fs::remove_dir_all(dir.join(format!("ckpt.{}", t - keep)))?;
         }
@@ -591,6 +688,13 @@ fn plain_loop(
     let before = counters();
     for t in 1..=args.checkpoints {
         result = result.and_then(|()| one(t));
+    }
+    if let Some(h) = pending.take() {
+        result = result.and(
+            h.join()
+                .expect("the hashing thread does not panic")
+                .map(drop),
+        );
     }
     let secs = started.elapsed().as_secs_f64();
     let io = work(world, before, args.checkpoints);
@@ -609,8 +713,9 @@ fn plain_loop(
     Ok((sum(world, (args.checkpoints * mib) as f64 / secs), io))
 }
 
-/// Slowest rank's seconds to read `path` in `buf`-sized pieces and compute its CRC32.
-fn crc_reread(world: &SimpleCommunicator, path: &Path, buf: usize) -> Result<f64, Error> {
+/// Slowest rank's seconds to read `path` in `buf`-sized pieces (and compute its CRC32
+/// when `crc`).
+fn reread(world: &SimpleCommunicator, path: &Path, buf: usize, crc32: bool) -> Result<f64, Error> {
     let mut b = vec![0u8; buf];
     world.barrier();
     let t = Instant::now();
@@ -620,7 +725,11 @@ fn crc_reread(world: &SimpleCommunicator, path: &Path, buf: usize) -> Result<f64
         if n == 0 {
             break Ok(());
         }
-        crc.update(&b[..n]);
+        if crc32 {
+            crc.update(&b[..n]);
+        } else {
+            std::hint::black_box(&b[..n]);
+        }
     });
     std::hint::black_box(crc.finalize());
     let secs = slowest(world, t.elapsed().as_secs_f64());
@@ -693,6 +802,8 @@ struct Line {
     rate: Option<Spread>,
     vs_plain: Option<Spread>,
     vs_limit: Option<Spread>,
+    /// Against the limit that also counts the reads the scheme must make.
+    vs_work: Option<Spread>,
     limited_by: String,
     detail: String,
 }
@@ -724,6 +835,7 @@ fn report(
         let plain = Spread::of(base.iter().map(|x| x.plain_rate));
         let ring = Spread::of(base.iter().map(|x| 2.0 * b / x.ring / 1e6));
         let crc = Spread::of(base.iter().map(|x| x.crc));
+        let read = Spread::of(base.iter().map(|x| x.read));
         lines.push(Line {
             scheme: "plain".into(),
             mib,
@@ -731,16 +843,20 @@ fn report(
             rate: Some(plain.clone()),
             vs_plain: None,
             vs_limit: None,
+            vs_work: None,
             limited_by: "(baseline)".into(),
             detail: format!(
                 "plain loop {} MiB/s; ring sendrecv {} MB/s per rank (sent + received); \
-                 CRC32 re-read of B {:.3} s; {}",
+                 read of B {:.3} s, with its CRC32 {:.3} s; {}",
                 plain.show(0),
                 ring.show(0),
+                read.median,
                 crc.median,
                 show_work(base[0].work, mib)
             ),
         });
+        // per scheme: (loop seconds, work-limit seconds) per repetition, for the RS / XOR note
+        let mut times: Vec<(&str, Vec<(f64, f64)>)> = Vec::new();
         for row in rows.iter().filter(|r| r.mib == mib) {
             if let Some(why) = &row.unavailable {
                 lines.push(Line {
@@ -750,6 +866,7 @@ fn report(
                     rate: None,
                     vs_plain: None,
                     vs_limit: None,
+                    vs_work: None,
                     limited_by: "unavailable".into(),
                     detail: format!("unavailable: {why}"),
                 });
@@ -760,6 +877,18 @@ fn report(
             let pairs: Vec<(&Run, &Baseline)> = row.runs.iter().zip(base.iter()).collect();
             let plain_t = |x: &Baseline| ranks as f64 * mib as f64 / x.plain_rate;
             let limit_t = |x: &Baseline| plain_t(x) * (1.0 + c.redundancy) + c.apply * x.ring;
+            // what the scheme must read: its own data to send or encode it, once, and
+            // with crc_on_copy hashed in that same read (SINGLE reads only for the CRC32)
+            let read_t = |x: &Baseline| match args.crc {
+                Crc::On => x.crc,
+                Crc::Off => c.reads * x.read,
+            };
+            // SINGLE reads only for the CRC32: its limit is the plain loop with that read in
+            // it, measured as such in the same repetition (when it was)
+            let work_t = |x: &Baseline| match (row.scheme.as_str(), x.crc_loops[0]) {
+                ("SINGLE", fg) if args.crc == Crc::On && fg > 0.0 => ranks as f64 * mib as f64 / fg,
+                _ => limit_t(x) + read_t(x),
+            };
             let rate = Spread::of(row.runs.iter().map(|r| r.rate));
             let vs_plain = Spread::of(pairs.iter().map(|(r, x)| r.rate / x.plain_rate));
             let vs_limit = Spread::of(
@@ -767,14 +896,29 @@ fn report(
                     .iter()
                     .map(|(r, x)| r.rate / (ranks as f64 * mib as f64 / limit_t(x))),
             );
+            let vs_work = Spread::of(
+                pairs
+                    .iter()
+                    .map(|(r, x)| r.rate / (ranks as f64 * mib as f64 / work_t(x))),
+            );
+            times.push((
+                &row.scheme,
+                pairs
+                    .iter()
+                    .map(|(r, x)| (ranks as f64 * mib as f64 / r.rate, work_t(x)))
+                    .collect(),
+            ));
             let write = Spread::of(row.runs.iter().map(|r| r.write)).median;
             let complete = Spread::of(row.runs.iter().map(|r| r.complete)).median;
             let p_t = Spread::of(base.iter().map(plain_t)).median;
             let x_t = Spread::of(base.iter().map(|x| c.apply * x.ring)).median;
             let red_t = p_t * c.redundancy;
-            let (w_excess, c_excess) = (write - p_t, complete - x_t - red_t);
+            let r_t = Spread::of(base.iter().map(read_t)).median;
+            let (w_excess, c_excess) = (write - p_t, complete - x_t - red_t - r_t);
             let limited_by = if vs_limit.median >= 0.9 {
                 "at limit".to_string()
+            } else if vs_work.median >= 0.9 {
+                format!("read {:.0} ms", r_t * 1e3)
             } else if w_excess >= c_excess {
                 format!("write +{:.0} ms", w_excess * 1e3)
             } else {
@@ -787,17 +931,18 @@ fn report(
                 rate: Some(rate.clone()),
                 vs_plain: Some(vs_plain),
                 vs_limit: Some(vs_limit),
+                vs_work: Some(vs_work),
                 limited_by,
                 detail: format!(
                     "{} MiB/s; per checkpoint and rank: write phase {:.1} ms (plain {:.1}), \
-                     complete_output {:.1} ms (exchange {:.1} + redundancy write {:.1}; CRC32 re-read {:.1}); {}",
+                     complete_output {:.1} ms (exchange {:.1} + redundancy write {:.1} + read {:.1}); {}",
                     rate.show(0),
                     write * 1e3,
                     p_t * 1e3,
                     complete * 1e3,
                     x_t * 1e3,
                     red_t * 1e3,
-                    crc.median * 1e3,
+                    r_t * 1e3,
                     show_work(row.runs[0].work, mib)
                 ),
             });
@@ -830,6 +975,13 @@ fn report(
                 0.0
             };
             let rewrite = p_t * (1.0 + c.redundancy) * datasets as f64;
+            // the work a rebuild cannot avoid: the exchange, the survivors' verification
+            // read (crc_on_restart) and writing the lost bytes, each from this repetition
+            let work_t = |x: &Baseline| {
+                let verify = if args.crc == Crc::On { x.crc } else { 0.0 };
+                limit(x) + (verify + plain_t(x) * (1.0 + c.redundancy)) * datasets as f64
+            };
+            let vs_work = Spread::of(rebuilt.iter().map(|(t, _, x)| work_t(x) / t));
             // (the parts are estimates from the baselines: what they leave is at least 0)
             let other = (init - x_t - verify - rewrite).max(0.0);
             let parts = [
@@ -849,6 +1001,7 @@ fn report(
                 rate: Some(rate.clone()),
                 vs_plain: None,
                 vs_limit: Some(vs_limit),
+                vs_work: Some(vs_work),
                 limited_by: top.0.to_string(),
                 detail: format!(
                     "{} MiB/s; init {:.3} s for {datasets} dataset(s): exchange limit {:.3} s, \
@@ -862,6 +1015,29 @@ fn report(
                 ),
             });
         }
+        if base.iter().all(|x| x.crc_loops[0] > 0.0) {
+            let fg = Spread::of(base.iter().map(|x| x.crc_loops[0] / x.plain_rate));
+            let bg = Spread::of(base.iter().map(|x| x.crc_loops[1] / x.plain_rate));
+            notes.push(format!(
+                "plain loop with a CRC32 read of each file at {mib} MiB, x plain: right after \
+                 its fsync {}, by a thread during the next write {}",
+                fg.show(2),
+                bg.show(2)
+            ));
+        }
+        // RS moves k times XOR's bytes and writes more redundancy by construction: its
+        // loop time over XOR's, next to the same ratio of their work limits
+        let of = |name: &str| times.iter().find(|t| t.0 == name).map(|t| &t.1);
+        if let (Some(rs), Some(xor)) = (of("RS"), of("XOR")) {
+            let measured = Spread::of(rs.iter().zip(xor).map(|(r, x)| r.0 / x.0));
+            let limits = Spread::of(rs.iter().zip(xor).map(|(r, x)| r.1 / x.1));
+            notes.push(format!(
+                "RS / XOR at {mib} MiB: loop time {} (their work limits' ratio in the same \
+                 repetitions: {})",
+                measured.show(2),
+                limits.show(2)
+            ));
+        }
     }
     if args.json {
         let rows: Vec<serde_json::Value> = lines
@@ -874,6 +1050,7 @@ fn report(
                     "mib_per_s": l.rate.as_ref().map(Spread::json),
                     "vs_plain": l.vs_plain.as_ref().map(Spread::json),
                     "vs_limit": l.vs_limit.as_ref().map(Spread::json),
+                    "vs_work": l.vs_work.as_ref().map(Spread::json),
                     "limited_by": l.limited_by,
                     "detail": l.detail,
                 })
@@ -894,8 +1071,8 @@ fn report(
     }
     println!();
     println!(
-        "{:<8} {:>8} {:<7} {:>8} {:>8} {:>8}  limited by",
-        "scheme", "MiB/rank", "op", "MiB/s", "x plain", "x limit"
+        "{:<8} {:>8} {:<7} {:>8} {:>8} {:>8} {:>8}  limited by",
+        "scheme", "MiB/rank", "op", "MiB/s", "x plain", "x limit", "x work"
     );
     let ratio = |s: &Option<Spread>| {
         s.as_ref()
@@ -903,7 +1080,7 @@ fn report(
     };
     for l in &lines {
         println!(
-            "{:<8} {:>8} {:<7} {:>8} {:>8} {:>8}  {}",
+            "{:<8} {:>8} {:<7} {:>8} {:>8} {:>8} {:>8}  {}",
             l.scheme,
             l.mib,
             l.op,
@@ -912,6 +1089,7 @@ fn report(
                 .map_or("-".into(), |r| format!("{:.0}", r.median)),
             ratio(&l.vs_plain),
             ratio(&l.vs_limit),
+            ratio(&l.vs_work),
             l.limited_by
         );
     }
@@ -924,13 +1102,14 @@ fn report(
                 .unwrap_or_default()
         };
         println!(
-            "  {} {} MiB {}: {}{}{}",
+            "  {} {} MiB {}: {}{}{}{}",
             l.scheme,
             l.mib,
             l.op,
             l.detail,
             spread("x plain", &l.vs_plain),
-            spread("x limit", &l.vs_limit)
+            spread("x limit", &l.vs_limit),
+            spread("x work", &l.vs_work)
         );
     }
     for n in &notes {
