@@ -251,6 +251,39 @@ impl CommStats {
     }
 }
 
+/// One line per name, aligned: what a benchmark prints per rank and step.
+impl std::fmt::Display for CommStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "{:<18} {:>6} {:>11} {:>9} {:>9} {:>12} {:>12} {:>10}",
+            "call",
+            "calls",
+            "collectives",
+            "msgs_sent",
+            "msgs_recv",
+            "bytes_sent",
+            "bytes_recv",
+            "seconds"
+        )?;
+        for (name, s) in &self.per_call {
+            writeln!(
+                f,
+                "{:<18} {:>6} {:>11} {:>9} {:>9} {:>12} {:>12} {:>10.6}",
+                name,
+                s.calls,
+                s.collectives,
+                s.msgs_sent,
+                s.msgs_recv,
+                s.bytes_sent,
+                s.bytes_recv,
+                s.seconds
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// This process's counters now.
 pub fn snapshot() -> CommStats {
     let names = NAMES.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -489,6 +522,83 @@ mod tests {
             all.push(c);
         }
         all
+    }
+
+    /// Nested names count apart, a name re-entering itself is one call, and what runs
+    /// outside every scope counts under `outside`. (The counters are process-wide: this
+    /// is the only test here that touches them.)
+    #[test]
+    fn scopes_count_exclusively_and_reset_zeroes() {
+        reset();
+        {
+            let _outer = scope("t_outer");
+            collective(1, 2);
+            {
+                let _inner = scope("t_inner");
+                sent(5);
+                received(7);
+                collective(0, 0);
+            }
+            {
+                let _again = scope("t_outer");
+                collective(0, 0);
+            }
+        }
+        collective(3, 3);
+        let stats = snapshot();
+        let counts = |name: &str| {
+            let s = stats.get(name);
+            [
+                s.calls,
+                s.collectives,
+                s.msgs_sent,
+                s.msgs_recv,
+                s.bytes_sent,
+                s.bytes_recv,
+            ]
+        };
+        assert_eq!(counts("t_outer"), [1, 2, 0, 0, 1, 2]);
+        assert_eq!(counts("t_inner"), [1, 1, 1, 1, 5, 7]);
+        assert_eq!(counts(OUTSIDE), [0, 1, 0, 0, 3, 3]);
+        assert_eq!(stats.total().collectives, 4);
+        reset();
+        assert_eq!(snapshot(), CommStats::default());
+    }
+
+    #[test]
+    fn stats_print_one_aligned_line_per_name() {
+        let mut stats = CommStats::default();
+        stats.per_call.insert(
+            "complete_output".into(),
+            CallStats {
+                calls: 1,
+                collectives: 14,
+                msgs_sent: 2,
+                msgs_recv: 3,
+                bytes_sent: 62,
+                bytes_recv: 140,
+                seconds: 0.5,
+            },
+        );
+        let text = stats.to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            [
+                "complete_output",
+                "1",
+                "14",
+                "2",
+                "3",
+                "62",
+                "140",
+                "0.500000"
+            ]
+        );
+        assert_eq!(lines[0].len(), lines[1].len(), "{text}");
+        assert_eq!(stats.get("nope"), CallStats::default());
+        assert_eq!(stats.total().bytes_recv, 140);
     }
 
     #[test]
