@@ -47,6 +47,7 @@ use std::path::{Path, PathBuf};
 
 pub use mpi;
 pub use scr_host::runtime::ScrError;
+pub use scr_host::runtime::{CallStats, CommStats};
 use scr_host::runtime::{OutputFlags, Runtime};
 
 use scr_host::config::api::{self, ApiCall};
@@ -218,6 +219,23 @@ impl Scr {
     /// Datasets that init found beyond repair and dropped, one report each.
     pub fn lost_datasets(&self) -> &[String] {
         self.rt.lost_datasets()
+    }
+
+    /// This rank's MPI traffic per API call since init or the last
+    /// [`Scr::reset_comm_stats`]: calls, collectives, point-to-point messages sent and
+    /// received, payload bytes each way and wall time, keyed by the call's name (`init`,
+    /// `start_output`, `route_file`, `complete_output`, `flush`, `fetch`, ...). Local (no
+    /// communication); for measuring how the library's per-rank cost grows with the job.
+    /// Nested steps (a flush inside `complete_output`) count under their own name only.
+    /// The counters belong to the process (one rank), shared by every [`Scr`] in it.
+    pub fn comm_stats(&self) -> CommStats {
+        self.rt.comm_stats()
+    }
+
+    /// Zero the counters [`Scr::comm_stats`] reads (local), e.g. before a step measured
+    /// on its own.
+    pub fn reset_comm_stats(&self) {
+        self.rt.reset_comm_stats();
     }
 
     /// The runtime underneath (configuration, node, control directory).

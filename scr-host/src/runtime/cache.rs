@@ -7,11 +7,11 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use abi_stable::std_types::{RNone, ROption, RSome};
-use mpi::traits::{Communicator as _, CommunicatorCollectives as _, Destination as _, Source as _};
+use mpi::traits::Communicator as _;
 use scr_plugin::{DatasetFiles, FileMeta, RecoverRequest, SchemeConfig};
 use serde::{Deserialize, Serialize};
 
-use super::{all_gather_bytes, DatasetRecord, Filemap, Result, Runtime, ScrError, Set};
+use super::{all_gather_bytes, comm, DatasetRecord, Filemap, Result, Runtime, ScrError, Set};
 
 /// Tag of the messages that move files between ranks at init.
 const MOVE_TAG: i32 = 7001;
@@ -393,8 +393,12 @@ impl Runtime {
     /// Largest `v` over all ranks.
     fn max_u64(&self, v: u64) -> u64 {
         let mut out = 0u64;
-        self.world
-            .all_reduce_into(&v, &mut out, mpi::collective::SystemOperation::max());
+        super::comm::all_reduce_into(
+            &self.world,
+            &v,
+            &mut out,
+            mpi::collective::SystemOperation::max(),
+        );
         out
     }
 
@@ -989,7 +993,7 @@ impl Runtime {
                     .ok()
                     .and_then(|f| f.metadata().ok())
                     .map_or(u64::MAX, |m| m.len());
-                peer.send_with_tag(&len, MOVE_TAG);
+                comm::send(&peer, &len, MOVE_TAG);
                 // (len is u64::MAX exactly when the file could not be opened or stat'ed)
                 let mut f = match file {
                     Ok(f) if len != u64::MAX => f,
@@ -1005,15 +1009,15 @@ impl Runtime {
                     if !ok {
                         buf[..n].fill(0);
                     }
-                    peer.send_with_tag(&buf[..n], MOVE_TAG);
+                    comm::send(&peer, &buf[..n], MOVE_TAG);
                     left -= n as u64;
                 }
                 // whether the bytes sent are the file's: the owner drops it otherwise
-                peer.send_with_tag(&u8::from(ok), MOVE_TAG);
+                comm::send(&peer, &u8::from(ok), MOVE_TAG);
             }
         }
         let mut ack = 0u8;
-        peer.receive_into_with_tag(&mut ack, MOVE_TAG);
+        comm::receive_into(&peer, &mut ack, MOVE_TAG);
         if ack != 1 {
             eprintln!(
                 "scr-rs[{}]: rank {owner} could not store its moved files; they stay on node {}",
@@ -1075,7 +1079,7 @@ impl Runtime {
             let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
             for name in file_names(rec) {
                 let mut len = 0u64;
-                peer.receive_into_with_tag(&mut len, MOVE_TAG);
+                comm::receive_into(&peer, &mut len, MOVE_TAG);
                 if len == u64::MAX {
                     continue;
                 }
@@ -1097,7 +1101,7 @@ impl Runtime {
                 let mut left = len;
                 while left > 0 {
                     let n = left.min(MOVE_PIECE as u64) as usize;
-                    peer.receive_into_with_tag(&mut buf[..n], MOVE_TAG);
+                    comm::receive_into(&peer, &mut buf[..n], MOVE_TAG);
                     if let Some(f) = out.as_mut() {
                         if f.write_all(&buf[..n]).is_err() {
                             out = None;
@@ -1106,7 +1110,7 @@ impl Runtime {
                     left -= n as u64;
                 }
                 let mut sender_ok = 0u8;
-                peer.receive_into_with_tag(&mut sender_ok, MOVE_TAG);
+                comm::receive_into(&peer, &mut sender_ok, MOVE_TAG);
                 // an application file gets back the mode it was recorded with (the
                 // application's own, which a flush restores); redundancy files stay 0600
                 let mode = rec.files.iter().find(|f| Path::new(&f.name) == name);
@@ -1129,7 +1133,7 @@ impl Runtime {
                 }
             }
         }
-        peer.send_with_tag(&u8::from(ok), MOVE_TAG);
+        comm::send(&peer, &u8::from(ok), MOVE_TAG);
         Ok(())
     }
 }
@@ -1212,12 +1216,12 @@ fn file_names(rec: &DatasetRecord) -> Vec<PathBuf> {
 
 /// Send a (never empty: a serialized filemap) blob as one message.
 fn send_blob(peer: &mpi::topology::Process<'_>, bytes: &[u8]) {
-    peer.send_with_tag(bytes, MOVE_TAG);
+    comm::send(peer, bytes, MOVE_TAG);
 }
 
 /// Receive a blob sized by the message that actually arrived (a matched probe), never
 /// by a length the peer claims: another rank's bug cannot make this one allocate more
 /// than it was sent.
 fn recv_blob(peer: &mpi::topology::Process<'_>) -> Vec<u8> {
-    peer.receive_vec_with_tag::<u8>(MOVE_TAG).0
+    comm::receive_vec(peer, MOVE_TAG)
 }

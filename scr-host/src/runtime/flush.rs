@@ -33,7 +33,6 @@ use std::time::Duration;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use mpi::traits::CommunicatorCollectives as _;
 use scr_plugin::{
     host_ref, FileResult, HostServices as _, TransferBox, TransferConfig, TransferStatus,
 };
@@ -581,6 +580,7 @@ impl Runtime {
 
     /// Flush `rec` to the prefix now (collective).
     fn flush_dataset(&mut self, rec: &DatasetRecord) -> Result<()> {
+        let _counted = super::comm::scope("flush");
         self.flushing.attempted.insert(rec.id);
         self.flushing
             .started
@@ -880,6 +880,7 @@ impl Runtime {
     /// also gathered here, so a flush whose markers could not be written is recorded (as
     /// failed) instead of being waited for forever.
     pub(super) fn wait_flushes(&mut self) {
+        let _counted = super::comm::scope("flush_wait");
         for w in self.flushing.waiters.drain(..) {
             let _ = w.join();
         }
@@ -922,7 +923,7 @@ impl Runtime {
                 prefix::dataset_dir(&self.prefix, entry.id).join(format!("done.{}.scr", self.rank)),
             );
         }
-        self.world.barrier();
+        super::comm::barrier(&self.world);
         // every finisher has ended: a background flush started after this (finalize's
         // flush of the newest checkpoint) gets a finisher that waits for its markers
         self.flushing.stop.store(false, Ordering::SeqCst);
@@ -1116,6 +1117,7 @@ impl Runtime {
     /// prefix (falling back to older ones, marking failures in the index) and protect it
     /// again with its redundancy scheme. Collective.
     pub(super) fn fetch(&mut self, wanted: Option<&str>) -> Result<()> {
+        let _counted = super::comm::scope("fetch");
         let mut tried: Vec<u64> = Vec::new();
         loop {
             let choice = self.choose_from_index(&tried, wanted);

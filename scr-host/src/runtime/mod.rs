@@ -10,6 +10,7 @@
 //! protected by the scheme of the descriptor chosen for the checkpoint id.
 
 pub(crate) mod cache;
+pub mod comm;
 mod filemap;
 pub(crate) mod flush;
 pub mod halt;
@@ -25,7 +26,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use mpi::collective::SystemOperation;
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::{Communicator as _, CommunicatorCollectives as _, Root as _};
+use mpi::traits::Communicator as _;
 
 use crate::config::{Config, ConfigErrors, Loader, Snapshot, View};
 use crate::explain::check_plugins;
@@ -37,6 +38,10 @@ pub use halt::Halt;
 pub use sets::{form_sets, Set};
 
 pub use mpi_host::MpiHost;
+
+pub use comm::{CallStats, CommStats};
+// the exchange helpers, counted (see `comm`), under the names every call site uses
+use comm::{all_gather_bytes, broadcast_bytes};
 
 /// Everything that can go wrong in the runtime.
 #[derive(Debug, thiserror::Error)]
@@ -216,7 +221,8 @@ impl Runtime {
         api: Vec<(usize, String)>,
         options: InitOptions,
     ) -> Result<Runtime> {
-        let world = world.duplicate();
+        let _counted = comm::scope("init");
+        let world = comm::duplicate(world);
         let rank = world.rank() as u32;
         let size = world.size() as u32;
 
@@ -407,7 +413,7 @@ impl Runtime {
         rt.exit_if_halted();
         // time-based checkpoint policies count from the end of init
         rt.policy.last_end = Instant::now();
-        rt.world.barrier();
+        comm::barrier(&rt.world);
         for rd in &rt.reddescs {
             rt.info(&format!(
                 "descriptor {}: interval {}, scheme {}, store {}, group {}, this rank in set {} of {} member(s)",
@@ -459,6 +465,20 @@ impl Runtime {
     /// Reports of datasets that init found damaged beyond repair and dropped.
     pub fn lost_datasets(&self) -> &[String] {
         &self.lost
+    }
+
+    /// This rank's MPI exchanges per API call since init or [`Runtime::reset_comm_stats`]:
+    /// collectives, point-to-point messages and payload bytes each way, and wall time
+    /// (see [`comm`] for what is counted and how). Local. The counters belong to the
+    /// process, so several runtimes in one process share them.
+    pub fn comm_stats(&self) -> CommStats {
+        comm::snapshot()
+    }
+
+    /// Zero the counters [`Runtime::comm_stats`] reads (local), e.g. before a step to be
+    /// measured on its own.
+    pub fn reset_comm_stats(&self) {
+        comm::reset();
     }
 
     fn info(&self, msg: &str) {
@@ -523,8 +543,7 @@ impl Runtime {
     /// All ranks true?
     fn all_agree(&self, ok: bool) -> bool {
         let mut out = 0u8;
-        self.world
-            .all_reduce_into(&u8::from(ok), &mut out, SystemOperation::min());
+        comm::all_reduce_into(&self.world, &u8::from(ok), &mut out, SystemOperation::min());
         out == 1
     }
 
@@ -660,7 +679,7 @@ impl Runtime {
         let key = set
             .and_then(|s| s.members.iter().position(|&m| m == self.rank))
             .unwrap_or(0) as i32;
-        let comm = self.world.split_by_color_with_key(color, key)?;
+        let comm = comm::split_by_color_with_key(&self.world, color, key)?;
         let set = set?;
         Some(MpiHost::new(
             comm,
@@ -775,6 +794,7 @@ impl Runtime {
         flags: OutputFlags,
         refused: Option<String>,
     ) -> Result<()> {
+        let _counted = comm::scope("start_output");
         let mine = format!(
             "{name}\0{}{}",
             u8::from(flags.checkpoint),
@@ -928,6 +948,7 @@ impl Runtime {
     /// the file is recorded in the filemap before this returns, and its parent
     /// directories are created.
     pub fn route_file(&mut self, name: &Path) -> Result<PathBuf> {
+        let _counted = comm::scope("route_file");
         use std::os::unix::ffi::OsStrExt;
         self.usable("route_file")?;
         if name.as_os_str().is_empty() {
@@ -1045,6 +1066,7 @@ impl Runtime {
     /// files exist, and the redundancy scheme applied everywhere; otherwise it is deleted
     /// on every rank. Returns whether it was kept.
     pub fn complete_output(&mut self, valid: bool) -> Result<bool> {
+        let _counted = comm::scope("complete_output");
         let pre = if self.writing() {
             Ok(())
         } else {
@@ -1221,8 +1243,7 @@ impl Runtime {
                 let bytes: u64 = out.record.files.iter().map(|f| f.size).sum();
                 self.checkpoint_done(out.started);
                 let mut total = 0u64;
-                self.world
-                    .all_reduce_into(&bytes, &mut total, SystemOperation::sum());
+                comm::all_reduce_into(&self.world, &bytes, &mut total, SystemOperation::sum());
                 self.log_event(crate::events::Event::Checkpoint {
                     name: out.record.name.clone(),
                     id: out.record.id,
@@ -1389,6 +1410,7 @@ impl Runtime {
     /// `current` named, else the newest when no cache holds one); every call then
     /// answers like [`Runtime::have_restart`].
     pub fn have_restart_fetching(&mut self) -> Result<Option<String>> {
+        let _counted = comm::scope("have_restart");
         if self.fetch_pending && self.passthrough.is_none() {
             self.usable("have_restart")?;
             self.fetch_pending = false;
@@ -1427,6 +1449,7 @@ impl Runtime {
 
     /// Begin reading the restart checkpoint; returns its name.
     pub fn start_restart(&mut self) -> Result<String> {
+        let _counted = comm::scope("start_restart");
         self.usable("start_restart")?;
         if self.output.is_some() || self.restart.is_some() || self.reading_prefix {
             return Err(ScrError::Usage(
@@ -1449,6 +1472,7 @@ impl Runtime {
     /// Finish reading (collective). If any rank says `!valid`, this checkpoint is passed
     /// over and `have_restart` offers the next older one. Returns whether all were valid.
     pub fn complete_restart(&mut self, valid: bool) -> Result<bool> {
+        let _counted = comm::scope("complete_restart");
         if self.reading_prefix {
             let agreed = self.begin("complete_restart", Ok(()));
             self.reading_prefix = false;
@@ -1487,6 +1511,7 @@ impl Runtime {
     /// Make the named checkpoint the restart candidate, passing over newer ones
     /// (collective: a name some ranks do not know is an error on every rank).
     pub fn current(&mut self, name: &str) -> Result<()> {
+        let _counted = comm::scope("current");
         if self.passthrough.is_some() {
             return Ok(());
         }
@@ -1554,6 +1579,7 @@ impl Runtime {
     /// Forget the named dataset as a restart candidate (its files stay until evicted;
     /// collective, like `current`).
     pub fn drop_dataset(&mut self, name: &str) -> Result<()> {
+        let _counted = comm::scope("drop");
         if self.passthrough.is_some() {
             return Ok(());
         }
@@ -1564,6 +1590,7 @@ impl Runtime {
 
     /// Delete the named dataset from cache (collective).
     pub fn delete(&mut self, name: &str) -> Result<()> {
+        let _counted = comm::scope("delete");
         if self.passthrough.is_some() {
             return Ok(());
         }
@@ -1607,6 +1634,7 @@ impl Runtime {
     /// time stays under `checkpoint_overhead` percent, or when a halt condition holds.
     /// With none of these set, always.
     pub fn need_checkpoint(&mut self) -> Result<bool> {
+        let _counted = comm::scope("need_checkpoint");
         self.usable("need_checkpoint")?;
         self.policy.calls += 1;
         // one broadcast decides (applications may ask every iteration): 0 no, 1 yes, 2 a
@@ -1632,9 +1660,7 @@ impl Runtime {
             };
             decision[0] = if halt.is_some() { 2 } else { u8::from(need) };
         }
-        self.world
-            .process_at_rank(0)
-            .broadcast_into(&mut decision[..]);
+        comm::broadcast_into(&self.world, 0, &mut decision[..]);
         if decision[0] == 2 && self.config.bool("halt_exit") {
             let text = broadcast_bytes(&self.world, halt.unwrap_or_default().as_bytes());
             self.halt_and_exit(String::from_utf8_lossy(&text).into_owned());
@@ -1661,6 +1687,7 @@ impl Runtime {
     /// Whether the run should stop now (collective; a halt condition holds). The reason
     /// is recorded for `finalize`.
     pub fn should_exit(&mut self) -> Result<bool> {
+        let _counted = comm::scope("should_exit");
         self.usable("should_exit")?;
         match self.agreed_halt_reason() {
             None => Ok(false),
@@ -1734,6 +1761,7 @@ impl Runtime {
 
     /// End the run (collective): records the exit reason in the halt file.
     pub fn finalize(&mut self) -> Result<()> {
+        let _counted = comm::scope("finalize");
         if self.finalized {
             return Ok(());
         }
@@ -1890,7 +1918,12 @@ pub(crate) fn node_local(base: &Path, simulated: bool, node: &str) -> PathBuf {
 /// killed first when the application aborts.
 fn agree_on<T>(world: &SimpleCommunicator, local: Result<T>) -> Result<T> {
     let mut all = 0u8;
-    world.all_reduce_into(&u8::from(local.is_ok()), &mut all, SystemOperation::min());
+    comm::all_reduce_into(
+        world,
+        &u8::from(local.is_ok()),
+        &mut all,
+        SystemOperation::min(),
+    );
     if all == 1 {
         return local;
     }
@@ -2076,8 +2109,8 @@ fn same_config(world: &SimpleCommunicator, config: &Config) -> Result<()> {
     text.hash(&mut h);
     let mine = h.finish();
     let (mut lo, mut hi) = (0u64, 0u64);
-    world.all_reduce_into(&mine, &mut lo, SystemOperation::min());
-    world.all_reduce_into(&mine, &mut hi, SystemOperation::max());
+    comm::all_reduce_into(world, &mine, &mut lo, SystemOperation::min());
+    comm::all_reduce_into(world, &mine, &mut hi, SystemOperation::max());
     if lo == hi {
         return Ok(());
     }
@@ -2099,49 +2132,4 @@ fn same_config(world: &SimpleCommunicator, config: &Config) -> Result<()> {
         a.get(at).copied().unwrap_or("(nothing)"),
         b.get(at).copied().unwrap_or("(nothing)")
     )))
-}
-
-/// Rank 0's bytes on every rank.
-fn broadcast_bytes(world: &SimpleCommunicator, mine: &[u8]) -> Vec<u8> {
-    let root = world.process_at_rank(0);
-    let mut len = mine.len() as u64;
-    root.broadcast_into(&mut len);
-    let mut buf = if world.rank() == 0 {
-        mine.to_vec()
-    } else {
-        vec![0u8; len as usize]
-    };
-    if len > 0 {
-        // (an empty Vec's dangling pointer is refused by some MPI builds)
-        root.broadcast_into(&mut buf[..]);
-    }
-    buf
-}
-
-/// Every rank's bytes, in rank order.
-fn all_gather_bytes(world: &SimpleCommunicator, mine: &[u8]) -> Vec<Vec<u8>> {
-    let n = world.size() as usize;
-    let mut lens = vec![0i32; n];
-    world.all_gather_into(&(mine.len() as i32), &mut lens[..]);
-    let displs: Vec<i32> = lens
-        .iter()
-        .scan(0i32, |acc, &l| {
-            let d = *acc;
-            *acc += l;
-            Some(d)
-        })
-        .collect();
-    let total: i32 = lens.iter().sum();
-    if total == 0 {
-        return vec![Vec::new(); n];
-    }
-    let mut all = vec![0u8; total as usize];
-    {
-        let mut part = mpi::datatype::PartitionMut::new(&mut all[..], &lens[..], &displs[..]);
-        world.all_gather_varcount_into(mine, &mut part);
-    }
-    lens.iter()
-        .zip(&displs)
-        .map(|(&l, &d)| all[d as usize..(d + l) as usize].to_vec())
-        .collect()
 }

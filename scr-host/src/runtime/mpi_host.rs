@@ -17,7 +17,10 @@ use mpi::traits::{
 };
 use scr_plugin::{HostServices, LogLevel, PluginError, ReduceOp, MAX_TAG};
 
-/// Largest piece sent in one MPI call: counts are C `int`s.
+use super::comm::{collective, received, sent};
+
+/// Largest piece sent in one MPI call: counts are C `int`s. Every service counts its MPI
+/// calls (see `super::comm`): a piece is one message or one collective.
 const PIECE: usize = 1 << 30;
 
 /// One redundancy set's communicator plus what plugins may ask about its members.
@@ -113,6 +116,7 @@ impl MpiHost {
             let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
             self.comm.immediate_barrier()
         };
+        collective(0, 0);
         loop {
             let polled = {
                 let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -178,6 +182,7 @@ impl MpiHost {
         let (mut msg, status) = self.comm.process_at_rank(src).matched_probe_with_tag(tag);
         let arrived = status.count(u8::equivalent_datatype());
         let count = usize::try_from(arrived).unwrap_or(usize::MAX);
+        received(count);
         if count == buf.len() {
             msg.matched_receive_into(buf);
             return Ok(());
@@ -279,6 +284,7 @@ impl HostServices for MpiHost {
             let _g = self.enter()?;
             let p = self.comm.process_at_rank(d);
             for piece in pieces(data.len()) {
+                sent(piece.len());
                 p.send_with_tag(&data[piece], tag);
             }
             Ok(())
@@ -320,6 +326,7 @@ impl HostServices for MpiHost {
             for i in 0..send.len().max(recv.len()) {
                 match (send.get(i), recv.get(i)) {
                     (Some(sp), Some(rp)) => {
+                        sent(sp.len());
                         let out = &data[sp.clone()];
                         let into = &mut buf.as_mut_slice()[rp.clone()];
                         mpi::request::scope(|scope| -> Result<(), PluginError> {
@@ -332,10 +339,12 @@ impl HostServices for MpiHost {
                             r
                         })?;
                     }
-                    (Some(sp), None) => self
-                        .comm
-                        .process_at_rank(d)
-                        .send_with_tag(&data[sp.clone()], tag),
+                    (Some(sp), None) => {
+                        sent(sp.len());
+                        self.comm
+                            .process_at_rank(d)
+                            .send_with_tag(&data[sp.clone()], tag)
+                    }
                     (None, Some(rp)) => {
                         self.recv_piece(s, tag, &mut buf.as_mut_slice()[rp.clone()])?
                     }
@@ -351,6 +360,7 @@ impl HostServices for MpiHost {
         let run = || {
             let _g = self.enter()?;
             self.comm.barrier();
+            collective(0, 0);
             Ok(())
         };
         run().into()
@@ -366,6 +376,7 @@ impl HostServices for MpiHost {
                 ReduceOp::Max => mpi::collective::SystemOperation::max(),
             };
             self.comm.all_reduce_into(&value, &mut out, op);
+            collective(8, 8);
             Ok(out)
         };
         run().into()
@@ -378,6 +389,15 @@ impl HostServices for MpiHost {
             // agree on the length first: a mismatch is an error on every member
             let mut len = buf.len() as u64;
             self.comm.process_at_rank(r).broadcast_into(&mut len);
+            let root = r == self.comm.rank();
+            let counted = |n: usize| {
+                if root {
+                    collective(n, 0)
+                } else {
+                    collective(0, n)
+                }
+            };
+            counted(8);
             let mine_ok = u8::from(len == buf.len() as u64);
             let mut all_ok = 0u8;
             self.comm.all_reduce_into(
@@ -385,6 +405,7 @@ impl HostServices for MpiHost {
                 &mut all_ok,
                 mpi::collective::SystemOperation::min(),
             );
+            collective(1, 1);
             if all_ok == 0 {
                 return Err(PluginError::communication(format!(
                     "broadcast from member {root}: buffers differ in length ({len} bytes at the root, {} here)",
@@ -393,6 +414,7 @@ impl HostServices for MpiHost {
             }
             if len > 0 {
                 for piece in pieces(buf.len()) {
+                    counted(piece.len());
                     self.comm
                         .process_at_rank(r)
                         .broadcast_into(&mut buf.as_mut_slice()[piece]);

@@ -1,0 +1,214 @@
+//! The per-call MPI counters (`Scr::comm_stats`, issue 13 item 5) and the split byte
+//! exchanges (item 3), under `mpiexec -n 4` on four simulated nodes: exact counts each
+//! derived from the exchanges the code makes, and byte-exact data through exchanges
+//! split into rounds of 7 bytes.
+
+use std::collections::BTreeMap;
+
+use scr_e2e::Cluster;
+
+const FOUR_NODES: &[&str] = &["n0", "n1", "n2", "n3"];
+
+/// `[calls, collectives, msgs_sent, msgs_recv, bytes_sent, bytes_recv]`.
+type Counts = [u64; 6];
+
+/// Each rank's report: the outcome lines, and (step, name) → counts.
+struct Report {
+    lines: Vec<String>,
+    counts: BTreeMap<(String, String), Counts>,
+}
+
+impl Report {
+    /// The counts of `name` measured in `step` (all zero when nothing was counted).
+    fn get(&self, step: &str, name: &str) -> Counts {
+        self.counts
+            .get(&(step.to_string(), name.to_string()))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// The names counted in `step`.
+    fn names(&self, step: &str) -> Vec<&str> {
+        self.counts
+            .keys()
+            .filter(|(s, _)| s == step)
+            .map(|(_, n)| n.as_str())
+            .collect()
+    }
+}
+
+/// Run `scr-comm-probe` on four ranks with `env` and read every rank's report, checking
+/// that the job had four ranks (a wrong mpiexec runs four singletons).
+fn run(env: &[(&str, &str)]) -> Vec<Report> {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "SINGLE");
+    for (k, v) in env {
+        c.set(k, v);
+    }
+    let out = c.run(FOUR_NODES, "scr-comm-probe", &[]);
+    assert_eq!(out.code, 0, "{out}");
+    (0..4)
+        .map(|r| {
+            let text = std::fs::read_to_string(c.prefix().join(format!("comm_{r}.txt")))
+                .unwrap_or_else(|e| panic!("rank {r} wrote no report: {e}\n{out}"));
+            let mut report = Report {
+                lines: Vec::new(),
+                counts: BTreeMap::new(),
+            };
+            for line in text.lines() {
+                let words: Vec<&str> = line.split(' ').collect();
+                match words.as_slice() {
+                    [step, name, rest @ ..] if rest.len() == 6 => {
+                        let mut counts = Counts::default();
+                        for (c, w) in counts.iter_mut().zip(rest) {
+                            *c = w.parse().unwrap_or_else(|e| panic!("{line}: {e}"));
+                        }
+                        report
+                            .counts
+                            .insert((step.to_string(), name.to_string()), counts);
+                    }
+                    _ => report.lines.push(line.to_string()),
+                }
+            }
+            assert_eq!(
+                report.lines[0], "world size 4",
+                "rank {r}: not a 4-rank job"
+            );
+            report
+        })
+        .collect()
+}
+
+/// Counts of one all-gather of `n` bytes per rank at 4 ranks: the 8-byte lengths (one
+/// all-gather: 8 sent, 3 × 8 received), then the data (n sent, 3n received).
+fn gather(n: u64) -> Counts {
+    [0, 2, 0, 0, 8 + n, 24 + 3 * n]
+}
+
+/// Counts of one one-byte agreement (an all-reduce of a u8: 1 byte each way).
+const AGREE: Counts = [0, 1, 0, 0, 1, 1];
+
+fn sum(parts: &[Counts]) -> Counts {
+    let mut t = Counts::default();
+    for p in parts {
+        for (a, b) in t.iter_mut().zip(p) {
+            *a += b;
+        }
+    }
+    t
+}
+
+#[test]
+fn every_step_counts_the_exchanges_it_makes() {
+    let reports = run(&[]);
+    for (r, rep) in reports.iter().enumerate() {
+        for outcome in [
+            "kept true",
+            "need true",
+            "gather ok",
+            "split-gather ok",
+            "split-broadcast ok",
+            "empty-gather ok",
+        ] {
+            assert!(
+                rep.lines.iter().any(|l| l == outcome),
+                "rank {r}: no `{outcome}` in {:?}",
+                rep.lines
+            );
+        }
+        // init is entered once; the fetch step nested in it counts apart
+        assert_eq!(rep.get("init", "init")[0], 1, "rank {r}");
+        assert_eq!(rep.get("init", "fetch")[0], 1, "rank {r}");
+
+        // route_file: local, no exchange
+        assert_eq!(rep.names("route"), ["route_file"], "rank {r}");
+        assert_eq!(
+            rep.get("route", "route_file"),
+            [1, 0, 0, 0, 0, 0],
+            "rank {r}"
+        );
+
+        // complete_output of one dataset of one file (`state_<r>.dat`) per rank, scheme
+        // SINGLE, no flush due (flush = 10), halt_exit off; in the order of the code:
+        let names_json = br#"["state_0.dat"]"#.len() as u64; // 15 bytes on every rank
+        let evict_json = b"[[1],[]]".len() as u64; // held [1], evictable [] (kept)
+        let expected = sum(&[
+            [1, 0, 0, 0, 0, 0], // one call
+            AGREE,              // begin: agree on the preconditions
+            AGREE,              // fused: agree whether the scheme hashes in apply
+            gather(names_json), // the clash check: every rank's file names
+            AGREE,              // all valid (files there, no clash)
+            AGREE,              // redundancy files named and recorded
+            [0, 1, 0, 0, 8, 8], // SINGLE's apply: host all_agree (a u64 all-reduce)
+            [0, 1, 0, 0, 0, 0], // settle: non-blocking barrier on the set
+            AGREE,              // kept (applied everywhere)
+            AGREE,              // committed everywhere
+            [0, 1, 0, 0, 8, 8], // total checkpoint bytes (a u64 sum) for the event log
+            gather(evict_json), // eviction: ids each rank holds and may evict
+            AGREE,              // eviction's outcome agreed
+        ]);
+        assert_eq!(expected, [1, 14, 0, 0, 62, 140]);
+        assert_eq!(rep.names("complete"), ["complete_output"], "rank {r}");
+        assert_eq!(rep.get("complete", "complete_output"), expected, "rank {r}");
+
+        // need_checkpoint: rank 0 decides and broadcasts one byte
+        let need = if r == 0 {
+            [1, 1, 0, 0, 1, 0]
+        } else {
+            [1, 1, 0, 0, 0, 1]
+        };
+        assert_eq!(rep.get("need", "need_checkpoint"), need, "rank {r}");
+
+        // the exchanges outside every API call count under `outside`:
+        // 10 bytes per rank gathered: 3 × 10 received
+        assert_eq!(rep.names("gather"), ["outside"], "rank {r}");
+        assert_eq!(rep.get("gather", "outside"), gather(10), "rank {r}");
+        // rank q holds 5q + 1 bytes: 1 + 6 + 11 + 16 = 34 bytes in rounds of at most 7:
+        // ceil(34 / 7) = 5 data rounds after the lengths; rank r sends its 5r + 1 bytes
+        // and receives the other 34 - (5r + 1)
+        let own = 5 * r as u64 + 1;
+        assert_eq!(
+            rep.get("split-gather", "outside"),
+            [0, 1 + 5, 0, 0, 8 + own, 24 + 34 - own],
+            "rank {r}"
+        );
+        // rank 0's 20 bytes in pieces of at most 7: the length, then 7 + 7 + 6
+        let bcast = if r == 0 {
+            [0, 4, 0, 0, 28, 0]
+        } else {
+            [0, 4, 0, 0, 0, 28]
+        };
+        assert_eq!(rep.get("split-broadcast", "outside"), bcast, "rank {r}");
+        // nothing to carry: the lengths only, no data round
+        assert_eq!(
+            rep.get("empty-gather", "outside"),
+            [0, 1, 0, 0, 8, 24],
+            "rank {r}"
+        );
+    }
+}
+
+/// A flush inside complete_output counts under `flush`, not under complete_output,
+/// whose own numbers stay those of the run without a flush.
+#[test]
+fn a_nested_flush_counts_under_its_own_name() {
+    let reports = run(&[("SCR_FLUSH", "1")]);
+    for (r, rep) in reports.iter().enumerate() {
+        assert_eq!(
+            rep.names("complete"),
+            ["complete_output", "flush"],
+            "rank {r}"
+        );
+        assert_eq!(
+            rep.get("complete", "complete_output"),
+            [1, 14, 0, 0, 62, 140],
+            "rank {r}"
+        );
+        let flush = rep.get("complete", "flush");
+        assert_eq!(flush[0], 1, "rank {r}: one flush");
+        assert!(
+            flush[1] > 0,
+            "rank {r}: the flush's collectives are counted"
+        );
+    }
+}
