@@ -58,7 +58,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// [`write_atomic`], the file created with mode 0600 and never through a symbolic link
 /// when `private` (state kept in cache: filemaps, the nodes file), else with the umask's
 /// mode (state in the prefix, which other tools and users may read).
-fn write_atomic_as(path: &Path, bytes: &[u8], private: bool) -> io::Result<()> {
+pub(crate) fn write_atomic_as(path: &Path, bytes: &[u8], private: bool) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("state");
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
@@ -91,18 +91,29 @@ pub fn write_private_state<T: Serialize>(path: &Path, kind: &str, value: &T) -> 
 
 /// The header line and JSON body of a state file.
 fn state_bytes<T: Serialize>(kind: &str, value: &T) -> io::Result<Vec<u8>> {
+    state_bytes_crc(kind, value).map(|(bytes, _)| bytes)
+}
+
+/// [`state_bytes`] and the body's CRC32 (the one its header carries): it identifies the
+/// contents, so a filemap journal can name the snapshot it extends.
+pub(crate) fn state_bytes_crc<T: Serialize>(kind: &str, value: &T) -> io::Result<(Vec<u8>, u32)> {
     let body = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
-    let mut bytes = format!(
-        "scr-rs {kind} {STATE_VERSION} crc32={:08x}\n",
-        crc32fast::hash(&body)
-    )
-    .into_bytes();
+    let crc = crc32fast::hash(&body);
+    let mut bytes = format!("scr-rs {kind} {STATE_VERSION} crc32={crc:08x}\n").into_bytes();
     bytes.extend_from_slice(&body);
-    Ok(bytes)
+    Ok((bytes, crc))
 }
 
 /// Read and verify a state file of `kind`.
 pub fn read_state<T: DeserializeOwned>(path: &Path, kind: &str) -> Result<T, StateError> {
+    read_state_crc(path, kind).map(|(value, _)| value)
+}
+
+/// [`read_state`] and the body's CRC32 (see [`state_bytes_crc`]).
+pub(crate) fn read_state_crc<T: DeserializeOwned>(
+    path: &Path,
+    kind: &str,
+) -> Result<(T, u32), StateError> {
     let bytes = fs::read(path).map_err(|source| StateError::Io {
         path: path.to_path_buf(),
         source,
@@ -139,7 +150,9 @@ pub fn read_state<T: DeserializeOwned>(path: &Path, kind: &str) -> Result<T, Sta
                     "checksum mismatch (header {want:08x}, contents {got:08x})"
                 )));
             }
-            serde_json::from_slice(body).map_err(|e| corrupt(format!("unreadable contents: {e}")))
+            serde_json::from_slice(body)
+                .map(|value| (value, got))
+                .map_err(|e| corrupt(format!("unreadable contents: {e}")))
         }
         ["scr-rs", k, ..] => Err(corrupt(format!("is a `{k}` file, expected `{kind}`"))),
         _ => Err(corrupt("not an scr-rs state file".into())),

@@ -784,7 +784,7 @@ impl Runtime {
                     ));
                 }
             }
-            std::fs::remove_file(&path).map_err(|e| ScrError::Io {
+            Filemap::remove(&self.cntl_dir, owner).map_err(|e| ScrError::Io {
                 path: path.clone(),
                 source: e,
             })?;
@@ -1033,9 +1033,9 @@ impl Runtime {
                 }
             }
         }
-        let file = self.cntl_dir.join(Filemap::file_name(owner));
-        if let Err(e) = std::fs::remove_file(&file) {
-            eprintln!("scr-rs[{}]: warning: {}: {e}", self.rank, file.display());
+        // with its journal: the records moved with the map
+        if let Err(e) = Filemap::remove(&self.cntl_dir, owner) {
+            eprintln!("scr-rs[{}]: warning: {e}", self.rank);
         }
         Ok(())
     }

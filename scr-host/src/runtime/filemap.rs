@@ -1,16 +1,83 @@
 //! The filemap: per rank, every dataset it holds in cache and every file of each, recorded
 //! *before* the file exists (so nothing ever sits in cache unrecorded), with the metadata
 //! and redundancy descriptor needed to verify, rebuild, move or delete it.
+//!
+//! # Snapshot and journal
+//!
+//! A rank's filemap lives in two files of its control directory:
+//! - the **snapshot** `filemap_<rank>.scr`, a state file (see [`crate::state`]) rewritten
+//!   atomically whenever the whole filemap is saved anyway (start_output, complete_output,
+//!   commit, eviction, deletion, init's clean-up, rebuild, fetch);
+//! - the **journal** `filemap_<rank>.scr.journal`, append only: `route_file` records each
+//!   new file name there (one record and one `fdatasync`), so routing F files costs O(F)
+//!   bytes and F syncs instead of F rewrites of a snapshot that grows with F (O(F²)
+//!   bytes, 2F syncs). The name is durable before the application writes the file, so a
+//!   crash still leaves it known and its partial file is cleaned up at the next init.
+//!
+//! The journal's header names the snapshot it extends by the snapshot body's CRC32. Saving
+//! the snapshot *compacts*: the new snapshot holds every record, then the journal is
+//! removed. A crash between the two leaves a journal whose base no longer matches: it is
+//! stale and ignored (its records are in the snapshot). Each journal record carries its
+//! length and CRC32: a torn last record (a crash inside an append) is ignored — its
+//! `route_file` never returned — while damage anywhere else is an error naming the file.
+//!
+//! Journal format (version [`JOURNAL_VERSION`]): the header line
+//! `scr-rs filemap-journal <version> base=<snapshot body crc32, 8 hex digits>`, then records
+//! of `u32` length (little endian), `u32` CRC32 of the payload, payload (JSON of one
+//! [`JournalEntry`]).
 
 use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{read_state, write_private_state, StateError};
+use crate::state::{read_state_crc, state_bytes_crc, write_atomic_as, StateError};
 
 /// State-file kind of filemaps.
 pub const KIND: &str = "filemap";
+
+/// Kind of filemap journals (the first word after `scr-rs` in their header).
+pub const JOURNAL_KIND: &str = "filemap-journal";
+
+/// The format version of filemap journals written (and the only one read) by this release.
+pub const JOURNAL_VERSION: u32 = 1;
+
+/// The largest journal record accepted: a record holds one file name (at most PATH_MAX,
+/// 4096 bytes, up to six times longer once escaped in JSON) and a few numbers; a larger
+/// length field is damage, not a record.
+const MAX_RECORD: u32 = 64 << 10;
+
+/// Bytes written to filemap snapshots and journals by this process (all ranks' maps).
+static WRITTEN: AtomicU64 = AtomicU64::new(0);
+/// `fsync`/`fdatasync` calls made for filemap snapshots and journals by this process
+/// (files and their directories).
+static SYNCS: AtomicU64 = AtomicU64::new(0);
+
+/// What saving filemaps has cost this process so far (for tests and benchmarks that
+/// check that routing a file costs O(1)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FilemapIo {
+    /// Bytes written to snapshots and journals.
+    pub bytes: u64,
+    /// Syncs of those files and of the control directory holding them.
+    pub syncs: u64,
+}
+
+/// The process's [`FilemapIo`] counters.
+pub fn filemap_io() -> FilemapIo {
+    FilemapIo {
+        bytes: WRITTEN.load(Ordering::Relaxed),
+        syncs: SYNCS.load(Ordering::Relaxed),
+    }
+}
+
+fn count_io(bytes: usize, syncs: u64) {
+    WRITTEN.fetch_add(bytes as u64, Ordering::Relaxed);
+    SYNCS.fetch_add(syncs, Ordering::Relaxed);
+}
 
 /// The redundancy descriptor a dataset was protected with, as recorded (so a later run
 /// with another configuration can still rebuild it).
@@ -95,24 +162,95 @@ impl Filemap {
             .ok()
     }
 
-    /// Read `dir`'s filemap of `rank`; a missing file is an empty filemap.
+    /// The file name of rank `rank`'s filemap journal (beside its snapshot).
+    pub fn journal_name(rank: u32) -> String {
+        format!("filemap_{rank}.scr.journal")
+    }
+
+    /// Read `dir`'s filemap of `rank`: the snapshot with its journal replayed over it; no
+    /// files at all is an empty filemap. A journal without its snapshot, or damaged other
+    /// than in its last record, is an error naming the journal.
     pub fn load(dir: &Path, rank: u32) -> Result<Filemap, StateError> {
-        match read_state(&dir.join(Self::file_name(rank)), KIND) {
-            Ok(m) => Ok(m),
-            Err(e) if e.is_not_found() => Ok(Filemap {
+        let snapshot_path = dir.join(Self::file_name(rank));
+        let journal_path = dir.join(Self::journal_name(rank));
+        let snapshot = match read_state_crc::<Filemap>(&snapshot_path, KIND) {
+            Ok(s) => Some(s),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(e),
+        };
+        let journal = match std::fs::read(&journal_path) {
+            Ok(bytes) => Some(Journal::parse(&journal_path, &bytes)?),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(source) => {
+                return Err(StateError::Io {
+                    path: journal_path,
+                    source,
+                })
+            }
+        };
+        match (snapshot, journal) {
+            (None, None) => Ok(Filemap {
                 rank,
                 datasets: BTreeMap::new(),
             }),
-            Err(e) => Err(e),
+            (Some((map, _)), None) => Ok(map),
+            (None, Some(_)) => Err(StateError::Corrupt {
+                path: journal_path,
+                why: format!(
+                    "a filemap journal without its snapshot {} (the datasets its records extend are unknown); remove the journal: this rank's cache counts as lost",
+                    snapshot_path.display()
+                ),
+            }),
+            (Some((mut map, crc)), Some(journal)) => {
+                // a journal of an older snapshot: its records were compacted into this one
+                // and a crash came before the journal was removed
+                if journal.base == Some(crc) {
+                    journal.replay(&journal_path, &mut map)?;
+                }
+                Ok(map)
+            }
         }
     }
 
-    /// Write it atomically into `dir`, mode 0600.
-    pub fn save(&self, dir: &Path) -> std::io::Result<()> {
-        write_private_state(&dir.join(Self::file_name(self.rank)), KIND, self)
+    /// Write it atomically into `dir`, mode 0600, and remove its journal (compaction: the
+    /// snapshot now holds every record).
+    pub fn save(&self, dir: &Path) -> io::Result<()> {
+        self.save_snapshot(dir).map(|_| ())
     }
 
-    /// Filemap owners present in a control directory.
+    /// [`Filemap::save`], returning the snapshot's identity (its body's CRC32), which a
+    /// journal appended to it must name.
+    fn save_snapshot(&self, dir: &Path) -> io::Result<u32> {
+        let (bytes, crc) = state_bytes_crc(KIND, self)?;
+        write_atomic_as(&dir.join(Self::file_name(self.rank)), &bytes, true)?;
+        // the file and its directory are synced
+        count_io(bytes.len(), 2);
+        // removed after the snapshot is in place: a crash in between leaves a stale
+        // journal, which load ignores (its base is the old snapshot's); an error here
+        // leaves the same, so it is not one
+        let _ = std::fs::remove_file(dir.join(Self::journal_name(self.rank)));
+        Ok(crc)
+    }
+
+    /// Remove `owner`'s filemap from `dir`: the journal first, so no journal is ever left
+    /// without its snapshot by a crash in between.
+    pub fn remove(dir: &Path, owner: u32) -> io::Result<()> {
+        for name in [Self::journal_name(owner), Self::file_name(owner)] {
+            match std::fs::remove_file(dir.join(&name)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("{}: {e}", dir.join(name).display()),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Filemap owners present in a control directory, with their snapshot's path (a
+    /// journal alone counts too, so that loading it reports it).
     pub fn owners_in(dir: &Path) -> Vec<(u32, PathBuf)> {
         let mut v: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)
             .into_iter()
@@ -120,10 +258,511 @@ impl Filemap {
             .filter_map(Result::ok)
             .filter_map(|e| {
                 let name = e.file_name().into_string().ok()?;
-                Some((Self::owner_of(&name)?, e.path()))
+                let owner = Self::owner_of(&name)
+                    .or_else(|| Self::owner_of(name.strip_suffix(".journal")?))?;
+                Some((owner, dir.join(Self::file_name(owner))))
             })
             .collect();
         v.sort();
+        v.dedup();
         v
+    }
+}
+
+/// One journal record: a file routed into a dataset the snapshot holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    /// The dataset's id.
+    pub dataset: u64,
+    /// The file as recorded when routed.
+    pub file: FileRecord,
+}
+
+/// A parsed journal.
+#[derive(Debug)]
+struct Journal {
+    /// The CRC32 of the snapshot body it extends (`None`: its header never reached the
+    /// disk, so it extends nothing and holds nothing).
+    base: Option<u32>,
+    /// Its intact records, in order.
+    entries: Vec<JournalEntry>,
+}
+
+impl Journal {
+    /// Parse a journal's bytes (`path` names it in errors). A header or last record cut
+    /// short (or zeros where they should be: a crash before the data reached the disk) is
+    /// what a crash inside an append leaves and is dropped; anything else that does not
+    /// check is an error.
+    fn parse(path: &Path, bytes: &[u8]) -> Result<Journal, StateError> {
+        let corrupt = |why: String| StateError::Corrupt {
+            path: path.to_path_buf(),
+            why,
+        };
+        // the header is synced alone before the first record, so a torn header means no
+        // record was ever acknowledged
+        let template = format!("scr-rs {JOURNAL_KIND} ");
+        let Some(nl) = bytes.iter().position(|&b| b == b'\n') else {
+            let n = bytes.len().min(template.len());
+            if bytes.iter().all(|&b| b == 0) || bytes[..n] == template.as_bytes()[..n] {
+                return Ok(Journal {
+                    base: None,
+                    entries: Vec::new(),
+                });
+            }
+            return Err(corrupt("not an scr-rs filemap journal".into()));
+        };
+        let header =
+            std::str::from_utf8(&bytes[..nl]).map_err(|_| corrupt("header is not text".into()))?;
+        let fields: Vec<&str> = header.split(' ').collect();
+        let base = match fields.as_slice() {
+            ["scr-rs", k, v, base] if *k == JOURNAL_KIND => {
+                let version: u32 = v
+                    .parse()
+                    .map_err(|_| corrupt(format!("bad version `{v}`")))?;
+                if version != JOURNAL_VERSION {
+                    return Err(corrupt(format!(
+                        "format version {version}, this release reads {JOURNAL_VERSION}"
+                    )));
+                }
+                let crc = base
+                    .strip_prefix("base=")
+                    .filter(|h| h.len() == 8)
+                    .and_then(|h| u32::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| corrupt(format!("bad base field `{base}`")))?;
+                Some(crc)
+            }
+            ["scr-rs", k, ..] => {
+                return Err(corrupt(format!(
+                    "is a `{k}` file, expected `{JOURNAL_KIND}`"
+                )))
+            }
+            _ => return Err(corrupt("not an scr-rs filemap journal".into())),
+        };
+        let mut entries = Vec::new();
+        let mut pos = nl + 1;
+        while pos < bytes.len() {
+            let rest = &bytes[pos..];
+            let n = entries.len() + 1;
+            if rest.len() < 8 || rest.iter().all(|&b| b == 0) {
+                break; // torn last record
+            }
+            let len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes"));
+            let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
+            if len == 0 || len > MAX_RECORD {
+                return Err(corrupt(format!(
+                    "record {n} (byte {pos}) has the impossible length {len}"
+                )));
+            }
+            let end = 8 + len as usize;
+            if rest.len() < end {
+                break; // torn last record: cut short
+            }
+            let payload = &rest[8..end];
+            if crc32fast::hash(payload) != crc {
+                if rest.len() == end {
+                    break; // torn last record: its bytes did not all reach the disk
+                }
+                return Err(corrupt(format!(
+                    "record {n} (byte {pos}) fails its checksum and is not the last one"
+                )));
+            }
+            let entry: JournalEntry = serde_json::from_slice(payload)
+                .map_err(|e| corrupt(format!("record {n} (byte {pos}) is unreadable: {e}")))?;
+            entries.push(entry);
+            pos += end;
+        }
+        Ok(Journal { base, entries })
+    }
+
+    /// Apply the records to `map` (the snapshot they extend). A record naming a dataset
+    /// the snapshot does not hold means journal and snapshot do not belong together.
+    fn replay(self, path: &Path, map: &mut Filemap) -> Result<(), StateError> {
+        for (i, e) in self.entries.into_iter().enumerate() {
+            let Some(d) = map.datasets.get_mut(&e.dataset) else {
+                return Err(StateError::Corrupt {
+                    path: path.to_path_buf(),
+                    why: format!(
+                        "record {} names dataset {}, which its filemap snapshot does not hold",
+                        i + 1,
+                        e.dataset
+                    ),
+                });
+            };
+            // a name is journaled once per dataset; replaying it twice changes nothing
+            if !d.files.iter().any(|f| f.name == e.file.name) {
+                d.files.push(e.file);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A rank's journal writer (held by the runtime). It appends only to a journal it
+/// started over a snapshot it wrote itself, so it never appends after a torn record or to
+/// a journal whose base it cannot vouch for: without one, the next record is saved as a
+/// whole snapshot instead.
+#[derive(Debug, Default)]
+pub struct JournalWriter {
+    /// The CRC32 of the snapshot this process last wrote for the rank, if that save
+    /// succeeded and nothing was appended after it that failed.
+    base: Option<u32>,
+    /// The open journal, once the first record after that save was appended.
+    file: Option<File>,
+}
+
+impl JournalWriter {
+    /// Save `map` in full (compacting its journal); appends then start a new journal.
+    pub fn save(&mut self, map: &Filemap, dir: &Path) -> io::Result<()> {
+        self.file = None;
+        self.base = None;
+        self.base = Some(map.save_snapshot(dir)?);
+        Ok(())
+    }
+
+    /// Record that `file` was added to dataset `dataset` of `map` (which already holds it
+    /// in memory): one record appended to the journal and synced.
+    pub fn append(
+        &mut self,
+        map: &Filemap,
+        dir: &Path,
+        dataset: u64,
+        file: &FileRecord,
+    ) -> io::Result<()> {
+        let result = self.append_inner(map, dir, dataset, file);
+        if result.is_err() {
+            // the journal may end in a partial record now: never append after it
+            self.file = None;
+            self.base = None;
+        }
+        result
+    }
+
+    fn append_inner(
+        &mut self,
+        map: &Filemap,
+        dir: &Path,
+        dataset: u64,
+        file: &FileRecord,
+    ) -> io::Result<()> {
+        if self.file.is_none() {
+            let Some(base) = self.base else {
+                // the snapshot on disk is not known to match: the whole map (holding the
+                // new record) becomes the snapshot
+                return self.save(map, dir);
+            };
+            let path = dir.join(Filemap::journal_name(map.rank));
+            let mut f = scr_plugin::cachefs::create_file(&path).map_err(io::Error::other)?;
+            let header = format!("scr-rs {JOURNAL_KIND} {JOURNAL_VERSION} base={base:08x}\n");
+            f.write_all(header.as_bytes())?;
+            f.sync_data()?;
+            // the journal's name must survive a crash as its records do
+            File::open(dir)?.sync_all()?;
+            count_io(header.len(), 2);
+            self.file = Some(f);
+        }
+        let f = self.file.as_mut().expect("opened above");
+        let payload = serde_json::to_vec(&JournalEntry {
+            dataset,
+            file: file.clone(),
+        })
+        .map_err(io::Error::other)?;
+        if payload.len() > MAX_RECORD as usize {
+            // longer than a reader accepts (no real file name is): saved in full instead
+            return self.save(map, dir);
+        }
+        let mut record = Vec::with_capacity(8 + payload.len());
+        record.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        record.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        record.extend_from_slice(&payload);
+        f.write_all(&record)?;
+        f.sync_data()?;
+        count_io(record.len(), 1);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A filemap holding dataset 7 (not complete, no files yet), as start_output saves it.
+    fn started(rank: u32) -> Filemap {
+        let mut map = Filemap {
+            rank,
+            datasets: BTreeMap::new(),
+        };
+        map.datasets.insert(
+            7,
+            DatasetRecord {
+                id: 7,
+                name: "ckpt.1".into(),
+                checkpoint_id: Some(1),
+                ..DatasetRecord::default()
+            },
+        );
+        map
+    }
+
+    fn file(name: &str) -> FileRecord {
+        FileRecord {
+            name: name.into(),
+            ..FileRecord::default()
+        }
+    }
+
+    /// What route_file does: the record added in memory, then journaled.
+    fn route(w: &mut JournalWriter, map: &mut Filemap, dir: &Path, name: &str) {
+        let f = file(name);
+        map.datasets.get_mut(&7).unwrap().files.push(f.clone());
+        w.append(map, dir, 7, &f).unwrap();
+    }
+
+    fn names(map: &Filemap) -> Vec<String> {
+        map.datasets[&7]
+            .files
+            .iter()
+            .map(|f| f.name.clone())
+            .collect()
+    }
+
+    fn journal(dir: &Path) -> PathBuf {
+        dir.join(Filemap::journal_name(3))
+    }
+
+    /// Routed names reach the journal only (the snapshot stays as saved), load replays
+    /// them in order, and saving compacts: the snapshot holds them and the journal is gone.
+    #[test]
+    fn journal_replays_over_its_snapshot_and_save_compacts_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut map = started(3);
+        let mut w = JournalWriter::default();
+        w.save(&map, dir.path()).unwrap();
+        let snapshot = std::fs::read(dir.path().join(Filemap::file_name(3))).unwrap();
+        for n in ["a.dat", "sub/b.dat", "c.dat"] {
+            route(&mut w, &mut map, dir.path(), n);
+        }
+        assert_eq!(
+            std::fs::read(dir.path().join(Filemap::file_name(3))).unwrap(),
+            snapshot,
+            "routing must not rewrite the snapshot"
+        );
+        let loaded = Filemap::load(dir.path(), 3).unwrap();
+        assert_eq!(names(&loaded), ["a.dat", "sub/b.dat", "c.dat"]);
+        assert_eq!(loaded, map);
+        assert_eq!(Filemap::owners_in(dir.path()).len(), 1);
+
+        w.save(&map, dir.path()).unwrap();
+        assert!(!journal(dir.path()).exists(), "save compacts the journal");
+        assert_eq!(Filemap::load(dir.path(), 3).unwrap(), map);
+        // after the compaction a new journal starts over the new snapshot
+        route(&mut w, &mut map, dir.path(), "d.dat");
+        assert_eq!(Filemap::load(dir.path(), 3).unwrap(), map);
+        let bytes = std::fs::read(journal(dir.path())).unwrap();
+        let header =
+            String::from_utf8_lossy(&bytes[..bytes.iter().position(|&b| b == b'\n').unwrap()])
+                .into_owned();
+        assert!(
+            header.starts_with("scr-rs filemap-journal 1 base="),
+            "{header}"
+        );
+    }
+
+    /// A writer that never saved (a new process) does not trust the snapshot on disk:
+    /// its first record is a whole save, which also removes whatever journal was there.
+    #[test]
+    fn a_new_writer_saves_in_full_before_it_journals() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut map = started(3);
+        map.save(dir.path()).unwrap();
+        std::fs::write(
+            journal(dir.path()),
+            b"scr-rs filemap-journal 1 base=00000000\n",
+        )
+        .unwrap();
+        let mut w = JournalWriter::default();
+        route(&mut w, &mut map, dir.path(), "a.dat");
+        assert!(!journal(dir.path()).exists());
+        assert_eq!(names(&Filemap::load(dir.path(), 3).unwrap()), ["a.dat"]);
+        route(&mut w, &mut map, dir.path(), "b.dat");
+        assert!(journal(dir.path()).exists());
+        assert_eq!(
+            names(&Filemap::load(dir.path(), 3).unwrap()),
+            ["a.dat", "b.dat"]
+        );
+    }
+
+    /// A crash inside an append leaves the last record cut short, or with bytes that
+    /// never reached the disk (zeros, or other bytes): it is ignored, the others load.
+    #[test]
+    fn a_torn_last_record_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut map = started(3);
+        let mut w = JournalWriter::default();
+        w.save(&map, dir.path()).unwrap();
+        route(&mut w, &mut map, dir.path(), "a.dat");
+        route(&mut w, &mut map, dir.path(), "b.dat");
+        let good = std::fs::read(journal(dir.path())).unwrap();
+        let last_len = 8 + serde_json::to_vec(&JournalEntry {
+            dataset: 7,
+            file: file("b.dat"),
+        })
+        .unwrap()
+        .len();
+        let last = good.len() - last_len;
+        let mut cases: Vec<(&str, Vec<u8>)> = vec![
+            ("length cut", good[..last + 3].to_vec()),
+            ("payload cut", good[..good.len() - 1].to_vec()),
+        ];
+        let mut flipped = good.clone();
+        *flipped.last_mut().unwrap() ^= 0x20;
+        cases.push(("last byte wrong", flipped));
+        let mut zeroed = good.clone();
+        zeroed[last..].fill(0);
+        cases.push(("zeros", zeroed));
+        for (what, bytes) in cases {
+            std::fs::write(journal(dir.path()), &bytes).unwrap();
+            let loaded = Filemap::load(dir.path(), 3).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(names(&loaded), ["a.dat"], "{what}");
+        }
+        // a header cut short: no record was ever acknowledged
+        std::fs::write(journal(dir.path()), b"scr-rs filemap-jour").unwrap();
+        assert_eq!(
+            names(&Filemap::load(dir.path(), 3).unwrap()),
+            Vec::<String>::new()
+        );
+    }
+
+    /// Damage that is not a torn tail is refused, naming the journal and the record.
+    #[test]
+    fn a_corrupt_record_before_the_last_is_refused_naming_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut map = started(3);
+        let mut w = JournalWriter::default();
+        w.save(&map, dir.path()).unwrap();
+        for n in ["a.dat", "b.dat", "c.dat"] {
+            route(&mut w, &mut map, dir.path(), n);
+        }
+        let good = std::fs::read(journal(dir.path())).unwrap();
+        let first = good.iter().position(|&b| b == b'\n').unwrap() + 1;
+        let path = journal(dir.path()).display().to_string();
+
+        let mut bad = good.clone();
+        bad[first + 8 + 3] ^= 0x01; // a byte of the first record's payload
+        std::fs::write(journal(dir.path()), &bad).unwrap();
+        let e = Filemap::load(dir.path(), 3).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!("{path}: record 1 (byte {first}) fails its checksum and is not the last one; the file is not trusted")
+        );
+
+        let mut bad = good.clone();
+        bad[first..first + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        std::fs::write(journal(dir.path()), &bad).unwrap();
+        let e = Filemap::load(dir.path(), 3).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!("{path}: record 1 (byte {first}) has the impossible length 4294967295; the file is not trusted")
+        );
+
+        std::fs::write(journal(dir.path()), b"garbage\n").unwrap();
+        let e = Filemap::load(dir.path(), 3).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!("{path}: not an scr-rs filemap journal; the file is not trusted")
+        );
+    }
+
+    /// A journal of a format version this release does not know is refused as such (not
+    /// as damage), naming the file.
+    #[test]
+    fn an_unknown_journal_version_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        started(3).save(dir.path()).unwrap();
+        std::fs::write(
+            journal(dir.path()),
+            b"scr-rs filemap-journal 2 base=12345678\n",
+        )
+        .unwrap();
+        let e = Filemap::load(dir.path(), 3).unwrap_err();
+        assert!(e.is_other_version(), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}: format version 2, this release reads 1; the file is not trusted",
+                journal(dir.path()).display()
+            )
+        );
+        // a snapshot where a journal should be
+        std::fs::copy(dir.path().join(Filemap::file_name(3)), journal(dir.path())).unwrap();
+        let e = Filemap::load(dir.path(), 3).unwrap_err().to_string();
+        assert!(
+            e.contains("is a `filemap` file, expected `filemap-journal`"),
+            "{e}"
+        );
+    }
+
+    /// A journal whose snapshot is gone cannot be replayed (the datasets it extends are
+    /// unknown): refused naming it; it still counts as an owner so readers report it,
+    /// and removing the owner's filemap removes it.
+    #[test]
+    fn a_journal_without_its_snapshot_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut map = started(3);
+        let mut w = JournalWriter::default();
+        w.save(&map, dir.path()).unwrap();
+        route(&mut w, &mut map, dir.path(), "a.dat");
+        std::fs::remove_file(dir.path().join(Filemap::file_name(3))).unwrap();
+        let e = Filemap::load(dir.path(), 3).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "{}: a filemap journal without its snapshot {}",
+                journal(dir.path()).display(),
+                dir.path().join(Filemap::file_name(3)).display()
+            )),
+            "{e}"
+        );
+        assert_eq!(
+            Filemap::owners_in(dir.path()),
+            [(3, dir.path().join(Filemap::file_name(3)))]
+        );
+        Filemap::remove(dir.path(), 3).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// A crash after a save renamed the new snapshot into place but before it removed
+    /// the journal: the journal's base is the old snapshot, so it is stale and ignored
+    /// (replaying it would bring back a file the new snapshot dropped).
+    #[test]
+    fn a_stale_journal_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut map = started(3);
+        let mut w = JournalWriter::default();
+        w.save(&map, dir.path()).unwrap();
+        route(&mut w, &mut map, dir.path(), "a.dat");
+        let stale = std::fs::read(journal(dir.path())).unwrap();
+        map.datasets.get_mut(&7).unwrap().files.clear();
+        map.datasets.get_mut(&7).unwrap().complete = true;
+        w.save(&map, dir.path()).unwrap();
+        std::fs::write(journal(dir.path()), &stale).unwrap();
+        assert_eq!(Filemap::load(dir.path(), 3).unwrap(), map);
+    }
+
+    /// A record naming a dataset its snapshot does not hold: journal and snapshot do not
+    /// belong together.
+    #[test]
+    fn a_record_of_an_unknown_dataset_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let map = started(3);
+        let mut w = JournalWriter::default();
+        w.save(&map, dir.path()).unwrap();
+        w.append(&map, dir.path(), 9, &file("x.dat")).unwrap();
+        let e = Filemap::load(dir.path(), 3).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}: record 1 names dataset 9, which its filemap snapshot does not hold; the file is not trusted",
+                journal(dir.path()).display()
+            )
+        );
     }
 }

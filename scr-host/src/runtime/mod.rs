@@ -20,7 +20,7 @@ mod mpi_host;
 pub mod prefix;
 mod sets;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -33,7 +33,10 @@ use crate::explain::check_plugins;
 use crate::registry::{LoadedScheme, Registry, RegistryError};
 use crate::state::StateError;
 
-pub use filemap::{DatasetRecord, DescriptorRecord, FileRecord, Filemap};
+pub use filemap::{
+    filemap_io, DatasetRecord, DescriptorRecord, FileRecord, Filemap, FilemapIo, JournalEntry,
+    JOURNAL_KIND, JOURNAL_VERSION,
+};
 pub use halt::Halt;
 pub use sets::{form_sets, Set};
 
@@ -119,6 +122,9 @@ struct Output {
     /// This rank's redundancy file names (relative), asked of the scheme once at
     /// start_output so route_file can refuse them without asking per file.
     redundancy_names: Vec<String>,
+    /// The names routed so far (`record.files`' names), so that a name routed again is
+    /// found without a scan of every file.
+    routed: HashSet<String>,
 }
 
 /// Timing state of `need_checkpoint`.
@@ -146,6 +152,9 @@ pub struct Runtime {
     debug: u64,
     reddescs: Vec<RedDesc>,
     filemap: Filemap,
+    /// Appends `route_file`'s records to the filemap's journal (O(1) per file); every
+    /// other change saves the whole filemap through it.
+    filemap_journal: filemap::JournalWriter,
     next_dataset: u64,
     next_checkpoint: u64,
     output: Option<Output>,
@@ -251,6 +260,7 @@ impl Runtime {
                 rank,
                 datasets: BTreeMap::new(),
             },
+            filemap_journal: filemap::JournalWriter::default(),
             next_dataset: 1,
             next_checkpoint: 1,
             output: None,
@@ -879,6 +889,7 @@ impl Runtime {
             desc,
             started: Instant::now(),
             redundancy_names,
+            routed: HashSet::new(),
         });
         self.info(&format!(
             "start_output {name}: dataset {id}, checkpoint {checkpoint_id:?}, descriptor {}",
@@ -1012,19 +1023,37 @@ impl Runtime {
                     path.display()
                 )));
             }
-            if !self
-                .output
-                .as_ref()
-                .is_some_and(|o| o.record.files.iter().any(|f| f.name == key))
-            {
-                let out = self.output.as_mut().expect("checked");
-                out.record.files.push(FileRecord {
+            let out = self.output.as_mut().expect("checked");
+            if out.routed.insert(key.clone()) {
+                // recorded in the filemap's journal: one appended record, not a rewrite
+                // of the whole filemap (which grows with every file)
+                let file = FileRecord {
                     name: key.clone(),
                     ..FileRecord::default()
-                });
-                let record = out.record.clone();
-                self.filemap.datasets.insert(record.id, record);
-                self.save_filemap()?;
+                };
+                out.record.files.push(file.clone());
+                let id = out.record.id;
+                match self.filemap.datasets.get_mut(&id) {
+                    Some(d) => d.files.push(file.clone()),
+                    None => {
+                        self.filemap.datasets.insert(id, out.record.clone());
+                    }
+                }
+                let appended =
+                    self.filemap_journal
+                        .append(&self.filemap, &self.cntl_dir, id, &file);
+                if let Err(e) = appended {
+                    // not recorded: the name is refused, and may be routed again
+                    let out = self.output.as_mut().expect("checked");
+                    out.routed.remove(&key);
+                    out.record.files.retain(|f| f.name != key);
+                    if let Some(d) = self.filemap.datasets.get_mut(&id) {
+                        d.files.retain(|f| f.name != key);
+                    }
+                    return Err(io_err(
+                        &self.cntl_dir.join(Filemap::journal_name(self.rank)),
+                    )(e));
+                }
             }
             // each directory of a nested name 0700, never through a link in place of one
             // (from the dataset directory down: start_output made and judged the levels
@@ -1846,9 +1875,10 @@ impl Runtime {
         }
     }
 
-    fn save_filemap(&self) -> Result<()> {
-        self.filemap
-            .save(&self.cntl_dir)
+    /// Save the whole filemap (compacting its journal).
+    fn save_filemap(&mut self) -> Result<()> {
+        self.filemap_journal
+            .save(&self.filemap, &self.cntl_dir)
             .map_err(io_err(&self.cntl_dir.join(Filemap::file_name(self.rank))))
     }
 }

@@ -287,6 +287,87 @@ fn main() {
             say(show("restart", r2.map(|k| k.to_string())));
             say(format!("candidate {:?}", scr.have_restart()));
         }
+        "many-files" => {
+            // `many-files N`: one checkpoint of N routed files per rank; reports what
+            // saving the filemap cost this process (scr-host's counters) from start_output
+            // to complete_output
+            let n: usize = std::env::args()
+                .nth(2)
+                .and_then(|a| a.parse().ok())
+                .expect("many-files N");
+            let r = world.rank();
+            say(format!("world {}", world.size()));
+            let before = scr_host::runtime::filemap_io();
+            scr.start_output("ckpt.1", Flags::CHECKPOINT)
+                .expect("start");
+            for i in 0..n {
+                let p = scr
+                    .route_file(format!("d{}/f_{r}_{i}.dat", i % 10))
+                    .expect("route");
+                std::fs::write(&p, format!("file {i} of rank {r}")).expect("write");
+            }
+            let kept = scr.complete_output(true).expect("complete");
+            let after = scr_host::runtime::filemap_io();
+            say(format!("kept {kept}"));
+            say(format!("filemap bytes {}", after.bytes - before.bytes));
+            say(format!("filemap syncs {}", after.syncs - before.syncs));
+        }
+        "restart-files" => {
+            // `restart-files N`: restart from the checkpoint `many-files N` wrote and check
+            // every file's contents
+            let n: usize = std::env::args()
+                .nth(2)
+                .and_then(|a| a.parse().ok())
+                .expect("restart-files N");
+            let r = world.rank();
+            say(format!("world {}", world.size()));
+            match scr.start_restart() {
+                Ok(name) => {
+                    let mut good = 0;
+                    for i in 0..n {
+                        let p = scr
+                            .route_file(format!("d{}/f_{r}_{i}.dat", i % 10))
+                            .expect("route");
+                        if std::fs::read(&p).ok()
+                            == Some(format!("file {i} of rank {r}").into_bytes())
+                        {
+                            good += 1;
+                        }
+                    }
+                    say(format!("restarted {name}: {good} of {n} files intact"));
+                    say(format!(
+                        "complete {}",
+                        scr.complete_restart(true).expect("complete restart")
+                    ));
+                }
+                Err(e) => say(format!("no restart: {e}")),
+            }
+        }
+        "route-and-die" => {
+            // every rank routes three files, writes the first whole and the second in
+            // part, and is killed (SIGKILL) before complete_output: what a crash in the
+            // middle of a checkpoint leaves
+            use scr_api::mpi::traits::CommunicatorCollectives;
+            let r = world.rank();
+            scr.start_output("ckpt.1", Flags::CHECKPOINT)
+                .expect("start");
+            let paths: Vec<_> = (0..3)
+                .map(|i| scr.route_file(format!("c{i}_{r}.dat")).expect("route"))
+                .collect();
+            std::fs::write(&paths[0], b"whole").expect("write");
+            std::fs::write(&paths[1], b"par").expect("write");
+            std::fs::write(
+                format!("probe_{r}.txt"),
+                format!("world {}\nrouted 3\n", world.size()),
+            )
+            .expect("report");
+            // every rank's records are on disk before any rank dies
+            world.barrier();
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &std::process::id().to_string()])
+                .status();
+            std::process::abort();
+        }
         other => panic!("unknown probe mode `{other}`"),
     }
     scr.finalize().expect("finalize");
