@@ -9,6 +9,10 @@
 
 use std::collections::BTreeMap;
 
+use mpi::collective::SystemOperation;
+use mpi::topology::{Color, SimpleCommunicator};
+use mpi::traits::{Communicator as _, CommunicatorCollectives as _, Root as _};
+
 /// One redundancy set: its id and members (world ranks), in set order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Set {
@@ -54,6 +58,160 @@ pub fn form_sets(groups: &[String], set_size: usize) -> Vec<Set> {
         }
     }
     sets
+}
+
+/// The ranks of `world` whose `value` equals this rank's, ordered by world rank
+/// (collective). A split by a hash of the value, then a check inside the split group: the
+/// group's first rank broadcasts its value and every rank compares; only when a hash
+/// collided (some rank differs) are the group's values gathered and the group split
+/// again by the first rank holding each value. Per rank: one split, one broadcast of one
+/// value and one reduction — O(log P) steps, bytes independent of P (the collision path
+/// adds an all-gather over the colliding group only).
+pub fn split_by_value(world: &SimpleCommunicator, value: &str) -> SimpleCommunicator {
+    let hash = crc32fast::hash(value.as_bytes()) & 0x7fff_ffff;
+    let key = world.rank();
+    let group = world
+        .split_by_color_with_key(Color::with_value(hash as i32), key)
+        .expect("every rank has a color");
+    let root = group.process_at_rank(0);
+    let mut len = value.len() as u64;
+    root.broadcast_into(&mut len);
+    let mut first = if group.rank() == 0 {
+        value.as_bytes().to_vec()
+    } else {
+        vec![0u8; usize::try_from(len).unwrap_or(0)]
+    };
+    if len > 0 {
+        // (an empty Vec's dangling pointer is refused by some MPI builds)
+        root.broadcast_into(&mut first[..]);
+    }
+    let same = u8::from(first == value.as_bytes());
+    let mut all_same = 0u8;
+    group.all_reduce_into(&same, &mut all_same, SystemOperation::min());
+    if all_same == 1 {
+        return group;
+    }
+    // a hash collision: split the group by the first rank holding each value
+    let n = group.size() as usize;
+    let mine = value.as_bytes();
+    let mut lens = vec![0i32; n];
+    group.all_gather_into(&(mine.len() as i32), &mut lens[..]);
+    let displs: Vec<i32> = lens
+        .iter()
+        .scan(0i32, |acc, &l| {
+            let d = *acc;
+            *acc += l;
+            Some(d)
+        })
+        .collect();
+    let total: i32 = lens.iter().sum();
+    let mut all = vec![0u8; total.max(1) as usize];
+    if total > 0 {
+        let mut part =
+            mpi::datatype::PartitionMut::new(&mut all[..total as usize], &lens[..], &displs[..]);
+        group.all_gather_varcount_into(mine, &mut part);
+    }
+    let first_holder = (0..n)
+        .find(|&i| &all[displs[i] as usize..(displs[i] + lens[i]) as usize] == mine)
+        .unwrap_or(0);
+    group
+        .split_by_color_with_key(Color::with_value(first_holder as i32), key)
+        .expect("every rank has a color")
+}
+
+/// This rank's set as [`form_sets`] forms it, computed without any rank learning every
+/// rank's group value (collective over `world`; `value` is this rank's failure-group
+/// value). Returns the set, its communicator (members in set order) and the members'
+/// group values.
+///
+/// The ranks of one group find each other ([`split_by_value`]); a rank's level is its
+/// position among them and its group's order the group's lowest world rank. The ranks of
+/// one level form a communicator ordered by group order, cut as `form_sets` cuts a level;
+/// the sets of lower levels are counted by an exclusive scan over the first ranks of each
+/// level. Per rank: three splits, a few reductions and broadcasts, an exclusive scan and
+/// an all-gather over its own set — O(log P) steps and O(set size) bytes (was: every
+/// rank's node name on every rank, O(P)).
+pub fn form_my_set(
+    world: &SimpleCommunicator,
+    value: &str,
+    set_size: usize,
+) -> (Set, SimpleCommunicator, Vec<String>) {
+    let set_size = set_size.max(1);
+    let me = world.rank();
+    let group = split_by_value(world, value);
+    let level = group.rank();
+    let mut group_first = me;
+    group.process_at_rank(0).broadcast_into(&mut group_first);
+    let level_comm = world
+        .split_by_color_with_key(Color::with_value(level), group_first)
+        .expect("every rank has a color");
+    let n = level_comm.size() as usize;
+    let pos = level_comm.rank() as usize;
+    let count = (n / set_size).max(1);
+    let (base, extra) = (n / count, n % count);
+    let index = if pos < extra * (base + 1) {
+        pos / (base + 1)
+    } else {
+        extra + (pos - extra * (base + 1)) / base
+    };
+    // sets of the levels below: an exclusive scan over each level's first rank, in
+    // level order, then handed to the rest of the level
+    let leaders = world.split_by_color_with_key(
+        if pos == 0 {
+            Color::with_value(0)
+        } else {
+            Color::undefined()
+        },
+        level,
+    );
+    let mut below = 0u64;
+    if let Some(leaders) = &leaders {
+        leaders.exclusive_scan_into(&(count as u64), &mut below, SystemOperation::sum());
+        if leaders.rank() == 0 {
+            below = 0; // (MPI leaves rank 0's exclusive scan undefined)
+        }
+    }
+    level_comm.process_at_rank(0).broadcast_into(&mut below);
+    let set_comm = level_comm
+        .split_by_color_with_key(Color::with_value(index as i32), pos as i32)
+        .expect("every rank has a color");
+    let size = set_comm.size() as usize;
+    let mut members = vec![0u32; size];
+    set_comm.all_gather_into(&(me as u32), &mut members[..]);
+    let values = gather_strings(&set_comm, value);
+    let set = Set {
+        id: below + index as u64,
+        members,
+    };
+    (set, set_comm, values)
+}
+
+/// Every member's string within `comm` (a redundancy set: O(set size) bytes).
+pub fn gather_strings(comm: &SimpleCommunicator, mine: &str) -> Vec<String> {
+    let n = comm.size() as usize;
+    let mut lens = vec![0i32; n];
+    comm.all_gather_into(&(mine.len() as i32), &mut lens[..]);
+    let displs: Vec<i32> = lens
+        .iter()
+        .scan(0i32, |acc, &l| {
+            let d = *acc;
+            *acc += l;
+            Some(d)
+        })
+        .collect();
+    let total: i32 = lens.iter().sum();
+    if total == 0 {
+        return vec![String::new(); n];
+    }
+    let mut all = vec![0u8; total as usize];
+    {
+        let mut part = mpi::datatype::PartitionMut::new(&mut all[..], &lens[..], &displs[..]);
+        comm.all_gather_varcount_into(mine.as_bytes(), &mut part);
+    }
+    lens.iter()
+        .zip(&displs)
+        .map(|(&l, &d)| String::from_utf8_lossy(&all[d as usize..(d + l) as usize]).into_owned())
+        .collect()
 }
 
 #[cfg(test)]
