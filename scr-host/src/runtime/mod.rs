@@ -34,7 +34,7 @@ use crate::state::StateError;
 
 pub use filemap::{DatasetRecord, DescriptorRecord, FileRecord, Filemap};
 pub use halt::Halt;
-pub use sets::{form_sets, Set};
+pub use sets::{form_my_set, form_sets, split_by_value, Set};
 
 pub use mpi_host::MpiHost;
 
