@@ -2096,14 +2096,37 @@ fn same_config(world: &SimpleCommunicator, config: &Config) -> Result<()> {
     if lo == hi {
         return Ok(());
     }
-    let all = all_gather_bytes(world, text.as_bytes());
-    let first = String::from_utf8_lossy(&all[0]).into_owned();
-    let (rank, other) = all
-        .iter()
-        .enumerate()
-        .find(|(_, t)| t.as_slice() != all[0].as_slice())
-        .map(|(r, t)| (r, String::from_utf8_lossy(t).into_owned()))
-        .unwrap_or((0, first.clone()));
+    // (on the mismatch path only: rank 0's text broadcast, compared on every rank, the
+    // lowest differing rank found by a min-reduction and its text broadcast — per rank
+    // two configurations and O(log P) steps; was an all-gather of every rank's, O(P))
+    let first = String::from_utf8_lossy(&broadcast_bytes(world, text.as_bytes())).into_owned();
+    let me = if text == first {
+        i32::MAX
+    } else {
+        world.rank()
+    };
+    let mut differing = i32::MAX;
+    world.all_reduce_into(&me, &mut differing, SystemOperation::min());
+    let (rank, other) = if differing == i32::MAX {
+        (0, first.clone())
+    } else {
+        let root = world.process_at_rank(differing);
+        let mut len = text.len() as u64;
+        root.broadcast_into(&mut len);
+        let mut buf = if world.rank() == differing {
+            text.as_bytes().to_vec()
+        } else {
+            vec![0u8; usize::try_from(len).unwrap_or(0)]
+        };
+        if len > 0 {
+            // (an empty Vec's dangling pointer is refused by some MPI builds)
+            root.broadcast_into(&mut buf[..]);
+        }
+        (
+            differing as usize,
+            String::from_utf8_lossy(&buf).into_owned(),
+        )
+    };
     let a: Vec<&str> = first.lines().collect();
     let b: Vec<&str> = other.lines().collect();
     let at = (0..a.len().max(b.len()))
