@@ -131,7 +131,6 @@ fn every_step_counts_the_exchanges_it_makes() {
         // complete_output of one dataset of one file (`state_<r>.dat`) per rank, scheme
         // SINGLE, no flush due (flush = 10), halt_exit off; in the order of the code:
         let names_json = br#"["state_0.dat"]"#.len() as u64; // 15 bytes on every rank
-        let evict_json = b"[[1],[]]".len() as u64; // held [1], evictable [] (kept)
         let expected = sum(&[
             [1, 0, 0, 0, 0, 0], // one call
             AGREE,              // begin: agree on the preconditions
@@ -144,10 +143,15 @@ fn every_step_counts_the_exchanges_it_makes() {
             AGREE,              // kept (applied everywhere)
             AGREE,              // committed everywhere
             [0, 1, 0, 0, 8, 8], // total checkpoint bytes (a u64 sum) for the event log
-            gather(evict_json), // eviction: ids each rank holds and may evict
-            AGREE,              // eviction's outcome agreed
+            // eviction walks the ids held in the store upwards by min-reductions: the
+            // lowest held id (a u64), whether every holder may evict it, then the next
+            // id above it (none: u64::MAX)
+            [0, 1, 0, 0, 8, 8],
+            AGREE,
+            [0, 1, 0, 0, 8, 8],
+            AGREE, // eviction's outcome agreed
         ]);
-        assert_eq!(expected, [1, 14, 0, 0, 62, 140]);
+        assert_eq!(expected, [1, 15, 0, 0, 63, 109]);
         assert_eq!(rep.names("complete"), ["complete_output"], "rank {r}");
         assert_eq!(rep.get("complete", "complete_output"), expected, "rank {r}");
 
@@ -201,7 +205,7 @@ fn a_nested_flush_counts_under_its_own_name() {
         );
         assert_eq!(
             rep.get("complete", "complete_output"),
-            [1, 14, 0, 0, 62, 140],
+            [1, 15, 0, 0, 63, 109],
             "rank {r}"
         );
         let flush = rep.get("complete", "flush");

@@ -11,7 +11,7 @@ use mpi::traits::Communicator as _;
 use scr_plugin::{DatasetFiles, FileMeta, RecoverRequest, SchemeConfig};
 use serde::{Deserialize, Serialize};
 
-use super::{all_gather_bytes, comm, DatasetRecord, Filemap, Result, Runtime, ScrError, Set};
+use super::{comm, DatasetRecord, Filemap, Result, Runtime, ScrError, Set};
 
 /// Tag of the messages that move files between ranks at init.
 const MOVE_TAG: i32 = 7001;
@@ -249,11 +249,45 @@ fn file_meta(f: &super::FileRecord, dir: &Path) -> FileMeta {
     }
 }
 
-/// What each rank tells the others about a dataset it holds complete.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct Summary {
-    rank: u32,
-    record: DatasetRecord,
+/// Tag of the sparse exchange that hands a lost rank its dataset record (two tags,
+/// alternating between consecutive datasets: see [`comm::sparse_exchange`]).
+const TEMPLATE_TAG: i32 = 7010;
+
+/// Tag of the sparse exchange of distribute offers.
+const OFFER_TAG: i32 = 7030;
+
+/// What makes two records of one dataset id the same dataset.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Identity {
+    name: String,
+    checkpoint_id: Option<u64>,
+    world_size: u32,
+    scheme: String,
+    store: String,
+}
+
+impl Identity {
+    fn of(r: &DatasetRecord) -> Identity {
+        Identity {
+            name: r.name.clone(),
+            checkpoint_id: r.checkpoint_id,
+            world_size: r.world_size,
+            scheme: r.descriptor.scheme.clone(),
+            store: r.descriptor.store.clone(),
+        }
+    }
+}
+
+/// What every rank knows about the holders of one cached dataset.
+struct Holders {
+    /// The lowest rank holding a record of it.
+    first_rank: u32,
+    /// That record's identity.
+    first: Identity,
+    /// The lowest holder whose record differs from `first`, and its dataset name.
+    other: Option<(u32, String)>,
+    /// Whether any holder recorded a CRC32 (a rebuilt file must then come with one).
+    crc_expected: bool,
 }
 
 impl Runtime {
@@ -315,24 +349,13 @@ impl Runtime {
         }
         self.agree(local)?;
 
-        let mine: Vec<Summary> = self
-            .filemap
-            .datasets
-            .values()
-            .map(|d| Summary {
-                rank: self.rank,
-                record: d.clone(),
-            })
-            .collect();
-        let bytes = serde_json::to_vec(&mine).expect("summaries serialize");
-        let all: Vec<Summary> = all_gather_bytes(&self.world, &bytes)
-            .into_iter()
-            .flat_map(|b| serde_json::from_slice::<Vec<Summary>>(&b).unwrap_or_default())
-            .collect();
-        let mut by_id: BTreeMap<u64, Vec<&Summary>> = BTreeMap::new();
-        for s in &all {
-            by_id.entry(s.record.id).or_default().push(s);
-        }
+        // Which datasets the cache holds, agreed without gathering records: the ids are
+        // walked from the largest down by max-reductions, and for each id the lowest
+        // holder's identity is broadcast and compared by every other holder (see
+        // [`Runtime::holders_of`]). Per rank and dataset: a few reductions and one
+        // broadcast of about 100 bytes (was: every rank's records, ~470 bytes each, on
+        // every rank — O(P)).
+        //
         // ids continue after the largest used anywhere: in the cache or, recorded by
         // rank 0, in the prefix (so a lost cache never brings an old id back)
         let ids = if self.rank == 0 {
@@ -340,54 +363,153 @@ impl Runtime {
         } else {
             super::Ids::default()
         };
-        let cache_dataset = by_id.keys().max().copied().unwrap_or(0);
-        let cache_ckpt = all
-            .iter()
-            .filter_map(|s| s.record.checkpoint_id)
+        let cache_dataset = self.filemap.datasets.keys().max().copied().unwrap_or(0);
+        let cache_ckpt = self
+            .filemap
+            .datasets
+            .values()
+            .filter_map(|d| d.checkpoint_id)
             .max()
             .unwrap_or(0);
         self.next_dataset = self.max_u64(cache_dataset.max(ids.dataset)) + 1;
         self.next_checkpoint = self.max_u64(cache_ckpt.max(ids.checkpoint)) + 1;
 
-        for (&id, holders) in by_id.iter().rev() {
-            if let Some(why) = self.unrestorable(holders) {
+        // (id + 1 encoded, 0: none; restoring id only changes this rank's record of id,
+        // never of a smaller one, so the walk sees every id held at the start)
+        let mut below = u64::MAX;
+        let mut round = 0i32;
+        loop {
+            let mine = self
+                .filemap
+                .datasets
+                .keys()
+                .map(|&id| id.saturating_add(1))
+                .filter(|&e| e < below)
+                .max()
+                .unwrap_or(0);
+            let next = self.max_u64(mine);
+            if next == 0 {
+                break;
+            }
+            below = next;
+            let id = next - 1;
+            let holders = self.holders_of(id);
+            if let Some(why) = self.unrestorable(&holders) {
                 // not this job's to rebuild: leave it alone (eviction removes it in time)
                 self.skipped.push(id);
                 self.warn(&format!(
                     "dataset {id} ({}) is not restored: {why}",
-                    holders[0].record.name
+                    holders.first.name
                 ));
                 continue;
             }
-            self.restore_dataset(id, holders)?;
+            self.restore_dataset(id, &holders, TEMPLATE_TAG + round % 2)?;
+            round += 1;
         }
         Ok(())
     }
 
-    /// Why a dataset cannot belong to this job, judged from every holder's record (the
-    /// same on every rank).
-    fn unrestorable(&self, holders: &[&Summary]) -> Option<String> {
-        let first = &holders[0].record;
+    /// What the holders of dataset `id` agree on (collective): the identity of the
+    /// lowest holder's record, the lowest holder whose record differs from it, whether
+    /// any holder recorded a CRC32. Per rank: 3–4 reductions and a broadcast of one
+    /// identity (or two, when records differ) — independent of P.
+    fn holders_of(&self, id: u64) -> Holders {
+        let own = self.filemap.datasets.get(&id);
+        let first_rank =
+            comm::min_u64(&self.world, own.map_or(u64::MAX, |_| self.rank.into())) as u32;
+        let first: Identity = serde_json::from_slice(&comm::broadcast_from(
+            &self.world,
+            first_rank as i32,
+            &own.map(|r| serde_json::to_vec(&Identity::of(r)).expect("identity serializes"))
+                .unwrap_or_default(),
+        ))
+        .expect("the holder's identity deserializes");
+        let differs = own.is_some_and(|r| Identity::of(r) != first);
+        let other_rank = comm::min_u64(
+            &self.world,
+            if differs { self.rank.into() } else { u64::MAX },
+        );
+        let other = (other_rank != u64::MAX).then(|| {
+            let name = comm::broadcast_from(
+                &self.world,
+                other_rank as i32,
+                own.map(|r| r.name.as_bytes()).unwrap_or_default(),
+            );
+            (
+                other_rank as u32,
+                String::from_utf8_lossy(&name).into_owned(),
+            )
+        });
+        let crc = own.is_some_and(|r| r.files.iter().any(|f| f.crc32.is_some()));
+        let crc_expected = !self.all_agree(!crc);
+        Holders {
+            first_rank,
+            first,
+            other,
+            crc_expected,
+        }
+    }
+
+    /// Why a dataset cannot belong to this job, judged from what its holders agree on
+    /// (the same on every rank).
+    fn unrestorable(&self, holders: &Holders) -> Option<String> {
+        let first = &holders.first;
         if first.world_size != 0 && first.world_size != self.size {
             return Some(format!(
                 "it was written by {} ranks and this job has {}",
                 first.world_size, self.size
             ));
         }
-        let same = |r: &DatasetRecord| {
-            r.name == first.name
-                && r.checkpoint_id == first.checkpoint_id
-                && r.world_size == first.world_size
-                && r.descriptor.scheme == first.descriptor.scheme
-                && r.descriptor.store == first.descriptor.store
-        };
-        if let Some(other) = holders.iter().find(|h| !same(&h.record)) {
+        if let Some((rank, name)) = &holders.other {
             return Some(format!(
-                "ranks {} and {} hold different datasets under this id ({} and {})",
-                holders[0].rank, other.rank, first.name, other.record.name
+                "ranks {} and {rank} hold different datasets under this id ({} and {name})",
+                holders.first_rank, first.name
             ));
         }
         None
+    }
+
+    /// The record of dataset `id` for a rank that holds none (its cache was lost),
+    /// from a member of its redundancy set that holds one (collective). The holders of
+    /// each set find each other (a split by set id) and the lowest sends its record to
+    /// every member that is not among them, through a sparse exchange. Per rank: one
+    /// reduction when no rank lacks the record; otherwise a split, an exchange of
+    /// O(set size) ranks within the set and one record per missing member — independent
+    /// of P (was: every rank's records on every rank).
+    fn template_from_set(&self, id: u64, tag: i32) -> Option<DatasetRecord> {
+        let own = self.filemap.datasets.get(&id);
+        if comm::sum_u64(&self.world, u64::from(own.is_none())) == 0 {
+            return own.cloned();
+        }
+        let color = match own {
+            Some(r) => mpi::topology::Color::with_value((r.descriptor.set_id & 0x7fff_ffff) as i32),
+            None => mpi::topology::Color::undefined(),
+        };
+        let mut sends = Vec::new();
+        if let (Some(holders), Some(rec)) = (
+            comm::split_by_color_with_key(&self.world, color, self.rank as i32),
+            own,
+        ) {
+            let mut here = vec![0u32; holders.size() as usize];
+            comm::all_gather_into(&holders, &self.rank, &mut here[..]);
+            if holders.rank() == 0 {
+                let bytes = serde_json::to_vec(rec).expect("record serializes");
+                for &m in &rec.descriptor.members {
+                    if m < self.size && !here.contains(&m) {
+                        sends.push((m, bytes.clone()));
+                    }
+                }
+            }
+        }
+        let got = comm::sparse_exchange(&self.world, &sends, tag);
+        if own.is_some() {
+            return own.cloned();
+        }
+        // the lowest holder whose record lists this rank (records from several sets
+        // mean damaged filemaps; the choice is the one every earlier run made)
+        got.into_iter()
+            .filter_map(|(_, b)| serde_json::from_slice::<DatasetRecord>(&b).ok())
+            .find(|r| r.descriptor.members.contains(&self.rank))
     }
 
     /// Largest `v` over all ranks.
@@ -404,25 +526,26 @@ impl Runtime {
 
     /// Verify (and, through the scheme, rebuild) dataset `id` on every rank, or drop it
     /// everywhere. Collective.
-    fn restore_dataset(&mut self, id: u64, holders: &[&Summary]) -> Result<()> {
+    fn restore_dataset(&mut self, id: u64, holders: &Holders, tag: i32) -> Result<()> {
         let restore_started = std::time::Instant::now();
         let own = self.filemap.datasets.get(&id).cloned();
         // the record that says which set this rank belonged to
-        let template = own.clone().or_else(|| {
-            holders
-                .iter()
-                .find(|s| s.record.descriptor.members.contains(&self.rank))
-                .map(|s| s.record.clone())
-        });
+        let template = self.template_from_set(id, tag);
         let set = template.as_ref().map(|t| Set {
             id: t.descriptor.set_id,
             members: t.descriptor.members.clone(),
         });
-        let groups = template
+        // this rank's failure-group value in the recorded group; the node names for
+        // every rank when any rank cannot give one (as when one table was missing)
+        let value = template
             .as_ref()
-            .and_then(|t| self.group_values(&t.descriptor.group).ok())
-            .unwrap_or_else(|| self.nodes.clone());
-        let host = self.set_host(set.as_ref(), &groups).filter(|h| {
+            .map(|t| self.group_value(&t.descriptor.group).ok());
+        let value = match value {
+            _ if !self.all_agree(!matches!(value, Some(None))) => self.node.clone(),
+            Some(Some(v)) => v,
+            _ => self.node.clone(),
+        };
+        let host = self.set_host(set.as_ref(), &value).filter(|h| {
             set.as_ref()
                 .is_some_and(|s| h.size_matches(s.members.len()))
         });
@@ -469,9 +592,7 @@ impl Runtime {
         let ready = matches!((&host, &scheme), (Some(_), Some(Ok(_)))) && dir_ok;
         let name = template
             .as_ref()
-            .or(holders.first().map(|s| &s.record))
-            .map(|r| r.name.clone())
-            .unwrap_or_default();
+            .map_or_else(|| holders.first.name.clone(), |r| r.name.clone());
         if !self.all_agree(ready) {
             // the scheme or the set cannot be set up now (plugin missing, parameters
             // refused, ...): keep the data, do not offer it
@@ -588,9 +709,7 @@ impl Runtime {
         // the dataset was written with CRC32s when any holder recorded one: then a
         // rebuilt file must come with one too (a rank whose cache is lost has only the
         // scheme's word for its files)
-        let crc_expected = holders
-            .iter()
-            .any(|h| h.record.files.iter().any(|f| f.crc32.is_some()));
+        let crc_expected = holders.crc_expected;
         // what the scheme says it rebuilt is verified before it is recorded; an intact
         // rank's files must still be there, whole, after the scheme ran
         let outcome: std::result::Result<Option<Vec<super::FileRecord>>, String> = outcome
@@ -608,27 +727,30 @@ impl Runtime {
         let kept = self.all_agree(outcome.is_ok());
         // which ranks lacked files (1: damaged or missing, 2: the whole cache lost): for
         // the log, and the event log's lost nodes
-        let flags = all_gather_bytes(
-            &self.world,
-            &[match (&own, intact) {
-                (None, _) => 2u8,
-                (Some(_), false) => 1,
-                (Some(_), true) => 0,
-            }],
-        );
-        for (r, f) in flags.iter().enumerate() {
-            if f.as_slice() == [2] {
-                if let Some(node) = self.nodes.get(r) {
-                    self.lost_nodes.insert(node.clone());
-                }
+        // (rank 0 alone logs them: a bounded gather of the ranks that lacked files, each
+        // with its node — see [`comm::gather_some`]; was an all-gather of P flags)
+        let flag = match (&own, intact) {
+            (None, _) => Some(2u8),
+            (Some(_), false) => Some(1),
+            (Some(_), true) => None,
+        };
+        let report = flag.map(|f| [&[f][..], self.node.as_bytes()].concat());
+        let (lacking, lacking_total) = comm::gather_some(&self.world, report.as_deref());
+        for (_, b) in &lacking {
+            if b.first() == Some(&2) {
+                self.lost_nodes
+                    .insert(String::from_utf8_lossy(&b[1..]).into_owned());
             }
         }
-        let rebuilt: Vec<u32> = (0..flags.len() as u32)
-            .filter(|&r| flags[r as usize].as_slice() != [0])
-            .collect();
-        if kept && !rebuilt.is_empty() {
+        let rebuilt: Vec<u32> = lacking.iter().map(|(r, _)| *r).collect();
+        let more = match lacking_total - rebuilt.len() as u64 {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
+        let rebuilt_any = lacking_total > 0;
+        if kept && rebuilt_any {
             self.info(&format!(
-                "dataset {id} ({name}): rebuilt the files of ranks {rebuilt:?} through {}",
+                "dataset {id} ({name}): rebuilt the files of ranks {rebuilt:?}{more} through {}",
                 t.descriptor.scheme
             ));
             self.log_event(crate::events::Event::Rebuild {
@@ -661,34 +783,52 @@ impl Runtime {
             }
         } else {
             // dropped everywhere: say which sets failed and which ranks lacked files
-            let mine = serde_json::to_vec(&(
-                t.descriptor.set_id,
-                check.as_ref().err().cloned().unwrap_or_default(),
-                outcome.as_ref().err().cloned().unwrap_or_default(),
-            ))
-            .expect("serializes");
-            let views: Vec<(u64, String, String)> = all_gather_bytes(&self.world, &mine)
-                .iter()
-                .map(|b| serde_json::from_slice(b).unwrap_or_default())
-                .collect();
-            let ranks: Vec<String> = views
-                .iter()
-                .filter(|v| !v.1.is_empty())
-                .map(|v| v.1.clone())
-                .collect();
-            let mut failed: BTreeMap<u64, String> = BTreeMap::new();
-            for v in views.iter().filter(|v| !v.2.is_empty()) {
-                failed.entry(v.0).or_insert_with(|| v.2.clone());
+            // (two bounded gathers to rank 0 — the ranks whose files were lost or
+            // damaged, the ranks whose rebuild failed with their set — and the report
+            // broadcast from rank 0: per rank O(log P) steps and one report; was an
+            // all-gather of every rank's view, O(P))
+            let (checks, checks_total) =
+                comm::gather_some(&self.world, check.as_ref().err().map(|e| e.as_bytes()));
+            let failure = outcome
+                .as_ref()
+                .err()
+                .map(|why| serde_json::to_vec(&(t.descriptor.set_id, why)).expect("serializes"));
+            let (fails, fails_total) = comm::gather_some(&self.world, failure.as_deref());
+            let mut report = String::new();
+            if self.rank == 0 {
+                let mut ranks: Vec<String> = checks
+                    .iter()
+                    .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
+                    .collect();
+                if checks_total > ranks.len() as u64 {
+                    ranks.push(format!("and {} more", checks_total - ranks.len() as u64));
+                }
+                let mut failed: BTreeMap<u64, String> = BTreeMap::new();
+                for (set, why) in fails
+                    .iter()
+                    .filter_map(|(_, b)| serde_json::from_slice::<(u64, String)>(b).ok())
+                {
+                    failed.entry(set).or_insert(why);
+                }
+                let mut sets: Vec<String> = failed
+                    .iter()
+                    .map(|(set, why)| format!("set {set}: {why}"))
+                    .collect();
+                if fails_total > fails.len() as u64 {
+                    sets.push(format!(
+                        "and {} more failed rank(s)",
+                        fails_total - fails.len() as u64
+                    ));
+                }
+                report = format!(
+                    "dataset {id} ({name}) cannot be restored and was dropped: lost or damaged files: [{}]; {}",
+                    ranks.join("; "),
+                    sets.join("; ")
+                );
             }
-            let sets: Vec<String> = failed
-                .iter()
-                .map(|(set, why)| format!("set {set}: {why}"))
-                .collect();
-            let report = format!(
-                "dataset {id} ({name}) cannot be restored and was dropped: lost or damaged files: [{}]; {}",
-                ranks.join("; "),
-                sets.join("; ")
-            );
+            let report =
+                String::from_utf8_lossy(&comm::broadcast_from(&self.world, 0, report.as_bytes()))
+                    .into_owned();
             self.warn(&report);
             self.log_event(crate::events::Event::Failure {
                 what: report.clone(),
@@ -765,9 +905,7 @@ impl Runtime {
     /// filemaps that list them (`distribute = false`). The first rank on each node does
     /// it; only names inside their dataset directories are removed.
     fn purge_cache(&mut self) -> Result<()> {
-        let first_on_node =
-            self.nodes.iter().position(|n| *n == self.node) == Some(self.rank as usize);
-        if !first_on_node {
+        if !self.first_on_node() {
             return Ok(());
         }
         let mut purged = BTreeSet::new();
@@ -862,15 +1000,27 @@ impl Runtime {
             })
             .map(|d| d.id)
             .collect();
-        let mine = serde_json::to_vec(&(held, may_go)).expect("ids serialize");
+        // Which ids of the store any rank holds, and whether every holder may give each
+        // up, agreed by walking the ids upwards with min-reductions: per rank two
+        // reductions per dataset in the store (bounded by its count), independent of P
+        // (was: every rank's id lists on every rank — O(P)).
         let mut holders: BTreeMap<u64, bool> = BTreeMap::new(); // id -> every holder may evict
-        for b in all_gather_bytes(&self.world, &mine) {
-            let (held, may_go): (Vec<u64>, Vec<u64>) =
-                serde_json::from_slice(&b).unwrap_or_default();
-            for id in held {
-                let ok = may_go.contains(&id);
-                holders.entry(id).and_modify(|all| *all &= ok).or_insert(ok);
+        let mut above = 0u64; // (id + 1 encoded: 0 is below every id)
+        loop {
+            let mine = held
+                .iter()
+                .map(|&id| id.saturating_add(1))
+                .filter(|&e| e > above)
+                .min()
+                .unwrap_or(u64::MAX);
+            let next = comm::min_u64(&self.world, mine);
+            if next == u64::MAX {
+                break;
             }
+            above = next;
+            let id = next - 1;
+            let ok = !held.contains(&id) || may_go.contains(&id);
+            holders.insert(id, self.all_agree(ok));
         }
         let mut count = holders.len() as u64;
         let mut victims = Vec::new();
@@ -913,25 +1063,31 @@ impl Runtime {
     /// (SCR's distribute step). Transfers run one at a time in an order every rank
     /// agrees on, so no two can deadlock.
     fn distribute(&mut self) -> Result<()> {
-        let first_on_node =
-            self.nodes.iter().position(|n| *n == self.node) == Some(self.rank as usize);
         let mut offers: Vec<(u32, u32)> = Vec::new(); // (owner, holder)
-        if first_on_node {
+        if self.first_on_node() {
             for (owner, _) in Filemap::owners_in(&self.cntl_dir) {
-                let moved = self
-                    .nodes
-                    .get(owner as usize)
-                    .is_some_and(|n| *n != self.node);
+                // an owner of this job that runs on another node now
+                let moved = owner < self.size && !self.node_ranks.contains(&owner);
                 if moved {
                     offers.push((owner, self.rank));
                 }
             }
         }
-        let bytes = serde_json::to_vec(&offers).expect("offers serialize");
-        let mut all: Vec<(u32, u32)> = all_gather_bytes(&self.world, &bytes)
-            .into_iter()
-            .flat_map(|b| serde_json::from_slice::<Vec<(u32, u32)>>(&b).unwrap_or_default())
+        // Each offer goes to its owner alone (a sparse exchange: per rank its own offers
+        // plus one non-blocking barrier; was an all-gather of every offer, O(P)). The
+        // holder sends and the owner receives its pairs in the order of (owner, holder):
+        // the pair first in that order among those left is next on both its ranks, so
+        // the blocking transfers cannot deadlock.
+        let sends: Vec<(u32, Vec<u8>)> = offers
+            .iter()
+            .map(|&(owner, _)| (owner, vec![1u8])) // (never an empty buffer to MPI)
             .collect();
+        let mut all: Vec<(u32, u32)> = offers;
+        all.extend(
+            comm::sparse_exchange(&self.world, &sends, OFFER_TAG)
+                .into_iter()
+                .map(|(holder, _)| (self.rank, holder)),
+        );
         all.sort();
         let mut received = BTreeSet::new();
         for (owner, holder) in all {

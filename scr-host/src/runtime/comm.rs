@@ -50,8 +50,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use mpi::collective::Operation;
+use mpi::collective::{Operation, SystemOperation};
 use mpi::datatype::{Buffer, BufferMut, PartitionMut};
+use mpi::point_to_point::MatchedReceiveVec as _;
 use mpi::topology::{Color, Process, SimpleCommunicator};
 use mpi::traits::{
     Communicator, CommunicatorCollectives as _, Destination as _, Root as _, Source as _,
@@ -333,17 +334,26 @@ pub fn broadcast_bytes(world: &SimpleCommunicator, mine: &[u8]) -> Vec<u8> {
 /// [`broadcast_bytes`] in pieces of at most `limit` bytes (at least 1, at most
 /// [`MAX_COUNT`]): public so that tests exercise the split path without gigabytes.
 pub fn broadcast_bytes_limited(world: &SimpleCommunicator, mine: &[u8], limit: usize) -> Vec<u8> {
+    broadcast_from_limited(world, 0, mine, limit)
+}
+
+/// The bytes of rank `root` of `comm` on every rank of `comm` (collective; `root` known
+/// to all, e.g. from a reduction; `mine` is ignored on the other ranks). Per rank: 8 +
+/// the root's length in bytes, O(log P) steps.
+pub fn broadcast_from(comm: &SimpleCommunicator, root: i32, mine: &[u8]) -> Vec<u8> {
+    broadcast_from_limited(comm, root, mine, MAX_COUNT)
+}
+
+fn broadcast_from_limited(
+    comm: &SimpleCommunicator,
+    root: i32,
+    mine: &[u8],
+    limit: usize,
+) -> Vec<u8> {
     let limit = limit.clamp(1, MAX_COUNT);
-    let root = world.process_at_rank(0);
-    let is_root = world.rank() == 0;
+    let is_root = comm.rank() == root;
     let mut len = wide(mine.len());
-    root.broadcast_into(&mut len);
-    let word = std::mem::size_of::<u64>();
-    if is_root {
-        collective(word, 0);
-    } else {
-        collective(0, word);
-    }
+    broadcast_into(comm, root, &mut len);
     let mut buf = if is_root {
         mine.to_vec()
     } else {
@@ -353,12 +363,7 @@ pub fn broadcast_bytes_limited(world: &SimpleCommunicator, mine: &[u8], limit: u
     // (nothing is broadcast for 0 bytes: an empty Vec's dangling pointer is refused by
     // some MPI builds)
     for piece in buf.chunks_mut(limit) {
-        root.broadcast_into(piece);
-        if is_root {
-            collective(piece.len(), 0);
-        } else {
-            collective(0, piece.len());
-        }
+        broadcast_into(comm, root, piece);
     }
     buf
 }
@@ -486,6 +491,137 @@ pub fn duplicate(comm: &SimpleCommunicator) -> SimpleCommunicator {
     let out = comm.duplicate();
     collective(0, 0);
     out
+}
+
+/// `comm.all_gather_into(send, recv)`, counted (fixed-size items; a redundancy set's or
+/// a node's communicator, never the world's on a checkpoint path).
+pub fn all_gather_into<C, S, R>(comm: &C, send: &S, recv: &mut R)
+where
+    C: Communicator,
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+{
+    comm.all_gather_into(send, recv);
+    let n = std::mem::size_of_val(send);
+    collective(n, std::mem::size_of_val(recv).saturating_sub(n));
+}
+
+/// `comm.exclusive_scan_into(send, recv, op)`, counted.
+pub fn exclusive_scan_into<C, S, R, O>(comm: &C, send: &S, recv: &mut R, op: O)
+where
+    C: Communicator,
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    comm.exclusive_scan_into(send, recv, op);
+    collective(std::mem::size_of_val(send), std::mem::size_of_val(recv));
+}
+
+/// Smallest `v` over the ranks of `comm` (collective, 8 bytes, O(log P) steps).
+pub fn min_u64<C: Communicator>(comm: &C, v: u64) -> u64 {
+    let mut out = 0u64;
+    all_reduce_into(comm, &v, &mut out, SystemOperation::min());
+    out
+}
+
+/// Sum of `v` over the ranks of `comm` (collective, 8 bytes, O(log P) steps).
+pub fn sum_u64<C: Communicator>(comm: &C, v: u64) -> u64 {
+    let mut out = 0u64;
+    all_reduce_into(comm, &v, &mut out, SystemOperation::sum());
+    out
+}
+
+/// Sparse exchange (the NBX algorithm: synchronous sends, then a non-blocking barrier
+/// entered once they are matched): each rank sends `sends` (destination, bytes) and
+/// receives whatever others sent it, without anyone knowing in advance who sends to
+/// whom. Collective over `comm`. Per rank: its own messages plus the O(log P) steps of
+/// one barrier — nothing grows with P. Received messages come back ordered by sender.
+///
+/// Two consecutive exchanges on one communicator must use different tags: a rank may
+/// begin the next exchange while another still receives in this one (alternating two
+/// tags suffices, a rank cannot be two exchanges ahead).
+pub fn sparse_exchange(
+    comm: &SimpleCommunicator,
+    sends: &[(u32, Vec<u8>)],
+    tag: i32,
+) -> Vec<(u32, Vec<u8>)> {
+    let mut got = Vec::new();
+    mpi::request::scope(|scope| {
+        let mut pending: Vec<_> = sends
+            .iter()
+            .map(|(to, bytes)| {
+                sent(bytes.len());
+                comm.process_at_rank(*to as i32)
+                    .immediate_synchronous_send_with_tag(scope, &bytes[..], tag)
+            })
+            .collect();
+        let mut barrier = None;
+        loop {
+            if let Some(probed) = comm.any_process().immediate_matched_probe_with_tag(tag) {
+                let (bytes, status) = probed.matched_receive_vec::<u8>();
+                received(bytes.len());
+                got.push((status.source_rank() as u32, bytes));
+                continue;
+            }
+            match barrier.take() {
+                None => {
+                    pending = pending.into_iter().filter_map(|r| r.test().err()).collect();
+                    if pending.is_empty() {
+                        barrier = Some(comm.immediate_barrier());
+                        collective(0, 0);
+                    }
+                }
+                Some(b) => match b.test() {
+                    Ok(_) => break,
+                    Err(b) => barrier = Some(b),
+                },
+            }
+            std::thread::yield_now();
+        }
+    });
+    got.sort_by_key(|(from, _)| *from);
+    got
+}
+
+/// Tag of the messages of [`gather_some`].
+const REPORT_TAG: i32 = 7020;
+
+/// Most reports [`gather_some`] brings to rank 0 (the rest are only counted).
+pub const REPORT_LIMIT: u64 = 256;
+
+/// Reports of the ranks that have one (`Some`), on rank 0: the lowest-ranked
+/// [`REPORT_LIMIT`] of them in rank order, with the count of all (on every rank).
+/// Collective over `comm`. Per rank: an exclusive scan and a reduction (O(log P) steps,
+/// 8 bytes) and at most one message; rank 0 receives at most `REPORT_LIMIT` messages
+/// (was: an all-gather, O(P) on every rank).
+///
+/// The count is reduced before any report is sent, so a rank can only send for the next
+/// gather after rank 0 finished receiving this one: one tag serves them all.
+pub fn gather_some(comm: &SimpleCommunicator, mine: Option<&[u8]>) -> (Vec<(u32, Vec<u8>)>, u64) {
+    let flag = u64::from(mine.is_some());
+    let mut index = 0u64;
+    exclusive_scan_into(comm, &flag, &mut index, SystemOperation::sum());
+    if comm.rank() == 0 {
+        index = 0; // (MPI leaves rank 0's exclusive scan undefined)
+    }
+    let total = sum_u64(comm, flag);
+    let mut got = Vec::new();
+    if comm.rank() == 0 {
+        if let Some(m) = mine {
+            got.push((0, m.to_vec()));
+        }
+        while (got.len() as u64) < total.min(REPORT_LIMIT) {
+            let probed = comm.any_process().matched_probe_with_tag(REPORT_TAG);
+            let (bytes, status) = probed.matched_receive_vec::<u8>();
+            received(bytes.len());
+            got.push((status.source_rank() as u32, bytes));
+        }
+        got.sort_by_key(|(r, _)| *r);
+    } else if let Some(m) = mine.filter(|_| index < REPORT_LIMIT) {
+        send(&comm.process_at_rank(0), m, REPORT_TAG);
+    }
+    (got, total)
 }
 
 /// `peer.send_with_tag(buf, tag)`, counted.

@@ -38,7 +38,7 @@ pub use filemap::{
     JOURNAL_KIND, JOURNAL_VERSION,
 };
 pub use halt::Halt;
-pub use sets::{form_sets, Set};
+pub use sets::{form_my_set, form_sets, split_by_value, Set};
 
 pub use mpi_host::MpiHost;
 
@@ -141,7 +141,11 @@ pub struct Runtime {
     rank: u32,
     size: u32,
     node: String,
-    nodes: Vec<String>,
+    /// World ranks on this rank's node, in rank order (from a split by node name: no
+    /// rank learns every rank's node).
+    node_ranks: Vec<u32>,
+    /// Nodes in the job.
+    node_count: u32,
     simulated: bool,
     config: Config,
     registry: Registry,
@@ -247,7 +251,8 @@ impl Runtime {
             rank,
             size,
             node: String::new(),
-            nodes: Vec::new(),
+            node_ranks: Vec::new(),
+            node_count: 0,
             simulated: false,
             registry: Registry::default(),
             user: config.str("user"),
@@ -325,10 +330,18 @@ impl Runtime {
                 .unwrap_or_else(|_| "localhost".into()))
         };
         rt.node = rt.agree(node)?;
-        rt.nodes = all_gather_bytes(&rt.world, rt.node.as_bytes())
-            .into_iter()
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .collect();
+        // the ranks of this node find each other by a split by node name (see
+        // sets::split_by_value) and count the nodes with one reduction: per rank
+        // O(log P) steps and O(ranks per node) bytes (was: every rank's node name on
+        // every rank, O(P))
+        {
+            let node_comm = sets::split_by_value(&rt.world, &rt.node);
+            let mut ranks = vec![0u32; node_comm.size() as usize];
+            comm::all_gather_into(&node_comm, &rank, &mut ranks[..]);
+            rt.node_ranks = ranks;
+            let first = u64::from(node_comm.rank() == 0);
+            rt.node_count = u32::try_from(comm::sum_u64(&rt.world, first)).unwrap_or(u32::MAX);
+        }
 
         let job_dir = PathBuf::from(&rt.user).join(format!("scr.{}", rt.job_id));
         let cntl_base = PathBuf::from(rt.config.str("cntl_base"));
@@ -411,12 +424,7 @@ impl Runtime {
         }
         rt.log_event(crate::events::Event::Init {
             ranks: rt.size,
-            nodes: {
-                let mut n = rt.nodes.clone();
-                n.sort();
-                n.dedup();
-                n.len() as u32
-            },
+            nodes: rt.node_count,
             seconds: started.elapsed().as_secs_f64(),
             restarted_from: rt.have_restart(),
         });
@@ -439,12 +447,7 @@ impl Runtime {
         rt.info(&format!(
             "init: {} ranks on {} node(s), {} descriptor(s), restart candidate {:?}, {:.3} s",
             rt.size,
-            {
-                let mut n = rt.nodes.clone();
-                n.sort();
-                n.dedup();
-                n.len()
-            },
+            rt.node_count,
             rt.reddescs.len(),
             rt.have_restart(),
             started.elapsed().as_secs_f64()
@@ -655,33 +658,36 @@ impl Runtime {
         self.store_dir(store).join(format!("scr.dataset.{id}"))
     }
 
-    /// Failure-group value of every rank for group `name`.
-    fn group_values(&self, name: &str) -> Result<Vec<String>> {
+    /// Whether this rank is the first (lowest) on its node.
+    fn first_on_node(&self) -> bool {
+        self.node_ranks.first() == Some(&self.rank)
+    }
+
+    /// This rank's failure-group value for group `name`.
+    fn group_value(&self, name: &str) -> Result<String> {
         match name {
-            "NODE" => Ok(self.nodes.clone()),
-            "WORLD" => Ok((0..self.size).map(|r| format!("rank{r}")).collect()),
-            custom => self
-                .nodes
-                .iter()
-                .map(|n| {
-                    self.config
-                        .groups
-                        .iter()
-                        .find(|g| &g.host == n)
-                        .and_then(|g| g.values.get(custom).cloned())
-                        .ok_or_else(|| {
-                            ScrError::Usage(format!(
-                                "node `{n}` has no [[group]] table giving a value for group `{custom}`; add one (host = \"{n}\")"
-                            ))
-                        })
-                })
-                .collect(),
+            "NODE" => Ok(self.node.clone()),
+            "WORLD" => Ok(format!("rank{}", self.rank)),
+            custom => {
+                let n = &self.node;
+                self.config
+                    .groups
+                    .iter()
+                    .find(|g| &g.host == n)
+                    .and_then(|g| g.values.get(custom).cloned())
+                    .ok_or_else(|| {
+                        ScrError::Usage(format!(
+                            "node `{n}` has no [[group]] table giving a value for group `{custom}`; add one (host = \"{n}\")"
+                        ))
+                    })
+            }
         }
     }
 
     /// Build a set communicator and its host services for `set` (collective over world:
-    /// every rank passes its own set, or `None` to take no part).
-    fn set_host(&self, set: Option<&Set>, groups: &[String]) -> Option<MpiHost> {
+    /// every rank passes its own set and failure-group value, or `None` to take no
+    /// part). The members' group values are gathered within the set: O(set size).
+    fn set_host(&self, set: Option<&Set>, group: &str) -> Option<MpiHost> {
         let color = match set {
             Some(s) => mpi::topology::Color::with_value(s.id as i32),
             None => mpi::topology::Color::undefined(),
@@ -691,13 +697,11 @@ impl Runtime {
             .unwrap_or(0) as i32;
         let comm = comm::split_by_color_with_key(&self.world, color, key)?;
         let set = set?;
+        let groups = sets::gather_strings(&comm, group);
         Some(MpiHost::new(
             comm,
             set.members.clone(),
-            set.members
-                .iter()
-                .map(|&m| groups.get(m as usize).cloned().unwrap_or_default())
-                .collect(),
+            groups,
             self.rank,
             self.debug,
         ))
@@ -709,16 +713,10 @@ impl Runtime {
             if !d.checkpoint.enabled {
                 continue;
             }
-            let groups = self.group_values(&d.group.0)?;
-            let sets = form_sets(&groups, d.set_size() as usize);
-            let mine = sets
-                .iter()
-                .find(|s| s.members.contains(&self.rank))
-                .cloned()
-                .expect("every rank is in a set");
-            let host = self
-                .set_host(Some(&mine), &groups)
-                .expect("a set communicator for a member");
+            let value = self.agree(self.group_value(&d.group.0))?;
+            let (mine, comm, groups) =
+                sets::form_my_set(&self.world, &value, d.set_size() as usize);
+            let host = MpiHost::new(comm, mine.members.clone(), groups, self.rank, self.debug);
             let member = mine
                 .members
                 .iter()
@@ -755,18 +753,13 @@ impl Runtime {
     /// The nodes file (Files chapter): how many nodes this run uses, written by the
     /// first rank of each node into its control directory.
     fn write_nodes_file(&self) -> Result<()> {
-        let first_on_node =
-            self.nodes.iter().position(|n| *n == self.node) == Some(self.rank as usize);
         let mut written = Ok(());
-        if first_on_node {
-            let mut distinct = self.nodes.clone();
-            distinct.sort();
-            distinct.dedup();
+        if self.first_on_node() {
             let path = self.cntl_dir.join("nodes.scr");
             written = crate::state::write_private_state(
                 &path,
                 "nodes",
-                &BTreeMap::from([("NODES", distinct.len())]),
+                &BTreeMap::from([("NODES", self.node_count as usize)]),
             )
             .map_err(io_err(&path));
         }
@@ -1974,13 +1967,19 @@ fn agree_on<T>(world: &SimpleCommunicator, local: Result<T>) -> Result<T> {
 /// Collective: every rank calls it, on a path every rank takes (after agreeing that some
 /// rank failed). A failure with an empty message still counts (a flag goes with it).
 fn first_failure(world: &SimpleCommunicator, mine: Option<&str>) -> Option<(usize, String)> {
-    let mut msg = vec![u8::from(mine.is_some())];
-    msg.extend_from_slice(mine.unwrap_or_default().as_bytes());
-    all_gather_bytes(world, &msg)
-        .into_iter()
-        .enumerate()
-        .find(|(_, m)| m.first() == Some(&1))
-        .map(|(r, m)| (r, String::from_utf8_lossy(&m[1..]).into_owned()))
+    // the lowest failing rank by a min-reduction, then its message broadcast from it:
+    // per rank O(log P) steps and one message (was an all-gather of every rank's, O(P))
+    let me = if mine.is_some() {
+        u64::from(world.rank().unsigned_abs())
+    } else {
+        u64::MAX
+    };
+    let first = comm::min_u64(world, me);
+    if first == u64::MAX {
+        return None;
+    }
+    let text = comm::broadcast_from(world, first as i32, mine.unwrap_or_default().as_bytes());
+    Some((first as usize, String::from_utf8_lossy(&text).into_owned()))
 }
 
 /// The halt file, or no conditions (with a warning) when it cannot be read: a damaged
@@ -2144,14 +2143,25 @@ fn same_config(world: &SimpleCommunicator, config: &Config) -> Result<()> {
     if lo == hi {
         return Ok(());
     }
-    let all = all_gather_bytes(world, text.as_bytes());
-    let first = String::from_utf8_lossy(&all[0]).into_owned();
-    let (rank, other) = all
-        .iter()
-        .enumerate()
-        .find(|(_, t)| t.as_slice() != all[0].as_slice())
-        .map(|(r, t)| (r, String::from_utf8_lossy(t).into_owned()))
-        .unwrap_or((0, first.clone()));
+    // (on the mismatch path only: rank 0's text broadcast, compared on every rank, the
+    // lowest differing rank found by a min-reduction and its text broadcast — per rank
+    // two configurations and O(log P) steps; was an all-gather of every rank's, O(P))
+    let first = String::from_utf8_lossy(&broadcast_bytes(world, text.as_bytes())).into_owned();
+    let me = if text == first {
+        u64::MAX
+    } else {
+        u64::from(world.rank().unsigned_abs())
+    };
+    let differing = comm::min_u64(world, me);
+    let (rank, other) = if differing == u64::MAX {
+        (0, first.clone())
+    } else {
+        let other = comm::broadcast_from(world, differing as i32, text.as_bytes());
+        (
+            differing as usize,
+            String::from_utf8_lossy(&other).into_owned(),
+        )
+    };
     let a: Vec<&str> = first.lines().collect();
     let b: Vec<&str> = other.lines().collect();
     let at = (0..a.len().max(b.len()))

@@ -1,0 +1,71 @@
+//! Redundancy sets formed at init without any rank learning every rank's group value
+//! (`form_my_set`: splits by value, an exclusive scan) are the sets `form_sets` forms from
+//! the whole list, on every rank: same ids, same members in the same order, the members'
+//! values; and the ranks sharing a value find each other even when two values collide in
+//! the hash that splits them.
+
+use scr_e2e::Cluster;
+use scr_host::runtime::form_sets;
+
+/// Run the probe on `values` (one per rank) with `set_size`; check every rank's report
+/// against `form_sets`.
+fn check(values: &[&str], set_size: usize) {
+    let c = Cluster::new();
+    let out = c.run(values, "scr-sets-probe", &[&set_size.to_string()]);
+    assert_eq!(out.code, 0, "the probe ran\n{out}");
+    let groups: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+    let sets = form_sets(&groups, set_size);
+    for rank in 0..values.len() {
+        let report = std::fs::read_to_string(c.prefix().join(format!("sets_{rank}.txt")))
+            .unwrap_or_else(|e| panic!("rank {rank} wrote no report: {e}\n{out}"));
+        let set = sets
+            .iter()
+            .find(|s| s.members.contains(&(rank as u32)))
+            .expect("form_sets puts every rank in a set");
+        let member = set.members.iter().position(|&m| m == rank as u32).unwrap();
+        let member_values: Vec<&str> = set.members.iter().map(|&m| values[m as usize]).collect();
+        let same: Vec<usize> = (0..values.len())
+            .filter(|&r| values[r] == values[rank])
+            .collect();
+        assert_eq!(
+            report,
+            format!(
+                "world size {}\nset {} members {:?}\ncomm rank {member} of {}\nvalues {member_values:?}\nsame value {same:?}\n",
+                values.len(),
+                set.id,
+                set.members,
+                set.members.len(),
+            ),
+            "rank {rank} of {values:?}, set size {set_size}"
+        );
+    }
+}
+
+#[test]
+fn sets_formed_by_splits_equal_form_sets_for_uneven_nodes() {
+    // 4 nodes with 3, 1, 2 and 2 ranks, interleaved: levels of 4, 3 and 1 ranks
+    let nodes = ["a", "b", "a", "c", "d", "a", "c", "d"];
+    for set_size in [1, 2, 3, 4, 8] {
+        check(&nodes, set_size);
+    }
+}
+
+#[test]
+fn sets_formed_by_splits_equal_form_sets_for_five_nodes_of_two() {
+    let nodes = ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3", "n4", "n4"];
+    check(&nodes, 2);
+    check(&nodes, 4);
+}
+
+#[test]
+fn values_whose_hashes_collide_are_still_told_apart() {
+    // (crc32 & 0x7fffffff of these two names is the same: one split group, checked)
+    let (x, y) = ("node3985819", "node4420602");
+    assert_eq!(
+        crc32fast::hash(x.as_bytes()) & 0x7fff_ffff,
+        crc32fast::hash(y.as_bytes()) & 0x7fff_ffff,
+        "the names collide in the split's hash"
+    );
+    check(&[x, y, x, y, "other", x], 2);
+    check(&[x, y, x, y, "other", x], 3);
+}
