@@ -17,6 +17,7 @@ pub mod halt;
 pub(crate) mod local_host;
 mod mpi_exit;
 mod mpi_host;
+mod names;
 pub mod prefix;
 mod sets;
 
@@ -1132,48 +1133,48 @@ impl Runtime {
         if let Some(p) = &problem {
             eprintln!("scr-rs: {p}");
         }
+        // The names this rank declares: what it routed and, when its files are there,
+        // the redundancy files the scheme will write (naming is local to each rank).
         // Two ranks writing one name would overwrite each other (in cache on a shared
-        // node, and in the prefix): refuse the dataset rather than lose one of them.
-        let names: Vec<String> = out.record.files.iter().map(|f| f.name.clone()).collect();
-        let everyone = all_gather_bytes(
-            &self.world,
-            &serde_json::to_vec(&names).expect("names serialize"),
-        );
-        let mut owner: BTreeMap<String, usize> = BTreeMap::new();
-        let mut clash = None;
-        for (r, b) in everyone.iter().enumerate() {
-            for n in serde_json::from_slice::<Vec<String>>(b).unwrap_or_default() {
-                if let Some(first) = owner.insert(n.clone(), r) {
-                    clash.get_or_insert(format!(
-                        "ranks {first} and {r} both routed `{n}`; each rank must write files of its own"
-                    ));
-                }
-            }
-        }
-        // the redundancy files are recorded before they exist, like every file
-        let mut all_valid = self.all_agree(local_ok && clash.is_none());
-        // why the redundancy files could not be named and recorded, the same on every rank
-        let mut naming_error = None;
-        if all_valid {
+        // node, and in the prefix), as would a routed file named like another rank's
+        // redundancy file: refuse the dataset rather than lose one of them. Checked by
+        // a distributed hash (see names.rs: O(own names) bytes per rank, not O(P)).
+        let routed: Vec<String> = out.record.files.iter().map(|f| f.name.clone()).collect();
+        let scheme_name = self.reddescs[out.desc].record.scheme.clone();
+        let redundancy: Option<Result<Vec<String>>> = local_ok.then(|| {
             let rd = &self.reddescs[out.desc];
-            let scheme_name = rd.record.scheme.clone();
             let ds = cache::dataset_files(&out.record, &dir);
-            let named = rd
-                .scheme
+            rd.scheme
                 .raw()
                 .redundancy_files(&ds)
                 .into_result()
                 .map_err(|e| ScrError::from(rd.scheme.error("redundancy_files", e)))
+                .map(|red| relative_to(&dir, red.iter().map(|s| s.as_str())))
+        });
+        let declared = match &redundancy {
+            Some(Ok(red)) => red.as_slice(),
+            _ => &[],
+        };
+        let clashes = names::check(&self.world, &routed, declared, &scheme_name);
+        let mut all_valid =
+            self.all_agree(local_ok && clashes.routed.is_none() && clashes.redundancy.is_none());
+        // why the dataset is refused, the same on every rank: the first owner's clash
+        // (reductions on the failure path only)
+        let mut clash = None;
+        let mut naming_error = None;
+        if !all_valid {
+            clash = first_failure(&self.world, clashes.routed.as_deref()).map(|(_, c)| c);
+            if clash.is_none() {
+                naming_error =
+                    first_failure(&self.world, clashes.redundancy.as_deref()).map(|(_, e)| e);
+            }
+        }
+        // the redundancy files are recorded before they exist, like every file
+        if all_valid {
+            let named = redundancy
+                .expect("every rank's files are there")
                 .and_then(|red| {
-                    out.record.redundancy = relative_to(&dir, red.iter().map(|s| s.as_str()));
-                    // a rank's redundancy file must not have the name of a file any rank
-                    // routed (ranks on one node share the dataset directory)
-                    if let Some(n) = out.record.redundancy.iter().find(|n| owner.contains_key(*n)) {
-                        return Err(ScrError::Usage(format!(
-                            "rank {} routed `{n}`, the name of rank {}'s redundancy file under scheme {}; choose another name",
-                            owner[n], self.rank, scheme_name
-                        )));
-                    }
+                    out.record.redundancy = red;
                     self.filemap
                         .datasets
                         .insert(out.record.id, out.record.clone());
@@ -1181,6 +1182,7 @@ impl Runtime {
                 });
             all_valid = self.all_agree(named.is_ok());
             if !all_valid {
+                // why the redundancy files could not be named and recorded
                 let mine = named.err().map(|e| e.to_string());
                 naming_error = first_failure(&self.world, mine.as_deref())
                     .map(|(r, e)| format!("on rank {r}: {e}"));

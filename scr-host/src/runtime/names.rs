@@ -1,0 +1,225 @@
+//! Name-clash detection for a dataset at `complete_output`, by a distributed hash: each
+//! name is checked by the rank that owns its hash, so no rank learns every rank's names.
+//!
+//! Two ranks routing one name would overwrite each other (in cache on a shared node, and
+//! in the prefix when the dataset is flushed); a routed name equal to another rank's
+//! redundancy file would be overwritten by the scheme. Both refuse the dataset.
+//!
+//! Per rank and checkpoint: one message per distinct owner of its names (at most its
+//! number of files plus redundancy files, each carrying those names) and the O(log P)
+//! steps of one non-blocking barrier ([`comm::sparse_exchange`]); an owner receives the
+//! names that hash to it, on average as many as it sent. Was an all-gather of every
+//! rank's names: O(P) bytes on every rank.
+
+use std::collections::BTreeMap;
+
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::Communicator as _;
+use serde::{Deserialize, Serialize};
+
+use super::comm;
+
+/// Tag of the name messages. Consecutive checks on one communicator cannot mix theirs:
+/// complete_output makes a world reduction right after the exchange, which no rank
+/// leaves before every rank ended its exchange.
+const NAME_TAG: i32 = 7040;
+
+/// What a name is to the rank that declares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+enum Kind {
+    /// A file the application routed.
+    Routed,
+    /// A redundancy file the scheme will write.
+    Redundancy,
+}
+
+/// The clashes found among the names a rank owns, as the messages every rank reports.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Clashes {
+    /// Two ranks (or one rank twice) routed one name.
+    pub routed: Option<String>,
+    /// A rank routed the name of another rank's redundancy file; the message starts with
+    /// the rank whose redundancy file it is (`on rank N: ...`).
+    pub redundancy: Option<String>,
+}
+
+/// The rank of `comm` that checks `name`: a hash every rank computes alike.
+fn owner(name: &str, ranks: u32) -> u32 {
+    crc32fast::hash(name.as_bytes()) % ranks.max(1)
+}
+
+/// Send this rank's `routed` and `redundancy` names to their owners and check the names
+/// this rank owns (collective over `world`). `scheme` names the redundancy scheme in
+/// messages. Returns the clashes among the names this rank owns: another rank may have
+/// found others, so the caller agrees on them (a reduction) before acting.
+pub(crate) fn check(
+    world: &SimpleCommunicator,
+    routed: &[String],
+    redundancy: &[String],
+    scheme: &str,
+) -> Clashes {
+    let ranks = u32::try_from(world.size()).unwrap_or(1);
+    let mut out: BTreeMap<u32, Vec<(Kind, &str)>> = BTreeMap::new();
+    for (kind, names) in [(Kind::Routed, routed), (Kind::Redundancy, redundancy)] {
+        for n in names {
+            out.entry(owner(n, ranks))
+                .or_default()
+                .push((kind, n.as_str()));
+        }
+    }
+    let sends: Vec<(u32, Vec<u8>)> = out
+        .into_iter()
+        .map(|(to, names)| (to, serde_json::to_vec(&names).expect("names serialize")))
+        .collect();
+    let got = comm::sparse_exchange(world, &sends, NAME_TAG);
+    let received: Vec<(u32, Vec<(Kind, String)>)> = got
+        .into_iter()
+        .map(|(from, bytes)| {
+            // (a message this runtime serialized; unreadable only through a bug, and then
+            // it cannot clash with anything)
+            (from, serde_json::from_slice(&bytes).unwrap_or_default())
+        })
+        .collect();
+    find(&received, scheme)
+}
+
+/// The clashes among `received` (sender rank, its names), reported deterministically:
+/// for each kind the clash of the smallest name, between the lowest ranks involved.
+fn find(received: &[(u32, Vec<(Kind, String)>)], scheme: &str) -> Clashes {
+    // name -> (ranks that routed it, ranks whose redundancy file it is), each ascending
+    let mut by_name: BTreeMap<&str, (Vec<u32>, Vec<u32>)> = BTreeMap::new();
+    let mut from_lowest: Vec<&(u32, Vec<(Kind, String)>)> = received.iter().collect();
+    from_lowest.sort_by_key(|(from, _)| *from);
+    for (from, names) in from_lowest {
+        for (kind, n) in names {
+            let e = by_name.entry(n.as_str()).or_default();
+            match kind {
+                Kind::Routed => e.0.push(*from),
+                Kind::Redundancy => e.1.push(*from),
+            }
+        }
+    }
+    let mut clashes = Clashes::default();
+    for (n, (routers, holders)) in &by_name {
+        if clashes.routed.is_none() && routers.len() > 1 {
+            clashes.routed = Some(format!(
+                "ranks {} and {} both routed `{n}`; each rank must write files of its own",
+                routers[0], routers[1]
+            ));
+        }
+        if let (None, Some(&router), Some(&holder)) =
+            (&clashes.redundancy, routers.first(), holders.first())
+        {
+            clashes.redundancy = Some(format!(
+                "on rank {holder}: rank {router} routed `{n}`, the name of rank {holder}'s redundancy file under scheme {scheme}; choose another name"
+            ));
+        }
+    }
+    clashes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[(Kind, &str)]) -> Vec<(Kind, String)> {
+        list.iter().map(|(k, n)| (*k, n.to_string())).collect()
+    }
+
+    #[test]
+    fn distinct_names_do_not_clash() {
+        let got = find(
+            &[
+                (0, names(&[(Kind::Routed, "a"), (Kind::Redundancy, "r0")])),
+                (1, names(&[(Kind::Routed, "b"), (Kind::Redundancy, "r1")])),
+            ],
+            "XOR",
+        );
+        assert_eq!(got, Clashes::default());
+    }
+
+    #[test]
+    fn two_routers_are_named_lowest_first_whatever_the_arrival_order() {
+        let got = find(
+            &[
+                (5, names(&[(Kind::Routed, "shared.dat")])),
+                (3, names(&[(Kind::Routed, "shared.dat")])),
+                (4, names(&[(Kind::Routed, "shared.dat")])),
+            ],
+            "XOR",
+        );
+        assert_eq!(
+            got.routed.as_deref(),
+            Some("ranks 3 and 4 both routed `shared.dat`; each rank must write files of its own")
+        );
+        assert_eq!(got.redundancy, None);
+    }
+
+    #[test]
+    fn one_rank_routing_a_name_twice_clashes_with_itself() {
+        let got = find(
+            &[(2, names(&[(Kind::Routed, "x"), (Kind::Routed, "x")]))],
+            "SINGLE",
+        );
+        assert_eq!(
+            got.routed.as_deref(),
+            Some("ranks 2 and 2 both routed `x`; each rank must write files of its own")
+        );
+    }
+
+    #[test]
+    fn a_routed_name_of_a_redundancy_file_names_both_ranks_and_the_scheme() {
+        let got = find(
+            &[
+                (1, names(&[(Kind::Redundancy, "scr.1.xor.redset")])),
+                (0, names(&[(Kind::Routed, "scr.1.xor.redset")])),
+            ],
+            "XOR",
+        );
+        assert_eq!(got.routed, None);
+        assert_eq!(
+            got.redundancy.as_deref(),
+            Some("on rank 1: rank 0 routed `scr.1.xor.redset`, the name of rank 1's redundancy file under scheme XOR; choose another name")
+        );
+    }
+
+    #[test]
+    fn two_redundancy_files_of_one_name_are_not_a_clash() {
+        // (they live in different nodes' caches and are never flushed)
+        let got = find(
+            &[
+                (0, names(&[(Kind::Redundancy, "partner.redset")])),
+                (1, names(&[(Kind::Redundancy, "partner.redset")])),
+            ],
+            "PARTNER",
+        );
+        assert_eq!(got, Clashes::default());
+    }
+
+    #[test]
+    fn the_smallest_clashing_name_is_reported() {
+        let got = find(
+            &[
+                (0, names(&[(Kind::Routed, "b"), (Kind::Routed, "a")])),
+                (1, names(&[(Kind::Routed, "b"), (Kind::Routed, "a")])),
+            ],
+            "XOR",
+        );
+        assert_eq!(
+            got.routed.as_deref(),
+            Some("ranks 0 and 1 both routed `a`; each rank must write files of its own")
+        );
+    }
+
+    #[test]
+    fn owners_spread_over_the_ranks_and_agree_everywhere() {
+        let mut hits = vec![0u32; 8];
+        for i in 0..800 {
+            hits[owner(&format!("rank_{i}.ckpt"), 8) as usize] += 1;
+        }
+        // every rank owns some names (a hash, not a range)
+        assert!(hits.iter().all(|&h| h > 50), "{hits:?}");
+        assert_eq!(owner("x", 1), 0);
+        assert_eq!(owner("x", 0), 0);
+    }
+}
