@@ -139,7 +139,6 @@ fn every_step_counts_the_exchanges_it_makes() {
         let expected = sum(&[
             [1, 0, 0, 0, 0, 0], // one call
             AGREE,              // begin: agree on the preconditions
-            AGREE,              // fused: agree whether the scheme hashes in apply
             // the clash check: this rank's names to their owners, the names it owns
             // from their senders, and the exchange's non-blocking barrier
             [0, 1, 1, owned, names_json, owned * names_json],
@@ -158,7 +157,7 @@ fn every_step_counts_the_exchanges_it_makes() {
             [0, 1, 0, 0, 8, 8],
             AGREE, // eviction's outcome agreed
         ]);
-        assert_eq!(expected[..2], [1, 14]);
+        assert_eq!(expected[..2], [1, 13]);
         assert_eq!(rep.names("complete"), ["complete_output"], "rank {r}");
         assert_eq!(rep.get("complete", "complete_output"), expected, "rank {r}");
 

@@ -113,6 +113,9 @@ struct RedDesc {
     record: DescriptorRecord,
     scheme: LoadedScheme,
     host: MpiHost,
+    /// Whether the scheme hashes the files in its apply (`crc32_in_apply`) on every
+    /// rank: agreed once here, not at each checkpoint (a scheme's answer is fixed).
+    hashes_in_apply: bool,
 }
 
 /// The dataset being written.
@@ -740,12 +743,16 @@ impl Runtime {
                 set_id: mine.id,
                 members: mine.members.clone(),
             };
+            // agreed by every rank, whatever its own answer, so that every member of a
+            // set makes the same call
+            let hashes_in_apply = self.all_agree(scheme.raw().crc32_in_apply());
             self.reddescs.push(RedDesc {
                 index: i,
                 interval: d.checkpoint.interval,
                 record,
                 scheme,
                 host,
+                hashes_in_apply,
             });
         }
         Ok(())
@@ -1108,9 +1115,9 @@ impl Runtime {
         let buf = self.config.u64("file_buf_size").max(4096) as usize;
         // With a scheme that hashes the files in the pass it makes over them anyway
         // (`crc32_in_apply`), the CRC32s come back from its apply and the files are not
-        // read here: one read of the data instead of two. Agreed (by every rank, whatever
-        // its own answer), so that every member of a set makes the same call.
-        let fused = self.all_agree(crc && self.reddescs[out.desc].scheme.raw().crc32_in_apply());
+        // read here: one read of the data instead of two (the configuration is the same
+        // on every rank, the scheme's answer agreed at init).
+        let fused = crc && self.reddescs[out.desc].hashes_in_apply;
         let mut local_ok = valid;
         let mut problem = None;
         if valid {
