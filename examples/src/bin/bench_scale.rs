@@ -73,9 +73,9 @@ Growth (one pair of rows per step, from the smallest to the largest N):
   verdict     flat: within 5% over the range and a linear fit adds < 50% by 10^5 ranks;
               grows with P: a linear fit a + c*P fits clearly better (half the squared
               error or less) than a + b*log2(P); ~log P: otherwise
-  log2 fit    the least-squares fit a + b*log2(P)
-  at 10^5     the value extrapolated to 10^5 ranks from the verdict's model (log2 fit
-              for flat and ~log P, linear fit for grows with P)
+  fit         the verdict's least-squares model: a + b*log2(P) for ~log P, a + c*P
+              for grows with P; for flat the largest value measured
+  at 10^5     the value extrapolated to 10^5 ranks from that model
   growing     for a step that grows with P: the calls whose bytes grow with P";
 
 #[derive(Parser)]
@@ -672,6 +672,18 @@ enum Verdict {
     Unknown,
 }
 
+impl Fit {
+    /// The model the verdict extrapolates with, as a formula of P.
+    fn formula(&self) -> String {
+        match self.verdict {
+            Verdict::Flat => format!("{:.0}", self.at_target),
+            Verdict::Log => format!("{:.1} + {:.2}*log2(P)", self.log.0, self.log.1),
+            Verdict::Linear => format!("{:.1} + {:.3}*P", self.linear.0, self.linear.1),
+            Verdict::Unknown => "-".into(),
+        }
+    }
+}
+
 impl Verdict {
     fn text(self) -> &'static str {
         match self {
@@ -845,7 +857,7 @@ fn print_tables(args: &Args, jobs: &[Job], growth: &Growth) {
         format!("at {hi}"),
         "ratio",
         "verdict",
-        "log2 fit",
+        "fit (P = ranks)",
         "at 10^5"
     );
     for (step, bytes, ops, growing) in growth {
@@ -858,7 +870,7 @@ fn print_tables(args: &Args, jobs: &[Job], growth: &Growth) {
                 f.last,
                 ratio(f),
                 f.verdict.text(),
-                format!("{:.1} + {:.2}*log2(P)", f.log.0, f.log.1),
+                f.formula(),
                 f.at_target
             );
         }
