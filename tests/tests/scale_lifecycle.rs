@@ -1,0 +1,198 @@
+//! The whole lifecycle at 64 ranks (issue 13, "Done when"): an XOR checkpoint, the loss
+//! of a simulated node, the rebuild, a flush and a fetch, every rank's file byte for byte,
+//! through `scr-bench-scale` (its driver launches `mpiexec -n 8` and `-n 64` of its worker,
+//! 4 ranks per simulated node, and fails unless every rank reported, saw the world size
+//! it was launched with and read its file back byte for byte after the rebuild and after
+//! the fetch). From its counts: complete_output's per-rank bytes and every step's
+//! messages + collectives at 64 ranks stay within 2x of those at 8 ranks, i.e. they do not
+//! grow with the job.
+//!
+//! The same bound on every step's bytes with a 4 KiB checkpoint (where the metadata, not
+//! the data, is what is exchanged) does not hold on the code this test was written against
+//! and is `#[ignore]`d until it does: see [`metadata_bytes_per_rank_do_not_grow_from_8_to_64_ranks`].
+//!
+//! Needs the workspace built (`cargo build --workspace --all-targets`).
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Rank `rank`'s content of a file (`scr-bench-scale`'s `content`, repeated here so that
+/// the test checks the flushed files independently of the binary).
+fn content(rank: usize, len: usize, salt: u64) -> Vec<u8> {
+    let mut x = (rank as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Bytes per rank of the XOR checkpoint (the benchmark's default, 1 MiB).
+const BYTES: usize = 1 << 20;
+
+/// The steps `scr-bench-scale` measures.
+const STEPS: [&str; 6] = ["init", "tiny_ckpt", "xor_ckpt", "rebuild", "flush", "fetch"];
+
+/// Run `scr-bench-scale --ranks 8,64 --json --keep` with `args` under `dir`; its JSON
+/// report, after checking that both jobs ran with their world size and that every rank
+/// read its file back byte for byte after the rebuild and after the fetch.
+fn scale_run(dir: &Path, args: &[&str]) -> Value {
+    let started = std::time::Instant::now();
+    let mut cmd = Command::new(scr_e2e::binary("scr-bench-scale"));
+    cmd.args(["--ranks", "8,64", "--json", "--keep", "--timeout", "300"])
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        // cargo's test runner points LD_LIBRARY_PATH at the build; the jobs need nothing
+        // from it
+        .env_remove("LD_LIBRARY_PATH");
+    for (k, v) in scr_e2e::mpi_env() {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("scr-bench-scale runs");
+    let secs = started.elapsed().as_secs_f64();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "scr-bench-scale {args:?} failed after {secs:.1} s: {:?}\n{stderr}",
+        out.status
+    );
+    eprintln!("scr-bench-scale --ranks 8,64 {args:?}: {secs:.1} s");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}):\n{}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    let jobs = report["jobs"].as_array().expect("jobs");
+    let sizes: Vec<u64> = jobs.iter().map(|j| j["ranks"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, [8, 64]);
+    for j in jobs {
+        let n = j["ranks"].as_u64().unwrap();
+        // 8 ranks: 2 per node, so that each XOR set of 4 spans 4 nodes; 64: 4 per node
+        let nodes = if n == 8 { 4 } else { 16 };
+        assert_eq!(j["nodes"].as_u64(), Some(nodes), "{n} ranks");
+        for check in ["rebuild", "fetch"] {
+            assert_eq!(j["checks"][check].as_u64(), Some(n), "{check} at {n} ranks");
+        }
+    }
+    for step in STEPS {
+        // every step counted something on every job (none was skipped)
+        for n in [8, 64] {
+            assert!(
+                row(&report, step, n)["coll_max"].as_f64().unwrap() > 0.0,
+                "{step}: no collective counted at {n} ranks"
+            );
+        }
+    }
+    report
+}
+
+/// `what` of `step` at 64 ranks over the same at 8 ranks.
+fn growth(report: &Value, step: &str, what: impl Fn(&Value) -> Option<f64>) -> (f64, f64) {
+    let get = |n| {
+        what(row(report, step, n)).unwrap_or_else(|| panic!("{step} at {n} ranks: not counted"))
+    };
+    (get(8), get(64))
+}
+
+/// The row of `step` at `ranks` ranks.
+fn row<'a>(report: &'a Value, step: &str, ranks: u64) -> &'a Value {
+    report["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|r| r["step"] == step && r["ranks"] == ranks)
+        .unwrap_or_else(|| panic!("no row for {step} at {ranks} ranks"))
+}
+
+/// complete_output's largest per-rank bytes in a row.
+fn complete_output_bytes(row: &Value) -> Option<f64> {
+    row["calls"]["complete_output"]["bytes_max"].as_f64()
+}
+
+#[test]
+fn lifecycle_at_64_ranks_is_byte_exact_and_complete_output_does_not_grow() {
+    let dir = tempfile::tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .expect("a temporary directory");
+    let report = scale_run(dir.path(), &[]);
+
+    // the flush put every rank's file into the prefix byte for byte
+    let job64 = report["jobs"][1]["dir"]
+        .as_str()
+        .expect("--keep names the directory");
+    for r in 0..64 {
+        let p = Path::new(job64).join(format!("prefix/ckpt.2/rank_{r}.dat"));
+        let got = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert!(
+            got == content(r, BYTES, 2),
+            "{}: not what rank {r} wrote",
+            p.display()
+        );
+    }
+
+    // complete_output's per-rank bytes do not grow with the job: at 64 ranks within 2x
+    // of those at 8 ranks, for the 1 MiB XOR checkpoint (whose reduce-scatter moves
+    // about 2 MiB per rank)
+    let (small, large) = growth(&report, "xor_ckpt", complete_output_bytes);
+    assert!(small > BYTES as f64, "xor_ckpt: {small} bytes at 8 ranks");
+    assert!(
+        large <= 2.0 * small,
+        "xor_ckpt: complete_output moves {large} bytes per rank at 64 ranks, {small} at 8"
+    );
+    // nor do any step's messages + collectives, nor init's and the rebuild's bytes
+    for step in STEPS {
+        let (small, large) = growth(&report, step, |r| r["ops_max"].as_f64());
+        assert!(
+            large <= 2.0 * small,
+            "{step}: {large} messages + collectives per rank at 64 ranks, {small} at 8"
+        );
+    }
+    for step in ["init", "rebuild"] {
+        let (small, large) = growth(&report, step, |r| r["bytes_max"].as_f64());
+        assert!(
+            large <= 2.0 * small,
+            "{step}: {large} bytes per rank at 64 ranks, {small} at 8"
+        );
+    }
+}
+
+/// With 4 KiB per rank the metadata dominates every step's bytes: none may grow more than
+/// 2x from 8 to 64 ranks. Measured on main 85fbe83 (bytes per rank, busiest rank, 8 -> 64
+/// ranks; a few bytes vary with the length of the temporary paths): tiny_ckpt 811 -> 2,491 (complete_output's name-clash all-gather: 772 ->
+/// 2,452) and flush 866 -> 6,844 (the flush outcome all-gather: 858 -> 6,836) fail;
+/// xor_ckpt 8,915 -> 10,595 (the same all-gather) and fetch 9,783 -> 14,483 (the
+/// rank2file broadcast: 9,393 -> 14,086) grow with P but stay under 2x; init 398 -> 406
+/// and rebuild 13,448 -> 13,474 are flat.
+#[test]
+#[ignore = "fails until complete_output's name-clash all-gather and flush's outcome all-gather are replaced (issue 13 item 1): then un-ignore"]
+fn metadata_bytes_per_rank_do_not_grow_from_8_to_64_ranks() {
+    let dir = tempfile::tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .expect("a temporary directory");
+    let report = scale_run(dir.path(), &["--bytes", "4096"]);
+    let mut grown = Vec::new();
+    for step in STEPS {
+        let (small, large) = growth(&report, step, |r| r["bytes_max"].as_f64());
+        if large > 2.0 * small {
+            grown.push(format!("{step}: {small} -> {large}"));
+        }
+    }
+    for step in ["tiny_ckpt", "xor_ckpt"] {
+        let (small, large) = growth(&report, step, complete_output_bytes);
+        if large > 2.0 * small {
+            grown.push(format!("{step} complete_output: {small} -> {large}"));
+        }
+    }
+    assert!(
+        grown.is_empty(),
+        "per-rank bytes (busiest rank) more than doubled from 8 to 64 ranks: {}",
+        grown.join("; ")
+    );
+}
