@@ -44,6 +44,58 @@
 //! MPI counts are C `int`s. Lengths are exchanged as `u64`; an all-gather whose total,
 //! or a broadcast whose length, exceeds [`MAX_COUNT`] is split into rounds of at most
 //! that many bytes (never a wrapped count).
+//!
+//! # Every exchange of the checkpoint, restart, flush and fetch paths
+//!
+//! One list, kept here next to the counters that measure it: per rank, with P ranks in the job, S members per redundancy
+//! set, n ranks per node, D cached datasets, F files of this rank, C bytes of
+//! configuration, B bytes of data per rank. "agree" is a 1-byte min-reduction
+//! (`Runtime::all_agree`); on its failure path it adds the first failing rank's message
+//! (an 8-byte min-reduction and one broadcast of that message). Every world reduction
+//! or broadcast takes O(log P) steps; nothing below sends or receives O(P) bytes on any
+//! rank, and rank 0 receives at most [`REPORT_LIMIT`] messages from [`gather_some`].
+//!
+//! **init**: duplicate the world (nothing); rank 0's configuration broadcast (C); its
+//! hash compared by a min- and a max-reduction (8 + 8; on a mismatch the first
+//! differing rank's configuration is broadcast, 2C); agreements on the checks; the node
+//! found by `sets::split_by_value` (a split, the first
+//! rank's name broadcast in the group, a min-reduction) and the node's ranks gathered on
+//! the node's communicator (4n) and the nodes counted (8); per redundancy descriptor an
+//! agreement on the group value, the set formed by
+//! `sets::form_my_set` (3 splits, 2 broadcasts of 4-8 bytes,
+//! an exclusive scan, the members gathered on the set's communicator, 4S, and their
+//! group values, O(S)), agreements on the scheme and on whether it hashes in apply;
+//! then the cache (below) and a barrier.
+//!
+//! **restart from cache** (init's `restore_cache`, per dataset any rank holds: D,
+//! bounded by the stores' `count`): ids walked upwards by 8-byte min-reductions; the
+//! holders' identity agreed ([`min_u64`] ×2 and one or two [`broadcast_from`] of one
+//! record's identity, ~100 bytes); a rank that lost its filemap gets its record from a
+//! member of its set ([`sum_u64`], a split of the holders, their ranks gathered within
+//! the set, 4S, and a [`sparse_exchange`] that only the lost ranks receive from); the
+//! set's communicator split off and the members' values gathered (O(S)); agreements
+//! around the scheme's `recover`, whose own exchanges run on the set's communicator
+//! (scheme-specific, O(S) messages and O(B·k) bytes per rank, not P); reports of ranks
+//! that lack files or failed by [`gather_some`] (a scan, a sum, at most one message per
+//! rank) and rank 0's report broadcast. Distribution to new owners (a node replaced):
+//! offers by a [`sparse_exchange`], filemaps and files point-to-point between the two
+//! ranks concerned.
+//!
+//! **start_output**: rank 0's dataset name and flags broadcast (name length); agreements.
+//!
+//! **complete_output**: agreements (begin, all files valid and no clash, redundancy
+//! files named and recorded, applied, committed); the name-clash check by a distributed
+//! hash (`names.rs`: one [`sparse_exchange`] of this rank's F names plus its redundancy
+//! names to the ranks owning their hashes, received: the names this rank owns, F on
+//! average); the scheme's `apply` on the set's communicator (scheme-specific: O(S) or
+//! O(k) messages, O(B) bytes) and a non-blocking barrier on the set; an 8-byte sum of
+//! the checkpoint's bytes for the event log; eviction: per cached dataset of the store
+//! two 8-byte min-reductions and an agreement, then an agreement on the outcome; the
+//! flush when due (below).
+//!
+//! **need_checkpoint**: rank 0's decision broadcast (1 byte; with a halt condition its
+//! reason, a few bytes). **start_restart / complete_restart**: agreements.
+//!
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
