@@ -31,12 +31,75 @@ use super::{collect, remove_written, Planned, RankOutcome, Started};
 use crate::runtime::prefix::{self, Index, IndexEntry, Rank2File};
 use crate::runtime::{broadcast_bytes, DatasetRecord, Result, Runtime};
 
+/// Tag of the names a block's members send its leader ([`Runtime::record_writes`]).
+const WRITES_TAG: i32 = 7044;
+
 /// State-file kind of the list of prefix paths a flush may write.
 pub(crate) const WRITES_KIND: &str = "flush-writes";
 
-/// `<prefix>/.scr/scr.dataset.<id>/writes.scr`: what the flush of dataset `id` may write.
+/// `<prefix>/.scr/scr.dataset.<id>/writes.scr`: what the flush of dataset `id` may
+/// write, as earlier releases recorded it (one file for every rank).
 pub(crate) fn writes_path(prefix: &Path, id: u64) -> PathBuf {
     prefix::dataset_dir(prefix, id).join("writes.scr")
+}
+
+/// `<prefix>/.scr/scr.dataset.<id>/writes.<n>.scr`: what the ranks of block `n` (of the
+/// rank2file blocks) may write in the flush of dataset `id`.
+pub(crate) fn writes_part_path(prefix: &Path, id: u64, n: u32) -> PathBuf {
+    prefix::dataset_dir(prefix, id).join(format!("writes.{n}.scr"))
+}
+
+/// One block's part of the list of what a flush may write.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct WritesPart {
+    /// How many parts the list has (every one must be there for it to be complete).
+    parts: u32,
+    /// Prefix paths (relative) the block's ranks may write.
+    writes: Vec<String>,
+}
+
+/// Remove the list of what the flush of dataset `id` may write (every part of it):
+/// the flush is recorded, or settled.
+pub(crate) fn remove_writes(prefix: &Path, id: u64) {
+    let _ = std::fs::remove_file(writes_path(prefix, id));
+    if let Ok(dir) = std::fs::read_dir(prefix::dataset_dir(prefix, id)) {
+        for e in dir.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("writes.") && name.ends_with(".scr") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Rank 0: the whole list of what the flush of dataset `id` may write, when it is there
+/// (every block's part, or the single file of an earlier release); why not otherwise
+/// (`Ok(None)`: no list was recorded).
+pub(crate) fn load_writes(
+    prefix: &Path,
+    id: u64,
+) -> std::result::Result<Option<Vec<String>>, String> {
+    match crate::state::read_state::<Vec<String>>(&writes_path(prefix, id), WRITES_KIND) {
+        Ok(w) => return Ok(Some(w)),
+        Err(e) if !e.is_not_found() => return Err(e.to_string()),
+        Err(_) => {}
+    }
+    let first =
+        match crate::state::read_state::<WritesPart>(&writes_part_path(prefix, id, 0), WRITES_KIND)
+        {
+            Ok(p) => p,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+        };
+    let mut all = first.writes;
+    for n in 1..first.parts {
+        let part: WritesPart =
+            crate::state::read_state(&writes_part_path(prefix, id, n), WRITES_KIND)
+                .map_err(|e| e.to_string())?;
+        all.extend(part.writes);
+    }
+    Ok(Some(all))
 }
 
 /// What a rank found it can do with its part of an interrupted flush (sent to every rank
@@ -132,13 +195,13 @@ impl Runtime {
             },
             (Some(_), Err(_)) => Part::No,
         };
-        // every rank's view, so that all take the same road
-        let all = super::all_gather_bytes(&self.world, &[part as u8]);
-        let parts: BTreeSet<u8> = all.iter().filter_map(|b| b.first().copied()).collect();
-        let cached = !parts.contains(&(Part::NotCached as u8));
-        let mixed =
-            parts.contains(&(Part::InPlace as u8)) && parts.contains(&(Part::Relocated as u8));
-        let resumable = cached && !parts.contains(&(Part::No as u8)) && !mixed;
+        // which answers some rank gave, so that all take the same road (one bitwise-OR
+        // reduction: 8 bytes, O(log P) steps)
+        let parts = crate::runtime::comm::or_u64(&self.world, 1u64 << (part as u8));
+        let some = |p: Part| parts & (1u64 << (p as u8)) != 0;
+        let cached = !some(Part::NotCached);
+        let mixed = some(Part::InPlace) && some(Part::Relocated);
+        let resumable = cached && !some(Part::No) && !mixed;
         if resumable {
             self.flushing
                 .started
@@ -350,18 +413,10 @@ impl Runtime {
         let pure_output = entry.output && entry.checkpoint_id.is_none();
         let own_dir = prefix::dataset_dir(&self.prefix, entry.id);
         let recorded: Option<Vec<String>> = if self.rank == 0 {
-            match crate::state::read_state::<Vec<String>>(
-                &writes_path(&self.prefix, entry.id),
-                WRITES_KIND,
-            ) {
-                Ok(writes) => Some(writes),
-                Err(e) => {
-                    if !e.is_not_found() {
-                        eprintln!("scr-rs: warning: {e}; cleaning up what the filemaps name");
-                    }
-                    None
-                }
-            }
+            load_writes(&self.prefix, entry.id).unwrap_or_else(|e| {
+                eprintln!("scr-rs: warning: {e}; cleaning up what the filemaps name");
+                None
+            })
         } else {
             None
         };
@@ -402,29 +457,37 @@ impl Runtime {
             }
         }
         remove_written(&self.prefix, &remove);
-        super::all_gather_bytes(&self.world, &(remove.len() as u64).to_le_bytes())
-            .iter()
-            .map(|b| u64::from_le_bytes(b.as_slice().try_into().unwrap_or([0; 8])))
-            .sum::<u64>()
+        crate::runtime::comm::sum_u64(&self.world, remove.len() as u64)
     }
 
     /// Record, in the dataset's directory under `.scr`, the prefix paths (relative) every
-    /// rank's part of the flush of dataset `id` may write (collective; rank 0 writes).
-    /// A pure output's own paths are listed too: they are what the flush writes, but
-    /// the cleanup never removes a pure output's own paths (they may be the user's).
+    /// rank's part of the flush of dataset `id` may write (collective over each block of
+    /// the rank2file layout; each block's leader writes its block's part
+    /// `writes.<n>.scr`). A pure output's own paths are listed too: they are what the
+    /// flush writes, but the cleanup never removes a pure output's own paths (they may
+    /// be the user's). Per rank: one message with its own names to its leader; a leader
+    /// receives R - 1 and writes one file; no world-wide exchange.
     pub(in crate::runtime) fn record_writes(&self, id: u64, mine: &[String]) {
-        let all = super::all_gather_bytes(
+        let blocks = self.rank2file_blocks();
+        let n = blocks.of(self.rank);
+        let members: Vec<i32> = blocks.members(n).map(|r| r as i32).collect();
+        let Some(all) = crate::runtime::comm::gather_from(
             &self.world,
+            blocks.leader(n) as i32,
+            &members,
             &serde_json::to_vec(mine).expect("names serialize"),
-        );
-        if self.rank != 0 {
+            WRITES_TAG,
+        ) else {
             return;
-        }
-        let writes: Vec<String> = all
-            .iter()
-            .flat_map(|b| serde_json::from_slice::<Vec<String>>(b).unwrap_or_default())
-            .collect();
-        if let Err(e) = prefix::write(&writes_path(&self.prefix, id), WRITES_KIND, &writes) {
+        };
+        let part = WritesPart {
+            parts: blocks.count(),
+            writes: all
+                .iter()
+                .flat_map(|b| serde_json::from_slice::<Vec<String>>(b).unwrap_or_default())
+                .collect(),
+        };
+        if let Err(e) = prefix::write(&writes_part_path(&self.prefix, id, n), WRITES_KIND, &part) {
             eprintln!(
                 "scr-rs: warning: {e}; if this flush is interrupted, its files are cleaned up only while the dataset is in cache"
             );
