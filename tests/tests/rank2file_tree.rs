@@ -157,3 +157,74 @@ fn a_single_file_map_of_an_earlier_release_is_still_fetched() {
     );
     assert_eq!(out.final_state(), scr_e2e::reference_state(7, 30, None));
 }
+
+/// `[msgs_sent, msgs_recv]` of `what name` (e.g. `complete flush`) in each rank's
+/// `scr-comm-probe` report, checking the job's world size.
+fn messages(c: &Cluster, ranks: usize, what: &str) -> Vec<[u64; 2]> {
+    (0..ranks)
+        .map(|r| {
+            let text = std::fs::read_to_string(c.prefix().join(format!("comm_{r}.txt")))
+                .unwrap_or_else(|e| panic!("rank {r} wrote no report: {e}"));
+            assert!(
+                text.starts_with(&format!("world size {ranks}\n")),
+                "rank {r}: {text}"
+            );
+            text.lines()
+                .find_map(|l| l.strip_prefix(what).and_then(|l| l.strip_prefix(' ')))
+                .map(|rest| {
+                    // calls collectives msgs_sent msgs_recv bytes_sent bytes_recv
+                    let n: Vec<u64> = rest.split(' ').map(|w| w.parse().unwrap()).collect();
+                    [n[2], n[3]]
+                })
+                .unwrap_or_else(|| panic!("rank {r}: no `{what}` line\n{text}"))
+        })
+        .collect()
+}
+
+/// The point-to-point messages of a flush and a fetch at 8 ranks in blocks of 3
+/// (leaders 0, 3, 6): a member sends its leader its names (the list of what the flush
+/// may write) and its outcome, and at fetch receives its own list; a leader receives
+/// those from its members and exchanges one message with rank 0; rank 0 hears from
+/// each leader. Nothing else: no rank exchanges with every rank.
+#[test]
+fn flush_and_fetch_exchange_only_within_blocks_and_with_the_leaders() {
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "1").set("SCR_RANK2FILE_BLOCK", "3");
+    let eight = ["n0", "n0", "n0", "n0", "n1", "n1", "n1", "n1"];
+    let out = c.run(&eight, "scr-comm-probe", &[]);
+    assert_eq!(out.code, 0, "{out}");
+    // [sent, received]: members 2 sent; leaders 3 and 6 get 2 per member and send their
+    // part's reference; rank 0 gets 2 per member of its block and 2 references
+    assert_eq!(
+        messages(&c, 8, "complete flush"),
+        [
+            [0, 6],
+            [2, 0],
+            [2, 0],
+            [1, 4],
+            [2, 0],
+            [2, 0],
+            [1, 2],
+            [2, 0]
+        ]
+    );
+    for node in ["n0", "n1"] {
+        c.lose_node(node);
+    }
+    let out = c.run(&eight, "scr-comm-probe", &[]);
+    assert_eq!(out.code, 0, "{out}");
+    // rank 0 sends leaders 3 and 6 their part and its members their lists
+    assert_eq!(
+        messages(&c, 8, "init fetch"),
+        [
+            [4, 0],
+            [0, 1],
+            [0, 1],
+            [2, 1],
+            [0, 1],
+            [0, 1],
+            [1, 1],
+            [0, 1]
+        ]
+    );
+}

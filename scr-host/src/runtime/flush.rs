@@ -23,6 +23,12 @@
 //! ([`prefix::relocated`] explains the choice), so a failed flush leaves every older
 //! flushed checkpoint byte-exact and fetchable.
 //!
+//! The rank2file map is written and read as SCR's tree ([`Rank2File`] explains it): per
+//! rank a flush or a fetch exchanges its own list with its block's leader and takes part
+//! in O(1) reductions and broadcasts of constant size; a leader handles R = `rank2file_block`
+//! lists and one part file, rank 0 one reference per part (P/R). No rank gathers or
+//! receives every rank's list.
+//!
 //! Transfers get a [`LocalHost`]: a one-member host whose log is the runtime's and whose
 //! cancellation flag (`Flushing::cancel`) the runtime sets to stop background transfers.
 
@@ -1314,7 +1320,9 @@ impl Runtime {
     /// (SCR 3.x): offer the checkpoint `choose_from_index` picks, after every rank found
     /// its files there with the recorded size (and CRC32, with `crc_on_restart`);
     /// `route_file` then returns their prefix paths. One that fails is marked failed in
-    /// the index and the next older one is tried. Collective.
+    /// the index and the next older one is tried. Collective. Per rank and candidate:
+    /// [`Runtime::choose_from_index`]'s cost (O(log P) steps, its own list) plus one
+    /// min-reduction, and a broadcast of the first failure's text when one failed.
     pub(super) fn open_prefix_restart(&mut self, wanted: Option<&str>) -> Result<()> {
         let mut tried: Vec<u64> = Vec::new();
         let check_crc = self.config.bool("crc_on_restart");
@@ -1384,7 +1392,11 @@ impl Runtime {
 
     /// With no restartable checkpoint in cache, fetch the newest complete one from the
     /// prefix (falling back to older ones, marking failures in the index) and protect it
-    /// again with its redundancy scheme. Collective.
+    /// again with its redundancy scheme. Collective. Per rank and candidate:
+    /// [`Runtime::choose_from_index`]'s cost (O(log P) steps, its own list) and two
+    /// agreements on failure (a min-reduction each, and a broadcast of the first
+    /// failure's text when one failed; were all-gathers of every rank's reason, O(P)),
+    /// besides what re-protecting costs in the redundancy sets.
     pub(super) fn fetch(&mut self, wanted: Option<&str>) -> Result<()> {
         let _counted = super::comm::scope("fetch");
         let mut tried: Vec<u64> = Vec::new();

@@ -155,7 +155,12 @@ impl Runtime {
     /// Resume or clean up the interrupted flush of `entry` (collective). A dataset still
     /// complete in every rank's cache whose flush could not be resumed is flushed again
     /// right away (an output would otherwise never be: only the newest checkpoint is
-    /// flushed at finalize).
+    /// flushed at finalize). The ranks' answers are agreed by one bitwise-OR reduction
+    /// (8 bytes, O(log P) steps; was an all-gather of one byte per rank, O(P)); what
+    /// recording or cleaning up costs is said at [`Runtime::gather_and_finish`] and
+    /// [`Runtime::remove_flush_files`]. (Which paths complete datasets own is still
+    /// broadcast from rank 0 whole, [`Runtime::owned_paths`]: only when a crash left a
+    /// flush open.)
     fn settle(&mut self, entry: &IndexEntry) {
         let state = self.transfer_state(entry.id);
         let rec = self
@@ -403,7 +408,9 @@ impl Runtime {
     /// over the user's older file of that name). Without the list, each rank goes by its
     /// filemap's names, and then removes only the dataset's own directory and temporary
     /// copies: the flush went to its own directory exactly when a name was taken, so a
-    /// file at a name's own path may be someone else's.
+    /// file at a name's own path may be someone else's. Per rank: a 1-byte broadcast
+    /// and a sum-reduction (was an all-gather of every rank's count, O(P)); rank 0 reads
+    /// every block's part of the list (crash cleanup only).
     fn remove_flush_files(
         &self,
         entry: &IndexEntry,
