@@ -31,6 +31,10 @@ use super::{collect, remove_written, Planned, RankOutcome, Started};
 use crate::runtime::prefix::{self, Index, IndexEntry, Rank2File};
 use crate::runtime::{broadcast_bytes, DatasetRecord, Result, Runtime};
 
+/// Tags of the three sparse exchanges of [`Runtime::owned_among`] (distinct, so that a
+/// rank may start the next while another still receives in this one).
+const OWNED_TAGS: [i32; 3] = [7045, 7046, 7047];
+
 /// Tag of the names a block's members send its leader ([`Runtime::record_writes`]).
 const WRITES_TAG: i32 = 7044;
 
@@ -155,12 +159,11 @@ impl Runtime {
     /// Resume or clean up the interrupted flush of `entry` (collective). A dataset still
     /// complete in every rank's cache whose flush could not be resumed is flushed again
     /// right away (an output would otherwise never be: only the newest checkpoint is
-    /// flushed at finalize). The ranks' answers are agreed by one bitwise-OR reduction
-    /// (8 bytes, O(log P) steps; was an all-gather of one byte per rank, O(P)); what
-    /// recording or cleaning up costs is said at [`Runtime::gather_and_finish`] and
-    /// [`Runtime::remove_flush_files`]. (Which paths complete datasets own is still
-    /// broadcast from rank 0 whole, [`Runtime::owned_paths`]: only when a crash left a
-    /// flush open.)
+    /// flushed at finalize). Per rank: [`Runtime::owned_among`] for its destinations,
+    /// then the ranks' answers agreed by one bitwise-OR reduction (8 bytes, O(log P)
+    /// steps; was an all-gather of one byte per rank, O(P)); what recording or cleaning
+    /// up costs is said at [`Runtime::gather_and_finish`] and
+    /// [`Runtime::remove_flush_files`].
     fn settle(&mut self, entry: &IndexEntry) {
         let state = self.transfer_state(entry.id);
         let rec = self
@@ -172,9 +175,13 @@ impl Runtime {
         // what complete datasets own: a resumed transfer must not write there (a
         // dataset scavenged or flushed since may hold that path now), and the cleanup
         // never removes it
-        let owned = self.owned_paths();
-        let reopened = self
-            .reopen(entry, rec.as_ref(), &state)
+        let reopened = self.reopen(entry, rec.as_ref(), &state);
+        let destinations: Vec<PathBuf> = reopened
+            .as_ref()
+            .map(|s| s.files.iter().map(|p| p.destination.clone()).collect())
+            .unwrap_or_default();
+        let owned = self.owned_among(&destinations);
+        let reopened = reopened
             .and_then(|s| match &owned {
                 None => Err("the prefix's rank2file maps cannot all be read, so it is not known which paths complete datasets own".to_string()),
                 Some(o) => match s.files.iter().find(|p| o.contains(&p.destination)) {
@@ -232,7 +239,7 @@ impl Runtime {
                 ));
             } else {
                 // recorded failed by `finish`, with its reason; what it wrote goes
-                let removed = self.remove_flush_files(entry, rec.as_ref(), owned.as_ref());
+                let removed = self.remove_flush_files(entry, rec.as_ref());
                 self.warn(&format!(
                     "the resumed flush of {} failed; its {removed} file(s) in the prefix were removed: {}",
                     entry.name,
@@ -260,7 +267,7 @@ impl Runtime {
             } else {
                 "some rank's transfer could not be resumed from its state (see the messages above)"
             };
-            self.clean_up(entry, rec.as_ref(), owned.as_ref(), why);
+            self.clean_up(entry, rec.as_ref(), why);
             if let Some(rec) = rec.filter(|_| cached) {
                 self.warn(&format!(
                     "{} is still in every rank's cache: flushing it again",
@@ -374,14 +381,8 @@ impl Runtime {
 
     /// Remove what the interrupted flush of `entry` wrote and mark the entry failed
     /// (collective).
-    fn clean_up(
-        &mut self,
-        entry: &IndexEntry,
-        rec: Option<&DatasetRecord>,
-        owned: Option<&BTreeSet<PathBuf>>,
-        why: &str,
-    ) {
-        let total = self.remove_flush_files(entry, rec, owned);
+    fn clean_up(&mut self, entry: &IndexEntry, rec: Option<&DatasetRecord>, why: &str) {
+        let total = self.remove_flush_files(entry, rec);
         let reason =
             format!("flush interrupted by the crash of an earlier run; cleaned up at init: {why}");
         if self.rank == 0 {
@@ -408,15 +409,10 @@ impl Runtime {
     /// over the user's older file of that name). Without the list, each rank goes by its
     /// filemap's names, and then removes only the dataset's own directory and temporary
     /// copies: the flush went to its own directory exactly when a name was taken, so a
-    /// file at a name's own path may be someone else's. Per rank: a 1-byte broadcast
-    /// and a sum-reduction (was an all-gather of every rank's count, O(P)); rank 0 reads
-    /// every block's part of the list (crash cleanup only).
-    fn remove_flush_files(
-        &self,
-        entry: &IndexEntry,
-        rec: Option<&DatasetRecord>,
-        owned: Option<&BTreeSet<PathBuf>>,
-    ) -> u64 {
+    /// file at a name's own path may be someone else's. Per rank: a 1-byte broadcast,
+    /// [`Runtime::owned_among`] and a sum-reduction (was an all-gather of every rank's
+    /// count, O(P)); rank 0 reads every block's part of the list (crash cleanup only).
+    fn remove_flush_files(&self, entry: &IndexEntry, rec: Option<&DatasetRecord>) -> u64 {
         let pure_output = entry.output && entry.checkpoint_id.is_none();
         let own_dir = prefix::dataset_dir(&self.prefix, entry.id);
         let recorded: Option<Vec<String>> = if self.rank == 0 {
@@ -448,11 +444,18 @@ impl Runtime {
                 .collect(),
             _ => Vec::new(),
         };
+        // which of the paths that may go complete datasets own (asked collectively)
+        let asked: Vec<PathBuf> = candidates
+            .iter()
+            .filter(|(p, listed)| *listed && !pure_output && !p.starts_with(&own_dir))
+            .map(|(p, _)| p.clone())
+            .collect();
+        let owned = self.owned_among(&asked);
         let mut remove: Vec<PathBuf> = Vec::new();
         for (p, listed) in candidates {
             let in_own_dir = p.starts_with(&own_dir);
-            let free =
-                in_own_dir || (listed && !pure_output && owned.is_some_and(|o| !o.contains(&p)));
+            let free = in_own_dir
+                || (listed && !pure_output && owned.as_ref().is_some_and(|o| !o.contains(&p)));
             let mut part = p.clone().into_os_string();
             part.push(".scr-part");
             let part = PathBuf::from(part);
@@ -501,10 +504,18 @@ impl Runtime {
         }
     }
 
-    /// Every prefix path a complete dataset's rank2file names (rank 0 reads them and
-    /// tells every rank); `None` when some cannot be read.
-    fn owned_paths(&self) -> Option<BTreeSet<PathBuf>> {
-        let mine: Option<BTreeSet<PathBuf>> = if self.rank == 0 {
+    /// Which of `mine` (prefix paths this rank asks about) a complete dataset's rank2file
+    /// names (collective); `None` on every rank when some map cannot be read.
+    ///
+    /// Rank 0 reads the maps (every complete dataset's, whole: this runs only when a
+    /// crash left a flush open) and deals each named path to the rank that owns its hash
+    /// (CRC32 of its components, modulo P); each rank asks the owners of its paths and
+    /// they answer with the ones they hold: three sparse exchanges. Per rank: its own
+    /// paths asked and answered, about P-th of the named paths held, O(log P) steps;
+    /// rank 0 sends the named paths once (was: every named path broadcast to every rank).
+    fn owned_among(&self, mine: &[PathBuf]) -> Option<BTreeSet<PathBuf>> {
+        use crate::runtime::comm;
+        let named: Option<BTreeSet<PathBuf>> = if self.rank == 0 {
             (|| {
                 let ix = Index::load_or_rebuild(&self.prefix).ok()?;
                 let mut owned = BTreeSet::new();
@@ -519,11 +530,61 @@ impl Runtime {
         } else {
             None
         };
-        let bytes = broadcast_bytes(
-            &self.world,
-            &serde_json::to_vec(&mine).expect("paths serialize"),
-        );
-        serde_json::from_slice(&bytes).unwrap_or(None)
+        let known = comm::broadcast_from(&self.world, 0, &[u8::from(named.is_some())]) == [1];
+        if !known {
+            return None;
+        }
+        let size = self.size.max(1);
+        let owner = |p: &Path| {
+            let mut h = crc32fast::Hasher::new();
+            for c in p.components() {
+                h.update(c.as_os_str().as_encoded_bytes());
+                h.update(b"/");
+            }
+            h.finalize() % size
+        };
+        let by_owner = |paths: &mut dyn Iterator<Item = &PathBuf>| -> Vec<(u32, Vec<u8>)> {
+            let mut groups: std::collections::BTreeMap<u32, Vec<&PathBuf>> = Default::default();
+            for p in paths {
+                groups.entry(owner(p)).or_default().push(p);
+            }
+            groups
+                .into_iter()
+                .map(|(to, ps)| (to, serde_json::to_vec(&ps).expect("paths serialize")))
+                .collect()
+        };
+        let paths_of = |msgs: Vec<(u32, Vec<u8>)>| -> Vec<(u32, Vec<PathBuf>)> {
+            msgs.into_iter()
+                .map(|(from, b)| (from, serde_json::from_slice(&b).unwrap_or_default()))
+                .collect()
+        };
+        // rank 0 deals the named paths to their owners
+        let deals = named
+            .as_ref()
+            .map(|n| by_owner(&mut n.iter()))
+            .unwrap_or_default();
+        let held: BTreeSet<PathBuf> =
+            paths_of(comm::sparse_exchange(&self.world, &deals, OWNED_TAGS[0]))
+                .into_iter()
+                .flat_map(|(_, ps)| ps)
+                .collect();
+        // each rank asks the owners of its paths; they answer with those they hold
+        let asks = by_owner(&mut mine.iter());
+        let asked = paths_of(comm::sparse_exchange(&self.world, &asks, OWNED_TAGS[1]));
+        let answers: Vec<(u32, Vec<u8>)> = asked
+            .into_iter()
+            .filter_map(|(from, ps)| {
+                let hits: Vec<&PathBuf> = ps.iter().filter(|p| held.contains(*p)).collect();
+                (!hits.is_empty())
+                    .then(|| (from, serde_json::to_vec(&hits).expect("paths serialize")))
+            })
+            .collect();
+        Some(
+            paths_of(comm::sparse_exchange(&self.world, &answers, OWNED_TAGS[2]))
+                .into_iter()
+                .flat_map(|(_, ps)| ps)
+                .collect(),
+        )
     }
 
     /// Transfer state files of this rank that no open flush needs (a flush recorded
