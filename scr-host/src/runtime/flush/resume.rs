@@ -603,3 +603,39 @@ impl Runtime {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_list_of_writes_is_whole_only_with_every_part_or_the_older_single_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        assert_eq!(load_writes(p, 3).unwrap(), None);
+        let part = |n: u32, writes: &[&str]| {
+            let w = WritesPart {
+                parts: 2,
+                writes: writes.iter().map(|s| s.to_string()).collect(),
+            };
+            prefix::write(&writes_part_path(p, 3, n), WRITES_KIND, &w).unwrap();
+        };
+        part(0, &["ckpt.1/rank_0", "ckpt.1/rank_1"]);
+        // part 1 of 2 is missing: not the whole list, and the error names it
+        let e = load_writes(p, 3).unwrap_err();
+        assert!(
+            e.starts_with(&writes_part_path(p, 3, 1).display().to_string()),
+            "{e}"
+        );
+        part(1, &["ckpt.1/rank_2"]);
+        assert_eq!(
+            load_writes(p, 3).unwrap().unwrap(),
+            ["ckpt.1/rank_0", "ckpt.1/rank_1", "ckpt.1/rank_2"]
+        );
+        remove_writes(p, 3);
+        assert_eq!(load_writes(p, 3).unwrap(), None);
+        // an earlier release's single file
+        prefix::write(&writes_path(p, 3), WRITES_KIND, &vec!["a/b".to_string()]).unwrap();
+        assert_eq!(load_writes(p, 3).unwrap().unwrap(), ["a/b"]);
+    }
+}
