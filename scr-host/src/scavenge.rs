@@ -854,32 +854,30 @@ impl Scavenger {
             bytes: ranks.values().flatten().map(|f| f.size).sum(),
             complete: true,
         };
-        let recorded = prefix::write(
-            &Rank2File::path(prefix, id),
-            "rank2file",
-            &Rank2File { ranks },
-        )
-        .and_then(|()| prefix::write(&Summary::path(prefix, id), "summary", &summary))
-        .map_err(|e| e.to_string())
-        .and_then(|()| {
-            index_add(
-                prefix,
-                &id.to_string(),
-                rec.output,
-                Some(self.config.str("job_name")).filter(|n| !n.is_empty()),
-                self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize,
-            )
-        });
+        // (written as a tree like a job's flush, in parts of the default block size: the
+        // root records the layout, so a job of any configuration reads it)
+        let recorded = Rank2File { ranks }
+            .write(prefix, id, rec.world_size, prefix::RANK2FILE_BLOCK)
+            .and_then(|_| prefix::write(&Summary::path(prefix, id), "summary", &summary))
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                index_add(
+                    prefix,
+                    &id.to_string(),
+                    rec.output,
+                    Some(self.config.str("job_name")).filter(|n| !n.is_empty()),
+                    self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize,
+                )
+            });
         match recorded {
             Ok((entry, current)) => {
                 // an interrupted flush's list of writes is settled with it
-                let _ =
-                    std::fs::remove_file(crate::runtime::flush::resume::writes_path(prefix, id));
+                crate::runtime::flush::resume::remove_writes(prefix, id);
                 Ok((entry, relocate, current))
             }
             Err(e) => {
                 let _ = std::fs::remove_file(Summary::path(prefix, id));
-                let _ = std::fs::remove_file(Rank2File::path(prefix, id));
+                Rank2File::remove(prefix, id);
                 undo(&moved, &made);
                 Err(format!("{e}; nothing was added to the index"))
             }
@@ -895,7 +893,6 @@ impl Scavenger {
     /// relocated beside the debris. When the owners cannot all be read, only the
     /// dataset's own directory is cleaned.
     fn clear_interrupted_flush(&self, id: u64, rec: &DatasetRecord) {
-        use crate::runtime::flush::resume::{writes_path, WRITES_KIND};
         let prefix = &self.prefix;
         let open = Index::load_or_rebuild(prefix)
             .ok()
@@ -904,7 +901,7 @@ impl Scavenger {
         if !open {
             return;
         }
-        let Ok(writes) = read_state::<Vec<String>>(&writes_path(prefix, id), WRITES_KIND) else {
+        let Ok(Some(writes)) = crate::runtime::flush::resume::load_writes(prefix, id) else {
             return;
         };
         let owned: Option<BTreeSet<PathBuf>> = (|| {

@@ -104,6 +104,31 @@ pub(crate) fn state_bytes_crc<T: Serialize>(kind: &str, value: &T) -> io::Result
     Ok((bytes, crc))
 }
 
+/// The kind a state file's header names (only the header line is read), for files
+/// whose kind tells their format (a rank2file root or an older single-file map).
+pub fn state_kind(path: &Path) -> Result<String, StateError> {
+    use std::io::{BufRead, Read};
+    let f = File::open(path).map_err(|source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut line = String::new();
+    io::BufReader::new(f)
+        .take(4096)
+        .read_line(&mut line)
+        .map_err(|source| StateError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    match line.split(' ').collect::<Vec<_>>().as_slice() {
+        ["scr-rs", kind, ..] => Ok(kind.to_string()),
+        _ => Err(StateError::Corrupt {
+            path: path.to_path_buf(),
+            why: "not an scr-rs state file".into(),
+        }),
+    }
+}
+
 /// Read and verify a state file of `kind`.
 pub fn read_state<T: DeserializeOwned>(path: &Path, kind: &str) -> Result<T, StateError> {
     read_state_crc(path, kind).map(|(value, _)| value)

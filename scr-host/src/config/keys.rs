@@ -180,6 +180,8 @@ pub const KEYS: &[Key] = &[
           doc: "Piece size of redundancy exchanges (SCR: 128KB; 1 MiB stays cache-resident and halves message overhead)" },
     Key { name: "file_buf_size", ty: Type::Bytes, default: Default::Fixed("1MiB"),
           doc: "Buffer size of file copies (measured fastest on local disks)" },
+    Key { name: "rank2file_block", ty: Type::UInt { min: 1, max: 1048576 }, default: Default::Fixed("256"),
+          doc: "Ranks per part of a flushed dataset's rank2file map: each block's first rank gathers and writes its block's file lists and hands them out again at fetch, so no rank handles more than this many ranks' lists (small values are for tests)" },
     Key { name: "job_id", ty: Type::Str, default: Default::Computed("SCR_JOB_ID, else SLURM_JOBID, LSB_JOBID, FLUX_JOB_ID or PBS_JOBID, else \"0\""),
           doc: "Job id used in cache and control directory names" },
     Key { name: "job_name", ty: Type::Str, default: Default::None,

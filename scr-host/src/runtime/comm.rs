@@ -676,6 +676,70 @@ pub fn gather_some(comm: &SimpleCommunicator, mine: Option<&[u8]>) -> (Vec<(u32,
     (got, total)
 }
 
+/// The bytes of each of `members` (ranks of `comm`, `root` among them), on `root`, in
+/// the order of `members`; `None` elsewhere. Only `members` take part (point-to-point:
+/// each member sends one message, `root` receives `members.len() - 1`), so a block of R
+/// ranks gathers to its leader without a communicator of its own and without any other
+/// rank. A rank not in `members` must not call it. Consecutive gathers on one tag stay
+/// apart (MPI keeps one sender's messages in order).
+pub fn gather_from(
+    comm: &SimpleCommunicator,
+    root: i32,
+    members: &[i32],
+    mine: &[u8],
+    tag: i32,
+) -> Option<Vec<Vec<u8>>> {
+    if comm.rank() != root {
+        send(&comm.process_at_rank(root), mine, tag);
+        return None;
+    }
+    Some(
+        members
+            .iter()
+            .map(|&m| {
+                if m == root {
+                    mine.to_vec()
+                } else {
+                    receive_vec(&comm.process_at_rank(m), tag)
+                }
+            })
+            .collect(),
+    )
+}
+
+/// The inverse of [`gather_from`]: `root` sends `parts[i]` to `members[i]` (its own part
+/// stays); every member returns its part. `parts` is read on `root` only (it must hold
+/// one entry per member there). Per member one message; `root` sends
+/// `members.len() - 1`.
+pub fn scatter_to(
+    comm: &SimpleCommunicator,
+    root: i32,
+    members: &[i32],
+    parts: &[Vec<u8>],
+    tag: i32,
+) -> Vec<u8> {
+    if comm.rank() != root {
+        return receive_vec(&comm.process_at_rank(root), tag);
+    }
+    let mut own = Vec::new();
+    for (&m, part) in members.iter().zip(parts) {
+        if m == root {
+            own = part.clone();
+        } else {
+            send(&comm.process_at_rank(m), &part[..], tag);
+        }
+    }
+    own
+}
+
+/// Bitwise OR of `v` over the ranks of `comm` (collective, 8 bytes, O(log P) steps):
+/// which of up to 64 conditions hold on some rank.
+pub fn or_u64<C: Communicator>(comm: &C, v: u64) -> u64 {
+    let mut out = 0u64;
+    all_reduce_into(comm, &v, &mut out, SystemOperation::bitwise_or());
+    out
+}
+
 /// `peer.send_with_tag(buf, tag)`, counted.
 pub fn send<B: Buffer + ?Sized>(peer: &Process<'_>, buf: &B, tag: i32) {
     peer.send_with_tag(buf, tag);

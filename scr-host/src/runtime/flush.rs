@@ -23,6 +23,12 @@
 //! ([`prefix::relocated`] explains the choice), so a failed flush leaves every older
 //! flushed checkpoint byte-exact and fetchable.
 //!
+//! The rank2file map is written and read as SCR's tree ([`Rank2File`] explains it): per
+//! rank a flush or a fetch exchanges its own list with its block's leader and takes part
+//! in O(1) reductions and broadcasts of constant size; a leader handles R = `rank2file_block`
+//! lists and one part file, rank 0 one reference per part (P/R). No rank gathers or
+//! receives every rank's list.
+//!
 //! Transfers get a [`LocalHost`]: a one-member host whose log is the runtime's and whose
 //! cancellation flag (`Flushing::cancel`) the runtime sets to stop background transfers.
 
@@ -38,16 +44,36 @@ use scr_plugin::{
 };
 
 use super::local_host::LocalHost;
-use super::prefix::{self, FlushFile, FlushedFile, Index, IndexEntry, Rank2File, Summary};
+use super::prefix::{
+    self, FlushFile, FlushedFile, Index, IndexEntry, PartRef, Rank2File, Rank2FileMap,
+    Rank2FilePart, Rank2FileRoot, Summary,
+};
 use super::{
-    all_gather_bytes, broadcast_bytes, cache, now_secs, DatasetRecord, FileRecord, Result, Runtime,
-    ScrError,
+    broadcast_bytes, cache, now_secs, DatasetRecord, FileRecord, Result, Runtime, ScrError,
 };
 use crate::config::Config;
 use crate::events::Event;
 use crate::registry::{Kind, Registry, RegistryError};
 
 pub(crate) mod resume;
+
+/// Tag of the outcomes a block's members send its leader ([`Runtime::gather_and_finish`]).
+const OUTCOME_TAG: i32 = 7040;
+/// Tag of the part references the leaders send rank 0.
+const PART_TAG: i32 = 7041;
+/// Tag of what rank 0 sends each block leader to read at fetch ([`Runtime::choose_from_index`]).
+const SOURCE_TAG: i32 = 7042;
+/// Tag of the lists a leader sends its block's members at fetch.
+const LIST_TAG: i32 = 7043;
+
+/// Where a block leader finds its block's lists at fetch (sent by rank 0).
+#[derive(serde::Serialize, serde::Deserialize)]
+enum BlockSource {
+    /// In this part of the map (a tree).
+    Part(PartRef),
+    /// These (rank 0 read a single-file map of an earlier release).
+    Lists(BTreeMap<u32, Vec<FlushedFile>>),
+}
 
 /// What one rank's part of a flush produced (also the marker of an async flush).
 type RankOutcome = std::result::Result<Vec<FlushedFile>, String>;
@@ -358,6 +384,8 @@ fn remove_written(prefix: &Path, paths: &[PathBuf]) {
 }
 
 /// Rank 0: every rank's outcome is in; record the dataset as flushed, or as failed.
+/// (A finisher reading every rank's marker holds the whole map: it is written as a tree
+/// of [`prefix::RANK2FILE_BLOCK`] ranks per part, the layout the root records.)
 fn finish(
     prefix: &Path,
     entry: &IndexEntry,
@@ -365,7 +393,18 @@ fn finish(
     started: FlushStart,
 ) -> std::result::Result<(), String> {
     let done = finish_recording(prefix, entry, outcomes);
-    let (bytes, ok) = match &done {
+    log_flush(prefix, entry, &started, &done);
+    done.map(|_| ())
+}
+
+/// Rank 0: the flush's event in the log (`done`: the bytes recorded, or why not).
+fn log_flush(
+    prefix: &Path,
+    entry: &IndexEntry,
+    started: &FlushStart,
+    done: &std::result::Result<u64, String>,
+) {
+    let (bytes, ok) = match done {
         Ok(bytes) => (*bytes, true),
         Err(_) => (0, false),
     };
@@ -380,7 +419,6 @@ fn finish(
             ok,
         },
     );
-    done.map(|_| ())
 }
 
 /// When and by which job a flush started (for its event in the log).
@@ -390,7 +428,7 @@ struct FlushStart {
     at: std::time::Instant,
 }
 
-/// [`finish`]'s work; returns the bytes recorded.
+/// [`finish`]'s work on the whole map; returns the bytes recorded.
 fn finish_recording(
     prefix: &Path,
     entry: &IndexEntry,
@@ -398,32 +436,60 @@ fn finish_recording(
 ) -> std::result::Result<u64, String> {
     if let Some((rank, Err(why))) = outcomes.iter().find(|(_, o)| o.is_err()) {
         let reason = format!("flush failed on rank {rank}: {why}");
-        let _ = Index::update(prefix, |ix| {
-            if let Some(e) = ix.datasets.get_mut(&entry.id) {
-                e.failed = Some(reason.clone());
-            }
-        });
+        record_failure(prefix, entry, &reason);
         return Err(reason);
     }
     let ranks: BTreeMap<u32, Vec<FlushedFile>> = outcomes
         .into_iter()
         .map(|(r, o)| (r, o.unwrap_or_default()))
         .collect();
+    let blocks = prefix::Blocks::new(entry.world_size, prefix::RANK2FILE_BLOCK);
+    let mut parts = Vec::with_capacity(blocks.count() as usize);
+    for n in 0..blocks.count() {
+        let block = blocks
+            .members(n)
+            .map(|r| (r, ranks.get(&r).cloned().unwrap_or_default()))
+            .collect();
+        match Rank2FilePart::write(prefix, entry.id, blocks, n, block) {
+            Ok(p) => parts.push(p),
+            Err(e) => {
+                Rank2File::remove(prefix, entry.id);
+                return Err(e.to_string());
+            }
+        }
+    }
+    record_complete(prefix, entry, &Rank2FileRoot::new(blocks, parts))
+}
+
+/// Rank 0: the flush of `entry` failed (`reason` names the rank): marked in the index.
+fn record_failure(prefix: &Path, entry: &IndexEntry, reason: &str) {
+    let _ = Index::update(prefix, |ix| {
+        if let Some(e) = ix.datasets.get_mut(&entry.id) {
+            e.failed = Some(reason.to_string());
+        }
+    });
+}
+
+/// Rank 0: every part of the rank2file map of `entry` is written (`root` lists them):
+/// write the root and the summary and mark the dataset complete in the index. Returns
+/// the bytes recorded. When it cannot be recorded, the map (root and parts) and the
+/// summary are removed: no index rebuilt from the summaries may bring it back.
+fn record_complete(
+    prefix: &Path,
+    entry: &IndexEntry,
+    root: &Rank2FileRoot,
+) -> std::result::Result<u64, String> {
     let summary = Summary {
         id: entry.id,
         name: entry.name.clone(),
         checkpoint_id: entry.checkpoint_id,
         world_size: entry.world_size,
-        files: ranks.values().map(|v| v.len() as u64).sum(),
-        bytes: ranks.values().flatten().map(|f| f.size).sum(),
+        files: root.files,
+        bytes: root.bytes,
         complete: true,
     };
     let step = || -> std::result::Result<(), crate::state::StateError> {
-        prefix::write(
-            &Rank2File::path(prefix, entry.id),
-            "rank2file",
-            &Rank2File { ranks },
-        )?;
+        root.write(prefix, entry.id)?;
         prefix::write(&Summary::path(prefix, entry.id), "summary", &summary)?;
         Index::update(prefix, |ix| {
             let e = ix.datasets.entry(entry.id).or_insert_with(|| entry.clone());
@@ -450,13 +516,13 @@ fn finish_recording(
     step()
         .map(|()| {
             // recorded: the list of what an interrupted flush would have to clean is moot
-            let _ = std::fs::remove_file(resume::writes_path(prefix, entry.id));
+            resume::remove_writes(prefix, entry.id);
             bytes
         })
         .map_err(|e| {
             // not recorded: no summary or map may bring it back when an index is rebuilt
             let _ = std::fs::remove_file(Summary::path(prefix, entry.id));
-            let _ = std::fs::remove_file(Rank2File::path(prefix, entry.id));
+            Rank2File::remove(prefix, entry.id);
             e.to_string()
         })
 }
@@ -930,29 +996,70 @@ impl Runtime {
     }
 
     /// Gather every rank's outcome of the flush of `entry` (collective); rank 0 records
-    /// it (when `record`) and returns why it failed, if it did.
+    /// it (when `record`: rank 0's flag decides for all) and returns why it failed, if it
+    /// did (every other rank returns `Ok`).
+    ///
+    /// As SCR's rank2file tree, without any rank receiving every rank's list: each block
+    /// of ranks ([`prefix::Blocks`], `rank2file_block` = R ranks) sends its outcomes to
+    /// its leader, which writes the block's part of the map when none failed; the first
+    /// failure anywhere is found by a min-reduction and its text broadcast from the
+    /// leader that holds it; only when none failed each leader sends rank 0 the
+    /// reference of its part (name, ranks, totals, CRC32), and rank 0 writes the root,
+    /// the summary and the index.
+    ///
+    /// Per rank: a 1-byte broadcast and an 8-byte min-reduction (O(log P) steps each),
+    /// one message (its own list) to its leader, plus one broadcast of the failure's
+    /// text when one failed. A leader: R - 1 messages received, one part file of R
+    /// ranks written, one message (about 100 bytes) to rank 0. Rank 0: P/R references
+    /// received (O(P/R) bytes, about 40 KB at P = 10^5, R = 256).
     fn gather_and_finish(
         &self,
         entry: &IndexEntry,
         mine: &RankOutcome,
         record: bool,
     ) -> std::result::Result<(), String> {
-        let all = all_gather_bytes(&self.world, &serde_json::to_vec(mine).expect("serializes"));
-        if self.rank != 0 || !record {
+        // (rank 0 alone may know that a finisher recorded it already)
+        let record = super::comm::broadcast_from(&self.world, 0, &[u8::from(record)]) == [1];
+        if !record {
             return Ok(());
         }
-        let outcomes = all
-            .iter()
-            .enumerate()
-            .map(|(r, b)| {
-                (
-                    r as u32,
-                    serde_json::from_slice(b)
-                        .unwrap_or_else(|e| Err(format!("unreadable outcome: {e}"))),
-                )
-            })
-            .collect();
-        let started = FlushStart {
+        let blocks = self.rank2file_blocks();
+        let n = blocks.of(self.rank);
+        let leader = blocks.leader(n);
+        let members: Vec<i32> = blocks.members(n).map(|r| r as i32).collect();
+        let gathered = super::comm::gather_from(
+            &self.world,
+            leader as i32,
+            &members,
+            &serde_json::to_vec(mine).expect("serializes"),
+            OUTCOME_TAG,
+        );
+        // a leader: its block's first failure, else its part written
+        let mut part: Option<PartRef> = None;
+        let mut failure: Option<(u32, String)> = None;
+        if let Some(all) = gathered {
+            let mut ranks = BTreeMap::new();
+            for (r, bytes) in blocks.members(n).zip(all) {
+                match serde_json::from_slice::<RankOutcome>(&bytes)
+                    .unwrap_or_else(|e| Err(format!("unreadable outcome: {e}")))
+                {
+                    Ok(files) => {
+                        ranks.insert(r, files);
+                    }
+                    Err(why) => {
+                        failure = Some((r, why));
+                        break;
+                    }
+                }
+            }
+            if failure.is_none() {
+                match Rank2FilePart::write(&self.prefix, entry.id, blocks, n, ranks) {
+                    Ok(p) => part = Some(p),
+                    Err(e) => failure = Some((self.rank, format!("its rank2file part: {e}"))),
+                }
+            }
+        }
+        let started = || FlushStart {
             job_id: self.job_id.clone(),
             at: self
                 .flushing
@@ -961,7 +1068,67 @@ impl Runtime {
                 .copied()
                 .unwrap_or_else(std::time::Instant::now),
         };
-        finish(&self.prefix, entry, outcomes, started)
+        let first = super::comm::min_u64(
+            &self.world,
+            failure.as_ref().map_or(u64::MAX, |(r, _)| u64::from(*r)),
+        );
+        if first != u64::MAX {
+            // the leader of the failed rank's block holds the text
+            let holder = blocks.leader(blocks.of(first as u32));
+            let text = failure.map(|(_, why)| why).unwrap_or_default();
+            let why = super::comm::broadcast_from(&self.world, holder as i32, text.as_bytes());
+            if let Some(p) = &part {
+                let _ =
+                    std::fs::remove_file(prefix::dataset_dir(&self.prefix, entry.id).join(&p.file));
+            }
+            if self.rank != 0 {
+                return Ok(());
+            }
+            let reason = format!(
+                "flush failed on rank {first}: {}",
+                String::from_utf8_lossy(&why)
+            );
+            record_failure(&self.prefix, entry, &reason);
+            let done = Err(reason);
+            log_flush(&self.prefix, entry, &started(), &done);
+            return done.map(|_| ());
+        }
+        let Some(part) = part else {
+            return Ok(()); // not a leader
+        };
+        let leaders: Vec<i32> = blocks.leaders().map(|r| r as i32).collect();
+        let Some(refs) = super::comm::gather_from(
+            &self.world,
+            0,
+            &leaders,
+            &serde_json::to_vec(&part).expect("serializes"),
+            PART_TAG,
+        ) else {
+            return Ok(());
+        };
+        let parts: std::result::Result<Vec<PartRef>, String> = refs
+            .iter()
+            .zip(&leaders)
+            .map(|(b, l)| {
+                serde_json::from_slice(b).map_err(|e| {
+                    format!("rank {l} sent an unreadable rank2file part reference: {e}")
+                })
+            })
+            .collect();
+        let done = parts.and_then(|parts| {
+            record_complete(&self.prefix, entry, &Rank2FileRoot::new(blocks, parts))
+        });
+        if done.is_err() {
+            Rank2File::remove(&self.prefix, entry.id);
+        }
+        log_flush(&self.prefix, entry, &started(), &done);
+        done.map(|_| ())
+    }
+
+    /// The blocks this job's rank2file maps are written in (`rank2file_block`).
+    fn rank2file_blocks(&self) -> prefix::Blocks {
+        let block = u32::try_from(self.config.u64("rank2file_block")).unwrap_or(u32::MAX);
+        prefix::Blocks::new(self.size, block)
     }
 
     /// Dataset ids whose flush is still running on this rank.
@@ -975,13 +1142,34 @@ impl Runtime {
 
     /// The checkpoint in the prefix to restart from next (collective; chosen on rank 0):
     /// `wanted` first, then the index's current one, then the newest, skipping `tried`;
-    /// with its rank2file map, or why that cannot be used.
+    /// with this rank's list of files from its rank2file map, or why the map cannot be
+    /// used (the same error on every rank, naming the file).
+    ///
+    /// No rank receives the whole map: rank 0 reads the root and broadcasts the choice
+    /// (the index entry and the block size, not the parts list); it sends each block
+    /// leader the reference of its block's part (rank 0 reads none of them); each leader
+    /// reads and checks its part — one reader per part, as SCR bounds the readers of a
+    /// file and the bytes each reads, rather than every rank opening the same part (R
+    /// readers per file) — and sends each member its list. A map of an earlier release
+    /// (one file) is read by rank 0, which sends each leader its block's lists instead.
+    /// Whether every rank got its list is agreed by a min-reduction.
+    ///
+    /// Per rank: one broadcast of the entry (about 300 bytes) and one min-reduction
+    /// (O(log P) steps), one message with its own list; a leader also one message from
+    /// rank 0 and R - 1 sent, one part (R ranks) read; rank 0 sends P/R references
+    /// (about 100 bytes each). Plus one broadcast of the error's text when a part is
+    /// refused. The last value is the map's bytes in all (on rank 0; 0 elsewhere).
     pub(super) fn choose_from_index(
         &self,
         tried: &[u64],
         wanted: Option<&str>,
-    ) -> Option<(IndexEntry, std::result::Result<Rank2File, String>)> {
-        let choice = if self.rank == 0 {
+    ) -> Option<(
+        IndexEntry,
+        std::result::Result<Vec<FlushedFile>, String>,
+        u64,
+    )> {
+        let size = self.size;
+        let (choice, map) = if self.rank == 0 {
             let index = Index::load_or_rebuild(&self.prefix).unwrap_or_else(|e| {
                 eprintln!("scr-rs: warning: {e}; no checkpoint is taken from the prefix");
                 Index::default()
@@ -995,36 +1183,123 @@ impl Runtime {
                 let e = candidates.remove(pos);
                 candidates.insert(0, e);
             }
-            candidates
-                .into_iter()
-                .find(|e| !tried.contains(&e.id))
-                .map(|e| {
-                    let size = self.size;
-                    let map = Rank2File::load(&self.prefix, e.id)
+            match candidates.into_iter().find(|e| !tried.contains(&e.id)) {
+                None => (None, None),
+                Some(e) => {
+                    let path = Rank2File::path(&self.prefix, e.id);
+                    let map = Rank2FileMap::load(&self.prefix, e.id)
                         .map_err(|x| x.to_string())
-                        .and_then(|m| {
+                        .and_then(|m| match &m {
+                            Rank2FileMap::Tree(root) => {
+                                root.check(&self.prefix, e.id).map_err(|x| x.to_string())?;
+                                if root.ranks != size {
+                                    return Err(format!(
+                                        "{}: lists {} ranks, the job has {size}",
+                                        path.display(),
+                                        root.ranks
+                                    ));
+                                }
+                                Ok(m)
+                            }
                             // every rank's list (possibly empty) is recorded by a
                             // flush: a map missing one would fetch nothing for it
-                            if m.ranks.keys().copied().eq(0..size) {
-                                Ok(m)
-                            } else {
-                                Err(format!(
-                                    "{}: lists ranks {:?}, the job has ranks 0..{size}",
-                                    Rank2File::path(&self.prefix, e.id).display(),
-                                    m.ranks.keys().collect::<Vec<_>>()
-                                ))
+                            Rank2FileMap::Single(single) => {
+                                if single.ranks.keys().copied().eq(0..size) {
+                                    Ok(m)
+                                } else {
+                                    Err(format!(
+                                        "{}: lists ranks {:?}, the job has ranks 0..{size}",
+                                        path.display(),
+                                        single.ranks.keys().collect::<Vec<_>>()
+                                    ))
+                                }
                             }
                         });
-                    (e.clone(), map)
-                })
+                    let layout = match &map {
+                        Ok(Rank2FileMap::Tree(root)) => Ok(root.block),
+                        Ok(Rank2FileMap::Single(_)) => Ok(self.rank2file_blocks().block),
+                        Err(why) => Err(why.clone()),
+                    };
+                    (Some((e.clone(), layout)), map.ok())
+                }
+            }
         } else {
-            None
+            (None, None)
         };
         let bytes = broadcast_bytes(
             &self.world,
             &serde_json::to_vec(&choice).expect("serializes"),
         );
-        serde_json::from_slice(&bytes).unwrap_or(None)
+        let (entry, layout): (IndexEntry, std::result::Result<u32, String>) =
+            serde_json::from_slice::<Option<_>>(&bytes).unwrap_or(None)?;
+        let block = match layout {
+            Ok(b) => b,
+            Err(why) => return Some((entry, Err(why), 0)),
+        };
+        let blocks = prefix::Blocks::new(size, block);
+        let total = match &map {
+            Some(Rank2FileMap::Tree(root)) => root.bytes,
+            Some(Rank2FileMap::Single(m)) => m.ranks.values().flatten().map(|f| f.size).sum(),
+            None => 0,
+        };
+        let n = blocks.of(self.rank);
+        let leader = blocks.leader(n);
+        let members: Vec<i32> = blocks.members(n).map(|r| r as i32).collect();
+        // rank 0 -> leaders: where each block's lists are
+        let mut lists: Vec<Vec<u8>> = Vec::new();
+        if self.rank == leader {
+            let leaders: Vec<i32> = blocks.leaders().map(|r| r as i32).collect();
+            let sources: Vec<Vec<u8>> = match &map {
+                Some(Rank2FileMap::Tree(root)) => root
+                    .parts
+                    .iter()
+                    .map(|p| serde_json::to_vec(&BlockSource::Part(p.clone())))
+                    .collect::<std::result::Result<_, _>>()
+                    .expect("serializes"),
+                Some(Rank2FileMap::Single(m)) => (0..blocks.count())
+                    .map(|b| {
+                        let lists = blocks
+                            .members(b)
+                            .map(|r| (r, m.ranks.get(&r).cloned().unwrap_or_default()))
+                            .collect();
+                        serde_json::to_vec(&BlockSource::Lists(lists)).expect("serializes")
+                    })
+                    .collect(),
+                None => Vec::new(),
+            };
+            let source = super::comm::scatter_to(&self.world, 0, &leaders, &sources, SOURCE_TAG);
+            let block_lists = serde_json::from_slice::<BlockSource>(&source)
+                .map_err(|e| format!("rank 0 sent an unreadable rank2file source: {e}"))
+                .and_then(|s| match s {
+                    BlockSource::Part(p) => Rank2FileRoot::load_part(&self.prefix, entry.id, &p)
+                        .map_err(|e| e.to_string()),
+                    BlockSource::Lists(l) => Ok(l),
+                });
+            lists = blocks
+                .members(n)
+                .map(|r| {
+                    let mine: std::result::Result<Vec<FlushedFile>, String> = match &block_lists {
+                        Ok(l) => Ok(l.get(&r).cloned().unwrap_or_default()),
+                        Err(why) => Err(why.clone()),
+                    };
+                    serde_json::to_vec(&mine).expect("serializes")
+                })
+                .collect();
+        }
+        let got = super::comm::scatter_to(&self.world, leader as i32, &members, &lists, LIST_TAG);
+        let mine: std::result::Result<Vec<FlushedFile>, String> = serde_json::from_slice(&got)
+            .unwrap_or_else(|e| {
+                Err(format!(
+                    "rank {leader} sent an unreadable rank2file list: {e}"
+                ))
+            });
+        // the same answer everywhere: the lowest failing rank's error
+        let mine = match super::first_failure(&self.world, mine.as_ref().err().map(String::as_str))
+        {
+            Some((_, why)) => Err(why),
+            None => mine,
+        };
+        Some((entry, mine, total))
     }
 
     /// Rank 0 marks a checkpoint that cannot be restarted from as failed in the index
@@ -1045,16 +1320,18 @@ impl Runtime {
     /// (SCR 3.x): offer the checkpoint `choose_from_index` picks, after every rank found
     /// its files there with the recorded size (and CRC32, with `crc_on_restart`);
     /// `route_file` then returns their prefix paths. One that fails is marked failed in
-    /// the index and the next older one is tried. Collective.
+    /// the index and the next older one is tried. Collective. Per rank and candidate:
+    /// [`Runtime::choose_from_index`]'s cost (O(log P) steps, its own list) plus one
+    /// min-reduction, and a broadcast of the first failure's text when one failed.
     pub(super) fn open_prefix_restart(&mut self, wanted: Option<&str>) -> Result<()> {
         let mut tried: Vec<u64> = Vec::new();
         let check_crc = self.config.bool("crc_on_restart");
         let buf = self.buf_size();
-        while let Some((entry, map)) = self.choose_from_index(&tried, wanted) {
+        while let Some((entry, list, _)) = self.choose_from_index(&tried, wanted) {
             tried.push(entry.id);
-            let mine = map.and_then(|m| {
+            let mine = list.and_then(|list| {
                 let mut files = BTreeMap::new();
-                for f in m.ranks.get(&self.rank).into_iter().flatten() {
+                for f in &list {
                     let path = f.stored_path(&self.prefix)?;
                     let meta =
                         std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -1115,61 +1392,32 @@ impl Runtime {
 
     /// With no restartable checkpoint in cache, fetch the newest complete one from the
     /// prefix (falling back to older ones, marking failures in the index) and protect it
-    /// again with its redundancy scheme. Collective.
+    /// again with its redundancy scheme. Collective. Per rank and candidate:
+    /// [`Runtime::choose_from_index`]'s cost (O(log P) steps, its own list) and two
+    /// agreements on failure (a min-reduction each, and a broadcast of the first
+    /// failure's text when one failed; were all-gathers of every rank's reason, O(P)),
+    /// besides what re-protecting costs in the redundancy sets.
     pub(super) fn fetch(&mut self, wanted: Option<&str>) -> Result<()> {
         let _counted = super::comm::scope("fetch");
         let mut tried: Vec<u64> = Vec::new();
         loop {
             let choice = self.choose_from_index(&tried, wanted);
-            let Some((entry, map)) = choice else {
+            let Some((entry, list, fetch_bytes)) = choice else {
                 return Ok(());
             };
             tried.push(entry.id);
             let fetch_started = std::time::Instant::now();
-            let fetch_bytes: u64 = map
-                .as_ref()
-                .map(|m| m.ranks.values().flatten().map(|f| f.size).sum())
-                .unwrap_or(0);
-            let outcome = match map {
-                Ok(map) => self.fetch_one(&entry, &map),
-                Err(e) => Err(e),
-            };
-            let reasons = all_gather_bytes(
-                &self.world,
-                outcome.as_ref().err().map_or(&[][..], |s| s.as_bytes()),
-            );
+            let outcome = list.and_then(|list| self.fetch_one(&entry, list));
+            // the lowest failing rank's reason, on every rank (O(log P), not a gather)
             let failed =
-                reasons
-                    .iter()
-                    .enumerate()
-                    .find(|(_, r)| !r.is_empty())
-                    .map(|(rank, r)| {
-                        format!(
-                            "fetch failed on rank {rank}: {}",
-                            String::from_utf8_lossy(r)
-                        )
-                    });
+                super::first_failure(&self.world, outcome.as_ref().err().map(String::as_str))
+                    .map(|(rank, why)| format!("fetch failed on rank {rank}: {why}"));
             // protect it again in cache: a failure there is a failed fetch too
             let failed = match failed {
                 None => {
-                    let protected = self.protect_fetched(entry.id);
-                    let why = all_gather_bytes(
-                        &self.world,
-                        protected
-                            .err()
-                            .map(|e| e.to_string())
-                            .unwrap_or_default()
-                            .as_bytes(),
-                    );
-                    why.iter()
-                        .enumerate()
-                        .find(|(_, r)| !r.is_empty())
-                        .map(|(rank, r)| {
-                            format!(
-                                "re-protecting failed on rank {rank}: {}",
-                                String::from_utf8_lossy(r)
-                            )
-                        })
+                    let protected = self.protect_fetched(entry.id).err().map(|e| e.to_string());
+                    super::first_failure(&self.world, protected.as_deref())
+                        .map(|(rank, why)| format!("re-protecting failed on rank {rank}: {why}"))
                 }
                 some => some,
             };
@@ -1223,9 +1471,8 @@ impl Runtime {
     fn fetch_one(
         &mut self,
         entry: &IndexEntry,
-        map: &Rank2File,
+        mine: Vec<FlushedFile>,
     ) -> std::result::Result<(), String> {
-        let mine = map.ranks.get(&self.rank).cloned().unwrap_or_default();
         let desc = self.reddesc_for(entry.checkpoint_id);
         let store = self.reddescs[desc].record.store.clone();
         let dir = self.dataset_dir(&store, entry.id);

@@ -191,12 +191,140 @@ pub fn relocated(id: u64, name: &str) -> String {
     format!(".scr/scr.dataset.{id}/files/{name}")
 }
 
-/// Which rank wrote which files (`rank2file.scr`).
+/// Which rank wrote which files: the whole rank2file map of a dataset, as the offline
+/// tools (`scr index`, scavenge, postrun) read it ([`Rank2File::load`]), whatever its
+/// format on disk.
+///
+/// # On disk: a tree of bounded parts (SCR's rank2file tree)
+///
+/// A flush writes the map as a root and parts, never as one file holding every rank:
+/// at 10^5 ranks one file (and one process gathering it) would hold every rank's list.
+/// Ranks are grouped in blocks of at most `block` consecutive ranks ([`Blocks`]; the
+/// `rank2file_block` key, default [`RANK2FILE_BLOCK`]). Each block's first rank (its
+/// leader) gathers its members' lists and writes the part `rank2file.<n>.scr`
+/// ([`Rank2FilePart`], kind `rank2file-part`) for block `n`; rank 0 writes the root
+/// `rank2file.scr` ([`Rank2FileRoot`], kind `rank2file-root`), which lists each part
+/// with the CRC32 of its contents, so a part swapped for another intact one (another
+/// dataset's, an older flush's) is refused as surely as a damaged one. Both levels are
+/// state files (atomic, checksummed). The root records the block size: a map is read
+/// with the layout it was written with, whatever the reader's configuration.
+///
+/// A single-file map (kind `rank2file`, this struct itself) is what releases before the
+/// tree wrote; it is still read, so a prefix flushed before an upgrade restarts.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rank2File {
     /// Files by rank.
     pub ranks: BTreeMap<u32, Vec<FlushedFile>>,
 }
+
+/// Ranks per rank2file part when the configuration does not say (`rank2file_block`):
+/// a part of 256 ranks with a few files each is tens of KiB, and the root lists
+/// ceil(P / 256) parts (about 400 at 10^5 ranks).
+pub const RANK2FILE_BLOCK: u32 = 256;
+
+/// The blocks of consecutive ranks a rank2file map is split into: block `n` holds ranks
+/// `n * block ..` (at most `block` of them, the last one possibly fewer); its first rank
+/// is its leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Blocks {
+    /// Ranks in all (the job's world size).
+    pub ranks: u32,
+    /// Ranks per block (at least 1).
+    pub block: u32,
+}
+
+impl Blocks {
+    /// Blocks of `block` ranks (0 is taken as 1) over `ranks` ranks.
+    pub fn new(ranks: u32, block: u32) -> Blocks {
+        Blocks {
+            ranks,
+            block: block.max(1),
+        }
+    }
+
+    /// How many blocks.
+    pub fn count(&self) -> u32 {
+        self.ranks.div_ceil(self.block)
+    }
+
+    /// The block of `rank`.
+    pub fn of(&self, rank: u32) -> u32 {
+        rank / self.block
+    }
+
+    /// The ranks of block `n`.
+    pub fn members(&self, n: u32) -> std::ops::Range<u32> {
+        let first = n.saturating_mul(self.block).min(self.ranks);
+        first..first.saturating_add(self.block).min(self.ranks)
+    }
+
+    /// The leader (first rank) of block `n`.
+    pub fn leader(&self, n: u32) -> u32 {
+        self.members(n).start
+    }
+
+    /// Every block's leader, in order.
+    pub fn leaders(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.count()).map(|n| self.leader(n))
+    }
+}
+
+/// One part of a rank2file map as its root lists it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartRef {
+    /// The part's file, relative to the dataset's directory (`rank2file.<n>.scr`).
+    pub file: String,
+    /// Its first rank.
+    pub first: u32,
+    /// How many ranks it lists.
+    pub count: u32,
+    /// Files it lists in all.
+    pub files: u64,
+    /// Bytes of those files.
+    pub bytes: u64,
+    /// CRC32 of its contents (the one its state-file header carries).
+    pub crc32: u32,
+}
+
+/// The root of a rank2file map (`rank2file.scr`): the parts, in rank order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rank2FileRoot {
+    /// Ranks the map covers (the world size that wrote it).
+    pub ranks: u32,
+    /// Ranks per part ([`Blocks`]).
+    pub block: u32,
+    /// Files in all.
+    pub files: u64,
+    /// Bytes in all.
+    pub bytes: u64,
+    /// Part `n` lists block `n`.
+    pub parts: Vec<PartRef>,
+}
+
+/// One part of a rank2file map (`rank2file.<n>.scr`): the lists of the ranks of one
+/// block.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rank2FilePart {
+    /// Files by rank (exactly the block's ranks, each possibly with no file).
+    pub ranks: BTreeMap<u32, Vec<FlushedFile>>,
+}
+
+/// A rank2file map's root as found on disk: the tree's root, or a single-file map of
+/// an earlier release.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rank2FileMap {
+    /// The root of a tree (read the parts it lists).
+    Tree(Rank2FileRoot),
+    /// A whole map in one file (written before the tree).
+    Single(Rank2File),
+}
+
+/// State-file kind of a rank2file root.
+pub const ROOT_KIND: &str = "rank2file-root";
+/// State-file kind of a rank2file part.
+pub const PART_KIND: &str = "rank2file-part";
+/// State-file kind of a single-file rank2file map (earlier releases).
+pub const SINGLE_KIND: &str = "rank2file";
 
 /// The summary of a flushed dataset (`summary.scr`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -452,14 +580,221 @@ impl Index {
 }
 
 impl Rank2File {
-    /// The rank2file map of dataset `id`.
+    /// The rank2file map of dataset `id`: its root (or, written by an earlier release,
+    /// the whole map).
     pub fn path(prefix: &Path, id: u64) -> PathBuf {
         dataset_dir(prefix, id).join("rank2file.scr")
     }
 
-    /// Read it.
+    /// Read the whole map, every part of it (for the offline tools; a job reads only its
+    /// own block's part, see [`Rank2FileRoot::load_part`]). Per call: every part read,
+    /// O(P) bytes — offline tools only. A part that is missing,
+    /// damaged, not the one the root lists, or listing other ranks is refused, naming
+    /// the file.
     pub fn load(prefix: &Path, id: u64) -> Result<Rank2File, StateError> {
-        read_state(&Self::path(prefix, id), "rank2file")
+        match Rank2FileMap::load(prefix, id)? {
+            Rank2FileMap::Single(map) => Ok(map),
+            Rank2FileMap::Tree(root) => {
+                root.check(prefix, id)?;
+                let mut ranks = BTreeMap::new();
+                for part in &root.parts {
+                    ranks.extend(Rank2FileRoot::load_part(prefix, id, part)?);
+                }
+                Ok(Rank2File { ranks })
+            }
+        }
+    }
+
+    /// Write this whole map as a tree of parts of `block` ranks over `world_size` ranks
+    /// (rank 0 holding every list: scavenge, a finisher reading markers), parts first,
+    /// the root last; the root written.
+    pub fn write(
+        &self,
+        prefix: &Path,
+        id: u64,
+        world_size: u32,
+        block: u32,
+    ) -> Result<Rank2FileRoot, StateError> {
+        let blocks = Blocks::new(world_size, block);
+        let mut parts = Vec::with_capacity(blocks.count() as usize);
+        for n in 0..blocks.count() {
+            let ranks = blocks
+                .members(n)
+                .map(|r| (r, self.ranks.get(&r).cloned().unwrap_or_default()))
+                .collect();
+            parts.push(Rank2FilePart::write(prefix, id, blocks, n, ranks)?);
+        }
+        let root = Rank2FileRoot::new(blocks, parts);
+        root.write(prefix, id)?;
+        Ok(root)
+    }
+
+    /// Remove dataset `id`'s map: the root and every part (a flush that failed or could
+    /// not be recorded).
+    pub fn remove(prefix: &Path, id: u64) {
+        let _ = std::fs::remove_file(Self::path(prefix, id));
+        if let Ok(dir) = std::fs::read_dir(dataset_dir(prefix, id)) {
+            for e in dir.flatten() {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                if name.starts_with("rank2file.") && name.ends_with(".scr") {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+}
+
+impl Rank2FileMap {
+    /// Read dataset `id`'s root: a tree's root or a single-file map.
+    pub fn load(prefix: &Path, id: u64) -> Result<Rank2FileMap, StateError> {
+        let path = Rank2File::path(prefix, id);
+        match crate::state::state_kind(&path)?.as_str() {
+            SINGLE_KIND => read_state(&path, SINGLE_KIND).map(Rank2FileMap::Single),
+            _ => read_state(&path, ROOT_KIND).map(Rank2FileMap::Tree),
+        }
+    }
+}
+
+impl Rank2FileRoot {
+    /// The root of parts written for `blocks` (in block order).
+    pub fn new(blocks: Blocks, parts: Vec<PartRef>) -> Rank2FileRoot {
+        Rank2FileRoot {
+            ranks: blocks.ranks,
+            block: blocks.block,
+            files: parts.iter().map(|p| p.files).sum(),
+            bytes: parts.iter().map(|p| p.bytes).sum(),
+            parts,
+        }
+    }
+
+    /// The layout it was written with.
+    pub fn blocks(&self) -> Blocks {
+        Blocks::new(self.ranks, self.block)
+    }
+
+    /// Write it as dataset `id`'s root (after every part it lists).
+    pub fn write(&self, prefix: &Path, id: u64) -> Result<(), StateError> {
+        write(&Rank2File::path(prefix, id), ROOT_KIND, self)
+    }
+
+    /// `Err` unless it lists exactly the parts of its layout, each under its own name
+    /// (a damaged or forged root must not send a reader to another file).
+    pub fn check(&self, prefix: &Path, id: u64) -> Result<(), StateError> {
+        let corrupt = |why: String| StateError::Corrupt {
+            path: Rank2File::path(prefix, id),
+            why,
+        };
+        if self.block == 0 {
+            return Err(corrupt("block size 0".into()));
+        }
+        let blocks = self.blocks();
+        if self.parts.len() != blocks.count() as usize {
+            return Err(corrupt(format!(
+                "lists {} part(s), {} ranks in blocks of {} need {}",
+                self.parts.len(),
+                self.ranks,
+                self.block,
+                blocks.count()
+            )));
+        }
+        for (n, p) in (0u32..).zip(&self.parts) {
+            let want = blocks.members(n);
+            if p.file != Rank2FilePart::name(n)
+                || p.first != want.start
+                || p.count != want.len() as u32
+            {
+                return Err(corrupt(format!(
+                    "part {n} is `{}` for ranks {}..{}, expected `{}` for ranks {}..{}",
+                    p.file,
+                    p.first,
+                    u64::from(p.first) + u64::from(p.count),
+                    Rank2FilePart::name(n),
+                    want.start,
+                    want.end
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Read the part `part` of dataset `id` (one block's lists) and check that it is
+    /// the one the root lists (CRC32) and lists exactly its ranks; the error names the
+    /// file. A block leader calls it with the reference rank 0 sent it, without reading
+    /// the root.
+    pub fn load_part(
+        prefix: &Path,
+        id: u64,
+        part: &PartRef,
+    ) -> Result<BTreeMap<u32, Vec<FlushedFile>>, StateError> {
+        let path = dataset_dir(prefix, id).join(&part.file);
+        check_relative(&part.file).map_err(|why| StateError::Corrupt {
+            path: Rank2File::path(prefix, id),
+            why,
+        })?;
+        let (body, crc) = crate::state::read_state_crc::<Rank2FilePart>(&path, PART_KIND)?;
+        let corrupt = |why: String| StateError::Corrupt {
+            path: path.clone(),
+            why,
+        };
+        if crc != part.crc32 {
+            return Err(corrupt(format!(
+                "not the part {} lists (CRC32 {crc:08x}, the root records {:08x})",
+                Rank2File::path(prefix, id).display(),
+                part.crc32
+            )));
+        }
+        let want = part.first..part.first.saturating_add(part.count);
+        if !body.ranks.keys().copied().eq(want.clone()) {
+            return Err(corrupt(format!(
+                "lists ranks {:?}, expected {}..{}",
+                body.ranks.keys().collect::<Vec<_>>(),
+                want.start,
+                want.end
+            )));
+        }
+        Ok(body.ranks)
+    }
+}
+
+impl Rank2FilePart {
+    /// The file name of part `n` (relative to the dataset's directory).
+    pub fn name(n: u32) -> String {
+        format!("rank2file.{n}.scr")
+    }
+
+    /// Write part `n` of `blocks` for dataset `id` holding `ranks` (the block's lists),
+    /// atomically; what the root must say of it.
+    pub fn write(
+        prefix: &Path,
+        id: u64,
+        blocks: Blocks,
+        n: u32,
+        ranks: BTreeMap<u32, Vec<FlushedFile>>,
+    ) -> Result<PartRef, StateError> {
+        let members = blocks.members(n);
+        let path = dataset_dir(prefix, id).join(Self::name(n));
+        let io = |source| StateError::Io {
+            path: path.clone(),
+            source,
+        };
+        let part = Rank2FilePart { ranks };
+        let (bytes, crc32) = crate::state::state_bytes_crc(PART_KIND, &part).map_err(io)?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| StateError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        crate::state::write_atomic(&path, &bytes).map_err(io)?;
+        Ok(PartRef {
+            file: Self::name(n),
+            first: members.start,
+            count: members.len() as u32,
+            files: part.ranks.values().map(|v| v.len() as u64).sum(),
+            bytes: part.ranks.values().flatten().map(|f| f.size).sum(),
+            crc32,
+        })
     }
 }
 
@@ -546,4 +881,135 @@ pub fn write(path: &Path, kind: &str, value: &impl Serialize) -> Result<(), Stat
         path: path.to_path_buf(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rank `r` of `ranks` with `r % 3` files (rank 0, 3, 6: none).
+    fn map(ranks: u32) -> Rank2File {
+        Rank2File {
+            ranks: (0..ranks)
+                .map(|r| {
+                    let files = (0..r % 3)
+                        .map(|i| FlushedFile {
+                            name: format!("ckpt.1/rank_{r}.{i}"),
+                            size: u64::from(r * 10 + i),
+                            crc32: Some(r),
+                            stored: None,
+                        })
+                        .collect();
+                    (r, files)
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn blocks_cover_every_rank_once_with_an_uneven_last_block() {
+        let b = Blocks::new(7, 3);
+        assert_eq!(b.count(), 3);
+        assert_eq!(
+            (0..3).map(|n| b.members(n)).collect::<Vec<_>>(),
+            [0..3, 3..6, 6..7]
+        );
+        assert_eq!(b.leaders().collect::<Vec<_>>(), [0, 3, 6]);
+        assert_eq!(
+            (0..7).map(|r| b.of(r)).collect::<Vec<_>>(),
+            [0, 0, 0, 1, 1, 1, 2]
+        );
+        // a block larger than the job: one block; 0 is taken as 1
+        assert_eq!(Blocks::new(4, 256).count(), 1);
+        assert_eq!(Blocks::new(4, 0).count(), 4);
+    }
+
+    #[test]
+    fn a_map_written_as_a_tree_reads_back_whole_with_totals_in_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = map(7);
+        let root = m.write(dir.path(), 5, 7, 3).unwrap();
+        assert_eq!((root.ranks, root.block, root.parts.len()), (7, 3, 3));
+        assert_eq!(root.files, 6); // ranks 1, 4: one file; 2, 5: two
+        assert_eq!(root.bytes, 10 + 20 + 21 + 40 + 50 + 51);
+        assert_eq!(
+            root.parts.iter().map(|p| p.files).collect::<Vec<_>>(),
+            [3, 3, 0]
+        );
+        assert_eq!(Rank2File::load(dir.path(), 5).unwrap(), m);
+        assert_eq!(
+            Rank2FileMap::load(dir.path(), 5).unwrap(),
+            Rank2FileMap::Tree(root.clone())
+        );
+        // one block's part, as a leader reads it
+        let part = Rank2FileRoot::load_part(dir.path(), 5, &root.parts[2]).unwrap();
+        assert_eq!(part, BTreeMap::from([(6, Vec::new())]));
+        Rank2File::remove(dir.path(), 5);
+        let left: Vec<_> = std::fs::read_dir(dataset_dir(dir.path(), 5))
+            .unwrap()
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_missing_swapped_or_misplaced_part_is_refused_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = map(7).write(dir.path(), 5, 7, 3).unwrap();
+        let part1 = dataset_dir(dir.path(), 5).join("rank2file.1.scr");
+
+        // another dataset's intact part 1 (other contents) in its place
+        let mut other = map(7);
+        other.ranks.get_mut(&4).unwrap()[0].size += 1;
+        other.write(dir.path(), 6, 7, 3).unwrap();
+        let good = std::fs::read(&part1).unwrap();
+        std::fs::copy(dataset_dir(dir.path(), 6).join("rank2file.1.scr"), &part1).unwrap();
+        let e = Rank2File::load(dir.path(), 5).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: not the part ", part1.display()))
+                && e.contains(&format!("the root records {:08x}", root.parts[1].crc32)),
+            "{e}"
+        );
+
+        // a part listing other ranks (its reference forged to match)
+        let mut shifted = root.clone();
+        shifted.parts[1].first = 2;
+        std::fs::write(&part1, &good).unwrap();
+        let e = Rank2FileRoot::load_part(dir.path(), 5, &shifted.parts[1])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&format!(
+                "{}: lists ranks [3, 4, 5], expected 2..5",
+                part1.display()
+            )),
+            "{e}"
+        );
+        // and such a root is refused before any part is read
+        let e = shifted.check(dir.path(), 5).unwrap_err().to_string();
+        assert!(
+            e.contains("rank2file.scr: part 1 is `rank2file.1.scr` for ranks 2..5, expected `rank2file.1.scr` for ranks 3..6"),
+            "{e}"
+        );
+
+        // missing
+        std::fs::remove_file(&part1).unwrap();
+        let e = Rank2File::load(dir.path(), 5).unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+        assert!(
+            e.to_string().starts_with(&part1.display().to_string()),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_single_file_map_of_an_earlier_release_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = map(4);
+        write(&Rank2File::path(dir.path(), 2), SINGLE_KIND, &m).unwrap();
+        assert_eq!(Rank2File::load(dir.path(), 2).unwrap(), m);
+        assert_eq!(
+            Rank2FileMap::load(dir.path(), 2).unwrap(),
+            Rank2FileMap::Single(m)
+        );
+    }
 }

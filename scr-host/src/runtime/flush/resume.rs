@@ -31,12 +31,79 @@ use super::{collect, remove_written, Planned, RankOutcome, Started};
 use crate::runtime::prefix::{self, Index, IndexEntry, Rank2File};
 use crate::runtime::{broadcast_bytes, DatasetRecord, Result, Runtime};
 
+/// Tags of the three sparse exchanges of [`Runtime::owned_among`] (distinct, so that a
+/// rank may start the next while another still receives in this one).
+const OWNED_TAGS: [i32; 3] = [7045, 7046, 7047];
+
+/// Tag of the names a block's members send its leader ([`Runtime::record_writes`]).
+const WRITES_TAG: i32 = 7044;
+
 /// State-file kind of the list of prefix paths a flush may write.
 pub(crate) const WRITES_KIND: &str = "flush-writes";
 
-/// `<prefix>/.scr/scr.dataset.<id>/writes.scr`: what the flush of dataset `id` may write.
+/// `<prefix>/.scr/scr.dataset.<id>/writes.scr`: what the flush of dataset `id` may
+/// write, as earlier releases recorded it (one file for every rank).
 pub(crate) fn writes_path(prefix: &Path, id: u64) -> PathBuf {
     prefix::dataset_dir(prefix, id).join("writes.scr")
+}
+
+/// `<prefix>/.scr/scr.dataset.<id>/writes.<n>.scr`: what the ranks of block `n` (of the
+/// rank2file blocks) may write in the flush of dataset `id`.
+pub(crate) fn writes_part_path(prefix: &Path, id: u64, n: u32) -> PathBuf {
+    prefix::dataset_dir(prefix, id).join(format!("writes.{n}.scr"))
+}
+
+/// One block's part of the list of what a flush may write.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct WritesPart {
+    /// How many parts the list has (every one must be there for it to be complete).
+    parts: u32,
+    /// Prefix paths (relative) the block's ranks may write.
+    writes: Vec<String>,
+}
+
+/// Remove the list of what the flush of dataset `id` may write (every part of it):
+/// the flush is recorded, or settled.
+pub(crate) fn remove_writes(prefix: &Path, id: u64) {
+    let _ = std::fs::remove_file(writes_path(prefix, id));
+    if let Ok(dir) = std::fs::read_dir(prefix::dataset_dir(prefix, id)) {
+        for e in dir.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("writes.") && name.ends_with(".scr") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Rank 0: the whole list of what the flush of dataset `id` may write, when it is there
+/// (every block's part, or the single file of an earlier release); why not otherwise
+/// (`Ok(None)`: no list was recorded).
+pub(crate) fn load_writes(
+    prefix: &Path,
+    id: u64,
+) -> std::result::Result<Option<Vec<String>>, String> {
+    match crate::state::read_state::<Vec<String>>(&writes_path(prefix, id), WRITES_KIND) {
+        Ok(w) => return Ok(Some(w)),
+        Err(e) if !e.is_not_found() => return Err(e.to_string()),
+        Err(_) => {}
+    }
+    let first =
+        match crate::state::read_state::<WritesPart>(&writes_part_path(prefix, id, 0), WRITES_KIND)
+        {
+            Ok(p) => p,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+        };
+    let mut all = first.writes;
+    for n in 1..first.parts {
+        let part: WritesPart =
+            crate::state::read_state(&writes_part_path(prefix, id, n), WRITES_KIND)
+                .map_err(|e| e.to_string())?;
+        all.extend(part.writes);
+    }
+    Ok(Some(all))
 }
 
 /// What a rank found it can do with its part of an interrupted flush (sent to every rank
@@ -92,7 +159,11 @@ impl Runtime {
     /// Resume or clean up the interrupted flush of `entry` (collective). A dataset still
     /// complete in every rank's cache whose flush could not be resumed is flushed again
     /// right away (an output would otherwise never be: only the newest checkpoint is
-    /// flushed at finalize).
+    /// flushed at finalize). Per rank: [`Runtime::owned_among`] for its destinations,
+    /// then the ranks' answers agreed by one bitwise-OR reduction (8 bytes, O(log P)
+    /// steps; was an all-gather of one byte per rank, O(P)); what recording or cleaning
+    /// up costs is said at [`Runtime::gather_and_finish`] and
+    /// [`Runtime::remove_flush_files`].
     fn settle(&mut self, entry: &IndexEntry) {
         let state = self.transfer_state(entry.id);
         let rec = self
@@ -104,9 +175,13 @@ impl Runtime {
         // what complete datasets own: a resumed transfer must not write there (a
         // dataset scavenged or flushed since may hold that path now), and the cleanup
         // never removes it
-        let owned = self.owned_paths();
-        let reopened = self
-            .reopen(entry, rec.as_ref(), &state)
+        let reopened = self.reopen(entry, rec.as_ref(), &state);
+        let destinations: Vec<PathBuf> = reopened
+            .as_ref()
+            .map(|s| s.files.iter().map(|p| p.destination.clone()).collect())
+            .unwrap_or_default();
+        let owned = self.owned_among(&destinations);
+        let reopened = reopened
             .and_then(|s| match &owned {
                 None => Err("the prefix's rank2file maps cannot all be read, so it is not known which paths complete datasets own".to_string()),
                 Some(o) => match s.files.iter().find(|p| o.contains(&p.destination)) {
@@ -132,13 +207,13 @@ impl Runtime {
             },
             (Some(_), Err(_)) => Part::No,
         };
-        // every rank's view, so that all take the same road
-        let all = super::all_gather_bytes(&self.world, &[part as u8]);
-        let parts: BTreeSet<u8> = all.iter().filter_map(|b| b.first().copied()).collect();
-        let cached = !parts.contains(&(Part::NotCached as u8));
-        let mixed =
-            parts.contains(&(Part::InPlace as u8)) && parts.contains(&(Part::Relocated as u8));
-        let resumable = cached && !parts.contains(&(Part::No as u8)) && !mixed;
+        // which answers some rank gave, so that all take the same road (one bitwise-OR
+        // reduction: 8 bytes, O(log P) steps)
+        let parts = crate::runtime::comm::or_u64(&self.world, 1u64 << (part as u8));
+        let some = |p: Part| parts & (1u64 << (p as u8)) != 0;
+        let cached = !some(Part::NotCached);
+        let mixed = some(Part::InPlace) && some(Part::Relocated);
+        let resumable = cached && !some(Part::No) && !mixed;
         if resumable {
             self.flushing
                 .started
@@ -164,7 +239,7 @@ impl Runtime {
                 ));
             } else {
                 // recorded failed by `finish`, with its reason; what it wrote goes
-                let removed = self.remove_flush_files(entry, rec.as_ref(), owned.as_ref());
+                let removed = self.remove_flush_files(entry, rec.as_ref());
                 self.warn(&format!(
                     "the resumed flush of {} failed; its {removed} file(s) in the prefix were removed: {}",
                     entry.name,
@@ -192,7 +267,7 @@ impl Runtime {
             } else {
                 "some rank's transfer could not be resumed from its state (see the messages above)"
             };
-            self.clean_up(entry, rec.as_ref(), owned.as_ref(), why);
+            self.clean_up(entry, rec.as_ref(), why);
             if let Some(rec) = rec.filter(|_| cached) {
                 self.warn(&format!(
                     "{} is still in every rank's cache: flushing it again",
@@ -306,14 +381,8 @@ impl Runtime {
 
     /// Remove what the interrupted flush of `entry` wrote and mark the entry failed
     /// (collective).
-    fn clean_up(
-        &mut self,
-        entry: &IndexEntry,
-        rec: Option<&DatasetRecord>,
-        owned: Option<&BTreeSet<PathBuf>>,
-        why: &str,
-    ) {
-        let total = self.remove_flush_files(entry, rec, owned);
+    fn clean_up(&mut self, entry: &IndexEntry, rec: Option<&DatasetRecord>, why: &str) {
+        let total = self.remove_flush_files(entry, rec);
         let reason =
             format!("flush interrupted by the crash of an earlier run; cleaned up at init: {why}");
         if self.rank == 0 {
@@ -340,28 +409,17 @@ impl Runtime {
     /// over the user's older file of that name). Without the list, each rank goes by its
     /// filemap's names, and then removes only the dataset's own directory and temporary
     /// copies: the flush went to its own directory exactly when a name was taken, so a
-    /// file at a name's own path may be someone else's.
-    fn remove_flush_files(
-        &self,
-        entry: &IndexEntry,
-        rec: Option<&DatasetRecord>,
-        owned: Option<&BTreeSet<PathBuf>>,
-    ) -> u64 {
+    /// file at a name's own path may be someone else's. Per rank: a 1-byte broadcast,
+    /// [`Runtime::owned_among`] and a sum-reduction (was an all-gather of every rank's
+    /// count, O(P)); rank 0 reads every block's part of the list (crash cleanup only).
+    fn remove_flush_files(&self, entry: &IndexEntry, rec: Option<&DatasetRecord>) -> u64 {
         let pure_output = entry.output && entry.checkpoint_id.is_none();
         let own_dir = prefix::dataset_dir(&self.prefix, entry.id);
         let recorded: Option<Vec<String>> = if self.rank == 0 {
-            match crate::state::read_state::<Vec<String>>(
-                &writes_path(&self.prefix, entry.id),
-                WRITES_KIND,
-            ) {
-                Ok(writes) => Some(writes),
-                Err(e) => {
-                    if !e.is_not_found() {
-                        eprintln!("scr-rs: warning: {e}; cleaning up what the filemaps name");
-                    }
-                    None
-                }
-            }
+            load_writes(&self.prefix, entry.id).unwrap_or_else(|e| {
+                eprintln!("scr-rs: warning: {e}; cleaning up what the filemaps name");
+                None
+            })
         } else {
             None
         };
@@ -386,11 +444,18 @@ impl Runtime {
                 .collect(),
             _ => Vec::new(),
         };
+        // which of the paths that may go complete datasets own (asked collectively)
+        let asked: Vec<PathBuf> = candidates
+            .iter()
+            .filter(|(p, listed)| *listed && !pure_output && !p.starts_with(&own_dir))
+            .map(|(p, _)| p.clone())
+            .collect();
+        let owned = self.owned_among(&asked);
         let mut remove: Vec<PathBuf> = Vec::new();
         for (p, listed) in candidates {
             let in_own_dir = p.starts_with(&own_dir);
-            let free =
-                in_own_dir || (listed && !pure_output && owned.is_some_and(|o| !o.contains(&p)));
+            let free = in_own_dir
+                || (listed && !pure_output && owned.as_ref().is_some_and(|o| !o.contains(&p)));
             let mut part = p.clone().into_os_string();
             part.push(".scr-part");
             let part = PathBuf::from(part);
@@ -402,39 +467,55 @@ impl Runtime {
             }
         }
         remove_written(&self.prefix, &remove);
-        super::all_gather_bytes(&self.world, &(remove.len() as u64).to_le_bytes())
-            .iter()
-            .map(|b| u64::from_le_bytes(b.as_slice().try_into().unwrap_or([0; 8])))
-            .sum::<u64>()
+        crate::runtime::comm::sum_u64(&self.world, remove.len() as u64)
     }
 
     /// Record, in the dataset's directory under `.scr`, the prefix paths (relative) every
-    /// rank's part of the flush of dataset `id` may write (collective; rank 0 writes).
-    /// A pure output's own paths are listed too: they are what the flush writes, but
-    /// the cleanup never removes a pure output's own paths (they may be the user's).
+    /// rank's part of the flush of dataset `id` may write (collective over each block of
+    /// the rank2file layout; each block's leader writes its block's part
+    /// `writes.<n>.scr`). A pure output's own paths are listed too: they are what the
+    /// flush writes, but the cleanup never removes a pure output's own paths (they may
+    /// be the user's). Per rank: one message with its own names to its leader; a leader
+    /// receives R - 1 and writes one file; no world-wide exchange.
     pub(in crate::runtime) fn record_writes(&self, id: u64, mine: &[String]) {
-        let all = super::all_gather_bytes(
+        let blocks = self.rank2file_blocks();
+        let n = blocks.of(self.rank);
+        let members: Vec<i32> = blocks.members(n).map(|r| r as i32).collect();
+        let Some(all) = crate::runtime::comm::gather_from(
             &self.world,
+            blocks.leader(n) as i32,
+            &members,
             &serde_json::to_vec(mine).expect("names serialize"),
-        );
-        if self.rank != 0 {
+            WRITES_TAG,
+        ) else {
             return;
-        }
-        let writes: Vec<String> = all
-            .iter()
-            .flat_map(|b| serde_json::from_slice::<Vec<String>>(b).unwrap_or_default())
-            .collect();
-        if let Err(e) = prefix::write(&writes_path(&self.prefix, id), WRITES_KIND, &writes) {
+        };
+        let part = WritesPart {
+            parts: blocks.count(),
+            writes: all
+                .iter()
+                .flat_map(|b| serde_json::from_slice::<Vec<String>>(b).unwrap_or_default())
+                .collect(),
+        };
+        if let Err(e) = prefix::write(&writes_part_path(&self.prefix, id, n), WRITES_KIND, &part) {
             eprintln!(
                 "scr-rs: warning: {e}; if this flush is interrupted, its files are cleaned up only while the dataset is in cache"
             );
         }
     }
 
-    /// Every prefix path a complete dataset's rank2file names (rank 0 reads them and
-    /// tells every rank); `None` when some cannot be read.
-    fn owned_paths(&self) -> Option<BTreeSet<PathBuf>> {
-        let mine: Option<BTreeSet<PathBuf>> = if self.rank == 0 {
+    /// Which of `mine` (prefix paths this rank asks about) a complete dataset's rank2file
+    /// names (collective); `None` on every rank when some map cannot be read.
+    ///
+    /// Rank 0 reads the maps (every complete dataset's, whole: this runs only when a
+    /// crash left a flush open) and deals each named path to the rank that owns its hash
+    /// (CRC32 of its components, modulo P); each rank asks the owners of its paths and
+    /// they answer with the ones they hold: three sparse exchanges. Per rank: its own
+    /// paths asked and answered, about P-th of the named paths held, O(log P) steps;
+    /// rank 0 sends the named paths once (was: every named path broadcast to every rank).
+    fn owned_among(&self, mine: &[PathBuf]) -> Option<BTreeSet<PathBuf>> {
+        use crate::runtime::comm;
+        let named: Option<BTreeSet<PathBuf>> = if self.rank == 0 {
             (|| {
                 let ix = Index::load_or_rebuild(&self.prefix).ok()?;
                 let mut owned = BTreeSet::new();
@@ -449,11 +530,61 @@ impl Runtime {
         } else {
             None
         };
-        let bytes = broadcast_bytes(
-            &self.world,
-            &serde_json::to_vec(&mine).expect("paths serialize"),
-        );
-        serde_json::from_slice(&bytes).unwrap_or(None)
+        let known = comm::broadcast_from(&self.world, 0, &[u8::from(named.is_some())]) == [1];
+        if !known {
+            return None;
+        }
+        let size = self.size.max(1);
+        let owner = |p: &Path| {
+            let mut h = crc32fast::Hasher::new();
+            for c in p.components() {
+                h.update(c.as_os_str().as_encoded_bytes());
+                h.update(b"/");
+            }
+            h.finalize() % size
+        };
+        let by_owner = |paths: &mut dyn Iterator<Item = &PathBuf>| -> Vec<(u32, Vec<u8>)> {
+            let mut groups: std::collections::BTreeMap<u32, Vec<&PathBuf>> = Default::default();
+            for p in paths {
+                groups.entry(owner(p)).or_default().push(p);
+            }
+            groups
+                .into_iter()
+                .map(|(to, ps)| (to, serde_json::to_vec(&ps).expect("paths serialize")))
+                .collect()
+        };
+        let paths_of = |msgs: Vec<(u32, Vec<u8>)>| -> Vec<(u32, Vec<PathBuf>)> {
+            msgs.into_iter()
+                .map(|(from, b)| (from, serde_json::from_slice(&b).unwrap_or_default()))
+                .collect()
+        };
+        // rank 0 deals the named paths to their owners
+        let deals = named
+            .as_ref()
+            .map(|n| by_owner(&mut n.iter()))
+            .unwrap_or_default();
+        let held: BTreeSet<PathBuf> =
+            paths_of(comm::sparse_exchange(&self.world, &deals, OWNED_TAGS[0]))
+                .into_iter()
+                .flat_map(|(_, ps)| ps)
+                .collect();
+        // each rank asks the owners of its paths; they answer with those they hold
+        let asks = by_owner(&mut mine.iter());
+        let asked = paths_of(comm::sparse_exchange(&self.world, &asks, OWNED_TAGS[1]));
+        let answers: Vec<(u32, Vec<u8>)> = asked
+            .into_iter()
+            .filter_map(|(from, ps)| {
+                let hits: Vec<&PathBuf> = ps.iter().filter(|p| held.contains(*p)).collect();
+                (!hits.is_empty())
+                    .then(|| (from, serde_json::to_vec(&hits).expect("paths serialize")))
+            })
+            .collect();
+        Some(
+            paths_of(comm::sparse_exchange(&self.world, &answers, OWNED_TAGS[2]))
+                .into_iter()
+                .flat_map(|(_, ps)| ps)
+                .collect(),
+        )
     }
 
     /// Transfer state files of this rank that no open flush needs (a flush recorded
@@ -470,5 +601,41 @@ impl Runtime {
                 let _ = std::fs::remove_file(e.path());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_list_of_writes_is_whole_only_with_every_part_or_the_older_single_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        assert_eq!(load_writes(p, 3).unwrap(), None);
+        let part = |n: u32, writes: &[&str]| {
+            let w = WritesPart {
+                parts: 2,
+                writes: writes.iter().map(|s| s.to_string()).collect(),
+            };
+            prefix::write(&writes_part_path(p, 3, n), WRITES_KIND, &w).unwrap();
+        };
+        part(0, &["ckpt.1/rank_0", "ckpt.1/rank_1"]);
+        // part 1 of 2 is missing: not the whole list, and the error names it
+        let e = load_writes(p, 3).unwrap_err();
+        assert!(
+            e.starts_with(&writes_part_path(p, 3, 1).display().to_string()),
+            "{e}"
+        );
+        part(1, &["ckpt.1/rank_2"]);
+        assert_eq!(
+            load_writes(p, 3).unwrap().unwrap(),
+            ["ckpt.1/rank_0", "ckpt.1/rank_1", "ckpt.1/rank_2"]
+        );
+        remove_writes(p, 3);
+        assert_eq!(load_writes(p, 3).unwrap(), None);
+        // an earlier release's single file
+        prefix::write(&writes_path(p, 3), WRITES_KIND, &vec!["a/b".to_string()]).unwrap();
+        assert_eq!(load_writes(p, 3).unwrap().unwrap(), ["a/b"]);
     }
 }
