@@ -45,7 +45,7 @@ pub use mpi_host::MpiHost;
 
 pub use comm::{CallStats, CommStats};
 // the exchange helpers, counted (see `comm`), under the names every call site uses
-use comm::{all_gather_bytes, broadcast_bytes};
+use comm::broadcast_bytes;
 
 /// Everything that can go wrong in the runtime.
 #[derive(Debug, thiserror::Error)]

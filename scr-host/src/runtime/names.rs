@@ -22,7 +22,7 @@ use super::comm;
 /// Tag of the name messages. Consecutive checks on one communicator cannot mix theirs:
 /// complete_output makes a world reduction right after the exchange, which no rank
 /// leaves before every rank ended its exchange.
-const NAME_TAG: i32 = 7040;
+const NAME_TAG: i32 = 7060;
 
 /// What a name is to the rank that declares it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
