@@ -445,9 +445,9 @@ fn finish_recording(
             e.flushed = Some(now_secs());
             e.failed = None;
             let _ = std::fs::remove_file(prefix::FailedNote::path(prefix, entry.id));
-            // the newest flushed checkpoint is the restart point (a finisher per flush,
-            // or finalize recording one whose finisher failed, may record them out of
-            // order)
+            // the newest flushed checkpoint is the restart point (finalize recording a
+            // background flush again whose first recording failed may record them out
+            // of order)
             ix.make_current_if_newest(entry);
         })?;
         // the index records the flush: from here it stands, whatever happens to the
