@@ -117,7 +117,9 @@ fn a_crash_during_a_flush_leaves_the_index_at_the_previous_checkpoint() {
 fn a_background_flush_is_recorded_without_a_further_checkpoint() {
     let mut c = Cluster::new();
     c.set("SCR_FLUSH", "1").set("SCR_FLUSH_ASYNC", "1");
-    // one checkpoint, at step 5, then 1.5 s more of computing with no checkpoint
+    // one checkpoint, at step 5, then 1.5 s more of computing with no checkpoint: the
+    // flush is recorded at a should_exit (every step calls it) once every rank's
+    // transfer ended
     let mut job = c.spawn(
         TWO_NODES,
         "scr-heat",
@@ -264,7 +266,9 @@ fn a_flush_that_cannot_write_fails_cleanly_and_the_run_goes_on() {
     );
     assert!(index(&c)[0].2.is_some(), "the index marks the failed flush");
 
-    // background: the dataset's marker directory cannot be created
+    // background: the dataset's directory under `.scr` (its rank2file map and summary)
+    // cannot be created, so the copied flush cannot be recorded, at the poll nor again at
+    // finalize
     let mut c = Cluster::new();
     c.set("SCR_FLUSH", "2").set("SCR_FLUSH_ASYNC", "1");
     std::fs::create_dir_all(c.prefix().join(".scr")).unwrap();
@@ -272,6 +276,16 @@ fn a_flush_that_cannot_write_fails_cleanly_and_the_run_goes_on() {
     let out = heat(&c, &["--steps", "12"]);
     assert_eq!(out.code, 0, "finalize must not wait forever\n{out}");
     assert!(out.stdout.contains("final step 12"), "{out}");
+    assert!(
+        out.stderr
+            .contains("scr-rs: warning: ckpt.10 stays in cache only: "),
+        "{out}"
+    );
+    let entries = index(&c);
+    assert!(
+        entries.iter().any(|e| e.0 == "ckpt.10" && !e.1),
+        "ckpt.10 is not recorded complete: {entries:?}"
+    );
 }
 
 /// A damaged index is not a dead end: the next flush rebuilds it from the summaries and

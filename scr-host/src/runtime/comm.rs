@@ -24,7 +24,8 @@
 //! runtime under the names the call sites use) and the host services plugins call on
 //! their redundancy set's communicator ([`super::MpiHost`]) are counted.
 //!
-//! Steps with their own name nested inside an API call (`flush`, `flush_wait`, `fetch`)
+//! Steps with their own name nested inside an API call (`flush`, `flush_wait`,
+//! `flush_complete`, `fetch`)
 //! are counted under their own name only: every name's numbers exclude the nested names
 //! inside it, so an API call's whole cost is its name plus the nested ones it ran.
 //! Exchanges made outside every API call (the `scr` tools, a runtime's drop) count under
@@ -282,8 +283,8 @@ impl CallStats {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CommStats {
     /// Per name (`init`, `start_output`, `route_file`, `complete_output`, `flush`,
-    /// `flush_wait`, `fetch`, `have_restart`, `start_restart`, `complete_restart`,
-    /// `need_checkpoint`, `should_exit`, `current`, `drop`, `delete`, `finalize`,
+    /// `flush_wait`, `flush_complete`, `fetch`, `have_restart`, `start_restart`,
+    /// `complete_restart`, `need_checkpoint`, `should_exit`, `current`, `drop`, `delete`, `finalize`,
     /// [`OUTSIDE`]): only names with something counted.
     pub per_call: BTreeMap<String, CallStats>,
 }

@@ -5,9 +5,21 @@
 //! leaves the index pointing at the previous complete checkpoint. Each rank copies its
 //! files with a transfer; rank 0 then writes the rank2file map and summary and marks the
 //! dataset complete in the index and the flush file. An asynchronous flush does the same
-//! in the background: each rank's transfer is waited for by a thread that leaves a marker
-//! file in the dataset's prefix directory, and a thread on rank 0 records completion as
-//! soon as every rank's marker is there — not at the next checkpoint.
+//! in the background: each rank's transfer is waited for by a thread that only keeps
+//! its outcome in memory (it makes no MPI call: the runtime's exchanges stay on the
+//! application's thread). Completion is detected through MPI, as SCR's
+//! `scr_flush_async_test` does, at the API calls every rank makes in the same order
+//! anyway (`need_checkpoint`, `start_output`, `complete_output`, `should_exit`): one
+//! 8-byte minimum-reduction of "how many of the oldest pending flushes my transfers
+//! finished" per call while a flush is pending, none when nothing is; the flushes every
+//! rank finished are then completed collectively ([`Runtime::poll_flushes`]), and
+//! finalize completes the rest after waiting for the local transfers. No file is
+//! written per rank and nothing polls the file system: the earlier design (a marker
+//! file `done.<rank>.scr` per rank in the dataset's prefix directory, two fsyncs each,
+//! and a thread on rank 0 calling `exists()` on P of them every 50 ms) cost P files in
+//! one directory per flush. Markers such a version left in a prefix are ignored (nothing
+//! reads them; they go with their dataset's directory when `scr index drop --delete`
+//! removes it).
 //!
 //! Nothing a transfer plugin says is trusted ([`verify`]): a flush is recorded complete
 //! only when every added file has exactly one Complete result, matched by source and
@@ -75,7 +87,7 @@ enum BlockSource {
     Lists(BTreeMap<u32, Vec<FlushedFile>>),
 }
 
-/// What one rank's part of a flush produced (also the marker of an async flush).
+/// What one rank's part of a flush produced.
 type RankOutcome = std::result::Result<Vec<FlushedFile>, String>;
 
 /// Background work of asynchronous flushes.
@@ -90,20 +102,22 @@ pub(super) struct Flushing {
     pub attempted: BTreeSet<u64>,
     /// When each flush of this run started (for its event in the log).
     pub started: BTreeMap<u64, std::time::Instant>,
-    /// Background flushes of this run, with what each rank's waiter found.
+    /// Background flushes of this run not yet completed collectively, oldest first. The
+    /// same list on every rank: flushes start collectively, in the same order, and
+    /// [`Runtime::poll_flushes`] and [`Runtime::wait_flushes`] remove them collectively.
     pub pending: Vec<IndexEntry>,
+    /// What this rank's waiter found, by dataset id (there once its transfer ended).
     pub outcomes: Arc<Mutex<BTreeMap<u64, RankOutcome>>>,
     /// Per background flush, the prefix files this rank writes that no older dataset
     /// owns (removed if the flush fails anywhere).
     pub removable: Arc<Mutex<BTreeMap<u64, Vec<PathBuf>>>>,
-    /// Rank 0: ids whose completion the finisher recorded.
-    pub recorded: Arc<Mutex<BTreeSet<u64>>>,
-    /// Tells rank 0's finishers to stop waiting for markers (finalize takes over).
-    pub stop: Arc<AtomicBool>,
-    /// Threads waiting for this rank's transfers.
-    pub waiters: Vec<std::thread::JoinHandle<()>>,
-    /// Rank 0: threads recording completions.
-    pub finishers: Vec<std::thread::JoinHandle<()>>,
+    /// Background flushes fully copied on every rank whose recording failed (a prefix
+    /// full of a later flush's files), with this rank's outcome: finalize records them
+    /// again once failed flushes gave their space back, so a copied checkpoint is not
+    /// lost. The same list on every rank.
+    pub unrecorded: Vec<(IndexEntry, RankOutcome)>,
+    /// Threads waiting for this rank's transfers, by dataset id.
+    pub waiters: Vec<(u64, std::thread::JoinHandle<()>)>,
     /// The cancellation flag of every transfer's host ([`LocalHost`]): set, it stops the
     /// transfers still running (a background waiter then cancels its transfer, which
     /// removes partly written destinations).
@@ -383,20 +397,6 @@ fn remove_written(prefix: &Path, paths: &[PathBuf]) {
     }
 }
 
-/// Rank 0: every rank's outcome is in; record the dataset as flushed, or as failed.
-/// (A finisher reading every rank's marker holds the whole map: it is written as a tree
-/// of [`prefix::RANK2FILE_BLOCK`] ranks per part, the layout the root records.)
-fn finish(
-    prefix: &Path,
-    entry: &IndexEntry,
-    outcomes: BTreeMap<u32, RankOutcome>,
-    started: FlushStart,
-) -> std::result::Result<(), String> {
-    let done = finish_recording(prefix, entry, outcomes);
-    log_flush(prefix, entry, &started, &done);
-    done.map(|_| ())
-}
-
 /// Rank 0: the flush's event in the log (`done`: the bytes recorded, or why not).
 fn log_flush(
     prefix: &Path,
@@ -426,39 +426,6 @@ fn log_flush(
 struct FlushStart {
     job_id: String,
     at: std::time::Instant,
-}
-
-/// [`finish`]'s work on the whole map; returns the bytes recorded.
-fn finish_recording(
-    prefix: &Path,
-    entry: &IndexEntry,
-    outcomes: BTreeMap<u32, RankOutcome>,
-) -> std::result::Result<u64, String> {
-    if let Some((rank, Err(why))) = outcomes.iter().find(|(_, o)| o.is_err()) {
-        let reason = format!("flush failed on rank {rank}: {why}");
-        record_failure(prefix, entry, &reason);
-        return Err(reason);
-    }
-    let ranks: BTreeMap<u32, Vec<FlushedFile>> = outcomes
-        .into_iter()
-        .map(|(r, o)| (r, o.unwrap_or_default()))
-        .collect();
-    let blocks = prefix::Blocks::new(entry.world_size, prefix::RANK2FILE_BLOCK);
-    let mut parts = Vec::with_capacity(blocks.count() as usize);
-    for n in 0..blocks.count() {
-        let block = blocks
-            .members(n)
-            .map(|r| (r, ranks.get(&r).cloned().unwrap_or_default()))
-            .collect();
-        match Rank2FilePart::write(prefix, entry.id, blocks, n, block) {
-            Ok(p) => parts.push(p),
-            Err(e) => {
-                Rank2File::remove(prefix, entry.id);
-                return Err(e.to_string());
-            }
-        }
-    }
-    record_complete(prefix, entry, &Rank2FileRoot::new(blocks, parts))
 }
 
 /// Rank 0: the flush of `entry` failed (`reason` names the rank): marked in the index.
@@ -497,9 +464,9 @@ fn record_complete(
             e.flushed = Some(now_secs());
             e.failed = None;
             let _ = std::fs::remove_file(prefix::FailedNote::path(prefix, entry.id));
-            // the newest flushed checkpoint is the restart point (a finisher per flush,
-            // or finalize recording one whose finisher failed, may record them out of
-            // order)
+            // the newest flushed checkpoint is the restart point (finalize recording a
+            // background flush again whose first recording failed may record them out
+            // of order)
             ix.make_current_if_newest(entry);
         })?;
         // the index records the flush: from here it stands, whatever happens to the
@@ -653,7 +620,6 @@ impl Runtime {
             .insert(rec.id, std::time::Instant::now());
         // (a dataset flushed a second time in one run, `scr index drop` between the two,
         // starts with nothing of the first attempt's outcome)
-        lock(&self.flushing.recorded).remove(&rec.id);
         lock(&self.flushing.outcomes).remove(&rec.id);
         // rank 0 opens the index entry first: until the flush completes, the index still
         // points at the previous complete checkpoint
@@ -855,107 +821,96 @@ impl Runtime {
         self.dispatch(label, files, &self.transfer_state(rec.id))
     }
 
-    /// Hand this rank's transfer to a waiter thread; rank 0 also starts the thread that
-    /// records completion when every rank's marker is there.
+    /// Hand this rank's transfer to a waiter thread, which keeps its outcome in memory
+    /// for the collective completion ([`Runtime::poll_flushes`], [`Runtime::wait_flushes`]).
+    /// The thread makes no MPI call and writes nothing into the prefix.
     fn flush_in_background(
         &mut self,
         rec: &DatasetRecord,
         entry: IndexEntry,
         started: std::result::Result<Started, String>,
     ) -> Result<()> {
-        let marker_dir = prefix::dataset_dir(&self.prefix, rec.id);
-        let marker = marker_dir.join(format!("done.{}.scr", self.rank));
         let in_flight = Arc::clone(&self.flushing.in_flight);
         let outcomes = Arc::clone(&self.flushing.outcomes);
         lock(&in_flight).insert(rec.id);
-        self.flushing.pending.push(entry.clone());
+        self.flushing.pending.push(entry);
         let id = rec.id;
         let buf = self.buf_size();
-        self.flushing.waiters.push(std::thread::spawn(move || {
+        let waiter = std::thread::spawn(move || {
             let outcome: RankOutcome = started.and_then(|s| collect(s, true, "when written", buf));
-            if let Err(e) = prefix::write(&marker, "flush-marker", &outcome) {
-                eprintln!("scr-rs: background flush of dataset {id}: {e}");
-            }
-            // (not `flushed` yet: whether every rank's part succeeded is known only once
-            // rank 0 recorded it in the index, which eviction reads)
-            lock(&outcomes).insert(id, outcome);
+            // not running any more (the source may be evicted, see `evict`), then
+            // finished: a poll that sees the outcome finds the transfer ended. (Not
+            // `flushed` yet: whether every rank's part succeeded is known only once the
+            // flush is completed collectively.)
             lock(&in_flight).remove(&id);
-        }));
-        if self.rank == 0 {
-            let prefix = self.prefix.clone();
-            let ranks = self.size;
-            let flush_start = FlushStart {
-                job_id: self.job_id.clone(),
-                at: self
-                    .flushing
-                    .started
-                    .get(&rec.id)
-                    .copied()
-                    .unwrap_or_else(std::time::Instant::now),
-            };
-            let stop = Arc::clone(&self.flushing.stop);
-            let recorded = Arc::clone(&self.flushing.recorded);
-            self.flushing.finishers.push(std::thread::spawn(move || {
-                let markers: Vec<PathBuf> = (0..ranks)
-                    .map(|r| marker_dir.join(format!("done.{r}.scr")))
-                    .collect();
-                // record completion as soon as every rank's marker is there; finalize
-                // takes over (collectively) if some never appear
-                while !markers.iter().all(|m| m.exists()) {
-                    if stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                let outcomes: BTreeMap<u32, RankOutcome> = markers
-                    .iter()
-                    .enumerate()
-                    .map(|(r, m)| {
-                        let o = crate::state::read_state::<RankOutcome>(m, "flush-marker")
-                            .unwrap_or_else(|e| Err(e.to_string()));
-                        (r as u32, o)
-                    })
-                    .collect();
-                let copied = outcomes.values().all(|o| o.is_ok());
-                match finish(&prefix, &entry, outcomes, flush_start.clone()) {
-                    Ok(()) => {
-                        lock(&recorded).insert(entry.id);
-                    }
-                    // a failed transfer is recorded as such: final
-                    Err(why) if !copied => {
-                        eprintln!("scr-rs: warning: {} stays in cache only: {why}", entry.name);
-                        lock(&recorded).insert(entry.id);
-                    }
-                    // fully copied, but recording it failed (a prefix full of another
-                    // flush's files): finalize tries again once failed flushes gave
-                    // their space back, so a copied checkpoint is not lost
-                    Err(why) => eprintln!(
-                        "scr-rs: warning: {} is copied but not yet recorded: {why}; finalize tries again",
-                        entry.name
-                    ),
-                }
-                for m in markers {
-                    let _ = std::fs::remove_file(m);
-                }
-            }));
-        }
+            lock(&outcomes).insert(id, outcome);
+        });
+        self.flushing.waiters.push((id, waiter));
         Ok(())
     }
 
-    /// Wait for every asynchronous flush (collective: finalize). Each rank's outcome is
-    /// also gathered here, so a flush whose markers could not be written is recorded (as
-    /// failed) instead of being waited for forever.
+    /// Complete the background flushes every rank's transfer finished (collective; at
+    /// the API calls every rank makes in the same order, as SCR polls in
+    /// `SCR_Need_checkpoint`, `SCR_Start_output` and `SCR_Complete_output`).
+    ///
+    /// Cost per call: nothing when no background flush is pending — `pending` is the same
+    /// list on every rank (see [`Flushing::pending`]), so every rank returns here alike
+    /// without an exchange — and otherwise one 8-byte minimum-reduction of the number of
+    /// leading pending flushes whose transfer ended on this rank, however many are
+    /// pending; the flushes that minimum covers (the oldest ones, finished everywhere)
+    /// are then completed under the nested name `flush_complete`.
+    pub(super) fn poll_flushes(&mut self) {
+        if self.flushing.pending.is_empty() {
+            return;
+        }
+        let finished_here = {
+            let outcomes = lock(&self.flushing.outcomes);
+            self.flushing
+                .pending
+                .iter()
+                .take_while(|e| outcomes.contains_key(&e.id))
+                .count() as u64
+        };
+        let finished = super::comm::min_u64(&self.world, finished_here);
+        if finished == 0 {
+            return;
+        }
+        let _counted = super::comm::scope("flush_complete");
+        // (at most `pending.len()` on every rank: the minimum of counts that are)
+        self.complete_flushes(finished as usize, false);
+    }
+
+    /// Wait for every background flush (collective: finalize, and `should_exit` before
+    /// the application exits): this rank's transfers end, then every pending flush is
+    /// completed collectively, and the flushes copied but not recorded earlier are
+    /// recorded again.
     pub(super) fn wait_flushes(&mut self) {
         let _counted = super::comm::scope("flush_wait");
-        for w in self.flushing.waiters.drain(..) {
+        for (_, w) in self.flushing.waiters.drain(..) {
             let _ = w.join();
         }
-        self.flushing.stop.store(true, Ordering::SeqCst);
-        for f in self.flushing.finishers.drain(..) {
-            let _ = f.join();
+        // every waiter ended on every rank: every outcome is here
+        let all = self.flushing.pending.len();
+        self.complete_flushes(all, true);
+        super::comm::barrier(&self.world);
+    }
+
+    /// Complete the `n` oldest pending background flushes (collective; every rank's
+    /// transfer of each ended): agree on which failed and remove what those wrote, then
+    /// record each in order through [`Runtime::gather_and_finish`], as a synchronous
+    /// flush is recorded. `last` (finalize): the flushes copied but not recorded earlier
+    /// are recorded again, and what cannot be recorded now stays unrecorded for good.
+    fn complete_flushes(&mut self, n: usize, last: bool) {
+        let settled: Vec<IndexEntry> = self.flushing.pending.drain(..n).collect();
+        // their waiters stored their outcome as the last thing they did: they end now
+        let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.flushing.waiters)
+            .into_iter()
+            .partition(|(id, _)| settled.iter().any(|e| e.id == *id));
+        self.flushing.waiters = running;
+        for (_, w) in done {
+            let _ = w.join();
         }
-        let pending = std::mem::take(&mut self.flushing.pending);
-        let mine: Vec<RankOutcome> = pending
+        let mine: Vec<RankOutcome> = settled
             .iter()
             .map(|entry| {
                 lock(&self.flushing.outcomes)
@@ -967,32 +922,80 @@ impl Runtime {
         // the prefix, like a synchronous one; done before any flush is recorded, so that
         // the space a failed one took (a prefix that filled up) is there again for
         // recording the ones that were fully copied
-        for (entry, mine) in pending.iter().zip(&mine) {
+        let mut copied = Vec::with_capacity(settled.len());
+        for (entry, mine) in settled.iter().zip(&mine) {
             let removable = lock(&self.flushing.removable)
                 .remove(&entry.id)
                 .unwrap_or_default();
-            if !self.all_agree(mine.is_ok()) {
+            let everywhere = self.all_agree(mine.is_ok());
+            if !everywhere {
                 remove_written(&self.prefix, &removable);
             }
+            copied.push(everywhere);
         }
-        // then record each (in order: the newest recorded is the restart point)
-        for (entry, mine) in pending.iter().zip(&mine) {
-            let record = !lock(&self.flushing.recorded).contains(&entry.id);
-            if let Err(why) = self.gather_and_finish(entry, mine, record) {
-                self.warn(&format!("{} stays in cache only: {why}", entry.name));
-            }
-            // settled: nothing is left to resume (kept until now so that a crash before
-            // the flush was recorded leaves it for the next init), and this rank's
-            // marker is read (a finisher stopped by finalize leaves it)
-            let _ = std::fs::remove_file(self.transfer_state(entry.id));
-            let _ = std::fs::remove_file(
-                prefix::dataset_dir(&self.prefix, entry.id).join(format!("done.{}.scr", self.rank)),
+        // then the ones copied earlier whose recording failed (older than these), and
+        // these, in order: the newest recorded is the restart point
+        let mut todo: Vec<(IndexEntry, RankOutcome, bool)> = Vec::new();
+        if last {
+            todo.extend(
+                std::mem::take(&mut self.flushing.unrecorded)
+                    .into_iter()
+                    .map(|(entry, mine)| (entry, mine, true)),
             );
         }
-        super::comm::barrier(&self.world);
-        // every finisher has ended: a background flush started after this (finalize's
-        // flush of the newest checkpoint) gets a finisher that waits for its markers
-        self.flushing.stop.store(false, Ordering::SeqCst);
+        todo.extend(
+            settled
+                .into_iter()
+                .zip(mine)
+                .zip(copied)
+                .map(|((entry, mine), copied)| (entry, mine, copied)),
+        );
+        for (entry, mine, copied) in todo {
+            self.record_background(entry, mine, copied, last);
+        }
+    }
+
+    /// Record one completed background flush (collective): in the index as flushed when
+    /// every rank copied its part (`copied`, agreed), else as failed.
+    fn record_background(
+        &mut self,
+        entry: IndexEntry,
+        mine: RankOutcome,
+        copied: bool,
+        last: bool,
+    ) {
+        let recorded = self.gather_and_finish(&entry, &mine, true);
+        // only rank 0 knows whether recording a fully copied flush worked: one byte tells
+        // every rank (a failed transfer is failed on every rank alike, no byte needed)
+        let in_index = copied
+            && !broadcast_bytes(&self.world, if recorded.is_ok() { b"1" } else { b"" }).is_empty();
+        let why = recorded.err().unwrap_or_default();
+        if in_index {
+            // only a flush recorded for every rank lets an output leave the cache
+            lock(&self.flushing.flushed).insert(entry.id);
+            self.info(&format!(
+                "flushed {} to {} (in the background)",
+                entry.name,
+                self.prefix.display()
+            ));
+        } else if copied && !last {
+            // fully copied, but recording it failed (a prefix full of another flush's
+            // files): finalize tries again once failed flushes gave their space back;
+            // the transfer state stays, so that a crash before then leaves the flush
+            // for the next init to resume
+            self.warn(&format!(
+                "{} is copied but not yet recorded: {why}; finalize tries again",
+                entry.name
+            ));
+            self.flushing.unrecorded.push((entry, mine));
+            return;
+        } else {
+            // a failed transfer is recorded as such: final
+            self.warn(&format!("{} stays in cache only: {why}", entry.name));
+        }
+        // settled: nothing is left to resume (kept until now so that a crash before the
+        // flush was recorded leaves it for the next init)
+        let _ = std::fs::remove_file(self.transfer_state(entry.id));
     }
 
     /// Gather every rank's outcome of the flush of `entry` (collective); rank 0 records
@@ -1129,6 +1132,20 @@ impl Runtime {
     fn rank2file_blocks(&self) -> prefix::Blocks {
         let block = u32::try_from(self.config.u64("rank2file_block")).unwrap_or(u32::MAX);
         prefix::Blocks::new(self.size, block)
+    }
+
+    /// Background flushes whose transfer has not ended on this rank yet (local, no
+    /// exchange). Once it is 0 on every rank, the next collective call
+    /// (`need_checkpoint`, `start_output`, `complete_output`, `should_exit`) records
+    /// every pending background flush: for applications and tests that want to know
+    /// whether that call will.
+    pub fn flushes_running_here(&self) -> usize {
+        let outcomes = lock(&self.flushing.outcomes);
+        self.flushing
+            .pending
+            .iter()
+            .filter(|e| !outcomes.contains_key(&e.id))
+            .count()
     }
 
     /// Dataset ids whose flush is still running on this rank.
@@ -1605,8 +1622,9 @@ impl Runtime {
 mod tests {
     use super::*;
 
-    /// Background flushes recorded out of order (ckpt.2's before ckpt.1's): the restart
-    /// point stays the newer checkpoint.
+    /// Flushes recorded out of order (ckpt.2's before ckpt.1's, as when a copied but
+    /// unrecorded flush is recorded at finalize): the restart point stays the newer
+    /// checkpoint.
     #[test]
     fn an_older_flush_recorded_late_never_becomes_the_restart_point() {
         let dir = tempfile::tempdir().unwrap();
@@ -1618,13 +1636,25 @@ mod tests {
             world_size: 1,
             ..IndexEntry::default()
         };
-        let done = || BTreeMap::from([(0u32, Ok(Vec::new()))]);
-        finish_recording(dir.path(), &entry(2), done()).unwrap();
-        finish_recording(dir.path(), &entry(1), done()).unwrap();
+        // one rank, no files: one part, then the root, summary and index entry
+        let record = |id: u64| {
+            let blocks = prefix::Blocks::new(1, prefix::RANK2FILE_BLOCK);
+            let part =
+                Rank2FilePart::write(dir.path(), id, blocks, 0, BTreeMap::from([(0, Vec::new())]))
+                    .unwrap();
+            record_complete(
+                dir.path(),
+                &entry(id),
+                &Rank2FileRoot::new(blocks, vec![part]),
+            )
+            .unwrap();
+        };
+        record(2);
+        record(1);
         let ix = Index::load(dir.path()).unwrap();
         assert_eq!(ix.current.as_deref(), Some("ckpt.2"));
         assert!(ix.datasets[&1].complete && ix.datasets[&2].complete);
-        finish_recording(dir.path(), &entry(3), done()).unwrap();
+        record(3);
         assert_eq!(
             Index::load(dir.path()).unwrap().current.as_deref(),
             Some("ckpt.3")

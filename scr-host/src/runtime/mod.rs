@@ -851,6 +851,9 @@ impl Runtime {
             pt.output = Some(name.to_string());
             return Ok(());
         }
+        // background flushes finished everywhere are recorded before eviction looks
+        // at what the prefix holds
+        self.poll_flushes();
         let checkpoint_id = flags.checkpoint.then_some(self.next_checkpoint);
         let desc = self.reddesc_for(checkpoint_id);
         let store = self.reddescs[desc].record.store.clone();
@@ -1109,6 +1112,7 @@ impl Runtime {
             pt.output = None;
             return Ok(self.all_agree(valid));
         }
+        self.poll_flushes();
         let mut out = self.output.take().expect("checked by every rank");
         let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
         let crc = self.config.bool("crc_on_copy");
@@ -1667,6 +1671,7 @@ impl Runtime {
     pub fn need_checkpoint(&mut self) -> Result<bool> {
         let _counted = comm::scope("need_checkpoint");
         self.usable("need_checkpoint")?;
+        self.poll_flushes();
         self.policy.calls += 1;
         // one broadcast decides (applications may ask every iteration): 0 no, 1 yes, 2 a
         // halt condition holds (SCR checks them here too) — then, with halt_exit, the
@@ -1720,6 +1725,7 @@ impl Runtime {
     pub fn should_exit(&mut self) -> Result<bool> {
         let _counted = comm::scope("should_exit");
         self.usable("should_exit")?;
+        self.poll_flushes();
         match self.agreed_halt_reason() {
             None => Ok(false),
             Some(reason) => {
