@@ -423,7 +423,15 @@ impl Runtime {
             &own.map(|r| serde_json::to_vec(&Identity::of(r)).expect("identity serializes"))
                 .unwrap_or_default(),
         ))
-        .expect("the holder's identity deserializes");
+        // (the same bytes on every rank, so the same outcome: an identity no record
+        // has, which makes every holder's record differ and the dataset be refused)
+        .unwrap_or_else(|e| Identity {
+            name: format!("(rank {first_rank}'s record could not be read: {e})"),
+            checkpoint_id: None,
+            world_size: 0,
+            scheme: String::new(),
+            store: String::new(),
+        });
         let differs = own.is_some_and(|r| Identity::of(r) != first);
         let other_rank = comm::min_u64(
             &self.world,
@@ -727,21 +735,27 @@ impl Runtime {
         let kept = self.all_agree(outcome.is_ok());
         // which ranks lacked files (1: damaged or missing, 2: the whole cache lost): for
         // the log, and the event log's lost nodes
-        // (rank 0 alone logs them: a bounded gather of the ranks that lacked files, each
-        // with its node — see [`comm::gather_some`]; was an all-gather of P flags)
+        // (rank 0 alone logs them: bounded gathers of the ranks that lacked files and of
+        // the nodes lost — see [`comm::gather_some`]; was an all-gather of P flags)
         let flag = match (&own, intact) {
             (None, _) => Some(2u8),
             (Some(_), false) => Some(1),
             (Some(_), true) => None,
         };
-        let report = flag.map(|f| [&[f][..], self.node.as_bytes()].concat());
-        let (lacking, lacking_total) = comm::gather_some(&self.world, report.as_deref());
-        for (_, b) in &lacking {
-            if b.first() == Some(&2) {
-                self.lost_nodes
-                    .insert(String::from_utf8_lossy(&b[1..]).into_owned());
-            }
+        let (lacking, lacking_total) =
+            comm::gather_some(&self.world, flag.as_ref().map(std::slice::from_ref));
+        // the lost nodes: one report per node, by its first rank when it lost its cache
+        // (a node's ranks lose it together), so the bound counts nodes, not ranks
+        let node_lost = flag == Some(2) && self.first_on_node();
+        let (lost, lost_total) =
+            comm::gather_some(&self.world, node_lost.then_some(self.node.as_bytes()));
+        for (_, b) in &lost {
+            self.lost_nodes
+                .insert(String::from_utf8_lossy(b).into_owned());
         }
+        self.lost_nodes_unnamed = self
+            .lost_nodes_unnamed
+            .max(lost_total.saturating_sub(lost.len() as u64));
         let rebuilt: Vec<u32> = lacking.iter().map(|(r, _)| *r).collect();
         let more = match lacking_total - rebuilt.len() as u64 {
             0 => String::new(),

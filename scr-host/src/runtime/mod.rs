@@ -174,6 +174,8 @@ pub struct Runtime {
     lost: Vec<String>,
     /// Nodes whose cache init found lost (for the event log).
     lost_nodes: BTreeSet<String>,
+    /// Nodes lost beyond those [`comm::gather_some`] brought to rank 0 by name.
+    lost_nodes_unnamed: u64,
     /// When init began (the finalize event says how long the run was).
     init_started: Instant,
     /// Rank 0: the allocation's end and where it was read from (`halt_seconds` counts
@@ -285,6 +287,7 @@ impl Runtime {
             finalized: true,
             lost: Vec::new(),
             lost_nodes: BTreeSet::new(),
+            lost_nodes_unnamed: 0,
             init_started: started,
             allocation_end: None,
             crc_note_given: false,
@@ -408,6 +411,13 @@ impl Runtime {
             rt.log_previous_run_failure();
         }
         rt.restore_cache()?;
+        if rt.lost_nodes_unnamed > 0 {
+            rt.warn(&format!(
+                "{} more nodes lost their cache than the event log names ({} named)",
+                rt.lost_nodes_unnamed,
+                rt.lost_nodes.len()
+            ));
+        }
         if !rt.lost_nodes.is_empty() {
             rt.log_event(crate::events::Event::LostNodes {
                 nodes: rt.lost_nodes.iter().cloned().collect(),
@@ -692,6 +702,10 @@ impl Runtime {
     /// every rank passes its own set and failure-group value, or `None` to take no
     /// part). The members' group values are gathered within the set: O(set size).
     fn set_host(&self, set: Option<&Set>, group: &str) -> Option<MpiHost> {
+        // (a set id from a filemap or another rank's record that is no MPI color —
+        // negative as an i32 — leaves this rank without a set: the caller's agreement
+        // then refuses the dataset on every rank, where MPI would abort this rank alone)
+        let set = set.filter(|s| i32::try_from(s.id).is_ok());
         let color = match set {
             Some(s) => mpi::topology::Color::with_value(s.id as i32),
             None => mpi::topology::Color::undefined(),
@@ -1037,15 +1051,22 @@ impl Runtime {
                 };
                 out.record.files.push(file.clone());
                 let id = out.record.id;
-                match self.filemap.datasets.get_mut(&id) {
-                    Some(d) => d.files.push(file.clone()),
-                    None => {
-                        self.filemap.datasets.insert(id, out.record.clone());
+                let appended = match self.filemap.datasets.get_mut(&id) {
+                    Some(d) => {
+                        d.files.push(file.clone());
+                        self.filemap_journal
+                            .append(&self.filemap, &self.cntl_dir, id, &file)
+                            .map_err(io_err(
+                                &self.cntl_dir.join(Filemap::journal_name(self.rank)),
+                            ))
                     }
-                }
-                let appended =
-                    self.filemap_journal
-                        .append(&self.filemap, &self.cntl_dir, id, &file);
+                    None => {
+                        // (start_output records the dataset first: not reached) a full
+                        // snapshot, never a journal record whose dataset the snapshot lacks
+                        self.filemap.datasets.insert(id, out.record.clone());
+                        self.save_filemap()
+                    }
+                };
                 if let Err(e) = appended {
                     // not recorded: the name is refused, and may be routed again
                     let out = self.output.as_mut().expect("checked");
@@ -1054,9 +1075,7 @@ impl Runtime {
                     if let Some(d) = self.filemap.datasets.get_mut(&id) {
                         d.files.retain(|f| f.name != key);
                     }
-                    return Err(io_err(
-                        &self.cntl_dir.join(Filemap::journal_name(self.rank)),
-                    )(e));
+                    return Err(e);
                 }
             }
             // each directory of a nested name 0700, never through a link in place of one

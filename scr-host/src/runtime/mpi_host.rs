@@ -389,9 +389,9 @@ impl HostServices for MpiHost {
             // agree on the length first: a mismatch is an error on every member
             let mut len = buf.len() as u64;
             self.comm.process_at_rank(r).broadcast_into(&mut len);
-            let root = r == self.comm.rank();
+            let is_root = r == self.comm.rank();
             let counted = |n: usize| {
-                if root {
+                if is_root {
                     collective(n, 0)
                 } else {
                     collective(0, n)
