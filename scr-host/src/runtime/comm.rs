@@ -585,6 +585,14 @@ pub fn sum_u64<C: Communicator>(comm: &C, v: u64) -> u64 {
     out
 }
 
+/// Element-wise sums of `v` over the ranks of `comm` (collective, 8·N bytes in one
+/// reduction, O(log P) steps): several totals for the steps of one.
+pub fn sum_u64s<C: Communicator, const N: usize>(comm: &C, v: [u64; N]) -> [u64; N] {
+    let mut out = [0u64; N];
+    all_reduce_into(comm, &v[..], &mut out[..], SystemOperation::sum());
+    out
+}
+
 /// Sparse exchange (the NBX algorithm: synchronous sends, then a non-blocking barrier
 /// entered once they are matched): each rank sends `sends` (destination, bytes) and
 /// receives whatever others sent it, without anyone knowing in advance who sends to
