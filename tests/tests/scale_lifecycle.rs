@@ -46,8 +46,8 @@ fn scale_run(dir: &Path, args: &[&str]) -> Value {
     let mut cmd = Command::new(scr_e2e::binary("scr-bench-scale"));
     // rank2file blocks of 8 ranks: a block leader's fan-in is bounded by the block size
     // (default 256, more than either job), so with blocks of 8 both jobs show it at its
-    // bound, and what still grows with P on rank 0 (one part reference per block: 1 at 8
-    // ranks, 8 at 64) is inside what is measured
+    // bound, and one block at 8 ranks against 8 at 64 shows that rank 0 handles no
+    // message per block (its root holds only the layout and reduced totals)
     cmd.args(["--ranks", "8,64", "--json", "--keep", "--timeout", "300"])
         .args(["--set", "rank2file_block=8"])
         .args(args)
@@ -169,7 +169,8 @@ fn lifecycle_at_64_ranks_is_byte_exact_and_complete_output_does_not_grow() {
 }
 
 /// With 4 KiB per rank the metadata dominates every step's bytes: none may grow more than
-/// 2x from 8 to 64 ranks. (Before the name-clash check by a distributed hash and the
+/// 2x from 8 to 64 ranks; flush's and fetch's messages on the busiest rank do not grow
+/// at all. (Before the name-clash check by a distributed hash and the
 /// rank2file tree, tiny_ckpt went from 811 to 2,491 bytes and flush from 866 to 6,844:
 /// this test failed.)
 #[test]
@@ -196,4 +197,17 @@ fn metadata_bytes_per_rank_do_not_grow_from_8_to_64_ranks() {
         "per-rank bytes (busiest rank) more than doubled from 8 to 64 ranks: {}",
         grown.join("; ")
     );
+    // flush and fetch point-to-point: with rank2file blocks of 8, the busiest rank (a
+    // leader: rank 0 is one like the others) handles the same messages at 8 ranks (one
+    // block) as at 64 (eight blocks). Before the root held only the layout and totals,
+    // rank 0 also received a part reference from every other leader at flush and sent
+    // each its part's at fetch: 7 more messages each at 64 ranks.
+    for step in ["flush", "fetch"] {
+        let (small, large) = growth(&report, step, |r| r["msgs_max"].as_f64());
+        assert!(small > 0.0, "{step}: no message counted at 8 ranks");
+        assert_eq!(
+            large, small,
+            "{step}: the busiest rank's messages at 64 ranks, at 8"
+        );
+    }
 }

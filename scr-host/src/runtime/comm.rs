@@ -97,6 +97,24 @@
 //! **need_checkpoint**: rank 0's decision broadcast (1 byte; with a halt condition its
 //! reason, a few bytes). **start_restart / complete_restart**: agreements.
 //!
+//! **flush** (the rank2file map as SCR's tree, blocks of R = `rank2file_block` ranks):
+//! a few agreements and 1-byte broadcasts from rank 0 (whether the index could be
+//! opened, whether names are taken, whether it was recorded; an error's text when one
+//! failed); each rank's list of writes and its outcome sent
+//! to its block's leader (2 messages, O(F) bytes; a leader receives 2(R - 1)); the
+//! first failure by an 8-byte min-reduction (and its text broadcast when one failed);
+//! the parts' totals by a 16-byte sum (`sum_u64s`; non-leaders add 0). Rank 0 writes
+//! the root (layout and totals) with no message per block: O(1) messages beyond its own
+//! block's. A background flush adds one 8-byte min-reduction per polling API call while
+//! one is pending and rank 0's 1-byte "recorded" broadcast.
+//!
+//! **fetch** (per candidate): the chosen index entry and the rank2file root broadcast
+//! from rank 0 (constant size, ~350 bytes); each leader reads its own part and a 24-byte
+//! sum checks the parts' totals against the root's; each rank's list from its leader (1
+//! message; a leader sends R - 1); agreements on the outcome by min-reductions (and the
+//! first failure's text broadcast). Rank 0 sends no message per block (a single-file map
+//! of an earlier release, legacy only: one message from rank 0 to each leader, P/R).
+//!
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -582,6 +600,14 @@ pub fn min_u64<C: Communicator>(comm: &C, v: u64) -> u64 {
 pub fn sum_u64<C: Communicator>(comm: &C, v: u64) -> u64 {
     let mut out = 0u64;
     all_reduce_into(comm, &v, &mut out, SystemOperation::sum());
+    out
+}
+
+/// Element-wise sums of `v` over the ranks of `comm` (collective, 8·N bytes in one
+/// reduction, O(log P) steps): several totals for the steps of one.
+pub fn sum_u64s<C: Communicator, const N: usize>(comm: &C, v: [u64; N]) -> [u64; N] {
+    let mut out = [0u64; N];
+    all_reduce_into(comm, &v[..], &mut out[..], SystemOperation::sum());
     out
 }
 

@@ -38,8 +38,12 @@
 //! The rank2file map is written and read as SCR's tree ([`Rank2File`] explains it): per
 //! rank a flush or a fetch exchanges its own list with its block's leader and takes part
 //! in O(1) reductions and broadcasts of constant size; a leader handles R = `rank2file_block`
-//! lists and one part file, rank 0 one reference per part (P/R). No rank gathers or
-//! receives every rank's list.
+//! lists and one part file (which names its dataset, block and totals). Rank 0 handles
+//! no message per block: the root holds only the layout and totals (sums reduced over
+//! the leaders at flush; broadcast with the chosen entry at fetch), so its cost is O(1)
+//! messages beyond its own block's whatever P. No rank gathers or receives every rank's
+//! list. (A single-file map of an earlier release is still fetched, legacy only, with
+//! rank 0 sending each leader its block's lists.)
 //!
 //! Transfers get a [`LocalHost`]: a one-member host whose log is the runtime's and whose
 //! cancellation flag (`Flushing::cancel`) the runtime sets to stop background transfers.
@@ -57,8 +61,8 @@ use scr_plugin::{
 
 use super::local_host::LocalHost;
 use super::prefix::{
-    self, FlushFile, FlushedFile, Index, IndexEntry, PartRef, Rank2File, Rank2FileMap,
-    Rank2FilePart, Rank2FileRoot, Summary,
+    self, FlushFile, FlushedFile, Index, IndexEntry, Rank2File, Rank2FileMap, Rank2FilePart,
+    Rank2FileRoot, Summary,
 };
 use super::{
     broadcast_bytes, cache, now_secs, DatasetRecord, FileRecord, Result, Runtime, ScrError,
@@ -71,20 +75,26 @@ pub(crate) mod resume;
 
 /// Tag of the outcomes a block's members send its leader ([`Runtime::gather_and_finish`]).
 const OUTCOME_TAG: i32 = 7040;
-/// Tag of the part references the leaders send rank 0.
-const PART_TAG: i32 = 7041;
-/// Tag of what rank 0 sends each block leader to read at fetch ([`Runtime::choose_from_index`]).
+/// Tag of the lists rank 0 sends each block leader at fetch from a single-file map of an
+/// earlier release (legacy only, [`Runtime::choose_from_index`]). (7041 tagged the part
+/// references leaders sent rank 0 at flush, which the root no longer lists.)
 const SOURCE_TAG: i32 = 7042;
 /// Tag of the lists a leader sends its block's members at fetch.
 const LIST_TAG: i32 = 7043;
 
-/// Where a block leader finds its block's lists at fetch (sent by rank 0).
+/// What rank 0 tells every rank at fetch about the chosen dataset's rank2file map:
+/// constant size, whatever P.
 #[derive(serde::Serialize, serde::Deserialize)]
-enum BlockSource {
-    /// In this part of the map (a tree).
-    Part(PartRef),
-    /// These (rank 0 read a single-file map of an earlier release).
-    Lists(BTreeMap<u32, Vec<FlushedFile>>),
+enum MapLayout {
+    /// A tree: its root (layout and totals); each leader reads its block's part by the
+    /// name its block index gives.
+    Tree(Rank2FileRoot),
+    /// A single-file map of an earlier release (legacy only): rank 0 read it and sends
+    /// each leader its block's lists, in blocks of this job's `rank2file_block`.
+    Single {
+        /// Ranks per block.
+        block: u32,
+    },
 }
 
 /// What one rank's part of a flush produced.
@@ -437,7 +447,8 @@ fn record_failure(prefix: &Path, entry: &IndexEntry, reason: &str) {
     });
 }
 
-/// Rank 0: every part of the rank2file map of `entry` is written (`root` lists them):
+/// Rank 0: every part of the rank2file map of `entry` is written (`root` holds their
+/// layout and totals):
 /// write the root and the summary and mark the dataset complete in the index. Returns
 /// the bytes recorded. When it cannot be recorded, the map (root and parts) and the
 /// summary are removed: no index rebuilt from the summaries may bring it back.
@@ -1004,17 +1015,19 @@ impl Runtime {
     ///
     /// As SCR's rank2file tree, without any rank receiving every rank's list: each block
     /// of ranks ([`prefix::Blocks`], `rank2file_block` = R ranks) sends its outcomes to
-    /// its leader, which writes the block's part of the map when none failed; the first
-    /// failure anywhere is found by a min-reduction and its text broadcast from the
-    /// leader that holds it; only when none failed each leader sends rank 0 the
-    /// reference of its part (name, ranks, totals, CRC32), and rank 0 writes the root,
-    /// the summary and the index.
+    /// its leader, which writes the block's part of the map (which says itself which
+    /// dataset and block it is, and its totals) when none failed; the first failure
+    /// anywhere is found by a min-reduction and its text broadcast from the leader that
+    /// holds it; only when none failed the parts' totals (files, bytes) are summed by
+    /// one reduction (non-leaders add 0), and rank 0 writes the root (layout and totals,
+    /// no list of parts), the summary and the index.
     ///
-    /// Per rank: a 1-byte broadcast and an 8-byte min-reduction (O(log P) steps each),
-    /// one message (its own list) to its leader, plus one broadcast of the failure's
-    /// text when one failed. A leader: R - 1 messages received, one part file of R
-    /// ranks written, one message (about 100 bytes) to rank 0. Rank 0: P/R references
-    /// received (O(P/R) bytes, about 40 KB at P = 10^5, R = 256).
+    /// Per rank: a 1-byte broadcast, an 8-byte min-reduction and a 16-byte sum (O(log P)
+    /// steps each), one message (its own list) to its leader, plus one broadcast of the
+    /// failure's text when one failed. A leader: R - 1 messages received, one part file
+    /// of R ranks written. Rank 0: nothing more than a leader — O(1) messages beyond its
+    /// own block's, whatever P (was: one part reference received from every leader,
+    /// P/R messages).
     fn gather_and_finish(
         &self,
         entry: &IndexEntry,
@@ -1037,8 +1050,8 @@ impl Runtime {
             &serde_json::to_vec(mine).expect("serializes"),
             OUTCOME_TAG,
         );
-        // a leader: its block's first failure, else its part written
-        let mut part: Option<PartRef> = None;
+        // a leader: its block's first failure, else its part written (and its totals)
+        let mut part: Option<(u64, u64)> = None;
         let mut failure: Option<(u32, String)> = None;
         if let Some(all) = gathered {
             let mut ranks = BTreeMap::new();
@@ -1056,8 +1069,9 @@ impl Runtime {
                 }
             }
             if failure.is_none() {
-                match Rank2FilePart::write(&self.prefix, entry.id, blocks, n, ranks) {
-                    Ok(p) => part = Some(p),
+                let p = Rank2FilePart::new(entry.id, blocks, n, ranks);
+                match p.write(&self.prefix) {
+                    Ok(()) => part = Some((p.files, p.bytes)),
                     Err(e) => failure = Some((self.rank, format!("its rank2file part: {e}"))),
                 }
             }
@@ -1080,9 +1094,8 @@ impl Runtime {
             let holder = blocks.leader(blocks.of(first as u32));
             let text = failure.map(|(_, why)| why).unwrap_or_default();
             let why = super::comm::broadcast_from(&self.world, holder as i32, text.as_bytes());
-            if let Some(p) = &part {
-                let _ =
-                    std::fs::remove_file(prefix::dataset_dir(&self.prefix, entry.id).join(&p.file));
+            if part.is_some() {
+                let _ = std::fs::remove_file(Rank2FilePart::path(&self.prefix, entry.id, n));
             }
             if self.rank != 0 {
                 return Ok(());
@@ -1096,31 +1109,19 @@ impl Runtime {
             log_flush(&self.prefix, entry, &started(), &done);
             return done.map(|_| ());
         }
-        let Some(part) = part else {
-            return Ok(()); // not a leader
-        };
-        let leaders: Vec<i32> = blocks.leaders().map(|r| r as i32).collect();
-        let Some(refs) = super::comm::gather_from(
-            &self.world,
-            0,
-            &leaders,
-            &serde_json::to_vec(&part).expect("serializes"),
-            PART_TAG,
-        ) else {
-            return Ok(());
-        };
-        let parts: std::result::Result<Vec<PartRef>, String> = refs
-            .iter()
-            .zip(&leaders)
-            .map(|(b, l)| {
-                serde_json::from_slice(b).map_err(|e| {
-                    format!("rank {l} sent an unreadable rank2file part reference: {e}")
-                })
-            })
-            .collect();
-        let done = parts.and_then(|parts| {
-            record_complete(&self.prefix, entry, &Rank2FileRoot::new(blocks, parts))
+        // the root's totals: every part's, summed over the leaders (the others add 0)
+        let [files, bytes] = super::comm::sum_u64s(&self.world, {
+            let (files, bytes) = part.unwrap_or_default();
+            [files, bytes]
         });
+        if self.rank != 0 {
+            return Ok(());
+        }
+        let done = record_complete(
+            &self.prefix,
+            entry,
+            &Rank2FileRoot::new(blocks, files, bytes),
+        );
         if done.is_err() {
             Rank2File::remove(&self.prefix, entry.id);
         }
@@ -1162,20 +1163,27 @@ impl Runtime {
     /// with this rank's list of files from its rank2file map, or why the map cannot be
     /// used (the same error on every rank, naming the file).
     ///
-    /// No rank receives the whole map: rank 0 reads the root and broadcasts the choice
-    /// (the index entry and the block size, not the parts list); it sends each block
-    /// leader the reference of its block's part (rank 0 reads none of them); each leader
-    /// reads and checks its part — one reader per part, as SCR bounds the readers of a
-    /// file and the bytes each reads, rather than every rank opening the same part (R
-    /// readers per file) — and sends each member its list. A map of an earlier release
-    /// (one file) is read by rank 0, which sends each leader its block's lists instead.
-    /// Whether every rank got its list is agreed by a min-reduction.
+    /// No rank receives the whole map, and rank 0 no message per block: rank 0 reads the
+    /// root and broadcasts the choice with the root (the index entry, the layout and the
+    /// totals: constant size); each block leader computes its part's name from its block
+    /// index, reads it and checks that it is that dataset's part for that block and those
+    /// ranks ([`Rank2FilePart::load`]) — one reader per part, as SCR bounds the readers
+    /// of a file and the bytes each reads, rather than every rank opening the same part
+    /// (R readers per file) — and one reduction sums the parts' totals, which must be
+    /// the root's (a part missing, or swapped for another flush's of other contents);
+    /// then each leader sends each member its list. Whether every rank got its list is
+    /// agreed by a min-reduction.
     ///
-    /// Per rank: one broadcast of the entry (about 300 bytes) and one min-reduction
-    /// (O(log P) steps), one message with its own list; a leader also one message from
-    /// rank 0 and R - 1 sent, one part (R ranks) read; rank 0 sends P/R references
-    /// (about 100 bytes each). Plus one broadcast of the error's text when a part is
-    /// refused. The last value is the map's bytes in all (on rank 0; 0 elsewhere).
+    /// A single-file map of an earlier release (legacy only) is read by rank 0, which
+    /// sends each leader its block's lists instead (P/R messages from rank 0): kept so
+    /// a prefix flushed before the tree restarts, not a path a current flush takes.
+    ///
+    /// Per rank: one broadcast of the entry and root (about 350 bytes), one 24-byte sum
+    /// and one min-reduction (O(log P) steps each), one message with its own list; a
+    /// leader also R - 1 messages sent and one part (R ranks) read. Rank 0: the root
+    /// read, and as a leader — O(1) messages beyond its own block's whatever P. Plus one
+    /// broadcast of the error's text when a part is refused. The last value is the map's
+    /// bytes in all (on rank 0, which logs it).
     pub(super) fn choose_from_index(
         &self,
         tried: &[u64],
@@ -1186,7 +1194,8 @@ impl Runtime {
         u64,
     )> {
         let size = self.size;
-        let (choice, map) = if self.rank == 0 {
+        // rank 0: the choice and its map's layout; a single-file map itself (legacy)
+        let (choice, single) = if self.rank == 0 {
             let index = Index::load_or_rebuild(&self.prefix).unwrap_or_else(|e| {
                 eprintln!("scr-rs: warning: {e}; no checkpoint is taken from the prefix");
                 Index::default()
@@ -1232,12 +1241,17 @@ impl Runtime {
                                 }
                             }
                         });
-                    let layout = match &map {
-                        Ok(Rank2FileMap::Tree(root)) => Ok(root.block),
-                        Ok(Rank2FileMap::Single(_)) => Ok(self.rank2file_blocks().block),
-                        Err(why) => Err(why.clone()),
+                    let (layout, single) = match map {
+                        Ok(Rank2FileMap::Tree(root)) => (Ok(MapLayout::Tree(root)), None),
+                        Ok(Rank2FileMap::Single(m)) => (
+                            Ok(MapLayout::Single {
+                                block: self.rank2file_blocks().block,
+                            }),
+                            Some(m),
+                        ),
+                        Err(why) => (Err(why), None),
                     };
-                    (Some((e.clone(), layout)), map.ok())
+                    (Some((e.clone(), layout)), single)
                 }
             }
         } else {
@@ -1247,62 +1261,86 @@ impl Runtime {
             &self.world,
             &serde_json::to_vec(&choice).expect("serializes"),
         );
-        let (entry, layout): (IndexEntry, std::result::Result<u32, String>) =
+        let (entry, layout): (IndexEntry, std::result::Result<MapLayout, String>) =
             serde_json::from_slice::<Option<_>>(&bytes).unwrap_or(None)?;
-        let block = match layout {
-            Ok(b) => b,
+        let layout = match layout {
+            Ok(l) => l,
             Err(why) => return Some((entry, Err(why), 0)),
         };
-        let blocks = prefix::Blocks::new(size, block);
-        let total = match &map {
-            Some(Rank2FileMap::Tree(root)) => root.bytes,
-            Some(Rank2FileMap::Single(m)) => m.ranks.values().flatten().map(|f| f.size).sum(),
-            None => 0,
+        let (blocks, total) = match &layout {
+            MapLayout::Tree(root) => (root.blocks(), root.bytes),
+            MapLayout::Single { block } => (
+                prefix::Blocks::new(size, *block),
+                single
+                    .as_ref()
+                    .map_or(0, |m| m.ranks.values().flatten().map(|f| f.size).sum()),
+            ),
         };
         let n = blocks.of(self.rank);
         let leader = blocks.leader(n);
         let members: Vec<i32> = blocks.members(n).map(|r| r as i32).collect();
-        // rank 0 -> leaders: where each block's lists are
-        let mut lists: Vec<Vec<u8>> = Vec::new();
-        if self.rank == leader {
-            let leaders: Vec<i32> = blocks.leaders().map(|r| r as i32).collect();
-            let sources: Vec<Vec<u8>> = match &map {
-                Some(Rank2FileMap::Tree(root)) => root
-                    .parts
-                    .iter()
-                    .map(|p| serde_json::to_vec(&BlockSource::Part(p.clone())))
-                    .collect::<std::result::Result<_, _>>()
-                    .expect("serializes"),
-                Some(Rank2FileMap::Single(m)) => (0..blocks.count())
-                    .map(|b| {
-                        let lists = blocks
-                            .members(b)
-                            .map(|r| (r, m.ranks.get(&r).cloned().unwrap_or_default()))
-                            .collect();
-                        serde_json::to_vec(&BlockSource::Lists(lists)).expect("serializes")
-                    })
-                    .collect(),
-                None => Vec::new(),
-            };
-            let source = super::comm::scatter_to(&self.world, 0, &leaders, &sources, SOURCE_TAG);
-            let block_lists = serde_json::from_slice::<BlockSource>(&source)
-                .map_err(|e| format!("rank 0 sent an unreadable rank2file source: {e}"))
-                .and_then(|s| match s {
-                    BlockSource::Part(p) => Rank2FileRoot::load_part(&self.prefix, entry.id, &p)
-                        .map_err(|e| e.to_string()),
-                    BlockSource::Lists(l) => Ok(l),
-                });
-            lists = blocks
+        // a leader: its block's lists, and (a tree) its part's totals [files, bytes,
+        // unreadable]
+        let mut totals = [0u64; 3];
+        let block_lists = (self.rank == leader).then(|| match &layout {
+            MapLayout::Tree(_) => match Rank2FilePart::load(&self.prefix, entry.id, blocks, n) {
+                Ok(part) => {
+                    totals = [part.files, part.bytes, 0];
+                    Ok(part.ranks)
+                }
+                Err(e) => {
+                    totals[2] = 1;
+                    Err(e.to_string())
+                }
+            },
+            // legacy: rank 0 -> leaders, each block's lists
+            MapLayout::Single { .. } => {
+                let leaders: Vec<i32> = blocks.leaders().map(|r| r as i32).collect();
+                let sources: Vec<Vec<u8>> = match &single {
+                    Some(m) => (0..blocks.count())
+                        .map(|b| {
+                            let lists: BTreeMap<u32, Vec<FlushedFile>> = blocks
+                                .members(b)
+                                .map(|r| (r, m.ranks.get(&r).cloned().unwrap_or_default()))
+                                .collect();
+                            serde_json::to_vec(&lists).expect("serializes")
+                        })
+                        .collect(),
+                    None => Vec::new(),
+                };
+                let got = super::comm::scatter_to(&self.world, 0, &leaders, &sources, SOURCE_TAG);
+                serde_json::from_slice::<BTreeMap<u32, Vec<FlushedFile>>>(&got)
+                    .map_err(|e| format!("rank 0 sent unreadable rank2file lists: {e}"))
+            }
+        });
+        // a tree: the parts' totals must add up to the root's (when every part was read:
+        // an unreadable one says why itself); every leader then fails its block alike
+        let block_lists = match &layout {
+            MapLayout::Tree(root) => {
+                let [files, bytes, unreadable] = super::comm::sum_u64s(&self.world, totals);
+                let sums = if unreadable == 0 {
+                    root.check_totals(&self.prefix, entry.id, files, bytes)
+                        .map_err(|e| e.to_string())
+                } else {
+                    Ok(())
+                };
+                block_lists.map(|lists| sums.and(lists))
+            }
+            MapLayout::Single { .. } => block_lists,
+        };
+        let lists: Vec<Vec<u8>> = match &block_lists {
+            None => Vec::new(),
+            Some(block_lists) => blocks
                 .members(n)
                 .map(|r| {
-                    let mine: std::result::Result<Vec<FlushedFile>, String> = match &block_lists {
+                    let mine: std::result::Result<Vec<FlushedFile>, String> = match block_lists {
                         Ok(l) => Ok(l.get(&r).cloned().unwrap_or_default()),
                         Err(why) => Err(why.clone()),
                     };
                     serde_json::to_vec(&mine).expect("serializes")
                 })
-                .collect();
-        }
+                .collect(),
+        };
         let got = super::comm::scatter_to(&self.world, leader as i32, &members, &lists, LIST_TAG);
         let mine: std::result::Result<Vec<FlushedFile>, String> = serde_json::from_slice(&got)
             .unwrap_or_else(|e| {
@@ -1639,15 +1677,10 @@ mod tests {
         // one rank, no files: one part, then the root, summary and index entry
         let record = |id: u64| {
             let blocks = prefix::Blocks::new(1, prefix::RANK2FILE_BLOCK);
-            let part =
-                Rank2FilePart::write(dir.path(), id, blocks, 0, BTreeMap::from([(0, Vec::new())]))
-                    .unwrap();
-            record_complete(
-                dir.path(),
-                &entry(id),
-                &Rank2FileRoot::new(blocks, vec![part]),
-            )
-            .unwrap();
+            Rank2FilePart::new(id, blocks, 0, BTreeMap::from([(0, Vec::new())]))
+                .write(dir.path())
+                .unwrap();
+            record_complete(dir.path(), &entry(id), &Rank2FileRoot::new(blocks, 0, 0)).unwrap();
         };
         record(2);
         record(1);

@@ -203,14 +203,25 @@ pub fn relocated(id: u64, name: &str) -> String {
 /// `rank2file_block` key, default [`RANK2FILE_BLOCK`]). Each block's first rank (its
 /// leader) gathers its members' lists and writes the part `rank2file.<n>.scr`
 /// ([`Rank2FilePart`], kind `rank2file-part`) for block `n`; rank 0 writes the root
-/// `rank2file.scr` ([`Rank2FileRoot`], kind `rank2file-root`), which lists each part
-/// with the CRC32 of its contents, so a part swapped for another intact one (another
-/// dataset's, an older flush's) is refused as surely as a damaged one. Both levels are
-/// state files (atomic, checksummed). The root records the block size: a map is read
-/// with the layout it was written with, whatever the reader's configuration.
+/// `rank2file.scr` ([`Rank2FileRoot`], kind `rank2file-tree`). Both levels are state
+/// files (atomic, checksummed).
 ///
-/// A single-file map (kind `rank2file`, this struct itself) is what releases before the
-/// tree wrote; it is still read, so a prefix flushed before an upgrade restarts.
+/// The root records only the layout (world size, block size, part count) and the
+/// totals (files, bytes), a constant size whatever P: it has no list of parts, so
+/// writing it needs no message per part to rank 0 (the totals are sums reduced over
+/// the leaders) and reading it tells every leader where its part is (part `n` is
+/// `rank2file.<n>.scr`, [`Rank2FilePart::name`]). Each part identifies itself instead:
+/// its dataset id, block index, block size, rank range and totals are inside it, under
+/// its checksum, so a part of another dataset or another block put in its place is
+/// refused naming the file ([`Rank2FilePart::load`]); the sum of the parts' totals must
+/// equal the root's, which catches a part missing or swapped for one of other contents.
+/// The root records the block size: a map is read with the layout it was written with,
+/// whatever the reader's configuration.
+///
+/// A root of kind `rank2file-root` (a tree whose root listed every part, never
+/// released) is refused with an error saying so. A single-file map (kind `rank2file`,
+/// this struct itself) is what releases before the tree wrote; it is still read (legacy
+/// only), so a prefix flushed before an upgrade restarts.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rank2File {
     /// Files by rank.
@@ -269,11 +280,33 @@ impl Blocks {
     }
 }
 
-/// One part of a rank2file map as its root lists it.
+/// The root of a rank2file map (`rank2file.scr`): the layout of its parts and the
+/// totals, constant size (no per-part entry).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PartRef {
-    /// The part's file, relative to the dataset's directory (`rank2file.<n>.scr`).
-    pub file: String,
+pub struct Rank2FileRoot {
+    /// Ranks the map covers (the world size that wrote it).
+    pub ranks: u32,
+    /// Ranks per part ([`Blocks`]).
+    pub block: u32,
+    /// How many parts (`ceil(ranks / block)`; part `n` is [`Rank2FilePart::name`]`(n)`).
+    pub parts: u32,
+    /// Files in all (the sum of the parts' `files`).
+    pub files: u64,
+    /// Bytes in all (the sum of the parts' `bytes`).
+    pub bytes: u64,
+}
+
+/// One part of a rank2file map (`rank2file.<n>.scr`): the lists of the ranks of one
+/// block, and what identifies it (checked by [`Rank2FilePart::load`]: the root lists no
+/// parts, so a part must say itself which dataset and block it is).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rank2FilePart {
+    /// The dataset it belongs to.
+    pub dataset: u64,
+    /// Its block's index `n` (its file is `rank2file.<n>.scr`).
+    pub index: u32,
+    /// Ranks per block of the layout it was written in.
+    pub block: u32,
     /// Its first rank.
     pub first: u32,
     /// How many ranks it lists.
@@ -282,29 +315,6 @@ pub struct PartRef {
     pub files: u64,
     /// Bytes of those files.
     pub bytes: u64,
-    /// CRC32 of its contents (the one its state-file header carries).
-    pub crc32: u32,
-}
-
-/// The root of a rank2file map (`rank2file.scr`): the parts, in rank order.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Rank2FileRoot {
-    /// Ranks the map covers (the world size that wrote it).
-    pub ranks: u32,
-    /// Ranks per part ([`Blocks`]).
-    pub block: u32,
-    /// Files in all.
-    pub files: u64,
-    /// Bytes in all.
-    pub bytes: u64,
-    /// Part `n` lists block `n`.
-    pub parts: Vec<PartRef>,
-}
-
-/// One part of a rank2file map (`rank2file.<n>.scr`): the lists of the ranks of one
-/// block.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Rank2FilePart {
     /// Files by rank (exactly the block's ranks, each possibly with no file).
     pub ranks: BTreeMap<u32, Vec<FlushedFile>>,
 }
@@ -313,14 +323,17 @@ pub struct Rank2FilePart {
 /// an earlier release.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Rank2FileMap {
-    /// The root of a tree (read the parts it lists).
+    /// The root of a tree (part `n` is [`Rank2FilePart::name`]`(n)`).
     Tree(Rank2FileRoot),
     /// A whole map in one file (written before the tree).
     Single(Rank2File),
 }
 
-/// State-file kind of a rank2file root.
-pub const ROOT_KIND: &str = "rank2file-root";
+/// State-file kind of a rank2file root (layout and totals, no list of parts).
+pub const ROOT_KIND: &str = "rank2file-tree";
+/// State-file kind of the root of an unreleased development format that listed every
+/// part: refused with an error saying so ([`Rank2FileMap::load`]).
+pub const LISTING_ROOT_KIND: &str = "rank2file-root";
 /// State-file kind of a rank2file part.
 pub const PART_KIND: &str = "rank2file-part";
 /// State-file kind of a single-file rank2file map (earlier releases).
@@ -586,28 +599,35 @@ impl Rank2File {
         dataset_dir(prefix, id).join("rank2file.scr")
     }
 
-    /// Read the whole map, every part of it (for the offline tools; a job reads only its
-    /// own block's part, see [`Rank2FileRoot::load_part`]). Per call: every part read,
-    /// O(P) bytes — offline tools only. A part that is missing,
-    /// damaged, not the one the root lists, or listing other ranks is refused, naming
-    /// the file.
+    /// Read the whole map, every part of it (for the offline tools; a job's leader
+    /// reads only its own block's part, see [`Rank2FilePart::load`]): the root, then
+    /// part `n` for each of its `parts` by its computed name. Per call: every part read,
+    /// O(P) bytes — offline tools only. A part that is missing, damaged, of another
+    /// dataset or block, or listing other ranks is refused naming the file; parts whose
+    /// totals do not add up to the root's are refused naming the root.
     pub fn load(prefix: &Path, id: u64) -> Result<Rank2File, StateError> {
         match Rank2FileMap::load(prefix, id)? {
             Rank2FileMap::Single(map) => Ok(map),
             Rank2FileMap::Tree(root) => {
                 root.check(prefix, id)?;
+                let blocks = root.blocks();
                 let mut ranks = BTreeMap::new();
-                for part in &root.parts {
-                    ranks.extend(Rank2FileRoot::load_part(prefix, id, part)?);
+                let (mut files, mut bytes) = (0u64, 0u64);
+                for n in 0..root.parts {
+                    let part = Rank2FilePart::load(prefix, id, blocks, n)?;
+                    files = files.saturating_add(part.files);
+                    bytes = bytes.saturating_add(part.bytes);
+                    ranks.extend(part.ranks);
                 }
+                root.check_totals(prefix, id, files, bytes)?;
                 Ok(Rank2File { ranks })
             }
         }
     }
 
     /// Write this whole map as a tree of parts of `block` ranks over `world_size` ranks
-    /// (rank 0 holding every list: scavenge, a finisher reading markers), parts first,
-    /// the root last; the root written.
+    /// (one process holding every list: scavenge), parts first, the root last; the root
+    /// written.
     pub fn write(
         &self,
         prefix: &Path,
@@ -616,15 +636,18 @@ impl Rank2File {
         block: u32,
     ) -> Result<Rank2FileRoot, StateError> {
         let blocks = Blocks::new(world_size, block);
-        let mut parts = Vec::with_capacity(blocks.count() as usize);
+        let (mut files, mut bytes) = (0u64, 0u64);
         for n in 0..blocks.count() {
             let ranks = blocks
                 .members(n)
                 .map(|r| (r, self.ranks.get(&r).cloned().unwrap_or_default()))
                 .collect();
-            parts.push(Rank2FilePart::write(prefix, id, blocks, n, ranks)?);
+            let part = Rank2FilePart::new(id, blocks, n, ranks);
+            part.write(prefix)?;
+            files += part.files;
+            bytes += part.bytes;
         }
-        let root = Rank2FileRoot::new(blocks, parts);
+        let root = Rank2FileRoot::new(blocks, files, bytes);
         root.write(prefix, id)?;
         Ok(root)
     }
@@ -646,25 +669,33 @@ impl Rank2File {
 }
 
 impl Rank2FileMap {
-    /// Read dataset `id`'s root: a tree's root or a single-file map.
+    /// Read dataset `id`'s root: a tree's root or a single-file map. A root of the
+    /// unreleased format that listed its parts is refused, saying so.
     pub fn load(prefix: &Path, id: u64) -> Result<Rank2FileMap, StateError> {
         let path = Rank2File::path(prefix, id);
         match crate::state::state_kind(&path)?.as_str() {
             SINGLE_KIND => read_state(&path, SINGLE_KIND).map(Rank2FileMap::Single),
+            LISTING_ROOT_KIND => Err(StateError::Corrupt {
+                path,
+                why: format!(
+                    "a `{LISTING_ROOT_KIND}` root (a development format listing every part, never released), this release reads `{ROOT_KIND}` roots; flush the dataset again or drop it (`scr index drop`)"
+                ),
+            }),
             _ => read_state(&path, ROOT_KIND).map(Rank2FileMap::Tree),
         }
     }
 }
 
 impl Rank2FileRoot {
-    /// The root of parts written for `blocks` (in block order).
-    pub fn new(blocks: Blocks, parts: Vec<PartRef>) -> Rank2FileRoot {
+    /// The root of the parts written for `blocks`, holding `files` files of `bytes`
+    /// bytes in all.
+    pub fn new(blocks: Blocks, files: u64, bytes: u64) -> Rank2FileRoot {
         Rank2FileRoot {
             ranks: blocks.ranks,
             block: blocks.block,
-            files: parts.iter().map(|p| p.files).sum(),
-            bytes: parts.iter().map(|p| p.bytes).sum(),
-            parts,
+            parts: blocks.count(),
+            files,
+            bytes,
         }
     }
 
@@ -673,13 +704,13 @@ impl Rank2FileRoot {
         Blocks::new(self.ranks, self.block)
     }
 
-    /// Write it as dataset `id`'s root (after every part it lists).
+    /// Write it as dataset `id`'s root (after every part).
     pub fn write(&self, prefix: &Path, id: u64) -> Result<(), StateError> {
         write(&Rank2File::path(prefix, id), ROOT_KIND, self)
     }
 
-    /// `Err` unless it lists exactly the parts of its layout, each under its own name
-    /// (a damaged or forged root must not send a reader to another file).
+    /// `Err` unless its part count is the one its layout needs (a damaged or forged root
+    /// must not send readers to parts that do not exist, or leave some unread).
     pub fn check(&self, prefix: &Path, id: u64) -> Result<(), StateError> {
         let corrupt = |why: String| StateError::Corrupt {
             path: Rank2File::path(prefix, id),
@@ -688,72 +719,36 @@ impl Rank2FileRoot {
         if self.block == 0 {
             return Err(corrupt("block size 0".into()));
         }
-        let blocks = self.blocks();
-        if self.parts.len() != blocks.count() as usize {
+        let need = self.blocks().count();
+        if self.parts != need {
             return Err(corrupt(format!(
-                "lists {} part(s), {} ranks in blocks of {} need {}",
-                self.parts.len(),
-                self.ranks,
-                self.block,
-                blocks.count()
+                "records {} part(s), {} ranks in blocks of {} need {need}",
+                self.parts, self.ranks, self.block
             )));
-        }
-        for (n, p) in (0u32..).zip(&self.parts) {
-            let want = blocks.members(n);
-            if p.file != Rank2FilePart::name(n)
-                || p.first != want.start
-                || p.count != want.len() as u32
-            {
-                return Err(corrupt(format!(
-                    "part {n} is `{}` for ranks {}..{}, expected `{}` for ranks {}..{}",
-                    p.file,
-                    p.first,
-                    u64::from(p.first) + u64::from(p.count),
-                    Rank2FilePart::name(n),
-                    want.start,
-                    want.end
-                )));
-            }
         }
         Ok(())
     }
 
-    /// Read the part `part` of dataset `id` (one block's lists) and check that it is
-    /// the one the root lists (CRC32) and lists exactly its ranks; the error names the
-    /// file. A block leader calls it with the reference rank 0 sent it, without reading
-    /// the root.
-    pub fn load_part(
+    /// `Err` naming the root unless `files` and `bytes`, the sums of every part's
+    /// totals, are the root's: a part missing from the sums or one of other contents
+    /// (another flush's) shows here.
+    pub fn check_totals(
+        &self,
         prefix: &Path,
         id: u64,
-        part: &PartRef,
-    ) -> Result<BTreeMap<u32, Vec<FlushedFile>>, StateError> {
-        let path = dataset_dir(prefix, id).join(&part.file);
-        check_relative(&part.file).map_err(|why| StateError::Corrupt {
+        files: u64,
+        bytes: u64,
+    ) -> Result<(), StateError> {
+        if (files, bytes) == (self.files, self.bytes) {
+            return Ok(());
+        }
+        Err(StateError::Corrupt {
             path: Rank2File::path(prefix, id),
-            why,
-        })?;
-        let (body, crc) = crate::state::read_state_crc::<Rank2FilePart>(&path, PART_KIND)?;
-        let corrupt = |why: String| StateError::Corrupt {
-            path: path.clone(),
-            why,
-        };
-        if crc != part.crc32 {
-            return Err(corrupt(format!(
-                "not the part {} lists (CRC32 {crc:08x}, the root records {:08x})",
-                Rank2File::path(prefix, id).display(),
-                part.crc32
-            )));
-        }
-        let want = part.first..part.first.saturating_add(part.count);
-        if !body.ranks.keys().copied().eq(want.clone()) {
-            return Err(corrupt(format!(
-                "lists ranks {:?}, expected {}..{}",
-                body.ranks.keys().collect::<Vec<_>>(),
-                want.start,
-                want.end
-            )));
-        }
-        Ok(body.ranks)
+            why: format!(
+                "records {} file(s) of {} bytes, its {} part(s) list {files} file(s) of {bytes} bytes (a part is missing or not this flush's)",
+                self.files, self.bytes, self.parts
+            ),
+        })
     }
 }
 
@@ -763,38 +758,97 @@ impl Rank2FilePart {
         format!("rank2file.{n}.scr")
     }
 
-    /// Write part `n` of `blocks` for dataset `id` holding `ranks` (the block's lists),
-    /// atomically; what the root must say of it.
-    pub fn write(
-        prefix: &Path,
+    /// The file of part `n` of dataset `id`.
+    pub fn path(prefix: &Path, id: u64, n: u32) -> PathBuf {
+        dataset_dir(prefix, id).join(Self::name(n))
+    }
+
+    /// Part `n` of `blocks` for dataset `id`, holding `ranks` (the block's lists), with
+    /// its totals.
+    pub fn new(
         id: u64,
         blocks: Blocks,
         n: u32,
         ranks: BTreeMap<u32, Vec<FlushedFile>>,
-    ) -> Result<PartRef, StateError> {
+    ) -> Rank2FilePart {
         let members = blocks.members(n);
-        let path = dataset_dir(prefix, id).join(Self::name(n));
-        let io = |source| StateError::Io {
-            path: path.clone(),
-            source,
-        };
-        let part = Rank2FilePart { ranks };
-        let (bytes, crc32) = crate::state::state_bytes_crc(PART_KIND, &part).map_err(io)?;
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| StateError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-        }
-        crate::state::write_atomic(&path, &bytes).map_err(io)?;
-        Ok(PartRef {
-            file: Self::name(n),
+        Rank2FilePart {
+            dataset: id,
+            index: n,
+            block: blocks.block,
             first: members.start,
             count: members.len() as u32,
-            files: part.ranks.values().map(|v| v.len() as u64).sum(),
-            bytes: part.ranks.values().flatten().map(|f| f.size).sum(),
-            crc32,
-        })
+            files: ranks.values().map(|v| v.len() as u64).sum(),
+            bytes: ranks.values().flatten().map(|f| f.size).sum(),
+            ranks,
+        }
+    }
+
+    /// Write it (atomically) as `rank2file.<index>.scr` of its dataset.
+    pub fn write(&self, prefix: &Path) -> Result<(), StateError> {
+        write(
+            &Self::path(prefix, self.dataset, self.index),
+            PART_KIND,
+            self,
+        )
+    }
+
+    /// Read part `n` of dataset `id` written in `blocks` (the layout its root records)
+    /// and check that it says it is that part — of dataset `id`, block `n` of blocks of
+    /// that size, listing exactly that block's ranks, with totals that are its lists' —
+    /// so a part of another dataset or block in its place is refused; the error names
+    /// the file. A block leader calls it knowing only the root's layout.
+    pub fn load(
+        prefix: &Path,
+        id: u64,
+        blocks: Blocks,
+        n: u32,
+    ) -> Result<Rank2FilePart, StateError> {
+        let path = Self::path(prefix, id, n);
+        let part: Rank2FilePart = read_state(&path, PART_KIND)?;
+        let corrupt = |why: String| StateError::Corrupt {
+            path: path.clone(),
+            why,
+        };
+        if part.dataset != id {
+            return Err(corrupt(format!(
+                "is a part of dataset {}, not of dataset {id}",
+                part.dataset
+            )));
+        }
+        if (part.index, part.block) != (n, blocks.block) {
+            return Err(corrupt(format!(
+                "is part {} of blocks of {} ranks, expected part {n} of blocks of {}",
+                part.index, part.block, blocks.block
+            )));
+        }
+        let want = blocks.members(n);
+        if part.first != want.start
+            || part.count as usize != want.len()
+            || !part.ranks.keys().copied().eq(want.clone())
+        {
+            return Err(corrupt(format!(
+                "lists ranks {:?} (records {}..{}), expected {}..{}",
+                part.ranks.keys().collect::<Vec<_>>(),
+                part.first,
+                u64::from(part.first) + u64::from(part.count),
+                want.start,
+                want.end
+            )));
+        }
+        let files = part.ranks.values().map(|v| v.len() as u64).sum::<u64>();
+        let bytes = part
+            .ranks
+            .values()
+            .flatten()
+            .fold(0u64, |a, f| a.saturating_add(f.size));
+        if (files, bytes) != (part.files, part.bytes) {
+            return Err(corrupt(format!(
+                "records {} file(s) of {} bytes, its lists hold {files} of {bytes}",
+                part.files, part.bytes
+            )));
+        }
+        Ok(part)
     }
 }
 
@@ -929,21 +983,39 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let m = map(7);
         let root = m.write(dir.path(), 5, 7, 3).unwrap();
-        assert_eq!((root.ranks, root.block, root.parts.len()), (7, 3, 3));
-        assert_eq!(root.files, 6); // ranks 1, 4: one file; 2, 5: two
-        assert_eq!(root.bytes, 10 + 20 + 21 + 40 + 50 + 51);
+        // ranks 1, 4: one file; 2, 5: two
+        let bytes = 10 + 20 + 21 + 40 + 50 + 51;
         assert_eq!(
-            root.parts.iter().map(|p| p.files).collect::<Vec<_>>(),
-            [3, 3, 0]
+            root,
+            Rank2FileRoot {
+                ranks: 7,
+                block: 3,
+                parts: 3,
+                files: 6,
+                bytes
+            }
         );
         assert_eq!(Rank2File::load(dir.path(), 5).unwrap(), m);
         assert_eq!(
             Rank2FileMap::load(dir.path(), 5).unwrap(),
             Rank2FileMap::Tree(root.clone())
         );
-        // one block's part, as a leader reads it
-        let part = Rank2FileRoot::load_part(dir.path(), 5, &root.parts[2]).unwrap();
-        assert_eq!(part, BTreeMap::from([(6, Vec::new())]));
+        // each part says what it is, as a leader reads it knowing only the layout
+        let parts: Vec<_> = (0..3)
+            .map(|n| Rank2FilePart::load(dir.path(), 5, root.blocks(), n).unwrap())
+            .collect();
+        assert_eq!(
+            parts
+                .iter()
+                .map(|p| (p.dataset, p.index, p.block, p.first, p.count, p.files, p.bytes))
+                .collect::<Vec<_>>(),
+            [
+                (5, 0, 3, 0, 3, 3, 10 + 20 + 21),
+                (5, 1, 3, 3, 3, 3, 40 + 50 + 51),
+                (5, 2, 3, 6, 1, 0, 0)
+            ]
+        );
+        assert_eq!(parts[2].ranks, BTreeMap::from([(6, Vec::new())]));
         Rank2File::remove(dir.path(), 5);
         let left: Vec<_> = std::fs::read_dir(dataset_dir(dir.path(), 5))
             .unwrap()
@@ -952,51 +1024,155 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_swapped_or_misplaced_part_is_refused_naming_the_file() {
+    fn a_part_of_another_dataset_or_block_is_refused_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        let root = map(7).write(dir.path(), 5, 7, 3).unwrap();
-        let part1 = dataset_dir(dir.path(), 5).join("rank2file.1.scr");
-
-        // another dataset's intact part 1 (other contents) in its place
-        let mut other = map(7);
-        other.ranks.get_mut(&4).unwrap()[0].size += 1;
-        other.write(dir.path(), 6, 7, 3).unwrap();
+        map(7).write(dir.path(), 5, 7, 3).unwrap();
+        let part1 = Rank2FilePart::path(dir.path(), 5, 1);
         let good = std::fs::read(&part1).unwrap();
-        std::fs::copy(dataset_dir(dir.path(), 6).join("rank2file.1.scr"), &part1).unwrap();
+
+        // another dataset's intact part 1 in its place
+        map(7).write(dir.path(), 6, 7, 3).unwrap();
+        std::fs::copy(Rank2FilePart::path(dir.path(), 6, 1), &part1).unwrap();
         let e = Rank2File::load(dir.path(), 5).unwrap_err().to_string();
-        assert!(
-            e.starts_with(&format!("{}: not the part ", part1.display()))
-                && e.contains(&format!("the root records {:08x}", root.parts[1].crc32)),
-            "{e}"
+        assert_eq!(
+            e,
+            format!(
+                "{}: is a part of dataset 6, not of dataset 5; the file is not trusted",
+                part1.display()
+            )
         );
 
-        // a part listing other ranks (its reference forged to match)
-        let mut shifted = root.clone();
-        shifted.parts[1].first = 2;
+        // this dataset's part 0 copied over part 1
+        std::fs::copy(Rank2FilePart::path(dir.path(), 5, 0), &part1).unwrap();
+        let e = Rank2File::load(dir.path(), 5).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}: is part 0 of blocks of 3 ranks, expected part 1 of blocks of 3; the file is not trusted",
+                part1.display()
+            )
+        );
+
+        // read with another layout than it was written with (blocks of 4)
         std::fs::write(&part1, &good).unwrap();
-        let e = Rank2FileRoot::load_part(dir.path(), 5, &shifted.parts[1])
+        let e = Rank2FilePart::load(dir.path(), 5, Blocks::new(7, 4), 1)
             .unwrap_err()
             .to_string();
         assert!(
             e.starts_with(&format!(
-                "{}: lists ranks [3, 4, 5], expected 2..5",
+                "{}: is part 1 of blocks of 3 ranks",
                 part1.display()
             )),
             "{e}"
         );
-        // and such a root is refused before any part is read
-        let e = shifted.check(dir.path(), 5).unwrap_err().to_string();
+
+        // a part whose own header was forged to other ranks (checksum made to match)
+        let mut forged: Rank2FilePart = read_state(&part1, PART_KIND).unwrap();
+        forged.first = 2;
+        forged.write(dir.path()).unwrap();
+        let e = Rank2File::load(dir.path(), 5).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}: lists ranks [3, 4, 5] (records 2..5), expected 3..6; the file is not trusted",
+                part1.display()
+            )
+        );
+        // or to other totals
+        let mut forged: Rank2FilePart = read_state(&part1, PART_KIND).unwrap();
+        forged.first = 3;
+        forged.bytes += 1;
+        forged.write(dir.path()).unwrap();
+        let e = Rank2File::load(dir.path(), 5).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}: records 3 file(s) of 142 bytes, its lists hold 3 of 141; the file is not trusted",
+                part1.display()
+            )
+        );
+
+        // damaged: the state file's checksum
+        let mut bytes = good.clone();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 1;
+        std::fs::write(&part1, &bytes).unwrap();
+        let e = Rank2File::load(dir.path(), 5).unwrap_err().to_string();
         assert!(
-            e.contains("rank2file.scr: part 1 is `rank2file.1.scr` for ranks 2..5, expected `rank2file.1.scr` for ranks 3..6"),
+            e.starts_with(&format!("{}: checksum mismatch", part1.display())),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn a_missing_part_or_parts_of_another_flush_are_caught() {
+        let dir = tempfile::tempdir().unwrap();
+        map(7).write(dir.path(), 5, 7, 3).unwrap();
+        let root_path = Rank2File::path(dir.path(), 5);
+        let part1 = Rank2FilePart::path(dir.path(), 5, 1);
+        let good = std::fs::read(&part1).unwrap();
+
+        // an intact part 1 of the same dataset and block, other contents (a part left
+        // by another flush of it): only the totals tell
+        let mut other = map(7);
+        other.ranks.get_mut(&4).unwrap()[0].size += 1;
+        other.write(dir.path(), 5, 7, 3).unwrap();
+        let root = Rank2FileRoot::new(Blocks::new(7, 3), 6, 10 + 20 + 21 + 40 + 50 + 51);
+        root.write(dir.path(), 5).unwrap();
+        let e = Rank2File::load(dir.path(), 5).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}: records 6 file(s) of 192 bytes, its 3 part(s) list 6 file(s) of 193 bytes (a part is missing or not this flush's); the file is not trusted",
+                root_path.display()
+            )
+        );
+
+        // a root recording fewer parts than its layout needs: refused before any part
+        std::fs::write(&part1, &good).unwrap();
+        let short = Rank2FileRoot {
+            parts: 2,
+            ..root.clone()
+        };
+        short.write(dir.path(), 5).unwrap();
+        let e = Rank2File::load(dir.path(), 5).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}: records 2 part(s), 7 ranks in blocks of 3 need 3; the file is not trusted",
+                root_path.display()
+            )
         );
 
         // missing
+        root.write(dir.path(), 5).unwrap();
+        assert!(Rank2File::load(dir.path(), 5).is_ok());
         std::fs::remove_file(&part1).unwrap();
         let e = Rank2File::load(dir.path(), 5).unwrap_err();
         assert!(e.is_not_found(), "{e}");
         assert!(
             e.to_string().starts_with(&part1.display().to_string()),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_root_listing_its_parts_of_the_unreleased_format_is_refused_saying_so() {
+        let dir = tempfile::tempdir().unwrap();
+        map(4).write(dir.path(), 2, 4, 3).unwrap();
+        let path = Rank2File::path(dir.path(), 2);
+        write(
+            &path,
+            LISTING_ROOT_KIND,
+            &serde_json::json!({"ranks": 4, "block": 3, "files": 2, "bytes": 30, "parts": []}),
+        )
+        .unwrap();
+        let e = Rank2File::load(dir.path(), 2).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "{}: a `rank2file-root` root (a development format listing every part, never released), this release reads `rank2file-tree` roots",
+                path.display()
+            )),
             "{e}"
         );
     }
