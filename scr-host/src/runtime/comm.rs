@@ -48,8 +48,8 @@
 //!
 //! # Every exchange of the checkpoint, restart, flush and fetch paths
 //!
-//! One list, kept here next to the counters that measure it: per rank, with P ranks in the job, S members per redundancy
-//! set, n ranks per node, D cached datasets, F files of this rank, C bytes of
+//! One list, kept here next to the counters that measure it: per rank, with P ranks in
+//! the job, S members per redundancy set, n ranks per node, D cached datasets, F files of this rank, C bytes of
 //! configuration, B bytes of data per rank. "agree" is a 1-byte min-reduction
 //! (`Runtime::all_agree`); on its failure path it adds the first failing rank's message
 //! (an 8-byte min-reduction and one broadcast of that message). Every world reduction
@@ -69,7 +69,8 @@
 //! then the cache (below) and a barrier.
 //!
 //! **restart from cache** (init's `restore_cache`, per dataset any rank holds: D,
-//! bounded by the stores' `count`): ids walked upwards by 8-byte min-reductions; the
+//! bounded by the stores' `count`): ids walked from the largest down by 8-byte
+//! max-reductions (one per id, and one that ends the walk); the
 //! holders' identity agreed ([`min_u64`] ×2 and one or two [`broadcast_from`] of one
 //! record's identity, ~100 bytes); a rank that lost its filemap gets its record from a
 //! member of its set ([`sum_u64`], a split of the holders, their ranks gathered within
@@ -91,16 +92,17 @@
 //! average); the scheme's `apply` on the set's communicator (scheme-specific: O(S) or
 //! O(k) messages, O(B) bytes) and a non-blocking barrier on the set; an 8-byte sum of
 //! the checkpoint's bytes for the event log; eviction: per cached dataset of the store
-//! two 8-byte min-reductions and an agreement, then an agreement on the outcome; the
-//! flush when due (below).
+//! an 8-byte min-reduction (the next id held) and an agreement (may every holder evict
+//! it), one more min-reduction that ends the walk, then an agreement on the outcome;
+//! the flush when due (below), and while a background flush is pending one 8-byte
+//! min-reduction that polls it (also in start_output and should_exit).
 //!
 //! **need_checkpoint**: rank 0's decision broadcast (1 byte; with a halt condition its
-//! reason, a few bytes). **start_restart / complete_restart**: agreements.
+//! reason, a few bytes); while a background flush is pending, its 8-byte poll. **start_restart / complete_restart**: agreements.
 //!
 //! **flush** (the rank2file map as SCR's tree, blocks of R = `rank2file_block` ranks):
 //! a few agreements and 1-byte broadcasts from rank 0 (whether the index could be
-//! opened, whether names are taken, whether it was recorded; an error's text when one
-//! failed); each rank's list of writes and its outcome sent
+//! opened, whether names are taken; an error's text when one failed); each rank's list of writes and its outcome sent
 //! to its block's leader (2 messages, O(F) bytes; a leader receives 2(R - 1)); the
 //! first failure by an 8-byte min-reduction (and its text broadcast when one failed);
 //! the parts' totals by a 16-byte sum (`sum_u64s`; non-leaders add 0). Rank 0 writes

@@ -3,8 +3,9 @@
 //!
 //! A flush first records the dataset in the index as incomplete, so a crash in the middle
 //! leaves the index pointing at the previous complete checkpoint. Each rank copies its
-//! files with a transfer; rank 0 then writes the rank2file map and summary and marks the
-//! dataset complete in the index and the flush file. An asynchronous flush does the same
+//! files with a transfer; the leader of each block of ranks then writes its part of the
+//! rank2file map, and rank 0 the map's root and the summary, and marks the dataset
+//! complete in the index and the flush file. An asynchronous flush does the same
 //! in the background: each rank's transfer is waited for by a thread that only keeps
 //! its outcome in memory (it makes no MPI call: the runtime's exchanges stay on the
 //! application's thread). Completion is detected through MPI, as SCR's
@@ -733,7 +734,7 @@ impl Runtime {
         let buf = self.buf_size();
         let outcome: RankOutcome = started.and_then(|s| collect(s, false, "when written", buf));
         self.fault_point("flush-copied", rec.id);
-        let recorded = self.gather_and_finish(&entry, &outcome, true);
+        let recorded = self.gather_and_finish(&entry, &outcome);
         let text = broadcast_bytes(&self.world, recorded.err().unwrap_or_default().as_bytes());
         // the transfer's state stays until the flush is settled: a crash before this
         // point leaves it for the next init to resume (see `resume`)
@@ -895,14 +896,18 @@ impl Runtime {
     /// the application exits): this rank's transfers end, then every pending flush is
     /// completed collectively, and the flushes copied but not recorded earlier are
     /// recorded again.
-    pub(super) fn wait_flushes(&mut self) {
+    ///
+    /// `last` (finalize only): the flushes copied but not recorded are tried once more
+    /// and then left unrecorded for good; `should_exit`, after which the application
+    /// may go on, leaves that last try to finalize.
+    pub(super) fn wait_flushes(&mut self, last: bool) {
         let _counted = super::comm::scope("flush_wait");
         for (_, w) in self.flushing.waiters.drain(..) {
             let _ = w.join();
         }
         // every waiter ended on every rank: every outcome is here
         let all = self.flushing.pending.len();
-        self.complete_flushes(all, true);
+        self.complete_flushes(all, last);
         super::comm::barrier(&self.world);
     }
 
@@ -975,7 +980,7 @@ impl Runtime {
         copied: bool,
         last: bool,
     ) {
-        let recorded = self.gather_and_finish(&entry, &mine, true);
+        let recorded = self.gather_and_finish(&entry, &mine);
         // only rank 0 knows whether recording a fully copied flush worked: one byte tells
         // every rank (a failed transfer is failed on every rank alike, no byte needed)
         let in_index = copied
@@ -1022,8 +1027,7 @@ impl Runtime {
     /// one reduction (non-leaders add 0), and rank 0 writes the root (layout and totals,
     /// no list of parts), the summary and the index.
     ///
-    /// Per rank: a 1-byte broadcast, an 8-byte min-reduction and a 16-byte sum (O(log P)
-    /// steps each), one message (its own list) to its leader, plus one broadcast of the
+    /// Per rank: an 8-byte min-reduction and a 16-byte sum (O(log P) steps each), one message (its own list) to its leader, plus one broadcast of the
     /// failure's text when one failed. A leader: R - 1 messages received, one part file
     /// of R ranks written. Rank 0: nothing more than a leader — O(1) messages beyond its
     /// own block's, whatever P (was: one part reference received from every leader,
@@ -1032,13 +1036,7 @@ impl Runtime {
         &self,
         entry: &IndexEntry,
         mine: &RankOutcome,
-        record: bool,
     ) -> std::result::Result<(), String> {
-        // (rank 0 alone may know that a finisher recorded it already)
-        let record = super::comm::broadcast_from(&self.world, 0, &[u8::from(record)]) == [1];
-        if !record {
-            return Ok(());
-        }
         let blocks = self.rank2file_blocks();
         let n = blocks.of(self.rank);
         let leader = blocks.leader(n);

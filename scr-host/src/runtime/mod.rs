@@ -1763,7 +1763,7 @@ impl Runtime {
                 if self.flush_at_end() {
                     self.flush_newest("should_exit")?;
                     // (a background flush dies with a process that exits now: wait)
-                    self.wait_flushes();
+                    self.wait_flushes(false);
                 }
                 Ok(true)
             }
@@ -1842,7 +1842,7 @@ impl Runtime {
                 }
             }
         }
-        self.wait_flushes();
+        self.wait_flushes(true);
         // a clean finish (or a halt) leaves the newest checkpoint in the prefix, not in
         // node-local cache only; a flush that fails is reported and leaves it cached
         // (scavenge can still save it), never failing finalize
@@ -1850,7 +1850,7 @@ impl Runtime {
             if let Err(e) = self.flush_newest("finalize") {
                 self.warn(&format!("finalize: flushing the newest checkpoint: {e}"));
             }
-            self.wait_flushes();
+            self.wait_flushes(true);
         }
         self.log_event(crate::events::Event::Finalize {
             seconds_total: self.init_started.elapsed().as_secs_f64(),

@@ -228,7 +228,7 @@ impl Runtime {
                 .map_err(|e| format!("{e} ({})", started.label));
             let outcome: RankOutcome =
                 dispatched.and_then(|()| collect(started, false, "when written", self.buf_size()));
-            let recorded = self.gather_and_finish(entry, &outcome, true);
+            let recorded = self.gather_and_finish(entry, &outcome);
             let text = broadcast_bytes(&self.world, recorded.err().unwrap_or_default().as_bytes());
             if text.is_empty() {
                 super::lock(&self.flushing.flushed).insert(entry.id);
@@ -238,7 +238,7 @@ impl Runtime {
                     self.prefix.display()
                 ));
             } else {
-                // recorded failed by `finish`, with its reason; what it wrote goes
+                // recorded failed by `gather_and_finish`, with its reason; what it wrote goes
                 let removed = self.remove_flush_files(entry, rec.as_ref());
                 self.warn(&format!(
                     "the resumed flush of {} failed; its {removed} file(s) in the prefix were removed: {}",
@@ -452,6 +452,8 @@ impl Runtime {
             .collect();
         let owned = self.owned_among(&asked);
         let mut remove: Vec<PathBuf> = Vec::new();
+        // (a set beside the list: a lookup per path, not a scan of every path so far)
+        let mut seen: BTreeSet<PathBuf> = BTreeSet::new();
         for (p, listed) in candidates {
             let in_own_dir = p.starts_with(&own_dir);
             let free = in_own_dir
@@ -461,7 +463,8 @@ impl Runtime {
             let part = PathBuf::from(part);
             let doomed = if free { vec![p, part] } else { vec![part] };
             for q in doomed {
-                if !remove.contains(&q) && q.symlink_metadata().is_ok_and(|m| m.is_file()) {
+                if !seen.contains(&q) && q.symlink_metadata().is_ok_and(|m| m.is_file()) {
+                    seen.insert(q.clone());
                     remove.push(q);
                 }
             }
