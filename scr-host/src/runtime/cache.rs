@@ -553,7 +553,25 @@ impl Runtime {
             Some(Some(v)) => v,
             _ => self.node.clone(),
         };
-        let host = self.set_host(set.as_ref(), &value).filter(|h| {
+        // the set's communicator: when every rank's set of this dataset is one this run
+        // formed for a redundancy descriptor (a restart of the same layout: the common
+        // case), a set-local duplicate of it; else a split of the world. Agreed, and only
+        // when every rank has its set: a member without one would never join its set's
+        // duplicate (the split leaves it out, and the size check below refuses the set)
+        let formed = template.as_ref().and_then(|t| {
+            self.reddescs.iter().position(|rd| {
+                rd.record.set_id == t.descriptor.set_id
+                    && rd.record.members == t.descriptor.members
+                    && rd.record.group == t.descriptor.group
+            })
+        });
+        let reuse = self.all_agree(formed.is_some());
+        let host = if reuse {
+            formed.map(|i| self.reddescs[i].host.duplicate())
+        } else {
+            self.set_host(set.as_ref(), &value)
+        };
+        let host = host.filter(|h| {
             set.as_ref()
                 .is_some_and(|s| h.size_matches(s.members.len()))
         });

@@ -75,7 +75,9 @@
 //! record's identity, ~100 bytes); a rank that lost its filemap gets its record from a
 //! member of its set ([`sum_u64`], a split of the holders, their ranks gathered within
 //! the set, 4S, and a [`sparse_exchange`] that only the lost ranks receive from); the
-//! set's communicator split off and the members' values gathered (O(S)); agreements
+//! set's communicator duplicated from the one init formed for the descriptor (set-local;
+//! an agreement first) or, when some rank's set is not one this run formed, split off
+//! the world and the members' values gathered (O(S)); agreements
 //! around the scheme's `recover`, whose own exchanges run on the set's communicator
 //! (scheme-specific, O(S) messages and O(B·k) bytes per rank, not P); reports of ranks
 //! that lack files or failed by [`gather_some`] (a scan, a sum, at most one message per

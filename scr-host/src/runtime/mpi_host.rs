@@ -93,6 +93,24 @@ impl MpiHost {
         }
     }
 
+    /// A host of its own on a duplicate of this set's communicator (collective over the
+    /// set: every member calls it in the same order). Why: restoring a cached dataset of
+    /// the set this run formed needs no split of the world (whose implementations
+    /// all-gather every rank's color and key), only this set-local duplicate.
+    pub fn duplicate(&self) -> MpiHost {
+        let comm = {
+            let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+            super::comm::duplicate(&self.comm)
+        };
+        MpiHost::new(
+            comm,
+            self.world_ranks.clone(),
+            self.groups.clone(),
+            self.me,
+            self.debug,
+        )
+    }
+
     /// Whether the communicator has `members` members (a set recorded by an earlier run
     /// may no longer match the job).
     pub fn size_matches(&self, members: usize) -> bool {
