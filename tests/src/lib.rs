@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod comm_report;
 pub mod install;
 pub use install::install_tree;
 

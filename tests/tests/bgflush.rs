@@ -5,42 +5,11 @@
 //! marker file appears in the prefix; and polling costs nothing while nothing is pending
 //! and one 8-byte reduction per call while something is.
 
-use std::collections::BTreeMap;
-
+use scr_e2e::comm_report::Report;
 use scr_e2e::Cluster;
 use scr_host::runtime::prefix::{FlushedFile, Index, Rank2File, Summary};
 
 const FOUR_NODES: &[&str] = &["n0", "n1", "n2", "n3"];
-
-/// `[calls, collectives, msgs_sent, msgs_recv, bytes_sent, bytes_recv]`.
-type Counts = [u64; 6];
-
-/// Each rank's report: the outcome lines, and (step, name) → counts.
-struct Report {
-    lines: Vec<String>,
-    counts: BTreeMap<(String, String), Counts>,
-}
-
-impl Report {
-    fn get(&self, step: &str, name: &str) -> Counts {
-        self.counts
-            .get(&(step.to_string(), name.to_string()))
-            .copied()
-            .unwrap_or_default()
-    }
-
-    fn names(&self, step: &str) -> Vec<&str> {
-        self.counts
-            .keys()
-            .filter(|(s, _)| s == step)
-            .map(|(_, n)| n.as_str())
-            .collect()
-    }
-
-    fn has(&self, line: &str) -> bool {
-        self.lines.iter().any(|l| l == line)
-    }
-}
 
 /// Rank r's file as the probe writes it: 100 bytes, each `r * 16 + i`.
 fn bytes_of(r: usize) -> Vec<u8> {
@@ -54,27 +23,7 @@ fn run(c: &Cluster) -> Vec<Report> {
         .map(|r| {
             let text = std::fs::read_to_string(c.prefix().join(format!("bgflush_{r}.txt")))
                 .unwrap_or_else(|e| panic!("rank {r} wrote no report: {e}\n{out}"));
-            let mut report = Report {
-                lines: Vec::new(),
-                counts: BTreeMap::new(),
-            };
-            for line in text.lines() {
-                let words: Vec<&str> = line.split(' ').collect();
-                match words.as_slice() {
-                    [step, name, rest @ ..]
-                        if rest.len() == 6 && rest.iter().all(|w| w.parse::<u64>().is_ok()) =>
-                    {
-                        let mut counts = Counts::default();
-                        for (c, w) in counts.iter_mut().zip(rest) {
-                            *c = w.parse().expect("checked");
-                        }
-                        report
-                            .counts
-                            .insert((step.to_string(), name.to_string()), counts);
-                    }
-                    _ => report.lines.push(line.to_string()),
-                }
-            }
+            let report = Report::parse(&text);
             assert_eq!(
                 report.lines[0], "world size 4",
                 "rank {r}: not a 4-rank job\n{out}"

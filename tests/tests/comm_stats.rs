@@ -3,39 +3,10 @@
 //! derived from the exchanges the code makes, and byte-exact data through exchanges
 //! split into rounds of 7 bytes.
 
-use std::collections::BTreeMap;
-
+use scr_e2e::comm_report::{Counts, Report};
 use scr_e2e::Cluster;
 
 const FOUR_NODES: &[&str] = &["n0", "n1", "n2", "n3"];
-
-/// `[calls, collectives, msgs_sent, msgs_recv, bytes_sent, bytes_recv]`.
-type Counts = [u64; 6];
-
-/// Each rank's report: the outcome lines, and (step, name) → counts.
-struct Report {
-    lines: Vec<String>,
-    counts: BTreeMap<(String, String), Counts>,
-}
-
-impl Report {
-    /// The counts of `name` measured in `step` (all zero when nothing was counted).
-    fn get(&self, step: &str, name: &str) -> Counts {
-        self.counts
-            .get(&(step.to_string(), name.to_string()))
-            .copied()
-            .unwrap_or_default()
-    }
-
-    /// The names counted in `step`.
-    fn names(&self, step: &str) -> Vec<&str> {
-        self.counts
-            .keys()
-            .filter(|(s, _)| s == step)
-            .map(|(_, n)| n.as_str())
-            .collect()
-    }
-}
 
 /// Run `scr-comm-probe` on four ranks with `env` and read every rank's report, checking
 /// that the job had four ranks (a wrong mpiexec runs four singletons).
@@ -51,25 +22,7 @@ fn run(env: &[(&str, &str)]) -> Vec<Report> {
         .map(|r| {
             let text = std::fs::read_to_string(c.prefix().join(format!("comm_{r}.txt")))
                 .unwrap_or_else(|e| panic!("rank {r} wrote no report: {e}\n{out}"));
-            let mut report = Report {
-                lines: Vec::new(),
-                counts: BTreeMap::new(),
-            };
-            for line in text.lines() {
-                let words: Vec<&str> = line.split(' ').collect();
-                match words.as_slice() {
-                    [step, name, rest @ ..] if rest.len() == 6 => {
-                        let mut counts = Counts::default();
-                        for (c, w) in counts.iter_mut().zip(rest) {
-                            *c = w.parse().unwrap_or_else(|e| panic!("{line}: {e}"));
-                        }
-                        report
-                            .counts
-                            .insert((step.to_string(), name.to_string()), counts);
-                    }
-                    _ => report.lines.push(line.to_string()),
-                }
-            }
+            let report = Report::parse(&text);
             assert_eq!(
                 report.lines[0], "world size 4",
                 "rank {r}: not a 4-rank job"

@@ -4,22 +4,9 @@
 //! steps it measured, and the outcome of the split byte exchanges (`ok` or what differed).
 
 use scr_api::mpi::traits::Communicator;
-use scr_api::{mpi, CommStats, Flags, Scr};
+use scr_api::{mpi, Flags, Scr};
+use scr_e2e::comm_report::lines;
 use scr_host::runtime::comm;
-
-/// One line per counted name: everything but the time (not asserted).
-fn lines(what: &str, stats: &CommStats) -> String {
-    stats
-        .per_call
-        .iter()
-        .map(|(name, s)| {
-            format!(
-                "{what} {name} {} {} {} {} {} {}\n",
-                s.calls, s.collectives, s.msgs_sent, s.msgs_recv, s.bytes_sent, s.bytes_recv
-            )
-        })
-        .collect()
-}
 
 /// Rank r's bytes for the exchanges: `len` bytes, each `r * 16 + i`.
 fn bytes_of(r: usize, len: usize) -> Vec<u8> {
