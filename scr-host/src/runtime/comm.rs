@@ -429,16 +429,20 @@ fn broadcast_from_limited(
     let is_root = comm.rank() == root;
     let mut len = wide(mine.len());
     broadcast_into(comm, root, &mut len);
-    let mut buf = if is_root {
-        mine.to_vec()
-    } else {
-        // a length is a usize on its sender; one that does not fit here cannot be held
-        vec![0u8; usize::try_from(len).expect("a broadcast's length fits in memory")]
-    };
-    // (nothing is broadcast for 0 bytes: an empty Vec's dangling pointer is refused by
-    // some MPI builds)
-    for piece in buf.chunks_mut(limit) {
-        broadcast_into(comm, root, piece);
+    // (a length is a usize on its sender; one that does not fit here cannot be held)
+    let len = usize::try_from(len).unwrap_or(usize::MAX);
+    let mut buf = if is_root { mine.to_vec() } else { Vec::new() };
+    // grown piece by piece as the bytes arrive: the root's word for its length is not
+    // allocated before the bytes come; nothing is broadcast for 0 bytes (an empty Vec's
+    // dangling pointer is refused by some MPI builds)
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(limit);
+        if !is_root {
+            buf.resize(at + n, 0);
+        }
+        broadcast_into(comm, root, &mut buf[at..at + n]);
+        at += n;
     }
     buf
 }
@@ -462,12 +466,9 @@ pub fn all_gather_bytes_limited(
     world.all_gather_into(&wide(mine.len()), &mut lens[..]);
     let word = std::mem::size_of::<u64>();
     collective(word, word * n.saturating_sub(1));
-    let mut out: Vec<Vec<u8>> = lens
-        .iter()
-        .map(|&l| {
-            Vec::with_capacity(usize::try_from(l).expect("an all-gather's length fits in memory"))
-        })
-        .collect();
+    // (each grown as the rounds bring its bytes: a peer's word for its length is not
+    // allocated up front; a round's buffer holds at most `limit` bytes)
+    let mut out: Vec<Vec<u8>> = vec![Vec::new(); n];
     let mut done = vec![0u64; n];
     while let Some(counts) = next_round(&lens, &done, limit) {
         let displs: Vec<i32> = counts
