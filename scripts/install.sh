@@ -136,7 +136,7 @@ put_tree() {
 
 # What must be there: the commands and the shipped plugins (only these: never the test
 # fixtures built beside them).
-plugins=(libscr_single.so libscr_partner.so libscr_xor.so libscr_rs.so libscr_axl_transfer.so)
+plugins=(libscr_single.so libscr_partner.so libscr_xor.so libscr_reed_solomon.so libscr_axl_transfer.so)
 missing=()
 for f in scr scr-conformance "${plugins[@]}"; do
     [ -f "$from/$f" ] || missing+=("$from/$f")

@@ -54,7 +54,7 @@ fn a_library_that_is_not_a_plugin_fails_at_load() {
 #[test]
 fn a_scheme_instance_the_plugin_refuses_is_a_failure() {
     // RS cannot keep as many checksums as the set has members
-    let p = lib("scr_rs");
+    let p = lib("scr_reed_solomon");
     let (code, out) = run(&[
         "--plugin",
         p.to_str().unwrap(),
@@ -67,7 +67,7 @@ fn a_scheme_instance_the_plugin_refuses_is_a_failure() {
     let lines: Vec<&str> = out.lines().skip(1).collect();
     assert_eq!(
         lines[0],
-        "PASS loads as an scr-rs plugin: scr-rs 0.1.0 (ABI 1)"
+        "PASS loads as an scr-rs plugin: scr-reed-solomon 0.1.0 (ABI 1)"
     );
     assert_eq!(
         lines[1],

@@ -25,7 +25,7 @@ pub const SHIPPED_PLUGINS: &[(&str, &str)] = &[
     ("libscr_single.so", "scr-single"),
     ("libscr_partner.so", "scr-partner"),
     ("libscr_xor.so", "scr-xor"),
-    ("libscr_rs.so", "scr-rs"),
+    ("libscr_reed_solomon.so", "scr-reed-solomon"),
     ("libscr_axl_transfer.so", "scr-axl-transfer"),
 ];
 

@@ -403,7 +403,7 @@ fn plugins_list_shows_every_shipped_plugin() {
         ("libscr_single.so", "scheme SINGLE (tolerates 0)"),
         ("libscr_partner.so", "scheme PARTNER (tolerates 1)"),
         ("libscr_xor.so", "scheme XOR (tolerates 1)"),
-        ("libscr_rs.so", "scheme RS (tolerates 2)"),
+        ("libscr_reed_solomon.so", "scheme RS (tolerates 2)"),
         ("libscr_axl_transfer.so", "transfer bbapi"),
     ];
     for (file, provides) in expected {

@@ -70,7 +70,7 @@ fn shipped_plugins_load_from_the_builtin_directory() {
             "scr-single",
             "scr-partner",
             "scr-xor",
-            "scr-rs",
+            "scr-reed-solomon",
             "scr-axl-transfer"
         ]
     );
@@ -90,7 +90,7 @@ fn shipped_names_instantiate_or_say_what_they_need() {
         "scr_single",
         "scr_partner",
         "scr_xor",
-        "scr_rs",
+        "scr_reed_solomon",
         "scr_axl_transfer",
     ]);
     for (s, tolerated) in [

@@ -41,7 +41,7 @@ fn install_inputs(target: &Path) -> Vec<PathBuf> {
         "libscr_single.so",
         "libscr_partner.so",
         "libscr_xor.so",
-        "libscr_rs.so",
+        "libscr_reed_solomon.so",
         "libscr_axl_transfer.so",
     ]
     .iter()

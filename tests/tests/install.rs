@@ -13,7 +13,7 @@ const SHIPPED: [&str; 5] = [
     "libscr_single.so",
     "libscr_partner.so",
     "libscr_xor.so",
-    "libscr_rs.so",
+    "libscr_reed_solomon.so",
     "libscr_axl_transfer.so",
 ];
 
@@ -305,7 +305,7 @@ fn a_missing_artifact_is_named_with_the_command_that_builds_it() {
         stderr,
         format!(
             "scripts/install.sh: error: missing: {f}/scr-conformance {f}/libscr_single.so \
-             {f}/libscr_partner.so {f}/libscr_xor.so {f}/libscr_rs.so {f}/libscr_axl_transfer.so; \
+             {f}/libscr_partner.so {f}/libscr_xor.so {f}/libscr_reed_solomon.so {f}/libscr_axl_transfer.so; \
              build them with: (cd {} && cargo build --workspace)\n",
             workspace_root().display()
         )

@@ -11,7 +11,7 @@ use scr_e2e::{binary, mpi_env, target_dir};
 /// standard output after checking the world size, the exit status and that nothing
 /// failed.
 fn conformance(size: u32, k: u32) -> String {
-    let lib = target_dir().join("libscr_rs.so");
+    let lib = target_dir().join("libscr_reed_solomon.so");
     assert!(lib.is_file(), "{} (build the workspace)", lib.display());
     // tmpfs when there is one: the cases fsync thousands of small files
     let base = ["/dev/shm", "/tmp"]

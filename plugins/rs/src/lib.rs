@@ -905,7 +905,7 @@ impl Scheme for RsScheme {
 }
 
 impl PluginLibrary for Rs {
-    const NAME: &'static str = "scr-rs";
+    const NAME: &'static str = "scr-reed-solomon";
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
     const SCHEMES: &'static [&'static str] = &["RS"];
 

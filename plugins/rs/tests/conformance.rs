@@ -4,7 +4,7 @@
 
 use scr_plugin::conformance::{run_scheme_cases, CaseResult};
 use scr_plugin::inproc;
-use scr_rs::RsScheme;
+use scr_reed_solomon::RsScheme;
 
 fn run(p: u32, k: u32) -> Vec<CaseResult> {
     let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@
 
 use scr_plugin::crc_cases::check_crc_in_apply;
 use scr_plugin::{inproc, scheme_box, Scheme};
-use scr_rs::{Rs, RsScheme};
+use scr_reed_solomon::{Rs, RsScheme};
 
 fn run(set_size: u32, k: u32, ffi: bool) {
     let dir = tempfile::tempdir().unwrap();
