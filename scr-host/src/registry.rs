@@ -230,7 +230,9 @@ impl fmt::Display for Kind {
 #[non_exhaustive]
 pub enum RegistryError {
     /// No loaded library provides the name.
-    #[error("unknown {kind} \"{name}\": no loaded plugin provides it (known: {known}{looked})")]
+    #[error(
+        "unknown {kind} \"{name}\": no loaded plugin provides it (known: {known}{looked}){refused}"
+    )]
     Unknown {
         /// Scheme or transfer.
         kind: Kind,
@@ -241,6 +243,10 @@ pub enum RegistryError {
         /// When nothing is known: where plugins were looked for (`; looked in: ...`),
         /// so that a program that found no plugin says where to put them. Else empty.
         looked: String,
+        /// The plugin files and directories that were refused (`; PATH: refused: why`
+        /// each): a refused library's names are unknown, so any of them may be the one
+        /// that would have provided the name. Empty when nothing was refused.
+        refused: String,
     },
     /// Two or more libraries provide the name.
     #[error("{kind} \"{name}\" is provided by more than one library: {}; remove all but one (or set `builtin = false` under [plugins] to drop the shipped ones)", .files.join(" and "))]
@@ -434,6 +440,13 @@ impl Registry {
             .collect()
     }
 
+    /// The refused files as the tail of an "unknown name" error, so that whoever lacks a
+    /// scheme or transfer type learns in the same message which plugin was turned away and
+    /// why (the separate refusal warning is easy to miss).
+    fn refused_suffix(&self) -> String {
+        self.refused.iter().map(|r| format!("; {r}")).collect()
+    }
+
     /// The library providing `name` (case-insensitive).
     pub fn provider(&self, kind: Kind, name: &str) -> Result<&Library, RegistryError> {
         match self.names.get(&(kind, name.to_ascii_lowercase())) {
@@ -461,6 +474,7 @@ impl Registry {
                                 .join(", ")
                         ),
                     },
+                    refused: self.refused_suffix(),
                 })
             }
         }
@@ -693,9 +707,14 @@ fn describe_load_error(err: &LibraryError) -> String {
             format!("its root module failed to load: {}", one_line(&err.to_string()))
         }
         LibraryError::AbiInstability(e) => {
+            let report = e.to_string();
+            let at = match abi_item_path(&report) {
+                Some(path) => format!(" at {path}"),
+                None => String::new(),
+            };
             format!(
-                "incompatible plugin ABI layout: {}; rebuild the plugin against scr-plugin {} (the version this host was built with)",
-                condense_abi_report(&e.to_string()),
+                "incompatible plugin ABI layout{at}: {}; rebuild the plugin against scr-plugin {} (the version this host was built with)",
+                condense_abi_report(&report),
                 env!("CARGO_PKG_VERSION")
             )
         }
@@ -745,6 +764,52 @@ fn condense_abi_report(report: &str) -> String {
     }
 }
 
+/// The item of the plugin contract where the first layout difference sits, as a path from
+/// the root module down (`new_scheme → apply → param_1: HostServices → log → param_1:
+/// LogLevel`), read from the first `N error(s)inside:` block (N > 0) of abi_stable's
+/// report. abi_stable's own plumbing (`RObject`, vtables, `RResult` fields) is left out so
+/// the path names what a plugin author wrote: methods, parameters and types of scr-plugin.
+fn abi_item_path(report: &str) -> Option<String> {
+    const PLUMBING: &[&str] = &[
+        "0",
+        "__returns",
+        "field_0",
+        "obj",
+        "vtable",
+        "ptr",
+        "_marker",
+    ];
+    let mut lines = report.lines().map(str::trim);
+    lines.find(|l| {
+        l.strip_suffix("error(s)inside:")
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .is_some_and(|n| n > 0)
+    })?;
+    let mut path: Vec<String> = Vec::new();
+    let mut field: Option<&str> = None;
+    for line in lines {
+        if line.starts_with("Layout of expected type") {
+            break;
+        }
+        if let Some(name) = line.strip_prefix("field_name:") {
+            field = Some(name);
+        } else if let (Some(ty), Some(name)) = (line.strip_prefix("type:"), field.take()) {
+            if name.starts_with("param_") {
+                path.push(format!("{name}: {}", clean_type(ty)));
+            } else if !PLUMBING.contains(&name) {
+                path.push(name.to_string());
+            }
+        }
+    }
+    (!path.is_empty()).then(|| path.join(" → "))
+}
+
+/// A type as a plugin author knows it: `HostServices_TO<'lt>` is the `HostServices` trait.
+fn clean_type(ty: &str) -> &str {
+    let ty = ty.split('<').next().unwrap_or(ty);
+    ty.strip_suffix("_TO").unwrap_or(ty)
+}
+
 fn strip_label<'a>(line: &'a str, label: &str) -> Option<&'a str> {
     let head = line.get(..label.len())?;
     head.eq_ignore_ascii_case(label)
@@ -753,7 +818,25 @@ fn strip_label<'a>(line: &'a str, label: &str) -> Option<&'a str> {
 
 #[cfg(test)]
 mod tests {
-    use super::condense_abi_report;
+    use super::{abi_item_path, condense_abi_report};
+
+    /// abi_stable's real report for a plugin built against an scr-plugin whose `LogLevel`
+    /// has a fifth variant (captured from a build of the SINGLE plugin against that copy).
+    const LOG_LEVEL_REPORT: &str = include_str!("../testdata/abi-report-log-level.txt");
+
+    #[test]
+    fn an_abi_report_names_the_item_that_differs() {
+        assert_eq!(
+            abi_item_path(LOG_LEVEL_REPORT).as_deref(),
+            Some("new_scheme → apply → param_1: HostServices → log → param_1: LogLevel")
+        );
+        assert_eq!(
+            condense_abi_report(LOG_LEVEL_REPORT),
+            "too many variants, expected 4, found 5"
+        );
+        // a report without a located error names no path rather than a wrong one
+        assert_eq!(abi_item_path("0 error(s)inside:\n    field_name:0\n"), None);
+    }
 
     #[test]
     fn abi_reports_condense_to_expected_and_found() {

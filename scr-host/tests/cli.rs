@@ -263,7 +263,8 @@ fn explain_applies_the_three_level_example() {
             );
             let status = line_of(&run, "status:");
             assert!(
-                status.trim_start().starts_with("status:  ok: ")
+                status.trim_start().starts_with("status:  sets of ")
+                    && status.contains(": ok: ")
                     && status.ends_with("tolerates 1 lost member(s) per set"),
                 "{}",
                 run.describe()
@@ -874,5 +875,111 @@ fn scr_index_clear_failed_makes_a_checkpoint_usable_again() {
             .contains("no dataset named `ckpt.9` in the index"),
         "{}",
         unknown.stderr
+    );
+}
+
+/// `explain` shows the sets a job really forms: `set_size` is a minimum, and a job on
+/// fewer nodes than that forms smaller sets, for which the scheme is described.
+#[test]
+fn explain_describes_the_sets_a_job_of_a_given_layout_forms() {
+    let sb = Sandbox::new();
+    let run = sb.run(
+        &[
+            "config",
+            "explain",
+            "--checkpoint",
+            "1",
+            "--ranks",
+            "10",
+            "--ranks-per-node",
+            "2",
+        ],
+        &[],
+    );
+    run.expect_code(0);
+    assert_eq!(
+        line_of(&run, "sets:"),
+        "  sets:    2 set(s): 2 of 5 member(s) (10 ranks in 5 NODE failure group(s), from --ranks 10 --ranks-per-node 2; set_size 8 is a minimum)",
+        "{}",
+        run.describe()
+    );
+    assert!(
+        line_of(&run, "status:")
+            .starts_with("  status:  sets of 5: ok: XOR parity over 5 member(s)"),
+        "{}",
+        run.describe()
+    );
+    // the simulated nodes of node_names are the layout when no --ranks is given
+    let run = sb.run(
+        &["config", "explain", "--checkpoint", "1"],
+        &[("SCR_NODE_NAMES", "a,a,b,b,c,c")],
+    );
+    run.expect_code(0);
+    assert!(
+        line_of(&run, "sets:").starts_with("  sets:    2 set(s): 2 of 3 member(s) (6 ranks in 3 NODE failure group(s), from node_names"),
+        "{}",
+        run.describe()
+    );
+    // without a layout only the rule is stated, and the description says for which size
+    let run = sb.run(&["config", "explain", "--checkpoint", "1"], &[]);
+    run.expect_code(0);
+    assert!(
+        line_of(&run, "sets:").contains("at least 8 members each"),
+        "{}",
+        run.describe()
+    );
+    assert!(
+        line_of(&run, "status:").starts_with("  status:  sets of 8: ok: "),
+        "{}",
+        run.describe()
+    );
+    // --ranks-per-node needs --ranks: a usage error
+    sb.run(
+        &[
+            "config",
+            "explain",
+            "--checkpoint",
+            "1",
+            "--ranks-per-node",
+            "2",
+        ],
+        &[],
+    )
+    .expect_code(2);
+}
+
+/// A plugin that was refused is named in the error of the descriptor that then lacks its
+/// scheme, not only in a separate warning.
+#[test]
+fn config_check_names_a_refused_plugin_where_its_scheme_is_missing() {
+    let sb = Sandbox::new();
+    let file = target_file("libscr_fixture_layout_mismatch.so");
+    let system = sb.write("system.toml", &format!("[plugins]\nfiles = [\"{file}\"]\n"));
+    let user = sb.write(
+        "user.toml",
+        "[[checkpoint]]\ninterval = 1\ntype = \"MIRROR\"\n",
+    );
+    let run = sb.run(
+        &["config", "check", user.to_str().unwrap()],
+        &[("SCR_SYSTEM_CONFIG", system.to_str().unwrap())],
+    );
+    run.expect_code(1);
+    let error = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("unknown scheme \"MIRROR\""))
+        .unwrap_or_else(|| panic!("no error for MIRROR\n{}", run.describe()));
+    assert!(
+        error.starts_with(&format!("error: {}:3: ", user.display())),
+        "{}",
+        run.describe()
+    );
+    assert!(
+        error.ends_with(&format!(
+            "; {file}: refused: incompatible plugin ABI layout: mismatched package, expected scr-plugin, found scr-fixture-layout-mismatch; rebuild the plugin against scr-plugin {} (the version this host was built with)",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{}",
+        run.describe()
     );
 }

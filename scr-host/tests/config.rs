@@ -747,7 +747,7 @@ mod explain {
              [[checkpoint]]\ninterval = 4\nset_size = 4\n",
         );
         let c = env.load().unwrap();
-        let text = explain_checkpoint(&c, &Registry::default(), 32);
+        let text = explain_checkpoint(&c, &Registry::default(), 32, None);
         let file = env.path("user.toml").display().to_string();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
@@ -768,7 +768,7 @@ mod explain {
             "  plugin:  unknown scheme \"RS\": no loaded plugin provides it \
              (known: none; no plugin directory was searched)"
         );
-        let text = explain_checkpoint(&c, &Registry::default(), 6);
+        let text = explain_checkpoint(&c, &Registry::default(), 6, None);
         assert!(text.contains("param:   set_size = 8 (default)"), "{text}");
     }
 }

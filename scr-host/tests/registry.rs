@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 
 use abi_stable::std_types::RSome;
+use scr_host::config::check_plugins;
 use scr_host::config::{ConfigError, Loader, Origin};
-use scr_host::explain::check_plugins;
 use scr_host::registry::{Kind, Origin as LibOrigin, Registry, RegistryError, SearchPath};
 use scr_plugin::{inproc, DatasetFiles, ErrorCode, RecoverRequest, SchemeConfig, TransferConfig};
 
@@ -551,9 +551,10 @@ fn when_no_plugin_is_found_the_error_lists_every_place_looked() {
     assert_eq!(
         e,
         format!(
-            "unknown scheme \"XOR\": no loaded plugin provides it (known: none; looked in: {}, {}, {})",
+            "unknown scheme \"XOR\": no loaded plugin provides it (known: none; looked in: {}, {}, {}); {}: refused: cannot read plugin directory: No such file or directory (os error 2)",
             candidates[0].display(),
             candidates[1].display(),
+            site.display(),
             site.display()
         )
     );

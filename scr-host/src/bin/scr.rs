@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use scr_host::config::check_plugins;
 use scr_host::config::{Config, ConfigErrors, Loader};
-use scr_host::explain::{check_plugins, explain_checkpoint};
+use scr_host::explain::{explain_checkpoint, JobLayout};
 use scr_host::registry::{Origin as LibOrigin, Registry};
 use scr_host::show;
 
@@ -647,6 +648,14 @@ enum ConfigCommand {
         /// The checkpoint id (1, 2, 3, ...).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         checkpoint: u64,
+        /// Show the redundancy sets a job of this many ranks forms (default: the
+        /// `node_names` setting when set, else only the rule sets follow).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        ranks: Option<u32>,
+        /// With --ranks: consecutive ranks per node.
+        #[arg(long, value_name = "M", default_value_t = 1, requires = "ranks",
+              value_parser = clap::value_parser!(u32).range(1..))]
+        ranks_per_node: u32,
     },
 }
 
@@ -766,10 +775,21 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Config(ConfigCommand::Explain { checkpoint }) => match load(&cli, &[]) {
+        Command::Config(ConfigCommand::Explain {
+            checkpoint,
+            ranks,
+            ranks_per_node,
+        }) => match load(&cli, &[]) {
             Ok(config) => {
                 let registry = Registry::load(&config.search_path());
-                print!("{}", explain_checkpoint(&config, &registry, *checkpoint));
+                let layout = match ranks {
+                    Some(n) => Some(JobLayout::uniform(*n, *ranks_per_node)),
+                    None => JobLayout::from_node_names(&config),
+                };
+                print!(
+                    "{}",
+                    explain_checkpoint(&config, &registry, *checkpoint, layout.as_ref())
+                );
                 ExitCode::SUCCESS
             }
             Err(e) => report_errors(&e),

@@ -25,6 +25,8 @@
 //! is implied too, so a setup with no file at all works.
 
 pub mod api;
+mod check;
+mod descriptor;
 pub mod keys;
 
 mod file;
@@ -34,6 +36,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use check::{check_plugins, PluginFindings};
+pub use descriptor::Descriptor;
 use keys::{Key, Value};
 
 /// The system configuration read when `SCR_SYSTEM_CONFIG` is not set (if it exists).
@@ -497,7 +501,7 @@ impl Loader {
     }
 
     /// Read, merge and validate every source. Plugin names are not checked here (see
-    /// [`crate::explain::check_plugins`]).
+    /// [`crate::config::check_plugins`]).
     pub fn load(&self) -> Result<Config, ConfigErrors> {
         let mut errors = Vec::new();
         let mut files = Vec::new();

@@ -19,7 +19,7 @@ mod mpi_exit;
 mod mpi_host;
 mod names;
 pub mod prefix;
-mod sets;
+pub(crate) mod sets;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Component, Path, PathBuf};
@@ -29,8 +29,8 @@ use mpi::collective::SystemOperation;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator as _;
 
+use crate::config::check_plugins;
 use crate::config::{Config, ConfigErrors, Loader, Snapshot, View};
-use crate::explain::check_plugins;
 use crate::registry::{LoadedScheme, Registry, RegistryError};
 use crate::state::StateError;
 
@@ -679,23 +679,9 @@ impl Runtime {
 
     /// This rank's failure-group value for group `name`.
     fn group_value(&self, name: &str) -> Result<String> {
-        match name {
-            "NODE" => Ok(self.node.clone()),
-            "WORLD" => Ok(format!("rank{}", self.rank)),
-            custom => {
-                let n = &self.node;
-                self.config
-                    .groups
-                    .iter()
-                    .find(|g| &g.host == n)
-                    .and_then(|g| g.values.get(custom).cloned())
-                    .ok_or_else(|| {
-                        ScrError::Usage(format!(
-                            "node `{n}` has no [[group]] table giving a value for group `{custom}`; add one (host = \"{n}\")"
-                        ))
-                    })
-            }
-        }
+        self.config
+            .failure_group(name, &self.node, self.rank)
+            .map_err(ScrError::Usage)
     }
 
     /// Build a set communicator and its host services for `set` (collective over world:
