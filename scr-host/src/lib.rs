@@ -3,6 +3,7 @@
 mod command;
 pub mod config;
 pub mod events;
+pub mod exit;
 pub mod explain;
 pub mod hostlist;
 pub mod launch;

@@ -237,8 +237,11 @@ fn scr_index_and_flush_file_answer_from_the_prefix() {
     assert_eq!(scr(&c, &["flush-file", "location", "2"]).1, "PFS\n");
     assert_eq!(scr(&c, &["flush-file", "location", "3"]).1, "CACHE\n");
     assert_eq!(scr(&c, &["flush-file", "subdir", "4"]).1, "scr.dataset.4\n");
-    assert_eq!(scr(&c, &["flush-file", "need-flush", "3"]).0, 0);
-    assert_eq!(scr(&c, &["flush-file", "need-flush", "4"]).0, 1);
+    // a yes/no query: 0 "yes", 3 "no" (1 is kept for "cannot tell": invalid input)
+    let (code, out, _) = scr(&c, &["flush-file", "need-flush", "3"]);
+    assert_eq!((code, out.as_str()), (0, "yes\n"));
+    let (code, out, _) = scr(&c, &["flush-file", "need-flush", "4"]);
+    assert_eq!((code, out.as_str()), (3, "no\n"));
     let (code, _, err) = scr(&c, &["flush-file", "location", "1"]);
     assert_eq!(code, 1, "dataset 1 was evicted and never flushed: {err}");
 

@@ -251,7 +251,7 @@ fn a_halt_condition_stops_the_relaunches_and_halt_check_tells_scripts() {
     let prefix = c.prefix();
     let prefix = prefix.to_str().unwrap();
     let check = scr(&c, &["halt", "--check", "--prefix", prefix], &[]);
-    assert_eq!(check.code, 1, "{check}");
+    assert_eq!(check.code, 3, "{check}");
     assert_eq!(
         check.stdout,
         format!("no halt condition holds in {prefix}/.scr/halt.scr\n")
@@ -295,7 +295,18 @@ fn a_halt_condition_stops_the_relaunches_and_halt_check_tells_scripts() {
         &["halt", "--check"],
         &[("SCR_HALT_SECONDS", "10"), ("SCR_END_TIME", &end_s)],
     );
+    assert_eq!(check.code, 3, "{check}");
+    // a halt file that cannot be read is not a "no": exit 1, with the file named
+    let halt_file = c.prefix().join(".scr/halt.scr");
+    let kept = std::fs::read(&halt_file).expect("the halt file was written");
+    std::fs::write(&halt_file, b"not a halt file\n").unwrap();
+    let check = scr(&c, &["halt", "--check"], &[]);
     assert_eq!(check.code, 1, "{check}");
+    assert!(
+        check.stderr.contains(&halt_file.display().to_string()),
+        "{check}"
+    );
+    std::fs::write(&halt_file, kept).unwrap();
     let set = scr(&c, &["halt", "--reason", "maintenance at noon"], &[]);
     assert_eq!(set.code, 0, "{set}");
     // a failing step is not relaunched while the condition holds

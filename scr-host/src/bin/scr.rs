@@ -1,7 +1,8 @@
 //! `scr`: the administration command of scr-rs.
 //!
-//! Exit status: 0 success, 1 invalid input (configuration errors, refused plugin),
-//! 2 usage error.
+//! Exit status ([`scr_host::exit`]): 0 success or "yes", 1 invalid input or a failed
+//! check (configuration errors, refused plugin, corrupt file), 2 usage error, 3 "no" to a
+//! yes/no query (`flush-file need-flush`, `halt --check`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -152,7 +153,8 @@ enum IndexCommand {
 enum FlushFileCommand {
     /// Print the id of the newest dataset the flush file knows.
     Latest,
-    /// Exit 0 when dataset ID is in cache and not yet in the prefix, else 1.
+    /// A yes/no query: exit 0 and print `yes` when dataset ID is in cache and not yet in
+    /// the prefix, else exit 3 and print `no` (1 when the flush file cannot be read).
     NeedFlush {
         /// The dataset id.
         id: u64,
@@ -488,9 +490,13 @@ fn flush_file_command(cli: &Cli, prefix: &Option<PathBuf>, command: &FlushFileCo
             Some((loc, _))
                 if loc.iter().any(|l| l == "CACHE") && !loc.iter().any(|l| l == "PFS") =>
             {
-                ExitCode::SUCCESS
+                println!("yes");
+                ExitCode::from(scr_host::exit::OK)
             }
-            _ => ExitCode::from(1),
+            _ => {
+                println!("no");
+                ExitCode::from(scr_host::exit::NO)
+            }
         },
         FlushFileCommand::Location { id } => match get(id) {
             Some((loc, _)) => {
@@ -535,10 +541,11 @@ struct HaltArgs {
     /// Remove every condition.
     #[arg(long)]
     clear: bool,
-    /// Tell a script whether to stop retrying (SCR's scr_retries_halt): exit 0 and print
-    /// why when a halt condition holds (a finished job's finalize leaves one; fewer than
-    /// halt_seconds left before the allocation's end counts too), else
-    /// exit 1; exit 2 when the halt file cannot be read. Changes nothing.
+    /// A yes/no query telling a script whether to stop retrying (SCR's
+    /// scr_retries_halt): exit 0 and print why when a halt condition holds (a finished
+    /// job's finalize leaves one; fewer than halt_seconds left before the allocation's
+    /// end counts too), else exit 3; exit 1 when the halt file cannot be read. Changes
+    /// nothing.
     #[arg(long, conflicts_with_all = ["checkpoints", "after", "before", "seconds", "reason", "unset", "clear"])]
     check: bool,
 }

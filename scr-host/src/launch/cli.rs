@@ -172,7 +172,7 @@ pub fn nodes(config: &Config, cmd: &NodesCommand) -> u8 {
         Ok(x) => x,
         Err(e) => {
             eprintln!("error: {e}");
-            return 2;
+            return crate::exit::INVALID;
         }
     };
     let down = check.down(&list);
@@ -244,7 +244,8 @@ pub fn env(config: &Config, args: &EnvArgs) -> u8 {
     0
 }
 
-/// `scr halt --check`: 0 and the reason when a halt condition holds, 1 when none does.
+/// `scr halt --check`: 0 and the reason when a halt condition holds, 3 ("no") when none
+/// does, 1 when the halt file cannot be read.
 pub fn halt_check(config: &Config, prefix: &std::path::Path) -> u8 {
     match launch::halt_reason(prefix, config) {
         Ok(Some(why)) => {
@@ -256,13 +257,14 @@ pub fn halt_check(config: &Config, prefix: &std::path::Path) -> u8 {
                 "no halt condition holds in {}",
                 crate::runtime::Halt::path(prefix).display()
             );
-            1
+            crate::exit::NO
         }
         Err(e) => {
             // an unreadable halt file cannot say "stop": retrying is the safe side only
-            // when a person looks, so say so and let the script decide (exit 2)
+            // when a person looks, so say so and let the script decide (exit 1, not the
+            // query's "no")
             eprintln!("error: {e}");
-            2
+            crate::exit::INVALID
         }
     }
 }
