@@ -9,9 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo build --workspace --quiet
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
-export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+set -a; . scripts/openmpi-local.env; set +a
 heat="$PWD/target/debug/scr-heat"
 scr="$PWD/target/debug/scr"
 work=$(mktemp -d /tmp/scr-demo.XXXXXX)

@@ -141,7 +141,7 @@ pub fn guarded<T>(call: &str, f: impl FnOnce() -> Result<T, String>) -> Option<T
 /// Run `f` on the state, refusing a call from a thread other than the one that called
 /// `SCR_Init`.
 fn with_state<T>(f: impl FnOnce(&mut State) -> Result<T, String>) -> Result<T, String> {
-    let owner = *INIT_THREAD.lock().unwrap_or_else(|p| p.into_inner());
+    let owner = *scr_plugin::sync::lock(&INIT_THREAD);
     if let Some(t) = owner {
         if t != std::thread::current().id() {
             return Err(format!(
@@ -200,7 +200,7 @@ pub fn init() -> Result<(), String> {
         )
         .map_err(|e| e.to_string())?;
         s.runtime = Some(rt);
-        *INIT_THREAD.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::thread::current().id());
+        *scr_plugin::sync::lock(&INIT_THREAD) = Some(std::thread::current().id());
         Ok(())
     })
 }

@@ -81,7 +81,7 @@ static PROGRESS: std::sync::Mutex<Progress> = std::sync::Mutex::new(Progress {
 });
 
 fn progress() -> std::sync::MutexGuard<'static, Progress> {
-    PROGRESS.lock().unwrap_or_else(|e| e.into_inner())
+    scr_plugin::sync::lock(&PROGRESS)
 }
 
 /// Note the case about to run, so a hang can be reported naming it.

@@ -4,17 +4,12 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// What OpenMPI needs to run many ranks as root on two cores.
-const MPI_ENV: [(&str, &str); 8] = [
-    ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
-    ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
-    ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
-    ("OMPI_MCA_hwloc_base_binding_policy", "none"),
-    ("OMPI_MCA_pml", "ob1"),
-    ("OMPI_MCA_btl", "self,vader"),
-    ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
-    ("PATH", "/usr/bin:/bin"),
-];
+/// What OpenMPI needs to run many ranks as root on two cores, and a plain PATH.
+fn mpi_env() -> Vec<(&'static str, &'static str)> {
+    let mut env = scr_host::local_mpi::openmpi_local_env();
+    env.push(("PATH", "/usr/bin:/bin"));
+    env
+}
 
 fn lib(name: &str) -> PathBuf {
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_scr-conformance"));
@@ -30,7 +25,7 @@ fn run_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_scr-conformance"))
         .args(args)
         .env_clear()
-        .envs(MPI_ENV)
+        .envs(mpi_env())
         .envs(env.iter().copied())
         .output()
         .unwrap();
@@ -122,7 +117,7 @@ fn mpirun(ranks: u32, args: &[&str]) -> (i32, String) {
         .arg(ranks.to_string())
         .arg(env!("CARGO_BIN_EXE_scr-conformance"))
         .args(args)
-        .envs(MPI_ENV)
+        .envs(mpi_env())
         .output()
         .expect("mpiexec runs (is OpenMPI installed?)");
     (

@@ -8,16 +8,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const MPI_ENV: &[(&str, &str)] = &[
-    ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
-    ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
-    ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
-    ("OMPI_MCA_hwloc_base_binding_policy", "none"),
-    ("OMPI_MCA_pml", "ob1"),
-    ("OMPI_MCA_btl", "self,vader"),
-    ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
-];
-
 fn bench() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_scr-bench"))
 }
@@ -34,7 +24,7 @@ fn run(ranks: usize, dir: &Path, system: Option<&Path>, args: &[&str]) -> Output
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SCR_")) {
         cmd.env_remove(k);
     }
-    cmd.envs(MPI_ENV.iter().copied()).env(
+    cmd.envs(scr_host::local_mpi::openmpi_local_env()).env(
         "SCR_SYSTEM_CONFIG",
         system.unwrap_or(Path::new("/dev/null")),
     );

@@ -53,6 +53,14 @@ use scr_host::runtime::{OutputFlags, Runtime};
 use scr_host::config::api::{self, ApiCall};
 use scr_host::config::{keys, Loader};
 
+/// The README's Rust example, compiled as a doctest so that it cannot drift from the API
+/// (`cargo test -p scr-api --doc`). It is `no_run` here because a doctest runs in this
+/// crate's directory, where it would leave its checkpoints; `scr-readme-example` (the
+/// same text, built by the examples crate) runs it under mpiexec in the end-to-end tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExample;
+
 /// Results of this API.
 pub type Result<T, E = ScrError> = std::result::Result<T, E>;
 

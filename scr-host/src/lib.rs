@@ -7,6 +7,7 @@ pub mod exit;
 pub mod explain;
 pub mod hostlist;
 pub mod launch;
+pub mod local_mpi;
 pub mod man;
 pub mod registry;
 pub mod runtime;

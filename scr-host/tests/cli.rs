@@ -116,16 +116,13 @@ impl Sandbox {
     }
 }
 
-/// The directory holding the `scr` binary, the shipped plugins and the test fixtures.
-fn target_dir() -> PathBuf {
-    Path::new(SCR)
-        .parent()
-        .expect("scr binary has a directory")
-        .to_path_buf()
-}
-
+/// A file in the directory holding the `scr` binary, the shipped plugins and the test
+/// fixtures.
 fn target_file(name: &str) -> String {
-    target_dir().join(name).display().to_string()
+    scr_plugin::conformance::target_dir()
+        .join(name)
+        .display()
+        .to_string()
 }
 
 // 1. examples and the annotated system file

@@ -10,21 +10,7 @@ use scr_host::config::{ConfigError, Loader, Origin};
 use scr_host::registry::{Kind, Origin as LibOrigin, Registry, RegistryError, SearchPath};
 use scr_plugin::{inproc, DatasetFiles, ErrorCode, RecoverRequest, SchemeConfig, TransferConfig};
 
-/// `target/<profile>`, where cargo puts the plugin and fixture libraries.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-fn lib(name: &str) -> PathBuf {
-    let p = target_dir().join(format!("lib{name}.so"));
-    assert!(
-        p.is_file(),
-        "{} is missing: build the workspace first (cargo build --workspace)",
-        p.display()
-    );
-    p
-}
+use scr_plugin::conformance::{built_library as lib, target_dir};
 
 fn registry_of(names: &[&str]) -> Registry {
     let mut r = Registry::default();

@@ -26,6 +26,30 @@ use crate::error::{ErrorCode, PluginError, PluginResult};
 use crate::host::Host;
 use crate::plugin::Scheme;
 
+/// `target/<profile>`, where cargo put the libraries of the package under test: a test
+/// executable runs from `target/<profile>/deps`, and cdylibs sit one level up. For tests
+/// that load their plugin as the runtime does (or hand it to `scr-conformance`).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("a test executable runs from target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// The cdylib `lib<name>.so` (`name` as in `[lib] name`) cargo built in [`target_dir`];
+/// panics saying what to build when it is missing, since a test without its library
+/// proves nothing.
+pub fn built_library(name: &str) -> PathBuf {
+    let p = target_dir().join(format!("lib{name}.so"));
+    assert!(
+        p.is_file(),
+        "{} is missing: build it first (cargo build --workspace, or cargo build in the plugin's crate)",
+        p.display()
+    );
+    p
+}
+
 /// The calls the cases make; implemented for plugin-side schemes and for the FFI objects
 /// the host loads, so the same cases run on both.
 pub trait SchemeUnderTest {

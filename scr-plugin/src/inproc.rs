@@ -13,7 +13,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use abi_stable::std_types::{RResult, RSlice, RSliceMut, RStr, RString};
@@ -21,6 +21,7 @@ use abi_stable::std_types::{RResult, RSlice, RSliceMut, RStr, RString};
 use crate::abi::{HostServices, LogLevel, ReduceOp};
 use crate::error::{PluginError, PluginResult};
 use crate::host::{host_ref, Host, MAX_TAG};
+use crate::sync::lock;
 
 /// Tags above the plugin range, used by the collectives so they never match plugin traffic.
 const REDUCE_TAG: u32 = MAX_TAG + 1;
@@ -81,12 +82,6 @@ impl World {
     fn size(&self) -> u32 {
         self.groups.len() as u32
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A poisoned lock only means another member's thread panicked; the data is still
-    // consistent (every critical section is a single push or pop).
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One member's host services in an in-process [`World`].

@@ -98,6 +98,7 @@ pub mod lofi;
 mod params;
 mod plugin;
 pub mod redfile;
+pub mod sync;
 pub mod verify;
 
 pub use abi::{

@@ -12,13 +12,7 @@ pub mod install;
 pub use install::install_tree;
 
 /// `target/<profile>`, where the workspace's binaries are built.
-pub fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
+pub use scr_plugin::conformance::target_dir;
 
 /// A binary of the workspace (build the workspace first: `cargo build --workspace`).
 pub fn binary(name: &str) -> PathBuf {
@@ -382,16 +376,10 @@ pub fn reference_state(ranks: usize, steps: u64, cells: Option<usize>) -> String
 /// The user name jobs run as (it appears in cache and control directory names).
 const USER: &str = "e2e";
 
-/// The environment that lets OpenMPI run many ranks as root on two cores.
-pub fn mpi_env() -> [(&'static str, &'static str); 8] {
-    [
-        ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
-        ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
-        ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
-        ("OMPI_MCA_hwloc_base_binding_policy", "none"),
-        ("OMPI_MCA_pml", "ob1"),
-        ("OMPI_MCA_btl", "self,vader"),
-        ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
-        ("USER", USER),
-    ]
+/// The environment that lets OpenMPI run many ranks as root on two cores
+/// ([`scr_host::local_mpi`]), and the user name jobs run as.
+pub fn mpi_env() -> Vec<(&'static str, &'static str)> {
+    let mut env = scr_host::local_mpi::openmpi_local_env();
+    env.push(("USER", USER));
+    env
 }

@@ -528,15 +528,7 @@ fn run_job(args: &Args, n: usize) -> Result<Job, Error> {
     cmd.env("SCR_SYSTEM_CONFIG", "/dev/null");
     // what OpenMPI needs to run many ranks (as root) on a few cores, unless the caller
     // chose otherwise (e.g. OMPI_MCA_btl with tcp on a real cluster)
-    for (k, v) in [
-        ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
-        ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
-        ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
-        ("OMPI_MCA_hwloc_base_binding_policy", "none"),
-        ("OMPI_MCA_pml", "ob1"),
-        ("OMPI_MCA_btl", "self,vader"),
-        ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
-    ] {
+    for (k, v) in scr_host::local_mpi::openmpi_local_env() {
         if std::env::var_os(k).is_none() {
             cmd.env(k, v);
         }
