@@ -31,57 +31,97 @@ pub enum Event {
     /// The library initialised: world size, node count, how long init took, and the
     /// checkpoint it restarted from (fetched or found in cache), if any.
     Init {
+        /// Ranks in the job.
         ranks: u32,
+        /// Nodes in the job.
         nodes: u32,
+        /// How long it took, in seconds.
         seconds: f64,
+        /// The checkpoint the job restarted from, if any.
         restarted_from: Option<String>,
     },
     /// A checkpoint completed (all ranks, redundancy applied): its total bytes and the
     /// seconds from start to complete.
     Checkpoint {
+        /// The dataset's name.
         name: String,
+        /// The dataset's id.
         id: u64,
+        /// Bytes of the dataset (all ranks).
         bytes: u64,
+        /// How long it took, in seconds.
         seconds: f64,
     },
     /// The files of `ranks` were rebuilt from redundancy data.
     Rebuild {
+        /// The dataset's name.
         name: String,
+        /// The dataset's id.
         id: u64,
+        /// The ranks whose files were rebuilt.
         ranks: Vec<u32>,
+        /// How long it took, in seconds.
         seconds: f64,
     },
     /// A dataset was fetched from the prefix into cache.
     Fetch {
+        /// The dataset's name.
         name: String,
+        /// The dataset's id.
         id: u64,
+        /// Bytes of the dataset (all ranks).
         bytes: u64,
+        /// How long it took, in seconds.
         seconds: f64,
     },
     /// A dataset was flushed to the prefix (`ok` false: the flush failed).
     Flush {
+        /// The dataset's name.
         name: String,
+        /// The dataset's id.
         id: u64,
+        /// Bytes of the dataset (all ranks).
         bytes: u64,
+        /// How long it took, in seconds.
         seconds: f64,
+        /// Whether it succeeded.
         ok: bool,
     },
     /// The job stopped on a halt condition.
-    Halt { reason: String },
+    Halt {
+        /// Why the job halted.
+        reason: String,
+    },
     /// Something failed: a rank, a node, a plugin; `rank` when one rank is to blame.
-    Failure { what: String, rank: Option<u32> },
+    Failure {
+        /// What failed.
+        what: String,
+        /// The rank to blame, when one is.
+        rank: Option<u32>,
+    },
     /// Nodes whose cache was lost (found at a restart or by scavenge).
-    LostNodes { nodes: Vec<String> },
+    LostNodes {
+        /// The nodes, by name.
+        nodes: Vec<String>,
+    },
     /// `scr scavenge` copied a dataset out of cache, rebuilding `rebuilt_ranks`.
     Scavenge {
+        /// The dataset's name.
         name: String,
+        /// The dataset's id.
         id: u64,
+        /// Bytes of the dataset (all ranks).
         bytes: u64,
+        /// How long it took, in seconds.
         seconds: f64,
+        /// Ranks whose files were rebuilt from redundancy data first.
         rebuilt_ranks: Vec<u32>,
     },
     /// The library finalized, `seconds_total` after init.
-    Finalize { seconds_total: f64 },
+    Finalize {
+        /// Seconds from init to finalize.
+        seconds_total: f64,
+    },
 }
 
 /// One line of the log.
@@ -201,36 +241,56 @@ pub const MIN_FAILURES: usize = 2;
 /// What one job did.
 #[derive(Serialize, Clone, Debug, PartialEq)]
 pub struct JobSummary {
+    /// The job id.
     pub job_id: String,
     /// Inits (runs of the job; more than one when `scr run` relaunched it).
     pub runs: usize,
+    /// Time of its first event, in seconds since the epoch.
     pub first: f64,
+    /// Time of its last event, in seconds since the epoch.
     pub last: f64,
+    /// Checkpoints completed.
     pub checkpoints: usize,
+    /// Failures recorded.
     pub failures: usize,
+    /// Whether its last run finalized.
     pub finalized: bool,
 }
 
 /// The figures `scr log` prints.
 #[derive(Serialize, Clone, Debug, PartialEq)]
 pub struct Summary {
+    /// Events read.
     pub events: usize,
+    /// Lines that could not be read (skipped).
     pub damaged_lines: usize,
+    /// Per job.
     pub jobs: Vec<JobSummary>,
+    /// Checkpoints completed.
     pub checkpoints: usize,
+    /// Bytes over all checkpoints.
     pub checkpoint_bytes: u64,
     /// Mean seconds a checkpoint took (C).
     pub checkpoint_seconds_mean: Option<f64>,
+    /// Flushes recorded.
     pub flushes: usize,
+    /// Flushes that failed.
     pub flushes_failed: usize,
+    /// Bytes flushed successfully.
     pub flush_bytes: u64,
+    /// Seconds spent in successful flushes.
     pub flush_seconds: f64,
     /// Bytes per second over the successful flushes.
     pub flush_bandwidth: Option<f64>,
+    /// Fetches recorded.
     pub fetches: usize,
+    /// Rebuilds recorded.
     pub rebuilds: usize,
+    /// Scavenges recorded.
     pub scavenges: usize,
+    /// The halt reasons, in order.
     pub halts: Vec<String>,
+    /// Failures recorded.
     pub failures: usize,
     /// The time the runs ran (see `run_seconds`).
     pub run_seconds: f64,

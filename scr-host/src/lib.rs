@@ -1,5 +1,6 @@
 //! The scr-rs runtime.
-#![allow(missing_docs)]
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
 mod command;
 pub mod config;
 pub mod events;
