@@ -20,9 +20,11 @@
 //! - [`Params`]: typed access to descriptor parameters and plugin settings.
 //! - Helpers shared by the shipped schemes: [`lofi`] (a member's files as one
 //!   zero-padded logical file, and [`FileCrcs`](lofi::FileCrcs), their CRC32s computed
-//!   from the pieces a scheme reads anyway), [`redfile`] (redundancy files with a checksummed header)
-//!   [`collect`] (flags and variable-length exchanges over the host services) and
-//!   [`verify`] (files checked against their recorded size and CRC32).
+//!   from the pieces a scheme reads anyway), [`redfile`] (redundancy files with a checksummed header),
+//!   [`collect`] (flags and variable-length exchanges over the host services),
+//!   [`ring`] (a member's bytes streamed around its set in pieces: a scheme writes only
+//!   the per-piece arithmetic) and [`verify`] (files checked against their recorded
+//!   size and CRC32).
 //! - [`conformance`]: the scheme cases `scr-conformance` runs, usable from a plugin's own
 //!   unit tests over [`inproc`]; [`crc_cases`]: the cases of a scheme that computes its
 //!   files' CRC32s in its own pass ([`Scheme::apply_with_crc`]).
@@ -98,6 +100,7 @@ pub mod lofi;
 mod params;
 mod plugin;
 pub mod redfile;
+pub mod ring;
 pub mod verify;
 
 pub use abi::{
