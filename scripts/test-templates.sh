@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build and check every plugin template the way a vendor uses it: copied out of this
-# repository, built on its own against this checkout's scr-plugin, unit-tested, then
-# loaded by scr-conformance under mpiexec on 4 ranks.
+# repository, built on its own against this checkout's scr-plugin, checked by rustfmt and
+# clippy, unit-tested, then loaded by scr-conformance under mpiexec on 4 ranks.
 #
 # Templates ship no Cargo.lock: a template is a starting point whose dependencies are
 # resolved when a vendor first builds it (and the vendor commits that lock). Here each
@@ -49,7 +49,8 @@ for template in "$root"/templates/*/; do
     cp "$root/Cargo.lock" "$copy/Cargo.lock"
     package="$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$copy/Cargo.toml" | head -n 1)"
     lib="lib${package//-/_}.so"
-    (cd "$copy" && cargo build && cargo test)
+    # held to the workspace's standards: formatted, clippy-clean, tests passing
+    (cd "$copy" && cargo fmt -- --check && cargo build && cargo clippy --all-targets -- -D warnings && cargo test)
     so="$CARGO_TARGET_DIR/debug/$lib"
     if [ ! -f "$so" ]; then
         echo "test-templates: $name built no $lib (lib name = package name with - as _)" >&2

@@ -27,14 +27,15 @@
 //!   (giving a lost member its files back).
 //! - [`Ring::reduce_scatter`]: each member's `n` slots are combined across the set and
 //!   member `j` ends with the combination of every member's slot `j` (XOR's parity).
-//! - [`Ring::reduce_to`]: the combination of every member's slot `j`, for every `j`,
-//!   delivered to one member (XOR's rebuild of a lost member).
+//! - [`Ring::reduce_to`]: the combination of every other member's slot `j`, for every
+//!   `j`, delivered to one member (XOR's rebuild of a lost member).
 //! - [`Ring::exchange`] and [`pieces`]: the building blocks, for patterns the above do
 //!   not cover (RS's shifts of `s + j` places with optional sides).
 //!
-//! All of these are collective over the set (except [`Ring::send`]/[`Ring::recv`], which
-//! pair up) and use one message tag; members call them in the same order with the same
-//! lengths where the documentation says so. Messages are the host's point-to-point
+//! [`Ring::largest`], [`Ring::shift`], [`Ring::reduce_scatter`] and [`Ring::reduce_to`]
+//! are collective over the set; [`Ring::send`]/[`Ring::recv`] and [`Ring::exchange`]
+//! pair up two members. One `Ring` uses one message tag; members call its methods in
+//! the same order with the arguments each method says must agree. Messages are the host's point-to-point
 //! services, so the pattern is the same under MPI and [`inproc`](crate::inproc).
 //!
 //! ```
