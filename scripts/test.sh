@@ -27,5 +27,6 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
     cargo test --workspace --locked --no-fail-fast
 fi
+bash scripts/test-templates.sh
 echo "== NEON kernels (aarch64 build under qemu-user)"
 bash scripts/test-neon.sh

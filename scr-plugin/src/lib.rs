@@ -20,9 +20,12 @@
 //! - [`Params`]: typed access to descriptor parameters and plugin settings.
 //! - Helpers shared by the shipped schemes: [`lofi`] (a member's files as one
 //!   zero-padded logical file, and [`FileCrcs`](lofi::FileCrcs), their CRC32s computed
-//!   from the pieces a scheme reads anyway), [`redfile`] (redundancy files with a checksummed header)
-//!   [`collect`] (flags and variable-length exchanges over the host services) and
-//!   [`verify`] (files checked against their recorded size and CRC32).
+//!   from the pieces a scheme reads anyway), [`redfile`] (redundancy files with a checksummed header),
+//!   [`collect`] (flags and variable-length exchanges over the host services),
+//!   [`ring`] (a member's bytes streamed around its set in pieces: a scheme writes only
+//!   the per-piece arithmetic) and [`verify`] (files checked against their recorded
+//!   size and CRC32).
+//! - [`manual`]: how to write, test and ship a plugin (docs only).
 //! - [`conformance`]: the scheme cases `scr-conformance` runs, usable from a plugin's own
 //!   unit tests over [`inproc`]; [`crc_cases`]: the cases of a scheme that computes its
 //!   files' CRC32s in its own pass ([`Scheme::apply_with_crc`]).
@@ -95,9 +98,11 @@ mod error;
 mod host;
 pub mod inproc;
 pub mod lofi;
+pub mod manual;
 mod params;
 mod plugin;
 pub mod redfile;
+pub mod ring;
 pub mod sync;
 pub mod verify;
 
@@ -111,5 +116,10 @@ pub use host::{host_ref, Guarded, Host, MAX_TAG};
 pub use params::Params;
 pub use plugin::{guard, root_module, scheme_box, transfer_box, PluginLibrary, Scheme, Transfer};
 
-/// Re-exported so that [`export_plugin!`] and plugin crates use the same version.
+/// The `abi_stable` scr-plugin is built with, for the few `abi_stable` types a plugin
+/// names itself (`RSome`/`RNone`, `RString`, `RVec`), so that they are exactly
+/// scr-plugin's. It does not replace a plugin's own dependency: [`export_plugin!`]
+/// expands to `#[::abi_stable::export_root_module]`, which resolves only against a crate
+/// the plugin depends on directly, so a plugin also needs `abi_stable = "0.11.x"` (the
+/// same minor, unified by Cargo into this one copy). See [`manual`].
 pub use abi_stable;

@@ -13,13 +13,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use scr_plugin::collect::{gather_flags, recv_bytes, send_bytes, sendrecv_bytes, Failures};
-use scr_plugin::lofi::{restore_metadata, with_crcs, FileCrcs, LogicalFile};
+use scr_plugin::lofi::{with_crcs, FileCrcs, LogicalFile};
 use scr_plugin::redfile::{self, open_verified, RedHeader, RedReader, RedWriter, StoredMeta};
+use scr_plugin::ring::{finish_rebuild, zeros, Ring};
 use scr_plugin::verify::verify_files;
 use scr_plugin::{
     abi_stable::std_types::{RNone, RSome},
     Applied, DatasetFiles, ErrorCode, FileMeta, Host, LogLevel, Params, PluginError, PluginLibrary,
-    PluginResult, RecoverRequest, ReduceOp, Scheme, SchemeConfig, SchemeDescription,
+    PluginResult, RecoverRequest, Scheme, SchemeConfig, SchemeDescription,
 };
 
 /// The library's identity and the names it provides.
@@ -75,41 +76,34 @@ impl PartnerScheme {
         let dir = Path::new(dataset.dir.as_str());
         let mut failure = Failures::new();
         let size: u64 = dataset.files.iter().map(|m| m.size).sum();
-        let steps = host
-            .all_reduce(size, ReduceOp::Max)?
-            .div_ceil(self.piece as u64);
+        let mut ring = Ring::new(host, TAG, self.piece);
+        let largest = ring.largest(size)?;
 
         let mut crcs = crc.then(|| FileCrcs::new(&dataset.files));
         let mut sections = BTreeMap::new();
         let mut lofi = failure.note(LogicalFile::open(&dataset.files));
         let mut writer = failure.note(RedWriter::create(&self.red_path(dir)));
-        let mut out = vec![0u8; self.piece];
-        let mut inc = vec![0u8; self.piece];
         for d in 1..=self.replicas {
-            let from = host.left(d);
-            let mut theirs = [0u8; 8];
-            host.sendrecv(host.right(d), &size.to_le_bytes(), from, &mut theirs, TAG)?;
-            let their_size = u64::from_le_bytes(theirs);
-            sections.insert(
-                from,
-                (writer.as_ref().map_or(0, RedWriter::len), their_size),
-            );
-            for step in 0..steps {
-                let s = piece_len(size, step, self.piece);
-                let r = piece_len(their_size, step, self.piece);
-                let at = step * self.piece as u64;
-                if let Some(l) = lofi.as_mut() {
-                    if failure.note(l.read_at(at, &mut out[..s])).is_some() && d == 1 {
-                        if let Some(h) = crcs.as_mut() {
-                            h.update(at, &out[..s]);
+            let start = writer.as_ref().map_or(0, RedWriter::len);
+            let their_size = ring.shift(
+                d,
+                size,
+                largest,
+                &mut failure,
+                |at, buf| match lofi.as_mut() {
+                    Some(l) => {
+                        l.read_at(at, buf)?;
+                        // the first copy reads every byte once: hash it there
+                        if let (1, Some(h)) = (d, crcs.as_mut()) {
+                            h.update(at, buf);
                         }
+                        Ok(())
                     }
-                }
-                host.sendrecv(host.right(d), &out[..s], from, &mut inc[..r], TAG)?;
-                if let Some(w) = writer.as_mut() {
-                    failure.note(w.write(&inc[..r]));
-                }
-            }
+                    None => zeros(buf),
+                },
+                |_, bytes| writer.as_mut().map_or(Ok(()), |w| w.write(bytes)),
+            )?;
+            sections.insert(host.left(d), (start, their_size));
         }
         let crcs = crcs.map(FileCrcs::finish).unwrap_or_default();
         let mine: Vec<StoredMeta> = failure
@@ -171,7 +165,7 @@ impl PartnerScheme {
         };
         let mut files: BTreeMap<u32, Vec<StoredMeta>> = BTreeMap::new();
         let mut sections = BTreeMap::new();
-        let mut buf = vec![0u8; self.piece];
+        let mut ring = Ring::new(host, TAG, self.piece);
         for f in (0..n).filter(|&f| red_lost[f as usize]) {
             for d in 1..=self.replicas {
                 let src = (f + n - d) % n;
@@ -187,16 +181,10 @@ impl PartnerScheme {
                     )?;
                     host.send(f, TAG, &len.to_le_bytes())?;
                     let mut lofi = failure.note(LogicalFile::open(own));
-                    for step in 0..len.div_ceil(self.piece as u64) {
-                        let s = piece_len(len, step, self.piece);
-                        let read = lofi
-                            .as_mut()
-                            .map(|l| l.read_at(step * self.piece as u64, &mut buf[..s]));
-                        if read.is_none_or(|r| failure.note(r).is_none()) {
-                            buf[..s].fill(0);
-                        }
-                        host.send(f, TAG, &buf[..s])?;
-                    }
+                    ring.send(f, len, &mut failure, |at, buf| match lofi.as_mut() {
+                        Some(l) => l.read_at(at, buf),
+                        None => zeros(buf),
+                    })?;
                 } else if me == f {
                     let theirs = failure.note(recv_bytes(host, src, TAG).and_then(|b| unjson(&b)));
                     let mut len = [0u8; 8];
@@ -211,13 +199,9 @@ impl PartnerScheme {
                                 .unwrap_or_default(),
                         );
                     }
-                    for step in 0..len.div_ceil(self.piece as u64) {
-                        let s = piece_len(len, step, self.piece);
-                        host.recv(src, TAG, &mut buf[..s])?;
-                        if let Some(w) = writer.as_mut() {
-                            failure.note(w.write(&buf[..s]));
-                        }
-                    }
+                    ring.recv(src, len, &mut failure, |_, bytes| {
+                        writer.as_mut().map_or(Ok(()), |w| w.write(bytes))
+                    })?;
                 }
             }
         }
@@ -234,6 +218,118 @@ impl PartnerScheme {
             failure.note(w.finish(header));
         }
         failure.agree(host, "PARTNER re-protection")
+    }
+
+    /// Who lost what: every member's "lost its data" and "redundancy file checked out"
+    /// flags, or `None` when nothing is lost (the common case, two all-reduces). When
+    /// something is lost, survivors' data will be copied again by the apply that
+    /// re-protects the set: a survivor whose files do not match their recorded size and
+    /// CRC32 counts as lost too (its copy on a partner is rebuilt in its place) rather
+    /// than spreading wrong bytes. Collective.
+    fn losses(
+        &self,
+        host: &Host<'_>,
+        request: &RecoverRequest,
+        red_ok: bool,
+    ) -> PluginResult<Option<(Vec<bool>, Vec<bool>)>> {
+        let data_lost = gather_flags(host, request.files.is_none())?;
+        let red_ok = gather_flags(host, red_ok)?;
+        if !data_lost.contains(&true) && !red_ok.contains(&false) {
+            return Ok(None);
+        }
+        let mine_bad = match &request.files {
+            RSome(files) => verify_files(files)
+                .map_err(|e| {
+                    host.log(
+                        LogLevel::Warn,
+                        &format!("PARTNER: {e}; rebuilding this member from a partner's copy"),
+                    );
+                })
+                .is_err(),
+            RNone => false,
+        };
+        let data_lost = if host.all_agree(!mine_bad)? {
+            data_lost
+        } else {
+            gather_flags(host, request.files.is_none() || mine_bad)?
+        };
+        Ok(Some((data_lost, red_ok)))
+    }
+
+    /// Who gives each lost member its files back: (lost member, its nearest partner
+    /// whose redundancy file checked out); `UNRECOVERABLE` naming the members no partner
+    /// holds an intact copy of. The same on every member (no messages).
+    fn providers(&self, data_lost: &[bool], red_ok: &[bool]) -> PluginResult<Vec<(u32, u32)>> {
+        let n = self.members;
+        let mut providers = Vec::new();
+        let mut orphans = Vec::new();
+        for f in (0..n).filter(|&f| data_lost[f as usize]) {
+            match (1..=self.replicas)
+                .map(|d| (f + d) % n)
+                .find(|&p| red_ok[p as usize])
+            {
+                Some(p) => providers.push((f, p)),
+                None => orphans.push(f),
+            }
+        }
+        if orphans.is_empty() {
+            Ok(providers)
+        } else {
+            Err(PluginError::new(
+                ErrorCode::UNRECOVERABLE,
+                format!(
+                    "members {orphans:?} of {n} lost their files and no partner holds an intact copy ({} cop{} kept)",
+                    self.replicas,
+                    if self.replicas == 1 { "y" } else { "ies" }
+                ),
+            ))
+        }
+    }
+
+    /// Copy each lost member's files back from its provider's redundancy file: the file
+    /// list, then the bytes, streamed in pieces. Returns this member's rebuilt files if
+    /// it lost them. Never hands back bytes that differ from what the copy's metadata
+    /// records (size, CRC32): a wrong rebuild fails on every member, it does not look
+    /// recovered. Collective.
+    fn rebuild(
+        &self,
+        host: &Host<'_>,
+        dir: &Path,
+        mut red: Option<&mut RedReader>,
+        providers: &[(u32, u32)],
+    ) -> PluginResult<Option<Vec<FileMeta>>> {
+        let me = self.member;
+        let mut failure = Failures::new();
+        let mut rebuilt = None;
+        let mut ring = Ring::new(host, TAG, self.piece);
+        for &(f, p) in providers {
+            if me == p {
+                let r = red.as_deref_mut().expect("a provider's file checked out");
+                let metas = r.header.files.get(&f).cloned().unwrap_or_default();
+                let (offset, len) = r.header.sections.get(&f).copied().unwrap_or((0, 0));
+                send_bytes(
+                    host,
+                    f,
+                    TAG,
+                    &serde_json::to_vec(&metas).expect("serializes"),
+                )?;
+                ring.send(f, len, &mut failure, |at, buf| r.read_at(offset + at, buf))?;
+            } else if me == f {
+                let stored: Vec<StoredMeta> = failure
+                    .note(recv_bytes(host, p, TAG).and_then(|b| unjson(&b)))
+                    .unwrap_or_default();
+                let metas: Vec<FileMeta> = stored.iter().map(|m| m.to_meta(dir)).collect();
+                let len: u64 = metas.iter().map(|m| m.size).sum();
+                let mut lofi = failure.note(LogicalFile::create(dir, &metas));
+                ring.recv(p, len, &mut failure, |at, bytes| {
+                    lofi.as_mut().map_or(Ok(()), |l| l.write_at(at, bytes))
+                })?;
+                finish_rebuild(lofi, &metas, &mut failure);
+                rebuilt = Some(metas);
+            }
+        }
+        failure.agree(host, "PARTNER rebuild")?;
+        Ok(rebuilt)
     }
 }
 
@@ -259,10 +355,6 @@ fn same_size(
 fn unjson<T: serde::de::DeserializeOwned>(b: &[u8]) -> PluginResult<T> {
     serde_json::from_slice(b)
         .map_err(|e| PluginError::new(ErrorCode::CORRUPT, format!("metadata from a partner: {e}")))
-}
-
-fn piece_len(total: u64, step: u64, piece: usize) -> usize {
-    total.saturating_sub(step * piece as u64).min(piece as u64) as usize
 }
 
 impl Scheme for PartnerScheme {
@@ -295,131 +387,26 @@ impl Scheme for PartnerScheme {
 
     fn recover(&self, host: &Host<'_>, request: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
         self.check_host(host)?;
-        let n = self.members;
-        let me = self.member;
         let dir = Path::new(request.dir.as_str());
-        let mut red: Option<RedReader> = open_verified(&self.red_path(dir))
-            .ok()
-            .filter(|r| r.header.matches("PARTNER", request.dataset_id, n, me));
-        let data_lost = gather_flags(host, request.files.is_none())?;
-        let red_ok = gather_flags(host, red.is_some())?;
-        if !data_lost.contains(&true) && !red_ok.contains(&false) {
-            return Ok(request
-                .files
-                .clone()
-                .into_option()
-                .unwrap_or_default()
-                .into_vec());
-        }
-        // Something is lost, so survivors' data will be copied again by the apply that
-        // re-protects the set: a survivor whose files do not match their recorded size
-        // and CRC32 counts as lost too (its copy on a partner is rebuilt in its place)
-        // rather than spreading wrong bytes. Only paid when something is lost.
-        let mine_bad = match &request.files {
-            RSome(files) => verify_files(files)
-                .map_err(|e| {
-                    host.log(
-                        LogLevel::Warn,
-                        &format!("PARTNER: {e}; rebuilding this member from a partner's copy"),
-                    );
-                })
-                .is_err(),
-            RNone => false,
-        };
-        let data_lost = if host.all_agree(!mine_bad)? {
-            data_lost
-        } else {
-            gather_flags(host, request.files.is_none() || mine_bad)?
-        };
-        // who can give each lost member its files back: its nearest partner whose
-        // redundancy file checked out
-        let mut providers = Vec::new();
-        let mut orphans = Vec::new();
-        for f in (0..n).filter(|&f| data_lost[f as usize]) {
-            match (1..=self.replicas)
-                .map(|d| (f + d) % n)
-                .find(|&p| red_ok[p as usize])
-            {
-                Some(p) => providers.push((f, p)),
-                None => orphans.push(f),
-            }
-        }
-        if !orphans.is_empty() {
-            return Err(PluginError::new(
-                ErrorCode::UNRECOVERABLE,
-                format!(
-                    "members {orphans:?} of {n} lost their files and no partner holds an intact copy ({} cop{} kept)",
-                    self.replicas,
-                    if self.replicas == 1 { "y" } else { "ies" }
-                ),
-            ));
-        }
-        let mut failure = Failures::new();
-        let mut rebuilt = None;
-        let mut buf = vec![0u8; self.piece];
-        for &(f, p) in &providers {
-            if me == p {
-                let r = red.as_mut().expect("a provider's file checked out");
-                let metas = r.header.files.get(&f).cloned().unwrap_or_default();
-                let (offset, len) = r.header.sections.get(&f).copied().unwrap_or((0, 0));
-                send_bytes(
-                    host,
-                    f,
-                    TAG,
-                    &serde_json::to_vec(&metas).expect("serializes"),
-                )?;
-                for step in 0..len.div_ceil(self.piece as u64) {
-                    let s = piece_len(len, step, self.piece);
-                    if failure
-                        .note(r.read_at(offset + step * self.piece as u64, &mut buf[..s]))
-                        .is_none()
-                    {
-                        buf[..s].fill(0);
-                    }
-                    host.send(f, TAG, &buf[..s])?;
-                }
-            } else if me == f {
-                let stored: Vec<StoredMeta> = failure
-                    .note(recv_bytes(host, p, TAG).and_then(|b| unjson(&b)))
-                    .unwrap_or_default();
-                let metas: Vec<FileMeta> = stored.iter().map(|m| m.to_meta(dir)).collect();
-                let len: u64 = metas.iter().map(|m| m.size).sum();
-                let mut lofi = failure.note(LogicalFile::create(dir, &metas));
-                for step in 0..len.div_ceil(self.piece as u64) {
-                    let s = piece_len(len, step, self.piece);
-                    host.recv(p, TAG, &mut buf[..s])?;
-                    if let Some(l) = lofi.as_mut() {
-                        failure.note(l.write_at(step * self.piece as u64, &buf[..s]));
-                    }
-                }
-                if let Some(l) = lofi.as_mut() {
-                    failure.note(l.sync());
-                }
-                drop(lofi);
-                // never hand back bytes that differ from what the copy's metadata
-                // records (size, CRC32): a wrong rebuild must fail, not look recovered
-                if failure.is_empty() && failure.note(verify_files(&metas)).is_none() {
-                    for m in &metas {
-                        let _ = std::fs::remove_file(m.path.as_str());
-                    }
-                }
-                for m in &metas {
-                    if failure.is_empty() {
-                        failure.note(restore_metadata(m));
-                    }
-                }
-                rebuilt = Some(metas);
-            }
-        }
-        failure.agree(host, "PARTNER rebuild")?;
-        let files = rebuilt.unwrap_or_else(|| {
+        let mut red: Option<RedReader> = open_verified(&self.red_path(dir)).ok().filter(|r| {
+            r.header
+                .matches("PARTNER", request.dataset_id, self.members, self.member)
+        });
+        let given = || -> Vec<FileMeta> {
             request
                 .files
                 .clone()
                 .into_option()
                 .unwrap_or_default()
                 .into_vec()
-        });
+        };
+        let Some((data_lost, red_ok)) = self.losses(host, request, red.is_some())? else {
+            return Ok(given());
+        };
+        let providers = self.providers(&data_lost, &red_ok)?;
+        let files = self
+            .rebuild(host, dir, red.as_mut(), &providers)?
+            .unwrap_or_else(given);
         // only the redundancy files that were lost (or not trusted) are written again:
         // the survivors' copies are still exact, and the set is protected as before
         drop(red);

@@ -74,8 +74,9 @@ use std::path::{Path, PathBuf};
 
 use scr_kernels::matrix::{self, Matrix};
 use scr_plugin::collect::{gather_flags, recv_bytes, send_bytes, sendrecv_bytes, Failures};
-use scr_plugin::lofi::{restore_metadata, with_crcs, FileCrcs, LogicalFile};
+use scr_plugin::lofi::{with_crcs, FileCrcs, LogicalFile};
 use scr_plugin::redfile::{self, open_verified, RedHeader, RedReader, RedWriter, StoredMeta};
+use scr_plugin::ring::{finish_rebuild, pieces, Ring};
 use scr_plugin::verify::verify_files;
 use scr_plugin::{
     Applied, DatasetFiles, ErrorCode, FileMeta, Host, LogLevel, Params, PluginError, PluginLibrary,
@@ -385,9 +386,7 @@ impl RsScheme {
         let mut data = vec![0u8; self.piece];
         let mut incoming = vec![0u8; self.piece];
         let mut sums = vec![vec![0u8; self.piece]; k as usize];
-        let mut offset = 0u64;
-        while offset < chunk {
-            let n = (self.piece as u64).min(chunk - offset) as usize;
+        for (offset, n) in pieces(chunk, self.piece) {
             for c in sums.iter_mut() {
                 c[..n].fill(0);
             }
@@ -423,7 +422,6 @@ impl RsScheme {
                     failure.note(w.write_at(j as u64 * chunk + offset, &sum[..n]));
                 }
             }
-            offset += n as u64;
         }
         // This member's file list goes into the headers of its k right neighbours; after
         // the data, because with `crc` its CRC32s come from the bytes this pass read.
@@ -459,6 +457,460 @@ impl RsScheme {
             crcs,
         ))
     }
+
+    /// Who lost what, or `None` when nothing is (the common case, two all-reduces). A
+    /// rebuild reads every survivor's data: a survivor whose files do not match their
+    /// recorded size and CRC32 would put wrong bytes into the rebuilt files and
+    /// checksums, so it counts as having lost its data (only checked when something is
+    /// lost). Collective.
+    fn losses(
+        &self,
+        host: &Host<'_>,
+        data_ok: bool,
+        given: &[FileMeta],
+        red_ok: bool,
+    ) -> PluginResult<Option<Lost>> {
+        let mut data = gather_flags(host, !data_ok)?;
+        let red = gather_flags(host, !red_ok)?;
+        if !data.contains(&true) && !red.contains(&true) {
+            return Ok(None);
+        }
+        let mine_bad = data_ok
+            && verify_files(given)
+                .map_err(|e| {
+                    host.log(
+                        LogLevel::Warn,
+                        &format!("RS: {e}; counted as lost and rebuilt"),
+                    )
+                })
+                .is_err();
+        if !host.all_agree(!mine_bad)? {
+            data = gather_flags(host, !data_ok || mine_bad)?;
+        }
+        Ok(Some(Lost {
+            lay: self.lay,
+            data,
+            red,
+        }))
+    }
+
+    /// Every row's plan, or `UNRECOVERABLE` (the same on every member, no messages)
+    /// when a row has more unknowns than equations or a needed file list has no intact
+    /// copy left.
+    fn plans(&self, lost: &Lost) -> PluginResult<Vec<RowPlan>> {
+        let Layout { p, k } = self.lay;
+        let members: Vec<u32> = (0..p)
+            .filter(|&m| lost.data[m as usize] || lost.red[m as usize])
+            .collect();
+        let plans: Vec<RowPlan> = (0..p)
+            .map(|r| RowPlan::new(self.lay, r, &lost.data, &lost.red))
+            .collect();
+        if plans
+            .iter()
+            .any(|pl| pl.equations.len() < pl.unknowns.len())
+        {
+            return Err(PluginError::new(
+                ErrorCode::UNRECOVERABLE,
+                format!(
+                    "members {members:?} of {p} lost files and RS with set_failures = {k} rebuilds at most {k} per set"
+                ),
+            ));
+        }
+        if let Some(x) = (0..p)
+            .flat_map(|l| lost.needs(l))
+            .find(|&x| lost.source(x).is_none())
+        {
+            return Err(PluginError::new(
+                ErrorCode::UNRECOVERABLE,
+                format!(
+                    "members {members:?} of {p} lost files and no intact copy of member {x}'s file list is left (RS with set_failures = {k})"
+                ),
+            ));
+        }
+        Ok(plans)
+    }
+
+    /// The file lists this member needs ([`Lost::needs`]), from their sources. In shift
+    /// step `t` every member sends member `me + t` the lists it is the source of and
+    /// that member needs, in one message, and receives those from member `me - t`: both
+    /// sides know whether a message goes, so every send meets its receive, and the
+    /// steps run side by side instead of one list after another. A list that is missing
+    /// or names a file outside the dataset directory is noted as corrupt.
+    fn exchange_lists(
+        &self,
+        host: &Host<'_>,
+        lost: &Lost,
+        header: Option<&RedHeader>,
+        given: &[FileMeta],
+        dir: &Path,
+        failure: &mut Failures,
+    ) -> PluginResult<BTreeMap<u32, Vec<StoredMeta>>> {
+        let (me, p) = (self.member, self.lay.p);
+        let my_copy = |x: u32| -> Option<Vec<StoredMeta>> {
+            if x == me && !lost.data[me as usize] {
+                Some(
+                    given
+                        .iter()
+                        .map(|m| StoredMeta::from_meta(m, dir))
+                        .collect(),
+                )
+            } else {
+                header.and_then(|h| h.files.get(&x).cloned())
+            }
+        };
+        let mut known: BTreeMap<u32, Vec<StoredMeta>> = BTreeMap::new();
+        for x in lost.lists_for(me, me) {
+            let mine = my_copy(x).ok_or_else(|| {
+                PluginError::new(
+                    ErrorCode::CORRUPT,
+                    format!("this member's redundancy header has no file list for member {x}"),
+                )
+            });
+            if let Some(v) = failure.note(mine) {
+                known.insert(x, v);
+            }
+        }
+        for t in 1..p {
+            let (to, from) = ((me + t) % p, (me + p - t) % p);
+            let give: Vec<(u32, Option<Vec<StoredMeta>>)> = lost
+                .lists_for(me, to)
+                .into_iter()
+                .map(|x| (x, my_copy(x)))
+                .collect();
+            let want = lost.lists_for(from, me);
+            let out = json(&give);
+            let got = match (give.is_empty(), want.is_empty()) {
+                (false, false) => Some(sendrecv_bytes(host, to, &out, from, TAG_META)?),
+                (false, true) => {
+                    send_bytes(host, to, TAG_META, &out)?;
+                    None
+                }
+                (true, false) => Some(recv_bytes(host, from, TAG_META)?),
+                (true, true) => None,
+            };
+            let Some(got) = got else { continue };
+            let Some(got) = failure.note(unjson::<Vec<(u32, Option<Vec<StoredMeta>>)>>(&got, from))
+            else {
+                continue;
+            };
+            for x in want {
+                if let Some(v) = failure.note(list_from(&got, from, x)) {
+                    known.insert(x, v);
+                }
+            }
+        }
+        Ok(known)
+    }
+
+    /// The chunk size, as every intact header recorded it (they must agree); with no
+    /// header left (only redundancy lost, everywhere) the one apply computed.
+    fn agreed_chunk(
+        &self,
+        host: &Host<'_>,
+        header: Option<&RedHeader>,
+        given: &[FileMeta],
+    ) -> PluginResult<u64> {
+        let recorded = header.map(|h| h.chunk);
+        let hi = host.all_reduce(recorded.unwrap_or(0), ReduceOp::Max)?;
+        let lo = host.all_reduce(recorded.unwrap_or(u64::MAX), ReduceOp::Min)?;
+        if lo == u64::MAX {
+            let size: u64 = given.iter().map(|m| m.size).sum();
+            Ok(host
+                .all_reduce(size, ReduceOp::Max)?
+                .div_ceil(u64::from(self.lay.p - self.lay.k)))
+        } else if lo != hi {
+            Err(PluginError::new(
+                ErrorCode::CORRUPT,
+                format!("the intact RS headers of the set record chunk sizes from {lo} to {hi} bytes; not trusted"),
+            ))
+        } else {
+            Ok(hi)
+        }
+    }
+
+    /// The inverse of the coefficients of this member's row's unknowns (empty when the
+    /// row lost nothing). A singular matrix is a bug; noted, and zeros stand in.
+    fn row_inverse(&self, plan: &RowPlan, failure: &mut Failures) -> Matrix {
+        let a: Matrix = plan
+            .equations
+            .iter()
+            .map(|&j| {
+                plan.unknowns
+                    .iter()
+                    .map(|u| match *u {
+                        Unknown::Data { member, .. } => self.coef(j, member),
+                        Unknown::Checksum { j: uj, .. } => u8::from(uj == j),
+                    })
+                    .collect()
+            })
+            .collect();
+        if a.is_empty() {
+            return Vec::new();
+        }
+        failure
+            .note(matrix::invert(&a).ok_or_else(|| {
+                PluginError::new(
+                    ErrorCode::OTHER,
+                    format!(
+                        "RS: the coefficients of row {}'s unknowns are singular (a bug)",
+                        self.member
+                    ),
+                )
+            }))
+            .unwrap_or_else(|| vec![vec![0u8; a.len()]; a.len()])
+    }
+
+    /// Solve every row, piece by piece: each member solves its own row (reduce the
+    /// known values to it, multiply by the inverse) and scatters the solved unknowns to
+    /// the members that lost them, who store them through `io`. Collective.
+    fn solve_rows(
+        &self,
+        host: &Host<'_>,
+        plans: &[RowPlan],
+        lost: &Lost,
+        io: &mut RowIo,
+        failure: &mut Failures,
+    ) -> PluginResult<()> {
+        let plan = &plans[self.member as usize];
+        let inverse = self.row_inverse(plan, failure);
+        let eqs = plan.equations.len();
+        let mut sums = vec![vec![0u8; self.piece]; eqs];
+        let mut solved = vec![vec![0u8; self.piece]; eqs];
+        let mut bufs = (vec![0u8; self.piece], vec![0u8; self.piece]);
+        for (offset, n) in pieces(io.chunk, self.piece) {
+            for s in sums.iter_mut() {
+                s[..n].fill(0);
+            }
+            self.reduce_piece(
+                host,
+                plans,
+                lost,
+                io,
+                (offset, n),
+                &mut sums,
+                &mut bufs,
+                failure,
+            )?;
+            // solve: unknowns = inverse · sums
+            for x in solved.iter_mut() {
+                x[..n].fill(0);
+            }
+            for (e, sum) in sums.iter().enumerate() {
+                let column: Vec<u8> = inverse.iter().map(|row| row[e]).collect();
+                let mut dsts: Vec<&mut [u8]> = solved.iter_mut().map(|x| &mut x[..n]).collect();
+                scr_kernels::mul_add_multi(&mut dsts, &sum[..n], &column);
+            }
+            self.scatter_piece(host, plans, io, (offset, n), &solved, &mut bufs.1, failure)?;
+        }
+        Ok(())
+    }
+
+    /// One piece of the reduction to each row's solver: this member adds its own known
+    /// value of its row, then in step `t` sends its value for row `me + t` to that
+    /// row's solver while the value of member `me - t` for this member's row comes in
+    /// and is added (coefficient × value, once per equation) to `sums`.
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_piece(
+        &self,
+        host: &Host<'_>,
+        plans: &[RowPlan],
+        lost: &Lost,
+        io: &mut RowIo,
+        (offset, n): (u64, usize),
+        sums: &mut [Vec<u8>],
+        (out, incoming): &mut (Vec<u8>, Vec<u8>),
+        failure: &mut Failures,
+    ) -> PluginResult<()> {
+        let (me, p, lay) = (self.member, self.lay.p, self.lay);
+        let plan = &plans[me as usize];
+        let ring = Ring::new(host, TAG_REDUCE, self.piece);
+        let accumulate = |sums: &mut [Vec<u8>], kn: Known, q: u32, val: &[u8]| match kn {
+            Known::Data(_) => {
+                let coefs: Vec<u8> = plan.equations.iter().map(|&j| self.coef(j, q)).collect();
+                let mut dsts: Vec<&mut [u8]> = sums.iter_mut().map(|s| &mut s[..n]).collect();
+                scr_kernels::mul_add_multi(&mut dsts, val, &coefs);
+            }
+            Known::Checksum(j) => {
+                if let Some(e) = plan.equations.iter().position(|&x| x == j) {
+                    scr_kernels::xor_into(&mut sums[e][..n], val);
+                }
+            }
+        };
+        if let Some(kn) = plan.contribution(lay, me, &lost.data, &lost.red) {
+            io.read(kn, offset, &mut out[..n], failure);
+            accumulate(sums, kn, me, &out[..n]);
+        }
+        for t in 1..p {
+            let (to, from) = ((me + t) % p, (me + p - t) % p);
+            let give = plans[to as usize].contribution(lay, me, &lost.data, &lost.red);
+            let take = plan.contribution(lay, from, &lost.data, &lost.red);
+            if let Some(kn) = give {
+                io.read(kn, offset, &mut out[..n], failure);
+            }
+            ring.exchange(
+                give.map(|_| (to, &out[..n])),
+                take.map(|_| (from, &mut incoming[..n])),
+            )?;
+            if let Some(kn) = take {
+                accumulate(sums, kn, from, &incoming[..n]);
+            }
+        }
+        Ok(())
+    }
+
+    /// One piece of the scatter of solved unknowns: this member stores its own unknown
+    /// of its row, then in step `t` sends the unknown of member `me + t` to it while
+    /// this member's unknown in row `me - t` comes in and is stored.
+    #[allow(clippy::too_many_arguments)]
+    fn scatter_piece(
+        &self,
+        host: &Host<'_>,
+        plans: &[RowPlan],
+        io: &mut RowIo,
+        (offset, n): (u64, usize),
+        solved: &[Vec<u8>],
+        incoming: &mut [u8],
+        failure: &mut Failures,
+    ) -> PluginResult<()> {
+        let (me, p) = (self.member, self.lay.p);
+        let plan = &plans[me as usize];
+        let ring = Ring::new(host, TAG_SCATTER, self.piece);
+        if let Some((i, u)) = plan.unknown_of(me) {
+            io.store(u, offset, &solved[i][..n], failure);
+        }
+        for t in 1..p {
+            let (to, from) = ((me + t) % p, (me + p - t) % p);
+            let give = plan.unknown_of(to).map(|(i, _)| (to, &solved[i][..n]));
+            let take = plans[from as usize].unknown_of(me);
+            ring.exchange(give, take.map(|_| (from, &mut incoming[..n])))?;
+            if let Some((_, u)) = take {
+                io.store(u, offset, &incoming[..n], failure);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Which members lost their data and which their redundancy file, in a set laid out
+/// as `lay`.
+struct Lost {
+    lay: Layout,
+    data: Vec<bool>,
+    red: Vec<bool>,
+}
+
+impl Lost {
+    /// Who knows member `x`'s file list: `x` itself when it kept its data (the host's
+    /// verified list), else the first of `x, x+1 .. x+k` whose header is intact.
+    fn source(&self, x: u32) -> Option<u32> {
+        let Layout { p, k } = self.lay;
+        if !self.data[x as usize] {
+            Some(x)
+        } else {
+            (0..=k)
+                .map(|d| (x + d) % p)
+                .find(|&y| !self.red[y as usize])
+        }
+    }
+
+    /// The file lists member `l` needs: its own when it lost data; its own and its `k`
+    /// left neighbours' when it writes its header again.
+    fn needs(&self, l: u32) -> Vec<u32> {
+        let Layout { p, k } = self.lay;
+        if self.red[l as usize] {
+            (0..=k).map(|d| (l + p - d) % p).collect()
+        } else if self.data[l as usize] {
+            vec![l]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// The lists member `src` is the source of and member `l` needs.
+    fn lists_for(&self, src: u32, l: u32) -> Vec<u32> {
+        self.needs(l)
+            .into_iter()
+            .filter(|&x| self.source(x) == Some(src))
+            .collect()
+    }
+}
+
+/// Member `x`'s file list out of what member `from` sent, if it is there and names
+/// only files inside the dataset directory.
+fn list_from(
+    got: &[(u32, Option<Vec<StoredMeta>>)],
+    from: u32,
+    x: u32,
+) -> PluginResult<Vec<StoredMeta>> {
+    let v = got
+        .iter()
+        .find(|(y, _)| *y == x)
+        .and_then(|(_, v)| v.clone())
+        .ok_or_else(|| {
+            PluginError::new(
+                ErrorCode::CORRUPT,
+                format!("member {from}'s redundancy header has no file list for member {x}"),
+            )
+        })?;
+    match v.iter().find(|m| !redfile::stays_inside(&m.name)) {
+        Some(bad) => Err(PluginError::new(
+            ErrorCode::CORRUPT,
+            format!("member {from} sent file name `{}` for member {x}, which leaves the dataset directory; not trusted", bad.name),
+        )),
+        None => Ok(v),
+    }
+}
+
+/// This member's files and redundancy during a rebuild, as the rows' values: data
+/// chunks in its logical file, checksums in its redundancy file (the old one to read,
+/// or the new one being written), `chunk` bytes each.
+struct RowIo {
+    chunk: u64,
+    lofi: Option<LogicalFile>,
+    red: Option<RedReader>,
+    writer: Option<RedWriter>,
+}
+
+impl RowIo {
+    /// Read known value `kn` at `offset` into `buf` (zeros, and the error noted, when
+    /// it cannot be read).
+    fn read(&mut self, kn: Known, offset: u64, buf: &mut [u8], failure: &mut Failures) {
+        let chunk = self.chunk;
+        let r = match kn {
+            Known::Data(c) => self
+                .lofi
+                .as_mut()
+                .map(|l| l.read_at(c * chunk + offset, buf)),
+            Known::Checksum(j) => self
+                .red
+                .as_mut()
+                .map(|r| r.read_at(u64::from(j) * chunk + offset, buf)),
+        };
+        if !matches!(r, Some(Ok(()))) {
+            if let Some(Err(e)) = r {
+                failure.note::<()>(Err(e));
+            }
+            buf.fill(0);
+        }
+    }
+
+    /// Store solved unknown `u` at `offset`: data into the logical file, a checksum
+    /// into the new redundancy file.
+    fn store(&mut self, u: Unknown, offset: u64, val: &[u8], failure: &mut Failures) {
+        let chunk = self.chunk;
+        match u {
+            Unknown::Data { chunk: c, .. } => {
+                if let Some(l) = self.lofi.as_mut() {
+                    failure.note(l.write_at(c * chunk + offset, val));
+                }
+            }
+            Unknown::Checksum { j, .. } => {
+                if let Some(w) = self.writer.as_mut() {
+                    failure.note(w.write_at(u64::from(j) * chunk + offset, val));
+                }
+            }
+        }
+    }
 }
 
 fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
@@ -472,22 +924,6 @@ fn unjson<T: serde::de::DeserializeOwned>(b: &[u8], from: u32) -> PluginResult<T
             format!("file list from member {from}: {e}"),
         )
     })
-}
-
-/// Send `out` to `to`, receive `into` from `from`, either, both or neither: the two
-/// sides of a shift step agree on which, so every send meets its receive.
-fn exchange(
-    host: &Host<'_>,
-    to: Option<(u32, &[u8])>,
-    from: Option<(u32, &mut [u8])>,
-    tag: u32,
-) -> PluginResult<()> {
-    match (to, from) {
-        (Some((d, out)), Some((s, into))) => host.sendrecv(d, out, s, into, tag),
-        (Some((d, out)), None) => host.send(d, tag, out),
-        (None, Some((s, into))) => host.recv(s, tag, into),
-        (None, None) => Ok(()),
-    }
 }
 
 impl Scheme for RsScheme {
@@ -520,363 +956,59 @@ impl Scheme for RsScheme {
 
     fn recover(&self, host: &Host<'_>, request: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
         self.check_host(host)?;
-        let lay = self.lay;
-        let Layout { p, k } = lay;
         let me = self.member;
         let dir = Path::new(request.dir.as_str());
         let red: Option<RedReader> = open_verified(&self.red_path(dir))
             .ok()
             .filter(|r| self.header_fits(&r.header, request.dataset_id, host));
-        let data_ok = request.files.is_some();
-        let mut lost_data = gather_flags(host, !data_ok)?;
-        let lost_red = gather_flags(host, red.is_none())?;
         let given: Vec<FileMeta> = request
             .files
             .clone()
             .into_option()
             .unwrap_or_default()
             .into_vec();
-        if !lost_data.contains(&true) && !lost_red.contains(&true) {
+        let Some(lost) = self.losses(host, request.files.is_some(), &given, red.is_some())? else {
             return Ok(given);
-        }
-        // A rebuild reads every survivor's data: a survivor whose files do not match
-        // their recorded size and CRC32 would put wrong bytes into the rebuilt files
-        // and checksums, so it counts as having lost its data. Only paid when something
-        // is lost.
-        let mine_bad = data_ok
-            && verify_files(&given)
-                .map_err(|e| {
-                    host.log(
-                        LogLevel::Warn,
-                        &format!("RS: {e}; counted as lost and rebuilt"),
-                    )
-                })
-                .is_err();
-        if !host.all_agree(!mine_bad)? {
-            lost_data = gather_flags(host, !data_ok || mine_bad)?;
-        }
-        let lost: Vec<u32> = (0..p)
-            .filter(|&m| lost_data[m as usize] || lost_red[m as usize])
-            .collect();
-        let plans: Vec<RowPlan> = (0..p)
-            .map(|r| RowPlan::new(lay, r, &lost_data, &lost_red))
-            .collect();
-        if plans
-            .iter()
-            .any(|pl| pl.equations.len() < pl.unknowns.len())
-        {
-            return Err(PluginError::new(
-                ErrorCode::UNRECOVERABLE,
-                format!(
-                    "members {lost:?} of {p} lost files and RS with set_failures = {k} rebuilds at most {k} per set"
-                ),
-            ));
-        }
-
-        // Who knows member x's file list: x itself when it kept its data (the host's
-        // verified list), else the first of x, x+1 .. x+k whose header is intact.
-        let source = |x: u32| -> Option<u32> {
-            if !lost_data[x as usize] {
-                Some(x)
-            } else {
-                (0..=k)
-                    .map(|d| (x + d) % p)
-                    .find(|&y| !lost_red[y as usize])
-            }
         };
-        // What member l needs: its own list when it lost data; its own and its k left
-        // neighbours' when it writes its header again.
-        let needs = |l: u32| -> Vec<u32> {
-            if lost_red[l as usize] {
-                (0..=k).map(|d| (l + p - d) % p).collect()
-            } else if lost_data[l as usize] {
-                vec![l]
-            } else {
-                Vec::new()
-            }
-        };
-        if let Some(x) = (0..p).flat_map(needs).find(|&x| source(x).is_none()) {
-            return Err(PluginError::new(
-                ErrorCode::UNRECOVERABLE,
-                format!(
-                    "members {lost:?} of {p} lost files and no intact copy of member {x}'s file list is left (RS with set_failures = {k})"
-                ),
-            ));
-        }
+        let plans = self.plans(&lost)?;
         let header = red.as_ref().map(|r| r.header.clone());
-        let my_copy = |x: u32| -> Option<Vec<StoredMeta>> {
-            if x == me && !lost_data[me as usize] {
-                Some(
-                    given
-                        .iter()
-                        .map(|m| StoredMeta::from_meta(m, dir))
-                        .collect(),
-                )
-            } else {
-                header.as_ref().and_then(|h| h.files.get(&x).cloned())
-            }
-        };
         let mut failure = Failures::new();
-        let mut known: BTreeMap<u32, Vec<StoredMeta>> = BTreeMap::new();
-        // In shift step t every member sends member me+t the lists it is the source of
-        // and that member needs, in one message, and receives those from member me-t:
-        // both sides know whether a message goes, so every send meets its receive, and
-        // the steps run side by side instead of one list after another.
-        let lists_for = |src: u32, l: u32| -> Vec<u32> {
-            needs(l)
-                .into_iter()
-                .filter(|&x| source(x) == Some(src))
-                .collect()
-        };
-        for x in lists_for(me, me) {
-            let mine = my_copy(x).ok_or_else(|| {
-                PluginError::new(
-                    ErrorCode::CORRUPT,
-                    format!("this member's redundancy header has no file list for member {x}"),
-                )
-            });
-            if let Some(v) = failure.note(mine) {
-                known.insert(x, v);
-            }
-        }
-        for t in 1..p {
-            let (to, from) = ((me + t) % p, (me + p - t) % p);
-            let give: Vec<(u32, Option<Vec<StoredMeta>>)> = lists_for(me, to)
-                .into_iter()
-                .map(|x| (x, my_copy(x)))
-                .collect();
-            let want = lists_for(from, me);
-            let out = json(&give);
-            let got = match (give.is_empty(), want.is_empty()) {
-                (false, false) => Some(sendrecv_bytes(host, to, &out, from, TAG_META)?),
-                (false, true) => {
-                    send_bytes(host, to, TAG_META, &out)?;
-                    None
-                }
-                (true, false) => Some(recv_bytes(host, from, TAG_META)?),
-                (true, true) => None,
-            };
-            let Some(got) = got else { continue };
-            let Some(got) = failure.note(unjson::<Vec<(u32, Option<Vec<StoredMeta>>)>>(&got, from))
-            else {
-                continue;
-            };
-            for x in want {
-                let list = got
-                    .iter()
-                    .find(|(y, _)| *y == x)
-                    .and_then(|(_, v)| v.clone())
-                    .ok_or_else(|| {
-                        PluginError::new(
-                            ErrorCode::CORRUPT,
-                            format!("member {from}'s redundancy header has no file list for member {x}"),
-                        )
-                    })
-                    .and_then(|v| match v.iter().find(|m| !redfile::stays_inside(&m.name)) {
-                        Some(bad) => Err(PluginError::new(
-                            ErrorCode::CORRUPT,
-                            format!("member {from} sent file name `{}` for member {x}, which leaves the dataset directory; not trusted", bad.name),
-                        )),
-                        None => Ok(v),
-                    });
-                if let Some(v) = failure.note(list) {
-                    known.insert(x, v);
-                }
-            }
-        }
+        let known = self.exchange_lists(host, &lost, header.as_ref(), &given, dir, &mut failure)?;
+        let chunk = self.agreed_chunk(host, header.as_ref(), &given)?;
 
-        // the chunk size, as every intact header recorded it (they must agree); with no
-        // header left (only redundancy lost, everywhere) the one apply computed
-        let recorded = header.as_ref().map(|h| h.chunk);
-        let hi = host.all_reduce(recorded.unwrap_or(0), ReduceOp::Max)?;
-        let lo = host.all_reduce(recorded.unwrap_or(u64::MAX), ReduceOp::Min)?;
-        let chunk = if lo == u64::MAX {
-            let size: u64 = given.iter().map(|m| m.size).sum();
-            host.all_reduce(size, ReduceOp::Max)?
-                .div_ceil(u64::from(p - k))
-        } else if lo != hi {
-            return Err(PluginError::new(
-                ErrorCode::CORRUPT,
-                format!("the intact RS headers of the set record chunk sizes from {lo} to {hi} bytes; not trusted"),
-            ));
-        } else {
-            hi
-        };
-
-        let own_metas: Vec<FileMeta> = if lost_data[me as usize] {
+        let own_metas: Vec<FileMeta> = if lost.data[me as usize] {
             known
                 .get(&me)
                 .map(|v| v.iter().map(|m| m.to_meta(dir)).collect())
                 .unwrap_or_default()
         } else {
-            given.clone()
+            given
         };
-        let mut lofi = if lost_data[me as usize] {
-            failure.note(LogicalFile::create(dir, &own_metas))
-        } else {
-            failure.note(LogicalFile::open(&own_metas))
+        let mut io = RowIo {
+            chunk,
+            lofi: if lost.data[me as usize] {
+                failure.note(LogicalFile::create(dir, &own_metas))
+            } else {
+                failure.note(LogicalFile::open(&own_metas))
+            },
+            red,
+            writer: if lost.red[me as usize] {
+                failure.note(RedWriter::create(&self.red_path(dir)))
+            } else {
+                None
+            },
         };
-        let mut red = red;
-        let mut writer = if lost_red[me as usize] {
-            failure.note(RedWriter::create(&self.red_path(dir)))
-        } else {
-            None
-        };
+        self.solve_rows(host, &plans, &lost, &mut io, &mut failure)?;
 
-        // this member solves its own row: the inverse of its unknowns' coefficients
-        let plan = &plans[me as usize];
-        let a: Matrix = plan
-            .equations
-            .iter()
-            .map(|&j| {
-                plan.unknowns
-                    .iter()
-                    .map(|u| match *u {
-                        Unknown::Data { member, .. } => self.coef(j, member),
-                        Unknown::Checksum { j: uj, .. } => u8::from(uj == j),
-                    })
-                    .collect()
-            })
-            .collect();
-        let inverse: Matrix = if a.is_empty() {
-            Vec::new()
-        } else {
-            failure
-                .note(matrix::invert(&a).ok_or_else(|| {
-                    PluginError::new(
-                        ErrorCode::OTHER,
-                        format!("RS: the coefficients of row {me}'s unknowns are singular (a bug)"),
-                    )
-                }))
-                .unwrap_or_else(|| vec![vec![0u8; a.len()]; a.len()])
-        };
-        let eqs = plan.equations.len();
-        let piece = self.piece;
-        let mut sums = vec![vec![0u8; piece]; eqs];
-        let mut solved = vec![vec![0u8; piece]; eqs];
-        let mut out = vec![0u8; piece];
-        let mut incoming = vec![0u8; piece];
-
-        let mut offset = 0u64;
-        while offset < chunk {
-            let n = (piece as u64).min(chunk - offset) as usize;
-            // read a known value of this member at this piece
-            let mut read = |kn: Known, buf: &mut [u8], failure: &mut Failures| {
-                let r = match kn {
-                    Known::Data(c) => lofi.as_mut().map(|l| l.read_at(c * chunk + offset, buf)),
-                    Known::Checksum(j) => red
-                        .as_mut()
-                        .map(|r| r.read_at(u64::from(j) * chunk + offset, buf)),
-                };
-                if !matches!(r, Some(Ok(()))) {
-                    if let Some(Err(e)) = r {
-                        failure.note::<()>(Err(e));
-                    }
-                    buf.fill(0);
-                }
-            };
-            // add a known value of member q to this member's row sums
-            let accumulate = |sums: &mut Vec<Vec<u8>>, kn: Known, q: u32, val: &[u8]| match kn {
-                Known::Data(_) => {
-                    let coefs: Vec<u8> = plan.equations.iter().map(|&j| self.coef(j, q)).collect();
-                    let mut dsts: Vec<&mut [u8]> = sums.iter_mut().map(|s| &mut s[..n]).collect();
-                    scr_kernels::mul_add_multi(&mut dsts, val, &coefs);
-                }
-                Known::Checksum(j) => {
-                    if let Some(e) = plan.equations.iter().position(|&x| x == j) {
-                        scr_kernels::xor_into(&mut sums[e][..n], val);
-                    }
-                }
-            };
-            for s in sums.iter_mut() {
-                s[..n].fill(0);
-            }
-            if let Some(kn) = plan.contribution(lay, me, &lost_data, &lost_red) {
-                read(kn, &mut out[..n], &mut failure);
-                accumulate(&mut sums, kn, me, &out[..n]);
-            }
-            // reduce: in step t, this member's value for row me+t goes to its solver and
-            // the value of member me-t for this member's row comes in
-            for t in 1..p {
-                let (to, from) = ((me + t) % p, (me + p - t) % p);
-                let give = plans[to as usize].contribution(lay, me, &lost_data, &lost_red);
-                let take = plan.contribution(lay, from, &lost_data, &lost_red);
-                if let Some(kn) = give {
-                    read(kn, &mut out[..n], &mut failure);
-                }
-                exchange(
-                    host,
-                    give.map(|_| (to, &out[..n])),
-                    take.map(|_| (from, &mut incoming[..n])),
-                    TAG_REDUCE,
-                )?;
-                if let Some(kn) = take {
-                    accumulate(&mut sums, kn, from, &incoming[..n]);
-                }
-            }
-            // solve: unknowns = inverse · sums
-            for x in solved.iter_mut() {
-                x[..n].fill(0);
-            }
-            for (e, sum) in sums.iter().enumerate() {
-                let column: Vec<u8> = inverse.iter().map(|row| row[e]).collect();
-                let mut dsts: Vec<&mut [u8]> = solved.iter_mut().map(|x| &mut x[..n]).collect();
-                scr_kernels::mul_add_multi(&mut dsts, &sum[..n], &column);
-            }
-            // scatter: in step t the unknown of member me+t goes to it and this member's
-            // unknown in row me-t comes in
-            let mut store = |u: Unknown, val: &[u8], failure: &mut Failures| match u {
-                Unknown::Data { chunk: c, .. } => {
-                    if let Some(l) = lofi.as_mut() {
-                        failure.note(l.write_at(c * chunk + offset, val));
-                    }
-                }
-                Unknown::Checksum { j, .. } => {
-                    if let Some(w) = writer.as_mut() {
-                        failure.note(w.write_at(u64::from(j) * chunk + offset, val));
-                    }
-                }
-            };
-            if let Some((i, u)) = plan.unknown_of(me) {
-                store(u, &solved[i][..n], &mut failure);
-            }
-            for t in 1..p {
-                let (to, from) = ((me + t) % p, (me + p - t) % p);
-                let give = plan.unknown_of(to).map(|(i, _)| (to, &solved[i][..n]));
-                let take = plans[from as usize].unknown_of(me);
-                exchange(
-                    host,
-                    give,
-                    take.map(|_| (from, &mut incoming[..n])),
-                    TAG_SCATTER,
-                )?;
-                if let Some((_, u)) = take {
-                    store(u, &incoming[..n], &mut failure);
-                }
-            }
-            offset += n as u64;
-        }
-
-        if lost_data[me as usize] {
-            if let Some(l) = lofi.as_mut() {
-                failure.note(l.sync());
-            }
-            drop(lofi);
+        let RowIo { lofi, writer, .. } = io;
+        if lost.data[me as usize] {
             // the rebuilt files must match the size and CRC32 recorded for them, or the
             // rebuild fails on every member and nothing that looks recovered is left
-            if failure.is_empty() && failure.note(verify_files(&own_metas)).is_none() {
-                for m in &own_metas {
-                    let _ = std::fs::remove_file(m.path.as_str());
-                }
-            }
-            for m in &own_metas {
-                if failure.is_empty() {
-                    failure.note(restore_metadata(m));
-                }
-            }
+            finish_rebuild(lofi, &own_metas, &mut failure);
         }
         if let (Some(w), true) = (writer, failure.is_empty()) {
-            let files: BTreeMap<u32, Vec<StoredMeta>> = needs(me)
+            let files: BTreeMap<u32, Vec<StoredMeta>> = lost
+                .needs(me)
                 .into_iter()
                 .map(|x| (x, known.get(&x).cloned().unwrap_or_default()))
                 .collect();

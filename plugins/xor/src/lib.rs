@@ -16,8 +16,9 @@
 use std::path::{Path, PathBuf};
 
 use scr_plugin::collect::{gather_flags, recv_bytes, send_bytes, sendrecv_bytes, Failures};
-use scr_plugin::lofi::{restore_metadata, with_crcs, FileCrcs, LogicalFile};
+use scr_plugin::lofi::{with_crcs, FileCrcs, LogicalFile};
 use scr_plugin::redfile::{self, open_verified, RedHeader, RedReader, RedWriter, StoredMeta};
+use scr_plugin::ring::{finish_rebuild, zeros, Ring};
 use scr_plugin::verify::verify_files;
 use scr_plugin::{
     abi_stable::std_types::{RNone, RSome},
@@ -84,40 +85,24 @@ impl XorScheme {
         let mut crcs = crc.then(|| FileCrcs::new(&dataset.files));
         let mut lofi = failure.note(LogicalFile::open(&dataset.files));
         let mut writer = failure.note(RedWriter::create(&self.red_path(dir)));
-        if n > 1 {
-            let mut send = vec![0u8; self.piece];
-            let mut recv = vec![0u8; self.piece];
-            let mut offset = 0u64;
-            while offset < chunk {
-                let p = (self.piece as u64).min(chunk - offset) as usize;
-                for step in 1..n {
-                    let slot = (me + n - step) % n;
-                    let buf = &mut send[..p];
-                    match (chunk_of(me, slot), lofi.as_mut()) {
-                        (Some(c), Some(l)) => {
-                            let at = c * chunk + offset;
-                            if failure.note(l.read_at(at, buf)).is_some() {
-                                // hashed as read, before the parity is folded in
-                                if let Some(h) = crcs.as_mut() {
-                                    h.update(at, buf);
-                                }
-                            } else {
-                                buf.fill(0);
-                            }
-                        }
-                        _ => buf.fill(0),
+        Ring::new(host, TAG, self.piece).reduce_scatter(
+            chunk,
+            &mut failure,
+            |slot, offset, buf| match (chunk_of(me, slot), lofi.as_mut()) {
+                (Some(c), Some(l)) => {
+                    let at = c * chunk + offset;
+                    l.read_at(at, buf)?;
+                    // hashed as read, before the parity is folded in
+                    if let Some(h) = crcs.as_mut() {
+                        h.update(at, buf);
                     }
-                    if step > 1 {
-                        scr_kernels::xor_into(buf, &recv[..p]);
-                    }
-                    host.sendrecv(host.right(1), buf, host.left(1), &mut recv[..p], TAG)?;
+                    Ok(())
                 }
-                if let Some(w) = writer.as_mut() {
-                    failure.note(w.write(&recv[..p]));
-                }
-                offset += p as u64;
-            }
-        }
+                _ => zeros(buf),
+            },
+            scr_kernels::xor_into,
+            |_, parity| writer.as_mut().map_or(Ok(()), |w| w.write(parity)),
+        )?;
         let crcs = crcs.map(FileCrcs::finish).unwrap_or_default();
         let mine: Vec<StoredMeta> = failure
             .note(with_crcs(&dataset.files, &crcs))
@@ -144,6 +129,190 @@ impl XorScheme {
             crcs,
         ))
     }
+
+    /// The one member whose data or redundancy is lost, or `None` when nothing is
+    /// (the common case, one all-reduce). A rebuild reads every survivor's data: a
+    /// survivor whose files do not match their recorded size and CRC32 would put wrong
+    /// bytes into the lost member's files, so it counts as lost too (only checked when
+    /// something is lost). `UNRECOVERABLE` on every member when more than one is lost.
+    /// Collective.
+    fn lost_member(
+        &self,
+        host: &Host<'_>,
+        request: &RecoverRequest,
+        red_ok: bool,
+    ) -> PluginResult<Option<u32>> {
+        let n = self.members;
+        let data_ok = request.files.is_some();
+        let mut lost = gather_flags(host, !(data_ok && red_ok))?;
+        if !lost.contains(&true) {
+            return Ok(None);
+        }
+        let mine_bad = match &request.files {
+            RSome(files) => verify_files(files)
+                .map_err(|e| host.log(LogLevel::Warn, &format!("XOR: {e}; counted as lost")))
+                .is_err(),
+            RNone => false,
+        };
+        if !host.all_agree(!mine_bad)? {
+            lost = gather_flags(host, !(data_ok && !mine_bad && red_ok))?;
+        }
+        let lost_members: Vec<u32> = (0..n).filter(|&m| lost[m as usize]).collect();
+        if lost_members.len() > 1 || n < 2 {
+            return Err(PluginError::new(
+                ErrorCode::UNRECOVERABLE,
+                format!(
+                    "members {lost_members:?} of {n} lost files and XOR rebuilds only one per set"
+                ),
+            ));
+        }
+        Ok(Some(lost_members[0]))
+    }
+
+    /// What lost member `f` needs to know, sent to it by its neighbours: its chunk size
+    /// and its own files' metadata (kept by its right neighbour), and its left
+    /// neighbour's (kept by that neighbour). Every other member gets the chunk size of
+    /// its own `header`. Failures to decode are noted.
+    fn info_for(
+        &self,
+        host: &Host<'_>,
+        f: u32,
+        header: Option<&RedHeader>,
+        failure: &mut Failures,
+    ) -> PluginResult<Info> {
+        let (me, n) = (self.member, self.members);
+        let (right, left) = ((f + 1) % n, (f + n - 1) % n);
+        let files_of = |m: u32| {
+            let h = header.expect("a survivor has a verified header");
+            h.files.get(&m).cloned().unwrap_or_default()
+        };
+        if me == right {
+            let info = Info {
+                chunk: header.map_or(0, |h| h.chunk),
+                own: files_of(f),
+                left: if right == left {
+                    files_of(me)
+                } else {
+                    Vec::new()
+                },
+            };
+            send_bytes(host, f, TAG, &json(&info))?;
+        }
+        if me == left && left != right {
+            send_bytes(host, f, TAG, &json(&files_of(me)))?;
+        }
+        let mut info = Info {
+            chunk: header.map_or(0, |h| h.chunk),
+            own: Vec::new(),
+            left: Vec::new(),
+        };
+        if me == f {
+            if let Some(i) =
+                failure.note(recv_bytes(host, right, TAG).and_then(|b| unjson::<Info>(&b)))
+            {
+                info = i;
+            }
+            if left != right {
+                if let Some(l) = failure.note(recv_bytes(host, left, TAG).and_then(|b| unjson(&b)))
+                {
+                    info.left = l;
+                }
+            }
+        }
+        Ok(info)
+    }
+
+    /// The rebuild of member `f` by a pipelined reduction along the ring to it:
+    /// survivors read their data (or their parity, in their own slot), `f` writes what
+    /// arrives into its files or its new redundancy file, checks the files against the
+    /// metadata its neighbour kept and writes its redundancy header. Returns this
+    /// member's files. Collective; failures are noted.
+    fn rebuild(
+        &self,
+        host: &Host<'_>,
+        request: &RecoverRequest,
+        f: u32,
+        info: &Info,
+        mut red: Option<RedReader>,
+        failure: &mut Failures,
+    ) -> PluginResult<Vec<FileMeta>> {
+        let me = self.member;
+        let dir = Path::new(request.dir.as_str());
+        let chunk = host.all_reduce(info.chunk, ReduceOp::Max)?;
+        let own_metas: Vec<FileMeta> = if me == f {
+            info.own.iter().map(|m| m.to_meta(dir)).collect()
+        } else {
+            given(request)
+        };
+        // survivors read from `data`, the lost member writes into `rebuilt`
+        let (mut data, mut rebuilt, mut writer) = if me == f {
+            let lofi = failure.note(LogicalFile::create(dir, &own_metas));
+            (
+                None,
+                lofi,
+                failure.note(RedWriter::create(&self.red_path(dir))),
+            )
+        } else {
+            (failure.note(LogicalFile::open(&own_metas)), None, None)
+        };
+        Ring::new(host, TAG, self.piece).reduce_to(
+            f,
+            chunk,
+            failure,
+            |slot, offset, out| {
+                let read = if slot == me {
+                    red.as_mut().map(|r| r.read_at(offset, out))
+                } else {
+                    chunk_of(me, slot)
+                        .and_then(|c| data.as_mut().map(|l| l.read_at(c * chunk + offset, out)))
+                };
+                read.unwrap_or_else(|| zeros(out))
+            },
+            scr_kernels::xor_into,
+            |slot, offset, bytes| match chunk_of(f, slot) {
+                Some(c) => rebuilt
+                    .as_mut()
+                    .map_or(Ok(()), |l| l.write_at(c * chunk + offset, bytes)),
+                None => writer.as_mut().map_or(Ok(()), |w| w.write(bytes)),
+            },
+        )?;
+        if me == f {
+            // the rebuilt files must match the size and CRC32 the neighbour's header
+            // recorded for them, or the rebuild fails on every member and nothing that
+            // looks recovered is left behind
+            finish_rebuild(rebuilt, &own_metas, failure);
+            if let (Some(w), true) = (writer, failure.is_empty()) {
+                let header = RedHeader {
+                    chunk,
+                    files: [(me, info.own.clone()), (host.left(1), info.left.clone())]
+                        .into_iter()
+                        .collect(),
+                    ..RedHeader::for_member("XOR", request.dataset_id, host)?
+                };
+                failure.note(w.finish(header));
+            }
+        }
+        Ok(own_metas)
+    }
+}
+
+/// What a lost member needs to rebuild: its chunk size, its own files' metadata (kept
+/// by its right neighbour) and its left neighbour's (for its new redundancy header).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Info {
+    chunk: u64,
+    own: Vec<StoredMeta>,
+    left: Vec<StoredMeta>,
+}
+
+/// The files the host found for this member (none when it lost them).
+fn given(request: &RecoverRequest) -> Vec<FileMeta> {
+    request
+        .files
+        .clone()
+        .into_option()
+        .unwrap_or_default()
+        .into_vec()
 }
 
 /// Which data chunk of member `i` sits in slot `j` (None: the zero slot).
@@ -197,193 +366,20 @@ impl Scheme for XorScheme {
 
     fn recover(&self, host: &Host<'_>, request: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
         self.check_host(host)?;
-        let n = self.members;
-        let me = self.member;
         let dir = Path::new(request.dir.as_str());
-        let red: Option<RedReader> = open_verified(&self.red_path(dir))
-            .ok()
-            .filter(|r| r.header.matches("XOR", request.dataset_id, n, me));
-        let data_ok = request.files.is_some();
-        let mut lost = gather_flags(host, !(data_ok && red.is_some()))?;
-        if !lost.contains(&true) {
-            return Ok(request
-                .files
-                .clone()
-                .into_option()
-                .unwrap_or_default()
-                .into_vec());
-        }
-        // A rebuild reads every survivor's data: a survivor whose files do not match
-        // their recorded size and CRC32 would put wrong bytes into the lost member's
-        // files, so it counts as lost too. Only paid when something is lost.
-        let mine_bad = match &request.files {
-            RSome(files) => verify_files(files)
-                .map_err(|e| host.log(LogLevel::Warn, &format!("XOR: {e}; counted as lost")))
-                .is_err(),
-            RNone => false,
+        let red: Option<RedReader> = open_verified(&self.red_path(dir)).ok().filter(|r| {
+            r.header
+                .matches("XOR", request.dataset_id, self.members, self.member)
+        });
+        let Some(f) = self.lost_member(host, request, red.is_some())? else {
+            return Ok(given(request));
         };
-        if !host.all_agree(!mine_bad)? {
-            lost = gather_flags(host, !(data_ok && !mine_bad && red.is_some()))?;
-        }
-        let lost_members: Vec<u32> = (0..n).filter(|&m| lost[m as usize]).collect();
-        if lost_members.len() > 1 || n < 2 {
-            return Err(PluginError::new(
-                ErrorCode::UNRECOVERABLE,
-                format!(
-                    "members {lost_members:?} of {n} lost files and XOR rebuilds only one per set"
-                ),
-            ));
-        }
-        let f = lost_members[0];
-        let (right, left) = ((f + 1) % n, (f + n - 1) % n);
-
-        // what the lost member needs to know: its chunk size, its own files' metadata
-        // (kept by its right neighbour) and its left neighbour's (kept by that neighbour)
-        #[derive(serde::Serialize, serde::Deserialize)]
-        struct Info {
-            chunk: u64,
-            own: Vec<StoredMeta>,
-            left: Vec<StoredMeta>,
-        }
         let mut failure = Failures::new();
         let header = red.as_ref().map(|r| r.header.clone());
-        if me == right {
-            let h = header.clone().expect("a survivor has a verified header");
-            let info = Info {
-                chunk: h.chunk,
-                own: h.files.get(&f).cloned().unwrap_or_default(),
-                left: if right == left {
-                    h.files.get(&me).cloned().unwrap_or_default()
-                } else {
-                    Vec::new()
-                },
-            };
-            send_bytes(host, f, TAG, &json(&info))?;
-        }
-        if me == left && left != right {
-            let h = header.clone().expect("a survivor has a verified header");
-            send_bytes(
-                host,
-                f,
-                TAG,
-                &json(&h.files.get(&me).cloned().unwrap_or_default()),
-            )?;
-        }
-        let mut info = Info {
-            chunk: header.as_ref().map_or(0, |h| h.chunk),
-            own: Vec::new(),
-            left: Vec::new(),
-        };
-        if me == f {
-            if let Some(i) =
-                failure.note(recv_bytes(host, right, TAG).and_then(|b| unjson::<Info>(&b)))
-            {
-                info = i;
-            }
-            if left != right {
-                if let Some(l) = failure.note(recv_bytes(host, left, TAG).and_then(|b| unjson(&b)))
-                {
-                    info.left = l;
-                }
-            }
-        }
-        let chunk = host.all_reduce(info.chunk, ReduceOp::Max)?;
-
-        // survivors read their data (or parity in their own slot); the lost member
-        // writes what the reduction delivers
-        let own_metas: Vec<FileMeta> = if me == f {
-            info.own.iter().map(|m| m.to_meta(dir)).collect()
-        } else {
-            request
-                .files
-                .clone()
-                .into_option()
-                .unwrap_or_default()
-                .into_vec()
-        };
-        let mut lofi = if me == f {
-            failure.note(LogicalFile::create(dir, &own_metas))
-        } else {
-            failure.note(LogicalFile::open(&own_metas))
-        };
-        let mut red = red;
-        let mut writer = if me == f {
-            failure.note(RedWriter::create(&self.red_path(dir)))
-        } else {
-            None
-        };
-        let k = (me + n - f) % n; // position along the chain f+1 .. f-1, f
-        let mut buf = vec![0u8; self.piece];
-        let mut incoming = vec![0u8; self.piece];
-        let mut offset = 0u64;
-        while offset < chunk {
-            let p = (self.piece as u64).min(chunk - offset) as usize;
-            for slot in 0..n {
-                if me == f {
-                    host.recv(left, TAG, &mut incoming[..p])?;
-                    match chunk_of(f, slot) {
-                        Some(c) => {
-                            if let Some(l) = lofi.as_mut() {
-                                failure.note(l.write_at(c * chunk + offset, &incoming[..p]));
-                            }
-                        }
-                        None => {
-                            if let Some(w) = writer.as_mut() {
-                                failure.note(w.write(&incoming[..p]));
-                            }
-                        }
-                    }
-                    continue;
-                }
-                let out = &mut buf[..p];
-                let read = if slot == me {
-                    red.as_mut().map(|r| r.read_at(offset, out))
-                } else {
-                    chunk_of(me, slot)
-                        .and_then(|c| lofi.as_mut().map(|l| l.read_at(c * chunk + offset, out)))
-                };
-                if read.is_some_and(|r| failure.note(r).is_none()) {
-                    out.fill(0);
-                }
-                if k > 1 {
-                    host.recv(host.left(1), TAG, &mut incoming[..p])?;
-                    scr_kernels::xor_into(out, &incoming[..p]);
-                }
-                host.send(host.right(1), TAG, out)?;
-            }
-            offset += p as u64;
-        }
-        if me == f {
-            if let Some(l) = lofi.as_mut() {
-                failure.note(l.sync());
-            }
-            drop(lofi);
-            // the rebuilt files must match the size and CRC32 the neighbour's header
-            // recorded for them, or the rebuild fails on every member and nothing that
-            // looks recovered is left behind
-            if failure.is_empty() && failure.note(verify_files(&own_metas)).is_none() {
-                for m in &own_metas {
-                    let _ = std::fs::remove_file(m.path.as_str());
-                }
-            }
-            for m in &own_metas {
-                if failure.is_empty() {
-                    failure.note(restore_metadata(m));
-                }
-            }
-            if let (Some(w), true) = (writer, failure.is_empty()) {
-                let header = RedHeader {
-                    chunk,
-                    files: [(me, info.own.clone()), (left, info.left.clone())]
-                        .into_iter()
-                        .collect(),
-                    ..RedHeader::for_member("XOR", request.dataset_id, host)?
-                };
-                failure.note(w.finish(header));
-            }
-        }
+        let info = self.info_for(host, f, header.as_ref(), &mut failure)?;
+        let own = self.rebuild(host, request, f, &info, red, &mut failure)?;
         failure.agree(host, "XOR rebuild")?;
-        Ok(own_metas)
+        Ok(own)
     }
 
     fn redundancy_files(&self, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {

@@ -1,0 +1,1 @@
+//! Transfer types: see the `axl-transfer` plugin and `templates/transfer-plugin`.
