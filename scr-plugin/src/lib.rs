@@ -23,6 +23,9 @@
 //!   from the pieces a scheme reads anyway), [`redfile`] (redundancy files with a checksummed header)
 //!   [`collect`] (flags and variable-length exchanges over the host services) and
 //!   [`verify`] (files checked against their recorded size and CRC32).
+//! - [`copy_engine`]: the reusable copy engine of transfer types (thread, persisted state,
+//!   cancel, resume, temporary file + rename + fsync, CRC32, metadata, logging from the
+//!   copy thread): a vendor writes only how to copy one chunk.
 //! - [`conformance`]: the scheme cases `scr-conformance` runs, usable from a plugin's own
 //!   unit tests over [`inproc`]; [`crc_cases`]: the cases of a scheme that computes its
 //!   files' CRC32s in its own pass ([`Scheme::apply_with_crc`]).
@@ -90,6 +93,7 @@ pub mod abi;
 pub mod cachefs;
 pub mod collect;
 pub mod conformance;
+pub mod copy_engine;
 pub mod crc_cases;
 mod error;
 mod host;
