@@ -26,6 +26,7 @@
 //! - [`copy_engine`]: the reusable copy engine of transfer types (thread, persisted state,
 //!   cancel, resume, temporary file + rename + fsync, CRC32, metadata, logging from the
 //!   copy thread): a vendor writes only how to copy one chunk.
+//! - [`manual`]: the plugin author's manual (docs only).
 //! - [`conformance`]: the scheme cases `scr-conformance` runs, usable from a plugin's own
 //!   unit tests over [`inproc`]; [`crc_cases`]: the cases of a scheme that computes its
 //!   files' CRC32s in its own pass ([`Scheme::apply_with_crc`]).
@@ -99,6 +100,7 @@ mod error;
 mod host;
 pub mod inproc;
 pub mod lofi;
+pub mod manual;
 mod params;
 mod plugin;
 pub mod redfile;
