@@ -568,33 +568,7 @@ impl<C: FileCopier> CopyEngine<C> {
                 .iter()
                 .map(|f| (f.source.as_path(), f.destination.as_path())),
         )?;
-        let chunk = state.chunk;
-        let (mut kept, mut dropped) = (0usize, 0usize);
-        for f in &mut state.files {
-            if f.status == Status::Complete {
-                let ok = std::fs::metadata(&f.destination).is_ok_and(|m| m.len() == f.size);
-                if ok {
-                    continue;
-                }
-                f.chunks.clear();
-                f.crc32 = None;
-            }
-            // keep only the chunks whose bytes in the temporary file still match
-            let temp = f.temp();
-            let file = File::open(&temp).ok();
-            let before = f.chunks.len();
-            f.chunks.retain(|&i, crc| {
-                let Some(file) = &file else { return false };
-                let off = i * chunk;
-                let len = chunk.min(f.size.saturating_sub(off)) as usize;
-                let mut buf = vec![0u8; len];
-                file.read_exact_at(&mut buf, off).is_ok() && crc32fast::hash(&buf) == *crc
-            });
-            kept += f.chunks.len();
-            dropped += before - f.chunks.len();
-            f.status = Status::Idle;
-            f.error = None;
-        }
+        let (kept, dropped) = verify_copied(&mut state);
         state.status = Status::Idle;
         let complete = state
             .files
@@ -632,6 +606,41 @@ impl<C: FileCopier> CopyEngine<C> {
             let _ = w.join();
         }
     }
+}
+
+/// Check what a resumed state says was copied: a complete file by its destination's
+/// size (else it is copied again), each chunk of an incomplete file by its CRC32 in the
+/// temporary file (a chunk that differs is dropped and copied again). Returns how many
+/// chunks were kept and dropped.
+fn verify_copied(state: &mut State) -> (usize, usize) {
+    let chunk = state.chunk;
+    let (mut kept, mut dropped) = (0usize, 0usize);
+    for f in &mut state.files {
+        if f.status == Status::Complete {
+            let ok = std::fs::metadata(&f.destination).is_ok_and(|m| m.len() == f.size);
+            if ok {
+                continue;
+            }
+            f.chunks.clear();
+            f.crc32 = None;
+        }
+        // keep only the chunks whose bytes in the temporary file still match
+        let temp = f.temp();
+        let file = File::open(&temp).ok();
+        let before = f.chunks.len();
+        f.chunks.retain(|&i, crc| {
+            let Some(file) = &file else { return false };
+            let off = i * chunk;
+            let len = chunk.min(f.size.saturating_sub(off)) as usize;
+            let mut buf = vec![0u8; len];
+            file.read_exact_at(&mut buf, off).is_ok() && crc32fast::hash(&buf) == *crc
+        });
+        kept += f.chunks.len();
+        dropped += before - f.chunks.len();
+        f.status = Status::Idle;
+        f.error = None;
+    }
+    (kept, dropped)
 }
 
 /// Copy every missing chunk with the state's threads, then finish each file.
