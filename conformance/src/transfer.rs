@@ -106,25 +106,8 @@ fn check_results(
     files: &[(PathBuf, PathBuf, Vec<u8>)],
 ) -> Result<(), String> {
     {
-        if results.len() != files.len() {
-            return Err(format!(
-                "{} results for {} files",
-                results.len(),
-                files.len()
-            ));
-        }
-        for (i, ((s, d, data), r)) in files.iter().zip(results.iter()).enumerate() {
-            if r.source.as_str() != s.display().to_string()
-                || r.destination.as_str() != d.display().to_string()
-            {
-                return Err(format!(
-                    "result {i} is for {} -> {}, but file {i} added was {} -> {}",
-                    r.source,
-                    r.destination,
-                    s.display(),
-                    d.display()
-                ));
-            }
+        check_names(results, files)?;
+        for ((_, d, data), r) in files.iter().zip(results.iter()) {
             let got = std::fs::read(d).map_err(|e| {
                 format!(
                     "{}: {e}, although the transfer reported it {:?}",
@@ -184,6 +167,35 @@ fn check_results(
     }
 }
 
+/// The results are exactly one per added file, in the order added, each naming that
+/// file's source and destination.
+fn check_names(
+    results: &[FileResult],
+    files: &[(PathBuf, PathBuf, Vec<u8>)],
+) -> Result<(), String> {
+    if results.len() != files.len() {
+        return Err(format!(
+            "{} results for {} files",
+            results.len(),
+            files.len()
+        ));
+    }
+    for (i, ((s, d, _), r)) in files.iter().zip(results.iter()).enumerate() {
+        if r.source.as_str() != s.display().to_string()
+            || r.destination.as_str() != d.display().to_string()
+        {
+            return Err(format!(
+                "result {i} is for {} -> {}, but file {i} added was {} -> {}",
+                r.source,
+                r.destination,
+                s.display(),
+                d.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Run the transfer cases for type `name`; `report(case, outcome)` once per case.
 pub fn run(
     registry: &Registry,
@@ -235,6 +247,10 @@ pub fn run(
         let mut t = case
             .with_host(|h| registry.resume_transfer(&cfg, h))
             .map_err(|e| e.to_string())?;
+        // before anything else, the host reads the results of a resumed transfer to
+        // check it is the flush it is resuming: every file, in order, named as added
+        let reopened = t.results().into_result().map_err(|e| e.to_string())?;
+        check_names(&reopened, &files).map_err(|e| format!("right after resume: {e}"))?;
         let status = case.with_host(|h| {
             let s = t.test(h.sabi_reborrow()).into_result()?;
             if s == TransferStatus::Idle {

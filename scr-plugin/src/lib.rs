@@ -25,6 +25,9 @@
 //!   [`ring`] (a member's bytes streamed around its set in pieces: a scheme writes only
 //!   the per-piece arithmetic) and [`verify`] (files checked against their recorded
 //!   size and CRC32).
+//! - [`copy_engine`]: the reusable copy engine of transfer types (thread, persisted state,
+//!   cancel, resume, temporary file + rename + fsync, CRC32, metadata, logging from the
+//!   copy thread): a vendor writes only how to copy one chunk.
 //! - [`manual`]: how to write, test and ship a plugin (docs only).
 //! - [`conformance`]: the scheme cases `scr-conformance` runs, usable from a plugin's own
 //!   unit tests over [`inproc`]; [`crc_cases`]: the cases of a scheme that computes its
@@ -93,6 +96,7 @@ pub mod abi;
 pub mod cachefs;
 pub mod collect;
 pub mod conformance;
+pub mod copy_engine;
 pub mod crc_cases;
 mod error;
 mod host;

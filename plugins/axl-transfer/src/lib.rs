@@ -1,7 +1,7 @@
 //! Transfer types for flushing datasets to the prefix and fetching them back:
 //! `sync` (one thread) and `pthread` (a pool that splits large files into chunks), both
-//! with CRC32 while copying, metadata, temporary names renamed on completion, persisted
-//! state for resume and cancel (see [`copy`]); `bbapi` (IBM burst buffer) and `dw` (Cray
+//! scr-plugin's copy engine with CRC32 while copying, metadata, temporary names renamed on
+//! completion, persisted state for resume and cancel (see [`copy`]); `bbapi` (IBM burst buffer) and `dw` (Cray
 //! DataWarp) drive the vendor library opened at run time, with an optional fallback type
 //! when it is absent (see [`vendor`]).
 #![deny(unsafe_code)]
@@ -21,7 +21,7 @@ impl PluginLibrary for AxlTransfer {
 
     fn new_transfer(config: &TransferConfig, host: &Host<'_>) -> PluginResult<Box<dyn Transfer>> {
         match config.transfer_type.to_ascii_lowercase().as_str() {
-            "sync" | "pthread" => Ok(Box::new(copy::CopyTransfer::new(config)?)),
+            "sync" | "pthread" => Ok(Box::new(copy::new(config)?)),
             _ => vendor::create(config, host, false),
         }
     }
@@ -31,7 +31,7 @@ impl PluginLibrary for AxlTransfer {
         host: &Host<'_>,
     ) -> PluginResult<Box<dyn Transfer>> {
         match config.transfer_type.to_ascii_lowercase().as_str() {
-            "sync" | "pthread" => Ok(Box::new(copy::CopyTransfer::resume(config)?)),
+            "sync" | "pthread" => Ok(Box::new(copy::resume(config)?)),
             _ => vendor::create(config, host, true),
         }
     }

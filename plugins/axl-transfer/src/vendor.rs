@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use libloading::Library;
+use scr_plugin::copy_engine;
 use scr_plugin::{
     ErrorCode, FileResult, Host, LogLevel, Params, PluginError, PluginResult, Transfer,
     TransferConfig, TransferStatus,
@@ -135,26 +136,11 @@ pub fn create(
                 .filter(|p| !matches!(p.key.as_str(), "library" | "fallback"))
                 .collect();
             if resume {
-                Ok(Box::new(crate::copy::CopyTransfer::resume(&cfg)?))
+                Ok(Box::new(crate::copy::resume(&cfg)?))
             } else {
-                Ok(Box::new(crate::copy::CopyTransfer::new(&cfg)?))
+                Ok(Box::new(crate::copy::new(&cfg)?))
             }
         }
-    }
-}
-
-/// CRC32 of a file, read in pieces.
-fn file_crc(path: &str) -> PluginResult<u32> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).map_err(|e| PluginError::io(path, e))?;
-    let mut h = crc32fast::Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(|e| PluginError::io(path, e))?;
-        if n == 0 {
-            return Ok(h.finalize());
-        }
-        h.update(&buf[..n]);
     }
 }
 
@@ -208,7 +194,7 @@ impl VendorTransfer {
             })?;
             // a cancel after resume deletes the destinations: only a private, well-formed
             // state is trusted
-            crate::copy::check_resumed(
+            copy_engine::check_resumed(
                 &state_file,
                 state
                     .files
@@ -247,7 +233,7 @@ impl VendorTransfer {
     fn persist(&self) -> PluginResult<()> {
         let bytes = serde_json::to_vec(&self.state)
             .map_err(|e| PluginError::new(ErrorCode::OTHER, e.to_string()))?;
-        crate::copy::persist_atomic(&self.state_file, &bytes)
+        copy_engine::persist_atomic(&self.state_file, &bytes)
     }
 
     fn sym<T>(&self, name: &[u8]) -> PluginResult<libloading::Symbol<'_, T>> {
@@ -475,12 +461,12 @@ impl VendorTransfer {
             let mut errors = Vec::with_capacity(self.state.files.len());
             for (src, dst) in &self.state.files {
                 let crc = if self.state.crc {
-                    file_crc(dst).map(Some)
+                    copy_engine::file_crc32(Path::new(dst)).map(Some)
                 } else {
                     Ok(None)
                 };
                 let meta = if self.state.preserve {
-                    crate::copy::copy_metadata(std::path::Path::new(src), std::path::Path::new(dst))
+                    copy_engine::copy_metadata(Path::new(src), Path::new(dst))
                 } else {
                     Ok(())
                 };
@@ -658,7 +644,7 @@ impl Transfer for VendorTransfer {
         }
         for (_, d) in &self.state.files {
             if self.status != TransferStatus::Complete {
-                crate::copy::remove_regular(Path::new(d));
+                copy_engine::remove_regular(Path::new(d));
             }
         }
         self.state.cancelled = true;
