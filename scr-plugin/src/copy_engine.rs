@@ -95,10 +95,8 @@ pub fn crc32(bytes: &[u8]) -> u32 {
 /// State-file format version.
 const STATE_VERSION: u32 = 1;
 
-/// Poison-tolerant lock: a panic on a copy thread must not wedge `cancel` or `results`.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+// Poison-tolerant: a panic on a copy thread must not wedge `cancel` or `results`.
+use crate::sync::lock;
 
 // ---------------------------------------------------------------------------------------
 // Logging from threads that hold no Host

@@ -296,7 +296,7 @@ impl VendorTransfer {
         if self.bb_user {
             return Ok(());
         }
-        let mut users = BB_USERS.lock().unwrap_or_else(|e| e.into_inner());
+        let mut users = scr_plugin::sync::lock(&BB_USERS);
         if *users == 0 {
             let version = Self::cstr("scr-rs")?;
             // SAFETY: BB_InitLibrary(contribId, clientVersion) takes a NUL-terminated
@@ -692,7 +692,7 @@ impl Drop for VendorTransfer {
             }
         }
         if self.bb_user {
-            let mut users = BB_USERS.lock().unwrap_or_else(|e| e.into_inner());
+            let mut users = scr_plugin::sync::lock(&BB_USERS);
             *users -= 1;
             if *users == 0 {
                 type Term = unsafe extern "C" fn() -> c_int;

@@ -11,19 +11,11 @@ use scr_plugin::{
     host_ref, inproc, Host, LogLevel, Param, PluginLibrary, TransferConfig, TransferStatus,
 };
 
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
+/// A stand-in vendor library the workspace built (see `plugins/test-fixtures`).
 fn stand_in(name: &str) -> String {
-    let p = target_dir().join(format!("lib{name}.so"));
-    assert!(
-        p.is_file(),
-        "{} missing: cargo build --workspace",
-        p.display()
-    );
-    p.display().to_string()
+    scr_plugin::conformance::built_library(name)
+        .display()
+        .to_string()
 }
 
 fn config(kind: &str, state: &Path, settings: &[(&str, &str)]) -> TransferConfig {
