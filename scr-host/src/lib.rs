@@ -9,6 +9,7 @@ pub mod explain;
 pub mod hostlist;
 pub mod launch;
 pub mod local_mpi;
+pub mod log;
 pub mod man;
 pub mod registry;
 pub mod runtime;
