@@ -544,8 +544,6 @@ pub fn run_scheme_cases_traced(
     started: &mut dyn FnMut(&str),
     report: &mut dyn FnMut(CaseResult),
 ) -> PluginResult<()> {
-    let n = host.size();
-    let me = host.rank();
     let k = scheme.describe()?.tolerated_losses;
     let mut cases = Cases {
         host,
@@ -553,249 +551,368 @@ pub fn run_scheme_cases_traced(
         report,
     };
     for (index, shape) in SHAPES.iter().enumerate() {
-        let dataset_id = index as u64 + 1;
-        let sdir = dir.join(shape);
-        let _ = std::fs::remove_dir_all(&sdir);
-        std::fs::create_dir_all(&sdir).map_err(|e| PluginError::io(sdir.display(), e))?;
-        let metas = make_files(&sdir, shape, me, piece)?;
+        let sh = ShapeRun::new(host, scheme, dir, shape, index, piece, k)?;
+        let Some(applied) = apply_cases(&mut cases, &sh)? else {
+            continue;
+        };
+        listing_case(&mut cases, &sh, applied)?;
+        tolerated_loss_cases(&mut cases, &sh, index == 0)?;
+        if k < sh.n {
+            beyond_claim_cases(&mut cases, &sh)?;
+        }
+        if *shape == "uniform" && k >= 1 && sh.n >= 2 {
+            corrupted_survivor_cases(&mut cases, &sh)?;
+        }
+        corrupted_header_cases(&mut cases, &sh)?;
+        remove_case(&mut cases, &sh)?;
+        let _ = std::fs::remove_dir_all(&sh.dir);
+    }
+    Ok(())
+}
+
+/// One file shape's dataset on this member, and what the cases do with it.
+struct ShapeRun<'a, 'h> {
+    host: &'a Host<'h>,
+    scheme: &'a dyn SchemeUnderTest,
+    shape: &'static str,
+    piece: u64,
+    /// Set size, this member, tolerated losses.
+    n: u32,
+    me: u32,
+    k: u32,
+    dir: PathBuf,
+    metas: Vec<FileMeta>,
+    /// The data files (everything else in `dir` is the scheme's).
+    data: Vec<PathBuf>,
+    ds: DatasetFiles,
+}
+
+impl<'a, 'h> ShapeRun<'a, 'h> {
+    fn new(
+        host: &'a Host<'h>,
+        scheme: &'a dyn SchemeUnderTest,
+        root: &Path,
+        shape: &'static str,
+        index: usize,
+        piece: u64,
+        k: u32,
+    ) -> PluginResult<Self> {
+        let me = host.rank();
+        let dir = root.join(shape);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| PluginError::io(dir.display(), e))?;
+        let metas = make_files(&dir, shape, me, piece)?;
         let ds = DatasetFiles {
-            dataset_id,
-            dir: sdir.display().to_string().into(),
+            dataset_id: index as u64 + 1,
+            dir: dir.display().to_string().into(),
             files: metas.clone().into(),
         };
-        let data: Vec<PathBuf> = metas
+        let data = metas
             .iter()
             .map(|m| PathBuf::from(m.path.as_str()))
             .collect();
-        // whatever is in the dataset directory besides the data is the scheme's
-        let scheme_files = || -> Vec<PathBuf> {
-            walk(&sdir)
-                .into_iter()
-                .filter(|p| !data.contains(p))
-                .collect()
-        };
-        let reset = || -> PluginResult<()> {
-            make_files(&sdir, shape, me, piece)?;
-            scheme.apply(host, &ds).map(|_| ())
-        };
-        let request = |lost_data: bool| RecoverRequest {
-            dataset_id,
-            dir: sdir.display().to_string().into(),
+        Ok(ShapeRun {
+            host,
+            scheme,
+            shape,
+            piece,
+            n: host.size(),
+            me,
+            k,
+            dir,
+            metas,
+            data,
+            ds,
+        })
+    }
+
+    /// Whatever is in the dataset directory besides the data is the scheme's.
+    fn scheme_files(&self) -> Vec<PathBuf> {
+        walk(&self.dir)
+            .into_iter()
+            .filter(|p| !self.data.contains(p))
+            .collect()
+    }
+
+    /// Back to the applied state after a case that lost or damaged files.
+    fn reset(&self) -> PluginResult<()> {
+        make_files(&self.dir, self.shape, self.me, self.piece)?;
+        self.scheme.apply(self.host, &self.ds).map(|_| ())
+    }
+
+    /// The recover request of this member, which lost its data or did not.
+    fn request(&self, lost_data: bool) -> RecoverRequest {
+        RecoverRequest {
+            dataset_id: self.ds.dataset_id,
+            dir: self.ds.dir.clone(),
             files: if lost_data {
                 RNone
             } else {
-                RSome(RVec::from(metas.clone()))
+                RSome(RVec::from(self.metas.clone()))
             },
-        };
-        let check = |g: &[FileMeta]| check_files(shape, me, piece, &metas, g);
-
-        // apply twice: it must be repeatable
-        let name = format!("{shape}: apply");
-        cases.begin(&name);
-        let first = scheme.apply(host, &ds).map_err(|e| e.to_string());
-        if !cases.end(name, first.as_ref().map(|_| ()).map_err(Clone::clone))? {
-            continue;
         }
-        let name = format!("{shape}: apply again");
-        cases.begin(&name);
-        let second = scheme.apply(host, &ds).map_err(|e| e.to_string());
-        let same = match (&first, &second) {
-            (Ok(a), Ok(b)) if a == b => Ok(()),
-            (Ok(a), Ok(b)) => Err(format!("redundancy files changed from {a:?} to {b:?}")),
-            (_, Err(e)) => Err(e.clone()),
-            (Err(e), _) => Err(e.clone()),
-        };
-        if !cases.end(name, same)? {
-            continue;
+    }
+
+    /// This member's recovered files checked byte for byte against what was written.
+    fn check(&self, got: &[FileMeta]) -> Result<(), String> {
+        check_files(self.shape, self.me, self.piece, &self.metas, got)
+    }
+
+    /// Lose this member's data, its redundancy, or both.
+    fn lose(&self, data: bool, redundancy: bool) {
+        if redundancy {
+            remove_all(self.scheme_files());
         }
-
-        // the host moves, flushes and deletes redundancy files by this list
-        let name = format!("{shape}: redundancy_files lists exactly what apply wrote");
-        cases.begin(&name);
-        let mut returned: Vec<PathBuf> = second
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .map(PathBuf::from)
-            .collect();
-        returned.sort();
-        let listed = scheme.redundancy_files(&ds).map(|v| {
-            let mut v: Vec<PathBuf> = v.into_iter().map(PathBuf::from).collect();
-            v.sort();
-            v
-        });
-        let on_disk = scheme_files();
-        let mine = match listed {
-            Err(e) => Err(e.to_string()),
-            Ok(l) if l != returned => Err(format!(
-                "member {me}: redundancy_files lists {l:?} but apply returned {returned:?}"
-            )),
-            Ok(_) if on_disk != returned => Err(format!(
-                "member {me}: apply returned {returned:?} but wrote {on_disk:?}"
-            )),
-            Ok(_) => Ok(()),
-        };
-        cases.end(name, mine)?;
-
-        // every tolerated loss pattern, every way of losing, then one more loss
-        for pattern in combinations(n, k) {
-            for kinds in assignments(&pattern, index == 0) {
-                let how = kinds_name(&pattern, &kinds);
-                let name = format!("{shape}: lose members {pattern:?} ({how}), recover");
-                cases.begin(&name);
-                let (lose_data, lose_red) = match pattern.iter().position(|&m| m == me) {
-                    None => (false, false),
-                    Some(i) => match kinds[i] {
-                        Loss::Both => (true, true),
-                        Loss::DataOnly => (true, false),
-                        Loss::RedundancyOnly => (false, true),
-                    },
-                };
-                if lose_red {
-                    remove_all(scheme_files());
-                }
-                if lose_data {
-                    remove_all(data.clone());
-                }
-                let got = scheme.recover(host, &request(lose_data));
-                let mine = got.map_err(|e| e.to_string()).and_then(|g| check(&g));
-                if !cases.end(name, mine)? {
-                    reset()?;
-                    continue;
-                }
-                // protected again: the rebuilt members' redundancy is back, so losing
-                // the member whose rebuild needs it (the left neighbour of the first
-                // member lost) is recovered too
-                let next = (pattern[0] + n - 1) % n;
-                let name = format!(
-                    "{shape}: after losing {pattern:?} ({how}), lose member {next} too: protected again"
-                );
-                cases.begin(&name);
-                if me == next {
-                    remove_all(scheme_files());
-                    remove_all(data.clone());
-                }
-                let got = scheme.recover(host, &request(me == next));
-                let mine = got.map_err(|e| e.to_string()).and_then(|g| check(&g));
-                if !cases.end(name, mine)? {
-                    reset()?;
-                }
-            }
+        if data {
+            remove_all(self.data.clone());
         }
+    }
 
-        // beyond the claim: must fail alike everywhere with nothing looking recovered, or
-        // (a scheme may do better than it promises, e.g. PARTNER with distant losses)
-        // rebuild every member exactly
-        if k < n {
-            for pattern in exact_patterns(n, k + 1) {
-                let name = format!(
-                    "{shape}: lose members {pattern:?} (beyond the claim of {k}), recover is right or fails everywhere"
-                );
-                cases.begin(&name);
-                let lost = pattern.contains(&me);
-                if lost {
-                    remove_all(data.clone());
-                    remove_all(scheme_files());
-                }
-                let got = scheme.recover(host, &request(lost));
-                let left_behind = got.is_err() && lost && data.iter().any(|p| p.exists());
-                let mine = cases
-                    .right_or_failed_alike(got, Some(ErrorCode::UNRECOVERABLE), |g: &[FileMeta]| {
-                        check(g).map_err(|e| format!(
-                            "recovered although more members were lost than the scheme tolerates, and wrongly: {e}"
-                        ))
-                    })?
-                    .and_then(|()| if left_behind {
-                        Err("a lost member's file exists again after a failed recovery".to_string())
-                    } else {
-                        Ok(())
-                    });
-                cases.end(name, mine)?;
-                reset()?;
-            }
-        }
-
-        // a survivor's data corrupted by one byte while another member is lost: the
-        // scheme must not feed it into the rebuild nor hand it back as good
-        if shape == &"uniform" && k >= 1 && n >= 2 {
-            for (s, l) in survivor_pairs(n) {
-                let name = format!(
-                    "{shape}: member {s}'s data corrupted by one byte and member {l} lost, recover is right or fails everywhere"
-                );
-                cases.begin(&name);
-                if me == s {
-                    for p in &data {
-                        if let Ok(mut b) = std::fs::read(p) {
-                            let i = 1234 % b.len().max(1);
-                            if let Some(x) = b.get_mut(i) {
-                                *x ^= 0x01;
-                                std::fs::write(p, &b)
-                                    .map_err(|e| PluginError::io(p.display(), e))?;
-                            }
-                        }
-                    }
-                }
-                if me == l {
-                    remove_all(data.clone());
-                    remove_all(scheme_files());
-                }
-                let got = scheme.recover(host, &request(me == l));
-                let mine = cases
-                    .right_or_failed_alike(got, None, check)?
-                    .map_err(|e| format!("member {me}: {e}"));
-                cases.end(name, mine)?;
-                reset()?;
-            }
-        }
-
-        // a corrupted redundancy header must not be trusted, on any member
-        let any_red = host.all_reduce(u64::from(!scheme_files().is_empty()), ReduceOp::Max)? == 1;
-        if any_red && n > 1 {
-            for c in 0..n {
-                let pattern: Vec<u32> = (1..=k.min(n - 1)).map(|d| (c + d) % n).collect();
-                let name = format!("{shape}: corrupted redundancy header on member {c} with members {pattern:?} lost");
-                cases.begin(&name);
-                if me == c {
-                    for p in scheme_files() {
-                        if let Ok(mut b) = std::fs::read(&p) {
-                            let i = b.len().saturating_sub(20);
-                            if let Some(x) = b.get_mut(i) {
-                                *x ^= 0x55;
-                            }
-                            let _ = std::fs::write(&p, b);
-                        }
-                    }
-                }
-                let lost = pattern.contains(&me);
-                if lost {
-                    remove_all(data.clone());
-                }
-                let got = scheme.recover(host, &request(lost));
-                let mine = cases
-                    .right_or_failed_alike(got, Some(ErrorCode::UNRECOVERABLE), check)?
-                    .map_err(|e| format!("trusted a corrupted header: {e}"));
-                cases.end(name, mine)?;
-                reset()?;
-            }
-        }
-
-        // remove leaves nothing of the scheme's behind
-        let name = format!("{shape}: remove leaves nothing behind");
-        cases.begin(&name);
-        let mine = scheme
-            .remove(host, &ds)
+    /// Recover after this member lost (or kept) its data, and check what came back.
+    fn recover_checked(&self, lost_data: bool) -> Result<(), String> {
+        self.scheme
+            .recover(self.host, &self.request(lost_data))
             .map_err(|e| e.to_string())
-            .and_then(|()| {
-                let left = scheme_files();
-                if left.is_empty() {
-                    Ok(())
-                } else {
-                    Err(format!("member {me}: left {left:?}"))
-                }
+            .and_then(|g| self.check(&g))
+    }
+}
+
+/// Apply twice: it must work and be repeatable. Returns the second apply's redundancy
+/// files, or `None` when the shape's remaining cases cannot run.
+fn apply_cases(
+    cases: &mut Cases<'_, '_, '_>,
+    sh: &ShapeRun<'_, '_>,
+) -> PluginResult<Option<Vec<String>>> {
+    let name = format!("{}: apply", sh.shape);
+    cases.begin(&name);
+    let first = sh.scheme.apply(sh.host, &sh.ds).map_err(|e| e.to_string());
+    if !cases.end(name, first.as_ref().map(|_| ()).map_err(Clone::clone))? {
+        return Ok(None);
+    }
+    let name = format!("{}: apply again", sh.shape);
+    cases.begin(&name);
+    let second = sh.scheme.apply(sh.host, &sh.ds).map_err(|e| e.to_string());
+    let same = match (&first, &second) {
+        (Ok(a), Ok(b)) if a == b => Ok(()),
+        (Ok(a), Ok(b)) => Err(format!("redundancy files changed from {a:?} to {b:?}")),
+        (_, Err(e)) => Err(e.clone()),
+        (Err(e), _) => Err(e.clone()),
+    };
+    if !cases.end(name, same)? {
+        return Ok(None);
+    }
+    Ok(second.ok())
+}
+
+/// The host moves, flushes and deletes redundancy files by `redundancy_files`: it must
+/// list exactly what apply returned and wrote.
+fn listing_case(
+    cases: &mut Cases<'_, '_, '_>,
+    sh: &ShapeRun<'_, '_>,
+    applied: Vec<String>,
+) -> PluginResult<()> {
+    let (me, name) = (
+        sh.me,
+        format!(
+            "{}: redundancy_files lists exactly what apply wrote",
+            sh.shape
+        ),
+    );
+    cases.begin(&name);
+    let mut returned: Vec<PathBuf> = applied.into_iter().map(PathBuf::from).collect();
+    returned.sort();
+    let listed = sh.scheme.redundancy_files(&sh.ds).map(|v| {
+        let mut v: Vec<PathBuf> = v.into_iter().map(PathBuf::from).collect();
+        v.sort();
+        v
+    });
+    let on_disk = sh.scheme_files();
+    let mine = match listed {
+        Err(e) => Err(e.to_string()),
+        Ok(l) if l != returned => Err(format!(
+            "member {me}: redundancy_files lists {l:?} but apply returned {returned:?}"
+        )),
+        Ok(_) if on_disk != returned => Err(format!(
+            "member {me}: apply returned {returned:?} but wrote {on_disk:?}"
+        )),
+        Ok(_) => Ok(()),
+    };
+    cases.end(name, mine)?;
+    Ok(())
+}
+
+/// Every tolerated loss pattern, every way of losing (data, redundancy, both; mixed
+/// within a pattern when `mixed`), recovered; then one more loss, recovered too.
+fn tolerated_loss_cases(
+    cases: &mut Cases<'_, '_, '_>,
+    sh: &ShapeRun<'_, '_>,
+    mixed: bool,
+) -> PluginResult<()> {
+    let (n, me, shape) = (sh.n, sh.me, sh.shape);
+    for pattern in combinations(n, sh.k) {
+        for kinds in assignments(&pattern, mixed) {
+            let how = kinds_name(&pattern, &kinds);
+            let name = format!("{shape}: lose members {pattern:?} ({how}), recover");
+            cases.begin(&name);
+            let (lose_data, lose_red) = match pattern.iter().position(|&m| m == me) {
+                None => (false, false),
+                Some(i) => match kinds[i] {
+                    Loss::Both => (true, true),
+                    Loss::DataOnly => (true, false),
+                    Loss::RedundancyOnly => (false, true),
+                },
+            };
+            sh.lose(lose_data, lose_red);
+            if !cases.end(name, sh.recover_checked(lose_data))? {
+                sh.reset()?;
+                continue;
+            }
+            // protected again: the rebuilt members' redundancy is back, so losing the
+            // member whose rebuild needs it (the left neighbour of the first member
+            // lost) is recovered too
+            let next = (pattern[0] + n - 1) % n;
+            let name = format!(
+                "{shape}: after losing {pattern:?} ({how}), lose member {next} too: protected again"
+            );
+            cases.begin(&name);
+            sh.lose(me == next, me == next);
+            if !cases.end(name, sh.recover_checked(me == next))? {
+                sh.reset()?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Beyond the claim: every pattern of `k + 1` losses must fail alike everywhere with
+/// nothing looking recovered, or (a scheme may do better than it promises, e.g. PARTNER
+/// with distant losses) rebuild every member exactly.
+fn beyond_claim_cases(cases: &mut Cases<'_, '_, '_>, sh: &ShapeRun<'_, '_>) -> PluginResult<()> {
+    let k = sh.k;
+    for pattern in exact_patterns(sh.n, k + 1) {
+        let name = format!(
+            "{}: lose members {pattern:?} (beyond the claim of {k}), recover is right or fails everywhere",
+            sh.shape
+        );
+        cases.begin(&name);
+        let lost = pattern.contains(&sh.me);
+        sh.lose(lost, lost);
+        let got = sh.scheme.recover(sh.host, &sh.request(lost));
+        let left_behind = got.is_err() && lost && sh.data.iter().any(|p| p.exists());
+        let mine = cases
+            .right_or_failed_alike(got, Some(ErrorCode::UNRECOVERABLE), |g: &[FileMeta]| {
+                sh.check(g).map_err(|e| format!(
+                    "recovered although more members were lost than the scheme tolerates, and wrongly: {e}"
+                ))
+            })?
+            .and_then(|()| if left_behind {
+                Err("a lost member's file exists again after a failed recovery".to_string())
+            } else {
+                Ok(())
             });
         cases.end(name, mine)?;
-        let _ = std::fs::remove_dir_all(&sdir);
+        sh.reset()?;
     }
+    Ok(())
+}
+
+/// A survivor's data corrupted by one byte while another member is lost: the scheme must
+/// not feed it into the rebuild nor hand it back as good.
+fn corrupted_survivor_cases(
+    cases: &mut Cases<'_, '_, '_>,
+    sh: &ShapeRun<'_, '_>,
+) -> PluginResult<()> {
+    let me = sh.me;
+    for (s, l) in survivor_pairs(sh.n) {
+        let name = format!(
+            "{}: member {s}'s data corrupted by one byte and member {l} lost, recover is right or fails everywhere",
+            sh.shape
+        );
+        cases.begin(&name);
+        if me == s {
+            for p in &sh.data {
+                if let Ok(mut b) = std::fs::read(p) {
+                    let i = 1234 % b.len().max(1);
+                    if let Some(x) = b.get_mut(i) {
+                        *x ^= 0x01;
+                        std::fs::write(p, &b).map_err(|e| PluginError::io(p.display(), e))?;
+                    }
+                }
+            }
+        }
+        sh.lose(me == l, me == l);
+        let got = sh.scheme.recover(sh.host, &sh.request(me == l));
+        let mine = cases
+            .right_or_failed_alike(got, None, |g: &[FileMeta]| sh.check(g))?
+            .map_err(|e| format!("member {me}: {e}"));
+        cases.end(name, mine)?;
+        sh.reset()?;
+    }
+    Ok(())
+}
+
+/// A corrupted redundancy header must not be trusted, on any member.
+fn corrupted_header_cases(
+    cases: &mut Cases<'_, '_, '_>,
+    sh: &ShapeRun<'_, '_>,
+) -> PluginResult<()> {
+    let (n, me, k) = (sh.n, sh.me, sh.k);
+    let any_red = sh
+        .host
+        .all_reduce(u64::from(!sh.scheme_files().is_empty()), ReduceOp::Max)?
+        == 1;
+    if !any_red || n <= 1 {
+        return Ok(());
+    }
+    for c in 0..n {
+        let pattern: Vec<u32> = (1..=k.min(n - 1)).map(|d| (c + d) % n).collect();
+        let name = format!(
+            "{}: corrupted redundancy header on member {c} with members {pattern:?} lost",
+            sh.shape
+        );
+        cases.begin(&name);
+        if me == c {
+            for p in sh.scheme_files() {
+                if let Ok(mut b) = std::fs::read(&p) {
+                    let i = b.len().saturating_sub(20);
+                    if let Some(x) = b.get_mut(i) {
+                        *x ^= 0x55;
+                    }
+                    let _ = std::fs::write(&p, b);
+                }
+            }
+        }
+        let lost = pattern.contains(&me);
+        sh.lose(lost, false);
+        let got = sh.scheme.recover(sh.host, &sh.request(lost));
+        let mine = cases
+            .right_or_failed_alike(got, Some(ErrorCode::UNRECOVERABLE), |g: &[FileMeta]| {
+                sh.check(g)
+            })?
+            .map_err(|e| format!("trusted a corrupted header: {e}"));
+        cases.end(name, mine)?;
+        sh.reset()?;
+    }
+    Ok(())
+}
+
+/// `remove` leaves nothing of the scheme's behind.
+fn remove_case(cases: &mut Cases<'_, '_, '_>, sh: &ShapeRun<'_, '_>) -> PluginResult<()> {
+    let name = format!("{}: remove leaves nothing behind", sh.shape);
+    cases.begin(&name);
+    let mine = sh
+        .scheme
+        .remove(sh.host, &sh.ds)
+        .map_err(|e| e.to_string())
+        .and_then(|()| {
+            let left = sh.scheme_files();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("member {}: left {left:?}", sh.me))
+            }
+        });
+    cases.end(name, mine)?;
     Ok(())
 }
 
