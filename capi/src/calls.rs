@@ -42,14 +42,11 @@ impl Drop for State {
     /// the application told what it missed.
     fn drop(&mut self) {
         if let Some(rt) = self.runtime.take() {
-            // one write: the lines of ranks sharing a pipe do not interleave
-            use std::io::Write as _;
-            let _ = std::io::stderr().write_all(
-                format!(
-                    "scr-rs[rank {}]: the application exited without calling SCR_Finalize; the cache keeps what the last completed dataset left\n",
-                    rt.rank()
-                )
-                .as_bytes(),
+            // (tracing's thread-local state may be gone at thread exit: then the event
+            // goes to the global subscriber, which is ours or the application's)
+            tracing::warn!(
+                rank = rt.rank(),
+                "the application exited without calling SCR_Finalize; the cache keeps what the last completed dataset left"
             );
             if mpi::environment::is_finalized() {
                 std::mem::forget(rt);
@@ -71,8 +68,11 @@ fn world_rank() -> Option<i32> {
         .then(|| SimpleCommunicator::world().rank())
 }
 
-/// Print a failed call's reason on stderr: which rank, which call, why.
+/// Log a failed call's reason (through tracing, as every message): which rank, which call,
+/// why. A call may fail before `SCR_Init` installed the runtime's subscriber: installed here
+/// then, so the message is not lost.
 pub fn report(call: &str, message: &str) {
+    scr_host::log::init(scr_host::log::env_debug());
     let rank = STATE
         .try_with(|s| {
             s.try_borrow()
@@ -82,13 +82,10 @@ pub fn report(call: &str, message: &str) {
         .ok()
         .flatten()
         .or_else(world_rank);
-    let line = match rank {
-        Some(r) => format!("scr-rs[rank {r}] {call}: {message}\n"),
-        None => format!("scr-rs {call}: {message}\n"),
-    };
-    // one write: the lines of ranks sharing a terminal or pipe do not interleave
-    use std::io::Write as _;
-    let _ = std::io::stderr().write_all(line.as_bytes());
+    match rank {
+        Some(r) => tracing::error!(rank = r, "{call}: {message}"),
+        None => tracing::error!("{call}: {message}"),
+    }
 }
 
 thread_local! {

@@ -514,7 +514,7 @@ fn collective_cases(
     };
     let set_members = members.len() as u32;
     let groups = members.iter().map(|&m| nodes[m as usize].clone()).collect();
-    let host_services = MpiHost::new(comm, members, groups, rank, 0);
+    let host_services = MpiHost::new(comm, members, groups, rank);
     let raw = scr_plugin::host_ref(&host_services);
     let host = scr_plugin::Host::new(raw);
     let piece: u64 = params

@@ -262,18 +262,36 @@ pub fn choose(name: Option<&str>) -> Result<&'static Kernels, String> {
 }
 
 /// The implementation the free functions use: chosen once, at the first call, from
-/// [`ENV_VAR`] or else the fastest this CPU runs. A request that cannot be honoured is
-/// reported once on standard error and the fastest is used (a kernel call has no error path,
-/// and the bytes computed are the same whichever implementation runs).
+/// [`ENV_VAR`] or else the fastest this CPU runs. A request that cannot be honoured falls
+/// back to the fastest (a kernel call has no error path, and the bytes computed are the
+/// same whichever implementation runs); [`take_selection_note`] says why, for the caller
+/// to log.
 pub fn selected() -> &'static Kernels {
-    static SELECTED: OnceLock<&'static Kernels> = OnceLock::new();
+    selection().0
+}
+
+/// Why [`selected`] is not the implementation [`ENV_VAR`] asked for, the first time it is
+/// asked (then `None`): a plugin passes it to its host's log. Why not print it here: this
+/// crate runs inside plugins, whose output must go through the host (a plugin's stderr
+/// line would bypass the application's log filtering and format).
+pub fn take_selection_note() -> Option<&'static str> {
+    static TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let note = selection().1.as_deref()?;
+    (!TAKEN.swap(true, std::sync::atomic::Ordering::Relaxed)).then_some(note)
+}
+
+/// The chosen implementation and, when the request was refused, why.
+fn selection() -> &'static (&'static Kernels, Option<String>) {
+    static SELECTED: OnceLock<(&'static Kernels, Option<String>)> = OnceLock::new();
     SELECTED.get_or_init(|| {
         let request = std::env::var(ENV_VAR).ok();
-        choose(request.as_deref()).unwrap_or_else(|e| {
-            let best = Kernels::best();
-            eprintln!("scr-kernels: {e}; using {}", best.isa());
-            best
-        })
+        match choose(request.as_deref()) {
+            Ok(k) => (k, None),
+            Err(e) => {
+                let best = Kernels::best();
+                (best, Some(format!("{e}; using the {} kernels", best.isa())))
+            }
+        }
     })
 }
 

@@ -265,15 +265,15 @@ impl Drop for Scr {
         if std::thread::panicking() || self.failed {
             // finalize is collective: after a panic or a failed call, other ranks may
             // not be there to meet this one
-            eprintln!(
-                "scr-rs[{}]: not finalized (dropped after an error); the run's state stays as the last completed dataset left it",
-                self.rt.rank()
+            tracing::warn!(
+                rank = self.rt.rank(),
+                "not finalized (dropped after an error); the run's state stays as the last completed dataset left it"
             );
             self.rt.abandon();
             return;
         }
         if let Err(e) = self.rt.finalize() {
-            eprintln!("scr-rs: finalize: {e}");
+            tracing::error!(rank = self.rt.rank(), "finalize: {e}");
         }
     }
 }

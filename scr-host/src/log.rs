@@ -54,11 +54,7 @@ pub fn init(debug: u64) {
 /// Install our subscriber for the `scr` command: lines start with `scr`, and `SCR_DEBUG`
 /// is read from the environment.
 pub fn init_cli() {
-    let debug = std::env::var("SCR_DEBUG")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    install("scr", debug);
+    install("scr", env_debug());
 }
 
 /// Raise or lower the `SCR_DEBUG` level used when `RUST_LOG` is not set (the runtime calls
@@ -78,6 +74,13 @@ pub fn level_for(debug: u64) -> Level {
 }
 
 fn install(program: &'static str, debug: u64) {
+    // once per process: later calls (each runtime's init, the C API's error path) change
+    // nothing, not even the level a configuration file set since
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| install_once(program, debug));
+}
+
+fn install_once(program: &'static str, debug: u64) {
     let _ = PROGRAM.set(program);
     set_debug(debug);
     let layer = ScrLayer::new(|line: &str| {
@@ -253,15 +256,39 @@ where
 }
 
 /// The span a runtime enters in each of its calls: every message inside carries the rank
-/// and the job id. Created at the error level so no filter drops it (a dropped span would
-/// take its fields with it).
-pub fn runtime_span(rank: u32, job_id: &str) -> tracing::Span {
-    tracing::error_span!("scr", rank = rank, job = job_id)
+/// and, once the configuration is read, the job id (record it with
+/// `span.record("job", id)`). Created at the error level so no filter drops it (a dropped
+/// span would take its fields with it).
+pub fn runtime_span(rank: u32) -> tracing::Span {
+    tracing::error_span!("scr", rank = rank, job = tracing::field::Empty)
+}
+
+/// The `SCR_DEBUG` level set in the environment (0 when unset or not a number): what
+/// decides the messages printed before a configuration is read.
+pub fn env_debug() -> u64 {
+    std::env::var("SCR_DEBUG")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The span of work on one dataset: messages inside carry its id.
 pub fn dataset_span(id: u64) -> tracing::Span {
     tracing::error_span!("dataset", dataset = id)
+}
+
+/// A plugin's message (through [`scr_plugin::HostServices::log`]) as a tracing event at
+/// its level, with the world rank and what the plugin is (`transfer pthread`, `scheme
+/// XOR`) as fields. The rank is a field of the event, not only of the runtime's span: a
+/// transfer plugin may log from a thread of its own, outside any span.
+pub fn plugin_message(level: scr_plugin::LogLevel, rank: u32, plugin: &str, message: &str) {
+    use scr_plugin::LogLevel;
+    match level {
+        LogLevel::Error => tracing::error!(rank, plugin, "{message}"),
+        LogLevel::Warn => tracing::warn!(rank, plugin, "{message}"),
+        LogLevel::Info => tracing::info!(rank, plugin, "{message}"),
+        LogLevel::Debug => tracing::debug!(rank, plugin, "{message}"),
+    }
 }
 
 #[cfg(test)]
@@ -296,7 +323,9 @@ mod tests {
     #[test]
     fn rank_job_and_dataset_come_from_the_spans_in_order() {
         let got = lines(Level::WARN, || {
-            let _rt = runtime_span(3, "4711").entered();
+            let rt = runtime_span(3);
+            rt.record("job", "4711");
+            let _rt = rt.entered();
             let _ds = dataset_span(12).entered();
             tracing::error!(plugin = "XOR", "apply failed");
         });
@@ -309,10 +338,34 @@ mod tests {
     #[test]
     fn an_event_field_overrides_a_span_field_in_place() {
         let got = lines(Level::WARN, || {
-            let _rt = runtime_span(0, "1").entered();
+            let rt = runtime_span(0);
+            rt.record("job", 1);
+            let _rt = rt.entered();
             tracing::warn!(rank = 5u32, "from the C API");
         });
         assert_eq!(got, ["scr-rs[rank=5 job=1]: warning: from the C API\n"]);
+    }
+
+    #[test]
+    fn a_plugin_message_names_the_rank_and_the_plugin_at_its_level() {
+        let got = lines(level_for(1), || {
+            plugin_message(
+                scr_plugin::LogLevel::Info,
+                2,
+                "transfer pthread",
+                "copied 3 files",
+            );
+            plugin_message(
+                scr_plugin::LogLevel::Debug,
+                2,
+                "transfer pthread",
+                "not shown at 1",
+            );
+        });
+        assert_eq!(
+            got,
+            ["scr-rs[rank=2 plugin=transfer pthread]: info: copied 3 files\n"]
+        );
     }
 
     #[test]

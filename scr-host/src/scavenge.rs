@@ -454,7 +454,6 @@ impl Scavenger {
             record.descriptor.members.first().copied().unwrap_or(0),
             node,
             &format!("transfer {}", label.transfer_type),
-            self.config.u64("debug"),
             Arc::new(AtomicBool::new(false)),
         );
         let state = stage.with_extension("transfer.state");

@@ -218,7 +218,7 @@ fn run_command_within(
     match crate::command::output_within(cmd.args(args), timeout) {
         Ok(out) => out.status.success().then_some(out.stdout),
         Err(why) if why.contains("did not answer") => {
-            eprintln!("scr-rs: warning: {why}; the allocation's end time is not known from it");
+            tracing::warn!("{why}; the allocation's end time is not known from it");
             None
         }
         // not installed, not runnable: this resource manager is not the one

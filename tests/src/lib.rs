@@ -63,6 +63,22 @@ impl JobOutput {
         self.stdout.lines().find_map(|l| l.strip_prefix(prefix))
     }
 
+    /// The log lines on stderr (`scr-rs[FIELDS]: LEVEL: MESSAGE`, see `scr_host::log`) of
+    /// `rank` (any rank when `None`) at `level` whose message contains `text`.
+    pub fn logged(&self, rank: Option<u32>, level: &str, text: &str) -> Vec<&str> {
+        self.stderr
+            .lines()
+            .filter(|l| {
+                let Some((head, message)) = l.split_once(&format!("]: {level}: ")) else {
+                    return false;
+                };
+                let fields = head.strip_prefix("scr-rs[").unwrap_or("");
+                message.contains(text)
+                    && rank.is_none_or(|r| fields.split(' ').any(|f| f == format!("rank={r}")))
+            })
+            .collect()
+    }
+
     /// The final-state checksum the heat example prints.
     pub fn final_state(&self) -> &str {
         self.line_after("final step ")

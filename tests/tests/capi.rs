@@ -317,10 +317,10 @@ fn config_sets_queries_and_unsets_values_and_descriptors() {
         assert!(explain.lines().any(|l| l == expected), "missing `{expected}`\n{explain}");
     }
     for expected in [
-        "scr-rs[rank 2] SCR_Config: \"SCR_NO_SUCH_KEY=1\": unknown key `SCR_NO_SUCH_KEY`",
-        "scr-rs[rank 0] SCR_Config: \"SCR_SET_SIZE=1\": `set_size`: 1 is out of range: expected a whole number in 2..=4096",
-        "scr-rs[rank 1] SCR_Config: the configuration string is NULL",
-        "scr-rs[rank 3] SCR_Config: \"SCR_CACHE_SIZE=5\": values can only be set before SCR_Init (queries work at any time)",
+        "scr-rs[rank=2]: error: SCR_Config: \"SCR_NO_SUCH_KEY=1\": unknown key `SCR_NO_SUCH_KEY`",
+        "scr-rs[rank=0]: error: SCR_Config: \"SCR_SET_SIZE=1\": `set_size`: 1 is out of range: expected a whole number in 2..=4096",
+        "scr-rs[rank=1]: error: SCR_Config: the configuration string is NULL",
+        "scr-rs[rank=3]: error: SCR_Config: \"SCR_CACHE_SIZE=5\": values can only be set before SCR_Init (queries work at any time)",
     ] {
         assert!(out.stderr.contains(expected), "missing `{expected}`\n{out}");
     }
@@ -356,12 +356,12 @@ fn route_file_outside_during_output_and_during_restart() {
         );
     }
     for expected in [
-        "scr-rs[rank 1] SCR_Route_file: the file name is NULL",
+        "scr-rs[rank=1]: error: SCR_Route_file: the file name is NULL",
         "outside the prefix directory",
-        "scr-rs[rank 0] SCR_Need_checkpoint: the flag pointer is NULL; pass the address of an int",
-        "scr-rs[rank 3] SCR_Start_output: start_output: flags 0x4 hold bits that are not SCR_FLAG_CHECKPOINT (1) or SCR_FLAG_OUTPUT (2)",
-        "scr-rs[rank 2] SCR_Route_file: route_file: `data/never.txt` is not a file of checkpoint first on rank 2",
-        "scr-rs[rank 0] SCR_Start_output: SCR_Finalize was already called; no SCR call may follow it",
+        "scr-rs[rank=0]: error: SCR_Need_checkpoint: the flag pointer is NULL; pass the address of an int",
+        "scr-rs[rank=3]: error: SCR_Start_output: start_output: flags 0x4 hold bits that are not SCR_FLAG_CHECKPOINT (1) or SCR_FLAG_OUTPUT (2)",
+        "scr-rs[rank=2]: error: SCR_Route_file: route_file: `data/never.txt` is not a file of checkpoint first on rank 2",
+        "scr-rs[rank=0]: error: SCR_Start_output: SCR_Finalize was already called; no SCR call may follow it",
     ] {
         assert!(out.stderr.contains(expected), "missing `{expected}`\n{out}");
     }
@@ -396,9 +396,9 @@ fn arguments_that_differ_between_ranks_fail_every_rank_without_a_hang() {
         assert_eq!(lines_of(&out, r).len(), 9, "rank {r} ran every step\n{out}");
     }
     for expected in [
-        "scr-rs[rank 1] SCR_Start_output: start_output: rank 1 passed dataset `b` with flags (checkpoint, output) 10, rank 0 passed `a` with 10; every process must pass the same name and flags",
+        "scr-rs[rank=1]: error: SCR_Start_output: start_output: rank 1 passed dataset `b` with flags (checkpoint, output) 10, rank 0 passed `a` with 10; every process must pass the same name and flags",
         "SCR_Start_output: start_output: flags 0x4 hold bits that are not SCR_FLAG_CHECKPOINT (1) or SCR_FLAG_OUTPUT (2)",
-        "scr-rs[rank 0] SCR_Should_exit: the flag pointer is NULL; pass the address of an int",
+        "scr-rs[rank=0]: error: SCR_Should_exit: the flag pointer is NULL; pass the address of an int",
     ] {
         assert!(out.stderr.contains(expected), "missing `{expected}`\n{out}");
     }
@@ -440,7 +440,7 @@ fn exiting_without_finalize_is_reported_and_ends_cleanly() {
     for r in 0..2 {
         assert!(
             out.stderr.contains(&format!(
-                "scr-rs[rank {r}]: the application exited without calling SCR_Finalize"
+                "scr-rs[rank={r}]: warning: the application exited without calling SCR_Finalize"
             )),
             "{out}"
         );
@@ -458,7 +458,7 @@ fn init_before_mpi_init_fails_saying_why() {
     );
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        "scr-rs SCR_Init: MPI is not initialised: call MPI_Init (or MPI_Init_thread) before SCR_Init\n"
+        "scr-rs: error: SCR_Init: MPI is not initialised: call MPI_Init (or MPI_Init_thread) before SCR_Init\n"
     );
 }
 

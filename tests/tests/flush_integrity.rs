@@ -491,7 +491,8 @@ fn a_transfer_plugins_warning_reaches_the_log() {
     let out = heat(&c, &["--steps", "12"]);
     assert_ok(&out);
     assert!(
-        out.stderr.contains("Warn: transfer bbapi: bbapi: ")
+        out.stderr
+            .contains("plugin=transfer bbapi]: warning: bbapi: ")
             && out
                 .stderr
                 .contains("this transfer uses the fallback type pthread"),

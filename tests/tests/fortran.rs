@@ -295,16 +295,16 @@ fn fortran_calling_convention() {
         assert_eq!(out.code, 0, "{flags:?}\n{out}");
         assert_eq!(out.stdout, expected, "{flags:?}\n{out}");
         for message in [
-            "scr-rs[rank 0] SCR_CONFIG: the value `PARTNER` is 7 characters, but the CHARACTER variable passed holds 3; declare it CHARACTER(LEN=7) or longer".to_string(),
-            "scr-rs[rank 0] SCR_CONFIG: \"SCR_NO_SUCH_KEY\": unknown key".into(),
-            format!("scr-rs[rank 0] SCR_GET_VERSION: the version `{version}` is {} characters, but the CHARACTER variable passed holds 8; declare it CHARACTER(LEN={})", version.len(), version.len()),
-            "scr-rs[rank 0] SCR_CONFIG: \"SCR_CACHE_SIZE=3\": values can only be set before SCR_Init".into(),
-            "scr-rs[rank 0] SCR_ROUTE_FILE: the routed path `data/in.dat` is 11 characters, but the CHARACTER variable passed holds 8; declare it CHARACTER(LEN=11) or longer".into(),
+            "scr-rs[rank=0]: error: SCR_CONFIG: the value `PARTNER` is 7 characters, but the CHARACTER variable passed holds 3; declare it CHARACTER(LEN=7) or longer".to_string(),
+            "scr-rs[rank=0]: error: SCR_CONFIG: \"SCR_NO_SUCH_KEY\": unknown key".into(),
+            format!("scr-rs[rank=0]: error: SCR_GET_VERSION: the version `{version}` is {} characters, but the CHARACTER variable passed holds 8; declare it CHARACTER(LEN={})", version.len(), version.len()),
+            "scr-rs[rank=0]: error: SCR_CONFIG: \"SCR_CACHE_SIZE=3\": values can only be set before SCR_Init".into(),
+            "scr-rs[rank=0]: error: SCR_ROUTE_FILE: the routed path `data/in.dat` is 11 characters, but the CHARACTER variable passed holds 8; declare it CHARACTER(LEN=11) or longer".into(),
         ] {
             assert!(out.stderr.contains(&message), "{flags:?}: missing `{message}`\n{out}");
         }
         assert_eq!(
-            out.stderr.matches("scr-rs[rank 0] ").count(),
+            out.stderr.matches("scr-rs[rank=0]: error: ").count(),
             5,
             "only the five failures above are reported\n{out}"
         );

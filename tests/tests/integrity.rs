@@ -403,10 +403,14 @@ fn a_panic_on_one_member_ends_the_job_with_a_message_instead_of_a_hang() {
             .contains("panicked in apply: deliberate panic in apply on member 1"),
         "{out}"
     );
-    assert!(
-        out.stderr.contains(
-            "scr-rs[1]: apply of dataset 1 (ckpt.1) failed on this rank while other members of its redundancy set did not return within 2 s (abort_timeout); ending the job with MPI_Abort"
-        ),
+    assert_eq!(
+        out.logged(
+            Some(1),
+            "error",
+            "apply of dataset 1 (ckpt.1) failed on this rank while other members of its redundancy set did not return within 2 s (abort_timeout); ending the job with MPI_Abort"
+        )
+        .len(),
+        1,
         "{out}"
     );
     // no rank got past complete_output as if it had worked

@@ -102,8 +102,7 @@ fn halt_exit_ends_the_run_inside_the_library() {
     }
     assert!(!out.stdout.contains("final step"), "the run went on\n{out}");
     assert!(
-        out.stderr
-            .contains("scr-rs: halting the run: no checkpoints left (halt_exit = true: flushing the newest checkpoint, finalizing and exiting)"),
+        out.logged(Some(0), "warning", "halting the run: no checkpoints left (halt_exit = true: flushing the newest checkpoint, finalizing and exiting)").len() == 1,
         "{out}"
     );
     let halt = std::fs::read_to_string(c.prefix().join(".scr/halt.scr")).unwrap();
@@ -182,12 +181,18 @@ fn crc_on_delete_reports_a_file_damaged_in_cache() {
         "{out}"
     );
     assert!(
-        out.stderr.contains("scr-rs[1]: warning: crc_on_delete: dataset 1 (ckpt.5) was damaged in cache before it was deleted")
+        out.logged(
+            Some(1),
+            "warning",
+            "crc_on_delete: dataset 1 (ckpt.5) was damaged in cache before it was deleted"
+        )
+        .len()
+            == 1
             && out.stderr.contains("rank_1.ckpt: CRC32"),
         "{out}"
     );
     assert!(
-        !out.stderr.contains("scr-rs[0]: warning: crc_on_delete"),
+        out.logged(Some(0), "warning", "crc_on_delete").is_empty(),
         "{out}"
     );
     assert!(!victim.exists(), "evicted");
@@ -326,6 +331,11 @@ fn a_misspelt_environment_variable_is_warned_about_once() {
     c.set("SCR_CACHSIZE", "3");
     let out = heat(&c, 5, 5);
     assert_eq!(out.code, 0, "{out}");
-    let warning = "scr-rs: warning: environment variable SCR_CACHSIZE names no scr-rs setting and is ignored; did you mean SCR_CACHE_SIZE?";
-    assert_eq!(out.stderr.matches(warning).count(), 1, "{out}");
+    let warning = "environment variable SCR_CACHSIZE names no scr-rs setting and is ignored; did you mean SCR_CACHE_SIZE?";
+    assert_eq!(out.logged(Some(0), "warning", warning).len(), 1, "{out}");
+    assert_eq!(
+        out.stderr.matches(warning).count(),
+        1,
+        "rank 0 alone says it\n{out}"
+    );
 }

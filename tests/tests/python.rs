@@ -333,7 +333,7 @@ fn python_module_conventions() {
     // libscr's reasons still reach stderr, once per rank, with the rank
     for rank in 0..2 {
         let line = format!(
-            "scr-rs[rank {rank}] SCR_Config: \"SCR_NO_SUCH_KEY\": unknown key `SCR_NO_SUCH_KEY` (a query names a key; to set one write `KEY=VALUE`)"
+            "scr-rs[rank={rank}]: error: SCR_Config: \"SCR_NO_SUCH_KEY\": unknown key `SCR_NO_SUCH_KEY` (a query names a key; to set one write `KEY=VALUE`)"
         );
         assert_eq!(
             out.stderr.lines().filter(|l| *l == line).count(),

@@ -70,7 +70,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (0..ranks).collect(),
         (0..ranks).map(|r| format!("node{r}")).collect(),
         rank,
-        0,
     );
     let mut job = std::process::id();
     world.process_at_rank(0).broadcast_into(&mut job);

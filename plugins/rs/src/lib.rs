@@ -372,6 +372,9 @@ impl RsScheme {
         dataset: &DatasetFiles,
         crc: bool,
     ) -> PluginResult<(Vec<String>, Vec<Option<u32>>)> {
+        if let Some(note) = scr_kernels::take_selection_note() {
+            host.log(LogLevel::Warn, note);
+        }
         self.check_host(host)?;
         let Layout { p, k } = self.lay;
         let me = self.member;
@@ -955,6 +958,9 @@ impl Scheme for RsScheme {
     }
 
     fn recover(&self, host: &Host<'_>, request: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
+        if let Some(note) = scr_kernels::take_selection_note() {
+            host.log(LogLevel::Warn, note);
+        }
         self.check_host(host)?;
         let me = self.member;
         let dir = Path::new(request.dir.as_str());

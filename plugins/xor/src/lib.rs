@@ -70,6 +70,9 @@ impl XorScheme {
         dataset: &DatasetFiles,
         crc: bool,
     ) -> PluginResult<(Vec<String>, Vec<Option<u32>>)> {
+        if let Some(note) = scr_kernels::take_selection_note() {
+            host.log(LogLevel::Warn, note);
+        }
         self.check_host(host)?;
         let n = self.members;
         let me = self.member;
@@ -365,6 +368,9 @@ impl Scheme for XorScheme {
     }
 
     fn recover(&self, host: &Host<'_>, request: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
+        if let Some(note) = scr_kernels::take_selection_note() {
+            host.log(LogLevel::Warn, note);
+        }
         self.check_host(host)?;
         let dir = Path::new(request.dir.as_str());
         let red: Option<RedReader> = open_verified(&self.red_path(dir)).ok().filter(|r| {

@@ -129,7 +129,6 @@ fn probe_transfer(config: &Config, registry: &Registry, name: &str) -> Result<()
         0,
         "localhost",
         &format!("transfer {name}"),
-        config.u64("debug"),
         Default::default(),
     );
     let result = registry

@@ -315,7 +315,7 @@ impl Runtime {
                     if let Err(e) =
                         super::prefix::FlushFile::remove_location(&self.prefix, id, "CACHE")
                     {
-                        eprintln!("scr-rs: warning: {e}");
+                        tracing::warn!("{e}");
                     }
                 }
             }
@@ -323,10 +323,7 @@ impl Runtime {
         self.filemap = match Filemap::load(&self.cntl_dir, self.rank) {
             Ok(m) => m,
             Err(e) => {
-                eprintln!(
-                    "scr-rs[{}]: warning: {e}; treating this rank's cache as lost",
-                    self.rank
-                );
+                tracing::warn!("{e}; treating this rank's cache as lost");
                 Filemap {
                     rank: self.rank,
                     datasets: BTreeMap::new(),
@@ -535,6 +532,7 @@ impl Runtime {
     /// Verify (and, through the scheme, rebuild) dataset `id` on every rank, or drop it
     /// everywhere. Collective.
     fn restore_dataset(&mut self, id: u64, holders: &Holders, tag: i32) -> Result<()> {
+        let _dataset = crate::log::dataset_span(id).entered();
         let restore_started = std::time::Instant::now();
         let own = self.filemap.datasets.get(&id).cloned();
         // the record that says which set this rank belonged to
@@ -608,7 +606,7 @@ impl Runtime {
                 match super::create_private_dir(Path::new(&t.descriptor.store), d) {
                     Ok(()) => true,
                     Err(e) => {
-                        eprintln!("scr-rs[{}]: {e}", self.rank);
+                        tracing::warn!("{e}");
                         false
                     }
                 }
@@ -649,10 +647,7 @@ impl Runtime {
         };
         let intact = check.is_ok();
         if let (Some(_), Err(why)) = (&own, &check) {
-            eprintln!(
-                "scr-rs[{}]: warning: dataset {id} ({name}): {why}; counted as lost",
-                self.rank
-            );
+            tracing::warn!("dataset {id} ({name}): {why}; counted as lost");
         }
         let unchecked = own
             .as_ref()
@@ -682,7 +677,7 @@ impl Runtime {
             }
         });
         if let Err(e) = &declared {
-            eprintln!("scr-rs[{}]: dataset {id} ({name}): {e}", self.rank);
+            tracing::warn!("dataset {id} ({name}): {e}");
         }
         if !self.all_agree(declared.is_ok()) {
             // nothing was written for the rebuild: forget a record made for it
@@ -729,7 +724,7 @@ impl Runtime {
                 .collect();
             self.filemap.datasets.insert(id, rebuilding.clone());
             if let Err(e) = self.save_filemap() {
-                eprintln!("scr-rs[{}]: warning: dataset {id} ({name}): {e}", self.rank);
+                tracing::warn!("dataset {id} ({name}): {e}");
             }
         }
         // the dataset was written with CRC32s when any holder recorded one: then a
@@ -748,7 +743,7 @@ impl Runtime {
                     .map_err(|why| format!("{} rebuilt wrong data: {why}", t.descriptor.scheme)),
             });
         if let Err(why) = &outcome {
-            eprintln!("scr-rs[{}]: dataset {id} ({name}): {why}", self.rank);
+            tracing::warn!("dataset {id} ({name}): {why}");
         }
         let kept = self.all_agree(outcome.is_ok());
         // which ranks lacked files (1: damaged or missing, 2: the whole cache lost): for
@@ -897,10 +892,8 @@ impl Runtime {
             let label = format!("{} ({})", rec.id, rec.name);
             if let Err(e) = self.settle_call(&rd.host, &rd.scheme, "remove", &label, result) {
                 // the recorded names still go below; say what may be left
-                eprintln!(
-                    "scr-rs[{}]: warning: {e}; files the scheme wrote for dataset {label} in {} and did not declare may be left",
-                    self.rank,
-                    dir.display()
+                tracing::warn!(
+                    "{e}; files the scheme wrote for dataset {label} in {} and did not declare may be left", dir.display()
                 );
             }
         }
@@ -916,9 +909,8 @@ impl Runtime {
             // damaged data while holding it (the files go either way)
             let buf = self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize;
             if let Err(why) = verify_dataset(self.rank, rec, &dir, true, buf) {
-                eprintln!(
-                    "scr-rs[{}]: warning: crc_on_delete: dataset {} ({}) was damaged in cache before it was deleted: {why}",
-                    self.rank, rec.id, rec.name
+                tracing::warn!(
+                    "crc_on_delete: dataset {} ({}) was damaged in cache before it was deleted: {why}", rec.id, rec.name
                 );
             }
         }
@@ -927,7 +919,7 @@ impl Runtime {
         if self.rank == 0 && rec.complete {
             if let Err(e) = super::prefix::FlushFile::remove_location(&self.prefix, rec.id, "CACHE")
             {
-                eprintln!("scr-rs: warning: {e}");
+                tracing::warn!("{e}");
             }
         }
         self.save_filemap()
@@ -960,9 +952,8 @@ impl Runtime {
             })?;
         }
         if !purged.is_empty() {
-            eprintln!(
-                "scr-rs[{}]: distribute = false: purged the cache of node {}: {}; restarting from the prefix",
-                self.rank,
+            tracing::warn!(
+                "distribute = false: purged the cache of node {}: {}; restarting from the prefix",
                 self.node,
                 purged.into_iter().collect::<Vec<_>>().join(", ")
             );
@@ -1170,7 +1161,7 @@ impl Runtime {
                 // never read: sent as gone
                 let file = inside_dir(&dir, &name)
                     .map_err(|e| {
-                        eprintln!("scr-rs[{}]: {e}; not sent", self.rank);
+                        tracing::warn!("{e}; not sent");
                         std::io::Error::other(e)
                     })
                     .and_then(|()| {
@@ -1207,9 +1198,9 @@ impl Runtime {
         let mut ack = 0u8;
         comm::receive_into(&peer, &mut ack, MOVE_TAG);
         if ack != 1 {
-            eprintln!(
-                "scr-rs[{}]: rank {owner} could not store its moved files; they stay on node {}",
-                self.rank, self.node
+            tracing::warn!(
+                "rank {owner} could not store its moved files; they stay on node {}",
+                self.node
             );
             return Ok(());
         }
@@ -1217,13 +1208,13 @@ impl Runtime {
             if !self.store_is_global(&rec.descriptor.store) {
                 let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
                 if let Err(e) = remove_files(&dir, &file_names(rec)) {
-                    eprintln!("scr-rs[{}]: warning: {e}", self.rank);
+                    tracing::warn!("{e}");
                 }
             }
         }
         // with its journal: the records moved with the map
         if let Err(e) = Filemap::remove(&self.cntl_dir, owner) {
-            eprintln!("scr-rs[{}]: warning: {e}", self.rank);
+            tracing::warn!("{e}");
         }
         Ok(())
     }
@@ -1238,10 +1229,7 @@ impl Runtime {
         let moved: Filemap = match serde_json::from_slice(&blob) {
             Ok(m) => m,
             Err(e) => {
-                eprintln!(
-                    "scr-rs[{}]: filemap moved from rank {holder} is unreadable: {e}",
-                    self.rank
-                );
+                tracing::warn!("filemap moved from rank {holder} is unreadable: {e}");
                 Filemap {
                     rank: self.rank,
                     datasets: BTreeMap::new(),
@@ -1257,7 +1245,7 @@ impl Runtime {
         }
         let mut ok = mine
             .save(&self.cntl_dir)
-            .map_err(|e| eprintln!("scr-rs[{}]: {e}", self.rank))
+            .map_err(|e| tracing::warn!("{e}"))
             .is_ok();
         let mut buf = vec![0u8; MOVE_PIECE];
         for rec in moved.datasets.values() {
@@ -1284,7 +1272,7 @@ impl Runtime {
                     .and_then(|()| {
                         scr_plugin::cachefs::create_file(&path).map_err(|e| e.to_string())
                     })
-                    .map_err(|e| eprintln!("scr-rs[{}]: {e}", self.rank))
+                    .map_err(|e| tracing::warn!("{e}"))
                     .ok();
                 let mut left = len;
                 while left > 0 {
@@ -1352,8 +1340,8 @@ fn remove_files(dir: &Path, names: &[PathBuf]) -> Result<()> {
     }
     for name in names {
         if !is_inside(&name.to_string_lossy()) {
-            eprintln!(
-                "scr-rs: warning: `{}` is recorded in {} but leaves it; not deleted",
+            tracing::warn!(
+                "`{}` is recorded in {} but leaves it; not deleted",
                 name.display(),
                 dir.display()
             );

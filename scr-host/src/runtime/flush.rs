@@ -367,8 +367,8 @@ pub(crate) fn collect(started: Started, poll: bool, recorded: &str, buf: usize) 
             // finished (the destinations it completed are the caller's to remove)
             if !host.is_cancelled() {
                 if let Err(e) = transfer.cancel(host_ref(&host)).into_result() {
-                    eprintln!(
-                        "scr-rs: warning: cancelling the failed transfer ({label}): {e}; it may leave partial files"
+                    tracing::warn!(
+                        "cancelling the failed transfer ({label}): {e}; it may leave partial files"
                     );
                 }
             }
@@ -484,8 +484,8 @@ fn record_complete(
         // the index records the flush: from here it stands, whatever happens to the
         // flush file (a hint for scripts, not what fetch trusts)
         if let Err(e) = FlushFile::add_location(prefix, entry.id, "PFS") {
-            eprintln!(
-                "scr-rs: warning: {e}; the flush file does not list dataset {} in PFS",
+            tracing::warn!(
+                "{e}; the flush file does not list dataset {} in PFS",
                 entry.id
             );
         }
@@ -625,6 +625,7 @@ impl Runtime {
 
     /// Flush `rec` to the prefix now (collective).
     fn flush_dataset(&mut self, rec: &DatasetRecord) -> Result<()> {
+        let _dataset = crate::log::dataset_span(rec.id).entered();
         let _counted = super::comm::scope("flush");
         self.flushing.attempted.insert(rec.id);
         self.flushing
@@ -782,7 +783,6 @@ impl Runtime {
             self.rank,
             &self.node,
             &format!("transfer {}", label.transfer_type),
-            self.debug,
             Arc::clone(&self.flushing.cancel),
         )
     }
@@ -1195,7 +1195,7 @@ impl Runtime {
         // rank 0: the choice and its map's layout; a single-file map itself (legacy)
         let (choice, single) = if self.rank == 0 {
             let index = Index::load_or_rebuild(&self.prefix).unwrap_or_else(|e| {
-                eprintln!("scr-rs: warning: {e}; no checkpoint is taken from the prefix");
+                tracing::warn!("{e}; no checkpoint is taken from the prefix");
                 Index::default()
             });
             let mut candidates = index.fetch_candidates(self.size);
@@ -1361,10 +1361,7 @@ impl Runtime {
     fn mark_failed_in_index(&self, entry: &IndexEntry, reason: &str) {
         if self.rank == 0 {
             if let Err(e) = Index::mark_failed(&self.prefix, entry.id, reason) {
-                eprintln!(
-                    "scr-rs: warning: {e}; {} is not marked failed in the index",
-                    entry.name
-                );
+                tracing::warn!("{e}; {} is not marked failed in the index", entry.name);
             }
         }
     }
@@ -1923,7 +1920,7 @@ mod tests {
     fn the_runtimes_cancel_flag_stops_a_background_transfer() {
         let cancelled = Arc::new(AtomicBool::new(false));
         let flag = Arc::new(AtomicBool::new(false));
-        let host = LocalHost::new(0, "n0", "transfer endless", 0, Arc::clone(&flag));
+        let host = LocalHost::new(0, "n0", "transfer endless", Arc::clone(&flag));
         let mut t =
             scr_plugin::transfer_box::<EndlessLib>(Box::new(Endless(Arc::clone(&cancelled))));
         let waiter = std::thread::spawn(move || wait_transfer(&mut t, &host, true));

@@ -61,7 +61,7 @@ impl Halt {
             // damaged or unreadable (a flipped byte, a directory in the way): it holds
             // no usable condition, as for every reader of it; a change replaces it
             Err(e) => {
-                eprintln!("scr-rs: warning: {e}; taken as no halt conditions");
+                tracing::warn!("{e}; taken as no halt conditions");
                 Halt::default()
             }
         };

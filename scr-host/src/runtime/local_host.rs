@@ -7,7 +7,6 @@
 //! a plugin's warnings (e.g. "bbapi is missing, using the fallback") then went nowhere,
 //! and the runtime had no way to tell a running transfer to stop.
 
-use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -23,8 +22,6 @@ pub(crate) struct LocalHost {
     node: String,
     /// What the plugin is, for log lines (`transfer pthread`).
     label: String,
-    /// Highest level printed, as the runtime's `debug` setting (0: errors and warnings).
-    debug: u64,
     /// Set by the runtime to ask running transfers to stop; shared with every host made
     /// for the same runtime, so setting it once reaches every transfer in flight.
     cancelled: Arc<AtomicBool>,
@@ -36,14 +33,12 @@ impl LocalHost {
         world_rank: u32,
         node: &str,
         label: &str,
-        debug: u64,
         cancelled: Arc<AtomicBool>,
     ) -> Self {
         LocalHost {
             world_rank,
             node: node.to_string(),
             label: label.to_string(),
-            debug,
             cancelled,
         }
     }
@@ -118,29 +113,13 @@ impl HostServices for LocalHost {
     }
 
     fn log(&self, level: LogLevel, message: RStr<'_>) {
-        if shown(level, self.debug) {
-            // never `eprintln!`: it panics when stderr is closed
-            let _ = writeln!(
-                std::io::stderr().lock(),
-                "scr-rs[{}] {level:?}: {}: {message}",
-                self.world_rank,
-                self.label
-            );
-        }
+        // through tracing (filtered by SCR_DEBUG or RUST_LOG there); never `eprintln!`,
+        // which panics when stderr is closed
+        crate::log::plugin_message(level, self.world_rank, &self.label, message.as_str());
     }
 
     fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::SeqCst)
-    }
-}
-
-/// Whether a message of `level` is printed at the runtime's `debug` setting (the rule of
-/// the MPI host too: errors and warnings always, info from 1, debug from 2).
-fn shown(level: LogLevel, debug: u64) -> bool {
-    match level {
-        LogLevel::Error | LogLevel::Warn => true,
-        LogLevel::Info => debug >= 1,
-        LogLevel::Debug => debug >= 2,
     }
 }
 
@@ -152,7 +131,7 @@ mod tests {
     #[test]
     fn one_member_host_refuses_communication_and_shares_its_cancel_flag() {
         let flag = Arc::new(AtomicBool::new(false));
-        let local = LocalHost::new(3, "n1", "transfer sync", 0, Arc::clone(&flag));
+        let local = LocalHost::new(3, "n1", "transfer sync", Arc::clone(&flag));
         let host = Host::new(host_ref(&local));
         assert_eq!((host.rank(), host.size()), (0, 1));
         assert_eq!(host.world_rank(0).unwrap(), 3);
@@ -168,14 +147,5 @@ mod tests {
         flag.store(true, Ordering::SeqCst);
         assert!(host.is_cancelled());
         assert!(host.check_cancelled().is_err());
-    }
-
-    #[test]
-    fn log_levels_follow_the_debug_setting() {
-        assert!(shown(LogLevel::Warn, 0));
-        assert!(!shown(LogLevel::Info, 0));
-        assert!(shown(LogLevel::Info, 1));
-        assert!(!shown(LogLevel::Debug, 1));
-        assert!(shown(LogLevel::Debug, 2));
     }
 }

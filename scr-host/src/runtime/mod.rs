@@ -155,6 +155,8 @@ pub struct Runtime {
     registry: Registry,
     user: String,
     job_id: String,
+    /// Entered in each call: the messages inside carry this rank and the job id.
+    span: tracing::Span,
     cntl_dir: PathBuf,
     prefix: PathBuf,
     debug: u64,
@@ -244,6 +246,9 @@ impl Runtime {
         let world = comm::duplicate(world);
         let rank = world.rank() as u32;
         let size = world.size() as u32;
+        crate::log::init(crate::log::env_debug());
+        let span = crate::log::runtime_span(rank);
+        let _log = span.clone().entered();
 
         // Every step below can fail on some ranks only (each rank loads the broadcast
         // configuration with its own environment, opens plugins from its own node's
@@ -252,6 +257,11 @@ impl Runtime {
         let recorded_api = api.clone();
         let config = agree_on(&world, load_config(&world, api))?;
         agree_on(&world, same_config(&world, &config))?;
+        let job = config.str("job_id");
+        if !job.is_empty() {
+            span.record("job", job.as_str());
+        }
+        crate::log::set_debug(config.u64("debug"));
         let started = Instant::now();
         let mut rt = Runtime {
             rank,
@@ -263,6 +273,7 @@ impl Runtime {
             registry: Registry::default(),
             user: config.str("user"),
             job_id: config.str("job_id"),
+            span: span.clone(),
             cntl_dir: PathBuf::new(),
             prefix: PathBuf::from(config.str("prefix")),
             debug: config.u64("debug"),
@@ -375,7 +386,7 @@ impl Runtime {
                 .or_else(|e| match e {
                     // ignored, as every reader of the halt file does
                     e if e.is_other_version() => {
-                        eprintln!("scr-rs: warning: {e}; ignoring the halt file");
+                        tracing::warn!("{e}; ignoring the halt file");
                         Ok((Halt::default(), ()))
                     }
                     e => Err(ScrError::from(e)),
@@ -510,7 +521,7 @@ impl Runtime {
 
     fn info(&self, msg: &str) {
         if self.debug >= 1 && self.rank == 0 {
-            eprintln!("scr-rs: {msg}");
+            tracing::info!("{msg}");
         }
     }
 
@@ -557,7 +568,7 @@ impl Runtime {
 
     fn warn(&self, msg: &str) {
         if self.rank == 0 {
-            eprintln!("scr-rs: warning: {msg}");
+            tracing::warn!("{msg}");
         }
     }
 
@@ -627,10 +638,9 @@ impl Runtime {
                 .err()
                 .map(|e| e.to_string())
                 .unwrap_or_default();
-            eprintln!(
-                "scr-rs[{}]: {why}\nscr-rs[{}]: {call} of dataset {dataset} failed on this rank while other members of its redundancy set did not return within {} s (abort_timeout); ending the job with MPI_Abort so that none of them waits forever",
-                self.rank,
-                self.rank,
+            tracing::error!("{why}");
+            tracing::error!(
+                "{call} of dataset {dataset} failed on this rank while other members of its redundancy set did not return within {} s (abort_timeout); ending the job with MPI_Abort so that none of them waits forever",
                 grace.as_secs()
             );
             self.world.abort(ABORT_CODE);
@@ -702,13 +712,7 @@ impl Runtime {
         let comm = comm::split_by_color_with_key(&self.world, color, key)?;
         let set = set?;
         let groups = sets::gather_strings(&comm, group);
-        Some(MpiHost::new(
-            comm,
-            set.members.clone(),
-            groups,
-            self.rank,
-            self.debug,
-        ))
+        Some(MpiHost::new(comm, set.members.clone(), groups, self.rank))
     }
 
     fn create_reddescs(&mut self) -> Result<()> {
@@ -720,7 +724,7 @@ impl Runtime {
             let value = self.agree(self.group_value(&d.group.0))?;
             let (mine, comm, groups) =
                 sets::form_my_set(&self.world, &value, d.set_size() as usize);
-            let host = MpiHost::new(comm, mine.members.clone(), groups, self.rank, self.debug);
+            let host = MpiHost::new(comm, mine.members.clone(), groups, self.rank);
             let member = mine
                 .members
                 .iter()
@@ -791,6 +795,7 @@ impl Runtime {
     /// Begin a dataset (collective). Old datasets are evicted from its store first, as
     /// the store's `count` requires.
     pub fn start_output(&mut self, name: &str, flags: OutputFlags) -> Result<()> {
+        let _log = self.span.clone().entered();
         self.start_output_or_refuse(name, flags, None)
     }
 
@@ -805,6 +810,7 @@ impl Runtime {
         flags: OutputFlags,
         refused: Option<String>,
     ) -> Result<()> {
+        let _log = self.span.clone().entered();
         let _counted = comm::scope("start_output");
         let mine = format!(
             "{name}\0{}{}",
@@ -930,6 +936,7 @@ impl Runtime {
 
     /// SCR's legacy `SCR_Start_checkpoint`: a checkpoint named `ckpt.<checkpoint id>`.
     pub fn start_checkpoint(&mut self) -> Result<String> {
+        let _log = self.span.clone().entered();
         let name = format!("ckpt.{}", self.next_checkpoint);
         self.start_output(
             &name,
@@ -963,6 +970,7 @@ impl Runtime {
     /// the file is recorded in the filemap before this returns, and its parent
     /// directories are created.
     pub fn route_file(&mut self, name: &Path) -> Result<PathBuf> {
+        let _log = self.span.clone().entered();
         let _counted = comm::scope("route_file");
         use std::os::unix::ffi::OsStrExt;
         self.usable("route_file")?;
@@ -1104,6 +1112,7 @@ impl Runtime {
     /// files exist, and the redundancy scheme applied everywhere; otherwise it is deleted
     /// on every rank. Returns whether it was kept.
     pub fn complete_output(&mut self, valid: bool) -> Result<bool> {
+        let _log = self.span.clone().entered();
         let _counted = comm::scope("complete_output");
         let pre = if self.writing() {
             Ok(())
@@ -1119,6 +1128,7 @@ impl Runtime {
         }
         self.poll_flushes();
         let mut out = self.output.take().expect("checked by every rank");
+        let _dataset = crate::log::dataset_span(out.record.id).entered();
         let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
         let crc = self.config.bool("crc_on_copy");
         let buf = self.config.u64("file_buf_size").max(4096) as usize;
@@ -1147,7 +1157,7 @@ impl Runtime {
             }
         }
         if let Some(p) = &problem {
-            eprintln!("scr-rs: {p}");
+            tracing::warn!("{p}");
         }
         // The names this rank declares: what it routed and, when its files are there,
         // the redundancy files the scheme will write (naming is local to each rank).
@@ -1313,7 +1323,7 @@ impl Runtime {
                 if let Err(e) =
                     prefix::FlushFile::add_location(&self.prefix, out.record.id, "CACHE")
                 {
-                    eprintln!("scr-rs: warning: {e}");
+                    tracing::warn!("{e}");
                 }
             }
             self.maybe_flush(&out.record)?;
@@ -1401,7 +1411,7 @@ impl Runtime {
             };
             let path = Ids::path(&self.prefix);
             if let Err(e) = crate::state::write_state(&path, Ids::KIND, &ids) {
-                eprintln!("scr-rs: warning: {}: {e}", path.display());
+                tracing::warn!("{}: {e}", path.display());
             }
         }
     }
@@ -1421,7 +1431,7 @@ impl Runtime {
                     None => (false, ()),
                 });
             if let Err(e) = decremented {
-                eprintln!("scr-rs: warning: {e}; CheckpointsLeft not decremented");
+                tracing::warn!("{e}; CheckpointsLeft not decremented");
             }
         }
     }
@@ -1450,6 +1460,7 @@ impl Runtime {
     /// `current` named, else the newest when no cache holds one); every call then
     /// answers like [`Runtime::have_restart`].
     pub fn have_restart_fetching(&mut self) -> Result<Option<String>> {
+        let _log = self.span.clone().entered();
         let _counted = comm::scope("have_restart");
         if self.fetch_pending && self.passthrough.is_none() {
             self.usable("have_restart")?;
@@ -1489,6 +1500,7 @@ impl Runtime {
 
     /// Begin reading the restart checkpoint; returns its name.
     pub fn start_restart(&mut self) -> Result<String> {
+        let _log = self.span.clone().entered();
         let _counted = comm::scope("start_restart");
         self.usable("start_restart")?;
         if self.output.is_some() || self.restart.is_some() || self.reading_prefix {
@@ -1512,6 +1524,7 @@ impl Runtime {
     /// Finish reading (collective). If any rank says `!valid`, this checkpoint is passed
     /// over and `have_restart` offers the next older one. Returns whether all were valid.
     pub fn complete_restart(&mut self, valid: bool) -> Result<bool> {
+        let _log = self.span.clone().entered();
         let _counted = comm::scope("complete_restart");
         if self.reading_prefix {
             let agreed = self.begin("complete_restart", Ok(()));
@@ -1551,6 +1564,7 @@ impl Runtime {
     /// Make the named checkpoint the restart candidate, passing over newer ones
     /// (collective: a name some ranks do not know is an error on every rank).
     pub fn current(&mut self, name: &str) -> Result<()> {
+        let _log = self.span.clone().entered();
         let _counted = comm::scope("current");
         if self.passthrough.is_some() {
             return Ok(());
@@ -1619,6 +1633,7 @@ impl Runtime {
     /// Forget the named dataset as a restart candidate (its files stay until evicted;
     /// collective, like `current`).
     pub fn drop_dataset(&mut self, name: &str) -> Result<()> {
+        let _log = self.span.clone().entered();
         let _counted = comm::scope("drop");
         if self.passthrough.is_some() {
             return Ok(());
@@ -1630,6 +1645,7 @@ impl Runtime {
 
     /// Delete the named dataset from cache (collective).
     pub fn delete(&mut self, name: &str) -> Result<()> {
+        let _log = self.span.clone().entered();
         let _counted = comm::scope("delete");
         if self.passthrough.is_some() {
             return Ok(());
@@ -1674,6 +1690,7 @@ impl Runtime {
     /// time stays under `checkpoint_overhead` percent, or when a halt condition holds.
     /// With none of these set, always.
     pub fn need_checkpoint(&mut self) -> Result<bool> {
+        let _log = self.span.clone().entered();
         let _counted = comm::scope("need_checkpoint");
         self.usable("need_checkpoint")?;
         self.poll_flushes();
@@ -1728,6 +1745,7 @@ impl Runtime {
     /// Whether the run should stop now (collective; a halt condition holds). The reason
     /// is recorded for `finalize`.
     pub fn should_exit(&mut self) -> Result<bool> {
+        let _log = self.span.clone().entered();
         let _counted = comm::scope("should_exit");
         self.usable("should_exit")?;
         self.poll_flushes();
@@ -1735,7 +1753,7 @@ impl Runtime {
             None => Ok(false),
             Some(reason) => {
                 if self.rank == 0 {
-                    eprintln!("scr-rs: should_exit: yes, {reason}");
+                    tracing::warn!("should_exit: yes, {reason}");
                 }
                 if self.halt_reason.is_none() {
                     self.log_event(crate::events::Event::Halt {
@@ -1790,19 +1808,20 @@ impl Runtime {
             reason: reason.clone(),
         });
         if self.rank == 0 {
-            eprintln!(
-                "scr-rs: halting the run: {reason} (halt_exit = true: flushing the newest checkpoint, finalizing and exiting)"
+            tracing::warn!(
+                "halting the run: {reason} (halt_exit = true: flushing the newest checkpoint, finalizing and exiting)"
             );
         }
         self.halt_reason = Some(reason);
         if let Err(e) = self.finalize() {
-            eprintln!("scr-rs[{}]: finalize before the halt exit: {e}", self.rank);
+            tracing::error!("finalize before the halt exit: {e}");
         }
         mpi_exit::finalize_mpi_and_exit(0)
     }
 
     /// End the run (collective): records the exit reason in the halt file.
     pub fn finalize(&mut self) -> Result<()> {
+        let _log = self.span.clone().entered();
         let _counted = comm::scope("finalize");
         if self.finalized {
             return Ok(());
@@ -1817,7 +1836,7 @@ impl Runtime {
                 // complete_output is refused now; each rank drops its part (no collective
                 // step: the ranks' state is uncertain already)
                 if let Err(e) = self.delete_dataset(&out.record) {
-                    eprintln!("scr-rs[{}]: warning: {e}", self.rank);
+                    tracing::warn!("{e}");
                 }
             } else {
                 self.output = Some(out);
@@ -1858,7 +1877,7 @@ impl Runtime {
             // the job's work is done: a full or failing prefix here is reported, never
             // turned into a failed finalize (which applications abort on)
             if let Err(e) = recorded {
-                eprintln!("scr-rs: warning: {e}; the exit reason is not recorded");
+                tracing::warn!("{e}; the exit reason is not recorded");
             }
         }
         Ok(())
@@ -1872,6 +1891,7 @@ impl Runtime {
     /// Give up without finalizing (after an error on this rank): no collective call is
     /// made, and dropping says nothing more.
     pub fn abandon(&mut self) {
+        let _log = self.span.clone().entered();
         self.finalized = true;
     }
 
@@ -1901,7 +1921,7 @@ impl Drop for Runtime {
         // Finalizing is collective; an implicit finalize during a panic could hang, so a
         // runtime dropped without `finalize` only says so.
         if !self.finalized && !std::thread::panicking() {
-            eprintln!("scr-rs[{}]: runtime dropped without finalize", self.rank);
+            tracing::warn!(rank = self.rank, "runtime dropped without finalize");
         }
     }
 }
@@ -1926,7 +1946,7 @@ impl Ids {
             Ok(ids) => ids,
             Err(e) if e.is_not_found() => Ids::default(),
             Err(e) => {
-                eprintln!("scr-rs: warning: {e}; dataset ids restart from the cache's");
+                tracing::warn!("{e}; dataset ids restart from the cache's");
                 Ids::default()
             }
         }
@@ -2006,7 +2026,7 @@ fn first_failure(world: &SimpleCommunicator, mine: Option<&str>) -> Option<(usiz
 /// halt file must not stop some ranks and not others.
 fn load_halt(prefix: &Path) -> Halt {
     Halt::load(prefix).unwrap_or_else(|e| {
-        eprintln!("scr-rs: warning: {e}; ignoring the halt file");
+        tracing::warn!("{e}; ignoring the halt file");
         Halt::default()
     })
 }
@@ -2118,7 +2138,7 @@ fn load_config(world: &SimpleCommunicator, api: Vec<(usize, String)>) -> Result<
     let mut loader = Loader::from_process();
     if world.rank() == 0 {
         for w in loader.unknown_env() {
-            eprintln!("scr-rs: warning: {w}");
+            tracing::warn!("{w}");
         }
     }
     loader.api = api;

@@ -40,8 +40,6 @@ pub struct MpiHost {
     groups: Vec<String>,
     /// World rank of this process, for log lines.
     me: u32,
-    /// Highest level printed (0: errors and warnings only).
-    debug: u64,
     cancelled: AtomicBool,
     /// The thread that made the host (the one that called into the runtime).
     owner: std::thread::ThreadId,
@@ -68,7 +66,6 @@ impl MpiHost {
         world_ranks: Vec<u32>,
         groups: Vec<String>,
         me: u32,
-        debug: u64,
     ) -> Self {
         let (rank, size, threading) = {
             let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -87,7 +84,6 @@ impl MpiHost {
             world_ranks,
             groups,
             me,
-            debug,
             cancelled: AtomicBool::new(false),
             owner: std::thread::current().id(),
         }
@@ -102,13 +98,7 @@ impl MpiHost {
             let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
             super::comm::duplicate(&self.comm)
         };
-        MpiHost::new(
-            comm,
-            self.world_ranks.clone(),
-            self.groups.clone(),
-            self.me,
-            self.debug,
-        )
+        MpiHost::new(comm, self.world_ranks.clone(), self.groups.clone(), self.me)
     }
 
     /// Whether the communicator has `members` members (a set recorded by an earlier run
@@ -444,19 +434,9 @@ impl HostServices for MpiHost {
     }
 
     fn log(&self, level: LogLevel, message: RStr<'_>) {
-        let shown = match level {
-            LogLevel::Error | LogLevel::Warn => true,
-            LogLevel::Info => self.debug >= 1,
-            LogLevel::Debug => self.debug >= 2,
-        };
-        if shown {
-            // never `eprintln!`: it panics when stderr is closed
-            let _ = writeln!(
-                std::io::stderr().lock(),
-                "scr-rs[{}] {level:?}: {message}",
-                self.me
-            );
-        }
+        // through tracing (filtered by SCR_DEBUG or RUST_LOG there); never `eprintln!`,
+        // which panics when stderr is closed
+        crate::log::plugin_message(level, self.me, "scheme", message.as_str());
     }
 
     fn is_cancelled(&self) -> bool {

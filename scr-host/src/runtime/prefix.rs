@@ -111,8 +111,8 @@ impl PrefixLock {
                     // stay serialized; across processes they are not: say so once.
                     static SAID: std::sync::Once = std::sync::Once::new();
                     SAID.call_once(|| {
-                        eprintln!(
-                            "scr-rs: warning: {}: no file locking on this file system ({e}); updates of the prefix's index from other processes (scr index, another job) are not serialized with this job's",
+                        tracing::warn!(
+                            "{}: no file locking on this file system ({e}); updates of the prefix's index from other processes (scr index, another job) are not serialized with this job's",
                             path.display()
                         )
                     });
@@ -406,8 +406,8 @@ impl Index {
         match Self::load(prefix) {
             Err(damaged @ StateError::Corrupt { .. }) if !damaged.is_other_version() => {
                 let rebuilt = Self::rebuild(prefix)?;
-                eprintln!(
-                    "scr-rs: warning: {damaged}; rebuilt from {} dataset summaries",
+                tracing::warn!(
+                    "{damaged}; rebuilt from {} dataset summaries",
                     rebuilt.datasets.len()
                 );
                 Ok(rebuilt)
@@ -460,12 +460,12 @@ impl Index {
                         },
                     );
                 }
-                Ok(_) => eprintln!(
-                    "scr-rs: warning: {}: summary of another dataset; skipped",
+                Ok(_) => tracing::warn!(
+                    "{}: summary of another dataset; skipped",
                     Summary::path(prefix, id).display()
                 ),
                 Err(e) if e.is_not_found() => {}
-                Err(e) => eprintln!("scr-rs: warning: {e}; skipped"),
+                Err(e) => tracing::warn!("{e}; skipped"),
             }
         }
         Ok(index)

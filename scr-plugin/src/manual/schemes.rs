@@ -113,8 +113,11 @@
 //!   `MPI_THREAD_SERIALIZED` or higher; otherwise the call fails with a message saying
 //!   so. Host calls from several threads still follow the rules above: every member
 //!   must make the same collective calls in the same order.
-//! - **Logging**: [`Host::log`](crate::Host::log) goes to the runtime's log with the
-//!   rank; use it for warnings (a survivor counted as lost) rather than `eprintln!`.
+//! - **Logging**: [`Host::log`](crate::Host::log) becomes a `tracing` event of the host
+//!   at the same level, with the rank and the dataset as fields, filtered by `SCR_DEBUG`
+//!   or `RUST_LOG` like the runtime's own messages; use it for warnings (a survivor
+//!   counted as lost) rather than `eprintln!` (a line the application cannot filter) or
+//!   `tracing` inside the plugin (a cdylib's own dispatcher, which no subscriber sees).
 //!
 //! # Cancellation
 //!

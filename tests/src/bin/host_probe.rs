@@ -34,7 +34,6 @@ fn main() {
         vec![0, 1],
         vec!["n0".into(), "n1".into()],
         u32::try_from(rank).unwrap_or(0),
-        0,
     );
     let raw = scr_plugin::host_ref(&host);
     let peer = 1 - u32::try_from(rank).unwrap_or(0);

@@ -137,7 +137,7 @@ impl Runtime {
                     .cloned()
                     .collect(),
                 Err(e) => {
-                    eprintln!("scr-rs: warning: {e}; interrupted flushes are not looked for");
+                    tracing::warn!("{e}; interrupted flushes are not looked for");
                     Vec::new()
                 }
             }
@@ -165,6 +165,7 @@ impl Runtime {
     /// up costs is said at [`Runtime::gather_and_finish`] and
     /// [`Runtime::remove_flush_files`].
     fn settle(&mut self, entry: &IndexEntry) {
+        let _dataset = crate::log::dataset_span(entry.id).entered();
         let state = self.transfer_state(entry.id);
         let rec = self
             .filemap
@@ -193,10 +194,7 @@ impl Runtime {
                 },
             });
         if let (Some(_), Err(why)) = (&rec, &reopened) {
-            eprintln!(
-                "scr-rs[{}]: the interrupted flush of {}: {why}",
-                self.rank, entry.name
-            );
+            tracing::warn!("the interrupted flush of {}: {why}", entry.name);
         }
         let part = match (&rec, &reopened) {
             (None, _) => Part::NotCached,
@@ -254,9 +252,8 @@ impl Runtime {
                     .cancel(host_ref(&started.host))
                     .into_result()
                 {
-                    eprintln!(
-                        "scr-rs[{}]: warning: cancelling the interrupted transfer of {} ({}): {e}; its partial files are removed below",
-                        self.rank, entry.name, started.label
+                    tracing::warn!(
+                        "cancelling the interrupted transfer of {} ({}): {e}; its partial files are removed below", entry.name, started.label
                     );
                 }
             }
@@ -387,10 +384,7 @@ impl Runtime {
             format!("flush interrupted by the crash of an earlier run; cleaned up at init: {why}");
         if self.rank == 0 {
             if let Err(e) = Index::mark_failed(&self.prefix, entry.id, &reason) {
-                eprintln!(
-                    "scr-rs: warning: {e}; the interrupted flush of {} is not marked",
-                    entry.name
-                );
+                tracing::warn!("{e}; the interrupted flush of {} is not marked", entry.name);
             }
         }
         self.warn(&format!(
@@ -417,7 +411,7 @@ impl Runtime {
         let own_dir = prefix::dataset_dir(&self.prefix, entry.id);
         let recorded: Option<Vec<String>> = if self.rank == 0 {
             load_writes(&self.prefix, entry.id).unwrap_or_else(|e| {
-                eprintln!("scr-rs: warning: {e}; cleaning up what the filemaps name");
+                tracing::warn!("{e}; cleaning up what the filemaps name");
                 None
             })
         } else {
@@ -501,8 +495,8 @@ impl Runtime {
                 .collect(),
         };
         if let Err(e) = prefix::write(&writes_part_path(&self.prefix, id, n), WRITES_KIND, &part) {
-            eprintln!(
-                "scr-rs: warning: {e}; if this flush is interrupted, its files are cleaned up only while the dataset is in cache"
+            tracing::warn!(
+                "{e}; if this flush is interrupted, its files are cleaned up only while the dataset is in cache"
             );
         }
     }
