@@ -1,6 +1,8 @@
 //! The cache at init and between checkpoints: moving files to the ranks that own them,
 //! verifying and rebuilding datasets through their schemes, deleting and evicting.
 
+use super::relative_to;
+use scr_plugin::sync::lock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
@@ -986,12 +988,7 @@ impl Runtime {
             .max(1);
         let protected = [self.restart_candidate_any(), self.restart_candidate(), keep];
         let flushing = self.flushing_ids();
-        let flushed = self
-            .flushing
-            .flushed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let flushed = lock(&self.flushing.flushed).clone();
         let held: Vec<u64> = self
             .filemap
             .datasets
@@ -1312,15 +1309,6 @@ impl Runtime {
         comm::send(&peer, &u8::from(ok), MOVE_TAG);
         Ok(())
     }
-}
-
-/// `path` relative to `dir` (as recorded in the filemap).
-fn relative_to(dir: &Path, path: &str) -> String {
-    let p = Path::new(path);
-    p.strip_prefix(dir)
-        .unwrap_or(p)
-        .to_string_lossy()
-        .into_owned()
 }
 
 /// Delete `names` (relative to `dir`), then every directory from their parents up to

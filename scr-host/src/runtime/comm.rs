@@ -120,6 +120,7 @@
 //! of an earlier release, legacy only: one message from rank 0 to each leader, P/R).
 //!
 
+use scr_plugin::sync::lock;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -235,7 +236,7 @@ pub struct Scope {
 /// step such as a flush nested in one); one more call of `name`.
 pub fn scope(name: &'static str) -> Scope {
     let me = {
-        let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+        let mut names = lock(&NAMES);
         match names.iter().position(|n| *n == name) {
             Some(i) => i + 1,
             None if names.len() + 1 < SLOTS => {
@@ -362,7 +363,7 @@ impl std::fmt::Display for CommStats {
 
 /// This process's counters now.
 pub fn snapshot() -> CommStats {
-    let names = NAMES.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let names = lock(&NAMES).clone();
     let mut per_call = BTreeMap::new();
     for (i, slot) in COUNTERS.iter().enumerate() {
         let name = match i {

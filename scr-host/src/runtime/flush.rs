@@ -49,6 +49,7 @@
 //! Transfers get a [`LocalHost`]: a one-member host whose log is the runtime's and whose
 //! cancellation flag (`Flushing::cancel`) the runtime sets to stop background transfers.
 
+use scr_plugin::sync::lock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -142,10 +143,6 @@ impl Drop for Flushing {
     fn drop(&mut self) {
         self.cancel.store(true, Ordering::SeqCst);
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One file of a transfer and what it must be once the transfer says it is done.
@@ -1149,11 +1146,7 @@ impl Runtime {
 
     /// Dataset ids whose flush is still running on this rank.
     pub(super) fn flushing_ids(&self) -> BTreeSet<u64> {
-        self.flushing
-            .in_flight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        lock(&self.flushing.in_flight).clone()
     }
 
     /// The checkpoint in the prefix to restart from next (collective; chosen on rank 0):

@@ -892,7 +892,7 @@ impl Runtime {
             .raw()
             .redundancy_files(&cache::dataset_files(&record, &dir))
             .into_result()
-            .map(|v| relative_to(&dir, v.iter().map(|p| p.as_str())))
+            .map(|v| v.iter().map(|p| relative_to(&dir, p)).collect())
             .unwrap_or_default();
         self.output = Some(Output {
             record,
@@ -1175,7 +1175,7 @@ impl Runtime {
                 .redundancy_files(&ds)
                 .into_result()
                 .map_err(|e| ScrError::from(rd.scheme.error("redundancy_files", e)))
-                .map(|red| relative_to(&dir, red.iter().map(|s| s.as_str())))
+                .map(|red| red.iter().map(|s| relative_to(&dir, s)).collect())
         });
         let declared = match &redundancy {
             Some(Ok(red)) => red.as_slice(),
@@ -1245,8 +1245,11 @@ impl Runtime {
             let call = if fused { "apply_with_crc" } else { "apply" };
             match self.settle_call(&rd.host, &rd.scheme, call, &label, result) {
                 Ok(done) => {
-                    out.record.redundancy =
-                        relative_to(&dir, done.redundancy.iter().map(|s| s.as_str()));
+                    out.record.redundancy = done
+                        .redundancy
+                        .iter()
+                        .map(|s| relative_to(&dir, s))
+                        .collect();
                     match fused
                         .then(|| {
                             self.record_crcs(out.desc, &mut out.record, &dir, &done.crc32, buf)
@@ -1953,17 +1956,13 @@ impl Ids {
     }
 }
 
-/// `paths` relative to `dir` (as recorded in the filemap).
-fn relative_to<'a>(dir: &Path, paths: impl Iterator<Item = &'a str>) -> Vec<String> {
-    paths
-        .map(|p| {
-            let p = Path::new(p);
-            p.strip_prefix(dir)
-                .unwrap_or(p)
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect()
+/// `path` relative to `dir` (as recorded in the filemap); a path outside `dir` unchanged.
+pub(super) fn relative_to(dir: &Path, path: &str) -> String {
+    let p = Path::new(path);
+    p.strip_prefix(dir)
+        .unwrap_or(p)
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// `<base>/<node>` when nodes are simulated, else `<base>`.

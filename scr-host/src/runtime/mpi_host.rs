@@ -3,6 +3,7 @@
 //! `unsafe impl`s below.
 #![allow(unsafe_code)]
 
+use scr_plugin::sync::lock;
 use std::io::Write as _;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -68,7 +69,7 @@ impl MpiHost {
         me: u32,
     ) -> Self {
         let (rank, size, threading) = {
-            let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+            let _serial = lock(&SERIAL);
             (
                 // a communicator's rank and size are never negative
                 u32::try_from(comm.rank()).unwrap_or(0),
@@ -95,7 +96,7 @@ impl MpiHost {
     /// all-gather every rank's color and key), only this set-local duplicate.
     pub fn duplicate(&self) -> MpiHost {
         let comm = {
-            let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+            let _serial = lock(&SERIAL);
             super::comm::duplicate(&self.comm)
         };
         MpiHost::new(comm, self.world_ranks.clone(), self.groups.clone(), self.me)
@@ -121,13 +122,13 @@ impl MpiHost {
         let started = std::time::Instant::now();
         let mut told = false;
         let mut request = {
-            let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+            let _serial = lock(&SERIAL);
             self.comm.immediate_barrier()
         };
         collective(0, 0);
         loop {
             let polled = {
-                let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+                let _serial = lock(&SERIAL);
                 request.test()
             };
             match polled {
@@ -165,7 +166,7 @@ impl MpiHost {
                 )));
             }
         }
-        Ok(SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
+        Ok(lock(&SERIAL))
     }
 
     /// `member` as an MPI rank of the set, or an error when the set has no such member.
@@ -244,7 +245,7 @@ impl MpiHost {
 
 impl Drop for MpiHost {
     fn drop(&mut self) {
-        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let _serial = lock(&SERIAL);
         // SAFETY: `comm` is dropped exactly once, here, and never used afterwards.
         unsafe { ManuallyDrop::drop(&mut self.comm) };
     }

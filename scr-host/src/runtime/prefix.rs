@@ -3,6 +3,7 @@
 //! `.scr/scr.dataset.<id>/` with its summary and rank2file map. All are state files:
 //! versioned, checksummed, replaced atomically.
 
+use scr_plugin::sync::lock;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -73,7 +74,7 @@ impl PrefixLock {
     /// holder.
     pub fn take(prefix: &Path) -> Result<PrefixLock, StateError> {
         use std::io::{Read, Seek, Write};
-        let in_process = INDEX_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let in_process = lock(&INDEX_LOCK);
         let path = Self::path(prefix);
         let io = |source| StateError::Io {
             path: path.clone(),
