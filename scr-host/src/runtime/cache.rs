@@ -1,7 +1,9 @@
 //! The cache at init and between checkpoints: moving files to the ranks that own them,
 //! verifying and rebuilding datasets through their schemes, deleting and evicting.
 
+use super::mpi_host::MpiHost;
 use super::relative_to;
+use crate::registry::{LoadedScheme, RegistryError};
 use scr_plugin::sync::lock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -292,6 +294,21 @@ struct Holders {
     crc_expected: bool,
 }
 
+/// What restoring one dataset works with once every rank agreed it can start.
+struct Restore {
+    id: u64,
+    /// The dataset's name (for messages).
+    name: String,
+    /// The record of this rank's set: descriptor, members, scheme, store.
+    record: DatasetRecord,
+    /// The set's communicator.
+    host: MpiHost,
+    /// The scheme the dataset was protected with, as this rank's member.
+    scheme: LoadedScheme,
+    /// The dataset's directory in cache (created private and checked).
+    dir: PathBuf,
+}
+
 impl Runtime {
     /// Move, verify and rebuild everything the cache holds; drop what cannot be saved.
     pub(super) fn restore_cache(&mut self) -> Result<()> {
@@ -532,87 +549,75 @@ impl Runtime {
     }
 
     /// Verify (and, through the scheme, rebuild) dataset `id` on every rank, or drop it
-    /// everywhere. Collective.
+    /// everywhere. Collective: every step below that can go differently on some ranks
+    /// ends in an agreement before the next collective one.
     fn restore_dataset(&mut self, id: u64, holders: &Holders, tag: i32) -> Result<()> {
         let _dataset = crate::log::dataset_span(id).entered();
         let restore_started = std::time::Instant::now();
         let own = self.filemap.datasets.get(&id).cloned();
+        let Some(r) = self.prepare_restore(id, holders, tag) else {
+            return Ok(());
+        };
+        let buf = self.config.u64("file_buf_size").max(4096) as usize;
+        let check = self.check_cached(&r, own.as_ref(), buf);
+        let intact = check.is_ok();
+        let Some(mut rebuilding) = self.declare_rebuild(id, &r, own.as_ref()) else {
+            return Ok(());
+        };
+        let outcome = self.recover_verified(
+            &r,
+            own.as_ref(),
+            intact,
+            &mut rebuilding,
+            holders.crc_expected,
+            buf,
+        );
+        let kept = self.all_agree(outcome.is_ok());
+        let lacking = match (&own, intact) {
+            (None, _) => Some(2u8),
+            (Some(_), false) => Some(1),
+            (Some(_), true) => None,
+        };
+        self.note_lacking_ranks(&r, lacking, kept, restore_started);
+        let local = match outcome {
+            Ok(None) if kept => Ok(()),
+            Ok(Some(files)) if kept => self.record_rebuilt(&r, files),
+            _ => {
+                let report = self.dropped_report(&r, &check, outcome.as_ref().err());
+                self.warn(&report);
+                self.log_event(crate::events::Event::Failure {
+                    what: report.clone(),
+                    rank: None,
+                });
+                self.lost.push(report);
+                // this rank's record, or the one made for the rebuild when its cache was
+                // lost (holding the redundancy files declared before recover and the
+                // names recover returned): what the scheme wrote here goes with it,
+                // inside the dataset directory only
+                self.remove_local(&rebuilding)
+            }
+        };
+        self.agree(local)
+    }
+
+    /// Set up what restoring dataset `id` needs on this rank (the recorded set, its
+    /// communicator, the scheme, the private dataset directory), agreed: `None` on every
+    /// rank when any rank could not (plugin missing, parameters refused, no set), after
+    /// keeping the data and saying why it is not offered now.
+    fn prepare_restore(&mut self, id: u64, holders: &Holders, tag: i32) -> Option<Restore> {
         // the record that says which set this rank belonged to
         let template = self.template_from_set(id, tag);
-        let set = template.as_ref().map(|t| Set {
-            id: t.descriptor.set_id,
-            members: t.descriptor.members.clone(),
-        });
-        // this rank's failure-group value in the recorded group; the node names for
-        // every rank when any rank cannot give one (as when one table was missing)
-        let value = template
-            .as_ref()
-            .map(|t| self.group_value(&t.descriptor.group).ok());
-        let value = match value {
-            _ if !self.all_agree(!matches!(value, Some(None))) => self.node.clone(),
-            Some(Some(v)) => v,
-            _ => self.node.clone(),
-        };
-        // the set's communicator: when every rank's set of this dataset is one this run
-        // formed for a redundancy descriptor (a restart of the same layout: the common
-        // case), a set-local duplicate of it; else a split of the world. Agreed, and only
-        // when every rank has its set: a member without one would never join its set's
-        // duplicate (the split leaves it out, and the size check below refuses the set)
-        let formed = template.as_ref().and_then(|t| {
-            self.reddescs.iter().position(|rd| {
-                rd.record.set_id == t.descriptor.set_id
-                    && rd.record.members == t.descriptor.members
-                    && rd.record.group == t.descriptor.group
-            })
-        });
-        let reuse = self.all_agree(formed.is_some());
-        let host = if reuse {
-            formed.map(|i| self.reddescs[i].host.duplicate())
-        } else {
-            self.set_host(set.as_ref(), &value)
-        };
-        let host = host.filter(|h| {
-            set.as_ref()
-                .is_some_and(|s| h.size_matches(s.members.len()))
-        });
-        let scheme = template.as_ref().map(|t| {
-            self.registry.new_scheme(&SchemeConfig {
-                scheme: t.descriptor.scheme.as_str().into(),
-                params: t
-                    .descriptor
-                    .params
-                    .iter()
-                    .map(|(k, v)| scr_plugin::Param {
-                        key: k.as_str().into(),
-                        value: v.as_str().into(),
-                    })
-                    .collect(),
-                settings: self.config.plugin_settings(&t.descriptor.scheme).into(),
-                members: t.descriptor.members.len() as u32,
-                member: t
-                    .descriptor
-                    .members
-                    .iter()
-                    .position(|&m| m == self.rank)
-                    .unwrap_or(0) as u32,
-                world_rank: self.rank,
-            })
-        });
+        let host = self.restore_host(template.as_ref());
+        let scheme = template.as_ref().map(|t| self.scheme_of(t));
         let dir = template
             .as_ref()
             .map(|t| self.dataset_dir(&t.descriptor.store, id));
         // every level from the store down 0700 and checked, none followed through a link
         // (a rebuild writes here)
         let dir_ok = match (&template, &dir) {
-            (Some(t), Some(d)) => {
-                match super::create_private_dir(Path::new(&t.descriptor.store), d) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        tracing::warn!("{e}");
-                        false
-                    }
-                }
-            }
+            (Some(t), Some(d)) => super::create_private_dir(Path::new(&t.descriptor.store), d)
+                .map_err(|e| tracing::warn!("{e}"))
+                .is_ok(),
             _ => false,
         };
         let ready = matches!((&host, &scheme), (Some(_), Some(Ok(_)))) && dir_ok;
@@ -620,58 +625,135 @@ impl Runtime {
             .as_ref()
             .map_or_else(|| holders.first.name.clone(), |r| r.name.clone());
         if !self.all_agree(ready) {
-            // the scheme or the set cannot be set up now (plugin missing, parameters
-            // refused, ...): keep the data, do not offer it
+            // keep the data, do not offer it
             let why = match &scheme {
                 Some(Err(e)) => e.to_string(),
                 _ => "a rank is in no redundancy set for it".to_string(),
             };
             self.skipped.push(id);
             self.warn(&format!("dataset {id} ({name}) is not restored now: {why}"));
-            return Ok(());
+            return None;
         }
-        let (Some(host), Some(Ok(scheme)), Some(t), Some(dir)) = (&host, &scheme, &template, &dir)
-        else {
-            unreachable!("ready on every rank")
-        };
+        match (host, scheme, template, dir) {
+            (Some(host), Some(Ok(scheme)), Some(record), Some(dir)) => Some(Restore {
+                id,
+                name,
+                record,
+                host,
+                scheme,
+                dir,
+            }),
+            _ => unreachable!("ready on every rank"),
+        }
+    }
 
-        // Verify before use: a file that is missing, of another size or (with
-        // crc_on_restart) of another CRC32 than recorded makes this rank's data lost, so
-        // the scheme rebuilds it or the dataset is dropped everywhere.
+    /// The host of the set `template` records for this rank (collective). When every
+    /// rank's set is one this run formed for a redundancy descriptor (a restart of the
+    /// same layout: the common case), a set-local duplicate of it; else a split of the
+    /// world. Agreed, and only when every rank has its set: a member without one would
+    /// never join its set's duplicate. `None` when the communicator does not have the
+    /// recorded number of members.
+    fn restore_host(&mut self, template: Option<&DatasetRecord>) -> Option<MpiHost> {
+        let set = template.map(|t| Set {
+            id: t.descriptor.set_id,
+            members: t.descriptor.members.clone(),
+        });
+        // this rank's failure-group value in the recorded group; the node names for
+        // every rank when any rank cannot give one (as when one table was missing)
+        let value = template.map(|t| self.group_value(&t.descriptor.group).ok());
+        let value = match value {
+            _ if !self.all_agree(!matches!(value, Some(None))) => self.node.clone(),
+            Some(Some(v)) => v,
+            _ => self.node.clone(),
+        };
+        let formed = template.and_then(|t| {
+            self.reddescs.iter().position(|rd| {
+                rd.record.set_id == t.descriptor.set_id
+                    && rd.record.members == t.descriptor.members
+                    && rd.record.group == t.descriptor.group
+            })
+        });
+        let host = if self.all_agree(formed.is_some()) {
+            formed.map(|i| self.reddescs[i].host.duplicate())
+        } else {
+            self.set_host(set.as_ref(), &value)
+        };
+        host.filter(|h| {
+            set.as_ref()
+                .is_some_and(|s| h.size_matches(s.members.len()))
+        })
+    }
+
+    /// A new instance of the scheme `rec` was protected with, as this rank's member of
+    /// its recorded set.
+    fn scheme_of(&self, rec: &DatasetRecord) -> std::result::Result<LoadedScheme, RegistryError> {
+        let d = &rec.descriptor;
+        self.registry.new_scheme(&SchemeConfig {
+            scheme: d.scheme.as_str().into(),
+            params: d
+                .params
+                .iter()
+                .map(|(k, v)| scr_plugin::Param {
+                    key: k.as_str().into(),
+                    value: v.as_str().into(),
+                })
+                .collect(),
+            settings: self.config.plugin_settings(&d.scheme).into(),
+            members: d.members.len() as u32,
+            member: d.members.iter().position(|&m| m == self.rank).unwrap_or(0) as u32,
+            world_rank: self.rank,
+        })
+    }
+
+    /// Verify this rank's cached files before use: a file that is missing, of another
+    /// size or (with crc_on_restart) of another CRC32 than recorded makes this rank's
+    /// data lost, so the scheme rebuilds it or the dataset is dropped everywhere.
+    fn check_cached(
+        &mut self,
+        r: &Restore,
+        own: Option<&DatasetRecord>,
+        buf: usize,
+    ) -> std::result::Result<(), String> {
         let use_crc = self.config.bool("crc_on_restart");
-        let buf = self.config.u64("file_buf_size").max(4096) as usize;
-        let check = match &own {
-            Some(rec) => verify_dataset(self.rank, rec, dir, use_crc, buf),
+        let check = match own {
+            Some(rec) => verify_dataset(self.rank, rec, &r.dir, use_crc, buf),
             None => Err(format!(
                 "rank {}: no record of the dataset (cache lost)",
                 self.rank
             )),
         };
-        let intact = check.is_ok();
-        if let (Some(_), Err(why)) = (&own, &check) {
-            tracing::warn!("dataset {id} ({name}): {why}; counted as lost");
+        if let (Some(_), Err(why)) = (own, &check) {
+            tracing::warn!("dataset {} ({}): {why}; counted as lost", r.id, r.name);
         }
-        let unchecked = own
-            .as_ref()
-            .is_some_and(|r| r.files.iter().any(|f| f.crc32.is_none()));
+        let unchecked = own.is_some_and(|r| r.files.iter().any(|f| f.crc32.is_none()));
         if use_crc && self.rank == 0 && !self.crc_note_given && unchecked {
             self.crc_note_given = true;
             self.info("cached files without a recorded CRC32 (crc_on_copy = false): only their sizes are checked at restart");
         }
-        // Files a rebuild writes are recorded before they exist: this rank's record —
-        // or, when its cache was lost, an incomplete one made from its set's record —
-        // names the redundancy files the scheme declares, saved before recover runs, so
-        // a crash inside the rebuild leaves nothing the next init cannot find and delete
-        // (an incomplete record is deleted at init). A lost rank's own file names are
-        // only in the redundancy data: they are recorded the moment recover returns them.
-        let mut rebuilding = own.clone().unwrap_or_else(|| DatasetRecord {
+        check
+    }
+
+    /// Record the files a rebuild will write before they exist (agreed): this rank's
+    /// record — or, when its cache was lost, an incomplete one made from its set's record
+    /// — names the redundancy files the scheme declares, saved before recover runs, so a
+    /// crash inside the rebuild leaves nothing the next init cannot find and delete (an
+    /// incomplete record is deleted at init). A lost rank's own file names are only in
+    /// the redundancy data: they are recorded the moment recover returns them. `None` on
+    /// every rank when any rank could not record them (the dataset is skipped).
+    fn declare_rebuild(
+        &mut self,
+        id: u64,
+        r: &Restore,
+        own: Option<&DatasetRecord>,
+    ) -> Option<DatasetRecord> {
+        let mut rebuilding = own.cloned().unwrap_or_else(|| DatasetRecord {
             files: Vec::new(),
             redundancy: Vec::new(),
             complete: false,
-            ..t.clone()
+            ..r.record.clone()
         });
-        let declared = declare_redundancy(scheme, &mut rebuilding, dir).and_then(|()| {
-            if own.as_ref() == Some(&rebuilding) {
+        let declared = declare_redundancy(&r.scheme, &mut rebuilding, &r.dir).and_then(|()| {
+            if own == Some(&rebuilding) {
                 Ok(())
             } else {
                 self.filemap.datasets.insert(id, rebuilding.clone());
@@ -679,89 +761,114 @@ impl Runtime {
             }
         });
         if let Err(e) = &declared {
-            tracing::warn!("dataset {id} ({name}): {e}");
+            tracing::warn!("dataset {id} ({}): {e}", r.name);
         }
-        if !self.all_agree(declared.is_ok()) {
-            // nothing was written for the rebuild: forget a record made for it
-            if own.is_none() && self.filemap.datasets.remove(&id).is_some() {
-                let _ = self.save_filemap();
-            }
-            self.skipped.push(id);
-            self.warn(&format!(
-                "dataset {id} ({name}) is not restored now: its redundancy files could not be recorded before the rebuild"
-            ));
-            return Ok(());
+        if self.all_agree(declared.is_ok()) {
+            return Some(rebuilding);
         }
-        let files: ROption<abi_stable::std_types::RVec<FileMeta>> = match (&own, intact) {
-            (Some(rec), true) => RSome(dataset_files(rec, dir).files),
-            _ => RNone,
+        // nothing was written for the rebuild: forget a record made for it
+        if own.is_none() && self.filemap.datasets.remove(&id).is_some() {
+            let _ = self.save_filemap();
+        }
+        self.skipped.push(id);
+        self.warn(&format!(
+            "dataset {id} ({}) is not restored now: its redundancy files could not be recorded before the rebuild",
+            r.name
+        ));
+        None
+    }
+
+    /// Run the scheme's recover and verify what it says (not agreed: the caller agrees).
+    /// When this rank's files passed the check (`intact`), they must still be there,
+    /// whole, after the scheme ran (`Ok(None)`); otherwise what the scheme says it rebuilt
+    /// is verified before it is recorded (`Ok(Some(files))`). On a rank whose cache was
+    /// lost (`own` is `None`) the returned names go into `rebuilding` at once, so a crash
+    /// before the end leaves them findable.
+    fn recover_verified(
+        &mut self,
+        r: &Restore,
+        own: Option<&DatasetRecord>,
+        intact: bool,
+        rebuilding: &mut DatasetRecord,
+        crc_expected: bool,
+        buf: usize,
+    ) -> std::result::Result<Option<Vec<super::FileRecord>>, String> {
+        let intact = own.filter(|_| intact);
+        let files: ROption<abi_stable::std_types::RVec<FileMeta>> = match intact {
+            Some(rec) => RSome(dataset_files(rec, &r.dir).files),
+            None => RNone,
         };
         let request = RecoverRequest {
-            dataset_id: id,
-            dir: dir.display().to_string().into(),
+            dataset_id: r.id,
+            dir: r.dir.display().to_string().into(),
             files,
         };
-        let result = scheme
+        let result = r
+            .scheme
             .raw()
-            .recover(scr_plugin::host_ref(host), &request)
+            .recover(scr_plugin::host_ref(&r.host), &request)
             .into_result();
+        let label = format!("{} ({})", r.id, r.name);
         let outcome = self
-            .settle_call(host, scheme, "recover", &format!("{id} ({name})"), result)
+            .settle_call(&r.host, &r.scheme, "recover", &label, result)
             .map(|v| v.into_vec())
             .map_err(|e| e.to_string());
-        // what the scheme returned, to clean up if the dataset is dropped
-        let returned: Vec<FileMeta> = outcome.clone().unwrap_or_default();
-        if own.is_none() && !returned.is_empty() {
-            // rebuilt on this rank whose cache was lost: record the names at once
-            rebuilding.files = returned
-                .iter()
-                .map(|m| super::FileRecord {
-                    name: relative_to(dir, m.path.as_str()),
-                    size: m.size,
-                    mode: m.mode,
-                    mtime: (m.mtime_sec, m.mtime_nsec),
-                    crc32: m.crc32.into_option(),
-                })
-                .filter(|f| is_inside(&f.name))
-                .collect();
-            self.filemap.datasets.insert(id, rebuilding.clone());
-            if let Err(e) = self.save_filemap() {
-                tracing::warn!("dataset {id} ({name}): {e}");
+        if own.is_none() {
+            // rebuilt on this rank whose cache was lost: record the names at once (what
+            // the scheme returned, to clean up if the dataset is dropped)
+            let returned = outcome.as_deref().unwrap_or_default();
+            if !returned.is_empty() {
+                rebuilding.files = returned
+                    .iter()
+                    .map(|m| super::FileRecord {
+                        name: relative_to(&r.dir, m.path.as_str()),
+                        size: m.size,
+                        mode: m.mode,
+                        mtime: (m.mtime_sec, m.mtime_nsec),
+                        crc32: m.crc32.into_option(),
+                    })
+                    .filter(|f| is_inside(&f.name))
+                    .collect();
+                self.filemap.datasets.insert(r.id, rebuilding.clone());
+                if let Err(e) = self.save_filemap() {
+                    tracing::warn!("dataset {label}: {e}");
+                }
             }
         }
+        let scheme = &r.record.descriptor.scheme;
         // the dataset was written with CRC32s when any holder recorded one: then a
         // rebuilt file must come with one too (a rank whose cache is lost has only the
         // scheme's word for its files)
-        let crc_expected = holders.crc_expected;
-        // what the scheme says it rebuilt is verified before it is recorded; an intact
-        // rank's files must still be there, whole, after the scheme ran
-        let outcome: std::result::Result<Option<Vec<super::FileRecord>>, String> = outcome
-            .and_then(|metas| match (&own, intact) {
-                (Some(rec), true) => verify_dataset(self.rank, rec, dir, false, buf)
-                    .map(|()| None)
-                    .map_err(|why| format!("{} changed intact files: {why}", t.descriptor.scheme)),
-                _ => verify_rebuilt(self.rank, &metas, own.as_ref(), dir, crc_expected, buf)
-                    .map(Some)
-                    .map_err(|why| format!("{} rebuilt wrong data: {why}", t.descriptor.scheme)),
-            });
+        let outcome = outcome.and_then(|metas| match intact {
+            Some(rec) => verify_dataset(self.rank, rec, &r.dir, false, buf)
+                .map(|()| None)
+                .map_err(|why| format!("{scheme} changed intact files: {why}")),
+            None => verify_rebuilt(self.rank, &metas, own, &r.dir, crc_expected, buf)
+                .map(Some)
+                .map_err(|why| format!("{scheme} rebuilt wrong data: {why}")),
+        });
         if let Err(why) = &outcome {
-            tracing::warn!("dataset {id} ({name}): {why}");
+            tracing::warn!("dataset {label}: {why}");
         }
-        let kept = self.all_agree(outcome.is_ok());
-        // which ranks lacked files (1: damaged or missing, 2: the whole cache lost): for
-        // the log, and the event log's lost nodes
-        // (rank 0 alone logs them: bounded gathers of the ranks that lacked files and of
-        // the nodes lost — see [`comm::gather_some`]; was an all-gather of P flags)
-        let flag = match (&own, intact) {
-            (None, _) => Some(2u8),
-            (Some(_), false) => Some(1),
-            (Some(_), true) => None,
-        };
-        let (lacking, lacking_total) =
-            comm::gather_some(&self.world, flag.as_ref().map(std::slice::from_ref));
+        outcome
+    }
+
+    /// Learn on rank 0 which ranks lacked files (`lacking` on this rank: 1 damaged or
+    /// missing, 2 the whole cache lost) and which nodes lost their cache, for the log and
+    /// the event log's lost nodes (collective). Rank 0 alone logs them: bounded gathers of
+    /// the ranks that lacked files and of the nodes lost — see [`comm::gather_some`].
+    fn note_lacking_ranks(
+        &mut self,
+        r: &Restore,
+        lacking: Option<u8>,
+        kept: bool,
+        started: std::time::Instant,
+    ) {
+        let (ranks, lacking_total) =
+            comm::gather_some(&self.world, lacking.as_ref().map(std::slice::from_ref));
         // the lost nodes: one report per node, by its first rank when it lost its cache
         // (a node's ranks lose it together), so the bound counts nodes, not ranks
-        let node_lost = flag == Some(2) && self.first_on_node();
+        let node_lost = lacking == Some(2) && self.first_on_node();
         let (lost, lost_total) =
             comm::gather_some(&self.world, node_lost.then_some(self.node.as_bytes()));
         for (_, b) in &lost {
@@ -771,106 +878,98 @@ impl Runtime {
         self.lost_nodes_unnamed = self
             .lost_nodes_unnamed
             .max(lost_total.saturating_sub(lost.len() as u64));
-        let rebuilt: Vec<u32> = lacking.iter().map(|(r, _)| *r).collect();
+        let rebuilt: Vec<u32> = ranks.iter().map(|(r, _)| *r).collect();
         let more = match lacking_total - rebuilt.len() as u64 {
             0 => String::new(),
             n => format!(" and {n} more"),
         };
-        let rebuilt_any = lacking_total > 0;
-        if kept && rebuilt_any {
+        if kept && lacking_total > 0 {
             self.info(&format!(
-                "dataset {id} ({name}): rebuilt the files of ranks {rebuilt:?}{more} through {}",
-                t.descriptor.scheme
+                "dataset {} ({}): rebuilt the files of ranks {rebuilt:?}{more} through {}",
+                r.id, r.name, r.record.descriptor.scheme
             ));
             self.log_event(crate::events::Event::Rebuild {
-                name: name.clone(),
-                id,
+                name: r.name.clone(),
+                id: r.id,
                 ranks: rebuilt,
-                seconds: restore_started.elapsed().as_secs_f64(),
+                seconds: started.elapsed().as_secs_f64(),
             });
         }
-        let local = if kept {
-            match outcome {
-                Ok(None) => Ok(()),
-                Ok(Some(files)) => {
-                    // rebuilt here: record the verified files and the scheme's own
-                    // redundancy files
-                    let mut rec = t.clone();
-                    rec.files = files;
-                    rec.complete = true;
-                    let ds = dataset_files(&rec, dir);
-                    rec.redundancy = scheme
-                        .raw()
-                        .redundancy_files(&ds)
-                        .into_result()
-                        .map(|red| red.iter().map(|p| relative_to(dir, p.as_str())).collect())
-                        .unwrap_or_default();
-                    self.filemap.datasets.insert(id, rec);
-                    self.save_filemap()
-                }
-                Err(_) => unreachable!("kept means recovered and verified"),
+    }
+
+    /// Record the files rebuilt on this rank (verified) and the scheme's own redundancy
+    /// files: the dataset is complete here again.
+    fn record_rebuilt(&mut self, r: &Restore, files: Vec<super::FileRecord>) -> Result<()> {
+        let mut rec = r.record.clone();
+        rec.files = files;
+        rec.complete = true;
+        let ds = dataset_files(&rec, &r.dir);
+        rec.redundancy = r
+            .scheme
+            .raw()
+            .redundancy_files(&ds)
+            .into_result()
+            .map(|red| {
+                red.iter()
+                    .map(|p| relative_to(&r.dir, p.as_str()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.filemap.datasets.insert(r.id, rec);
+        self.save_filemap()
+    }
+
+    /// Why a dataset is dropped everywhere, the same text on every rank (collective):
+    /// which ranks lacked files and which sets' rebuild failed. Two bounded gathers to
+    /// rank 0 — the ranks whose files were lost or damaged, the ranks whose rebuild failed
+    /// with their set — and the report broadcast from rank 0: per rank O(log P) steps.
+    fn dropped_report(
+        &self,
+        r: &Restore,
+        check: &std::result::Result<(), String>,
+        failed: Option<&String>,
+    ) -> String {
+        let (checks, checks_total) =
+            comm::gather_some(&self.world, check.as_ref().err().map(|e| e.as_bytes()));
+        let failure = failed
+            .map(|why| serde_json::to_vec(&(r.record.descriptor.set_id, why)).expect("serializes"));
+        let (fails, fails_total) = comm::gather_some(&self.world, failure.as_deref());
+        let mut report = String::new();
+        if self.rank == 0 {
+            let mut ranks: Vec<String> = checks
+                .iter()
+                .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
+                .collect();
+            if checks_total > ranks.len() as u64 {
+                ranks.push(format!("and {} more", checks_total - ranks.len() as u64));
             }
-        } else {
-            // dropped everywhere: say which sets failed and which ranks lacked files
-            // (two bounded gathers to rank 0 — the ranks whose files were lost or
-            // damaged, the ranks whose rebuild failed with their set — and the report
-            // broadcast from rank 0: per rank O(log P) steps and one report; was an
-            // all-gather of every rank's view, O(P))
-            let (checks, checks_total) =
-                comm::gather_some(&self.world, check.as_ref().err().map(|e| e.as_bytes()));
-            let failure = outcome
-                .as_ref()
-                .err()
-                .map(|why| serde_json::to_vec(&(t.descriptor.set_id, why)).expect("serializes"));
-            let (fails, fails_total) = comm::gather_some(&self.world, failure.as_deref());
-            let mut report = String::new();
-            if self.rank == 0 {
-                let mut ranks: Vec<String> = checks
-                    .iter()
-                    .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
-                    .collect();
-                if checks_total > ranks.len() as u64 {
-                    ranks.push(format!("and {} more", checks_total - ranks.len() as u64));
-                }
-                let mut failed: BTreeMap<u64, String> = BTreeMap::new();
-                for (set, why) in fails
-                    .iter()
-                    .filter_map(|(_, b)| serde_json::from_slice::<(u64, String)>(b).ok())
-                {
-                    failed.entry(set).or_insert(why);
-                }
-                let mut sets: Vec<String> = failed
-                    .iter()
-                    .map(|(set, why)| format!("set {set}: {why}"))
-                    .collect();
-                if fails_total > fails.len() as u64 {
-                    sets.push(format!(
-                        "and {} more failed rank(s)",
-                        fails_total - fails.len() as u64
-                    ));
-                }
-                report = format!(
-                    "dataset {id} ({name}) cannot be restored and was dropped: lost or damaged files: [{}]; {}",
-                    ranks.join("; "),
-                    sets.join("; ")
-                );
+            let mut failed: BTreeMap<u64, String> = BTreeMap::new();
+            for (set, why) in fails
+                .iter()
+                .filter_map(|(_, b)| serde_json::from_slice::<(u64, String)>(b).ok())
+            {
+                failed.entry(set).or_insert(why);
             }
-            let report =
-                String::from_utf8_lossy(&comm::broadcast_from(&self.world, 0, report.as_bytes()))
-                    .into_owned();
-            self.warn(&report);
-            self.log_event(crate::events::Event::Failure {
-                what: report.clone(),
-                rank: None,
-            });
-            self.lost.push(report);
-            // this rank's record, or the one made for the rebuild when its cache was
-            // lost (holding the redundancy files declared before recover and the names
-            // recover returned): what the scheme wrote here goes with it, inside the
-            // dataset directory only
-            self.remove_local(&rebuilding)
-        };
-        self.agree(local)
+            let mut sets: Vec<String> = failed
+                .iter()
+                .map(|(set, why)| format!("set {set}: {why}"))
+                .collect();
+            if fails_total > fails.len() as u64 {
+                sets.push(format!(
+                    "and {} more failed rank(s)",
+                    fails_total - fails.len() as u64
+                ));
+            }
+            report = format!(
+                "dataset {} ({}) cannot be restored and was dropped: lost or damaged files: [{}]; {}",
+                r.id,
+                r.name,
+                ranks.join("; "),
+                sets.join("; ")
+            );
+        }
+        String::from_utf8_lossy(&comm::broadcast_from(&self.world, 0, report.as_bytes()))
+            .into_owned()
     }
 
     /// Discard a dataset whose apply failed on some rank (every rank calls this; `desc`
