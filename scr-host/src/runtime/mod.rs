@@ -229,6 +229,17 @@ struct Passthrough {
     output: Option<String>,
 }
 
+/// The outcome of checking the names of a dataset's files across ranks
+/// ([`Runtime::check_output_names`]), the same on every rank.
+struct NameCheck {
+    /// Every rank's files are there, no names clash, the redundancy files are recorded.
+    all_valid: bool,
+    /// Two ranks routed one name (the first owner's clash): a usage error.
+    clash: Option<String>,
+    /// Why the redundancy files could not be named or recorded.
+    naming_error: Option<String>,
+}
+
 impl Runtime {
     /// Initialise on `world` (normally `MPI_COMM_WORLD`; collective). `api` holds the
     /// configuration calls the application made before init, with their call numbers.
@@ -245,7 +256,6 @@ impl Runtime {
         let _counted = comm::scope("init");
         let world = comm::duplicate(world);
         let rank = world.rank() as u32;
-        let size = world.size() as u32;
         crate::log::init(crate::log::env_debug());
         let span = crate::log::runtime_span(rank);
         let _log = span.clone().entered();
@@ -262,8 +272,31 @@ impl Runtime {
             span.record("job", job.as_str());
         }
         crate::log::set_debug(config.u64("debug"));
-        let started = Instant::now();
-        let mut rt = Runtime {
+        let mut rt = Runtime::unstarted(world, config, span);
+        let started = rt.init_started;
+        if rt.passthrough.is_some() {
+            // SCR_ENABLE=0: nothing is cached, protected, flushed or fetched, and no
+            // directory or state file is created; every call succeeds and route_file
+            // hands back the application's own path
+            rt.info("disabled (enable = false): every call passes through; nothing is cached");
+            rt.finalized = false;
+            return Ok(rt);
+        }
+        rt.load_plugins()?;
+        rt.find_node()?;
+        rt.create_job_dirs()?;
+        rt.set_up_stores(&recorded_api)?;
+        rt.restore_at_init(&options)?;
+        rt.report_init(started);
+        Ok(rt)
+    }
+
+    /// The runtime before any collective step of init: configuration and identity only
+    /// (no plugin, node, set or directory yet). Dropping it is not a missed finalize.
+    fn unstarted(world: SimpleCommunicator, config: Config, span: tracing::Span) -> Runtime {
+        let rank = world.rank() as u32;
+        let size = world.size() as u32;
+        Runtime {
             rank,
             size,
             node: String::new(),
@@ -299,7 +332,7 @@ impl Runtime {
             lost: Vec::new(),
             lost_nodes: BTreeSet::new(),
             lost_nodes_unnamed: 0,
-            init_started: started,
+            init_started: Instant::now(),
             allocation_end: None,
             crc_note_given: false,
             flushing: flush::Flushing::default(),
@@ -311,29 +344,29 @@ impl Runtime {
             reading_prefix: false,
             world,
             config,
-        };
-        if rt.passthrough.is_some() {
-            // SCR_ENABLE=0: nothing is cached, protected, flushed or fetched, and no
-            // directory or state file is created; every call succeeds and route_file
-            // hands back the application's own path
-            rt.info("disabled (enable = false): every call passes through; nothing is cached");
-            rt.finalized = false;
-            return Ok(rt);
         }
+    }
 
-        rt.registry = Registry::load(&rt.config.search_path());
-        let findings = check_plugins(&rt.config, &rt.registry);
+    /// Load the plugins from the search path and check the configuration against them
+    /// (agreed: a plugin missing on one node fails init on every rank).
+    fn load_plugins(&mut self) -> Result<()> {
+        self.registry = Registry::load(&self.config.search_path());
+        let findings = check_plugins(&self.config, &self.registry);
         let checked = if findings.errors.is_empty() {
             Ok(())
         } else {
             Err(ScrError::Config(ConfigErrors(findings.errors)))
         };
-        rt.agree(checked)?;
+        self.agree(checked)
+    }
 
-        // node names: the testing override, else the host name
-        let node_names = rt.config.str("node_names");
-        rt.simulated = !node_names.is_empty();
-        let node = if rt.simulated {
+    /// This rank's node (the testing override `node_names`, else the host name; agreed),
+    /// the ranks on it and the number of nodes.
+    fn find_node(&mut self) -> Result<()> {
+        let (rank, size) = (self.rank, self.size);
+        let node_names = self.config.str("node_names");
+        self.simulated = !node_names.is_empty();
+        let node = if self.simulated {
             let names: Vec<&str> = node_names.split(',').map(str::trim).collect();
             match names.get(rank as usize) {
                 Some(n) if !n.is_empty() => Ok(n.to_string()),
@@ -347,26 +380,33 @@ impl Runtime {
                 .map(|s| s.trim().to_string())
                 .unwrap_or_else(|_| "localhost".into()))
         };
-        rt.node = rt.agree(node)?;
+        self.node = self.agree(node)?;
         // the ranks of this node find each other by a split by node name (see
         // sets::split_by_value) and count the nodes with one reduction: per rank
         // O(log P) steps and O(ranks per node) bytes (was: every rank's node name on
         // every rank, O(P))
         {
-            let node_comm = sets::split_by_value(&rt.world, &rt.node);
+            let node_comm = sets::split_by_value(&self.world, &self.node);
             let mut ranks = vec![0u32; node_comm.size() as usize];
-            comm::all_gather_into(&node_comm, &rank, &mut ranks[..]);
-            rt.node_ranks = ranks;
+            comm::all_gather_into(&node_comm, &self.rank, &mut ranks[..]);
+            self.node_ranks = ranks;
             let first = u64::from(node_comm.rank() == 0);
-            rt.node_count = u32::try_from(comm::sum_u64(&rt.world, first)).unwrap_or(u32::MAX);
+            self.node_count = u32::try_from(comm::sum_u64(&self.world, first)).unwrap_or(u32::MAX);
         }
 
-        let job_dir = PathBuf::from(&rt.user).join(format!("scr.{}", rt.job_id));
-        let cntl_base = PathBuf::from(rt.config.str("cntl_base"));
-        rt.cntl_dir = node_local(&cntl_base, rt.simulated, &rt.node).join(&job_dir);
-        let prefix = rt.prefix.clone();
-        let local = create_private_dir(&cntl_base, &rt.cntl_dir).and_then(|()| {
-            if rank == 0 {
+        Ok(())
+    }
+
+    /// This job's control directory on this node (private, every level checked) and the
+    /// prefix's `.scr`; a run that ended in finalize left that as the halt file's exit
+    /// reason, which a new run starting clears. Agreed.
+    fn create_job_dirs(&mut self) -> Result<()> {
+        let job_dir = PathBuf::from(&self.user).join(format!("scr.{}", self.job_id));
+        let cntl_base = PathBuf::from(self.config.str("cntl_base"));
+        self.cntl_dir = node_local(&cntl_base, self.simulated, &self.node).join(&job_dir);
+        let prefix = self.prefix.clone();
+        let local = create_private_dir(&cntl_base, &self.cntl_dir).and_then(|()| {
+            if self.rank == 0 {
                 let scr = prefix.join(".scr");
                 std::fs::create_dir_all(&scr).map_err(io_err(&scr))?;
                 // A run that ended in finalize left that as its reason; a new run
@@ -394,71 +434,93 @@ impl Runtime {
             }
             Ok(())
         });
-        rt.agree(local)?;
+        self.agree(local)
+    }
 
-        rt.create_reddescs()?;
-        // every store in use gets its job directory now (SCR makes its cache directories
-        // in init): a store that cannot be used fails the start, not a later checkpoint
-        let stores: BTreeSet<String> = rt.reddescs.iter().map(|d| d.record.store.clone()).collect();
-        let made = stores.iter().try_for_each(|s| rt.create_store_dir(s));
-        rt.agree(made)?;
-        rt.write_nodes_file()?;
-        if rank == 0 {
+    /// The redundancy descriptors and their sets, a job directory in every store in use
+    /// (SCR makes its cache directories in init: a store that cannot be used fails the
+    /// start, not a later checkpoint), the nodes file, the recorded configuration calls
+    /// and, on rank 0, the allocation's end.
+    fn set_up_stores(&mut self, recorded_api: &[(usize, String)]) -> Result<()> {
+        self.create_reddescs()?;
+        let stores: BTreeSet<String> = self
+            .reddescs
+            .iter()
+            .map(|d| d.record.store.clone())
+            .collect();
+        let made = stores.iter().try_for_each(|s| self.create_store_dir(s));
+        self.agree(made)?;
+        self.write_nodes_file()?;
+        if self.rank == 0 {
             // what the application set, for `scr config show` and `explain` to report
-            if let Err(e) = crate::config::api::record(&rt.prefix, &recorded_api) {
-                rt.warn(&format!(
+            if let Err(e) = crate::config::api::record(&self.prefix, recorded_api) {
+                self.warn(&format!(
                     "the configuration calls could not be recorded in {} ({e}); `scr config show` will not list them",
-                    crate::config::api::record_path(&rt.prefix).display()
+                    crate::config::api::record_path(&self.prefix).display()
                 ));
             }
         }
-        if rank == 0 {
+        if self.rank == 0 {
             // asked once, on one rank: thousands of ranks each running `squeue` would
             // load the resource manager
-            rt.allocation_end = crate::walltime::from_config_and_env(&rt.config);
-            if let Some((end, source)) = &rt.allocation_end {
-                rt.info(&format!("the allocation ends at {end} (from {source})"));
+            self.allocation_end = crate::walltime::from_config_and_env(&self.config);
+            if let Some((end, source)) = &self.allocation_end {
+                self.info(&format!("the allocation ends at {end} (from {source})"));
             }
-            rt.log_previous_run_failure();
+            self.log_previous_run_failure();
         }
-        rt.restore_cache()?;
-        if rt.lost_nodes_unnamed > 0 {
-            rt.warn(&format!(
+        Ok(())
+    }
+
+    /// Restore what the cache holds (verify, rebuild, or drop each dataset), settle
+    /// flushes an earlier run left interrupted, and choose the restart (or leave the
+    /// fetch to the first have_restart).
+    fn restore_at_init(&mut self, options: &InitOptions) -> Result<()> {
+        self.restore_cache()?;
+        if self.lost_nodes_unnamed > 0 {
+            self.warn(&format!(
                 "{} more nodes lost their cache than the event log names ({} named)",
-                rt.lost_nodes_unnamed,
-                rt.lost_nodes.len()
+                self.lost_nodes_unnamed,
+                self.lost_nodes.len()
             ));
         }
-        if !rt.lost_nodes.is_empty() {
-            rt.log_event(crate::events::Event::LostNodes {
-                nodes: rt.lost_nodes.iter().cloned().collect(),
+        if !self.lost_nodes.is_empty() {
+            self.log_event(crate::events::Event::LostNodes {
+                nodes: self.lost_nodes.iter().cloned().collect(),
             });
         }
-        rt.settle_interrupted_flushes()?;
-        rt.finalized = false;
+        self.settle_interrupted_flushes()?;
+        // from here on, dropping the runtime without finalize is a missed finalize
+        self.finalized = false;
         if options.fetch_at_have_restart {
             // only the fetch waits for have_restart: flush_on_restart flushes what the
             // cache holds now (SCR does it in init, for applications that restart
             // without the restart API)
-            rt.fetch_pending = true;
-            if rt.config.bool("flush_on_restart") {
-                rt.flush_newest("flush_on_restart")?;
+            self.fetch_pending = true;
+            if self.config.bool("flush_on_restart") {
+                self.flush_newest("flush_on_restart")?;
             }
         } else {
-            rt.settle_restart(true)?;
+            self.settle_restart(true)?;
         }
-        rt.log_event(crate::events::Event::Init {
-            ranks: rt.size,
-            nodes: rt.node_count,
+        Ok(())
+    }
+
+    /// Log the init event and, at debug level 1, each descriptor and the init summary;
+    /// exit here when the run is halted.
+    fn report_init(&mut self, started: Instant) {
+        self.log_event(crate::events::Event::Init {
+            ranks: self.size,
+            nodes: self.node_count,
             seconds: started.elapsed().as_secs_f64(),
-            restarted_from: rt.have_restart(),
+            restarted_from: self.have_restart(),
         });
-        rt.exit_if_halted();
+        self.exit_if_halted();
         // time-based checkpoint policies count from the end of init
-        rt.policy.last_end = Instant::now();
-        comm::barrier(&rt.world);
-        for rd in &rt.reddescs {
-            rt.info(&format!(
+        self.policy.last_end = Instant::now();
+        comm::barrier(&self.world);
+        for rd in &self.reddescs {
+            self.info(&format!(
                 "descriptor {}: interval {}, scheme {}, store {}, group {}, this rank in set {} of {} member(s)",
                 rd.index,
                 rd.interval,
@@ -469,15 +531,14 @@ impl Runtime {
                 rd.record.members.len()
             ));
         }
-        rt.info(&format!(
+        self.info(&format!(
             "init: {} ranks on {} node(s), {} descriptor(s), restart candidate {:?}, {:.3} s",
-            rt.size,
-            rt.node_count,
-            rt.reddescs.len(),
-            rt.have_restart(),
+            self.size,
+            self.node_count,
+            self.reddescs.len(),
+            self.have_restart(),
             started.elapsed().as_secs_f64()
         ));
-        Ok(rt)
     }
 
     /// This process's world rank.
@@ -1137,84 +1198,9 @@ impl Runtime {
         // read here: one read of the data instead of two (the configuration is the same
         // on every rank, the scheme's answer agreed at init).
         let fused = crc && self.reddescs[out.desc].hashes_in_apply;
-        let mut local_ok = valid;
-        let mut problem = None;
-        if valid {
-            for f in &mut out.record.files {
-                match cache::stat_file(&dir.join(&f.name), crc && !fused, buf) {
-                    Ok(meta) => {
-                        f.size = meta.size;
-                        f.mode = meta.mode;
-                        f.mtime = meta.mtime;
-                        f.crc32 = meta.crc32;
-                    }
-                    Err(e) => {
-                        problem = Some(format!("rank {}: {}: {e}", self.rank, f.name));
-                        local_ok = false;
-                        break;
-                    }
-                }
-            }
-        }
-        if let Some(p) = &problem {
-            tracing::warn!("{p}");
-        }
-        // The names this rank declares: what it routed and, when its files are there,
-        // the redundancy files the scheme will write (naming is local to each rank).
-        // Two ranks writing one name would overwrite each other (in cache on a shared
-        // node, and in the prefix), as would a routed file named like another rank's
-        // redundancy file: refuse the dataset rather than lose one of them. Checked by
-        // a distributed hash (see names.rs: O(own names) bytes per rank, not O(P)).
-        let routed: Vec<String> = out.record.files.iter().map(|f| f.name.clone()).collect();
-        let scheme_name = self.reddescs[out.desc].record.scheme.clone();
-        let redundancy: Option<Result<Vec<String>>> = local_ok.then(|| {
-            let rd = &self.reddescs[out.desc];
-            let ds = cache::dataset_files(&out.record, &dir);
-            rd.scheme
-                .raw()
-                .redundancy_files(&ds)
-                .into_result()
-                .map_err(|e| ScrError::from(rd.scheme.error("redundancy_files", e)))
-                .map(|red| red.iter().map(|s| relative_to(&dir, s)).collect())
-        });
-        let declared = match &redundancy {
-            Some(Ok(red)) => red.as_slice(),
-            _ => &[],
-        };
-        let clashes = names::check(&self.world, &routed, declared, &scheme_name);
-        let mut all_valid =
-            self.all_agree(local_ok && clashes.routed.is_none() && clashes.redundancy.is_none());
-        // why the dataset is refused, the same on every rank: the first owner's clash
-        // (reductions on the failure path only)
-        let mut clash = None;
-        let mut naming_error = None;
-        if !all_valid {
-            clash = first_failure(&self.world, clashes.routed.as_deref()).map(|(_, c)| c);
-            if clash.is_none() {
-                naming_error =
-                    first_failure(&self.world, clashes.redundancy.as_deref()).map(|(_, e)| e);
-            }
-        }
-        // the redundancy files are recorded before they exist, like every file
-        if all_valid {
-            let named = redundancy
-                .expect("every rank's files are there")
-                .and_then(|red| {
-                    out.record.redundancy = red;
-                    self.filemap
-                        .datasets
-                        .insert(out.record.id, out.record.clone());
-                    self.save_filemap()
-                });
-            all_valid = self.all_agree(named.is_ok());
-            if !all_valid {
-                // why the redundancy files could not be named and recorded
-                let mine = named.err().map(|e| e.to_string());
-                naming_error = first_failure(&self.world, mine.as_deref())
-                    .map(|(r, e)| format!("on rank {r}: {e}"));
-            }
-        }
-        if let Some(c) = clash {
+        let local_ok = valid && self.stat_output_files(&mut out, &dir, crc && !fused, buf);
+        let named = self.check_output_names(&mut out, &dir, local_ok);
+        if let Some(c) = named.clash {
             let local = self.delete_dataset(&out.record);
             self.dataset_done(out.record.id);
             self.agree_changed("complete_output", local)?;
@@ -1223,141 +1209,235 @@ impl Runtime {
                 out.record.name
             )));
         }
-        let mut applied = false;
-        let mut apply_error = None;
-        if all_valid {
-            let rd = &self.reddescs[out.desc];
-            let ds = cache::dataset_files(&out.record, &dir);
-            let host = scr_plugin::host_ref(&rd.host);
-            let result = if fused {
-                rd.scheme.raw().apply_with_crc(host, &ds).into_result()
-            } else {
-                rd.scheme
-                    .raw()
-                    .apply(host, &ds)
-                    .into_result()
-                    .map(|redundancy| scr_plugin::Applied {
-                        redundancy,
-                        crc32: Default::default(),
-                    })
-            };
-            let label = format!("{} ({})", out.record.id, out.record.name);
-            let call = if fused { "apply_with_crc" } else { "apply" };
-            match self.settle_call(&rd.host, &rd.scheme, call, &label, result) {
-                Ok(done) => {
-                    out.record.redundancy = done
-                        .redundancy
-                        .iter()
-                        .map(|s| relative_to(&dir, s))
-                        .collect();
-                    match fused
-                        .then(|| {
-                            self.record_crcs(out.desc, &mut out.record, &dir, &done.crc32, buf)
-                        })
-                        .transpose()
-                    {
-                        Ok(_) => applied = true,
-                        Err(e) => apply_error = Some(e),
-                    }
-                }
-                Err(e) => apply_error = Some(e.to_string()),
-            }
-        }
-        let kept = self.all_agree(applied);
+        let applied = if named.all_valid {
+            self.apply_output(&mut out, &dir, fused, buf)
+        } else {
+            Err(String::new())
+        };
+        let kept = self.all_agree(applied.is_ok());
         // every rank returns the same error: the first failing rank's, by rank
-        let apply_error = if all_valid && !kept {
-            first_failure(&self.world, apply_error.as_deref())
+        let apply_error = if named.all_valid && !kept {
+            first_failure(&self.world, applied.err().as_deref())
                 .map(|(r, e)| format!("on rank {r}: {e}"))
         } else {
             None
         };
-        if kept {
-            // the keep decision is only final once every rank recorded the dataset as
-            // complete; a rank that could not (a full control directory, say) makes every
-            // rank discard it, while the previous checkpoint is still in cache
-            let committed = self.commit_dataset(&mut out);
-            if !self.all_agree(committed.is_ok()) {
-                // every rank returns the same error: the first failing rank's
-                let why = committed.err().map(|e| e.to_string());
-                let why = first_failure(&self.world, why.as_deref())
-                    .map(|(r, e)| format!("on rank {r}: {e}"))
-                    .unwrap_or_default();
-                out.record.complete = false;
-                let local = self.delete_dataset(&out.record);
-                self.dataset_done(out.record.id);
-                self.agree_changed("complete_output", local)?;
-                return Err(ScrError::Collective(format!(
-                    "complete_output {}: the dataset could not be recorded as complete {why}; it is discarded on every rank, and the previous checkpoint stays the restart candidate",
-                    out.record.name
-                )));
-            }
-            if let Some(c) = out.record.checkpoint_id {
-                self.next_checkpoint = c + 1;
-                let bytes: u64 = out.record.files.iter().map(|f| f.size).sum();
-                self.checkpoint_done(out.started);
-                let mut total = 0u64;
-                comm::all_reduce_into(&self.world, &bytes, &mut total, SystemOperation::sum());
-                self.log_event(crate::events::Event::Checkpoint {
-                    name: out.record.name.clone(),
-                    id: out.record.id,
-                    bytes: total,
-                    seconds: out.started.elapsed().as_secs_f64(),
-                });
-            }
-            self.dataset_done(out.record.id);
-            let store = out.record.descriptor.store.clone();
-            // the dataset is kept whatever eviction does: a failure there marks the
-            // state uncertain (every later call says so) but does not unsay the keep
-            if let Err(e) = self.evict(&store, 0, Some(out.record.id)) {
-                self.warn(&format!(
-                    "complete_output {}: kept, but evicting older datasets failed: {e}",
-                    out.record.name
-                ));
-            }
-        } else {
+        if !kept {
             // what the scheme wrote before a failed apply goes too, not only the names
             // it declared (collective: every rank is in this branch alike)
-            let local = self.discard_failed_apply(all_valid.then_some(out.desc), &out.record);
+            let local = self.discard_failed_apply(named.all_valid.then_some(out.desc), &out.record);
             self.dataset_done(out.record.id);
             self.agree_changed("complete_output", local)?;
-        }
-        if kept {
-            if self.rank == 0 {
-                if let Err(e) =
-                    prefix::FlushFile::add_location(&self.prefix, out.record.id, "CACHE")
-                {
-                    tracing::warn!("{e}");
-                }
-            }
-            self.maybe_flush(&out.record)?;
-            self.info(&format!(
-                "complete_output {}: kept, {:.3} s",
-                out.record.name,
-                out.started.elapsed().as_secs_f64()
-            ));
-            if out.record.checkpoint_id.is_some() {
-                self.exit_if_halted();
-            }
-        } else {
-            if let Some(e) = naming_error {
-                return Err(ScrError::Usage(format!(
+            return match (named.naming_error, apply_error) {
+                (Some(e), _) => Err(ScrError::Usage(format!(
                     "complete_output {}: dataset discarded: {e}",
                     out.record.name
-                )));
-            }
-            if let Some(e) = apply_error {
-                return Err(ScrError::Collective(format!(
+                ))),
+                (None, Some(e)) => Err(ScrError::Collective(format!(
                     "complete_output {}: redundancy could not be applied, dataset discarded: {e}",
                     out.record.name
-                )));
+                ))),
+                (None, None) => {
+                    self.info(&format!(
+                        "complete_output {}: a rank said invalid, dataset discarded",
+                        out.record.name
+                    ));
+                    Ok(false)
+                }
+            };
+        }
+        self.keep_output(&mut out)?;
+        if self.rank == 0 {
+            if let Err(e) = prefix::FlushFile::add_location(&self.prefix, out.record.id, "CACHE") {
+                tracing::warn!("{e}");
             }
+        }
+        self.maybe_flush(&out.record)?;
+        self.info(&format!(
+            "complete_output {}: kept, {:.3} s",
+            out.record.name,
+            out.started.elapsed().as_secs_f64()
+        ));
+        if out.record.checkpoint_id.is_some() {
+            self.exit_if_halted();
+        }
+        Ok(true)
+    }
 
-            self.info(&format!(
-                "complete_output {}: a rank said invalid, dataset discarded",
+    /// Record the size, mode, mtime and (with `crc`) CRC32 of each routed file of `out`
+    /// as it is in `dir`; false, with a warning naming the file, when one is missing or
+    /// unreadable (this rank's part is then invalid).
+    fn stat_output_files(&self, out: &mut Output, dir: &Path, crc: bool, buf: usize) -> bool {
+        for f in &mut out.record.files {
+            match cache::stat_file(&dir.join(&f.name), crc, buf) {
+                Ok(meta) => {
+                    f.size = meta.size;
+                    f.mode = meta.mode;
+                    f.mtime = meta.mtime;
+                    f.crc32 = meta.crc32;
+                }
+                Err(e) => {
+                    tracing::warn!("rank {}: {}: {e}", self.rank, f.name);
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Check the names every rank declares and record the redundancy files before they
+    /// exist (collective). The names a rank declares are what it routed and, when its
+    /// files are there (`local_ok`), the redundancy files the scheme will write (naming is
+    /// local to each rank). Two ranks writing one name would overwrite each other (in
+    /// cache on a shared node, and in the prefix), as would a routed file named like
+    /// another rank's redundancy file: refuse the dataset rather than lose one of them.
+    /// Checked by a distributed hash (see names.rs: O(own names) bytes per rank, not
+    /// O(P)). Why the dataset is refused is the same on every rank: the first owner's
+    /// clash (reductions on the failure path only).
+    fn check_output_names(&mut self, out: &mut Output, dir: &Path, local_ok: bool) -> NameCheck {
+        let routed: Vec<String> = out.record.files.iter().map(|f| f.name.clone()).collect();
+        let scheme_name = self.reddescs[out.desc].record.scheme.clone();
+        let redundancy: Option<Result<Vec<String>>> = local_ok.then(|| {
+            let rd = &self.reddescs[out.desc];
+            let ds = cache::dataset_files(&out.record, dir);
+            rd.scheme
+                .raw()
+                .redundancy_files(&ds)
+                .into_result()
+                .map_err(|e| ScrError::from(rd.scheme.error("redundancy_files", e)))
+                .map(|red| red.iter().map(|s| relative_to(dir, s)).collect())
+        });
+        let declared = match &redundancy {
+            Some(Ok(red)) => red.as_slice(),
+            _ => &[],
+        };
+        let clashes = names::check(&self.world, &routed, declared, &scheme_name);
+        let all_valid =
+            self.all_agree(local_ok && clashes.routed.is_none() && clashes.redundancy.is_none());
+        if !all_valid {
+            let clash = first_failure(&self.world, clashes.routed.as_deref()).map(|(_, c)| c);
+            let naming_error = match clash {
+                None => first_failure(&self.world, clashes.redundancy.as_deref()).map(|(_, e)| e),
+                Some(_) => None,
+            };
+            return NameCheck {
+                all_valid,
+                clash,
+                naming_error,
+            };
+        }
+        // the redundancy files are recorded before they exist, like every file
+        let named = redundancy
+            .expect("every rank's files are there")
+            .and_then(|red| {
+                out.record.redundancy = red;
+                self.filemap
+                    .datasets
+                    .insert(out.record.id, out.record.clone());
+                self.save_filemap()
+            });
+        let all_valid = self.all_agree(named.is_ok());
+        // why the redundancy files could not be named and recorded
+        let naming_error = (!all_valid)
+            .then(|| {
+                let mine = named.err().map(|e| e.to_string());
+                first_failure(&self.world, mine.as_deref())
+                    .map(|(r, e)| format!("on rank {r}: {e}"))
+            })
+            .flatten();
+        NameCheck {
+            all_valid,
+            clash: None,
+            naming_error,
+        }
+    }
+
+    /// Run the scheme's apply on this rank's files (its part of a collective call; not
+    /// agreed: the caller agrees) and record the redundancy files it wrote and, from a
+    /// scheme that hashes in apply (`fused`), the files' CRC32s. The error says why.
+    fn apply_output(
+        &self,
+        out: &mut Output,
+        dir: &Path,
+        fused: bool,
+        buf: usize,
+    ) -> std::result::Result<(), String> {
+        let rd = &self.reddescs[out.desc];
+        let ds = cache::dataset_files(&out.record, dir);
+        let host = scr_plugin::host_ref(&rd.host);
+        let result = if fused {
+            rd.scheme.raw().apply_with_crc(host, &ds).into_result()
+        } else {
+            rd.scheme
+                .raw()
+                .apply(host, &ds)
+                .into_result()
+                .map(|redundancy| scr_plugin::Applied {
+                    redundancy,
+                    crc32: Default::default(),
+                })
+        };
+        let label = format!("{} ({})", out.record.id, out.record.name);
+        let call = if fused { "apply_with_crc" } else { "apply" };
+        let done = self
+            .settle_call(&rd.host, &rd.scheme, call, &label, result)
+            .map_err(|e| e.to_string())?;
+        out.record.redundancy = done
+            .redundancy
+            .iter()
+            .map(|s| relative_to(dir, s))
+            .collect();
+        if fused {
+            self.record_crcs(out.desc, &mut out.record, dir, &done.crc32, buf)?;
+        }
+        Ok(())
+    }
+
+    /// Keep the applied dataset (collective): the keep decision is only final once every
+    /// rank recorded the dataset as complete; a rank that could not (a full control
+    /// directory, say) makes every rank discard it, while the previous checkpoint is still
+    /// in cache. Then the checkpoint is counted and logged, and older datasets evicted.
+    fn keep_output(&mut self, out: &mut Output) -> Result<()> {
+        let committed = self.commit_dataset(out);
+        if !self.all_agree(committed.is_ok()) {
+            // every rank returns the same error: the first failing rank's
+            let why = committed.err().map(|e| e.to_string());
+            let why = first_failure(&self.world, why.as_deref())
+                .map(|(r, e)| format!("on rank {r}: {e}"))
+                .unwrap_or_default();
+            out.record.complete = false;
+            let local = self.delete_dataset(&out.record);
+            self.dataset_done(out.record.id);
+            self.agree_changed("complete_output", local)?;
+            return Err(ScrError::Collective(format!(
+                "complete_output {}: the dataset could not be recorded as complete {why}; it is discarded on every rank, and the previous checkpoint stays the restart candidate",
+                out.record.name
+            )));
+        }
+        if let Some(c) = out.record.checkpoint_id {
+            self.next_checkpoint = c + 1;
+            let bytes: u64 = out.record.files.iter().map(|f| f.size).sum();
+            self.checkpoint_done(out.started);
+            let mut total = 0u64;
+            comm::all_reduce_into(&self.world, &bytes, &mut total, SystemOperation::sum());
+            self.log_event(crate::events::Event::Checkpoint {
+                name: out.record.name.clone(),
+                id: out.record.id,
+                bytes: total,
+                seconds: out.started.elapsed().as_secs_f64(),
+            });
+        }
+        self.dataset_done(out.record.id);
+        let store = out.record.descriptor.store.clone();
+        // the dataset is kept whatever eviction does: a failure there marks the state
+        // uncertain (every later call says so) but does not unsay the keep
+        if let Err(e) = self.evict(&store, 0, Some(out.record.id)) {
+            self.warn(&format!(
+                "complete_output {}: kept, but evicting older datasets failed: {e}",
                 out.record.name
             ));
         }
-        Ok(kept)
+        Ok(())
     }
 
     /// Record in `rec` the CRC32s a scheme computed during its apply (`crcs`, one per
