@@ -315,29 +315,7 @@ impl Runtime {
         if self.config.bool("distribute") {
             self.distribute()?;
         } else {
-            // SCR's SCR_DISTRIBUTE=0: no restart from cache; the cache is purged and the
-            // run restarts from the prefix (fetch)
-            let purged = self.purge_cache();
-            self.agree(purged)?;
-            if self.rank == 0 {
-                // every node's cache was purged: no dataset is in cache any more
-                let cached: Vec<u64> = super::prefix::FlushFile::load(&self.prefix)
-                    .map(|f| {
-                        f.datasets
-                            .iter()
-                            .filter(|(_, (at, _))| at.iter().any(|l| l == "CACHE"))
-                            .map(|(&id, _)| id)
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                for id in cached {
-                    if let Err(e) =
-                        super::prefix::FlushFile::remove_location(&self.prefix, id, "CACHE")
-                    {
-                        tracing::warn!("{e}");
-                    }
-                }
-            }
+            self.purge_at_init()?;
         }
         self.filemap = match Filemap::load(&self.cntl_dir, self.rank) {
             Ok(m) => m,
@@ -364,6 +342,7 @@ impl Runtime {
             }
         }
         self.agree(local)?;
+        self.continue_ids();
 
         // Which datasets the cache holds, agreed without gathering records: the ids are
         // walked from the largest down by max-reductions, and for each id the lowest
@@ -371,25 +350,6 @@ impl Runtime {
         // [`Runtime::holders_of`]). Per rank and dataset: a few reductions and one
         // broadcast of about 100 bytes (was: every rank's records, ~470 bytes each, on
         // every rank — O(P)).
-        //
-        // ids continue after the largest used anywhere: in the cache or, recorded by
-        // rank 0, in the prefix (so a lost cache never brings an old id back)
-        let ids = if self.rank == 0 {
-            super::Ids::load(&self.prefix)
-        } else {
-            super::Ids::default()
-        };
-        let cache_dataset = self.filemap.datasets.keys().max().copied().unwrap_or(0);
-        let cache_ckpt = self
-            .filemap
-            .datasets
-            .values()
-            .filter_map(|d| d.checkpoint_id)
-            .max()
-            .unwrap_or(0);
-        self.next_dataset = self.max_u64(cache_dataset.max(ids.dataset)) + 1;
-        self.next_checkpoint = self.max_u64(cache_ckpt.max(ids.checkpoint)) + 1;
-
         // (id + 1 encoded, 0: none; restoring id only changes this rank's record of id,
         // never of a smaller one, so the walk sees every id held at the start)
         let mut below = u64::MAX;
@@ -423,6 +383,54 @@ impl Runtime {
             round += 1;
         }
         Ok(())
+    }
+
+    /// SCR's SCR_DISTRIBUTE=0: no restart from cache; the cache is purged on every node
+    /// (agreed) and the run restarts from the prefix (fetch). Rank 0 takes CACHE off
+    /// every dataset in the flush file.
+    fn purge_at_init(&mut self) -> Result<()> {
+        let purged = self.purge_cache();
+        self.agree(purged)?;
+        if self.rank == 0 {
+            // every node's cache was purged: no dataset is in cache any more
+            let cached: Vec<u64> = super::prefix::FlushFile::load(&self.prefix)
+                .map(|f| {
+                    f.datasets
+                        .iter()
+                        .filter(|(_, (at, _))| at.iter().any(|l| l == "CACHE"))
+                        .map(|(&id, _)| id)
+                        .collect()
+                })
+                .unwrap_or_default();
+            for id in cached {
+                if let Err(e) = super::prefix::FlushFile::remove_location(&self.prefix, id, "CACHE")
+                {
+                    tracing::warn!("{e}");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The next dataset and checkpoint ids (collective): they continue after the largest
+    /// used anywhere, in the cache or, recorded by rank 0, in the prefix (so a lost cache
+    /// never brings an old id back).
+    fn continue_ids(&mut self) {
+        let ids = if self.rank == 0 {
+            super::Ids::load(&self.prefix)
+        } else {
+            super::Ids::default()
+        };
+        let cache_dataset = self.filemap.datasets.keys().max().copied().unwrap_or(0);
+        let cache_ckpt = self
+            .filemap
+            .datasets
+            .values()
+            .filter_map(|d| d.checkpoint_id)
+            .max()
+            .unwrap_or(0);
+        self.next_dataset = self.max_u64(cache_dataset.max(ids.dataset)) + 1;
+        self.next_checkpoint = self.max_u64(cache_ckpt.max(ids.checkpoint)) + 1;
     }
 
     /// What the holders of dataset `id` agree on (collective): the identity of the

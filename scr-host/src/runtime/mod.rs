@@ -1070,99 +1070,118 @@ impl Runtime {
                 name.display()
             )));
         }
-        let key = rel.to_string_lossy().into_owned();
-        if let Some(out) = &self.output {
-            let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
-            let path = dir.join(&rel);
-            // a name the scheme uses for this rank's redundancy data would be overwritten
-            // by it (other ranks' names, and names that depend on the files, are checked
-            // at complete_output)
-            if out.redundancy_names.contains(&key) {
-                return Err(ScrError::Usage(format!(
-                    "route_file: `{key}` is the name of this rank's redundancy file under scheme {}; choose another name",
-                    self.reddescs[out.desc].record.scheme
-                )));
-            }
-            // nested names: no directory level that exists is a link (or anyone else's),
-            // nor is the file itself a link (the application would write through it);
-            // judged before the name is recorded, so a refused name leaves no record
-            if let Some(parent) = path.parent() {
-                scr_plugin::cachefs::check_dirs(&dir, parent, crate::registry::effective_uid())
-                    .map_err(cachefs_err)?;
-            }
-            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
-                return Err(ScrError::Usage(format!(
-                    "route_file: {} is a symbolic link; it is not written through: remove it",
-                    path.display()
-                )));
-            }
-            let out = self.output.as_mut().expect("checked");
-            if out.routed.insert(key.clone()) {
-                // recorded in the filemap's journal: one appended record, not a rewrite
-                // of the whole filemap (which grows with every file)
-                let file = FileRecord {
-                    name: key.clone(),
-                    ..FileRecord::default()
-                };
-                out.record.files.push(file.clone());
-                let id = out.record.id;
-                let appended = match self.filemap.datasets.get_mut(&id) {
-                    Some(d) => {
-                        d.files.push(file.clone());
-                        self.filemap_journal
-                            .append(&self.filemap, &self.cntl_dir, id, &file)
-                            .map_err(io_err(
-                                &self.cntl_dir.join(Filemap::journal_name(self.rank)),
-                            ))
-                    }
-                    None => {
-                        // (start_output records the dataset first: not reached) a full
-                        // snapshot, never a journal record whose dataset the snapshot lacks
-                        self.filemap.datasets.insert(id, out.record.clone());
-                        self.save_filemap()
-                    }
-                };
-                if let Err(e) = appended {
-                    // not recorded: the name is refused, and may be routed again
-                    let out = self.output.as_mut().expect("checked");
-                    out.routed.remove(&key);
-                    out.record.files.retain(|f| f.name != key);
-                    if let Some(d) = self.filemap.datasets.get_mut(&id) {
-                        d.files.retain(|f| f.name != key);
-                    }
-                    return Err(e);
-                }
-            }
-            // each directory of a nested name 0700, never through a link in place of one
-            // (from the dataset directory down: start_output made and judged the levels
-            // above it, and this runs per file)
-            if let Some(parent) = path.parent() {
-                scr_plugin::cachefs::create_dirs(&dir, parent, crate::registry::effective_uid())
-                    .map_err(cachefs_err)?;
-            }
-            return Ok(path);
+        if self.output.is_some() {
+            self.route_output(&rel)
+        } else {
+            self.route_restart(name, &rel)
         }
+    }
+
+    /// [`Runtime::route_file`] during output: the path of `rel` in this dataset's cache
+    /// directory, recorded and with its directories made (private, never through a link).
+    fn route_output(&mut self, rel: &Path) -> Result<PathBuf> {
+        let key = rel.to_string_lossy().into_owned();
+        let out = self.output.as_ref().expect("during output");
+        let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
+        let path = dir.join(rel);
+        // a name the scheme uses for this rank's redundancy data would be overwritten by
+        // it (other ranks' names, and names that depend on the files, are checked at
+        // complete_output)
+        if out.redundancy_names.contains(&key) {
+            return Err(ScrError::Usage(format!(
+                "route_file: `{key}` is the name of this rank's redundancy file under scheme {}; choose another name",
+                self.reddescs[out.desc].record.scheme
+            )));
+        }
+        // nested names: no directory level that exists is a link (or anyone else's), nor
+        // is the file itself a link (the application would write through it); judged
+        // before the name is recorded, so a refused name leaves no record
+        if let Some(parent) = path.parent() {
+            scr_plugin::cachefs::check_dirs(&dir, parent, crate::registry::effective_uid())
+                .map_err(cachefs_err)?;
+        }
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(ScrError::Usage(format!(
+                "route_file: {} is a symbolic link; it is not written through: remove it",
+                path.display()
+            )));
+        }
+        self.record_routed(&key)?;
+        // each directory of a nested name 0700, never through a link in place of one
+        // (from the dataset directory down: start_output made and judged the levels above
+        // it, and this runs per file)
+        if let Some(parent) = path.parent() {
+            scr_plugin::cachefs::create_dirs(&dir, parent, crate::registry::effective_uid())
+                .map_err(cachefs_err)?;
+        }
+        Ok(path)
+    }
+
+    /// Record routed file `key` of the dataset being written, once: in the filemap's
+    /// journal (one appended record, not a rewrite of the whole filemap, which grows with
+    /// every file). A name that could not be recorded is refused and may be routed again.
+    fn record_routed(&mut self, key: &str) -> Result<()> {
+        let out = self.output.as_mut().expect("during output");
+        if !out.routed.insert(key.to_string()) {
+            return Ok(());
+        }
+        let file = FileRecord {
+            name: key.to_string(),
+            ..FileRecord::default()
+        };
+        out.record.files.push(file.clone());
+        let id = out.record.id;
+        let appended = match self.filemap.datasets.get_mut(&id) {
+            Some(d) => {
+                d.files.push(file.clone());
+                self.filemap_journal
+                    .append(&self.filemap, &self.cntl_dir, id, &file)
+                    .map_err(io_err(
+                        &self.cntl_dir.join(Filemap::journal_name(self.rank)),
+                    ))
+            }
+            None => {
+                // (start_output records the dataset first: not reached) a full snapshot,
+                // never a journal record whose dataset the snapshot lacks
+                self.filemap.datasets.insert(id, out.record.clone());
+                self.save_filemap()
+            }
+        };
+        if appended.is_err() {
+            let out = self.output.as_mut().expect("during output");
+            out.routed.remove(key);
+            out.record.files.retain(|f| f.name != key);
+            if let Some(d) = self.filemap.datasets.get_mut(&id) {
+                d.files.retain(|f| f.name != key);
+            }
+        }
+        appended
+    }
+
+    /// [`Runtime::route_file`] during restart: where file `rel` of the checkpoint being
+    /// read is (in the prefix, or in cache), refused when it is not one of its files.
+    fn route_restart(&self, name: &Path, rel: &Path) -> Result<PathBuf> {
+        let key = rel.to_string_lossy();
+        let not_a_file = |checkpoint: &str| {
+            ScrError::Usage(format!(
+                "route_file: `{}` is not a file of checkpoint {checkpoint} on rank {}",
+                name.display(),
+                self.rank
+            ))
+        };
         if let (true, Some(p)) = (self.reading_prefix, &self.prefix_restart) {
-            return p.files.get(&key).cloned().ok_or_else(|| {
-                ScrError::Usage(format!(
-                    "route_file: `{}` is not a file of checkpoint {} on rank {}",
-                    name.display(),
-                    p.name,
-                    self.rank
-                ))
-            });
+            return p
+                .files
+                .get(key.as_ref())
+                .cloned()
+                .ok_or_else(|| not_a_file(&p.name));
         }
         if let Some(id) = self.restart {
             let rec = &self.filemap.datasets[&id];
             if rec.files.iter().any(|f| f.name == key) {
-                return Ok(self.dataset_dir(&rec.descriptor.store, id).join(&rel));
+                return Ok(self.dataset_dir(&rec.descriptor.store, id).join(rel));
             }
-            return Err(ScrError::Usage(format!(
-                "route_file: `{}` is not a file of checkpoint {} on rank {}",
-                name.display(),
-                rec.name,
-                self.rank
-            )));
+            return Err(not_a_file(&rec.name));
         }
         Err(ScrError::Usage(
             "route_file: call start_output or start_restart first".into(),
