@@ -873,46 +873,7 @@ impl Runtime {
     ) -> Result<()> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("start_output");
-        let mine = format!(
-            "{name}\0{}{}",
-            u8::from(flags.checkpoint),
-            u8::from(flags.output)
-        );
-        let root =
-            String::from_utf8_lossy(&broadcast_bytes(&self.world, mine.as_bytes())).into_owned();
-        // this rank's own arguments and state first (the more precise reason), then
-        // whether they are rank 0's
-        let pre = if let Some(why) = refused {
-            Err(ScrError::Usage(format!("start_output: {why}")))
-        } else if name.len() >= 1024 {
-            Err(ScrError::Usage(format!(
-                "start_output: the dataset name is {} bytes; names must be shorter than SCR_MAX_FILENAME (1024)",
-                name.len()
-            )))
-        } else if self.reading_prefix || self.restart.is_some() {
-            Err(ScrError::Usage(
-                "start_output: a restart is in progress; call complete_restart first".into(),
-            ))
-        } else if self.writing() {
-            Err(ScrError::Usage(
-                "start_output: a dataset is already being written; call complete_output first"
-                    .into(),
-            ))
-        } else if name.is_empty() || name.contains('/') {
-            Err(ScrError::Usage(format!(
-                "start_output: dataset name `{name}` must be non-empty and contain no `/`"
-            )))
-        } else if root != mine {
-            let (root_name, root_flags) = root.split_once('\0').unwrap_or((&root, ""));
-            Err(ScrError::Usage(format!(
-                "start_output: rank {} passed dataset `{name}` with flags (checkpoint, output) {}{}, rank 0 passed `{root_name}` with {root_flags}; every process must pass the same name and flags",
-                self.rank,
-                u8::from(flags.checkpoint),
-                u8::from(flags.output)
-            )))
-        } else {
-            Ok(())
-        };
+        let pre = self.output_refused(name, flags, refused);
         self.begin("start_output", pre)?;
         if let Some(pt) = self.passthrough.as_mut() {
             pt.output = Some(name.to_string());
@@ -967,6 +928,56 @@ impl Runtime {
             self.reddescs[desc].index
         ));
         Ok(())
+    }
+
+    /// Why `start_output(name, flags)` is refused on this rank, if it is (collective: rank
+    /// 0's arguments are broadcast). This rank's own arguments and state come first (the
+    /// more precise reason), then whether they are rank 0's; `refused` is a reason the
+    /// caller found already (an API-level check).
+    fn output_refused(
+        &self,
+        name: &str,
+        flags: OutputFlags,
+        refused: Option<String>,
+    ) -> Result<()> {
+        let mine = format!(
+            "{name}\0{}{}",
+            u8::from(flags.checkpoint),
+            u8::from(flags.output)
+        );
+        let root =
+            String::from_utf8_lossy(&broadcast_bytes(&self.world, mine.as_bytes())).into_owned();
+        if let Some(why) = refused {
+            Err(ScrError::Usage(format!("start_output: {why}")))
+        } else if name.len() >= 1024 {
+            Err(ScrError::Usage(format!(
+                "start_output: the dataset name is {} bytes; names must be shorter than SCR_MAX_FILENAME (1024)",
+                name.len()
+            )))
+        } else if self.reading_prefix || self.restart.is_some() {
+            Err(ScrError::Usage(
+                "start_output: a restart is in progress; call complete_restart first".into(),
+            ))
+        } else if self.writing() {
+            Err(ScrError::Usage(
+                "start_output: a dataset is already being written; call complete_output first"
+                    .into(),
+            ))
+        } else if name.is_empty() || name.contains('/') {
+            Err(ScrError::Usage(format!(
+                "start_output: dataset name `{name}` must be non-empty and contain no `/`"
+            )))
+        } else if root != mine {
+            let (root_name, root_flags) = root.split_once('\0').unwrap_or((&root, ""));
+            Err(ScrError::Usage(format!(
+                "start_output: rank {} passed dataset `{name}` with flags (checkpoint, output) {}{}, rank 0 passed `{root_name}` with {root_flags}; every process must pass the same name and flags",
+                self.rank,
+                u8::from(flags.checkpoint),
+                u8::from(flags.output)
+            )))
+        } else {
+            Ok(())
+        }
     }
 
     /// Whether a dataset is being written (between start_output and complete_output).
