@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use abi_stable::std_types::{RNone, ROption, RSome};
 use mpi::traits::Communicator as _;
-use scr_plugin::{DatasetFiles, FileMeta, RecoverRequest, SchemeConfig};
+use scr_plugin::{DatasetFiles, FileMeta, RecoverRequest};
 use serde::{Deserialize, Serialize};
 
 use super::{comm, DatasetRecord, Filemap, Result, Runtime, ScrError, Set};
@@ -696,21 +696,9 @@ impl Runtime {
     /// its recorded set.
     fn scheme_of(&self, rec: &DatasetRecord) -> std::result::Result<LoadedScheme, RegistryError> {
         let d = &rec.descriptor;
-        self.registry.new_scheme(&SchemeConfig {
-            scheme: d.scheme.as_str().into(),
-            params: d
-                .params
-                .iter()
-                .map(|(k, v)| scr_plugin::Param {
-                    key: k.as_str().into(),
-                    value: v.as_str().into(),
-                })
-                .collect(),
-            settings: self.config.plugin_settings(&d.scheme).into(),
-            members: d.members.len() as u32,
-            member: d.members.iter().position(|&m| m == self.rank).unwrap_or(0) as u32,
-            world_rank: self.rank,
-        })
+        let member = d.members.iter().position(|&m| m == self.rank).unwrap_or(0);
+        self.registry
+            .new_scheme(&d.scheme_config(&self.config, member as u32, self.rank))
     }
 
     /// Verify this rank's cached files before use: a file that is missing, of another
