@@ -320,30 +320,47 @@ pub fn daly(c: f64, m: f64) -> f64 {
 
 /// Summarise `records` (in time order), `damaged` lines having been skipped.
 pub fn summarize(records: &[Record], damaged: usize) -> Summary {
+    let mut s = Summary::empty(records.len(), damaged);
+    let ckpt_seconds = count_events(records, &mut s);
+    s.run_seconds = run_seconds(records);
+    derive_figures(&mut s, ckpt_seconds);
+    s
+}
+
+impl Summary {
+    /// A summary of `events` events with nothing counted yet.
+    fn empty(events: usize, damaged: usize) -> Summary {
+        Summary {
+            events,
+            damaged_lines: damaged,
+            jobs: Vec::new(),
+            checkpoints: 0,
+            checkpoint_bytes: 0,
+            checkpoint_seconds_mean: None,
+            flushes: 0,
+            flushes_failed: 0,
+            flush_bytes: 0,
+            flush_seconds: 0.0,
+            flush_bandwidth: None,
+            fetches: 0,
+            rebuilds: 0,
+            scavenges: 0,
+            halts: Vec::new(),
+            failures: 0,
+            run_seconds: 0.0,
+            mtbf_seconds: None,
+            young_seconds: None,
+            daly_seconds: None,
+            no_advice: None,
+        }
+    }
+}
+
+/// Count every event into `s` and its job's [`JobSummary`] (the jobs in id order into
+/// `s.jobs`); reports of one failure within [`SAME_FAILURE_SECONDS`] count once. The
+/// seconds all checkpoints took.
+fn count_events(records: &[Record], s: &mut Summary) -> f64 {
     let mut jobs: BTreeMap<&str, JobSummary> = BTreeMap::new();
-    let mut s = Summary {
-        events: records.len(),
-        damaged_lines: damaged,
-        jobs: Vec::new(),
-        checkpoints: 0,
-        checkpoint_bytes: 0,
-        checkpoint_seconds_mean: None,
-        flushes: 0,
-        flushes_failed: 0,
-        flush_bytes: 0,
-        flush_seconds: 0.0,
-        flush_bandwidth: None,
-        fetches: 0,
-        rebuilds: 0,
-        scavenges: 0,
-        halts: Vec::new(),
-        failures: 0,
-        run_seconds: 0.0,
-        mtbf_seconds: None,
-        young_seconds: None,
-        daly_seconds: None,
-        no_advice: None,
-    };
     let mut ckpt_seconds = 0.0;
     let mut last_failure: BTreeMap<&str, f64> = BTreeMap::new();
     for r in records {
@@ -395,7 +412,13 @@ pub fn summarize(records: &[Record], damaged: usize) -> Summary {
         }
     }
     s.jobs = jobs.into_values().collect();
-    s.run_seconds = run_seconds(records);
+    ckpt_seconds
+}
+
+/// The figures derived from the counts (run time already set): mean checkpoint cost C,
+/// flush bandwidth, mean time between failures M, and Young's and Daly's intervals from
+/// C and M, or why there is no advice.
+fn derive_figures(s: &mut Summary, ckpt_seconds: f64) {
     if s.checkpoints > 0 {
         s.checkpoint_seconds_mean = Some(ckpt_seconds / s.checkpoints as f64);
     }
@@ -419,7 +442,6 @@ pub fn summarize(records: &[Record], damaged: usize) -> Summary {
             ))
         }
     }
-    s
 }
 
 /// The time the runs ran: for each run (an `init` of a job to its next `init`), from its
