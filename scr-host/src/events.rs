@@ -155,8 +155,8 @@ pub fn log_event(prefix: &Path, job_id: &str, event: Event) {
         event,
     };
     if let Err(e) = append(prefix, &record) {
-        eprintln!(
-            "scr-rs: warning: could not append to the event log {}: {e}; the event is not recorded",
+        tracing::warn!(
+            "could not append to the event log {}: {e}; the event is not recorded",
             path(prefix).display()
         );
     }
@@ -209,10 +209,7 @@ pub fn parse(text: &str, origin: &str) -> (Vec<Record>, usize) {
             Ok(r) => records.push(r),
             Err(e) => {
                 skipped += 1;
-                eprintln!(
-                    "scr-rs: warning: {origin}:{}: damaged event line skipped ({e})",
-                    i + 1
-                );
+                tracing::warn!("{origin}:{}: damaged event line skipped ({e})", i + 1);
             }
         }
     }

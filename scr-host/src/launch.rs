@@ -96,10 +96,7 @@ impl RunState {
             .map_or(Ok(()), std::fs::create_dir_all)
             .and_then(|()| crate::state::write_state(&path, KIND, self));
         if let Err(e) = saved {
-            eprintln!(
-                "scr run: warning: {}: {e}; `scr env` will not show this run",
-                path.display()
-            );
+            tracing::warn!("{}: {e}; `scr env` will not show this run", path.display());
         }
     }
 }
@@ -208,7 +205,7 @@ enum Ended {
 /// 2: usage).
 pub fn run(config: &Config, opts: &RunOptions) -> u8 {
     if opts.launcher.is_empty() {
-        eprintln!("scr run: error: no launcher command given (scr run -- mpiexec -n 4 ./app)");
+        tracing::error!("no launcher command given (scr run -- mpiexec -n 4 ./app)");
         return 2;
     }
     let plan = match Plan::new(config) {
@@ -250,21 +247,22 @@ impl Plan {
         let alloc = match allocation(config, &|v| std::env::var(v).ok()) {
             Ok(a) => a,
             Err(e) => {
-                eprintln!("scr run: error: {e}");
+                tracing::error!("{e}");
                 return Err(1);
             }
         };
         let layout = match simulated_layout(&config.str("node_names")) {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("scr run: error: {e}");
+                tracing::error!("{e}");
                 return Err(1);
             }
         };
         if let Some((nodes, _)) = &layout {
             if let Some(n) = nodes.iter().find(|n| !alloc.nodes.contains(n)) {
-                eprintln!(
-                    "scr run: error: node_names names {n}, which is not in the allocation {} ({})",
+                tracing::error!(
+                    node = %n,
+                    "node_names names {n}, which is not in the allocation {} ({}); fix node_names or run inside the allocation",
                     hostlist::compress(&alloc.nodes),
                     alloc.source
                 );
@@ -355,7 +353,7 @@ impl<'a> Relaunch<'a> {
         let check = match NodeCheck::new(config, &opts.prefix, plan.ranks_per_node) {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("scr run: error: {e}");
+                tracing::error!("{e}");
                 return Err(1);
             }
         };

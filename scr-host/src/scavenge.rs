@@ -276,8 +276,9 @@ impl Scavenger {
             if let Err(e) =
                 crate::runtime::create_private_dir(Path::new(&self.config.str("cntl_base")), &dir)
             {
-                eprintln!(
-                    "scr scavenge: node {node}: {e}; its filemaps are not trusted and its ranks count as lost"
+                tracing::warn!(
+                    node = %node,
+                    "{e}; its filemaps are not trusted and its ranks count as lost"
                 );
                 return Vec::new();
             }
@@ -287,7 +288,7 @@ impl Scavenger {
             .filter_map(|(rank, _)| match Filemap::load(&dir, rank) {
                 Ok(m) => Some(m),
                 Err(e) => {
-                    eprintln!("scr scavenge: node {node}: rank {rank}: {e}; its files are treated as lost");
+                    tracing::warn!(node = %node, rank, "{e}; its files are treated as lost");
                     None
                 }
             })
@@ -307,7 +308,7 @@ impl Scavenger {
                 .flat_map(|m| m.datasets.into_values()),
         )?;
         let index = Index::load_or_rebuild(&self.prefix).unwrap_or_else(|e| {
-            eprintln!("scr scavenge: warning: {e}; treating the index as empty");
+            tracing::warn!("{e}; treating the index as empty");
             Index::default()
         });
         let held = index
@@ -1097,7 +1098,10 @@ pub fn index_add(
     })
     .map_err(|e| e.to_string())??;
     if let Err(e) = FlushFile::add_location(prefix, id, "PFS") {
-        eprintln!("scr: warning: {e}; the flush file does not list dataset {id} in PFS");
+        tracing::warn!(
+            dataset = id,
+            "{e}; the flush file does not list the dataset in PFS"
+        );
     }
     Ok((entry, current))
 }
@@ -1232,7 +1236,7 @@ pub struct PostrunArgs {
 }
 
 fn failed(msg: impl std::fmt::Display) -> std::process::ExitCode {
-    eprintln!("error: {msg}");
+    tracing::error!("{msg}");
     std::process::ExitCode::from(1)
 }
 

@@ -181,7 +181,7 @@ fn prefix_of(cli: &Cli, given: &Option<PathBuf>) -> Result<PathBuf, ExitCode> {
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("error: {msg}");
+    tracing::error!("{msg}");
     ExitCode::from(1)
 }
 
@@ -248,7 +248,7 @@ fn drop_from(
                         .flatten()
                         .filter_map(|f| {
                             f.stored_path(prefix)
-                                .map_err(|e| eprintln!("scr index: dataset {id}: {e}; not deleted"))
+                                .map_err(|e| tracing::warn!(dataset = id, "{e}; not deleted"))
                                 .ok()
                         })
                         .collect()
@@ -648,10 +648,7 @@ fn halt(cli: &Cli, args: &HaltArgs) -> ExitCode {
     };
     let h = match updated {
         Ok(h) => h,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return fail(e),
     };
     let show = |name: &str, v: Option<String>| {
         println!("{name:<16} {}", v.unwrap_or_else(|| "-".into()));
@@ -726,7 +723,7 @@ fn load(cli: &Cli, extra: &[PathBuf]) -> Result<Config, ConfigErrors> {
             loader.load()
         }
         Err(e) => {
-            eprintln!("warning: the run's recorded configuration calls are not shown: {e}");
+            tracing::warn!("the run's recorded configuration calls are not shown: {e}");
             Ok(config)
         }
     }
@@ -740,9 +737,11 @@ fn with_config(cli: &Cli, f: impl FnOnce(&Config) -> u8) -> ExitCode {
     }
 }
 
+/// Print every configuration error (one `scr: error:` line each, file:line first), then
+/// their count as a plain closing line (a tally, not one more error).
 fn report_errors(errors: &ConfigErrors) -> ExitCode {
     for e in &errors.0 {
-        eprintln!("error: {e}");
+        tracing::error!("{e}");
     }
     eprintln!(
         "{} configuration error{}",
@@ -753,6 +752,7 @@ fn report_errors(errors: &ConfigErrors) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    scr_host::log::init_cli();
     if let Some(dir) = scr_host::man::requested() {
         return scr_host::man::write_pages(<Cli as clap::CommandFactory>::command(), &dir);
     }
@@ -817,7 +817,7 @@ fn config_check(cli: &Cli, files: &[PathBuf]) -> ExitCode {
         .map(ToString::to_string)
         .chain(scr_host::config::Loader::from_process().unknown_env())
     {
-        eprintln!("warning: {w}");
+        tracing::warn!("{w}");
     }
     if !findings.errors.is_empty() {
         return report_errors(&ConfigErrors(findings.errors));
@@ -839,10 +839,7 @@ fn config_check(cli: &Cli, files: &[PathBuf]) -> ExitCode {
 fn config_import(file: &std::path::Path) -> ExitCode {
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
-        Err(e) => {
-            eprintln!("error: {}: cannot read: {e}", file.display());
-            return ExitCode::from(1);
-        }
+        Err(e) => return fail(format!("{}: cannot read: {e}", file.display())),
     };
     match scr_host::config::import::import_scr(&text) {
         Ok(toml) => {
@@ -851,7 +848,7 @@ fn config_import(file: &std::path::Path) -> ExitCode {
         }
         Err(errors) => {
             for e in &errors {
-                eprintln!("error: {}:{}: {}", file.display(), e.line, e.message);
+                tracing::error!("{}:{}: {}", file.display(), e.line, e.message);
             }
             ExitCode::from(1)
         }
@@ -893,7 +890,7 @@ fn plugins_list(cli: &Cli) -> ExitCode {
             .iter()
             .map(|p| p.display().to_string())
             .collect();
-        eprintln!(
+        tracing::warn!(
             "no plugin libraries found; looked in: {}",
             if looked.is_empty() {
                 "nothing (shipped plugins are switched off and no plugin directory is configured)"

@@ -229,7 +229,7 @@ impl NodeCheck {
         if let Some(script) = &self.script {
             match run_script(script, nodes) {
                 Ok(found) => script_says = found,
-                Err(e) => eprintln!("scr: warning: {e}"),
+                Err(e) => tracing::warn!("{e}"),
             }
         }
         let mut out = Vec::new();
