@@ -695,9 +695,7 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
     if let Some(err) = child.stderr.take() {
         pumps.push(pump(err, true, last_output.clone(), start));
     }
-    let mut newest = newest_change(watched, 100_000);
-    let mut last_progress = Duration::ZERO;
-    let mut last_scan = Instant::now();
+    let mut progress = Progress::new(watched, start, last_output);
     let ended = loop {
         if let Some(s) = child.try_wait()? {
             break Ended::Status(s);
@@ -720,17 +718,7 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
         if watchdog == 0 {
             continue;
         }
-        if last_scan.elapsed() >= Duration::from_millis(500) {
-            last_scan = Instant::now();
-            let now = newest_change(watched, 100_000);
-            if now > newest {
-                newest = now;
-                last_progress = start.elapsed();
-            }
-        }
-        let out = Duration::from_millis(last_output.load(Ordering::Relaxed));
-        let idle = start.elapsed().saturating_sub(last_progress.max(out));
-        if idle >= Duration::from_secs(watchdog) {
+        if progress.idle() >= Duration::from_secs(watchdog) {
             say(format!(
                 "watchdog: no output and no file changed under {} for {watchdog} s; killing the job step (process group {})",
                 watched
@@ -747,13 +735,62 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
             }
         }
     };
+    reap(&child, own_group, pumps);
+    Ok(ended)
+}
+
+/// What the watchdog watches: the step's output (the time of its last line, kept by
+/// the pumps) and the newest change under the watched directories (scanned at most
+/// every half second).
+struct Progress<'a> {
+    watched: &'a [PathBuf],
+    start: Instant,
+    last_output: Arc<AtomicU64>,
+    /// The newest change seen under `watched`.
+    newest: Option<SystemTime>,
+    /// When (since `start`) a change was last seen.
+    last_progress: Duration,
+    last_scan: Instant,
+}
+
+impl<'a> Progress<'a> {
+    /// Start watching: the changes already there are not progress.
+    fn new(watched: &'a [PathBuf], start: Instant, last_output: Arc<AtomicU64>) -> Self {
+        Progress {
+            watched,
+            start,
+            last_output,
+            newest: newest_change(watched, 100_000),
+            last_progress: Duration::ZERO,
+            last_scan: Instant::now(),
+        }
+    }
+
+    /// How long the step has shown no progress (no output line, no file changed).
+    fn idle(&mut self) -> Duration {
+        if self.last_scan.elapsed() >= Duration::from_millis(500) {
+            self.last_scan = Instant::now();
+            let now = newest_change(self.watched, 100_000);
+            if now > self.newest {
+                self.newest = now;
+                self.last_progress = self.start.elapsed();
+            }
+        }
+        let out = Duration::from_millis(self.last_output.load(Ordering::Relaxed));
+        self.start
+            .elapsed()
+            .saturating_sub(self.last_progress.max(out))
+    }
+}
+
+/// After the step ended: kill whatever it left running in its own process group (it
+/// would hold the output pipes open and `scr run` would wait for it), and pass its
+/// output on until the pipes close, waiting at most a few seconds for a process that
+/// left the group and keeps them open.
+fn reap(child: &Child, own_group: bool, pumps: Vec<std::thread::JoinHandle<()>>) {
     if own_group {
-        // whatever the step left running (a background helper, a stray rank) goes with
-        // it: it would hold the output pipes open and `scr run` would wait for it
         signals::send(child.id(), true, libc::SIGKILL);
     }
-    // the output is passed on until the pipes close; a process that left the group and
-    // keeps them open is not waited for beyond a few seconds
     let deadline = Instant::now() + Duration::from_secs(5);
     while pumps.iter().any(|p| !p.is_finished()) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -761,7 +798,6 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
     for p in pumps.into_iter().filter(|p| p.is_finished()) {
         let _ = p.join();
     }
-    Ok(ended)
 }
 
 /// How long a step has to end after a signal passed on from `scr run` (SLURM's
