@@ -203,29 +203,7 @@ fn drop_from(
     after: bool,
     delete: bool,
 ) -> Result<Dropped, String> {
-    use scr_host::runtime::prefix::Rank2File;
-    // a name several datasets share (a rerun after a fetch writes them again) must be
-    // given by id
-    let by_name: Vec<u64> = index
-        .datasets
-        .values()
-        .filter(|e| e.name == name)
-        .map(|e| e.id)
-        .collect();
-    let anchor = match (by_name.as_slice(), name.parse::<u64>()) {
-        ([id], _) => *id,
-        ([], Ok(id)) if index.datasets.contains_key(&id) => id,
-        ([], _) => {
-            return Err(format!(
-                "no dataset named `{name}` in the index (see `scr index list`)"
-            ))
-        }
-        (ids, _) => {
-            return Err(format!(
-                "several datasets are named `{name}` (ids {ids:?}); give the id instead"
-            ))
-        }
-    };
+    let anchor = dataset_named(index, name)?;
     let victims: Vec<u64> = index
         .datasets
         .keys()
@@ -235,37 +213,8 @@ fn drop_from(
     // what --delete removes, computed here; deleted only once the index no longer lists
     // the datasets (a crash in between leaves files, never an index entry whose files
     // are gone)
-    let files: Vec<PathBuf> = if delete {
-        // the files of each dataset, per rank2file (where each was stored: a flush whose
-        // names clashed went under .scr), except paths a dataset that stays in the index
-        // still lists; a name that would leave the prefix (a damaged or forged map) is
-        // refused, never deleted
-        let paths_of = |id: &u64| -> Vec<PathBuf> {
-            Rank2File::load(prefix, *id)
-                .map(|m| {
-                    m.ranks
-                        .into_values()
-                        .flatten()
-                        .filter_map(|f| {
-                            f.stored_path(prefix)
-                                .map_err(|e| tracing::warn!(dataset = id, "{e}; not deleted"))
-                                .ok()
-                        })
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let kept: std::collections::BTreeSet<PathBuf> = index
-            .datasets
-            .keys()
-            .filter(|id| !victims.contains(id))
-            .flat_map(paths_of)
-            .collect();
-        victims
-            .iter()
-            .flat_map(paths_of)
-            .filter(|p| !kept.contains(p))
-            .collect()
+    let files = if delete {
+        files_to_delete(prefix, index, &victims)
     } else {
         Vec::new()
     };
@@ -284,6 +233,65 @@ fn drop_from(
         names,
         files,
     })
+}
+
+/// The id of the dataset `name` names in `index`: by name, else by id; a name several
+/// datasets share (a rerun after a fetch writes them again) must be given by id.
+fn dataset_named(index: &scr_host::runtime::prefix::Index, name: &str) -> Result<u64, String> {
+    let by_name: Vec<u64> = index
+        .datasets
+        .values()
+        .filter(|e| e.name == name)
+        .map(|e| e.id)
+        .collect();
+    match (by_name.as_slice(), name.parse::<u64>()) {
+        ([id], _) => Ok(*id),
+        ([], Ok(id)) if index.datasets.contains_key(&id) => Ok(id),
+        ([], _) => Err(format!(
+            "no dataset named `{name}` in the index (see `scr index list`)"
+        )),
+        (ids, _) => Err(format!(
+            "several datasets are named `{name}` (ids {ids:?}); give the id instead"
+        )),
+    }
+}
+
+/// The files of the `victims`, per rank2file (where each was stored: a flush whose
+/// names clashed went under .scr), except paths a dataset that stays in the index still
+/// lists; a name that would leave the prefix (a damaged or forged map) is refused with
+/// a warning, never deleted.
+fn files_to_delete(
+    prefix: &std::path::Path,
+    index: &scr_host::runtime::prefix::Index,
+    victims: &[u64],
+) -> Vec<PathBuf> {
+    use scr_host::runtime::prefix::Rank2File;
+    let paths_of = |id: &u64| -> Vec<PathBuf> {
+        Rank2File::load(prefix, *id)
+            .map(|m| {
+                m.ranks
+                    .into_values()
+                    .flatten()
+                    .filter_map(|f| {
+                        f.stored_path(prefix)
+                            .map_err(|e| tracing::warn!(dataset = id, "{e}; not deleted"))
+                            .ok()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let kept: std::collections::BTreeSet<PathBuf> = index
+        .datasets
+        .keys()
+        .filter(|id| !victims.contains(id))
+        .flat_map(paths_of)
+        .collect();
+    victims
+        .iter()
+        .flat_map(paths_of)
+        .filter(|p| !kept.contains(p))
+        .collect()
 }
 
 fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) -> ExitCode {
