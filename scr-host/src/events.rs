@@ -510,6 +510,15 @@ pub fn render(s: &Summary) -> String {
         out.push_str(&l);
         out.push('\n');
     };
+    render_jobs(s, &mut line);
+    render_data(s, &mut line);
+    render_failures(s, &mut line);
+    out
+}
+
+/// The jobs line of [`render`] (how many, finalized, events, damaged lines) and one
+/// line per job.
+fn render_jobs(s: &Summary, line: &mut dyn FnMut(String)) {
     let finished = s.jobs.iter().filter(|j| j.finalized).count();
     let ids: BTreeSet<&str> = s.jobs.iter().map(|j| j.job_id.as_str()).collect();
     line(format!(
@@ -533,6 +542,11 @@ pub fn render(s: &Summary) -> String {
             if j.finalized { ", finalized" } else { "" }
         ));
     }
+}
+
+/// The lines of [`render`] on data: checkpoints and their mean cost, flushes and their
+/// bandwidth, fetches, rebuilds, scavenges and halts (each halt's reason).
+fn render_data(s: &Summary, line: &mut dyn FnMut(String)) {
     match s.checkpoint_seconds_mean {
         Some(c) => line(format!(
             "checkpoints: {}, mean cost {c:.2}s, {} in all ({} each on average)",
@@ -564,6 +578,11 @@ pub fn render(s: &Summary) -> String {
     for h in &s.halts {
         line(format!("  halt: {h}"));
     }
+}
+
+/// The failure line of [`render`] (with the mean time between failures when known) and
+/// the advised checkpoint interval, or why there is none.
+fn render_failures(s: &Summary, line: &mut dyn FnMut(String)) {
     match s.mtbf_seconds {
         Some(m) => line(format!(
             "failures: {} in {} of run time: mean time between failures {}",
@@ -588,7 +607,6 @@ pub fn render(s: &Summary) -> String {
         (_, _, Some(why)) => line(format!("checkpoint interval: no advice: {why}")),
         _ => {}
     }
-    out
 }
 
 /// `scr log`: the summary of `prefix`'s event log as text, or with `json` as one JSON
