@@ -135,53 +135,25 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let world = universe.world();
-    let timeout = args.timeout;
-    let plugin = args.plugin.display().to_string();
-    let rank = world.rank();
-    std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_secs(timeout));
-        let p = progress();
-        let line = format!(
-            "plugin {plugin} did not return within {timeout} s (it hangs) in case `{}`",
-            p.case
-        );
-        if rank == 0 {
-            println!("FAIL {}: {line}", p.case);
-        }
-        eprintln!("error: rank {rank}: {line}");
-        for d in &p.dirs {
-            let _ = std::fs::remove_dir_all(d);
-        }
-        std::process::exit(3);
-    });
-    let mut params = Vec::new();
-    for p in &args.params {
-        let Some((k, v)) = p.split_once('=') else {
-            eprintln!("error: --param {p}: expected KEY=VALUE");
-            return ExitCode::from(2);
-        };
-        params.push(Param {
-            key: k.trim().into(),
-            value: v.trim().into(),
-        });
-    }
+    start_hang_watchdog(
+        args.timeout,
+        args.plugin.display().to_string(),
+        world.rank(),
+    );
+    let mut params = match key_values(&args.params, "--param") {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
     if !params.iter().any(|p| p.key.as_str() == "buffer_size") {
         params.push(Param {
             key: "buffer_size".into(),
             value: "4096".into(),
         });
     }
-    let mut settings = Vec::new();
-    for p in &args.settings {
-        let Some((k, v)) = p.split_once('=') else {
-            eprintln!("error: --setting {p}: expected KEY=VALUE");
-            return ExitCode::from(2);
-        };
-        settings.push(Param {
-            key: k.trim().into(),
-            value: v.trim().into(),
-        });
-    }
+    let settings = match key_values(&args.settings, "--setting") {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
     let mut report = Report {
         quiet: world.rank() != 0,
         ..Report::default()
@@ -205,6 +177,45 @@ fn main() -> ExitCode {
     } else {
         ExitCode::from(1)
     }
+}
+
+/// End the whole run (exit 3) when a plugin call has not returned after `timeout`
+/// seconds: the case it hangs in is reported (a FAIL line from rank 0, an error line
+/// from every rank) and the case directories removed.
+fn start_hang_watchdog(timeout: u64, plugin: String, rank: i32) {
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(timeout));
+        let p = progress();
+        let line = format!(
+            "plugin {plugin} did not return within {timeout} s (it hangs) in case `{}`",
+            p.case
+        );
+        if rank == 0 {
+            println!("FAIL {}: {line}", p.case);
+        }
+        eprintln!("error: rank {rank}: {line}");
+        for d in &p.dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        std::process::exit(3);
+    });
+}
+
+/// The `KEY=VALUE` arguments given with `flag`, trimmed; a usage error (exit 2) names
+/// the first one that is not.
+fn key_values(given: &[String], flag: &str) -> Result<Vec<Param>, ExitCode> {
+    let mut out = Vec::new();
+    for p in given {
+        let Some((k, v)) = p.split_once('=') else {
+            eprintln!("error: {flag} {p}: expected KEY=VALUE");
+            return Err(ExitCode::from(2));
+        };
+        out.push(Param {
+            key: k.trim().into(),
+            value: v.trim().into(),
+        });
+    }
+    Ok(out)
 }
 
 fn run(args: &Args, params: &[Param], report: &mut Report, world: &SimpleCommunicator) {
