@@ -135,53 +135,25 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let world = universe.world();
-    let timeout = args.timeout;
-    let plugin = args.plugin.display().to_string();
-    let rank = world.rank();
-    std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_secs(timeout));
-        let p = progress();
-        let line = format!(
-            "plugin {plugin} did not return within {timeout} s (it hangs) in case `{}`",
-            p.case
-        );
-        if rank == 0 {
-            println!("FAIL {}: {line}", p.case);
-        }
-        eprintln!("error: rank {rank}: {line}");
-        for d in &p.dirs {
-            let _ = std::fs::remove_dir_all(d);
-        }
-        std::process::exit(3);
-    });
-    let mut params = Vec::new();
-    for p in &args.params {
-        let Some((k, v)) = p.split_once('=') else {
-            eprintln!("error: --param {p}: expected KEY=VALUE");
-            return ExitCode::from(2);
-        };
-        params.push(Param {
-            key: k.trim().into(),
-            value: v.trim().into(),
-        });
-    }
+    start_hang_watchdog(
+        args.timeout,
+        args.plugin.display().to_string(),
+        world.rank(),
+    );
+    let mut params = match key_values(&args.params, "--param") {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
     if !params.iter().any(|p| p.key.as_str() == "buffer_size") {
         params.push(Param {
             key: "buffer_size".into(),
             value: "4096".into(),
         });
     }
-    let mut settings = Vec::new();
-    for p in &args.settings {
-        let Some((k, v)) = p.split_once('=') else {
-            eprintln!("error: --setting {p}: expected KEY=VALUE");
-            return ExitCode::from(2);
-        };
-        settings.push(Param {
-            key: k.trim().into(),
-            value: v.trim().into(),
-        });
-    }
+    let settings = match key_values(&args.settings, "--setting") {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
     let mut report = Report {
         quiet: world.rank() != 0,
         ..Report::default()
@@ -205,6 +177,45 @@ fn main() -> ExitCode {
     } else {
         ExitCode::from(1)
     }
+}
+
+/// End the whole run (exit 3) when a plugin call has not returned after `timeout`
+/// seconds: the case it hangs in is reported (a FAIL line from rank 0, an error line
+/// from every rank) and the case directories removed.
+fn start_hang_watchdog(timeout: u64, plugin: String, rank: i32) {
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(timeout));
+        let p = progress();
+        let line = format!(
+            "plugin {plugin} did not return within {timeout} s (it hangs) in case `{}`",
+            p.case
+        );
+        if rank == 0 {
+            println!("FAIL {}: {line}", p.case);
+        }
+        eprintln!("error: rank {rank}: {line}");
+        for d in &p.dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        std::process::exit(3);
+    });
+}
+
+/// The `KEY=VALUE` arguments given with `flag`, trimmed; a usage error (exit 2) names
+/// the first one that is not.
+fn key_values(given: &[String], flag: &str) -> Result<Vec<Param>, ExitCode> {
+    let mut out = Vec::new();
+    for p in given {
+        let Some((k, v)) = p.split_once('=') else {
+            eprintln!("error: {flag} {p}: expected KEY=VALUE");
+            return Err(ExitCode::from(2));
+        };
+        out.push(Param {
+            key: k.trim().into(),
+            value: v.trim().into(),
+        });
+    }
+    Ok(out)
 }
 
 fn run(args: &Args, params: &[Param], report: &mut Report, world: &SimpleCommunicator) {
@@ -463,47 +474,9 @@ fn collective_cases(
     let nodes: Vec<String> = (0..ranks)
         .map(|r| format!("node{}", r / per_node))
         .collect();
-    // the first member of every set that runs: each sends its set's cases to rank 0
-    let leaders: Vec<u32>;
-    let (set, members): (Option<u32>, Vec<u32>) = if per_node > 1 {
-        // as the runtime forms them: members of a set on distinct nodes; a set of one
-        // member (not enough nodes) takes no part
-        let sets = scr_host::runtime::form_sets(&nodes, size as usize);
-        if rank == 0 {
-            let shapes: Vec<String> = sets.iter().map(|s| format!("{:?}", s.members)).collect();
-            println!(
-                "NOTE scheme {name}: {per_node} ranks per node, sets {}",
-                shapes.join(" ")
-            );
-        }
-        leaders = sets
-            .iter()
-            .filter(|s| s.members.len() >= 2)
-            .map(|s| s.members[0])
-            .collect();
-        sets.into_iter()
-            .find(|s| s.members.contains(&rank) && s.members.len() >= 2)
-            .map_or((None, Vec::new()), |s| (Some(s.id as u32), s.members))
-    } else {
-        // full sets of `size` consecutive ranks; leftover ranks take no part
-        let sets = ranks / size;
-        if rank == 0 && sets * size < ranks {
-            println!(
-                "NOTE scheme {name}: ranks {}..{} are not in a set of {size} and stay idle",
-                sets * size,
-                ranks - 1
-            );
-        }
-        leaders = (0..sets).map(|s| s * size).collect();
-        let set = rank / size;
-        if set < sets {
-            (Some(set), (set * size..(set + 1) * size).collect())
-        } else {
-            (None, Vec::new())
-        }
-    };
-    let position = members.iter().position(|&m| m == rank).unwrap_or(0) as u32;
-    let color = match set {
+    let sets = SetLayout::new(name, rank, &nodes, size, per_node);
+    let position = sets.members.iter().position(|&m| m == rank).unwrap_or(0) as u32;
+    let color = match sets.set {
         Some(s) => mpi::topology::Color::with_value(s as i32),
         None => mpi::topology::Color::undefined(),
     };
@@ -512,23 +485,10 @@ fn collective_cases(
         world.barrier();
         return;
     };
-    let set_members = members.len() as u32;
-    let groups = members.iter().map(|&m| nodes[m as usize].clone()).collect();
-    let host_services = MpiHost::new(comm, members, groups, rank);
-    let raw = scr_plugin::host_ref(&host_services);
-    let host = scr_plugin::Host::new(raw);
-    let piece: u64 = params
-        .iter()
-        .find(|p| p.key.as_str() == "buffer_size")
-        .and_then(|p| p.value.parse().ok())
-        .unwrap_or(4096);
-    let config = SchemeConfig {
-        scheme: name.into(),
-        params: params.to_vec().into(),
-        settings: Default::default(),
-        members: set_members,
-        member: position,
-        world_rank: rank,
+    let prefix = if per_node > 1 {
+        format!("scheme {name}: set of {size}, {per_node} ranks per node")
+    } else {
+        format!("scheme {name}: set of {size}")
     };
     let base = args
         .dir
@@ -537,20 +497,121 @@ fn collective_cases(
         .join(format!("scr-conformance.{job}"));
     let dir = base.join(format!("rank{rank}"));
     scratch(&base);
-    let mut cases: Vec<CaseResult> = Vec::new();
-    let prefix = if per_node > 1 {
-        format!("scheme {name}: set of {size}, {per_node} ranks per node")
-    } else {
-        format!("scheme {name}: set of {size}")
+    let groups = sets
+        .members
+        .iter()
+        .map(|&m| nodes[m as usize].clone())
+        .collect();
+    let config = SchemeConfig {
+        scheme: name.into(),
+        params: params.to_vec().into(),
+        settings: Default::default(),
+        members: sets.members.len() as u32,
+        member: position,
+        world_rank: rank,
     };
+    let host_services = MpiHost::new(comm, sets.members.clone(), groups, rank);
+    let cases = run_in_set(registry, &config, &host_services, &dir, &prefix);
+    let _ = std::fs::remove_dir_all(&dir);
+    world.barrier();
+    if rank == 0 {
+        let _ = std::fs::remove_dir_all(&base);
+    }
+    gather_set_cases(world, &sets.leaders, &cases, &prefix, report);
+    world.barrier();
+}
+
+/// Which redundancy set this rank is in for the collective cases, and the first member
+/// of every set that runs (each sends its set's cases to rank 0).
+struct SetLayout {
+    /// This rank's set, `None` when it takes no part.
+    set: Option<u32>,
+    /// The world ranks of this rank's set, in member order (empty when none).
+    members: Vec<u32>,
+    /// The first member of every set of at least 2 members.
+    leaders: Vec<u32>,
+}
+
+impl SetLayout {
+    /// With several ranks per node, the sets the runtime forms (members on distinct
+    /// nodes; a set of one member, for lack of nodes, takes no part); else full sets of
+    /// `size` consecutive ranks, leftover ranks idle. Rank 0 prints a NOTE on the sets.
+    fn new(name: &str, rank: u32, nodes: &[String], size: u32, per_node: u32) -> SetLayout {
+        let ranks = nodes.len() as u32;
+        if per_node > 1 {
+            let sets = scr_host::runtime::form_sets(nodes, size as usize);
+            if rank == 0 {
+                let shapes: Vec<String> = sets.iter().map(|s| format!("{:?}", s.members)).collect();
+                println!(
+                    "NOTE scheme {name}: {per_node} ranks per node, sets {}",
+                    shapes.join(" ")
+                );
+            }
+            let leaders = sets
+                .iter()
+                .filter(|s| s.members.len() >= 2)
+                .map(|s| s.members[0])
+                .collect();
+            let (set, members) = sets
+                .into_iter()
+                .find(|s| s.members.contains(&rank) && s.members.len() >= 2)
+                .map_or((None, Vec::new()), |s| (Some(s.id as u32), s.members));
+            return SetLayout {
+                set,
+                members,
+                leaders,
+            };
+        }
+        let sets = ranks / size;
+        if rank == 0 && sets * size < ranks {
+            println!(
+                "NOTE scheme {name}: ranks {}..{} are not in a set of {size} and stay idle",
+                sets * size,
+                ranks - 1
+            );
+        }
+        let leaders = (0..sets).map(|s| s * size).collect();
+        let set = rank / size;
+        let (set, members) = if set < sets {
+            (Some(set), (set * size..(set + 1) * size).collect())
+        } else {
+            (None, Vec::new())
+        };
+        SetLayout {
+            set,
+            members,
+            leaders,
+        }
+    }
+}
+
+/// Create the scheme for this rank's set and run the scheme cases in `dir` over
+/// `host_services`; every case's result (a failure to create the scheme or to run the
+/// cases becomes a failed "collective cases" case).
+fn run_in_set(
+    registry: &Registry,
+    config: &SchemeConfig,
+    host_services: &MpiHost,
+    dir: &std::path::Path,
+    prefix: &str,
+) -> Vec<CaseResult> {
+    let raw = scr_plugin::host_ref(host_services);
+    let host = scr_plugin::Host::new(raw);
+    let piece: u64 = config
+        .params
+        .iter()
+        .find(|p| p.key.as_str() == "buffer_size")
+        .and_then(|p| p.value.parse().ok())
+        .unwrap_or(4096);
+    let mut cases: Vec<CaseResult> = Vec::new();
     let outcome = registry
-        .new_scheme(&config)
+        .new_scheme(config)
         .map_err(|e| e.to_string())
         .and_then(|scheme| {
             run_scheme_cases_traced(
                 &host,
                 &Loaded(scheme.raw()),
-                &dir,
+                dir,
                 piece,
                 &mut |case| starting(&format!("{prefix}: {case}")),
                 &mut |c| cases.push(c),
@@ -563,19 +624,19 @@ fn collective_cases(
             failure: Some(e),
         });
     }
-    let _ = std::fs::remove_dir_all(&dir);
-    world.barrier();
-    if rank == 0 {
-        let _ = std::fs::remove_dir_all(&base);
-    }
-    // rank 0 merges every set's cases (each set's leader sends its list)
-    let encode = |cases: &[CaseResult]| -> Vec<u8> {
-        let lines: Vec<String> = cases
-            .iter()
-            .map(|c| format!("{}\t{}", c.name, c.failure.clone().unwrap_or_default()))
-            .collect();
-        lines.join("\n").into_bytes()
-    };
+    cases
+}
+
+/// Rank 0 merges every set's cases (each set's leader sends its list) and reports each
+/// case once, failed when it failed in any set, naming the set; other leaders send.
+fn gather_set_cases(
+    world: &SimpleCommunicator,
+    leaders: &[u32],
+    cases: &[CaseResult],
+    prefix: &str,
+    report: &mut Report,
+) {
+    let rank = world.rank() as u32;
     if rank == 0 {
         let mut merged: Vec<(String, Option<String>)> = cases
             .iter()
@@ -606,12 +667,15 @@ fn collective_cases(
             report.case(&format!("{prefix}: {n}"), f.map_or(Ok(String::new()), Err));
         }
     } else if leaders.contains(&rank) {
-        let bytes = encode(&cases);
+        let lines: Vec<String> = cases
+            .iter()
+            .map(|c| format!("{}\t{}", c.name, c.failure.clone().unwrap_or_default()))
+            .collect();
+        let bytes = lines.join("\n").into_bytes();
         let root = world.process_at_rank(0);
         root.send(&(bytes.len() as u64));
         if !bytes.is_empty() {
             root.send(&bytes[..]);
         }
     }
-    world.barrier();
 }

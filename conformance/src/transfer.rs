@@ -215,43 +215,70 @@ pub fn run(
     let _ = std::fs::remove_dir_all(&case.dir);
     std::fs::create_dir_all(&case.dir).expect("case directory");
     let label = |c: &str| format!("transfer {name}: {c}");
-    started(&label(
-        "copies files of every shape byte-exact with CRC32 and metadata",
-    ));
 
-    // copy everything, verify everything
+    let what = "copies files of every shape byte-exact with CRC32 and metadata";
+    started(&label(what));
     let files = case.sources("copy");
-    let outcome = case.create("copy.state").and_then(|mut t| {
-        case.fill(&mut t, &files)?;
-        let status = case.with_host(|h| {
-            t.dispatch(h.sabi_reborrow()).into_result()?;
-            t.wait(h).into_result()
-        });
-        match status {
-            Ok(TransferStatus::Complete) => case
-                .check(&t, &files)
-                .map(|()| format!("{} files", files.len())),
-            Ok(s) => Err(format!("ended {s:?}")),
-            Err(e) => Err(e.to_string()),
-        }
-    });
+    report(label(what), case.copy_all(&files));
+
+    let what = "resumes from its persisted state";
+    started(&label(what));
+    report(label(what), case.resume(&files));
+
+    let what = "cancel leaves no partial destination";
+    started(&label(what));
+    report(label(what), case.cancel_at_once());
+
+    let what = "cancelled mid-copy, resumed in a new process, byte-exact";
+    started(&label(what));
     report(
-        label("copies files of every shape byte-exact with CRC32 and metadata"),
-        outcome,
+        label(what),
+        case.cancel_mid_copy_and_resume_elsewhere(plugin),
     );
 
-    // a new object resumes the persisted transfer and finds it complete or completes it
-    started(&label("resumes from its persisted state"));
-    let outcome = (|| {
-        let cfg = case.config("copy.state");
-        let mut t = case
-            .with_host(|h| registry.resume_transfer(&cfg, h))
+    let what = "a source that vanishes mid-transfer is reported Failed";
+    started(&label(what));
+    report(label(what), case.vanishing_source());
+
+    let what = "a missing source is refused, naming it";
+    started(&label(what));
+    report(label(what), case.missing_source());
+    let _ = std::fs::remove_dir_all(&case.dir);
+}
+
+/// The cases [`run`] runs, one method each; each returns its outcome (a note on
+/// success, the reason on failure).
+impl Case<'_> {
+    /// Copy every shape of file and verify every destination (`files` from
+    /// [`Case::sources`]).
+    fn copy_all(&self, files: &[(PathBuf, PathBuf, Vec<u8>)]) -> Result<String, String> {
+        self.create("copy.state").and_then(|mut t| {
+            self.fill(&mut t, files)?;
+            let status = self.with_host(|h| {
+                t.dispatch(h.sabi_reborrow()).into_result()?;
+                t.wait(h).into_result()
+            });
+            match status {
+                Ok(TransferStatus::Complete) => self
+                    .check(&t, files)
+                    .map(|()| format!("{} files", files.len())),
+                Ok(s) => Err(format!("ended {s:?}")),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+    }
+
+    /// A new object resumes the transfer [`Case::copy_all`] persisted and finds it
+    /// complete or completes it; its results name every file, in order, right after the
+    /// resume (the host checks that it is the flush it is resuming).
+    fn resume(&self, files: &[(PathBuf, PathBuf, Vec<u8>)]) -> Result<String, String> {
+        let cfg = self.config("copy.state");
+        let mut t = self
+            .with_host(|h| self.registry.resume_transfer(&cfg, h))
             .map_err(|e| e.to_string())?;
-        // before anything else, the host reads the results of a resumed transfer to
-        // check it is the flush it is resuming: every file, in order, named as added
         let reopened = t.results().into_result().map_err(|e| e.to_string())?;
-        check_names(&reopened, &files).map_err(|e| format!("right after resume: {e}"))?;
-        let status = case.with_host(|h| {
+        check_names(&reopened, files).map_err(|e| format!("right after resume: {e}"))?;
+        let status = self.with_host(|h| {
             let s = t.test(h.sabi_reborrow()).into_result()?;
             if s == TransferStatus::Idle {
                 t.dispatch(h.sabi_reborrow()).into_result()?;
@@ -259,50 +286,52 @@ pub fn run(
             t.wait(h).into_result()
         });
         match status {
-            Ok(TransferStatus::Complete) => case.check(&t, &files).map(|()| String::new()),
+            Ok(TransferStatus::Complete) => self.check(&t, files).map(|()| String::new()),
             Ok(s) => Err(format!("resumed transfer ended {s:?}")),
             Err(e) => Err(e.to_string()),
         }
-    })();
-    report(label("resumes from its persisted state"), outcome);
+    }
 
-    // cancel right after dispatch: cancelled, no partial destination
-    started(&label("cancel leaves no partial destination"));
-    let files = case.sources("cancel");
-    let outcome = case.create("cancel.state").and_then(|mut t| {
-        case.fill(&mut t, &files)?;
-        case.with_host(|h| {
-            t.dispatch(h.sabi_reborrow()).into_result()?;
-            t.cancel(h.sabi_reborrow()).into_result()?;
-            t.test(h).into_result()
+    /// Cancel right after dispatch: the transfer ends cancelled (or complete, when it
+    /// was faster) and leaves no partial destination.
+    fn cancel_at_once(&self) -> Result<String, String> {
+        let files = self.sources("cancel");
+        self.create("cancel.state").and_then(|mut t| {
+            self.fill(&mut t, &files)?;
+            self.with_host(|h| {
+                t.dispatch(h.sabi_reborrow()).into_result()?;
+                t.cancel(h.sabi_reborrow()).into_result()?;
+                t.test(h).into_result()
+            })
+            .map_err(|e| e.to_string())
+            .and_then(|s| {
+                let partial: Vec<PathBuf> = walk(&self.dir.join("cancel/dst"))
+                    .into_iter()
+                    .filter(|p| {
+                        let full = files.iter().find(|f| &f.1 == p);
+                        full.is_none_or(|f| std::fs::read(p).map(|b| b != f.2).unwrap_or(true))
+                    })
+                    .collect();
+                match (s, partial.is_empty()) {
+                    (TransferStatus::Cancelled, true) => Ok(String::new()),
+                    (TransferStatus::Complete, true) => {
+                        Ok("finished before the cancel arrived".into())
+                    }
+                    (s, true) => Err(format!("status {s:?} after cancel")),
+                    (_, false) => Err(format!("partial destinations left: {partial:?}")),
+                }
+            })
         })
-        .map_err(|e| e.to_string())
-        .and_then(|s| {
-            let partial: Vec<PathBuf> = walk(&case.dir.join("cancel/dst"))
-                .into_iter()
-                .filter(|p| {
-                    let full = files.iter().find(|f| &f.1 == p);
-                    full.is_none_or(|f| std::fs::read(p).map(|b| b != f.2).unwrap_or(true))
-                })
-                .collect();
-            match (s, partial.is_empty()) {
-                (TransferStatus::Cancelled, true) => Ok(String::new()),
-                (TransferStatus::Complete, true) => Ok("finished before the cancel arrived".into()),
-                (s, true) => Err(format!("status {s:?} after cancel")),
-                (_, false) => Err(format!("partial destinations left: {partial:?}")),
-            }
-        })
-    });
-    report(label("cancel leaves no partial destination"), outcome);
+    }
 
-    // cancel in the middle of a multi-file copy, then a NEW process resumes it from the
-    // persisted state and must finish it byte-exact
-    let what = "cancelled mid-copy, resumed in a new process, byte-exact";
-    started(&label(what));
-    let files = case.sources("midcancel");
-    let outcome = case.create("midcancel.state").and_then(|mut t| {
-        case.fill(&mut t, &files)?;
-        let done = case
+    /// Cancel in the middle of a multi-file copy, then a NEW process (this harness again,
+    /// `--resume-child`, loading `plugin`) resumes it from the persisted state and must
+    /// finish it byte-exact.
+    fn cancel_mid_copy_and_resume_elsewhere(&self, plugin: &Path) -> Result<String, String> {
+        let files = self.sources("midcancel");
+        let mut t = self.create("midcancel.state")?;
+        self.fill(&mut t, &files)?;
+        let done = self
             .with_host(|h| -> Result<usize, scr_plugin::PluginError> {
                 t.dispatch(h.sabi_reborrow()).into_result()?;
                 let start = std::time::Instant::now();
@@ -325,17 +354,28 @@ pub fn run(
             })
             .map_err(|e| e.to_string())?;
         drop(t);
-        let state = case.dir.join("midcancel.state");
+        let (status, results) = self.resume_in_child(plugin)?;
+        if status != TransferStatus::Complete {
+            return Err(format!("the resumed transfer ended {status:?}"));
+        }
+        check_results(&results, &files)
+            .map(|()| format!("{done} of {} files complete at the cancel", files.len()))
+    }
+
+    /// Run this harness again with `--resume-child` on the `midcancel` state: the status
+    /// and per-file results the resuming process printed.
+    fn resume_in_child(&self, plugin: &Path) -> Result<(TransferStatus, Vec<FileResult>), String> {
+        let state = self.dir.join("midcancel.state");
         let mut cmd = std::process::Command::new(
             std::env::current_exe().map_err(|e| format!("the harness's own path: {e}"))?,
         );
         cmd.arg("--plugin")
             .arg(plugin)
             .arg("--transfer")
-            .arg(name)
+            .arg(self.name)
             .arg("--resume-child")
             .arg(&state);
-        for p in settings {
+        for p in self.settings {
             cmd.arg("--setting").arg(format!("{}={}", p.key, p.value));
         }
         let out = cmd
@@ -350,36 +390,30 @@ pub fn run(
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
-        let (status, results) = parse_child(&stdout)?;
-        if status != TransferStatus::Complete {
-            return Err(format!("the resumed transfer ended {status:?}"));
-        }
-        check_results(&results, &files)
-            .map(|()| format!("{done} of {} files complete at the cancel", files.len()))
-    });
-    report(label(what), outcome);
+        parse_child(&stdout)
+    }
 
-    // a source that vanishes while the transfer runs: that file is Failed, never Complete
-    let what = "a source that vanishes mid-transfer is reported Failed";
-    started(&label(what));
-    let files: Vec<(PathBuf, PathBuf, Vec<u8>)> = [
-        ("big.dat", 40usize << 20),
-        ("gone.dat", 1000),
-        ("after.dat", 10),
-    ]
-    .into_iter()
-    .map(|(n, size)| {
-        let src = case.dir.join("vanish/src").join(n);
-        let dst = case.dir.join("vanish/dst").join(n);
-        let data = content(n, size);
-        std::fs::create_dir_all(src.parent().expect("parent")).expect("mkdir");
-        std::fs::write(&src, &data).expect("write source");
-        (src, dst, data)
-    })
-    .collect();
-    let outcome = case.create("vanish.state").and_then(|mut t| {
-        case.fill(&mut t, &files)?;
-        let status = case
+    /// A source that vanishes while the transfer runs: that file is Failed, never
+    /// Complete (unless it was copied whole before it vanished).
+    fn vanishing_source(&self) -> Result<String, String> {
+        let files: Vec<(PathBuf, PathBuf, Vec<u8>)> = [
+            ("big.dat", 40usize << 20),
+            ("gone.dat", 1000),
+            ("after.dat", 10),
+        ]
+        .into_iter()
+        .map(|(n, size)| {
+            let src = self.dir.join("vanish/src").join(n);
+            let dst = self.dir.join("vanish/dst").join(n);
+            let data = content(n, size);
+            std::fs::create_dir_all(src.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&src, &data).expect("write source");
+            (src, dst, data)
+        })
+        .collect();
+        let mut t = self.create("vanish.state")?;
+        self.fill(&mut t, &files)?;
+        let status = self
             .with_host(|h| {
                 t.dispatch(h.sabi_reborrow()).into_result()?;
                 let _ = std::fs::remove_file(&files[1].0);
@@ -416,17 +450,16 @@ pub fn run(
                 files[1].0.display()
             )),
         }
-    });
-    report(label(what), outcome);
+    }
 
-    // a source that does not exist is refused when added, naming it
-    started(&label("a missing source is refused, naming it"));
-    let outcome = case.create("missing.state").and_then(|mut t| {
-        let missing = case.dir.join("no-such-file");
+    /// A source that does not exist is refused when added, and the error names it.
+    fn missing_source(&self) -> Result<String, String> {
+        let mut t = self.create("missing.state")?;
+        let missing = self.dir.join("no-such-file");
         match t
             .add(
                 missing.display().to_string().as_str().into(),
-                case.dir.join("x").display().to_string().as_str().into(),
+                self.dir.join("x").display().to_string().as_str().into(),
             )
             .into_result()
         {
@@ -434,9 +467,7 @@ pub fn run(
             Err(e) if e.message().contains(&missing.display().to_string()) => Ok(String::new()),
             Err(e) => Err(format!("the error does not name the file: {e}")),
         }
-    });
-    report(label("a missing source is refused, naming it"), outcome);
-    let _ = std::fs::remove_dir_all(&case.dir);
+    }
 }
 
 /// Parse what [`resume_child`] printed: `STATUS\t<status>` and one

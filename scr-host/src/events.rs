@@ -155,8 +155,8 @@ pub fn log_event(prefix: &Path, job_id: &str, event: Event) {
         event,
     };
     if let Err(e) = append(prefix, &record) {
-        eprintln!(
-            "scr-rs: warning: could not append to the event log {}: {e}; the event is not recorded",
+        tracing::warn!(
+            "could not append to the event log {}: {e}; the event is not recorded",
             path(prefix).display()
         );
     }
@@ -209,10 +209,7 @@ pub fn parse(text: &str, origin: &str) -> (Vec<Record>, usize) {
             Ok(r) => records.push(r),
             Err(e) => {
                 skipped += 1;
-                eprintln!(
-                    "scr-rs: warning: {origin}:{}: damaged event line skipped ({e})",
-                    i + 1
-                );
+                tracing::warn!("{origin}:{}: damaged event line skipped ({e})", i + 1);
             }
         }
     }
@@ -320,30 +317,47 @@ pub fn daly(c: f64, m: f64) -> f64 {
 
 /// Summarise `records` (in time order), `damaged` lines having been skipped.
 pub fn summarize(records: &[Record], damaged: usize) -> Summary {
+    let mut s = Summary::empty(records.len(), damaged);
+    let ckpt_seconds = count_events(records, &mut s);
+    s.run_seconds = run_seconds(records);
+    derive_figures(&mut s, ckpt_seconds);
+    s
+}
+
+impl Summary {
+    /// A summary of `events` events with nothing counted yet.
+    fn empty(events: usize, damaged: usize) -> Summary {
+        Summary {
+            events,
+            damaged_lines: damaged,
+            jobs: Vec::new(),
+            checkpoints: 0,
+            checkpoint_bytes: 0,
+            checkpoint_seconds_mean: None,
+            flushes: 0,
+            flushes_failed: 0,
+            flush_bytes: 0,
+            flush_seconds: 0.0,
+            flush_bandwidth: None,
+            fetches: 0,
+            rebuilds: 0,
+            scavenges: 0,
+            halts: Vec::new(),
+            failures: 0,
+            run_seconds: 0.0,
+            mtbf_seconds: None,
+            young_seconds: None,
+            daly_seconds: None,
+            no_advice: None,
+        }
+    }
+}
+
+/// Count every event into `s` and its job's [`JobSummary`] (the jobs in id order into
+/// `s.jobs`); reports of one failure within [`SAME_FAILURE_SECONDS`] count once. The
+/// seconds all checkpoints took.
+fn count_events(records: &[Record], s: &mut Summary) -> f64 {
     let mut jobs: BTreeMap<&str, JobSummary> = BTreeMap::new();
-    let mut s = Summary {
-        events: records.len(),
-        damaged_lines: damaged,
-        jobs: Vec::new(),
-        checkpoints: 0,
-        checkpoint_bytes: 0,
-        checkpoint_seconds_mean: None,
-        flushes: 0,
-        flushes_failed: 0,
-        flush_bytes: 0,
-        flush_seconds: 0.0,
-        flush_bandwidth: None,
-        fetches: 0,
-        rebuilds: 0,
-        scavenges: 0,
-        halts: Vec::new(),
-        failures: 0,
-        run_seconds: 0.0,
-        mtbf_seconds: None,
-        young_seconds: None,
-        daly_seconds: None,
-        no_advice: None,
-    };
     let mut ckpt_seconds = 0.0;
     let mut last_failure: BTreeMap<&str, f64> = BTreeMap::new();
     for r in records {
@@ -395,7 +409,13 @@ pub fn summarize(records: &[Record], damaged: usize) -> Summary {
         }
     }
     s.jobs = jobs.into_values().collect();
-    s.run_seconds = run_seconds(records);
+    ckpt_seconds
+}
+
+/// The figures derived from the counts (run time already set): mean checkpoint cost C,
+/// flush bandwidth, mean time between failures M, and Young's and Daly's intervals from
+/// C and M, or why there is no advice.
+fn derive_figures(s: &mut Summary, ckpt_seconds: f64) {
     if s.checkpoints > 0 {
         s.checkpoint_seconds_mean = Some(ckpt_seconds / s.checkpoints as f64);
     }
@@ -419,7 +439,6 @@ pub fn summarize(records: &[Record], damaged: usize) -> Summary {
             ))
         }
     }
-    s
 }
 
 /// The time the runs ran: for each run (an `init` of a job to its next `init`), from its
@@ -491,6 +510,15 @@ pub fn render(s: &Summary) -> String {
         out.push_str(&l);
         out.push('\n');
     };
+    render_jobs(s, &mut line);
+    render_data(s, &mut line);
+    render_failures(s, &mut line);
+    out
+}
+
+/// The jobs line of [`render`] (how many, finalized, events, damaged lines) and one
+/// line per job.
+fn render_jobs(s: &Summary, line: &mut dyn FnMut(String)) {
     let finished = s.jobs.iter().filter(|j| j.finalized).count();
     let ids: BTreeSet<&str> = s.jobs.iter().map(|j| j.job_id.as_str()).collect();
     line(format!(
@@ -514,6 +542,11 @@ pub fn render(s: &Summary) -> String {
             if j.finalized { ", finalized" } else { "" }
         ));
     }
+}
+
+/// The lines of [`render`] on data: checkpoints and their mean cost, flushes and their
+/// bandwidth, fetches, rebuilds, scavenges and halts (each halt's reason).
+fn render_data(s: &Summary, line: &mut dyn FnMut(String)) {
     match s.checkpoint_seconds_mean {
         Some(c) => line(format!(
             "checkpoints: {}, mean cost {c:.2}s, {} in all ({} each on average)",
@@ -545,6 +578,11 @@ pub fn render(s: &Summary) -> String {
     for h in &s.halts {
         line(format!("  halt: {h}"));
     }
+}
+
+/// The failure line of [`render`] (with the mean time between failures when known) and
+/// the advised checkpoint interval, or why there is none.
+fn render_failures(s: &Summary, line: &mut dyn FnMut(String)) {
     match s.mtbf_seconds {
         Some(m) => line(format!(
             "failures: {} in {} of run time: mean time between failures {}",
@@ -569,7 +607,6 @@ pub fn render(s: &Summary) -> String {
         (_, _, Some(why)) => line(format!("checkpoint interval: no advice: {why}")),
         _ => {}
     }
-    out
 }
 
 /// `scr log`: the summary of `prefix`'s event log as text, or with `json` as one JSON

@@ -96,10 +96,7 @@ impl RunState {
             .map_or(Ok(()), std::fs::create_dir_all)
             .and_then(|()| crate::state::write_state(&path, KIND, self));
         if let Err(e) = saved {
-            eprintln!(
-                "scr run: warning: {}: {e}; `scr env` will not show this run",
-                path.display()
-            );
+            tracing::warn!("{}: {e}; `scr env` will not show this run", path.display());
         }
     }
 }
@@ -208,266 +205,420 @@ enum Ended {
 /// 2: usage).
 pub fn run(config: &Config, opts: &RunOptions) -> u8 {
     if opts.launcher.is_empty() {
-        eprintln!("scr run: error: no launcher command given (scr run -- mpiexec -n 4 ./app)");
+        tracing::error!("no launcher command given (scr run -- mpiexec -n 4 ./app)");
         return 2;
     }
-    let alloc = match allocation(config, &|v| std::env::var(v).ok()) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("scr run: error: {e}");
-            return 1;
-        }
+    let plan = match Plan::new(config) {
+        Ok(p) => p.with_ranks_per_node(opts.ranks_per_node),
+        Err(code) => return code,
     };
-    let layout = match simulated_layout(&config.str("node_names")) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("scr run: error: {e}");
-            return 1;
-        }
-    };
-    if let Some((nodes, _)) = &layout {
-        if let Some(n) = nodes.iter().find(|n| !alloc.nodes.contains(n)) {
-            eprintln!(
-                "scr run: error: node_names names {n}, which is not in the allocation {} ({})",
-                hostlist::compress(&alloc.nodes),
-                alloc.source
-            );
-            return 1;
-        }
-    }
-    let ranks_per_node = opts
-        .ranks_per_node
-        .unwrap_or_else(|| layout.as_ref().map_or(1, |(_, r)| *r));
     if !config.bool("enable") {
-        // SCR's scr_srun too: with the library off there is nothing to relaunch from
-        say("enable = false: launching once, without node checks or relaunches");
-        let nodes = layout.as_ref().map_or(&alloc.nodes, |(n, _)| n);
-        let argv = launch_command(&opts.launcher, nodes, ranks_per_node, &[]);
-        return match Command::new(&argv[0]).args(&argv[1..]).status() {
-            Ok(s) if s.success() => 0,
-            Ok(s) => {
-                say(format!("launch failed ({s})"));
-                1
-            }
-            Err(e) => {
-                say(format!("cannot start `{}`: {e}", argv[0]));
-                1
-            }
-        };
+        return launch_once(opts, &plan);
     }
-    let check = match NodeCheck::new(config, &opts.prefix, ranks_per_node) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("scr run: error: {e}");
-            return 1;
-        }
+    let mut relaunch = match Relaunch::new(config, opts, &plan) {
+        Ok(r) => r,
+        Err(code) => return code,
     };
-    let runs = opts.runs.unwrap_or_else(|| config.u64("runs")).max(1);
-    let watchdog = config.u64("watchdog_timeout");
-    say(format!(
-        "allocation {} ({}), {runs} run(s){}",
-        hostlist::compress(&alloc.nodes),
-        alloc.source,
-        if watchdog > 0 {
-            format!(", watchdog {watchdog} s")
-        } else {
-            String::new()
-        }
-    ));
-
     // from here on a Ctrl-C or SIGTERM ends the step and the retries, not the loop:
     // postrun still runs (SLURM's --signal=B:TERM@120 before the time limit)
     signals::catch_termination();
-    // failures and lost nodes go to the prefix's event log, where `scr log` counts them
-    let job_id = config.str("job_id");
-    let log = |event| crate::events::log_event(&opts.prefix, &job_id, event);
-    let mut state = RunState {
-        job_id: config.str("job_id"),
-        allocation: alloc.nodes.clone(),
-        runs_left: runs,
-        ..RunState::default()
-    };
-    // the first launch's nodes: the simulated layout, else every node left
-    let mut previous: Vec<String> = layout.as_ref().map(|(n, _)| n.clone()).unwrap_or_default();
-    let mut want: Option<usize> = opts
-        .nodes
-        .map(|n| n as usize)
-        .or_else(|| layout.as_ref().map(|(n, _)| n.len()));
-    let mut min_nodes = opts.min_nodes.unwrap_or_else(|| config.u64("min_nodes"));
-    let mut code = 1u8;
-    let mut launched_ok = false;
-    for attempt in 1..=runs {
-        let up: Vec<String> = alloc
+    let completed = relaunch.launches();
+    relaunch.state.save(&opts.prefix);
+    let mut code = if completed { 0 } else { 1 };
+    if opts.postrun && !postrun(opts, &plan, &relaunch.previous) {
+        code = 1;
+    }
+    code
+}
+
+/// Where `scr run` launches, decided once before the first launch: the allocation, the
+/// first launch's simulated nodes (when `node_names` is set) and the ranks per node.
+struct Plan {
+    alloc: Allocation,
+    /// The simulated nodes of the first launch and their ranks per node.
+    layout: Option<(Vec<String>, u64)>,
+    ranks_per_node: u64,
+}
+
+impl Plan {
+    /// Read the allocation and the simulated layout and check that the layout's nodes
+    /// are in the allocation; `Err(exit code)` once the reason is printed.
+    fn new(config: &Config) -> Result<Plan, u8> {
+        let alloc = match allocation(config, &|v| std::env::var(v).ok()) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::error!("{e}");
+                return Err(1);
+            }
+        };
+        let layout = match simulated_layout(&config.str("node_names")) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!("{e}");
+                return Err(1);
+            }
+        };
+        if let Some((nodes, _)) = &layout {
+            if let Some(n) = nodes.iter().find(|n| !alloc.nodes.contains(n)) {
+                tracing::error!(
+                    node = %n,
+                    "node_names names {n}, which is not in the allocation {} ({}); fix node_names or run inside the allocation",
+                    hostlist::compress(&alloc.nodes),
+                    alloc.source
+                );
+                return Err(1);
+            }
+        }
+        let ranks_per_node = layout.as_ref().map_or(1, |(_, r)| *r);
+        Ok(Plan {
+            alloc,
+            layout,
+            ranks_per_node,
+        })
+    }
+
+    /// `--ranks-per-node`, when given, overrides what the layout says.
+    fn with_ranks_per_node(mut self, given: Option<u64>) -> Plan {
+        if let Some(r) = given {
+            self.ranks_per_node = r;
+        }
+        self
+    }
+
+    /// `SCR_NODE_NAMES` for a step on `nodes` (simulated nodes): each node named once
+    /// per rank it runs.
+    fn node_names(&self, nodes: &[String]) -> String {
+        let names: Vec<&str> = nodes
+            .iter()
+            .flat_map(|n| std::iter::repeat_n(n.as_str(), self.ranks_per_node as usize))
+            .collect();
+        names.join(",")
+    }
+}
+
+/// `enable = false`: launch the step once on the first launch's nodes, without node
+/// checks, relaunches or postrun (SCR's scr_srun too: with the library off there is
+/// nothing to relaunch from). The exit code of [`run`].
+fn launch_once(opts: &RunOptions, plan: &Plan) -> u8 {
+    say("enable = false: launching once, without node checks or relaunches");
+    let nodes = plan.layout.as_ref().map_or(&plan.alloc.nodes, |(n, _)| n);
+    let argv = launch_command(&opts.launcher, nodes, plan.ranks_per_node, &[]);
+    match Command::new(&argv[0]).args(&argv[1..]).status() {
+        Ok(s) if s.success() => 0,
+        Ok(s) => {
+            say(format!("launch failed ({s})"));
+            1
+        }
+        Err(e) => {
+            say(format!("cannot start `{}`: {e}", argv[0]));
+            1
+        }
+    }
+}
+
+/// How one launch of the relaunch loop ended, as the loop sees it.
+enum Outcome {
+    /// The step completed: no relaunch.
+    Completed,
+    /// The step failed: relaunch while runs remain and no halt condition holds.
+    Failed,
+    /// `scr run` was signalled: no relaunch.
+    Stopped,
+}
+
+/// The relaunch loop's state across launches (see the module documentation).
+struct Relaunch<'a> {
+    config: &'a Config,
+    opts: &'a RunOptions,
+    plan: &'a Plan,
+    check: NodeCheck,
+    /// Launches in all.
+    runs: u64,
+    /// `watchdog_timeout` in seconds (0: none).
+    watchdog: u64,
+    /// What is kept in `run.scr` for `scr env`.
+    state: RunState,
+    /// The nodes of the previous launch (before the first: the simulated layout's).
+    previous: Vec<String>,
+    /// Nodes per launch, once known.
+    want: Option<usize>,
+    /// Fewest nodes to launch on (0 until the first launch fixes it).
+    min_nodes: u64,
+}
+
+impl<'a> Relaunch<'a> {
+    /// Read the loop's settings and announce the allocation; `Err(exit code)` when the
+    /// node checks cannot be set up (the reason printed).
+    fn new(config: &'a Config, opts: &'a RunOptions, plan: &'a Plan) -> Result<Self, u8> {
+        let check = match NodeCheck::new(config, &opts.prefix, plan.ranks_per_node) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!("{e}");
+                return Err(1);
+            }
+        };
+        let runs = opts.runs.unwrap_or_else(|| config.u64("runs")).max(1);
+        let watchdog = config.u64("watchdog_timeout");
+        say(format!(
+            "allocation {} ({}), {runs} run(s){}",
+            hostlist::compress(&plan.alloc.nodes),
+            plan.alloc.source,
+            if watchdog > 0 {
+                format!(", watchdog {watchdog} s")
+            } else {
+                String::new()
+            }
+        ));
+        Ok(Relaunch {
+            config,
+            opts,
+            plan,
+            check,
+            runs,
+            watchdog,
+            state: RunState {
+                job_id: config.str("job_id"),
+                allocation: plan.alloc.nodes.clone(),
+                runs_left: runs,
+                ..RunState::default()
+            },
+            previous: plan
+                .layout
+                .as_ref()
+                .map(|(n, _)| n.clone())
+                .unwrap_or_default(),
+            want: opts
+                .nodes
+                .map(|n| n as usize)
+                .or_else(|| plan.layout.as_ref().map(|(n, _)| n.len())),
+            min_nodes: opts.min_nodes.unwrap_or_else(|| config.u64("min_nodes")),
+        })
+    }
+
+    /// Append `event` to the prefix's event log, where `scr log` counts failures and
+    /// lost nodes.
+    fn log(&self, event: crate::events::Event) {
+        crate::events::log_event(&self.opts.prefix, &self.state.job_id, event);
+    }
+
+    /// Launch until a launch completes, no run is left, too few nodes are left, a halt
+    /// condition holds or `scr run` is signalled; whether a launch completed.
+    fn launches(&mut self) -> bool {
+        for attempt in 1..=self.runs {
+            if let Some(sig) = signals::take() {
+                say(format!(
+                    "stopping: scr run received {}; no relaunch",
+                    signals::name(sig)
+                ));
+                break;
+            }
+            let Some(nodes) = self.next_nodes() else {
+                break;
+            };
+            let Some(ended) = self.start(attempt, &nodes) else {
+                break;
+            };
+            self.previous = nodes;
+            match self.outcome(attempt, ended) {
+                Outcome::Completed => return true,
+                Outcome::Stopped => break,
+                Outcome::Failed => {}
+            }
+            if attempt == self.runs {
+                say(format!("stopping: no runs left (runs = {})", self.runs));
+                break;
+            }
+            if self.halted() {
+                break;
+            }
+        }
+        false
+    }
+
+    /// Check the nodes not yet found down, record the ones down now (they stay
+    /// excluded), and choose the next launch's nodes: the survivors of the previous
+    /// launch, then spares. `None` when fewer than `min_nodes` are left (said why, state
+    /// saved).
+    fn next_nodes(&mut self) -> Option<Vec<String>> {
+        let up: Vec<String> = self
+            .plan
+            .alloc
             .nodes
             .iter()
-            .filter(|n| !state.down.iter().any(|(d, _)| d == *n))
+            .filter(|n| !self.state.down.iter().any(|(d, _)| d == *n))
             .cloned()
             .collect();
-        if let Some(sig) = signals::take() {
-            say(format!(
-                "stopping: scr run received {}; no relaunch",
-                signals::name(sig)
-            ));
-            break;
-        }
-        let found = check.down(&up);
+        let found = self.check.down(&up);
         for (node, why) in &found {
             say(format!("node {node} is down: {why}"));
         }
         if !found.is_empty() {
-            log(crate::events::Event::LostNodes {
+            self.log(crate::events::Event::LostNodes {
                 nodes: found.iter().map(|(n, _)| n.clone()).collect(),
             });
         }
-        state.down.extend(found);
+        self.state.down.extend(found);
         let left: Vec<String> = up
             .into_iter()
-            .filter(|n| !state.down.iter().any(|(d, _)| d == n))
+            .filter(|n| !self.state.down.iter().any(|(d, _)| d == n))
             .collect();
-        let want_now = *want.get_or_insert(left.len());
-        if min_nodes == 0 {
-            min_nodes = want_now as u64;
+        let want_now = *self.want.get_or_insert(left.len());
+        if self.min_nodes == 0 {
+            self.min_nodes = want_now as u64;
         }
-        let nodes = choose_nodes(&previous, &left, want_now);
-        if (nodes.len() as u64) < min_nodes || nodes.is_empty() {
-            let down: Vec<String> = state
-                .down
-                .iter()
-                .map(|(n, why)| format!("{n} ({why})"))
-                .collect();
-            let down = if down.is_empty() {
-                "none".into()
-            } else {
-                down.join(", ")
-            };
-            if nodes.is_empty() {
-                say(format!("stopping: no usable node left; down: {down}"));
-            } else {
-                say(format!(
-                    "stopping: {} node(s) left ({}), fewer than the {min_nodes} needed (min_nodes); down: {down}",
-                    nodes.len(),
-                    hostlist::compress(&nodes),
-                ));
-            }
-            state.save(&opts.prefix);
-            break;
+        let nodes = choose_nodes(&self.previous, &left, want_now);
+        if (nodes.len() as u64) < self.min_nodes || nodes.is_empty() {
+            self.say_too_few(&nodes);
+            self.state.save(&self.opts.prefix);
+            return None;
         }
-        let down_names: Vec<String> = state.down.iter().map(|(n, _)| n.clone()).collect();
-        let argv = launch_command(&opts.launcher, &nodes, ranks_per_node, &down_names);
-        state.launches = attempt;
-        state.runs_left = runs - attempt;
-        state.launched_on = nodes.clone();
-        state.save(&opts.prefix);
+        Some(nodes)
+    }
+
+    /// Say why the loop stops for lack of nodes, with every down node and its reason.
+    fn say_too_few(&self, nodes: &[String]) {
+        let down: Vec<String> = self
+            .state
+            .down
+            .iter()
+            .map(|(n, why)| format!("{n} ({why})"))
+            .collect();
+        let down = if down.is_empty() {
+            "none".into()
+        } else {
+            down.join(", ")
+        };
+        if nodes.is_empty() {
+            say(format!("stopping: no usable node left; down: {down}"));
+        } else {
+            say(format!(
+                "stopping: {} node(s) left ({}), fewer than the {} needed (min_nodes); down: {down}",
+                nodes.len(),
+                hostlist::compress(nodes),
+                self.min_nodes,
+            ));
+        }
+    }
+
+    /// Record launch `attempt` on `nodes` in `run.scr`, start the step there and wait
+    /// for it; `None` when it cannot be started (said why, state saved).
+    fn start(&mut self, attempt: u64, nodes: &[String]) -> Option<Ended> {
+        let down_names: Vec<String> = self.state.down.iter().map(|(n, _)| n.clone()).collect();
+        let argv = launch_command(
+            &self.opts.launcher,
+            nodes,
+            self.plan.ranks_per_node,
+            &down_names,
+        );
+        self.state.launches = attempt;
+        self.state.runs_left = self.runs - attempt;
+        self.state.launched_on = nodes.to_vec();
+        self.state.save(&self.opts.prefix);
         say(format!(
-            "launch {attempt} of {runs} on {} node(s) {}: {}",
+            "launch {attempt} of {} on {} node(s) {}: {}",
+            self.runs,
             nodes.len(),
-            hostlist::compress(&nodes),
+            hostlist::compress(nodes),
             argv.join(" ")
         ));
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]);
-        if layout.is_some() {
-            let names: Vec<&str> = nodes
-                .iter()
-                .flat_map(|n| std::iter::repeat_n(n.as_str(), ranks_per_node as usize))
-                .collect();
-            cmd.env("SCR_NODE_NAMES", names.join(","));
+        if self.plan.layout.is_some() {
+            cmd.env("SCR_NODE_NAMES", self.plan.node_names(nodes));
         }
-        let ended = match launch(
-            cmd,
-            watchdog,
-            &watched_dirs(config, &opts.prefix, &check, &nodes),
-        ) {
-            Ok(e) => e,
+        let watched = watched_dirs(self.config, &self.opts.prefix, &self.check, nodes);
+        match launch(cmd, self.watchdog, &watched) {
+            Ok(e) => Some(e),
             Err(e) => {
                 say(format!("stopping: cannot start `{}`: {e}", argv[0]));
-                state.save(&opts.prefix);
-                break;
+                self.state.save(&self.opts.prefix);
+                None
             }
-        };
-        previous = nodes;
+        }
+    }
+
+    /// Say how launch `attempt` ended and log a failure or a signal to the event log.
+    fn outcome(&self, attempt: u64, ended: Ended) -> Outcome {
         match ended {
             Ended::Status(s) if s.success() => {
                 say(format!("launch {attempt} completed"));
-                launched_ok = true;
-                code = 0;
-                break;
+                Outcome::Completed
             }
             Ended::Status(s) => {
                 let what = format!("launch {attempt} failed ({s})");
                 say(&what);
-                log(crate::events::Event::Failure {
+                self.log(crate::events::Event::Failure {
                     what: format!("scr run: {what}"),
                     rank: None,
                 });
+                Outcome::Failed
             }
             Ended::Signalled(sig) => {
                 let why = format!("scr run received {}", signals::name(sig));
                 say(format!("stopping: {why}; no relaunch"));
-                log(crate::events::Event::Halt {
+                self.log(crate::events::Event::Halt {
                     reason: format!("scr run: {why}"),
                 });
-                break;
+                Outcome::Stopped
             }
             Ended::Watchdog(secs) => {
                 let what =
                     format!("launch {attempt} killed by the watchdog: no progress for {secs} s");
                 say(&what);
-                log(crate::events::Event::Failure {
+                self.log(crate::events::Event::Failure {
                     what: format!("scr run: {what}"),
                     rank: None,
                 });
+                Outcome::Failed
             }
         }
-        if attempt == runs {
-            say(format!("stopping: no runs left (runs = {runs})"));
-            break;
-        }
-        match halt_reason(&opts.prefix, config) {
+    }
+
+    /// Whether a halt condition in the prefix ends the retries (said and logged); an
+    /// unreadable halt file does not.
+    fn halted(&self) -> bool {
+        match halt_reason(&self.opts.prefix, self.config) {
             Ok(Some(why)) => {
                 say(format!("stopping: halt condition: {why}"));
-                log(crate::events::Event::Halt {
+                self.log(crate::events::Event::Halt {
                     reason: format!("scr run: {why}"),
                 });
-                break;
+                true
             }
-            Ok(None) => {}
-            Err(e) => say(format!("warning: {e}; relaunching")),
-        }
-    }
-    state.save(&opts.prefix);
-    if opts.postrun {
-        say("running scr postrun");
-        let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("scr"));
-        let mut cmd = Command::new(exe);
-        cmd.arg("postrun").arg("--prefix").arg(&opts.prefix);
-        if layout.is_some() && !previous.is_empty() {
-            // simulated nodes: the caches of the last launch's nodes (every cache is
-            // reachable from here); real nodes: postrun's own default (this host)
-            for n in &previous {
-                cmd.arg("--node").arg(n);
-            }
-            let names: Vec<&str> = previous
-                .iter()
-                .flat_map(|n| std::iter::repeat_n(n.as_str(), ranks_per_node as usize))
-                .collect();
-            cmd.env("SCR_NODE_NAMES", names.join(","));
-        }
-        match cmd.status() {
-            Ok(s) if s.success() => {}
-            Ok(s) => {
-                say(format!("scr postrun failed ({s})"));
-                if launched_ok {
-                    code = 1;
-                }
-            }
+            Ok(None) => false,
             Err(e) => {
-                say(format!("cannot run scr postrun: {e}"));
-                code = 1;
+                say(format!("warning: {e}; relaunching"));
+                false
             }
         }
     }
-    code
+}
+
+/// Run `scr postrun` for the prefix after the last launch on `last` (with simulated
+/// nodes, on those nodes' caches: every cache is reachable from here; with real nodes,
+/// postrun's own default, this host); whether it succeeded (said why not).
+fn postrun(opts: &RunOptions, plan: &Plan, last: &[String]) -> bool {
+    say("running scr postrun");
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("scr"));
+    let mut cmd = Command::new(exe);
+    cmd.arg("postrun").arg("--prefix").arg(&opts.prefix);
+    if plan.layout.is_some() && !last.is_empty() {
+        for n in last {
+            cmd.arg("--node").arg(n);
+        }
+        cmd.env("SCR_NODE_NAMES", plan.node_names(last));
+    }
+    match cmd.status() {
+        Ok(s) if s.success() => true,
+        Ok(s) => {
+            say(format!("scr postrun failed ({s})"));
+            false
+        }
+        Err(e) => {
+            say(format!("cannot run scr postrun: {e}"));
+            false
+        }
+    }
 }
 
 /// Where progress shows: the prefix's `.scr` and the job's directory under the control
@@ -544,9 +695,7 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
     if let Some(err) = child.stderr.take() {
         pumps.push(pump(err, true, last_output.clone(), start));
     }
-    let mut newest = newest_change(watched, 100_000);
-    let mut last_progress = Duration::ZERO;
-    let mut last_scan = Instant::now();
+    let mut progress = Progress::new(watched, start, last_output);
     let ended = loop {
         if let Some(s) = child.try_wait()? {
             break Ended::Status(s);
@@ -569,17 +718,7 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
         if watchdog == 0 {
             continue;
         }
-        if last_scan.elapsed() >= Duration::from_millis(500) {
-            last_scan = Instant::now();
-            let now = newest_change(watched, 100_000);
-            if now > newest {
-                newest = now;
-                last_progress = start.elapsed();
-            }
-        }
-        let out = Duration::from_millis(last_output.load(Ordering::Relaxed));
-        let idle = start.elapsed().saturating_sub(last_progress.max(out));
-        if idle >= Duration::from_secs(watchdog) {
+        if progress.idle() >= Duration::from_secs(watchdog) {
             say(format!(
                 "watchdog: no output and no file changed under {} for {watchdog} s; killing the job step (process group {})",
                 watched
@@ -596,13 +735,62 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
             }
         }
     };
+    reap(&child, own_group, pumps);
+    Ok(ended)
+}
+
+/// What the watchdog watches: the step's output (the time of its last line, kept by
+/// the pumps) and the newest change under the watched directories (scanned at most
+/// every half second).
+struct Progress<'a> {
+    watched: &'a [PathBuf],
+    start: Instant,
+    last_output: Arc<AtomicU64>,
+    /// The newest change seen under `watched`.
+    newest: Option<SystemTime>,
+    /// When (since `start`) a change was last seen.
+    last_progress: Duration,
+    last_scan: Instant,
+}
+
+impl<'a> Progress<'a> {
+    /// Start watching: the changes already there are not progress.
+    fn new(watched: &'a [PathBuf], start: Instant, last_output: Arc<AtomicU64>) -> Self {
+        Progress {
+            watched,
+            start,
+            last_output,
+            newest: newest_change(watched, 100_000),
+            last_progress: Duration::ZERO,
+            last_scan: Instant::now(),
+        }
+    }
+
+    /// How long the step has shown no progress (no output line, no file changed).
+    fn idle(&mut self) -> Duration {
+        if self.last_scan.elapsed() >= Duration::from_millis(500) {
+            self.last_scan = Instant::now();
+            let now = newest_change(self.watched, 100_000);
+            if now > self.newest {
+                self.newest = now;
+                self.last_progress = self.start.elapsed();
+            }
+        }
+        let out = Duration::from_millis(self.last_output.load(Ordering::Relaxed));
+        self.start
+            .elapsed()
+            .saturating_sub(self.last_progress.max(out))
+    }
+}
+
+/// After the step ended: kill whatever it left running in its own process group (it
+/// would hold the output pipes open and `scr run` would wait for it), and pass its
+/// output on until the pipes close, waiting at most a few seconds for a process that
+/// left the group and keeps them open.
+fn reap(child: &Child, own_group: bool, pumps: Vec<std::thread::JoinHandle<()>>) {
     if own_group {
-        // whatever the step left running (a background helper, a stray rank) goes with
-        // it: it would hold the output pipes open and `scr run` would wait for it
         signals::send(child.id(), true, libc::SIGKILL);
     }
-    // the output is passed on until the pipes close; a process that left the group and
-    // keeps them open is not waited for beyond a few seconds
     let deadline = Instant::now() + Duration::from_secs(5);
     while pumps.iter().any(|p| !p.is_finished()) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -610,7 +798,6 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
     for p in pumps.into_iter().filter(|p| p.is_finished()) {
         let _ = p.join();
     }
-    Ok(ended)
 }
 
 /// How long a step has to end after a signal passed on from `scr run` (SLURM's

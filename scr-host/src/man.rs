@@ -30,10 +30,9 @@ pub fn write_pages(cmd: clap::Command, dir: &Path) -> ExitCode {
     match std::fs::create_dir_all(dir).and_then(|()| clap_mangen::generate_to(cmd, dir)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!(
-                "error: {name}: cannot write man pages into {}: {e}",
-                dir.display()
-            );
+            // a program that installed no subscriber (scr-conformance) still prints it
+            crate::log::init(0);
+            tracing::error!("{name}: cannot write man pages into {}: {e}", dir.display());
             ExitCode::from(1)
         }
     }

@@ -56,7 +56,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use abi_stable::std_types::{RNone, RSome};
-use scr_plugin::{RecoverRequest, SchemeConfig};
+use scr_plugin::RecoverRequest;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, View};
@@ -276,8 +276,9 @@ impl Scavenger {
             if let Err(e) =
                 crate::runtime::create_private_dir(Path::new(&self.config.str("cntl_base")), &dir)
             {
-                eprintln!(
-                    "scr scavenge: node {node}: {e}; its filemaps are not trusted and its ranks count as lost"
+                tracing::warn!(
+                    node = %node,
+                    "{e}; its filemaps are not trusted and its ranks count as lost"
                 );
                 return Vec::new();
             }
@@ -287,7 +288,7 @@ impl Scavenger {
             .filter_map(|(rank, _)| match Filemap::load(&dir, rank) {
                 Ok(m) => Some(m),
                 Err(e) => {
-                    eprintln!("scr scavenge: node {node}: rank {rank}: {e}; its files are treated as lost");
+                    tracing::warn!(node = %node, rank, "{e}; its files are treated as lost");
                     None
                 }
             })
@@ -307,7 +308,7 @@ impl Scavenger {
                 .flat_map(|m| m.datasets.into_values()),
         )?;
         let index = Index::load_or_rebuild(&self.prefix).unwrap_or_else(|e| {
-            eprintln!("scr scavenge: warning: {e}; treating the index as empty");
+            tracing::warn!("{e}; treating the index as empty");
             Index::default()
         });
         let held = index
@@ -477,53 +478,47 @@ impl Scavenger {
         out
     }
 
+    /// What [`Scavenger::finish`] does before cleaning up: read every rank's manifest,
+    /// check they describe one dataset, rebuild the lost ranks, then place the files.
     fn finish_staged(&self, id: u64) -> Result<Added, String> {
-        let stage = stage_dir(&self.prefix, id);
-        let mut manifests: BTreeMap<u32, RankManifest> = BTreeMap::new();
-        for e in std::fs::read_dir(&stage)
-            .map_err(|e| {
-                format!(
-                    "{}: {e}; run `scr scavenge` on the nodes first",
-                    stage.display()
-                )
-            })?
-            .filter_map(Result::ok)
-        {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with("rank_") && name.ends_with(".scr") {
-                let m: RankManifest = read_state(&e.path(), MANIFEST).map_err(|e| e.to_string())?;
-                manifests.insert(m.rank, m);
+        let manifests = read_manifests(&stage_dir(&self.prefix, id))?;
+        let first = agreed_record(id, &manifests, &stage_dir(&self.prefix, id))?;
+        let world = first.world_size;
+        let lost = self.lost_ranks(world, &manifests);
+        let mut files = copied_files(&manifests);
+        let rebuilt: Vec<u32> = lost.keys().copied().collect();
+        let node_names = self.config.str("node_names");
+        let mut lost_nodes: Vec<String> = (0..world)
+            .filter(|r| !manifests.contains_key(r))
+            .filter_map(|r| node_names.split(',').nth(r as usize))
+            .map(|n| n.trim().to_string())
+            .collect();
+        lost_nodes.dedup();
+        if !lost.is_empty() {
+            for (rank, fs) in self.rebuild(id, &manifests, &lost)? {
+                files.insert(rank, fs);
             }
         }
-        let Some(first) = manifests.values().next().map(|m| m.record.clone()) else {
-            return Err(format!(
-                "dataset {id}: no node's cache held any of its files (nothing was copied to {})",
-                stage.display()
-            ));
-        };
-        let world = first.world_size;
-        if let Some(other) = manifests.values().find(|m| {
-            m.record.name != first.name
-                || m.record.checkpoint_id != first.checkpoint_id
-                || m.record.world_size != world
-                || m.record.descriptor.scheme != first.descriptor.scheme
-        }) {
-            return Err(format!(
-                "dataset {id}: the caches disagree about it (rank {} holds {} of {} ranks, rank {} holds {} of {} ranks); scavenge it by hand",
-                manifests.values().next().map_or(0, |m| m.rank),
-                first.name,
-                world,
-                other.rank,
-                other.record.name,
-                other.record.world_size
-            ));
-        }
-        if let Some(r) = manifests.keys().find(|&&r| r >= world) {
-            return Err(format!(
-                "dataset {id}: rank {r} holds it but it was written by {world} ranks"
-            ));
-        }
-        // lost: no manifest, or a copy that failed
+        let bytes = files.values().flatten().map(|f| f.size).sum();
+        self.place(id, &first, files)
+            .map(|(entry, relocated, current)| Added {
+                entry,
+                rebuilt,
+                relocated,
+                current,
+                bytes,
+                lost_nodes,
+            })
+    }
+
+    /// The ranks to rebuild and why: every rank of the job without a manifest (its
+    /// node's cache was not reached or is gone; the node named when simulated), and
+    /// every rank whose copy failed.
+    fn lost_ranks(
+        &self,
+        world: u32,
+        manifests: &BTreeMap<u32, RankManifest>,
+    ) -> BTreeMap<u32, String> {
         let node_names = self.config.str("node_names");
         let node_of = |r: u32| {
             node_names
@@ -549,44 +544,7 @@ impl Scavenger {
                 lost.insert(m.rank, why.clone());
             }
         }
-        let mut files: BTreeMap<u32, Vec<FlushedFile>> = manifests
-            .values()
-            .filter_map(|m| {
-                let names: BTreeSet<&str> =
-                    m.record.files.iter().map(|f| f.name.as_str()).collect();
-                m.copied.as_ref().ok().map(|v| {
-                    (
-                        m.rank,
-                        v.iter()
-                            .filter(|f| names.contains(f.name.as_str()))
-                            .cloned()
-                            .collect(),
-                    )
-                })
-            })
-            .collect();
-        let rebuilt: Vec<u32> = lost.keys().copied().collect();
-        let mut lost_nodes: Vec<String> = (0..world)
-            .filter(|r| !manifests.contains_key(r))
-            .filter_map(|r| node_names.split(',').nth(r as usize))
-            .map(|n| n.trim().to_string())
-            .collect();
-        lost_nodes.dedup();
-        if !lost.is_empty() {
-            for (rank, fs) in self.rebuild(id, &manifests, &lost)? {
-                files.insert(rank, fs);
-            }
-        }
-        let bytes = files.values().flatten().map(|f| f.size).sum();
-        self.place(id, &first, files)
-            .map(|(entry, relocated, current)| Added {
-                entry,
-                rebuilt,
-                relocated,
-                current,
-                bytes,
-                lost_nodes,
-            })
+        lost
     }
 
     /// Rebuild the files of the `lost` ranks, one redundancy set at a time, through the
@@ -667,6 +625,10 @@ impl Scavenger {
         }
     }
 
+    /// Rebuild the `lost` ranks of one redundancy set (`members`, described by
+    /// `template`, a survivor's record): every member's scheme runs `recover` as a
+    /// thread of an in-process world, the survivors from their staged files, the lost
+    /// from empty directories. Each lost rank's rebuilt files, verified.
     fn rebuild_set(
         &self,
         id: u64,
@@ -676,58 +638,14 @@ impl Scavenger {
         lost: &BTreeMap<u32, String>,
     ) -> Result<BTreeMap<u32, Vec<FlushedFile>>, String> {
         let d = &template.descriptor;
-        let node_names: Vec<String> = self
-            .config
-            .str("node_names")
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .collect();
-        let groups: Vec<String> = members
-            .iter()
-            .map(|r| {
-                manifests
-                    .get(r)
-                    .map(|m| m.node.clone())
-                    .or_else(|| node_names.get(*r as usize).cloned())
-                    .unwrap_or_else(|| format!("lost-rank-{r}"))
-            })
-            .collect();
+        let groups = self.member_nodes(members, manifests);
         let mut schemes = Vec::new();
         let mut requests = Vec::new();
         let mut dirs = Vec::new();
-        for (member, &rank) in members.iter().enumerate() {
-            let scheme = self
-                .registry
-                .new_scheme(&SchemeConfig {
-                    scheme: d.scheme.as_str().into(),
-                    params: d
-                        .params
-                        .iter()
-                        .map(|(k, v)| scr_plugin::Param {
-                            key: k.as_str().into(),
-                            value: v.as_str().into(),
-                        })
-                        .collect(),
-                    settings: self.config.plugin_settings(&d.scheme).into(),
-                    members: members.len() as u32,
-                    member: member as u32,
-                    world_rank: rank,
-                })
-                .map_err(|e| e.to_string())?;
-            let dir = rank_stage(&self.prefix, id, rank);
-            let files = if lost.contains_key(&rank) {
-                // a lost rank starts from an empty directory: nothing of a failed copy
-                let _ = std::fs::remove_dir_all(&dir);
-                std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-                RNone
-            } else {
-                RSome(cache::dataset_files(&manifests[&rank].record, &dir).files)
-            };
-            requests.push(RecoverRequest {
-                dataset_id: id,
-                dir: dir.display().to_string().into(),
-                files,
-            });
+        for member in 0..members.len() {
+            let (scheme, request, dir) =
+                self.member_recovery(id, d, members, member, manifests, lost)?;
+            requests.push(request);
             schemes.push(scheme);
             dirs.push(dir);
         }
@@ -743,6 +661,13 @@ impl Scavenger {
                 .map(|v| v.into_vec())
                 .map_err(|e| schemes[m].error("recover", e).to_string())
         });
+        // what the scheme logged while rebuilding goes to this command's log, with the
+        // rank it ran for
+        let label = format!("scheme {}", d.scheme);
+        for (member, level, message) in world.log_records() {
+            let rank = members.get(member as usize).copied().unwrap_or(member);
+            crate::log::plugin_message(level, rank, &label, &message);
+        }
         let crc_expected = manifests
             .values()
             .any(|m| m.record.files.iter().any(|f| f.crc32.is_some()));
@@ -773,6 +698,64 @@ impl Scavenger {
         Ok(out)
     }
 
+    /// The node of each member of a set (the group its scheme sees): where its manifest
+    /// was found, else its simulated node name, else a placeholder for a lost rank.
+    fn member_nodes(
+        &self,
+        members: &[u32],
+        manifests: &BTreeMap<u32, RankManifest>,
+    ) -> Vec<String> {
+        let node_names: Vec<String> = self
+            .config
+            .str("node_names")
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .collect();
+        members
+            .iter()
+            .map(|r| {
+                manifests
+                    .get(r)
+                    .map(|m| m.node.clone())
+                    .or_else(|| node_names.get(*r as usize).cloned())
+                    .unwrap_or_else(|| format!("lost-rank-{r}"))
+            })
+            .collect()
+    }
+
+    /// What member `member` of a set needs to take part in the recovery: its scheme
+    /// object, its recover request and its staging directory (emptied for a lost rank:
+    /// nothing of a failed copy is used; a survivor's files as its record lists them).
+    fn member_recovery(
+        &self,
+        id: u64,
+        d: &crate::runtime::DescriptorRecord,
+        members: &[u32],
+        member: usize,
+        manifests: &BTreeMap<u32, RankManifest>,
+        lost: &BTreeMap<u32, String>,
+    ) -> Result<(crate::registry::LoadedScheme, RecoverRequest, PathBuf), String> {
+        let rank = members[member];
+        let scheme = self
+            .registry
+            .new_scheme(&d.scheme_config(&self.config, member as u32, rank))
+            .map_err(|e| e.to_string())?;
+        let dir = rank_stage(&self.prefix, id, rank);
+        let files = if lost.contains_key(&rank) {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            RNone
+        } else {
+            RSome(cache::dataset_files(&manifests[&rank].record, &dir).files)
+        };
+        let request = RecoverRequest {
+            dataset_id: id,
+            dir: dir.display().to_string().into(),
+            files,
+        };
+        Ok((scheme, request, dir))
+    }
+
     /// Move every rank's verified files from staging to the prefix (their own names, or
     /// the dataset's directory when any name is taken), write rank2file and summary, and
     /// add the dataset to the index. Undone completely on failure.
@@ -793,57 +776,35 @@ impl Scavenger {
             .values()
             .flatten()
             .any(|f| prefix.join(&f.name).symlink_metadata().is_ok());
-        let mut moved: Vec<(PathBuf, PathBuf)> = Vec::new();
-        // directories made for the files, outermost first (undone innermost first)
-        let mut made: Vec<PathBuf> = Vec::new();
-        let undo = |moved: &[(PathBuf, PathBuf)], made: &[PathBuf]| {
-            for (from, to) in moved.iter().rev() {
-                if std::fs::rename(to, from).is_err() {
-                    let _ = std::fs::remove_file(to);
-                }
-            }
-            for d in made.iter().rev() {
-                let _ = std::fs::remove_dir(d);
-            }
-        };
-        let mut step = || -> Result<(), String> {
-            for (&rank, fs) in ranks.iter_mut() {
-                for f in fs.iter_mut() {
-                    let from = rank_stage(prefix, id, rank).join(&f.name);
-                    f.stored = relocate.then(|| prefix::relocated(id, &f.name));
-                    let to = f.stored_path(prefix)?;
-                    if !relocate && to.symlink_metadata().is_ok() {
-                        return Err(format!(
-                            "{} appeared in the prefix while scavenging; run postrun again",
-                            to.display()
-                        ));
-                    }
-                    if let Some(dir) = to.parent() {
-                        let missing: Vec<PathBuf> = dir
-                            .ancestors()
-                            .take_while(|a| a.symlink_metadata().is_err())
-                            .map(Path::to_path_buf)
-                            .collect();
-                        made.extend(missing.into_iter().rev());
-                        std::fs::create_dir_all(dir)
-                            .map_err(|e| format!("{}: {e}", dir.display()))?;
-                    }
-                    std::fs::rename(&from, &to).map_err(|e| {
-                        format!(
-                            "rank {rank}: moving {} to {}: {e}",
-                            from.display(),
-                            to.display()
-                        )
-                    })?;
-                    moved.push((from, to));
-                }
-            }
-            Ok(())
-        };
-        if let Err(e) = step() {
-            undo(&moved, &made);
+        let mut moves = Moves::default();
+        if let Err(e) = moves.move_all(prefix, id, relocate, &mut ranks) {
+            moves.undo();
             return Err(format!("{e}; nothing was added to the index"));
         }
+        match self.record_placed(id, rec, ranks) {
+            Ok((entry, current)) => {
+                // an interrupted flush's list of writes is settled with it
+                crate::runtime::flush::resume::remove_writes(prefix, id);
+                Ok((entry, relocate, current))
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(Summary::path(prefix, id));
+                Rank2File::remove(prefix, id);
+                moves.undo();
+                Err(format!("{e}; nothing was added to the index"))
+            }
+        }
+    }
+
+    /// Write the placed dataset's rank2file and summary, and add it to the index; the
+    /// entry and whether it became the restart point.
+    fn record_placed(
+        &self,
+        id: u64,
+        rec: &DatasetRecord,
+        ranks: BTreeMap<u32, Vec<FlushedFile>>,
+    ) -> Result<(IndexEntry, bool), String> {
+        let prefix = &self.prefix;
         let summary = Summary {
             id,
             name: rec.name.clone(),
@@ -855,7 +816,7 @@ impl Scavenger {
         };
         // (written as a tree like a job's flush, in parts of the default block size: the
         // root records the layout, so a job of any configuration reads it)
-        let recorded = Rank2File { ranks }
+        Rank2File { ranks }
             .write(prefix, id, rec.world_size, prefix::RANK2FILE_BLOCK)
             .and_then(|_| prefix::write(&Summary::path(prefix, id), "summary", &summary))
             .map_err(|e| e.to_string())
@@ -867,20 +828,7 @@ impl Scavenger {
                     Some(self.config.str("job_name")).filter(|n| !n.is_empty()),
                     self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize,
                 )
-            });
-        match recorded {
-            Ok((entry, current)) => {
-                // an interrupted flush's list of writes is settled with it
-                crate::runtime::flush::resume::remove_writes(prefix, id);
-                Ok((entry, relocate, current))
-            }
-            Err(e) => {
-                let _ = std::fs::remove_file(Summary::path(prefix, id));
-                Rank2File::remove(prefix, id);
-                undo(&moved, &made);
-                Err(format!("{e}; nothing was added to the index"))
-            }
-        }
+            })
     }
 
     /// A flush of dataset `id` that the killed job left open (index entry incomplete,
@@ -948,6 +896,152 @@ impl Scavenger {
     }
 }
 
+/// Every rank's manifest staged in `stage` (`rank_<r>.scr`), by rank.
+fn read_manifests(stage: &Path) -> Result<BTreeMap<u32, RankManifest>, String> {
+    let mut manifests: BTreeMap<u32, RankManifest> = BTreeMap::new();
+    for e in std::fs::read_dir(stage)
+        .map_err(|e| {
+            format!(
+                "{}: {e}; run `scr scavenge` on the nodes first",
+                stage.display()
+            )
+        })?
+        .filter_map(Result::ok)
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("rank_") && name.ends_with(".scr") {
+            let m: RankManifest = read_state(&e.path(), MANIFEST).map_err(|e| e.to_string())?;
+            manifests.insert(m.rank, m);
+        }
+    }
+    Ok(manifests)
+}
+
+/// The dataset record every manifest agrees on (name, checkpoint id, world size,
+/// scheme), with no rank outside the job; refused when none was staged or they
+/// disagree.
+fn agreed_record(
+    id: u64,
+    manifests: &BTreeMap<u32, RankManifest>,
+    stage: &Path,
+) -> Result<DatasetRecord, String> {
+    let Some(first) = manifests.values().next().map(|m| m.record.clone()) else {
+        return Err(format!(
+            "dataset {id}: no node's cache held any of its files (nothing was copied to {})",
+            stage.display()
+        ));
+    };
+    let world = first.world_size;
+    if let Some(other) = manifests.values().find(|m| {
+        m.record.name != first.name
+            || m.record.checkpoint_id != first.checkpoint_id
+            || m.record.world_size != world
+            || m.record.descriptor.scheme != first.descriptor.scheme
+    }) {
+        return Err(format!(
+            "dataset {id}: the caches disagree about it (rank {} holds {} of {} ranks, rank {} holds {} of {} ranks); scavenge it by hand",
+            manifests.values().next().map_or(0, |m| m.rank),
+            first.name,
+            world,
+            other.rank,
+            other.record.name,
+            other.record.world_size
+        ));
+    }
+    if let Some(r) = manifests.keys().find(|&&r| r >= world) {
+        return Err(format!(
+            "dataset {id}: rank {r} holds it but it was written by {world} ranks"
+        ));
+    }
+    Ok(first)
+}
+
+/// The files each rank's copy staged (those its record lists), for the ranks whose copy
+/// succeeded.
+fn copied_files(manifests: &BTreeMap<u32, RankManifest>) -> BTreeMap<u32, Vec<FlushedFile>> {
+    manifests
+        .values()
+        .filter_map(|m| {
+            let names: BTreeSet<&str> = m.record.files.iter().map(|f| f.name.as_str()).collect();
+            m.copied.as_ref().ok().map(|v| {
+                (
+                    m.rank,
+                    v.iter()
+                        .filter(|f| names.contains(f.name.as_str()))
+                        .cloned()
+                        .collect(),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The files moved from staging into the prefix so far and the directories made for
+/// them (outermost first), so a failed placement can be undone.
+#[derive(Default)]
+struct Moves {
+    moved: Vec<(PathBuf, PathBuf)>,
+    made: Vec<PathBuf>,
+}
+
+impl Moves {
+    /// Move every rank's staged files to their place in the prefix (the dataset's own
+    /// directory when `relocate`), recording each file's stored path; refused when a
+    /// name appeared in the prefix meanwhile.
+    fn move_all(
+        &mut self,
+        prefix: &Path,
+        id: u64,
+        relocate: bool,
+        ranks: &mut BTreeMap<u32, Vec<FlushedFile>>,
+    ) -> Result<(), String> {
+        for (&rank, fs) in ranks.iter_mut() {
+            for f in fs.iter_mut() {
+                let from = rank_stage(prefix, id, rank).join(&f.name);
+                f.stored = relocate.then(|| prefix::relocated(id, &f.name));
+                let to = f.stored_path(prefix)?;
+                if !relocate && to.symlink_metadata().is_ok() {
+                    return Err(format!(
+                        "{} appeared in the prefix while scavenging; run postrun again",
+                        to.display()
+                    ));
+                }
+                if let Some(dir) = to.parent() {
+                    let missing: Vec<PathBuf> = dir
+                        .ancestors()
+                        .take_while(|a| a.symlink_metadata().is_err())
+                        .map(Path::to_path_buf)
+                        .collect();
+                    self.made.extend(missing.into_iter().rev());
+                    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                }
+                std::fs::rename(&from, &to).map_err(|e| {
+                    format!(
+                        "rank {rank}: moving {} to {}: {e}",
+                        from.display(),
+                        to.display()
+                    )
+                })?;
+                self.moved.push((from, to));
+            }
+        }
+        Ok(())
+    }
+
+    /// Move every file back to staging (or remove it when that fails) and remove the
+    /// directories made, innermost first.
+    fn undo(&self) {
+        for (from, to) in self.moved.iter().rev() {
+            if std::fs::rename(to, from).is_err() {
+                let _ = std::fs::remove_file(to);
+            }
+        }
+        for d in self.made.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
 /// `scr index add NAME|ID`: add to the index of `prefix` a dataset whose files, summary
 /// and rank2file are in the prefix, after checking every rank's files against rank2file
 /// (present, size, CRC32 where recorded). Complete; the restart point when no newer
@@ -959,7 +1053,54 @@ pub fn index_add(
     job_name: Option<String>,
     buf: usize,
 ) -> Result<(IndexEntry, bool), String> {
-    // by id, else by name among the summaries under .scr
+    let summary = find_summary(prefix, which)?;
+    let id = summary.id;
+    verify_in_prefix(prefix, &summary, buf)?;
+    let entry = IndexEntry {
+        id,
+        name: summary.name.clone(),
+        checkpoint_id: summary.checkpoint_id,
+        output: output || summary.checkpoint_id.is_none(),
+        dir: format!("scr.dataset.{id}"),
+        world_size: summary.world_size,
+        complete: true,
+        flushed: Some(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64),
+        ),
+        job_name,
+        ..IndexEntry::default()
+    };
+    let current = Index::try_update(prefix, |ix| {
+        if ix
+            .datasets
+            .get(&id)
+            .is_some_and(|e| e.complete && e.failed.is_none())
+        {
+            return Err(format!(
+                "dataset {id} ({}) is in the index already",
+                entry.name
+            ));
+        }
+        let _ = std::fs::remove_file(prefix::FailedNote::path(prefix, id));
+        ix.datasets.insert(id, entry.clone());
+        // the newest complete checkpoint is the restart point, as after a flush
+        Ok(ix.make_current_if_newest(&entry))
+    })
+    .map_err(|e| e.to_string())??;
+    if let Err(e) = FlushFile::add_location(prefix, id, "PFS") {
+        tracing::warn!(
+            dataset = id,
+            "{e}; the flush file does not list the dataset in PFS"
+        );
+    }
+    Ok((entry, current))
+}
+
+/// The summary of the dataset `which` names: by id, else by name among the summaries
+/// under `.scr` (a name several datasets share must be given by id).
+fn find_summary(prefix: &Path, which: &str) -> Result<Summary, String> {
     let summaries: Vec<Summary> = std::fs::read_dir(prefix::scr_dir(prefix))
         .map_err(|e| format!("{}: {e}", prefix::scr_dir(prefix).display()))?
         .filter_map(Result::ok)
@@ -980,21 +1121,23 @@ pub fn index_add(
         .filter(|s| which.parse::<u64>().is_ok_and(|id| id == s.id))
         .collect();
     let by_name: Vec<&Summary> = summaries.iter().filter(|s| s.name == which).collect();
-    let summary = match (by_id.as_slice(), by_name.as_slice()) {
-        ([s], _) | ([], [s]) => (*s).clone(),
-        ([], []) => {
-            return Err(format!(
-                "no dataset `{which}` in {}: no .scr/scr.dataset.<id>/summary.scr names it",
-                prefix.display()
-            ))
-        }
-        (_, many) => {
-            return Err(format!(
-                "several datasets are named `{which}` (ids {:?}); give the id instead",
-                many.iter().map(|s| s.id).collect::<Vec<_>>()
-            ))
-        }
-    };
+    match (by_id.as_slice(), by_name.as_slice()) {
+        ([s], _) | ([], [s]) => Ok((*s).clone()),
+        ([], []) => Err(format!(
+            "no dataset `{which}` in {}: no .scr/scr.dataset.<id>/summary.scr names it",
+            prefix.display()
+        )),
+        (_, many) => Err(format!(
+            "several datasets are named `{which}` (ids {:?}); give the id instead",
+            many.iter().map(|s| s.id).collect::<Vec<_>>()
+        )),
+    }
+}
+
+/// Check a dataset in the prefix against its summary before it is indexed: rank2file
+/// lists every rank of the job, the file count and bytes agree with the summary, and
+/// every file is present with its size and CRC32 (where recorded).
+fn verify_in_prefix(prefix: &Path, summary: &Summary, buf: usize) -> Result<(), String> {
     let id = summary.id;
     let map = Rank2File::load(prefix, id).map_err(|e| e.to_string())?;
     if !map.ranks.keys().copied().eq(0..summary.world_size) {
@@ -1032,43 +1175,7 @@ pub fn index_add(
             })?;
         }
     }
-    let entry = IndexEntry {
-        id,
-        name: summary.name.clone(),
-        checkpoint_id: summary.checkpoint_id,
-        output: output || summary.checkpoint_id.is_none(),
-        dir: format!("scr.dataset.{id}"),
-        world_size: summary.world_size,
-        complete: true,
-        flushed: Some(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64),
-        ),
-        job_name,
-        ..IndexEntry::default()
-    };
-    let current = Index::try_update(prefix, |ix| {
-        if ix
-            .datasets
-            .get(&id)
-            .is_some_and(|e| e.complete && e.failed.is_none())
-        {
-            return Err(format!(
-                "dataset {id} ({}) is in the index already",
-                entry.name
-            ));
-        }
-        let _ = std::fs::remove_file(prefix::FailedNote::path(prefix, id));
-        ix.datasets.insert(id, entry.clone());
-        // the newest complete checkpoint is the restart point, as after a flush
-        Ok(ix.make_current_if_newest(&entry))
-    })
-    .map_err(|e| e.to_string())??;
-    if let Err(e) = FlushFile::add_location(prefix, id, "PFS") {
-        eprintln!("scr: warning: {e}; the flush file does not list dataset {id} in PFS");
-    }
-    Ok((entry, current))
+    Ok(())
 }
 
 /// Exit statuses of `scr scavenge`, `scr postrun` and `scr index add`.
@@ -1121,7 +1228,7 @@ pub struct PostrunArgs {
 }
 
 fn failed(msg: impl std::fmt::Display) -> std::process::ExitCode {
-    eprintln!("error: {msg}");
+    tracing::error!("{msg}");
     std::process::ExitCode::from(1)
 }
 
@@ -1236,62 +1343,12 @@ pub fn postrun_command(config: Config, args: &PostrunArgs) -> std::process::Exit
     };
     let started = Instant::now();
     if !args.no_copy {
-        // a fresh start: copies left by an earlier, interrupted scavenge are not used
-        let _ = std::fs::remove_dir_all(stage_dir(sc.prefix(), id));
-        let mut bytes = 0;
-        for node in &nodes {
-            bytes += sc.copy_node(node, id).bytes;
-        }
-        sc.finish_progress();
-        println!(
-            "copied {} from {} node(s)",
-            rate(bytes, started.elapsed().as_secs_f64()),
-            nodes.len()
-        );
+        copy_nodes(&sc, &nodes, id, started);
     }
     match sc.finish(id) {
         Ok(added) => {
-            let e = &added.entry;
-            // the event log (`scr log`) counts scavenges and lost nodes
-            let job = sc.config.str("job_id");
-            if !added.lost_nodes.is_empty() {
-                crate::events::log_event(
-                    sc.prefix(),
-                    &job,
-                    crate::events::Event::LostNodes {
-                        nodes: added.lost_nodes.clone(),
-                    },
-                );
-            }
-            crate::events::log_event(
-                sc.prefix(),
-                &job,
-                crate::events::Event::Scavenge {
-                    name: e.name.clone(),
-                    id: e.id,
-                    bytes: added.bytes,
-                    seconds: started.elapsed().as_secs_f64(),
-                    rebuilt_ranks: added.rebuilt.clone(),
-                },
-            );
-            if !added.rebuilt.is_empty() {
-                println!("rebuilt the files of ranks {:?}", added.rebuilt);
-            }
-            println!(
-                "added {} (dataset {}) to the index of {}{}{}",
-                e.name,
-                e.id,
-                sc.prefix().display(),
-                if added.current { ", restart point" } else { "" },
-                if added.relocated {
-                    format!(
-                        "; its names were taken in the prefix, so its files are in {}",
-                        prefix::relocated(e.id, "")
-                    )
-                } else {
-                    String::new()
-                }
-            );
+            log_scavenge(&sc, &added, started);
+            report_added(&sc, &added);
             std::process::ExitCode::SUCCESS
         }
         Err(why) => {
@@ -1308,6 +1365,73 @@ pub fn postrun_command(config: Config, args: &PostrunArgs) -> std::process::Exit
             ))
         }
     }
+}
+
+/// Postrun's own copy step: stage dataset `id` from every node in `nodes` afresh (copies
+/// left by an earlier, interrupted scavenge are not used) and say how fast.
+fn copy_nodes(sc: &Scavenger, nodes: &[String], id: u64, started: Instant) {
+    let _ = std::fs::remove_dir_all(stage_dir(sc.prefix(), id));
+    let mut bytes = 0;
+    for node in nodes {
+        bytes += sc.copy_node(node, id).bytes;
+    }
+    sc.finish_progress();
+    println!(
+        "copied {} from {} node(s)",
+        rate(bytes, started.elapsed().as_secs_f64()),
+        nodes.len()
+    );
+}
+
+/// Record the scavenge, and the nodes found lost, in the event log (`scr log` counts
+/// them).
+fn log_scavenge(sc: &Scavenger, added: &Added, started: Instant) {
+    let e = &added.entry;
+    let job = sc.config.str("job_id");
+    if !added.lost_nodes.is_empty() {
+        crate::events::log_event(
+            sc.prefix(),
+            &job,
+            crate::events::Event::LostNodes {
+                nodes: added.lost_nodes.clone(),
+            },
+        );
+    }
+    crate::events::log_event(
+        sc.prefix(),
+        &job,
+        crate::events::Event::Scavenge {
+            name: e.name.clone(),
+            id: e.id,
+            bytes: added.bytes,
+            seconds: started.elapsed().as_secs_f64(),
+            rebuilt_ranks: added.rebuilt.clone(),
+        },
+    );
+}
+
+/// Say what postrun added: the ranks rebuilt, the dataset, whether it is the restart
+/// point and where its files went when their names were taken.
+fn report_added(sc: &Scavenger, added: &Added) {
+    let e = &added.entry;
+    if !added.rebuilt.is_empty() {
+        println!("rebuilt the files of ranks {:?}", added.rebuilt);
+    }
+    println!(
+        "added {} (dataset {}) to the index of {}{}{}",
+        e.name,
+        e.id,
+        sc.prefix().display(),
+        if added.current { ", restart point" } else { "" },
+        if added.relocated {
+            format!(
+                "; its names were taken in the prefix, so its files are in {}",
+                prefix::relocated(e.id, "")
+            )
+        } else {
+            String::new()
+        }
+    );
 }
 
 /// Run `scr index add NAME|ID`.

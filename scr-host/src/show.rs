@@ -32,6 +32,17 @@ pub fn render(config: &Config) -> String {
         out,
         "# effective scr-rs configuration; files read: {sources}"
     );
+    render_settings(&mut out, config);
+    render_groups(&mut out, config);
+    render_stores(&mut out, config);
+    render_checkpoints(&mut out, config);
+    render_plugins(&mut out, config);
+    out
+}
+
+/// Every setting of [`render`], one line each with its origin (unset ones commented
+/// out), then `locked` with the origin of each lock.
+fn render_settings(out: &mut String, config: &Config) {
     for (key, setting) in config.settings() {
         let note = origin_note(config, key.name, &setting.origin);
         // TOML allows either the scalar `group` or `[[group]]` tables in one file. Every
@@ -65,6 +76,10 @@ pub fn render(config: &Config) -> String {
         .map(|(k, o)| format!("\n  {},  # {o}", quote(k)))
         .collect();
     let _ = writeln!(out, "locked = [{}\n]", locked.concat());
+}
+
+/// The `[[group]]` tables of [`render`], each with its origin.
+fn render_groups(out: &mut String, config: &Config) {
     for g in &config.groups {
         let _ = writeln!(out, "\n[[group]]  # {}", g.origin);
         let _ = writeln!(out, "host = {}", quote(&g.host));
@@ -72,6 +87,11 @@ pub fn render(config: &Config) -> String {
             let _ = writeln!(out, "{} = {}", toml_key(k), quote(v));
         }
     }
+}
+
+/// The `[[store]]` tables of [`render`], every field spelled out (group, count, view
+/// and type as they resolve), each table with its origin.
+fn render_stores(out: &mut String, config: &Config) {
     for s in &config.stores {
         let _ = writeln!(out, "\n[[store]]  # {}", s.origin);
         let _ = writeln!(out, "path = {}", quote(&s.path));
@@ -82,6 +102,11 @@ pub fn render(config: &Config) -> String {
         let _ = writeln!(out, "view = {}", quote(&config.store_view(s).to_string()));
         let _ = writeln!(out, "type = {}", quote(&config.store_transfer(s).0));
     }
+}
+
+/// The `[[checkpoint]]` tables of [`render`] as they resolve (store, group, scheme and
+/// set parameters, each with its origin), with their own `[checkpoint.params]`.
+fn render_checkpoints(out: &mut String, config: &Config) {
     for i in 0..config.checkpoints.len() {
         let d = config.descriptor(i);
         let c = d.checkpoint;
@@ -125,6 +150,11 @@ pub fn render(config: &Config) -> String {
             }
         }
     }
+}
+
+/// The system-only `[plugins]` table of [`render`] (user directories as a comment: a
+/// system file cannot set them) and each `[plugins.NAME]` settings table.
+fn render_plugins(out: &mut String, config: &Config) {
     let p = &config.plugins;
     let _ = writeln!(out, "\n[plugins]");
     let _ = writeln!(
@@ -163,9 +193,7 @@ pub fn render(config: &Config) -> String {
             );
         }
     }
-    out
 }
-
 /// Scheme parameters used to probe a scheme in listings: the configuration's scalars
 /// when there is one.
 fn probe_config(config: Option<&Config>, name: &str) -> SchemeConfig {

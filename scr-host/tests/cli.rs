@@ -171,7 +171,7 @@ fn annotated_system_file_fails_as_user_file() {
     assert!(
         run.stderr
             .lines()
-            .any(|l| l.starts_with(&format!("error: {SYSTEM_CONFIG}:"))
+            .any(|l| l.starts_with(&format!("scr: error: {SYSTEM_CONFIG}:"))
                 && l.contains("only the system configuration may lock keys")),
         "the lock error does not name the file\n{}",
         run.describe()
@@ -285,11 +285,11 @@ fn typo_is_reported_with_file_line_and_suggestion() {
     let errors: Vec<&str> = run
         .stderr
         .lines()
-        .filter(|l| l.starts_with("error: "))
+        .filter(|l| l.starts_with("scr: error: "))
         .collect();
     assert_eq!(errors.len(), 1, "{}", run.describe());
     assert!(
-        errors[0].starts_with(&format!("error: {bad}:3: ")),
+        errors[0].starts_with(&format!("scr: error: {bad}:3: ")),
         "wrong location\n{}",
         run.describe()
     );
@@ -305,7 +305,7 @@ fn typo_is_reported_with_file_line_and_suggestion() {
     // The same file as SCR_CONF_FILE breaks every command that loads the configuration.
     let run = sb.run(&["config", "show"], &[("SCR_CONF_FILE", &bad)]);
     run.expect_code(1)
-        .expect_stderr(&format!("error: {bad}:3: "));
+        .expect_stderr(&format!("scr: error: {bad}:3: "));
 }
 
 // 4. show: values with origins, and the output is a configuration
@@ -523,7 +523,7 @@ fn locked_key_cannot_be_overridden_from_the_environment() {
         .find(|l| l.contains("locked"))
         .unwrap_or_else(|| panic!("no lock error\n{}", run.describe()));
     assert!(
-        error.starts_with("error: environment SCR_CACHE_SIZE: "),
+        error.starts_with("scr: error: environment SCR_CACHE_SIZE: "),
         "{}",
         run.describe()
     );
@@ -599,7 +599,7 @@ fn an_scr_file_imports_to_a_configuration_that_explains_the_same() {
     let bad = sb.write("bad.conf", "SCR_CACHE_SIZE=3\nSCR_FLUSH=often\n");
     let run = sb.run(&["config", "import", bad.to_str().unwrap()], &[]);
     run.expect_code(1).expect_stderr(&format!(
-        "error: {}:2: SCR_FLUSH: \"often\" is not",
+        "scr: error: {}:2: SCR_FLUSH: \"often\" is not",
         bad.display()
     ));
 }
@@ -967,7 +967,7 @@ fn config_check_names_a_refused_plugin_where_its_scheme_is_missing() {
         .find(|l| l.contains("unknown scheme \"MIRROR\""))
         .unwrap_or_else(|| panic!("no error for MIRROR\n{}", run.describe()));
     assert!(
-        error.starts_with(&format!("error: {}:3: ", user.display())),
+        error.starts_with(&format!("scr: error: {}:3: ", user.display())),
         "{}",
         run.describe()
     );

@@ -40,7 +40,7 @@ fn scr_log_summarises_what_jobs_logged() {
     assert_eq!(
         err,
         format!(
-            "error: no event log at {p}/.scr/events.jsonl: no job has logged to this prefix yet (check --prefix)\n"
+            "scr: error: no event log at {p}/.scr/events.jsonl: no job has logged to this prefix yet (check --prefix)\n"
         )
     );
 
@@ -96,7 +96,7 @@ fn scr_log_summarises_what_jobs_logged() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         err,
-        format!("scr-rs: warning: {p}/.scr/events.jsonl:6: damaged event line skipped (EOF while parsing a string at line 1 column 17)\n")
+        format!("scr: warning: {p}/.scr/events.jsonl:6: damaged event line skipped (EOF while parsing a string at line 1 column 17)\n")
     );
     let lines: Vec<&str> = out.lines().collect();
     assert!(

@@ -1,5 +1,8 @@
 //! An in-process implementation of the host services: threads of one process act as the
 //! members of a redundancy set, so scheme algorithms can be unit-tested without MPI.
+//! `scr scavenge` uses it too, to rebuild a set offline after the job (one process, every
+//! member a thread); it forwards [`World::log_records`] to its log. Runtime jobs never do:
+//! their sets run on MPI, their transfers on the runtime's one-member host.
 //!
 //! ```
 //! use scr_plugin::{inproc, ReduceOp};

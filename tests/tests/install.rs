@@ -249,7 +249,7 @@ fn without_its_plugins_the_installed_scr_says_every_place_it_looked() {
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
         format!(
-            "no plugin libraries found; looked in: {}\n",
+            "scr: warning: no plugin libraries found; looked in: {}\n",
             looked.display()
         )
     );

@@ -500,7 +500,7 @@ fn node_lists_come_from_the_resource_manager() {
     assert_eq!(bad.code, 1, "{bad}");
     assert_eq!(
         bad.stderr,
-        "error: SLURM_NODELIST: host list `n[2-1]`: the range `2-1` runs backwards in `n[2-1]`\n"
+        "scr: error: SLURM_NODELIST: host list `n[2-1]`: the range `2-1` runs backwards in `n[2-1]`\n"
     );
 }
 
@@ -536,7 +536,7 @@ fn hostlist_cli() {
         (
             1,
             String::new(),
-            "error: host list `n[1-4`: `[` never closed in `[1-4`\n".into()
+            "scr: error: host list `n[1-4`: `[` never closed in `[1-4`\n".into()
         )
     );
 }

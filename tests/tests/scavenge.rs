@@ -397,7 +397,7 @@ fn a_control_directory_others_can_write_is_not_trusted() {
     let out = scr(&c, TWO_NODES, &["postrun"]);
     assert_eq!(out.code, 0, "{out}");
     assert!(
-        out.stderr.contains("scr scavenge: node n1: ")
+        out.stderr.contains("scr[node=n1]: warning: ")
             && out
                 .stderr
                 .contains("its filemaps are not trusted and its ranks count as lost"),

@@ -181,7 +181,7 @@ fn prefix_of(cli: &Cli, given: &Option<PathBuf>) -> Result<PathBuf, ExitCode> {
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("error: {msg}");
+    tracing::error!("{msg}");
     ExitCode::from(1)
 }
 
@@ -203,29 +203,7 @@ fn drop_from(
     after: bool,
     delete: bool,
 ) -> Result<Dropped, String> {
-    use scr_host::runtime::prefix::Rank2File;
-    // a name several datasets share (a rerun after a fetch writes them again) must be
-    // given by id
-    let by_name: Vec<u64> = index
-        .datasets
-        .values()
-        .filter(|e| e.name == name)
-        .map(|e| e.id)
-        .collect();
-    let anchor = match (by_name.as_slice(), name.parse::<u64>()) {
-        ([id], _) => *id,
-        ([], Ok(id)) if index.datasets.contains_key(&id) => id,
-        ([], _) => {
-            return Err(format!(
-                "no dataset named `{name}` in the index (see `scr index list`)"
-            ))
-        }
-        (ids, _) => {
-            return Err(format!(
-                "several datasets are named `{name}` (ids {ids:?}); give the id instead"
-            ))
-        }
-    };
+    let anchor = dataset_named(index, name)?;
     let victims: Vec<u64> = index
         .datasets
         .keys()
@@ -235,37 +213,8 @@ fn drop_from(
     // what --delete removes, computed here; deleted only once the index no longer lists
     // the datasets (a crash in between leaves files, never an index entry whose files
     // are gone)
-    let files: Vec<PathBuf> = if delete {
-        // the files of each dataset, per rank2file (where each was stored: a flush whose
-        // names clashed went under .scr), except paths a dataset that stays in the index
-        // still lists; a name that would leave the prefix (a damaged or forged map) is
-        // refused, never deleted
-        let paths_of = |id: &u64| -> Vec<PathBuf> {
-            Rank2File::load(prefix, *id)
-                .map(|m| {
-                    m.ranks
-                        .into_values()
-                        .flatten()
-                        .filter_map(|f| {
-                            f.stored_path(prefix)
-                                .map_err(|e| eprintln!("scr index: dataset {id}: {e}; not deleted"))
-                                .ok()
-                        })
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let kept: std::collections::BTreeSet<PathBuf> = index
-            .datasets
-            .keys()
-            .filter(|id| !victims.contains(id))
-            .flat_map(paths_of)
-            .collect();
-        victims
-            .iter()
-            .flat_map(paths_of)
-            .filter(|p| !kept.contains(p))
-            .collect()
+    let files = if delete {
+        files_to_delete(prefix, index, &victims)
     } else {
         Vec::new()
     };
@@ -286,8 +235,66 @@ fn drop_from(
     })
 }
 
+/// The id of the dataset `name` names in `index`: by name, else by id; a name several
+/// datasets share (a rerun after a fetch writes them again) must be given by id.
+fn dataset_named(index: &scr_host::runtime::prefix::Index, name: &str) -> Result<u64, String> {
+    let by_name: Vec<u64> = index
+        .datasets
+        .values()
+        .filter(|e| e.name == name)
+        .map(|e| e.id)
+        .collect();
+    match (by_name.as_slice(), name.parse::<u64>()) {
+        ([id], _) => Ok(*id),
+        ([], Ok(id)) if index.datasets.contains_key(&id) => Ok(id),
+        ([], _) => Err(format!(
+            "no dataset named `{name}` in the index (see `scr index list`)"
+        )),
+        (ids, _) => Err(format!(
+            "several datasets are named `{name}` (ids {ids:?}); give the id instead"
+        )),
+    }
+}
+
+/// The files of the `victims`, per rank2file (where each was stored: a flush whose
+/// names clashed went under .scr), except paths a dataset that stays in the index still
+/// lists; a name that would leave the prefix (a damaged or forged map) is refused with
+/// a warning, never deleted.
+fn files_to_delete(
+    prefix: &std::path::Path,
+    index: &scr_host::runtime::prefix::Index,
+    victims: &[u64],
+) -> Vec<PathBuf> {
+    use scr_host::runtime::prefix::Rank2File;
+    let paths_of = |id: &u64| -> Vec<PathBuf> {
+        Rank2File::load(prefix, *id)
+            .map(|m| {
+                m.ranks
+                    .into_values()
+                    .flatten()
+                    .filter_map(|f| {
+                        f.stored_path(prefix)
+                            .map_err(|e| tracing::warn!(dataset = id, "{e}; not deleted"))
+                            .ok()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let kept: std::collections::BTreeSet<PathBuf> = index
+        .datasets
+        .keys()
+        .filter(|id| !victims.contains(id))
+        .flat_map(paths_of)
+        .collect();
+    victims
+        .iter()
+        .flat_map(paths_of)
+        .filter(|p| !kept.contains(p))
+        .collect()
+}
+
 fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) -> ExitCode {
-    use scr_host::runtime::prefix::{dataset_dir, Index, Summary};
     let prefix = match prefix_of(cli, prefix) {
         Ok(p) => p,
         Err(code) => return code,
@@ -299,172 +306,206 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
         IndexCommand::Add { name } => {
             scr_host::scavenge::index_add_command(load(cli, &[]).ok().as_ref(), &prefix, name)
         }
-        IndexCommand::Rebuild => {
-            match Index::try_update(&prefix, |ix| {
-                let rebuilt = Index::rebuild(&prefix)?;
-                let n = rebuilt.datasets.len();
-                *ix = rebuilt;
-                Ok(n)
-            }) {
-                Ok(Ok(n)) => {
-                    println!("index rebuilt: {n} dataset(s)");
-                    ExitCode::SUCCESS
-                }
-                Ok(Err(e)) | Err(e) => fail(e),
-            }
-        }
-        IndexCommand::List => {
-            let index = match Index::load_or_rebuild(&prefix) {
-                Ok(i) => i,
-                Err(e) => return fail(e),
-            };
-            let restart = index.restart_point();
-            println!("{:>6} {:>8} {:<24} state", "id", "ckpt", "name");
-            for e in index.datasets.values() {
-                let mut state = Vec::new();
-                state.push(if e.complete { "complete" } else { "incomplete" });
-                if e.output {
-                    state.push("output");
-                }
-                if e.fetched.is_some() {
-                    state.push("fetched");
-                }
-                let job = e.job_name.as_deref().map(|j| format!("job={j}"));
-                if let Some(j) = &job {
-                    state.push(j);
-                }
-                let failed = e
-                    .failed
-                    .as_deref()
-                    .map(|f| format!("FAILED: {f}"))
-                    .unwrap_or_default();
-                let mark = if restart.as_deref() == Some(e.name.as_str()) {
-                    "<- restart"
-                } else {
-                    ""
-                };
-                println!(
-                    "{:>6} {:>8} {:<24} {:<28} {mark}{failed}",
-                    e.id,
-                    e.checkpoint_id
-                        .map(|c| c.to_string())
-                        .unwrap_or_else(|| "-".into()),
-                    e.name,
-                    state.join(",")
-                );
-            }
-            ExitCode::SUCCESS
-        }
-        IndexCommand::Current { name: None } => {
-            match Index::load_or_rebuild(&prefix).map(|i| i.restart_point()) {
-                Ok(Some(n)) => {
-                    println!("{n}");
-                    ExitCode::SUCCESS
-                }
-                Ok(None) => fail(format!(
-                    "no complete checkpoint in {}",
-                    Index::path(&prefix).display()
-                )),
-                Err(e) => fail(e),
-            }
-        }
-        IndexCommand::Current { name: Some(n) } => {
-            match Index::try_update(&prefix, |ix| {
-                if !ix.datasets.values().any(|e| {
-                    &e.name == n && e.complete && e.checkpoint_id.is_some() && e.failed.is_none()
-                }) {
-                    return Err(format!(
-                        "`{n}` is not a complete checkpoint in the index (see `scr index list`)"
-                    ));
-                }
-                ix.current = Some(n.clone());
-                Ok(())
-            }) {
-                Ok(Ok(())) => {
-                    println!("restart point set to {n}");
-                    ExitCode::SUCCESS
-                }
-                Ok(Err(e)) => fail(e),
-                Err(e) => fail(e),
-            }
-        }
-        IndexCommand::ClearFailed { name } => {
-            let cleared = Index::try_update(&prefix, |ix| {
-                let Some(e) = ix.datasets.values_mut().find(|e| &e.name == name) else {
-                    return Err(format!(
-                        "no dataset named `{name}` in the index (see `scr index list`)"
-                    ));
-                };
-                let was = e.failed.take();
-                // the note beside the summary too, or a rebuilt index would mark it again
-                let note = scr_host::runtime::prefix::FailedNote::path(&prefix, e.id);
-                match std::fs::remove_file(&note) {
-                    Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
-                        return Err(format!("{}: {err}", note.display()));
-                    }
-                    _ => {}
-                }
-                Ok(was)
-            });
-            match cleared {
-                Ok(Ok(Some(why))) => {
-                    println!("{name}: failed mark cleared (it said: {why})");
-                    ExitCode::SUCCESS
-                }
-                Ok(Ok(None)) => {
-                    println!("{name} was not marked failed");
-                    ExitCode::SUCCESS
-                }
-                Ok(Err(e)) => fail(e),
-                Err(e) => fail(e),
-            }
-        }
+        IndexCommand::Rebuild => index_rebuild(&prefix),
+        IndexCommand::List => index_list(&prefix),
+        IndexCommand::Current { name: None } => index_current(&prefix),
+        IndexCommand::Current { name: Some(n) } => index_set_current(&prefix, n),
+        IndexCommand::ClearFailed { name } => index_clear_failed(&prefix, name),
         IndexCommand::Drop { name, delete } | IndexCommand::DropAfter { name, delete } => {
             let after = matches!(command, IndexCommand::DropAfter { .. });
-            let dropped =
-                match Index::try_update(&prefix, |ix| drop_from(&prefix, ix, name, after, *delete))
-                {
-                    Ok(Ok(d)) => d,
-                    Ok(Err(e)) => return fail(e),
-                    Err(e) => return fail(e),
-                };
-            // the summaries first (with or without --delete): no summary may bring a
-            // dropped dataset back when a damaged index is rebuilt, and a delete
-            // interrupted halfway must leave none that a rebuilt index would take for a
-            // complete dataset
-            for id in &dropped.victims {
-                let _ = std::fs::remove_file(Summary::path(&prefix, *id));
-            }
-            if *delete {
-                let bar = indicatif::ProgressBar::new(dropped.files.len() as u64).with_style(
-                    indicatif::ProgressStyle::with_template(
-                        "deleting {pos}/{len} files {wide_bar}",
-                    )
-                    .expect("template"),
-                );
-                for f in &dropped.files {
-                    let _ = std::fs::remove_file(f);
-                    if let Some(parent) = f.parent() {
-                        let _ = std::fs::remove_dir(parent);
-                    }
-                    bar.inc(1);
-                }
-                bar.finish_and_clear();
-                for id in &dropped.victims {
-                    let _ = std::fs::remove_dir_all(dataset_dir(&prefix, *id));
-                }
-            }
-            println!(
-                "dropped {}",
-                if dropped.names.is_empty() {
-                    "nothing".to_string()
-                } else {
-                    dropped.names.join(", ")
-                }
-            );
-            ExitCode::SUCCESS
+            index_drop(&prefix, name, after, *delete)
         }
     }
+}
+
+/// `scr index rebuild`: write the index again from the per-dataset summaries.
+fn index_rebuild(prefix: &std::path::Path) -> ExitCode {
+    use scr_host::runtime::prefix::Index;
+    match Index::try_update(prefix, |ix| {
+        let rebuilt = Index::rebuild(prefix)?;
+        let n = rebuilt.datasets.len();
+        *ix = rebuilt;
+        Ok(n)
+    }) {
+        Ok(Ok(n)) => {
+            println!("index rebuilt: {n} dataset(s)");
+            ExitCode::SUCCESS
+        }
+        Ok(Err(e)) | Err(e) => fail(e),
+    }
+}
+
+/// `scr index list`: one line per dataset (id, checkpoint id, name, state), the restart
+/// point marked.
+fn index_list(prefix: &std::path::Path) -> ExitCode {
+    use scr_host::runtime::prefix::Index;
+    let index = match Index::load_or_rebuild(prefix) {
+        Ok(i) => i,
+        Err(e) => return fail(e),
+    };
+    let restart = index.restart_point();
+    println!("{:>6} {:>8} {:<24} state", "id", "ckpt", "name");
+    for e in index.datasets.values() {
+        let is_restart = restart.as_deref() == Some(e.name.as_str());
+        println!("{}", index_line(e, is_restart));
+    }
+    ExitCode::SUCCESS
+}
+
+/// One line of `scr index list` for dataset `e`: its state words (complete or
+/// incomplete, output, fetched, job=), the restart mark and why it failed.
+fn index_line(e: &scr_host::runtime::prefix::IndexEntry, is_restart: bool) -> String {
+    let mut state = Vec::new();
+    state.push(if e.complete { "complete" } else { "incomplete" });
+    if e.output {
+        state.push("output");
+    }
+    if e.fetched.is_some() {
+        state.push("fetched");
+    }
+    let job = e.job_name.as_deref().map(|j| format!("job={j}"));
+    if let Some(j) = &job {
+        state.push(j);
+    }
+    let failed = e
+        .failed
+        .as_deref()
+        .map(|f| format!("FAILED: {f}"))
+        .unwrap_or_default();
+    let mark = if is_restart { "<- restart" } else { "" };
+    format!(
+        "{:>6} {:>8} {:<24} {:<28} {mark}{failed}",
+        e.id,
+        e.checkpoint_id
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "-".into()),
+        e.name,
+        state.join(",")
+    )
+}
+
+/// `scr index current`: print the checkpoint a restart would fetch.
+fn index_current(prefix: &std::path::Path) -> ExitCode {
+    use scr_host::runtime::prefix::Index;
+    match Index::load_or_rebuild(prefix).map(|i| i.restart_point()) {
+        Ok(Some(n)) => {
+            println!("{n}");
+            ExitCode::SUCCESS
+        }
+        Ok(None) => fail(format!(
+            "no complete checkpoint in {}",
+            Index::path(prefix).display()
+        )),
+        Err(e) => fail(e),
+    }
+}
+
+/// `scr index current NAME`: make complete checkpoint `n` the restart point.
+fn index_set_current(prefix: &std::path::Path, n: &str) -> ExitCode {
+    use scr_host::runtime::prefix::Index;
+    match Index::try_update(prefix, |ix| {
+        if !ix
+            .datasets
+            .values()
+            .any(|e| e.name == n && e.complete && e.checkpoint_id.is_some() && e.failed.is_none())
+        {
+            return Err(format!(
+                "`{n}` is not a complete checkpoint in the index (see `scr index list`)"
+            ));
+        }
+        ix.current = Some(n.to_string());
+        Ok(())
+    }) {
+        Ok(Ok(())) => {
+            println!("restart point set to {n}");
+            ExitCode::SUCCESS
+        }
+        Ok(Err(e)) => fail(e),
+        Err(e) => fail(e),
+    }
+}
+
+/// `scr index clear-failed NAME`: clear the failed mark in the index and the note beside
+/// the dataset's summary (or a rebuilt index would mark it again).
+fn index_clear_failed(prefix: &std::path::Path, name: &str) -> ExitCode {
+    use scr_host::runtime::prefix::Index;
+    let cleared = Index::try_update(prefix, |ix| {
+        let Some(e) = ix.datasets.values_mut().find(|e| e.name == name) else {
+            return Err(format!(
+                "no dataset named `{name}` in the index (see `scr index list`)"
+            ));
+        };
+        let was = e.failed.take();
+        let note = scr_host::runtime::prefix::FailedNote::path(prefix, e.id);
+        match std::fs::remove_file(&note) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                return Err(format!("{}: {err}", note.display()));
+            }
+            _ => {}
+        }
+        Ok(was)
+    });
+    match cleared {
+        Ok(Ok(Some(why))) => {
+            println!("{name}: failed mark cleared (it said: {why})");
+            ExitCode::SUCCESS
+        }
+        Ok(Ok(None)) => {
+            println!("{name} was not marked failed");
+            ExitCode::SUCCESS
+        }
+        Ok(Err(e)) => fail(e),
+        Err(e) => fail(e),
+    }
+}
+
+/// `scr index drop[-after] NAME [--delete]`: remove the datasets from the index under
+/// the lock, then their summaries, then (with `delete`) their files.
+fn index_drop(prefix: &std::path::Path, name: &str, after: bool, delete: bool) -> ExitCode {
+    use scr_host::runtime::prefix::{dataset_dir, Index, Summary};
+    let dropped = match Index::try_update(prefix, |ix| drop_from(prefix, ix, name, after, delete)) {
+        Ok(Ok(d)) => d,
+        Ok(Err(e)) => return fail(e),
+        Err(e) => return fail(e),
+    };
+    // the summaries first (with or without --delete): no summary may bring a dropped
+    // dataset back when a damaged index is rebuilt, and a delete interrupted halfway
+    // must leave none that a rebuilt index would take for a complete dataset
+    for id in &dropped.victims {
+        let _ = std::fs::remove_file(Summary::path(prefix, *id));
+    }
+    if delete {
+        delete_files(&dropped.files);
+        for id in &dropped.victims {
+            let _ = std::fs::remove_dir_all(dataset_dir(prefix, *id));
+        }
+    }
+    println!(
+        "dropped {}",
+        if dropped.names.is_empty() {
+            "nothing".to_string()
+        } else {
+            dropped.names.join(", ")
+        }
+    );
+    ExitCode::SUCCESS
+}
+
+/// Delete the dropped datasets' files (and their directories once empty), with a
+/// progress bar: there may be many.
+fn delete_files(files: &[PathBuf]) {
+    let bar = indicatif::ProgressBar::new(files.len() as u64).with_style(
+        indicatif::ProgressStyle::with_template("deleting {pos}/{len} files {wide_bar}")
+            .expect("template"),
+    );
+    for f in files {
+        let _ = std::fs::remove_file(f);
+        if let Some(parent) = f.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
 }
 
 fn flush_file_command(cli: &Cli, prefix: &Option<PathBuf>, command: &FlushFileCommand) -> ExitCode {
@@ -615,10 +656,7 @@ fn halt(cli: &Cli, args: &HaltArgs) -> ExitCode {
     };
     let h = match updated {
         Ok(h) => h,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return fail(e),
     };
     let show = |name: &str, v: Option<String>| {
         println!("{name:<16} {}", v.unwrap_or_else(|| "-".into()));
@@ -693,7 +731,7 @@ fn load(cli: &Cli, extra: &[PathBuf]) -> Result<Config, ConfigErrors> {
             loader.load()
         }
         Err(e) => {
-            eprintln!("warning: the run's recorded configuration calls are not shown: {e}");
+            tracing::warn!("the run's recorded configuration calls are not shown: {e}");
             Ok(config)
         }
     }
@@ -707,9 +745,11 @@ fn with_config(cli: &Cli, f: impl FnOnce(&Config) -> u8) -> ExitCode {
     }
 }
 
+/// Print every configuration error (one `scr: error:` line each, file:line first), then
+/// their count as a plain closing line (a tally, not one more error).
 fn report_errors(errors: &ConfigErrors) -> ExitCode {
     for e in &errors.0 {
-        eprintln!("error: {e}");
+        tracing::error!("{e}");
     }
     eprintln!(
         "{} configuration error{}",
@@ -720,40 +760,13 @@ fn report_errors(errors: &ConfigErrors) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    scr_host::log::init_cli();
     if let Some(dir) = scr_host::man::requested() {
         return scr_host::man::write_pages(<Cli as clap::CommandFactory>::command(), &dir);
     }
     let cli = Cli::parse();
     match &cli.command {
-        Command::Config(ConfigCommand::Check { files }) => {
-            let config = match load(&cli, files) {
-                Ok(c) => c,
-                Err(e) => return report_errors(&e),
-            };
-            let registry = Registry::load(&config.search_path());
-            let findings = check_plugins(&config, &registry);
-            for w in findings
-                .warnings
-                .iter()
-                .map(ToString::to_string)
-                .chain(scr_host::config::Loader::from_process().unknown_env())
-            {
-                eprintln!("warning: {w}");
-            }
-            if !findings.errors.is_empty() {
-                return report_errors(&ConfigErrors(findings.errors));
-            }
-            let sources = config
-                .files_read()
-                .unwrap_or_else(|| "built-in defaults only".into());
-            println!(
-                "ok: {} checkpoint descriptor(s), {} store(s), {} host group table(s) ({sources})",
-                config.checkpoints.len(),
-                config.stores.len(),
-                config.groups.len()
-            );
-            ExitCode::SUCCESS
-        }
+        Command::Config(ConfigCommand::Check { files }) => config_check(&cli, files),
         Command::Config(ConfigCommand::Show) => match load(&cli, &[]) {
             Ok(config) => {
                 print!("{}", show::render(&config));
@@ -761,46 +774,12 @@ fn main() -> ExitCode {
             }
             Err(e) => report_errors(&e),
         },
-        Command::Config(ConfigCommand::Import { file }) => {
-            let text = match std::fs::read_to_string(file) {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("error: {}: cannot read: {e}", file.display());
-                    return ExitCode::from(1);
-                }
-            };
-            match scr_host::config::import::import_scr(&text) {
-                Ok(toml) => {
-                    print!("{toml}");
-                    ExitCode::SUCCESS
-                }
-                Err(errors) => {
-                    for e in &errors {
-                        eprintln!("error: {}:{}: {}", file.display(), e.line, e.message);
-                    }
-                    ExitCode::from(1)
-                }
-            }
-        }
+        Command::Config(ConfigCommand::Import { file }) => config_import(file),
         Command::Config(ConfigCommand::Explain {
             checkpoint,
             ranks,
             ranks_per_node,
-        }) => match load(&cli, &[]) {
-            Ok(config) => {
-                let registry = Registry::load(&config.search_path());
-                let layout = match ranks {
-                    Some(n) => Some(JobLayout::uniform(*n, *ranks_per_node)),
-                    None => JobLayout::from_node_names(&config),
-                };
-                print!(
-                    "{}",
-                    explain_checkpoint(&config, &registry, *checkpoint, layout.as_ref())
-                );
-                ExitCode::SUCCESS
-            }
-            Err(e) => report_errors(&e),
-        },
+        }) => config_explain(&cli, *checkpoint, *ranks, *ranks_per_node),
         Command::Halt(args) => halt(&cli, args),
         Command::Run(args) => with_config(&cli, |c| scr_host::launch::cli::run(c, args)),
         Command::Nodes(cmd) => with_config(&cli, |c| scr_host::launch::cli::nodes(c, cmd)),
@@ -825,40 +804,123 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::Plugins(PluginsCommand::List) => {
-            let config = match load(&cli, &[]) {
-                Ok(c) => c,
-                Err(e) => return report_errors(&e),
-            };
-            let registry = Registry::load(&config.search_path());
-            print!("{}", show::plugin_table(&config, &registry));
-            if registry.libraries().is_empty() && registry.refused().is_empty() {
-                let looked: Vec<String> = registry
-                    .looked()
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect();
-                eprintln!(
-                    "no plugin libraries found; looked in: {}",
-                    if looked.is_empty() {
-                        "nothing (shipped plugins are switched off and no plugin directory is configured)".to_string()
-                    } else {
-                        looked.join(", ")
-                    }
-                );
-            }
+        Command::Plugins(PluginsCommand::List) => plugins_list(&cli),
+        Command::Plugins(PluginsCommand::Check { file }) => plugins_check(&cli, file),
+    }
+}
+
+/// `scr config check [FILES]`: load the configuration (FILES as user files), check it
+/// against the plugins found, print warnings and errors, and a one-line summary when it
+/// is sound.
+fn config_check(cli: &Cli, files: &[PathBuf]) -> ExitCode {
+    let config = match load(cli, files) {
+        Ok(c) => c,
+        Err(e) => return report_errors(&e),
+    };
+    let registry = Registry::load(&config.search_path());
+    let findings = check_plugins(&config, &registry);
+    for w in findings
+        .warnings
+        .iter()
+        .map(ToString::to_string)
+        .chain(scr_host::config::Loader::from_process().unknown_env())
+    {
+        tracing::warn!("{w}");
+    }
+    if !findings.errors.is_empty() {
+        return report_errors(&ConfigErrors(findings.errors));
+    }
+    let sources = config
+        .files_read()
+        .unwrap_or_else(|| "built-in defaults only".into());
+    println!(
+        "ok: {} checkpoint descriptor(s), {} store(s), {} host group table(s) ({sources})",
+        config.checkpoints.len(),
+        config.stores.len(),
+        config.groups.len()
+    );
+    ExitCode::SUCCESS
+}
+
+/// `scr config import FILE`: print SCR configuration file FILE as scr-rs TOML, or every
+/// line it cannot translate.
+fn config_import(file: &std::path::Path) -> ExitCode {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => return fail(format!("{}: cannot read: {e}", file.display())),
+    };
+    match scr_host::config::import::import_scr(&text) {
+        Ok(toml) => {
+            print!("{toml}");
             ExitCode::SUCCESS
         }
-        Command::Plugins(PluginsCommand::Check { file }) => {
-            let mut registry = Registry::default();
-            registry.add_file(file, LibOrigin::Explicit);
-            if let Some(r) = registry.refused().first() {
-                println!("{r}");
-                return ExitCode::from(1);
+        Err(errors) => {
+            for e in &errors {
+                tracing::error!("{}:{}: {}", file.display(), e.line, e.message);
             }
-            let config = load(&cli, &[]).ok();
-            print!("{}", show::plugin_table_with(config.as_ref(), &registry));
-            ExitCode::SUCCESS
+            ExitCode::from(1)
         }
     }
+}
+
+/// `scr config explain --checkpoint N [--ranks N [--ranks-per-node M]]`: what checkpoint
+/// N would use and why, with the redundancy sets of the job's layout when one is known.
+fn config_explain(cli: &Cli, checkpoint: u64, ranks: Option<u32>, ranks_per_node: u32) -> ExitCode {
+    match load(cli, &[]) {
+        Ok(config) => {
+            let registry = Registry::load(&config.search_path());
+            let layout = match ranks {
+                Some(n) => Some(JobLayout::uniform(n, ranks_per_node)),
+                None => JobLayout::from_node_names(&config),
+            };
+            print!(
+                "{}",
+                explain_checkpoint(&config, &registry, checkpoint, layout.as_ref())
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => report_errors(&e),
+    }
+}
+
+/// `scr plugins list`: the table of plugin libraries found, and where it looked when it
+/// found none.
+fn plugins_list(cli: &Cli) -> ExitCode {
+    let config = match load(cli, &[]) {
+        Ok(c) => c,
+        Err(e) => return report_errors(&e),
+    };
+    let registry = Registry::load(&config.search_path());
+    print!("{}", show::plugin_table(&config, &registry));
+    if registry.libraries().is_empty() && registry.refused().is_empty() {
+        let looked: Vec<String> = registry
+            .looked()
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        tracing::warn!(
+            "no plugin libraries found; looked in: {}",
+            if looked.is_empty() {
+                "nothing (shipped plugins are switched off and no plugin directory is configured)"
+                    .to_string()
+            } else {
+                looked.join(", ")
+            }
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+/// `scr plugins check FILE`: load one library; its refusal, or its row of the plugin
+/// table.
+fn plugins_check(cli: &Cli, file: &std::path::Path) -> ExitCode {
+    let mut registry = Registry::default();
+    registry.add_file(file, LibOrigin::Explicit);
+    if let Some(r) = registry.refused().first() {
+        println!("{r}");
+        return ExitCode::from(1);
+    }
+    let config = load(cli, &[]).ok();
+    print!("{}", show::plugin_table_with(config.as_ref(), &registry));
+    ExitCode::SUCCESS
 }

@@ -375,88 +375,17 @@ impl Config {
         }
     }
 
+    /// The value of `item` of the descriptor `kind`=`name` in force (`CKPT=0 TYPE`,
+    /// `STORE=/dev/shm COUNT`, `GROUPS=host SWITCH`).
     fn descriptor_item(
         &self,
         kind: DescriptorKind,
         name: &str,
         item: &str,
     ) -> Result<Option<String>, String> {
-        let flag = |b: bool| Some(if b { "1" } else { "0" }.to_string());
         match kind {
-            DescriptorKind::Checkpoint => {
-                let index: u64 = name
-                    .parse()
-                    .map_err(|_| format!("CKPT={name}: not an index"))?;
-                // descriptors the application defined are named by their CKPT index;
-                // the files' (or the implied one) by their position
-                let c = if self.checkpoints.iter().any(|c| c.index.is_some()) {
-                    self.checkpoints.iter().find(|c| c.index == Some(index))
-                } else {
-                    usize::try_from(index)
-                        .ok()
-                        .and_then(|i| self.checkpoints.get(i))
-                };
-                let c = c.ok_or_else(|| {
-                    format!(
-                        "CKPT={index}: no such checkpoint descriptor ({} in force)",
-                        self.checkpoints.len()
-                    )
-                })?;
-                let number = |k: &str| {
-                    c.numbers
-                        .get(k)
-                        .copied()
-                        .or_else(|| {
-                            self.setting(k).value.as_ref().and_then(|v| match v {
-                                Value::UInt(n) => Some(*n),
-                                _ => None,
-                            })
-                        })
-                        .map(|n| n.to_string())
-                };
-                Ok(match item {
-                    "TYPE" => Some(c.scheme.clone().unwrap_or_else(|| self.str("copy_type"))),
-                    "INTERVAL" => Some(c.interval.to_string()),
-                    "STORE" => Some(c.store.clone().unwrap_or_else(|| self.str("cache_base"))),
-                    "GROUP" => Some(c.group.clone().unwrap_or_else(|| self.str("group"))),
-                    "SET_SIZE" => number("set_size"),
-                    "SET_FAILURES" => number("set_failures"),
-                    "REPLICAS" => number("replicas"),
-                    "OUTPUT" => flag(c.output),
-                    "BYPASS" => flag(c.bypass),
-                    "ENABLED" => flag(c.enabled),
-                    other => c
-                        .params
-                        .iter()
-                        .find(|(k, _, _)| k.eq_ignore_ascii_case(other))
-                        .map(|(_, v, _)| v.clone()),
-                })
-            }
-            DescriptorKind::Store => {
-                let path = file::normalize_dir(name);
-                let s = self
-                    .stores
-                    .iter()
-                    .find(|s| s.path == path)
-                    .ok_or_else(|| format!("STORE={name}: no such store in force"))?;
-                Ok(match item {
-                    "GROUP" => Some(s.group.clone().unwrap_or_else(|| self.str("group"))),
-                    "COUNT" => Some(
-                        s.count
-                            .unwrap_or_else(|| self.u64("cache_size"))
-                            .to_string(),
-                    ),
-                    "TYPE" => Some(s.transfer.clone().unwrap_or_else(|| self.str("flush_type"))),
-                    "VIEW" => s.view.map(|v| v.to_string().to_ascii_uppercase()),
-                    "ENABLED" => flag(s.enabled),
-                    "MKDIR" => flag(s.mkdir),
-                    other => {
-                        return Err(format!(
-                            "STORE items are GROUP, COUNT, TYPE, VIEW, ENABLED, MKDIR; not {other}"
-                        ))
-                    }
-                })
-            }
+            DescriptorKind::Checkpoint => self.checkpoint_item(name, item),
+            DescriptorKind::Store => self.store_item(name, item),
             DescriptorKind::Groups => {
                 let g = self
                     .groups
@@ -470,6 +399,91 @@ impl Config {
             }
         }
     }
+
+    /// `CKPT=name ITEM`: the descriptor the application defined with that CKPT index, or
+    /// (when it defined none) the one at that position among the files' descriptors (or
+    /// the implied one); a field, a set parameter (the descriptor's, else the global
+    /// setting) or one of its scheme parameters.
+    fn checkpoint_item(&self, name: &str, item: &str) -> Result<Option<String>, String> {
+        let index: u64 = name
+            .parse()
+            .map_err(|_| format!("CKPT={name}: not an index"))?;
+        let c = if self.checkpoints.iter().any(|c| c.index.is_some()) {
+            self.checkpoints.iter().find(|c| c.index == Some(index))
+        } else {
+            usize::try_from(index)
+                .ok()
+                .and_then(|i| self.checkpoints.get(i))
+        };
+        let c = c.ok_or_else(|| {
+            format!(
+                "CKPT={index}: no such checkpoint descriptor ({} in force)",
+                self.checkpoints.len()
+            )
+        })?;
+        let number = |k: &str| {
+            c.numbers
+                .get(k)
+                .copied()
+                .or_else(|| {
+                    self.setting(k).value.as_ref().and_then(|v| match v {
+                        Value::UInt(n) => Some(*n),
+                        _ => None,
+                    })
+                })
+                .map(|n| n.to_string())
+        };
+        Ok(match item {
+            "TYPE" => Some(c.scheme.clone().unwrap_or_else(|| self.str("copy_type"))),
+            "INTERVAL" => Some(c.interval.to_string()),
+            "STORE" => Some(c.store.clone().unwrap_or_else(|| self.str("cache_base"))),
+            "GROUP" => Some(c.group.clone().unwrap_or_else(|| self.str("group"))),
+            "SET_SIZE" => number("set_size"),
+            "SET_FAILURES" => number("set_failures"),
+            "REPLICAS" => number("replicas"),
+            "OUTPUT" => flag(c.output),
+            "BYPASS" => flag(c.bypass),
+            "ENABLED" => flag(c.enabled),
+            other => c
+                .params
+                .iter()
+                .find(|(k, _, _)| k.eq_ignore_ascii_case(other))
+                .map(|(_, v, _)| v.clone()),
+        })
+    }
+
+    /// `STORE=path ITEM`: a field of the store in force at `path` (normalised), its
+    /// global default when the store does not set it.
+    fn store_item(&self, name: &str, item: &str) -> Result<Option<String>, String> {
+        let path = file::normalize_dir(name);
+        let s = self
+            .stores
+            .iter()
+            .find(|s| s.path == path)
+            .ok_or_else(|| format!("STORE={name}: no such store in force"))?;
+        Ok(match item {
+            "GROUP" => Some(s.group.clone().unwrap_or_else(|| self.str("group"))),
+            "COUNT" => Some(
+                s.count
+                    .unwrap_or_else(|| self.u64("cache_size"))
+                    .to_string(),
+            ),
+            "TYPE" => Some(s.transfer.clone().unwrap_or_else(|| self.str("flush_type"))),
+            "VIEW" => s.view.map(|v| v.to_string().to_ascii_uppercase()),
+            "ENABLED" => flag(s.enabled),
+            "MKDIR" => flag(s.mkdir),
+            other => {
+                return Err(format!(
+                    "STORE items are GROUP, COUNT, TYPE, VIEW, ENABLED, MKDIR; not {other}"
+                ))
+            }
+        })
+    }
+}
+
+/// A flag as a query answers it: `1` or `0`.
+fn flag(b: bool) -> Option<String> {
+    Some(if b { "1" } else { "0" }.to_string())
 }
 
 #[cfg(test)]

@@ -33,15 +33,7 @@ pub fn import_scr(text: &str) -> Result<String, Vec<ImportError>> {
                 message,
             })
         };
-        let pairs: Result<Vec<(String, String)>, String> = line
-            .split_whitespace()
-            .map(|tok| {
-                tok.split_once('=')
-                    .map(|(k, v)| (k.to_ascii_uppercase(), v.to_string()))
-                    .ok_or_else(|| format!("`{tok}` is not KEY=VALUE"))
-            })
-            .collect();
-        let pairs = match pairs {
+        let pairs = match key_value_pairs(line) {
             Ok(p) => p,
             Err(e) => {
                 err(e);
@@ -51,94 +43,15 @@ pub fn import_scr(text: &str) -> Result<String, Vec<ImportError>> {
         let (head, head_value) = (&pairs[0].0, &pairs[0].1);
         let rest = &pairs[1..];
         match head.as_str() {
-            "STORE" => {
-                let mut t = format!("\n[[store]]\npath = {}\n", q(head_value));
-                for (k, v) in rest {
-                    match k.as_str() {
-                        "GROUP" => writeln!(t, "group = {}", q(v)),
-                        "COUNT" => match whole(k, v) {
-                            Ok(n) => writeln!(t, "count = {n}"),
-                            Err(e) => {
-                                err(e);
-                                Ok(())
-                            }
-                        },
-                        "TYPE" => writeln!(t, "type = {}", q(v)),
-                        "VIEW" => writeln!(t, "view = {}", q(&v.to_ascii_lowercase())),
-                        "ENABLED" => writeln!(t, "enabled = {}", v != "0"),
-                        "MKDIR" => writeln!(t, "mkdir = {}", v != "0"),
-                        other => {
-                            err(format!("STORE line: unknown key {other}"));
-                            Ok(())
-                        }
-                    }
-                    .expect("writing to a String");
-                }
-                tables.push_str(&t);
-            }
-            "CKPT" => {
-                let mut t = String::from("\n[[checkpoint]]\n");
-                let mut params = String::new();
-                for (k, v) in rest {
-                    match k.as_str() {
-                        "INTERVAL" | "SET_SIZE" | "SET_FAILURES" | "REPLICAS" => {
-                            match whole(k, v) {
-                                Ok(n) => writeln!(t, "{} = {n}", k.to_ascii_lowercase()),
-                                Err(e) => {
-                                    err(e);
-                                    Ok(())
-                                }
-                            }
-                        }
-                        "GROUP" | "STORE" => {
-                            writeln!(t, "{} = {}", k.to_ascii_lowercase(), q(v))
-                        }
-                        "TYPE" => writeln!(t, "type = {}", q(v)),
-                        "OUTPUT" | "BYPASS" | "ENABLED" => {
-                            writeln!(t, "{} = {}", k.to_ascii_lowercase(), v != "0")
-                        }
-                        other => writeln!(
-                            params,
-                            "{} = {}",
-                            toml_key(&other.to_ascii_lowercase()),
-                            q(v)
-                        ),
-                    }
-                    .expect("writing to a String");
-                }
-                if !params.is_empty() {
-                    t.push_str("[checkpoint.params]\n");
-                    t.push_str(&params);
-                }
-                tables.push_str(&t);
-            }
-            "GROUPS" => {
-                let mut t = format!("\n[[group]]\nhost = {}\n", q(head_value));
-                for (k, v) in rest {
-                    writeln!(t, "{} = {}", toml_key(k), q(v)).expect("writing to a String");
-                }
-                tables.push_str(&t);
-            }
+            "STORE" => tables.push_str(&store_table(head_value, rest, &mut err)),
+            "CKPT" => tables.push_str(&checkpoint_table(rest, &mut err)),
+            "GROUPS" => tables.push_str(&group_table(head_value, rest)),
             _ if !rest.is_empty() => err(format!(
                 "{head}= starts no descriptor SCR defines (STORE, CKPT, GROUPS)"
             )),
-            _ => match keys::find_api(head) {
-                _ if head == "SCR_COPY_TYPE" && head_value.eq_ignore_ascii_case("FILE") => {
-                    // SCR's switch to CKPT descriptors: implied by [[checkpoint]] tables.
-                }
-                Some(key) => match keys::parse_text(key.ty, head_value) {
-                    Ok(v) => {
-                        let text = match key.ty {
-                            Type::Str | Type::Path | Type::Choice(_) => {
-                                format!("{:?}", v.to_param())
-                            }
-                            _ => v.to_string(),
-                        };
-                        writeln!(scalars, "{} = {text}", key.name).expect("writing to a String");
-                    }
-                    Err(e) => err(format!("{head}: {e}")),
-                },
-                None => err(keys::unknown_key(head)),
+            _ => match scalar_line(head, head_value) {
+                Ok(text) => scalars.push_str(&text),
+                Err(e) => err(e),
             },
         }
     }
@@ -148,6 +61,115 @@ pub fn import_scr(text: &str) -> Result<String, Vec<ImportError>> {
         ))
     } else {
         Err(errors)
+    }
+}
+
+/// The `KEY=VALUE` tokens of one line (keys upper-cased), or the error for the first
+/// token that is not one.
+fn key_value_pairs(line: &str) -> Result<Vec<(String, String)>, String> {
+    line.split_whitespace()
+        .map(|tok| {
+            tok.split_once('=')
+                .map(|(k, v)| (k.to_ascii_uppercase(), v.to_string()))
+                .ok_or_else(|| format!("`{tok}` is not KEY=VALUE"))
+        })
+        .collect()
+}
+
+/// A `STORE=path KEY=VALUE...` line as a `[[store]]` table; each unknown key or bad
+/// count goes to `err` (the table is still returned, without it).
+fn store_table(path: &str, rest: &[(String, String)], err: &mut dyn FnMut(String)) -> String {
+    let mut t = format!("\n[[store]]\npath = {}\n", q(path));
+    for (k, v) in rest {
+        match k.as_str() {
+            "GROUP" => writeln!(t, "group = {}", q(v)),
+            "COUNT" => match whole(k, v) {
+                Ok(n) => writeln!(t, "count = {n}"),
+                Err(e) => {
+                    err(e);
+                    Ok(())
+                }
+            },
+            "TYPE" => writeln!(t, "type = {}", q(v)),
+            "VIEW" => writeln!(t, "view = {}", q(&v.to_ascii_lowercase())),
+            "ENABLED" => writeln!(t, "enabled = {}", v != "0"),
+            "MKDIR" => writeln!(t, "mkdir = {}", v != "0"),
+            other => {
+                err(format!("STORE line: unknown key {other}"));
+                Ok(())
+            }
+        }
+        .expect("writing to a String");
+    }
+    t
+}
+
+/// A `CKPT=N KEY=VALUE...` line as a `[[checkpoint]]` table: the keys SCR defines as
+/// fields, any other key as a scheme parameter under `[checkpoint.params]`; a bad whole
+/// number goes to `err`.
+fn checkpoint_table(rest: &[(String, String)], err: &mut dyn FnMut(String)) -> String {
+    let mut t = String::from("\n[[checkpoint]]\n");
+    let mut params = String::new();
+    for (k, v) in rest {
+        match k.as_str() {
+            "INTERVAL" | "SET_SIZE" | "SET_FAILURES" | "REPLICAS" => match whole(k, v) {
+                Ok(n) => writeln!(t, "{} = {n}", k.to_ascii_lowercase()),
+                Err(e) => {
+                    err(e);
+                    Ok(())
+                }
+            },
+            "GROUP" | "STORE" => {
+                writeln!(t, "{} = {}", k.to_ascii_lowercase(), q(v))
+            }
+            "TYPE" => writeln!(t, "type = {}", q(v)),
+            "OUTPUT" | "BYPASS" | "ENABLED" => {
+                writeln!(t, "{} = {}", k.to_ascii_lowercase(), v != "0")
+            }
+            other => writeln!(
+                params,
+                "{} = {}",
+                toml_key(&other.to_ascii_lowercase()),
+                q(v)
+            ),
+        }
+        .expect("writing to a String");
+    }
+    if !params.is_empty() {
+        t.push_str("[checkpoint.params]\n");
+        t.push_str(&params);
+    }
+    t
+}
+
+/// A `GROUPS=host NAME=VALUE...` line as a `[[group]]` table.
+fn group_table(host: &str, rest: &[(String, String)]) -> String {
+    let mut t = format!("\n[[group]]\nhost = {}\n", q(host));
+    for (k, v) in rest {
+        writeln!(t, "{} = {}", toml_key(k), q(v)).expect("writing to a String");
+    }
+    t
+}
+
+/// A `SCR_KEY=VALUE` line as our scalar line (empty for `SCR_COPY_TYPE=FILE`, which
+/// `[[checkpoint]]` tables imply), or why it cannot be translated.
+fn scalar_line(head: &str, value: &str) -> Result<String, String> {
+    match keys::find_api(head) {
+        _ if head == "SCR_COPY_TYPE" && value.eq_ignore_ascii_case("FILE") => {
+            // SCR's switch to CKPT descriptors: implied by [[checkpoint]] tables.
+            Ok(String::new())
+        }
+        Some(key) => match keys::parse_text(key.ty, value) {
+            Ok(v) => {
+                let text = match key.ty {
+                    Type::Str | Type::Path | Type::Choice(_) => format!("{:?}", v.to_param()),
+                    _ => v.to_string(),
+                };
+                Ok(format!("{} = {text}\n", key.name))
+            }
+            Err(e) => Err(format!("{head}: {e}")),
+        },
+        None => Err(keys::unknown_key(head)),
     }
 }
 

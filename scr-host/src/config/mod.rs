@@ -900,43 +900,71 @@ fn imply_store_and_checkpoint(
     }
 }
 
+/// Check what the configuration's parts say about each other (groups, stores,
+/// descriptors, paths); every problem goes to `errors` with its origin.
 fn validate(c: &Config, errors: &mut Vec<ConfigError>) {
-    // custom groups: every host must give every group a value
-    let names: std::collections::BTreeSet<&String> =
-        c.groups.iter().flat_map(|g| g.values.keys()).collect();
-    for g in &c.groups {
-        for n in &names {
-            if !g.values.contains_key(*n) {
-                errors.push(ConfigError::new(
-                    g.origin.clone(),
-                    format!("host `{}` gives no value for group `{n}`; every [[group]] host table must name the same groups", g.host),
-                ));
+    let groups = GroupNames::check(c, errors);
+    validate_stores(c, &groups, errors);
+    validate_checkpoints(c, &groups, errors);
+    validate_scalars(c, &groups, errors);
+}
+
+/// The group names a configuration defines: `NODE`, `WORLD` and the custom groups of its
+/// `[[group]]` tables.
+struct GroupNames<'a>(std::collections::BTreeSet<&'a String>);
+
+impl<'a> GroupNames<'a> {
+    /// The custom groups, checked: every host must give every group a value.
+    fn check(c: &'a Config, errors: &mut Vec<ConfigError>) -> Self {
+        let names: std::collections::BTreeSet<&String> =
+            c.groups.iter().flat_map(|g| g.values.keys()).collect();
+        for g in &c.groups {
+            for n in &names {
+                if !g.values.contains_key(*n) {
+                    errors.push(ConfigError::new(
+                        g.origin.clone(),
+                        format!("host `{}` gives no value for group `{n}`; every [[group]] host table must name the same groups", g.host),
+                    ));
+                }
             }
         }
+        GroupNames(names)
     }
-    let group_ok =
-        |name: &str| name == "NODE" || name == "WORLD" || names.contains(&name.to_string());
-    let known_groups = || {
-        let mut all = vec!["NODE".to_string(), "WORLD".to_string()];
-        all.extend(names.iter().map(|s| s.to_string()));
-        all.join(", ")
-    };
 
+    /// Whether `name` is a defined group.
+    fn ok(&self, name: &str) -> bool {
+        name == "NODE" || name == "WORLD" || self.0.contains(&name.to_string())
+    }
+
+    /// Every defined group, for messages.
+    fn known(&self) -> String {
+        let mut all = vec!["NODE".to_string(), "WORLD".to_string()];
+        all.extend(self.0.iter().map(|s| s.to_string()));
+        all.join(", ")
+    }
+}
+
+/// Every `[[store]]` names a defined group.
+fn validate_stores(c: &Config, groups: &GroupNames, errors: &mut Vec<ConfigError>) {
     for s in &c.stores {
         if let Some(g) = &s.group {
-            if !group_ok(g) {
+            if !groups.ok(g) {
                 errors.push(ConfigError::new(
                     s.origin.clone(),
                     format!(
                         "store `{}` names undefined group `{g}` (defined: {})",
                         s.path,
-                        known_groups()
+                        groups.known()
                     ),
                 ));
             }
         }
     }
+}
 
+/// Every `[[checkpoint]]` names a defined, enabled store and a defined group; enabled
+/// descriptors have distinct intervals and one has interval 1.
+fn validate_checkpoints(c: &Config, groups: &GroupNames, errors: &mut Vec<ConfigError>) {
     let mut intervals: BTreeMap<u64, &Origin> = BTreeMap::new();
     for ck in &c.checkpoints {
         let at = |k: &str| ck.origins.get(k).unwrap_or(&ck.origin).clone();
@@ -959,12 +987,12 @@ fn validate(c: &Config, errors: &mut Vec<ConfigError>) {
             ));
         }
         let group = ck.group.clone().unwrap_or_else(|| c.str("group"));
-        if !group_ok(&group) {
+        if !groups.ok(&group) {
             errors.push(ConfigError::new(
                 at("group"),
                 format!(
                     "checkpoint names undefined group `{group}` (defined: {})",
-                    known_groups()
+                    groups.known()
                 ),
             ));
         }
@@ -992,6 +1020,10 @@ fn validate(c: &Config, errors: &mut Vec<ConfigError>) {
             "no enabled checkpoint descriptor has interval = 1; one must, so that every checkpoint id has a descriptor",
         ));
     }
+}
+
+/// The base paths are absolute and the scalar `group` is defined.
+fn validate_scalars(c: &Config, groups: &GroupNames, errors: &mut Vec<ConfigError>) {
     for key in ["cache_base", "cntl_base"] {
         let v = c.str(key);
         if !v.starts_with('/') {
@@ -1004,12 +1036,12 @@ fn validate(c: &Config, errors: &mut Vec<ConfigError>) {
     let g = c.str("group");
     // the implied descriptor already reported an undefined default group
     let implied = c.checkpoints.iter().any(|ck| ck.origin == Origin::Default);
-    if !group_ok(&g) && !implied {
+    if !groups.ok(&g) && !implied {
         errors.push(ConfigError::new(
             c.setting("group").origin.clone(),
             format!(
                 "`group` names undefined group `{g}` (defined: {})",
-                known_groups()
+                groups.known()
             ),
         ));
     }

@@ -171,7 +171,7 @@ pub fn nodes(config: &Config, cmd: &NodesCommand) -> u8 {
     let (list, check) = match check {
         Ok(x) => x,
         Err(e) => {
-            eprintln!("error: {e}");
+            tracing::error!("{e}");
             return crate::exit::INVALID;
         }
     };
@@ -213,7 +213,7 @@ pub fn hostlist(cmd: &HostlistCommand) -> u8 {
             0
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            tracing::error!("{e}");
             1
         }
     }
@@ -230,7 +230,7 @@ pub fn env(config: &Config, args: &EnvArgs) -> u8 {
         Some(EnvField::Nodes) => match &e.nodes {
             Ok(a) => println!("{}", hostlist::compress(&a.nodes)),
             Err(err) => {
-                eprintln!("error: {err}");
+                tracing::error!("{err}");
                 return 1;
             }
         },
@@ -263,7 +263,7 @@ pub fn halt_check(config: &Config, prefix: &std::path::Path) -> u8 {
             // an unreadable halt file cannot say "stop": retrying is the safe side only
             // when a person looks, so say so and let the script decide (exit 1, not the
             // query's "no")
-            eprintln!("error: {e}");
+            tracing::error!("{e}");
             crate::exit::INVALID
         }
     }

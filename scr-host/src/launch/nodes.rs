@@ -59,80 +59,31 @@ pub fn allocation(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Allocation, String> {
     let set = |v: &str| env(v).filter(|s| !s.trim().is_empty());
-    let from_list = |list: &str, source: String| -> Result<Allocation, String> {
-        let nodes = hostlist::expand(list).map_err(|e| format!("{source}: {e}"))?;
-        if nodes.is_empty() {
-            return Err(format!("{source} names no node"));
-        }
-        Ok(Allocation { nodes, source })
-    };
     let key = config.str("nodelist");
     if !key.is_empty() {
         let origin = &config.setting("nodelist").origin;
-        return from_list(&key, format!("nodelist ({origin})"));
+        return from_hostlist(&key, format!("nodelist ({origin})"));
     }
     for var in ["SLURM_JOB_NODELIST", "SLURM_NODELIST"] {
         if let Some(v) = set(var) {
-            return from_list(&v, var.into());
+            return from_hostlist(&v, var.into());
         }
     }
     if set("FLUX_URI").is_some() {
-        let out = crate::command::output_within(
-            Command::new("flux").args(["getattr", "hostlist"]),
-            crate::walltime::COMMAND_TIMEOUT,
-        )
-        .map_err(|e| format!("FLUX_URI is set but `flux getattr hostlist` did not run: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "`flux getattr hostlist` failed ({}): {}",
-                out.status,
-                out.stderr.as_str().trim()
-            ));
-        }
-        let text = out.stdout.as_str();
-        return from_list(text.trim(), "flux getattr hostlist".into());
+        return from_flux();
     }
-    let dedup = |names: Vec<&str>, source: String| -> Result<Allocation, String> {
-        let mut nodes: Vec<String> = Vec::new();
-        for n in names {
-            if !nodes.iter().any(|m| m == n) {
-                nodes.push(n.to_string());
-            }
-        }
-        if nodes.is_empty() {
-            return Err(format!("{source} names no node"));
-        }
-        Ok(Allocation { nodes, source })
-    };
     if let Some(v) = set("LSB_MCPU_HOSTS") {
-        let words: Vec<&str> = v.split_whitespace().collect();
-        if !words.len().is_multiple_of(2) || words.chunks(2).any(|p| p[1].parse::<u64>().is_err()) {
-            return Err(format!(
-                "LSB_MCPU_HOSTS `{v}`: expected pairs `host slots` (e.g. `n1 16 n2 16`)"
-            ));
-        }
-        return dedup(
-            words.iter().step_by(2).copied().collect(),
-            "LSB_MCPU_HOSTS".into(),
-        );
+        return from_lsb_mcpu_hosts(&v);
     }
     if let Some(v) = set("LSB_HOSTS") {
-        return dedup(v.split_whitespace().collect(), "LSB_HOSTS".into());
+        return distinct(v.split_whitespace().collect(), "LSB_HOSTS".into());
     }
     if let Some(f) = set("PBS_NODEFILE") {
-        let text = std::fs::read_to_string(&f)
-            .map_err(|e| format!("PBS_NODEFILE {f}: cannot read: {e}"))?;
-        return dedup(
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .collect(),
-            format!("PBS_NODEFILE ({f})"),
-        );
+        return from_pbs_nodefile(&f);
     }
     let simulated = config.str("node_names");
     if !simulated.is_empty() {
-        return dedup(
+        return distinct(
             simulated.split(',').map(str::trim).collect(),
             "node_names (simulated nodes)".into(),
         );
@@ -141,6 +92,76 @@ pub fn allocation(
         nodes: vec![this_host()],
         source: "this host (no resource manager found)".into(),
     })
+}
+
+/// The nodes of a SLURM-style host list (`n[1-4]`) from `source`; refused when it is
+/// malformed or names no node.
+fn from_hostlist(list: &str, source: String) -> Result<Allocation, String> {
+    let nodes = hostlist::expand(list).map_err(|e| format!("{source}: {e}"))?;
+    if nodes.is_empty() {
+        return Err(format!("{source} names no node"));
+    }
+    Ok(Allocation { nodes, source })
+}
+
+/// Flux's allocation: `flux getattr hostlist` (run with a time limit).
+fn from_flux() -> Result<Allocation, String> {
+    let out = crate::command::output_within(
+        Command::new("flux").args(["getattr", "hostlist"]),
+        crate::walltime::COMMAND_TIMEOUT,
+    )
+    .map_err(|e| format!("FLUX_URI is set but `flux getattr hostlist` did not run: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`flux getattr hostlist` failed ({}): {}",
+            out.status,
+            out.stderr.as_str().trim()
+        ));
+    }
+    let text = out.stdout.as_str();
+    from_hostlist(text.trim(), "flux getattr hostlist".into())
+}
+
+/// LSF's `LSB_MCPU_HOSTS` (`host slots` pairs): its hosts.
+fn from_lsb_mcpu_hosts(v: &str) -> Result<Allocation, String> {
+    let words: Vec<&str> = v.split_whitespace().collect();
+    if !words.len().is_multiple_of(2) || words.chunks(2).any(|p| p[1].parse::<u64>().is_err()) {
+        return Err(format!(
+            "LSB_MCPU_HOSTS `{v}`: expected pairs `host slots` (e.g. `n1 16 n2 16`)"
+        ));
+    }
+    distinct(
+        words.iter().step_by(2).copied().collect(),
+        "LSB_MCPU_HOSTS".into(),
+    )
+}
+
+/// PBS's node file `f` (one line per slot): its hosts.
+fn from_pbs_nodefile(f: &str) -> Result<Allocation, String> {
+    let text =
+        std::fs::read_to_string(f).map_err(|e| format!("PBS_NODEFILE {f}: cannot read: {e}"))?;
+    distinct(
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect(),
+        format!("PBS_NODEFILE ({f})"),
+    )
+}
+
+/// The distinct names among `names` (a host listed once per slot), in their first
+/// order; refused when there is none.
+fn distinct(names: Vec<&str>, source: String) -> Result<Allocation, String> {
+    let mut nodes: Vec<String> = Vec::new();
+    for n in names {
+        if !nodes.iter().any(|m| m == n) {
+            nodes.push(n.to_string());
+        }
+    }
+    if nodes.is_empty() {
+        return Err(format!("{source} names no node"));
+    }
+    Ok(Allocation { nodes, source })
 }
 
 /// This host's name.
@@ -229,7 +250,7 @@ impl NodeCheck {
         if let Some(script) = &self.script {
             match run_script(script, nodes) {
                 Ok(found) => script_says = found,
-                Err(e) => eprintln!("scr: warning: {e}"),
+                Err(e) => tracing::warn!("{e}"),
             }
         }
         let mut out = Vec::new();
