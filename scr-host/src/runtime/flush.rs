@@ -215,11 +215,11 @@ fn wait_transfer(
 }
 
 /// Check a finished transfer against what it was asked to do, trusting none of its
-/// claims: its overall status, then exactly one Complete result per added file, matched
-/// by source *and* destination (a plugin may report in any order, but not for files it
-/// was not given, nor twice, nor not at all), then the destination itself, re-read by
-/// the host: it must exist with the planned size and, where a CRC32 was recorded, that
-/// CRC32. A CRC32 the transfer reports must also match what the host computed.
+/// claims: its overall status ([`check_status`]), then exactly one Complete result per
+/// added file, matched by source *and* destination ([`match_results`], [`sole_result`]),
+/// then the destination itself, re-read by the host ([`check_destination`]): it must
+/// exist with the planned size and, where a CRC32 was recorded, that CRC32. A CRC32 the
+/// transfer reports must also match what the host computed.
 ///
 /// Returns the CRC32 the host computed for each planned file, in order. `recorded` says
 /// where the expected CRC comes from, for the message.
@@ -231,14 +231,44 @@ fn verify(
     recorded: &str,
     buf: usize,
 ) -> std::result::Result<Vec<u32>, String> {
-    if status != TransferStatus::Complete {
-        let why = results
-            .iter()
-            .find_map(|r| r.error.clone().into_option())
-            .map(|e| e.into_string())
-            .unwrap_or_else(|| format!("{status:?}"));
-        return Err(format!("transfer did not complete: {why} ({label})"));
+    check_status(label, status, results)?;
+    let matched = match_results(label, results, files)?;
+    files
+        .iter()
+        .zip(&matched)
+        .map(|(p, rs)| {
+            let r = sole_result(label, p, rs)?;
+            check_destination(label, p, r, recorded, buf)
+        })
+        .collect()
+}
+
+/// The transfer's overall status must be Complete: else the first error a file's result
+/// gives (or the status itself) says why it is not.
+fn check_status(
+    label: &Label,
+    status: TransferStatus,
+    results: &[FileResult],
+) -> std::result::Result<(), String> {
+    if status == TransferStatus::Complete {
+        return Ok(());
     }
+    let why = results
+        .iter()
+        .find_map(|r| r.error.clone().into_option())
+        .map(|e| e.into_string())
+        .unwrap_or_else(|| format!("{status:?}"));
+    Err(format!("transfer did not complete: {why} ({label})"))
+}
+
+/// The results the transfer reported for each planned file (by position in `files`),
+/// matched by source *and* destination: a plugin may report in any order, but not for
+/// a file it was not given.
+fn match_results<'r>(
+    label: &Label,
+    results: &'r [FileResult],
+    files: &[Planned],
+) -> std::result::Result<Vec<Vec<&'r FileResult>>, String> {
     let index: BTreeMap<(&Path, &Path), usize> = files
         .iter()
         .enumerate()
@@ -262,79 +292,98 @@ fn verify(
             }
         }
     }
-    let mut crcs = Vec::with_capacity(files.len());
-    for (p, rs) in files.iter().zip(&matched) {
-        let r = match rs.as_slice() {
-            [r] => *r,
-            [] => {
-                return Err(format!(
-                    "{}: the transfer returned no result for it ({} -> {}) ({label})",
-                    p.name,
-                    p.source.display(),
-                    p.destination.display()
-                ))
-            }
-            many => {
-                return Err(format!(
-                    "{}: the transfer returned {} results for it ({label})",
-                    p.name,
-                    many.len()
-                ))
-            }
-        };
-        if r.status != TransferStatus::Complete {
-            let why = r
-                .error
-                .clone()
-                .into_option()
-                .map(|e| e.into_string())
-                .unwrap_or_else(|| format!("{:?}", r.status));
-            return Err(format!("{}: {why} ({label})", p.name));
+    Ok(matched)
+}
+
+/// The one result `rs` the transfer reported for planned file `p`, which must say
+/// Complete: none, several, or one that is not Complete fails the transfer.
+fn sole_result<'r>(
+    label: &Label,
+    p: &Planned,
+    rs: &[&'r FileResult],
+) -> std::result::Result<&'r FileResult, String> {
+    let r = match rs {
+        [r] => *r,
+        [] => {
+            return Err(format!(
+                "{}: the transfer returned no result for it ({} -> {}) ({label})",
+                p.name,
+                p.source.display(),
+                p.destination.display()
+            ))
         }
-        // with no CRC32 recorded (crc_on_copy = false), the source is the reference: a
-        // copy of the right size with other bytes must not become the recorded truth
-        let (expected, from) = match p.crc32 {
-            Some(c) => (c, recorded),
-            None => (
-                cache::file_crc32(&p.source, buf).map_err(|e| {
-                    format!(
-                        "{}: the source {} cannot be read to check the copy: {e} ({label})",
-                        p.name,
-                        p.source.display()
-                    )
-                })?,
-                "of the source",
-            ),
-        };
-        let want = format!("{} bytes CRC32 {expected:08x} ({from})", p.size);
-        let meta = cache::stat_file(&p.destination, true, buf).map_err(|e| {
-            format!(
-                "{}: expected {want}, but {} cannot be read after the transfer reported it complete: {e} ({label})",
+        many => {
+            return Err(format!(
+                "{}: the transfer returned {} results for it ({label})",
+                p.name,
+                many.len()
+            ))
+        }
+    };
+    if r.status != TransferStatus::Complete {
+        let why = r
+            .error
+            .clone()
+            .into_option()
+            .map(|e| e.into_string())
+            .unwrap_or_else(|| format!("{:?}", r.status));
+        return Err(format!("{}: {why} ({label})", p.name));
+    }
+    Ok(r)
+}
+
+/// Re-read the destination of planned file `p` and check it against the size and CRC32
+/// it must have (recorded, else computed from the source), and against the CRC32 the
+/// transfer's result `r` claims, if it claims one. Returns the CRC32 the host computed.
+fn check_destination(
+    label: &Label,
+    p: &Planned,
+    r: &FileResult,
+    recorded: &str,
+    buf: usize,
+) -> std::result::Result<u32, String> {
+    // with no CRC32 recorded (crc_on_copy = false), the source is the reference: a
+    // copy of the right size with other bytes must not become the recorded truth
+    let (expected, from) = match p.crc32 {
+        Some(c) => (c, recorded),
+        None => (
+            cache::file_crc32(&p.source, buf).map_err(|e| {
+                format!(
+                    "{}: the source {} cannot be read to check the copy: {e} ({label})",
+                    p.name,
+                    p.source.display()
+                )
+            })?,
+            "of the source",
+        ),
+    };
+    let want = format!("{} bytes CRC32 {expected:08x} ({from})", p.size);
+    let meta = cache::stat_file(&p.destination, true, buf).map_err(|e| {
+        format!(
+            "{}: expected {want}, but {} cannot be read after the transfer reported it complete: {e} ({label})",
+            p.name,
+            p.destination.display()
+        )
+    })?;
+    let got = meta.crc32.unwrap_or_default();
+    if meta.size != p.size || got != expected {
+        return Err(format!(
+            "{}: expected {want}, {} has {} bytes CRC32 {got:08x} ({label})",
+            p.name,
+            p.destination.display(),
+            meta.size
+        ));
+    }
+    if let Some(claimed) = r.crc32.into_option() {
+        if claimed != got {
+            return Err(format!(
+                "{}: the transfer reported CRC32 {claimed:08x}, {} has CRC32 {got:08x} ({label})",
                 p.name,
                 p.destination.display()
-            )
-        })?;
-        let got = meta.crc32.unwrap_or_default();
-        if meta.size != p.size || got != expected {
-            return Err(format!(
-                "{}: expected {want}, {} has {} bytes CRC32 {got:08x} ({label})",
-                p.name,
-                p.destination.display(),
-                meta.size
             ));
         }
-        if let Some(claimed) = r.crc32.into_option() {
-            if claimed != got {
-                return Err(format!(
-                    "{}: the transfer reported CRC32 {claimed:08x}, {} has CRC32 {got:08x} ({label})",
-                    p.name,
-                    p.destination.display()
-                ));
-            }
-        }
-        crcs.push(got);
     }
-    Ok(crcs)
+    Ok(got)
 }
 
 /// Wait for a started transfer and verify it (see [`verify`]); this rank's flushed files
