@@ -485,6 +485,54 @@ struct FlushStart {
     at: std::time::Instant,
 }
 
+/// Where a flush writes its dataset's files ([`Runtime::placement`]): the same choice on
+/// every rank.
+struct Placement {
+    /// A pure output dataset (no checkpoint): written at its own paths even over older
+    /// files.
+    pure_output: bool,
+    /// This rank's destinations at the files' own paths that are taken (on disk, or a
+    /// destination of a background flush still running).
+    existing: BTreeSet<PathBuf>,
+    /// Every rank writes into the dataset's own directory ([`prefix::relocated`]).
+    relocate: bool,
+}
+
+impl Placement {
+    /// The prefix paths (relative) this rank's part of the flush of `rec` may write, for
+    /// the list recorded before anything is written: names taken in the prefix are not
+    /// this flush's to clean up (unless a pure output is written over them).
+    fn writes(&self, rec: &DatasetRecord, prefix: &Path) -> Vec<String> {
+        rec.files
+            .iter()
+            .filter_map(|f| {
+                if self.relocate {
+                    Some(prefix::relocated(rec.id, &f.name))
+                } else {
+                    (self.pure_output || !self.existing.contains(&prefix.join(&f.name)))
+                        .then(|| f.name.clone())
+                }
+            })
+            .collect()
+    }
+
+    /// What the `started` transfer writes that no older dataset owns: removed if the
+    /// flush fails (names taken in the prefix were relocated; a pure output written over
+    /// an older file leaves that path alone).
+    fn removable(&self, started: &std::result::Result<Started, String>) -> Vec<PathBuf> {
+        started
+            .as_ref()
+            .map(|s| {
+                s.files
+                    .iter()
+                    .map(|p| p.destination.clone())
+                    .filter(|p| self.relocate || !self.existing.contains(p))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
 /// Rank 0: the flush of `entry` failed (`reason` names the rank): marked in the index.
 fn record_failure(prefix: &Path, entry: &IndexEntry, reason: &str) {
     let _ = Index::update(prefix, |ix| {
@@ -669,19 +717,49 @@ impl Runtime {
         self.flush_dataset(&rec)
     }
 
-    /// Flush `rec` to the prefix now (collective).
+    /// Flush `rec` to the prefix now (collective): open its index entry, decide where its
+    /// files go, record what it may write, then copy them in the foreground or hand the
+    /// transfer to a background waiter (`flush_async`).
     fn flush_dataset(&mut self, rec: &DatasetRecord) -> Result<()> {
         let _dataset = crate::log::dataset_span(rec.id).entered();
         let _counted = super::comm::scope("flush");
-        self.flushing.attempted.insert(rec.id);
-        self.flushing
-            .started
-            .insert(rec.id, std::time::Instant::now());
+        self.begin_flush(rec.id);
+        let Some(entry) = self.open_index_entry(rec) else {
+            return Ok(());
+        };
+        self.fault_point("flush-started", rec.id);
+        let place = self.placement(rec);
+        // what this flush may write, recorded in the prefix before anything is written:
+        // if the run dies mid-flush, the next init cleans it up even when every cache is
+        // lost with the filemaps that name the files (see `resume`)
+        self.record_writes(rec.id, &place.writes(rec, &self.prefix));
+        let started = self.start_transfer(rec, place.relocate);
+        self.fault_point("flush-dispatched", rec.id);
+        let removable = place.removable(&started);
+        if self.config.bool("flush_async") {
+            lock(&self.flushing.removable).insert(rec.id, removable);
+            return self.flush_in_background(rec, entry, started);
+        }
+        self.flush_in_foreground(rec, &entry, started, &removable);
+        Ok(())
+    }
+
+    /// This run's bookkeeping of a flush of dataset `id` starting: attempted (finalize
+    /// does not try it again), when it started (for its event), and no outcome of an
+    /// earlier attempt.
+    fn begin_flush(&mut self, id: u64) {
+        self.flushing.attempted.insert(id);
+        self.flushing.started.insert(id, std::time::Instant::now());
         // (a dataset flushed a second time in one run, `scr index drop` between the two,
         // starts with nothing of the first attempt's outcome)
-        lock(&self.flushing.outcomes).remove(&rec.id);
-        // rank 0 opens the index entry first: until the flush completes, the index still
-        // points at the previous complete checkpoint
+        lock(&self.flushing.outcomes).remove(&id);
+    }
+
+    /// Open the index entry of the flush of `rec`, incomplete (collective; rank 0 writes
+    /// it first: until the flush completes, the index still points at the previous
+    /// complete checkpoint). `None` when it cannot be written: the flush is skipped (with
+    /// a warning on every rank) and the checkpoint kept in cache.
+    fn open_index_entry(&self, rec: &DatasetRecord) -> Option<IndexEntry> {
         let entry = IndexEntry {
             id: rec.id,
             name: rec.name.clone(),
@@ -708,15 +786,19 @@ impl Runtime {
                 rec.name,
                 String::from_utf8_lossy(&why)
             ));
-            return Ok(());
+            return None;
         }
-        self.fault_point("flush-started", rec.id);
+        Some(entry)
+    }
 
-        // never overwrite what the prefix already holds (an older flushed checkpoint of
-        // the same name): if any rank's file name is taken, the whole dataset goes to its
-        // own directory (see `prefix::relocated` for why). A pure output dataset (no
-        // checkpoint) is the exception: it is flushed so that users find it at its path,
-        // as the previous run's output was, and no restart depends on the older copy.
+    /// Where the flush of `rec` writes (collective: whether to relocate is agreed).
+    ///
+    /// It never overwrites what the prefix already holds (an older flushed checkpoint of
+    /// the same name): if any rank's file name is taken, the whole dataset goes to its
+    /// own directory (see `prefix::relocated` for why). A pure output dataset (no
+    /// checkpoint) is the exception: it is flushed so that users find it at its path,
+    /// as the previous run's output was, and no restart depends on the older copy.
+    fn placement(&self, rec: &DatasetRecord) -> Placement {
         let pure_output = rec.output && rec.checkpoint_id.is_none();
         // taken: on disk already, or a destination of a background flush still running
         // (whose transfer may not have created it yet; writing it again would race it,
@@ -741,47 +823,29 @@ impl Runtime {
                 prefix::relocated(rec.id, "")
             ));
         }
-
-        // what this flush may write, recorded in the prefix before anything is written:
-        // if the run dies mid-flush, the next init cleans it up even when every cache is
-        // lost with the filemaps that name the files (see `resume`)
-        let writes: Vec<String> = rec
-            .files
-            .iter()
-            .filter_map(|f| {
-                if relocate {
-                    Some(prefix::relocated(rec.id, &f.name))
-                } else {
-                    (pure_output || !existing.contains(&self.prefix.join(&f.name)))
-                        .then(|| f.name.clone())
-                }
-            })
-            .collect();
-        self.record_writes(rec.id, &writes);
-        let started = self.start_transfer(rec, relocate);
-        self.fault_point("flush-dispatched", rec.id);
-        // what this flush writes that no older dataset owns: removed if the flush fails
-        // (names taken in the prefix were relocated; a pure output written over an older
-        // file leaves that path alone)
-        let removable: Vec<PathBuf> = started
-            .as_ref()
-            .map(|s| {
-                s.files
-                    .iter()
-                    .map(|p| p.destination.clone())
-                    .filter(|p| relocate || !existing.contains(p))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if self.config.bool("flush_async") {
-            lock(&self.flushing.removable).insert(rec.id, removable);
-            return self.flush_in_background(rec, entry, started);
+        Placement {
+            pure_output,
+            existing,
+            relocate,
         }
+    }
+
+    /// Wait for this rank's transfer of `rec` and record the flush collectively
+    /// ([`Runtime::gather_and_finish`]); when it failed anywhere, remove what this rank
+    /// wrote that no older dataset owns (`removable`). Either way the dataset stays in
+    /// cache and the checkpoint stands: a failed flush is a warning.
+    fn flush_in_foreground(
+        &mut self,
+        rec: &DatasetRecord,
+        entry: &IndexEntry,
+        started: std::result::Result<Started, String>,
+        removable: &[PathBuf],
+    ) {
         let state = self.transfer_state(rec.id);
         let buf = self.buf_size();
         let outcome: RankOutcome = started.and_then(|s| collect(s, false, "when written", buf));
         self.fault_point("flush-copied", rec.id);
-        let recorded = self.gather_and_finish(&entry, &outcome);
+        let recorded = self.gather_and_finish(entry, &outcome);
         let text = broadcast_bytes(&self.world, recorded.err().unwrap_or_default().as_bytes());
         // the transfer's state stays until the flush is settled: a crash before this
         // point leaves it for the next init to resume (see `resume`)
@@ -796,14 +860,13 @@ impl Runtime {
                 self.prefix.display()
             ));
         } else {
-            remove_written(&self.prefix, &removable);
+            remove_written(&self.prefix, removable);
             self.warn(&format!(
                 "{} stays in cache only: {}",
                 rec.name,
                 String::from_utf8_lossy(&text)
             ));
         }
-        Ok(())
     }
 
     /// The state file of this rank's transfer of dataset `id`.
