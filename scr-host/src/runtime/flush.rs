@@ -99,6 +99,51 @@ enum MapLayout {
     },
 }
 
+/// What rank 0 tells every rank at fetch: the chosen checkpoint's index entry with its
+/// map's layout, or why its map cannot be used; `None` when no candidate is left.
+type Choice = Option<(IndexEntry, std::result::Result<MapLayout, String>)>;
+
+/// The lists of one block's ranks in a rank2file map, by rank.
+type BlockLists = BTreeMap<u32, Vec<FlushedFile>>;
+
+/// Rank 0: `map`, the rank2file map of dataset `id`, when it fits a job of `size` ranks
+/// (a tree: its root is sound and lists `size` ranks; a single-file map: every rank
+/// 0..`size` has a list, possibly empty); why not otherwise, naming the file.
+fn check_map(
+    prefix: &Path,
+    id: u64,
+    size: u32,
+    map: Rank2FileMap,
+) -> std::result::Result<Rank2FileMap, String> {
+    let path = Rank2File::path(prefix, id);
+    match &map {
+        Rank2FileMap::Tree(root) => {
+            root.check(prefix, id).map_err(|x| x.to_string())?;
+            if root.ranks != size {
+                return Err(format!(
+                    "{}: lists {} ranks, the job has {size}",
+                    path.display(),
+                    root.ranks
+                ));
+            }
+            Ok(map)
+        }
+        // every rank's list (possibly empty) is recorded by a flush: a map missing one
+        // would fetch nothing for it
+        Rank2FileMap::Single(single) => {
+            if single.ranks.keys().copied().eq(0..size) {
+                Ok(map)
+            } else {
+                Err(format!(
+                    "{}: lists ranks {:?}, the job has ranks 0..{size}",
+                    path.display(),
+                    single.ranks.keys().collect::<Vec<_>>()
+                ))
+            }
+        }
+    }
+}
+
 /// What one rank's part of a flush produced.
 type RankOutcome = std::result::Result<Vec<FlushedFile>, String>;
 
@@ -1296,67 +1341,9 @@ impl Runtime {
         std::result::Result<Vec<FlushedFile>, String>,
         u64,
     )> {
-        let size = self.size;
         // rank 0: the choice and its map's layout; a single-file map itself (legacy)
         let (choice, single) = if self.rank == 0 {
-            let index = Index::load_or_rebuild(&self.prefix).unwrap_or_else(|e| {
-                tracing::warn!("{e}; no checkpoint is taken from the prefix");
-                Index::default()
-            });
-            let mut candidates = index.fetch_candidates(self.size);
-            // the checkpoint `current` named is tried first
-            if let Some(pos) = candidates
-                .iter()
-                .position(|e| Some(e.name.as_str()) == wanted)
-            {
-                let e = candidates.remove(pos);
-                candidates.insert(0, e);
-            }
-            match candidates.into_iter().find(|e| !tried.contains(&e.id)) {
-                None => (None, None),
-                Some(e) => {
-                    let path = Rank2File::path(&self.prefix, e.id);
-                    let map = Rank2FileMap::load(&self.prefix, e.id)
-                        .map_err(|x| x.to_string())
-                        .and_then(|m| match &m {
-                            Rank2FileMap::Tree(root) => {
-                                root.check(&self.prefix, e.id).map_err(|x| x.to_string())?;
-                                if root.ranks != size {
-                                    return Err(format!(
-                                        "{}: lists {} ranks, the job has {size}",
-                                        path.display(),
-                                        root.ranks
-                                    ));
-                                }
-                                Ok(m)
-                            }
-                            // every rank's list (possibly empty) is recorded by a
-                            // flush: a map missing one would fetch nothing for it
-                            Rank2FileMap::Single(single) => {
-                                if single.ranks.keys().copied().eq(0..size) {
-                                    Ok(m)
-                                } else {
-                                    Err(format!(
-                                        "{}: lists ranks {:?}, the job has ranks 0..{size}",
-                                        path.display(),
-                                        single.ranks.keys().collect::<Vec<_>>()
-                                    ))
-                                }
-                            }
-                        });
-                    let (layout, single) = match map {
-                        Ok(Rank2FileMap::Tree(root)) => (Ok(MapLayout::Tree(root)), None),
-                        Ok(Rank2FileMap::Single(m)) => (
-                            Ok(MapLayout::Single {
-                                block: self.rank2file_blocks().block,
-                            }),
-                            Some(m),
-                        ),
-                        Err(why) => (Err(why), None),
-                    };
-                    (Some((e.clone(), layout)), single)
-                }
-            }
+            self.pick_from_index(tried, wanted)
         } else {
             (None, None)
         };
@@ -1373,53 +1360,89 @@ impl Runtime {
         let (blocks, total) = match &layout {
             MapLayout::Tree(root) => (root.blocks(), root.bytes),
             MapLayout::Single { block } => (
-                prefix::Blocks::new(size, *block),
+                prefix::Blocks::new(self.size, *block),
                 single
                     .as_ref()
                     .map_or(0, |m| m.ranks.values().flatten().map(|f| f.size).sum()),
             ),
         };
-        let n = blocks.of(self.rank);
-        let leader = blocks.leader(n);
-        let members: Vec<i32> = blocks.members(n).map(|r| r as i32).collect();
-        // a leader: its block's lists, and (a tree) its part's totals [files, bytes,
-        // unreadable]
-        let mut totals = [0u64; 3];
-        let block_lists = (self.rank == leader).then(|| match &layout {
-            MapLayout::Tree(_) => match Rank2FilePart::load(&self.prefix, entry.id, blocks, n) {
-                Ok(part) => {
-                    totals = [part.files, part.bytes, 0];
-                    Ok(part.ranks)
-                }
-                Err(e) => {
-                    totals[2] = 1;
-                    Err(e.to_string())
-                }
-            },
-            // legacy: rank 0 -> leaders, each block's lists
-            MapLayout::Single { .. } => {
-                let leaders: Vec<i32> = blocks.leaders().map(|r| r as i32).collect();
-                let sources: Vec<Vec<u8>> = match &single {
-                    Some(m) => (0..blocks.count())
-                        .map(|b| {
-                            let lists: BTreeMap<u32, Vec<FlushedFile>> = blocks
-                                .members(b)
-                                .map(|r| (r, m.ranks.get(&r).cloned().unwrap_or_default()))
-                                .collect();
-                            serde_json::to_vec(&lists).expect("serializes")
-                        })
-                        .collect(),
-                    None => Vec::new(),
-                };
-                let got = super::comm::scatter_to(&self.world, 0, &leaders, &sources, SOURCE_TAG);
-                serde_json::from_slice::<BTreeMap<u32, Vec<FlushedFile>>>(&got)
-                    .map_err(|e| format!("rank 0 sent unreadable rank2file lists: {e}"))
-            }
+        let block_lists = self.read_block_lists(&entry, &layout, single.as_ref(), blocks);
+        let mine = self.hand_out_lists(blocks, block_lists.as_ref());
+        Some((entry, mine, total))
+    }
+
+    /// Rank 0: the checkpoint [`Runtime::choose_from_index`] takes — `wanted` first, then
+    /// the index's order of fetch candidates, skipping `tried` — with its map's layout (or
+    /// why its map cannot be used), and a single-file map itself (legacy). `None` when no
+    /// candidate is left.
+    fn pick_from_index(&self, tried: &[u64], wanted: Option<&str>) -> (Choice, Option<Rank2File>) {
+        let index = Index::load_or_rebuild(&self.prefix).unwrap_or_else(|e| {
+            tracing::warn!("{e}; no checkpoint is taken from the prefix");
+            Index::default()
         });
-        // a tree: the parts' totals must add up to the root's (when every part was read:
-        // an unreadable one says why itself); every leader then fails its block alike
-        let block_lists = match &layout {
+        let mut candidates = index.fetch_candidates(self.size);
+        // the checkpoint `current` named is tried first
+        if let Some(pos) = candidates
+            .iter()
+            .position(|e| Some(e.name.as_str()) == wanted)
+        {
+            let e = candidates.remove(pos);
+            candidates.insert(0, e);
+        }
+        match candidates.into_iter().find(|e| !tried.contains(&e.id)) {
+            None => (None, None),
+            Some(e) => {
+                let (layout, single) = self.map_layout(e);
+                (Some((e.clone(), layout)), single)
+            }
+        }
+    }
+
+    /// Rank 0: the layout of the rank2file map of `entry` that every rank is told, once
+    /// the map is loaded and fits this job ([`check_map`]); a single-file map (legacy)
+    /// also itself, since rank 0 sends its lists.
+    fn map_layout(
+        &self,
+        entry: &IndexEntry,
+    ) -> (std::result::Result<MapLayout, String>, Option<Rank2File>) {
+        let map = Rank2FileMap::load(&self.prefix, entry.id)
+            .map_err(|x| x.to_string())
+            .and_then(|m| check_map(&self.prefix, entry.id, self.size, m));
+        match map {
+            Ok(Rank2FileMap::Tree(root)) => (Ok(MapLayout::Tree(root)), None),
+            Ok(Rank2FileMap::Single(m)) => (
+                Ok(MapLayout::Single {
+                    block: self.rank2file_blocks().block,
+                }),
+                Some(m),
+            ),
+            Err(why) => (Err(why), None),
+        }
+    }
+
+    /// A leader: its block's lists of the map of `entry`, read from its part (a tree) or
+    /// received from rank 0 (a single-file map, legacy: rank 0 holds it in `single`);
+    /// `None` on the other ranks (collective). For a tree, the parts' totals must add up
+    /// to the root's (when every part was read: an unreadable one says why itself); every
+    /// leader then fails its block alike.
+    fn read_block_lists(
+        &self,
+        entry: &IndexEntry,
+        layout: &MapLayout,
+        single: Option<&Rank2File>,
+        blocks: prefix::Blocks,
+    ) -> Option<std::result::Result<BlockLists, String>> {
+        let n = blocks.of(self.rank);
+        let leader = self.rank == blocks.leader(n);
+        match layout {
             MapLayout::Tree(root) => {
+                let part = leader.then(|| Rank2FilePart::load(&self.prefix, entry.id, blocks, n));
+                // a leader: its part's totals [files, bytes, unreadable]
+                let totals = match &part {
+                    Some(Ok(part)) => [part.files, part.bytes, 0],
+                    Some(Err(_)) => [0, 0, 1],
+                    None => [0; 3],
+                };
                 let [files, bytes, unreadable] = super::comm::sum_u64s(&self.world, totals);
                 let sums = if unreadable == 0 {
                     root.check_totals(&self.prefix, entry.id, files, bytes)
@@ -1427,11 +1450,49 @@ impl Runtime {
                 } else {
                     Ok(())
                 };
-                block_lists.map(|lists| sums.and(lists))
+                part.map(|part| sums.and(part.map(|p| p.ranks).map_err(|e| e.to_string())))
             }
-            MapLayout::Single { .. } => block_lists,
+            MapLayout::Single { .. } => leader.then(|| self.receive_legacy_lists(single, blocks)),
+        }
+    }
+
+    /// A leader, from a single-file map (legacy): its block's lists, which rank 0 (holding
+    /// the map in `single`) sends each leader.
+    fn receive_legacy_lists(
+        &self,
+        single: Option<&Rank2File>,
+        blocks: prefix::Blocks,
+    ) -> std::result::Result<BlockLists, String> {
+        let leaders: Vec<i32> = blocks.leaders().map(|r| r as i32).collect();
+        let sources: Vec<Vec<u8>> = match single {
+            Some(m) => (0..blocks.count())
+                .map(|b| {
+                    let lists: BlockLists = blocks
+                        .members(b)
+                        .map(|r| (r, m.ranks.get(&r).cloned().unwrap_or_default()))
+                        .collect();
+                    serde_json::to_vec(&lists).expect("serializes")
+                })
+                .collect(),
+            None => Vec::new(),
         };
-        let lists: Vec<Vec<u8>> = match &block_lists {
+        let got = super::comm::scatter_to(&self.world, 0, &leaders, &sources, SOURCE_TAG);
+        serde_json::from_slice::<BlockLists>(&got)
+            .map_err(|e| format!("rank 0 sent unreadable rank2file lists: {e}"))
+    }
+
+    /// Each leader sends each member of its block its list (or the block's error), from
+    /// `block_lists` (the leader's, `None` elsewhere); then every rank takes the lowest
+    /// failing rank's error, so that all give the same answer (collective).
+    fn hand_out_lists(
+        &self,
+        blocks: prefix::Blocks,
+        block_lists: Option<&std::result::Result<BlockLists, String>>,
+    ) -> std::result::Result<Vec<FlushedFile>, String> {
+        let n = blocks.of(self.rank);
+        let leader = blocks.leader(n);
+        let members: Vec<i32> = blocks.members(n).map(|r| r as i32).collect();
+        let lists: Vec<Vec<u8>> = match block_lists {
             None => Vec::new(),
             Some(block_lists) => blocks
                 .members(n)
@@ -1452,12 +1513,10 @@ impl Runtime {
                 ))
             });
         // the same answer everywhere: the lowest failing rank's error
-        let mine = match super::first_failure(&self.world, mine.as_ref().err().map(String::as_str))
-        {
+        match super::first_failure(&self.world, mine.as_ref().err().map(String::as_str)) {
             Some((_, why)) => Err(why),
             None => mine,
-        };
-        Some((entry, mine, total))
+        }
     }
 
     /// Rank 0 marks a checkpoint that cannot be restarted from as failed in the index
