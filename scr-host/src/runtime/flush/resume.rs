@@ -25,9 +25,9 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use scr_plugin::host_ref;
+use scr_plugin::{host_ref, FileResult};
 
-use super::{collect, remove_written, Planned, RankOutcome, Started};
+use super::{collect, remove_written, Label, Planned, RankOutcome, Started};
 use crate::runtime::prefix::{self, Index, IndexEntry, Rank2File};
 use crate::runtime::{broadcast_bytes, DatasetRecord, Result, Runtime};
 
@@ -350,34 +350,57 @@ impl Runtime {
         let rec = rec.ok_or("not in this rank's cache")?;
         if rec.files.is_empty() {
             // nothing of this rank's to copy: its part is done whatever the state says
-            let label = self.transfer_of(&rec.descriptor.store);
-            let host = self.transfer_host(&label);
-            let config = self.transfer_config(&label, state);
-            let transfer = self
-                .registry
-                .new_transfer(&config, host_ref(&host))
-                .map_err(|e| e.to_string())?;
-            return Ok(Started {
-                transfer,
-                files: Vec::new(),
-                label,
-                host,
-            });
+            return self.open_transfer(rec, state, false);
         }
         if state.symlink_metadata().is_err() {
             return Err(format!("no transfer state ({})", state.display()));
         }
+        let mut started = self.open_transfer(rec, state, true)?;
+        let results = started
+            .transfer
+            .results()
+            .into_result()
+            .map_err(|e| format!("{e} ({})", started.label))?;
+        started.files = self.files_from_state(entry, rec, &results, &started.label)?;
+        Ok(started)
+    }
+
+    /// A transfer of the type of `rec`'s store persisting its state in `state`, with no
+    /// planned file yet: resumed from that state (`resume`), else a new one.
+    fn open_transfer(
+        &self,
+        rec: &DatasetRecord,
+        state: &Path,
+        resume: bool,
+    ) -> std::result::Result<Started, String> {
         let label = self.transfer_of(&rec.descriptor.store);
         let host = self.transfer_host(&label);
         let config = self.transfer_config(&label, state);
-        let transfer = self
-            .registry
-            .resume_transfer(&config, host_ref(&host))
-            .map_err(|e| e.to_string())?;
-        let results = transfer
-            .results()
-            .into_result()
-            .map_err(|e| format!("{e} ({label})"))?;
+        let transfer = if resume {
+            self.registry.resume_transfer(&config, host_ref(&host))
+        } else {
+            self.registry.new_transfer(&config, host_ref(&host))
+        }
+        .map_err(|e| e.to_string())?;
+        Ok(Started {
+            transfer,
+            files: Vec::new(),
+            label,
+            host,
+        })
+    }
+
+    /// This rank's files of `rec` as the reopened transfer's `results` (from its state)
+    /// list them: each cached file exactly once as a source, to its own path in the
+    /// prefix or to its relocated path, all files alike; why the state is not this
+    /// flush's otherwise.
+    fn files_from_state(
+        &self,
+        entry: &IndexEntry,
+        rec: &DatasetRecord,
+        results: &[FileResult],
+        label: &Label,
+    ) -> std::result::Result<Vec<Planned>, String> {
         if results.len() != rec.files.len() {
             return Err(format!(
                 "the transfer state lists {} file(s), the dataset has {} on this rank ({label})",
@@ -428,12 +451,7 @@ impl Runtime {
                 stored,
             });
         }
-        Ok(Started {
-            transfer,
-            files,
-            label,
-            host,
-        })
+        Ok(files)
     }
 
     /// Remove what the interrupted flush of `entry` wrote and mark the entry failed
