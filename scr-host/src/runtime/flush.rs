@@ -99,6 +99,51 @@ enum MapLayout {
     },
 }
 
+/// What rank 0 tells every rank at fetch: the chosen checkpoint's index entry with its
+/// map's layout, or why its map cannot be used; `None` when no candidate is left.
+type Choice = Option<(IndexEntry, std::result::Result<MapLayout, String>)>;
+
+/// The lists of one block's ranks in a rank2file map, by rank.
+type BlockLists = BTreeMap<u32, Vec<FlushedFile>>;
+
+/// Rank 0: `map`, the rank2file map of dataset `id`, when it fits a job of `size` ranks
+/// (a tree: its root is sound and lists `size` ranks; a single-file map: every rank
+/// 0..`size` has a list, possibly empty); why not otherwise, naming the file.
+fn check_map(
+    prefix: &Path,
+    id: u64,
+    size: u32,
+    map: Rank2FileMap,
+) -> std::result::Result<Rank2FileMap, String> {
+    let path = Rank2File::path(prefix, id);
+    match &map {
+        Rank2FileMap::Tree(root) => {
+            root.check(prefix, id).map_err(|x| x.to_string())?;
+            if root.ranks != size {
+                return Err(format!(
+                    "{}: lists {} ranks, the job has {size}",
+                    path.display(),
+                    root.ranks
+                ));
+            }
+            Ok(map)
+        }
+        // every rank's list (possibly empty) is recorded by a flush: a map missing one
+        // would fetch nothing for it
+        Rank2FileMap::Single(single) => {
+            if single.ranks.keys().copied().eq(0..size) {
+                Ok(map)
+            } else {
+                Err(format!(
+                    "{}: lists ranks {:?}, the job has ranks 0..{size}",
+                    path.display(),
+                    single.ranks.keys().collect::<Vec<_>>()
+                ))
+            }
+        }
+    }
+}
+
 /// What one rank's part of a flush produced.
 type RankOutcome = std::result::Result<Vec<FlushedFile>, String>;
 
@@ -215,11 +260,11 @@ fn wait_transfer(
 }
 
 /// Check a finished transfer against what it was asked to do, trusting none of its
-/// claims: its overall status, then exactly one Complete result per added file, matched
-/// by source *and* destination (a plugin may report in any order, but not for files it
-/// was not given, nor twice, nor not at all), then the destination itself, re-read by
-/// the host: it must exist with the planned size and, where a CRC32 was recorded, that
-/// CRC32. A CRC32 the transfer reports must also match what the host computed.
+/// claims: its overall status ([`check_status`]), then exactly one Complete result per
+/// added file, matched by source *and* destination ([`match_results`], [`sole_result`]),
+/// then the destination itself, re-read by the host ([`check_destination`]): it must
+/// exist with the planned size and, where a CRC32 was recorded, that CRC32. A CRC32 the
+/// transfer reports must also match what the host computed.
 ///
 /// Returns the CRC32 the host computed for each planned file, in order. `recorded` says
 /// where the expected CRC comes from, for the message.
@@ -231,14 +276,44 @@ fn verify(
     recorded: &str,
     buf: usize,
 ) -> std::result::Result<Vec<u32>, String> {
-    if status != TransferStatus::Complete {
-        let why = results
-            .iter()
-            .find_map(|r| r.error.clone().into_option())
-            .map(|e| e.into_string())
-            .unwrap_or_else(|| format!("{status:?}"));
-        return Err(format!("transfer did not complete: {why} ({label})"));
+    check_status(label, status, results)?;
+    let matched = match_results(label, results, files)?;
+    files
+        .iter()
+        .zip(&matched)
+        .map(|(p, rs)| {
+            let r = sole_result(label, p, rs)?;
+            check_destination(label, p, r, recorded, buf)
+        })
+        .collect()
+}
+
+/// The transfer's overall status must be Complete: else the first error a file's result
+/// gives (or the status itself) says why it is not.
+fn check_status(
+    label: &Label,
+    status: TransferStatus,
+    results: &[FileResult],
+) -> std::result::Result<(), String> {
+    if status == TransferStatus::Complete {
+        return Ok(());
     }
+    let why = results
+        .iter()
+        .find_map(|r| r.error.clone().into_option())
+        .map(|e| e.into_string())
+        .unwrap_or_else(|| format!("{status:?}"));
+    Err(format!("transfer did not complete: {why} ({label})"))
+}
+
+/// The results the transfer reported for each planned file (by position in `files`),
+/// matched by source *and* destination: a plugin may report in any order, but not for
+/// a file it was not given.
+fn match_results<'r>(
+    label: &Label,
+    results: &'r [FileResult],
+    files: &[Planned],
+) -> std::result::Result<Vec<Vec<&'r FileResult>>, String> {
     let index: BTreeMap<(&Path, &Path), usize> = files
         .iter()
         .enumerate()
@@ -262,79 +337,98 @@ fn verify(
             }
         }
     }
-    let mut crcs = Vec::with_capacity(files.len());
-    for (p, rs) in files.iter().zip(&matched) {
-        let r = match rs.as_slice() {
-            [r] => *r,
-            [] => {
-                return Err(format!(
-                    "{}: the transfer returned no result for it ({} -> {}) ({label})",
-                    p.name,
-                    p.source.display(),
-                    p.destination.display()
-                ))
-            }
-            many => {
-                return Err(format!(
-                    "{}: the transfer returned {} results for it ({label})",
-                    p.name,
-                    many.len()
-                ))
-            }
-        };
-        if r.status != TransferStatus::Complete {
-            let why = r
-                .error
-                .clone()
-                .into_option()
-                .map(|e| e.into_string())
-                .unwrap_or_else(|| format!("{:?}", r.status));
-            return Err(format!("{}: {why} ({label})", p.name));
+    Ok(matched)
+}
+
+/// The one result `rs` the transfer reported for planned file `p`, which must say
+/// Complete: none, several, or one that is not Complete fails the transfer.
+fn sole_result<'r>(
+    label: &Label,
+    p: &Planned,
+    rs: &[&'r FileResult],
+) -> std::result::Result<&'r FileResult, String> {
+    let r = match rs {
+        [r] => *r,
+        [] => {
+            return Err(format!(
+                "{}: the transfer returned no result for it ({} -> {}) ({label})",
+                p.name,
+                p.source.display(),
+                p.destination.display()
+            ))
         }
-        // with no CRC32 recorded (crc_on_copy = false), the source is the reference: a
-        // copy of the right size with other bytes must not become the recorded truth
-        let (expected, from) = match p.crc32 {
-            Some(c) => (c, recorded),
-            None => (
-                cache::file_crc32(&p.source, buf).map_err(|e| {
-                    format!(
-                        "{}: the source {} cannot be read to check the copy: {e} ({label})",
-                        p.name,
-                        p.source.display()
-                    )
-                })?,
-                "of the source",
-            ),
-        };
-        let want = format!("{} bytes CRC32 {expected:08x} ({from})", p.size);
-        let meta = cache::stat_file(&p.destination, true, buf).map_err(|e| {
-            format!(
-                "{}: expected {want}, but {} cannot be read after the transfer reported it complete: {e} ({label})",
+        many => {
+            return Err(format!(
+                "{}: the transfer returned {} results for it ({label})",
+                p.name,
+                many.len()
+            ))
+        }
+    };
+    if r.status != TransferStatus::Complete {
+        let why = r
+            .error
+            .clone()
+            .into_option()
+            .map(|e| e.into_string())
+            .unwrap_or_else(|| format!("{:?}", r.status));
+        return Err(format!("{}: {why} ({label})", p.name));
+    }
+    Ok(r)
+}
+
+/// Re-read the destination of planned file `p` and check it against the size and CRC32
+/// it must have (recorded, else computed from the source), and against the CRC32 the
+/// transfer's result `r` claims, if it claims one. Returns the CRC32 the host computed.
+fn check_destination(
+    label: &Label,
+    p: &Planned,
+    r: &FileResult,
+    recorded: &str,
+    buf: usize,
+) -> std::result::Result<u32, String> {
+    // with no CRC32 recorded (crc_on_copy = false), the source is the reference: a
+    // copy of the right size with other bytes must not become the recorded truth
+    let (expected, from) = match p.crc32 {
+        Some(c) => (c, recorded),
+        None => (
+            cache::file_crc32(&p.source, buf).map_err(|e| {
+                format!(
+                    "{}: the source {} cannot be read to check the copy: {e} ({label})",
+                    p.name,
+                    p.source.display()
+                )
+            })?,
+            "of the source",
+        ),
+    };
+    let want = format!("{} bytes CRC32 {expected:08x} ({from})", p.size);
+    let meta = cache::stat_file(&p.destination, true, buf).map_err(|e| {
+        format!(
+            "{}: expected {want}, but {} cannot be read after the transfer reported it complete: {e} ({label})",
+            p.name,
+            p.destination.display()
+        )
+    })?;
+    let got = meta.crc32.unwrap_or_default();
+    if meta.size != p.size || got != expected {
+        return Err(format!(
+            "{}: expected {want}, {} has {} bytes CRC32 {got:08x} ({label})",
+            p.name,
+            p.destination.display(),
+            meta.size
+        ));
+    }
+    if let Some(claimed) = r.crc32.into_option() {
+        if claimed != got {
+            return Err(format!(
+                "{}: the transfer reported CRC32 {claimed:08x}, {} has CRC32 {got:08x} ({label})",
                 p.name,
                 p.destination.display()
-            )
-        })?;
-        let got = meta.crc32.unwrap_or_default();
-        if meta.size != p.size || got != expected {
-            return Err(format!(
-                "{}: expected {want}, {} has {} bytes CRC32 {got:08x} ({label})",
-                p.name,
-                p.destination.display(),
-                meta.size
             ));
         }
-        if let Some(claimed) = r.crc32.into_option() {
-            if claimed != got {
-                return Err(format!(
-                    "{}: the transfer reported CRC32 {claimed:08x}, {} has CRC32 {got:08x} ({label})",
-                    p.name,
-                    p.destination.display()
-                ));
-            }
-        }
-        crcs.push(got);
     }
-    Ok(crcs)
+    Ok(got)
 }
 
 /// Wait for a started transfer and verify it (see [`verify`]); this rank's flushed files
@@ -434,6 +528,54 @@ fn log_flush(
 struct FlushStart {
     job_id: String,
     at: std::time::Instant,
+}
+
+/// Where a flush writes its dataset's files ([`Runtime::placement`]): the same choice on
+/// every rank.
+struct Placement {
+    /// A pure output dataset (no checkpoint): written at its own paths even over older
+    /// files.
+    pure_output: bool,
+    /// This rank's destinations at the files' own paths that are taken (on disk, or a
+    /// destination of a background flush still running).
+    existing: BTreeSet<PathBuf>,
+    /// Every rank writes into the dataset's own directory ([`prefix::relocated`]).
+    relocate: bool,
+}
+
+impl Placement {
+    /// The prefix paths (relative) this rank's part of the flush of `rec` may write, for
+    /// the list recorded before anything is written: names taken in the prefix are not
+    /// this flush's to clean up (unless a pure output is written over them).
+    fn writes(&self, rec: &DatasetRecord, prefix: &Path) -> Vec<String> {
+        rec.files
+            .iter()
+            .filter_map(|f| {
+                if self.relocate {
+                    Some(prefix::relocated(rec.id, &f.name))
+                } else {
+                    (self.pure_output || !self.existing.contains(&prefix.join(&f.name)))
+                        .then(|| f.name.clone())
+                }
+            })
+            .collect()
+    }
+
+    /// What the `started` transfer writes that no older dataset owns: removed if the
+    /// flush fails (names taken in the prefix were relocated; a pure output written over
+    /// an older file leaves that path alone).
+    fn removable(&self, started: &std::result::Result<Started, String>) -> Vec<PathBuf> {
+        started
+            .as_ref()
+            .map(|s| {
+                s.files
+                    .iter()
+                    .map(|p| p.destination.clone())
+                    .filter(|p| self.relocate || !self.existing.contains(p))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// Rank 0: the flush of `entry` failed (`reason` names the rank): marked in the index.
@@ -620,19 +762,49 @@ impl Runtime {
         self.flush_dataset(&rec)
     }
 
-    /// Flush `rec` to the prefix now (collective).
+    /// Flush `rec` to the prefix now (collective): open its index entry, decide where its
+    /// files go, record what it may write, then copy them in the foreground or hand the
+    /// transfer to a background waiter (`flush_async`).
     fn flush_dataset(&mut self, rec: &DatasetRecord) -> Result<()> {
         let _dataset = crate::log::dataset_span(rec.id).entered();
         let _counted = super::comm::scope("flush");
-        self.flushing.attempted.insert(rec.id);
-        self.flushing
-            .started
-            .insert(rec.id, std::time::Instant::now());
+        self.begin_flush(rec.id);
+        let Some(entry) = self.open_index_entry(rec) else {
+            return Ok(());
+        };
+        self.fault_point("flush-started", rec.id);
+        let place = self.placement(rec);
+        // what this flush may write, recorded in the prefix before anything is written:
+        // if the run dies mid-flush, the next init cleans it up even when every cache is
+        // lost with the filemaps that name the files (see `resume`)
+        self.record_writes(rec.id, &place.writes(rec, &self.prefix));
+        let started = self.start_transfer(rec, place.relocate);
+        self.fault_point("flush-dispatched", rec.id);
+        let removable = place.removable(&started);
+        if self.config.bool("flush_async") {
+            lock(&self.flushing.removable).insert(rec.id, removable);
+            return self.flush_in_background(rec, entry, started);
+        }
+        self.flush_in_foreground(rec, &entry, started, &removable);
+        Ok(())
+    }
+
+    /// This run's bookkeeping of a flush of dataset `id` starting: attempted (finalize
+    /// does not try it again), when it started (for its event), and no outcome of an
+    /// earlier attempt.
+    fn begin_flush(&mut self, id: u64) {
+        self.flushing.attempted.insert(id);
+        self.flushing.started.insert(id, std::time::Instant::now());
         // (a dataset flushed a second time in one run, `scr index drop` between the two,
         // starts with nothing of the first attempt's outcome)
-        lock(&self.flushing.outcomes).remove(&rec.id);
-        // rank 0 opens the index entry first: until the flush completes, the index still
-        // points at the previous complete checkpoint
+        lock(&self.flushing.outcomes).remove(&id);
+    }
+
+    /// Open the index entry of the flush of `rec`, incomplete (collective; rank 0 writes
+    /// it first: until the flush completes, the index still points at the previous
+    /// complete checkpoint). `None` when it cannot be written: the flush is skipped (with
+    /// a warning on every rank) and the checkpoint kept in cache.
+    fn open_index_entry(&self, rec: &DatasetRecord) -> Option<IndexEntry> {
         let entry = IndexEntry {
             id: rec.id,
             name: rec.name.clone(),
@@ -659,15 +831,19 @@ impl Runtime {
                 rec.name,
                 String::from_utf8_lossy(&why)
             ));
-            return Ok(());
+            return None;
         }
-        self.fault_point("flush-started", rec.id);
+        Some(entry)
+    }
 
-        // never overwrite what the prefix already holds (an older flushed checkpoint of
-        // the same name): if any rank's file name is taken, the whole dataset goes to its
-        // own directory (see `prefix::relocated` for why). A pure output dataset (no
-        // checkpoint) is the exception: it is flushed so that users find it at its path,
-        // as the previous run's output was, and no restart depends on the older copy.
+    /// Where the flush of `rec` writes (collective: whether to relocate is agreed).
+    ///
+    /// It never overwrites what the prefix already holds (an older flushed checkpoint of
+    /// the same name): if any rank's file name is taken, the whole dataset goes to its
+    /// own directory (see `prefix::relocated` for why). A pure output dataset (no
+    /// checkpoint) is the exception: it is flushed so that users find it at its path,
+    /// as the previous run's output was, and no restart depends on the older copy.
+    fn placement(&self, rec: &DatasetRecord) -> Placement {
         let pure_output = rec.output && rec.checkpoint_id.is_none();
         // taken: on disk already, or a destination of a background flush still running
         // (whose transfer may not have created it yet; writing it again would race it,
@@ -692,47 +868,29 @@ impl Runtime {
                 prefix::relocated(rec.id, "")
             ));
         }
-
-        // what this flush may write, recorded in the prefix before anything is written:
-        // if the run dies mid-flush, the next init cleans it up even when every cache is
-        // lost with the filemaps that name the files (see `resume`)
-        let writes: Vec<String> = rec
-            .files
-            .iter()
-            .filter_map(|f| {
-                if relocate {
-                    Some(prefix::relocated(rec.id, &f.name))
-                } else {
-                    (pure_output || !existing.contains(&self.prefix.join(&f.name)))
-                        .then(|| f.name.clone())
-                }
-            })
-            .collect();
-        self.record_writes(rec.id, &writes);
-        let started = self.start_transfer(rec, relocate);
-        self.fault_point("flush-dispatched", rec.id);
-        // what this flush writes that no older dataset owns: removed if the flush fails
-        // (names taken in the prefix were relocated; a pure output written over an older
-        // file leaves that path alone)
-        let removable: Vec<PathBuf> = started
-            .as_ref()
-            .map(|s| {
-                s.files
-                    .iter()
-                    .map(|p| p.destination.clone())
-                    .filter(|p| relocate || !existing.contains(p))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if self.config.bool("flush_async") {
-            lock(&self.flushing.removable).insert(rec.id, removable);
-            return self.flush_in_background(rec, entry, started);
+        Placement {
+            pure_output,
+            existing,
+            relocate,
         }
+    }
+
+    /// Wait for this rank's transfer of `rec` and record the flush collectively
+    /// ([`Runtime::gather_and_finish`]); when it failed anywhere, remove what this rank
+    /// wrote that no older dataset owns (`removable`). Either way the dataset stays in
+    /// cache and the checkpoint stands: a failed flush is a warning.
+    fn flush_in_foreground(
+        &mut self,
+        rec: &DatasetRecord,
+        entry: &IndexEntry,
+        started: std::result::Result<Started, String>,
+        removable: &[PathBuf],
+    ) {
         let state = self.transfer_state(rec.id);
         let buf = self.buf_size();
         let outcome: RankOutcome = started.and_then(|s| collect(s, false, "when written", buf));
         self.fault_point("flush-copied", rec.id);
-        let recorded = self.gather_and_finish(&entry, &outcome);
+        let recorded = self.gather_and_finish(entry, &outcome);
         let text = broadcast_bytes(&self.world, recorded.err().unwrap_or_default().as_bytes());
         // the transfer's state stays until the flush is settled: a crash before this
         // point leaves it for the next init to resume (see `resume`)
@@ -747,14 +905,13 @@ impl Runtime {
                 self.prefix.display()
             ));
         } else {
-            remove_written(&self.prefix, &removable);
+            remove_written(&self.prefix, removable);
             self.warn(&format!(
                 "{} stays in cache only: {}",
                 rec.name,
                 String::from_utf8_lossy(&text)
             ));
         }
-        Ok(())
     }
 
     /// The state file of this rank's transfer of dataset `id`.
@@ -1184,67 +1341,9 @@ impl Runtime {
         std::result::Result<Vec<FlushedFile>, String>,
         u64,
     )> {
-        let size = self.size;
         // rank 0: the choice and its map's layout; a single-file map itself (legacy)
         let (choice, single) = if self.rank == 0 {
-            let index = Index::load_or_rebuild(&self.prefix).unwrap_or_else(|e| {
-                tracing::warn!("{e}; no checkpoint is taken from the prefix");
-                Index::default()
-            });
-            let mut candidates = index.fetch_candidates(self.size);
-            // the checkpoint `current` named is tried first
-            if let Some(pos) = candidates
-                .iter()
-                .position(|e| Some(e.name.as_str()) == wanted)
-            {
-                let e = candidates.remove(pos);
-                candidates.insert(0, e);
-            }
-            match candidates.into_iter().find(|e| !tried.contains(&e.id)) {
-                None => (None, None),
-                Some(e) => {
-                    let path = Rank2File::path(&self.prefix, e.id);
-                    let map = Rank2FileMap::load(&self.prefix, e.id)
-                        .map_err(|x| x.to_string())
-                        .and_then(|m| match &m {
-                            Rank2FileMap::Tree(root) => {
-                                root.check(&self.prefix, e.id).map_err(|x| x.to_string())?;
-                                if root.ranks != size {
-                                    return Err(format!(
-                                        "{}: lists {} ranks, the job has {size}",
-                                        path.display(),
-                                        root.ranks
-                                    ));
-                                }
-                                Ok(m)
-                            }
-                            // every rank's list (possibly empty) is recorded by a
-                            // flush: a map missing one would fetch nothing for it
-                            Rank2FileMap::Single(single) => {
-                                if single.ranks.keys().copied().eq(0..size) {
-                                    Ok(m)
-                                } else {
-                                    Err(format!(
-                                        "{}: lists ranks {:?}, the job has ranks 0..{size}",
-                                        path.display(),
-                                        single.ranks.keys().collect::<Vec<_>>()
-                                    ))
-                                }
-                            }
-                        });
-                    let (layout, single) = match map {
-                        Ok(Rank2FileMap::Tree(root)) => (Ok(MapLayout::Tree(root)), None),
-                        Ok(Rank2FileMap::Single(m)) => (
-                            Ok(MapLayout::Single {
-                                block: self.rank2file_blocks().block,
-                            }),
-                            Some(m),
-                        ),
-                        Err(why) => (Err(why), None),
-                    };
-                    (Some((e.clone(), layout)), single)
-                }
-            }
+            self.pick_from_index(tried, wanted)
         } else {
             (None, None)
         };
@@ -1261,53 +1360,89 @@ impl Runtime {
         let (blocks, total) = match &layout {
             MapLayout::Tree(root) => (root.blocks(), root.bytes),
             MapLayout::Single { block } => (
-                prefix::Blocks::new(size, *block),
+                prefix::Blocks::new(self.size, *block),
                 single
                     .as_ref()
                     .map_or(0, |m| m.ranks.values().flatten().map(|f| f.size).sum()),
             ),
         };
-        let n = blocks.of(self.rank);
-        let leader = blocks.leader(n);
-        let members: Vec<i32> = blocks.members(n).map(|r| r as i32).collect();
-        // a leader: its block's lists, and (a tree) its part's totals [files, bytes,
-        // unreadable]
-        let mut totals = [0u64; 3];
-        let block_lists = (self.rank == leader).then(|| match &layout {
-            MapLayout::Tree(_) => match Rank2FilePart::load(&self.prefix, entry.id, blocks, n) {
-                Ok(part) => {
-                    totals = [part.files, part.bytes, 0];
-                    Ok(part.ranks)
-                }
-                Err(e) => {
-                    totals[2] = 1;
-                    Err(e.to_string())
-                }
-            },
-            // legacy: rank 0 -> leaders, each block's lists
-            MapLayout::Single { .. } => {
-                let leaders: Vec<i32> = blocks.leaders().map(|r| r as i32).collect();
-                let sources: Vec<Vec<u8>> = match &single {
-                    Some(m) => (0..blocks.count())
-                        .map(|b| {
-                            let lists: BTreeMap<u32, Vec<FlushedFile>> = blocks
-                                .members(b)
-                                .map(|r| (r, m.ranks.get(&r).cloned().unwrap_or_default()))
-                                .collect();
-                            serde_json::to_vec(&lists).expect("serializes")
-                        })
-                        .collect(),
-                    None => Vec::new(),
-                };
-                let got = super::comm::scatter_to(&self.world, 0, &leaders, &sources, SOURCE_TAG);
-                serde_json::from_slice::<BTreeMap<u32, Vec<FlushedFile>>>(&got)
-                    .map_err(|e| format!("rank 0 sent unreadable rank2file lists: {e}"))
-            }
+        let block_lists = self.read_block_lists(&entry, &layout, single.as_ref(), blocks);
+        let mine = self.hand_out_lists(blocks, block_lists.as_ref());
+        Some((entry, mine, total))
+    }
+
+    /// Rank 0: the checkpoint [`Runtime::choose_from_index`] takes — `wanted` first, then
+    /// the index's order of fetch candidates, skipping `tried` — with its map's layout (or
+    /// why its map cannot be used), and a single-file map itself (legacy). `None` when no
+    /// candidate is left.
+    fn pick_from_index(&self, tried: &[u64], wanted: Option<&str>) -> (Choice, Option<Rank2File>) {
+        let index = Index::load_or_rebuild(&self.prefix).unwrap_or_else(|e| {
+            tracing::warn!("{e}; no checkpoint is taken from the prefix");
+            Index::default()
         });
-        // a tree: the parts' totals must add up to the root's (when every part was read:
-        // an unreadable one says why itself); every leader then fails its block alike
-        let block_lists = match &layout {
+        let mut candidates = index.fetch_candidates(self.size);
+        // the checkpoint `current` named is tried first
+        if let Some(pos) = candidates
+            .iter()
+            .position(|e| Some(e.name.as_str()) == wanted)
+        {
+            let e = candidates.remove(pos);
+            candidates.insert(0, e);
+        }
+        match candidates.into_iter().find(|e| !tried.contains(&e.id)) {
+            None => (None, None),
+            Some(e) => {
+                let (layout, single) = self.map_layout(e);
+                (Some((e.clone(), layout)), single)
+            }
+        }
+    }
+
+    /// Rank 0: the layout of the rank2file map of `entry` that every rank is told, once
+    /// the map is loaded and fits this job ([`check_map`]); a single-file map (legacy)
+    /// also itself, since rank 0 sends its lists.
+    fn map_layout(
+        &self,
+        entry: &IndexEntry,
+    ) -> (std::result::Result<MapLayout, String>, Option<Rank2File>) {
+        let map = Rank2FileMap::load(&self.prefix, entry.id)
+            .map_err(|x| x.to_string())
+            .and_then(|m| check_map(&self.prefix, entry.id, self.size, m));
+        match map {
+            Ok(Rank2FileMap::Tree(root)) => (Ok(MapLayout::Tree(root)), None),
+            Ok(Rank2FileMap::Single(m)) => (
+                Ok(MapLayout::Single {
+                    block: self.rank2file_blocks().block,
+                }),
+                Some(m),
+            ),
+            Err(why) => (Err(why), None),
+        }
+    }
+
+    /// A leader: its block's lists of the map of `entry`, read from its part (a tree) or
+    /// received from rank 0 (a single-file map, legacy: rank 0 holds it in `single`);
+    /// `None` on the other ranks (collective). For a tree, the parts' totals must add up
+    /// to the root's (when every part was read: an unreadable one says why itself); every
+    /// leader then fails its block alike.
+    fn read_block_lists(
+        &self,
+        entry: &IndexEntry,
+        layout: &MapLayout,
+        single: Option<&Rank2File>,
+        blocks: prefix::Blocks,
+    ) -> Option<std::result::Result<BlockLists, String>> {
+        let n = blocks.of(self.rank);
+        let leader = self.rank == blocks.leader(n);
+        match layout {
             MapLayout::Tree(root) => {
+                let part = leader.then(|| Rank2FilePart::load(&self.prefix, entry.id, blocks, n));
+                // a leader: its part's totals [files, bytes, unreadable]
+                let totals = match &part {
+                    Some(Ok(part)) => [part.files, part.bytes, 0],
+                    Some(Err(_)) => [0, 0, 1],
+                    None => [0; 3],
+                };
                 let [files, bytes, unreadable] = super::comm::sum_u64s(&self.world, totals);
                 let sums = if unreadable == 0 {
                     root.check_totals(&self.prefix, entry.id, files, bytes)
@@ -1315,11 +1450,49 @@ impl Runtime {
                 } else {
                     Ok(())
                 };
-                block_lists.map(|lists| sums.and(lists))
+                part.map(|part| sums.and(part.map(|p| p.ranks).map_err(|e| e.to_string())))
             }
-            MapLayout::Single { .. } => block_lists,
+            MapLayout::Single { .. } => leader.then(|| self.receive_legacy_lists(single, blocks)),
+        }
+    }
+
+    /// A leader, from a single-file map (legacy): its block's lists, which rank 0 (holding
+    /// the map in `single`) sends each leader.
+    fn receive_legacy_lists(
+        &self,
+        single: Option<&Rank2File>,
+        blocks: prefix::Blocks,
+    ) -> std::result::Result<BlockLists, String> {
+        let leaders: Vec<i32> = blocks.leaders().map(|r| r as i32).collect();
+        let sources: Vec<Vec<u8>> = match single {
+            Some(m) => (0..blocks.count())
+                .map(|b| {
+                    let lists: BlockLists = blocks
+                        .members(b)
+                        .map(|r| (r, m.ranks.get(&r).cloned().unwrap_or_default()))
+                        .collect();
+                    serde_json::to_vec(&lists).expect("serializes")
+                })
+                .collect(),
+            None => Vec::new(),
         };
-        let lists: Vec<Vec<u8>> = match &block_lists {
+        let got = super::comm::scatter_to(&self.world, 0, &leaders, &sources, SOURCE_TAG);
+        serde_json::from_slice::<BlockLists>(&got)
+            .map_err(|e| format!("rank 0 sent unreadable rank2file lists: {e}"))
+    }
+
+    /// Each leader sends each member of its block its list (or the block's error), from
+    /// `block_lists` (the leader's, `None` elsewhere); then every rank takes the lowest
+    /// failing rank's error, so that all give the same answer (collective).
+    fn hand_out_lists(
+        &self,
+        blocks: prefix::Blocks,
+        block_lists: Option<&std::result::Result<BlockLists, String>>,
+    ) -> std::result::Result<Vec<FlushedFile>, String> {
+        let n = blocks.of(self.rank);
+        let leader = blocks.leader(n);
+        let members: Vec<i32> = blocks.members(n).map(|r| r as i32).collect();
+        let lists: Vec<Vec<u8>> = match block_lists {
             None => Vec::new(),
             Some(block_lists) => blocks
                 .members(n)
@@ -1340,12 +1513,10 @@ impl Runtime {
                 ))
             });
         // the same answer everywhere: the lowest failing rank's error
-        let mine = match super::first_failure(&self.world, mine.as_ref().err().map(String::as_str))
-        {
+        match super::first_failure(&self.world, mine.as_ref().err().map(String::as_str)) {
             Some((_, why)) => Err(why),
             None => mine,
-        };
-        Some((entry, mine, total))
+        }
     }
 
     /// Rank 0 marks a checkpoint that cannot be restarted from as failed in the index

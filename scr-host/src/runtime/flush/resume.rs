@@ -25,9 +25,9 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use scr_plugin::host_ref;
+use scr_plugin::{host_ref, FileResult};
 
-use super::{collect, remove_written, Planned, RankOutcome, Started};
+use super::{collect, remove_written, Label, Planned, RankOutcome, Started};
 use crate::runtime::prefix::{self, Index, IndexEntry, Rank2File};
 use crate::runtime::{broadcast_bytes, DatasetRecord, Result, Runtime};
 
@@ -124,6 +124,34 @@ enum Part {
     NotCached = 4,
 }
 
+impl Part {
+    /// This rank's answer: whether the dataset is complete in its cache (`rec`), and if
+    /// so whether and where its transfer was `reopened`.
+    fn of(rec: Option<&DatasetRecord>, reopened: &std::result::Result<Started, String>) -> Part {
+        match (rec, reopened) {
+            (None, _) => Part::NotCached,
+            (Some(_), Ok(s)) => match s.files.first() {
+                None => Part::Empty,
+                Some(p) if p.stored.is_some() => Part::Relocated,
+                Some(_) => Part::InPlace,
+            },
+            (Some(_), Err(_)) => Part::No,
+        }
+    }
+}
+
+/// What the ranks' answers ([`Part`]) say together about an interrupted flush: the same
+/// on every rank ([`Runtime::agree_on_parts`]).
+struct Agreed {
+    /// The dataset is complete in every rank's cache.
+    cached: bool,
+    /// Some ranks' transfers write to the files' own paths, others' to the dataset's
+    /// own directory.
+    mixed: bool,
+    /// Every rank reopened its transfer, all to the same kind of destination.
+    resumable: bool,
+}
+
 impl Runtime {
     /// Settle every flush an earlier run left open (collective; at init, after the cache
     /// was restored), and remove transfer state files no open flush needs.
@@ -173,16 +201,37 @@ impl Runtime {
             .get(&entry.id)
             .filter(|r| r.complete && entry.world_size == self.size)
             .cloned();
-        // what complete datasets own: a resumed transfer must not write there (a
-        // dataset scavenged or flushed since may hold that path now), and the cleanup
-        // never removes it
         let reopened = self.reopen(entry, rec.as_ref(), &state);
+        let reopened = self.refuse_owned(reopened);
+        if let (Some(_), Err(why)) = (&rec, &reopened) {
+            tracing::warn!("the interrupted flush of {}: {why}", entry.name);
+        }
+        let agreed = self.agree_on_parts(Part::of(rec.as_ref(), &reopened));
+        if agreed.resumable {
+            let Ok(started) = reopened else {
+                unreachable!("every rank reopened its transfer")
+            };
+            self.resume_flush(entry, rec.as_ref(), started);
+        } else {
+            self.abandon_flush(entry, rec, reopened, &agreed);
+        }
+        let _ = std::fs::remove_file(&state);
+    }
+
+    /// `reopened`, unless a destination of it belongs to a complete dataset (collective:
+    /// [`Runtime::owned_among`]). What complete datasets own a resumed transfer must not
+    /// write (a dataset scavenged or flushed since may hold that path now), and the
+    /// cleanup never removes it.
+    fn refuse_owned(
+        &self,
+        reopened: std::result::Result<Started, String>,
+    ) -> std::result::Result<Started, String> {
         let destinations: Vec<PathBuf> = reopened
             .as_ref()
             .map(|s| s.files.iter().map(|p| p.destination.clone()).collect())
             .unwrap_or_default();
         let owned = self.owned_among(&destinations);
-        let reopened = reopened
+        reopened
             .and_then(|s| match &owned {
                 None => Err("the prefix's rank2file maps cannot all be read, so it is not known which paths complete datasets own".to_string()),
                 Some(o) => match s.files.iter().find(|p| o.contains(&p.destination)) {
@@ -192,90 +241,101 @@ impl Runtime {
                     )),
                     None => Ok(s),
                 },
-            });
-        if let (Some(_), Err(why)) = (&rec, &reopened) {
-            tracing::warn!("the interrupted flush of {}: {why}", entry.name);
-        }
-        let part = match (&rec, &reopened) {
-            (None, _) => Part::NotCached,
-            (Some(_), Ok(s)) => match s.files.first() {
-                None => Part::Empty,
-                Some(p) if p.stored.is_some() => Part::Relocated,
-                Some(_) => Part::InPlace,
-            },
-            (Some(_), Err(_)) => Part::No,
-        };
-        // which answers some rank gave, so that all take the same road (one bitwise-OR
-        // reduction: 8 bytes, O(log P) steps)
+            })
+    }
+
+    /// Which answers some rank gave (collective), so that all take the same road (one
+    /// bitwise-OR reduction: 8 bytes, O(log P) steps).
+    fn agree_on_parts(&self, part: Part) -> Agreed {
         let parts = crate::runtime::comm::or_u64(&self.world, 1u64 << (part as u8));
         let some = |p: Part| parts & (1u64 << (p as u8)) != 0;
         let cached = !some(Part::NotCached);
         let mixed = some(Part::InPlace) && some(Part::Relocated);
-        let resumable = cached && !some(Part::No) && !mixed;
-        if resumable {
-            self.flushing
-                .started
-                .insert(entry.id, std::time::Instant::now());
-            let Ok(mut started) = reopened else {
-                unreachable!("every rank reopened its transfer")
-            };
-            let dispatched = started
-                .transfer
-                .dispatch(host_ref(&started.host))
-                .into_result()
-                .map_err(|e| format!("{e} ({})", started.label));
-            let outcome: RankOutcome =
-                dispatched.and_then(|()| collect(started, false, "when written", self.buf_size()));
-            let recorded = self.gather_and_finish(entry, &outcome);
-            let text = broadcast_bytes(&self.world, recorded.err().unwrap_or_default().as_bytes());
-            if text.is_empty() {
-                super::lock(&self.flushing.flushed).insert(entry.id);
-                self.warn(&format!(
-                    "the flush of {} that an earlier run left unfinished was resumed and is recorded in {}",
-                    entry.name,
-                    self.prefix.display()
-                ));
-            } else {
-                // recorded failed by `gather_and_finish`, with its reason; what it wrote goes
-                let removed = self.remove_flush_files(entry, rec.as_ref());
-                self.warn(&format!(
-                    "the resumed flush of {} failed; its {removed} file(s) in the prefix were removed: {}",
-                    entry.name,
-                    String::from_utf8_lossy(&text)
-                ));
-            }
+        Agreed {
+            cached,
+            mixed,
+            resumable: cached && !some(Part::No) && !mixed,
+        }
+    }
+
+    /// Every rank reopened its part of the interrupted flush of `entry`: dispatch this
+    /// rank's transfer (`started`), verify it and record the flush (collective); if it
+    /// fails anywhere, what it wrote is removed (it is recorded failed, with its reason).
+    fn resume_flush(
+        &mut self,
+        entry: &IndexEntry,
+        rec: Option<&DatasetRecord>,
+        mut started: Started,
+    ) {
+        self.flushing
+            .started
+            .insert(entry.id, std::time::Instant::now());
+        let dispatched = started
+            .transfer
+            .dispatch(host_ref(&started.host))
+            .into_result()
+            .map_err(|e| format!("{e} ({})", started.label));
+        let outcome: RankOutcome =
+            dispatched.and_then(|()| collect(started, false, "when written", self.buf_size()));
+        let recorded = self.gather_and_finish(entry, &outcome);
+        let text = broadcast_bytes(&self.world, recorded.err().unwrap_or_default().as_bytes());
+        if text.is_empty() {
+            super::lock(&self.flushing.flushed).insert(entry.id);
+            self.warn(&format!(
+                "the flush of {} that an earlier run left unfinished was resumed and is recorded in {}",
+                entry.name,
+                self.prefix.display()
+            ));
         } else {
-            if let Ok(mut started) = reopened {
-                // its partial files go; completed destinations are removed below
-                if let Err(e) = started
-                    .transfer
-                    .cancel(host_ref(&started.host))
-                    .into_result()
-                {
-                    tracing::warn!(
-                        "cancelling the interrupted transfer of {} ({}): {e}; its partial files are removed below", entry.name, started.label
-                    );
-                }
-            }
-            let why = if !cached {
-                "the dataset is no longer complete in every rank's cache"
-            } else if mixed {
-                "the ranks' transfer states disagree on where the files go"
-            } else {
-                "some rank's transfer could not be resumed from its state (see the messages above)"
-            };
-            self.clean_up(entry, rec.as_ref(), why);
-            if let Some(rec) = rec.filter(|_| cached) {
-                self.warn(&format!(
-                    "{} is still in every rank's cache: flushing it again",
-                    entry.name
-                ));
-                if let Err(e) = self.flush_dataset(&rec) {
-                    self.warn(&format!("flushing {} again: {e}", entry.name));
-                }
+            // recorded failed by `gather_and_finish`, with its reason; what it wrote goes
+            let removed = self.remove_flush_files(entry, rec);
+            self.warn(&format!(
+                "the resumed flush of {} failed; its {removed} file(s) in the prefix were removed: {}",
+                entry.name,
+                String::from_utf8_lossy(&text)
+            ));
+        }
+    }
+
+    /// The interrupted flush of `entry` cannot be resumed on every rank (`agreed` says
+    /// why): cancel this rank's reopened transfer, clean up what the flush wrote and mark
+    /// it failed (collective); a dataset still in every rank's cache is flushed again.
+    fn abandon_flush(
+        &mut self,
+        entry: &IndexEntry,
+        rec: Option<DatasetRecord>,
+        reopened: std::result::Result<Started, String>,
+        agreed: &Agreed,
+    ) {
+        if let Ok(mut started) = reopened {
+            // its partial files go; completed destinations are removed below
+            if let Err(e) = started
+                .transfer
+                .cancel(host_ref(&started.host))
+                .into_result()
+            {
+                tracing::warn!(
+                    "cancelling the interrupted transfer of {} ({}): {e}; its partial files are removed below", entry.name, started.label
+                );
             }
         }
-        let _ = std::fs::remove_file(&state);
+        let why = if !agreed.cached {
+            "the dataset is no longer complete in every rank's cache"
+        } else if agreed.mixed {
+            "the ranks' transfer states disagree on where the files go"
+        } else {
+            "some rank's transfer could not be resumed from its state (see the messages above)"
+        };
+        self.clean_up(entry, rec.as_ref(), why);
+        if let Some(rec) = rec.filter(|_| agreed.cached) {
+            self.warn(&format!(
+                "{} is still in every rank's cache: flushing it again",
+                entry.name
+            ));
+            if let Err(e) = self.flush_dataset(&rec) {
+                self.warn(&format!("flushing {} again: {e}", entry.name));
+            }
+        }
     }
 
     /// Reopen this rank's transfer of `entry` from `state` and check that it is this
@@ -290,34 +350,57 @@ impl Runtime {
         let rec = rec.ok_or("not in this rank's cache")?;
         if rec.files.is_empty() {
             // nothing of this rank's to copy: its part is done whatever the state says
-            let label = self.transfer_of(&rec.descriptor.store);
-            let host = self.transfer_host(&label);
-            let config = self.transfer_config(&label, state);
-            let transfer = self
-                .registry
-                .new_transfer(&config, host_ref(&host))
-                .map_err(|e| e.to_string())?;
-            return Ok(Started {
-                transfer,
-                files: Vec::new(),
-                label,
-                host,
-            });
+            return self.open_transfer(rec, state, false);
         }
         if state.symlink_metadata().is_err() {
             return Err(format!("no transfer state ({})", state.display()));
         }
+        let mut started = self.open_transfer(rec, state, true)?;
+        let results = started
+            .transfer
+            .results()
+            .into_result()
+            .map_err(|e| format!("{e} ({})", started.label))?;
+        started.files = self.files_from_state(entry, rec, &results, &started.label)?;
+        Ok(started)
+    }
+
+    /// A transfer of the type of `rec`'s store persisting its state in `state`, with no
+    /// planned file yet: resumed from that state (`resume`), else a new one.
+    fn open_transfer(
+        &self,
+        rec: &DatasetRecord,
+        state: &Path,
+        resume: bool,
+    ) -> std::result::Result<Started, String> {
         let label = self.transfer_of(&rec.descriptor.store);
         let host = self.transfer_host(&label);
         let config = self.transfer_config(&label, state);
-        let transfer = self
-            .registry
-            .resume_transfer(&config, host_ref(&host))
-            .map_err(|e| e.to_string())?;
-        let results = transfer
-            .results()
-            .into_result()
-            .map_err(|e| format!("{e} ({label})"))?;
+        let transfer = if resume {
+            self.registry.resume_transfer(&config, host_ref(&host))
+        } else {
+            self.registry.new_transfer(&config, host_ref(&host))
+        }
+        .map_err(|e| e.to_string())?;
+        Ok(Started {
+            transfer,
+            files: Vec::new(),
+            label,
+            host,
+        })
+    }
+
+    /// This rank's files of `rec` as the reopened transfer's `results` (from its state)
+    /// list them: each cached file exactly once as a source, to its own path in the
+    /// prefix or to its relocated path, all files alike; why the state is not this
+    /// flush's otherwise.
+    fn files_from_state(
+        &self,
+        entry: &IndexEntry,
+        rec: &DatasetRecord,
+        results: &[FileResult],
+        label: &Label,
+    ) -> std::result::Result<Vec<Planned>, String> {
         if results.len() != rec.files.len() {
             return Err(format!(
                 "the transfer state lists {} file(s), the dataset has {} on this rank ({label})",
@@ -368,12 +451,7 @@ impl Runtime {
                 stored,
             });
         }
-        Ok(Started {
-            transfer,
-            files,
-            label,
-            host,
-        })
+        Ok(files)
     }
 
     /// Remove what the interrupted flush of `entry` wrote and mark the entry failed
