@@ -489,6 +489,95 @@ impl VendorTransfer {
     }
 }
 
+impl VendorTransfer {
+    /// Whether a transfer dispatched before (and not cancelled) has failed, asking the
+    /// vendor a few times (a query can fail for a moment: a busy server). A query error
+    /// that persists is reported as what it is, never taken for "failed": starting over
+    /// while the first copy may still be running would have two vendor transfers write
+    /// the same destinations. `cancel` first is how a caller starts such a transfer over.
+    fn dispatched_before_failed(&mut self) -> PluginResult<bool> {
+        if !self.state.dispatched || self.state.cancelled {
+            return Ok(false);
+        }
+        let mut tries = 1;
+        loop {
+            match self.status() {
+                Ok(s) => return Ok(s == TransferStatus::Failed),
+                Err(_) if tries < QUERY_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(QUERY_PAUSE);
+                }
+                Err(e) => {
+                    return Err(PluginError::new(
+                        e.code,
+                        format!(
+                            "{} ({tries} tries): the state of the transfer dispatched before is unknown, so it is not started again (it may still be running); cancel it to start over",
+                            e.message()
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Reset a cancelled or failed transfer so it is dispatched from the start. A vendor
+    /// copy cannot continue where it stopped (the vendor library keeps no per-chunk
+    /// progress we could verify, and cancel removed the partial destinations).
+    /// BB_CancelTransfer returns before the vendor stops: first wait (bounded) until the
+    /// old transfer reached a final state, so it cannot write after the new one.
+    fn start_over(&mut self) -> PluginResult<()> {
+        if self.state.kind == "bbapi" && self.state.handle.is_some() {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            // (a handle the vendor no longer knows has stopped)
+            while matches!(self.bb_status(), Ok(TransferStatus::InProgress)) {
+                if std::time::Instant::now() >= deadline {
+                    return Err(PluginError::new(
+                        ErrorCode::IO,
+                        "bbapi: the cancelled transfer did not stop within 30 s; not started again",
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        self.state.cancelled = false;
+        self.state.dispatched = false;
+        self.state.handle = None;
+        self.state.restarts += 1;
+        self.crcs.clear();
+        self.file_errors.clear();
+        self.error = None;
+        self.status = TransferStatus::Idle;
+        if let Some(def) = self.def.take() {
+            type Free = unsafe extern "C" fn(*mut std::ffi::c_void) -> c_int;
+            if let Ok(f) = self.sym::<Free>(b"BB_FreeTransferDef\0") {
+                // SAFETY: `def` came from BB_CreateTransferDef and is freed once
+                // (taken out of `self.def`).
+                unsafe { f(def) };
+            }
+        }
+        Ok(())
+    }
+
+    /// DataWarp: stage every file out at once (DW_STAGE_IMMEDIATE).
+    fn dw_stage_all(&self) -> PluginResult<()> {
+        type Stage = unsafe extern "C" fn(*const c_char, *const c_char, c_int) -> c_int;
+        for (src, dst) in self.state.files.clone() {
+            let (s, d) = (Self::cstr(&src)?, Self::cstr(&dst)?);
+            // SAFETY: dw_stage_file_out(dw_path, pfs_path, DW_STAGE_IMMEDIATE = 0) takes
+            // two NUL-terminated paths that outlive the call.
+            let rc =
+                unsafe { self.sym::<Stage>(b"dw_stage_file_out\0")?(s.as_ptr(), d.as_ptr(), 0) };
+            if rc != 0 {
+                return Err(PluginError::new(
+                    ErrorCode::IO,
+                    format!("dw: dw_stage_file_out({src}) returned {rc}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Transfer for VendorTransfer {
     fn add(&mut self, source: &str, destination: &str) -> PluginResult<()> {
         if self.state.dispatched {
@@ -502,34 +591,7 @@ impl Transfer for VendorTransfer {
     }
 
     fn dispatch(&mut self, _host: &Host<'_>) -> PluginResult<()> {
-        // a transfer dispatched before: ask the vendor where it is, a few times (a query
-        // can fail for a moment: a busy server). A query error that persists is reported
-        // as what it is, never taken for "failed": starting over while the first copy
-        // may still be running would have two vendor transfers write the same
-        // destinations. `cancel` first is how a caller starts such a transfer over.
-        let failed = if self.state.dispatched && !self.state.cancelled {
-            let mut tries = 1;
-            loop {
-                match self.status() {
-                    Ok(s) => break s == TransferStatus::Failed,
-                    Err(_) if tries < QUERY_TRIES => {
-                        tries += 1;
-                        std::thread::sleep(QUERY_PAUSE);
-                    }
-                    Err(e) => {
-                        return Err(PluginError::new(
-                            e.code,
-                            format!(
-                                "{} ({tries} tries): the state of the transfer dispatched before is unknown, so it is not started again (it may still be running); cancel it to start over",
-                                e.message()
-                            ),
-                        ))
-                    }
-                }
-            }
-        } else {
-            false
-        };
+        let failed = self.dispatched_before_failed()?;
         if failed && self.state.kind != "bbapi" {
             // DataWarp keeps a failed stage until it is terminated; staging the same
             // file again before that is refused or races what is left of the old one
@@ -541,41 +603,7 @@ impl Transfer for VendorTransfer {
             return Ok(());
         }
         if self.state.cancelled || failed {
-            // BB_CancelTransfer returns before the vendor stops: wait (bounded) until the
-            // old transfer reached a final state, so it cannot write after the new one
-            if self.state.kind == "bbapi" && self.state.handle.is_some() {
-                let deadline = std::time::Instant::now() + Duration::from_secs(30);
-                // (a handle the vendor no longer knows has stopped)
-                while matches!(self.bb_status(), Ok(TransferStatus::InProgress)) {
-                    if std::time::Instant::now() >= deadline {
-                        return Err(PluginError::new(
-                            ErrorCode::IO,
-                            "bbapi: the cancelled transfer did not stop within 30 s; not started again",
-                        ));
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
-            // A vendor copy cannot continue where it stopped (the vendor library keeps
-            // no per-chunk progress we could verify, and cancel removed the partial
-            // destinations): dispatching a cancelled or failed transfer again starts it
-            // over.
-            self.state.cancelled = false;
-            self.state.dispatched = false;
-            self.state.handle = None;
-            self.state.restarts += 1;
-            self.crcs.clear();
-            self.file_errors.clear();
-            self.error = None;
-            self.status = TransferStatus::Idle;
-            if let Some(def) = self.def.take() {
-                type Free = unsafe extern "C" fn(*mut std::ffi::c_void) -> c_int;
-                if let Ok(f) = self.sym::<Free>(b"BB_FreeTransferDef\0") {
-                    // SAFETY: `def` came from BB_CreateTransferDef and is freed once
-                    // (taken out of `self.def`).
-                    unsafe { f(def) };
-                }
-            }
+            self.start_over()?;
         }
         for (_, d) in &self.state.files {
             if let Some(dir) = std::path::Path::new(d).parent() {
@@ -585,21 +613,7 @@ impl Transfer for VendorTransfer {
         if self.state.kind == "bbapi" {
             self.bb_dispatch()?;
         } else {
-            type Stage = unsafe extern "C" fn(*const c_char, *const c_char, c_int) -> c_int;
-            for (src, dst) in self.state.files.clone() {
-                let (s, d) = (Self::cstr(&src)?, Self::cstr(&dst)?);
-                // SAFETY: dw_stage_file_out(dw_path, pfs_path, DW_STAGE_IMMEDIATE = 0) takes
-                // two NUL-terminated paths that outlive the call.
-                let rc = unsafe {
-                    self.sym::<Stage>(b"dw_stage_file_out\0")?(s.as_ptr(), d.as_ptr(), 0)
-                };
-                if rc != 0 {
-                    return Err(PluginError::new(
-                        ErrorCode::IO,
-                        format!("dw: dw_stage_file_out({src}) returned {rc}"),
-                    ));
-                }
-            }
+            self.dw_stage_all()?;
         }
         self.state.dispatched = true;
         self.persist()
