@@ -72,7 +72,9 @@ fn world_rank() -> Option<i32> {
 /// why. A call may fail before `SCR_Init` installed the runtime's subscriber: installed here
 /// then, so the message is not lost.
 pub fn report(call: &str, message: &str) {
-    scr_host::log::init(scr_host::log::env_debug());
+    if let Some(problem) = scr_host::log::init(scr_host::log::env_debug()) {
+        tracing::warn!("{problem}");
+    }
     let rank = STATE
         .try_with(|s| {
             s.try_borrow()

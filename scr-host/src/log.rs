@@ -47,14 +47,21 @@ static PROGRAM: OnceLock<&'static str> = OnceLock::new();
 /// Install our subscriber for an application using the library, unless one is installed
 /// already (the application's own, or ours from an earlier call). `debug` is the
 /// `SCR_DEBUG` level known so far (from the environment); see [`set_debug`].
-pub fn init(debug: u64) {
-    install("scr-rs", debug);
+///
+/// Returns, the first time only, why `RUST_LOG` was not used when it is set but is no
+/// filter: for the caller to log once (the runtime on rank 0 alone, not once per
+/// process).
+#[must_use = "a RUST_LOG that is no filter must be reported"]
+pub fn init(debug: u64) -> Option<String> {
+    install("scr-rs", debug)
 }
 
 /// Install our subscriber for the `scr` command: lines start with `scr`, and `SCR_DEBUG`
 /// is read from the environment.
 pub fn init_cli() {
-    install("scr", env_debug());
+    if let Some(problem) = install("scr", env_debug()) {
+        tracing::warn!("{problem}");
+    }
 }
 
 /// Raise or lower the `SCR_DEBUG` level used when `RUST_LOG` is not set (the runtime calls
@@ -73,14 +80,17 @@ pub fn level_for(debug: u64) -> Level {
     }
 }
 
-fn install(program: &'static str, debug: u64) {
+fn install(program: &'static str, debug: u64) -> Option<String> {
     // once per process: later calls (each runtime's init, the C API's error path) change
     // nothing, not even the level a configuration file set since
     static INSTALLED: std::sync::Once = std::sync::Once::new();
-    INSTALLED.call_once(|| install_once(program, debug));
+    let mut problem = None;
+    INSTALLED.call_once(|| problem = install_once(program, debug));
+    problem
 }
 
-fn install_once(program: &'static str, debug: u64) {
+/// Install the subscriber; why `RUST_LOG` is not used, when it is set and no filter.
+fn install_once(program: &'static str, debug: u64) -> Option<String> {
     let _ = PROGRAM.set(program);
     set_debug(debug);
     let layer = ScrLayer::new(|line: &str| {
@@ -95,18 +105,20 @@ fn install_once(program: &'static str, debug: u64) {
                 let _ = tracing_subscriber::registry()
                     .with(layer.with_filter(filter))
                     .try_init();
+                None
             }
             Err(e) => {
                 let _ = tracing_subscriber::registry()
                     .with(layer.with_filter(debug_filter()))
                     .try_init();
-                tracing::warn!("RUST_LOG={spec:?} is not a valid filter ({e}); SCR_DEBUG decides what is printed");
+                Some(format!("RUST_LOG={spec:?} is not a valid filter ({e}); SCR_DEBUG decides what is printed"))
             }
         },
         _ => {
             let _ = tracing_subscriber::registry()
                 .with(layer.with_filter(debug_filter()))
                 .try_init();
+            None
         }
     }
 }

@@ -339,3 +339,42 @@ fn a_misspelt_environment_variable_is_warned_about_once() {
         "rank 0 alone says it\n{out}"
     );
 }
+
+/// Messages go through tracing: `SCR_DEBUG` chooses the level, `RUST_LOG` overrides it
+/// with tracing's directives (a module of its own included), a `RUST_LOG` that is no
+/// filter is said so, and every line names the rank and the job.
+#[test]
+fn scr_debug_and_rust_log_choose_what_is_logged() {
+    let summary = "init: 4 ranks on 2 node(s)";
+    // the default: errors and warnings only
+    let out = heat(&Cluster::new(), 5, 5);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.logged(None, "info", "").is_empty(), "{out}");
+    // SCR_DEBUG=1: rank 0's init summary, at info, with the rank and the job id
+    let mut c = Cluster::new();
+    c.set("SCR_DEBUG", "1");
+    let out = heat(&c, 5, 5);
+    let lines = out.logged(Some(0), "info", summary);
+    assert_eq!(lines.len(), 1, "{out}");
+    assert!(lines[0].starts_with("scr-rs[rank=0 job="), "{}", lines[0]);
+    // RUST_LOG overrides SCR_DEBUG
+    c.set("RUST_LOG", "warn");
+    let out = heat(&c, 5, 5);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.logged(None, "info", "").is_empty(), "{out}");
+    // a directive for one module shows its messages without SCR_DEBUG
+    let mut c = Cluster::new();
+    c.set("RUST_LOG", "warn,scr_host::runtime=info");
+    let out = heat(&c, 5, 5);
+    assert_eq!(out.logged(Some(0), "info", summary).len(), 1, "{out}");
+    // a RUST_LOG that is no filter: said, and SCR_DEBUG decides
+    let mut c = Cluster::new();
+    c.set("RUST_LOG", "scr_host=loudest");
+    let out = heat(&c, 5, 5);
+    assert_eq!(out.code, 0, "{out}");
+    // once, by rank 0, not once per process
+    let said = "RUST_LOG=\"scr_host=loudest\" is not a valid filter";
+    assert_eq!(out.logged(Some(0), "warning", said).len(), 1, "{out}");
+    assert_eq!(out.stderr.matches(said).count(), 1, "{out}");
+    assert!(out.logged(None, "info", "").is_empty(), "{out}");
+}

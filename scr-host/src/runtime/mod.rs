@@ -159,7 +159,6 @@ pub struct Runtime {
     span: tracing::Span,
     cntl_dir: PathBuf,
     prefix: PathBuf,
-    debug: u64,
     reddescs: Vec<RedDesc>,
     filemap: Filemap,
     /// Appends `route_file`'s records to the filemap's journal (O(1) per file); every
@@ -256,9 +255,12 @@ impl Runtime {
         let _counted = comm::scope("init");
         let world = comm::duplicate(world);
         let rank = world.rank() as u32;
-        crate::log::init(crate::log::env_debug());
+        let filter_problem = crate::log::init(crate::log::env_debug());
         let span = crate::log::runtime_span(rank);
         let _log = span.clone().entered();
+        if let (0, Some(problem)) = (rank, filter_problem) {
+            tracing::warn!("{problem}");
+        }
 
         // Every step below can fail on some ranks only (each rank loads the broadcast
         // configuration with its own environment, opens plugins from its own node's
@@ -309,7 +311,6 @@ impl Runtime {
             span: span.clone(),
             cntl_dir: PathBuf::new(),
             prefix: PathBuf::from(config.str("prefix")),
-            debug: config.u64("debug"),
             reddescs: Vec::new(),
             filemap: Filemap {
                 rank,
@@ -580,8 +581,11 @@ impl Runtime {
         comm::reset();
     }
 
+    /// A message at info level from rank 0 alone (the same on every rank: one line, not
+    /// one per rank). Whether it is printed is the subscriber's choice (`SCR_DEBUG`, or
+    /// `RUST_LOG`): never filtered here, so a `RUST_LOG` directive can show it.
     fn info(&self, msg: &str) {
-        if self.debug >= 1 && self.rank == 0 {
+        if self.rank == 0 {
             tracing::info!("{msg}");
         }
     }
