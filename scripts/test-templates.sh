@@ -25,10 +25,11 @@ trap 'rm -rf "$work"' EXIT
 # one target directory for every template: scr-plugin and abi_stable are built once
 export CARGO_TARGET_DIR="$work/target"
 
-# OpenMPI as root on a small machine (see /work/shared/NOTES.md); harmless elsewhere
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
-export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+# OpenMPI as root on a small machine; harmless elsewhere (the one list of it)
+set -a
+# shellcheck source=openmpi-local.env
+. "$root/scripts/openmpi-local.env"
+set +a
 
 ranks=4
 count=0
