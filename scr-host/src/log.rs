@@ -124,11 +124,30 @@ fn install_once(program: &'static str, debug: u64) -> Option<String> {
 }
 
 /// The filter that follows [`set_debug`]: spans always pass (their fields are needed by
-/// the messages inside them), events up to the level of the current `SCR_DEBUG`.
-fn debug_filter() -> tracing_subscriber::filter::FilterFn<impl Fn(&tracing::Metadata<'_>) -> bool> {
-    tracing_subscriber::filter::filter_fn(|meta| {
+/// the messages inside them), events up to the level of the current `SCR_DEBUG`. Asked at
+/// every event (`Interest::sometimes`): the level changes after a call site was first seen
+/// (a configuration file read at init), which a cached answer would miss.
+struct DebugFilter;
+
+fn debug_filter() -> DebugFilter {
+    DebugFilter
+}
+
+impl<S> tracing_subscriber::layer::Filter<S> for DebugFilter {
+    fn enabled(&self, meta: &tracing::Metadata<'_>, _: &Context<'_, S>) -> bool {
         meta.is_span() || *meta.level() <= level_for(DEBUG.load(Ordering::Relaxed) as u64)
-    })
+    }
+
+    fn callsite_enabled(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::TRACE)
+    }
 }
 
 /// The fields recorded on a span, kept in its extensions for the lines printed inside it.
@@ -378,6 +397,26 @@ mod tests {
             got,
             ["scr-rs[rank=2 plugin=transfer pthread]: info: copied 3 files\n"]
         );
+    }
+
+    #[test]
+    fn the_debug_filter_follows_set_debug_after_a_callsite_was_seen() {
+        // (the only test that changes the process-wide level)
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let sink = got.clone();
+        let layer = ScrLayer::new(move |l: &str| sink.lock().unwrap().push(l.to_string()));
+        let subscriber = tracing_subscriber::registry().with(layer.with_filter(debug_filter()));
+        let say = |n: u32| tracing::info!("info {n}");
+        tracing::subscriber::with_default(subscriber, || {
+            set_debug(0);
+            say(1);
+            // a configuration file raising the level after the first call at that site
+            set_debug(1);
+            say(2);
+            set_debug(0);
+            say(3);
+        });
+        assert_eq!(*got.lock().unwrap(), ["scr-rs: info: info 2\n"]);
     }
 
     #[test]
