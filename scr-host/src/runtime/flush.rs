@@ -1202,32 +1202,12 @@ impl Runtime {
             &serde_json::to_vec(mine).expect("serializes"),
             OUTCOME_TAG,
         );
-        // a leader: its block's first failure, else its part written (and its totals)
-        let mut part: Option<(u64, u64)> = None;
-        let mut failure: Option<(u32, String)> = None;
-        if let Some(all) = gathered {
-            let mut ranks = BTreeMap::new();
-            for (r, bytes) in blocks.members(n).zip(all) {
-                match serde_json::from_slice::<RankOutcome>(&bytes)
-                    .unwrap_or_else(|e| Err(format!("unreadable outcome: {e}")))
-                {
-                    Ok(files) => {
-                        ranks.insert(r, files);
-                    }
-                    Err(why) => {
-                        failure = Some((r, why));
-                        break;
-                    }
-                }
-            }
-            if failure.is_none() {
-                let p = Rank2FilePart::new(entry.id, blocks, n, ranks);
-                match p.write(&self.prefix) {
-                    Ok(()) => part = Some((p.files, p.bytes)),
-                    Err(e) => failure = Some((self.rank, format!("its rank2file part: {e}"))),
-                }
-            }
-        }
+        let (part, failure) = match gathered.map(|all| self.write_block_part(entry, blocks, n, all))
+        {
+            Some(Ok(totals)) => (Some(totals), None),
+            Some(Err(failed)) => (None, Some(failed)),
+            None => (None, None),
+        };
         let started = || FlushStart {
             job_id: self.job_id.clone(),
             at: self
@@ -1279,6 +1259,33 @@ impl Runtime {
         }
         log_flush(&self.prefix, entry, &started(), &done);
         done.map(|_| ())
+    }
+
+    /// A block leader's share of finishing a flush: its members' outcomes (`all`, in
+    /// member order) checked, and its rank2file part written. Its part's (files, bytes),
+    /// or the block's first failure as (rank, why).
+    fn write_block_part(
+        &self,
+        entry: &IndexEntry,
+        blocks: prefix::Blocks,
+        n: u32,
+        all: Vec<Vec<u8>>,
+    ) -> std::result::Result<(u64, u64), (u32, String)> {
+        let mut ranks = BTreeMap::new();
+        for (r, bytes) in blocks.members(n).zip(all) {
+            match serde_json::from_slice::<RankOutcome>(&bytes)
+                .unwrap_or_else(|e| Err(format!("unreadable outcome: {e}")))
+            {
+                Ok(files) => {
+                    ranks.insert(r, files);
+                }
+                Err(why) => return Err((r, why)),
+            }
+        }
+        let p = Rank2FilePart::new(entry.id, blocks, n, ranks);
+        p.write(&self.prefix)
+            .map(|()| (p.files, p.bytes))
+            .map_err(|e| (self.rank, format!("its rank2file part: {e}")))
     }
 
     /// The blocks this job's rank2file maps are written in (`rank2file_block`).
