@@ -1081,9 +1081,6 @@ impl Runtime {
             .map(|s| self.config.store_count(s))
             .unwrap_or_else(|| self.config.u64("cache_size"))
             .max(1);
-        let protected = [self.restart_candidate_any(), self.restart_candidate(), keep];
-        let flushing = self.flushing_ids();
-        let flushed = lock(&self.flushing.flushed).clone();
         let held: Vec<u64> = self
             .filemap
             .datasets
@@ -1091,52 +1088,8 @@ impl Runtime {
             .filter(|d| d.descriptor.store == store)
             .map(|d| d.id)
             .collect();
-        // an output leaves the cache only once its flush is recorded for every rank:
-        // by this run's synchronous flush, or in the index (a background flush); the
-        // index is read at most once, and only when an output is a candidate
-        let index = std::cell::OnceCell::new();
-        let in_prefix = |id: u64| {
-            flushed.contains(&id)
-                || index
-                    .get_or_init(|| super::prefix::Index::load(&self.prefix).ok())
-                    .as_ref()
-                    .and_then(|ix| ix.datasets.get(&id))
-                    .is_some_and(|e| e.complete && e.failed.is_none())
-        };
-        let may_go: Vec<u64> = self
-            .filemap
-            .datasets
-            .values()
-            .filter(|d| {
-                d.descriptor.store == store
-                    && !protected.contains(&Some(d.id))
-                    && !flushing.contains(&d.id)
-                    && (!d.output || in_prefix(d.id))
-            })
-            .map(|d| d.id)
-            .collect();
-        // Which ids of the store any rank holds, and whether every holder may give each
-        // up, agreed by walking the ids upwards with min-reductions: per rank two
-        // reductions per dataset in the store (bounded by its count), independent of P
-        // (was: every rank's id lists on every rank — O(P)).
-        let mut holders: BTreeMap<u64, bool> = BTreeMap::new(); // id -> every holder may evict
-        let mut above = 0u64; // (id + 1 encoded: 0 is below every id)
-        loop {
-            let mine = held
-                .iter()
-                .map(|&id| id.saturating_add(1))
-                .filter(|&e| e > above)
-                .min()
-                .unwrap_or(u64::MAX);
-            let next = comm::min_u64(&self.world, mine);
-            if next == u64::MAX {
-                break;
-            }
-            above = next;
-            let id = next - 1;
-            let ok = !held.contains(&id) || may_go.contains(&id);
-            holders.insert(id, self.all_agree(ok));
-        }
+        let may_go = self.may_evict(store, keep);
+        let holders = self.agree_on_evictable(&held, &may_go);
         let mut count = holders.len() as u64;
         let mut victims = Vec::new();
         for (&id, &evictable) in &holders {
@@ -1162,6 +1115,62 @@ impl Runtime {
             }
         }
         self.agree_changed("evicting from cache", local)
+    }
+
+    /// The datasets of `store` this rank could give up: not a restart candidate, not
+    /// `keep`, not being flushed, and, for an output, its flush recorded for every rank —
+    /// by this run's synchronous flush, or in the index (a background flush; the index is
+    /// read at most once, and only when an output is a candidate).
+    fn may_evict(&self, store: &str, keep: Option<u64>) -> Vec<u64> {
+        let protected = [self.restart_candidate_any(), self.restart_candidate(), keep];
+        let flushing = self.flushing_ids();
+        let flushed = lock(&self.flushing.flushed).clone();
+        let index = std::cell::OnceCell::new();
+        let in_prefix = |id: u64| {
+            flushed.contains(&id)
+                || index
+                    .get_or_init(|| super::prefix::Index::load(&self.prefix).ok())
+                    .as_ref()
+                    .and_then(|ix| ix.datasets.get(&id))
+                    .is_some_and(|e| e.complete && e.failed.is_none())
+        };
+        self.filemap
+            .datasets
+            .values()
+            .filter(|d| {
+                d.descriptor.store == store
+                    && !protected.contains(&Some(d.id))
+                    && !flushing.contains(&d.id)
+                    && (!d.output || in_prefix(d.id))
+            })
+            .map(|d| d.id)
+            .collect()
+    }
+
+    /// Which ids of a store any rank holds (`held` here), each with whether every holder
+    /// may give it up (`may_go` here), agreed by walking the ids upwards with
+    /// min-reductions: per rank two reductions per dataset in the store (bounded by its
+    /// count), independent of P (was: every rank's id lists on every rank — O(P)).
+    fn agree_on_evictable(&self, held: &[u64], may_go: &[u64]) -> BTreeMap<u64, bool> {
+        let mut holders = BTreeMap::new();
+        let mut above = 0u64; // (id + 1 encoded: 0 is below every id)
+        loop {
+            let mine = held
+                .iter()
+                .map(|&id| id.saturating_add(1))
+                .filter(|&e| e > above)
+                .min()
+                .unwrap_or(u64::MAX);
+            let next = comm::min_u64(&self.world, mine);
+            if next == u64::MAX {
+                break;
+            }
+            above = next;
+            let id = next - 1;
+            let ok = !held.contains(&id) || may_go.contains(&id);
+            holders.insert(id, self.all_agree(ok));
+        }
+        holders
     }
 
     /// The newest complete checkpoint, skipped or not.
@@ -1346,63 +1355,77 @@ impl Runtime {
             }
             let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
             for name in file_names(rec) {
-                let mut len = 0u64;
-                comm::receive_into(&peer, &mut len, MOVE_TAG);
-                if len == u64::MAX {
-                    continue;
-                }
-                let path = dir.join(&name);
-                // the name must stay inside the dataset directory; every directory level
-                // is created 0700 and never followed through a link, the file 0600 and
-                // never opened through one
-                let base = Path::new(&rec.descriptor.store);
-                let mut out = inside_dir(&dir, &name)
-                    .and_then(|()| {
-                        let parent = path.parent().unwrap_or(&dir);
-                        super::create_private_dir(base, parent).map_err(|e| e.to_string())
-                    })
-                    .and_then(|()| {
-                        scr_plugin::cachefs::create_file(&path).map_err(|e| e.to_string())
-                    })
-                    .map_err(|e| tracing::warn!("{e}"))
-                    .ok();
-                let mut left = len;
-                while left > 0 {
-                    let n = left.min(MOVE_PIECE as u64) as usize;
-                    comm::receive_into(&peer, &mut buf[..n], MOVE_TAG);
-                    if let Some(f) = out.as_mut() {
-                        if f.write_all(&buf[..n]).is_err() {
-                            out = None;
-                        }
-                    }
-                    left -= n as u64;
-                }
-                let mut sender_ok = 0u8;
-                comm::receive_into(&peer, &mut sender_ok, MOVE_TAG);
-                // an application file gets back the mode it was recorded with (the
-                // application's own, which a flush restores); redundancy files stay 0600
-                let mode = rec.files.iter().find(|f| Path::new(&f.name) == name);
-                let stored = sender_ok == 1
-                    && out.is_some_and(|f| {
-                        mode.filter(|m| m.mode != 0).is_none_or(|m| {
-                            use std::os::unix::fs::PermissionsExt;
-                            // (never setuid/setgid/sticky bits from a filemap)
-                            f.set_permissions(std::fs::Permissions::from_mode(m.mode & 0o777))
-                                .is_ok()
-                        }) && f.sync_all().is_ok()
-                    });
-                if !stored {
-                    // a partial or unreadable copy must not pass for the file (only a
-                    // name inside the dataset directory is removed, through no link)
-                    if inside_dir(&dir, &name).is_ok() {
-                        let _ = remove_files(&dir, std::slice::from_ref(&name));
-                    }
-                    ok &= sender_ok != 1;
-                }
+                ok &= self.receive_moved_file(&peer, rec, &dir, &name, &mut buf);
             }
         }
         comm::send(&peer, &u8::from(ok), MOVE_TAG);
         Ok(())
+    }
+
+    /// Receive one moved file `name` of `rec` into `dir` (inside it only, every level
+    /// private, never through a link), consuming every message even when writing fails.
+    /// False when the holder sent it whole but it could not be stored here.
+    fn receive_moved_file(
+        &self,
+        peer: &mpi::topology::Process<'_>,
+        rec: &DatasetRecord,
+        dir: &Path,
+        name: &Path,
+        buf: &mut [u8],
+    ) -> bool {
+        let mut len = 0u64;
+        comm::receive_into(peer, &mut len, MOVE_TAG);
+        if len == u64::MAX {
+            // the holder could not read it: nothing follows, nothing to store
+            return true;
+        }
+        let path = dir.join(name);
+        // the name must stay inside the dataset directory; every directory level
+        // is created 0700 and never followed through a link, the file 0600 and
+        // never opened through one
+        let base = Path::new(&rec.descriptor.store);
+        let mut out = inside_dir(dir, name)
+            .and_then(|()| {
+                let parent = path.parent().unwrap_or(dir);
+                super::create_private_dir(base, parent).map_err(|e| e.to_string())
+            })
+            .and_then(|()| scr_plugin::cachefs::create_file(&path).map_err(|e| e.to_string()))
+            .map_err(|e| tracing::warn!("{e}"))
+            .ok();
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(MOVE_PIECE as u64) as usize;
+            comm::receive_into(peer, &mut buf[..n], MOVE_TAG);
+            if let Some(f) = out.as_mut() {
+                if f.write_all(&buf[..n]).is_err() {
+                    out = None;
+                }
+            }
+            left -= n as u64;
+        }
+        let mut sender_ok = 0u8;
+        comm::receive_into(peer, &mut sender_ok, MOVE_TAG);
+        // an application file gets back the mode it was recorded with (the
+        // application's own, which a flush restores); redundancy files stay 0600
+        let mode = rec.files.iter().find(|f| Path::new(&f.name) == name);
+        let stored = sender_ok == 1
+            && out.is_some_and(|f| {
+                mode.filter(|m| m.mode != 0).is_none_or(|m| {
+                    use std::os::unix::fs::PermissionsExt;
+                    // (never setuid/setgid/sticky bits from a filemap)
+                    f.set_permissions(std::fs::Permissions::from_mode(m.mode & 0o777))
+                        .is_ok()
+                }) && f.sync_all().is_ok()
+            });
+        if !stored {
+            // a partial or unreadable copy must not pass for the file (only a
+            // name inside the dataset directory is removed, through no link)
+            if inside_dir(dir, name).is_ok() {
+                let _ = remove_files(dir, &[name.to_path_buf()]);
+            }
+            return sender_ok != 1;
+        }
+        true
     }
 }
 
