@@ -426,22 +426,9 @@ impl RsScheme {
                 }
             }
         }
-        // This member's file list goes into the headers of its k right neighbours; after
-        // the data, because with `crc` its CRC32s come from the bytes this pass read.
+        // after the data, because with `crc` the CRC32s come from the bytes this pass read
         let crcs = crcs.map(FileCrcs::finish).unwrap_or_default();
-        let mine: Vec<StoredMeta> = failure
-            .note(with_crcs(&dataset.files, &crcs))
-            .unwrap_or_default()
-            .iter()
-            .map(|m| StoredMeta::from_meta(m, dir))
-            .collect();
-        let mut files = BTreeMap::from([(me, mine.clone())]);
-        for d in 1..=k {
-            let got = sendrecv_bytes(host, host.right(d), &json(&mine), host.left(d), TAG_META)?;
-            let left: Vec<StoredMeta> =
-                failure.note(unjson(&got, host.left(d))).unwrap_or_default();
-            files.insert(host.left(d), left);
-        }
+        let files = self.exchange_file_lists(host, dataset, &crcs, &mut failure)?;
         let mut written = None;
         if let (Some(w), true) = (writer, failure.is_empty()) {
             let header = RedHeader {
@@ -459,6 +446,33 @@ impl RsScheme {
                 .unwrap_or_default(),
             crcs,
         ))
+    }
+
+    /// The file lists this member's header holds (collective): its own (with `crcs`) and
+    /// those of its k left neighbours, whose lost files its checksums can rebuild; its own
+    /// goes into the headers of its k right neighbours.
+    fn exchange_file_lists(
+        &self,
+        host: &Host<'_>,
+        dataset: &DatasetFiles,
+        crcs: &[Option<u32>],
+        failure: &mut Failures,
+    ) -> PluginResult<BTreeMap<u32, Vec<StoredMeta>>> {
+        let dir = Path::new(dataset.dir.as_str());
+        let mine: Vec<StoredMeta> = failure
+            .note(with_crcs(&dataset.files, crcs))
+            .unwrap_or_default()
+            .iter()
+            .map(|m| StoredMeta::from_meta(m, dir))
+            .collect();
+        let mut files = BTreeMap::from([(self.member, mine.clone())]);
+        for d in 1..=self.lay.k {
+            let got = sendrecv_bytes(host, host.right(d), &json(&mine), host.left(d), TAG_META)?;
+            let left: Vec<StoredMeta> =
+                failure.note(unjson(&got, host.left(d))).unwrap_or_default();
+            files.insert(host.left(d), left);
+        }
+        Ok(files)
     }
 
     /// Who lost what, or `None` when nothing is (the common case, two all-reduces). A
