@@ -116,19 +116,6 @@ pub fn explain_checkpoint(
         .position(|c| std::ptr::eq(c, ck))
         .expect("descriptor from this config");
     let d = config.descriptor(index);
-    let mut enabled: Vec<&Checkpoint> = config.checkpoints.iter().filter(|c| c.enabled).collect();
-    enabled.sort_by_key(|c| c.interval);
-    let candidates: Vec<String> = enabled
-        .into_iter()
-        .map(|c| {
-            let mark = if id.is_multiple_of(c.interval) {
-                "divides"
-            } else {
-                "does not divide"
-            };
-            format!("interval {} ({mark}; {})", c.interval, c.origin)
-        })
-        .collect();
     let _ = writeln!(
         out,
         "checkpoint {id} uses descriptor {index} (interval {}, {})",
@@ -138,22 +125,10 @@ pub fn explain_checkpoint(
         out,
         "  why:     the largest interval dividing {id} is {}; candidates: {}",
         ck.interval,
-        candidates.join(", ")
+        candidate_intervals(config, id)
     );
     let _ = writeln!(out, "  scheme:  {} ({})", d.scheme.0, d.scheme.1);
-    let store_line = match d.store {
-        Some(s) => format!(
-            "{} (group {}, count {}, view {}, flush transfer {}; {})",
-            s.path,
-            config.store_group(s),
-            config.store_count(s),
-            config.store_view(s),
-            config.store_transfer(s).0,
-            s.origin
-        ),
-        None => format!("{} (undefined store!)", d.store_path),
-    };
-    let _ = writeln!(out, "  store:   {store_line}");
+    let _ = writeln!(out, "  store:   {}", store_line(config, &d));
     let _ = writeln!(out, "  group:   {} ({})", d.group.0, d.group.1);
     for (k, v, o) in &d.params {
         let _ = writeln!(out, "  param:   {k} = {v} ({o})");
@@ -183,6 +158,42 @@ pub fn explain_checkpoint(
         }
     }
     out
+}
+
+/// Every enabled descriptor's interval, smallest first, with whether it divides `id` and
+/// where it was set: why `id` got the descriptor it got.
+fn candidate_intervals(config: &Config, id: u64) -> String {
+    let mut enabled: Vec<&Checkpoint> = config.checkpoints.iter().filter(|c| c.enabled).collect();
+    enabled.sort_by_key(|c| c.interval);
+    enabled
+        .into_iter()
+        .map(|c| {
+            let mark = if id.is_multiple_of(c.interval) {
+                "divides"
+            } else {
+                "does not divide"
+            };
+            format!("interval {} ({mark}; {})", c.interval, c.origin)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The store a descriptor writes to, with its group, count, view, flush transfer and
+/// where it was defined (or that it is undefined).
+fn store_line(config: &Config, d: &Descriptor<'_>) -> String {
+    match d.store {
+        Some(s) => format!(
+            "{} (group {}, count {}, view {}, flush transfer {}; {})",
+            s.path,
+            config.store_group(s),
+            config.store_count(s),
+            config.store_view(s),
+            config.store_transfer(s).0,
+            s.origin
+        ),
+        None => format!("{} (undefined store!)", d.store_path),
+    }
 }
 
 /// What the scheme says about a set of `members`: its summary and tolerated losses, or

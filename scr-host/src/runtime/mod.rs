@@ -1257,28 +1257,7 @@ impl Runtime {
             None
         };
         if !kept {
-            // what the scheme wrote before a failed apply goes too, not only the names
-            // it declared (collective: every rank is in this branch alike)
-            let local = self.discard_failed_apply(named.all_valid.then_some(out.desc), &out.record);
-            self.dataset_done(out.record.id);
-            self.agree_changed("complete_output", local)?;
-            return match (named.naming_error, apply_error) {
-                (Some(e), _) => Err(ScrError::Usage(format!(
-                    "complete_output {}: dataset discarded: {e}",
-                    out.record.name
-                ))),
-                (None, Some(e)) => Err(ScrError::Collective(format!(
-                    "complete_output {}: redundancy could not be applied, dataset discarded: {e}",
-                    out.record.name
-                ))),
-                (None, None) => {
-                    self.info(&format!(
-                        "complete_output {}: a rank said invalid, dataset discarded",
-                        out.record.name
-                    ));
-                    Ok(false)
-                }
-            };
+            return self.discard_output(&out, named, apply_error);
         }
         self.keep_output(&mut out)?;
         if self.rank == 0 {
@@ -1296,6 +1275,38 @@ impl Runtime {
             self.exit_if_halted();
         }
         Ok(true)
+    }
+
+    /// Discard a dataset that is not kept (collective: every rank is here alike) and say
+    /// why: a naming error, the first failing rank's apply error, or a rank said invalid.
+    fn discard_output(
+        &mut self,
+        out: &Output,
+        named: NameCheck,
+        apply_error: Option<String>,
+    ) -> Result<bool> {
+        // what the scheme wrote before a failed apply goes too, not only the names
+        // it declared (collective: every rank is in this branch alike)
+        let local = self.discard_failed_apply(named.all_valid.then_some(out.desc), &out.record);
+        self.dataset_done(out.record.id);
+        self.agree_changed("complete_output", local)?;
+        match (named.naming_error, apply_error) {
+            (Some(e), _) => Err(ScrError::Usage(format!(
+                "complete_output {}: dataset discarded: {e}",
+                out.record.name
+            ))),
+            (None, Some(e)) => Err(ScrError::Collective(format!(
+                "complete_output {}: redundancy could not be applied, dataset discarded: {e}",
+                out.record.name
+            ))),
+            (None, None) => {
+                self.info(&format!(
+                    "complete_output {}: a rank said invalid, dataset discarded",
+                    out.record.name
+                ));
+                Ok(false)
+            }
+        }
     }
 
     /// Record the size, mode, mtime and (with `crc`) CRC32 of each routed file of `out`
