@@ -174,14 +174,6 @@ fn expand_bracket(inner: &str) -> Result<Vec<String>, String> {
 /// one bracket. Groups appear in the order of their first host; numbers are sorted and
 /// duplicates dropped.
 pub fn compress<S: AsRef<str>>(hosts: &[S]) -> String {
-    // names equal but for their last number: the text around it, the width numbers are
-    // padded to (0: unpadded), the numbers
-    struct Group {
-        before: String,
-        after: String,
-        width: usize,
-        numbers: BTreeSet<u64>,
-    }
     let mut groups: Vec<Group> = Vec::new();
     // names written as they are (no digits, or a number too large), in first-seen order
     let mut plain: Vec<String> = Vec::new();
@@ -202,19 +194,9 @@ pub fn compress<S: AsRef<str>>(hosts: &[S]) -> String {
             }
             continue;
         };
-        // padded when written with a leading zero; an unpadded number as long as a
-        // padded group's width joins that group (09 and 10 are both width 2)
+        // padded when written with a leading zero
         let padded = digits.len() > 1 && digits.starts_with('0');
-        let found = groups.iter().position(|g| {
-            g.before == before
-                && g.after == after
-                && if padded {
-                    g.width == digits.len()
-                } else {
-                    g.width == 0 || g.width == digits.len()
-                }
-        });
-        match found {
+        match groups.iter().position(|g| g.takes(before, digits, after)) {
             Some(i) => {
                 groups[i].numbers.insert(n);
             }
@@ -229,10 +211,45 @@ pub fn compress<S: AsRef<str>>(hosts: &[S]) -> String {
             }
         }
     }
-    let render = |g: &Group| -> String {
-        let w = g.width;
+    slots
+        .iter()
+        .map(|s| match s {
+            Slot::Group(i) => groups[*i].render(),
+            Slot::Plain(i) => plain[*i].clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Host names equal but for their last number: the text around it, the width numbers are
+/// padded to (0: unpadded), the numbers.
+struct Group {
+    before: String,
+    after: String,
+    width: usize,
+    numbers: BTreeSet<u64>,
+}
+
+impl Group {
+    /// Whether a name of `before`, `digits`, `after` belongs here: same text around the
+    /// number, and the same padding — an unpadded number as long as a padded group's
+    /// width joins that group (09 and 10 are both width 2).
+    fn takes(&self, before: &str, digits: &str, after: &str) -> bool {
+        let padded = digits.len() > 1 && digits.starts_with('0');
+        self.before == before
+            && self.after == after
+            && if padded {
+                self.width == digits.len()
+            } else {
+                self.width == 0 || self.width == digits.len()
+            }
+    }
+
+    /// The group as one name (a single number) or `before[ranges]after`.
+    fn render(&self) -> String {
+        let w = self.width;
         let mut ranges: Vec<(u64, u64)> = Vec::new();
-        for &n in &g.numbers {
+        for &n in &self.numbers {
             match ranges.last_mut() {
                 Some((_, hi)) if *hi + 1 == n => *hi = n,
                 _ => ranges.push((n, n)),
@@ -240,7 +257,7 @@ pub fn compress<S: AsRef<str>>(hosts: &[S]) -> String {
         }
         if let [(a, b)] = ranges.as_slice() {
             if a == b {
-                return format!("{}{a:0w$}{}", g.before, g.after);
+                return format!("{}{a:0w$}{}", self.before, self.after);
             }
         }
         let inner: Vec<String> = ranges
@@ -253,16 +270,8 @@ pub fn compress<S: AsRef<str>>(hosts: &[S]) -> String {
                 }
             })
             .collect();
-        format!("{}[{}]{}", g.before, inner.join(","), g.after)
-    };
-    slots
-        .iter()
-        .map(|s| match s {
-            Slot::Group(i) => render(&groups[*i]),
-            Slot::Plain(i) => plain[*i].clone(),
-        })
-        .collect::<Vec<_>>()
-        .join(",")
+        format!("{}[{}]{}", self.before, inner.join(","), self.after)
+    }
 }
 
 /// `name` split around its last run of ASCII digits.
