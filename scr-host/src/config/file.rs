@@ -123,47 +123,61 @@ pub(crate) fn parse(path: &Path, text: &str, tier: Tier, errors: &mut Vec<Config
                     ),
                 }
             }
-            _ => match keys::find(name) {
-                Some(k) if k.name == name => match typed(k.ty, value) {
-                    Ok(v) => {
-                        layer.scalars.insert(k.name, (v, cx.origin(kspan)));
-                    }
-                    Err(msg) => cx.error(value.span(), format!("`{name}`: {msg}")),
-                },
-                Some(k) => cx.error(
-                    kspan,
-                    format!("key `{name}` must be written in lower case: `{}`", k.name),
-                ),
-                None => {
-                    let stripped = name
-                        .strip_prefix("SCR_")
-                        .or_else(|| name.strip_prefix("scr_"))
-                        .and_then(keys::find);
-                    if let Some(k) = stripped {
-                        cx.error(
-                            kspan,
-                            format!("unknown key `{name}`: in TOML files write `{}` (the SCR_ prefix is for environment variables)", k.name),
-                        );
-                    } else {
-                        let known: Vec<&str> = keys::KEYS
-                            .iter()
-                            .map(|k| k.name)
-                            .chain(SECTIONS.iter().copied())
-                            .chain(["locked"])
-                            .collect();
-                        let hint = keys::suggest(name, known.iter().copied())
-                            .map(|s| format!(" (did you mean `{s}`?)"))
-                            .unwrap_or_default();
-                        cx.error(
-                            kspan,
-                            format!("unknown key `{name}`{hint}; run `scr config show` for the list of keys"),
-                        );
-                    }
-                }
-            },
+            _ => parse_scalar(&mut cx, &mut layer, name, kspan, value),
         }
     }
     layer
+}
+
+/// A top-level key that is no section: a setting, typed and range-checked; a key in the
+/// wrong case, with the `SCR_` prefix, or unknown is refused naming what to write instead.
+fn parse_scalar(
+    cx: &mut Ctx<'_>,
+    layer: &mut Layer,
+    name: &str,
+    kspan: std::ops::Range<usize>,
+    value: &Spanned<DeValue<'_>>,
+) {
+    match keys::find(name) {
+        Some(k) if k.name == name => match typed(k.ty, value) {
+            Ok(v) => {
+                layer.scalars.insert(k.name, (v, cx.origin(kspan)));
+            }
+            Err(msg) => cx.error(value.span(), format!("`{name}`: {msg}")),
+        },
+        Some(k) => cx.error(
+            kspan,
+            format!("key `{name}` must be written in lower case: `{}`", k.name),
+        ),
+        None => {
+            let stripped = name
+                .strip_prefix("SCR_")
+                .or_else(|| name.strip_prefix("scr_"))
+                .and_then(keys::find);
+            if let Some(k) = stripped {
+                cx.error(
+                    kspan,
+                    format!("unknown key `{name}`: in TOML files write `{}` (the SCR_ prefix is for environment variables)", k.name),
+                );
+            } else {
+                let known: Vec<&str> = keys::KEYS
+                    .iter()
+                    .map(|k| k.name)
+                    .chain(SECTIONS.iter().copied())
+                    .chain(["locked"])
+                    .collect();
+                let hint = keys::suggest(name, known.iter().copied())
+                    .map(|s| format!(" (did you mean `{s}`?)"))
+                    .unwrap_or_default();
+                cx.error(
+                    kspan,
+                    format!(
+                        "unknown key `{name}`{hint}; run `scr config show` for the list of keys"
+                    ),
+                );
+            }
+        }
+    }
 }
 
 /// Convert a TOML value to a typed [`Value`], range-checked.
