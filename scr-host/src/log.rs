@@ -312,13 +312,38 @@ pub fn dataset_span(id: u64) -> tracing::Span {
 /// its level, with the world rank and what the plugin is (`transfer pthread`, `scheme
 /// XOR`) as fields. The rank is a field of the event, not only of the runtime's span: a
 /// transfer plugin may log from a thread of its own, outside any span.
+///
+/// The text is the plugin's, not ours: control characters (a newline, a terminal escape)
+/// are shown escaped, so a plugin's message stays one line and cannot pass for another
+/// rank's or the runtime's line.
 pub fn plugin_message(level: scr_plugin::LogLevel, rank: u32, plugin: &str, message: &str) {
     use scr_plugin::LogLevel;
+    let message = one_line(message);
+    let plugin = one_line(plugin);
+    let plugin = plugin.as_ref();
     match level {
         LogLevel::Error => tracing::error!(rank, plugin, "{message}"),
         LogLevel::Warn => tracing::warn!(rank, plugin, "{message}"),
         LogLevel::Info => tracing::info!(rank, plugin, "{message}"),
         LogLevel::Debug => tracing::debug!(rank, plugin, "{message}"),
+    }
+}
+
+/// `text` with its control characters escaped (`\n`, `\u{1b}`), borrowed when it has none.
+fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(char::is_control) {
+        text.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect::<String>()
+            .into()
+    } else {
+        text.into()
     }
 }
 
@@ -329,11 +354,19 @@ mod tests {
 
     /// Run `f` under a subscriber with our layer at `level`; the lines it printed.
     fn lines(level: Level, f: impl FnOnce()) -> Vec<String> {
+        let filter =
+            tracing_subscriber::filter::filter_fn(move |m| m.is_span() || *m.level() <= level);
+        lines_through(filter, f)
+    }
+
+    /// Run `f` under a subscriber with our layer behind `filter`; the lines it printed.
+    fn lines_through<F>(filter: F, f: impl FnOnce()) -> Vec<String>
+    where
+        F: tracing_subscriber::layer::Filter<tracing_subscriber::Registry> + Send + Sync + 'static,
+    {
         let got = Arc::new(Mutex::new(Vec::new()));
         let sink = got.clone();
         let layer = ScrLayer::new(move |l: &str| sink.lock().unwrap().push(l.to_string()));
-        let filter =
-            tracing_subscriber::filter::filter_fn(move |m| m.is_span() || *m.level() <= level);
         let subscriber = tracing_subscriber::registry().with(layer.with_filter(filter));
         tracing::subscriber::with_default(subscriber, f);
         let out = got.lock().unwrap().clone();
@@ -402,12 +435,8 @@ mod tests {
     #[test]
     fn the_debug_filter_follows_set_debug_after_a_callsite_was_seen() {
         // (the only test that changes the process-wide level)
-        let got = Arc::new(Mutex::new(Vec::new()));
-        let sink = got.clone();
-        let layer = ScrLayer::new(move |l: &str| sink.lock().unwrap().push(l.to_string()));
-        let subscriber = tracing_subscriber::registry().with(layer.with_filter(debug_filter()));
         let say = |n: u32| tracing::info!("info {n}");
-        tracing::subscriber::with_default(subscriber, || {
+        let got = lines_through(debug_filter(), || {
             set_debug(0);
             say(1);
             // a configuration file raising the level after the first call at that site
@@ -416,7 +445,23 @@ mod tests {
             set_debug(0);
             say(3);
         });
-        assert_eq!(*got.lock().unwrap(), ["scr-rs: info: info 2\n"]);
+        assert_eq!(got, ["scr-rs: info: info 2\n"]);
+    }
+
+    #[test]
+    fn a_plugin_message_stays_one_line_of_its_own() {
+        let got = lines(Level::WARN, || {
+            plugin_message(
+                scr_plugin::LogLevel::Warn,
+                1,
+                "scheme",
+                "lost\nscr-rs[rank=0]: error: forged\u{1b}[2J",
+            );
+        });
+        assert_eq!(
+            got,
+            ["scr-rs[rank=1 plugin=scheme]: warning: lost\\nscr-rs[rank=0]: error: forged\\u{1b}[2J\n"]
+        );
     }
 
     #[test]

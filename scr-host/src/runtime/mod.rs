@@ -1235,9 +1235,7 @@ impl Runtime {
         let local_ok = valid && self.stat_output_files(&mut out, &dir, crc && !fused, buf);
         let named = self.check_output_names(&mut out, &dir, local_ok);
         if let Some(c) = named.clash {
-            let local = self.delete_dataset(&out.record);
-            self.dataset_done(out.record.id);
-            self.agree_changed("complete_output", local)?;
+            self.drop_output(&out.record)?;
             return Err(ScrError::Usage(format!(
                 "complete_output {}: {c}; dataset discarded",
                 out.record.name
@@ -1275,6 +1273,14 @@ impl Runtime {
             self.exit_if_halted();
         }
         Ok(true)
+    }
+
+    /// Delete a refused output's files and record on every rank (collective): what a
+    /// clash or a failed commit leaves of complete_output.
+    fn drop_output(&mut self, rec: &DatasetRecord) -> Result<()> {
+        let local = self.delete_dataset(rec);
+        self.dataset_done(rec.id);
+        self.agree_changed("complete_output", local)
     }
 
     /// Discard a dataset that is not kept (collective: every rank is here alike) and say
@@ -1451,9 +1457,7 @@ impl Runtime {
                 .map(|(r, e)| format!("on rank {r}: {e}"))
                 .unwrap_or_default();
             out.record.complete = false;
-            let local = self.delete_dataset(&out.record);
-            self.dataset_done(out.record.id);
-            self.agree_changed("complete_output", local)?;
+            self.drop_output(&out.record)?;
             return Err(ScrError::Collective(format!(
                 "complete_output {}: the dataset could not be recorded as complete {why}; it is discarded on every rank, and the previous checkpoint stays the restart candidate",
                 out.record.name
