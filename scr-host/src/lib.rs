@@ -8,6 +8,7 @@ pub mod exit;
 pub mod explain;
 pub mod hostlist;
 pub mod launch;
+pub mod layout;
 pub mod local_mpi;
 pub mod log;
 pub mod man;
