@@ -317,18 +317,19 @@ impl Runtime {
         } else {
             self.purge_at_init()?;
         }
-        self.filemap = match Filemap::load(&self.cntl_dir, self.rank) {
+        self.cache.filemap = match Filemap::load(&self.job.cntl_dir, self.topo.rank) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!("{e}; treating this rank's cache as lost");
                 Filemap {
-                    rank: self.rank,
+                    rank: self.topo.rank,
                     datasets: BTreeMap::new(),
                 }
             }
         };
         // datasets that never completed (a crash inside an output) are garbage
         let incomplete: Vec<DatasetRecord> = self
+            .cache
             .filemap
             .datasets
             .values()
@@ -356,6 +357,7 @@ impl Runtime {
         let mut round = 0i32;
         loop {
             let mine = self
+                .cache
                 .filemap
                 .datasets
                 .keys()
@@ -372,7 +374,7 @@ impl Runtime {
             let holders = self.holders_of(id);
             if let Some(why) = self.unrestorable(&holders) {
                 // not this job's to rebuild: leave it alone (eviction removes it in time)
-                self.skipped.push(id);
+                self.restart.skipped.push(id);
                 self.warn(&format!(
                     "dataset {id} ({}) is not restored: {why}",
                     holders.first.name
@@ -391,9 +393,9 @@ impl Runtime {
     fn purge_at_init(&mut self) -> Result<()> {
         let purged = self.purge_cache();
         self.agree(purged)?;
-        if self.rank == 0 {
+        if self.topo.rank == 0 {
             // every node's cache was purged: no dataset is in cache any more
-            let cached: Vec<u64> = super::prefix::FlushFile::load(&self.prefix)
+            let cached: Vec<u64> = super::prefix::FlushFile::load(&self.job.prefix)
                 .map(|f| {
                     f.datasets
                         .iter()
@@ -403,7 +405,8 @@ impl Runtime {
                 })
                 .unwrap_or_default();
             for id in cached {
-                if let Err(e) = super::prefix::FlushFile::remove_location(&self.prefix, id, "CACHE")
+                if let Err(e) =
+                    super::prefix::FlushFile::remove_location(&self.job.prefix, id, "CACHE")
                 {
                     tracing::warn!("{e}");
                 }
@@ -416,21 +419,29 @@ impl Runtime {
     /// used anywhere, in the cache or, recorded by rank 0, in the prefix (so a lost cache
     /// never brings an old id back).
     fn continue_ids(&mut self) {
-        let ids = if self.rank == 0 {
-            super::Ids::load(&self.prefix)
+        let ids = if self.topo.rank == 0 {
+            super::Ids::load(&self.job.prefix)
         } else {
             super::Ids::default()
         };
-        let cache_dataset = self.filemap.datasets.keys().max().copied().unwrap_or(0);
+        let cache_dataset = self
+            .cache
+            .filemap
+            .datasets
+            .keys()
+            .max()
+            .copied()
+            .unwrap_or(0);
         let cache_ckpt = self
+            .cache
             .filemap
             .datasets
             .values()
             .filter_map(|d| d.checkpoint_id)
             .max()
             .unwrap_or(0);
-        self.next_dataset = self.max_u64(cache_dataset.max(ids.dataset)) + 1;
-        self.next_checkpoint = self.max_u64(cache_ckpt.max(ids.checkpoint)) + 1;
+        self.cache.next_dataset = self.max_u64(cache_dataset.max(ids.dataset)) + 1;
+        self.cache.next_checkpoint = self.max_u64(cache_ckpt.max(ids.checkpoint)) + 1;
     }
 
     /// What the holders of dataset `id` agree on (collective): the identity of the
@@ -438,9 +449,9 @@ impl Runtime {
     /// any holder recorded a CRC32. Per rank: 3–4 reductions and a broadcast of one
     /// identity (or two, when records differ) — independent of P.
     fn holders_of(&self, id: u64) -> Holders {
-        let own = self.filemap.datasets.get(&id);
+        let own = self.cache.filemap.datasets.get(&id);
         let first_rank =
-            comm::min_u64(&self.world, own.map_or(u64::MAX, |_| self.rank.into())) as u32;
+            comm::min_u64(&self.world, own.map_or(u64::MAX, |_| self.topo.rank.into())) as u32;
         let first: Identity = serde_json::from_slice(&comm::broadcast_from(
             &self.world,
             first_rank as i32,
@@ -459,7 +470,11 @@ impl Runtime {
         let differs = own.is_some_and(|r| Identity::of(r) != first);
         let other_rank = comm::min_u64(
             &self.world,
-            if differs { self.rank.into() } else { u64::MAX },
+            if differs {
+                self.topo.rank.into()
+            } else {
+                u64::MAX
+            },
         );
         let other = (other_rank != u64::MAX).then(|| {
             let name = comm::broadcast_from(
@@ -486,10 +501,10 @@ impl Runtime {
     /// (the same on every rank).
     fn unrestorable(&self, holders: &Holders) -> Option<String> {
         let first = &holders.first;
-        if first.world_size != 0 && first.world_size != self.size {
+        if first.world_size != 0 && first.world_size != self.topo.size {
             return Some(format!(
                 "it was written by {} ranks and this job has {}",
-                first.world_size, self.size
+                first.world_size, self.topo.size
             ));
         }
         if let Some((rank, name)) = &holders.other {
@@ -509,7 +524,7 @@ impl Runtime {
     /// O(set size) ranks within the set and one record per missing member — independent
     /// of P (was: every rank's records on every rank).
     fn template_from_set(&self, id: u64, tag: i32) -> Option<DatasetRecord> {
-        let own = self.filemap.datasets.get(&id);
+        let own = self.cache.filemap.datasets.get(&id);
         if comm::sum_u64(&self.world, u64::from(own.is_none())) == 0 {
             return own.cloned();
         }
@@ -519,15 +534,15 @@ impl Runtime {
         };
         let mut sends = Vec::new();
         if let (Some(holders), Some(rec)) = (
-            comm::split_by_color_with_key(&self.world, color, self.rank as i32),
+            comm::split_by_color_with_key(&self.world, color, self.topo.rank as i32),
             own,
         ) {
             let mut here = vec![0u32; holders.size() as usize];
-            comm::all_gather_into(&holders, &self.rank, &mut here[..]);
+            comm::all_gather_into(&holders, &self.topo.rank, &mut here[..]);
             if holders.rank() == 0 {
                 let bytes = serde_json::to_vec(rec).expect("record serializes");
                 for &m in &rec.descriptor.members {
-                    if m < self.size && !here.contains(&m) {
+                    if m < self.topo.size && !here.contains(&m) {
                         sends.push((m, bytes.clone()));
                     }
                 }
@@ -541,7 +556,7 @@ impl Runtime {
         // mean damaged filemaps; the choice is the one every earlier run made)
         got.into_iter()
             .filter_map(|(_, b)| serde_json::from_slice::<DatasetRecord>(&b).ok())
-            .find(|r| r.descriptor.members.contains(&self.rank))
+            .find(|r| r.descriptor.members.contains(&self.topo.rank))
     }
 
     /// Largest `v` over all ranks.
@@ -562,7 +577,7 @@ impl Runtime {
     fn restore_dataset(&mut self, id: u64, holders: &Holders, tag: i32) -> Result<()> {
         let _dataset = crate::log::dataset_span(id).entered();
         let restore_started = std::time::Instant::now();
-        let own = self.filemap.datasets.get(&id).cloned();
+        let own = self.cache.filemap.datasets.get(&id).cloned();
         let Some(r) = self.prepare_restore(id, holders, tag) else {
             return Ok(());
         };
@@ -597,7 +612,7 @@ impl Runtime {
                     what: report.clone(),
                     rank: None,
                 });
-                self.lost.push(report);
+                self.report.lost.push(report);
                 // this rank's record, or the one made for the rebuild when its cache was
                 // lost (holding the redundancy files declared before recover and the
                 // names recover returned): what the scheme wrote here goes with it,
@@ -638,7 +653,7 @@ impl Runtime {
                 Some(Err(e)) => e.to_string(),
                 _ => "a rank is in no redundancy set for it".to_string(),
             };
-            self.skipped.push(id);
+            self.restart.skipped.push(id);
             self.warn(&format!("dataset {id} ({name}) is not restored now: {why}"));
             return None;
         }
@@ -670,19 +685,19 @@ impl Runtime {
         // every rank when any rank cannot give one (as when one table was missing)
         let value = template.map(|t| self.group_value(&t.descriptor.group).ok());
         let value = match value {
-            _ if !self.all_agree(!matches!(value, Some(None))) => self.node.clone(),
+            _ if !self.all_agree(!matches!(value, Some(None))) => self.topo.node.clone(),
             Some(Some(v)) => v,
-            _ => self.node.clone(),
+            _ => self.topo.node.clone(),
         };
         let formed = template.and_then(|t| {
-            self.reddescs.iter().position(|rd| {
+            self.job.reddescs.iter().position(|rd| {
                 rd.record.set_id == t.descriptor.set_id
                     && rd.record.members == t.descriptor.members
                     && rd.record.group == t.descriptor.group
             })
         });
         let host = if self.all_agree(formed.is_some()) {
-            formed.map(|i| self.reddescs[i].host.duplicate())
+            formed.map(|i| self.job.reddescs[i].host.duplicate())
         } else {
             self.set_host(set.as_ref(), &value)
         };
@@ -696,9 +711,13 @@ impl Runtime {
     /// its recorded set.
     fn scheme_of(&self, rec: &DatasetRecord) -> std::result::Result<LoadedScheme, RegistryError> {
         let d = &rec.descriptor;
-        let member = d.members.iter().position(|&m| m == self.rank).unwrap_or(0);
+        let member = d
+            .members
+            .iter()
+            .position(|&m| m == self.topo.rank)
+            .unwrap_or(0);
         self.registry
-            .new_scheme(&d.scheme_config(&self.config, member as u32, self.rank))
+            .new_scheme(&d.scheme_config(&self.config, member as u32, self.topo.rank))
     }
 
     /// Verify this rank's cached files before use: a file that is missing, of another
@@ -712,18 +731,18 @@ impl Runtime {
     ) -> std::result::Result<(), String> {
         let use_crc = self.config.bool("crc_on_restart");
         let check = match own {
-            Some(rec) => verify_dataset(self.rank, rec, &r.dir, use_crc, buf),
+            Some(rec) => verify_dataset(self.topo.rank, rec, &r.dir, use_crc, buf),
             None => Err(format!(
                 "rank {}: no record of the dataset (cache lost)",
-                self.rank
+                self.topo.rank
             )),
         };
         if let (Some(_), Err(why)) = (own, &check) {
             tracing::warn!("dataset {} ({}): {why}; counted as lost", r.id, r.name);
         }
         let unchecked = own.is_some_and(|r| r.files.iter().any(|f| f.crc32.is_none()));
-        if use_crc && self.rank == 0 && !self.crc_note_given && unchecked {
-            self.crc_note_given = true;
+        if use_crc && self.topo.rank == 0 && !self.report.crc_note_given && unchecked {
+            self.report.crc_note_given = true;
             self.info("cached files without a recorded CRC32 (crc_on_copy = false): only their sizes are checked at restart");
         }
         check
@@ -752,7 +771,7 @@ impl Runtime {
             if own == Some(&rebuilding) {
                 Ok(())
             } else {
-                self.filemap.datasets.insert(id, rebuilding.clone());
+                self.cache.filemap.datasets.insert(id, rebuilding.clone());
                 self.save_filemap()
             }
         });
@@ -763,10 +782,10 @@ impl Runtime {
             return Some(rebuilding);
         }
         // nothing was written for the rebuild: forget a record made for it
-        if own.is_none() && self.filemap.datasets.remove(&id).is_some() {
+        if own.is_none() && self.cache.filemap.datasets.remove(&id).is_some() {
             let _ = self.save_filemap();
         }
-        self.skipped.push(id);
+        self.restart.skipped.push(id);
         self.warn(&format!(
             "dataset {id} ({}) is not restored now: its redundancy files could not be recorded before the rebuild",
             r.name
@@ -825,7 +844,7 @@ impl Runtime {
                     })
                     .filter(|f| is_inside(&f.name))
                     .collect();
-                self.filemap.datasets.insert(r.id, rebuilding.clone());
+                self.cache.filemap.datasets.insert(r.id, rebuilding.clone());
                 if let Err(e) = self.save_filemap() {
                     tracing::warn!("dataset {label}: {e}");
                 }
@@ -836,10 +855,10 @@ impl Runtime {
         // rebuilt file must come with one too (a rank whose cache is lost has only the
         // scheme's word for its files)
         let outcome = outcome.and_then(|metas| match intact {
-            Some(rec) => verify_dataset(self.rank, rec, &r.dir, false, buf)
+            Some(rec) => verify_dataset(self.topo.rank, rec, &r.dir, false, buf)
                 .map(|()| None)
                 .map_err(|why| format!("{scheme} changed intact files: {why}")),
-            None => verify_rebuilt(self.rank, &metas, own, &r.dir, crc_expected, buf)
+            None => verify_rebuilt(self.topo.rank, &metas, own, &r.dir, crc_expected, buf)
                 .map(Some)
                 .map_err(|why| format!("{scheme} rebuilt wrong data: {why}")),
         });
@@ -866,12 +885,14 @@ impl Runtime {
         // (a node's ranks lose it together), so the bound counts nodes, not ranks
         let node_lost = lacking == Some(2) && self.first_on_node();
         let (lost, lost_total) =
-            comm::gather_some(&self.world, node_lost.then_some(self.node.as_bytes()));
+            comm::gather_some(&self.world, node_lost.then_some(self.topo.node.as_bytes()));
         for (_, b) in &lost {
-            self.lost_nodes
+            self.report
+                .lost_nodes
                 .insert(String::from_utf8_lossy(b).into_owned());
         }
-        self.lost_nodes_unnamed = self
+        self.report.lost_nodes_unnamed = self
+            .report
             .lost_nodes_unnamed
             .max(lost_total.saturating_sub(lost.len() as u64));
         let rebuilt: Vec<u32> = ranks.iter().map(|(r, _)| *r).collect();
@@ -911,7 +932,7 @@ impl Runtime {
                     .collect()
             })
             .unwrap_or_default();
-        self.filemap.datasets.insert(r.id, rec);
+        self.cache.filemap.datasets.insert(r.id, rec);
         self.save_filemap()
     }
 
@@ -931,7 +952,7 @@ impl Runtime {
             .map(|why| serde_json::to_vec(&(r.record.descriptor.set_id, why)).expect("serializes"));
         let (fails, fails_total) = comm::gather_some(&self.world, failure.as_deref());
         let mut report = String::new();
-        if self.rank == 0 {
+        if self.topo.rank == 0 {
             let mut ranks: Vec<String> = checks
                 .iter()
                 .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
@@ -979,7 +1000,7 @@ impl Runtime {
         rec: &DatasetRecord,
     ) -> Result<()> {
         if let Some(desc) = desc {
-            let rd = &self.reddescs[desc];
+            let rd = &self.job.reddescs[desc];
             let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
             let result = rd
                 .scheme
@@ -1005,16 +1026,17 @@ impl Runtime {
             // SCR's SCR_CRC_ON_DELETE: a last check that tells the user the cache
             // damaged data while holding it (the files go either way)
             let buf = self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize;
-            if let Err(why) = verify_dataset(self.rank, rec, &dir, true, buf) {
+            if let Err(why) = verify_dataset(self.topo.rank, rec, &dir, true, buf) {
                 tracing::warn!(
                     "crc_on_delete: dataset {} ({}) was damaged in cache before it was deleted: {why}", rec.id, rec.name
                 );
             }
         }
         remove_files(&dir, &file_names(rec))?;
-        self.filemap.datasets.remove(&rec.id);
-        if self.rank == 0 && rec.complete {
-            if let Err(e) = super::prefix::FlushFile::remove_location(&self.prefix, rec.id, "CACHE")
+        self.cache.filemap.datasets.remove(&rec.id);
+        if self.topo.rank == 0 && rec.complete {
+            if let Err(e) =
+                super::prefix::FlushFile::remove_location(&self.job.prefix, rec.id, "CACHE")
             {
                 tracing::warn!("{e}");
             }
@@ -1030,8 +1052,8 @@ impl Runtime {
             return Ok(());
         }
         let mut purged = BTreeSet::new();
-        for (owner, path) in Filemap::owners_in(&self.cntl_dir) {
-            if let Ok(map) = Filemap::load(&self.cntl_dir, owner) {
+        for (owner, path) in Filemap::owners_in(&self.job.cntl_dir) {
+            if let Ok(map) = Filemap::load(&self.job.cntl_dir, owner) {
                 for rec in map.datasets.values() {
                     let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
                     remove_files(&dir, &file_names(rec))?;
@@ -1043,7 +1065,7 @@ impl Runtime {
                     ));
                 }
             }
-            Filemap::remove(&self.cntl_dir, owner).map_err(|e| ScrError::Io {
+            Filemap::remove(&self.job.cntl_dir, owner).map_err(|e| ScrError::Io {
                 path: path.clone(),
                 source: e,
             })?;
@@ -1051,7 +1073,7 @@ impl Runtime {
         if !purged.is_empty() {
             tracing::warn!(
                 "distribute = false: purged the cache of node {}: {}; restarting from the prefix",
-                self.node,
+                self.topo.node,
                 purged.into_iter().collect::<Vec<_>>().join(", ")
             );
         }
@@ -1082,6 +1104,7 @@ impl Runtime {
             .unwrap_or_else(|| self.config.u64("cache_size"))
             .max(1);
         let held: Vec<u64> = self
+            .cache
             .filemap
             .datasets
             .values()
@@ -1103,7 +1126,7 @@ impl Runtime {
         }
         let mut local = Ok(());
         for id in victims {
-            let Some(victim) = self.filemap.datasets.get(&id).cloned() else {
+            let Some(victim) = self.cache.filemap.datasets.get(&id).cloned() else {
                 continue;
             };
             self.info(&format!(
@@ -1129,12 +1152,13 @@ impl Runtime {
         let in_prefix = |id: u64| {
             flushed.contains(&id)
                 || index
-                    .get_or_init(|| super::prefix::Index::load(&self.prefix).ok())
+                    .get_or_init(|| super::prefix::Index::load(&self.job.prefix).ok())
                     .as_ref()
                     .and_then(|ix| ix.datasets.get(&id))
                     .is_some_and(|e| e.complete && e.failed.is_none())
         };
-        self.filemap
+        self.cache
+            .filemap
             .datasets
             .values()
             .filter(|d| {
@@ -1175,7 +1199,8 @@ impl Runtime {
 
     /// The newest complete checkpoint, skipped or not.
     fn restart_candidate_any(&self) -> Option<u64> {
-        self.filemap
+        self.cache
+            .filemap
             .datasets
             .values()
             .filter(|d| d.complete && d.checkpoint_id.is_some())
@@ -1189,11 +1214,11 @@ impl Runtime {
     fn distribute(&mut self) -> Result<()> {
         let mut offers: Vec<(u32, u32)> = Vec::new(); // (owner, holder)
         if self.first_on_node() {
-            for (owner, _) in Filemap::owners_in(&self.cntl_dir) {
+            for (owner, _) in Filemap::owners_in(&self.job.cntl_dir) {
                 // an owner of this job that runs on another node now
-                let moved = owner < self.size && !self.node_ranks.contains(&owner);
+                let moved = owner < self.topo.size && !self.topo.node_ranks.contains(&owner);
                 if moved {
-                    offers.push((owner, self.rank));
+                    offers.push((owner, self.topo.rank));
                 }
             }
         }
@@ -1210,14 +1235,14 @@ impl Runtime {
         all.extend(
             comm::sparse_exchange(&self.world, &sends, OFFER_TAG)
                 .into_iter()
-                .map(|(holder, _)| (self.rank, holder)),
+                .map(|(holder, _)| (self.topo.rank, holder)),
         );
         all.sort();
         let mut received = BTreeSet::new();
         for (owner, holder) in all {
-            if self.rank == holder {
+            if self.topo.rank == holder {
                 self.send_filemap(owner)?;
-            } else if self.rank == owner {
+            } else if self.topo.rank == owner {
                 self.receive_filemap(holder)?;
                 received.insert(holder);
             }
@@ -1225,7 +1250,7 @@ impl Runtime {
         if !received.is_empty() {
             self.info(&format!(
                 "rank {} received its cache from rank(s) {received:?}",
-                self.rank
+                self.topo.rank
             ));
         }
         Ok(())
@@ -1242,7 +1267,7 @@ impl Runtime {
     /// owner confirmed it holds them.
     fn send_filemap(&mut self, owner: u32) -> Result<()> {
         let peer = self.world.process_at_rank(owner as i32);
-        let map = Filemap::load(&self.cntl_dir, owner).unwrap_or(Filemap {
+        let map = Filemap::load(&self.job.cntl_dir, owner).unwrap_or(Filemap {
             rank: owner,
             datasets: BTreeMap::new(),
         });
@@ -1301,7 +1326,7 @@ impl Runtime {
         if ack != 1 {
             tracing::warn!(
                 "rank {owner} could not store its moved files; they stay on node {}",
-                self.node
+                self.topo.node
             );
             return Ok(());
         }
@@ -1314,7 +1339,7 @@ impl Runtime {
             }
         }
         // with its journal: the records moved with the map
-        if let Err(e) = Filemap::remove(&self.cntl_dir, owner) {
+        if let Err(e) = Filemap::remove(&self.job.cntl_dir, owner) {
             tracing::warn!("{e}");
         }
         Ok(())
@@ -1332,20 +1357,20 @@ impl Runtime {
             Err(e) => {
                 tracing::warn!("filemap moved from rank {holder} is unreadable: {e}");
                 Filemap {
-                    rank: self.rank,
+                    rank: self.topo.rank,
                     datasets: BTreeMap::new(),
                 }
             }
         };
-        let mut mine = Filemap::load(&self.cntl_dir, self.rank).unwrap_or(Filemap {
-            rank: self.rank,
+        let mut mine = Filemap::load(&self.job.cntl_dir, self.topo.rank).unwrap_or(Filemap {
+            rank: self.topo.rank,
             datasets: BTreeMap::new(),
         });
         for rec in moved.datasets.values() {
             mine.datasets.entry(rec.id).or_insert_with(|| rec.clone());
         }
         let mut ok = mine
-            .save(&self.cntl_dir)
+            .save(&self.job.cntl_dir)
             .map_err(|e| tracing::warn!("{e}"))
             .is_ok();
         let mut buf = vec![0u8; MOVE_PIECE];

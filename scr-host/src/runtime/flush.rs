@@ -740,10 +740,10 @@ impl Runtime {
             // (the index says why; it stays in cache for the next run or scavenge)
             return Ok(());
         }
-        let held = if self.rank == 0 {
+        let held = if self.topo.rank == 0 {
             // (a damaged index is rebuilt from the summaries first: taking it for empty
             // would flush the checkpoint a second time beside its first copy)
-            Index::load_or_rebuild(&self.prefix)
+            Index::load_or_rebuild(&self.job.prefix)
                 .ok()
                 .and_then(|ix| ix.datasets.get(&id).cloned())
                 .is_some_and(|e| e.complete && e.failed.is_none())
@@ -754,7 +754,7 @@ impl Runtime {
         if held {
             return Ok(());
         }
-        let rec = self.filemap.datasets[&id].clone();
+        let rec = self.cache.filemap.datasets[&id].clone();
         self.info(&format!(
             "{why}: flushing {} (the newest checkpoint, not yet in the prefix)",
             rec.name
@@ -777,7 +777,7 @@ impl Runtime {
         // what this flush may write, recorded in the prefix before anything is written:
         // if the run dies mid-flush, the next init cleans it up even when every cache is
         // lost with the filemaps that name the files (see `resume`)
-        self.record_writes(rec.id, &place.writes(rec, &self.prefix));
+        self.record_writes(rec.id, &place.writes(rec, &self.job.prefix));
         let started = self.start_transfer(rec, place.relocate);
         self.fault_point("flush-dispatched", rec.id);
         let removable = place.removable(&started);
@@ -811,12 +811,12 @@ impl Runtime {
             checkpoint_id: rec.checkpoint_id,
             output: rec.output,
             dir: format!("scr.dataset.{}", rec.id),
-            world_size: self.size,
+            world_size: self.topo.size,
             job_name: Some(self.config.str("job_name")).filter(|n| !n.is_empty()),
             ..IndexEntry::default()
         };
-        let opened = if self.rank == 0 {
-            Index::update(&self.prefix, |ix| {
+        let opened = if self.topo.rank == 0 {
+            Index::update(&self.job.prefix, |ix| {
                 ix.datasets.insert(rec.id, entry.clone());
             })
             .map_err(|e| e.to_string())
@@ -856,7 +856,7 @@ impl Runtime {
         let existing: BTreeSet<PathBuf> = rec
             .files
             .iter()
-            .map(|f| self.prefix.join(&f.name))
+            .map(|f| self.job.prefix.join(&f.name))
             .filter(|p| p.symlink_metadata().is_ok() || in_flight.contains(p))
             .collect();
         let taken = !pure_output && !existing.is_empty();
@@ -902,10 +902,10 @@ impl Runtime {
             self.info(&format!(
                 "flushed {} to {}",
                 rec.name,
-                self.prefix.display()
+                self.job.prefix.display()
             ));
         } else {
-            remove_written(&self.prefix, removable);
+            remove_written(&self.job.prefix, removable);
             self.warn(&format!(
                 "{} stays in cache only: {}",
                 rec.name,
@@ -916,8 +916,9 @@ impl Runtime {
 
     /// The state file of this rank's transfer of dataset `id`.
     fn transfer_state(&self, id: u64) -> PathBuf {
-        self.cntl_dir
-            .join(format!("transfer.{id}.{}.state", self.rank))
+        self.job
+            .cntl_dir
+            .join(format!("transfer.{id}.{}.state", self.topo.rank))
     }
 
     /// Read buffer for the host's CRC32 of transferred files.
@@ -934,8 +935,8 @@ impl Runtime {
     /// cancellation flag is `flushing.cancel`.
     fn transfer_host(&self, label: &Label) -> LocalHost {
         LocalHost::new(
-            self.rank,
-            &self.node,
+            self.topo.rank,
+            &self.topo.node,
             &format!("transfer {}", label.transfer_type),
             Arc::clone(&self.flushing.cancel),
         )
@@ -977,7 +978,7 @@ impl Runtime {
                 Planned {
                     name: f.name.clone(),
                     source: cache_dir.join(&f.name),
-                    destination: self.prefix.join(stored.as_deref().unwrap_or(&f.name)),
+                    destination: self.job.prefix.join(stored.as_deref().unwrap_or(&f.name)),
                     size: f.size,
                     crc32: f.crc32,
                     stored,
@@ -1099,7 +1100,7 @@ impl Runtime {
                 .unwrap_or_default();
             let everywhere = self.all_agree(mine.is_ok());
             if !everywhere {
-                remove_written(&self.prefix, &removable);
+                remove_written(&self.job.prefix, &removable);
             }
             copied.push(everywhere);
         }
@@ -1146,7 +1147,7 @@ impl Runtime {
             self.info(&format!(
                 "flushed {} to {} (in the background)",
                 entry.name,
-                self.prefix.display()
+                self.job.prefix.display()
             ));
         } else if copied && !last {
             // fully copied, but recording it failed (a prefix full of another flush's
@@ -1192,7 +1193,7 @@ impl Runtime {
         mine: &RankOutcome,
     ) -> std::result::Result<(), String> {
         let blocks = self.rank2file_blocks();
-        let n = blocks.of(self.rank);
+        let n = blocks.of(self.topo.rank);
         let leader = blocks.leader(n);
         let members: Vec<i32> = blocks.members(n).map(|r| r as i32).collect();
         let gathered = super::comm::gather_from(
@@ -1209,7 +1210,7 @@ impl Runtime {
             None => (None, None),
         };
         let started = || FlushStart {
-            job_id: self.job_id.clone(),
+            job_id: self.job.job_id.clone(),
             at: self
                 .flushing
                 .started
@@ -1227,18 +1228,18 @@ impl Runtime {
             let text = failure.map(|(_, why)| why).unwrap_or_default();
             let why = super::comm::broadcast_from(&self.world, holder as i32, text.as_bytes());
             if part.is_some() {
-                let _ = std::fs::remove_file(Rank2FilePart::path(&self.prefix, entry.id, n));
+                let _ = std::fs::remove_file(Rank2FilePart::path(&self.job.prefix, entry.id, n));
             }
-            if self.rank != 0 {
+            if self.topo.rank != 0 {
                 return Ok(());
             }
             let reason = format!(
                 "flush failed on rank {first}: {}",
                 String::from_utf8_lossy(&why)
             );
-            record_failure(&self.prefix, entry, &reason);
+            record_failure(&self.job.prefix, entry, &reason);
             let done = Err(reason);
-            log_flush(&self.prefix, entry, &started(), &done);
+            log_flush(&self.job.prefix, entry, &started(), &done);
             return done.map(|_| ());
         }
         // the root's totals: every part's, summed over the leaders (the others add 0)
@@ -1246,18 +1247,18 @@ impl Runtime {
             let (files, bytes) = part.unwrap_or_default();
             [files, bytes]
         });
-        if self.rank != 0 {
+        if self.topo.rank != 0 {
             return Ok(());
         }
         let done = record_complete(
-            &self.prefix,
+            &self.job.prefix,
             entry,
             &Rank2FileRoot::new(blocks, files, bytes),
         );
         if done.is_err() {
-            Rank2File::remove(&self.prefix, entry.id);
+            Rank2File::remove(&self.job.prefix, entry.id);
         }
-        log_flush(&self.prefix, entry, &started(), &done);
+        log_flush(&self.job.prefix, entry, &started(), &done);
         done.map(|_| ())
     }
 
@@ -1283,15 +1284,15 @@ impl Runtime {
             }
         }
         let p = Rank2FilePart::new(entry.id, blocks, n, ranks);
-        p.write(&self.prefix)
+        p.write(&self.job.prefix)
             .map(|()| (p.files, p.bytes))
-            .map_err(|e| (self.rank, format!("its rank2file part: {e}")))
+            .map_err(|e| (self.topo.rank, format!("its rank2file part: {e}")))
     }
 
     /// The blocks this job's rank2file maps are written in (`rank2file_block`).
     fn rank2file_blocks(&self) -> prefix::Blocks {
         let block = u32::try_from(self.config.u64("rank2file_block")).unwrap_or(u32::MAX);
-        prefix::Blocks::new(self.size, block)
+        prefix::Blocks::new(self.topo.size, block)
     }
 
     /// Background flushes whose transfer has not ended on this rank yet (local, no
@@ -1349,7 +1350,7 @@ impl Runtime {
         u64,
     )> {
         // rank 0: the choice and its map's layout; a single-file map itself (legacy)
-        let (choice, single) = if self.rank == 0 {
+        let (choice, single) = if self.topo.rank == 0 {
             self.pick_from_index(tried, wanted)
         } else {
             (None, None)
@@ -1367,7 +1368,7 @@ impl Runtime {
         let (blocks, total) = match &layout {
             MapLayout::Tree(root) => (root.blocks(), root.bytes),
             MapLayout::Single { block } => (
-                prefix::Blocks::new(self.size, *block),
+                prefix::Blocks::new(self.topo.size, *block),
                 single
                     .as_ref()
                     .map_or(0, |m| m.ranks.values().flatten().map(|f| f.size).sum()),
@@ -1383,11 +1384,11 @@ impl Runtime {
     /// why its map cannot be used), and a single-file map itself (legacy). `None` when no
     /// candidate is left.
     fn pick_from_index(&self, tried: &[u64], wanted: Option<&str>) -> (Choice, Option<Rank2File>) {
-        let index = Index::load_or_rebuild(&self.prefix).unwrap_or_else(|e| {
+        let index = Index::load_or_rebuild(&self.job.prefix).unwrap_or_else(|e| {
             tracing::warn!("{e}; no checkpoint is taken from the prefix");
             Index::default()
         });
-        let mut candidates = index.fetch_candidates(self.size);
+        let mut candidates = index.fetch_candidates(self.topo.size);
         // the checkpoint `current` named is tried first
         if let Some(pos) = candidates
             .iter()
@@ -1412,9 +1413,9 @@ impl Runtime {
         &self,
         entry: &IndexEntry,
     ) -> (std::result::Result<MapLayout, String>, Option<Rank2File>) {
-        let map = Rank2FileMap::load(&self.prefix, entry.id)
+        let map = Rank2FileMap::load(&self.job.prefix, entry.id)
             .map_err(|x| x.to_string())
-            .and_then(|m| check_map(&self.prefix, entry.id, self.size, m));
+            .and_then(|m| check_map(&self.job.prefix, entry.id, self.topo.size, m));
         match map {
             Ok(Rank2FileMap::Tree(root)) => (Ok(MapLayout::Tree(root)), None),
             Ok(Rank2FileMap::Single(m)) => (
@@ -1439,11 +1440,12 @@ impl Runtime {
         single: Option<&Rank2File>,
         blocks: prefix::Blocks,
     ) -> Option<std::result::Result<BlockLists, String>> {
-        let n = blocks.of(self.rank);
-        let leader = self.rank == blocks.leader(n);
+        let n = blocks.of(self.topo.rank);
+        let leader = self.topo.rank == blocks.leader(n);
         match layout {
             MapLayout::Tree(root) => {
-                let part = leader.then(|| Rank2FilePart::load(&self.prefix, entry.id, blocks, n));
+                let part =
+                    leader.then(|| Rank2FilePart::load(&self.job.prefix, entry.id, blocks, n));
                 // a leader: its part's totals [files, bytes, unreadable]
                 let totals = match &part {
                     Some(Ok(part)) => [part.files, part.bytes, 0],
@@ -1452,7 +1454,7 @@ impl Runtime {
                 };
                 let [files, bytes, unreadable] = super::comm::sum_u64s(&self.world, totals);
                 let sums = if unreadable == 0 {
-                    root.check_totals(&self.prefix, entry.id, files, bytes)
+                    root.check_totals(&self.job.prefix, entry.id, files, bytes)
                         .map_err(|e| e.to_string())
                 } else {
                     Ok(())
@@ -1496,7 +1498,7 @@ impl Runtime {
         blocks: prefix::Blocks,
         block_lists: Option<&std::result::Result<BlockLists, String>>,
     ) -> std::result::Result<Vec<FlushedFile>, String> {
-        let n = blocks.of(self.rank);
+        let n = blocks.of(self.topo.rank);
         let leader = blocks.leader(n);
         let members: Vec<i32> = blocks.members(n).map(|r| r as i32).collect();
         let lists: Vec<Vec<u8>> = match block_lists {
@@ -1530,8 +1532,8 @@ impl Runtime {
     /// (kept through a rebuild of the index from the summaries), so no later run tries
     /// it again; a failure to do so is a warning.
     fn mark_failed_in_index(&self, entry: &IndexEntry, reason: &str) {
-        if self.rank == 0 {
-            if let Err(e) = Index::mark_failed(&self.prefix, entry.id, reason) {
+        if self.topo.rank == 0 {
+            if let Err(e) = Index::mark_failed(&self.job.prefix, entry.id, reason) {
                 tracing::warn!("{e}; {} is not marked failed in the index", entry.name);
             }
         }
@@ -1553,7 +1555,7 @@ impl Runtime {
             let mine = list.and_then(|list| {
                 let mut files = BTreeMap::new();
                 for f in &list {
-                    let path = f.stored_path(&self.prefix)?;
+                    let path = f.stored_path(&self.job.prefix)?;
                     let meta =
                         std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
                     if meta.len() != f.size {
@@ -1582,16 +1584,16 @@ impl Runtime {
                 .map(|(rank, why)| format!("rank {rank}: {why}"));
             match (failed, mine) {
                 (None, Ok(files)) => {
-                    self.next_dataset = self.next_dataset.max(entry.id + 1);
+                    self.cache.next_dataset = self.cache.next_dataset.max(entry.id + 1);
                     if let Some(c) = entry.checkpoint_id {
-                        self.next_checkpoint = self.next_checkpoint.max(c + 1);
+                        self.cache.next_checkpoint = self.cache.next_checkpoint.max(c + 1);
                     }
                     self.info(&format!(
                         "restarting from {} in the prefix {} (fetch = false)",
                         entry.name,
-                        self.prefix.display()
+                        self.job.prefix.display()
                     ));
-                    self.prefix_restart = Some(super::PrefixRestart {
+                    self.restart.prefix_restart = Some(super::PrefixRestart {
                         id: entry.id,
                         name: entry.name.clone(),
                         files,
@@ -1645,12 +1647,12 @@ impl Runtime {
             match failed {
                 None => {
                     // ids continue after the fetched dataset
-                    self.next_dataset = self.next_dataset.max(entry.id + 1);
+                    self.cache.next_dataset = self.cache.next_dataset.max(entry.id + 1);
                     if let Some(c) = entry.checkpoint_id {
-                        self.next_checkpoint = self.next_checkpoint.max(c + 1);
+                        self.cache.next_checkpoint = self.cache.next_checkpoint.max(c + 1);
                     }
-                    if self.rank == 0 {
-                        let _ = Index::update(&self.prefix, |ix| {
+                    if self.topo.rank == 0 {
+                        let _ = Index::update(&self.job.prefix, |ix| {
                             if let Some(e) = ix.datasets.get_mut(&entry.id) {
                                 e.fetched = Some(now_secs());
                             }
@@ -1660,7 +1662,7 @@ impl Runtime {
                     self.info(&format!(
                         "fetched {} from {}",
                         entry.name,
-                        self.prefix.display()
+                        self.job.prefix.display()
                     ));
                     self.log_event(Event::Fetch {
                         name: entry.name.clone(),
@@ -1671,7 +1673,7 @@ impl Runtime {
                     return Ok(());
                 }
                 Some(reason) => {
-                    if let Some(rec) = self.filemap.datasets.get(&entry.id).cloned() {
+                    if let Some(rec) = self.cache.filemap.datasets.get(&entry.id).cloned() {
                         let removed = self.remove_local(&rec);
                         self.agree(removed)?;
                     } else {
@@ -1695,7 +1697,7 @@ impl Runtime {
         mine: Vec<FlushedFile>,
     ) -> std::result::Result<(), String> {
         let desc = self.reddesc_for(entry.checkpoint_id);
-        let store = self.reddescs[desc].record.store.clone();
+        let store = self.job.reddescs[desc].record.store.clone();
         let dir = self.dataset_dir(&store, entry.id);
         let mut record = DatasetRecord {
             id: entry.id,
@@ -1703,7 +1705,7 @@ impl Runtime {
             checkpoint_id: entry.checkpoint_id,
             output: entry.output,
             complete: false,
-            descriptor: self.reddescs[desc].record.clone(),
+            descriptor: self.job.reddescs[desc].record.clone(),
             files: mine
                 .iter()
                 .map(|f| FileRecord {
@@ -1714,16 +1716,16 @@ impl Runtime {
                 })
                 .collect(),
             redundancy: Vec::new(),
-            world_size: self.size,
+            world_size: self.topo.size,
         };
-        self.filemap.datasets.insert(entry.id, record.clone());
+        self.cache.filemap.datasets.insert(entry.id, record.clone());
         self.save_filemap().map_err(|e| e.to_string())?;
         // every directory from the store down 0700 and checked, none a link
         let base = Path::new(&store);
         super::create_private_dir(base, &dir).map_err(|e| e.to_string())?;
         let mut files = Vec::with_capacity(mine.len());
         for f in &mine {
-            let source = f.stored_path(&self.prefix)?;
+            let source = f.stored_path(&self.job.prefix)?;
             let destination = dir.join(&f.name);
             if let Some(parent) = destination.parent() {
                 super::create_private_dir(base, parent).map_err(|e| e.to_string())?;
@@ -1740,8 +1742,9 @@ impl Runtime {
         // the same transfer type as the flush from this store, verified the same way
         let label = self.transfer_of(&store);
         let state = self
+            .job
             .cntl_dir
-            .join(format!("fetch.{}.{}.state", entry.id, self.rank));
+            .join(format!("fetch.{}.{}.state", entry.id, self.topo.rank));
         let started = self.dispatch(label, files, &state);
         let buf = self.buf_size();
         let fetched = started.and_then(|s| collect(s, false, "recorded by the flush", buf));
@@ -1755,7 +1758,7 @@ impl Runtime {
             rec.mtime = meta.mtime;
             rec.crc32 = f.crc32;
         }
-        self.filemap.datasets.insert(entry.id, record);
+        self.cache.filemap.datasets.insert(entry.id, record);
         self.save_filemap().map_err(|e| e.to_string())
     }
 
@@ -1764,17 +1767,17 @@ impl Runtime {
     /// (the redundancy files declared before apply among its names) and the ranks where
     /// it failed return their error.
     fn protect_fetched(&mut self, id: u64) -> Result<()> {
-        let mut rec = self.filemap.datasets[&id].clone();
+        let mut rec = self.cache.filemap.datasets[&id].clone();
         let desc = self.reddesc_for(rec.checkpoint_id);
         let dir = self.dataset_dir(&rec.descriptor.store, id);
         // the redundancy files are recorded before they exist, like every file
-        let declared = cache::declare_redundancy(&self.reddescs[desc].scheme, &mut rec, &dir)
+        let declared = cache::declare_redundancy(&self.job.reddescs[desc].scheme, &mut rec, &dir)
             .and_then(|()| {
-                self.filemap.datasets.insert(id, rec.clone());
+                self.cache.filemap.datasets.insert(id, rec.clone());
                 self.save_filemap()
             });
         self.agree(declared)?;
-        let rd = &self.reddescs[desc];
+        let rd = &self.job.reddescs[desc];
         let ds = cache::dataset_files(&rec, &dir);
         let result = rd
             .scheme
@@ -1804,7 +1807,7 @@ impl Runtime {
             })
             .collect();
         rec.complete = true;
-        self.filemap.datasets.insert(id, rec);
+        self.cache.filemap.datasets.insert(id, rec);
         self.save_filemap()
     }
 
@@ -1812,7 +1815,7 @@ impl Runtime {
     /// point (used by the crash-in-flush tests; never set in production).
     fn fault_point(&self, point: &str, _id: u64) {
         if let Ok(spec) = std::env::var("SCR_FAULT") {
-            if spec == format!("{point}:{}", self.rank) {
+            if spec == format!("{point}:{}", self.topo.rank) {
                 let _ = std::process::Command::new("kill")
                     .args(["-9", &std::process::id().to_string()])
                     .status();

@@ -142,6 +142,33 @@ struct Policy {
 /// One process's checkpoint/restart runtime.
 pub struct Runtime {
     world: SimpleCommunicator,
+    /// Where this rank is: rank, size, node and the node's ranks.
+    topo: Topology,
+    config: Config,
+    registry: Registry,
+    /// The job's identity and directories, and the redundancy descriptors in force.
+    job: JobLayout,
+    /// Entered in each call: the messages inside carry this rank and the job id.
+    span: tracing::Span,
+    /// The cached datasets (filemap) and the ids of the next ones.
+    cache: CacheState,
+    /// The output in progress, between start_output and complete_output.
+    output: Option<Output>,
+    /// The restart in progress and what is offered for one.
+    restart: RestartState,
+    policy: Policy,
+    /// Whether calls may still run: uncertain state, a halt, finalize.
+    health: Health,
+    /// What init and the run found, for the event log and the application.
+    report: RunReport,
+    flushing: flush::Flushing,
+    /// `Some` when the library is disabled (`enable = false`): the calls pass through.
+    passthrough: Option<Passthrough>,
+}
+
+/// Where this rank is in the job (fixed after init).
+#[derive(Debug)]
+struct Topology {
     rank: u32,
     size: u32,
     node: String,
@@ -151,27 +178,60 @@ pub struct Runtime {
     /// Nodes in the job.
     node_count: u32,
     simulated: bool,
-    config: Config,
-    registry: Registry,
+}
+
+/// The job's identity, its directories and the redundancy descriptors in force.
+struct JobLayout {
     user: String,
     job_id: String,
-    /// Entered in each call: the messages inside carry this rank and the job id.
-    span: tracing::Span,
     cntl_dir: PathBuf,
     prefix: PathBuf,
     reddescs: Vec<RedDesc>,
+}
+
+/// This rank's cached datasets and the ids the next ones take.
+struct CacheState {
     filemap: Filemap,
     /// Appends `route_file`'s records to the filemap's journal (O(1) per file); every
     /// other change saves the whole filemap through it.
     filemap_journal: filemap::JournalWriter,
     next_dataset: u64,
     next_checkpoint: u64,
-    output: Option<Output>,
-    restart: Option<u64>,
+}
+
+/// The restart: what is offered, what was tried, and a restart read in place.
+#[derive(Debug, Default)]
+struct RestartState {
+    /// The checkpoint offered for a restart (from cache).
+    candidate: Option<u64>,
+    /// Checkpoints the application reported invalid, never offered again.
     skipped: Vec<u64>,
-    policy: Policy,
+    /// SCR 3.x order: the fetch from the prefix waits for the first
+    /// [`Runtime::have_restart_fetching`], so that `current` can choose what is loaded.
+    fetch_pending: bool,
+    /// The checkpoint `current` chose while the fetch was pending, when no cache holds it.
+    wanted: Option<String>,
+    /// With `fetch = false`: the checkpoint offered for a restart straight from the prefix.
+    prefix_restart: Option<PrefixRestart>,
+    /// Between start_restart and complete_restart of `prefix_restart`.
+    reading_prefix: bool,
+}
+
+/// Whether the runtime may still run calls, the same on every rank.
+#[derive(Debug, Default)]
+struct Health {
+    /// The agreed reason to halt, once one holds.
     halt_reason: Option<String>,
     finalized: bool,
+    /// Set (on every rank alike) when a call failed after ranks had begun to change their
+    /// state: what failed. Collective calls are refused from then on.
+    uncertain: Option<String>,
+}
+
+/// What init and the run found, for the event log and the application.
+#[derive(Debug)]
+struct RunReport {
+    /// Datasets init dropped (the application may ask).
     lost: Vec<String>,
     /// Nodes whose cache init found lost (for the event log).
     lost_nodes: BTreeSet<String>,
@@ -184,21 +244,6 @@ pub struct Runtime {
     allocation_end: Option<(i64, String)>,
     /// Whether rank 0 said that files without a CRC32 are checked by size only.
     crc_note_given: bool,
-    flushing: flush::Flushing,
-    /// Set (on every rank alike) when a call failed after ranks had begun to change their
-    /// state: what failed. Collective calls are refused from then on.
-    uncertain: Option<String>,
-    /// `Some` when the library is disabled (`enable = false`): the calls pass through.
-    passthrough: Option<Passthrough>,
-    /// SCR 3.x order: the fetch from the prefix waits for the first
-    /// [`Runtime::have_restart_fetching`], so that `current` can choose what is loaded.
-    fetch_pending: bool,
-    /// The checkpoint `current` chose while the fetch was pending, when no cache holds it.
-    wanted: Option<String>,
-    /// With `fetch = false`: the checkpoint offered for a restart straight from the prefix.
-    prefix_restart: Option<PrefixRestart>,
-    /// Between start_restart and complete_restart of `prefix_restart`.
-    reading_prefix: bool,
 }
 
 /// A checkpoint read in place in the prefix (SCR 3.x with fetch disabled).
@@ -275,13 +320,13 @@ impl Runtime {
         }
         crate::log::set_debug(config.u64("debug"));
         let mut rt = Runtime::unstarted(world, config, span);
-        let started = rt.init_started;
+        let started = rt.report.init_started;
         if rt.passthrough.is_some() {
             // SCR_ENABLE=0: nothing is cached, protected, flushed or fetched, and no
             // directory or state file is created; every call succeeds and route_file
             // hands back the application's own path
             rt.info("disabled (enable = false): every call passes through; nothing is cached");
-            rt.finalized = false;
+            rt.health.finalized = false;
             return Ok(rt);
         }
         rt.load_plugins()?;
@@ -299,50 +344,55 @@ impl Runtime {
         let rank = world.rank() as u32;
         let size = world.size() as u32;
         Runtime {
-            rank,
-            size,
-            node: String::new(),
-            node_ranks: Vec::new(),
-            node_count: 0,
-            simulated: false,
-            registry: Registry::default(),
-            user: config.str("user"),
-            job_id: config.str("job_id"),
-            span: span.clone(),
-            cntl_dir: PathBuf::new(),
-            prefix: PathBuf::from(config.str("prefix")),
-            reddescs: Vec::new(),
-            filemap: Filemap {
+            topo: Topology {
                 rank,
-                datasets: BTreeMap::new(),
+                size,
+                node: String::new(),
+                node_ranks: Vec::new(),
+                node_count: 0,
+                simulated: false,
             },
-            filemap_journal: filemap::JournalWriter::default(),
-            next_dataset: 1,
-            next_checkpoint: 1,
+            registry: Registry::default(),
+            job: JobLayout {
+                user: config.str("user"),
+                job_id: config.str("job_id"),
+                cntl_dir: PathBuf::new(),
+                prefix: PathBuf::from(config.str("prefix")),
+                reddescs: Vec::new(),
+            },
+            span: span.clone(),
+            cache: CacheState {
+                filemap: Filemap {
+                    rank,
+                    datasets: BTreeMap::new(),
+                },
+                filemap_journal: filemap::JournalWriter::default(),
+                next_dataset: 1,
+                next_checkpoint: 1,
+            },
             output: None,
-            restart: None,
-            skipped: Vec::new(),
+            restart: RestartState::default(),
             policy: Policy {
                 calls: 0,
                 last_end: Instant::now(),
                 last_cost: 0.0,
             },
-            halt_reason: None,
-            // until init succeeds, dropping the half-built runtime is not a missed finalize
-            finalized: true,
-            lost: Vec::new(),
-            lost_nodes: BTreeSet::new(),
-            lost_nodes_unnamed: 0,
-            init_started: Instant::now(),
-            allocation_end: None,
-            crc_note_given: false,
+            health: Health {
+                halt_reason: None,
+                // until init succeeds, dropping the half-built runtime is not a missed finalize
+                finalized: true,
+                uncertain: None,
+            },
+            report: RunReport {
+                lost: Vec::new(),
+                lost_nodes: BTreeSet::new(),
+                lost_nodes_unnamed: 0,
+                init_started: Instant::now(),
+                allocation_end: None,
+                crc_note_given: false,
+            },
             flushing: flush::Flushing::default(),
-            uncertain: None,
             passthrough: (!config.bool("enable")).then(Passthrough::default),
-            fetch_pending: false,
-            wanted: None,
-            prefix_restart: None,
-            reading_prefix: false,
             world,
             config,
         }
@@ -364,10 +414,10 @@ impl Runtime {
     /// This rank's node (the testing override `node_names`, else the host name; agreed),
     /// the ranks on it and the number of nodes.
     fn find_node(&mut self) -> Result<()> {
-        let (rank, size) = (self.rank, self.size);
+        let (rank, size) = (self.topo.rank, self.topo.size);
         let node_names = self.config.str("node_names");
-        self.simulated = !node_names.is_empty();
-        let node = if self.simulated {
+        self.topo.simulated = !node_names.is_empty();
+        let node = if self.topo.simulated {
             let names: Vec<&str> = node_names.split(',').map(str::trim).collect();
             match names.get(rank as usize) {
                 Some(n) if !n.is_empty() => Ok(n.to_string()),
@@ -381,18 +431,19 @@ impl Runtime {
                 .map(|s| s.trim().to_string())
                 .unwrap_or_else(|_| "localhost".into()))
         };
-        self.node = self.agree(node)?;
+        self.topo.node = self.agree(node)?;
         // the ranks of this node find each other by a split by node name (see
         // sets::split_by_value) and count the nodes with one reduction: per rank
         // O(log P) steps and O(ranks per node) bytes (was: every rank's node name on
         // every rank, O(P))
         {
-            let node_comm = sets::split_by_value(&self.world, &self.node);
+            let node_comm = sets::split_by_value(&self.world, &self.topo.node);
             let mut ranks = vec![0u32; node_comm.size() as usize];
-            comm::all_gather_into(&node_comm, &self.rank, &mut ranks[..]);
-            self.node_ranks = ranks;
+            comm::all_gather_into(&node_comm, &self.topo.rank, &mut ranks[..]);
+            self.topo.node_ranks = ranks;
             let first = u64::from(node_comm.rank() == 0);
-            self.node_count = u32::try_from(comm::sum_u64(&self.world, first)).unwrap_or(u32::MAX);
+            self.topo.node_count =
+                u32::try_from(comm::sum_u64(&self.world, first)).unwrap_or(u32::MAX);
         }
 
         Ok(())
@@ -402,12 +453,13 @@ impl Runtime {
     /// prefix's `.scr`; a run that ended in finalize left that as the halt file's exit
     /// reason, which a new run starting clears. Agreed.
     fn create_job_dirs(&mut self) -> Result<()> {
-        let job_dir = PathBuf::from(&self.user).join(format!("scr.{}", self.job_id));
+        let job_dir = PathBuf::from(&self.job.user).join(format!("scr.{}", self.job.job_id));
         let cntl_base = PathBuf::from(self.config.str("cntl_base"));
-        self.cntl_dir = node_local(&cntl_base, self.simulated, &self.node).join(&job_dir);
-        let prefix = self.prefix.clone();
-        let local = create_private_dir(&cntl_base, &self.cntl_dir).and_then(|()| {
-            if self.rank == 0 {
+        self.job.cntl_dir =
+            node_local(&cntl_base, self.topo.simulated, &self.topo.node).join(&job_dir);
+        let prefix = self.job.prefix.clone();
+        let local = create_private_dir(&cntl_base, &self.job.cntl_dir).and_then(|()| {
+            if self.topo.rank == 0 {
                 let scr = prefix.join(".scr");
                 std::fs::create_dir_all(&scr).map_err(io_err(&scr))?;
                 // A run that ended in finalize left that as its reason; a new run
@@ -445,6 +497,7 @@ impl Runtime {
     fn set_up_stores(&mut self, recorded_api: &[(usize, String)]) -> Result<()> {
         self.create_reddescs()?;
         let stores: BTreeSet<String> = self
+            .job
             .reddescs
             .iter()
             .map(|d| d.record.store.clone())
@@ -452,20 +505,20 @@ impl Runtime {
         let made = stores.iter().try_for_each(|s| self.create_store_dir(s));
         self.agree(made)?;
         self.write_nodes_file()?;
-        if self.rank == 0 {
+        if self.topo.rank == 0 {
             // what the application set, for `scr config show` and `explain` to report
-            if let Err(e) = crate::config::api::record(&self.prefix, recorded_api) {
+            if let Err(e) = crate::config::api::record(&self.job.prefix, recorded_api) {
                 self.warn(&format!(
                     "the configuration calls could not be recorded in {} ({e}); `scr config show` will not list them",
-                    crate::config::api::record_path(&self.prefix).display()
+                    crate::config::api::record_path(&self.job.prefix).display()
                 ));
             }
         }
-        if self.rank == 0 {
+        if self.topo.rank == 0 {
             // asked once, on one rank: thousands of ranks each running `squeue` would
             // load the resource manager
-            self.allocation_end = crate::walltime::from_config_and_env(&self.config);
-            if let Some((end, source)) = &self.allocation_end {
+            self.report.allocation_end = crate::walltime::from_config_and_env(&self.config);
+            if let Some((end, source)) = &self.report.allocation_end {
                 self.info(&format!("the allocation ends at {end} (from {source})"));
             }
             self.log_previous_run_failure();
@@ -478,26 +531,26 @@ impl Runtime {
     /// fetch to the first have_restart).
     fn restore_at_init(&mut self, options: &InitOptions) -> Result<()> {
         self.restore_cache()?;
-        if self.lost_nodes_unnamed > 0 {
+        if self.report.lost_nodes_unnamed > 0 {
             self.warn(&format!(
                 "{} more nodes lost their cache than the event log names ({} named)",
-                self.lost_nodes_unnamed,
-                self.lost_nodes.len()
+                self.report.lost_nodes_unnamed,
+                self.report.lost_nodes.len()
             ));
         }
-        if !self.lost_nodes.is_empty() {
+        if !self.report.lost_nodes.is_empty() {
             self.log_event(crate::events::Event::LostNodes {
-                nodes: self.lost_nodes.iter().cloned().collect(),
+                nodes: self.report.lost_nodes.iter().cloned().collect(),
             });
         }
         self.settle_interrupted_flushes()?;
         // from here on, dropping the runtime without finalize is a missed finalize
-        self.finalized = false;
+        self.health.finalized = false;
         if options.fetch_at_have_restart {
             // only the fetch waits for have_restart: flush_on_restart flushes what the
             // cache holds now (SCR does it in init, for applications that restart
             // without the restart API)
-            self.fetch_pending = true;
+            self.restart.fetch_pending = true;
             if self.config.bool("flush_on_restart") {
                 self.flush_newest("flush_on_restart")?;
             }
@@ -511,8 +564,8 @@ impl Runtime {
     /// exit here when the run is halted.
     fn report_init(&mut self, started: Instant) {
         self.log_event(crate::events::Event::Init {
-            ranks: self.size,
-            nodes: self.node_count,
+            ranks: self.topo.size,
+            nodes: self.topo.node_count,
             seconds: started.elapsed().as_secs_f64(),
             restarted_from: self.have_restart(),
         });
@@ -520,7 +573,7 @@ impl Runtime {
         // time-based checkpoint policies count from the end of init
         self.policy.last_end = Instant::now();
         comm::barrier(&self.world);
-        for rd in &self.reddescs {
+        for rd in &self.job.reddescs {
             self.info(&format!(
                 "descriptor {}: interval {}, scheme {}, store {}, group {}, this rank in set {} of {} member(s)",
                 rd.index,
@@ -534,9 +587,9 @@ impl Runtime {
         }
         self.info(&format!(
             "init: {} ranks on {} node(s), {} descriptor(s), restart candidate {:?}, {:.3} s",
-            self.size,
-            self.node_count,
-            self.reddescs.len(),
+            self.topo.size,
+            self.topo.node_count,
+            self.job.reddescs.len(),
             self.have_restart(),
             started.elapsed().as_secs_f64()
         ));
@@ -544,7 +597,7 @@ impl Runtime {
 
     /// This process's world rank.
     pub fn rank(&self) -> u32 {
-        self.rank
+        self.topo.rank
     }
 
     /// The effective configuration.
@@ -554,17 +607,17 @@ impl Runtime {
 
     /// This process's node name (simulated or real).
     pub fn node(&self) -> &str {
-        &self.node
+        &self.topo.node
     }
 
     /// The control directory of this process's node.
     pub fn control_dir(&self) -> &Path {
-        &self.cntl_dir
+        &self.job.cntl_dir
     }
 
     /// Reports of datasets that init found damaged beyond repair and dropped.
     pub fn lost_datasets(&self) -> &[String] {
-        &self.lost
+        &self.report.lost
     }
 
     /// This rank's MPI exchanges per API call since init or [`Runtime::reset_comm_stats`]:
@@ -585,7 +638,7 @@ impl Runtime {
     /// one per rank). Whether it is printed is the subscriber's choice (`SCR_DEBUG`, or
     /// `RUST_LOG`): never filtered here, so a `RUST_LOG` directive can show it.
     fn info(&self, msg: &str) {
-        if self.rank == 0 {
+        if self.topo.rank == 0 {
             tracing::info!("{msg}");
         }
     }
@@ -598,8 +651,8 @@ impl Runtime {
 
     /// Append `event` to the prefix's event log (rank 0; see [`crate::events`]).
     fn log_event(&self, event: crate::events::Event) {
-        if self.rank == 0 && self.passthrough.is_none() {
-            crate::events::log_event(&self.prefix, &self.job_id, event);
+        if self.topo.rank == 0 && self.passthrough.is_none() {
+            crate::events::log_event(&self.job.prefix, &self.job.job_id, event);
         }
     }
 
@@ -607,7 +660,7 @@ impl Runtime {
     /// halted), that run failed — killed, a node lost, a rank crashed. Logged as a
     /// failure so that `scr log` can count the time between failures.
     fn log_previous_run_failure(&self) {
-        let Ok((records, _)) = crate::events::read(&self.prefix) else {
+        let Ok((records, _)) = crate::events::read(&self.job.prefix) else {
             return;
         };
         use crate::events::Event;
@@ -632,7 +685,7 @@ impl Runtime {
     }
 
     fn warn(&self, msg: &str) {
-        if self.rank == 0 {
+        if self.topo.rank == 0 {
             tracing::warn!("{msg}");
         }
     }
@@ -662,7 +715,7 @@ impl Runtime {
     /// Refuse `call` when an earlier call left the ranks' state uncertain (local: that
     /// state is the same on every rank).
     fn usable(&self, call: &str) -> Result<()> {
-        match &self.uncertain {
+        match &self.health.uncertain {
             Some(why) => Err(ScrError::StateUncertain(format!(
                 "{call}: refused, because an earlier call left the ranks' cached state uncertain ({why}); call finalize (or MPI_Abort) and restart the job, which restores what every rank agrees on"
             ))),
@@ -676,7 +729,7 @@ impl Runtime {
     fn agree_changed(&mut self, what: &str, local: Result<()>) -> Result<()> {
         let agreed = self.agree(local);
         if let Err(e) = &agreed {
-            self.uncertain = Some(format!("{what}: {e}"));
+            self.health.uncertain = Some(format!("{what}: {e}"));
         }
         agreed
     }
@@ -721,11 +774,11 @@ impl Runtime {
             .unwrap_or(View::Node);
         node_local(
             Path::new(store),
-            self.simulated && view == View::Node,
-            &self.node,
+            self.topo.simulated && view == View::Node,
+            &self.topo.node,
         )
-        .join(&self.user)
-        .join(format!("scr.{}", self.job_id))
+        .join(&self.job.user)
+        .join(format!("scr.{}", self.job.job_id))
     }
 
     /// Create this job's directory in `store` (see [`create_private_dir`]). A store with
@@ -737,7 +790,7 @@ impl Runtime {
             return Err(ScrError::Usage(format!(
                 "store {store}: mkdir = false, but the job's directory {} does not exist on node {}; create it before the job starts (as a job prolog would) or set mkdir = true",
                 dir.display(),
-                self.node
+                self.topo.node
             )));
         }
         create_private_dir(Path::new(store), &dir)
@@ -749,13 +802,13 @@ impl Runtime {
 
     /// Whether this rank is the first (lowest) on its node.
     fn first_on_node(&self) -> bool {
-        self.node_ranks.first() == Some(&self.rank)
+        self.topo.node_ranks.first() == Some(&self.topo.rank)
     }
 
     /// This rank's failure-group value for group `name`.
     fn group_value(&self, name: &str) -> Result<String> {
         self.config
-            .failure_group(name, &self.node, self.rank)
+            .failure_group(name, &self.topo.node, self.topo.rank)
             .map_err(ScrError::Usage)
     }
 
@@ -772,12 +825,17 @@ impl Runtime {
             None => mpi::topology::Color::undefined(),
         };
         let key = set
-            .and_then(|s| s.members.iter().position(|&m| m == self.rank))
+            .and_then(|s| s.members.iter().position(|&m| m == self.topo.rank))
             .unwrap_or(0) as i32;
         let comm = comm::split_by_color_with_key(&self.world, color, key)?;
         let set = set?;
         let groups = sets::gather_strings(&comm, group);
-        Some(MpiHost::new(comm, set.members.clone(), groups, self.rank))
+        Some(MpiHost::new(
+            comm,
+            set.members.clone(),
+            groups,
+            self.topo.rank,
+        ))
     }
 
     fn create_reddescs(&mut self) -> Result<()> {
@@ -789,14 +847,18 @@ impl Runtime {
             let value = self.agree(self.group_value(&d.group.0))?;
             let (mine, comm, groups) =
                 sets::form_my_set(&self.world, &value, d.set_size() as usize);
-            let host = MpiHost::new(comm, mine.members.clone(), groups, self.rank);
+            let host = MpiHost::new(comm, mine.members.clone(), groups, self.topo.rank);
             let member = mine
                 .members
                 .iter()
-                .position(|&m| m == self.rank)
+                .position(|&m| m == self.topo.rank)
                 .expect("a member of its own set") as u32;
-            let config =
-                d.scheme_config(&self.config, mine.members.len() as u32, member, self.rank);
+            let config = d.scheme_config(
+                &self.config,
+                mine.members.len() as u32,
+                member,
+                self.topo.rank,
+            );
             // a scheme may refuse one set (e.g. its size) but not another: agree first
             let scheme = self.agree(self.registry.new_scheme(&config).map_err(ScrError::from))?;
             let record = DescriptorRecord {
@@ -815,7 +877,7 @@ impl Runtime {
             // agreed by every rank, whatever its own answer, so that every member of a
             // set makes the same call
             let hashes_in_apply = self.all_agree(scheme.raw().crc32_in_apply());
-            self.reddescs.push(RedDesc {
+            self.job.reddescs.push(RedDesc {
                 index: i,
                 interval: d.checkpoint.interval,
                 record,
@@ -832,11 +894,11 @@ impl Runtime {
     fn write_nodes_file(&self) -> Result<()> {
         let mut written = Ok(());
         if self.first_on_node() {
-            let path = self.cntl_dir.join("nodes.scr");
+            let path = self.job.cntl_dir.join("nodes.scr");
             written = crate::state::write_private_state(
                 &path,
                 "nodes",
-                &BTreeMap::from([("NODES", self.node_count as usize)]),
+                &BTreeMap::from([("NODES", self.topo.node_count as usize)]),
             )
             .map_err(io_err(&path));
         }
@@ -848,7 +910,8 @@ impl Runtime {
     /// The descriptor for checkpoint id `id`: largest interval dividing it.
     fn reddesc_for(&self, checkpoint_id: Option<u64>) -> usize {
         let id = checkpoint_id.unwrap_or(1);
-        self.reddescs
+        self.job
+            .reddescs
             .iter()
             .enumerate()
             .filter(|(_, d)| id.is_multiple_of(d.interval))
@@ -886,34 +949,34 @@ impl Runtime {
         // background flushes finished everywhere are recorded before eviction looks
         // at what the prefix holds
         self.poll_flushes();
-        let checkpoint_id = flags.checkpoint.then_some(self.next_checkpoint);
+        let checkpoint_id = flags.checkpoint.then_some(self.cache.next_checkpoint);
         let desc = self.reddesc_for(checkpoint_id);
-        let store = self.reddescs[desc].record.store.clone();
-        let id = self.next_dataset;
+        let store = self.job.reddescs[desc].record.store.clone();
+        let id = self.cache.next_dataset;
         let record = DatasetRecord {
             id,
             name: name.to_string(),
             checkpoint_id,
             output: flags.output,
             complete: false,
-            descriptor: self.reddescs[desc].record.clone(),
+            descriptor: self.job.reddescs[desc].record.clone(),
             files: Vec::new(),
             redundancy: Vec::new(),
-            world_size: self.size,
+            world_size: self.topo.size,
         };
         self.evict(&store, 1, None)?;
         let local = self.open_dataset(&store, &record);
         if let Err(e) = self.agree(local) {
             // nothing was written into the dataset yet: forget it on every rank, so the
             // ranks stay in step and the next start_output may try again
-            self.filemap.datasets.remove(&id);
+            self.cache.filemap.datasets.remove(&id);
             let _ = std::fs::remove_dir(self.dataset_dir(&store, id));
             let undone = self.save_filemap();
             self.agree_changed("start_output", undone)?;
             return Err(e);
         }
         let dir = self.dataset_dir(&store, id);
-        let redundancy_names = self.reddescs[desc]
+        let redundancy_names = self.job.reddescs[desc]
             .scheme
             .raw()
             .redundancy_files(&cache::dataset_files(&record, &dir))
@@ -929,7 +992,7 @@ impl Runtime {
         });
         self.info(&format!(
             "start_output {name}: dataset {id}, checkpoint {checkpoint_id:?}, descriptor {}",
-            self.reddescs[desc].index
+            self.job.reddescs[desc].index
         ));
         Ok(())
     }
@@ -958,7 +1021,7 @@ impl Runtime {
                 "start_output: the dataset name is {} bytes; names must be shorter than SCR_MAX_FILENAME (1024)",
                 name.len()
             )))
-        } else if self.reading_prefix || self.restart.is_some() {
+        } else if self.restart.reading_prefix || self.restart.candidate.is_some() {
             Err(ScrError::Usage(
                 "start_output: a restart is in progress; call complete_restart first".into(),
             ))
@@ -975,7 +1038,7 @@ impl Runtime {
             let (root_name, root_flags) = root.split_once('\0').unwrap_or((&root, ""));
             Err(ScrError::Usage(format!(
                 "start_output: rank {} passed dataset `{name}` with flags (checkpoint, output) {}{}, rank 0 passed `{root_name}` with {root_flags}; every process must pass the same name and flags",
-                self.rank,
+                self.topo.rank,
                 u8::from(flags.checkpoint),
                 u8::from(flags.output)
             )))
@@ -1000,20 +1063,23 @@ impl Runtime {
         let dir = self.dataset_dir(store, record.id);
         // every level from the store to the dataset directory 0700, none a link
         create_private_dir(Path::new(store), &dir)?;
-        self.filemap.datasets.insert(record.id, record.clone());
+        self.cache
+            .filemap
+            .datasets
+            .insert(record.id, record.clone());
         self.save_filemap()
     }
 
     /// The name a dataset started without one gets (SCR's `SCR_Start_output(NULL, ..)`):
     /// `scr.dataset.<id>`, with the id it will have.
     pub fn default_dataset_name(&self) -> String {
-        format!("scr.dataset.{}", self.next_dataset)
+        format!("scr.dataset.{}", self.cache.next_dataset)
     }
 
     /// SCR's legacy `SCR_Start_checkpoint`: a checkpoint named `ckpt.<checkpoint id>`.
     pub fn start_checkpoint(&mut self) -> Result<String> {
         let _log = self.span.clone().entered();
-        let name = format!("ckpt.{}", self.next_checkpoint);
+        let name = format!("ckpt.{}", self.cache.next_checkpoint);
         self.start_output(
             &name,
             OutputFlags {
@@ -1029,7 +1095,7 @@ impl Runtime {
     fn relative_name(&self, name: &Path) -> Result<PathBuf> {
         let cwd = std::env::current_dir().map_err(io_err(Path::new(".")))?;
         let full = lexical_normalize(&cwd.join(name));
-        let prefix = lexical_normalize(&self.prefix);
+        let prefix = lexical_normalize(&self.job.prefix);
         match full.strip_prefix(&prefix) {
             Ok(rel) if !rel.as_os_str().is_empty() => Ok(rel.to_path_buf()),
             _ => Err(ScrError::Usage(format!(
@@ -1105,7 +1171,7 @@ impl Runtime {
         if out.redundancy_names.contains(&key) {
             return Err(ScrError::Usage(format!(
                 "route_file: `{key}` is the name of this rank's redundancy file under scheme {}; choose another name",
-                self.reddescs[out.desc].record.scheme
+                self.job.reddescs[out.desc].record.scheme
             )));
         }
         // nested names: no directory level that exists is a link (or anyone else's), nor
@@ -1146,19 +1212,23 @@ impl Runtime {
         };
         out.record.files.push(file.clone());
         let id = out.record.id;
-        let appended = match self.filemap.datasets.get_mut(&id) {
+        let appended = match self.cache.filemap.datasets.get_mut(&id) {
             Some(d) => {
                 d.files.push(file.clone());
-                self.filemap_journal
-                    .append(&self.filemap, &self.cntl_dir, id, &file)
+                self.cache
+                    .filemap_journal
+                    .append(&self.cache.filemap, &self.job.cntl_dir, id, &file)
                     .map_err(io_err(
-                        &self.cntl_dir.join(Filemap::journal_name(self.rank)),
+                        &self
+                            .job
+                            .cntl_dir
+                            .join(Filemap::journal_name(self.topo.rank)),
                     ))
             }
             None => {
                 // (start_output records the dataset first: not reached) a full snapshot,
                 // never a journal record whose dataset the snapshot lacks
-                self.filemap.datasets.insert(id, out.record.clone());
+                self.cache.filemap.datasets.insert(id, out.record.clone());
                 self.save_filemap()
             }
         };
@@ -1166,7 +1236,7 @@ impl Runtime {
             let out = self.output.as_mut().expect("during output");
             out.routed.remove(key);
             out.record.files.retain(|f| f.name != key);
-            if let Some(d) = self.filemap.datasets.get_mut(&id) {
+            if let Some(d) = self.cache.filemap.datasets.get_mut(&id) {
                 d.files.retain(|f| f.name != key);
             }
         }
@@ -1181,18 +1251,18 @@ impl Runtime {
             ScrError::Usage(format!(
                 "route_file: `{}` is not a file of checkpoint {checkpoint} on rank {}",
                 name.display(),
-                self.rank
+                self.topo.rank
             ))
         };
-        if let (true, Some(p)) = (self.reading_prefix, &self.prefix_restart) {
+        if let (true, Some(p)) = (self.restart.reading_prefix, &self.restart.prefix_restart) {
             return p
                 .files
                 .get(key.as_ref())
                 .cloned()
                 .ok_or_else(|| not_a_file(&p.name));
         }
-        if let Some(id) = self.restart {
-            let rec = &self.filemap.datasets[&id];
+        if let Some(id) = self.restart.candidate {
+            let rec = &self.cache.filemap.datasets[&id];
             if rec.files.iter().any(|f| f.name == key) {
                 return Ok(self.dataset_dir(&rec.descriptor.store, id).join(rel));
             }
@@ -1231,7 +1301,7 @@ impl Runtime {
         // (`crc32_in_apply`), the CRC32s come back from its apply and the files are not
         // read here: one read of the data instead of two (the configuration is the same
         // on every rank, the scheme's answer agreed at init).
-        let fused = crc && self.reddescs[out.desc].hashes_in_apply;
+        let fused = crc && self.job.reddescs[out.desc].hashes_in_apply;
         let local_ok = valid && self.stat_output_files(&mut out, &dir, crc && !fused, buf);
         let named = self.check_output_names(&mut out, &dir, local_ok);
         if let Some(c) = named.clash {
@@ -1258,8 +1328,10 @@ impl Runtime {
             return self.discard_output(&out, named, apply_error);
         }
         self.keep_output(&mut out)?;
-        if self.rank == 0 {
-            if let Err(e) = prefix::FlushFile::add_location(&self.prefix, out.record.id, "CACHE") {
+        if self.topo.rank == 0 {
+            if let Err(e) =
+                prefix::FlushFile::add_location(&self.job.prefix, out.record.id, "CACHE")
+            {
                 tracing::warn!("{e}");
             }
         }
@@ -1328,7 +1400,7 @@ impl Runtime {
                     f.crc32 = meta.crc32;
                 }
                 Err(e) => {
-                    tracing::warn!("rank {}: {}: {e}", self.rank, f.name);
+                    tracing::warn!("rank {}: {}: {e}", self.topo.rank, f.name);
                     return false;
                 }
             }
@@ -1347,9 +1419,9 @@ impl Runtime {
     /// clash (reductions on the failure path only).
     fn check_output_names(&mut self, out: &mut Output, dir: &Path, local_ok: bool) -> NameCheck {
         let routed: Vec<String> = out.record.files.iter().map(|f| f.name.clone()).collect();
-        let scheme_name = self.reddescs[out.desc].record.scheme.clone();
+        let scheme_name = self.job.reddescs[out.desc].record.scheme.clone();
         let redundancy: Option<Result<Vec<String>>> = local_ok.then(|| {
-            let rd = &self.reddescs[out.desc];
+            let rd = &self.job.reddescs[out.desc];
             let ds = cache::dataset_files(&out.record, dir);
             rd.scheme
                 .raw()
@@ -1382,7 +1454,8 @@ impl Runtime {
             .expect("every rank's files are there")
             .and_then(|red| {
                 out.record.redundancy = red;
-                self.filemap
+                self.cache
+                    .filemap
                     .datasets
                     .insert(out.record.id, out.record.clone());
                 self.save_filemap()
@@ -1413,7 +1486,7 @@ impl Runtime {
         fused: bool,
         buf: usize,
     ) -> std::result::Result<(), String> {
-        let rd = &self.reddescs[out.desc];
+        let rd = &self.job.reddescs[out.desc];
         let ds = cache::dataset_files(&out.record, dir);
         let host = scr_plugin::host_ref(&rd.host);
         let result = if fused {
@@ -1464,7 +1537,7 @@ impl Runtime {
             )));
         }
         if let Some(c) = out.record.checkpoint_id {
-            self.next_checkpoint = c + 1;
+            self.cache.next_checkpoint = c + 1;
             let bytes: u64 = out.record.files.iter().map(|f| f.size).sum();
             self.checkpoint_done(out.started);
             let mut total = 0u64;
@@ -1503,8 +1576,8 @@ impl Runtime {
         if !crcs.is_empty() && crcs.len() != rec.files.len() {
             return Err(format!(
                 "rank {}: plugin {} returned {} CRC32s from apply_with_crc for {} files",
-                self.rank,
-                self.reddescs[desc].scheme.file(),
+                self.topo.rank,
+                self.job.reddescs[desc].scheme.file(),
                 crcs.len(),
                 rec.files.len()
             ));
@@ -1514,7 +1587,7 @@ impl Runtime {
                 Some(c) => Some(c),
                 None => Some(
                     cache::file_crc32(&dir.join(&f.name), buf)
-                        .map_err(|e| format!("rank {}: {}: {e}", self.rank, f.name))?,
+                        .map_err(|e| format!("rank {}: {}: {e}", self.topo.rank, f.name))?,
                 ),
             };
         }
@@ -1525,7 +1598,8 @@ impl Runtime {
     fn commit_dataset(&mut self, out: &mut Output) -> Result<()> {
         self.injected_failure("commit", out.record.id)?;
         out.record.complete = true;
-        self.filemap
+        self.cache
+            .filemap
             .datasets
             .insert(out.record.id, out.record.clone());
         self.save_filemap()
@@ -1535,13 +1609,13 @@ impl Runtime {
     /// records the ids in the prefix so that later runs never reuse them, even when every
     /// cache is lost.
     fn dataset_done(&mut self, id: u64) {
-        self.next_dataset = id + 1;
-        if self.rank == 0 {
+        self.cache.next_dataset = id + 1;
+        if self.topo.rank == 0 {
             let ids = Ids {
                 dataset: id,
-                checkpoint: self.next_checkpoint.saturating_sub(1),
+                checkpoint: self.cache.next_checkpoint.saturating_sub(1),
             };
-            let path = Ids::path(&self.prefix);
+            let path = Ids::path(&self.job.prefix);
             if let Err(e) = crate::state::write_state(&path, Ids::KIND, &ids) {
                 tracing::warn!("{}: {e}", path.display());
             }
@@ -1551,17 +1625,18 @@ impl Runtime {
     fn checkpoint_done(&mut self, started: Instant) {
         self.policy.last_cost = started.elapsed().as_secs_f64();
         self.policy.last_end = Instant::now();
-        if self.rank == 0 {
+        if self.topo.rank == 0 {
             // a read-modify-write under the prefix lock: a concurrent `scr halt` must
             // neither lose this decrement nor have its own change lost
-            let decremented =
-                Halt::update(&self.prefix, |halt| match halt.checkpoints_left.as_mut() {
+            let decremented = Halt::update(&self.job.prefix, |halt| {
+                match halt.checkpoints_left.as_mut() {
                     Some(n) => {
                         *n -= 1;
                         (true, ())
                     }
                     None => (false, ()),
-                });
+                }
+            });
             if let Err(e) = decremented {
                 tracing::warn!("{e}; CheckpointsLeft not decremented");
             }
@@ -1573,7 +1648,7 @@ impl Runtime {
     /// Fetch when the cache holds no checkpoint (or `current` chose one only the prefix
     /// holds), then flush the restart checkpoint when `flush_on_restart` asks for it.
     fn settle_restart(&mut self, flush_on_restart: bool) -> Result<()> {
-        let wanted = self.wanted.take();
+        let wanted = self.restart.wanted.take();
         if self.restart_candidate().is_none() || wanted.is_some() {
             if self.config.bool("fetch") {
                 self.fetch(wanted.as_deref())?;
@@ -1594,9 +1669,9 @@ impl Runtime {
     pub fn have_restart_fetching(&mut self) -> Result<Option<String>> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("have_restart");
-        if self.fetch_pending && self.passthrough.is_none() {
+        if self.restart.fetch_pending && self.passthrough.is_none() {
             self.usable("have_restart")?;
-            self.fetch_pending = false;
+            self.restart.fetch_pending = false;
             self.settle_restart(false)?;
         }
         Ok(self.have_restart())
@@ -1606,8 +1681,8 @@ impl Runtime {
     /// complete): outside both, SCR 3.x's `SCR_Route_file` returns the name unchanged.
     pub fn in_dataset(&self) -> bool {
         self.output.is_some()
-            || self.restart.is_some()
-            || self.reading_prefix
+            || self.restart.candidate.is_some()
+            || self.restart.reading_prefix
             || self
                 .passthrough
                 .as_ref()
@@ -1617,15 +1692,18 @@ impl Runtime {
     /// The newest complete checkpoint this run can restart from, if any.
     pub fn have_restart(&self) -> Option<String> {
         self.restart_candidate()
-            .map(|id| self.filemap.datasets[&id].name.clone())
-            .or_else(|| self.prefix_restart.as_ref().map(|p| p.name.clone()))
+            .map(|id| self.cache.filemap.datasets[&id].name.clone())
+            .or_else(|| self.restart.prefix_restart.as_ref().map(|p| p.name.clone()))
     }
 
     fn restart_candidate(&self) -> Option<u64> {
-        self.filemap
+        self.cache
+            .filemap
             .datasets
             .values()
-            .filter(|d| d.complete && d.checkpoint_id.is_some() && !self.skipped.contains(&d.id))
+            .filter(|d| {
+                d.complete && d.checkpoint_id.is_some() && !self.restart.skipped.contains(&d.id)
+            })
             .max_by_key(|d| d.checkpoint_id)
             .map(|d| d.id)
     }
@@ -1635,13 +1713,14 @@ impl Runtime {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("start_restart");
         self.usable("start_restart")?;
-        if self.output.is_some() || self.restart.is_some() || self.reading_prefix {
+        if self.output.is_some() || self.restart.candidate.is_some() || self.restart.reading_prefix
+        {
             return Err(ScrError::Usage(
                 "start_restart: another output or restart is in progress".into(),
             ));
         }
-        if let (None, Some(p)) = (self.restart_candidate(), &self.prefix_restart) {
-            self.reading_prefix = true;
+        if let (None, Some(p)) = (self.restart_candidate(), &self.restart.prefix_restart) {
+            self.restart.reading_prefix = true;
             return Ok(p.name.clone());
         }
         let id = self.restart_candidate().ok_or_else(|| {
@@ -1649,8 +1728,8 @@ impl Runtime {
                 "start_restart: no checkpoint to restart from (have_restart said none)".into(),
             )
         })?;
-        self.restart = Some(id);
-        Ok(self.filemap.datasets[&id].name.clone())
+        self.restart.candidate = Some(id);
+        Ok(self.cache.filemap.datasets[&id].name.clone())
     }
 
     /// Finish reading (collective). If any rank says `!valid`, this checkpoint is passed
@@ -1658,13 +1737,13 @@ impl Runtime {
     pub fn complete_restart(&mut self, valid: bool) -> Result<bool> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("complete_restart");
-        if self.reading_prefix {
+        if self.restart.reading_prefix {
             let agreed = self.begin("complete_restart", Ok(()));
-            self.reading_prefix = false;
+            self.restart.reading_prefix = false;
             agreed?;
             let ok = self.all_agree(valid);
             if !ok {
-                let p = self.prefix_restart.take().expect("reading it");
+                let p = self.restart.prefix_restart.take().expect("reading it");
                 self.warn(&format!(
                     "restart from {} (dataset {}, in the prefix) reported invalid; no older checkpoint is offered from the prefix in this run",
                     p.name, p.id
@@ -1672,7 +1751,7 @@ impl Runtime {
             }
             return Ok(ok);
         }
-        let pre = self.restart.ok_or_else(|| {
+        let pre = self.restart.candidate.ok_or_else(|| {
             ScrError::Usage(
                 "complete_restart: no restart in progress; call start_restart first".into(),
             )
@@ -1680,14 +1759,14 @@ impl Runtime {
         let agreed = self.begin("complete_restart", pre);
         // ended either way: a rank that was reading is not left inside a restart that
         // the others failed
-        self.restart = None;
+        self.restart.candidate = None;
         let id = agreed?;
         let ok = self.all_agree(valid);
         if !ok {
-            self.skipped.push(id);
+            self.restart.skipped.push(id);
             self.warn(&format!(
                 "restart from {} reported invalid; falling back to an older checkpoint",
-                self.filemap.datasets[&id].name
+                self.cache.filemap.datasets[&id].name
             ));
         }
         Ok(ok)
@@ -1701,20 +1780,20 @@ impl Runtime {
         if self.passthrough.is_some() {
             return Ok(());
         }
-        if self.fetch_pending {
+        if self.restart.fetch_pending {
             self.usable("current")?;
             let cached = self.all_agree(self.id_of(name).is_ok());
             if cached {
                 // a checkpoint the cache holds: an earlier call's prefix choice is void
-                self.wanted = None;
+                self.restart.wanted = None;
             } else {
                 // only the prefix has it: the pending fetch loads it, and cached
                 // datasets written after it are passed over
-                let found: std::result::Result<Option<u64>, String> = if self.rank == 0 {
-                    prefix::Index::load_or_rebuild(&self.prefix)
+                let found: std::result::Result<Option<u64>, String> = if self.topo.rank == 0 {
+                    prefix::Index::load_or_rebuild(&self.job.prefix)
                         .map_err(|e| e.to_string())
                         .map(|ix| {
-                            ix.fetch_candidates(self.size)
+                            ix.fetch_candidates(self.topo.size)
                                 .into_iter()
                                 .find(|e| e.name == name)
                                 .map(|e| e.id)
@@ -1736,29 +1815,30 @@ impl Runtime {
                 if found.is_none() {
                     return Err(ScrError::Usage(format!(
                         "current: no checkpoint named `{name}` in cache or in the prefix {} (complete, not failed, and written by {} ranks)",
-                        self.prefix.display(),
-                        self.size
+                        self.job.prefix.display(),
+                        self.topo.size
                     )));
                 }
                 // the named checkpoint is the one restarted: every cached one is passed
                 // over (the newer ones as SCR deletes them; older ones too, so that a
                 // restart in place from the prefix does not prefer them)
-                let cached: Vec<u64> = self.filemap.datasets.keys().copied().collect();
-                self.skipped.extend(cached);
-                self.wanted = Some(name.to_string());
+                let cached: Vec<u64> = self.cache.filemap.datasets.keys().copied().collect();
+                self.restart.skipped.extend(cached);
+                self.restart.wanted = Some(name.to_string());
                 return Ok(());
             }
         }
         let id = self.begin("current", self.id_of(name))?;
         let newer: Vec<u64> = self
+            .cache
             .filemap
             .datasets
             .values()
             .filter(|d| d.id > id)
             .map(|d| d.id)
             .collect();
-        self.skipped.extend(newer);
-        self.skipped.retain(|&s| s != id);
+        self.restart.skipped.extend(newer);
+        self.restart.skipped.retain(|&s| s != id);
         Ok(())
     }
 
@@ -1771,7 +1851,7 @@ impl Runtime {
             return Ok(());
         }
         let id = self.begin("drop", self.id_of(name))?;
-        self.skipped.push(id);
+        self.restart.skipped.push(id);
         Ok(())
     }
 
@@ -1785,7 +1865,7 @@ impl Runtime {
         // a name some ranks do not know (or a dataset busy on some) is an error on every
         // rank, agreed before anything is deleted
         let id = self.id_of(name).and_then(|id| {
-            if self.restart == Some(id) || self.output.as_ref().is_some_and(|o| o.record.id == id) {
+            if self.restart.candidate == Some(id) || self.output.as_ref().is_some_and(|o| o.record.id == id) {
                 Err(ScrError::Usage(format!(
                     "delete: dataset `{name}` is being read or written; complete it first"
                 )))
@@ -1794,20 +1874,21 @@ impl Runtime {
                 // others: agreed below); deleting now would fail the flush
                 Err(ScrError::Usage(format!(
                     "delete: dataset `{name}` is being flushed in the background on rank {}; delete it once the flush is done (or at the next run)",
-                    self.rank
+                    self.topo.rank
                 )))
             } else {
                 Ok(id)
             }
         });
         let id = self.begin("delete", id)?;
-        let rec = self.filemap.datasets[&id].clone();
+        let rec = self.cache.filemap.datasets[&id].clone();
         let local = self.delete_dataset(&rec);
         self.agree_changed("delete", local)
     }
 
     fn id_of(&self, name: &str) -> Result<u64> {
-        self.filemap
+        self.cache
+            .filemap
             .datasets
             .values()
             .find(|d| d.name == name)
@@ -1832,7 +1913,7 @@ impl Runtime {
         // reason follows and the run ends now
         let mut decision = [0u8];
         let mut halt = None;
-        if self.rank == 0 {
+        if self.topo.rank == 0 {
             halt = self.halt_check();
             let interval = self.config.u64("checkpoint_interval");
             let seconds = self.config.u64("checkpoint_seconds");
@@ -1862,9 +1943,9 @@ impl Runtime {
     fn halt_check(&self) -> Option<String> {
         let now = now_secs();
         let margin = self.config.u64("halt_seconds") as i64;
-        load_halt(&self.prefix).reason(now, margin).or_else(|| {
+        load_halt(&self.job.prefix).reason(now, margin).or_else(|| {
             // SCR_HALT_SECONDS: stop while there is time left to flush
-            let (end, source) = self.allocation_end.as_ref()?;
+            let (end, source) = self.report.allocation_end.as_ref()?;
             (margin > 0 && now >= end - margin).then(|| {
                 format!(
                     "{} s left before the allocation ends at {end} (from {source}), within halt_seconds = {margin}",
@@ -1884,15 +1965,15 @@ impl Runtime {
         match self.agreed_halt_reason() {
             None => Ok(false),
             Some(reason) => {
-                if self.rank == 0 {
+                if self.topo.rank == 0 {
                     tracing::warn!("should_exit: yes, {reason}");
                 }
-                if self.halt_reason.is_none() {
+                if self.health.halt_reason.is_none() {
                     self.log_event(crate::events::Event::Halt {
                         reason: reason.clone(),
                     });
                 }
-                self.halt_reason = Some(reason);
+                self.health.halt_reason = Some(reason);
                 // the run is about to end: its newest checkpoint goes to the prefix now
                 // (finalize would otherwise; an application that exits without it
                 // still leaves it saved)
@@ -1908,7 +1989,7 @@ impl Runtime {
 
     /// Rank 0's view of the halt conditions, on every rank (collective).
     fn agreed_halt_reason(&self) -> Option<String> {
-        let reason = if self.rank == 0 {
+        let reason = if self.topo.rank == 0 {
             self.halt_check()
         } else {
             None
@@ -1939,12 +2020,12 @@ impl Runtime {
         self.log_event(crate::events::Event::Halt {
             reason: reason.clone(),
         });
-        if self.rank == 0 {
+        if self.topo.rank == 0 {
             tracing::warn!(
                 "halting the run: {reason} (halt_exit = true: flushing the newest checkpoint, finalizing and exiting)"
             );
         }
-        self.halt_reason = Some(reason);
+        self.health.halt_reason = Some(reason);
         if let Err(e) = self.finalize() {
             tracing::error!("finalize before the halt exit: {e}");
         }
@@ -1955,16 +2036,16 @@ impl Runtime {
     pub fn finalize(&mut self) -> Result<()> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("finalize");
-        if self.finalized {
+        if self.health.finalized {
             return Ok(());
         }
-        self.finalized = true;
+        self.health.finalized = true;
         if self.passthrough.is_some() {
             return Ok(());
         }
         if let Some(out) = self.output.take() {
             self.warn("finalize: a dataset was still being written; it is discarded");
-            if self.uncertain.is_some() {
+            if self.health.uncertain.is_some() {
                 // complete_output is refused now; each rank drops its part (no collective
                 // step: the ranks' state is uncertain already)
                 if let Err(e) = self.delete_dataset(&out.record) {
@@ -1983,23 +2064,23 @@ impl Runtime {
         // a clean finish (or a halt) leaves the newest checkpoint in the prefix, not in
         // node-local cache only; a flush that fails is reported and leaves it cached
         // (scavenge can still save it), never failing finalize
-        if self.uncertain.is_none() && self.flush_at_end() {
+        if self.health.uncertain.is_none() && self.flush_at_end() {
             if let Err(e) = self.flush_newest("finalize") {
                 self.warn(&format!("finalize: flushing the newest checkpoint: {e}"));
             }
             self.wait_flushes(true);
         }
         self.log_event(crate::events::Event::Finalize {
-            seconds_total: self.init_started.elapsed().as_secs_f64(),
+            seconds_total: self.report.init_started.elapsed().as_secs_f64(),
         });
-        if self.rank == 0 {
+        if self.topo.rank == 0 {
             // record why the run ended, unless someone set a reason of their own (read
             // and written under the prefix lock, like every halt file update)
-            let reason = match &self.halt_reason {
+            let reason = match &self.health.halt_reason {
                 Some(why) => format!("{FINALIZE_REASON} ({why})"),
                 None => FINALIZE_REASON.into(),
             };
-            let recorded = Halt::update(&self.prefix, |halt| {
+            let recorded = Halt::update(&self.job.prefix, |halt| {
                 let unset = halt.exit_reason.is_none();
                 if unset {
                     halt.exit_reason = Some(reason);
@@ -2017,14 +2098,14 @@ impl Runtime {
 
     /// Whether `finalize` ran (or the runtime was abandoned).
     pub fn is_finalized(&self) -> bool {
-        self.finalized
+        self.health.finalized
     }
 
     /// Give up without finalizing (after an error on this rank): no collective call is
     /// made, and dropping says nothing more.
     pub fn abandon(&mut self) {
         let _log = self.span.clone().entered();
-        self.finalized = true;
+        self.health.finalized = true;
     }
 
     /// The fault suite's hook: `SCR_FAULT=<point>:<rank>:<dataset id>` makes `point`
@@ -2032,8 +2113,8 @@ impl Runtime {
     /// so that failures on one rank only can be tested deterministically.
     pub(super) fn injected_failure(&self, point: &str, id: u64) -> Result<()> {
         match std::env::var("SCR_FAULT") {
-            Ok(spec) if spec == format!("{point}:{}:{id}", self.rank) => Err(ScrError::Io {
-                path: self.cntl_dir.join(Filemap::file_name(self.rank)),
+            Ok(spec) if spec == format!("{point}:{}:{id}", self.topo.rank) => Err(ScrError::Io {
+                path: self.job.cntl_dir.join(Filemap::file_name(self.topo.rank)),
                 source: std::io::Error::other(format!("injected failure ({spec})")),
             }),
             _ => Ok(()),
@@ -2042,9 +2123,12 @@ impl Runtime {
 
     /// Save the whole filemap (compacting its journal).
     fn save_filemap(&mut self) -> Result<()> {
-        self.filemap_journal
-            .save(&self.filemap, &self.cntl_dir)
-            .map_err(io_err(&self.cntl_dir.join(Filemap::file_name(self.rank))))
+        self.cache
+            .filemap_journal
+            .save(&self.cache.filemap, &self.job.cntl_dir)
+            .map_err(io_err(
+                &self.job.cntl_dir.join(Filemap::file_name(self.topo.rank)),
+            ))
     }
 }
 
@@ -2052,8 +2136,8 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         // Finalizing is collective; an implicit finalize during a panic could hang, so a
         // runtime dropped without `finalize` only says so.
-        if !self.finalized && !std::thread::panicking() {
-            tracing::warn!(rank = self.rank, "runtime dropped without finalize");
+        if !self.health.finalized && !std::thread::panicking() {
+            tracing::warn!(rank = self.topo.rank, "runtime dropped without finalize");
         }
     }
 }

@@ -156,8 +156,8 @@ impl Runtime {
     /// Settle every flush an earlier run left open (collective; at init, after the cache
     /// was restored), and remove transfer state files no open flush needs.
     pub(in crate::runtime) fn settle_interrupted_flushes(&mut self) -> Result<()> {
-        let open: Vec<IndexEntry> = if self.rank == 0 {
-            match Index::load_or_rebuild(&self.prefix) {
+        let open: Vec<IndexEntry> = if self.topo.rank == 0 {
+            match Index::load_or_rebuild(&self.job.prefix) {
                 Ok(ix) => ix
                     .datasets
                     .values()
@@ -196,10 +196,11 @@ impl Runtime {
         let _dataset = crate::log::dataset_span(entry.id).entered();
         let state = self.transfer_state(entry.id);
         let rec = self
+            .cache
             .filemap
             .datasets
             .get(&entry.id)
-            .filter(|r| r.complete && entry.world_size == self.size)
+            .filter(|r| r.complete && entry.world_size == self.topo.size)
             .cloned();
         let reopened = self.reopen(entry, rec.as_ref(), &state);
         let reopened = self.refuse_owned(reopened);
@@ -284,7 +285,7 @@ impl Runtime {
             self.warn(&format!(
                 "the flush of {} that an earlier run left unfinished was resumed and is recorded in {}",
                 entry.name,
-                self.prefix.display()
+                self.job.prefix.display()
             ));
         } else {
             // recorded failed by `gather_and_finish`, with its reason; what it wrote goes
@@ -424,9 +425,9 @@ impl Runtime {
             };
             let destination = PathBuf::from(r.destination.as_str());
             let moved = prefix::relocated(entry.id, &f.name);
-            let stored = if destination == self.prefix.join(&f.name) {
+            let stored = if destination == self.job.prefix.join(&f.name) {
                 None
-            } else if destination == self.prefix.join(&moved) {
+            } else if destination == self.job.prefix.join(&moved) {
                 Some(moved)
             } else {
                 return Err(format!(
@@ -460,8 +461,8 @@ impl Runtime {
         let total = self.remove_flush_files(entry, rec);
         let reason =
             format!("flush interrupted by the crash of an earlier run; cleaned up at init: {why}");
-        if self.rank == 0 {
-            if let Err(e) = Index::mark_failed(&self.prefix, entry.id, &reason) {
+        if self.topo.rank == 0 {
+            if let Err(e) = Index::mark_failed(&self.job.prefix, entry.id, &reason) {
                 tracing::warn!("{e}; the interrupted flush of {} is not marked", entry.name);
             }
         }
@@ -486,9 +487,9 @@ impl Runtime {
     /// count, O(P)); rank 0 reads every block's part of the list (crash cleanup only).
     fn remove_flush_files(&self, entry: &IndexEntry, rec: Option<&DatasetRecord>) -> u64 {
         let pure_output = entry.output && entry.checkpoint_id.is_none();
-        let own_dir = prefix::dataset_dir(&self.prefix, entry.id);
-        let recorded: Option<Vec<String>> = if self.rank == 0 {
-            load_writes(&self.prefix, entry.id).unwrap_or_else(|e| {
+        let own_dir = prefix::dataset_dir(&self.job.prefix, entry.id);
+        let recorded: Option<Vec<String>> = if self.topo.rank == 0 {
+            load_writes(&self.job.prefix, entry.id).unwrap_or_else(|e| {
                 tracing::warn!("{e}; cleaning up what the filemaps name");
                 None
             })
@@ -502,15 +503,18 @@ impl Runtime {
             (Some(writes), _, _) => writes
                 .iter()
                 .filter(|w| prefix::check_relative(w).is_ok())
-                .map(|w| (self.prefix.join(w), true))
+                .map(|w| (self.job.prefix.join(w), true))
                 .collect(),
             (None, false, Some(rec)) => rec
                 .files
                 .iter()
                 .flat_map(|f| {
                     [
-                        (self.prefix.join(prefix::relocated(entry.id, &f.name)), true),
-                        (self.prefix.join(&f.name), false),
+                        (
+                            self.job.prefix.join(prefix::relocated(entry.id, &f.name)),
+                            true,
+                        ),
+                        (self.job.prefix.join(&f.name), false),
                     ]
                 })
                 .collect(),
@@ -541,7 +545,7 @@ impl Runtime {
                 }
             }
         }
-        remove_written(&self.prefix, &remove);
+        remove_written(&self.job.prefix, &remove);
         crate::runtime::comm::sum_u64(&self.world, remove.len() as u64)
     }
 
@@ -554,7 +558,7 @@ impl Runtime {
     /// receives R - 1 and writes one file; no world-wide exchange.
     pub(in crate::runtime) fn record_writes(&self, id: u64, mine: &[String]) {
         let blocks = self.rank2file_blocks();
-        let n = blocks.of(self.rank);
+        let n = blocks.of(self.topo.rank);
         let members: Vec<i32> = blocks.members(n).map(|r| r as i32).collect();
         let Some(all) = crate::runtime::comm::gather_from(
             &self.world,
@@ -572,7 +576,11 @@ impl Runtime {
                 .flat_map(|b| serde_json::from_slice::<Vec<String>>(b).unwrap_or_default())
                 .collect(),
         };
-        if let Err(e) = prefix::write(&writes_part_path(&self.prefix, id, n), WRITES_KIND, &part) {
+        if let Err(e) = prefix::write(
+            &writes_part_path(&self.job.prefix, id, n),
+            WRITES_KIND,
+            &part,
+        ) {
             tracing::warn!(
                 "{e}; if this flush is interrupted, its files are cleaned up only while the dataset is in cache"
             );
@@ -590,14 +598,14 @@ impl Runtime {
     /// rank 0 sends the named paths once (was: every named path broadcast to every rank).
     fn owned_among(&self, mine: &[PathBuf]) -> Option<BTreeSet<PathBuf>> {
         use crate::runtime::comm;
-        let named: Option<BTreeSet<PathBuf>> = if self.rank == 0 {
+        let named: Option<BTreeSet<PathBuf>> = if self.topo.rank == 0 {
             (|| {
-                let ix = Index::load_or_rebuild(&self.prefix).ok()?;
+                let ix = Index::load_or_rebuild(&self.job.prefix).ok()?;
                 let mut owned = BTreeSet::new();
                 for e in ix.datasets.values().filter(|e| e.complete) {
-                    let map = Rank2File::load(&self.prefix, e.id).ok()?;
+                    let map = Rank2File::load(&self.job.prefix, e.id).ok()?;
                     for f in map.ranks.values().flatten() {
-                        owned.insert(f.stored_path(&self.prefix).ok()?);
+                        owned.insert(f.stored_path(&self.job.prefix).ok()?);
                     }
                 }
                 Some(owned)
@@ -609,7 +617,7 @@ impl Runtime {
         if !known {
             return None;
         }
-        let size = self.size.max(1);
+        let size = self.topo.size.max(1);
         let owner = |p: &Path| {
             let mut h = crc32fast::Hasher::new();
             for c in p.components() {
@@ -665,8 +673,8 @@ impl Runtime {
     /// Transfer state files of this rank that no open flush needs (a flush recorded
     /// after the last transfer of its run ended, a crash after it was recorded).
     fn remove_stale_transfer_states(&self) {
-        let suffix = format!(".{}.state", self.rank);
-        let Ok(dir) = std::fs::read_dir(&self.cntl_dir) else {
+        let suffix = format!(".{}.state", self.topo.rank);
+        let Ok(dir) = std::fs::read_dir(&self.job.cntl_dir) else {
             return;
         };
         for e in dir.flatten() {
