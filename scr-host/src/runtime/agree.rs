@@ -1,0 +1,135 @@
+//! Agreement: every collective call ends with the same outcome on every rank. A failure on some ranks becomes the first failing rank's error everywhere; a failure after ranks began to change their state marks the runtime uncertain, on every rank alike, and refuses later collective calls.
+
+use super::*;
+
+impl Runtime {
+    /// Make a local outcome collective: every rank gets `Ok` only when every rank did,
+    /// so no rank leaves a sequence of collectives that the others continue.
+    pub(in crate::runtime) fn agree<T>(&self, local: Result<T>) -> Result<T> {
+        agree_on(&self.world, local)
+    }
+
+    /// All ranks true?
+    pub(in crate::runtime) fn all_agree(&self, ok: bool) -> bool {
+        let mut out = 0u8;
+        comm::all_reduce_into(&self.world, &u8::from(ok), &mut out, SystemOperation::min());
+        out == 1
+    }
+
+    /// The first step of every collective call: refuse it when an earlier call left the
+    /// ranks' state uncertain (the same on every rank), and agree on this rank's checks
+    /// of the call's preconditions, so that a call misused on some ranks only fails on
+    /// every rank instead of leaving the others waiting in its first collective step.
+    pub(in crate::runtime) fn begin<T>(&self, call: &str, local: Result<T>) -> Result<T> {
+        self.usable(call)?;
+        self.agree(local)
+    }
+
+    /// Refuse `call` when an earlier call left the ranks' state uncertain (local: that
+    /// state is the same on every rank).
+    pub(in crate::runtime) fn usable(&self, call: &str) -> Result<()> {
+        match &self.health.uncertain {
+            Some(why) => Err(ScrError::StateUncertain(format!(
+                "{call}: refused, because an earlier call left the ranks' cached state uncertain ({why}); call finalize (or MPI_Abort) and restart the job, which restores what every rank agrees on"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Agree on a local step taken after the ranks began to change their state: when it
+    /// failed on any rank, the state is uncertain from then on, on every rank (see
+    /// [`Runtime::begin`]).
+    pub(in crate::runtime) fn agree_changed(
+        &mut self,
+        what: &str,
+        local: Result<()>,
+    ) -> Result<()> {
+        let agreed = self.agree(local);
+        if let Err(e) = &agreed {
+            self.health.uncertain = Some(format!("{what}: {e}"));
+        }
+        agreed
+    }
+
+    /// Settle a collective scheme call that returned `out` on this member: when every
+    /// member of the set returned, `out` is handed back (the caller agrees on it as usual);
+    /// when this member failed and the others did not return within `abort_timeout`
+    /// seconds — they wait inside the plugin for a message this member will never send —
+    /// the job is ended with MPI_Abort, naming the plugin, the call and the dataset. A
+    /// hang would lose the whole allocation; the abort at least says why.
+    pub(in crate::runtime) fn settle_call<T>(
+        &self,
+        host: &MpiHost,
+        scheme: &LoadedScheme,
+        call: &'static str,
+        dataset: &str,
+        out: std::result::Result<T, scr_plugin::PluginError>,
+    ) -> std::result::Result<T, RegistryError> {
+        let out = out.map_err(|e| scheme.error(call, e));
+        let grace = std::time::Duration::from_secs(self.config.u64("abort_timeout"));
+        if !host.settle(out.is_err(), grace) {
+            let why = out
+                .as_ref()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            tracing::error!("{why}");
+            tracing::error!(
+                "{call} of dataset {dataset} failed on this rank while other members of its redundancy set did not return within {} s (abort_timeout); ending the job with MPI_Abort so that none of them waits forever",
+                grace.as_secs()
+            );
+            self.world.abort(ABORT_CODE);
+        }
+        out
+    }
+}
+
+/// [`Runtime::agree`] before the runtime exists. When some rank failed, every rank
+/// learns the first failing rank's error (one gather, on the failure path only), so the
+/// reason reaches the application on every rank — not only on the rank that may be
+/// killed first when the application aborts.
+pub(in crate::runtime) fn agree_on<T>(world: &SimpleCommunicator, local: Result<T>) -> Result<T> {
+    let mut all = 0u8;
+    comm::all_reduce_into(
+        world,
+        &u8::from(local.is_ok()),
+        &mut all,
+        SystemOperation::min(),
+    );
+    if all == 1 {
+        return local;
+    }
+    let mine = local.as_ref().err().map(|e| e.to_string());
+    let first = first_failure(world, mine.as_deref());
+    match local {
+        Err(e) => Err(e),
+        Ok(_) => Err(ScrError::Collective(match first {
+            Some((rank, why)) => {
+                format!("another rank failed, this rank stops with it: rank {rank}: {why}")
+            }
+            None => "another rank failed; this rank stops with it".into(),
+        })),
+    }
+}
+
+/// The first failing rank and its error, given each rank's own (`None`: it did not fail).
+/// Collective: every rank calls it, on a path every rank takes (after agreeing that some
+/// rank failed). A failure with an empty message still counts (a flag goes with it).
+pub(in crate::runtime) fn first_failure(
+    world: &SimpleCommunicator,
+    mine: Option<&str>,
+) -> Option<(usize, String)> {
+    // the lowest failing rank by a min-reduction, then its message broadcast from it:
+    // per rank O(log P) steps and one message (was an all-gather of every rank's, O(P))
+    let me = if mine.is_some() {
+        u64::from(world.rank().unsigned_abs())
+    } else {
+        u64::MAX
+    };
+    let first = comm::min_u64(world, me);
+    if first == u64::MAX {
+        return None;
+    }
+    let text = comm::broadcast_from(world, first as i32, mine.unwrap_or_default().as_bytes());
+    Some((first as usize, String::from_utf8_lossy(&text).into_owned()))
+}

@@ -1,0 +1,87 @@
+//! Finalize and the end of a run: the newest checkpoint flushed, the halt file and event log written, and what a dropped or abandoned runtime leaves.
+
+use super::*;
+
+impl Runtime {
+    /// Whether the end of the run (finalize, a halt) flushes the newest checkpoint:
+    /// `flush_on_finalize`, unless `flush = 0` turns flushing off.
+    pub(in crate::runtime) fn flush_at_end(&self) -> bool {
+        self.config.u64("flush") > 0 && self.config.bool("flush_on_finalize")
+    }
+
+    /// End the run (collective): records the exit reason in the halt file.
+    pub fn finalize(&mut self) -> Result<()> {
+        let _log = self.span.clone().entered();
+        let _counted = comm::scope("finalize");
+        if self.health.finalized {
+            return Ok(());
+        }
+        self.health.finalized = true;
+        if self.passthrough.is_some() {
+            return Ok(());
+        }
+        if let Some(out) = self.output.take() {
+            self.warn("finalize: a dataset was still being written; it is discarded");
+            if self.health.uncertain.is_some() {
+                // complete_output is refused now; each rank drops its part (no collective
+                // step: the ranks' state is uncertain already)
+                if let Err(e) = self.delete_dataset(&out.record) {
+                    tracing::warn!("{e}");
+                }
+            } else {
+                self.output = Some(out);
+                // agreed on every rank; the flushes are waited for and the exit reason
+                // recorded all the same
+                if let Err(e) = self.complete_output(false) {
+                    self.warn(&format!("finalize: discarding the open dataset: {e}"));
+                }
+            }
+        }
+        self.wait_flushes(true);
+        // a clean finish (or a halt) leaves the newest checkpoint in the prefix, not in
+        // node-local cache only; a flush that fails is reported and leaves it cached
+        // (scavenge can still save it), never failing finalize
+        if self.health.uncertain.is_none() && self.flush_at_end() {
+            if let Err(e) = self.flush_newest("finalize") {
+                self.warn(&format!("finalize: flushing the newest checkpoint: {e}"));
+            }
+            self.wait_flushes(true);
+        }
+        self.log_event(crate::events::Event::Finalize {
+            seconds_total: self.report.init_started.elapsed().as_secs_f64(),
+        });
+        if self.topo.rank == 0 {
+            // record why the run ended, unless someone set a reason of their own (read
+            // and written under the prefix lock, like every halt file update)
+            let reason = match &self.health.halt_reason {
+                Some(why) => format!("{FINALIZE_REASON} ({why})"),
+                None => FINALIZE_REASON.into(),
+            };
+            let recorded = Halt::update(&self.job.prefix, |halt| {
+                let unset = halt.exit_reason.is_none();
+                if unset {
+                    halt.exit_reason = Some(reason);
+                }
+                (unset, ())
+            });
+            // the job's work is done: a full or failing prefix here is reported, never
+            // turned into a failed finalize (which applications abort on)
+            if let Err(e) = recorded {
+                tracing::warn!("{e}; the exit reason is not recorded");
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `finalize` ran (or the runtime was abandoned).
+    pub fn is_finalized(&self) -> bool {
+        self.health.finalized
+    }
+
+    /// Give up without finalizing (after an error on this rank): no collective call is
+    /// made, and dropping says nothing more.
+    pub fn abandon(&mut self) {
+        let _log = self.span.clone().entered();
+        self.health.finalized = true;
+    }
+}

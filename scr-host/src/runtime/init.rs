@@ -1,0 +1,538 @@
+//! Init: the collective start of a run (configuration, plugins, node, directories, stores and sets, the cache restored).
+
+use super::*;
+
+impl Runtime {
+    /// Initialise on `world` (normally `MPI_COMM_WORLD`; collective). `api` holds the
+    /// configuration calls the application made before init, with their call numbers.
+    pub fn init(world: &SimpleCommunicator, api: Vec<(usize, String)>) -> Result<Runtime> {
+        Self::init_with(world, api, InitOptions::default())
+    }
+
+    /// [`Runtime::init`] with options.
+    pub fn init_with(
+        world: &SimpleCommunicator,
+        api: Vec<(usize, String)>,
+        options: InitOptions,
+    ) -> Result<Runtime> {
+        let _counted = comm::scope("init");
+        let world = comm::duplicate(world);
+        let rank = world.rank() as u32;
+        let filter_problem = crate::log::init(crate::log::env_debug());
+        let span = crate::log::runtime_span(rank);
+        let _log = span.clone().entered();
+        if let (0, Some(problem)) = (rank, filter_problem) {
+            tracing::warn!("{problem}");
+        }
+
+        // Every step below can fail on some ranks only (each rank loads the broadcast
+        // configuration with its own environment, opens plugins from its own node's
+        // file system, finds its own node name): each outcome is agreed before the next
+        // collective step, so every rank returns an error and none waits for the others.
+        let recorded_api = api.clone();
+        let config = agree_on(&world, load_config(&world, api))?;
+        agree_on(&world, same_config(&world, &config))?;
+        let job = config.str("job_id");
+        if !job.is_empty() {
+            span.record("job", job.as_str());
+        }
+        crate::log::set_debug(config.u64("debug"));
+        let mut rt = Runtime::unstarted(world, config, span);
+        let started = rt.report.init_started;
+        if rt.passthrough.is_some() {
+            // SCR_ENABLE=0: nothing is cached, protected, flushed or fetched, and no
+            // directory or state file is created; every call succeeds and route_file
+            // hands back the application's own path
+            rt.info("disabled (enable = false): every call passes through; nothing is cached");
+            rt.health.finalized = false;
+            return Ok(rt);
+        }
+        rt.load_plugins()?;
+        rt.find_node()?;
+        rt.create_job_dirs()?;
+        rt.set_up_stores(&recorded_api)?;
+        rt.restore_at_init(&options)?;
+        rt.report_init(started);
+        Ok(rt)
+    }
+
+    /// The runtime before any collective step of init: configuration and identity only
+    /// (no plugin, node, set or directory yet). Dropping it is not a missed finalize.
+    pub(in crate::runtime) fn unstarted(
+        world: SimpleCommunicator,
+        config: Config,
+        span: tracing::Span,
+    ) -> Runtime {
+        let rank = world.rank() as u32;
+        let size = world.size() as u32;
+        Runtime {
+            topo: Topology {
+                rank,
+                size,
+                node: String::new(),
+                node_ranks: Vec::new(),
+                node_count: 0,
+                simulated: false,
+            },
+            registry: Registry::default(),
+            job: JobLayout {
+                user: config.str("user"),
+                job_id: config.str("job_id"),
+                cntl_dir: PathBuf::new(),
+                prefix: PathBuf::from(config.str("prefix")),
+                reddescs: Vec::new(),
+            },
+            span: span.clone(),
+            cache: CacheState {
+                filemap: Filemap {
+                    rank,
+                    datasets: BTreeMap::new(),
+                },
+                filemap_journal: filemap::JournalWriter::default(),
+                next_dataset: 1,
+                next_checkpoint: 1,
+            },
+            output: None,
+            restart: RestartState::default(),
+            policy: Policy {
+                calls: 0,
+                last_end: Instant::now(),
+                last_cost: 0.0,
+            },
+            health: Health {
+                halt_reason: None,
+                // until init succeeds, dropping the half-built runtime is not a missed finalize
+                finalized: true,
+                uncertain: None,
+            },
+            report: RunReport {
+                lost: Vec::new(),
+                lost_nodes: BTreeSet::new(),
+                lost_nodes_unnamed: 0,
+                init_started: Instant::now(),
+                allocation_end: None,
+                crc_note_given: false,
+            },
+            flushing: flush::Flushing::default(),
+            passthrough: (!config.bool("enable")).then(Passthrough::default),
+            world,
+            config,
+        }
+    }
+
+    /// Load the plugins from the search path and check the configuration against them
+    /// (agreed: a plugin missing on one node fails init on every rank).
+    pub(in crate::runtime) fn load_plugins(&mut self) -> Result<()> {
+        self.registry = Registry::load(&self.config.search_path());
+        let findings = check_plugins(&self.config, &self.registry);
+        let checked = if findings.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ScrError::Config(ConfigErrors(findings.errors)))
+        };
+        self.agree(checked)
+    }
+
+    /// This rank's node (the testing override `node_names`, else the host name; agreed),
+    /// the ranks on it and the number of nodes.
+    pub(in crate::runtime) fn find_node(&mut self) -> Result<()> {
+        let (rank, size) = (self.topo.rank, self.topo.size);
+        let node_names = self.config.str("node_names");
+        self.topo.simulated = !node_names.is_empty();
+        let node = if self.topo.simulated {
+            let names: Vec<&str> = node_names.split(',').map(str::trim).collect();
+            match names.get(rank as usize) {
+                Some(n) if !n.is_empty() => Ok(n.to_string()),
+                _ => Err(ScrError::Usage(format!(
+                    "node_names lists {} node(s) but the job has {size} ranks; give one name per rank",
+                    names.len()
+                ))),
+            }
+        } else {
+            Ok(std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "localhost".into()))
+        };
+        self.topo.node = self.agree(node)?;
+        // the ranks of this node find each other by a split by node name (see
+        // sets::split_by_value) and count the nodes with one reduction: per rank
+        // O(log P) steps and O(ranks per node) bytes (was: every rank's node name on
+        // every rank, O(P))
+        {
+            let node_comm = sets::split_by_value(&self.world, &self.topo.node);
+            let mut ranks = vec![0u32; node_comm.size() as usize];
+            comm::all_gather_into(&node_comm, &self.topo.rank, &mut ranks[..]);
+            self.topo.node_ranks = ranks;
+            let first = u64::from(node_comm.rank() == 0);
+            self.topo.node_count =
+                u32::try_from(comm::sum_u64(&self.world, first)).unwrap_or(u32::MAX);
+        }
+
+        Ok(())
+    }
+
+    /// This job's control directory on this node (private, every level checked) and the
+    /// prefix's `.scr`; a run that ended in finalize left that as the halt file's exit
+    /// reason, which a new run starting clears. Agreed.
+    pub(in crate::runtime) fn create_job_dirs(&mut self) -> Result<()> {
+        let job_dir = PathBuf::from(&self.job.user).join(format!("scr.{}", self.job.job_id));
+        let cntl_base = PathBuf::from(self.config.str("cntl_base"));
+        self.job.cntl_dir =
+            node_local(&cntl_base, self.topo.simulated, &self.topo.node).join(&job_dir);
+        let prefix = self.job.prefix.clone();
+        let local = create_private_dir(&cntl_base, &self.job.cntl_dir).and_then(|()| {
+            if self.topo.rank == 0 {
+                let scr = prefix.join(".scr");
+                std::fs::create_dir_all(&scr).map_err(io_err(&scr))?;
+                // A run that ended in finalize left that as its reason; a new run
+                // starting means it no longer holds. Reasons set by `scr halt` stay
+                // (finalize never overwrites them).
+                // (under the prefix lock: `scr halt` may be setting a condition now)
+                Halt::update(&prefix, |halt| {
+                    let stale = halt
+                        .exit_reason
+                        .as_deref()
+                        .is_some_and(|r| r.starts_with(FINALIZE_REASON));
+                    if stale {
+                        halt.exit_reason = None;
+                    }
+                    (stale, ())
+                })
+                .or_else(|e| match e {
+                    // ignored, as every reader of the halt file does
+                    e if e.is_other_version() => {
+                        tracing::warn!("{e}; ignoring the halt file");
+                        Ok((Halt::default(), ()))
+                    }
+                    e => Err(ScrError::from(e)),
+                })?;
+            }
+            Ok(())
+        });
+        self.agree(local)
+    }
+
+    /// The redundancy descriptors and their sets, a job directory in every store in use
+    /// (SCR makes its cache directories in init: a store that cannot be used fails the
+    /// start, not a later checkpoint), the nodes file, the recorded configuration calls
+    /// and, on rank 0, the allocation's end.
+    pub(in crate::runtime) fn set_up_stores(
+        &mut self,
+        recorded_api: &[(usize, String)],
+    ) -> Result<()> {
+        self.create_reddescs()?;
+        let stores: BTreeSet<String> = self
+            .job
+            .reddescs
+            .iter()
+            .map(|d| d.record.store.clone())
+            .collect();
+        let made = stores.iter().try_for_each(|s| self.create_store_dir(s));
+        self.agree(made)?;
+        self.write_nodes_file()?;
+        if self.topo.rank == 0 {
+            // what the application set, for `scr config show` and `explain` to report
+            if let Err(e) = crate::config::api::record(&self.job.prefix, recorded_api) {
+                self.warn(&format!(
+                    "the configuration calls could not be recorded in {} ({e}); `scr config show` will not list them",
+                    crate::config::api::record_path(&self.job.prefix).display()
+                ));
+            }
+        }
+        if self.topo.rank == 0 {
+            // asked once, on one rank: thousands of ranks each running `squeue` would
+            // load the resource manager
+            self.report.allocation_end = crate::walltime::from_config_and_env(&self.config);
+            if let Some((end, source)) = &self.report.allocation_end {
+                self.info(&format!("the allocation ends at {end} (from {source})"));
+            }
+            self.log_previous_run_failure();
+        }
+        Ok(())
+    }
+
+    /// Restore what the cache holds (verify, rebuild, or drop each dataset), settle
+    /// flushes an earlier run left interrupted, and choose the restart (or leave the
+    /// fetch to the first have_restart).
+    pub(in crate::runtime) fn restore_at_init(&mut self, options: &InitOptions) -> Result<()> {
+        self.restore_cache()?;
+        if self.report.lost_nodes_unnamed > 0 {
+            self.warn(&format!(
+                "{} more nodes lost their cache than the event log names ({} named)",
+                self.report.lost_nodes_unnamed,
+                self.report.lost_nodes.len()
+            ));
+        }
+        if !self.report.lost_nodes.is_empty() {
+            self.log_event(crate::events::Event::LostNodes {
+                nodes: self.report.lost_nodes.iter().cloned().collect(),
+            });
+        }
+        self.settle_interrupted_flushes()?;
+        // from here on, dropping the runtime without finalize is a missed finalize
+        self.health.finalized = false;
+        if options.fetch_at_have_restart {
+            // only the fetch waits for have_restart: flush_on_restart flushes what the
+            // cache holds now (SCR does it in init, for applications that restart
+            // without the restart API)
+            self.restart.fetch_pending = true;
+            if self.config.bool("flush_on_restart") {
+                self.flush_newest("flush_on_restart")?;
+            }
+        } else {
+            self.settle_restart(true)?;
+        }
+        Ok(())
+    }
+
+    /// Log the init event and, at debug level 1, each descriptor and the init summary;
+    /// exit here when the run is halted.
+    pub(in crate::runtime) fn report_init(&mut self, started: Instant) {
+        self.log_event(crate::events::Event::Init {
+            ranks: self.topo.size,
+            nodes: self.topo.node_count,
+            seconds: started.elapsed().as_secs_f64(),
+            restarted_from: self.have_restart(),
+        });
+        self.exit_if_halted();
+        // time-based checkpoint policies count from the end of init
+        self.policy.last_end = Instant::now();
+        comm::barrier(&self.world);
+        for rd in &self.job.reddescs {
+            self.info(&format!(
+                "descriptor {}: interval {}, scheme {}, store {}, group {}, this rank in set {} of {} member(s)",
+                rd.index,
+                rd.interval,
+                rd.record.scheme,
+                rd.record.store,
+                rd.record.group,
+                rd.record.set_id,
+                rd.record.members.len()
+            ));
+        }
+        self.info(&format!(
+            "init: {} ranks on {} node(s), {} descriptor(s), restart candidate {:?}, {:.3} s",
+            self.topo.size,
+            self.topo.node_count,
+            self.job.reddescs.len(),
+            self.have_restart(),
+            started.elapsed().as_secs_f64()
+        ));
+    }
+
+    pub(in crate::runtime) fn store_dir(&self, store: &str) -> PathBuf {
+        let view = self
+            .config
+            .store(store)
+            .map(|s| self.config.store_view(s))
+            .unwrap_or(View::Node);
+        node_local(
+            Path::new(store),
+            self.topo.simulated && view == View::Node,
+            &self.topo.node,
+        )
+        .join(&self.job.user)
+        .join(format!("scr.{}", self.job.job_id))
+    }
+
+    /// Create this job's directory in `store` (see [`create_private_dir`]). A store with
+    /// `mkdir = false` (SCR's MKDIR=0: a job prolog or the burst buffer makes it) must
+    /// hold it already; it is checked all the same.
+    pub(in crate::runtime) fn create_store_dir(&self, store: &str) -> Result<()> {
+        let dir = self.store_dir(store);
+        if self.config.store(store).is_some_and(|s| !s.mkdir) && !dir.is_dir() {
+            return Err(ScrError::Usage(format!(
+                "store {store}: mkdir = false, but the job's directory {} does not exist on node {}; create it before the job starts (as a job prolog would) or set mkdir = true",
+                dir.display(),
+                self.topo.node
+            )));
+        }
+        create_private_dir(Path::new(store), &dir)
+    }
+
+    /// This rank's failure-group value for group `name`.
+    pub(in crate::runtime) fn group_value(&self, name: &str) -> Result<String> {
+        self.config
+            .failure_group(name, &self.topo.node, self.topo.rank)
+            .map_err(ScrError::Usage)
+    }
+
+    /// Build a set communicator and its host services for `set` (collective over world:
+    /// every rank passes its own set and failure-group value, or `None` to take no
+    /// part). The members' group values are gathered within the set: O(set size).
+    pub(in crate::runtime) fn set_host(&self, set: Option<&Set>, group: &str) -> Option<MpiHost> {
+        // (a set id from a filemap or another rank's record that is no MPI color —
+        // negative as an i32 — leaves this rank without a set: the caller's agreement
+        // then refuses the dataset on every rank, where MPI would abort this rank alone)
+        let set = set.filter(|s| i32::try_from(s.id).is_ok());
+        let color = match set {
+            Some(s) => mpi::topology::Color::with_value(s.id as i32),
+            None => mpi::topology::Color::undefined(),
+        };
+        let key = set
+            .and_then(|s| s.members.iter().position(|&m| m == self.topo.rank))
+            .unwrap_or(0) as i32;
+        let comm = comm::split_by_color_with_key(&self.world, color, key)?;
+        let set = set?;
+        let groups = sets::gather_strings(&comm, group);
+        Some(MpiHost::new(
+            comm,
+            set.members.clone(),
+            groups,
+            self.topo.rank,
+        ))
+    }
+
+    pub(in crate::runtime) fn create_reddescs(&mut self) -> Result<()> {
+        for i in 0..self.config.checkpoints.len() {
+            let d = self.config.descriptor(i);
+            if !d.checkpoint.enabled {
+                continue;
+            }
+            let value = self.agree(self.group_value(&d.group.0))?;
+            let (mine, comm, groups) =
+                sets::form_my_set(&self.world, &value, d.set_size() as usize);
+            let host = MpiHost::new(comm, mine.members.clone(), groups, self.topo.rank);
+            let member = mine
+                .members
+                .iter()
+                .position(|&m| m == self.topo.rank)
+                .expect("a member of its own set") as u32;
+            let config = d.scheme_config(
+                &self.config,
+                mine.members.len() as u32,
+                member,
+                self.topo.rank,
+            );
+            // a scheme may refuse one set (e.g. its size) but not another: agree first
+            let scheme = self.agree(self.registry.new_scheme(&config).map_err(ScrError::from))?;
+            let record = DescriptorRecord {
+                index: i,
+                scheme: d.scheme.0.clone(),
+                params: d
+                    .params
+                    .iter()
+                    .map(|(k, v, _)| (k.clone(), v.clone()))
+                    .collect(),
+                group: d.group.0.clone(),
+                store: d.store_path.clone(),
+                set_id: mine.id,
+                members: mine.members.clone(),
+            };
+            // agreed by every rank, whatever its own answer, so that every member of a
+            // set makes the same call
+            let hashes_in_apply = self.all_agree(scheme.raw().crc32_in_apply());
+            self.job.reddescs.push(RedDesc {
+                index: i,
+                interval: d.checkpoint.interval,
+                record,
+                scheme,
+                host,
+                hashes_in_apply,
+            });
+        }
+        Ok(())
+    }
+
+    /// The nodes file (Files chapter): how many nodes this run uses, written by the
+    /// first rank of each node into its control directory.
+    pub(in crate::runtime) fn write_nodes_file(&self) -> Result<()> {
+        let mut written = Ok(());
+        if self.first_on_node() {
+            let path = self.job.cntl_dir.join("nodes.scr");
+            written = crate::state::write_private_state(
+                &path,
+                "nodes",
+                &BTreeMap::from([("NODES", self.topo.node_count as usize)]),
+            )
+            .map_err(io_err(&path));
+        }
+        self.agree(written)
+    }
+}
+
+/// Rank 0 reads the configuration files and broadcasts their contents; every rank then
+/// loads from that snapshot (with its own environment), so only one process touches the
+/// file system and all see the same files.
+pub(in crate::runtime) fn load_config(
+    world: &SimpleCommunicator,
+    api: Vec<(usize, String)>,
+) -> Result<Config> {
+    let mut loader = Loader::from_process();
+    if world.rank() == 0 {
+        for w in loader.unknown_env() {
+            tracing::warn!("{w}");
+        }
+    }
+    loader.api = api;
+    let snapshot = if world.rank() == 0 {
+        let _ = loader.load();
+        serde_json::to_vec(&loader.seen()).expect("a snapshot serializes")
+    } else {
+        Vec::new()
+    };
+    let bytes = broadcast_bytes(world, &snapshot);
+    let snap: Snapshot = serde_json::from_slice(&bytes).unwrap_or_default();
+    loader.snapshot = Some(snap);
+    loader.load().map_err(ScrError::Config)
+}
+
+/// The effective configuration without where each value came from: what must be the
+/// same on every rank.
+pub(in crate::runtime) fn config_fingerprint(config: &Config) -> String {
+    let shown = crate::show::render(config);
+    // the rendering is valid TOML; reading it back drops the comments naming sources
+    match shown.parse::<toml::Table>() {
+        Ok(table) => table.to_string(),
+        Err(_) => shown,
+    }
+}
+
+/// Check (collectively) that every rank loaded the same effective configuration. Each
+/// rank loads rank 0's files with its own environment, so an `SCR_*` variable set on
+/// some nodes only, or a different working directory (the default prefix), would make
+/// ranks disagree on stores, schemes or the prefix and fail later in ways that name
+/// nothing; this names the first difference. Costs two reductions; the gather runs only
+/// when the configurations differ.
+pub(in crate::runtime) fn same_config(world: &SimpleCommunicator, config: &Config) -> Result<()> {
+    use std::hash::{Hash as _, Hasher as _};
+    let text = config_fingerprint(config);
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    let mine = h.finish();
+    let (mut lo, mut hi) = (0u64, 0u64);
+    comm::all_reduce_into(world, &mine, &mut lo, SystemOperation::min());
+    comm::all_reduce_into(world, &mine, &mut hi, SystemOperation::max());
+    if lo == hi {
+        return Ok(());
+    }
+    // (on the mismatch path only: rank 0's text broadcast, compared on every rank, the
+    // lowest differing rank found by a min-reduction and its text broadcast — per rank
+    // two configurations and O(log P) steps; was an all-gather of every rank's, O(P))
+    let first = String::from_utf8_lossy(&broadcast_bytes(world, text.as_bytes())).into_owned();
+    let me = if text == first {
+        u64::MAX
+    } else {
+        u64::from(world.rank().unsigned_abs())
+    };
+    let differing = comm::min_u64(world, me);
+    let (rank, other) = if differing == u64::MAX {
+        (0, first.clone())
+    } else {
+        let other = comm::broadcast_from(world, differing as i32, text.as_bytes());
+        (
+            differing as usize,
+            String::from_utf8_lossy(&other).into_owned(),
+        )
+    };
+    let a: Vec<&str> = first.lines().collect();
+    let b: Vec<&str> = other.lines().collect();
+    let at = (0..a.len().max(b.len()))
+        .find(|&i| a.get(i) != b.get(i))
+        .unwrap_or(0);
+    Err(ScrError::Usage(format!(
+        "the effective configuration differs between ranks: rank 0 has `{}` where rank {rank} has `{}`; every rank must see the same configuration files, SCR_* environment and working directory (see `scr config show` on each node)",
+        a.get(at).copied().unwrap_or("(nothing)"),
+        b.get(at).copied().unwrap_or("(nothing)")
+    )))
+}

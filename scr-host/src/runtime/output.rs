@@ -1,0 +1,726 @@
+//! Output: a dataset from start_output to complete_output — its files routed into the cache and recorded before they exist, checked across ranks (names, sizes, CRC32s), protected by the descriptor's scheme and committed, then flushed when due.
+
+use super::*;
+
+impl Runtime {
+    /// The descriptor for checkpoint id `id`: largest interval dividing it.
+    pub(in crate::runtime) fn reddesc_for(&self, checkpoint_id: Option<u64>) -> usize {
+        let id = checkpoint_id.unwrap_or(1);
+        self.job
+            .reddescs
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| id.is_multiple_of(d.interval))
+            .max_by_key(|(_, d)| d.interval)
+            .map(|(i, _)| i)
+            .expect("validation guarantees an interval-1 descriptor")
+    }
+
+    /// Begin a dataset (collective). Old datasets are evicted from its store first, as
+    /// the store's `count` requires.
+    pub fn start_output(&mut self, name: &str, flags: OutputFlags) -> Result<()> {
+        let _log = self.span.clone().entered();
+        self.start_output_or_refuse(name, flags, None)
+    }
+
+    /// [`Runtime::start_output`] where the caller may already have refused its own
+    /// arguments on this rank (`refused`: why; the C layer's flag bits, say): the
+    /// refusal is agreed like any precondition, so every rank returns the error and none
+    /// waits in a collective the refusing rank skipped. Every rank must also pass rank
+    /// 0's name and flags (SCR checks the same).
+    pub fn start_output_or_refuse(
+        &mut self,
+        name: &str,
+        flags: OutputFlags,
+        refused: Option<String>,
+    ) -> Result<()> {
+        let _log = self.span.clone().entered();
+        let _counted = comm::scope("start_output");
+        let pre = self.output_refused(name, flags, refused);
+        self.begin("start_output", pre)?;
+        if let Some(pt) = self.passthrough.as_mut() {
+            pt.output = Some(name.to_string());
+            return Ok(());
+        }
+        // background flushes finished everywhere are recorded before eviction looks
+        // at what the prefix holds
+        self.poll_flushes();
+        let checkpoint_id = flags.checkpoint.then_some(self.cache.next_checkpoint);
+        let desc = self.reddesc_for(checkpoint_id);
+        let store = self.job.reddescs[desc].record.store.clone();
+        let id = self.cache.next_dataset;
+        let record = DatasetRecord {
+            id,
+            name: name.to_string(),
+            checkpoint_id,
+            output: flags.output,
+            complete: false,
+            descriptor: self.job.reddescs[desc].record.clone(),
+            files: Vec::new(),
+            redundancy: Vec::new(),
+            world_size: self.topo.size,
+        };
+        self.evict(&store, 1, None)?;
+        let local = self.open_dataset(&store, &record);
+        if let Err(e) = self.agree(local) {
+            // nothing was written into the dataset yet: forget it on every rank, so the
+            // ranks stay in step and the next start_output may try again
+            self.cache.filemap.datasets.remove(&id);
+            let _ = std::fs::remove_dir(self.dataset_dir(&store, id));
+            let undone = self.save_filemap();
+            self.agree_changed("start_output", undone)?;
+            return Err(e);
+        }
+        let dir = self.dataset_dir(&store, id);
+        let redundancy_names = self.job.reddescs[desc]
+            .scheme
+            .raw()
+            .redundancy_files(&cache::dataset_files(&record, &dir))
+            .into_result()
+            .map(|v| v.iter().map(|p| relative_to(&dir, p)).collect())
+            .unwrap_or_default();
+        self.output = Some(Output {
+            record,
+            desc,
+            started: Instant::now(),
+            redundancy_names,
+            routed: HashSet::new(),
+        });
+        self.info(&format!(
+            "start_output {name}: dataset {id}, checkpoint {checkpoint_id:?}, descriptor {}",
+            self.job.reddescs[desc].index
+        ));
+        Ok(())
+    }
+
+    /// Why `start_output(name, flags)` is refused on this rank, if it is (collective: rank
+    /// 0's arguments are broadcast). This rank's own arguments and state come first (the
+    /// more precise reason), then whether they are rank 0's; `refused` is a reason the
+    /// caller found already (an API-level check).
+    pub(in crate::runtime) fn output_refused(
+        &self,
+        name: &str,
+        flags: OutputFlags,
+        refused: Option<String>,
+    ) -> Result<()> {
+        let mine = format!(
+            "{name}\0{}{}",
+            u8::from(flags.checkpoint),
+            u8::from(flags.output)
+        );
+        let root =
+            String::from_utf8_lossy(&broadcast_bytes(&self.world, mine.as_bytes())).into_owned();
+        if let Some(why) = refused {
+            Err(ScrError::Usage(format!("start_output: {why}")))
+        } else if name.len() >= 1024 {
+            Err(ScrError::Usage(format!(
+                "start_output: the dataset name is {} bytes; names must be shorter than SCR_MAX_FILENAME (1024)",
+                name.len()
+            )))
+        } else if self.restart.reading_prefix || self.restart.candidate.is_some() {
+            Err(ScrError::Usage(
+                "start_output: a restart is in progress; call complete_restart first".into(),
+            ))
+        } else if self.writing() {
+            Err(ScrError::Usage(
+                "start_output: a dataset is already being written; call complete_output first"
+                    .into(),
+            ))
+        } else if name.is_empty() || name.contains('/') {
+            Err(ScrError::Usage(format!(
+                "start_output: dataset name `{name}` must be non-empty and contain no `/`"
+            )))
+        } else if root != mine {
+            let (root_name, root_flags) = root.split_once('\0').unwrap_or((&root, ""));
+            Err(ScrError::Usage(format!(
+                "start_output: rank {} passed dataset `{name}` with flags (checkpoint, output) {}{}, rank 0 passed `{root_name}` with {root_flags}; every process must pass the same name and flags",
+                self.topo.rank,
+                u8::from(flags.checkpoint),
+                u8::from(flags.output)
+            )))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Whether a dataset is being written (between start_output and complete_output).
+    pub(in crate::runtime) fn writing(&self) -> bool {
+        self.output.is_some()
+            || self
+                .passthrough
+                .as_ref()
+                .is_some_and(|p| p.output.is_some())
+    }
+
+    /// This rank's part of `start_output`: create the directory, record the dataset in
+    /// the filemap.
+    pub(in crate::runtime) fn open_dataset(
+        &mut self,
+        store: &str,
+        record: &DatasetRecord,
+    ) -> Result<()> {
+        self.create_store_dir(store)?;
+        let dir = self.dataset_dir(store, record.id);
+        // every level from the store to the dataset directory 0700, none a link
+        create_private_dir(Path::new(store), &dir)?;
+        self.cache
+            .filemap
+            .datasets
+            .insert(record.id, record.clone());
+        self.save_filemap()
+    }
+
+    /// The name a dataset started without one gets (SCR's `SCR_Start_output(NULL, ..)`):
+    /// `scr.dataset.<id>`, with the id it will have.
+    pub fn default_dataset_name(&self) -> String {
+        format!("scr.dataset.{}", self.cache.next_dataset)
+    }
+
+    /// SCR's legacy `SCR_Start_checkpoint`: a checkpoint named `ckpt.<checkpoint id>`.
+    pub fn start_checkpoint(&mut self) -> Result<String> {
+        let _log = self.span.clone().entered();
+        let name = format!("ckpt.{}", self.cache.next_checkpoint);
+        self.start_output(
+            &name,
+            OutputFlags {
+                checkpoint: true,
+                output: false,
+            },
+        )?;
+        Ok(name)
+    }
+
+    /// The prefix-relative form of an application file name, refusing names that leave
+    /// the prefix (and so the dataset directory).
+    pub(in crate::runtime) fn relative_name(&self, name: &Path) -> Result<PathBuf> {
+        let cwd = std::env::current_dir().map_err(io_err(Path::new(".")))?;
+        let full = lexical_normalize(&cwd.join(name));
+        let prefix = lexical_normalize(&self.job.prefix);
+        match full.strip_prefix(&prefix) {
+            Ok(rel) if !rel.as_os_str().is_empty() => Ok(rel.to_path_buf()),
+            _ => Err(ScrError::Usage(format!(
+                "route_file: `{}` resolves to {}, outside the prefix directory {}; name files inside the prefix",
+                name.display(),
+                full.display(),
+                prefix.display()
+            ))),
+        }
+    }
+
+    /// Where to write (during output) or read (during restart) file `name` (relative to
+    /// the working directory, or absolute; it must lie inside the prefix). During output
+    /// the file is recorded in the filemap before this returns, and its parent
+    /// directories are created.
+    pub fn route_file(&mut self, name: &Path) -> Result<PathBuf> {
+        let _log = self.span.clone().entered();
+        let _counted = comm::scope("route_file");
+        use std::os::unix::ffi::OsStrExt;
+        self.usable("route_file")?;
+        if name.as_os_str().is_empty() {
+            return Err(ScrError::Usage(
+                "route_file: the file name is empty; name a file inside the prefix".into(),
+            ));
+        }
+        if name.as_os_str().as_bytes().contains(&0) {
+            return Err(ScrError::Usage(format!(
+                "route_file: `{}` contains a NUL byte, which no file name may hold",
+                name.display()
+            )));
+        }
+        if let Some(pt) = &self.passthrough {
+            // disabled: the application's own path (absolute), read and written in
+            // place; during output its directories are made, as they are in cache, so
+            // the application behaves the same either way
+            let cwd = std::env::current_dir().map_err(io_err(Path::new(".")))?;
+            let path = lexical_normalize(&cwd.join(name));
+            if pt.output.is_some() {
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+                }
+            }
+            return Ok(path);
+        }
+        let rel = self.relative_name(name)?;
+        if rel
+            .components()
+            .next()
+            .is_some_and(|c| c.as_os_str() == ".scr")
+        {
+            return Err(ScrError::Usage(format!(
+                "route_file: `{}` is inside the prefix's .scr directory, which holds scr-rs's own state (index, flush file, summaries); name files elsewhere in the prefix",
+                name.display()
+            )));
+        }
+        if self.output.is_some() {
+            self.route_output(&rel)
+        } else {
+            self.route_restart(name, &rel)
+        }
+    }
+
+    /// [`Runtime::route_file`] during output: the path of `rel` in this dataset's cache
+    /// directory, recorded and with its directories made (private, never through a link).
+    pub(in crate::runtime) fn route_output(&mut self, rel: &Path) -> Result<PathBuf> {
+        let key = rel.to_string_lossy().into_owned();
+        let out = self.output.as_ref().expect("during output");
+        let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
+        let path = dir.join(rel);
+        // a name the scheme uses for this rank's redundancy data would be overwritten by
+        // it (other ranks' names, and names that depend on the files, are checked at
+        // complete_output)
+        if out.redundancy_names.contains(&key) {
+            return Err(ScrError::Usage(format!(
+                "route_file: `{key}` is the name of this rank's redundancy file under scheme {}; choose another name",
+                self.job.reddescs[out.desc].record.scheme
+            )));
+        }
+        // nested names: no directory level that exists is a link (or anyone else's), nor
+        // is the file itself a link (the application would write through it); judged
+        // before the name is recorded, so a refused name leaves no record
+        if let Some(parent) = path.parent() {
+            scr_plugin::cachefs::check_dirs(&dir, parent, crate::registry::effective_uid())
+                .map_err(cachefs_err)?;
+        }
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(ScrError::Usage(format!(
+                "route_file: {} is a symbolic link; it is not written through: remove it",
+                path.display()
+            )));
+        }
+        self.record_routed(&key)?;
+        // each directory of a nested name 0700, never through a link in place of one
+        // (from the dataset directory down: start_output made and judged the levels above
+        // it, and this runs per file)
+        if let Some(parent) = path.parent() {
+            scr_plugin::cachefs::create_dirs(&dir, parent, crate::registry::effective_uid())
+                .map_err(cachefs_err)?;
+        }
+        Ok(path)
+    }
+
+    /// Record routed file `key` of the dataset being written, once: in the filemap's
+    /// journal (one appended record, not a rewrite of the whole filemap, which grows with
+    /// every file). A name that could not be recorded is refused and may be routed again.
+    pub(in crate::runtime) fn record_routed(&mut self, key: &str) -> Result<()> {
+        let out = self.output.as_mut().expect("during output");
+        if !out.routed.insert(key.to_string()) {
+            return Ok(());
+        }
+        let file = FileRecord {
+            name: key.to_string(),
+            ..FileRecord::default()
+        };
+        out.record.files.push(file.clone());
+        let id = out.record.id;
+        let appended = match self.cache.filemap.datasets.get_mut(&id) {
+            Some(d) => {
+                d.files.push(file.clone());
+                self.cache
+                    .filemap_journal
+                    .append(&self.cache.filemap, &self.job.cntl_dir, id, &file)
+                    .map_err(io_err(
+                        &self
+                            .job
+                            .cntl_dir
+                            .join(Filemap::journal_name(self.topo.rank)),
+                    ))
+            }
+            None => {
+                // (start_output records the dataset first: not reached) a full snapshot,
+                // never a journal record whose dataset the snapshot lacks
+                self.cache.filemap.datasets.insert(id, out.record.clone());
+                self.save_filemap()
+            }
+        };
+        if appended.is_err() {
+            let out = self.output.as_mut().expect("during output");
+            out.routed.remove(key);
+            out.record.files.retain(|f| f.name != key);
+            if let Some(d) = self.cache.filemap.datasets.get_mut(&id) {
+                d.files.retain(|f| f.name != key);
+            }
+        }
+        appended
+    }
+
+    /// Finish the dataset (collective): it is kept only if every rank says `valid`, its
+    /// files exist, and the redundancy scheme applied everywhere; otherwise it is deleted
+    /// on every rank. Returns whether it was kept.
+    pub fn complete_output(&mut self, valid: bool) -> Result<bool> {
+        let _log = self.span.clone().entered();
+        let _counted = comm::scope("complete_output");
+        let pre = if self.writing() {
+            Ok(())
+        } else {
+            Err(ScrError::Usage(
+                "complete_output: no dataset is being written; call start_output first".into(),
+            ))
+        };
+        self.begin("complete_output", pre)?;
+        if let Some(pt) = self.passthrough.as_mut() {
+            pt.output = None;
+            return Ok(self.all_agree(valid));
+        }
+        self.poll_flushes();
+        let mut out = self.output.take().expect("checked by every rank");
+        let _dataset = crate::log::dataset_span(out.record.id).entered();
+        let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
+        let crc = self.config.bool("crc_on_copy");
+        let buf = self.config.u64("file_buf_size").max(4096) as usize;
+        // With a scheme that hashes the files in the pass it makes over them anyway
+        // (`crc32_in_apply`), the CRC32s come back from its apply and the files are not
+        // read here: one read of the data instead of two (the configuration is the same
+        // on every rank, the scheme's answer agreed at init).
+        let fused = crc && self.job.reddescs[out.desc].hashes_in_apply;
+        let local_ok = valid && self.stat_output_files(&mut out, &dir, crc && !fused, buf);
+        let named = self.check_output_names(&mut out, &dir, local_ok);
+        if let Some(c) = named.clash {
+            self.drop_output(&out.record)?;
+            return Err(ScrError::Usage(format!(
+                "complete_output {}: {c}; dataset discarded",
+                out.record.name
+            )));
+        }
+        let applied = if named.all_valid {
+            self.apply_output(&mut out, &dir, fused, buf)
+        } else {
+            Err(String::new())
+        };
+        let kept = self.all_agree(applied.is_ok());
+        // every rank returns the same error: the first failing rank's, by rank
+        let apply_error = if named.all_valid && !kept {
+            first_failure(&self.world, applied.err().as_deref())
+                .map(|(r, e)| format!("on rank {r}: {e}"))
+        } else {
+            None
+        };
+        if !kept {
+            return self.discard_output(&out, named, apply_error);
+        }
+        self.keep_output(&mut out)?;
+        if self.topo.rank == 0 {
+            if let Err(e) =
+                prefix::FlushFile::add_location(&self.job.prefix, out.record.id, "CACHE")
+            {
+                tracing::warn!("{e}");
+            }
+        }
+        self.maybe_flush(&out.record)?;
+        self.info(&format!(
+            "complete_output {}: kept, {:.3} s",
+            out.record.name,
+            out.started.elapsed().as_secs_f64()
+        ));
+        if out.record.checkpoint_id.is_some() {
+            self.exit_if_halted();
+        }
+        Ok(true)
+    }
+
+    /// Delete a refused output's files and record on every rank (collective): what a
+    /// clash or a failed commit leaves of complete_output.
+    pub(in crate::runtime) fn drop_output(&mut self, rec: &DatasetRecord) -> Result<()> {
+        let local = self.delete_dataset(rec);
+        self.dataset_done(rec.id);
+        self.agree_changed("complete_output", local)
+    }
+
+    /// Discard a dataset that is not kept (collective: every rank is here alike) and say
+    /// why: a naming error, the first failing rank's apply error, or a rank said invalid.
+    pub(in crate::runtime) fn discard_output(
+        &mut self,
+        out: &Output,
+        named: NameCheck,
+        apply_error: Option<String>,
+    ) -> Result<bool> {
+        // what the scheme wrote before a failed apply goes too, not only the names
+        // it declared (collective: every rank is in this branch alike)
+        let local = self.discard_failed_apply(named.all_valid.then_some(out.desc), &out.record);
+        self.dataset_done(out.record.id);
+        self.agree_changed("complete_output", local)?;
+        match (named.naming_error, apply_error) {
+            (Some(e), _) => Err(ScrError::Usage(format!(
+                "complete_output {}: dataset discarded: {e}",
+                out.record.name
+            ))),
+            (None, Some(e)) => Err(ScrError::Collective(format!(
+                "complete_output {}: redundancy could not be applied, dataset discarded: {e}",
+                out.record.name
+            ))),
+            (None, None) => {
+                self.info(&format!(
+                    "complete_output {}: a rank said invalid, dataset discarded",
+                    out.record.name
+                ));
+                Ok(false)
+            }
+        }
+    }
+
+    /// Record the size, mode, mtime and (with `crc`) CRC32 of each routed file of `out`
+    /// as it is in `dir`; false, with a warning naming the file, when one is missing or
+    /// unreadable (this rank's part is then invalid).
+    pub(in crate::runtime) fn stat_output_files(
+        &self,
+        out: &mut Output,
+        dir: &Path,
+        crc: bool,
+        buf: usize,
+    ) -> bool {
+        for f in &mut out.record.files {
+            match cache::stat_file(&dir.join(&f.name), crc, buf) {
+                Ok(meta) => {
+                    f.size = meta.size;
+                    f.mode = meta.mode;
+                    f.mtime = meta.mtime;
+                    f.crc32 = meta.crc32;
+                }
+                Err(e) => {
+                    tracing::warn!("rank {}: {}: {e}", self.topo.rank, f.name);
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Check the names every rank declares and record the redundancy files before they
+    /// exist (collective). The names a rank declares are what it routed and, when its
+    /// files are there (`local_ok`), the redundancy files the scheme will write (naming is
+    /// local to each rank). Two ranks writing one name would overwrite each other (in
+    /// cache on a shared node, and in the prefix), as would a routed file named like
+    /// another rank's redundancy file: refuse the dataset rather than lose one of them.
+    /// Checked by a distributed hash (see names.rs: O(own names) bytes per rank, not
+    /// O(P)). Why the dataset is refused is the same on every rank: the first owner's
+    /// clash (reductions on the failure path only).
+    pub(in crate::runtime) fn check_output_names(
+        &mut self,
+        out: &mut Output,
+        dir: &Path,
+        local_ok: bool,
+    ) -> NameCheck {
+        let routed: Vec<String> = out.record.files.iter().map(|f| f.name.clone()).collect();
+        let scheme_name = self.job.reddescs[out.desc].record.scheme.clone();
+        let redundancy: Option<Result<Vec<String>>> = local_ok.then(|| {
+            let rd = &self.job.reddescs[out.desc];
+            let ds = cache::dataset_files(&out.record, dir);
+            rd.scheme
+                .raw()
+                .redundancy_files(&ds)
+                .into_result()
+                .map_err(|e| ScrError::from(rd.scheme.error("redundancy_files", e)))
+                .map(|red| red.iter().map(|s| relative_to(dir, s)).collect())
+        });
+        let declared = match &redundancy {
+            Some(Ok(red)) => red.as_slice(),
+            _ => &[],
+        };
+        let clashes = names::check(&self.world, &routed, declared, &scheme_name);
+        let all_valid =
+            self.all_agree(local_ok && clashes.routed.is_none() && clashes.redundancy.is_none());
+        if !all_valid {
+            let clash = first_failure(&self.world, clashes.routed.as_deref()).map(|(_, c)| c);
+            let naming_error = match clash {
+                None => first_failure(&self.world, clashes.redundancy.as_deref()).map(|(_, e)| e),
+                Some(_) => None,
+            };
+            return NameCheck {
+                all_valid,
+                clash,
+                naming_error,
+            };
+        }
+        // the redundancy files are recorded before they exist, like every file
+        let named = redundancy
+            .expect("every rank's files are there")
+            .and_then(|red| {
+                out.record.redundancy = red;
+                self.cache
+                    .filemap
+                    .datasets
+                    .insert(out.record.id, out.record.clone());
+                self.save_filemap()
+            });
+        let all_valid = self.all_agree(named.is_ok());
+        // why the redundancy files could not be named and recorded
+        let naming_error = (!all_valid)
+            .then(|| {
+                let mine = named.err().map(|e| e.to_string());
+                first_failure(&self.world, mine.as_deref())
+                    .map(|(r, e)| format!("on rank {r}: {e}"))
+            })
+            .flatten();
+        NameCheck {
+            all_valid,
+            clash: None,
+            naming_error,
+        }
+    }
+
+    /// Run the scheme's apply on this rank's files (its part of a collective call; not
+    /// agreed: the caller agrees) and record the redundancy files it wrote and, from a
+    /// scheme that hashes in apply (`fused`), the files' CRC32s. The error says why.
+    pub(in crate::runtime) fn apply_output(
+        &self,
+        out: &mut Output,
+        dir: &Path,
+        fused: bool,
+        buf: usize,
+    ) -> std::result::Result<(), String> {
+        let rd = &self.job.reddescs[out.desc];
+        let ds = cache::dataset_files(&out.record, dir);
+        let host = scr_plugin::host_ref(&rd.host);
+        let result = if fused {
+            rd.scheme.raw().apply_with_crc(host, &ds).into_result()
+        } else {
+            rd.scheme
+                .raw()
+                .apply(host, &ds)
+                .into_result()
+                .map(|redundancy| scr_plugin::Applied {
+                    redundancy,
+                    crc32: Default::default(),
+                })
+        };
+        let label = format!("{} ({})", out.record.id, out.record.name);
+        let call = if fused { "apply_with_crc" } else { "apply" };
+        let done = self
+            .settle_call(&rd.host, &rd.scheme, call, &label, result)
+            .map_err(|e| e.to_string())?;
+        out.record.redundancy = done
+            .redundancy
+            .iter()
+            .map(|s| relative_to(dir, s))
+            .collect();
+        if fused {
+            self.record_crcs(out.desc, &mut out.record, dir, &done.crc32, buf)?;
+        }
+        Ok(())
+    }
+
+    /// Keep the applied dataset (collective): the keep decision is only final once every
+    /// rank recorded the dataset as complete; a rank that could not (a full control
+    /// directory, say) makes every rank discard it, while the previous checkpoint is still
+    /// in cache. Then the checkpoint is counted and logged, and older datasets evicted.
+    pub(in crate::runtime) fn keep_output(&mut self, out: &mut Output) -> Result<()> {
+        let committed = self.commit_dataset(out);
+        if !self.all_agree(committed.is_ok()) {
+            // every rank returns the same error: the first failing rank's
+            let why = committed.err().map(|e| e.to_string());
+            let why = first_failure(&self.world, why.as_deref())
+                .map(|(r, e)| format!("on rank {r}: {e}"))
+                .unwrap_or_default();
+            out.record.complete = false;
+            self.drop_output(&out.record)?;
+            return Err(ScrError::Collective(format!(
+                "complete_output {}: the dataset could not be recorded as complete {why}; it is discarded on every rank, and the previous checkpoint stays the restart candidate",
+                out.record.name
+            )));
+        }
+        if let Some(c) = out.record.checkpoint_id {
+            self.cache.next_checkpoint = c + 1;
+            let bytes: u64 = out.record.files.iter().map(|f| f.size).sum();
+            self.checkpoint_done(out.started);
+            let mut total = 0u64;
+            comm::all_reduce_into(&self.world, &bytes, &mut total, SystemOperation::sum());
+            self.log_event(crate::events::Event::Checkpoint {
+                name: out.record.name.clone(),
+                id: out.record.id,
+                bytes: total,
+                seconds: out.started.elapsed().as_secs_f64(),
+            });
+        }
+        self.dataset_done(out.record.id);
+        let store = out.record.descriptor.store.clone();
+        // the dataset is kept whatever eviction does: a failure there marks the state
+        // uncertain (every later call says so) but does not unsay the keep
+        if let Err(e) = self.evict(&store, 0, Some(out.record.id)) {
+            self.warn(&format!(
+                "complete_output {}: kept, but evicting older datasets failed: {e}",
+                out.record.name
+            ));
+        }
+        Ok(())
+    }
+
+    /// Record in `rec` the CRC32s a scheme computed during its apply (`crcs`, one per
+    /// file of `rec`, in order), reading each file it gave none for. A list of another
+    /// length breaks the contract of `apply_with_crc`: refused, naming the plugin.
+    pub(in crate::runtime) fn record_crcs(
+        &self,
+        desc: usize,
+        rec: &mut DatasetRecord,
+        dir: &Path,
+        crcs: &[abi_stable::std_types::ROption<u32>],
+        buf: usize,
+    ) -> std::result::Result<(), String> {
+        if !crcs.is_empty() && crcs.len() != rec.files.len() {
+            return Err(format!(
+                "rank {}: plugin {} returned {} CRC32s from apply_with_crc for {} files",
+                self.topo.rank,
+                self.job.reddescs[desc].scheme.file(),
+                crcs.len(),
+                rec.files.len()
+            ));
+        }
+        for (i, f) in rec.files.iter_mut().enumerate() {
+            f.crc32 = match crcs.get(i).and_then(|c| c.into_option()) {
+                Some(c) => Some(c),
+                None => Some(
+                    cache::file_crc32(&dir.join(&f.name), buf)
+                        .map_err(|e| format!("rank {}: {}: {e}", self.topo.rank, f.name))?,
+                ),
+            };
+        }
+        Ok(())
+    }
+
+    /// This rank's part of keeping a dataset: mark it complete in the filemap.
+    pub(in crate::runtime) fn commit_dataset(&mut self, out: &mut Output) -> Result<()> {
+        self.injected_failure("commit", out.record.id)?;
+        out.record.complete = true;
+        self.cache
+            .filemap
+            .datasets
+            .insert(out.record.id, out.record.clone());
+        self.save_filemap()
+    }
+
+    /// Dataset `id` is finished (kept or not): the next one gets a new id, and rank 0
+    /// records the ids in the prefix so that later runs never reuse them, even when every
+    /// cache is lost.
+    pub(in crate::runtime) fn dataset_done(&mut self, id: u64) {
+        self.cache.next_dataset = id + 1;
+        if self.topo.rank == 0 {
+            let ids = Ids {
+                dataset: id,
+                checkpoint: self.cache.next_checkpoint.saturating_sub(1),
+            };
+            let path = Ids::path(&self.job.prefix);
+            if let Err(e) = crate::state::write_state(&path, Ids::KIND, &ids) {
+                tracing::warn!("{}: {e}", path.display());
+            }
+        }
+    }
+
+    pub(in crate::runtime) fn checkpoint_done(&mut self, started: Instant) {
+        self.policy.last_cost = started.elapsed().as_secs_f64();
+        self.policy.last_end = Instant::now();
+        if self.topo.rank == 0 {
+            // a read-modify-write under the prefix lock: a concurrent `scr halt` must
+            // neither lose this decrement nor have its own change lost
+            let decremented = Halt::update(&self.job.prefix, |halt| {
+                match halt.checkpoints_left.as_mut() {
+                    Some(n) => {
+                        *n -= 1;
+                        (true, ())
+                    }
+                    None => (false, ()),
+                }
+            });
+            if let Err(e) = decremented {
+                tracing::warn!("{e}; CheckpointsLeft not decremented");
+            }
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! Restart: what is offered for a restart (the newest complete checkpoint in cache, or one read in place in the prefix), and start_restart/complete_restart/current, with fallback to an older checkpoint when one is reported invalid.
+
+use super::*;
+
+impl Runtime {
+    /// [`Runtime::route_file`] during restart: where file `rel` of the checkpoint being
+    /// read is (in the prefix, or in cache), refused when it is not one of its files.
+    pub(in crate::runtime) fn route_restart(&self, name: &Path, rel: &Path) -> Result<PathBuf> {
+        let key = rel.to_string_lossy();
+        let not_a_file = |checkpoint: &str| {
+            ScrError::Usage(format!(
+                "route_file: `{}` is not a file of checkpoint {checkpoint} on rank {}",
+                name.display(),
+                self.topo.rank
+            ))
+        };
+        if let (true, Some(p)) = (self.restart.reading_prefix, &self.restart.prefix_restart) {
+            return p
+                .files
+                .get(key.as_ref())
+                .cloned()
+                .ok_or_else(|| not_a_file(&p.name));
+        }
+        if let Some(id) = self.restart.candidate {
+            let rec = &self.cache.filemap.datasets[&id];
+            if rec.files.iter().any(|f| f.name == key) {
+                return Ok(self.dataset_dir(&rec.descriptor.store, id).join(rel));
+            }
+            return Err(not_a_file(&rec.name));
+        }
+        Err(ScrError::Usage(
+            "route_file: call start_output or start_restart first".into(),
+        ))
+    }
+
+    /// Fetch when the cache holds no checkpoint (or `current` chose one only the prefix
+    /// holds), then flush the restart checkpoint when `flush_on_restart` asks for it.
+    pub(in crate::runtime) fn settle_restart(&mut self, flush_on_restart: bool) -> Result<()> {
+        let wanted = self.restart.wanted.take();
+        if self.restart_candidate().is_none() || wanted.is_some() {
+            if self.config.bool("fetch") {
+                self.fetch(wanted.as_deref())?;
+            } else {
+                self.open_prefix_restart(wanted.as_deref())?;
+            }
+        }
+        if flush_on_restart && self.config.bool("flush_on_restart") {
+            self.flush_newest("flush_on_restart")?;
+        }
+        Ok(())
+    }
+
+    /// SCR 3.x's `SCR_Have_restart` (collective): the first call after an init with
+    /// [`InitOptions::fetch_at_have_restart`] fetches from the prefix (the checkpoint
+    /// `current` named, else the newest when no cache holds one); every call then
+    /// answers like [`Runtime::have_restart`].
+    pub fn have_restart_fetching(&mut self) -> Result<Option<String>> {
+        let _log = self.span.clone().entered();
+        let _counted = comm::scope("have_restart");
+        if self.restart.fetch_pending && self.passthrough.is_none() {
+            self.usable("have_restart")?;
+            self.restart.fetch_pending = false;
+            self.settle_restart(false)?;
+        }
+        Ok(self.have_restart())
+    }
+
+    /// Whether a dataset is being written or a checkpoint read (between start and
+    /// complete): outside both, SCR 3.x's `SCR_Route_file` returns the name unchanged.
+    pub fn in_dataset(&self) -> bool {
+        self.output.is_some()
+            || self.restart.candidate.is_some()
+            || self.restart.reading_prefix
+            || self
+                .passthrough
+                .as_ref()
+                .is_some_and(|p| p.output.is_some())
+    }
+
+    /// The newest complete checkpoint this run can restart from, if any.
+    pub fn have_restart(&self) -> Option<String> {
+        self.restart_candidate()
+            .map(|id| self.cache.filemap.datasets[&id].name.clone())
+            .or_else(|| self.restart.prefix_restart.as_ref().map(|p| p.name.clone()))
+    }
+
+    pub(in crate::runtime) fn restart_candidate(&self) -> Option<u64> {
+        self.cache
+            .filemap
+            .datasets
+            .values()
+            .filter(|d| {
+                d.complete && d.checkpoint_id.is_some() && !self.restart.skipped.contains(&d.id)
+            })
+            .max_by_key(|d| d.checkpoint_id)
+            .map(|d| d.id)
+    }
+
+    /// Begin reading the restart checkpoint; returns its name.
+    pub fn start_restart(&mut self) -> Result<String> {
+        let _log = self.span.clone().entered();
+        let _counted = comm::scope("start_restart");
+        self.usable("start_restart")?;
+        if self.output.is_some() || self.restart.candidate.is_some() || self.restart.reading_prefix
+        {
+            return Err(ScrError::Usage(
+                "start_restart: another output or restart is in progress".into(),
+            ));
+        }
+        if let (None, Some(p)) = (self.restart_candidate(), &self.restart.prefix_restart) {
+            self.restart.reading_prefix = true;
+            return Ok(p.name.clone());
+        }
+        let id = self.restart_candidate().ok_or_else(|| {
+            ScrError::Usage(
+                "start_restart: no checkpoint to restart from (have_restart said none)".into(),
+            )
+        })?;
+        self.restart.candidate = Some(id);
+        Ok(self.cache.filemap.datasets[&id].name.clone())
+    }
+
+    /// Finish reading (collective). If any rank says `!valid`, this checkpoint is passed
+    /// over and `have_restart` offers the next older one. Returns whether all were valid.
+    pub fn complete_restart(&mut self, valid: bool) -> Result<bool> {
+        let _log = self.span.clone().entered();
+        let _counted = comm::scope("complete_restart");
+        if self.restart.reading_prefix {
+            let agreed = self.begin("complete_restart", Ok(()));
+            self.restart.reading_prefix = false;
+            agreed?;
+            let ok = self.all_agree(valid);
+            if !ok {
+                let p = self.restart.prefix_restart.take().expect("reading it");
+                self.warn(&format!(
+                    "restart from {} (dataset {}, in the prefix) reported invalid; no older checkpoint is offered from the prefix in this run",
+                    p.name, p.id
+                ));
+            }
+            return Ok(ok);
+        }
+        let pre = self.restart.candidate.ok_or_else(|| {
+            ScrError::Usage(
+                "complete_restart: no restart in progress; call start_restart first".into(),
+            )
+        });
+        let agreed = self.begin("complete_restart", pre);
+        // ended either way: a rank that was reading is not left inside a restart that
+        // the others failed
+        self.restart.candidate = None;
+        let id = agreed?;
+        let ok = self.all_agree(valid);
+        if !ok {
+            self.restart.skipped.push(id);
+            self.warn(&format!(
+                "restart from {} reported invalid; falling back to an older checkpoint",
+                self.cache.filemap.datasets[&id].name
+            ));
+        }
+        Ok(ok)
+    }
+
+    /// Make the named checkpoint the restart candidate, passing over newer ones
+    /// (collective: a name some ranks do not know is an error on every rank).
+    pub fn current(&mut self, name: &str) -> Result<()> {
+        let _log = self.span.clone().entered();
+        let _counted = comm::scope("current");
+        if self.passthrough.is_some() {
+            return Ok(());
+        }
+        if self.restart.fetch_pending {
+            self.usable("current")?;
+            let cached = self.all_agree(self.id_of(name).is_ok());
+            if cached {
+                // a checkpoint the cache holds: an earlier call's prefix choice is void
+                self.restart.wanted = None;
+            } else {
+                // only the prefix has it: the pending fetch loads it, and cached
+                // datasets written after it are passed over
+                let found: std::result::Result<Option<u64>, String> = if self.topo.rank == 0 {
+                    prefix::Index::load_or_rebuild(&self.job.prefix)
+                        .map_err(|e| e.to_string())
+                        .map(|ix| {
+                            ix.fetch_candidates(self.topo.size)
+                                .into_iter()
+                                .find(|e| e.name == name)
+                                .map(|e| e.id)
+                        })
+                } else {
+                    Ok(None)
+                };
+                let bytes = broadcast_bytes(
+                    &self.world,
+                    &serde_json::to_vec(&found).expect("serializes"),
+                );
+                let found: std::result::Result<Option<u64>, String> =
+                    serde_json::from_slice(&bytes).unwrap_or(Ok(None));
+                let found = found.map_err(|e| {
+                    ScrError::Usage(format!(
+                        "current: `{name}` is not in cache and the prefix's index cannot be read: {e}"
+                    ))
+                })?;
+                if found.is_none() {
+                    return Err(ScrError::Usage(format!(
+                        "current: no checkpoint named `{name}` in cache or in the prefix {} (complete, not failed, and written by {} ranks)",
+                        self.job.prefix.display(),
+                        self.topo.size
+                    )));
+                }
+                // the named checkpoint is the one restarted: every cached one is passed
+                // over (the newer ones as SCR deletes them; older ones too, so that a
+                // restart in place from the prefix does not prefer them)
+                let cached: Vec<u64> = self.cache.filemap.datasets.keys().copied().collect();
+                self.restart.skipped.extend(cached);
+                self.restart.wanted = Some(name.to_string());
+                return Ok(());
+            }
+        }
+        let id = self.begin("current", self.id_of(name))?;
+        let newer: Vec<u64> = self
+            .cache
+            .filemap
+            .datasets
+            .values()
+            .filter(|d| d.id > id)
+            .map(|d| d.id)
+            .collect();
+        self.restart.skipped.extend(newer);
+        self.restart.skipped.retain(|&s| s != id);
+        Ok(())
+    }
+}
