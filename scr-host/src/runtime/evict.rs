@@ -1,6 +1,12 @@
 //! Removing datasets: the application's drop and delete, and eviction from a full store (agreed: a dataset leaves every rank's cache or none).
 
-use super::*;
+#[allow(unused_imports)]
+use super::cache::*;
+use super::distribute::file_names;
+use super::{comm, DatasetRecord, Filemap, Result, Runtime, ScrError};
+use scr_plugin::sync::lock;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 impl Runtime {
     /// Forget the named dataset as a restart candidate (its files stay until evicted;
@@ -56,4 +62,277 @@ impl Runtime {
             .map(|d| d.id)
             .ok_or_else(|| ScrError::Usage(format!("no dataset named `{name}` in cache")))
     }
+
+    /// Discard a dataset whose apply failed on some rank (every rank calls this; `desc`
+    /// is the redundancy descriptor whose scheme ran apply, `None` when apply never ran):
+    /// the scheme's `remove` takes what it wrote on this member, its temporary files
+    /// included (names only it knows), then the dataset goes by its recorded names —
+    /// the redundancy files declared before apply among them.
+    pub(in crate::runtime) fn discard_failed_apply(
+        &mut self,
+        desc: Option<usize>,
+        rec: &DatasetRecord,
+    ) -> Result<()> {
+        if let Some(desc) = desc {
+            let rd = &self.job.reddescs[desc];
+            let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+            let result = rd
+                .scheme
+                .raw()
+                .remove(scr_plugin::host_ref(&rd.host), &dataset_files(rec, &dir))
+                .into_result();
+            let label = format!("{} ({})", rec.id, rec.name);
+            if let Err(e) = self.settle_call(&rd.host, &rd.scheme, "remove", &label, result) {
+                // the recorded names still go below; say what may be left
+                tracing::warn!(
+                    "{e}; files the scheme wrote for dataset {label} in {} and did not declare may be left", dir.display()
+                );
+            }
+        }
+        self.delete_dataset(rec)
+    }
+
+    /// Delete this rank's files of a dataset (other ranks on the node share the dataset
+    /// directory) and forget it.
+    pub(in crate::runtime) fn remove_local(&mut self, rec: &DatasetRecord) -> Result<()> {
+        let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+        if rec.complete && self.config.bool("crc_on_delete") {
+            // SCR's SCR_CRC_ON_DELETE: a last check that tells the user the cache
+            // damaged data while holding it (the files go either way)
+            let buf = self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize;
+            if let Err(why) = verify_dataset(self.topo.rank, rec, &dir, true, buf) {
+                tracing::warn!(
+                    "crc_on_delete: dataset {} ({}) was damaged in cache before it was deleted: {why}", rec.id, rec.name
+                );
+            }
+        }
+        remove_files(&dir, &file_names(rec))?;
+        self.cache.filemap.datasets.remove(&rec.id);
+        if self.topo.rank == 0 && rec.complete {
+            if let Err(e) =
+                super::prefix::FlushFile::remove_location(&self.job.prefix, rec.id, "CACHE")
+            {
+                tracing::warn!("{e}");
+            }
+        }
+        self.save_filemap()
+    }
+
+    /// Delete every dataset the cache of this node holds, for any rank, with the
+    /// filemaps that list them (`distribute = false`). The first rank on each node does
+    /// it; only names inside their dataset directories are removed.
+    pub(in crate::runtime) fn purge_cache(&mut self) -> Result<()> {
+        if !self.first_on_node() {
+            return Ok(());
+        }
+        let mut purged = BTreeSet::new();
+        for (owner, path) in Filemap::owners_in(&self.job.cntl_dir) {
+            if let Ok(map) = Filemap::load(&self.job.cntl_dir, owner) {
+                for rec in map.datasets.values() {
+                    let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+                    remove_files(&dir, &file_names(rec))?;
+                    // outputs never flushed are named too: they are gone for good
+                    purged.insert(format!(
+                        "{}{}",
+                        rec.name,
+                        if rec.output { " (output)" } else { "" }
+                    ));
+                }
+            }
+            Filemap::remove(&self.job.cntl_dir, owner).map_err(|e| ScrError::Io {
+                path: path.clone(),
+                source: e,
+            })?;
+        }
+        if !purged.is_empty() {
+            tracing::warn!(
+                "distribute = false: purged the cache of node {}: {}; restarting from the prefix",
+                self.topo.node,
+                purged.into_iter().collect::<Vec<_>>().join(", ")
+            );
+        }
+        Ok(())
+    }
+
+    /// Delete a dataset on this rank (every rank calls it for a collective delete).
+    pub(in crate::runtime) fn delete_dataset(&mut self, rec: &DatasetRecord) -> Result<()> {
+        self.injected_failure("delete", rec.id)?;
+        self.remove_local(rec)
+    }
+
+    /// Evict the oldest datasets of `store` until `room` more fit under its count
+    /// (collective). Never evicted: the newest complete checkpoint, the current restart
+    /// candidate, `keep` (the dataset just completed), datasets being flushed, and output
+    /// datasets whose flush is not recorded for every rank.
+    ///
+    /// The victims are chosen together: each rank says which datasets of the store it
+    /// holds and which of them it could give up, and a dataset goes only when every rank
+    /// that holds it can give it up. Ranks whose caches differ (a lost node, a flush
+    /// running on some ranks only) would otherwise evict different datasets and leave a
+    /// checkpoint complete on some ranks and gone on others.
+    pub(in crate::runtime) fn evict(
+        &mut self,
+        store: &str,
+        room: u64,
+        keep: Option<u64>,
+    ) -> Result<()> {
+        let limit = self
+            .config
+            .store(store)
+            .map(|s| self.config.store_count(s))
+            .unwrap_or_else(|| self.config.u64("cache_size"))
+            .max(1);
+        let held: Vec<u64> = self
+            .cache
+            .filemap
+            .datasets
+            .values()
+            .filter(|d| d.descriptor.store == store)
+            .map(|d| d.id)
+            .collect();
+        let may_go = self.may_evict(store, keep);
+        let holders = self.agree_on_evictable(&held, &may_go);
+        let mut count = holders.len() as u64;
+        let mut victims = Vec::new();
+        for (&id, &evictable) in &holders {
+            if count + room <= limit {
+                break;
+            }
+            if evictable {
+                victims.push(id);
+                count -= 1;
+            }
+        }
+        let mut local = Ok(());
+        for id in victims {
+            let Some(victim) = self.cache.filemap.datasets.get(&id).cloned() else {
+                continue;
+            };
+            self.info(&format!(
+                "evicting dataset {} ({}) from {store}",
+                victim.id, victim.name
+            ));
+            if let Err(e) = self.remove_local(&victim) {
+                local = Err(e);
+            }
+        }
+        self.agree_changed("evicting from cache", local)
+    }
+
+    /// The datasets of `store` this rank could give up: not a restart candidate, not
+    /// `keep`, not being flushed, and, for an output, its flush recorded for every rank —
+    /// by this run's synchronous flush, or in the index (a background flush; the index is
+    /// read at most once, and only when an output is a candidate).
+    pub(in crate::runtime) fn may_evict(&self, store: &str, keep: Option<u64>) -> Vec<u64> {
+        let protected = [self.restart_candidate_any(), self.restart_candidate(), keep];
+        let flushing = self.flushing_ids();
+        let flushed = lock(&self.flushing.flushed).clone();
+        let index = std::cell::OnceCell::new();
+        let in_prefix = |id: u64| {
+            flushed.contains(&id)
+                || index
+                    .get_or_init(|| super::prefix::Index::load(&self.job.prefix).ok())
+                    .as_ref()
+                    .and_then(|ix| ix.datasets.get(&id))
+                    .is_some_and(|e| e.complete && e.failed.is_none())
+        };
+        self.cache
+            .filemap
+            .datasets
+            .values()
+            .filter(|d| {
+                d.descriptor.store == store
+                    && !protected.contains(&Some(d.id))
+                    && !flushing.contains(&d.id)
+                    && (!d.output || in_prefix(d.id))
+            })
+            .map(|d| d.id)
+            .collect()
+    }
+
+    /// Which ids of a store any rank holds (`held` here), each with whether every holder
+    /// may give it up (`may_go` here), agreed by walking the ids upwards with
+    /// min-reductions: per rank two reductions per dataset in the store (bounded by its
+    /// count), independent of P (was: every rank's id lists on every rank — O(P)).
+    pub(in crate::runtime) fn agree_on_evictable(
+        &self,
+        held: &[u64],
+        may_go: &[u64],
+    ) -> BTreeMap<u64, bool> {
+        let mut holders = BTreeMap::new();
+        let mut above = 0u64; // (id + 1 encoded: 0 is below every id)
+        loop {
+            let mine = held
+                .iter()
+                .map(|&id| id.saturating_add(1))
+                .filter(|&e| e > above)
+                .min()
+                .unwrap_or(u64::MAX);
+            let next = comm::min_u64(&self.world, mine);
+            if next == u64::MAX {
+                break;
+            }
+            above = next;
+            let id = next - 1;
+            let ok = !held.contains(&id) || may_go.contains(&id);
+            holders.insert(id, self.all_agree(ok));
+        }
+        holders
+    }
+
+    /// The newest complete checkpoint, skipped or not.
+    pub(in crate::runtime) fn restart_candidate_any(&self) -> Option<u64> {
+        self.cache
+            .filemap
+            .datasets
+            .values()
+            .filter(|d| d.complete && d.checkpoint_id.is_some())
+            .max_by_key(|d| d.checkpoint_id)
+            .map(|d| d.id)
+    }
+}
+
+/// Delete `names` (relative to `dir`), then every directory from their parents up to
+/// `dir` that is left empty. Files already gone are fine.
+///
+/// A name that would leave `dir` (absolute, or through `..`: a damaged or forged filemap,
+/// a rank2file map, a plugin's answer) is never followed: it is skipped with a warning.
+///
+/// Nothing is deleted through a symbolic link: the dataset directory and every level
+/// below it down to the file are judged first (`lstat`), and a link in place of one is
+/// refused with an error naming it ([`scr_plugin::cachefs::check_dirs`]).
+pub(in crate::runtime) fn remove_files(dir: &Path, names: &[PathBuf]) -> Result<()> {
+    use scr_plugin::cachefs::check_dirs;
+    let me = crate::registry::effective_uid();
+    if let Some(above) = dir.parent() {
+        check_dirs(above, dir, me).map_err(super::cachefs_err)?;
+    }
+    for name in names {
+        if !is_inside(&name.to_string_lossy()) {
+            tracing::warn!(
+                "`{}` is recorded in {} but leaves it; not deleted",
+                name.display(),
+                dir.display()
+            );
+            continue;
+        }
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            check_dirs(dir, parent, me).map_err(super::cachefs_err)?;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(ScrError::Io { path, source: e }),
+        }
+        let mut parent = path.parent();
+        while let Some(p) = parent.filter(|p| p.starts_with(dir) && *p != dir) {
+            if std::fs::remove_dir(p).is_err() {
+                break; // not empty: another rank's file still lives here
+            }
+            parent = p.parent();
+        }
+    }
+    let _ = std::fs::remove_dir(dir); // only when empty
+    Ok(())
 }

@@ -12,6 +12,7 @@
 mod agree;
 pub(crate) mod cache;
 pub mod comm;
+mod distribute;
 mod evict;
 mod filemap;
 mod finalize;
@@ -27,6 +28,7 @@ mod policy;
 pub mod prefix;
 mod private_dir;
 mod restart;
+mod restore;
 pub(crate) mod sets;
 use agree::{agree_on, first_failure};
 pub(crate) use private_dir::create_private_dir;

@@ -1,0 +1,768 @@
+//! Restoring the cache at init: every cached dataset any rank holds is verified, or rebuilt through its scheme, on every rank alike; what cannot be restored is dropped everywhere and reported.
+
+#[allow(unused_imports)]
+use super::cache::*;
+use super::mpi_host::MpiHost;
+use super::relative_to;
+use super::{comm, DatasetRecord, Filemap, Result, Runtime, Set};
+use crate::registry::{LoadedScheme, RegistryError};
+use abi_stable::std_types::{RNone, ROption, RSome};
+use mpi::traits::Communicator as _;
+use scr_plugin::{FileMeta, RecoverRequest};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+impl Runtime {
+    /// Move, verify and rebuild everything the cache holds; drop what cannot be saved.
+    pub(in crate::runtime) fn restore_cache(&mut self) -> Result<()> {
+        if self.config.bool("distribute") {
+            self.distribute()?;
+        } else {
+            self.purge_at_init()?;
+        }
+        self.cache.filemap = match Filemap::load(&self.job.cntl_dir, self.topo.rank) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!("{e}; treating this rank's cache as lost");
+                Filemap {
+                    rank: self.topo.rank,
+                    datasets: BTreeMap::new(),
+                }
+            }
+        };
+        // datasets that never completed (a crash inside an output) are garbage
+        let incomplete: Vec<DatasetRecord> = self
+            .cache
+            .filemap
+            .datasets
+            .values()
+            .filter(|d| !d.complete)
+            .cloned()
+            .collect();
+        let mut local = Ok(());
+        for d in &incomplete {
+            if let Err(e) = self.remove_local(d) {
+                local = Err(e);
+            }
+        }
+        self.agree(local)?;
+        self.continue_ids();
+
+        // Which datasets the cache holds, agreed without gathering records: the ids are
+        // walked from the largest down by max-reductions, and for each id the lowest
+        // holder's identity is broadcast and compared by every other holder (see
+        // [`Runtime::holders_of`]). Per rank and dataset: a few reductions and one
+        // broadcast of about 100 bytes (was: every rank's records, ~470 bytes each, on
+        // every rank — O(P)).
+        // (id + 1 encoded, 0: none; restoring id only changes this rank's record of id,
+        // never of a smaller one, so the walk sees every id held at the start)
+        let mut below = u64::MAX;
+        let mut round = 0i32;
+        loop {
+            let mine = self
+                .cache
+                .filemap
+                .datasets
+                .keys()
+                .map(|&id| id.saturating_add(1))
+                .filter(|&e| e < below)
+                .max()
+                .unwrap_or(0);
+            let next = self.max_u64(mine);
+            if next == 0 {
+                break;
+            }
+            below = next;
+            let id = next - 1;
+            let holders = self.holders_of(id);
+            if let Some(why) = self.unrestorable(&holders) {
+                // not this job's to rebuild: leave it alone (eviction removes it in time)
+                self.restart.skipped.push(id);
+                self.warn(&format!(
+                    "dataset {id} ({}) is not restored: {why}",
+                    holders.first.name
+                ));
+                continue;
+            }
+            self.restore_dataset(id, &holders, TEMPLATE_TAG + round % 2)?;
+            round += 1;
+        }
+        Ok(())
+    }
+
+    /// SCR's SCR_DISTRIBUTE=0: no restart from cache; the cache is purged on every node
+    /// (agreed) and the run restarts from the prefix (fetch). Rank 0 takes CACHE off
+    /// every dataset in the flush file.
+    pub(in crate::runtime) fn purge_at_init(&mut self) -> Result<()> {
+        let purged = self.purge_cache();
+        self.agree(purged)?;
+        if self.topo.rank == 0 {
+            // every node's cache was purged: no dataset is in cache any more
+            let cached: Vec<u64> = super::prefix::FlushFile::load(&self.job.prefix)
+                .map(|f| {
+                    f.datasets
+                        .iter()
+                        .filter(|(_, (at, _))| at.iter().any(|l| l == "CACHE"))
+                        .map(|(&id, _)| id)
+                        .collect()
+                })
+                .unwrap_or_default();
+            for id in cached {
+                if let Err(e) =
+                    super::prefix::FlushFile::remove_location(&self.job.prefix, id, "CACHE")
+                {
+                    tracing::warn!("{e}");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The next dataset and checkpoint ids (collective): they continue after the largest
+    /// used anywhere, in the cache or, recorded by rank 0, in the prefix (so a lost cache
+    /// never brings an old id back).
+    pub(in crate::runtime) fn continue_ids(&mut self) {
+        let ids = if self.topo.rank == 0 {
+            super::Ids::load(&self.job.prefix)
+        } else {
+            super::Ids::default()
+        };
+        let cache_dataset = self
+            .cache
+            .filemap
+            .datasets
+            .keys()
+            .max()
+            .copied()
+            .unwrap_or(0);
+        let cache_ckpt = self
+            .cache
+            .filemap
+            .datasets
+            .values()
+            .filter_map(|d| d.checkpoint_id)
+            .max()
+            .unwrap_or(0);
+        self.cache.next_dataset = self.max_u64(cache_dataset.max(ids.dataset)) + 1;
+        self.cache.next_checkpoint = self.max_u64(cache_ckpt.max(ids.checkpoint)) + 1;
+    }
+
+    /// What the holders of dataset `id` agree on (collective): the identity of the
+    /// lowest holder's record, the lowest holder whose record differs from it, whether
+    /// any holder recorded a CRC32. Per rank: 3–4 reductions and a broadcast of one
+    /// identity (or two, when records differ) — independent of P.
+    pub(in crate::runtime) fn holders_of(&self, id: u64) -> Holders {
+        let own = self.cache.filemap.datasets.get(&id);
+        let first_rank =
+            comm::min_u64(&self.world, own.map_or(u64::MAX, |_| self.topo.rank.into())) as u32;
+        let first: Identity = serde_json::from_slice(&comm::broadcast_from(
+            &self.world,
+            first_rank as i32,
+            &own.map(|r| serde_json::to_vec(&Identity::of(r)).expect("identity serializes"))
+                .unwrap_or_default(),
+        ))
+        // (the same bytes on every rank, so the same outcome: an identity no record
+        // has, which makes every holder's record differ and the dataset be refused)
+        .unwrap_or_else(|e| Identity {
+            name: format!("(rank {first_rank}'s record could not be read: {e})"),
+            checkpoint_id: None,
+            world_size: 0,
+            scheme: String::new(),
+            store: String::new(),
+        });
+        let differs = own.is_some_and(|r| Identity::of(r) != first);
+        let other_rank = comm::min_u64(
+            &self.world,
+            if differs {
+                self.topo.rank.into()
+            } else {
+                u64::MAX
+            },
+        );
+        let other = (other_rank != u64::MAX).then(|| {
+            let name = comm::broadcast_from(
+                &self.world,
+                other_rank as i32,
+                own.map(|r| r.name.as_bytes()).unwrap_or_default(),
+            );
+            (
+                other_rank as u32,
+                String::from_utf8_lossy(&name).into_owned(),
+            )
+        });
+        let crc = own.is_some_and(|r| r.files.iter().any(|f| f.crc32.is_some()));
+        let crc_expected = !self.all_agree(!crc);
+        Holders {
+            first_rank,
+            first,
+            other,
+            crc_expected,
+        }
+    }
+
+    /// Why a dataset cannot belong to this job, judged from what its holders agree on
+    /// (the same on every rank).
+    pub(in crate::runtime) fn unrestorable(&self, holders: &Holders) -> Option<String> {
+        let first = &holders.first;
+        if first.world_size != 0 && first.world_size != self.topo.size {
+            return Some(format!(
+                "it was written by {} ranks and this job has {}",
+                first.world_size, self.topo.size
+            ));
+        }
+        if let Some((rank, name)) = &holders.other {
+            return Some(format!(
+                "ranks {} and {rank} hold different datasets under this id ({} and {name})",
+                holders.first_rank, first.name
+            ));
+        }
+        None
+    }
+
+    /// The record of dataset `id` for a rank that holds none (its cache was lost),
+    /// from a member of its redundancy set that holds one (collective). The holders of
+    /// each set find each other (a split by set id) and the lowest sends its record to
+    /// every member that is not among them, through a sparse exchange. Per rank: one
+    /// reduction when no rank lacks the record; otherwise a split, an exchange of
+    /// O(set size) ranks within the set and one record per missing member — independent
+    /// of P (was: every rank's records on every rank).
+    pub(in crate::runtime) fn template_from_set(&self, id: u64, tag: i32) -> Option<DatasetRecord> {
+        let own = self.cache.filemap.datasets.get(&id);
+        if comm::sum_u64(&self.world, u64::from(own.is_none())) == 0 {
+            return own.cloned();
+        }
+        let color = match own {
+            Some(r) => mpi::topology::Color::with_value((r.descriptor.set_id & 0x7fff_ffff) as i32),
+            None => mpi::topology::Color::undefined(),
+        };
+        let mut sends = Vec::new();
+        if let (Some(holders), Some(rec)) = (
+            comm::split_by_color_with_key(&self.world, color, self.topo.rank as i32),
+            own,
+        ) {
+            let mut here = vec![0u32; holders.size() as usize];
+            comm::all_gather_into(&holders, &self.topo.rank, &mut here[..]);
+            if holders.rank() == 0 {
+                let bytes = serde_json::to_vec(rec).expect("record serializes");
+                for &m in &rec.descriptor.members {
+                    if m < self.topo.size && !here.contains(&m) {
+                        sends.push((m, bytes.clone()));
+                    }
+                }
+            }
+        }
+        let got = comm::sparse_exchange(&self.world, &sends, tag);
+        if own.is_some() {
+            return own.cloned();
+        }
+        // the lowest holder whose record lists this rank (records from several sets
+        // mean damaged filemaps; the choice is the one every earlier run made)
+        got.into_iter()
+            .filter_map(|(_, b)| serde_json::from_slice::<DatasetRecord>(&b).ok())
+            .find(|r| r.descriptor.members.contains(&self.topo.rank))
+    }
+
+    /// Largest `v` over all ranks.
+    pub(in crate::runtime) fn max_u64(&self, v: u64) -> u64 {
+        let mut out = 0u64;
+        super::comm::all_reduce_into(
+            &self.world,
+            &v,
+            &mut out,
+            mpi::collective::SystemOperation::max(),
+        );
+        out
+    }
+
+    /// Verify (and, through the scheme, rebuild) dataset `id` on every rank, or drop it
+    /// everywhere. Collective: every step below that can go differently on some ranks
+    /// ends in an agreement before the next collective one.
+    pub(in crate::runtime) fn restore_dataset(
+        &mut self,
+        id: u64,
+        holders: &Holders,
+        tag: i32,
+    ) -> Result<()> {
+        let _dataset = crate::log::dataset_span(id).entered();
+        let restore_started = std::time::Instant::now();
+        let own = self.cache.filemap.datasets.get(&id).cloned();
+        let Some(r) = self.prepare_restore(id, holders, tag) else {
+            return Ok(());
+        };
+        let buf = self.config.u64("file_buf_size").max(4096) as usize;
+        let check = self.check_cached(&r, own.as_ref(), buf);
+        let intact = check.is_ok();
+        let Some(mut rebuilding) = self.declare_rebuild(id, &r, own.as_ref()) else {
+            return Ok(());
+        };
+        let outcome = self.recover_verified(
+            &r,
+            own.as_ref(),
+            intact,
+            &mut rebuilding,
+            holders.crc_expected,
+            buf,
+        );
+        let kept = self.all_agree(outcome.is_ok());
+        let lacking = match (&own, intact) {
+            (None, _) => Some(2u8),
+            (Some(_), false) => Some(1),
+            (Some(_), true) => None,
+        };
+        self.note_lacking_ranks(&r, lacking, kept, restore_started);
+        let local = match outcome {
+            Ok(None) if kept => Ok(()),
+            Ok(Some(files)) if kept => self.record_rebuilt(&r, files),
+            _ => {
+                let report = self.dropped_report(&r, &check, outcome.as_ref().err());
+                self.warn(&report);
+                self.log_event(crate::events::Event::Failure {
+                    what: report.clone(),
+                    rank: None,
+                });
+                self.report.lost.push(report);
+                // this rank's record, or the one made for the rebuild when its cache was
+                // lost (holding the redundancy files declared before recover and the
+                // names recover returned): what the scheme wrote here goes with it,
+                // inside the dataset directory only
+                self.remove_local(&rebuilding)
+            }
+        };
+        self.agree(local)
+    }
+
+    /// Set up what restoring dataset `id` needs on this rank (the recorded set, its
+    /// communicator, the scheme, the private dataset directory), agreed: `None` on every
+    /// rank when any rank could not (plugin missing, parameters refused, no set), after
+    /// keeping the data and saying why it is not offered now.
+    pub(in crate::runtime) fn prepare_restore(
+        &mut self,
+        id: u64,
+        holders: &Holders,
+        tag: i32,
+    ) -> Option<Restore> {
+        // the record that says which set this rank belonged to
+        let template = self.template_from_set(id, tag);
+        let host = self.restore_host(template.as_ref());
+        let scheme = template.as_ref().map(|t| self.scheme_of(t));
+        let dir = template
+            .as_ref()
+            .map(|t| self.dataset_dir(&t.descriptor.store, id));
+        // every level from the store down 0700 and checked, none followed through a link
+        // (a rebuild writes here)
+        let dir_ok = match (&template, &dir) {
+            (Some(t), Some(d)) => super::create_private_dir(Path::new(&t.descriptor.store), d)
+                .map_err(|e| tracing::warn!("{e}"))
+                .is_ok(),
+            _ => false,
+        };
+        let ready = matches!((&host, &scheme), (Some(_), Some(Ok(_)))) && dir_ok;
+        let name = template
+            .as_ref()
+            .map_or_else(|| holders.first.name.clone(), |r| r.name.clone());
+        if !self.all_agree(ready) {
+            // keep the data, do not offer it
+            let why = match &scheme {
+                Some(Err(e)) => e.to_string(),
+                _ => "a rank is in no redundancy set for it".to_string(),
+            };
+            self.restart.skipped.push(id);
+            self.warn(&format!("dataset {id} ({name}) is not restored now: {why}"));
+            return None;
+        }
+        match (host, scheme, template, dir) {
+            (Some(host), Some(Ok(scheme)), Some(record), Some(dir)) => Some(Restore {
+                id,
+                name,
+                record,
+                host,
+                scheme,
+                dir,
+            }),
+            _ => unreachable!("ready on every rank"),
+        }
+    }
+
+    /// The host of the set `template` records for this rank (collective). When every
+    /// rank's set is one this run formed for a redundancy descriptor (a restart of the
+    /// same layout: the common case), a set-local duplicate of it; else a split of the
+    /// world. Agreed, and only when every rank has its set: a member without one would
+    /// never join its set's duplicate. `None` when the communicator does not have the
+    /// recorded number of members.
+    pub(in crate::runtime) fn restore_host(
+        &mut self,
+        template: Option<&DatasetRecord>,
+    ) -> Option<MpiHost> {
+        let set = template.map(|t| Set {
+            id: t.descriptor.set_id,
+            members: t.descriptor.members.clone(),
+        });
+        // this rank's failure-group value in the recorded group; the node names for
+        // every rank when any rank cannot give one (as when one table was missing)
+        let value = template.map(|t| self.group_value(&t.descriptor.group).ok());
+        let value = match value {
+            _ if !self.all_agree(!matches!(value, Some(None))) => self.topo.node.clone(),
+            Some(Some(v)) => v,
+            _ => self.topo.node.clone(),
+        };
+        let formed = template.and_then(|t| {
+            self.job.reddescs.iter().position(|rd| {
+                rd.record.set_id == t.descriptor.set_id
+                    && rd.record.members == t.descriptor.members
+                    && rd.record.group == t.descriptor.group
+            })
+        });
+        let host = if self.all_agree(formed.is_some()) {
+            formed.map(|i| self.job.reddescs[i].host.duplicate())
+        } else {
+            self.set_host(set.as_ref(), &value)
+        };
+        host.filter(|h| {
+            set.as_ref()
+                .is_some_and(|s| h.size_matches(s.members.len()))
+        })
+    }
+
+    /// A new instance of the scheme `rec` was protected with, as this rank's member of
+    /// its recorded set.
+    pub(in crate::runtime) fn scheme_of(
+        &self,
+        rec: &DatasetRecord,
+    ) -> std::result::Result<LoadedScheme, RegistryError> {
+        let d = &rec.descriptor;
+        let member = d
+            .members
+            .iter()
+            .position(|&m| m == self.topo.rank)
+            .unwrap_or(0);
+        self.registry
+            .new_scheme(&d.scheme_config(&self.config, member as u32, self.topo.rank))
+    }
+
+    /// Verify this rank's cached files before use: a file that is missing, of another
+    /// size or (with crc_on_restart) of another CRC32 than recorded makes this rank's
+    /// data lost, so the scheme rebuilds it or the dataset is dropped everywhere.
+    pub(in crate::runtime) fn check_cached(
+        &mut self,
+        r: &Restore,
+        own: Option<&DatasetRecord>,
+        buf: usize,
+    ) -> std::result::Result<(), String> {
+        let use_crc = self.config.bool("crc_on_restart");
+        let check = match own {
+            Some(rec) => verify_dataset(self.topo.rank, rec, &r.dir, use_crc, buf),
+            None => Err(format!(
+                "rank {}: no record of the dataset (cache lost)",
+                self.topo.rank
+            )),
+        };
+        if let (Some(_), Err(why)) = (own, &check) {
+            tracing::warn!("dataset {} ({}): {why}; counted as lost", r.id, r.name);
+        }
+        let unchecked = own.is_some_and(|r| r.files.iter().any(|f| f.crc32.is_none()));
+        if use_crc && self.topo.rank == 0 && !self.report.crc_note_given && unchecked {
+            self.report.crc_note_given = true;
+            self.info("cached files without a recorded CRC32 (crc_on_copy = false): only their sizes are checked at restart");
+        }
+        check
+    }
+
+    /// Record the files a rebuild will write before they exist (agreed): this rank's
+    /// record — or, when its cache was lost, an incomplete one made from its set's record
+    /// — names the redundancy files the scheme declares, saved before recover runs, so a
+    /// crash inside the rebuild leaves nothing the next init cannot find and delete (an
+    /// incomplete record is deleted at init). A lost rank's own file names are only in
+    /// the redundancy data: they are recorded the moment recover returns them. `None` on
+    /// every rank when any rank could not record them (the dataset is skipped).
+    pub(in crate::runtime) fn declare_rebuild(
+        &mut self,
+        id: u64,
+        r: &Restore,
+        own: Option<&DatasetRecord>,
+    ) -> Option<DatasetRecord> {
+        let mut rebuilding = own.cloned().unwrap_or_else(|| DatasetRecord {
+            files: Vec::new(),
+            redundancy: Vec::new(),
+            complete: false,
+            ..r.record.clone()
+        });
+        let declared = declare_redundancy(&r.scheme, &mut rebuilding, &r.dir).and_then(|()| {
+            if own == Some(&rebuilding) {
+                Ok(())
+            } else {
+                self.cache.filemap.datasets.insert(id, rebuilding.clone());
+                self.save_filemap()
+            }
+        });
+        if let Err(e) = &declared {
+            tracing::warn!("dataset {id} ({}): {e}", r.name);
+        }
+        if self.all_agree(declared.is_ok()) {
+            return Some(rebuilding);
+        }
+        // nothing was written for the rebuild: forget a record made for it
+        if own.is_none() && self.cache.filemap.datasets.remove(&id).is_some() {
+            let _ = self.save_filemap();
+        }
+        self.restart.skipped.push(id);
+        self.warn(&format!(
+            "dataset {id} ({}) is not restored now: its redundancy files could not be recorded before the rebuild",
+            r.name
+        ));
+        None
+    }
+
+    /// Run the scheme's recover and verify what it says (not agreed: the caller agrees).
+    /// When this rank's files passed the check (`intact`), they must still be there,
+    /// whole, after the scheme ran (`Ok(None)`); otherwise what the scheme says it rebuilt
+    /// is verified before it is recorded (`Ok(Some(files))`). On a rank whose cache was
+    /// lost (`own` is `None`) the returned names go into `rebuilding` at once, so a crash
+    /// before the end leaves them findable.
+    pub(in crate::runtime) fn recover_verified(
+        &mut self,
+        r: &Restore,
+        own: Option<&DatasetRecord>,
+        intact: bool,
+        rebuilding: &mut DatasetRecord,
+        crc_expected: bool,
+        buf: usize,
+    ) -> std::result::Result<Option<Vec<super::FileRecord>>, String> {
+        let intact = own.filter(|_| intact);
+        let files: ROption<abi_stable::std_types::RVec<FileMeta>> = match intact {
+            Some(rec) => RSome(dataset_files(rec, &r.dir).files),
+            None => RNone,
+        };
+        let request = RecoverRequest {
+            dataset_id: r.id,
+            dir: r.dir.display().to_string().into(),
+            files,
+        };
+        let result = r
+            .scheme
+            .raw()
+            .recover(scr_plugin::host_ref(&r.host), &request)
+            .into_result();
+        let label = format!("{} ({})", r.id, r.name);
+        let outcome = self
+            .settle_call(&r.host, &r.scheme, "recover", &label, result)
+            .map(|v| v.into_vec())
+            .map_err(|e| e.to_string());
+        if own.is_none() {
+            // rebuilt on this rank whose cache was lost: record the names at once (what
+            // the scheme returned, to clean up if the dataset is dropped)
+            let returned = outcome.as_deref().unwrap_or_default();
+            if !returned.is_empty() {
+                rebuilding.files = returned
+                    .iter()
+                    .map(|m| super::FileRecord {
+                        name: relative_to(&r.dir, m.path.as_str()),
+                        size: m.size,
+                        mode: m.mode,
+                        mtime: (m.mtime_sec, m.mtime_nsec),
+                        crc32: m.crc32.into_option(),
+                    })
+                    .filter(|f| is_inside(&f.name))
+                    .collect();
+                self.cache.filemap.datasets.insert(r.id, rebuilding.clone());
+                if let Err(e) = self.save_filemap() {
+                    tracing::warn!("dataset {label}: {e}");
+                }
+            }
+        }
+        let scheme = &r.record.descriptor.scheme;
+        // the dataset was written with CRC32s when any holder recorded one: then a
+        // rebuilt file must come with one too (a rank whose cache is lost has only the
+        // scheme's word for its files)
+        let outcome = outcome.and_then(|metas| match intact {
+            Some(rec) => verify_dataset(self.topo.rank, rec, &r.dir, false, buf)
+                .map(|()| None)
+                .map_err(|why| format!("{scheme} changed intact files: {why}")),
+            None => verify_rebuilt(self.topo.rank, &metas, own, &r.dir, crc_expected, buf)
+                .map(Some)
+                .map_err(|why| format!("{scheme} rebuilt wrong data: {why}")),
+        });
+        if let Err(why) = &outcome {
+            tracing::warn!("dataset {label}: {why}");
+        }
+        outcome
+    }
+
+    /// Learn on rank 0 which ranks lacked files (`lacking` on this rank: 1 damaged or
+    /// missing, 2 the whole cache lost) and which nodes lost their cache, for the log and
+    /// the event log's lost nodes (collective). Rank 0 alone logs them: bounded gathers of
+    /// the ranks that lacked files and of the nodes lost — see [`comm::gather_some`].
+    pub(in crate::runtime) fn note_lacking_ranks(
+        &mut self,
+        r: &Restore,
+        lacking: Option<u8>,
+        kept: bool,
+        started: std::time::Instant,
+    ) {
+        let (ranks, lacking_total) =
+            comm::gather_some(&self.world, lacking.as_ref().map(std::slice::from_ref));
+        // the lost nodes: one report per node, by its first rank when it lost its cache
+        // (a node's ranks lose it together), so the bound counts nodes, not ranks
+        let node_lost = lacking == Some(2) && self.first_on_node();
+        let (lost, lost_total) =
+            comm::gather_some(&self.world, node_lost.then_some(self.topo.node.as_bytes()));
+        for (_, b) in &lost {
+            self.report
+                .lost_nodes
+                .insert(String::from_utf8_lossy(b).into_owned());
+        }
+        self.report.lost_nodes_unnamed = self
+            .report
+            .lost_nodes_unnamed
+            .max(lost_total.saturating_sub(lost.len() as u64));
+        let rebuilt: Vec<u32> = ranks.iter().map(|(r, _)| *r).collect();
+        let more = match lacking_total - rebuilt.len() as u64 {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
+        if kept && lacking_total > 0 {
+            self.info(&format!(
+                "dataset {} ({}): rebuilt the files of ranks {rebuilt:?}{more} through {}",
+                r.id, r.name, r.record.descriptor.scheme
+            ));
+            self.log_event(crate::events::Event::Rebuild {
+                name: r.name.clone(),
+                id: r.id,
+                ranks: rebuilt,
+                seconds: started.elapsed().as_secs_f64(),
+            });
+        }
+    }
+
+    /// Record the files rebuilt on this rank (verified) and the scheme's own redundancy
+    /// files: the dataset is complete here again.
+    pub(in crate::runtime) fn record_rebuilt(
+        &mut self,
+        r: &Restore,
+        files: Vec<super::FileRecord>,
+    ) -> Result<()> {
+        let mut rec = r.record.clone();
+        rec.files = files;
+        rec.complete = true;
+        let ds = dataset_files(&rec, &r.dir);
+        rec.redundancy = r
+            .scheme
+            .raw()
+            .redundancy_files(&ds)
+            .into_result()
+            .map(|red| {
+                red.iter()
+                    .map(|p| relative_to(&r.dir, p.as_str()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.cache.filemap.datasets.insert(r.id, rec);
+        self.save_filemap()
+    }
+
+    /// Why a dataset is dropped everywhere, the same text on every rank (collective):
+    /// which ranks lacked files and which sets' rebuild failed. Two bounded gathers to
+    /// rank 0 — the ranks whose files were lost or damaged, the ranks whose rebuild failed
+    /// with their set — and the report broadcast from rank 0: per rank O(log P) steps.
+    pub(in crate::runtime) fn dropped_report(
+        &self,
+        r: &Restore,
+        check: &std::result::Result<(), String>,
+        failed: Option<&String>,
+    ) -> String {
+        let (checks, checks_total) =
+            comm::gather_some(&self.world, check.as_ref().err().map(|e| e.as_bytes()));
+        let failure = failed
+            .map(|why| serde_json::to_vec(&(r.record.descriptor.set_id, why)).expect("serializes"));
+        let (fails, fails_total) = comm::gather_some(&self.world, failure.as_deref());
+        let mut report = String::new();
+        if self.topo.rank == 0 {
+            let mut ranks: Vec<String> = checks
+                .iter()
+                .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
+                .collect();
+            if checks_total > ranks.len() as u64 {
+                ranks.push(format!("and {} more", checks_total - ranks.len() as u64));
+            }
+            let mut failed: BTreeMap<u64, String> = BTreeMap::new();
+            for (set, why) in fails
+                .iter()
+                .filter_map(|(_, b)| serde_json::from_slice::<(u64, String)>(b).ok())
+            {
+                failed.entry(set).or_insert(why);
+            }
+            let mut sets: Vec<String> = failed
+                .iter()
+                .map(|(set, why)| format!("set {set}: {why}"))
+                .collect();
+            if fails_total > fails.len() as u64 {
+                sets.push(format!(
+                    "and {} more failed rank(s)",
+                    fails_total - fails.len() as u64
+                ));
+            }
+            report = format!(
+                "dataset {} ({}) cannot be restored and was dropped: lost or damaged files: [{}]; {}",
+                r.id,
+                r.name,
+                ranks.join("; "),
+                sets.join("; ")
+            );
+        }
+        String::from_utf8_lossy(&comm::broadcast_from(&self.world, 0, report.as_bytes()))
+            .into_owned()
+    }
+}
+
+/// Tag of the sparse exchange that hands a lost rank its dataset record (two tags,
+/// alternating between consecutive datasets: see [`comm::sparse_exchange`]).
+pub(in crate::runtime) const TEMPLATE_TAG: i32 = 7010;
+
+/// What makes two records of one dataset id the same dataset.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(in crate::runtime) struct Identity {
+    name: String,
+    checkpoint_id: Option<u64>,
+    world_size: u32,
+    scheme: String,
+    store: String,
+}
+
+/// What every rank knows about the holders of one cached dataset.
+pub(in crate::runtime) struct Holders {
+    /// The lowest rank holding a record of it.
+    first_rank: u32,
+    /// That record's identity.
+    first: Identity,
+    /// The lowest holder whose record differs from `first`, and its dataset name.
+    other: Option<(u32, String)>,
+    /// Whether any holder recorded a CRC32 (a rebuilt file must then come with one).
+    crc_expected: bool,
+}
+
+/// What restoring one dataset works with once every rank agreed it can start.
+pub(in crate::runtime) struct Restore {
+    id: u64,
+    /// The dataset's name (for messages).
+    name: String,
+    /// The record of this rank's set: descriptor, members, scheme, store.
+    record: DatasetRecord,
+    /// The set's communicator.
+    host: MpiHost,
+    /// The scheme the dataset was protected with, as this rank's member.
+    scheme: LoadedScheme,
+    /// The dataset's directory in cache (created private and checked).
+    dir: PathBuf,
+}
+
+impl Identity {
+    fn of(r: &DatasetRecord) -> Identity {
+        Identity {
+            name: r.name.clone(),
+            checkpoint_id: r.checkpoint_id,
+            world_size: r.world_size,
+            scheme: r.descriptor.scheme.clone(),
+            store: r.descriptor.store.clone(),
+        }
+    }
+}
