@@ -1,4 +1,7 @@
-//! Agreement: every collective call ends with the same outcome on every rank. A failure on some ranks becomes the first failing rank's error everywhere; a failure after ranks began to change their state marks the runtime uncertain, on every rank alike, and refuses later collective calls.
+//! Agreement: every collective call ends with the same outcome on every rank. A failure on
+//! some ranks becomes the first failing rank's error everywhere; a failure after ranks
+//! began to change their state marks the runtime uncertain, on every rank alike, and
+//! refuses later collective calls.
 
 use super::*;
 

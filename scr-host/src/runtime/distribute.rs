@@ -1,4 +1,5 @@
-//! Distribution at init: when ranks changed nodes, each rank's cached files and filemap move to the rank that now owns them (point to point between the two ranks concerned).
+//! Distribution at init: when ranks changed nodes, each rank's cached files and filemap
+//! move to the rank that now owns them (point to point between the two ranks concerned).
 
 #[allow(unused_imports)]
 use super::cache::*;

@@ -1,4 +1,5 @@
-//! Removing datasets: the application's drop and delete, and eviction from a full store (agreed: a dataset leaves every rank's cache or none).
+//! Removing datasets: the application's drop and delete, and eviction from a full store
+//! (agreed: a dataset leaves every rank's cache or none).
 
 #[allow(unused_imports)]
 use super::cache::*;

@@ -1,4 +1,5 @@
-//! Finalize and the end of a run: the newest checkpoint flushed, the halt file and event log written, and what a dropped or abandoned runtime leaves.
+//! Finalize and the end of a run: the newest checkpoint flushed, the halt file and event
+//! log written, and what a dropped or abandoned runtime leaves.
 
 use super::*;
 

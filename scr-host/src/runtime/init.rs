@@ -1,4 +1,5 @@
-//! Init: the collective start of a run (configuration, plugins, node, directories, stores and sets, the cache restored).
+//! Init: the collective start of a run (configuration, plugins, node, directories, stores
+//! and sets, the cache restored).
 
 use super::*;
 

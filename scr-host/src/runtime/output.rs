@@ -1,4 +1,6 @@
-//! Output: a dataset from start_output to complete_output — its files routed into the cache and recorded before they exist, checked across ranks (names, sizes, CRC32s), protected by the descriptor's scheme and committed, then flushed when due.
+//! Output: a dataset from start_output to complete_output — its files routed into the cache
+//! and recorded before they exist, checked across ranks (names, sizes, CRC32s), protected
+//! by the descriptor's scheme and committed, then flushed when due.
 
 use super::*;
 

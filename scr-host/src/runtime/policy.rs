@@ -1,4 +1,6 @@
-//! Policy and halt: when to checkpoint (need_checkpoint: interval, seconds, overhead) and when to stop (halt conditions from the halt file, the allocation's end, should_exit), decided by rank 0 and agreed.
+//! Policy and halt: when to checkpoint (need_checkpoint: interval, seconds, overhead) and
+//! when to stop (halt conditions from the halt file, the allocation's end, should_exit),
+//! decided by rank 0 and agreed.
 
 use super::*;
 

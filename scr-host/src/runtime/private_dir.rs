@@ -1,4 +1,5 @@
-//! Private directories: the cache and control directories are made and checked here (0700, owned by this user, no link followed, sticky-bit rules for shared bases).
+//! Private directories: the cache and control directories are made and checked here (0700,
+//! owned by this user, no link followed, sticky-bit rules for shared bases).
 
 use super::*;
 

@@ -1,4 +1,6 @@
-//! Restart: what is offered for a restart (the newest complete checkpoint in cache, or one read in place in the prefix), and start_restart/complete_restart/current, with fallback to an older checkpoint when one is reported invalid.
+//! Restart: what is offered for a restart (the newest complete checkpoint in cache, or one
+//! read in place in the prefix), and start_restart/complete_restart/current, with fallback
+//! to an older checkpoint when one is reported invalid.
 
 use super::*;
 

@@ -1,4 +1,6 @@
-//! Restoring the cache at init: every cached dataset any rank holds is verified, or rebuilt through its scheme, on every rank alike; what cannot be restored is dropped everywhere and reported.
+//! Restoring the cache at init: every cached dataset any rank holds is verified, or rebuilt
+//! through its scheme, on every rank alike; what cannot be restored is dropped everywhere
+//! and reported.
 
 #[allow(unused_imports)]
 use super::cache::*;

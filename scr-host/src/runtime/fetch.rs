@@ -1,0 +1,589 @@
+//! Fetch (prefix → cache) and the restart read in place in the prefix: rank 0 chooses the
+//! newest usable checkpoint from the index, each block leader reads its part of the
+//! rank2file map and hands its members their lists, every file is verified against
+//! rank2file, and the fetched dataset is protected again.
+
+#[allow(unused_imports)]
+use super::flush::*;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::prefix::{
+    self, FlushedFile, Index, IndexEntry, Rank2File, Rank2FileMap, Rank2FilePart, Rank2FileRoot,
+};
+use super::{
+    broadcast_bytes, cache, now_secs, DatasetRecord, FileRecord, Result, Runtime, ScrError,
+};
+use crate::events::Event;
+
+impl Runtime {
+    /// The checkpoint in the prefix to restart from next (collective; chosen on rank 0):
+    /// `wanted` first, then the index's current one, then the newest, skipping `tried`;
+    /// with this rank's list of files from its rank2file map, or why the map cannot be
+    /// used (the same error on every rank, naming the file).
+    ///
+    /// No rank receives the whole map, and rank 0 no message per block: rank 0 reads the
+    /// root and broadcasts the choice with the root (the index entry, the layout and the
+    /// totals: constant size); each block leader computes its part's name from its block
+    /// index, reads it and checks that it is that dataset's part for that block and those
+    /// ranks ([`Rank2FilePart::load`]) — one reader per part, as SCR bounds the readers
+    /// of a file and the bytes each reads, rather than every rank opening the same part
+    /// (R readers per file) — and one reduction sums the parts' totals, which must be
+    /// the root's (a part missing, or swapped for another flush's of other contents);
+    /// then each leader sends each member its list. Whether every rank got its list is
+    /// agreed by a min-reduction.
+    ///
+    /// A single-file map of an earlier release (legacy only) is read by rank 0, which
+    /// sends each leader its block's lists instead (P/R messages from rank 0): kept so
+    /// a prefix flushed before the tree restarts, not a path a current flush takes.
+    ///
+    /// Per rank: one broadcast of the entry and root (about 350 bytes), one 24-byte sum
+    /// and one min-reduction (O(log P) steps each), one message with its own list; a
+    /// leader also R - 1 messages sent and one part (R ranks) read. Rank 0: the root
+    /// read, and as a leader — O(1) messages beyond its own block's whatever P. Plus one
+    /// broadcast of the error's text when a part is refused. The last value is the map's
+    /// bytes in all (on rank 0, which logs it).
+    pub(in crate::runtime) fn choose_from_index(
+        &self,
+        tried: &[u64],
+        wanted: Option<&str>,
+    ) -> Option<(
+        IndexEntry,
+        std::result::Result<Vec<FlushedFile>, String>,
+        u64,
+    )> {
+        // rank 0: the choice and its map's layout; a single-file map itself (legacy)
+        let (choice, single) = if self.topo.rank == 0 {
+            self.pick_from_index(tried, wanted)
+        } else {
+            (None, None)
+        };
+        let bytes = broadcast_bytes(
+            &self.world,
+            &serde_json::to_vec(&choice).expect("serializes"),
+        );
+        let (entry, layout): (IndexEntry, std::result::Result<MapLayout, String>) =
+            serde_json::from_slice::<Option<_>>(&bytes).unwrap_or(None)?;
+        let layout = match layout {
+            Ok(l) => l,
+            Err(why) => return Some((entry, Err(why), 0)),
+        };
+        let (blocks, total) = match &layout {
+            MapLayout::Tree(root) => (root.blocks(), root.bytes),
+            MapLayout::Single { block } => (
+                prefix::Blocks::new(self.topo.size, *block),
+                single
+                    .as_ref()
+                    .map_or(0, |m| m.ranks.values().flatten().map(|f| f.size).sum()),
+            ),
+        };
+        let block_lists = self.read_block_lists(&entry, &layout, single.as_ref(), blocks);
+        let mine = self.hand_out_lists(blocks, block_lists.as_ref());
+        Some((entry, mine, total))
+    }
+
+    /// Rank 0: the checkpoint [`Runtime::choose_from_index`] takes — `wanted` first, then
+    /// the index's order of fetch candidates, skipping `tried` — with its map's layout (or
+    /// why its map cannot be used), and a single-file map itself (legacy). `None` when no
+    /// candidate is left.
+    pub(in crate::runtime) fn pick_from_index(
+        &self,
+        tried: &[u64],
+        wanted: Option<&str>,
+    ) -> (Choice, Option<Rank2File>) {
+        let index = Index::load_or_rebuild(&self.job.prefix).unwrap_or_else(|e| {
+            tracing::warn!("{e}; no checkpoint is taken from the prefix");
+            Index::default()
+        });
+        let mut candidates = index.fetch_candidates(self.topo.size);
+        // the checkpoint `current` named is tried first
+        if let Some(pos) = candidates
+            .iter()
+            .position(|e| Some(e.name.as_str()) == wanted)
+        {
+            let e = candidates.remove(pos);
+            candidates.insert(0, e);
+        }
+        match candidates.into_iter().find(|e| !tried.contains(&e.id)) {
+            None => (None, None),
+            Some(e) => {
+                let (layout, single) = self.map_layout(e);
+                (Some((e.clone(), layout)), single)
+            }
+        }
+    }
+
+    /// Rank 0: the layout of the rank2file map of `entry` that every rank is told, once
+    /// the map is loaded and fits this job ([`check_map`]); a single-file map (legacy)
+    /// also itself, since rank 0 sends its lists.
+    pub(in crate::runtime) fn map_layout(
+        &self,
+        entry: &IndexEntry,
+    ) -> (std::result::Result<MapLayout, String>, Option<Rank2File>) {
+        let map = Rank2FileMap::load(&self.job.prefix, entry.id)
+            .map_err(|x| x.to_string())
+            .and_then(|m| check_map(&self.job.prefix, entry.id, self.topo.size, m));
+        match map {
+            Ok(Rank2FileMap::Tree(root)) => (Ok(MapLayout::Tree(root)), None),
+            Ok(Rank2FileMap::Single(m)) => (
+                Ok(MapLayout::Single {
+                    block: self.rank2file_blocks().block,
+                }),
+                Some(m),
+            ),
+            Err(why) => (Err(why), None),
+        }
+    }
+
+    /// A leader: its block's lists of the map of `entry`, read from its part (a tree) or
+    /// received from rank 0 (a single-file map, legacy: rank 0 holds it in `single`);
+    /// `None` on the other ranks (collective). For a tree, the parts' totals must add up
+    /// to the root's (when every part was read: an unreadable one says why itself); every
+    /// leader then fails its block alike.
+    pub(in crate::runtime) fn read_block_lists(
+        &self,
+        entry: &IndexEntry,
+        layout: &MapLayout,
+        single: Option<&Rank2File>,
+        blocks: prefix::Blocks,
+    ) -> Option<std::result::Result<BlockLists, String>> {
+        let n = blocks.of(self.topo.rank);
+        let leader = self.topo.rank == blocks.leader(n);
+        match layout {
+            MapLayout::Tree(root) => {
+                let part =
+                    leader.then(|| Rank2FilePart::load(&self.job.prefix, entry.id, blocks, n));
+                // a leader: its part's totals [files, bytes, unreadable]
+                let totals = match &part {
+                    Some(Ok(part)) => [part.files, part.bytes, 0],
+                    Some(Err(_)) => [0, 0, 1],
+                    None => [0; 3],
+                };
+                let [files, bytes, unreadable] = super::comm::sum_u64s(&self.world, totals);
+                let sums = if unreadable == 0 {
+                    root.check_totals(&self.job.prefix, entry.id, files, bytes)
+                        .map_err(|e| e.to_string())
+                } else {
+                    Ok(())
+                };
+                part.map(|part| sums.and(part.map(|p| p.ranks).map_err(|e| e.to_string())))
+            }
+            MapLayout::Single { .. } => leader.then(|| self.receive_legacy_lists(single, blocks)),
+        }
+    }
+
+    /// A leader, from a single-file map (legacy): its block's lists, which rank 0 (holding
+    /// the map in `single`) sends each leader.
+    pub(in crate::runtime) fn receive_legacy_lists(
+        &self,
+        single: Option<&Rank2File>,
+        blocks: prefix::Blocks,
+    ) -> std::result::Result<BlockLists, String> {
+        let leaders: Vec<i32> = blocks.leaders().map(|r| r as i32).collect();
+        let sources: Vec<Vec<u8>> = match single {
+            Some(m) => (0..blocks.count())
+                .map(|b| {
+                    let lists: BlockLists = blocks
+                        .members(b)
+                        .map(|r| (r, m.ranks.get(&r).cloned().unwrap_or_default()))
+                        .collect();
+                    serde_json::to_vec(&lists).expect("serializes")
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        let got = super::comm::scatter_to(&self.world, 0, &leaders, &sources, SOURCE_TAG);
+        serde_json::from_slice::<BlockLists>(&got)
+            .map_err(|e| format!("rank 0 sent unreadable rank2file lists: {e}"))
+    }
+
+    /// Each leader sends each member of its block its list (or the block's error), from
+    /// `block_lists` (the leader's, `None` elsewhere); then every rank takes the lowest
+    /// failing rank's error, so that all give the same answer (collective).
+    pub(in crate::runtime) fn hand_out_lists(
+        &self,
+        blocks: prefix::Blocks,
+        block_lists: Option<&std::result::Result<BlockLists, String>>,
+    ) -> std::result::Result<Vec<FlushedFile>, String> {
+        let n = blocks.of(self.topo.rank);
+        let leader = blocks.leader(n);
+        let members: Vec<i32> = blocks.members(n).map(|r| r as i32).collect();
+        let lists: Vec<Vec<u8>> = match block_lists {
+            None => Vec::new(),
+            Some(block_lists) => blocks
+                .members(n)
+                .map(|r| {
+                    let mine: std::result::Result<Vec<FlushedFile>, String> = match block_lists {
+                        Ok(l) => Ok(l.get(&r).cloned().unwrap_or_default()),
+                        Err(why) => Err(why.clone()),
+                    };
+                    serde_json::to_vec(&mine).expect("serializes")
+                })
+                .collect(),
+        };
+        let got = super::comm::scatter_to(&self.world, leader as i32, &members, &lists, LIST_TAG);
+        let mine: std::result::Result<Vec<FlushedFile>, String> = serde_json::from_slice(&got)
+            .unwrap_or_else(|e| {
+                Err(format!(
+                    "rank {leader} sent an unreadable rank2file list: {e}"
+                ))
+            });
+        // the same answer everywhere: the lowest failing rank's error
+        match super::first_failure(&self.world, mine.as_ref().err().map(String::as_str)) {
+            Some((_, why)) => Err(why),
+            None => mine,
+        }
+    }
+
+    /// Rank 0 marks a checkpoint that cannot be restarted from as failed in the index
+    /// (kept through a rebuild of the index from the summaries), so no later run tries
+    /// it again; a failure to do so is a warning.
+    pub(in crate::runtime) fn mark_failed_in_index(&self, entry: &IndexEntry, reason: &str) {
+        if self.topo.rank == 0 {
+            if let Err(e) = Index::mark_failed(&self.job.prefix, entry.id, reason) {
+                tracing::warn!("{e}; {} is not marked failed in the index", entry.name);
+            }
+        }
+    }
+
+    /// With `fetch = false` and no checkpoint in cache, restart straight from the prefix
+    /// (SCR 3.x): offer the checkpoint `choose_from_index` picks, after every rank found
+    /// its files there with the recorded size (and CRC32, with `crc_on_restart`);
+    /// `route_file` then returns their prefix paths. One that fails is marked failed in
+    /// the index and the next older one is tried. Collective. Per rank and candidate:
+    /// [`Runtime::choose_from_index`]'s cost (O(log P) steps, its own list) plus one
+    /// min-reduction, and a broadcast of the first failure's text when one failed.
+    pub(in crate::runtime) fn open_prefix_restart(&mut self, wanted: Option<&str>) -> Result<()> {
+        let mut tried: Vec<u64> = Vec::new();
+        let check_crc = self.config.bool("crc_on_restart");
+        let buf = self.buf_size();
+        while let Some((entry, list, _)) = self.choose_from_index(&tried, wanted) {
+            tried.push(entry.id);
+            let mine = list.and_then(|list| {
+                let mut files = BTreeMap::new();
+                for f in &list {
+                    let path = f.stored_path(&self.job.prefix)?;
+                    let meta =
+                        std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                    if meta.len() != f.size {
+                        return Err(format!(
+                            "{} is {} bytes, the flush recorded {}",
+                            path.display(),
+                            meta.len(),
+                            f.size
+                        ));
+                    }
+                    if let (true, Some(want)) = (check_crc, f.crc32) {
+                        let got = super::cache::file_crc32(&path, buf)
+                            .map_err(|e| format!("{}: {e}", path.display()))?;
+                        if got != want {
+                            return Err(format!(
+                                "{} has CRC32 {got:08x}, the flush recorded {want:08x}",
+                                path.display()
+                            ));
+                        }
+                    }
+                    files.insert(f.name.clone(), path);
+                }
+                Ok(files)
+            });
+            let failed = super::first_failure(&self.world, mine.as_ref().err().map(String::as_str))
+                .map(|(rank, why)| format!("rank {rank}: {why}"));
+            match (failed, mine) {
+                (None, Ok(files)) => {
+                    self.cache.next_dataset = self.cache.next_dataset.max(entry.id + 1);
+                    if let Some(c) = entry.checkpoint_id {
+                        self.cache.next_checkpoint = self.cache.next_checkpoint.max(c + 1);
+                    }
+                    self.info(&format!(
+                        "restarting from {} in the prefix {} (fetch = false)",
+                        entry.name,
+                        self.job.prefix.display()
+                    ));
+                    self.restart.prefix_restart = Some(super::PrefixRestart {
+                        id: entry.id,
+                        name: entry.name.clone(),
+                        files,
+                    });
+                    return Ok(());
+                }
+                (failed, _) => {
+                    let reason = failed.unwrap_or_default();
+                    self.warn(&format!(
+                        "{} in the prefix cannot be read for a restart: {reason}; trying an older checkpoint",
+                        entry.name
+                    ));
+                    self.mark_failed_in_index(&entry, &reason);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// With no restartable checkpoint in cache, fetch the newest complete one from the
+    /// prefix (falling back to older ones, marking failures in the index) and protect it
+    /// again with its redundancy scheme. Collective. Per rank and candidate:
+    /// [`Runtime::choose_from_index`]'s cost (O(log P) steps, its own list) and two
+    /// agreements on failure (a min-reduction each, and a broadcast of the first
+    /// failure's text when one failed; were all-gathers of every rank's reason, O(P)),
+    /// besides what re-protecting costs in the redundancy sets.
+    pub(in crate::runtime) fn fetch(&mut self, wanted: Option<&str>) -> Result<()> {
+        let _counted = super::comm::scope("fetch");
+        let mut tried: Vec<u64> = Vec::new();
+        loop {
+            let choice = self.choose_from_index(&tried, wanted);
+            let Some((entry, list, fetch_bytes)) = choice else {
+                return Ok(());
+            };
+            tried.push(entry.id);
+            let fetch_started = std::time::Instant::now();
+            let outcome = list.and_then(|list| self.fetch_one(&entry, list));
+            // the lowest failing rank's reason, on every rank (O(log P), not a gather)
+            let failed =
+                super::first_failure(&self.world, outcome.as_ref().err().map(String::as_str))
+                    .map(|(rank, why)| format!("fetch failed on rank {rank}: {why}"));
+            // protect it again in cache: a failure there is a failed fetch too
+            let failed = match failed {
+                None => {
+                    let protected = self.protect_fetched(entry.id).err().map(|e| e.to_string());
+                    super::first_failure(&self.world, protected.as_deref())
+                        .map(|(rank, why)| format!("re-protecting failed on rank {rank}: {why}"))
+                }
+                some => some,
+            };
+            match failed {
+                None => {
+                    // ids continue after the fetched dataset
+                    self.cache.next_dataset = self.cache.next_dataset.max(entry.id + 1);
+                    if let Some(c) = entry.checkpoint_id {
+                        self.cache.next_checkpoint = self.cache.next_checkpoint.max(c + 1);
+                    }
+                    if self.topo.rank == 0 {
+                        let _ = Index::update(&self.job.prefix, |ix| {
+                            if let Some(e) = ix.datasets.get_mut(&entry.id) {
+                                e.fetched = Some(now_secs());
+                            }
+                            ix.current = Some(entry.name.clone());
+                        });
+                    }
+                    self.info(&format!(
+                        "fetched {} from {}",
+                        entry.name,
+                        self.job.prefix.display()
+                    ));
+                    self.log_event(Event::Fetch {
+                        name: entry.name.clone(),
+                        id: entry.id,
+                        bytes: fetch_bytes,
+                        seconds: fetch_started.elapsed().as_secs_f64(),
+                    });
+                    return Ok(());
+                }
+                Some(reason) => {
+                    if let Some(rec) = self.cache.filemap.datasets.get(&entry.id).cloned() {
+                        let removed = self.remove_local(&rec);
+                        self.agree(removed)?;
+                    } else {
+                        self.agree(Ok(()))?;
+                    }
+                    self.warn(&format!(
+                        "{} cannot be fetched: {reason}; trying an older checkpoint",
+                        entry.name
+                    ));
+                    self.mark_failed_in_index(&entry, &reason);
+                }
+            }
+        }
+    }
+
+    /// Copy this rank's files of `entry` from the prefix into cache, recorded in the
+    /// filemap first, and verify sizes and CRC32s.
+    pub(in crate::runtime) fn fetch_one(
+        &mut self,
+        entry: &IndexEntry,
+        mine: Vec<FlushedFile>,
+    ) -> std::result::Result<(), String> {
+        let desc = self.reddesc_for(entry.checkpoint_id);
+        let store = self.job.reddescs[desc].record.store.clone();
+        let dir = self.dataset_dir(&store, entry.id);
+        let mut record = DatasetRecord {
+            id: entry.id,
+            name: entry.name.clone(),
+            checkpoint_id: entry.checkpoint_id,
+            output: entry.output,
+            complete: false,
+            descriptor: self.job.reddescs[desc].record.clone(),
+            files: mine
+                .iter()
+                .map(|f| FileRecord {
+                    name: f.name.clone(),
+                    size: f.size,
+                    crc32: f.crc32,
+                    ..FileRecord::default()
+                })
+                .collect(),
+            redundancy: Vec::new(),
+            world_size: self.topo.size,
+        };
+        self.cache.filemap.datasets.insert(entry.id, record.clone());
+        self.save_filemap().map_err(|e| e.to_string())?;
+        // every directory from the store down 0700 and checked, none a link
+        let base = Path::new(&store);
+        super::create_private_dir(base, &dir).map_err(|e| e.to_string())?;
+        let mut files = Vec::with_capacity(mine.len());
+        for f in &mine {
+            let source = f.stored_path(&self.job.prefix)?;
+            let destination = dir.join(&f.name);
+            if let Some(parent) = destination.parent() {
+                super::create_private_dir(base, parent).map_err(|e| e.to_string())?;
+            }
+            files.push(Planned {
+                name: f.name.clone(),
+                source,
+                destination,
+                size: f.size,
+                crc32: f.crc32,
+                stored: None,
+            });
+        }
+        // the same transfer type as the flush from this store, verified the same way
+        let label = self.transfer_of(&store);
+        let state = self
+            .job
+            .cntl_dir
+            .join(format!("fetch.{}.{}.state", entry.id, self.topo.rank));
+        let started = self.dispatch(label, files, &state);
+        let buf = self.buf_size();
+        let fetched = started.and_then(|s| collect(s, false, "recorded by the flush", buf));
+        let _ = std::fs::remove_file(&state);
+        let fetched = fetched?;
+        for (f, rec) in fetched.iter().zip(record.files.iter_mut()) {
+            let dst = dir.join(&f.name);
+            let meta = cache::stat_file(&dst, false, buf)
+                .map_err(|e| format!("{}: {e}", dst.display()))?;
+            rec.mode = meta.mode;
+            rec.mtime = meta.mtime;
+            rec.crc32 = f.crc32;
+        }
+        self.cache.filemap.datasets.insert(entry.id, record);
+        self.save_filemap().map_err(|e| e.to_string())
+    }
+
+    /// Apply the redundancy scheme to a fetched dataset and mark it complete.
+    /// Collective. When apply fails on some rank, the dataset is discarded on every rank
+    /// (the redundancy files declared before apply among its names) and the ranks where
+    /// it failed return their error.
+    pub(in crate::runtime) fn protect_fetched(&mut self, id: u64) -> Result<()> {
+        let mut rec = self.cache.filemap.datasets[&id].clone();
+        let desc = self.reddesc_for(rec.checkpoint_id);
+        let dir = self.dataset_dir(&rec.descriptor.store, id);
+        // the redundancy files are recorded before they exist, like every file
+        let declared = cache::declare_redundancy(&self.job.reddescs[desc].scheme, &mut rec, &dir)
+            .and_then(|()| {
+                self.cache.filemap.datasets.insert(id, rec.clone());
+                self.save_filemap()
+            });
+        self.agree(declared)?;
+        let rd = &self.job.reddescs[desc];
+        let ds = cache::dataset_files(&rec, &dir);
+        let result = rd
+            .scheme
+            .raw()
+            .apply(scr_plugin::host_ref(&rd.host), &ds)
+            .into_result();
+        let label = format!("{id} ({})", rec.name);
+        let red = self
+            .settle_call(&rd.host, &rd.scheme, "apply", &label, result)
+            .map_err(ScrError::from);
+        if !self.all_agree(red.is_ok()) {
+            // discarded on every rank, what the scheme wrote with it (its `remove` takes
+            // what it did not declare); this rank's own error only, as the caller
+            // gathers every rank's to name the one that failed
+            self.discard_failed_apply(Some(desc), &rec)?;
+            return red.map(|_| ());
+        }
+        let red = red?;
+        rec.redundancy = red
+            .iter()
+            .map(|p| {
+                Path::new(p.as_str())
+                    .strip_prefix(&dir)
+                    .unwrap_or(Path::new(p.as_str()))
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        rec.complete = true;
+        self.cache.filemap.datasets.insert(id, rec);
+        self.save_filemap()
+    }
+}
+
+/// Tag of the lists rank 0 sends each block leader at fetch from a single-file map of an
+/// earlier release (legacy only, [`Runtime::choose_from_index`]). (7041 tagged the part
+/// references leaders sent rank 0 at flush, which the root no longer lists.)
+pub(in crate::runtime) const SOURCE_TAG: i32 = 7042;
+
+/// Tag of the lists a leader sends its block's members at fetch.
+pub(in crate::runtime) const LIST_TAG: i32 = 7043;
+
+/// What rank 0 tells every rank at fetch about the chosen dataset's rank2file map:
+/// constant size, whatever P.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(in crate::runtime) enum MapLayout {
+    /// A tree: its root (layout and totals); each leader reads its block's part by the
+    /// name its block index gives.
+    Tree(Rank2FileRoot),
+    /// A single-file map of an earlier release (legacy only): rank 0 read it and sends
+    /// each leader its block's lists, in blocks of this job's `rank2file_block`.
+    Single {
+        /// Ranks per block.
+        block: u32,
+    },
+}
+
+/// What rank 0 tells every rank at fetch: the chosen checkpoint's index entry with its
+/// map's layout, or why its map cannot be used; `None` when no candidate is left.
+pub(in crate::runtime) type Choice = Option<(IndexEntry, std::result::Result<MapLayout, String>)>;
+
+/// The lists of one block's ranks in a rank2file map, by rank.
+pub(in crate::runtime) type BlockLists = BTreeMap<u32, Vec<FlushedFile>>;
+
+/// Rank 0: `map`, the rank2file map of dataset `id`, when it fits a job of `size` ranks
+/// (a tree: its root is sound and lists `size` ranks; a single-file map: every rank
+/// 0..`size` has a list, possibly empty); why not otherwise, naming the file.
+pub(in crate::runtime) fn check_map(
+    prefix: &Path,
+    id: u64,
+    size: u32,
+    map: Rank2FileMap,
+) -> std::result::Result<Rank2FileMap, String> {
+    let path = Rank2File::path(prefix, id);
+    match &map {
+        Rank2FileMap::Tree(root) => {
+            root.check(prefix, id).map_err(|x| x.to_string())?;
+            if root.ranks != size {
+                return Err(format!(
+                    "{}: lists {} ranks, the job has {size}",
+                    path.display(),
+                    root.ranks
+                ));
+            }
+            Ok(map)
+        }
+        // every rank's list (possibly empty) is recorded by a flush: a map missing one
+        // would fetch nothing for it
+        Rank2FileMap::Single(single) => {
+            if single.ranks.keys().copied().eq(0..size) {
+                Ok(map)
+            } else {
+                Err(format!(
+                    "{}: lists ranks {:?}, the job has ranks 0..{size}",
+                    path.display(),
+                    single.ranks.keys().collect::<Vec<_>>()
+                ))
+            }
+        }
+    }
+}

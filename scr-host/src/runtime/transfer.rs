@@ -1,0 +1,717 @@
+//! Transfers: what flush, fetch and scavenge share to move one rank's files through a
+//! transfer plugin, and the check that nothing a plugin says is trusted (every file has one
+//! Complete result matched by source and destination, and the host re-reads the
+//! destination's size and CRC32).
+
+#[allow(unused_imports)]
+use super::flush::*;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use scr_plugin::{
+    host_ref, FileResult, HostServices as _, TransferBox, TransferConfig, TransferStatus,
+};
+
+use super::local_host::LocalHost;
+use super::prefix::{self, FlushedFile};
+use super::{cache, DatasetRecord, Runtime};
+use crate::config::Config;
+use crate::registry::{Kind, Registry, RegistryError};
+
+impl Runtime {
+    /// The configuration of a transfer of `label`'s type persisting its state in
+    /// `state_file` ([`transfer_config`]).
+    pub(in crate::runtime) fn transfer_config(
+        &self,
+        label: &Label,
+        state_file: &Path,
+    ) -> TransferConfig {
+        transfer_config(&self.config, label, state_file)
+    }
+
+    /// The state file of this rank's transfer of dataset `id`.
+    pub(in crate::runtime) fn transfer_state(&self, id: u64) -> PathBuf {
+        self.job
+            .cntl_dir
+            .join(format!("transfer.{id}.{}.state", self.topo.rank))
+    }
+
+    /// Read buffer for the host's CRC32 of transferred files.
+    pub(in crate::runtime) fn buf_size(&self) -> usize {
+        self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize
+    }
+
+    /// The transfer type of `store` and the library providing it ([`transfer_label`]).
+    pub(in crate::runtime) fn transfer_of(&self, store: &str) -> Label {
+        transfer_label(&self.config, &self.registry, store)
+    }
+
+    /// The host a transfer of `label`'s type gets: its log is the runtime's and its
+    /// cancellation flag is `flushing.cancel`.
+    pub(in crate::runtime) fn transfer_host(&self, label: &Label) -> LocalHost {
+        LocalHost::new(
+            self.topo.rank,
+            &self.topo.node,
+            &format!("transfer {}", label.transfer_type),
+            Arc::clone(&self.flushing.cancel),
+        )
+    }
+
+    /// Create, fill and dispatch a transfer of `label`'s type for `files`, with a host
+    /// whose log is the runtime's and whose cancellation flag is `flushing.cancel`.
+    pub(in crate::runtime) fn dispatch(
+        &self,
+        label: Label,
+        files: Vec<Planned>,
+        state_file: &Path,
+    ) -> std::result::Result<Started, String> {
+        let host = self.transfer_host(&label);
+        let config = self.transfer_config(&label, state_file);
+        start_transfer(&self.registry, &config, host, label, files)
+    }
+
+    /// Start this rank's transfer of `rec` to the prefix: to `<prefix>/<name>`, or into
+    /// the dataset's own directory when `relocate`.
+    pub(in crate::runtime) fn start_transfer(
+        &self,
+        rec: &DatasetRecord,
+        relocate: bool,
+    ) -> std::result::Result<Started, String> {
+        let label = self.transfer_of(&rec.descriptor.store);
+        let cache_dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+        let files: Vec<Planned> = rec
+            .files
+            .iter()
+            .map(|f| {
+                let stored = relocate.then(|| prefix::relocated(rec.id, &f.name));
+                Planned {
+                    name: f.name.clone(),
+                    source: cache_dir.join(&f.name),
+                    destination: self.job.prefix.join(stored.as_deref().unwrap_or(&f.name)),
+                    size: f.size,
+                    crc32: f.crc32,
+                    stored,
+                }
+            })
+            .collect();
+        self.dispatch(label, files, &self.transfer_state(rec.id))
+    }
+}
+
+/// What one rank's part of a flush produced.
+pub(in crate::runtime) type RankOutcome = std::result::Result<Vec<FlushedFile>, String>;
+
+/// One file of a transfer and what it must be once the transfer says it is done.
+#[derive(Clone, Debug)]
+pub(crate) struct Planned {
+    /// The file's name (relative to the prefix and to the dataset's cache directory).
+    pub name: String,
+    pub source: PathBuf,
+    pub destination: PathBuf,
+    /// Size the destination must have.
+    pub size: u64,
+    /// CRC32 the destination must have, when one was recorded (at `complete_output` for a
+    /// flush, in rank2file for a fetch).
+    pub crc32: Option<u32>,
+    /// The destination relative to the prefix when a flush relocated it
+    /// ([`prefix::relocated`]).
+    pub stored: Option<String>,
+}
+
+/// Which transfer did it, for messages that must let an admin find the culprit.
+#[derive(Clone, Debug)]
+pub(crate) struct Label {
+    pub transfer_type: String,
+    pub plugin: String,
+}
+
+/// A dispatched transfer with what it was asked to do.
+pub(crate) struct Started {
+    pub transfer: TransferBox,
+    pub files: Vec<Planned>,
+    pub label: Label,
+    pub host: LocalHost,
+}
+
+/// Wait for `transfer`. A background waiter (`poll`) asks with `test` between short
+/// sleeps so that it can see the runtime's cancellation flag and stop the transfer even
+/// when the plugin's `wait` never looks at `is_cancelled`.
+pub(in crate::runtime) fn wait_transfer(
+    transfer: &mut TransferBox,
+    host: &LocalHost,
+    poll: bool,
+) -> std::result::Result<TransferStatus, String> {
+    if !poll {
+        return transfer
+            .wait(host_ref(host))
+            .into_result()
+            .map_err(|e| e.to_string());
+    }
+    loop {
+        if host.is_cancelled() {
+            let _ = transfer.cancel(host_ref(host));
+            return Err("cancelled by the runtime (it stopped before the flush ended)".into());
+        }
+        match transfer.test(host_ref(host)).into_result() {
+            Ok(TransferStatus::InProgress) => std::thread::sleep(Duration::from_millis(20)),
+            Ok(status) => return Ok(status),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// Check a finished transfer against what it was asked to do, trusting none of its
+/// claims: its overall status ([`check_status`]), then exactly one Complete result per
+/// added file, matched by source *and* destination ([`match_results`], [`sole_result`]),
+/// then the destination itself, re-read by the host ([`check_destination`]): it must
+/// exist with the planned size and, where a CRC32 was recorded, that CRC32. A CRC32 the
+/// transfer reports must also match what the host computed.
+///
+/// Returns the CRC32 the host computed for each planned file, in order. `recorded` says
+/// where the expected CRC comes from, for the message.
+pub(in crate::runtime) fn verify(
+    label: &Label,
+    status: TransferStatus,
+    results: &[FileResult],
+    files: &[Planned],
+    recorded: &str,
+    buf: usize,
+) -> std::result::Result<Vec<u32>, String> {
+    check_status(label, status, results)?;
+    let matched = match_results(label, results, files)?;
+    files
+        .iter()
+        .zip(&matched)
+        .map(|(p, rs)| {
+            let r = sole_result(label, p, rs)?;
+            check_destination(label, p, r, recorded, buf)
+        })
+        .collect()
+}
+
+/// The transfer's overall status must be Complete: else the first error a file's result
+/// gives (or the status itself) says why it is not.
+pub(in crate::runtime) fn check_status(
+    label: &Label,
+    status: TransferStatus,
+    results: &[FileResult],
+) -> std::result::Result<(), String> {
+    if status == TransferStatus::Complete {
+        return Ok(());
+    }
+    let why = results
+        .iter()
+        .find_map(|r| r.error.clone().into_option())
+        .map(|e| e.into_string())
+        .unwrap_or_else(|| format!("{status:?}"));
+    Err(format!("transfer did not complete: {why} ({label})"))
+}
+
+/// The results the transfer reported for each planned file (by position in `files`),
+/// matched by source *and* destination: a plugin may report in any order, but not for
+/// a file it was not given.
+pub(in crate::runtime) fn match_results<'r>(
+    label: &Label,
+    results: &'r [FileResult],
+    files: &[Planned],
+) -> std::result::Result<Vec<Vec<&'r FileResult>>, String> {
+    let index: BTreeMap<(&Path, &Path), usize> = files
+        .iter()
+        .enumerate()
+        .map(|(i, p)| ((p.source.as_path(), p.destination.as_path()), i))
+        .collect();
+    let mut matched: Vec<Vec<&FileResult>> = vec![Vec::new(); files.len()];
+    for r in results {
+        let at = index
+            .get(&(
+                Path::new(r.source.as_str()),
+                Path::new(r.destination.as_str()),
+            ))
+            .copied();
+        match at {
+            Some(i) => matched[i].push(r),
+            None => {
+                return Err(format!(
+                    "the transfer reported a file it was not given ({} -> {}) ({label})",
+                    r.source, r.destination
+                ))
+            }
+        }
+    }
+    Ok(matched)
+}
+
+/// The one result `rs` the transfer reported for planned file `p`, which must say
+/// Complete: none, several, or one that is not Complete fails the transfer.
+pub(in crate::runtime) fn sole_result<'r>(
+    label: &Label,
+    p: &Planned,
+    rs: &[&'r FileResult],
+) -> std::result::Result<&'r FileResult, String> {
+    let r = match rs {
+        [r] => *r,
+        [] => {
+            return Err(format!(
+                "{}: the transfer returned no result for it ({} -> {}) ({label})",
+                p.name,
+                p.source.display(),
+                p.destination.display()
+            ))
+        }
+        many => {
+            return Err(format!(
+                "{}: the transfer returned {} results for it ({label})",
+                p.name,
+                many.len()
+            ))
+        }
+    };
+    if r.status != TransferStatus::Complete {
+        let why = r
+            .error
+            .clone()
+            .into_option()
+            .map(|e| e.into_string())
+            .unwrap_or_else(|| format!("{:?}", r.status));
+        return Err(format!("{}: {why} ({label})", p.name));
+    }
+    Ok(r)
+}
+
+/// Re-read the destination of planned file `p` and check it against the size and CRC32
+/// it must have (recorded, else computed from the source), and against the CRC32 the
+/// transfer's result `r` claims, if it claims one. Returns the CRC32 the host computed.
+pub(in crate::runtime) fn check_destination(
+    label: &Label,
+    p: &Planned,
+    r: &FileResult,
+    recorded: &str,
+    buf: usize,
+) -> std::result::Result<u32, String> {
+    // with no CRC32 recorded (crc_on_copy = false), the source is the reference: a
+    // copy of the right size with other bytes must not become the recorded truth
+    let (expected, from) = match p.crc32 {
+        Some(c) => (c, recorded),
+        None => (
+            cache::file_crc32(&p.source, buf).map_err(|e| {
+                format!(
+                    "{}: the source {} cannot be read to check the copy: {e} ({label})",
+                    p.name,
+                    p.source.display()
+                )
+            })?,
+            "of the source",
+        ),
+    };
+    let want = format!("{} bytes CRC32 {expected:08x} ({from})", p.size);
+    let meta = cache::stat_file(&p.destination, true, buf).map_err(|e| {
+        format!(
+            "{}: expected {want}, but {} cannot be read after the transfer reported it complete: {e} ({label})",
+            p.name,
+            p.destination.display()
+        )
+    })?;
+    let got = meta.crc32.unwrap_or_default();
+    if meta.size != p.size || got != expected {
+        return Err(format!(
+            "{}: expected {want}, {} has {} bytes CRC32 {got:08x} ({label})",
+            p.name,
+            p.destination.display(),
+            meta.size
+        ));
+    }
+    if let Some(claimed) = r.crc32.into_option() {
+        if claimed != got {
+            return Err(format!(
+                "{}: the transfer reported CRC32 {claimed:08x}, {} has CRC32 {got:08x} ({label})",
+                p.name,
+                p.destination.display()
+            ));
+        }
+    }
+    Ok(got)
+}
+
+/// Wait for a started transfer and verify it (see [`verify`]); this rank's flushed files
+/// with the CRC32s the host computed from the destinations.
+pub(crate) fn collect(started: Started, poll: bool, recorded: &str, buf: usize) -> RankOutcome {
+    let Started {
+        mut transfer,
+        files,
+        label,
+        host,
+    } = started;
+    let outcome = wait_transfer(&mut transfer, &host, poll)
+        .map_err(|e| format!("{e} ({label})"))
+        .and_then(|status| {
+            let results = transfer
+                .results()
+                .into_result()
+                .map_err(|e| format!("{e} ({label})"))?;
+            verify(&label, status, &results, &files, recorded, buf)
+        });
+    let crcs = match outcome {
+        Ok(crcs) => crcs,
+        Err(why) => {
+            // a transfer that failed (a full prefix, a quota) may leave its partial
+            // files (the copy types' `*.scr-part`) holding the space every later flush
+            // needs: cancelling is how a plugin is told to remove what it has not
+            // finished (the destinations it completed are the caller's to remove)
+            if !host.is_cancelled() {
+                if let Err(e) = transfer.cancel(host_ref(&host)).into_result() {
+                    tracing::warn!(
+                        "cancelling the failed transfer ({label}): {e}; it may leave partial files"
+                    );
+                }
+            }
+            return Err(why);
+        }
+    };
+    Ok(files
+        .into_iter()
+        .zip(crcs)
+        .map(|(p, crc)| FlushedFile {
+            name: p.name,
+            size: p.size,
+            crc32: Some(crc),
+            stored: p.stored,
+        })
+        .collect())
+}
+
+/// The transfer type of `store` (its own `type`, else `flush_type`), and a label naming
+/// it and the library that provides it.
+pub(crate) fn transfer_label(config: &Config, registry: &Registry, store: &str) -> Label {
+    let transfer_type = config
+        .store(store)
+        .map(|s| config.store_transfer(s).0)
+        .unwrap_or_else(|| config.str("flush_type"));
+    let plugin = registry
+        .provider(Kind::Transfer, &transfer_type)
+        .map(|l| l.path.display().to_string())
+        .unwrap_or_else(|e| format!("(none: {e})"));
+    Label {
+        transfer_type,
+        plugin,
+    }
+}
+
+/// The configuration of a transfer of `label`'s type persisting its state in
+/// `state_file`.
+pub(crate) fn transfer_config(config: &Config, label: &Label, state_file: &Path) -> TransferConfig {
+    TransferConfig {
+        transfer_type: label.transfer_type.as_str().into(),
+        state_file: state_file.display().to_string().into(),
+        // the host re-reads every destination and checks its CRC32 whatever the
+        // transfer says; crc_on_flush adds the transfer's own CRC as a second check
+        crc32: config.bool("crc_on_flush"),
+        preserve_metadata: true,
+        settings: config.plugin_settings(&label.transfer_type).into(),
+    }
+}
+
+/// Create a transfer through `registry`, add `files` and dispatch it (flush, fetch and
+/// scavenge all start theirs here).
+pub(crate) fn start_transfer(
+    registry: &Registry,
+    config: &TransferConfig,
+    host: LocalHost,
+    label: Label,
+    files: Vec<Planned>,
+) -> std::result::Result<Started, String> {
+    let mut transfer = registry
+        .new_transfer(config, host_ref(&host))
+        .map_err(|e: RegistryError| e.to_string())?;
+    for p in &files {
+        transfer
+            .add(
+                p.source.display().to_string().as_str().into(),
+                p.destination.display().to_string().as_str().into(),
+            )
+            .into_result()
+            .map_err(|e| format!("{e} ({label})"))?;
+    }
+    transfer
+        .dispatch(host_ref(&host))
+        .into_result()
+        .map_err(|e| format!("{e} ({label})"))?;
+    Ok(Started {
+        transfer,
+        files,
+        label,
+        host,
+    })
+}
+
+impl std::fmt::Display for Label {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "transfer type `{}`, plugin {}",
+            self.transfer_type, self.plugin
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    fn label() -> Label {
+        Label {
+            transfer_type: "LIAR".into(),
+            plugin: "/lib/libliar.so".into(),
+        }
+    }
+
+    /// Two source files and their planned destinations (not yet written).
+    fn plan(dir: &Path) -> Vec<Planned> {
+        ["a.ckpt", "b.ckpt"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let data = vec![i as u8 + 1; 100 + i];
+                let source = dir.join(format!("src_{name}"));
+                std::fs::write(&source, &data).unwrap();
+                Planned {
+                    name: name.to_string(),
+                    source,
+                    destination: dir.join(format!("dst_{name}")),
+                    size: data.len() as u64,
+                    crc32: Some(crc32fast::hash(&data)),
+                    stored: None,
+                }
+            })
+            .collect()
+    }
+
+    fn copy_all(files: &[Planned]) {
+        for p in files {
+            std::fs::copy(&p.source, &p.destination).unwrap();
+        }
+    }
+
+    fn result(p: &Planned) -> FileResult {
+        FileResult {
+            source: p.source.display().to_string().into(),
+            destination: p.destination.display().to_string().into(),
+            bytes: p.size,
+            crc32: p.crc32.into(),
+            status: TransferStatus::Complete,
+            error: None.into(),
+        }
+    }
+
+    fn check(files: &[Planned], results: &[FileResult]) -> std::result::Result<Vec<u32>, String> {
+        verify(
+            &label(),
+            TransferStatus::Complete,
+            results,
+            files,
+            "when written",
+            4096,
+        )
+    }
+
+    #[test]
+    fn results_in_any_order_are_matched_by_source_and_destination() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = plan(dir.path());
+        copy_all(&files);
+        let mut results: Vec<FileResult> = files.iter().map(result).collect();
+        results.reverse();
+        let crcs = check(&files, &results).unwrap();
+        assert_eq!(crcs, vec![files[0].crc32.unwrap(), files[1].crc32.unwrap()]);
+    }
+
+    #[test]
+    fn a_missing_destination_is_refused_naming_file_sizes_and_transfer() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = plan(dir.path());
+        let results: Vec<FileResult> = files.iter().map(result).collect();
+        let err = check(&files, &results).unwrap_err();
+        assert!(
+            err.starts_with("a.ckpt: expected 100 bytes CRC32")
+                && err.contains("cannot be read")
+                && err.contains("transfer type `LIAR`, plugin /lib/libliar.so"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn missing_duplicate_and_foreign_results_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = plan(dir.path());
+        copy_all(&files);
+        let err = check(&files, &[]).unwrap_err();
+        assert!(
+            err.contains("a.ckpt: the transfer returned no result"),
+            "{err}"
+        );
+        let r = result(&files[0]);
+        let err = check(&files, &[r.clone(), r.clone()]).unwrap_err();
+        assert!(
+            err.contains("a.ckpt: the transfer returned 2 results"),
+            "{err}"
+        );
+        // the right destination under another source is not a result for the file
+        let mut foreign = result(&files[1]);
+        foreign.source = "/elsewhere".into();
+        let err = check(&files, &[r, foreign]).unwrap_err();
+        assert!(err.contains("a file it was not given (/elsewhere"), "{err}");
+    }
+
+    #[test]
+    fn a_short_or_flipped_copy_is_refused_whatever_the_transfer_claims() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = plan(dir.path());
+        copy_all(&files);
+        let results: Vec<FileResult> = files.iter().map(result).collect();
+        let mut bytes = std::fs::read(&files[1].destination).unwrap();
+        bytes[0] ^= 1;
+        std::fs::write(&files[1].destination, &bytes).unwrap();
+        let err = check(&files, &results).unwrap_err();
+        assert!(
+            err.starts_with(&format!(
+                "b.ckpt: expected 101 bytes CRC32 {:08x} (when written), ",
+                files[1].crc32.unwrap()
+            )) && err.contains(&format!(
+                "has 101 bytes CRC32 {:08x}",
+                crc32fast::hash(&bytes)
+            )),
+            "{err}"
+        );
+        bytes.pop();
+        bytes[0] ^= 1;
+        std::fs::write(&files[1].destination, &bytes).unwrap();
+        let err = check(&files, &results).unwrap_err();
+        assert!(err.contains("has 100 bytes"), "{err}");
+    }
+
+    #[test]
+    fn without_a_recorded_crc_the_source_is_the_reference() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = plan(dir.path());
+        copy_all(&files);
+        for p in &mut files {
+            p.crc32 = None;
+        }
+        // right size, other bytes (a transfer that wrote zeros): refused
+        let len = std::fs::metadata(&files[1].destination).unwrap().len() as usize;
+        std::fs::write(&files[1].destination, vec![0u8; len]).unwrap();
+        let mut results: Vec<FileResult> = files.iter().map(result).collect();
+        results[1].crc32 = None.into();
+        let err = check(&files, &results).unwrap_err();
+        assert!(
+            err.contains("b.ckpt: expected 101 bytes CRC32")
+                && err.contains("(of the source)")
+                && err.contains(" has 101 bytes CRC32 "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn without_a_recorded_crc_sizes_are_compared_and_the_computed_crc_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = plan(dir.path());
+        copy_all(&files);
+        let want: Vec<u32> = files.iter().map(|p| p.crc32.unwrap()).collect();
+        for p in &mut files {
+            p.crc32 = None;
+        }
+        let results: Vec<FileResult> = files.iter().map(result).collect();
+        assert_eq!(check(&files, &results).unwrap(), want);
+        // but a CRC the transfer claims must be the destination's
+        let mut lying = results.clone();
+        lying[0].crc32 = Some(0xdead_beef).into();
+        let err = check(&files, &lying).unwrap_err();
+        assert!(
+            err.contains("the transfer reported CRC32 deadbeef"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_failed_status_names_the_transfer() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = plan(dir.path());
+        let mut r = result(&files[0]);
+        r.status = TransferStatus::Failed;
+        r.error = Some(abi_stable::std_types::RString::from("disk full")).into();
+        let err = verify(
+            &label(),
+            TransferStatus::Failed,
+            &[r],
+            &files,
+            "when written",
+            4096,
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("did not complete: disk full (transfer type `LIAR`"),
+            "{err}"
+        );
+    }
+
+    /// A transfer that never finishes unless cancelled, and says whether it was.
+    struct Endless(Arc<AtomicBool>);
+
+    impl scr_plugin::Transfer for Endless {
+        fn add(&mut self, _: &str, _: &str) -> scr_plugin::PluginResult<()> {
+            Ok(())
+        }
+        fn dispatch(&mut self, _: &scr_plugin::Host<'_>) -> scr_plugin::PluginResult<()> {
+            Ok(())
+        }
+        fn test(&mut self, _: &scr_plugin::Host<'_>) -> scr_plugin::PluginResult<TransferStatus> {
+            Ok(TransferStatus::InProgress)
+        }
+        fn wait(&mut self, _: &scr_plugin::Host<'_>) -> scr_plugin::PluginResult<TransferStatus> {
+            Ok(TransferStatus::InProgress)
+        }
+        fn cancel(&mut self, _: &scr_plugin::Host<'_>) -> scr_plugin::PluginResult<()> {
+            self.0.store(true, Ordering::SeqCst);
+            Ok(())
+        }
+        fn results(&self) -> scr_plugin::PluginResult<Vec<FileResult>> {
+            Ok(Vec::new())
+        }
+    }
+
+    struct EndlessLib;
+    impl scr_plugin::PluginLibrary for EndlessLib {
+        const NAME: &'static str = "endless";
+        const VERSION: &'static str = "0";
+    }
+
+    #[test]
+    fn the_runtimes_cancel_flag_stops_a_background_transfer() {
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let flag = Arc::new(AtomicBool::new(false));
+        let host = LocalHost::new(0, "n0", "transfer endless", Arc::clone(&flag));
+        let mut t =
+            scr_plugin::transfer_box::<EndlessLib>(Box::new(Endless(Arc::clone(&cancelled))));
+        let waiter = std::thread::spawn(move || wait_transfer(&mut t, &host, true));
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!waiter.is_finished(), "the transfer is still running");
+        flag.store(true, Ordering::SeqCst);
+        let out = waiter.join().unwrap();
+        assert!(out.unwrap_err().contains("cancelled by the runtime"));
+        assert!(
+            cancelled.load(Ordering::SeqCst),
+            "the plugin was told to cancel"
+        );
+    }
+
+    #[test]
+    fn dropping_the_flushing_state_sets_the_cancel_flag() {
+        let flushing = Flushing::default();
+        let flag = Arc::clone(&flushing.cancel);
+        drop(flushing);
+        assert!(flag.load(Ordering::SeqCst));
+    }
+}
