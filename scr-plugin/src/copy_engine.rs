@@ -474,19 +474,10 @@ pub fn copy_metadata(src: &Path, dst: &Path) -> PluginResult<()> {
         .map_err(io(dst))
 }
 
-/// CRC32 of a whole file, read in pieces (for a transfer whose vendor copied the bytes).
+/// CRC32 of a whole file, read in pieces (for a transfer whose vendor copied the bytes);
+/// [`crate::verify::file_crc32`] under this module's error type.
 pub fn file_crc32(path: &Path) -> PluginResult<u32> {
-    use std::io::Read;
-    let mut f = File::open(path).map_err(io(path))?;
-    let mut h = crc32fast::Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(io(path))?;
-        if n == 0 {
-            return Ok(h.finalize());
-        }
-        h.update(&buf[..n]);
-    }
+    crate::verify::file_crc32(path, crate::verify::CRC_BUF_MAX).map_err(io(path))
 }
 
 fn io(p: &Path) -> impl Fn(std::io::Error) -> PluginError + '_ {

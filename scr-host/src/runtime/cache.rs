@@ -2,7 +2,6 @@
 //! verifying and rebuilding datasets through their schemes, deleting and evicting.
 
 use super::relative_to;
-use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -38,36 +37,10 @@ pub(super) fn stat_file(path: &Path, crc: bool, buf: usize) -> std::io::Result<M
     })
 }
 
-/// Largest read buffer [`file_crc32`] uses, whatever `file_buf_size` says.
-///
-/// Measured with `scr-bench-crc` (two runs on a loaded 2-core machine; /dev/shm and ext4
-/// /tmp; files of 16 to 256 MiB in the page cache; cost as a ratio to writing the same
-/// file with an fsync): `read` into 256 KiB or 1 MiB costs 0.33–0.42 of the write on
-/// tmpfs and 0.04–0.14 on ext4; 8 MiB 0.36–0.61 and 0.08–0.17; 32 MiB 1.0–1.8 and
-/// 0.30–0.66. With a small buffer the bytes are still in the CPU cache when the CRC reads
-/// them; a large one is evicted between the copy and the hash. A memory map hashed in
-/// place was no better on tmpfs (0.31–0.50: page-table work replaces the copy) and
-/// `posix_fadvise(SEQUENTIAL)` changed nothing, so plain `read` with a small buffer is the
-/// cheapest correct way (and cannot raise the SIGBUS a map raises when the file shrinks
-/// under it).
-const CRC_BUF_MAX: usize = 1 << 20;
-
-/// CRC32 of a file's contents, read once in pieces of `buf` bytes (at most
-/// [`CRC_BUF_MAX`], at least 4 KiB).
+/// CRC32 of a file's contents ([`scr_plugin::verify::file_crc32`]: the one reader of
+/// every size and CRC32 check).
 pub(super) fn file_crc32(path: &Path, buf: usize) -> std::io::Result<u32> {
-    let mut h = crc32fast::Hasher::new();
-    let mut f = std::fs::File::open(path)?;
-    let mut b = vec![0u8; buf.clamp(4096, CRC_BUF_MAX)];
-    loop {
-        let n = match f.read(&mut b) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        h.update(&b[..n]);
-    }
-    Ok(h.finalize())
+    scr_plugin::verify::file_crc32(path, buf)
 }
 
 /// Whether `name` is a plain relative path that stays inside the directory it is joined
@@ -84,17 +57,9 @@ pub(crate) fn check_file(
     use_crc: bool,
     buf: usize,
 ) -> std::result::Result<(), String> {
-    let meta = stat_file(path, false, buf).map_err(|e| e.to_string())?;
-    if meta.size != size {
-        return Err(format!("{} bytes, {size} recorded", meta.size));
-    }
-    if let Some(want) = crc32.filter(|_| use_crc) {
-        let got = file_crc32(path, buf).map_err(|e| e.to_string())?;
-        if got != want {
-            return Err(format!("CRC32 {got:08x}, {want:08x} recorded"));
-        }
-    }
-    Ok(())
+    scr_plugin::verify::check_file(path, size, crc32.filter(|_| use_crc), buf)
+        .map(|_| ())
+        .map_err(|m| m.to_string())
 }
 
 /// Verify this rank's files of `rec` in `dir`: each exists, is a regular file of the

@@ -264,26 +264,21 @@ impl Runtime {
                 let mut files = BTreeMap::new();
                 for f in &list {
                     let path = f.stored_path(&self.job.prefix)?;
-                    let meta =
-                        std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-                    if meta.len() != f.size {
-                        return Err(format!(
-                            "{} is {} bytes, the flush recorded {}",
-                            path.display(),
-                            meta.len(),
-                            f.size
-                        ));
-                    }
-                    if let (true, Some(want)) = (check_crc, f.crc32) {
-                        let got = super::cache::file_crc32(&path, buf)
-                            .map_err(|e| format!("{}: {e}", path.display()))?;
-                        if got != want {
-                            return Err(format!(
-                                "{} has CRC32 {got:08x}, the flush recorded {want:08x}",
+                    let crc = f.crc32.filter(|_| check_crc);
+                    scr_plugin::verify::check_file(&path, f.size, crc, buf).map_err(|m| {
+                        use scr_plugin::verify::Mismatch;
+                        match m {
+                            Mismatch::Size { found, recorded } => format!(
+                                "{} is {found} bytes, the flush recorded {recorded}",
                                 path.display()
-                            ));
+                            ),
+                            Mismatch::Crc { found, recorded } => format!(
+                                "{} has CRC32 {found:08x}, the flush recorded {recorded:08x}",
+                                path.display()
+                            ),
+                            other => format!("{}: {other}", path.display()),
                         }
-                    }
+                    })?;
                     files.insert(f.name.clone(), path);
                 }
                 Ok(files)
