@@ -20,6 +20,8 @@ mod mpi_host;
 mod names;
 pub mod prefix;
 pub(crate) mod sets;
+mod tags;
+mod world;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Component, Path, PathBuf};

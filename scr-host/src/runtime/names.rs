@@ -7,22 +7,22 @@
 //!
 //! Per rank and checkpoint: one message per distinct owner of its names (at most its
 //! number of files plus redundancy files, each carrying those names) and the O(log P)
-//! steps of one non-blocking barrier ([`comm::sparse_exchange`]); an owner receives the
+//! steps of one non-blocking barrier ([`World::sparse_exchange`]); an owner receives the
 //! names that hash to it, on average as many as it sent. Was an all-gather of every
 //! rank's names: O(P) bytes on every rank.
 
 use std::collections::BTreeMap;
 
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::Communicator as _;
 use serde::{Deserialize, Serialize};
 
-use super::comm;
+use super::world::mpi_world::MpiWorld;
+use super::world::World;
 
 /// Tag of the name messages. Consecutive checks on one communicator cannot mix theirs:
 /// complete_output makes a world reduction right after the exchange, which no rank
 /// leaves before every rank ended its exchange.
-const NAME_TAG: i32 = 7060;
+use super::tags::NAME_TAG;
 
 /// What a name is to the rank that declares it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -48,17 +48,27 @@ fn owner(name: &str, ranks: u32) -> u32 {
     crc32fast::hash(name.as_bytes()) % ranks.max(1)
 }
 
-/// Send this rank's `routed` and `redundancy` names to their owners and check the names
-/// this rank owns (collective over `world`). `scheme` names the redundancy scheme in
-/// messages. Returns the clashes among the names this rank owns: another rank may have
-/// found others, so the caller agrees on them (a reduction) before acting.
+/// [`check_in`] on an MPI communicator.
 pub(crate) fn check(
     world: &SimpleCommunicator,
     routed: &[String],
     redundancy: &[String],
     scheme: &str,
 ) -> Clashes {
-    let ranks = u32::try_from(world.size()).unwrap_or(1);
+    MpiWorld::with_borrowed(world, |w| check_in(w, routed, redundancy, scheme))
+}
+
+/// Send this rank's `routed` and `redundancy` names to their owners and check the names
+/// this rank owns (collective over `world`). `scheme` names the redundancy scheme in
+/// messages. Returns the clashes among the names this rank owns: another rank may have
+/// found others, so the caller agrees on them (a reduction) before acting.
+pub(crate) fn check_in(
+    world: &dyn World,
+    routed: &[String],
+    redundancy: &[String],
+    scheme: &str,
+) -> Clashes {
+    let ranks = world.size();
     let mut out: BTreeMap<u32, Vec<(Kind, &str)>> = BTreeMap::new();
     for (kind, names) in [(Kind::Routed, routed), (Kind::Redundancy, redundancy)] {
         for n in names {
@@ -71,7 +81,7 @@ pub(crate) fn check(
         .into_iter()
         .map(|(to, names)| (to, serde_json::to_vec(&names).expect("names serialize")))
         .collect();
-    let got = comm::sparse_exchange(world, &sends, NAME_TAG);
+    let got = world.sparse_exchange(&sends, NAME_TAG);
     let received: Vec<(u32, Vec<(Kind, String)>)> = got
         .into_iter()
         .map(|(from, bytes)| {
