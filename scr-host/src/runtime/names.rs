@@ -232,4 +232,74 @@ mod tests {
         assert_eq!(owner("x", 1), 0);
         assert_eq!(owner("x", 0), 0);
     }
+
+    /// The whole check over thread ranks: names sent to their owners, clashes found by
+    /// whichever rank owns the name and agreed on as `complete_output` agrees.
+    fn check_ranks(n: u32, routed: &[&[&str]], redundancy: &[&[&str]]) -> Clashes {
+        use crate::runtime::world::inproc::run_ranks;
+        let out = run_ranks(n, |w| {
+            let r = w.rank() as usize;
+            let own = |l: &[&[&str]]| -> Vec<String> {
+                l.get(r)
+                    .map_or(Vec::new(), |v| v.iter().map(|s| s.to_string()).collect())
+            };
+            let c = check_in(w.as_ref(), &own(routed), &own(redundancy), "XOR");
+            // every rank learns each kind's first clash, as the runtime's agreement does
+            let first = |mine: Option<String>| {
+                let me = if mine.is_some() {
+                    u64::from(w.rank())
+                } else {
+                    u64::MAX
+                };
+                let first = w.min_u64(me);
+                (first != u64::MAX).then(|| {
+                    let b = w.broadcast_from(first as u32, mine.unwrap_or_default().as_bytes());
+                    String::from_utf8_lossy(&b).into_owned()
+                })
+            };
+            Clashes {
+                routed: first(c.routed),
+                redundancy: first(c.redundancy),
+            }
+        });
+        for o in &out[1..] {
+            assert_eq!(o, &out[0], "every rank agrees");
+        }
+        out.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn clashes_are_found_end_to_end_over_thread_ranks() {
+        // distinct names: none
+        let c = check_ranks(
+            4,
+            &[&["a0", "b0"], &["a1"], &[], &["a3", "b3", "c3"]],
+            &[&["r0"], &["r1"], &["r2"], &["r3"]],
+        );
+        assert_eq!(c, Clashes::default());
+        // two ranks routing one name, among many
+        let c = check_ranks(
+            7,
+            &[&["x", "shared"], &[], &["y"], &[], &[], &["shared"], &["z"]],
+            &[],
+        );
+        assert_eq!(
+            c.routed.as_deref(),
+            Some("ranks 0 and 5 both routed `shared`; each rank must write files of its own")
+        );
+        assert_eq!(c.redundancy, None);
+        // a routed name that is another rank's redundancy file
+        let c = check_ranks(3, &[&[], &["scr.xor.2"], &[]], &[&[], &[], &["scr.xor.2"]]);
+        assert_eq!(c.routed, None);
+        assert_eq!(
+            c.redundancy.as_deref(),
+            Some("on rank 2: rank 1 routed `scr.xor.2`, the name of rank 2's redundancy file under scheme XOR; choose another name")
+        );
+        // one rank alone routing a name twice
+        let c = check_ranks(1, &[&["twice", "twice"]], &[]);
+        assert!(c
+            .routed
+            .unwrap()
+            .starts_with("ranks 0 and 0 both routed `twice`"));
+    }
 }

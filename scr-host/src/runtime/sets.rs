@@ -254,4 +254,45 @@ mod tests {
         let sizes: Vec<usize> = form_sets(&g, 4).iter().map(|s| s.members.len()).collect();
         assert_eq!(sizes, [5]);
     }
+
+    /// `form_my_set_in` over thread ranks gives every rank its set of `form_sets`, its
+    /// members' values, and a set communicator ordered like the set; `split_by_value_in`
+    /// finds exactly the ranks of equal value.
+    #[test]
+    fn form_my_set_in_process_equals_form_sets() {
+        use crate::runtime::world::inproc::run_ranks;
+        for n in 6..=10u32 {
+            for per_node in [1usize, 2, 3] {
+                for set_size in [2usize, 3, 4] {
+                    // nodes of `per_node` ranks, the last one possibly smaller, and names
+                    // not in rank order
+                    let g: Vec<String> = (0..n as usize)
+                        .map(|r| format!("node{}", 9 - r / per_node))
+                        .collect();
+                    let expect = form_sets(&g, set_size);
+                    let out = run_ranks(n, |w| {
+                        let value = &g[w.rank() as usize];
+                        let same = split_by_value_in(w.as_ref(), value);
+                        let same = same.all_gather_u32(w.rank());
+                        let (set, comm, values) = form_my_set_in(w.as_ref(), value, set_size);
+                        (set, comm.rank(), comm.size(), values, same)
+                    });
+                    for (r, (set, crank, csize, values, same)) in out.into_iter().enumerate() {
+                        let want = expect
+                            .iter()
+                            .find(|s| s.members.contains(&(r as u32)))
+                            .unwrap();
+                        assert_eq!(&set, want, "n={n} per_node={per_node} size={set_size}");
+                        assert_eq!(csize as usize, set.members.len());
+                        assert_eq!(set.members[crank as usize], r as u32);
+                        let vals: Vec<String> =
+                            set.members.iter().map(|&m| g[m as usize].clone()).collect();
+                        assert_eq!(values, vals);
+                        let peers: Vec<u32> = (0..n).filter(|&q| g[q as usize] == g[r]).collect();
+                        assert_eq!(same, peers);
+                    }
+                }
+            }
+        }
+    }
 }
