@@ -407,7 +407,7 @@ impl World for InprocWorld {
 
     fn all_reduce_u8(&self, v: u8, op: Op) -> u8 {
         let n = self.size() as usize;
-        let r = self.collective("all_reduce_u8", v, |all| {
+        self.collective("all_reduce_u8", v, |all| {
             let r = all
                 .into_iter()
                 .map(u64::from)
@@ -415,8 +415,7 @@ impl World for InprocWorld {
                 .unwrap_or(0);
             // (a u8 operation stays within a u8 but for a sum, which MPI wraps too)
             vec![r as u8; n]
-        });
-        r
+        })
     }
 
     fn all_reduce_u64s(&self, values: &[u64], op: Op) -> Vec<u64> {
