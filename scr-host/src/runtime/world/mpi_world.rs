@@ -2,17 +2,17 @@
 //! [`comm`], so the MPI calls made and the counts kept are exactly those of the code that
 //! called `comm` directly (the README's scale table and the scale tests depend on them).
 //!
-//! `unsafe` here: a borrowed view of a communicator the caller owns (a copied handle that
-//! is never freed), and the `Send`/`Sync` that the trait requires of a type holding an
-//! MPI handle (see the `SAFETY` comments).
+//! `unsafe` here: a borrowed view of a communicator the caller owns (a pointer valid for
+//! one call), and the `Send`/`Sync` that the trait requires of a type holding an MPI
+//! handle (see the `SAFETY` comments).
 #![allow(unsafe_code)]
 
 use std::any::Any;
+use std::ptr::NonNull;
 use std::sync::MutexGuard;
 
 use mpi::collective::SystemOperation;
 use mpi::point_to_point::MatchedReceiveVec as _;
-use mpi::raw::{AsRaw as _, FromRaw as _};
 use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::{Communicator as _, Source as _};
 use scr_plugin::sync::lock;
@@ -21,13 +21,21 @@ use super::{Op, SetHost, World};
 use crate::runtime::comm;
 use crate::runtime::mpi_host::{MpiHost, SERIAL};
 
+/// The communicator of an [`MpiWorld`].
+enum Handle {
+    /// Owned: freed when the world drops.
+    Owned(SimpleCommunicator),
+    /// A communicator someone else owns, for the duration of one
+    /// [`MpiWorld::with_borrowed`] call (which may be `MPI_COMM_WORLD`, which rsmpi
+    /// refuses to wrap a second time).
+    Borrowed(NonNull<SimpleCommunicator>),
+    /// Taken out by [`MpiWorld::into_communicator`] (which consumes the world).
+    Taken,
+}
+
 /// One MPI communicator as a [`World`].
 pub(crate) struct MpiWorld {
-    /// The communicator; `None` only once [`MpiWorld::into_communicator`] took it.
-    comm: Option<SimpleCommunicator>,
-    /// A view of a communicator someone else owns ([`MpiWorld::with_borrowed`]): never
-    /// freed here.
-    borrowed: bool,
+    handle: Handle,
     /// This process's rank, read once (plain value for every thread).
     rank: u32,
     /// Number of ranks, read once.
@@ -43,7 +51,8 @@ pub(crate) struct MpiWorld {
 // other than the main one only at MPI_THREAD_SERIALIZED or above. Every MPI call made
 // through an `MpiWorld` holds the global `SERIAL` lock that `MpiHost` takes too, giving
 // (a); `enter` refuses a thread other than the owner below MPI_THREAD_SERIALIZED, giving
-// (b).
+// (b). A borrowed view's pointer is only reachable by reference inside `with_borrowed`,
+// whose borrow of the communicator outlives every use.
 unsafe impl Send for MpiWorld {}
 // SAFETY: see `Send`: shared access reaches MPI only through `enter`.
 unsafe impl Sync for MpiWorld {}
@@ -51,10 +60,18 @@ unsafe impl Sync for MpiWorld {}
 impl MpiWorld {
     /// `comm` as a world that owns it (frees it when dropped).
     pub(crate) fn new(comm: SimpleCommunicator) -> MpiWorld {
-        MpiWorld::wrap(comm, false)
+        let (rank, size, threading) = MpiWorld::read(&comm);
+        MpiWorld {
+            handle: Handle::Owned(comm),
+            rank,
+            size,
+            threading,
+            owner: std::thread::current().id(),
+        }
     }
 
-    fn wrap(comm: SimpleCommunicator, borrowed: bool) -> MpiWorld {
+    /// Rank, size and MPI's thread level, read once under the MPI lock.
+    fn read(comm: &SimpleCommunicator) -> (u32, u32, mpi::Threading) {
         let (rank, size, threading) = {
             let _serial = lock(&SERIAL);
             (
@@ -64,34 +81,43 @@ impl MpiWorld {
                 mpi::environment::threading_support(),
             )
         };
-        MpiWorld {
-            comm: Some(comm),
-            borrowed,
-            rank,
-            size,
-            threading,
-            owner: std::thread::current().id(),
-        }
+        (rank, size, threading)
     }
 
     /// Run `f` on `comm` as a world, without taking it over: for callers that still hold
     /// a `SimpleCommunicator` (the view never outlives the call, and is not freed).
     pub(crate) fn with_borrowed<R>(comm: &SimpleCommunicator, f: impl FnOnce(&MpiWorld) -> R) -> R {
-        // SAFETY: a copy of a live communicator handle; `borrowed` makes `Drop` forget it
-        // instead of freeing it, and `f` receives only a reference, so the copy cannot
-        // outlive `comm`'s borrow.
-        let copy = unsafe { SimpleCommunicator::from_raw(comm.as_raw()) };
-        let view = MpiWorld::wrap(copy, true);
+        let (rank, size, threading) = MpiWorld::read(comm);
+        let view = MpiWorld {
+            handle: Handle::Borrowed(NonNull::from(comm)),
+            rank,
+            size,
+            threading,
+            owner: std::thread::current().id(),
+        };
+        // (`f` receives only a reference: the view cannot outlive `comm`'s borrow)
         f(&view)
     }
 
     /// The communicator back out of the world (`None` for a borrowed view, which owns
     /// nothing).
     pub(crate) fn into_communicator(mut self) -> Option<SimpleCommunicator> {
-        if self.borrowed {
-            return None;
+        match std::mem::replace(&mut self.handle, Handle::Taken) {
+            Handle::Owned(c) => Some(c),
+            _ => None,
         }
-        self.comm.take()
+    }
+
+    /// The communicator.
+    fn comm(&self) -> &SimpleCommunicator {
+        match &self.handle {
+            Handle::Owned(c) => c,
+            // SAFETY: a borrowed view exists only inside `with_borrowed`, whose caller
+            // lends `comm` for the whole call; the view is never moved out of it.
+            Handle::Borrowed(p) => unsafe { p.as_ref() },
+            // (taken only by `into_communicator`, which consumes the world)
+            Handle::Taken => unreachable!("MPI world used after its communicator was taken"),
+        }
     }
 
     /// The communicator of a `Box<dyn World>` made by an `MpiWorld` (by a split or
@@ -114,24 +140,15 @@ impl MpiWorld {
                 self.threading
             );
         }
-        let guard = lock(&SERIAL);
-        match &self.comm {
-            Some(c) => (guard, c),
-            // (taken only by `into_communicator`, which consumes the world)
-            None => unreachable!("MPI world used after its communicator was taken"),
-        }
+        (lock(&SERIAL), self.comm())
     }
 }
 
 impl Drop for MpiWorld {
     fn drop(&mut self) {
-        if let Some(c) = self.comm.take() {
-            if self.borrowed {
-                std::mem::forget(c);
-            } else {
-                let _serial = lock(&SERIAL);
-                drop(c);
-            }
+        if let Handle::Owned(c) = std::mem::replace(&mut self.handle, Handle::Taken) {
+            let _serial = lock(&SERIAL);
+            drop(c);
         }
     }
 }
@@ -267,10 +284,7 @@ impl World for MpiWorld {
 
     fn abort(&self, code: i32) -> ! {
         // (without the lock: ending the job must not wait for anything)
-        match &self.comm {
-            Some(c) => c.abort(code),
-            None => std::process::abort(),
-        }
+        self.comm().abort(code)
     }
 
     fn set_host(
