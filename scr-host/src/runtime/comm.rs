@@ -670,7 +670,7 @@ pub fn sparse_exchange(
 }
 
 /// Tag of the messages of [`gather_some`].
-const REPORT_TAG: i32 = 7020;
+use super::tags::REPORT_TAG;
 
 /// Most reports [`gather_some`] brings to rank 0 (the rest are only counted).
 pub const REPORT_LIMIT: u64 = 256;

@@ -48,7 +48,8 @@ pub struct MpiHost {
 
 /// Serializes every MPI call made through any host, so that plugin threads never call MPI
 /// concurrently (what MPI_THREAD_SERIALIZED permits).
-static SERIAL: Mutex<()> = Mutex::new(());
+/// [`super::world::mpi_world::MpiWorld`] takes it too.
+pub(super) static SERIAL: Mutex<()> = Mutex::new(());
 
 // SAFETY: an MPI communicator handle is a plain value that any thread may pass to MPI;
 // what MPI requires is (a) no concurrent calls unless initialised with
@@ -442,6 +443,25 @@ impl HostServices for MpiHost {
 
     fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::SeqCst)
+    }
+}
+
+/// What the runtime asks of a set on MPI: the inherent methods above.
+impl super::world::SetHost for MpiHost {
+    fn services(&self) -> scr_plugin::HostRef<'_> {
+        scr_plugin::host_ref(self)
+    }
+
+    fn duplicate(&self) -> Box<dyn super::world::SetHost> {
+        Box::new(MpiHost::duplicate(self))
+    }
+
+    fn size_matches(&self, members: usize) -> bool {
+        MpiHost::size_matches(self, members)
+    }
+
+    fn settle(&self, failed: bool, grace: std::time::Duration) -> bool {
+        MpiHost::settle(self, failed, grace)
     }
 }
 

@@ -7,22 +7,22 @@
 //!
 //! Per rank and checkpoint: one message per distinct owner of its names (at most its
 //! number of files plus redundancy files, each carrying those names) and the O(log P)
-//! steps of one non-blocking barrier ([`comm::sparse_exchange`]); an owner receives the
+//! steps of one non-blocking barrier ([`World::sparse_exchange`]); an owner receives the
 //! names that hash to it, on average as many as it sent. Was an all-gather of every
 //! rank's names: O(P) bytes on every rank.
 
 use std::collections::BTreeMap;
 
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::Communicator as _;
 use serde::{Deserialize, Serialize};
 
-use super::comm;
+use super::world::mpi_world::MpiWorld;
+use super::world::World;
 
 /// Tag of the name messages. Consecutive checks on one communicator cannot mix theirs:
 /// complete_output makes a world reduction right after the exchange, which no rank
 /// leaves before every rank ended its exchange.
-const NAME_TAG: i32 = 7060;
+use super::tags::NAME_TAG;
 
 /// What a name is to the rank that declares it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -48,17 +48,27 @@ fn owner(name: &str, ranks: u32) -> u32 {
     crc32fast::hash(name.as_bytes()) % ranks.max(1)
 }
 
-/// Send this rank's `routed` and `redundancy` names to their owners and check the names
-/// this rank owns (collective over `world`). `scheme` names the redundancy scheme in
-/// messages. Returns the clashes among the names this rank owns: another rank may have
-/// found others, so the caller agrees on them (a reduction) before acting.
+/// [`check_in`] on an MPI communicator.
 pub(crate) fn check(
     world: &SimpleCommunicator,
     routed: &[String],
     redundancy: &[String],
     scheme: &str,
 ) -> Clashes {
-    let ranks = u32::try_from(world.size()).unwrap_or(1);
+    MpiWorld::with_borrowed(world, |w| check_in(w, routed, redundancy, scheme))
+}
+
+/// Send this rank's `routed` and `redundancy` names to their owners and check the names
+/// this rank owns (collective over `world`). `scheme` names the redundancy scheme in
+/// messages. Returns the clashes among the names this rank owns: another rank may have
+/// found others, so the caller agrees on them (a reduction) before acting.
+pub(crate) fn check_in(
+    world: &dyn World,
+    routed: &[String],
+    redundancy: &[String],
+    scheme: &str,
+) -> Clashes {
+    let ranks = world.size();
     let mut out: BTreeMap<u32, Vec<(Kind, &str)>> = BTreeMap::new();
     for (kind, names) in [(Kind::Routed, routed), (Kind::Redundancy, redundancy)] {
         for n in names {
@@ -71,7 +81,7 @@ pub(crate) fn check(
         .into_iter()
         .map(|(to, names)| (to, serde_json::to_vec(&names).expect("names serialize")))
         .collect();
-    let got = comm::sparse_exchange(world, &sends, NAME_TAG);
+    let got = world.sparse_exchange(&sends, NAME_TAG);
     let received: Vec<(u32, Vec<(Kind, String)>)> = got
         .into_iter()
         .map(|(from, bytes)| {
@@ -221,5 +231,75 @@ mod tests {
         assert!(hits.iter().all(|&h| h > 50), "{hits:?}");
         assert_eq!(owner("x", 1), 0);
         assert_eq!(owner("x", 0), 0);
+    }
+
+    /// The whole check over thread ranks: names sent to their owners, clashes found by
+    /// whichever rank owns the name and agreed on as `complete_output` agrees.
+    fn check_ranks(n: u32, routed: &[&[&str]], redundancy: &[&[&str]]) -> Clashes {
+        use crate::runtime::world::inproc::run_ranks;
+        let out = run_ranks(n, |w| {
+            let r = w.rank() as usize;
+            let own = |l: &[&[&str]]| -> Vec<String> {
+                l.get(r)
+                    .map_or(Vec::new(), |v| v.iter().map(|s| s.to_string()).collect())
+            };
+            let c = check_in(w.as_ref(), &own(routed), &own(redundancy), "XOR");
+            // every rank learns each kind's first clash, as the runtime's agreement does
+            let first = |mine: Option<String>| {
+                let me = if mine.is_some() {
+                    u64::from(w.rank())
+                } else {
+                    u64::MAX
+                };
+                let first = w.min_u64(me);
+                (first != u64::MAX).then(|| {
+                    let b = w.broadcast_from(first as u32, mine.unwrap_or_default().as_bytes());
+                    String::from_utf8_lossy(&b).into_owned()
+                })
+            };
+            Clashes {
+                routed: first(c.routed),
+                redundancy: first(c.redundancy),
+            }
+        });
+        for o in &out[1..] {
+            assert_eq!(o, &out[0], "every rank agrees");
+        }
+        out.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn clashes_are_found_end_to_end_over_thread_ranks() {
+        // distinct names: none
+        let c = check_ranks(
+            4,
+            &[&["a0", "b0"], &["a1"], &[], &["a3", "b3", "c3"]],
+            &[&["r0"], &["r1"], &["r2"], &["r3"]],
+        );
+        assert_eq!(c, Clashes::default());
+        // two ranks routing one name, among many
+        let c = check_ranks(
+            7,
+            &[&["x", "shared"], &[], &["y"], &[], &[], &["shared"], &["z"]],
+            &[],
+        );
+        assert_eq!(
+            c.routed.as_deref(),
+            Some("ranks 0 and 5 both routed `shared`; each rank must write files of its own")
+        );
+        assert_eq!(c.redundancy, None);
+        // a routed name that is another rank's redundancy file
+        let c = check_ranks(3, &[&[], &["scr.xor.2"], &[]], &[&[], &[], &["scr.xor.2"]]);
+        assert_eq!(c.routed, None);
+        assert_eq!(
+            c.redundancy.as_deref(),
+            Some("on rank 2: rank 1 routed `scr.xor.2`, the name of rank 2's redundancy file under scheme XOR; choose another name")
+        );
+        // one rank alone routing a name twice
+        let c = check_ranks(1, &[&["twice", "twice"]], &[]);
+        assert!(c
+            .routed
+            .unwrap()
+            .starts_with("ranks 0 and 0 both routed `twice`"));
     }
 }

@@ -9,11 +9,10 @@
 
 use std::collections::BTreeMap;
 
-use mpi::collective::SystemOperation;
-use mpi::topology::{Color, SimpleCommunicator};
-use mpi::traits::Communicator as _;
+use mpi::topology::SimpleCommunicator;
 
-use super::comm;
+use super::world::mpi_world::MpiWorld;
+use super::world::{Op, World};
 
 /// One redundancy set: its id and members (world ranks), in set order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,26 +62,50 @@ pub fn form_sets(groups: &[String], set_size: usize) -> Vec<Set> {
 }
 
 /// The ranks of `world` whose `value` equals this rank's, ordered by world rank
+/// (collective): [`split_by_value_in`] on an MPI communicator.
+pub fn split_by_value(world: &SimpleCommunicator, value: &str) -> SimpleCommunicator {
+    MpiWorld::with_borrowed(world, |w| MpiWorld::from_boxed(split_by_value_in(w, value)))
+        .expect("an MPI communicator splits into MPI communicators")
+}
+
+/// The ranks of `world` whose `value` equals this rank's, ordered by world rank
 /// (collective). A split by a hash of the value, then a check inside the split group: the
 /// group's first rank broadcasts its value and every rank compares; only when a hash
 /// collided (some rank differs) are the group's values gathered and the group split
 /// again by the first rank holding each value. Per rank: one split, one broadcast of one
 /// value and one reduction — O(log P) steps, bytes independent of P (the collision path
 /// adds an all-gather over the colliding group only).
-pub fn split_by_value(world: &SimpleCommunicator, value: &str) -> SimpleCommunicator {
+pub(crate) fn split_by_value_in(world: &dyn World, value: &str) -> Box<dyn World> {
     let hash = crc32fast::hash(value.as_bytes()) & 0x7fff_ffff;
     let key = world.rank();
-    let group = comm::split_by_color_with_key(world, Color::with_value(hash as i32), key)
+    let group = world
+        .split(Some(hash), key)
         .expect("every rank has a color");
-    let first = comm::broadcast_from(&group, 0, value.as_bytes());
-    if comm::min_u64(&group, u64::from(first == value.as_bytes())) == 1 {
+    let first = group.broadcast_from(0, value.as_bytes());
+    if group.min_u64(u64::from(first == value.as_bytes())) == 1 {
         return group;
     }
     // a hash collision: split the group by the first rank holding each value
-    let all = comm::all_gather_bytes(&group, value.as_bytes());
+    let all = group.all_gather_bytes(value.as_bytes());
     let first_holder = all.iter().position(|v| v == value.as_bytes()).unwrap_or(0);
-    comm::split_by_color_with_key(&group, Color::with_value(first_holder as i32), key)
+    group
+        .split(Some(first_holder as u32), key)
         .expect("every rank has a color")
+}
+
+/// This rank's set as [`form_sets`] forms it (collective): [`form_my_set_in`] on an MPI
+/// communicator, returning the set's communicator.
+pub fn form_my_set(
+    world: &SimpleCommunicator,
+    value: &str,
+    set_size: usize,
+) -> (Set, SimpleCommunicator, Vec<String>) {
+    MpiWorld::with_borrowed(world, |w| {
+        let (set, comm, values) = form_my_set_in(w, value, set_size);
+        let comm =
+            MpiWorld::from_boxed(comm).expect("an MPI communicator splits into MPI communicators");
+        (set, comm, values)
+    })
 }
 
 /// This rank's set as [`form_sets`] forms it, computed without any rank learning every
@@ -90,25 +113,28 @@ pub fn split_by_value(world: &SimpleCommunicator, value: &str) -> SimpleCommunic
 /// value). Returns the set, its communicator (members in set order) and the members'
 /// group values.
 ///
-/// The ranks of one group find each other ([`split_by_value`]); a rank's level is its
+/// The ranks of one group find each other ([`split_by_value_in`]); a rank's level is its
 /// position among them and its group's order the group's lowest world rank. The ranks of
 /// one level form a communicator ordered by group order, cut as `form_sets` cuts a level;
 /// the sets of lower levels are counted by an exclusive scan over the first ranks of each
 /// level. Per rank: three splits, a few reductions and broadcasts, an exclusive scan and
 /// an all-gather over its own set — O(log P) steps and O(set size) bytes (was: every
 /// rank's node name on every rank, O(P)).
-pub fn form_my_set(
-    world: &SimpleCommunicator,
+pub(crate) fn form_my_set_in(
+    world: &dyn World,
     value: &str,
     set_size: usize,
-) -> (Set, SimpleCommunicator, Vec<String>) {
+) -> (Set, Box<dyn World>, Vec<String>) {
     let set_size = set_size.max(1);
     let me = world.rank();
-    let group = split_by_value(world, value);
+    let group = split_by_value_in(world, value);
     let level = group.rank();
-    let mut group_first = me;
-    comm::broadcast_into(&group, 0, &mut group_first);
-    let level_comm = comm::split_by_color_with_key(world, Color::with_value(level), group_first)
+    // (4 bytes, as the MPI `int` rank this broadcast carried)
+    let mut group_first = me.to_ne_bytes();
+    group.broadcast_into(0, &mut group_first);
+    let group_first = u32::from_ne_bytes(group_first);
+    let level_comm = world
+        .split(Some(level), group_first)
         .expect("every rank has a color");
     let n = level_comm.size() as usize;
     let pos = level_comm.rank() as usize;
@@ -121,30 +147,18 @@ pub fn form_my_set(
     };
     // sets of the levels below: an exclusive scan over each level's first rank, in
     // level order, then handed to the rest of the level
-    let leaders = comm::split_by_color_with_key(
-        world,
-        if pos == 0 {
-            Color::with_value(0)
-        } else {
-            Color::undefined()
-        },
-        level,
-    );
-    let mut below = 0u64;
-    if let Some(leaders) = &leaders {
-        comm::exclusive_scan_into(leaders, &(count as u64), &mut below, SystemOperation::sum());
-        if leaders.rank() == 0 {
-            below = 0; // (MPI leaves rank 0's exclusive scan undefined)
-        }
-    }
-    comm::broadcast_into(&level_comm, 0, &mut below);
-    let set_comm =
-        comm::split_by_color_with_key(&level_comm, Color::with_value(index as i32), pos as i32)
-            .expect("every rank has a color");
-    let size = set_comm.size() as usize;
-    let mut members = vec![0u32; size];
-    comm::all_gather_into(&set_comm, &(me as u32), &mut members[..]);
-    let values = gather_strings(&set_comm, value);
+    let leaders = world.split((pos == 0).then_some(0), level);
+    let below = leaders
+        .as_ref()
+        .map_or(0, |l| l.exclusive_scan_u64(count as u64, Op::Sum));
+    let mut below = below.to_ne_bytes();
+    level_comm.broadcast_into(0, &mut below);
+    let below = u64::from_ne_bytes(below);
+    let set_comm = level_comm
+        .split(Some(index as u32), pos as u32)
+        .expect("every rank has a color");
+    let members = set_comm.all_gather_u32(me);
+    let values = gather_strings_in(&*set_comm, value);
     let set = Set {
         id: below + index as u64,
         members,
@@ -152,9 +166,16 @@ pub fn form_my_set(
     (set, set_comm, values)
 }
 
-/// Every member's string within `comm` (a redundancy set: O(set size) bytes).
+/// Every member's string within `comm` (a redundancy set: O(set size) bytes):
+/// [`gather_strings_in`] on an MPI communicator.
 pub fn gather_strings(set_comm: &SimpleCommunicator, mine: &str) -> Vec<String> {
-    comm::all_gather_bytes(set_comm, mine.as_bytes())
+    MpiWorld::with_borrowed(set_comm, |w| gather_strings_in(w, mine))
+}
+
+/// Every member's string within `set_comm` (a redundancy set: O(set size) bytes).
+pub(crate) fn gather_strings_in(set_comm: &dyn World, mine: &str) -> Vec<String> {
+    set_comm
+        .all_gather_bytes(mine.as_bytes())
         .into_iter()
         .map(|v| String::from_utf8_lossy(&v).into_owned())
         .collect()
@@ -232,5 +253,46 @@ mod tests {
         assert_eq!(sizes, [3, 2]);
         let sizes: Vec<usize> = form_sets(&g, 4).iter().map(|s| s.members.len()).collect();
         assert_eq!(sizes, [5]);
+    }
+
+    /// `form_my_set_in` over thread ranks gives every rank its set of `form_sets`, its
+    /// members' values, and a set communicator ordered like the set; `split_by_value_in`
+    /// finds exactly the ranks of equal value.
+    #[test]
+    fn form_my_set_in_process_equals_form_sets() {
+        use crate::runtime::world::inproc::run_ranks;
+        for n in 6..=10u32 {
+            for per_node in [1usize, 2, 3] {
+                for set_size in [2usize, 3, 4] {
+                    // nodes of `per_node` ranks, the last one possibly smaller, and names
+                    // not in rank order
+                    let g: Vec<String> = (0..n as usize)
+                        .map(|r| format!("node{}", 9 - r / per_node))
+                        .collect();
+                    let expect = form_sets(&g, set_size);
+                    let out = run_ranks(n, |w| {
+                        let value = &g[w.rank() as usize];
+                        let same = split_by_value_in(w.as_ref(), value);
+                        let same = same.all_gather_u32(w.rank());
+                        let (set, comm, values) = form_my_set_in(w.as_ref(), value, set_size);
+                        (set, comm.rank(), comm.size(), values, same)
+                    });
+                    for (r, (set, crank, csize, values, same)) in out.into_iter().enumerate() {
+                        let want = expect
+                            .iter()
+                            .find(|s| s.members.contains(&(r as u32)))
+                            .unwrap();
+                        assert_eq!(&set, want, "n={n} per_node={per_node} size={set_size}");
+                        assert_eq!(csize as usize, set.members.len());
+                        assert_eq!(set.members[crank as usize], r as u32);
+                        let vals: Vec<String> =
+                            set.members.iter().map(|&m| g[m as usize].clone()).collect();
+                        assert_eq!(values, vals);
+                        let peers: Vec<u32> = (0..n).filter(|&q| g[q as usize] == g[r]).collect();
+                        assert_eq!(same, peers);
+                    }
+                }
+            }
+        }
     }
 }
