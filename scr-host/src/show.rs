@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use scr_plugin::{ErrorCode, Param, SchemeConfig};
 
 use crate::config::keys::{self, Value};
-use crate::config::{Config, Origin};
+use crate::config::{settings, Config, Origin};
 use crate::registry::{Kind, Registry, RegistryError};
 
 use crate::config::{toml_key, toml_string as quote};
@@ -119,7 +119,7 @@ fn render_checkpoints(out: &mut String, config: &Config) {
             c.origins
                 .get("store")
                 .cloned()
-                .unwrap_or_else(|| config.setting("cache_base").origin.clone())
+                .unwrap_or_else(|| config.setting_of(settings::CACHE_BASE).origin.clone())
         );
         let _ = writeln!(
             out,
@@ -200,13 +200,17 @@ fn probe_config(config: Option<&Config>, name: &str) -> SchemeConfig {
     let mut params = Vec::new();
     let mut members = 8;
     if let Some(c) = config {
-        for k in ["set_size", "set_failures", "replicas"] {
+        for k in [
+            settings::SET_SIZE,
+            settings::SET_FAILURES,
+            settings::REPLICAS,
+        ] {
             params.push(Param {
-                key: k.into(),
-                value: c.u64(k).to_string().into(),
+                key: k.name().into(),
+                value: c.get(k).to_string().into(),
             });
         }
-        members = c.u64("set_size") as u32;
+        members = c.get(settings::SET_SIZE) as u32;
     }
     SchemeConfig {
         scheme: name.into(),

@@ -4,7 +4,7 @@
 
 use scr_plugin::ErrorCode;
 
-use super::{Config, ConfigError, Origin};
+use super::{settings, Config, ConfigError, Origin};
 use crate::registry::{Kind, Registry, RegistryError};
 
 /// Findings of checking a configuration against the loaded plugins.
@@ -61,8 +61,8 @@ pub fn check_plugins(config: &Config, registry: &Registry) -> PluginFindings {
         })
         .collect();
     uses.push((
-        config.str("flush_type"),
-        config.setting("flush_type").origin.clone(),
+        config.get(settings::FLUSH_TYPE),
+        config.setting_of(settings::FLUSH_TYPE).origin.clone(),
         "`flush_type`".to_string(),
     ));
     for (name, origin, what) in uses {

@@ -31,6 +31,7 @@ pub mod keys;
 
 mod file;
 pub mod import;
+pub mod settings;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -968,7 +969,10 @@ fn validate_checkpoints(c: &Config, groups: &GroupNames, errors: &mut Vec<Config
     let mut intervals: BTreeMap<u64, &Origin> = BTreeMap::new();
     for ck in &c.checkpoints {
         let at = |k: &str| ck.origins.get(k).unwrap_or(&ck.origin).clone();
-        let store = ck.store.clone().unwrap_or_else(|| c.str("cache_base"));
+        let store = ck
+            .store
+            .clone()
+            .unwrap_or_else(|| c.get(settings::CACHE_BASE));
         if !c.stores.iter().any(|s| s.path == store) {
             errors.push(ConfigError::new(
                 at("store"),
@@ -986,7 +990,7 @@ fn validate_checkpoints(c: &Config, groups: &GroupNames, errors: &mut Vec<Config
                 ),
             ));
         }
-        let group = ck.group.clone().unwrap_or_else(|| c.str("group"));
+        let group = ck.group.clone().unwrap_or_else(|| c.get(settings::GROUP));
         if !groups.ok(&group) {
             errors.push(ConfigError::new(
                 at("group"),
@@ -1024,21 +1028,21 @@ fn validate_checkpoints(c: &Config, groups: &GroupNames, errors: &mut Vec<Config
 
 /// The base paths are absolute and the scalar `group` is defined.
 fn validate_scalars(c: &Config, groups: &GroupNames, errors: &mut Vec<ConfigError>) {
-    for key in ["cache_base", "cntl_base"] {
-        let v = c.str(key);
+    for key in [settings::CACHE_BASE, settings::CNTL_BASE] {
+        let v = c.get(key);
         if !v.starts_with('/') {
             errors.push(ConfigError::new(
-                c.setting(key).origin.clone(),
-                format!("`{key}` = \"{v}\" must be an absolute path"),
+                c.setting_of(key).origin.clone(),
+                format!("`{}` = \"{v}\" must be an absolute path", key.name()),
             ));
         }
     }
-    let g = c.str("group");
+    let g = c.get(settings::GROUP);
     // the implied descriptor already reported an undefined default group
     let implied = c.checkpoints.iter().any(|ck| ck.origin == Origin::Default);
     if !groups.ok(&g) && !implied {
         errors.push(ConfigError::new(
-            c.setting("group").origin.clone(),
+            c.setting_of(settings::GROUP).origin.clone(),
             format!(
                 "`group` names undefined group `{g}` (defined: {})",
                 groups.known()
@@ -1053,9 +1057,21 @@ impl Config {
         Loader::from_process().load()
     }
 
-    /// The setting of a scalar key. Panics on a name not in [`keys::KEYS`] (a
-    /// programming error, not a configuration one).
-    pub fn setting(&self, name: &str) -> &Setting {
+    /// The value of a scalar setting, typed by its key (see [`settings`]); an unset key
+    /// reads as `false`, 0 or "".
+    pub fn get<T: settings::ParamValue>(&self, key: settings::Param<T>) -> T {
+        T::from_setting(self.setting(key.name()))
+    }
+
+    /// The setting of a scalar key with its origin (and `None` when it is unset).
+    pub fn setting_of<T>(&self, key: settings::Param<T>) -> &Setting {
+        self.setting(key.name())
+    }
+
+    /// The setting of a key named at run time (API queries, descriptor fields that stand
+    /// for a key). Panics on a name not in [`keys::KEYS`]: code names keys through
+    /// [`settings`], so only this module passes names.
+    fn setting(&self, name: &str) -> &Setting {
         self.scalars
             .get(name)
             .unwrap_or_else(|| panic!("`{name}` is not a configuration key"))
@@ -1064,28 +1080,6 @@ impl Config {
     /// Every scalar setting in catalog order.
     pub fn settings(&self) -> impl Iterator<Item = (&'static Key, &Setting)> {
         keys::KEYS.iter().map(|k| (k, &self.scalars[k.name]))
-    }
-
-    /// A string-valued key ("" when unset).
-    pub fn str(&self, name: &str) -> String {
-        self.setting(name)
-            .value
-            .as_ref()
-            .map(Value::to_param)
-            .unwrap_or_default()
-    }
-
-    /// A numeric key (0 when unset).
-    pub fn u64(&self, name: &str) -> u64 {
-        match self.setting(name).value {
-            Some(Value::UInt(n)) => n,
-            _ => 0,
-        }
-    }
-
-    /// A boolean key.
-    pub fn bool(&self, name: &str) -> bool {
-        matches!(self.setting(name).value, Some(Value::Bool(true)))
     }
 
     /// The store with this path.

@@ -3,6 +3,7 @@
 
 use super::mpi_host::MpiHost;
 use super::relative_to;
+use crate::config::settings;
 use crate::registry::{LoadedScheme, RegistryError};
 use scr_plugin::sync::lock;
 use std::collections::{BTreeMap, BTreeSet};
@@ -312,7 +313,7 @@ struct Restore {
 impl Runtime {
     /// Move, verify and rebuild everything the cache holds; drop what cannot be saved.
     pub(super) fn restore_cache(&mut self) -> Result<()> {
-        if self.config.bool("distribute") {
+        if self.config.get(settings::DISTRIBUTE) {
             self.distribute()?;
         } else {
             self.purge_at_init()?;
@@ -566,7 +567,7 @@ impl Runtime {
         let Some(r) = self.prepare_restore(id, holders, tag) else {
             return Ok(());
         };
-        let buf = self.config.u64("file_buf_size").max(4096) as usize;
+        let buf = self.config.get(settings::FILE_BUF_SIZE).max(4096) as usize;
         let check = self.check_cached(&r, own.as_ref(), buf);
         let intact = check.is_ok();
         let Some(mut rebuilding) = self.declare_rebuild(id, &r, own.as_ref()) else {
@@ -710,7 +711,7 @@ impl Runtime {
         own: Option<&DatasetRecord>,
         buf: usize,
     ) -> std::result::Result<(), String> {
-        let use_crc = self.config.bool("crc_on_restart");
+        let use_crc = self.config.get(settings::CRC_ON_RESTART);
         let check = match own {
             Some(rec) => verify_dataset(self.rank, rec, &r.dir, use_crc, buf),
             None => Err(format!(
@@ -1001,10 +1002,13 @@ impl Runtime {
     /// directory) and forget it.
     pub(super) fn remove_local(&mut self, rec: &DatasetRecord) -> Result<()> {
         let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
-        if rec.complete && self.config.bool("crc_on_delete") {
+        if rec.complete && self.config.get(settings::CRC_ON_DELETE) {
             // SCR's SCR_CRC_ON_DELETE: a last check that tells the user the cache
             // damaged data while holding it (the files go either way)
-            let buf = self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize;
+            let buf = self
+                .config
+                .get(settings::FILE_BUF_SIZE)
+                .clamp(4096, 64 << 20) as usize;
             if let Err(why) = verify_dataset(self.rank, rec, &dir, true, buf) {
                 tracing::warn!(
                     "crc_on_delete: dataset {} ({}) was damaged in cache before it was deleted: {why}", rec.id, rec.name
@@ -1079,7 +1083,7 @@ impl Runtime {
             .config
             .store(store)
             .map(|s| self.config.store_count(s))
-            .unwrap_or_else(|| self.config.u64("cache_size"))
+            .unwrap_or_else(|| self.config.get(settings::CACHE_SIZE))
             .max(1);
         let held: Vec<u64> = self
             .filemap

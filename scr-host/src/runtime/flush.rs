@@ -69,7 +69,7 @@ use super::prefix::{
 use super::{
     broadcast_bytes, cache, now_secs, DatasetRecord, FileRecord, Result, Runtime, ScrError,
 };
-use crate::config::Config;
+use crate::config::{settings, Config};
 use crate::events::Event;
 use crate::registry::{Kind, Registry, RegistryError};
 
@@ -651,7 +651,7 @@ pub(crate) fn transfer_label(config: &Config, registry: &Registry, store: &str) 
     let transfer_type = config
         .store(store)
         .map(|s| config.store_transfer(s).0)
-        .unwrap_or_else(|| config.str("flush_type"));
+        .unwrap_or_else(|| config.get(settings::FLUSH_TYPE));
     let plugin = registry
         .provider(Kind::Transfer, &transfer_type)
         .map(|l| l.path.display().to_string())
@@ -670,7 +670,7 @@ pub(crate) fn transfer_config(config: &Config, label: &Label, state_file: &Path)
         state_file: state_file.display().to_string().into(),
         // the host re-reads every destination and checks its CRC32 whatever the
         // transfer says; crc_on_flush adds the transfer's own CRC as a second check
-        crc32: config.bool("crc_on_flush"),
+        crc32: config.get(settings::CRC_ON_FLUSH),
         preserve_metadata: true,
         settings: config.plugin_settings(&label.transfer_type).into(),
     }
@@ -714,7 +714,7 @@ impl Runtime {
     /// dataset. A flush that fails leaves the dataset in cache and says so; it does not
     /// fail the checkpoint.
     pub(super) fn maybe_flush(&mut self, rec: &DatasetRecord) -> Result<()> {
-        let every = self.config.u64("flush");
+        let every = self.config.get(settings::FLUSH);
         let due = rec.output
             || rec
                 .checkpoint_id
@@ -781,7 +781,7 @@ impl Runtime {
         let started = self.start_transfer(rec, place.relocate);
         self.fault_point("flush-dispatched", rec.id);
         let removable = place.removable(&started);
-        if self.config.bool("flush_async") {
+        if self.config.get(settings::FLUSH_ASYNC) {
             lock(&self.flushing.removable).insert(rec.id, removable);
             return self.flush_in_background(rec, entry, started);
         }
@@ -812,7 +812,7 @@ impl Runtime {
             output: rec.output,
             dir: format!("scr.dataset.{}", rec.id),
             world_size: self.size,
-            job_name: Some(self.config.str("job_name")).filter(|n| !n.is_empty()),
+            job_name: Some(self.config.get(settings::JOB_NAME)).filter(|n| !n.is_empty()),
             ..IndexEntry::default()
         };
         let opened = if self.rank == 0 {
@@ -922,7 +922,9 @@ impl Runtime {
 
     /// Read buffer for the host's CRC32 of transferred files.
     fn buf_size(&self) -> usize {
-        self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize
+        self.config
+            .get(settings::FILE_BUF_SIZE)
+            .clamp(4096, 64 << 20) as usize
     }
 
     /// The transfer type of `store` and the library providing it ([`transfer_label`]).
@@ -1290,7 +1292,7 @@ impl Runtime {
 
     /// The blocks this job's rank2file maps are written in (`rank2file_block`).
     fn rank2file_blocks(&self) -> prefix::Blocks {
-        let block = u32::try_from(self.config.u64("rank2file_block")).unwrap_or(u32::MAX);
+        let block = u32::try_from(self.config.get(settings::RANK2FILE_BLOCK)).unwrap_or(u32::MAX);
         prefix::Blocks::new(self.size, block)
     }
 
@@ -1546,7 +1548,7 @@ impl Runtime {
     /// min-reduction, and a broadcast of the first failure's text when one failed.
     pub(super) fn open_prefix_restart(&mut self, wanted: Option<&str>) -> Result<()> {
         let mut tried: Vec<u64> = Vec::new();
-        let check_crc = self.config.bool("crc_on_restart");
+        let check_crc = self.config.get(settings::CRC_ON_RESTART);
         let buf = self.buf_size();
         while let Some((entry, list, _)) = self.choose_from_index(&tried, wanted) {
             tried.push(entry.id);

@@ -30,7 +30,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator as _;
 
 use crate::config::check_plugins;
-use crate::config::{Config, ConfigErrors, Loader, Snapshot, View};
+use crate::config::{settings, Config, ConfigErrors, Loader, Snapshot, View};
 use crate::registry::{LoadedScheme, Registry, RegistryError};
 use crate::state::StateError;
 
@@ -269,11 +269,11 @@ impl Runtime {
         let recorded_api = api.clone();
         let config = agree_on(&world, load_config(&world, api))?;
         agree_on(&world, same_config(&world, &config))?;
-        let job = config.str("job_id");
+        let job = config.get(settings::JOB_ID);
         if !job.is_empty() {
             span.record("job", job.as_str());
         }
-        crate::log::set_debug(config.u64("debug"));
+        crate::log::set_debug(config.get(settings::DEBUG));
         let mut rt = Runtime::unstarted(world, config, span);
         let started = rt.init_started;
         if rt.passthrough.is_some() {
@@ -306,11 +306,11 @@ impl Runtime {
             node_count: 0,
             simulated: false,
             registry: Registry::default(),
-            user: config.str("user"),
-            job_id: config.str("job_id"),
+            user: config.get(settings::USER),
+            job_id: config.get(settings::JOB_ID),
             span: span.clone(),
             cntl_dir: PathBuf::new(),
-            prefix: PathBuf::from(config.str("prefix")),
+            prefix: PathBuf::from(config.get(settings::PREFIX)),
             reddescs: Vec::new(),
             filemap: Filemap {
                 rank,
@@ -338,7 +338,7 @@ impl Runtime {
             crc_note_given: false,
             flushing: flush::Flushing::default(),
             uncertain: None,
-            passthrough: (!config.bool("enable")).then(Passthrough::default),
+            passthrough: (!config.get(settings::ENABLE)).then(Passthrough::default),
             fetch_pending: false,
             wanted: None,
             prefix_restart: None,
@@ -365,7 +365,7 @@ impl Runtime {
     /// the ranks on it and the number of nodes.
     fn find_node(&mut self) -> Result<()> {
         let (rank, size) = (self.rank, self.size);
-        let node_names = self.config.str("node_names");
+        let node_names = self.config.get(settings::NODE_NAMES);
         self.simulated = !node_names.is_empty();
         let node = if self.simulated {
             let names: Vec<&str> = node_names.split(',').map(str::trim).collect();
@@ -403,7 +403,7 @@ impl Runtime {
     /// reason, which a new run starting clears. Agreed.
     fn create_job_dirs(&mut self) -> Result<()> {
         let job_dir = PathBuf::from(&self.user).join(format!("scr.{}", self.job_id));
-        let cntl_base = PathBuf::from(self.config.str("cntl_base"));
+        let cntl_base = PathBuf::from(self.config.get(settings::CNTL_BASE));
         self.cntl_dir = node_local(&cntl_base, self.simulated, &self.node).join(&job_dir);
         let prefix = self.prefix.clone();
         let local = create_private_dir(&cntl_base, &self.cntl_dir).and_then(|()| {
@@ -498,7 +498,7 @@ impl Runtime {
             // cache holds now (SCR does it in init, for applications that restart
             // without the restart API)
             self.fetch_pending = true;
-            if self.config.bool("flush_on_restart") {
+            if self.config.get(settings::FLUSH_ON_RESTART) {
                 self.flush_newest("flush_on_restart")?;
             }
         } else {
@@ -593,7 +593,7 @@ impl Runtime {
     /// Whether the end of the run (finalize, a halt) flushes the newest checkpoint:
     /// `flush_on_finalize`, unless `flush = 0` turns flushing off.
     fn flush_at_end(&self) -> bool {
-        self.config.u64("flush") > 0 && self.config.bool("flush_on_finalize")
+        self.config.get(settings::FLUSH) > 0 && self.config.get(settings::FLUSH_ON_FINALIZE)
     }
 
     /// Append `event` to the prefix's event log (rank 0; see [`crate::events`]).
@@ -696,7 +696,7 @@ impl Runtime {
         out: std::result::Result<T, scr_plugin::PluginError>,
     ) -> std::result::Result<T, RegistryError> {
         let out = out.map_err(|e| scheme.error(call, e));
-        let grace = std::time::Duration::from_secs(self.config.u64("abort_timeout"));
+        let grace = std::time::Duration::from_secs(self.config.get(settings::ABORT_TIMEOUT));
         if !host.settle(out.is_err(), grace) {
             let why = out
                 .as_ref()
@@ -1225,8 +1225,8 @@ impl Runtime {
         let mut out = self.output.take().expect("checked by every rank");
         let _dataset = crate::log::dataset_span(out.record.id).entered();
         let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
-        let crc = self.config.bool("crc_on_copy");
-        let buf = self.config.u64("file_buf_size").max(4096) as usize;
+        let crc = self.config.get(settings::CRC_ON_COPY);
+        let buf = self.config.get(settings::FILE_BUF_SIZE).max(4096) as usize;
         // With a scheme that hashes the files in the pass it makes over them anyway
         // (`crc32_in_apply`), the CRC32s come back from its apply and the files are not
         // read here: one read of the data instead of two (the configuration is the same
@@ -1575,13 +1575,13 @@ impl Runtime {
     fn settle_restart(&mut self, flush_on_restart: bool) -> Result<()> {
         let wanted = self.wanted.take();
         if self.restart_candidate().is_none() || wanted.is_some() {
-            if self.config.bool("fetch") {
+            if self.config.get(settings::FETCH) {
                 self.fetch(wanted.as_deref())?;
             } else {
                 self.open_prefix_restart(wanted.as_deref())?;
             }
         }
-        if flush_on_restart && self.config.bool("flush_on_restart") {
+        if flush_on_restart && self.config.get(settings::FLUSH_ON_RESTART) {
             self.flush_newest("flush_on_restart")?;
         }
         Ok(())
@@ -1834,12 +1834,9 @@ impl Runtime {
         let mut halt = None;
         if self.rank == 0 {
             halt = self.halt_check();
-            let interval = self.config.u64("checkpoint_interval");
-            let seconds = self.config.u64("checkpoint_seconds");
-            let overhead = match &self.config.setting("checkpoint_overhead").value {
-                Some(crate::config::keys::Value::Float(x)) => *x,
-                _ => 0.0,
-            };
+            let interval = self.config.get(settings::CHECKPOINT_INTERVAL);
+            let seconds = self.config.get(settings::CHECKPOINT_SECONDS);
+            let overhead = self.config.get(settings::CHECKPOINT_OVERHEAD);
             let since = self.policy.last_end.elapsed().as_secs_f64();
             let need = if interval == 0 && seconds == 0 && overhead == 0.0 {
                 true
@@ -1851,7 +1848,7 @@ impl Runtime {
             decision[0] = if halt.is_some() { 2 } else { u8::from(need) };
         }
         comm::broadcast_into(&self.world, 0, &mut decision[..]);
-        if decision[0] == 2 && self.config.bool("halt_exit") {
+        if decision[0] == 2 && self.config.get(settings::HALT_EXIT) {
             let text = broadcast_bytes(&self.world, halt.unwrap_or_default().as_bytes());
             self.halt_and_exit(String::from_utf8_lossy(&text).into_owned());
         }
@@ -1861,7 +1858,7 @@ impl Runtime {
     /// Rank 0's view of the halt conditions.
     fn halt_check(&self) -> Option<String> {
         let now = now_secs();
-        let margin = self.config.u64("halt_seconds") as i64;
+        let margin = self.config.get(settings::HALT_SECONDS) as i64;
         load_halt(&self.prefix).reason(now, margin).or_else(|| {
             // SCR_HALT_SECONDS: stop while there is time left to flush
             let (end, source) = self.allocation_end.as_ref()?;
@@ -1924,7 +1921,7 @@ impl Runtime {
     /// finalizes MPI and exits with status 0; the application does not return from the
     /// call. Without `halt_exit` the application asks `should_exit`.
     fn exit_if_halted(&mut self) {
-        if !self.config.bool("halt_exit") {
+        if !self.config.get(settings::HALT_EXIT) {
             return;
         }
         let Some(reason) = self.agreed_halt_reason() else {
