@@ -60,10 +60,10 @@ use scr_plugin::RecoverRequest;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{settings, Config, View};
+use crate::local_host::LocalHost;
 use crate::registry::Registry;
 use crate::runtime::cache;
 use crate::runtime::flush::{collect, start_transfer, transfer_config, transfer_label, Planned};
-use crate::runtime::local_host::LocalHost;
 use crate::runtime::prefix::{
     self, check_relative, dataset_dir, FlushFile, FlushedFile, Index, IndexEntry, Rank2File,
     Summary,

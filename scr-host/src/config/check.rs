@@ -125,7 +125,7 @@ fn probe_transfer(config: &Config, registry: &Registry, name: &str) -> Result<()
     };
     // the production host of transfers: what the plugin logs while being created (e.g.
     // "the vendor library is missing") reaches this process's log, not a test recorder
-    let services = crate::runtime::local_host::LocalHost::new(
+    let services = crate::local_host::LocalHost::new(
         0,
         "localhost",
         &format!("transfer {name}"),

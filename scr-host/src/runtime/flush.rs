@@ -61,7 +61,6 @@ use scr_plugin::{
     host_ref, FileResult, HostServices as _, TransferBox, TransferConfig, TransferStatus,
 };
 
-use super::local_host::LocalHost;
 use super::prefix::{
     self, FlushFile, FlushedFile, Index, IndexEntry, Rank2File, Rank2FileMap, Rank2FilePart,
     Rank2FileRoot, Summary,
@@ -71,6 +70,7 @@ use super::{
 };
 use crate::config::{settings, Config};
 use crate::events::Event;
+use crate::local_host::LocalHost;
 use crate::registry::{Kind, Registry, RegistryError};
 
 pub(crate) mod resume;

@@ -14,7 +14,6 @@ pub mod comm;
 mod filemap;
 pub(crate) mod flush;
 pub mod halt;
-pub(crate) mod local_host;
 mod mpi_exit;
 mod mpi_host;
 mod names;
