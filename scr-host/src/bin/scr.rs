@@ -769,7 +769,7 @@ fn main() -> ExitCode {
         Command::Config(ConfigCommand::Check { files }) => config_check(&cli, files),
         Command::Config(ConfigCommand::Show) => match load(&cli, &[]) {
             Ok(config) => {
-                print!("{}", show::render(&config));
+                print!("{}", config.to_toml());
                 ExitCode::SUCCESS
             }
             Err(e) => report_errors(&e),

@@ -31,6 +31,7 @@ pub mod keys;
 
 mod file;
 pub mod import;
+mod render;
 pub mod settings;
 
 use std::collections::BTreeMap;
@@ -40,6 +41,7 @@ use std::path::{Path, PathBuf};
 pub use check::{check_plugins, PluginFindings};
 pub use descriptor::Descriptor;
 use keys::{Key, Value};
+pub use render::render;
 
 /// The system configuration read when `SCR_SYSTEM_CONFIG` is not set (if it exists).
 /// Overridable at build time with the `SCR_SYSTEM_CONFIG_DEFAULT` environment variable.

@@ -2281,7 +2281,7 @@ fn load_config(world: &SimpleCommunicator, api: Vec<(usize, String)>) -> Result<
 /// The effective configuration without where each value came from: what must be the
 /// same on every rank.
 fn config_fingerprint(config: &Config) -> String {
-    let shown = crate::show::render(config);
+    let shown = crate::config::render(config);
     // the rendering is valid TOML; reading it back drops the comments naming sources
     match shown.parse::<toml::Table>() {
         Ok(table) => table.to_string(),
