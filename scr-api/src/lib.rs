@@ -359,7 +359,7 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use scr_host::config::{keys::Value, Config, ConfigErrors, Origin};
+    use scr_host::config::{keys::Value, settings, Config, ConfigErrors, Origin};
 
     /// Load `settings` over a system file with `system_text` and no other source.
     fn load_with_system(settings: &Settings, system_text: &str) -> Result<Config, ConfigErrors> {
@@ -435,11 +435,14 @@ mod tests {
         let mut s = Settings::new();
         s.set("cache_size=3").unwrap();
         let c = load_with_system(&s, "cache_size = 7\nset_size = 16\n").unwrap();
-        assert_eq!(c.setting("cache_size").value, Some(Value::UInt(3)));
         assert_eq!(
-            c.setting("cache_size").origin,
+            c.setting_of(settings::CACHE_SIZE).value,
+            Some(Value::UInt(3))
+        );
+        assert_eq!(
+            c.setting_of(settings::CACHE_SIZE).origin,
             Origin::Api(1, "cache_size=3".into())
         );
-        assert_eq!(c.u64("set_size"), 16);
+        assert_eq!(c.get(settings::SET_SIZE), 16);
     }
 }

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::config::{Checkpoint, Config, Descriptor};
+use crate::config::{settings, Checkpoint, Config, Descriptor};
 use crate::registry::{Kind, Registry, RegistryError};
 
 /// Where a job's ranks run, for the sets `explain` shows: the node of each world rank.
@@ -32,10 +32,13 @@ impl JobLayout {
 
     /// The simulated nodes of `node_names` (one name per rank), when set.
     pub fn from_node_names(config: &Config) -> Option<JobLayout> {
-        let names = config.str("node_names");
+        let names = config.get(settings::NODE_NAMES);
         (!names.is_empty()).then(|| JobLayout {
             nodes: names.split(',').map(|n| n.trim().to_string()).collect(),
-            source: format!("node_names ({})", config.setting("node_names").origin),
+            source: format!(
+                "node_names ({})",
+                config.setting_of(settings::NODE_NAMES).origin
+            ),
         })
     }
 }

@@ -51,7 +51,7 @@ pub mod cli;
 pub mod nodes;
 mod signals;
 
-use crate::config::Config;
+use crate::config::{settings, Config};
 use crate::hostlist;
 use crate::runtime::Halt;
 pub use nodes::{allocation, Allocation, NodeCheck};
@@ -212,7 +212,7 @@ pub fn run(config: &Config, opts: &RunOptions) -> u8 {
         Ok(p) => p.with_ranks_per_node(opts.ranks_per_node),
         Err(code) => return code,
     };
-    if !config.bool("enable") {
+    if !config.get(settings::ENABLE) {
         return launch_once(opts, &plan);
     }
     let mut relaunch = match Relaunch::new(config, opts, &plan) {
@@ -251,7 +251,7 @@ impl Plan {
                 return Err(1);
             }
         };
-        let layout = match simulated_layout(&config.str("node_names")) {
+        let layout = match simulated_layout(&config.get(settings::NODE_NAMES)) {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!("{e}");
@@ -357,8 +357,11 @@ impl<'a> Relaunch<'a> {
                 return Err(1);
             }
         };
-        let runs = opts.runs.unwrap_or_else(|| config.u64("runs")).max(1);
-        let watchdog = config.u64("watchdog_timeout");
+        let runs = opts
+            .runs
+            .unwrap_or_else(|| config.get(settings::RUNS))
+            .max(1);
+        let watchdog = config.get(settings::WATCHDOG_TIMEOUT);
         say(format!(
             "allocation {} ({}), {runs} run(s){}",
             hostlist::compress(&plan.alloc.nodes),
@@ -377,7 +380,7 @@ impl<'a> Relaunch<'a> {
             runs,
             watchdog,
             state: RunState {
-                job_id: config.str("job_id"),
+                job_id: config.get(settings::JOB_ID),
                 allocation: plan.alloc.nodes.clone(),
                 runs_left: runs,
                 ..RunState::default()
@@ -391,7 +394,9 @@ impl<'a> Relaunch<'a> {
                 .nodes
                 .map(|n| n as usize)
                 .or_else(|| plan.layout.as_ref().map(|(n, _)| n.len())),
-            min_nodes: opts.min_nodes.unwrap_or_else(|| config.u64("min_nodes")),
+            min_nodes: opts
+                .min_nodes
+                .unwrap_or_else(|| config.get(settings::MIN_NODES)),
         })
     }
 
@@ -631,7 +636,7 @@ fn watched_dirs(
     nodes: &[String],
 ) -> Vec<PathBuf> {
     let mut dirs = vec![prefix.join(".scr")];
-    let simulated = !config.str("node_names").is_empty();
+    let simulated = !config.get(settings::NODE_NAMES).is_empty();
     for (base, _) in &check.bases {
         if simulated {
             dirs.extend(nodes.iter().map(|n| base.join(n).join(&check.job_dir)));
@@ -865,7 +870,7 @@ pub fn halt_reason(prefix: &Path, config: &Config) -> Result<Option<String>, Str
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
-    let margin = config.u64("halt_seconds") as i64;
+    let margin = config.get(settings::HALT_SECONDS) as i64;
     let halt = Halt::load(prefix).map_err(|e| e.to_string())?;
     if let Some(why) = halt.reason(now, margin) {
         return Ok(Some(why));
@@ -899,11 +904,11 @@ pub struct Env {
 
 /// What `scr env` prints.
 pub fn env(config: &Config, prefix: &Path, getenv: &dyn Fn(&str) -> Option<String>) -> Env {
-    let job_id = config.str("job_id");
+    let job_id = config.get(settings::JOB_ID);
     let state = RunState::load(prefix, &job_id);
     let mut down: Vec<(String, String)> =
         state.as_ref().map(|s| s.down.clone()).unwrap_or_default();
-    if let Ok(ex) = hostlist::expand(&config.str("exclude_nodes")) {
+    if let Ok(ex) = hostlist::expand(&config.get(settings::EXCLUDE_NODES)) {
         for n in ex {
             if !down.iter().any(|(d, _)| *d == n) {
                 down.push((n, "listed in exclude_nodes".into()));
@@ -912,7 +917,7 @@ pub fn env(config: &Config, prefix: &Path, getenv: &dyn Fn(&str) -> Option<Strin
     }
     Env {
         nodes: allocation(config, getenv),
-        runs_left: state.map_or_else(|| config.u64("runs"), |s| s.runs_left),
+        runs_left: state.map_or_else(|| config.get(settings::RUNS), |s| s.runs_left),
         job_id,
         down,
         prefix: prefix.to_path_buf(),

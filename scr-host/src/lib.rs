@@ -9,6 +9,9 @@ pub mod explain;
 pub mod hostlist;
 pub mod launch;
 pub mod layout;
+/// Host services of one process for transfer plugins (used by flushes, scavenges and
+/// `scr config check`, so it sits beside the runtime, not in it).
+pub(crate) mod local_host;
 pub mod local_mpi;
 pub mod log;
 pub mod man;

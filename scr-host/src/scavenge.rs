@@ -59,11 +59,11 @@ use abi_stable::std_types::{RNone, RSome};
 use scr_plugin::RecoverRequest;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Config, View};
+use crate::config::{settings, Config, View};
+use crate::local_host::LocalHost;
 use crate::registry::Registry;
 use crate::runtime::cache;
 use crate::runtime::flush::{collect, start_transfer, transfer_config, transfer_label, Planned};
-use crate::runtime::local_host::LocalHost;
 use crate::runtime::prefix::{
     self, check_relative, dataset_dir, FlushFile, FlushedFile, Index, IndexEntry, Rank2File,
     Summary,
@@ -209,8 +209,8 @@ impl Scavenger {
     pub fn new(config: Config, prefix: Option<PathBuf>, quiet: bool) -> Scavenger {
         let registry = Registry::load(&config.search_path());
         Scavenger {
-            prefix: prefix.unwrap_or_else(|| PathBuf::from(config.str("prefix"))),
-            simulated: !config.str("node_names").is_empty(),
+            prefix: prefix.unwrap_or_else(|| PathBuf::from(config.get(settings::PREFIX))),
+            simulated: !config.get(settings::NODE_NAMES).is_empty(),
             registry,
             config,
             progress: Progress::new(quiet),
@@ -228,7 +228,7 @@ impl Scavenger {
         if self.simulated {
             let mut seen = BTreeSet::new();
             self.config
-                .str("node_names")
+                .get(settings::NODE_NAMES)
                 .split(',')
                 .map(|n| n.trim().to_string())
                 .filter(|n| !n.is_empty() && seen.insert(n.clone()))
@@ -241,13 +241,14 @@ impl Scavenger {
     }
 
     fn job_dir(&self) -> PathBuf {
-        PathBuf::from(self.config.str("user")).join(format!("scr.{}", self.config.str("job_id")))
+        PathBuf::from(self.config.get(settings::USER))
+            .join(format!("scr.{}", self.config.get(settings::JOB_ID)))
     }
 
     /// The job's control directory on `node`.
     pub fn cntl_dir(&self, node: &str) -> PathBuf {
         node_local(
-            Path::new(&self.config.str("cntl_base")),
+            Path::new(&self.config.get(settings::CNTL_BASE)),
             self.simulated,
             node,
         )
@@ -273,9 +274,10 @@ impl Scavenger {
         // runtime made (this user's, private, no link on the way; see
         // runtime::create_private_dir), never from one another user could have planted
         if dir.is_dir() {
-            if let Err(e) =
-                crate::runtime::create_private_dir(Path::new(&self.config.str("cntl_base")), &dir)
-            {
+            if let Err(e) = crate::runtime::create_private_dir(
+                Path::new(&self.config.get(settings::CNTL_BASE)),
+                &dir,
+            ) {
                 tracing::warn!(
                     node = %node,
                     "{e}; its filemaps are not trusted and its ranks count as lost"
@@ -322,7 +324,10 @@ impl Scavenger {
     /// the staging directory, verified, and write each rank's manifest.
     pub fn copy_node(&self, node: &str, id: u64) -> NodeReport {
         let mut report = NodeReport::default();
-        let buf = self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize;
+        let buf = self
+            .config
+            .get(settings::FILE_BUF_SIZE)
+            .clamp(4096, 64 << 20) as usize;
         let cntl = self.cntl_dir(node);
         if !cntl.is_dir() {
             self.progress.done(
@@ -487,7 +492,7 @@ impl Scavenger {
         let lost = self.lost_ranks(world, &manifests);
         let mut files = copied_files(&manifests);
         let rebuilt: Vec<u32> = lost.keys().copied().collect();
-        let node_names = self.config.str("node_names");
+        let node_names = self.config.get(settings::NODE_NAMES);
         let mut lost_nodes: Vec<String> = (0..world)
             .filter(|r| !manifests.contains_key(r))
             .filter_map(|r| node_names.split(',').nth(r as usize))
@@ -519,7 +524,7 @@ impl Scavenger {
         world: u32,
         manifests: &BTreeMap<u32, RankManifest>,
     ) -> BTreeMap<u32, String> {
-        let node_names = self.config.str("node_names");
+        let node_names = self.config.get(settings::NODE_NAMES);
         let node_of = |r: u32| {
             node_names
                 .split(',')
@@ -650,7 +655,7 @@ impl Scavenger {
             dirs.push(dir);
         }
         let group_refs: Vec<&str> = groups.iter().map(String::as_str).collect();
-        let timeout = Duration::from_secs(self.config.u64("abort_timeout").max(60));
+        let timeout = Duration::from_secs(self.config.get(settings::ABORT_TIMEOUT).max(60));
         let world = scr_plugin::inproc::World::new(&group_refs, timeout);
         let results = scr_plugin::inproc::run_in(&world, |host| {
             let m = host.rank() as usize;
@@ -671,7 +676,10 @@ impl Scavenger {
         let crc_expected = manifests
             .values()
             .any(|m| m.record.files.iter().any(|f| f.crc32.is_some()));
-        let buf = self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize;
+        let buf = self
+            .config
+            .get(settings::FILE_BUF_SIZE)
+            .clamp(4096, 64 << 20) as usize;
         let mut out = BTreeMap::new();
         for (member, (&rank, result)) in members.iter().zip(results).enumerate() {
             let metas = result?;
@@ -707,7 +715,7 @@ impl Scavenger {
     ) -> Vec<String> {
         let node_names: Vec<String> = self
             .config
-            .str("node_names")
+            .get(settings::NODE_NAMES)
             .split(',')
             .map(|s| s.trim().to_string())
             .collect();
@@ -825,8 +833,10 @@ impl Scavenger {
                     prefix,
                     &id.to_string(),
                     rec.output,
-                    Some(self.config.str("job_name")).filter(|n| !n.is_empty()),
-                    self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize,
+                    Some(self.config.get(settings::JOB_NAME)).filter(|n| !n.is_empty()),
+                    self.config
+                        .get(settings::FILE_BUF_SIZE)
+                        .clamp(4096, 64 << 20) as usize,
                 )
             })
     }
@@ -1387,7 +1397,7 @@ fn copy_nodes(sc: &Scavenger, nodes: &[String], id: u64, started: Instant) {
 /// them).
 fn log_scavenge(sc: &Scavenger, added: &Added, started: Instant) {
     let e = &added.entry;
-    let job = sc.config.str("job_id");
+    let job = sc.config.get(settings::JOB_ID);
     if !added.lost_nodes.is_empty() {
         crate::events::log_event(
             sc.prefix(),
@@ -1441,9 +1451,11 @@ pub fn index_add_command(
     which: &str,
 ) -> std::process::ExitCode {
     let buf = config.map_or(1 << 20, |c| {
-        c.u64("file_buf_size").clamp(4096, 64 << 20) as usize
+        c.get(settings::FILE_BUF_SIZE).clamp(4096, 64 << 20) as usize
     });
-    let job = config.map(|c| c.str("job_name")).filter(|n| !n.is_empty());
+    let job = config
+        .map(|c| c.get(settings::JOB_NAME))
+        .filter(|n| !n.is_empty());
     match index_add(prefix, which, false, job, buf) {
         Ok((e, current)) => {
             println!(

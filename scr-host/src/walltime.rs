@@ -32,7 +32,7 @@
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::config::Config;
+use crate::config::{settings, Config};
 
 /// How long a resource-manager query may take before it is given up (a hung controller
 /// must not hold up every rank's init).
@@ -55,9 +55,9 @@ pub fn allocation_end(env: &dyn Fn(&str) -> Option<String>, now: i64) -> Option<
 /// the process environment. Call it on one rank and broadcast the answer: thousands of
 /// ranks each running `squeue` at init would load the controller (SCR asks once, too).
 pub fn from_config_and_env(config: &Config) -> Option<(i64, String)> {
-    let key = config.u64("end_time");
+    let key = config.get(settings::END_TIME);
     if key > 0 {
-        let origin = &config.setting("end_time").origin;
+        let origin = &config.setting_of(settings::END_TIME).origin;
         return Some((
             i64::try_from(key).unwrap_or(i64::MAX),
             format!("end_time ({origin})"),

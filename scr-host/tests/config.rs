@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use scr_host::config::keys::Value;
-use scr_host::config::{Config, ConfigError, ConfigErrors, Loader, Origin};
+use scr_host::config::{settings, Config, ConfigError, ConfigErrors, Loader, Origin};
 
 struct Env {
     dir: tempfile::TempDir,
@@ -419,7 +419,7 @@ mod precedence {
 
     fn cache_size(env: &Env) -> (Value, Origin) {
         let c = env.load().unwrap();
-        let s = c.setting("cache_size");
+        let s = c.setting_of(settings::CACHE_SIZE);
         (s.value.clone().unwrap(), s.origin.clone())
     }
 
@@ -456,12 +456,15 @@ mod precedence {
         std::fs::write(env.path("run/.scrconf.toml"), "set_size = 4\n").unwrap();
         let env = env.var("SCR_PREFIX", "run");
         let c = env.load().unwrap();
-        assert_eq!(c.u64("set_size"), 4);
+        assert_eq!(c.get(settings::SET_SIZE), 4);
         assert_eq!(
-            c.setting("set_size").origin,
+            c.setting_of(settings::SET_SIZE).origin,
             at(&env.path("run/.scrconf.toml"), 1)
         );
-        assert_eq!(c.str("prefix"), env.path("run").display().to_string());
+        assert_eq!(
+            c.get(settings::PREFIX),
+            env.path("run").display().to_string()
+        );
     }
 
     #[test]
@@ -567,7 +570,7 @@ mod locks {
 
         let env = base();
         let c = env.load().unwrap();
-        assert_eq!(c.u64("cache_size"), 3);
+        assert_eq!(c.get(settings::CACHE_SIZE), 3);
         assert!(c.locked.contains_key("cache_size"));
     }
 
@@ -642,10 +645,10 @@ mod defaults {
         assert_eq!(d.set_size(), 8);
         let store = d.store.expect("implied store");
         assert!(store.enabled && store.mkdir);
-        assert_eq!(c.u64("cache_size"), 2);
-        assert_eq!(c.str("job_id"), "0");
+        assert_eq!(c.get(settings::CACHE_SIZE), 2);
+        assert_eq!(c.get(settings::JOB_ID), "0");
         assert_eq!(
-            c.str("prefix"),
+            c.get(settings::PREFIX),
             env.path("").display().to_string().trim_end_matches('/')
         );
         for id in 1..20 {
@@ -666,7 +669,7 @@ mod defaults {
             ("PARTNER".into(), Origin::Env("SCR_COPY_TYPE".into()))
         );
         assert_eq!(d.store_path, "/tmp");
-        assert_eq!(c.str("job_id"), "4242");
+        assert_eq!(c.get(settings::JOB_ID), "4242");
     }
 
     #[test]
@@ -675,8 +678,8 @@ mod defaults {
             .user("mpi_buf_size = \"256KB\"\n")
             .var("SCR_FILE_BUF_SIZE", "8MiB");
         let c = env.load().unwrap();
-        assert_eq!(c.u64("mpi_buf_size"), 256 << 10);
-        assert_eq!(c.u64("file_buf_size"), 8 << 20);
+        assert_eq!(c.get(settings::MPI_BUF_SIZE), 256 << 10);
+        assert_eq!(c.get(settings::FILE_BUF_SIZE), 8 << 20);
         assert!(c
             .descriptor(0)
             .params

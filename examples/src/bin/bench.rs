@@ -19,6 +19,7 @@ use clap::Parser;
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives, Root};
 use scr_api::{mpi, Flags, Scr, Settings};
 use scr_examples::{slowest, write_synced, Spread};
+use scr_host::config::settings;
 
 #[derive(Parser)]
 #[command(
@@ -59,10 +60,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         settings.set("crc_on_copy=false")?;
     }
     let mut scr = Scr::init_with(&world, &settings)?;
-    let cache = scr.runtime().config().str("cache_base");
-    let job_dirs = ["cache_base", "cntl_base"].map(|k| {
-        std::path::Path::new(&scr.runtime().config().str(k))
-            .join(scr.runtime().config().str("user"))
+    let cache = scr.runtime().config().get(settings::CACHE_BASE);
+    let job_dirs = [settings::CACHE_BASE, settings::CNTL_BASE].map(|k| {
+        std::path::Path::new(&scr.runtime().config().get(k))
+            .join(scr.runtime().config().get(settings::USER))
             .join(format!("scr.bench-single-{job}"))
     });
     let data: Vec<u8> = (0..args.mib << 20)

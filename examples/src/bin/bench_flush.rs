@@ -34,7 +34,7 @@ use scr_api::mpi::topology::SimpleCommunicator;
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives, Root};
 use scr_api::{Flags, Scr, Settings};
 use scr_examples::{slowest, Spread};
-use scr_host::config::Config;
+use scr_host::config::{settings, Config};
 use scr_host::registry::Registry;
 use scr_plugin::{inproc, TransferConfig, TransferStatus};
 
@@ -203,7 +203,7 @@ fn library(
             return Err(format!("the {kind} flush did not leave every file in the prefix").into());
         }
     }
-    let user = scr.runtime().config().str("user");
+    let user = scr.runtime().config().get(settings::USER);
     scr.finalize()?;
     // what the run left in cache and in the prefix goes (ranks sharing a node race on
     // the cache: rank 0 sweeps again after them)

@@ -22,6 +22,7 @@ use clap::Parser;
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives};
 use scr_api::{mpi, Flags, Scr, Settings};
 use scr_examples::{slowest, write_synced, Spread};
+use scr_host::config::settings;
 
 #[derive(Parser)]
 #[command(
@@ -65,8 +66,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = scr.route_file(format!("bench/rank_{rank}.dat"))?;
     write_synced(&path, &data)?;
     assert!(scr.complete_output(true)?, "checkpoint kept");
-    let buf_size = scr.runtime().config().u64("file_buf_size") as usize;
-    let cache_base = scr.runtime().config().str("cache_base");
+    let buf_size = scr.runtime().config().get(settings::FILE_BUF_SIZE) as usize;
+    let cache_base = scr.runtime().config().get(settings::CACHE_BASE);
     scr.finalize()?;
     drop(data);
 

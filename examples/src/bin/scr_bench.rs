@@ -34,6 +34,7 @@ use scr_api::mpi::topology::SimpleCommunicator;
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives, Root};
 use scr_api::{mpi, Flags, Scr, Settings};
 use scr_examples::{slowest, Spread};
+use scr_host::config::settings;
 
 const COLUMNS: &str = "\
 Columns of the table (one row per scheme, size per rank and operation):
@@ -274,10 +275,10 @@ fn run(args: &Args, world: &SimpleCommunicator, root: &Path) -> Result<(), Error
     // the configuration the library runs will have (for cache_size and buffer sizes)
     let base = settings(args, root, &nodes, "SINGLE", "probe", &root.join("prefix"))?;
     let config = base.loader().load().map_err(|e| e.to_string())?;
-    let keep = config.u64("cache_size").max(1) as usize;
-    let piece = config.u64("mpi_buf_size").max(4096) as usize;
-    let file_buf = config.u64("file_buf_size").max(4096) as usize;
-    let replicas = config.u64("replicas") as u32;
+    let keep = config.get(settings::CACHE_SIZE).max(1) as usize;
+    let piece = config.get(settings::MPI_BUF_SIZE).max(4096) as usize;
+    let file_buf = config.get(settings::FILE_BUF_SIZE).max(4096) as usize;
+    let replicas = config.get(settings::REPLICAS) as u32;
     if rank == 0 && !args.json {
         let overridden: Vec<String> = std::env::vars()
             .map(|(k, _)| k)
@@ -529,7 +530,7 @@ fn scheme_run(
     let (write, complete) = (per_rank(write), per_rank(complete));
     let cached = args
         .checkpoints
-        .min(scr.runtime().config().u64("cache_size").max(1) as usize - 1)
+        .min(scr.runtime().config().get(settings::CACHE_SIZE).max(1) as usize - 1)
         + 1;
     scr.finalize()?;
 

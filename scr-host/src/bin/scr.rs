@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use scr_host::config::check_plugins;
-use scr_host::config::{Config, ConfigErrors, Loader};
+use scr_host::config::{settings, Config, ConfigErrors, Loader};
 use scr_host::explain::{explain_checkpoint, JobLayout};
 use scr_host::registry::{Origin as LibOrigin, Registry};
 use scr_host::show;
@@ -175,7 +175,7 @@ fn prefix_of(cli: &Cli, given: &Option<PathBuf>) -> Result<PathBuf, ExitCode> {
     match given {
         Some(p) => Ok(p.clone()),
         None => load(cli, &[])
-            .map(|c| PathBuf::from(c.str("prefix")))
+            .map(|c| PathBuf::from(c.get(settings::PREFIX)))
             .map_err(|e| report_errors(&e)),
     }
 }
@@ -612,7 +612,7 @@ fn halt(cli: &Cli, args: &HaltArgs) -> ExitCode {
     let prefix = match &args.prefix {
         Some(p) => p.clone(),
         None => match load(cli, &[]) {
-            Ok(c) => PathBuf::from(c.str("prefix")),
+            Ok(c) => PathBuf::from(c.get(settings::PREFIX)),
             Err(e) => return report_errors(&e),
         },
     };
@@ -723,7 +723,7 @@ fn load(cli: &Cli, extra: &[PathBuf]) -> Result<Config, ConfigErrors> {
     loader.extra_user_files = cli.config.iter().chain(extra).cloned().collect();
     loader.system_file = cli.system.clone();
     let config = loader.load()?;
-    let prefix = PathBuf::from(config.str("prefix"));
+    let prefix = PathBuf::from(config.get(settings::PREFIX));
     match scr_host::config::api::recorded(&prefix) {
         Ok(calls) if calls.is_empty() => Ok(config),
         Ok(calls) => {
@@ -769,7 +769,7 @@ fn main() -> ExitCode {
         Command::Config(ConfigCommand::Check { files }) => config_check(&cli, files),
         Command::Config(ConfigCommand::Show) => match load(&cli, &[]) {
             Ok(config) => {
-                print!("{}", show::render(&config));
+                print!("{}", config.to_toml());
                 ExitCode::SUCCESS
             }
             Err(e) => report_errors(&e),

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::keys::{self, Key, Value};
-use super::{file, import, Config, ConfigError, Layer, Origin, Tier};
+use super::{file, import, settings, Config, ConfigError, Layer, Origin, Tier};
 
 /// The descriptor kinds `SCR_Config` can define.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -421,12 +421,12 @@ impl Config {
                 self.checkpoints.len()
             )
         })?;
-        let number = |k: &str| {
+        let number = |key: settings::Param<u64>| {
             c.numbers
-                .get(k)
+                .get(key.name())
                 .copied()
                 .or_else(|| {
-                    self.setting(k).value.as_ref().and_then(|v| match v {
+                    self.setting_of(key).value.as_ref().and_then(|v| match v {
                         Value::UInt(n) => Some(*n),
                         _ => None,
                     })
@@ -434,13 +434,21 @@ impl Config {
                 .map(|n| n.to_string())
         };
         Ok(match item {
-            "TYPE" => Some(c.scheme.clone().unwrap_or_else(|| self.str("copy_type"))),
+            "TYPE" => Some(
+                c.scheme
+                    .clone()
+                    .unwrap_or_else(|| self.get(settings::COPY_TYPE)),
+            ),
             "INTERVAL" => Some(c.interval.to_string()),
-            "STORE" => Some(c.store.clone().unwrap_or_else(|| self.str("cache_base"))),
-            "GROUP" => Some(c.group.clone().unwrap_or_else(|| self.str("group"))),
-            "SET_SIZE" => number("set_size"),
-            "SET_FAILURES" => number("set_failures"),
-            "REPLICAS" => number("replicas"),
+            "STORE" => Some(
+                c.store
+                    .clone()
+                    .unwrap_or_else(|| self.get(settings::CACHE_BASE)),
+            ),
+            "GROUP" => Some(c.group.clone().unwrap_or_else(|| self.get(settings::GROUP))),
+            "SET_SIZE" => number(settings::SET_SIZE),
+            "SET_FAILURES" => number(settings::SET_FAILURES),
+            "REPLICAS" => number(settings::REPLICAS),
             "OUTPUT" => flag(c.output),
             "BYPASS" => flag(c.bypass),
             "ENABLED" => flag(c.enabled),
@@ -462,13 +470,17 @@ impl Config {
             .find(|s| s.path == path)
             .ok_or_else(|| format!("STORE={name}: no such store in force"))?;
         Ok(match item {
-            "GROUP" => Some(s.group.clone().unwrap_or_else(|| self.str("group"))),
+            "GROUP" => Some(s.group.clone().unwrap_or_else(|| self.get(settings::GROUP))),
             "COUNT" => Some(
                 s.count
-                    .unwrap_or_else(|| self.u64("cache_size"))
+                    .unwrap_or_else(|| self.get(settings::CACHE_SIZE))
                     .to_string(),
             ),
-            "TYPE" => Some(s.transfer.clone().unwrap_or_else(|| self.str("flush_type"))),
+            "TYPE" => Some(
+                s.transfer
+                    .clone()
+                    .unwrap_or_else(|| self.get(settings::FLUSH_TYPE)),
+            ),
             "VIEW" => s.view.map(|v| v.to_string().to_ascii_uppercase()),
             "ENABLED" => flag(s.enabled),
             "MKDIR" => flag(s.mkdir),

@@ -4,7 +4,7 @@
 
 use scr_plugin::ErrorCode;
 
-use super::{Config, ConfigError, Origin};
+use super::{settings, Config, ConfigError, Origin};
 use crate::registry::{Kind, Registry, RegistryError};
 
 /// Findings of checking a configuration against the loaded plugins.
@@ -61,8 +61,8 @@ pub fn check_plugins(config: &Config, registry: &Registry) -> PluginFindings {
         })
         .collect();
     uses.push((
-        config.str("flush_type"),
-        config.setting("flush_type").origin.clone(),
+        config.get(settings::FLUSH_TYPE),
+        config.setting_of(settings::FLUSH_TYPE).origin.clone(),
         "`flush_type`".to_string(),
     ));
     for (name, origin, what) in uses {
@@ -125,7 +125,7 @@ fn probe_transfer(config: &Config, registry: &Registry, name: &str) -> Result<()
     };
     // the production host of transfers: what the plugin logs while being created (e.g.
     // "the vendor library is missing") reaches this process's log, not a test recorder
-    let services = crate::runtime::local_host::LocalHost::new(
+    let services = crate::local_host::LocalHost::new(
         0,
         "localhost",
         &format!("transfer {name}"),

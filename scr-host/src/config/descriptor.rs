@@ -5,7 +5,7 @@
 
 use scr_plugin::{Param, SchemeConfig};
 
-use super::{Checkpoint, Config, Origin, Store, View};
+use super::{settings, Checkpoint, Config, Origin, Setting, Store, View};
 
 /// A checkpoint descriptor with every default filled in.
 #[derive(Clone, Debug)]
@@ -30,26 +30,39 @@ impl Config {
     /// Fill in the defaults of descriptor `index`.
     pub fn descriptor(&self, index: usize) -> Descriptor<'_> {
         let ck = &self.checkpoints[index];
-        let origin_of = |table_key: &str, scalar: &str| {
+        // a table field's origin, else that of the setting it falls back to
+        let origin_of = |table_key: &str, scalar: &Setting| {
             ck.origins
                 .get(table_key)
                 .cloned()
-                .unwrap_or_else(|| self.setting(scalar).origin.clone())
+                .unwrap_or_else(|| scalar.origin.clone())
         };
-        let store_path = ck.store.clone().unwrap_or_else(|| self.str("cache_base"));
+        let store_path = ck
+            .store
+            .clone()
+            .unwrap_or_else(|| self.get(settings::CACHE_BASE));
         let mut params = Vec::new();
-        for name in ["set_size", "set_failures", "replicas"] {
+        for key in [
+            settings::SET_SIZE,
+            settings::SET_FAILURES,
+            settings::REPLICAS,
+        ] {
+            let name = key.name();
             let value = ck
                 .numbers
                 .get(name)
                 .copied()
-                .unwrap_or_else(|| self.u64(name));
-            params.push((name.to_string(), value.to_string(), origin_of(name, name)));
+                .unwrap_or_else(|| self.get(key));
+            params.push((
+                name.to_string(),
+                value.to_string(),
+                origin_of(name, self.setting_of(key)),
+            ));
         }
         params.push((
             "buffer_size".to_string(),
-            self.u64("mpi_buf_size").to_string(),
-            self.setting("mpi_buf_size").origin.clone(),
+            self.get(settings::MPI_BUF_SIZE).to_string(),
+            self.setting_of(settings::MPI_BUF_SIZE).origin.clone(),
         ));
         params.extend(ck.params.iter().cloned());
         Descriptor {
@@ -58,12 +71,16 @@ impl Config {
             store: self.store(&store_path),
             store_path,
             group: (
-                ck.group.clone().unwrap_or_else(|| self.str("group")),
-                origin_of("group", "group"),
+                ck.group
+                    .clone()
+                    .unwrap_or_else(|| self.get(settings::GROUP)),
+                origin_of("group", self.setting_of(settings::GROUP)),
             ),
             scheme: (
-                ck.scheme.clone().unwrap_or_else(|| self.str("copy_type")),
-                origin_of("type", "copy_type"),
+                ck.scheme
+                    .clone()
+                    .unwrap_or_else(|| self.get(settings::COPY_TYPE)),
+                origin_of("type", self.setting_of(settings::COPY_TYPE)),
             ),
             params,
         }
@@ -107,12 +124,17 @@ impl Config {
 
     /// The group of processes sharing a store's device (its own, else `group`).
     pub fn store_group(&self, store: &Store) -> String {
-        store.group.clone().unwrap_or_else(|| self.str("group"))
+        store
+            .group
+            .clone()
+            .unwrap_or_else(|| self.get(settings::GROUP))
     }
 
     /// Datasets a store keeps (its own count, else `cache_size`).
     pub fn store_count(&self, store: &Store) -> u64 {
-        store.count.unwrap_or_else(|| self.u64("cache_size"))
+        store
+            .count
+            .unwrap_or_else(|| self.get(settings::CACHE_SIZE))
     }
 
     /// A store's view: its own, else global for group WORLD and node-local otherwise.
@@ -129,8 +151,8 @@ impl Config {
         match &store.transfer {
             Some(t) => (t.clone(), store.origin.clone()),
             None => (
-                self.str("flush_type"),
-                self.setting("flush_type").origin.clone(),
+                self.get(settings::FLUSH_TYPE),
+                self.setting_of(settings::FLUSH_TYPE).origin.clone(),
             ),
         }
     }

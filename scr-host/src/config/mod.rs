@@ -14,7 +14,7 @@
 //!
 //! Keys listed in the system file's `locked` array cannot be set by sources 1–3; trying
 //! is an error that names both places. A locked key also locks the descriptor fields that
-//! stand for it (see `LOCKED_ALIASES`), and a locked `store` list cannot grow through a
+//! stand for it (see `merge::LOCKED_ALIASES`), and a locked `store` list cannot grow through a
 //! user's `cache_base`. The descriptor sections merge like this:
 //! `[[group]]` host tables and `[[store]]` tables by identity (host name, store path) — a
 //! higher source replaces an entry with the same identity and adds new ones;
@@ -31,14 +31,20 @@ pub mod keys;
 
 mod file;
 pub mod import;
+mod load;
+mod merge;
+mod render;
+pub mod settings;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 pub use check::{check_plugins, PluginFindings};
 pub use descriptor::Descriptor;
 use keys::{Key, Value};
+pub use load::{Loader, Snapshot};
+pub use render::render;
 
 /// The system configuration read when `SCR_SYSTEM_CONFIG` is not set (if it exists).
 /// Overridable at build time with the `SCR_SYSTEM_CONFIG_DEFAULT` environment variable.
@@ -138,16 +144,6 @@ impl fmt::Display for ConfigErrors {
         Ok(())
     }
 }
-
-/// `[[checkpoint]]` fields that stand for a scalar key: locking the key locks them.
-const LOCKED_ALIASES: &[(&str, &str)] = &[
-    ("type", "copy_type"),
-    ("store", "cache_base"),
-    ("group", "group"),
-    ("set_size", "set_size"),
-    ("set_failures", "set_failures"),
-    ("replicas", "replicas"),
-];
 
 /// Precedence tiers, lowest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -358,548 +354,6 @@ pub struct Config {
     pub files: Vec<PathBuf>,
 }
 
-/// Gathers the sources and produces a [`Config`].
-#[derive(Clone, Debug, Default)]
-pub struct Loader {
-    /// Environment variables considered (normally the process environment).
-    pub env: BTreeMap<String, String>,
-    /// `key=value` (or `key=` to unset) strings set through the API, with the number of
-    /// the call that set each, in call order.
-    pub api: Vec<(usize, String)>,
-    /// The system file to read instead of the usual one (`scr config check --system`).
-    pub system_file: Option<PathBuf>,
-    /// Directory for a relative or default `prefix` (normally the current directory).
-    pub cwd: PathBuf,
-    /// Extra files to read as user files, after the normal user file (used by
-    /// `scr config check FILE...`).
-    pub extra_user_files: Vec<PathBuf>,
-    /// When set, configuration files are served from here instead of the file system:
-    /// rank 0 reads the files and broadcasts this snapshot to the other ranks.
-    pub snapshot: Option<Snapshot>,
-    /// What was read (or found absent) during `load`, for broadcasting.
-    seen: std::cell::RefCell<Snapshot>,
-}
-
-/// Configuration files by path: `None` when absent, else their text or the read error.
-pub type Snapshot = BTreeMap<PathBuf, Option<Result<String, String>>>;
-
-impl Loader {
-    /// `SCR_*` environment variables that name no configuration key (a typo such as
-    /// `SCR_CACHSIZE=3` would otherwise be ignored in silence, while the same typo in a
-    /// file is an error), each as a warning with a "did you mean" when one is close.
-    /// Variables that are not keys but are read elsewhere are not reported.
-    pub fn unknown_env(&self) -> Vec<String> {
-        const NOT_KEYS: &[&str] = &[
-            "SCR_CONF_FILE",
-            "SCR_SYSTEM_CONFIG",
-            "SCR_SYSTEM_CONFIG_DEFAULT",
-            "SCR_FAULT",
-            "SCR_FIXTURE_LIE",
-            crate::registry::SKIP_BUILD_DIR_VAR,
-            // where Python's `scr` module finds libscr (python/scr/__init__.py)
-            "SCR_LIBRARY",
-        ];
-        let known: Vec<String> = keys::KEYS.iter().map(|k| k.env_var()).collect();
-        self.env
-            .keys()
-            .filter(|v| v.starts_with("SCR_") && !NOT_KEYS.contains(&v.as_str()))
-            .filter(|v| !known.contains(v))
-            .map(|v| {
-                let hint = keys::suggest(v, known.iter().map(String::as_str))
-                    .map(|k| format!("; did you mean {k}?"))
-                    .unwrap_or_default();
-                format!("environment variable {v} names no scr-rs setting and is ignored{hint}")
-            })
-            .collect()
-    }
-
-    /// A loader over this process's environment and working directory.
-    pub fn from_process() -> Self {
-        // Variables that are not UTF-8 are skipped, except ours, which are passed on
-        // (lossily) so that parsing reports them instead of ignoring them.
-        let env = std::env::vars_os()
-            .filter_map(|(k, v)| {
-                let k = k.into_string().ok()?;
-                match v.into_string() {
-                    Ok(v) => Some((k, v)),
-                    Err(v) if k.starts_with("SCR_") => {
-                        let lossy = v.to_string_lossy().into_owned();
-                        Some((k, lossy))
-                    }
-                    Err(_) => None,
-                }
-            })
-            .collect();
-        Loader {
-            env,
-            api: Vec::new(),
-            system_file: None,
-            cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
-            extra_user_files: Vec::new(),
-            snapshot: None,
-            seen: Default::default(),
-        }
-    }
-
-    /// Every file `load` looked at, with its contents: hand it to other processes as
-    /// their [`Loader::snapshot`] so they see exactly what this one saw.
-    pub fn seen(&self) -> Snapshot {
-        self.seen.borrow().clone()
-    }
-
-    fn fetch(&self, path: &Path) -> Option<Result<String, String>> {
-        let got = match &self.snapshot {
-            Some(snap) => snap.get(path).cloned().flatten(),
-            None => match std::fs::read(path) {
-                Ok(bytes) => Some(utf8_text(bytes)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => Some(Err(e.to_string())),
-            },
-        };
-        self.seen
-            .borrow_mut()
-            .insert(path.to_path_buf(), got.clone());
-        got
-    }
-
-    fn exists(&self, path: &Path) -> bool {
-        self.fetch(path).is_some()
-    }
-
-    fn read(
-        &self,
-        path: &Path,
-        tier: Tier,
-        errors: &mut Vec<ConfigError>,
-        files: &mut Vec<PathBuf>,
-    ) -> Option<Layer> {
-        match self
-            .fetch(path)
-            .unwrap_or_else(|| Err("No such file or directory".into()))
-        {
-            Ok(text) => {
-                files.push(path.to_path_buf());
-                Some(file::parse(path, &text, tier, errors))
-            }
-            Err(e) => {
-                // a text error (see `utf8_text`) starts with the line it names
-                let line = e
-                    .strip_prefix("line ")
-                    .and_then(|rest| rest.split(',').next())
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(0);
-                errors.push(ConfigError::new(
-                    Origin::File {
-                        path: path.to_path_buf(),
-                        line,
-                    },
-                    format!("cannot read configuration file: {e}"),
-                ));
-                None
-            }
-        }
-    }
-
-    /// Read, merge and validate every source. Plugin names are not checked here (see
-    /// [`crate::config::check_plugins`]).
-    pub fn load(&self) -> Result<Config, ConfigErrors> {
-        let mut errors = Vec::new();
-        let mut files = Vec::new();
-        let mut layers = Vec::new();
-
-        // system file: named explicitly, else SCR_SYSTEM_CONFIG, else the compiled-in path.
-        // Where the site installed the compiled-in file, the environment cannot replace it:
-        // otherwise any user could lift the administrator's locks.
-        let default_system = Path::new(DEFAULT_SYSTEM_CONFIG);
-        let system = match (&self.system_file, self.env.get("SCR_SYSTEM_CONFIG")) {
-            (Some(p), _) => Some(p.clone()),
-            (None, Some(p)) if self.exists(default_system) && Path::new(p) != default_system => {
-                errors.push(ConfigError::new(
-                    Origin::Env("SCR_SYSTEM_CONFIG".into()),
-                    format!("the site's system configuration {DEFAULT_SYSTEM_CONFIG} exists, so SCR_SYSTEM_CONFIG={p} is not honoured; unset it (administrators: check a new file with `scr config check --system FILE`)"),
-                ));
-                Some(default_system.to_path_buf())
-            }
-            (None, Some(p)) => Some(PathBuf::from(p)),
-            (None, None) => Some(default_system.to_path_buf()).filter(|p| self.exists(p)),
-        };
-        if let Some(p) = system {
-            layers.extend(self.read(&p, Tier::System, &mut errors, &mut files));
-        }
-
-        // API values (SCR_Config calls: scalars and descriptors)
-        layers.push(api::layer(&self.api, &mut errors));
-
-        // environment
-        let mut env = Layer::new(Tier::Env);
-        for key in keys::KEYS {
-            let var = key.env_var();
-            if let Some(text) = self.env.get(&var) {
-                match keys::parse_text(key.ty, text) {
-                    Ok(value) => {
-                        env.scalars.insert(key.name, (value, Origin::Env(var)));
-                    }
-                    Err(msg) => errors.push(ConfigError::new(Origin::Env(var), msg)),
-                }
-            }
-        }
-
-        // user file: SCR_CONF_FILE, else <prefix>/.scrconf.toml
-        let user = match self.env.get("SCR_CONF_FILE") {
-            Some(p) => Some(PathBuf::from(p)),
-            None => {
-                let prefix = env
-                    .scalars
-                    .get("prefix")
-                    .or_else(|| layers.iter().rev().find_map(|l| l.scalars.get("prefix")))
-                    .map(|(v, _)| self.cwd.join(v.to_param()))
-                    .unwrap_or_else(|| self.cwd.clone());
-                Some(prefix.join(".scrconf.toml")).filter(|p| self.exists(p))
-            }
-        };
-        for p in user.iter().chain(&self.extra_user_files) {
-            layers.extend(self.read(p, Tier::User, &mut errors, &mut files));
-        }
-        layers.push(env);
-
-        let config = merge(layers, &self.cwd, &self.env, files, &mut errors);
-        validate(&config, &mut errors);
-        if errors.is_empty() {
-            Ok(config)
-        } else {
-            Err(ConfigErrors(errors))
-        }
-    }
-}
-
-fn computed_default(key: &Key, cwd: &Path, env: &BTreeMap<String, String>) -> Option<Value> {
-    match key.default {
-        keys::Default::None => None,
-        keys::Default::Fixed(text) => keys::parse_text(key.ty, text).ok(),
-        keys::Default::Computed(_) => Some(Value::Str(match key.name {
-            "prefix" => cwd.display().to_string(),
-            "job_id" => [
-                "SCR_JOB_ID",
-                "SLURM_JOBID",
-                "LSB_JOBID",
-                "FLUX_JOB_ID",
-                "PBS_JOBID",
-            ]
-            .iter()
-            .find_map(|v| env.get(*v).filter(|s| !s.is_empty()).cloned())
-            .unwrap_or_else(|| "0".into()),
-            "user" => ["USER", "LOGNAME"]
-                .iter()
-                .find_map(|v| env.get(*v).filter(|s| !s.is_empty()).cloned())
-                .unwrap_or_else(user_from_uid),
-            other => unreachable!("no computed default for {other}"),
-        })),
-    }
-}
-
-/// The name of this process's user from /etc/passwd, else `uid<N>`.
-fn user_from_uid() -> String {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
-        return "unknown".into();
-    };
-    std::fs::read_to_string("/etc/passwd")
-        .ok()
-        .and_then(|text| {
-            text.lines().find_map(|l| {
-                let f: Vec<&str> = l.split(':').collect();
-                (f.len() > 2 && f[2] == uid.to_string()).then(|| f[0].to_string())
-            })
-        })
-        .unwrap_or_else(|| format!("uid{uid}"))
-}
-
-/// A configuration file's bytes as text, or an error naming the first line that is not
-/// UTF-8 (TOML files are UTF-8; a file saved as Latin-1 would otherwise be reported
-/// without saying where).
-fn utf8_text(bytes: Vec<u8>) -> Result<String, String> {
-    String::from_utf8(bytes).map_err(|e| {
-        let at = e.utf8_error().valid_up_to();
-        let bytes = e.as_bytes();
-        let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count();
-        let column = 1 + at - bytes[..at].iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
-        format!(
-            "line {line}, column {column}: byte 0x{:02x} is not UTF-8; configuration files must be UTF-8 text (re-save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`)",
-            bytes[at]
-        )
-    })
-}
-
-/// The keys and sections the system configuration locks, with where it locks them.
-struct Locks(BTreeMap<String, Origin>);
-
-impl Locks {
-    /// Whether `what`, set at `at` above the system file, is locked; if so the error is
-    /// recorded (naming both places) and the setting must be ignored.
-    fn refuse(&self, what: &str, at: &Origin, errors: &mut Vec<ConfigError>) -> bool {
-        let Some(lock) = self.0.get(what) else {
-            return false;
-        };
-        errors.push(ConfigError::new(
-            at.clone(),
-            format!("`{what}` is locked by the system configuration ({lock}) and cannot be overridden; remove this setting or ask your administrator"),
-        ));
-        true
-    }
-}
-
-fn merge(
-    mut layers: Vec<Layer>,
-    cwd: &Path,
-    env: &BTreeMap<String, String>,
-    files: Vec<PathBuf>,
-    errors: &mut Vec<ConfigError>,
-) -> Config {
-    layers.sort_by_key(|l| l.tier); // stable: user files keep their order
-    let locks = Locks(
-        layers
-            .iter()
-            .filter(|l| l.tier == Tier::System)
-            .flat_map(|l| l.locked.iter().cloned())
-            .collect(),
-    );
-    let (scalars, user_set) = merge_scalars(&layers, cwd, env, &locks, errors);
-    let mut groups: Vec<GroupEntry> = Vec::new();
-    let mut stores: Vec<Store> = Vec::new();
-    let mut checkpoints: Vec<Checkpoint> = Vec::new();
-    let mut plugins = Plugins {
-        allow_user_plugins: (false, Origin::Default),
-        builtin: (true, Origin::Default),
-        ..Plugins::default()
-    };
-    for layer in layers {
-        let system = layer.tier == Tier::System;
-        if !system {
-            refuse_locked_table_fields(&layer, &locks, errors);
-        }
-        let allowed = |section: &str, errors: &mut Vec<ConfigError>| {
-            system
-                || !layer
-                    .sections
-                    .get(section)
-                    .is_some_and(|at| locks.refuse(section, at, errors))
-        };
-        if allowed("group", errors) {
-            for g in layer.groups {
-                groups.retain(|x| x.host != g.host);
-                groups.push(g);
-            }
-        }
-        if allowed("store", errors) {
-            for s in layer.stores {
-                stores.retain(|x| x.path != s.path);
-                stores.push(s);
-            }
-        }
-        if allowed("checkpoint", errors) && !layer.checkpoints.is_empty() {
-            checkpoints = layer.checkpoints;
-        }
-        if allowed("plugins", errors) {
-            merge_plugins(&mut plugins, layer.plugins, system, errors);
-        }
-    }
-    imply_store_and_checkpoint(
-        &scalars,
-        &user_set,
-        &mut stores,
-        &mut checkpoints,
-        &locks,
-        errors,
-    );
-    Config {
-        scalars,
-        groups,
-        stores,
-        checkpoints,
-        plugins,
-        locked: locks.0,
-        files,
-    }
-}
-
-/// The scalar settings in force: every key's default, replaced by each layer in tier
-/// order (a locked key set above the system file is refused), with store paths
-/// normalised and a relative prefix made absolute. Also returns the keys whose value came
-/// from above the system file.
-fn merge_scalars(
-    layers: &[Layer],
-    cwd: &Path,
-    env: &BTreeMap<String, String>,
-    locks: &Locks,
-    errors: &mut Vec<ConfigError>,
-) -> (
-    BTreeMap<&'static str, Setting>,
-    std::collections::BTreeSet<&'static str>,
-) {
-    let mut scalars: BTreeMap<&'static str, Setting> = keys::KEYS
-        .iter()
-        .map(|k| {
-            (
-                k.name,
-                Setting {
-                    value: computed_default(k, cwd, env),
-                    origin: Origin::Default,
-                },
-            )
-        })
-        .collect();
-    let mut user_set = std::collections::BTreeSet::new();
-    for layer in layers {
-        for (name, (value, origin)) in &layer.scalars {
-            if layer.tier != Tier::System {
-                if locks.refuse(name, origin, errors) {
-                    continue;
-                }
-                user_set.insert(*name);
-            }
-            scalars.insert(
-                name,
-                Setting {
-                    value: Some(value.clone()),
-                    origin: origin.clone(),
-                },
-            );
-        }
-    }
-    // store paths are names: compare them without trailing slashes
-    for key in ["cache_base", "cntl_base"] {
-        if let Some(Value::Str(p)) = scalars.get_mut(key).and_then(|s| s.value.as_mut()) {
-            *p = file::normalize_dir(p);
-        }
-    }
-    // a relative prefix is relative to the working directory
-    if let Some(Setting {
-        value: Some(Value::Str(p)),
-        ..
-    }) = scalars.get_mut("prefix")
-    {
-        *p = cwd.join(&*p).display().to_string();
-    }
-    (scalars, user_set)
-}
-
-/// A table field above the system file that stands for a locked scalar is locked too
-/// (a descriptor's `type` for `copy_type`, a store's `count` for `cache_size`, ...).
-fn refuse_locked_table_fields(layer: &Layer, locks: &Locks, errors: &mut Vec<ConfigError>) {
-    for ck in &layer.checkpoints {
-        for (field, scalar) in LOCKED_ALIASES {
-            if let Some(at) = ck.origins.get(field) {
-                locks.refuse(scalar, at, errors);
-            }
-        }
-    }
-    for st in &layer.stores {
-        let set = [
-            ("group", st.group.is_some()),
-            ("cache_size", st.count.is_some()),
-            ("flush_type", st.transfer.is_some()),
-        ];
-        for (scalar, present) in set {
-            if present {
-                locks.refuse(scalar, &st.origin, errors);
-            }
-        }
-    }
-}
-
-/// Add one layer's `[plugins]` table: the system file names site directories and files
-/// and decides `allow_user_plugins` and `builtin`; a user's plugin paths are taken only
-/// when the system allows user plugins, and its attempts to set the two switches are
-/// errors. `[plugins.<name>]` settings merge from every layer.
-fn merge_plugins(
-    plugins: &mut Plugins,
-    p: PluginLayer,
-    system: bool,
-    errors: &mut Vec<ConfigError>,
-) {
-    if system {
-        plugins.site_directories.extend(p.directories);
-        plugins.files.extend(p.files);
-        if let Some(a) = p.allow_user_plugins {
-            plugins.allow_user_plugins = a;
-        }
-        if let Some(b) = p.builtin {
-            plugins.builtin = b;
-        }
-    } else {
-        for (what, set) in [
-            ("allow_user_plugins", &p.allow_user_plugins),
-            ("builtin", &p.builtin),
-        ] {
-            if let Some((_, at)) = set {
-                errors.push(ConfigError::new(
-                    at.clone(),
-                    format!("[plugins] `{what}` can only be set in the system configuration (to check a system file, run `scr config check --system FILE`)"),
-                ));
-            }
-        }
-        if !plugins.allow_user_plugins.0 {
-            for (path, at) in p.directories.iter().chain(&p.files) {
-                errors.push(ConfigError::new(
-                    at.clone(),
-                    format!("user plugin {} refused: the system configuration does not allow user plugins (allow_user_plugins = false)", path.display()),
-                ));
-            }
-        } else {
-            plugins.user_directories.extend(p.directories);
-            plugins.files.extend(p.files);
-        }
-    }
-    for (name, table) in p.settings {
-        plugins.settings.entry(name).or_default().extend(table);
-    }
-}
-
-/// SCR's implied tables: a store for `cache_base` when none is defined (refused when a
-/// user's `cache_base` would add one to a locked store list), and one descriptor from
-/// `copy_type`, `group` and `cache_base` when no `[[checkpoint]]` exists anywhere.
-fn imply_store_and_checkpoint(
-    scalars: &BTreeMap<&'static str, Setting>,
-    user_set: &std::collections::BTreeSet<&'static str>,
-    stores: &mut Vec<Store>,
-    checkpoints: &mut Vec<Checkpoint>,
-    locks: &Locks,
-    errors: &mut Vec<ConfigError>,
-) {
-    let get = |k: &str| {
-        scalars[k]
-            .value
-            .clone()
-            .map(|v| v.to_param())
-            .unwrap_or_default()
-    };
-    let cache_base = get("cache_base");
-    if !stores.iter().any(|s| s.path == cache_base) {
-        if user_set.contains("cache_base") {
-            // a user's cache_base would add a store: not when the admin locked the stores
-            locks.refuse("store", &scalars["cache_base"].origin, errors);
-        }
-        stores.push(Store::new(
-            cache_base.clone(),
-            scalars["cache_base"].origin.clone(),
-        ));
-    }
-    if checkpoints.is_empty() {
-        let mut c = Checkpoint::new(Origin::Default);
-        for (field, key) in [
-            ("type", "copy_type"),
-            ("group", "group"),
-            ("store", "cache_base"),
-        ] {
-            c.origins.insert(field, scalars[key].origin.clone());
-        }
-        c.scheme = Some(get("copy_type"));
-        c.group = Some(get("group"));
-        c.store = Some(cache_base);
-        checkpoints.push(c);
-    }
-}
-
 /// Check what the configuration's parts say about each other (groups, stores,
 /// descriptors, paths); every problem goes to `errors` with its origin.
 fn validate(c: &Config, errors: &mut Vec<ConfigError>) {
@@ -968,7 +422,10 @@ fn validate_checkpoints(c: &Config, groups: &GroupNames, errors: &mut Vec<Config
     let mut intervals: BTreeMap<u64, &Origin> = BTreeMap::new();
     for ck in &c.checkpoints {
         let at = |k: &str| ck.origins.get(k).unwrap_or(&ck.origin).clone();
-        let store = ck.store.clone().unwrap_or_else(|| c.str("cache_base"));
+        let store = ck
+            .store
+            .clone()
+            .unwrap_or_else(|| c.get(settings::CACHE_BASE));
         if !c.stores.iter().any(|s| s.path == store) {
             errors.push(ConfigError::new(
                 at("store"),
@@ -986,7 +443,7 @@ fn validate_checkpoints(c: &Config, groups: &GroupNames, errors: &mut Vec<Config
                 ),
             ));
         }
-        let group = ck.group.clone().unwrap_or_else(|| c.str("group"));
+        let group = ck.group.clone().unwrap_or_else(|| c.get(settings::GROUP));
         if !groups.ok(&group) {
             errors.push(ConfigError::new(
                 at("group"),
@@ -1024,21 +481,21 @@ fn validate_checkpoints(c: &Config, groups: &GroupNames, errors: &mut Vec<Config
 
 /// The base paths are absolute and the scalar `group` is defined.
 fn validate_scalars(c: &Config, groups: &GroupNames, errors: &mut Vec<ConfigError>) {
-    for key in ["cache_base", "cntl_base"] {
-        let v = c.str(key);
+    for key in [settings::CACHE_BASE, settings::CNTL_BASE] {
+        let v = c.get(key);
         if !v.starts_with('/') {
             errors.push(ConfigError::new(
-                c.setting(key).origin.clone(),
-                format!("`{key}` = \"{v}\" must be an absolute path"),
+                c.setting_of(key).origin.clone(),
+                format!("`{}` = \"{v}\" must be an absolute path", key.name()),
             ));
         }
     }
-    let g = c.str("group");
+    let g = c.get(settings::GROUP);
     // the implied descriptor already reported an undefined default group
     let implied = c.checkpoints.iter().any(|ck| ck.origin == Origin::Default);
     if !groups.ok(&g) && !implied {
         errors.push(ConfigError::new(
-            c.setting("group").origin.clone(),
+            c.setting_of(settings::GROUP).origin.clone(),
             format!(
                 "`group` names undefined group `{g}` (defined: {})",
                 groups.known()
@@ -1053,9 +510,21 @@ impl Config {
         Loader::from_process().load()
     }
 
-    /// The setting of a scalar key. Panics on a name not in [`keys::KEYS`] (a
-    /// programming error, not a configuration one).
-    pub fn setting(&self, name: &str) -> &Setting {
+    /// The value of a scalar setting, typed by its key (see [`settings`]); an unset key
+    /// reads as `false`, 0 or "".
+    pub fn get<T: settings::ParamValue>(&self, key: settings::Param<T>) -> T {
+        T::from_setting(self.setting(key.name()))
+    }
+
+    /// The setting of a scalar key with its origin (and `None` when it is unset).
+    pub fn setting_of<T>(&self, key: settings::Param<T>) -> &Setting {
+        self.setting(key.name())
+    }
+
+    /// The setting of a key named at run time (API queries, descriptor fields that stand
+    /// for a key). Panics on a name not in [`keys::KEYS`]: code names keys through
+    /// [`settings`], so only this module passes names.
+    fn setting(&self, name: &str) -> &Setting {
         self.scalars
             .get(name)
             .unwrap_or_else(|| panic!("`{name}` is not a configuration key"))
@@ -1064,28 +533,6 @@ impl Config {
     /// Every scalar setting in catalog order.
     pub fn settings(&self) -> impl Iterator<Item = (&'static Key, &Setting)> {
         keys::KEYS.iter().map(|k| (k, &self.scalars[k.name]))
-    }
-
-    /// A string-valued key ("" when unset).
-    pub fn str(&self, name: &str) -> String {
-        self.setting(name)
-            .value
-            .as_ref()
-            .map(Value::to_param)
-            .unwrap_or_default()
-    }
-
-    /// A numeric key (0 when unset).
-    pub fn u64(&self, name: &str) -> u64 {
-        match self.setting(name).value {
-            Some(Value::UInt(n)) => n,
-            _ => 0,
-        }
-    }
-
-    /// A boolean key.
-    pub fn bool(&self, name: &str) -> bool {
-        matches!(self.setting(name).value, Some(Value::Bool(true)))
     }
 
     /// The store with this path.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use crate::config::Config;
+use crate::config::{settings, Config};
 use crate::hostlist;
 use crate::launch::{self, allocation, NodeCheck, RunOptions};
 
@@ -136,7 +136,7 @@ pub struct EnvArgs {
 fn prefix_or(config: &Config, given: &Option<PathBuf>) -> PathBuf {
     given
         .clone()
-        .unwrap_or_else(|| PathBuf::from(config.str("prefix")))
+        .unwrap_or_else(|| PathBuf::from(config.get(settings::PREFIX)))
 }
 
 /// `scr run`.
@@ -162,7 +162,7 @@ pub fn nodes(config: &Config, cmd: &NodesCommand) -> u8 {
         Some(l) => hostlist::expand(l).map_err(|e| e.to_string()),
         None => allocation(config, &|v| std::env::var(v).ok()).map(|a| a.nodes),
     };
-    let per_node = launch::simulated_layout(&config.str("node_names"))
+    let per_node = launch::simulated_layout(&config.get(settings::NODE_NAMES))
         .ok()
         .flatten()
         .map_or(1, |(_, r)| r);

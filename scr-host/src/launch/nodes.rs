@@ -40,7 +40,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::config::{Config, View};
+use crate::config::{settings, Config, View};
 use crate::hostlist;
 
 /// The allocation's nodes and where the list came from.
@@ -59,9 +59,9 @@ pub fn allocation(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Allocation, String> {
     let set = |v: &str| env(v).filter(|s| !s.trim().is_empty());
-    let key = config.str("nodelist");
+    let key = config.get(settings::NODELIST);
     if !key.is_empty() {
-        let origin = &config.setting("nodelist").origin;
+        let origin = &config.setting_of(settings::NODELIST).origin;
         return from_hostlist(&key, format!("nodelist ({origin})"));
     }
     for var in ["SLURM_JOB_NODELIST", "SLURM_NODELIST"] {
@@ -81,7 +81,7 @@ pub fn allocation(
     if let Some(f) = set("PBS_NODEFILE") {
         return from_pbs_nodefile(&f);
     }
-    let simulated = config.str("node_names");
+    let simulated = config.get(settings::NODE_NAMES);
     if !simulated.is_empty() {
         return distinct(
             simulated.split(',').map(str::trim).collect(),
@@ -194,18 +194,18 @@ impl NodeCheck {
     /// From the configuration in force and the prefix's index; `ranks_per_node` sizes
     /// the capacity estimate.
     pub fn new(config: &Config, prefix: &Path, ranks_per_node: u64) -> Result<NodeCheck, String> {
-        let excluded = hostlist::expand(&config.str("exclude_nodes"))
+        let excluded = hostlist::expand(&config.get(settings::EXCLUDE_NODES))
             .map_err(|e| format!("exclude_nodes: {e}"))?;
-        let script = Some(config.str("down_nodes_script"))
+        let script = Some(config.get(settings::DOWN_NODES_SCRIPT))
             .filter(|s| !s.is_empty())
             .map(PathBuf::from);
-        let fixed = match config.setting("cache_free").value {
+        let fixed = match config.setting_of(settings::CACHE_FREE).value {
             Some(crate::config::keys::Value::UInt(n)) => Some(n),
             _ => None,
         };
         let per_node = largest_dataset_per_node(prefix, ranks_per_node.max(1));
-        let mut bases = vec![(PathBuf::from(config.str("cntl_base")), None)];
-        let group = config.str("group");
+        let mut bases = vec![(PathBuf::from(config.get(settings::CNTL_BASE)), None)];
+        let group = config.get(settings::GROUP);
         for s in config.stores.iter().filter(|s| s.enabled) {
             let g = s.group.clone().unwrap_or_else(|| group.clone());
             let view = s.view.unwrap_or(if g == "WORLD" {
@@ -216,7 +216,7 @@ impl NodeCheck {
             if view != View::Node {
                 continue;
             }
-            let count = s.count.unwrap_or_else(|| config.u64("cache_size"));
+            let count = s.count.unwrap_or_else(|| config.get(settings::CACHE_SIZE));
             let need = match (fixed, &per_node) {
                 (Some(n), _) => Some((n, "cache_free".to_string())),
                 (None, Some((bytes, name))) if *bytes > 0 => Some((
@@ -232,14 +232,14 @@ impl NodeCheck {
                 bases.push((path, need));
             }
         }
-        let simulated = !config.str("node_names").is_empty();
+        let simulated = !config.get(settings::NODE_NAMES).is_empty();
         Ok(NodeCheck {
             simulated,
             excluded,
             script,
             bases,
-            job_dir: PathBuf::from(config.str("user"))
-                .join(format!("scr.{}", config.str("job_id"))),
+            job_dir: PathBuf::from(config.get(settings::USER))
+                .join(format!("scr.{}", config.get(settings::JOB_ID))),
             this_host: this_host(),
         })
     }

@@ -4,6 +4,7 @@
 //! refuses later collective calls.
 
 use super::*;
+use crate::config::settings;
 
 impl Runtime {
     /// Make a local outcome collective: every rank gets `Ok` only when every rank did,
@@ -69,7 +70,7 @@ impl Runtime {
         out: std::result::Result<T, scr_plugin::PluginError>,
     ) -> std::result::Result<T, RegistryError> {
         let out = out.map_err(|e| scheme.error(call, e));
-        let grace = std::time::Duration::from_secs(self.config.u64("abort_timeout"));
+        let grace = std::time::Duration::from_secs(self.config.get(settings::ABORT_TIMEOUT));
         if !host.settle(out.is_err(), grace) {
             let why = out
                 .as_ref()

@@ -1,10 +1,11 @@
 //! Removing datasets: the application's drop and delete, and eviction from a full store
 //! (agreed: a dataset leaves every rank's cache or none).
 
-#[allow(unused_imports)]
 use super::cache::*;
 use super::distribute::file_names;
 use super::{comm, DatasetRecord, Filemap, Result, Runtime, ScrError};
+#[allow(unused_imports)]
+use crate::config::settings;
 use scr_plugin::sync::lock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -97,10 +98,13 @@ impl Runtime {
     /// directory) and forget it.
     pub(in crate::runtime) fn remove_local(&mut self, rec: &DatasetRecord) -> Result<()> {
         let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
-        if rec.complete && self.config.bool("crc_on_delete") {
+        if rec.complete && self.config.get(settings::CRC_ON_DELETE) {
             // SCR's SCR_CRC_ON_DELETE: a last check that tells the user the cache
             // damaged data while holding it (the files go either way)
-            let buf = self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize;
+            let buf = self
+                .config
+                .get(settings::FILE_BUF_SIZE)
+                .clamp(4096, 64 << 20) as usize;
             if let Err(why) = verify_dataset(self.topo.rank, rec, &dir, true, buf) {
                 tracing::warn!(
                     "crc_on_delete: dataset {} ({}) was damaged in cache before it was deleted: {why}", rec.id, rec.name
@@ -181,7 +185,7 @@ impl Runtime {
             .config
             .store(store)
             .map(|s| self.config.store_count(s))
-            .unwrap_or_else(|| self.config.u64("cache_size"))
+            .unwrap_or_else(|| self.config.get(settings::CACHE_SIZE))
             .max(1);
         let held: Vec<u64> = self
             .cache

@@ -3,8 +3,9 @@
 //! rank2file map and hands its members their lists, every file is verified against
 //! rank2file, and the fetched dataset is protected again.
 
-#[allow(unused_imports)]
 use super::flush::*;
+#[allow(unused_imports)]
+use crate::config::settings;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -256,7 +257,7 @@ impl Runtime {
     /// min-reduction, and a broadcast of the first failure's text when one failed.
     pub(in crate::runtime) fn open_prefix_restart(&mut self, wanted: Option<&str>) -> Result<()> {
         let mut tried: Vec<u64> = Vec::new();
-        let check_crc = self.config.bool("crc_on_restart");
+        let check_crc = self.config.get(settings::CRC_ON_RESTART);
         let buf = self.buf_size();
         while let Some((entry, list, _)) = self.choose_from_index(&tried, wanted) {
             tried.push(entry.id);

@@ -2,12 +2,13 @@
 //! log written, and what a dropped or abandoned runtime leaves.
 
 use super::*;
+use crate::config::settings;
 
 impl Runtime {
     /// Whether the end of the run (finalize, a halt) flushes the newest checkpoint:
     /// `flush_on_finalize`, unless `flush = 0` turns flushing off.
     pub(in crate::runtime) fn flush_at_end(&self) -> bool {
-        self.config.u64("flush") > 0 && self.config.bool("flush_on_finalize")
+        self.config.get(settings::FLUSH) > 0 && self.config.get(settings::FLUSH_ON_FINALIZE)
     }
 
     /// End the run (collective): records the exit reason in the halt file.

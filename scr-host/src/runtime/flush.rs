@@ -49,6 +49,7 @@
 //! Transfers get a [`LocalHost`]: a one-member host whose log is the runtime's and whose
 //! cancellation flag (`Flushing::cancel`) the runtime sets to stop background transfers.
 
+use crate::config::settings;
 use scr_plugin::sync::lock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -287,7 +288,7 @@ impl Runtime {
     /// dataset. A flush that fails leaves the dataset in cache and says so; it does not
     /// fail the checkpoint.
     pub(super) fn maybe_flush(&mut self, rec: &DatasetRecord) -> Result<()> {
-        let every = self.config.u64("flush");
+        let every = self.config.get(settings::FLUSH);
         let due = rec.output
             || rec
                 .checkpoint_id
@@ -354,7 +355,7 @@ impl Runtime {
         let started = self.start_transfer(rec, place.relocate);
         self.fault_point("flush-dispatched", rec.id);
         let removable = place.removable(&started);
-        if self.config.bool("flush_async") {
+        if self.config.get(settings::FLUSH_ASYNC) {
             lock(&self.flushing.removable).insert(rec.id, removable);
             return self.flush_in_background(rec, entry, started);
         }
@@ -385,7 +386,7 @@ impl Runtime {
             output: rec.output,
             dir: format!("scr.dataset.{}", rec.id),
             world_size: self.topo.size,
-            job_name: Some(self.config.str("job_name")).filter(|n| !n.is_empty()),
+            job_name: Some(self.config.get(settings::JOB_NAME)).filter(|n| !n.is_empty()),
             ..IndexEntry::default()
         };
         let opened = if self.topo.rank == 0 {
@@ -609,7 +610,7 @@ impl Runtime {
 
     /// The blocks this job's rank2file maps are written in (`rank2file_block`).
     pub(in crate::runtime) fn rank2file_blocks(&self) -> prefix::Blocks {
-        let block = u32::try_from(self.config.u64("rank2file_block")).unwrap_or(u32::MAX);
+        let block = u32::try_from(self.config.get(settings::RANK2FILE_BLOCK)).unwrap_or(u32::MAX);
         prefix::Blocks::new(self.topo.size, block)
     }
 

@@ -2,6 +2,7 @@
 //! and sets, the cache restored).
 
 use super::*;
+use crate::config::settings;
 
 impl Runtime {
     /// Initialise on `world` (normally `MPI_COMM_WORLD`; collective). `api` holds the
@@ -33,11 +34,11 @@ impl Runtime {
         let recorded_api = api.clone();
         let config = agree_on(&world, load_config(&world, api))?;
         agree_on(&world, same_config(&world, &config))?;
-        let job = config.str("job_id");
+        let job = config.get(settings::JOB_ID);
         if !job.is_empty() {
             span.record("job", job.as_str());
         }
-        crate::log::set_debug(config.u64("debug"));
+        crate::log::set_debug(config.get(settings::DEBUG));
         let mut rt = Runtime::unstarted(world, config, span);
         let started = rt.report.init_started;
         if rt.passthrough.is_some() {
@@ -77,10 +78,10 @@ impl Runtime {
             },
             registry: Registry::default(),
             job: JobLayout {
-                user: config.str("user"),
-                job_id: config.str("job_id"),
+                user: config.get(settings::USER),
+                job_id: config.get(settings::JOB_ID),
                 cntl_dir: PathBuf::new(),
-                prefix: PathBuf::from(config.str("prefix")),
+                prefix: PathBuf::from(config.get(settings::PREFIX)),
                 reddescs: Vec::new(),
             },
             span: span.clone(),
@@ -115,7 +116,7 @@ impl Runtime {
                 crc_note_given: false,
             },
             flushing: flush::Flushing::default(),
-            passthrough: (!config.bool("enable")).then(Passthrough::default),
+            passthrough: (!config.get(settings::ENABLE)).then(Passthrough::default),
             world,
             config,
         }
@@ -138,7 +139,7 @@ impl Runtime {
     /// the ranks on it and the number of nodes.
     pub(in crate::runtime) fn find_node(&mut self) -> Result<()> {
         let (rank, size) = (self.topo.rank, self.topo.size);
-        let node_names = self.config.str("node_names");
+        let node_names = self.config.get(settings::NODE_NAMES);
         self.topo.simulated = !node_names.is_empty();
         let node = if self.topo.simulated {
             let names: Vec<&str> = node_names.split(',').map(str::trim).collect();
@@ -177,7 +178,7 @@ impl Runtime {
     /// reason, which a new run starting clears. Agreed.
     pub(in crate::runtime) fn create_job_dirs(&mut self) -> Result<()> {
         let job_dir = PathBuf::from(&self.job.user).join(format!("scr.{}", self.job.job_id));
-        let cntl_base = PathBuf::from(self.config.str("cntl_base"));
+        let cntl_base = PathBuf::from(self.config.get(settings::CNTL_BASE));
         self.job.cntl_dir =
             node_local(&cntl_base, self.topo.simulated, &self.topo.node).join(&job_dir);
         let prefix = self.job.prefix.clone();
@@ -277,7 +278,7 @@ impl Runtime {
             // cache holds now (SCR does it in init, for applications that restart
             // without the restart API)
             self.restart.fetch_pending = true;
-            if self.config.bool("flush_on_restart") {
+            if self.config.get(settings::FLUSH_ON_RESTART) {
                 self.flush_newest("flush_on_restart")?;
             }
         } else {
@@ -481,7 +482,7 @@ pub(in crate::runtime) fn load_config(
 /// The effective configuration without where each value came from: what must be the
 /// same on every rank.
 pub(in crate::runtime) fn config_fingerprint(config: &Config) -> String {
-    let shown = crate::show::render(config);
+    let shown = crate::config::render(config);
     // the rendering is valid TOML; reading it back drops the comments naming sources
     match shown.parse::<toml::Table>() {
         Ok(table) => table.to_string(),

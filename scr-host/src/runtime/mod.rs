@@ -20,7 +20,6 @@ mod finalize;
 pub(crate) mod flush;
 pub mod halt;
 mod init;
-pub(crate) mod local_host;
 mod mpi_exit;
 mod mpi_host;
 mod names;

@@ -3,6 +3,7 @@
 //! by the descriptor's scheme and committed, then flushed when due.
 
 use super::*;
+use crate::config::settings;
 
 impl Runtime {
     /// The descriptor for checkpoint id `id`: largest interval dividing it.
@@ -367,8 +368,8 @@ impl Runtime {
         let mut out = self.output.take().expect("checked by every rank");
         let _dataset = crate::log::dataset_span(out.record.id).entered();
         let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
-        let crc = self.config.bool("crc_on_copy");
-        let buf = self.config.u64("file_buf_size").max(4096) as usize;
+        let crc = self.config.get(settings::CRC_ON_COPY);
+        let buf = self.config.get(settings::FILE_BUF_SIZE).max(4096) as usize;
         // With a scheme that hashes the files in the pass it makes over them anyway
         // (`crc32_in_apply`), the CRC32s come back from its apply and the files are not
         // read here: one read of the data instead of two (the configuration is the same

@@ -3,6 +3,7 @@
 //! decided by rank 0 and agreed.
 
 use super::*;
+use crate::config::settings;
 
 impl Runtime {
     /// Whether the application should checkpoint now (collective; decided on rank 0):
@@ -22,12 +23,9 @@ impl Runtime {
         let mut halt = None;
         if self.topo.rank == 0 {
             halt = self.halt_check();
-            let interval = self.config.u64("checkpoint_interval");
-            let seconds = self.config.u64("checkpoint_seconds");
-            let overhead = match &self.config.setting("checkpoint_overhead").value {
-                Some(crate::config::keys::Value::Float(x)) => *x,
-                _ => 0.0,
-            };
+            let interval = self.config.get(settings::CHECKPOINT_INTERVAL);
+            let seconds = self.config.get(settings::CHECKPOINT_SECONDS);
+            let overhead = self.config.get(settings::CHECKPOINT_OVERHEAD);
             let since = self.policy.last_end.elapsed().as_secs_f64();
             let need = if interval == 0 && seconds == 0 && overhead == 0.0 {
                 true
@@ -39,7 +37,7 @@ impl Runtime {
             decision[0] = if halt.is_some() { 2 } else { u8::from(need) };
         }
         comm::broadcast_into(&self.world, 0, &mut decision[..]);
-        if decision[0] == 2 && self.config.bool("halt_exit") {
+        if decision[0] == 2 && self.config.get(settings::HALT_EXIT) {
             let text = broadcast_bytes(&self.world, halt.unwrap_or_default().as_bytes());
             self.halt_and_exit(String::from_utf8_lossy(&text).into_owned());
         }
@@ -49,7 +47,7 @@ impl Runtime {
     /// Rank 0's view of the halt conditions.
     pub(in crate::runtime) fn halt_check(&self) -> Option<String> {
         let now = now_secs();
-        let margin = self.config.u64("halt_seconds") as i64;
+        let margin = self.config.get(settings::HALT_SECONDS) as i64;
         load_halt(&self.job.prefix).reason(now, margin).or_else(|| {
             // SCR_HALT_SECONDS: stop while there is time left to flush
             let (end, source) = self.report.allocation_end.as_ref()?;
@@ -112,7 +110,7 @@ impl Runtime {
     /// finalizes MPI and exits with status 0; the application does not return from the
     /// call. Without `halt_exit` the application asks `should_exit`.
     pub(in crate::runtime) fn exit_if_halted(&mut self) {
-        if !self.config.bool("halt_exit") {
+        if !self.config.get(settings::HALT_EXIT) {
             return;
         }
         let Some(reason) = self.agreed_halt_reason() else {

@@ -3,6 +3,7 @@
 //! to an older checkpoint when one is reported invalid.
 
 use super::*;
+use crate::config::settings;
 
 impl Runtime {
     /// [`Runtime::route_file`] during restart: where file `rel` of the checkpoint being
@@ -40,13 +41,13 @@ impl Runtime {
     pub(in crate::runtime) fn settle_restart(&mut self, flush_on_restart: bool) -> Result<()> {
         let wanted = self.restart.wanted.take();
         if self.restart_candidate().is_none() || wanted.is_some() {
-            if self.config.bool("fetch") {
+            if self.config.get(settings::FETCH) {
                 self.fetch(wanted.as_deref())?;
             } else {
                 self.open_prefix_restart(wanted.as_deref())?;
             }
         }
-        if flush_on_restart && self.config.bool("flush_on_restart") {
+        if flush_on_restart && self.config.get(settings::FLUSH_ON_RESTART) {
             self.flush_newest("flush_on_restart")?;
         }
         Ok(())

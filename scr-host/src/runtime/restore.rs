@@ -2,11 +2,12 @@
 //! through its scheme, on every rank alike; what cannot be restored is dropped everywhere
 //! and reported.
 
-#[allow(unused_imports)]
 use super::cache::*;
 use super::mpi_host::MpiHost;
 use super::relative_to;
 use super::{comm, DatasetRecord, Filemap, Result, Runtime, Set};
+#[allow(unused_imports)]
+use crate::config::settings;
 use crate::registry::{LoadedScheme, RegistryError};
 use abi_stable::std_types::{RNone, ROption, RSome};
 use mpi::traits::Communicator as _;
@@ -18,7 +19,7 @@ use std::path::{Path, PathBuf};
 impl Runtime {
     /// Move, verify and rebuild everything the cache holds; drop what cannot be saved.
     pub(in crate::runtime) fn restore_cache(&mut self) -> Result<()> {
-        if self.config.bool("distribute") {
+        if self.config.get(settings::DISTRIBUTE) {
             self.distribute()?;
         } else {
             self.purge_at_init()?;
@@ -292,7 +293,7 @@ impl Runtime {
         let Some(r) = self.prepare_restore(id, holders, tag) else {
             return Ok(());
         };
-        let buf = self.config.u64("file_buf_size").max(4096) as usize;
+        let buf = self.config.get(settings::FILE_BUF_SIZE).max(4096) as usize;
         let check = self.check_cached(&r, own.as_ref(), buf);
         let intact = check.is_ok();
         let Some(mut rebuilding) = self.declare_rebuild(id, &r, own.as_ref()) else {
@@ -451,7 +452,7 @@ impl Runtime {
         own: Option<&DatasetRecord>,
         buf: usize,
     ) -> std::result::Result<(), String> {
-        let use_crc = self.config.bool("crc_on_restart");
+        let use_crc = self.config.get(settings::CRC_ON_RESTART);
         let check = match own {
             Some(rec) => verify_dataset(self.topo.rank, rec, &r.dir, use_crc, buf),
             None => Err(format!(

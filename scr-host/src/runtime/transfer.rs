@@ -3,8 +3,7 @@
 //! Complete result matched by source and destination, and the host re-reads the
 //! destination's size and CRC32).
 
-#[allow(unused_imports)]
-use super::flush::*;
+use crate::config::settings;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,10 +14,10 @@ use scr_plugin::{
     host_ref, FileResult, HostServices as _, TransferBox, TransferConfig, TransferStatus,
 };
 
-use super::local_host::LocalHost;
 use super::prefix::{self, FlushedFile};
 use super::{cache, DatasetRecord, Runtime};
 use crate::config::Config;
+use crate::local_host::LocalHost;
 use crate::registry::{Kind, Registry, RegistryError};
 
 impl Runtime {
@@ -41,7 +40,9 @@ impl Runtime {
 
     /// Read buffer for the host's CRC32 of transferred files.
     pub(in crate::runtime) fn buf_size(&self) -> usize {
-        self.config.u64("file_buf_size").clamp(4096, 64 << 20) as usize
+        self.config
+            .get(settings::FILE_BUF_SIZE)
+            .clamp(4096, 64 << 20) as usize
     }
 
     /// The transfer type of `store` and the library providing it ([`transfer_label`]).
@@ -388,7 +389,7 @@ pub(crate) fn transfer_label(config: &Config, registry: &Registry, store: &str) 
     let transfer_type = config
         .store(store)
         .map(|s| config.store_transfer(s).0)
-        .unwrap_or_else(|| config.str("flush_type"));
+        .unwrap_or_else(|| config.get(settings::FLUSH_TYPE));
     let plugin = registry
         .provider(Kind::Transfer, &transfer_type)
         .map(|l| l.path.display().to_string())
@@ -407,7 +408,7 @@ pub(crate) fn transfer_config(config: &Config, label: &Label, state_file: &Path)
         state_file: state_file.display().to_string().into(),
         // the host re-reads every destination and checks its CRC32 whatever the
         // transfer says; crc_on_flush adds the transfer's own CRC as a second check
-        crc32: config.bool("crc_on_flush"),
+        crc32: config.get(settings::CRC_ON_FLUSH),
         preserve_metadata: true,
         settings: config.plugin_settings(&label.transfer_type).into(),
     }
@@ -459,6 +460,7 @@ impl std::fmt::Display for Label {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::flush::Flushing;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     fn label() -> Label {
