@@ -47,14 +47,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-pub mod cli;
 pub mod nodes;
 mod signals;
 
 use crate::config::Config;
 use crate::hostlist;
 use crate::runtime::Halt;
-pub use nodes::{allocation, Allocation, NodeCheck};
+pub use nodes::{allocation, down_nodes, Allocation, NodeCheck};
 
 /// State-file kind of `<prefix>/.scr/run.scr`.
 pub const KIND: &str = "run";
@@ -201,12 +200,24 @@ enum Ended {
     Signalled(i32),
 }
 
-/// `scr run`: the exit code (0: the step completed; 1: it did not, the reason printed;
-/// 2: usage).
-pub fn run(config: &Config, opts: &RunOptions) -> u8 {
+/// How `scr run` ended; the command turns it into its exit status (a value, not a code,
+/// so the library says what happened and the command alone decides how to exit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// The step completed (and postrun, when asked for, succeeded).
+    Completed,
+    /// The step did not complete, postrun failed, or the launch could not be set up;
+    /// the reason was logged.
+    Failed,
+    /// No launcher command was given (a usage error).
+    NoLauncher,
+}
+
+/// `scr run`: launch the step, relaunch it after failures, then run postrun.
+pub fn run(config: &Config, opts: &RunOptions) -> RunOutcome {
     if opts.launcher.is_empty() {
         tracing::error!("no launcher command given (scr run -- mpiexec -n 4 ./app)");
-        return 2;
+        return RunOutcome::NoLauncher;
     }
     let plan = match Plan::new(config) {
         Ok(p) => p.with_ranks_per_node(opts.ranks_per_node),
@@ -224,11 +235,12 @@ pub fn run(config: &Config, opts: &RunOptions) -> u8 {
     signals::catch_termination();
     let completed = relaunch.launches();
     relaunch.state.save(&opts.prefix);
-    let mut code = if completed { 0 } else { 1 };
-    if opts.postrun && !postrun(opts, &plan, &relaunch.previous) {
-        code = 1;
+    let postrun_ok = !opts.postrun || postrun(opts, &plan, &relaunch.previous);
+    if completed && postrun_ok {
+        RunOutcome::Completed
+    } else {
+        RunOutcome::Failed
     }
-    code
 }
 
 /// Where `scr run` launches, decided once before the first launch: the allocation, the
@@ -242,20 +254,20 @@ struct Plan {
 
 impl Plan {
     /// Read the allocation and the simulated layout and check that the layout's nodes
-    /// are in the allocation; `Err(exit code)` once the reason is printed.
-    fn new(config: &Config) -> Result<Plan, u8> {
+    /// are in the allocation; `Err(outcome)` once the reason is logged.
+    fn new(config: &Config) -> Result<Plan, RunOutcome> {
         let alloc = match allocation(config, &|v| std::env::var(v).ok()) {
             Ok(a) => a,
             Err(e) => {
                 tracing::error!("{e}");
-                return Err(1);
+                return Err(RunOutcome::Failed);
             }
         };
         let layout = match simulated_layout(&config.str("node_names")) {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!("{e}");
-                return Err(1);
+                return Err(RunOutcome::Failed);
             }
         };
         if let Some((nodes, _)) = &layout {
@@ -266,7 +278,7 @@ impl Plan {
                     hostlist::compress(&alloc.nodes),
                     alloc.source
                 );
-                return Err(1);
+                return Err(RunOutcome::Failed);
             }
         }
         let ranks_per_node = layout.as_ref().map_or(1, |(_, r)| *r);
@@ -298,20 +310,20 @@ impl Plan {
 
 /// `enable = false`: launch the step once on the first launch's nodes, without node
 /// checks, relaunches or postrun (SCR's scr_srun too: with the library off there is
-/// nothing to relaunch from). The exit code of [`run`].
-fn launch_once(opts: &RunOptions, plan: &Plan) -> u8 {
+/// nothing to relaunch from). The outcome of [`run`].
+fn launch_once(opts: &RunOptions, plan: &Plan) -> RunOutcome {
     say("enable = false: launching once, without node checks or relaunches");
     let nodes = plan.layout.as_ref().map_or(&plan.alloc.nodes, |(n, _)| n);
     let argv = launch_command(&opts.launcher, nodes, plan.ranks_per_node, &[]);
     match Command::new(&argv[0]).args(&argv[1..]).status() {
-        Ok(s) if s.success() => 0,
+        Ok(s) if s.success() => RunOutcome::Completed,
         Ok(s) => {
             say(format!("launch failed ({s})"));
-            1
+            RunOutcome::Failed
         }
         Err(e) => {
             say(format!("cannot start `{}`: {e}", argv[0]));
-            1
+            RunOutcome::Failed
         }
     }
 }
@@ -347,14 +359,14 @@ struct Relaunch<'a> {
 }
 
 impl<'a> Relaunch<'a> {
-    /// Read the loop's settings and announce the allocation; `Err(exit code)` when the
+    /// Read the loop's settings and announce the allocation; `Err(outcome)` when the
     /// node checks cannot be set up (the reason printed).
-    fn new(config: &'a Config, opts: &'a RunOptions, plan: &'a Plan) -> Result<Self, u8> {
+    fn new(config: &'a Config, opts: &'a RunOptions, plan: &'a Plan) -> Result<Self, RunOutcome> {
         let check = match NodeCheck::new(config, &opts.prefix, plan.ranks_per_node) {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!("{e}");
-                return Err(1);
+                return Err(RunOutcome::Failed);
             }
         };
         let runs = opts.runs.unwrap_or_else(|| config.u64("runs")).max(1);

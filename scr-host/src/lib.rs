@@ -4,14 +4,12 @@
 mod command;
 pub mod config;
 pub mod events;
-pub mod exit;
 pub mod explain;
 pub mod hostlist;
 pub mod launch;
 pub mod layout;
 pub mod local_mpi;
 pub mod log;
-pub mod man;
 pub mod registry;
 pub mod runtime;
 pub mod scavenge;

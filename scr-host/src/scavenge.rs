@@ -49,7 +49,6 @@
 //! the flush file and every older dataset as they were, and removes the staging copies.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -122,55 +121,35 @@ pub struct Scavenger {
     registry: Registry,
     prefix: PathBuf,
     simulated: bool,
-    progress: Progress,
+    progress: Box<dyn Progress>,
 }
 
-/// Progress and bandwidth: a bar on a terminal, a plain line per rank otherwise.
-struct Progress {
-    bar: Option<indicatif::ProgressBar>,
+/// Where the scavenge tools report progress: each rank's copy as it starts and ends,
+/// and notes on what was found on the way (a node without a control directory, files an
+/// interrupted flush left). A trait, not printing, because how to show it is the caller's
+/// choice: the `scr` command draws a bar on a terminal and plain lines otherwise, a test
+/// or another tool may collect or ignore them.
+pub trait Progress {
+    /// A copy of `bytes` bytes, described by `what` (`<node> rank <r>`), starts.
+    fn start(&self, what: &str, bytes: u64);
+    /// A step ended (after `bytes` more bytes; 0 for a note): `line` says what happened.
+    fn done(&self, line: &str, bytes: u64);
+    /// No more copies follow: a display may go away.
+    fn finish(&self);
 }
 
-impl Progress {
-    fn new(quiet: bool) -> Progress {
-        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
-            let bar = indicatif::ProgressBar::new(0);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{msg:20} {bytes}/{total_bytes} {binary_bytes_per_sec} {wide_bar}",
-                )
-                .expect("template"),
-            );
-            bar
-        });
-        Progress { bar }
-    }
+/// Progress nobody watches: every report is dropped.
+pub struct NoProgress;
 
-    fn start(&self, what: &str, bytes: u64) {
-        if let Some(b) = &self.bar {
-            b.set_message(what.to_string());
-            b.inc_length(bytes);
-        }
-    }
-
-    fn done(&self, line: &str, bytes: u64) {
-        match &self.bar {
-            Some(b) => {
-                b.inc(bytes);
-                b.println(line);
-            }
-            None => println!("{line}"),
-        }
-    }
-
-    fn finish(&self) {
-        if let Some(b) = &self.bar {
-            b.finish_and_clear();
-        }
-    }
+impl Progress for NoProgress {
+    fn start(&self, _: &str, _: u64) {}
+    fn done(&self, _: &str, _: u64) {}
+    fn finish(&self) {}
 }
 
-/// `bytes` over `secs` as a human figure.
-fn rate(bytes: u64, secs: f64) -> String {
+/// `bytes` over `secs` as a human figure (`1.5 MiB in 0.20 s, 7.5 MiB/s`), for progress
+/// lines and the closing summary of a copy.
+pub fn rate(bytes: u64, secs: f64) -> String {
     let size = |b: f64| {
         if b >= (1u64 << 30) as f64 {
             format!("{:.2} GiB", b / (1u64 << 30) as f64)
@@ -205,15 +184,16 @@ fn manifest_path(prefix: &Path, id: u64, rank: u32) -> PathBuf {
 }
 
 impl Scavenger {
-    /// Tools for the job `config` describes; `prefix` overrides its `prefix`.
-    pub fn new(config: Config, prefix: Option<PathBuf>, quiet: bool) -> Scavenger {
+    /// Tools for the job `config` describes; `prefix` overrides its `prefix`; `progress`
+    /// receives every copy's start and end.
+    pub fn new(config: Config, prefix: Option<PathBuf>, progress: Box<dyn Progress>) -> Scavenger {
         let registry = Registry::load(&config.search_path());
         Scavenger {
             prefix: prefix.unwrap_or_else(|| PathBuf::from(config.str("prefix"))),
             simulated: !config.str("node_names").is_empty(),
             registry,
             config,
-            progress: Progress::new(quiet),
+            progress,
         }
     }
 
@@ -1072,23 +1052,8 @@ pub fn index_add(
         job_name,
         ..IndexEntry::default()
     };
-    let current = Index::try_update(prefix, |ix| {
-        if ix
-            .datasets
-            .get(&id)
-            .is_some_and(|e| e.complete && e.failed.is_none())
-        {
-            return Err(format!(
-                "dataset {id} ({}) is in the index already",
-                entry.name
-            ));
-        }
-        let _ = std::fs::remove_file(prefix::FailedNote::path(prefix, id));
-        ix.datasets.insert(id, entry.clone());
-        // the newest complete checkpoint is the restart point, as after a flush
-        Ok(ix.make_current_if_newest(&entry))
-    })
-    .map_err(|e| e.to_string())??;
+    let current = Index::try_update(prefix, |ix| ix.add_complete(prefix, &entry))
+        .map_err(|e| e.to_string())??;
     if let Err(e) = FlushFile::add_location(prefix, id, "PFS") {
         tracing::warn!(
             dataset = id,
@@ -1178,131 +1143,98 @@ fn verify_in_prefix(prefix: &Path, summary: &Summary, buf: usize) -> Result<(), 
     Ok(())
 }
 
-/// Exit statuses of `scr scavenge`, `scr postrun` and `scr index add`.
-const EXIT_HELP: &str = "Exit status: 0 done (or nothing to do: the newest cached dataset is in the prefix already), 1 failed or refused: nothing was added to the index and the prefix is as it was (the message names the node, rank and file and what to do), 2 usage error.";
-
-/// Exit statuses of `scr scavenge`.
-const SCAVENGE_EXIT_HELP: &str = "Exit status: 0 every rank's files found on these nodes were copied and verified (or nothing to do), 1 some rank's files could not be copied or verified (each named with node, rank, file and reason; `scr postrun` rebuilds such ranks through the redundancy scheme when it can), 2 usage error.";
-
-/// `scr scavenge`: the per-node step.
-#[derive(clap::Args, Debug)]
-#[command(after_help = SCAVENGE_EXIT_HELP)]
-pub struct ScavengeArgs {
-    /// The prefix directory (default: the configuration's `prefix`).
-    #[arg(long, value_name = "DIR")]
-    pub prefix: Option<PathBuf>,
-    /// The node whose cache to copy (repeatable). Default: this host, or every simulated
-    /// node when SCR_NODE_NAMES is set. Run it on each node of the allocation (pdsh,
-    /// `srun --ntasks-per-node=1`): node-local storage is readable only there.
-    #[arg(long, value_name = "NODE")]
-    pub node: Vec<String>,
-    /// The dataset id to copy (default: the newest complete one in these nodes' cache).
-    #[arg(long, value_name = "ID")]
-    pub id: Option<u64>,
-    /// No progress display; plain lines only.
-    #[arg(long)]
-    pub quiet: bool,
+/// Why there is nothing to scavenge; not a failure (`scr scavenge` and `scr postrun`
+/// say it and exit 0). Its text is the sentence the command prints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NothingToDo {
+    /// The dataset asked for is complete in the prefix's index already.
+    InPrefix(u64),
+    /// The nodes' caches hold no complete dataset.
+    NothingCached(Vec<String>),
+    /// The newest dataset in cache is complete in the prefix already.
+    NewestInPrefix {
+        /// Its id.
+        id: u64,
+        /// Its name.
+        name: String,
+    },
 }
 
-/// `scr postrun`: scavenge the newest checkpoint into the prefix after the job step.
-#[derive(clap::Args, Debug)]
-#[command(after_help = EXIT_HELP)]
-pub struct PostrunArgs {
-    /// The prefix directory (default: the configuration's `prefix`).
-    #[arg(long, value_name = "DIR")]
-    pub prefix: Option<PathBuf>,
-    /// The dataset id to scavenge (default: the newest complete one in cache).
-    #[arg(long, value_name = "ID")]
-    pub id: Option<u64>,
-    /// The nodes whose caches to copy from here (repeatable; default: every simulated
-    /// node when SCR_NODE_NAMES is set, else this host).
-    #[arg(long, value_name = "NODE")]
-    pub node: Vec<String>,
-    /// Copy nothing: use what `scr scavenge` already copied on each node (default id:
-    /// the newest one staged in the prefix).
-    #[arg(long)]
-    pub no_copy: bool,
-    /// No progress display; plain lines only.
-    #[arg(long)]
-    pub quiet: bool,
-}
-
-fn failed(msg: impl std::fmt::Display) -> std::process::ExitCode {
-    tracing::error!("{msg}");
-    std::process::ExitCode::from(1)
+impl std::fmt::Display for NothingToDo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NothingToDo::InPrefix(id) => {
+                write!(f, "dataset {id} is in the prefix already; nothing to scavenge")
+            }
+            NothingToDo::NothingCached(nodes) => write!(
+                f,
+                "nothing to scavenge: no complete dataset in the cache of node(s) {}",
+                nodes.join(", ")
+            ),
+            NothingToDo::NewestInPrefix { id, name } => write!(
+                f,
+                "{name} (dataset {id}), the newest in cache, is in the prefix already; nothing to scavenge"
+            ),
+        }
+    }
 }
 
 /// The dataset to work on: the one asked for, else the newest complete one in `nodes`'
-/// cache; `Err(code)` when there is nothing to do (0) or nothing is cached (0).
-fn choose(
-    sc: &Scavenger,
-    nodes: &[String],
-    id: Option<u64>,
-) -> Result<u64, std::process::ExitCode> {
+/// cache; [`NothingToDo`] when it is in the prefix already or nothing is cached.
+pub fn choose(sc: &Scavenger, nodes: &[String], id: Option<u64>) -> Result<u64, NothingToDo> {
     if let Some(id) = id {
         let held = Index::load_or_rebuild(sc.prefix())
             .ok()
             .and_then(|ix| ix.datasets.get(&id).cloned())
             .is_some_and(|e| e.complete && e.failed.is_none());
         if held {
-            println!("dataset {id} is in the prefix already; nothing to scavenge");
-            return Err(std::process::ExitCode::SUCCESS);
+            return Err(NothingToDo::InPrefix(id));
         }
         return Ok(id);
     }
     match sc.newest_cached(nodes) {
-        None => {
-            println!(
-                "nothing to scavenge: no complete dataset in the cache of node(s) {}",
-                nodes.join(", ")
-            );
-            Err(std::process::ExitCode::SUCCESS)
-        }
-        Some((id, name, true)) => {
-            println!("{name} (dataset {id}), the newest in cache, is in the prefix already; nothing to scavenge");
-            Err(std::process::ExitCode::SUCCESS)
-        }
+        None => Err(NothingToDo::NothingCached(nodes.to_vec())),
+        Some((id, name, true)) => Err(NothingToDo::NewestInPrefix { id, name }),
         Some((id, _, false)) => Ok(id),
     }
 }
 
-/// Run `scr scavenge`.
-pub fn scavenge_command(config: Config, args: &ScavengeArgs) -> std::process::ExitCode {
-    let sc = Scavenger::new(config, args.prefix.clone(), args.quiet);
-    let nodes = if args.node.is_empty() {
-        sc.reachable_nodes()
-    } else {
-        args.node.clone()
-    };
-    let id = match choose(&sc, &nodes, args.id) {
-        Ok(id) => id,
-        Err(code) => return code,
-    };
-    let mut bad = Vec::new();
-    for node in &nodes {
+/// The per-node step on every node of `nodes` (`scr scavenge`): copy dataset `id` into
+/// staging, keeping what earlier runs staged for other nodes. The report sums the nodes.
+pub fn scavenge(sc: &Scavenger, nodes: &[String], id: u64) -> NodeReport {
+    let mut all = NodeReport::default();
+    for node in nodes {
         let r = sc.copy_node(node, id);
-        bad.extend(r.failed);
+        all.copied.extend(r.copied);
+        all.failed.extend(r.failed);
+        all.bytes += r.bytes;
     }
     sc.finish_progress();
-    println!(
-        "dataset {id}: staged in {}; run `scr postrun --no-copy --id {id}` once every node is done",
-        stage_dir(sc.prefix(), id).display()
-    );
-    if bad.is_empty() {
-        std::process::ExitCode::SUCCESS
-    } else {
-        failed(format!(
-            "dataset {id}: not copied: {}; `scr postrun` rebuilds such ranks through the redundancy scheme when it can",
-            bad.iter()
-                .map(|(r, why)| format!("rank {r}: {why}"))
-                .collect::<Vec<_>>()
-                .join("; ")
-        ))
+    all
+}
+
+/// The dataset `scr postrun` works on: with `no_copy` and no id, the newest one staged
+/// (an error when none is); else as [`choose`] says.
+pub fn postrun_target(
+    sc: &Scavenger,
+    nodes: &[String],
+    id: Option<u64>,
+    no_copy: bool,
+) -> Result<Result<u64, NothingToDo>, String> {
+    if no_copy && id.is_none() {
+        return match newest_staged(sc.prefix()) {
+            Some(id) => Ok(Ok(id)),
+            None => Err(format!(
+                "nothing staged in {}: run `scr scavenge` on every node first",
+                prefix::scr_dir(sc.prefix()).display()
+            )),
+        };
     }
+    Ok(choose(sc, nodes, id))
 }
 
 /// The newest dataset id with a staging directory in `prefix`.
-fn newest_staged(prefix: &Path) -> Option<u64> {
+pub fn newest_staged(prefix: &Path) -> Option<u64> {
     std::fs::read_dir(prefix::scr_dir(prefix))
         .ok()?
         .filter_map(Result::ok)
@@ -1317,75 +1249,16 @@ fn newest_staged(prefix: &Path) -> Option<u64> {
         .max()
 }
 
-/// Run `scr postrun`.
-pub fn postrun_command(config: Config, args: &PostrunArgs) -> std::process::ExitCode {
-    let sc = Scavenger::new(config, args.prefix.clone(), args.quiet);
-    let nodes = if args.node.is_empty() {
-        sc.reachable_nodes()
-    } else {
-        args.node.clone()
-    };
-    let id = if args.no_copy && args.id.is_none() {
-        match newest_staged(sc.prefix()) {
-            Some(id) => id,
-            None => {
-                return failed(format!(
-                    "nothing staged in {}: run `scr scavenge` on every node first",
-                    prefix::scr_dir(sc.prefix()).display()
-                ))
-            }
-        }
-    } else {
-        match choose(&sc, &nodes, args.id) {
-            Ok(id) => id,
-            Err(code) => return code,
-        }
-    };
-    let started = Instant::now();
-    if !args.no_copy {
-        copy_nodes(&sc, &nodes, id, started);
-    }
-    match sc.finish(id) {
-        Ok(added) => {
-            log_scavenge(&sc, &added, started);
-            report_added(&sc, &added);
-            std::process::ExitCode::SUCCESS
-        }
-        Err(why) => {
-            // what a restart would fetch now (as `scr index current` says)
-            let restart = Index::load_or_rebuild(sc.prefix())
-                .ok()
-                .and_then(|ix| ix.restart_point());
-            failed(format!(
-                "dataset {id} was not scavenged: {why}. {}. The cache still holds what it held; fix the cause and run `scr postrun` again",
-                match restart {
-                    Some(n) => format!("The restart point stays {n}"),
-                    None => "The prefix holds no checkpoint to restart from".to_string(),
-                }
-            ))
-        }
-    }
-}
-
 /// Postrun's own copy step: stage dataset `id` from every node in `nodes` afresh (copies
-/// left by an earlier, interrupted scavenge are not used) and say how fast.
-fn copy_nodes(sc: &Scavenger, nodes: &[String], id: u64, started: Instant) {
+/// left by an earlier, interrupted scavenge are not used). The report sums the nodes.
+pub fn copy_afresh(sc: &Scavenger, nodes: &[String], id: u64) -> NodeReport {
     let _ = std::fs::remove_dir_all(stage_dir(sc.prefix(), id));
-    let mut bytes = 0;
-    for node in nodes {
-        bytes += sc.copy_node(node, id).bytes;
-    }
-    sc.finish_progress();
-    println!(
-        "copied {} from {} node(s)",
-        rate(bytes, started.elapsed().as_secs_f64()),
-        nodes.len()
-    );
+    scavenge(sc, nodes, id)
 }
 
 /// Record the scavenge, and the nodes found lost, in the event log (`scr log` counts
 /// them).
-fn log_scavenge(sc: &Scavenger, added: &Added, started: Instant) {
+pub fn log_scavenge(sc: &Scavenger, added: &Added, started: Instant) {
     let e = &added.entry;
     let job = sc.config.str("job_id");
     if !added.lost_nodes.is_empty() {
@@ -1410,52 +1283,18 @@ fn log_scavenge(sc: &Scavenger, added: &Added, started: Instant) {
     );
 }
 
-/// Say what postrun added: the ranks rebuilt, the dataset, whether it is the restart
-/// point and where its files went when their names were taken.
-fn report_added(sc: &Scavenger, added: &Added) {
-    let e = &added.entry;
-    if !added.rebuilt.is_empty() {
-        println!("rebuilt the files of ranks {:?}", added.rebuilt);
-    }
-    println!(
-        "added {} (dataset {}) to the index of {}{}{}",
-        e.name,
-        e.id,
-        sc.prefix().display(),
-        if added.current { ", restart point" } else { "" },
-        if added.relocated {
-            format!(
-                "; its names were taken in the prefix, so its files are in {}",
-                prefix::relocated(e.id, "")
-            )
-        } else {
-            String::new()
-        }
-    );
-}
-
-/// Run `scr index add NAME|ID`.
-pub fn index_add_command(
+/// `scr index add NAME|ID` with the settings of `config` when it loads (the copy buffer
+/// size, the job name recorded in the entry): see [`index_add`].
+pub fn index_add_with(
     config: Option<&Config>,
     prefix: &Path,
     which: &str,
-) -> std::process::ExitCode {
+) -> Result<(IndexEntry, bool), String> {
     let buf = config.map_or(1 << 20, |c| {
         c.u64("file_buf_size").clamp(4096, 64 << 20) as usize
     });
     let job = config.map(|c| c.str("job_name")).filter(|n| !n.is_empty());
-    match index_add(prefix, which, false, job, buf) {
-        Ok((e, current)) => {
-            println!(
-                "added {} (dataset {}) to the index{}",
-                e.name,
-                e.id,
-                if current { ", restart point" } else { "" }
-            );
-            std::process::ExitCode::SUCCESS
-        }
-        Err(why) => failed(why),
-    }
+    index_add(prefix, which, false, job, buf)
 }
 
 /// Write a state file, for the tests of this module.

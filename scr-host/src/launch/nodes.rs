@@ -444,6 +444,27 @@ fn check_free(dir: &Path, need: u64, why: &str) -> Option<String> {
     })
 }
 
+/// `scr nodes down [HOSTLIST]`: the nodes of `list` (a host list; default: the
+/// allocation's) that are down, each with the reason, checked as `scr run` checks them
+/// before a launch (with `prefix`'s index sizing the free-space check). An error when the
+/// list, the allocation or the checks' settings are invalid.
+pub fn down_nodes(
+    config: &Config,
+    list: Option<&str>,
+    prefix: &Path,
+) -> Result<Vec<(String, String)>, String> {
+    let list = match list {
+        Some(l) => hostlist::expand(l).map_err(|e| e.to_string())?,
+        None => allocation(config, &|v| std::env::var(v).ok())?.nodes,
+    };
+    let per_node = super::simulated_layout(&config.str("node_names"))
+        .ok()
+        .flatten()
+        .map_or(1, |(_, r)| r);
+    let check = NodeCheck::new(config, prefix, per_node)?;
+    Ok(check.down(&list))
+}
+
 /// Free bytes of the file system holding `dir`, as `df` reports them (no `unsafe`
 /// statvfs call for a serial check); `None` when df cannot tell.
 pub fn free_bytes(dir: &Path) -> Option<u64> {

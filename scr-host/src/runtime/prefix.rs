@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::state::{read_state, write_state, StateError};
 
+mod edit;
+pub use edit::Dropped;
+
 /// One dataset in the index.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexEntry {
