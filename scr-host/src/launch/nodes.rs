@@ -238,8 +238,7 @@ impl NodeCheck {
             excluded,
             script,
             bases,
-            job_dir: PathBuf::from(config.str("user"))
-                .join(format!("scr.{}", config.str("job_id"))),
+            job_dir: crate::layout::job_subdir(&config.str("user"), &config.str("job_id")),
             this_host: this_host(),
         })
     }
