@@ -122,8 +122,8 @@ impl Report {
 }
 
 fn main() -> ExitCode {
-    if let Some(dir) = scr_host::man::requested() {
-        return scr_host::man::write_pages(<Args as clap::CommandFactory>::command(), &dir);
+    if let Some(dir) = scr_cli::man::requested() {
+        return scr_cli::man::write_pages(<Args as clap::CommandFactory>::command(), &dir);
     }
     let args = Args::parse();
     if let Some(state) = &args.resume_child {

@@ -169,6 +169,20 @@ fn expand_bracket(inner: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// Every host the lists name, in order, each once (`scr hostlist expand` and `compress`
+/// take several lists and treat them as one).
+pub fn expand_all<S: AsRef<str>>(lists: &[S]) -> Result<Vec<String>, HostlistError> {
+    let mut out: Vec<String> = Vec::new();
+    for l in lists {
+        for h in expand(l.as_ref())? {
+            if !out.contains(&h) {
+                out.push(h);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The shortest SLURM-style expression of `hosts` this module writes: names that differ
 /// only in their last run of digits (same text before and after it, same padding) share
 /// one bracket. Groups appear in the order of their first host; numbers are sorted and

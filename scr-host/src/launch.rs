@@ -38,6 +38,7 @@
 //! nodes with reasons, runs left) for `scr env`; failed launches, down nodes and a halt
 //! that ends the retries are also appended to the prefix's event log (`scr log`).
 
+use crate::config::settings;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -47,14 +48,15 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-pub mod cli;
+mod env;
 pub mod nodes;
+pub use env::{env, halt_reason, Env};
 mod signals;
 
-use crate::config::{settings, Config};
+use crate::config::Config;
 use crate::hostlist;
 use crate::runtime::Halt;
-pub use nodes::{allocation, Allocation, NodeCheck};
+pub use nodes::{allocation, down_nodes, Allocation, NodeCheck};
 
 /// State-file kind of `<prefix>/.scr/run.scr`.
 pub const KIND: &str = "run";
@@ -201,12 +203,24 @@ enum Ended {
     Signalled(i32),
 }
 
-/// `scr run`: the exit code (0: the step completed; 1: it did not, the reason printed;
-/// 2: usage).
-pub fn run(config: &Config, opts: &RunOptions) -> u8 {
+/// How `scr run` ended; the command turns it into its exit status (a value, not a code,
+/// so the library says what happened and the command alone decides how to exit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// The step completed (and postrun, when asked for, succeeded).
+    Completed,
+    /// The step did not complete, postrun failed, or the launch could not be set up;
+    /// the reason was logged.
+    Failed,
+    /// No launcher command was given (a usage error).
+    NoLauncher,
+}
+
+/// `scr run`: launch the step, relaunch it after failures, then run postrun.
+pub fn run(config: &Config, opts: &RunOptions) -> RunOutcome {
     if opts.launcher.is_empty() {
         tracing::error!("no launcher command given (scr run -- mpiexec -n 4 ./app)");
-        return 2;
+        return RunOutcome::NoLauncher;
     }
     let plan = match Plan::new(config) {
         Ok(p) => p.with_ranks_per_node(opts.ranks_per_node),
@@ -224,11 +238,12 @@ pub fn run(config: &Config, opts: &RunOptions) -> u8 {
     signals::catch_termination();
     let completed = relaunch.launches();
     relaunch.state.save(&opts.prefix);
-    let mut code = if completed { 0 } else { 1 };
-    if opts.postrun && !postrun(opts, &plan, &relaunch.previous) {
-        code = 1;
+    let postrun_ok = !opts.postrun || postrun(opts, &plan, &relaunch.previous);
+    if completed && postrun_ok {
+        RunOutcome::Completed
+    } else {
+        RunOutcome::Failed
     }
-    code
 }
 
 /// Where `scr run` launches, decided once before the first launch: the allocation, the
@@ -242,20 +257,20 @@ struct Plan {
 
 impl Plan {
     /// Read the allocation and the simulated layout and check that the layout's nodes
-    /// are in the allocation; `Err(exit code)` once the reason is printed.
-    fn new(config: &Config) -> Result<Plan, u8> {
+    /// are in the allocation; `Err(outcome)` once the reason is logged.
+    fn new(config: &Config) -> Result<Plan, RunOutcome> {
         let alloc = match allocation(config, &|v| std::env::var(v).ok()) {
             Ok(a) => a,
             Err(e) => {
                 tracing::error!("{e}");
-                return Err(1);
+                return Err(RunOutcome::Failed);
             }
         };
         let layout = match simulated_layout(&config.get(settings::NODE_NAMES)) {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!("{e}");
-                return Err(1);
+                return Err(RunOutcome::Failed);
             }
         };
         if let Some((nodes, _)) = &layout {
@@ -266,7 +281,7 @@ impl Plan {
                     hostlist::compress(&alloc.nodes),
                     alloc.source
                 );
-                return Err(1);
+                return Err(RunOutcome::Failed);
             }
         }
         let ranks_per_node = layout.as_ref().map_or(1, |(_, r)| *r);
@@ -298,20 +313,20 @@ impl Plan {
 
 /// `enable = false`: launch the step once on the first launch's nodes, without node
 /// checks, relaunches or postrun (SCR's scr_srun too: with the library off there is
-/// nothing to relaunch from). The exit code of [`run`].
-fn launch_once(opts: &RunOptions, plan: &Plan) -> u8 {
+/// nothing to relaunch from). The outcome of [`run`].
+fn launch_once(opts: &RunOptions, plan: &Plan) -> RunOutcome {
     say("enable = false: launching once, without node checks or relaunches");
     let nodes = plan.layout.as_ref().map_or(&plan.alloc.nodes, |(n, _)| n);
     let argv = launch_command(&opts.launcher, nodes, plan.ranks_per_node, &[]);
     match Command::new(&argv[0]).args(&argv[1..]).status() {
-        Ok(s) if s.success() => 0,
+        Ok(s) if s.success() => RunOutcome::Completed,
         Ok(s) => {
             say(format!("launch failed ({s})"));
-            1
+            RunOutcome::Failed
         }
         Err(e) => {
             say(format!("cannot start `{}`: {e}", argv[0]));
-            1
+            RunOutcome::Failed
         }
     }
 }
@@ -347,14 +362,14 @@ struct Relaunch<'a> {
 }
 
 impl<'a> Relaunch<'a> {
-    /// Read the loop's settings and announce the allocation; `Err(exit code)` when the
+    /// Read the loop's settings and announce the allocation; `Err(outcome)` when the
     /// node checks cannot be set up (the reason printed).
-    fn new(config: &'a Config, opts: &'a RunOptions, plan: &'a Plan) -> Result<Self, u8> {
+    fn new(config: &'a Config, opts: &'a RunOptions, plan: &'a Plan) -> Result<Self, RunOutcome> {
         let check = match NodeCheck::new(config, &opts.prefix, plan.ranks_per_node) {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!("{e}");
-                return Err(1);
+                return Err(RunOutcome::Failed);
             }
         };
         let runs = opts
@@ -859,93 +874,6 @@ fn pump(
             line.clear();
         }
     })
-}
-
-/// Whether a job should stop retrying, with the reason (SCR's `scr_retries_halt`):
-/// a condition of the prefix's halt file ([`Halt::reason`]; a job that called finalize
-/// left one), or fewer than `halt_seconds` left before the allocation's end
-/// ([`crate::walltime`]: the `end_time` key, else the resource manager), the rule the
-/// library applies inside the job. `Ok(Some(why))`: stop.
-pub fn halt_reason(prefix: &Path, config: &Config) -> Result<Option<String>, String> {
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let margin = config.get(settings::HALT_SECONDS) as i64;
-    let halt = Halt::load(prefix).map_err(|e| e.to_string())?;
-    if let Some(why) = halt.reason(now, margin) {
-        return Ok(Some(why));
-    }
-    if margin > 0 {
-        if let Some((end, source)) = crate::walltime::from_config_and_env(config) {
-            if now >= end - margin {
-                return Ok(Some(format!(
-                    "within {margin} s (halt_seconds) of the allocation's end {end} ({source})"
-                )));
-            }
-        }
-    }
-    Ok(None)
-}
-
-/// `scr env`'s fields.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Env {
-    /// Job id.
-    pub job_id: String,
-    /// The allocation's nodes (compressed) and their source.
-    pub nodes: Result<Allocation, String>,
-    /// Down nodes: those `scr run` found in this job, else `exclude_nodes`.
-    pub down: Vec<(String, String)>,
-    /// The prefix directory.
-    pub prefix: PathBuf,
-    /// Launches `scr run` may still make (the `runs` key before it started).
-    pub runs_left: u64,
-}
-
-/// What `scr env` prints.
-pub fn env(config: &Config, prefix: &Path, getenv: &dyn Fn(&str) -> Option<String>) -> Env {
-    let job_id = config.get(settings::JOB_ID);
-    let state = RunState::load(prefix, &job_id);
-    let mut down: Vec<(String, String)> =
-        state.as_ref().map(|s| s.down.clone()).unwrap_or_default();
-    if let Ok(ex) = hostlist::expand(&config.get(settings::EXCLUDE_NODES)) {
-        for n in ex {
-            if !down.iter().any(|(d, _)| *d == n) {
-                down.push((n, "listed in exclude_nodes".into()));
-            }
-        }
-    }
-    Env {
-        nodes: allocation(config, getenv),
-        runs_left: state.map_or_else(|| config.get(settings::RUNS), |s| s.runs_left),
-        job_id,
-        down,
-        prefix: prefix.to_path_buf(),
-    }
-}
-
-impl std::fmt::Display for Env {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "{:<11} {}", "job id", self.job_id)?;
-        match &self.nodes {
-            Ok(a) => writeln!(
-                f,
-                "{:<11} {} ({})",
-                "nodes",
-                hostlist::compress(&a.nodes),
-                a.source
-            )?,
-            Err(e) => writeln!(f, "{:<11} unknown: {e}", "nodes")?,
-        }
-        if self.down.is_empty() {
-            writeln!(f, "{:<11} none", "down")?;
-        }
-        for (n, why) in &self.down {
-            writeln!(f, "{:<11} {n}: {why}", "down")?;
-        }
-        writeln!(f, "{:<11} {}", "prefix", self.prefix.display())?;
-        writeln!(f, "{:<11} {}", "runs left", self.runs_left)
-    }
 }
 
 #[cfg(test)]

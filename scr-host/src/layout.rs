@@ -10,9 +10,10 @@
 //! <cntl_base>[/<node>]/<user>/scr.<job>/            control directory (filemaps, nodes file,
 //!     filemap_<rank>.scr, nodes.scr, transfer.<id>.<rank>.state)
 //! <prefix>/.scr/                                    the prefix's state (index, flush, halt,
-//!     index.scr  flush.scr  halt.scr  ids.scr  events.jsonl  app.conf
+//!     index.scr  flush.scr  halt.scr  ids.scr  events.jsonl  app.conf  lock
 //!     scr.dataset.<id>/                             one flushed dataset's records
 //!         summary.scr  rank2file.scr  rank2file.<n>.scr  writes.scr  writes.<n>.scr
+//!         failed.scr
 //!         files/<name>                              a file relocated by a name clash
 //!         scavenge/rank_<r>/  scavenge/rank_<r>.scr  scavenge's staging
 //! ```
@@ -105,6 +106,17 @@ pub fn events_file(prefix: &Path) -> PathBuf {
 /// The configuration calls the application made, recorded for the `scr` tools.
 pub fn app_conf_file(prefix: &Path) -> PathBuf {
     scr_dir(prefix).join("app.conf")
+}
+
+/// The lock file serializing updates of the prefix's state files (index, flush file).
+pub fn lock_file(prefix: &Path) -> PathBuf {
+    scr_dir(prefix).join("lock")
+}
+
+/// The note beside a flushed dataset's summary that marks it failed (kept so a rebuilt
+/// index keeps the mark).
+pub fn failed_note_file(prefix: &Path, id: u64) -> PathBuf {
+    prefix_dataset_dir(prefix, id).join("failed.scr")
 }
 
 /// A flushed dataset's summary.

@@ -4,7 +4,6 @@
 mod command;
 pub mod config;
 pub mod events;
-pub mod exit;
 pub mod explain;
 pub mod hostlist;
 pub mod launch;
@@ -14,7 +13,6 @@ pub mod layout;
 pub(crate) mod local_host;
 pub mod local_mpi;
 pub mod log;
-pub mod man;
 pub mod registry;
 pub mod runtime;
 pub mod scavenge;

@@ -37,10 +37,11 @@
 //!   of the largest dataset in the prefix's index (its bytes over its world size, times
 //!   the ranks per node). Checked where the directories are checked.
 
+use crate::config::settings;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::config::{settings, Config, View};
+use crate::config::{Config, View};
 use crate::hostlist;
 
 /// The allocation's nodes and where the list came from.
@@ -238,8 +239,10 @@ impl NodeCheck {
             excluded,
             script,
             bases,
-            job_dir: PathBuf::from(config.get(settings::USER))
-                .join(format!("scr.{}", config.get(settings::JOB_ID))),
+            job_dir: crate::layout::job_subdir(
+                &config.get(settings::USER),
+                &config.get(settings::JOB_ID),
+            ),
             this_host: this_host(),
         })
     }
@@ -442,6 +445,27 @@ fn check_free(dir: &Path, need: u64, why: &str) -> Option<String> {
             dir.display()
         )
     })
+}
+
+/// `scr nodes down [HOSTLIST]`: the nodes of `list` (a host list; default: the
+/// allocation's) that are down, each with the reason, checked as `scr run` checks them
+/// before a launch (with `prefix`'s index sizing the free-space check). An error when the
+/// list, the allocation or the checks' settings are invalid.
+pub fn down_nodes(
+    config: &Config,
+    list: Option<&str>,
+    prefix: &Path,
+) -> Result<Vec<(String, String)>, String> {
+    let list = match list {
+        Some(l) => hostlist::expand(l).map_err(|e| e.to_string())?,
+        None => allocation(config, &|v| std::env::var(v).ok())?.nodes,
+    };
+    let per_node = super::simulated_layout(&config.get(settings::NODE_NAMES))
+        .ok()
+        .flatten()
+        .map_or(1, |(_, r)| r);
+    let check = NodeCheck::new(config, prefix, per_node)?;
+    Ok(check.down(&list))
 }
 
 /// Free bytes of the file system holding `dir`, as `df` reports them (no `unsafe`

@@ -1,13 +1,16 @@
 //! The command-line side of the launch part: `scr run`, `scr nodes down`,
-//! `scr hostlist`, `scr env` (argument types for `scr`'s parser and what each does).
+//! `scr hostlist`, `scr env`, `scr halt --check`: their clap arguments, and how each
+//! prints what `scr_host::launch` returns and exits (see [`scr_cli::exit`]).
 
+use scr_host::config::settings;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use crate::config::{settings, Config};
-use crate::hostlist;
-use crate::launch::{self, allocation, NodeCheck, RunOptions};
+use scr_cli::exit;
+use scr_host::config::Config;
+use scr_host::hostlist;
+use scr_host::launch::{self, RunOptions, RunOutcome};
 
 /// `scr run [OPTIONS] -- LAUNCHER ARGS...`
 #[derive(Args, Debug)]
@@ -141,7 +144,7 @@ fn prefix_or(config: &Config, given: &Option<PathBuf>) -> PathBuf {
 
 /// `scr run`.
 pub fn run(config: &Config, args: &RunArgs) -> u8 {
-    launch::run(
+    let outcome = launch::run(
         config,
         &RunOptions {
             runs: args.runs,
@@ -152,30 +155,24 @@ pub fn run(config: &Config, args: &RunArgs) -> u8 {
             launcher: args.launcher.clone(),
             prefix: prefix_or(config, &args.prefix),
         },
-    )
+    );
+    match outcome {
+        RunOutcome::Completed => exit::OK,
+        RunOutcome::Failed => exit::INVALID,
+        RunOutcome::NoLauncher => exit::USAGE,
+    }
 }
 
 /// `scr nodes ...`.
 pub fn nodes(config: &Config, cmd: &NodesCommand) -> u8 {
     let NodesCommand::Down { nodes, prefix } = cmd;
-    let list = match nodes {
-        Some(l) => hostlist::expand(l).map_err(|e| e.to_string()),
-        None => allocation(config, &|v| std::env::var(v).ok()).map(|a| a.nodes),
-    };
-    let per_node = launch::simulated_layout(&config.get(settings::NODE_NAMES))
-        .ok()
-        .flatten()
-        .map_or(1, |(_, r)| r);
-    let check = list
-        .and_then(|l| NodeCheck::new(config, &prefix_or(config, prefix), per_node).map(|c| (l, c)));
-    let (list, check) = match check {
-        Ok(x) => x,
+    let down = match launch::down_nodes(config, nodes.as_deref(), &prefix_or(config, prefix)) {
+        Ok(d) => d,
         Err(e) => {
             tracing::error!("{e}");
-            return crate::exit::INVALID;
+            return exit::INVALID;
         }
     };
-    let down = check.down(&list);
     for (n, why) in &down {
         println!("{n}: {why}");
     }
@@ -184,22 +181,13 @@ pub fn nodes(config: &Config, cmd: &NodesCommand) -> u8 {
 
 /// `scr hostlist ...`.
 pub fn hostlist(cmd: &HostlistCommand) -> u8 {
-    let all = |lists: &[String]| -> Result<Vec<String>, hostlist::HostlistError> {
-        let mut out: Vec<String> = Vec::new();
-        for l in lists {
-            for h in hostlist::expand(l)? {
-                if !out.contains(&h) {
-                    out.push(h);
-                }
-            }
-        }
-        Ok(out)
-    };
     let result = match cmd {
         HostlistCommand::Expand { lists, lines } => {
-            all(lists).map(|h| h.join(if *lines { "\n" } else { "," }))
+            hostlist::expand_all(lists).map(|h| h.join(if *lines { "\n" } else { "," }))
         }
-        HostlistCommand::Compress { lists } => all(lists).map(|h| hostlist::compress(&h)),
+        HostlistCommand::Compress { lists } => {
+            hostlist::expand_all(lists).map(|h| hostlist::compress(&h))
+        }
         HostlistCommand::Diff { a, b } => hostlist::expand(a)
             .and_then(|a| Ok((a, hostlist::expand(b)?)))
             .map(|(a, b)| hostlist::compress(&hostlist::diff(&a, &b))),
@@ -255,16 +243,16 @@ pub fn halt_check(config: &Config, prefix: &std::path::Path) -> u8 {
         Ok(None) => {
             println!(
                 "no halt condition holds in {}",
-                crate::runtime::Halt::path(prefix).display()
+                scr_host::runtime::Halt::path(prefix).display()
             );
-            crate::exit::NO
+            exit::NO
         }
         Err(e) => {
             // an unreadable halt file cannot say "stop": retrying is the safe side only
             // when a person looks, so say so and let the script decide (exit 1, not the
             // query's "no")
             tracing::error!("{e}");
-            crate::exit::INVALID
+            exit::INVALID
         }
     }
 }

@@ -1,8 +1,15 @@
 //! `scr`: the administration command of scr-rs.
 //!
-//! Exit status ([`scr_host::exit`]): 0 success or "yes", 1 invalid input or a failed
+//! Exit status ([`scr_cli::exit`]): 0 success or "yes", 1 invalid input or a failed
 //! check (configuration errors, refused plugin, corrupt file), 2 usage error, 3 "no" to a
 //! yes/no query (`flush-file need-flush`, `halt --check`).
+//!
+//! This binary parses, calls the scr-host library, prints and exits; what each command
+//! does is the library's (the index edits are `scr_host::runtime::prefix::Index`'s
+//! methods, scavenge and postrun `scr_host::scavenge`'s, `scr run` `scr_host::launch`'s).
+
+mod launch;
+mod scavenge;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,16 +61,16 @@ enum Command {
     },
     /// Launch a job step and relaunch it after failures inside the same allocation,
     /// excluding down nodes (SCR's scr_srun): `scr run -- mpiexec -n {ranks} ./app`.
-    Run(scr_host::launch::cli::RunArgs),
+    Run(launch::RunArgs),
     /// Check the allocation's nodes.
     #[command(subcommand)]
-    Nodes(scr_host::launch::cli::NodesCommand),
+    Nodes(launch::NodesCommand),
     /// Expand, compress and combine SLURM-style host lists (node[1-4,7]).
     #[command(subcommand)]
-    Hostlist(scr_host::launch::cli::HostlistCommand),
+    Hostlist(launch::HostlistCommand),
     /// Print the job id, the allocation's nodes, the down nodes, the prefix and the runs
     /// left (SCR's scr_env).
-    Env(scr_host::launch::cli::EnvArgs),
+    Env(launch::EnvArgs),
     /// Query the flush file (PREFIX/.scr/flush.scr): where datasets are.
     FlushFile {
         /// The prefix directory (default: the configuration's `prefix`).
@@ -75,13 +82,13 @@ enum Command {
     /// Per-node step of postrun: copy this node's cached files of the newest checkpoint not
     /// yet in the prefix (application and redundancy files, each verified by size and
     /// CRC32) into a staging directory of the prefix, `PREFIX/.scr/scr.dataset.<id>/scavenge/`.
-    Scavenge(scr_host::scavenge::ScavengeArgs),
+    Scavenge(scavenge::ScavengeArgs),
     /// After the job step ended (also when it was killed): copy the newest checkpoint
     /// that is only in node-local cache into the prefix, rebuild the files of lost nodes
     /// through its redundancy scheme, verify every file's CRC32, and add it to the index
     /// (the restart point when it is the newest). Runs the per-node step itself for every
     /// node it can reach.
-    Postrun(scr_host::scavenge::PostrunArgs),
+    Postrun(scavenge::PostrunArgs),
     /// Summarise the event log (PREFIX/.scr/events.jsonl): jobs, checkpoint cost, flush
     /// bandwidth, failures and the checkpoint interval they advise.
     #[command(
@@ -185,115 +192,6 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(1)
 }
 
-/// What `scr index drop[-after] NAME` removes, decided on the index as it is under the
-/// prefix lock: the dataset ids, their names, and (with `delete`) the files to delete
-/// once the index no longer lists them.
-struct Dropped {
-    victims: Vec<u64>,
-    names: Vec<String>,
-    files: Vec<PathBuf>,
-}
-
-/// Choose and remove from `index` the datasets `drop` (or `drop-after` when `after`)
-/// names.
-fn drop_from(
-    prefix: &std::path::Path,
-    index: &mut scr_host::runtime::prefix::Index,
-    name: &str,
-    after: bool,
-    delete: bool,
-) -> Result<Dropped, String> {
-    let anchor = dataset_named(index, name)?;
-    let victims: Vec<u64> = index
-        .datasets
-        .keys()
-        .copied()
-        .filter(|&id| if after { id > anchor } else { id == anchor })
-        .collect();
-    // what --delete removes, computed here; deleted only once the index no longer lists
-    // the datasets (a crash in between leaves files, never an index entry whose files
-    // are gone)
-    let files = if delete {
-        files_to_delete(prefix, index, &victims)
-    } else {
-        Vec::new()
-    };
-    let names: Vec<String> = victims
-        .iter()
-        .filter_map(|id| index.datasets.get(id).map(|e| e.name.clone()))
-        .collect();
-    for id in &victims {
-        index.datasets.remove(id);
-    }
-    if index.current.as_ref().is_some_and(|c| names.contains(c)) {
-        index.current = None;
-    }
-    Ok(Dropped {
-        victims,
-        names,
-        files,
-    })
-}
-
-/// The id of the dataset `name` names in `index`: by name, else by id; a name several
-/// datasets share (a rerun after a fetch writes them again) must be given by id.
-fn dataset_named(index: &scr_host::runtime::prefix::Index, name: &str) -> Result<u64, String> {
-    let by_name: Vec<u64> = index
-        .datasets
-        .values()
-        .filter(|e| e.name == name)
-        .map(|e| e.id)
-        .collect();
-    match (by_name.as_slice(), name.parse::<u64>()) {
-        ([id], _) => Ok(*id),
-        ([], Ok(id)) if index.datasets.contains_key(&id) => Ok(id),
-        ([], _) => Err(format!(
-            "no dataset named `{name}` in the index (see `scr index list`)"
-        )),
-        (ids, _) => Err(format!(
-            "several datasets are named `{name}` (ids {ids:?}); give the id instead"
-        )),
-    }
-}
-
-/// The files of the `victims`, per rank2file (where each was stored: a flush whose
-/// names clashed went under .scr), except paths a dataset that stays in the index still
-/// lists; a name that would leave the prefix (a damaged or forged map) is refused with
-/// a warning, never deleted.
-fn files_to_delete(
-    prefix: &std::path::Path,
-    index: &scr_host::runtime::prefix::Index,
-    victims: &[u64],
-) -> Vec<PathBuf> {
-    use scr_host::runtime::prefix::Rank2File;
-    let paths_of = |id: &u64| -> Vec<PathBuf> {
-        Rank2File::load(prefix, *id)
-            .map(|m| {
-                m.ranks
-                    .into_values()
-                    .flatten()
-                    .filter_map(|f| {
-                        f.stored_path(prefix)
-                            .map_err(|e| tracing::warn!(dataset = id, "{e}; not deleted"))
-                            .ok()
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let kept: std::collections::BTreeSet<PathBuf> = index
-        .datasets
-        .keys()
-        .filter(|id| !victims.contains(id))
-        .flat_map(paths_of)
-        .collect();
-    victims
-        .iter()
-        .flat_map(paths_of)
-        .filter(|p| !kept.contains(p))
-        .collect()
-}
-
 fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) -> ExitCode {
     let prefix = match prefix_of(cli, prefix) {
         Ok(p) => p,
@@ -304,7 +202,7 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
     // the time it is acted on (a job's flush recorded in between).
     match command {
         IndexCommand::Add { name } => {
-            scr_host::scavenge::index_add_command(load(cli, &[]).ok().as_ref(), &prefix, name)
+            scavenge::index_add_command(load(cli, &[]).ok().as_ref(), &prefix, name)
         }
         IndexCommand::Rebuild => index_rebuild(&prefix),
         IndexCommand::List => index_list(&prefix),
@@ -320,18 +218,12 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
 
 /// `scr index rebuild`: write the index again from the per-dataset summaries.
 fn index_rebuild(prefix: &std::path::Path) -> ExitCode {
-    use scr_host::runtime::prefix::Index;
-    match Index::try_update(prefix, |ix| {
-        let rebuilt = Index::rebuild(prefix)?;
-        let n = rebuilt.datasets.len();
-        *ix = rebuilt;
-        Ok(n)
-    }) {
-        Ok(Ok(n)) => {
+    match scr_host::runtime::prefix::Index::rebuild_in(prefix) {
+        Ok(n) => {
             println!("index rebuilt: {n} dataset(s)");
             ExitCode::SUCCESS
         }
-        Ok(Err(e)) | Err(e) => fail(e),
+        Err(e) => fail(e),
     }
 }
 
@@ -402,25 +294,11 @@ fn index_current(prefix: &std::path::Path) -> ExitCode {
 
 /// `scr index current NAME`: make complete checkpoint `n` the restart point.
 fn index_set_current(prefix: &std::path::Path, n: &str) -> ExitCode {
-    use scr_host::runtime::prefix::Index;
-    match Index::try_update(prefix, |ix| {
-        if !ix
-            .datasets
-            .values()
-            .any(|e| e.name == n && e.complete && e.checkpoint_id.is_some() && e.failed.is_none())
-        {
-            return Err(format!(
-                "`{n}` is not a complete checkpoint in the index (see `scr index list`)"
-            ));
-        }
-        ix.current = Some(n.to_string());
-        Ok(())
-    }) {
-        Ok(Ok(())) => {
+    match scr_host::runtime::prefix::Index::set_current_in(prefix, n) {
+        Ok(()) => {
             println!("restart point set to {n}");
             ExitCode::SUCCESS
         }
-        Ok(Err(e)) => fail(e),
         Err(e) => fail(e),
     }
 }
@@ -428,57 +306,34 @@ fn index_set_current(prefix: &std::path::Path, n: &str) -> ExitCode {
 /// `scr index clear-failed NAME`: clear the failed mark in the index and the note beside
 /// the dataset's summary (or a rebuilt index would mark it again).
 fn index_clear_failed(prefix: &std::path::Path, name: &str) -> ExitCode {
-    use scr_host::runtime::prefix::Index;
-    let cleared = Index::try_update(prefix, |ix| {
-        let Some(e) = ix.datasets.values_mut().find(|e| e.name == name) else {
-            return Err(format!(
-                "no dataset named `{name}` in the index (see `scr index list`)"
-            ));
-        };
-        let was = e.failed.take();
-        let note = scr_host::runtime::prefix::FailedNote::path(prefix, e.id);
-        match std::fs::remove_file(&note) {
-            Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
-                return Err(format!("{}: {err}", note.display()));
-            }
-            _ => {}
-        }
-        Ok(was)
-    });
-    match cleared {
-        Ok(Ok(Some(why))) => {
+    match scr_host::runtime::prefix::Index::clear_failed_in(prefix, name) {
+        Ok(Some(why)) => {
             println!("{name}: failed mark cleared (it said: {why})");
             ExitCode::SUCCESS
         }
-        Ok(Ok(None)) => {
+        Ok(None) => {
             println!("{name} was not marked failed");
             ExitCode::SUCCESS
         }
-        Ok(Err(e)) => fail(e),
         Err(e) => fail(e),
     }
 }
 
-/// `scr index drop[-after] NAME [--delete]`: remove the datasets from the index under
-/// the lock, then their summaries, then (with `delete`) their files.
+/// `scr index drop[-after] NAME [--delete]`: remove the datasets from the index (and
+/// their summaries), then (with `delete`) their files, with a progress bar: there may be
+/// many.
 fn index_drop(prefix: &std::path::Path, name: &str, after: bool, delete: bool) -> ExitCode {
-    use scr_host::runtime::prefix::{dataset_dir, Index, Summary};
-    let dropped = match Index::try_update(prefix, |ix| drop_from(prefix, ix, name, after, delete)) {
-        Ok(Ok(d)) => d,
-        Ok(Err(e)) => return fail(e),
+    let dropped = match scr_host::runtime::prefix::Index::drop_in(prefix, name, after, delete) {
+        Ok(d) => d,
         Err(e) => return fail(e),
     };
-    // the summaries first (with or without --delete): no summary may bring a dropped
-    // dataset back when a damaged index is rebuilt, and a delete interrupted halfway
-    // must leave none that a rebuilt index would take for a complete dataset
-    for id in &dropped.victims {
-        let _ = std::fs::remove_file(Summary::path(prefix, *id));
-    }
     if delete {
-        delete_files(&dropped.files);
-        for id in &dropped.victims {
-            let _ = std::fs::remove_dir_all(dataset_dir(prefix, *id));
-        }
+        let bar = indicatif::ProgressBar::new(dropped.files.len() as u64).with_style(
+            indicatif::ProgressStyle::with_template("deleting {pos}/{len} files {wide_bar}")
+                .expect("template"),
+        );
+        dropped.delete_files(prefix, &mut || bar.inc(1));
+        bar.finish_and_clear();
     }
     println!(
         "dropped {}",
@@ -489,23 +344,6 @@ fn index_drop(prefix: &std::path::Path, name: &str, after: bool, delete: bool) -
         }
     );
     ExitCode::SUCCESS
-}
-
-/// Delete the dropped datasets' files (and their directories once empty), with a
-/// progress bar: there may be many.
-fn delete_files(files: &[PathBuf]) {
-    let bar = indicatif::ProgressBar::new(files.len() as u64).with_style(
-        indicatif::ProgressStyle::with_template("deleting {pos}/{len} files {wide_bar}")
-            .expect("template"),
-    );
-    for f in files {
-        let _ = std::fs::remove_file(f);
-        if let Some(parent) = f.parent() {
-            let _ = std::fs::remove_dir(parent);
-        }
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
 }
 
 fn flush_file_command(cli: &Cli, prefix: &Option<PathBuf>, command: &FlushFileCommand) -> ExitCode {
@@ -532,11 +370,11 @@ fn flush_file_command(cli: &Cli, prefix: &Option<PathBuf>, command: &FlushFileCo
                 if loc.iter().any(|l| l == "CACHE") && !loc.iter().any(|l| l == "PFS") =>
             {
                 println!("yes");
-                ExitCode::from(scr_host::exit::OK)
+                ExitCode::from(scr_cli::exit::OK)
             }
             _ => {
                 println!("no");
-                ExitCode::from(scr_host::exit::NO)
+                ExitCode::from(scr_cli::exit::NO)
             }
         },
         FlushFileCommand::Location { id } => match get(id) {
@@ -617,7 +455,7 @@ fn halt(cli: &Cli, args: &HaltArgs) -> ExitCode {
         },
     };
     if args.check {
-        return with_config(cli, |c| scr_host::launch::cli::halt_check(c, &prefix));
+        return with_config(cli, |c| launch::halt_check(c, &prefix));
     }
     let changing = args.clear
         || !args.unset.is_empty()
@@ -761,8 +599,8 @@ fn report_errors(errors: &ConfigErrors) -> ExitCode {
 
 fn main() -> ExitCode {
     scr_host::log::init_cli();
-    if let Some(dir) = scr_host::man::requested() {
-        return scr_host::man::write_pages(<Cli as clap::CommandFactory>::command(), &dir);
+    if let Some(dir) = scr_cli::man::requested() {
+        return scr_cli::man::write_pages(<Cli as clap::CommandFactory>::command(), &dir);
     }
     let cli = Cli::parse();
     match &cli.command {
@@ -781,18 +619,18 @@ fn main() -> ExitCode {
             ranks_per_node,
         }) => config_explain(&cli, *checkpoint, *ranks, *ranks_per_node),
         Command::Halt(args) => halt(&cli, args),
-        Command::Run(args) => with_config(&cli, |c| scr_host::launch::cli::run(c, args)),
-        Command::Nodes(cmd) => with_config(&cli, |c| scr_host::launch::cli::nodes(c, cmd)),
-        Command::Hostlist(cmd) => ExitCode::from(scr_host::launch::cli::hostlist(cmd)),
-        Command::Env(args) => with_config(&cli, |c| scr_host::launch::cli::env(c, args)),
+        Command::Run(args) => with_config(&cli, |c| launch::run(c, args)),
+        Command::Nodes(cmd) => with_config(&cli, |c| launch::nodes(c, cmd)),
+        Command::Hostlist(cmd) => ExitCode::from(launch::hostlist(cmd)),
+        Command::Env(args) => with_config(&cli, |c| launch::env(c, args)),
         Command::Index { prefix, command } => index_command(&cli, prefix, command),
         Command::FlushFile { prefix, command } => flush_file_command(&cli, prefix, command),
         Command::Scavenge(args) => match load(&cli, &[]) {
-            Ok(c) => scr_host::scavenge::scavenge_command(c, args),
+            Ok(c) => scavenge::scavenge_command(c, args),
             Err(e) => report_errors(&e),
         },
         Command::Postrun(args) => match load(&cli, &[]) {
-            Ok(c) => scr_host::scavenge::postrun_command(c, args),
+            Ok(c) => scavenge::postrun_command(c, args),
             Err(e) => report_errors(&e),
         },
         Command::Log { prefix, json } => match prefix_of(&cli, prefix)

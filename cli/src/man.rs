@@ -31,7 +31,7 @@ pub fn write_pages(cmd: clap::Command, dir: &Path) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // a program that installed no subscriber (scr-conformance) still prints it
-            let _ = crate::log::init(0);
+            let _ = scr_host::log::init(0);
             tracing::error!("{name}: cannot write man pages into {}: {e}", dir.display());
             ExitCode::from(1)
         }

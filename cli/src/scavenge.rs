@@ -1,0 +1,240 @@
+//! The command-line side of `scr scavenge`, `scr postrun` and `scr index add`: their
+//! clap arguments, the progress display (a bar on a terminal, plain lines otherwise),
+//! the lines they print and their exit statuses. What they do is
+//! `scr_host::scavenge`'s.
+
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use scr_host::config::Config;
+use scr_host::runtime::prefix::{self, Index};
+use scr_host::scavenge::{self as sv, Added, Progress, Scavenger};
+
+/// Exit statuses of `scr scavenge`, `scr postrun` and `scr index add`.
+const EXIT_HELP: &str = "Exit status: 0 done (or nothing to do: the newest cached dataset is in the prefix already), 1 failed or refused: nothing was added to the index and the prefix is as it was (the message names the node, rank and file and what to do), 2 usage error.";
+
+/// Exit statuses of `scr scavenge`.
+const SCAVENGE_EXIT_HELP: &str = "Exit status: 0 every rank's files found on these nodes were copied and verified (or nothing to do), 1 some rank's files could not be copied or verified (each named with node, rank, file and reason; `scr postrun` rebuilds such ranks through the redundancy scheme when it can), 2 usage error.";
+
+/// `scr scavenge`: the per-node step.
+#[derive(clap::Args, Debug)]
+#[command(after_help = SCAVENGE_EXIT_HELP)]
+pub struct ScavengeArgs {
+    /// The prefix directory (default: the configuration's `prefix`).
+    #[arg(long, value_name = "DIR")]
+    pub prefix: Option<PathBuf>,
+    /// The node whose cache to copy (repeatable). Default: this host, or every simulated
+    /// node when SCR_NODE_NAMES is set. Run it on each node of the allocation (pdsh,
+    /// `srun --ntasks-per-node=1`): node-local storage is readable only there.
+    #[arg(long, value_name = "NODE")]
+    pub node: Vec<String>,
+    /// The dataset id to copy (default: the newest complete one in these nodes' cache).
+    #[arg(long, value_name = "ID")]
+    pub id: Option<u64>,
+    /// No progress display; plain lines only.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// `scr postrun`: scavenge the newest checkpoint into the prefix after the job step.
+#[derive(clap::Args, Debug)]
+#[command(after_help = EXIT_HELP)]
+pub struct PostrunArgs {
+    /// The prefix directory (default: the configuration's `prefix`).
+    #[arg(long, value_name = "DIR")]
+    pub prefix: Option<PathBuf>,
+    /// The dataset id to scavenge (default: the newest complete one in cache).
+    #[arg(long, value_name = "ID")]
+    pub id: Option<u64>,
+    /// The nodes whose caches to copy from here (repeatable; default: every simulated
+    /// node when SCR_NODE_NAMES is set, else this host).
+    #[arg(long, value_name = "NODE")]
+    pub node: Vec<String>,
+    /// Copy nothing: use what `scr scavenge` already copied on each node (default id:
+    /// the newest one staged in the prefix).
+    #[arg(long)]
+    pub no_copy: bool,
+    /// No progress display; plain lines only.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Progress and bandwidth: a bar on a terminal, a plain line per rank otherwise.
+struct Shown {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Shown {
+    fn new(quiet: bool) -> Shown {
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+            let bar = indicatif::ProgressBar::new(0);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{msg:20} {bytes}/{total_bytes} {binary_bytes_per_sec} {wide_bar}",
+                )
+                .expect("template"),
+            );
+            bar
+        });
+        Shown { bar }
+    }
+}
+
+impl Progress for Shown {
+    fn start(&self, what: &str, bytes: u64) {
+        if let Some(b) = &self.bar {
+            b.set_message(what.to_string());
+            b.inc_length(bytes);
+        }
+    }
+
+    fn done(&self, line: &str, bytes: u64) {
+        match &self.bar {
+            Some(b) => {
+                b.inc(bytes);
+                b.println(line);
+            }
+            None => println!("{line}"),
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+fn failed(msg: impl std::fmt::Display) -> ExitCode {
+    tracing::error!("{msg}");
+    ExitCode::from(1)
+}
+
+/// The scavenge tools for `config`, `prefix` overriding its prefix, and the nodes to
+/// copy from (`given`, else every node this process can reach).
+fn tools(
+    config: Config,
+    prefix: &Option<PathBuf>,
+    quiet: bool,
+    given: &[String],
+) -> (Scavenger, Vec<String>) {
+    let sc = Scavenger::new(config, prefix.clone(), Box::new(Shown::new(quiet)));
+    let nodes = if given.is_empty() {
+        sc.reachable_nodes()
+    } else {
+        given.to_vec()
+    };
+    (sc, nodes)
+}
+
+/// Run `scr scavenge`.
+pub fn scavenge_command(config: Config, args: &ScavengeArgs) -> ExitCode {
+    let (sc, nodes) = tools(config, &args.prefix, args.quiet, &args.node);
+    let id = match sv::choose(&sc, &nodes, args.id) {
+        Ok(id) => id,
+        Err(nothing) => {
+            println!("{nothing}");
+            return ExitCode::SUCCESS;
+        }
+    };
+    let bad = sv::scavenge(&sc, &nodes, id).failed;
+    println!(
+        "dataset {id}: staged in {}; run `scr postrun --no-copy --id {id}` once every node is done",
+        sv::stage_dir(sc.prefix(), id).display()
+    );
+    if bad.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        failed(format!(
+            "dataset {id}: not copied: {}; `scr postrun` rebuilds such ranks through the redundancy scheme when it can",
+            bad.iter()
+                .map(|(r, why)| format!("rank {r}: {why}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))
+    }
+}
+
+/// Run `scr postrun`.
+pub fn postrun_command(config: Config, args: &PostrunArgs) -> ExitCode {
+    let (sc, nodes) = tools(config, &args.prefix, args.quiet, &args.node);
+    let id = match sv::postrun_target(&sc, &nodes, args.id, args.no_copy) {
+        Ok(Ok(id)) => id,
+        Ok(Err(nothing)) => {
+            println!("{nothing}");
+            return ExitCode::SUCCESS;
+        }
+        Err(why) => return failed(why),
+    };
+    let started = Instant::now();
+    if !args.no_copy {
+        let copied = sv::copy_afresh(&sc, &nodes, id);
+        println!(
+            "copied {} from {} node(s)",
+            sv::rate(copied.bytes, started.elapsed().as_secs_f64()),
+            nodes.len()
+        );
+    }
+    match sc.finish(id) {
+        Ok(added) => {
+            sv::log_scavenge(&sc, &added, started);
+            report_added(sc.prefix(), &added);
+            ExitCode::SUCCESS
+        }
+        Err(why) => {
+            // what a restart would fetch now (as `scr index current` says)
+            let restart = Index::load_or_rebuild(sc.prefix())
+                .ok()
+                .and_then(|ix| ix.restart_point());
+            failed(format!(
+                "dataset {id} was not scavenged: {why}. {}. The cache still holds what it held; fix the cause and run `scr postrun` again",
+                match restart {
+                    Some(n) => format!("The restart point stays {n}"),
+                    None => "The prefix holds no checkpoint to restart from".to_string(),
+                }
+            ))
+        }
+    }
+}
+
+/// Say what postrun added: the ranks rebuilt, the dataset, whether it is the restart
+/// point and where its files went when their names were taken.
+fn report_added(prefix_dir: &Path, added: &Added) {
+    let e = &added.entry;
+    if !added.rebuilt.is_empty() {
+        println!("rebuilt the files of ranks {:?}", added.rebuilt);
+    }
+    println!(
+        "added {} (dataset {}) to the index of {}{}{}",
+        e.name,
+        e.id,
+        prefix_dir.display(),
+        if added.current { ", restart point" } else { "" },
+        if added.relocated {
+            format!(
+                "; its names were taken in the prefix, so its files are in {}",
+                prefix::relocated(e.id, "")
+            )
+        } else {
+            String::new()
+        }
+    );
+}
+
+/// Run `scr index add NAME|ID`.
+pub fn index_add_command(config: Option<&Config>, prefix: &Path, which: &str) -> ExitCode {
+    match sv::index_add_with(config, prefix, which) {
+        Ok((e, current)) => {
+            println!(
+                "added {} (dataset {}) to the index{}",
+                e.name,
+                e.id,
+                if current { ", restart point" } else { "" }
+            );
+            ExitCode::SUCCESS
+        }
+        Err(why) => failed(why),
+    }
+}

@@ -1,0 +1,420 @@
+//! `scr log`'s analysis of the event log: the per-job and overall figures
+//! ([`summarize`]), the checkpoint interval they advise (Young's and Daly's formulas),
+//! and the text or JSON report. Apart from the log's format ([`super`]) because reading
+//! and appending lines is what every job does, while this is only the `scr log` tool's.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{path, read, Event, Record};
+
+/// Failures closer together than this in one job are one failure (a crash is often
+/// reported by several ranks, and as lost nodes too).
+pub const SAME_FAILURE_SECONDS: f64 = 60.0;
+
+/// Fewer failures than this give no mean time between failures (one failure in a long
+/// log says little about the next).
+pub const MIN_FAILURES: usize = 2;
+
+/// What one job did.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct JobSummary {
+    /// The job id.
+    pub job_id: String,
+    /// Inits (runs of the job; more than one when `scr run` relaunched it).
+    pub runs: usize,
+    /// Time of its first event, in seconds since the epoch.
+    pub first: f64,
+    /// Time of its last event, in seconds since the epoch.
+    pub last: f64,
+    /// Checkpoints completed.
+    pub checkpoints: usize,
+    /// Failures recorded.
+    pub failures: usize,
+    /// Whether its last run finalized.
+    pub finalized: bool,
+}
+
+/// The figures `scr log` prints.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct Summary {
+    /// Events read.
+    pub events: usize,
+    /// Lines that could not be read (skipped).
+    pub damaged_lines: usize,
+    /// Per job.
+    pub jobs: Vec<JobSummary>,
+    /// Checkpoints completed.
+    pub checkpoints: usize,
+    /// Bytes over all checkpoints.
+    pub checkpoint_bytes: u64,
+    /// Mean seconds a checkpoint took (C).
+    pub checkpoint_seconds_mean: Option<f64>,
+    /// Flushes recorded.
+    pub flushes: usize,
+    /// Flushes that failed.
+    pub flushes_failed: usize,
+    /// Bytes flushed successfully.
+    pub flush_bytes: u64,
+    /// Seconds spent in successful flushes.
+    pub flush_seconds: f64,
+    /// Bytes per second over the successful flushes.
+    pub flush_bandwidth: Option<f64>,
+    /// Fetches recorded.
+    pub fetches: usize,
+    /// Rebuilds recorded.
+    pub rebuilds: usize,
+    /// Scavenges recorded.
+    pub scavenges: usize,
+    /// The halt reasons, in order.
+    pub halts: Vec<String>,
+    /// Failures recorded.
+    pub failures: usize,
+    /// The time the runs ran (see `run_seconds`).
+    pub run_seconds: f64,
+    /// Mean time between failures (M).
+    pub mtbf_seconds: Option<f64>,
+    /// Young's interval, sqrt(2CM).
+    pub young_seconds: Option<f64>,
+    /// Daly's interval.
+    pub daly_seconds: Option<f64>,
+    /// Why there is no advice, when there is none.
+    pub no_advice: Option<String>,
+}
+
+/// Young's checkpoint interval for checkpoint cost `c` and mean time between failures `m`.
+pub fn young(c: f64, m: f64) -> f64 {
+    (2.0 * c * m).sqrt()
+}
+
+/// Daly's higher-order checkpoint interval (J. T. Daly, 2006), for `c < 2m`; else `m`.
+pub fn daly(c: f64, m: f64) -> f64 {
+    if c < 2.0 * m {
+        (2.0 * c * m).sqrt() * (1.0 + (c / (2.0 * m)).sqrt() / 3.0 + c / (18.0 * m)) - c
+    } else {
+        m
+    }
+}
+
+/// Summarise `records` (in time order), `damaged` lines having been skipped.
+pub fn summarize(records: &[Record], damaged: usize) -> Summary {
+    let mut s = Summary::empty(records.len(), damaged);
+    let ckpt_seconds = count_events(records, &mut s);
+    s.run_seconds = run_seconds(records);
+    derive_figures(&mut s, ckpt_seconds);
+    s
+}
+
+impl Summary {
+    /// A summary of `events` events with nothing counted yet.
+    fn empty(events: usize, damaged: usize) -> Summary {
+        Summary {
+            events,
+            damaged_lines: damaged,
+            jobs: Vec::new(),
+            checkpoints: 0,
+            checkpoint_bytes: 0,
+            checkpoint_seconds_mean: None,
+            flushes: 0,
+            flushes_failed: 0,
+            flush_bytes: 0,
+            flush_seconds: 0.0,
+            flush_bandwidth: None,
+            fetches: 0,
+            rebuilds: 0,
+            scavenges: 0,
+            halts: Vec::new(),
+            failures: 0,
+            run_seconds: 0.0,
+            mtbf_seconds: None,
+            young_seconds: None,
+            daly_seconds: None,
+            no_advice: None,
+        }
+    }
+}
+
+/// Count every event into `s` and its job's [`JobSummary`] (the jobs in id order into
+/// `s.jobs`); reports of one failure within [`SAME_FAILURE_SECONDS`] count once. The
+/// seconds all checkpoints took.
+fn count_events(records: &[Record], s: &mut Summary) -> f64 {
+    let mut jobs: BTreeMap<&str, JobSummary> = BTreeMap::new();
+    let mut ckpt_seconds = 0.0;
+    let mut last_failure: BTreeMap<&str, f64> = BTreeMap::new();
+    for r in records {
+        let job = jobs.entry(&r.job_id).or_insert_with(|| JobSummary {
+            job_id: r.job_id.clone(),
+            runs: 0,
+            first: r.time,
+            last: r.time,
+            checkpoints: 0,
+            failures: 0,
+            finalized: false,
+        });
+        job.first = job.first.min(r.time);
+        job.last = job.last.max(r.time);
+        match &r.event {
+            Event::Init { .. } => job.runs += 1,
+            Event::Checkpoint { bytes, seconds, .. } => {
+                s.checkpoints += 1;
+                job.checkpoints += 1;
+                s.checkpoint_bytes += bytes;
+                ckpt_seconds += seconds;
+            }
+            Event::Flush {
+                bytes, seconds, ok, ..
+            } => {
+                s.flushes += 1;
+                if *ok {
+                    s.flush_bytes += bytes;
+                    s.flush_seconds += seconds;
+                } else {
+                    s.flushes_failed += 1;
+                }
+            }
+            Event::Fetch { .. } => s.fetches += 1,
+            Event::Rebuild { .. } => s.rebuilds += 1,
+            Event::Scavenge { .. } => s.scavenges += 1,
+            Event::Halt { reason } => s.halts.push(reason.clone()),
+            Event::Failure { .. } | Event::LostNodes { .. } => {
+                let prev = last_failure.insert(&r.job_id, r.time);
+                if prev.is_none_or(|t| r.time - t >= SAME_FAILURE_SECONDS) {
+                    s.failures += 1;
+                    job.failures += 1;
+                } else {
+                    // the same failure: keep counting the window from its first report
+                    last_failure.insert(&r.job_id, prev.unwrap_or(r.time));
+                }
+            }
+            Event::Finalize { .. } => job.finalized = true,
+        }
+    }
+    s.jobs = jobs.into_values().collect();
+    ckpt_seconds
+}
+
+/// The figures derived from the counts (run time already set): mean checkpoint cost C,
+/// flush bandwidth, mean time between failures M, and Young's and Daly's intervals from
+/// C and M, or why there is no advice.
+fn derive_figures(s: &mut Summary, ckpt_seconds: f64) {
+    if s.checkpoints > 0 {
+        s.checkpoint_seconds_mean = Some(ckpt_seconds / s.checkpoints as f64);
+    }
+    if s.flush_seconds > 0.0 {
+        s.flush_bandwidth = Some(s.flush_bytes as f64 / s.flush_seconds);
+    }
+    if s.failures >= MIN_FAILURES && s.run_seconds > 0.0 {
+        s.mtbf_seconds = Some(s.run_seconds / s.failures as f64);
+    }
+    match (s.checkpoint_seconds_mean, s.mtbf_seconds) {
+        (Some(c), Some(m)) => {
+            s.young_seconds = Some(young(c, m));
+            s.daly_seconds = Some(daly(c, m));
+        }
+        (None, _) => s.no_advice = Some("no checkpoint recorded: the cost of a checkpoint is not known".into()),
+        (Some(_), None) => {
+            s.no_advice = Some(format!(
+                "too few failures to estimate the time between them ({} in {} of run time; at least {MIN_FAILURES} needed)",
+                s.failures,
+                duration(s.run_seconds)
+            ))
+        }
+    }
+}
+
+/// The time the runs ran: for each run (an `init` of a job to its next `init`), from its
+/// `init` to its last event of the run's own (checkpoint, flush, fetch, halt, finalize).
+/// Not from a job's first event to its last: without a resource manager every run has
+/// job id 0, and the days between runs are not run time (they would inflate the mean
+/// time between failures, and with it the advised interval). The failure, lost-node and
+/// rebuild events logged while a run starts belong to the time before it.
+fn run_seconds(records: &[Record]) -> f64 {
+    // per job: (start of its current run, its latest event of its own)
+    let mut open: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    let mut total = 0.0;
+    for r in records {
+        match &r.event {
+            Event::Init { .. } => {
+                if let Some((start, last)) = open.insert(&r.job_id, (r.time, r.time)) {
+                    total += last - start;
+                }
+            }
+            Event::Checkpoint { .. }
+            | Event::Flush { .. }
+            | Event::Fetch { .. }
+            | Event::Halt { .. }
+            | Event::Finalize { .. } => {
+                if let Some(run) = open.get_mut(r.job_id.as_str()) {
+                    run.1 = run.1.max(r.time);
+                }
+            }
+            _ => {}
+        }
+    }
+    total + open.values().map(|(start, last)| last - start).sum::<f64>()
+}
+
+/// `seconds` as `1h 02m 03s` (or `4.2s` under a minute).
+pub fn duration(seconds: f64) -> String {
+    if seconds < 60.0 {
+        return format!("{seconds:.1}s");
+    }
+    let t = seconds.round() as u64;
+    let (h, m, s) = (t / 3600, t / 60 % 60, t % 60);
+    if h > 0 {
+        format!("{h}h {m:02}m {s:02}s")
+    } else {
+        format!("{m}m {s:02}s")
+    }
+}
+
+/// `n` bytes with a binary unit.
+pub fn bytes(n: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n:.0} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// The summary as `scr log` prints it.
+pub fn render(s: &Summary) -> String {
+    let mut out = String::new();
+    let mut line = |l: String| {
+        out.push_str(&l);
+        out.push('\n');
+    };
+    render_jobs(s, &mut line);
+    render_data(s, &mut line);
+    render_failures(s, &mut line);
+    out
+}
+
+/// The jobs line of [`render`] (how many, finalized, events, damaged lines) and one
+/// line per job.
+fn render_jobs(s: &Summary, line: &mut dyn FnMut(String)) {
+    let finished = s.jobs.iter().filter(|j| j.finalized).count();
+    let ids: BTreeSet<&str> = s.jobs.iter().map(|j| j.job_id.as_str()).collect();
+    line(format!(
+        "jobs: {} ({finished} finalized), {} events{}",
+        ids.len(),
+        s.events,
+        if s.damaged_lines > 0 {
+            format!(", {} damaged lines skipped", s.damaged_lines)
+        } else {
+            String::new()
+        }
+    ));
+    for j in &s.jobs {
+        line(format!(
+            "  job {}: {} run(s), {} checkpoint(s), {} failure(s), {}{}",
+            j.job_id,
+            j.runs,
+            j.checkpoints,
+            j.failures,
+            duration(j.last - j.first),
+            if j.finalized { ", finalized" } else { "" }
+        ));
+    }
+}
+
+/// The lines of [`render`] on data: checkpoints and their mean cost, flushes and their
+/// bandwidth, fetches, rebuilds, scavenges and halts (each halt's reason).
+fn render_data(s: &Summary, line: &mut dyn FnMut(String)) {
+    match s.checkpoint_seconds_mean {
+        Some(c) => line(format!(
+            "checkpoints: {}, mean cost {c:.2}s, {} in all ({} each on average)",
+            s.checkpoints,
+            bytes(s.checkpoint_bytes as f64),
+            bytes(s.checkpoint_bytes as f64 / s.checkpoints as f64)
+        )),
+        None => line("checkpoints: none".into()),
+    }
+    let ok = s.flushes - s.flushes_failed;
+    match s.flush_bandwidth {
+        Some(bw) => line(format!(
+            "flushes: {} ({} failed), {} in {:.2}s: {}/s",
+            s.flushes,
+            s.flushes_failed,
+            bytes(s.flush_bytes as f64),
+            s.flush_seconds,
+            bytes(bw)
+        )),
+        None => line(format!("flushes: {} ({ok} succeeded)", s.flushes)),
+    }
+    line(format!(
+        "fetches: {}, rebuilds: {}, scavenges: {}, halts: {}",
+        s.fetches,
+        s.rebuilds,
+        s.scavenges,
+        s.halts.len()
+    ));
+    for h in &s.halts {
+        line(format!("  halt: {h}"));
+    }
+}
+
+/// The failure line of [`render`] (with the mean time between failures when known) and
+/// the advised checkpoint interval, or why there is none.
+fn render_failures(s: &Summary, line: &mut dyn FnMut(String)) {
+    match s.mtbf_seconds {
+        Some(m) => line(format!(
+            "failures: {} in {} of run time: mean time between failures {}",
+            s.failures,
+            duration(s.run_seconds),
+            duration(m)
+        )),
+        None => line(format!(
+            "failures: {} in {} of run time",
+            s.failures,
+            duration(s.run_seconds)
+        )),
+    }
+    match (s.young_seconds, s.daly_seconds, &s.no_advice) {
+        (Some(y), Some(d), _) => {
+            line(format!(
+                "checkpoint interval advised: Young {} (sqrt(2CM)), Daly {}",
+                duration(y),
+                duration(d)
+            ));
+        }
+        (_, _, Some(why)) => line(format!("checkpoint interval: no advice: {why}")),
+        _ => {}
+    }
+}
+
+/// `scr log`: the summary of `prefix`'s event log as text, or with `json` as one JSON
+/// object; an error names the log when it cannot be read.
+pub fn log_report(prefix: &Path, json: bool) -> Result<String, String> {
+    let p = path(prefix);
+    let (records, damaged) = match read(prefix) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!(
+                "no event log at {}: no job has logged to this prefix yet (check --prefix)",
+                p.display()
+            ))
+        }
+        Err(e) => return Err(format!("cannot read the event log {}: {e}", p.display())),
+    };
+    let summary = summarize(&records, damaged);
+    if json {
+        serde_json::to_string_pretty(&summary)
+            .map(|mut t| {
+                t.push('\n');
+                t
+            })
+            .map_err(|e| e.to_string())
+    } else {
+        Ok(render(&summary))
+    }
+}

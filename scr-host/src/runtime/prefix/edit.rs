@@ -1,0 +1,407 @@
+//! Editing the index as an administrator does (`scr index drop`, `drop-after`,
+//! `current NAME`, `clear-failed`, `rebuild`, and the check `scr index add` shares):
+//! each change a method on [`Index`] that decides on the index it is given, and a
+//! companion that applies it under the prefix lock ([`Index::try_update`]) — a copy read
+//! before the lock may be stale by the time it is acted on (a job's flush recorded in
+//! between). Here rather than in the `scr` command so every tool edits the index the
+//! same way, and the rules are tested without running a process.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use super::{dataset_dir, FailedNote, Index, IndexEntry, Rank2File, Summary};
+
+/// What dropping datasets removed from the index: their ids and names, and (when their
+/// files are to be deleted too) the files to delete once the index no longer lists them.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Dropped {
+    /// The dataset ids dropped.
+    pub victims: Vec<u64>,
+    /// Their names, in id order.
+    pub names: Vec<String>,
+    /// Their files in the prefix that no remaining dataset lists (empty without
+    /// `delete`).
+    pub files: Vec<PathBuf>,
+}
+
+impl Dropped {
+    /// Delete the dropped datasets' files (and their directories once empty), calling
+    /// `tick` after each file (there may be many: the `scr` command shows a bar), then
+    /// their directories under `.scr`.
+    pub fn delete_files(&self, prefix: &Path, tick: &mut dyn FnMut()) {
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+            if let Some(parent) = f.parent() {
+                let _ = std::fs::remove_dir(parent);
+            }
+            tick();
+        }
+        for id in &self.victims {
+            let _ = std::fs::remove_dir_all(dataset_dir(prefix, *id));
+        }
+    }
+}
+
+impl Index {
+    /// The id of the dataset `name` names: by name, else by id; a name several datasets
+    /// share (a rerun after a fetch writes them again) must be given by id.
+    pub fn entry_named(&self, name: &str) -> Result<u64, String> {
+        let by_name: Vec<u64> = self
+            .datasets
+            .values()
+            .filter(|e| e.name == name)
+            .map(|e| e.id)
+            .collect();
+        match (by_name.as_slice(), name.parse::<u64>()) {
+            ([id], _) => Ok(*id),
+            ([], Ok(id)) if self.datasets.contains_key(&id) => Ok(id),
+            ([], _) => Err(format!(
+                "no dataset named `{name}` in the index (see `scr index list`)"
+            )),
+            (ids, _) => Err(format!(
+                "several datasets are named `{name}` (ids {ids:?}); give the id instead"
+            )),
+        }
+    }
+
+    /// Remove from the index the dataset `name` names (with `after`, every dataset newer
+    /// than it instead), clearing `current` when it named one of them. With `delete`,
+    /// the result lists their files in `prefix` (per rank2file, except paths a remaining
+    /// dataset lists), to be deleted only once the index no longer lists them: a crash
+    /// in between leaves files, never an index entry whose files are gone.
+    pub fn drop_dataset(
+        &mut self,
+        prefix: &Path,
+        name: &str,
+        after: bool,
+        delete: bool,
+    ) -> Result<Dropped, String> {
+        let anchor = self.entry_named(name)?;
+        let victims: Vec<u64> = self
+            .datasets
+            .keys()
+            .copied()
+            .filter(|&id| if after { id > anchor } else { id == anchor })
+            .collect();
+        let files = if delete {
+            self.files_to_delete(prefix, &victims)
+        } else {
+            Vec::new()
+        };
+        let names: Vec<String> = victims
+            .iter()
+            .filter_map(|id| self.datasets.get(id).map(|e| e.name.clone()))
+            .collect();
+        for id in &victims {
+            self.datasets.remove(id);
+        }
+        if self.current.as_ref().is_some_and(|c| names.contains(c)) {
+            self.current = None;
+        }
+        Ok(Dropped {
+            victims,
+            names,
+            files,
+        })
+    }
+
+    /// The files of the `victims`, per rank2file (where each was stored: a flush whose
+    /// names clashed went under .scr), except paths a dataset that stays in the index
+    /// still lists; a name that would leave the prefix (a damaged or forged map) is
+    /// refused with a warning, never deleted.
+    fn files_to_delete(&self, prefix: &Path, victims: &[u64]) -> Vec<PathBuf> {
+        let paths_of = |id: &u64| -> Vec<PathBuf> {
+            Rank2File::load(prefix, *id)
+                .map(|m| {
+                    m.ranks
+                        .into_values()
+                        .flatten()
+                        .filter_map(|f| {
+                            f.stored_path(prefix)
+                                .map_err(|e| tracing::warn!(dataset = id, "{e}; not deleted"))
+                                .ok()
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let kept: BTreeSet<PathBuf> = self
+            .datasets
+            .keys()
+            .filter(|id| !victims.contains(id))
+            .flat_map(paths_of)
+            .collect();
+        victims
+            .iter()
+            .flat_map(paths_of)
+            .filter(|p| !kept.contains(p))
+            .collect()
+    }
+
+    /// Make complete checkpoint `name` (not marked failed) the restart point.
+    pub fn set_current(&mut self, name: &str) -> Result<(), String> {
+        let usable = |e: &IndexEntry| {
+            e.name == name && e.complete && e.checkpoint_id.is_some() && e.failed.is_none()
+        };
+        if !self.datasets.values().any(usable) {
+            return Err(format!(
+                "`{name}` is not a complete checkpoint in the index (see `scr index list`)"
+            ));
+        }
+        self.current = Some(name.to_string());
+        Ok(())
+    }
+
+    /// Clear dataset `name`'s failed mark, in the index and the note beside its summary
+    /// in `prefix` (or a rebuilt index would mark it again). Returns what the mark said,
+    /// `None` when it had none.
+    pub fn clear_failed(&mut self, prefix: &Path, name: &str) -> Result<Option<String>, String> {
+        let Some(e) = self.datasets.values_mut().find(|e| e.name == name) else {
+            return Err(format!(
+                "no dataset named `{name}` in the index (see `scr index list`)"
+            ));
+        };
+        let was = e.failed.take();
+        let note = FailedNote::path(prefix, e.id);
+        match std::fs::remove_file(&note) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                Err(format!("{}: {err}", note.display()))
+            }
+            _ => Ok(was),
+        }
+    }
+
+    /// `scr index drop[-after] NAME [--delete]` on `prefix`: [`Index::drop_dataset`]
+    /// under the lock, then the dropped datasets' summaries removed (with or without
+    /// `delete`): no summary may bring a dropped dataset back when a damaged index is
+    /// rebuilt, and a delete interrupted halfway must leave none that a rebuilt index
+    /// would take for a complete dataset. The files are left to [`Dropped::delete_files`].
+    pub fn drop_in(
+        prefix: &Path,
+        name: &str,
+        after: bool,
+        delete: bool,
+    ) -> Result<Dropped, String> {
+        let dropped = Index::try_update(prefix, |ix| ix.drop_dataset(prefix, name, after, delete))
+            .map_err(|e| e.to_string())??;
+        for id in &dropped.victims {
+            let _ = std::fs::remove_file(Summary::path(prefix, *id));
+        }
+        Ok(dropped)
+    }
+
+    /// `scr index current NAME` on `prefix`: [`Index::set_current`] under the lock.
+    pub fn set_current_in(prefix: &Path, name: &str) -> Result<(), String> {
+        Index::try_update(prefix, |ix| ix.set_current(name)).map_err(|e| e.to_string())?
+    }
+
+    /// `scr index clear-failed NAME` on `prefix`: [`Index::clear_failed`] under the lock.
+    pub fn clear_failed_in(prefix: &Path, name: &str) -> Result<Option<String>, String> {
+        Index::try_update(prefix, |ix| ix.clear_failed(prefix, name)).map_err(|e| e.to_string())?
+    }
+
+    /// `scr index rebuild` on `prefix`: the index written again from the per-dataset
+    /// summaries, under the lock. Returns how many datasets it lists.
+    pub fn rebuild_in(prefix: &Path) -> Result<usize, String> {
+        Index::try_update(prefix, |ix| {
+            let rebuilt = Index::rebuild(prefix)?;
+            let n = rebuilt.datasets.len();
+            *ix = rebuilt;
+            Ok::<_, crate::state::StateError>(n)
+        })
+        .and_then(|r| r)
+        .map_err(|e| e.to_string())
+    }
+
+    /// Record dataset `entry` as complete (`scr index add`, postrun) unless the index
+    /// holds it complete and usable already, clearing a failed note left beside its
+    /// summary; it becomes the restart point when it is the newest checkpoint. Returns
+    /// whether it did.
+    pub fn add_complete(&mut self, prefix: &Path, entry: &IndexEntry) -> Result<bool, String> {
+        let id = entry.id;
+        if self
+            .datasets
+            .get(&id)
+            .is_some_and(|e| e.complete && e.failed.is_none())
+        {
+            return Err(format!(
+                "dataset {id} ({}) is in the index already",
+                entry.name
+            ));
+        }
+        let _ = std::fs::remove_file(FailedNote::path(prefix, id));
+        self.datasets.insert(id, entry.clone());
+        // the newest complete checkpoint is the restart point, as after a flush
+        Ok(self.make_current_if_newest(entry))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::write;
+    use super::*;
+
+    /// Write the failed note of dataset `id`, as `Index::mark_failed` does.
+    fn note(prefix: &Path, id: u64, why: &str) {
+        write(&FailedNote::path(prefix, id), FailedNote::KIND, &why).unwrap();
+    }
+
+    fn entry(id: u64, name: &str, ckpt: Option<u64>) -> IndexEntry {
+        IndexEntry {
+            id,
+            name: name.into(),
+            checkpoint_id: ckpt,
+            complete: true,
+            world_size: 1,
+            ..IndexEntry::default()
+        }
+    }
+
+    /// An index of checkpoints ckpt.1..=n (ids 1..=n), the newest current.
+    fn index(n: u64) -> Index {
+        let mut ix = Index::default();
+        for id in 1..=n {
+            ix.datasets
+                .insert(id, entry(id, &format!("ckpt.{id}"), Some(id)));
+        }
+        ix.current = Some(format!("ckpt.{n}"));
+        ix
+    }
+
+    #[test]
+    fn a_dataset_is_named_by_name_or_id_and_a_shared_name_needs_the_id() {
+        let mut ix = index(3);
+        assert_eq!(ix.entry_named("ckpt.2"), Ok(2));
+        assert_eq!(ix.entry_named("3"), Ok(3));
+        let err = ix.entry_named("ckpt.9").unwrap_err();
+        assert!(err.contains("no dataset named `ckpt.9`"), "{err}");
+        ix.datasets.insert(4, entry(4, "ckpt.2", Some(4)));
+        let err = ix.entry_named("ckpt.2").unwrap_err();
+        assert!(
+            err.contains("several datasets are named `ckpt.2` (ids [2, 4])"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn drop_by_name_or_id_removes_one_and_clears_current_when_it_named_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ix = index(3);
+        let d = ix.drop_dataset(dir.path(), "ckpt.3", false, false).unwrap();
+        assert_eq!((d.victims, d.names), (vec![3], vec!["ckpt.3".to_string()]));
+        assert_eq!(ix.current, None);
+        let d = ix.drop_dataset(dir.path(), "1", false, false).unwrap();
+        assert_eq!(d.victims, [1]);
+        assert_eq!(ix.datasets.keys().collect::<Vec<_>>(), [&2]);
+        let err = ix
+            .drop_dataset(dir.path(), "ckpt.7", false, false)
+            .unwrap_err();
+        assert!(err.contains("`ckpt.7`"), "{err}");
+    }
+
+    #[test]
+    fn drop_after_removes_every_newer_dataset_and_keeps_the_anchor() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ix = index(4);
+        let d = ix.drop_dataset(dir.path(), "ckpt.2", true, false).unwrap();
+        assert_eq!(d.names, ["ckpt.3", "ckpt.4"]);
+        assert_eq!(ix.datasets.keys().copied().collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(ix.current, None);
+        assert!(d.files.is_empty());
+    }
+
+    #[test]
+    fn drop_in_removes_the_summaries_and_delete_spares_files_others_list() {
+        use super::super::FlushedFile;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        let file = |name: &str| FlushedFile {
+            name: name.into(),
+            size: 1,
+            ..FlushedFile::default()
+        };
+        for (id, names) in [(1u64, vec!["shared", "a"]), (2, vec!["shared", "b"])] {
+            let summary = Summary {
+                id,
+                name: format!("ckpt.{id}"),
+                checkpoint_id: Some(id),
+                world_size: 1,
+                files: 2,
+                bytes: 2,
+                complete: true,
+            };
+            write(&Summary::path(p, id), "summary", &summary).unwrap();
+            let ranks = [(0, names.iter().map(|n| file(n)).collect())].into();
+            Rank2File { ranks }.write(p, id, 1, 256).unwrap();
+            for n in names {
+                std::fs::write(p.join(n), "x").unwrap();
+            }
+        }
+        assert_eq!(Index::rebuild_in(p), Ok(2));
+        let d = Index::drop_in(p, "ckpt.2", false, true).unwrap();
+        assert_eq!(d.files, [p.join("b")]);
+        assert!(!Summary::path(p, 2).exists());
+        let mut ticks = 0;
+        d.delete_files(p, &mut || ticks += 1);
+        assert_eq!(ticks, 1);
+        assert!(!p.join("b").exists() && p.join("shared").exists());
+        assert!(!dataset_dir(p, 2).exists());
+        assert_eq!(
+            Index::load(p).unwrap().datasets.keys().collect::<Vec<_>>(),
+            [&1]
+        );
+    }
+
+    #[test]
+    fn only_a_complete_usable_checkpoint_becomes_current() {
+        let mut ix = index(2);
+        ix.datasets.insert(3, entry(3, "out.3", None));
+        ix.datasets.get_mut(&1).unwrap().failed = Some("bad".into());
+        assert_eq!(ix.set_current("ckpt.2"), Ok(()));
+        assert_eq!(ix.current.as_deref(), Some("ckpt.2"));
+        for bad in ["ckpt.1", "out.3", "nope"] {
+            let err = ix.set_current(bad).unwrap_err();
+            assert!(
+                err.contains(&format!("`{bad}` is not a complete checkpoint")),
+                "{err}"
+            );
+        }
+        assert_eq!(ix.current.as_deref(), Some("ckpt.2"));
+    }
+
+    #[test]
+    fn clear_failed_clears_the_mark_and_the_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        let mut ix = index(2);
+        ix.datasets.get_mut(&2).unwrap().failed = Some("fetch failed".into());
+        note(p, 2, "fetch failed");
+        assert_eq!(
+            ix.clear_failed(p, "ckpt.2"),
+            Ok(Some("fetch failed".into()))
+        );
+        assert!(!FailedNote::path(p, 2).exists());
+        assert_eq!(ix.datasets[&2].failed, None);
+        assert_eq!(ix.clear_failed(p, "ckpt.2"), Ok(None));
+        let err = ix.clear_failed(p, "ckpt.5").unwrap_err();
+        assert!(err.contains("no dataset named `ckpt.5`"), "{err}");
+    }
+
+    #[test]
+    fn add_complete_refuses_a_dataset_held_and_makes_the_newest_current() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ix = index(2);
+        let err = ix
+            .add_complete(dir.path(), &entry(2, "ckpt.2", Some(2)))
+            .unwrap_err();
+        assert!(
+            err.contains("dataset 2 (ckpt.2) is in the index already"),
+            "{err}"
+        );
+        assert_eq!(
+            ix.add_complete(dir.path(), &entry(3, "ckpt.3", Some(3))),
+            Ok(true)
+        );
+        assert_eq!(ix.current.as_deref(), Some("ckpt.3"));
+    }
+}

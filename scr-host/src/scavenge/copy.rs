@@ -1,0 +1,157 @@
+//! The per-node step (`scr scavenge`): copy each rank's application and redundancy files
+//! of a dataset out of one node's cache into the prefix's staging directory, through the
+//! store's transfer type, verified, with a manifest per rank. Apart from the coordinating
+//! step because it runs on every node, alone, reading only that node's storage.
+
+use super::*;
+use crate::config::settings;
+
+impl Scavenger {
+    /// The per-node step: copy every rank's files of dataset `id` held on `node` into
+    /// the staging directory, verified, and write each rank's manifest.
+    pub fn copy_node(&self, node: &str, id: u64) -> NodeReport {
+        let mut report = NodeReport::default();
+        let buf = self
+            .config
+            .get(settings::FILE_BUF_SIZE)
+            .clamp(4096, 64 << 20) as usize;
+        let cntl = self.cntl_dir(node);
+        if !cntl.is_dir() {
+            self.progress.done(
+                &format!(
+                    "{node}: no control directory {}: the ranks that ran there count as lost",
+                    cntl.display()
+                ),
+                0,
+            );
+        }
+        for map in self.filemaps(node) {
+            let Some(record) = map.datasets.get(&id).filter(|d| d.complete).cloned() else {
+                continue;
+            };
+            let rank = map.rank;
+            let stage = rank_stage(&self.prefix, id, rank);
+            let path = manifest_path(&self.prefix, id, rank);
+            // a rank whose filemap is on two nodes (a relaunch on other nodes left the
+            // old one): a verified copy of the same record from the other node stands,
+            // rather than being removed for a second copy that may fail
+            if let Ok(prev) = read_state::<RankManifest>(&path, MANIFEST) {
+                if prev.node != node && prev.copied.is_ok() && prev.record == record {
+                    self.progress.done(
+                        &format!(
+                            "{node}: rank {rank}: already copied from {}; this node's copy is not used",
+                            prev.node
+                        ),
+                        0,
+                    );
+                    continue;
+                }
+            }
+            let _ = std::fs::remove_dir_all(&stage);
+            let bytes: u64 = record.files.iter().map(|f| f.size).sum();
+            self.progress.start(&format!("{node} rank {rank}"), bytes);
+            let started = Instant::now();
+            let copied = self.copy_rank(node, &record, &stage, buf);
+            if copied.is_err() {
+                // nothing of a failed copy stays: the rank counts as lost
+                let _ = std::fs::remove_dir_all(&stage);
+            }
+            let line = match &copied {
+                Ok(files) => format!(
+                    "{node}: rank {rank}: {} file(s) and {} redundancy file(s) of {}, {}",
+                    record.files.len(),
+                    files.len() - record.files.len(),
+                    record.name,
+                    rate(bytes, started.elapsed().as_secs_f64())
+                ),
+                Err(why) => format!("{node}: rank {rank}: NOT copied: {why}"),
+            };
+            self.progress.done(&line, bytes);
+            let manifest = RankManifest {
+                rank,
+                node: node.to_string(),
+                record,
+                copied: copied.clone(),
+            };
+            if let Err(e) = prefix::write(&path, MANIFEST, &manifest) {
+                report.failed.push((rank, e.to_string()));
+                continue;
+            }
+            match copied {
+                Ok(_) => {
+                    report.copied.push(rank);
+                    report.bytes += bytes;
+                }
+                Err(why) => report.failed.push((rank, why)),
+            }
+        }
+        report
+    }
+
+    /// Copy one rank's application and redundancy files through the store's transfer
+    /// type, each verified by the host after the copy (size and the CRC32 the filemap
+    /// recorded; the source's CRC32 for redundancy files, which have no record).
+    fn copy_rank(
+        &self,
+        node: &str,
+        record: &DatasetRecord,
+        stage: &Path,
+        buf: usize,
+    ) -> Result<Vec<FlushedFile>, String> {
+        let store = &record.descriptor.store;
+        // a store the configuration defines, in a dataset directory the runtime made
+        // (private, this user's, no link on the way): a damaged or forged filemap must not
+        // make scavenge copy other files into the prefix
+        if self.config.store(store).is_none() {
+            return Err(format!(
+                "the filemap names store {store}, which the configuration does not define; run postrun with the job's configuration"
+            ));
+        }
+        let cache = layout::cache_dataset_dir(&self.store_dir(store, node), record.id);
+        if cache.is_dir() {
+            crate::runtime::create_private_dir(Path::new(store), &cache)
+                .map_err(|e| e.to_string())?;
+        }
+        let mut files = Vec::new();
+        for f in &record.files {
+            check_relative(&f.name)?;
+            files.push(Planned {
+                name: f.name.clone(),
+                source: cache.join(&f.name),
+                destination: stage.join(&f.name),
+                size: f.size,
+                crc32: f.crc32,
+                stored: None,
+            });
+        }
+        for r in &record.redundancy {
+            check_relative(r)?;
+            let source = cache.join(r);
+            let size = std::fs::metadata(&source)
+                .map_err(|e| format!("redundancy file {}: {e}", source.display()))?
+                .len();
+            files.push(Planned {
+                name: r.clone(),
+                source,
+                destination: stage.join(r),
+                size,
+                crc32: None,
+                stored: None,
+            });
+        }
+        std::fs::create_dir_all(stage).map_err(|e| format!("{}: {e}", stage.display()))?;
+        let label = transfer_label(&self.config, &self.registry, store);
+        let host = LocalHost::new(
+            record.descriptor.members.first().copied().unwrap_or(0),
+            node,
+            &format!("transfer {}", label.transfer_type),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let state = stage.with_extension("transfer.state");
+        let config = transfer_config(&self.config, &label, &state);
+        let started = start_transfer(&self.registry, &config, host, label, files)?;
+        let out = collect(started, false, "recorded in the filemap", buf);
+        let _ = std::fs::remove_file(&state);
+        out
+    }
+}

@@ -1,0 +1,590 @@
+//! The coordinating step (`scr postrun`): read the ranks' manifests, rebuild lost ranks
+//! through the scheme plugin's offline `recover`, move the verified files from staging
+//! into the prefix (undone on failure), write rank2file and summary, and add the dataset
+//! to the index. Apart from the copy because it needs every node's copies at once.
+
+use super::*;
+use crate::config::settings;
+
+impl Scavenger {
+    /// The coordinating step: from the manifests in the staging directory of dataset
+    /// `id`, rebuild lost ranks through the scheme, move the files into the prefix, write
+    /// summary and rank2file, and add the dataset to the index. On any failure nothing is
+    /// added and the prefix is left as it was; the staging directory is removed either
+    /// way (the cache still holds what it held).
+    pub fn finish(&self, id: u64) -> Result<Added, String> {
+        let out = self.finish_staged(id);
+        let _ = std::fs::remove_dir_all(stage_dir(&self.prefix, id));
+        // the dataset's directory goes too when scavenge made it and left nothing else
+        let _ = std::fs::remove_dir(dataset_dir(&self.prefix, id));
+        out
+    }
+
+    /// What [`Scavenger::finish`] does before cleaning up: read every rank's manifest,
+    /// check they describe one dataset, rebuild the lost ranks, then place the files.
+    fn finish_staged(&self, id: u64) -> Result<Added, String> {
+        let manifests = read_manifests(&stage_dir(&self.prefix, id))?;
+        let first = agreed_record(id, &manifests, &stage_dir(&self.prefix, id))?;
+        let world = first.world_size;
+        let lost = self.lost_ranks(world, &manifests);
+        let mut files = copied_files(&manifests);
+        let rebuilt: Vec<u32> = lost.keys().copied().collect();
+        let node_names = self.config.get(settings::NODE_NAMES);
+        let mut lost_nodes: Vec<String> = (0..world)
+            .filter(|r| !manifests.contains_key(r))
+            .filter_map(|r| node_names.split(',').nth(r as usize))
+            .map(|n| n.trim().to_string())
+            .collect();
+        lost_nodes.dedup();
+        if !lost.is_empty() {
+            for (rank, fs) in self.rebuild(id, &manifests, &lost)? {
+                files.insert(rank, fs);
+            }
+        }
+        let bytes = files.values().flatten().map(|f| f.size).sum();
+        self.place(id, &first, files)
+            .map(|(entry, relocated, current)| Added {
+                entry,
+                rebuilt,
+                relocated,
+                current,
+                bytes,
+                lost_nodes,
+            })
+    }
+
+    /// The ranks to rebuild and why: every rank of the job without a manifest (its
+    /// node's cache was not reached or is gone; the node named when simulated), and
+    /// every rank whose copy failed.
+    fn lost_ranks(
+        &self,
+        world: u32,
+        manifests: &BTreeMap<u32, RankManifest>,
+    ) -> BTreeMap<u32, String> {
+        let node_names = self.config.get(settings::NODE_NAMES);
+        let node_of = |r: u32| {
+            node_names
+                .split(',')
+                .nth(r as usize)
+                .map(|n| format!(" (node {})", n.trim()))
+                .unwrap_or_default()
+        };
+        let mut lost: BTreeMap<u32, String> = (0..world)
+            .filter(|r| !manifests.contains_key(r))
+            .map(|r| {
+                (
+                    r,
+                    format!(
+                        "no copy: its node's cache or control directory is gone or was not reachable{}",
+                        node_of(r)
+                    ),
+                )
+            })
+            .collect();
+        for m in manifests.values() {
+            if let Err(why) = &m.copied {
+                lost.insert(m.rank, why.clone());
+            }
+        }
+        lost
+    }
+
+    /// Rebuild the files of the `lost` ranks, one redundancy set at a time, through the
+    /// dataset's scheme run offline (members as threads). Returns each rebuilt rank's
+    /// files, verified against the CRC32s carried in the redundancy data.
+    fn rebuild(
+        &self,
+        id: u64,
+        manifests: &BTreeMap<u32, RankManifest>,
+        lost: &BTreeMap<u32, String>,
+    ) -> Result<BTreeMap<u32, Vec<FlushedFile>>, String> {
+        let survivors: Vec<&RankManifest> =
+            manifests.values().filter(|m| m.copied.is_ok()).collect();
+        let describe = |ranks: &[u32]| -> String {
+            ranks
+                .iter()
+                .map(|r| format!("rank {r}: {}", lost[r]))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        // the sets, as every record names its own
+        let mut sets: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+        for m in manifests.values() {
+            sets.insert(
+                m.record.descriptor.set_id,
+                m.record.descriptor.members.clone(),
+            );
+        }
+        let orphans: Vec<u32> = lost
+            .keys()
+            .copied()
+            .filter(|r| !sets.values().any(|ms| ms.contains(r)))
+            .collect();
+        if !orphans.is_empty() {
+            return Err(format!(
+                "ranks {orphans:?} cannot be rebuilt: no member of their redundancy set survived ({}); nothing was added to the index",
+                describe(&orphans)
+            ));
+        }
+        let mut out = BTreeMap::new();
+        let mut refusals = Vec::new();
+        for (set_id, members) in &sets {
+            let lost_here: Vec<u32> = members
+                .iter()
+                .copied()
+                .filter(|r| lost.contains_key(r))
+                .collect();
+            if lost_here.is_empty() {
+                continue;
+            }
+            let template = survivors
+                .iter()
+                .find(|m| m.record.descriptor.set_id == *set_id)
+                .map(|m| m.record.clone());
+            let Some(template) = template else {
+                refusals.push(format!(
+                    "set {set_id} (ranks {members:?}): no member survived, ranks {lost_here:?} cannot be rebuilt ({})",
+                    describe(&lost_here)
+                ));
+                continue;
+            };
+            match self.rebuild_set(id, &template, members, manifests, lost) {
+                Ok(done) => out.extend(done),
+                Err(why) => refusals.push(format!(
+                    "set {set_id} (ranks {members:?}): ranks {lost_here:?} cannot be rebuilt through {}: {why} [{}]",
+                    template.descriptor.scheme,
+                    describe(&lost_here)
+                )),
+            }
+        }
+        if refusals.is_empty() {
+            Ok(out)
+        } else {
+            Err(format!(
+                "{}; nothing was added to the index",
+                refusals.join("; ")
+            ))
+        }
+    }
+
+    /// Rebuild the `lost` ranks of one redundancy set (`members`, described by
+    /// `template`, a survivor's record): every member's scheme runs `recover` as a
+    /// thread of an in-process world, the survivors from their staged files, the lost
+    /// from empty directories. Each lost rank's rebuilt files, verified.
+    fn rebuild_set(
+        &self,
+        id: u64,
+        template: &DatasetRecord,
+        members: &[u32],
+        manifests: &BTreeMap<u32, RankManifest>,
+        lost: &BTreeMap<u32, String>,
+    ) -> Result<BTreeMap<u32, Vec<FlushedFile>>, String> {
+        let d = &template.descriptor;
+        let groups = self.member_nodes(members, manifests);
+        let mut schemes = Vec::new();
+        let mut requests = Vec::new();
+        let mut dirs = Vec::new();
+        for member in 0..members.len() {
+            let (scheme, request, dir) =
+                self.member_recovery(id, d, members, member, manifests, lost)?;
+            requests.push(request);
+            schemes.push(scheme);
+            dirs.push(dir);
+        }
+        let group_refs: Vec<&str> = groups.iter().map(String::as_str).collect();
+        let timeout = Duration::from_secs(self.config.get(settings::ABORT_TIMEOUT).max(60));
+        let world = scr_plugin::inproc::World::new(&group_refs, timeout);
+        let results = scr_plugin::inproc::run_in(&world, |host| {
+            let m = host.rank() as usize;
+            schemes[m]
+                .raw()
+                .recover(host.raw(), &requests[m])
+                .into_result()
+                .map(|v| v.into_vec())
+                .map_err(|e| schemes[m].error("recover", e).to_string())
+        });
+        // what the scheme logged while rebuilding goes to this command's log, with the
+        // rank it ran for
+        let label = format!("scheme {}", d.scheme);
+        for (member, level, message) in world.log_records() {
+            let rank = members.get(member as usize).copied().unwrap_or(member);
+            crate::log::plugin_message(level, rank, &label, &message);
+        }
+        let crc_expected = manifests
+            .values()
+            .any(|m| m.record.files.iter().any(|f| f.crc32.is_some()));
+        let buf = self
+            .config
+            .get(settings::FILE_BUF_SIZE)
+            .clamp(4096, 64 << 20) as usize;
+        let mut out = BTreeMap::new();
+        for (member, (&rank, result)) in members.iter().zip(results).enumerate() {
+            let metas = result?;
+            if !lost.contains_key(&rank) {
+                continue;
+            }
+            // a rank whose copy failed its check still has its filemap record: what the
+            // scheme rebuilt must match it too (names, sizes, CRC32s)
+            let own = manifests.get(&rank).map(|m| &m.record);
+            let recs = cache::verify_rebuilt(rank, &metas, own, &dirs[member], crc_expected, buf)
+                .map_err(|why| format!("{} rebuilt wrong data: {why}", d.scheme))?;
+            out.insert(
+                rank,
+                recs.into_iter()
+                    .map(|f| FlushedFile {
+                        name: f.name,
+                        size: f.size,
+                        crc32: f.crc32,
+                        stored: None,
+                    })
+                    .collect(),
+            );
+        }
+        Ok(out)
+    }
+
+    /// The node of each member of a set (the group its scheme sees): where its manifest
+    /// was found, else its simulated node name, else a placeholder for a lost rank.
+    fn member_nodes(
+        &self,
+        members: &[u32],
+        manifests: &BTreeMap<u32, RankManifest>,
+    ) -> Vec<String> {
+        let node_names: Vec<String> = self
+            .config
+            .get(settings::NODE_NAMES)
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .collect();
+        members
+            .iter()
+            .map(|r| {
+                manifests
+                    .get(r)
+                    .map(|m| m.node.clone())
+                    .or_else(|| node_names.get(*r as usize).cloned())
+                    .unwrap_or_else(|| format!("lost-rank-{r}"))
+            })
+            .collect()
+    }
+
+    /// What member `member` of a set needs to take part in the recovery: its scheme
+    /// object, its recover request and its staging directory (emptied for a lost rank:
+    /// nothing of a failed copy is used; a survivor's files as its record lists them).
+    fn member_recovery(
+        &self,
+        id: u64,
+        d: &crate::runtime::DescriptorRecord,
+        members: &[u32],
+        member: usize,
+        manifests: &BTreeMap<u32, RankManifest>,
+        lost: &BTreeMap<u32, String>,
+    ) -> Result<(crate::registry::LoadedScheme, RecoverRequest, PathBuf), String> {
+        let rank = members[member];
+        let scheme = self
+            .registry
+            .new_scheme(&d.scheme_config(&self.config, member as u32, rank))
+            .map_err(|e| e.to_string())?;
+        let dir = rank_stage(&self.prefix, id, rank);
+        let files = if lost.contains_key(&rank) {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            RNone
+        } else {
+            RSome(cache::dataset_files(&manifests[&rank].record, &dir).files)
+        };
+        let request = RecoverRequest {
+            dataset_id: id,
+            dir: dir.display().to_string().into(),
+            files,
+        };
+        Ok((scheme, request, dir))
+    }
+
+    /// Move every rank's verified files from staging to the prefix (their own names, or
+    /// the dataset's directory when any name is taken), write rank2file and summary, and
+    /// add the dataset to the index. Undone completely on failure.
+    fn place(
+        &self,
+        id: u64,
+        rec: &DatasetRecord,
+        mut ranks: BTreeMap<u32, Vec<FlushedFile>>,
+    ) -> Result<(IndexEntry, bool, bool), String> {
+        let prefix = &self.prefix;
+        for f in ranks.values().flatten() {
+            check_relative(&f.name)?;
+        }
+        self.clear_interrupted_flush(id, rec);
+        // never over an older dataset's files: any name taken sends all to the
+        // dataset's own directory (prefix::relocated explains why)
+        let relocate = ranks
+            .values()
+            .flatten()
+            .any(|f| prefix.join(&f.name).symlink_metadata().is_ok());
+        let mut moves = Moves::default();
+        if let Err(e) = moves.move_all(prefix, id, relocate, &mut ranks) {
+            moves.undo();
+            return Err(format!("{e}; nothing was added to the index"));
+        }
+        match self.record_placed(id, rec, ranks) {
+            Ok((entry, current)) => {
+                // an interrupted flush's list of writes is settled with it
+                crate::runtime::flush::resume::remove_writes(prefix, id);
+                Ok((entry, relocate, current))
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(Summary::path(prefix, id));
+                Rank2File::remove(prefix, id);
+                moves.undo();
+                Err(format!("{e}; nothing was added to the index"))
+            }
+        }
+    }
+
+    /// Write the placed dataset's rank2file and summary, and add it to the index; the
+    /// entry and whether it became the restart point.
+    fn record_placed(
+        &self,
+        id: u64,
+        rec: &DatasetRecord,
+        ranks: BTreeMap<u32, Vec<FlushedFile>>,
+    ) -> Result<(IndexEntry, bool), String> {
+        let prefix = &self.prefix;
+        let summary = Summary {
+            id,
+            name: rec.name.clone(),
+            checkpoint_id: rec.checkpoint_id,
+            world_size: rec.world_size,
+            files: ranks.values().map(|v| v.len() as u64).sum(),
+            bytes: ranks.values().flatten().map(|f| f.size).sum(),
+            complete: true,
+        };
+        // (written as a tree like a job's flush, in parts of the default block size: the
+        // root records the layout, so a job of any configuration reads it)
+        Rank2File { ranks }
+            .write(prefix, id, rec.world_size, prefix::RANK2FILE_BLOCK)
+            .and_then(|_| prefix::write(&Summary::path(prefix, id), "summary", &summary))
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                index_add(
+                    prefix,
+                    &id.to_string(),
+                    rec.output,
+                    Some(self.config.get(settings::JOB_NAME)).filter(|n| !n.is_empty()),
+                    self.config
+                        .get(settings::FILE_BUF_SIZE)
+                        .clamp(4096, 64 << 20) as usize,
+                )
+            })
+    }
+
+    /// A flush of dataset `id` that the killed job left open (index entry incomplete,
+    /// not marked failed) wrote some of its files into the prefix, at the paths it listed
+    /// in `writes.scr` (see `runtime::flush::resume`). Scavenge completes that dataset, so
+    /// the next init will not clean them up: remove them here (and the transfers'
+    /// `*.scr-part` files), except any path a complete dataset's rank2file names — the
+    /// same rule init applies — so the dataset lands at its own names instead of being
+    /// relocated beside the debris. When the owners cannot all be read, only the
+    /// dataset's own directory is cleaned.
+    fn clear_interrupted_flush(&self, id: u64, rec: &DatasetRecord) {
+        let prefix = &self.prefix;
+        let open = Index::load_or_rebuild(prefix)
+            .ok()
+            .and_then(|ix| ix.datasets.get(&id).cloned())
+            .is_some_and(|e| !e.complete && e.failed.is_none());
+        if !open {
+            return;
+        }
+        let Ok(Some(writes)) = crate::runtime::flush::resume::load_writes(prefix, id) else {
+            return;
+        };
+        let owned: Option<BTreeSet<PathBuf>> = (|| {
+            let ix = Index::load_or_rebuild(prefix).ok()?;
+            let mut owned = BTreeSet::new();
+            for e in ix.datasets.values().filter(|e| e.complete) {
+                for f in Rank2File::load(prefix, e.id).ok()?.ranks.values().flatten() {
+                    owned.insert(f.stored_path(prefix).ok()?);
+                }
+            }
+            Some(owned)
+        })();
+        let pure_output = rec.output && rec.checkpoint_id.is_none();
+        let mut removed = 0;
+        for w in writes.iter().filter(|w| check_relative(w).is_ok()) {
+            let p = prefix.join(w);
+            let own_dir = p.starts_with(dataset_dir(prefix, id));
+            if !own_dir && (pure_output || owned.as_ref().is_none_or(|o| o.contains(&p))) {
+                continue;
+            }
+            let mut part = p.clone().into_os_string();
+            part.push(".scr-part");
+            for q in [p, PathBuf::from(part)] {
+                if q.symlink_metadata().is_ok_and(|m| m.is_file())
+                    && std::fs::remove_file(&q).is_ok()
+                {
+                    removed += 1;
+                }
+            }
+        }
+        if removed > 0 {
+            self.progress.done(
+                &format!(
+                    "removed {removed} file(s) that an interrupted flush of {} left in the prefix",
+                    rec.name
+                ),
+                0,
+            );
+        }
+    }
+
+    /// Finish the progress display.
+    pub fn finish_progress(&self) {
+        self.progress.finish();
+    }
+}
+
+/// Every rank's manifest staged in `stage` (`rank_<r>.scr`), by rank.
+fn read_manifests(stage: &Path) -> Result<BTreeMap<u32, RankManifest>, String> {
+    let mut manifests: BTreeMap<u32, RankManifest> = BTreeMap::new();
+    for e in std::fs::read_dir(stage)
+        .map_err(|e| {
+            format!(
+                "{}: {e}; run `scr scavenge` on the nodes first",
+                stage.display()
+            )
+        })?
+        .filter_map(Result::ok)
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("rank_") && name.ends_with(".scr") {
+            let m: RankManifest = read_state(&e.path(), MANIFEST).map_err(|e| e.to_string())?;
+            manifests.insert(m.rank, m);
+        }
+    }
+    Ok(manifests)
+}
+
+/// The dataset record every manifest agrees on (name, checkpoint id, world size,
+/// scheme), with no rank outside the job; refused when none was staged or they
+/// disagree.
+fn agreed_record(
+    id: u64,
+    manifests: &BTreeMap<u32, RankManifest>,
+    stage: &Path,
+) -> Result<DatasetRecord, String> {
+    let Some(first) = manifests.values().next().map(|m| m.record.clone()) else {
+        return Err(format!(
+            "dataset {id}: no node's cache held any of its files (nothing was copied to {})",
+            stage.display()
+        ));
+    };
+    let world = first.world_size;
+    if let Some(other) = manifests.values().find(|m| {
+        m.record.name != first.name
+            || m.record.checkpoint_id != first.checkpoint_id
+            || m.record.world_size != world
+            || m.record.descriptor.scheme != first.descriptor.scheme
+    }) {
+        return Err(format!(
+            "dataset {id}: the caches disagree about it (rank {} holds {} of {} ranks, rank {} holds {} of {} ranks); scavenge it by hand",
+            manifests.values().next().map_or(0, |m| m.rank),
+            first.name,
+            world,
+            other.rank,
+            other.record.name,
+            other.record.world_size
+        ));
+    }
+    if let Some(r) = manifests.keys().find(|&&r| r >= world) {
+        return Err(format!(
+            "dataset {id}: rank {r} holds it but it was written by {world} ranks"
+        ));
+    }
+    Ok(first)
+}
+
+/// The files each rank's copy staged (those its record lists), for the ranks whose copy
+/// succeeded.
+fn copied_files(manifests: &BTreeMap<u32, RankManifest>) -> BTreeMap<u32, Vec<FlushedFile>> {
+    manifests
+        .values()
+        .filter_map(|m| {
+            let names: BTreeSet<&str> = m.record.files.iter().map(|f| f.name.as_str()).collect();
+            m.copied.as_ref().ok().map(|v| {
+                (
+                    m.rank,
+                    v.iter()
+                        .filter(|f| names.contains(f.name.as_str()))
+                        .cloned()
+                        .collect(),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The files moved from staging into the prefix so far and the directories made for
+/// them (outermost first), so a failed placement can be undone.
+#[derive(Default)]
+struct Moves {
+    moved: Vec<(PathBuf, PathBuf)>,
+    made: Vec<PathBuf>,
+}
+
+impl Moves {
+    /// Move every rank's staged files to their place in the prefix (the dataset's own
+    /// directory when `relocate`), recording each file's stored path; refused when a
+    /// name appeared in the prefix meanwhile.
+    fn move_all(
+        &mut self,
+        prefix: &Path,
+        id: u64,
+        relocate: bool,
+        ranks: &mut BTreeMap<u32, Vec<FlushedFile>>,
+    ) -> Result<(), String> {
+        for (&rank, fs) in ranks.iter_mut() {
+            for f in fs.iter_mut() {
+                let from = rank_stage(prefix, id, rank).join(&f.name);
+                f.stored = relocate.then(|| prefix::relocated(id, &f.name));
+                let to = f.stored_path(prefix)?;
+                if !relocate && to.symlink_metadata().is_ok() {
+                    return Err(format!(
+                        "{} appeared in the prefix while scavenging; run postrun again",
+                        to.display()
+                    ));
+                }
+                if let Some(dir) = to.parent() {
+                    let missing: Vec<PathBuf> = dir
+                        .ancestors()
+                        .take_while(|a| a.symlink_metadata().is_err())
+                        .map(Path::to_path_buf)
+                        .collect();
+                    self.made.extend(missing.into_iter().rev());
+                    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                }
+                std::fs::rename(&from, &to).map_err(|e| {
+                    format!(
+                        "rank {rank}: moving {} to {}: {e}",
+                        from.display(),
+                        to.display()
+                    )
+                })?;
+                self.moved.push((from, to));
+            }
+        }
+        Ok(())
+    }
+
+    /// Move every file back to staging (or remove it when that fails) and remove the
+    /// directories made, innermost first.
+    fn undo(&self) {
+        for (from, to) in self.moved.iter().rev() {
+            if std::fs::rename(to, from).is_err() {
+                let _ = std::fs::remove_file(to);
+            }
+        }
+        for d in self.made.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
