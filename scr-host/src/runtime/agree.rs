@@ -10,14 +10,12 @@ impl Runtime {
     /// Make a local outcome collective: every rank gets `Ok` only when every rank did,
     /// so no rank leaves a sequence of collectives that the others continue.
     pub(in crate::runtime) fn agree<T>(&self, local: Result<T>) -> Result<T> {
-        agree_on(&self.world, local)
+        agree_on(&*self.world, local)
     }
 
     /// All ranks true?
     pub(in crate::runtime) fn all_agree(&self, ok: bool) -> bool {
-        let mut out = 0u8;
-        comm::all_reduce_into(&self.world, &u8::from(ok), &mut out, SystemOperation::min());
-        out == 1
+        self.world.agree(ok)
     }
 
     /// The first step of every collective call: refuse it when an earlier call left the
@@ -63,7 +61,7 @@ impl Runtime {
     /// hang would lose the whole allocation; the abort at least says why.
     pub(in crate::runtime) fn settle_call<T>(
         &self,
-        host: &MpiHost,
+        host: &dyn SetHost,
         scheme: &LoadedScheme,
         call: &'static str,
         dataset: &str,
@@ -92,15 +90,8 @@ impl Runtime {
 /// learns the first failing rank's error (one gather, on the failure path only), so the
 /// reason reaches the application on every rank — not only on the rank that may be
 /// killed first when the application aborts.
-pub(in crate::runtime) fn agree_on<T>(world: &SimpleCommunicator, local: Result<T>) -> Result<T> {
-    let mut all = 0u8;
-    comm::all_reduce_into(
-        world,
-        &u8::from(local.is_ok()),
-        &mut all,
-        SystemOperation::min(),
-    );
-    if all == 1 {
+pub(in crate::runtime) fn agree_on<T>(world: &dyn World, local: Result<T>) -> Result<T> {
+    if world.agree(local.is_ok()) {
         return local;
     }
     let mine = local.as_ref().err().map(|e| e.to_string());
@@ -120,20 +111,20 @@ pub(in crate::runtime) fn agree_on<T>(world: &SimpleCommunicator, local: Result<
 /// Collective: every rank calls it, on a path every rank takes (after agreeing that some
 /// rank failed). A failure with an empty message still counts (a flag goes with it).
 pub(in crate::runtime) fn first_failure(
-    world: &SimpleCommunicator,
+    world: &dyn World,
     mine: Option<&str>,
 ) -> Option<(usize, String)> {
     // the lowest failing rank by a min-reduction, then its message broadcast from it:
     // per rank O(log P) steps and one message (was an all-gather of every rank's, O(P))
     let me = if mine.is_some() {
-        u64::from(world.rank().unsigned_abs())
+        u64::from(world.rank())
     } else {
         u64::MAX
     };
-    let first = comm::min_u64(world, me);
+    let first = world.min_u64(me);
     if first == u64::MAX {
         return None;
     }
-    let text = comm::broadcast_from(world, first as i32, mine.unwrap_or_default().as_bytes());
+    let text = world.broadcast_from(first as u32, mine.unwrap_or_default().as_bytes());
     Some((first as usize, String::from_utf8_lossy(&text).into_owned()))
 }

@@ -1,11 +1,11 @@
 //! Distribution at init: when ranks changed nodes, each rank's cached files and filemap
 //! move to the rank that now owns them (point to point between the two ranks concerned).
 
-#[allow(unused_imports)]
 use super::cache::*;
 use super::evict::remove_files;
-use super::{comm, DatasetRecord, Filemap, Result, Runtime};
-use mpi::traits::Communicator as _;
+#[allow(unused_imports)]
+use super::tags::{MOVE_TAG, OFFER_TAG};
+use super::{DatasetRecord, Filemap, Result, Runtime};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -36,7 +36,8 @@ impl Runtime {
             .collect();
         let mut all: Vec<(u32, u32)> = offers;
         all.extend(
-            comm::sparse_exchange(&self.world, &sends, OFFER_TAG)
+            self.world
+                .sparse_exchange(&sends, OFFER_TAG)
                 .into_iter()
                 .map(|(holder, _)| (self.topo.rank, holder)),
         );
@@ -69,13 +70,14 @@ impl Runtime {
     /// Send `owner`'s filemap and node-local files to it; delete them here only once the
     /// owner confirmed it holds them.
     pub(in crate::runtime) fn send_filemap(&mut self, owner: u32) -> Result<()> {
-        let peer = self.world.process_at_rank(owner as i32);
+        let peer = owner;
         let map = Filemap::load(&self.job.cntl_dir, owner).unwrap_or(Filemap {
             rank: owner,
             datasets: BTreeMap::new(),
         });
-        send_blob(
-            &peer,
+        self.world.send(
+            peer,
+            MOVE_TAG,
             &serde_json::to_vec(&map).expect("filemap serializes"),
         );
         let mut buf = vec![0u8; MOVE_PIECE];
@@ -101,7 +103,7 @@ impl Runtime {
                     .ok()
                     .and_then(|f| f.metadata().ok())
                     .map_or(u64::MAX, |m| m.len());
-                comm::send(&peer, &len, MOVE_TAG);
+                self.world.send(peer, MOVE_TAG, &len.to_le_bytes());
                 // (len is u64::MAX exactly when the file could not be opened or stat'ed)
                 let mut f = match file {
                     Ok(f) if len != u64::MAX => f,
@@ -117,16 +119,16 @@ impl Runtime {
                     if !ok {
                         buf[..n].fill(0);
                     }
-                    comm::send(&peer, &buf[..n], MOVE_TAG);
+                    self.world.send(peer, MOVE_TAG, &buf[..n]);
                     left -= n as u64;
                 }
                 // whether the bytes sent are the file's: the owner drops it otherwise
-                comm::send(&peer, &u8::from(ok), MOVE_TAG);
+                self.world.send(peer, MOVE_TAG, &[u8::from(ok)]);
             }
         }
-        let mut ack = 0u8;
-        comm::receive_into(&peer, &mut ack, MOVE_TAG);
-        if ack != 1 {
+        let mut ack = [0u8];
+        self.world.recv_into(peer, MOVE_TAG, &mut ack);
+        if ack[0] != 1 {
             tracing::warn!(
                 "rank {owner} could not store its moved files; they stay on node {}",
                 self.topo.node
@@ -153,8 +155,8 @@ impl Runtime {
     /// when writing fails, so the holder never waits forever, and the holder deletes its
     /// copies only after the acknowledgement.
     pub(in crate::runtime) fn receive_filemap(&mut self, holder: u32) -> Result<()> {
-        let peer = self.world.process_at_rank(holder as i32);
-        let blob = recv_blob(&peer);
+        let peer = holder;
+        let blob = self.world.recv(peer, MOVE_TAG);
         let moved: Filemap = match serde_json::from_slice(&blob) {
             Ok(m) => m,
             Err(e) => {
@@ -183,10 +185,10 @@ impl Runtime {
             }
             let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
             for name in file_names(rec) {
-                ok &= self.receive_moved_file(&peer, rec, &dir, &name, &mut buf);
+                ok &= self.receive_moved_file(peer, rec, &dir, &name, &mut buf);
             }
         }
-        comm::send(&peer, &u8::from(ok), MOVE_TAG);
+        self.world.send(peer, MOVE_TAG, &[u8::from(ok)]);
         Ok(())
     }
 
@@ -195,14 +197,15 @@ impl Runtime {
     /// False when the holder sent it whole but it could not be stored here.
     pub(in crate::runtime) fn receive_moved_file(
         &self,
-        peer: &mpi::topology::Process<'_>,
+        peer: u32,
         rec: &DatasetRecord,
         dir: &Path,
         name: &Path,
         buf: &mut [u8],
     ) -> bool {
-        let mut len = 0u64;
-        comm::receive_into(peer, &mut len, MOVE_TAG);
+        let mut len = [0u8; 8];
+        self.world.recv_into(peer, MOVE_TAG, &mut len);
+        let len = u64::from_le_bytes(len);
         if len == u64::MAX {
             // the holder could not read it: nothing follows, nothing to store
             return true;
@@ -223,7 +226,7 @@ impl Runtime {
         let mut left = len;
         while left > 0 {
             let n = left.min(MOVE_PIECE as u64) as usize;
-            comm::receive_into(peer, &mut buf[..n], MOVE_TAG);
+            self.world.recv_into(peer, MOVE_TAG, &mut buf[..n]);
             if let Some(f) = out.as_mut() {
                 if f.write_all(&buf[..n]).is_err() {
                     out = None;
@@ -231,8 +234,9 @@ impl Runtime {
             }
             left -= n as u64;
         }
-        let mut sender_ok = 0u8;
-        comm::receive_into(peer, &mut sender_ok, MOVE_TAG);
+        let mut sender_ok = [0u8];
+        self.world.recv_into(peer, MOVE_TAG, &mut sender_ok);
+        let sender_ok = sender_ok[0];
         // an application file gets back the mode it was recorded with (the
         // application's own, which a flush restores); redundancy files stay 0600
         let mode = rec.files.iter().find(|f| Path::new(&f.name) == name);
@@ -257,14 +261,8 @@ impl Runtime {
     }
 }
 
-/// Tag of the messages that move files between ranks at init.
-pub(in crate::runtime) const MOVE_TAG: i32 = 7001;
-
 /// Piece size when moving file contents.
 pub(in crate::runtime) const MOVE_PIECE: usize = 64 << 20;
-
-/// Tag of the sparse exchange of distribute offers.
-pub(in crate::runtime) const OFFER_TAG: i32 = 7030;
 
 /// `Err` naming the file unless `name` (read from a filemap) stays inside `dir`.
 pub(in crate::runtime) fn inside_dir(dir: &Path, name: &Path) -> std::result::Result<(), String> {
@@ -286,16 +284,4 @@ pub(in crate::runtime) fn file_names(rec: &DatasetRecord) -> Vec<PathBuf> {
         .map(|f| PathBuf::from(&f.name))
         .chain(rec.redundancy.iter().map(PathBuf::from))
         .collect()
-}
-
-/// Send a (never empty: a serialized filemap) blob as one message.
-pub(in crate::runtime) fn send_blob(peer: &mpi::topology::Process<'_>, bytes: &[u8]) {
-    comm::send(peer, bytes, MOVE_TAG);
-}
-
-/// Receive a blob sized by the message that actually arrived (a matched probe), never
-/// by a length the peer claims: another rank's bug cannot make this one allocate more
-/// than it was sent.
-pub(in crate::runtime) fn recv_blob(peer: &mpi::topology::Process<'_>) -> Vec<u8> {
-    comm::receive_vec(peer, MOVE_TAG)
 }

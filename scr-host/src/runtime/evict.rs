@@ -81,10 +81,10 @@ impl Runtime {
             let result = rd
                 .scheme
                 .raw()
-                .remove(scr_plugin::host_ref(&rd.host), &dataset_files(rec, &dir))
+                .remove(rd.host.services(), &dataset_files(rec, &dir))
                 .into_result();
             let label = format!("{} ({})", rec.id, rec.name);
-            if let Err(e) = self.settle_call(&rd.host, &rd.scheme, "remove", &label, result) {
+            if let Err(e) = self.settle_call(&*rd.host, &rd.scheme, "remove", &label, result) {
                 // the recorded names still go below; say what may be left
                 tracing::warn!(
                     "{e}; files the scheme wrote for dataset {label} in {} and did not declare may be left", dir.display()
@@ -273,7 +273,7 @@ impl Runtime {
                 .filter(|&e| e > above)
                 .min()
                 .unwrap_or(u64::MAX);
-            let next = comm::min_u64(&self.world, mine);
+            let next = self.world.min_u64(mine);
             if next == u64::MAX {
                 break;
             }

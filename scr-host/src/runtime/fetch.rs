@@ -4,6 +4,8 @@
 //! rank2file, and the fetched dataset is protected again.
 
 use super::flush::*;
+use super::tags::{LIST_TAG, SOURCE_TAG};
+use super::world::Op;
 #[allow(unused_imports)]
 use crate::config::settings;
 
@@ -13,9 +15,7 @@ use std::path::Path;
 use super::prefix::{
     self, FlushedFile, Index, IndexEntry, Rank2File, Rank2FileMap, Rank2FilePart, Rank2FileRoot,
 };
-use super::{
-    broadcast_bytes, cache, now_secs, DatasetRecord, FileRecord, Result, Runtime, ScrError,
-};
+use super::{cache, now_secs, DatasetRecord, FileRecord, Result, Runtime, ScrError};
 use crate::events::Event;
 
 impl Runtime {
@@ -60,10 +60,9 @@ impl Runtime {
         } else {
             (None, None)
         };
-        let bytes = broadcast_bytes(
-            &self.world,
-            &serde_json::to_vec(&choice).expect("serializes"),
-        );
+        let bytes = self
+            .world
+            .broadcast_bytes(&serde_json::to_vec(&choice).expect("serializes"));
         let (entry, layout): (IndexEntry, std::result::Result<MapLayout, String>) =
             serde_json::from_slice::<Option<_>>(&bytes).unwrap_or(None)?;
         let layout = match layout {
@@ -161,7 +160,9 @@ impl Runtime {
                     Some(Err(_)) => [0, 0, 1],
                     None => [0; 3],
                 };
-                let [files, bytes, unreadable] = super::comm::sum_u64s(&self.world, totals);
+                let [files, bytes, unreadable] =
+                    <[u64; 3]>::try_from(self.world.all_reduce_u64s(&totals, Op::Sum))
+                        .expect("three sums");
                 let sums = if unreadable == 0 {
                     root.check_totals(&self.job.prefix, entry.id, files, bytes)
                         .map_err(|e| e.to_string())
@@ -181,7 +182,7 @@ impl Runtime {
         single: Option<&Rank2File>,
         blocks: prefix::Blocks,
     ) -> std::result::Result<BlockLists, String> {
-        let leaders: Vec<i32> = blocks.leaders().map(|r| r as i32).collect();
+        let leaders: Vec<u32> = blocks.leaders().collect();
         let sources: Vec<Vec<u8>> = match single {
             Some(m) => (0..blocks.count())
                 .map(|b| {
@@ -194,7 +195,7 @@ impl Runtime {
                 .collect(),
             None => Vec::new(),
         };
-        let got = super::comm::scatter_to(&self.world, 0, &leaders, &sources, SOURCE_TAG);
+        let got = self.world.scatter_to(0, &leaders, &sources, SOURCE_TAG);
         serde_json::from_slice::<BlockLists>(&got)
             .map_err(|e| format!("rank 0 sent unreadable rank2file lists: {e}"))
     }
@@ -209,7 +210,7 @@ impl Runtime {
     ) -> std::result::Result<Vec<FlushedFile>, String> {
         let n = blocks.of(self.topo.rank);
         let leader = blocks.leader(n);
-        let members: Vec<i32> = blocks.members(n).map(|r| r as i32).collect();
+        let members: Vec<u32> = blocks.members(n).collect();
         let lists: Vec<Vec<u8>> = match block_lists {
             None => Vec::new(),
             Some(block_lists) => blocks
@@ -223,7 +224,7 @@ impl Runtime {
                 })
                 .collect(),
         };
-        let got = super::comm::scatter_to(&self.world, leader as i32, &members, &lists, LIST_TAG);
+        let got = self.world.scatter_to(leader, &members, &lists, LIST_TAG);
         let mine: std::result::Result<Vec<FlushedFile>, String> = serde_json::from_slice(&got)
             .unwrap_or_else(|e| {
                 Err(format!(
@@ -231,7 +232,7 @@ impl Runtime {
                 ))
             });
         // the same answer everywhere: the lowest failing rank's error
-        match super::first_failure(&self.world, mine.as_ref().err().map(String::as_str)) {
+        match super::first_failure(&*self.world, mine.as_ref().err().map(String::as_str)) {
             Some((_, why)) => Err(why),
             None => mine,
         }
@@ -284,8 +285,9 @@ impl Runtime {
                 }
                 Ok(files)
             });
-            let failed = super::first_failure(&self.world, mine.as_ref().err().map(String::as_str))
-                .map(|(rank, why)| format!("rank {rank}: {why}"));
+            let failed =
+                super::first_failure(&*self.world, mine.as_ref().err().map(String::as_str))
+                    .map(|(rank, why)| format!("rank {rank}: {why}"));
             match (failed, mine) {
                 (None, Ok(files)) => {
                     self.cache.next_dataset = self.cache.next_dataset.max(entry.id + 1);
@@ -337,13 +339,13 @@ impl Runtime {
             let outcome = list.and_then(|list| self.fetch_one(&entry, list));
             // the lowest failing rank's reason, on every rank (O(log P), not a gather)
             let failed =
-                super::first_failure(&self.world, outcome.as_ref().err().map(String::as_str))
+                super::first_failure(&*self.world, outcome.as_ref().err().map(String::as_str))
                     .map(|(rank, why)| format!("fetch failed on rank {rank}: {why}"));
             // protect it again in cache: a failure there is a failed fetch too
             let failed = match failed {
                 None => {
                     let protected = self.protect_fetched(entry.id).err().map(|e| e.to_string());
-                    super::first_failure(&self.world, protected.as_deref())
+                    super::first_failure(&*self.world, protected.as_deref())
                         .map(|(rank, why)| format!("re-protecting failed on rank {rank}: {why}"))
                 }
                 some => some,
@@ -483,14 +485,10 @@ impl Runtime {
         self.agree(declared)?;
         let rd = &self.job.reddescs[desc];
         let ds = cache::dataset_files(&rec, &dir);
-        let result = rd
-            .scheme
-            .raw()
-            .apply(scr_plugin::host_ref(&rd.host), &ds)
-            .into_result();
+        let result = rd.scheme.raw().apply(rd.host.services(), &ds).into_result();
         let label = format!("{id} ({})", rec.name);
         let red = self
-            .settle_call(&rd.host, &rd.scheme, "apply", &label, result)
+            .settle_call(&*rd.host, &rd.scheme, "apply", &label, result)
             .map_err(ScrError::from);
         if !self.all_agree(red.is_ok()) {
             // discarded on every rank, what the scheme wrote with it (its `remove` takes
@@ -515,14 +513,6 @@ impl Runtime {
         self.save_filemap()
     }
 }
-
-/// Tag of the lists rank 0 sends each block leader at fetch from a single-file map of an
-/// earlier release (legacy only, [`Runtime::choose_from_index`]). (7041 tagged the part
-/// references leaders sent rank 0 at flush, which the root no longer lists.)
-pub(in crate::runtime) const SOURCE_TAG: i32 = 7042;
-
-/// Tag of the lists a leader sends its block's members at fetch.
-pub(in crate::runtime) const LIST_TAG: i32 = 7043;
 
 /// What rank 0 tells every rank at fetch about the chosen dataset's rank2file map:
 /// constant size, whatever P.

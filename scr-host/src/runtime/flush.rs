@@ -49,6 +49,8 @@
 //! Transfers get a [`LocalHost`]: a one-member host whose log is the runtime's and whose
 //! cancellation flag (`Flushing::cancel`) the runtime sets to stop background transfers.
 
+use super::tags::OUTCOME_TAG;
+use super::world::Op;
 use crate::config::settings;
 use scr_plugin::sync::lock;
 use std::collections::{BTreeMap, BTreeSet};
@@ -60,7 +62,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::prefix::{
     self, FlushFile, Index, IndexEntry, Rank2File, Rank2FilePart, Rank2FileRoot, Summary,
 };
-use super::{broadcast_bytes, now_secs, DatasetRecord, Result, Runtime};
+use super::{now_secs, DatasetRecord, Result, Runtime};
 use crate::events::Event;
 
 mod background;
@@ -69,9 +71,6 @@ pub(crate) use super::transfer::{
     collect, start_transfer, transfer_config, transfer_label, Planned,
 };
 use super::transfer::{Label, RankOutcome, Started};
-
-/// Tag of the outcomes a block's members send its leader ([`Runtime::gather_and_finish`]).
-const OUTCOME_TAG: i32 = 7040;
 
 /// Background work of asynchronous flushes.
 #[derive(Default)]
@@ -324,7 +323,10 @@ impl Runtime {
         } else {
             false
         };
-        let held = !broadcast_bytes(&self.world, if held { b"1" } else { b"" }).is_empty();
+        let held = !self
+            .world
+            .broadcast_bytes(if held { b"1" } else { b"" })
+            .is_empty();
         if held {
             return Ok(());
         }
@@ -397,7 +399,9 @@ impl Runtime {
         } else {
             Ok(())
         };
-        let why = broadcast_bytes(&self.world, opened.err().unwrap_or_default().as_bytes());
+        let why = self
+            .world
+            .broadcast_bytes(opened.err().unwrap_or_default().as_bytes());
         if !why.is_empty() {
             // the checkpoint is kept in cache; only the flush is skipped
             self.warn(&format!(
@@ -465,7 +469,9 @@ impl Runtime {
         let outcome: RankOutcome = started.and_then(|s| collect(s, false, "when written", buf));
         self.fault_point("flush-copied", rec.id);
         let recorded = self.gather_and_finish(entry, &outcome);
-        let text = broadcast_bytes(&self.world, recorded.err().unwrap_or_default().as_bytes());
+        let text = self
+            .world
+            .broadcast_bytes(recorded.err().unwrap_or_default().as_bytes());
         // the transfer's state stays until the flush is settled: a crash before this
         // point leaves it for the next init to resume (see `resume`)
         let _ = std::fs::remove_file(&state);
@@ -514,10 +520,9 @@ impl Runtime {
         let blocks = self.rank2file_blocks();
         let n = blocks.of(self.topo.rank);
         let leader = blocks.leader(n);
-        let members: Vec<i32> = blocks.members(n).map(|r| r as i32).collect();
-        let gathered = super::comm::gather_from(
-            &self.world,
-            leader as i32,
+        let members: Vec<u32> = blocks.members(n).collect();
+        let gathered = self.world.gather_from(
+            leader,
             &members,
             &serde_json::to_vec(mine).expect("serializes"),
             OUTCOME_TAG,
@@ -537,15 +542,14 @@ impl Runtime {
                 .copied()
                 .unwrap_or_else(std::time::Instant::now),
         };
-        let first = super::comm::min_u64(
-            &self.world,
-            failure.as_ref().map_or(u64::MAX, |(r, _)| u64::from(*r)),
-        );
+        let first = self
+            .world
+            .min_u64(failure.as_ref().map_or(u64::MAX, |(r, _)| u64::from(*r)));
         if first != u64::MAX {
             // the leader of the failed rank's block holds the text
             let holder = blocks.leader(blocks.of(first as u32));
             let text = failure.map(|(_, why)| why).unwrap_or_default();
-            let why = super::comm::broadcast_from(&self.world, holder as i32, text.as_bytes());
+            let why = self.world.broadcast_from(holder, text.as_bytes());
             if part.is_some() {
                 let _ = std::fs::remove_file(Rank2FilePart::path(&self.job.prefix, entry.id, n));
             }
@@ -562,10 +566,10 @@ impl Runtime {
             return done.map(|_| ());
         }
         // the root's totals: every part's, summed over the leaders (the others add 0)
-        let [files, bytes] = super::comm::sum_u64s(&self.world, {
-            let (files, bytes) = part.unwrap_or_default();
-            [files, bytes]
-        });
+        let (files, bytes) = part.unwrap_or_default();
+        let [files, bytes] =
+            <[u64; 2]>::try_from(self.world.all_reduce_u64s(&[files, bytes], Op::Sum))
+                .expect("two sums");
         if self.topo.rank != 0 {
             return Ok(());
         }

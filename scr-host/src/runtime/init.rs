@@ -18,8 +18,21 @@ impl Runtime {
         options: InitOptions,
     ) -> Result<Runtime> {
         let _counted = comm::scope("init");
-        let world = comm::duplicate(world);
-        let rank = world.rank() as u32;
+        let world: Box<dyn World> = Box::new(MpiWorld::new(comm::duplicate(world)));
+        let mut loader = Loader::from_process();
+        loader.api = api;
+        Self::init_in(world, loader, options)
+    }
+
+    /// [`Runtime::init_with`] on any [`World`] (MPI, or threads acting as ranks in the
+    /// runtime's own tests) with the configuration `loader` describes (its `api` holds
+    /// the application's configuration calls).
+    pub(crate) fn init_in(
+        world: Box<dyn World>,
+        loader: Loader,
+        options: InitOptions,
+    ) -> Result<Runtime> {
+        let rank = world.rank();
         let filter_problem = crate::log::init(crate::log::env_debug());
         let span = crate::log::runtime_span(rank);
         let _log = span.clone().entered();
@@ -31,9 +44,9 @@ impl Runtime {
         // configuration with its own environment, opens plugins from its own node's
         // file system, finds its own node name): each outcome is agreed before the next
         // collective step, so every rank returns an error and none waits for the others.
-        let recorded_api = api.clone();
-        let config = agree_on(&world, load_config(&world, api))?;
-        agree_on(&world, same_config(&world, &config))?;
+        let recorded_api = loader.api.clone();
+        let config = agree_on(&*world, load_config(&*world, loader))?;
+        agree_on(&*world, same_config(&*world, &config))?;
         let job = config.get(settings::JOB_ID);
         if !job.is_empty() {
             span.record("job", job.as_str());
@@ -61,12 +74,12 @@ impl Runtime {
     /// The runtime before any collective step of init: configuration and identity only
     /// (no plugin, node, set or directory yet). Dropping it is not a missed finalize.
     pub(in crate::runtime) fn unstarted(
-        world: SimpleCommunicator,
+        world: Box<dyn World>,
         config: Config,
         span: tracing::Span,
     ) -> Runtime {
-        let rank = world.rank() as u32;
-        let size = world.size() as u32;
+        let rank = world.rank();
+        let size = world.size();
         Runtime {
             topo: Topology {
                 rank,
@@ -161,13 +174,10 @@ impl Runtime {
         // O(log P) steps and O(ranks per node) bytes (was: every rank's node name on
         // every rank, O(P))
         {
-            let node_comm = sets::split_by_value(&self.world, &self.topo.node);
-            let mut ranks = vec![0u32; node_comm.size() as usize];
-            comm::all_gather_into(&node_comm, &self.topo.rank, &mut ranks[..]);
-            self.topo.node_ranks = ranks;
+            let node_comm = sets::split_by_value_in(&*self.world, &self.topo.node);
+            self.topo.node_ranks = node_comm.all_gather_u32(self.topo.rank);
             let first = u64::from(node_comm.rank() == 0);
-            self.topo.node_count =
-                u32::try_from(comm::sum_u64(&self.world, first)).unwrap_or(u32::MAX);
+            self.topo.node_count = u32::try_from(self.world.sum_u64(first)).unwrap_or(u32::MAX);
         }
 
         Ok(())
@@ -299,7 +309,7 @@ impl Runtime {
         self.exit_if_halted();
         // time-based checkpoint policies count from the end of init
         self.policy.last_end = Instant::now();
-        comm::barrier(&self.world);
+        self.world.barrier();
         for rd in &self.job.reddescs {
             self.info(&format!(
                 "descriptor {}: interval {}, scheme {}, store {}, group {}, this rank in set {} of {} member(s)",
@@ -362,27 +372,23 @@ impl Runtime {
     /// Build a set communicator and its host services for `set` (collective over world:
     /// every rank passes its own set and failure-group value, or `None` to take no
     /// part). The members' group values are gathered within the set: O(set size).
-    pub(in crate::runtime) fn set_host(&self, set: Option<&Set>, group: &str) -> Option<MpiHost> {
+    pub(in crate::runtime) fn set_host(
+        &self,
+        set: Option<&Set>,
+        group: &str,
+    ) -> Option<Box<dyn SetHost>> {
         // (a set id from a filemap or another rank's record that is no MPI color —
         // negative as an i32 — leaves this rank without a set: the caller's agreement
         // then refuses the dataset on every rank, where MPI would abort this rank alone)
         let set = set.filter(|s| i32::try_from(s.id).is_ok());
-        let color = match set {
-            Some(s) => mpi::topology::Color::with_value(s.id as i32),
-            None => mpi::topology::Color::undefined(),
-        };
+        let color = set.map(|s| s.id as u32);
         let key = set
             .and_then(|s| s.members.iter().position(|&m| m == self.topo.rank))
-            .unwrap_or(0) as i32;
-        let comm = comm::split_by_color_with_key(&self.world, color, key)?;
+            .unwrap_or(0) as u32;
+        let comm = self.world.split(color, key)?;
         let set = set?;
-        let groups = sets::gather_strings(&comm, group);
-        Some(MpiHost::new(
-            comm,
-            set.members.clone(),
-            groups,
-            self.topo.rank,
-        ))
+        let groups = sets::gather_strings_in(&*comm, group);
+        Some(comm.set_host(set.members.clone(), groups, self.topo.rank))
     }
 
     pub(in crate::runtime) fn create_reddescs(&mut self) -> Result<()> {
@@ -393,8 +399,8 @@ impl Runtime {
             }
             let value = self.agree(self.group_value(&d.group.0))?;
             let (mine, comm, groups) =
-                sets::form_my_set(&self.world, &value, d.set_size() as usize);
-            let host = MpiHost::new(comm, mine.members.clone(), groups, self.topo.rank);
+                sets::form_my_set_in(&*self.world, &value, d.set_size() as usize);
+            let host = comm.set_host(mine.members.clone(), groups, self.topo.rank);
             let member = mine
                 .members
                 .iter()
@@ -456,24 +462,19 @@ impl Runtime {
 /// Rank 0 reads the configuration files and broadcasts their contents; every rank then
 /// loads from that snapshot (with its own environment), so only one process touches the
 /// file system and all see the same files.
-pub(in crate::runtime) fn load_config(
-    world: &SimpleCommunicator,
-    api: Vec<(usize, String)>,
-) -> Result<Config> {
-    let mut loader = Loader::from_process();
+pub(in crate::runtime) fn load_config(world: &dyn World, mut loader: Loader) -> Result<Config> {
     if world.rank() == 0 {
         for w in loader.unknown_env() {
             tracing::warn!("{w}");
         }
     }
-    loader.api = api;
     let snapshot = if world.rank() == 0 {
         let _ = loader.load();
         serde_json::to_vec(&loader.seen()).expect("a snapshot serializes")
     } else {
         Vec::new()
     };
-    let bytes = broadcast_bytes(world, &snapshot);
+    let bytes = world.broadcast_bytes(&snapshot);
     let snap: Snapshot = serde_json::from_slice(&bytes).unwrap_or_default();
     loader.snapshot = Some(snap);
     loader.load().map_err(ScrError::Config)
@@ -496,32 +497,30 @@ pub(in crate::runtime) fn config_fingerprint(config: &Config) -> String {
 /// ranks disagree on stores, schemes or the prefix and fail later in ways that name
 /// nothing; this names the first difference. Costs two reductions; the gather runs only
 /// when the configurations differ.
-pub(in crate::runtime) fn same_config(world: &SimpleCommunicator, config: &Config) -> Result<()> {
+pub(in crate::runtime) fn same_config(world: &dyn World, config: &Config) -> Result<()> {
     use std::hash::{Hash as _, Hasher as _};
     let text = config_fingerprint(config);
     let mut h = std::collections::hash_map::DefaultHasher::new();
     text.hash(&mut h);
     let mine = h.finish();
-    let (mut lo, mut hi) = (0u64, 0u64);
-    comm::all_reduce_into(world, &mine, &mut lo, SystemOperation::min());
-    comm::all_reduce_into(world, &mine, &mut hi, SystemOperation::max());
+    let (lo, hi) = (world.min_u64(mine), world.max_u64(mine));
     if lo == hi {
         return Ok(());
     }
     // (on the mismatch path only: rank 0's text broadcast, compared on every rank, the
     // lowest differing rank found by a min-reduction and its text broadcast — per rank
     // two configurations and O(log P) steps; was an all-gather of every rank's, O(P))
-    let first = String::from_utf8_lossy(&broadcast_bytes(world, text.as_bytes())).into_owned();
+    let first = String::from_utf8_lossy(&world.broadcast_bytes(text.as_bytes())).into_owned();
     let me = if text == first {
         u64::MAX
     } else {
-        u64::from(world.rank().unsigned_abs())
+        u64::from(world.rank())
     };
-    let differing = comm::min_u64(world, me);
+    let differing = world.min_u64(me);
     let (rank, other) = if differing == u64::MAX {
         (0, first.clone())
     } else {
-        let other = comm::broadcast_from(world, differing as i32, text.as_bytes());
+        let other = world.broadcast_from(differing as u32, text.as_bytes());
         (
             differing as usize,
             String::from_utf8_lossy(&other).into_owned(),

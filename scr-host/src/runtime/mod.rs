@@ -36,14 +36,14 @@ mod world;
 use agree::{agree_on, first_failure};
 pub(crate) use private_dir::create_private_dir;
 use private_dir::{cachefs_err, lexical_normalize};
+use world::mpi_world::MpiWorld;
+use world::{SetHost, World};
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use mpi::collective::SystemOperation;
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::Communicator as _;
 
 use crate::config::check_plugins;
 use crate::config::{Config, ConfigErrors, Loader, Snapshot, View};
@@ -60,8 +60,6 @@ pub use sets::{form_my_set, form_sets, split_by_value, Set};
 pub use mpi_host::MpiHost;
 
 pub use comm::{CallStats, CommStats};
-// the exchange helpers, counted (see `comm`), under the names every call site uses
-use comm::broadcast_bytes;
 
 /// Everything that can go wrong in the runtime.
 #[derive(Debug, thiserror::Error)]
@@ -128,7 +126,7 @@ struct RedDesc {
     interval: u64,
     record: DescriptorRecord,
     scheme: LoadedScheme,
-    host: MpiHost,
+    host: Box<dyn SetHost>,
     /// Whether the scheme hashes the files in its apply (`crc32_in_apply`) on every
     /// rank: agreed once here, not at each checkpoint (a scheme's answer is fixed).
     hashes_in_apply: bool,
@@ -157,7 +155,7 @@ struct Policy {
 
 /// One process's checkpoint/restart runtime.
 pub struct Runtime {
-    world: SimpleCommunicator,
+    world: Box<dyn World>,
     /// Where this rank is: rank, size, node and the node's ranks.
     topo: Topology,
     config: Config,

@@ -13,10 +13,8 @@
 
 use std::collections::BTreeMap;
 
-use mpi::topology::SimpleCommunicator;
 use serde::{Deserialize, Serialize};
 
-use super::world::mpi_world::MpiWorld;
 use super::world::World;
 
 /// Tag of the name messages. Consecutive checks on one communicator cannot mix theirs:
@@ -46,16 +44,6 @@ pub(crate) struct Clashes {
 /// The rank of `comm` that checks `name`: a hash every rank computes alike.
 fn owner(name: &str, ranks: u32) -> u32 {
     crc32fast::hash(name.as_bytes()) % ranks.max(1)
-}
-
-/// [`check_in`] on an MPI communicator.
-pub(crate) fn check(
-    world: &SimpleCommunicator,
-    routed: &[String],
-    redundancy: &[String],
-    scheme: &str,
-) -> Clashes {
-    MpiWorld::with_borrowed(world, |w| check_in(w, routed, redundancy, scheme))
 }
 
 /// Send this rank's `routed` and `redundancy` names to their owners and check the names

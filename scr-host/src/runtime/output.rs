@@ -112,7 +112,7 @@ impl Runtime {
             u8::from(flags.output)
         );
         let root =
-            String::from_utf8_lossy(&broadcast_bytes(&self.world, mine.as_bytes())).into_owned();
+            String::from_utf8_lossy(&self.world.broadcast_bytes(mine.as_bytes())).into_owned();
         if let Some(why) = refused {
             Err(ScrError::Usage(format!("start_output: {why}")))
         } else if name.len() >= 1024 {
@@ -392,7 +392,7 @@ impl Runtime {
         let kept = self.all_agree(applied.is_ok());
         // every rank returns the same error: the first failing rank's, by rank
         let apply_error = if named.all_valid && !kept {
-            first_failure(&self.world, applied.err().as_deref())
+            first_failure(&*self.world, applied.err().as_deref())
                 .map(|(r, e)| format!("on rank {r}: {e}"))
         } else {
             None
@@ -518,13 +518,13 @@ impl Runtime {
             Some(Ok(red)) => red.as_slice(),
             _ => &[],
         };
-        let clashes = names::check(&self.world, &routed, declared, &scheme_name);
+        let clashes = names::check_in(&*self.world, &routed, declared, &scheme_name);
         let all_valid =
             self.all_agree(local_ok && clashes.routed.is_none() && clashes.redundancy.is_none());
         if !all_valid {
-            let clash = first_failure(&self.world, clashes.routed.as_deref()).map(|(_, c)| c);
+            let clash = first_failure(&*self.world, clashes.routed.as_deref()).map(|(_, c)| c);
             let naming_error = match clash {
-                None => first_failure(&self.world, clashes.redundancy.as_deref()).map(|(_, e)| e),
+                None => first_failure(&*self.world, clashes.redundancy.as_deref()).map(|(_, e)| e),
                 Some(_) => None,
             };
             return NameCheck {
@@ -549,7 +549,7 @@ impl Runtime {
         let naming_error = (!all_valid)
             .then(|| {
                 let mine = named.err().map(|e| e.to_string());
-                first_failure(&self.world, mine.as_deref())
+                first_failure(&*self.world, mine.as_deref())
                     .map(|(r, e)| format!("on rank {r}: {e}"))
             })
             .flatten();
@@ -572,7 +572,7 @@ impl Runtime {
     ) -> std::result::Result<(), String> {
         let rd = &self.job.reddescs[out.desc];
         let ds = cache::dataset_files(&out.record, dir);
-        let host = scr_plugin::host_ref(&rd.host);
+        let host = rd.host.services();
         let result = if fused {
             rd.scheme.raw().apply_with_crc(host, &ds).into_result()
         } else {
@@ -588,7 +588,7 @@ impl Runtime {
         let label = format!("{} ({})", out.record.id, out.record.name);
         let call = if fused { "apply_with_crc" } else { "apply" };
         let done = self
-            .settle_call(&rd.host, &rd.scheme, call, &label, result)
+            .settle_call(&*rd.host, &rd.scheme, call, &label, result)
             .map_err(|e| e.to_string())?;
         out.record.redundancy = done
             .redundancy
@@ -610,7 +610,7 @@ impl Runtime {
         if !self.all_agree(committed.is_ok()) {
             // every rank returns the same error: the first failing rank's
             let why = committed.err().map(|e| e.to_string());
-            let why = first_failure(&self.world, why.as_deref())
+            let why = first_failure(&*self.world, why.as_deref())
                 .map(|(r, e)| format!("on rank {r}: {e}"))
                 .unwrap_or_default();
             out.record.complete = false;
@@ -624,8 +624,7 @@ impl Runtime {
             self.cache.next_checkpoint = c + 1;
             let bytes: u64 = out.record.files.iter().map(|f| f.size).sum();
             self.checkpoint_done(out.started);
-            let mut total = 0u64;
-            comm::all_reduce_into(&self.world, &bytes, &mut total, SystemOperation::sum());
+            let total = self.world.sum_u64(bytes);
             self.log_event(crate::events::Event::Checkpoint {
                 name: out.record.name.clone(),
                 id: out.record.id,

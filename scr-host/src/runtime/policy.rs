@@ -36,9 +36,11 @@ impl Runtime {
             };
             decision[0] = if halt.is_some() { 2 } else { u8::from(need) };
         }
-        comm::broadcast_into(&self.world, 0, &mut decision[..]);
+        self.world.broadcast_into(0, &mut decision[..]);
         if decision[0] == 2 && self.config.get(settings::HALT_EXIT) {
-            let text = broadcast_bytes(&self.world, halt.unwrap_or_default().as_bytes());
+            let text = self
+                .world
+                .broadcast_bytes(halt.unwrap_or_default().as_bytes());
             self.halt_and_exit(String::from_utf8_lossy(&text).into_owned());
         }
         Ok(decision[0] != 0)
@@ -99,7 +101,9 @@ impl Runtime {
         } else {
             None
         };
-        let text = broadcast_bytes(&self.world, reason.unwrap_or_default().as_bytes());
+        let text = self
+            .world
+            .broadcast_bytes(reason.unwrap_or_default().as_bytes());
         let reason = String::from_utf8_lossy(&text).into_owned();
         (!reason.is_empty()).then_some(reason)
     }

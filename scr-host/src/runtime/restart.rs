@@ -192,10 +192,9 @@ impl Runtime {
                 } else {
                     Ok(None)
                 };
-                let bytes = broadcast_bytes(
-                    &self.world,
-                    &serde_json::to_vec(&found).expect("serializes"),
-                );
+                let bytes = self
+                    .world
+                    .broadcast_bytes(&serde_json::to_vec(&found).expect("serializes"));
                 let found: std::result::Result<Option<u64>, String> =
                     serde_json::from_slice(&bytes).unwrap_or(Ok(None));
                 let found = found.map_err(|e| {

@@ -3,14 +3,14 @@
 //! and reported.
 
 use super::cache::*;
-use super::mpi_host::MpiHost;
 use super::relative_to;
-use super::{comm, DatasetRecord, Filemap, Result, Runtime, Set};
+use super::tags::TEMPLATE_TAG;
+use super::world::SetHost;
+use super::{DatasetRecord, Filemap, Result, Runtime, Set};
 #[allow(unused_imports)]
 use crate::config::settings;
 use crate::registry::{LoadedScheme, RegistryError};
 use abi_stable::std_types::{RNone, ROption, RSome};
-use mpi::traits::Communicator as _;
 use scr_plugin::{FileMeta, RecoverRequest};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -158,13 +158,15 @@ impl Runtime {
     pub(in crate::runtime) fn holders_of(&self, id: u64) -> Holders {
         let own = self.cache.filemap.datasets.get(&id);
         let first_rank =
-            comm::min_u64(&self.world, own.map_or(u64::MAX, |_| self.topo.rank.into())) as u32;
-        let first: Identity = serde_json::from_slice(&comm::broadcast_from(
-            &self.world,
-            first_rank as i32,
-            &own.map(|r| serde_json::to_vec(&Identity::of(r)).expect("identity serializes"))
-                .unwrap_or_default(),
-        ))
+            self.world
+                .min_u64(own.map_or(u64::MAX, |_| self.topo.rank.into())) as u32;
+        let first: Identity = serde_json::from_slice(
+            &self.world.broadcast_from(
+                first_rank,
+                &own.map(|r| serde_json::to_vec(&Identity::of(r)).expect("identity serializes"))
+                    .unwrap_or_default(),
+            ),
+        )
         // (the same bytes on every rank, so the same outcome: an identity no record
         // has, which makes every holder's record differ and the dataset be refused)
         .unwrap_or_else(|e| Identity {
@@ -175,18 +177,14 @@ impl Runtime {
             store: String::new(),
         });
         let differs = own.is_some_and(|r| Identity::of(r) != first);
-        let other_rank = comm::min_u64(
-            &self.world,
-            if differs {
-                self.topo.rank.into()
-            } else {
-                u64::MAX
-            },
-        );
+        let other_rank = self.world.min_u64(if differs {
+            self.topo.rank.into()
+        } else {
+            u64::MAX
+        });
         let other = (other_rank != u64::MAX).then(|| {
-            let name = comm::broadcast_from(
-                &self.world,
-                other_rank as i32,
+            let name = self.world.broadcast_from(
+                other_rank as u32,
                 own.map(|r| r.name.as_bytes()).unwrap_or_default(),
             );
             (
@@ -232,20 +230,13 @@ impl Runtime {
     /// of P (was: every rank's records on every rank).
     pub(in crate::runtime) fn template_from_set(&self, id: u64, tag: i32) -> Option<DatasetRecord> {
         let own = self.cache.filemap.datasets.get(&id);
-        if comm::sum_u64(&self.world, u64::from(own.is_none())) == 0 {
+        if self.world.sum_u64(u64::from(own.is_none())) == 0 {
             return own.cloned();
         }
-        let color = match own {
-            Some(r) => mpi::topology::Color::with_value((r.descriptor.set_id & 0x7fff_ffff) as i32),
-            None => mpi::topology::Color::undefined(),
-        };
+        let color = own.map(|r| (r.descriptor.set_id & 0x7fff_ffff) as u32);
         let mut sends = Vec::new();
-        if let (Some(holders), Some(rec)) = (
-            comm::split_by_color_with_key(&self.world, color, self.topo.rank as i32),
-            own,
-        ) {
-            let mut here = vec![0u32; holders.size() as usize];
-            comm::all_gather_into(&holders, &self.topo.rank, &mut here[..]);
+        if let (Some(holders), Some(rec)) = (self.world.split(color, self.topo.rank), own) {
+            let here = holders.all_gather_u32(self.topo.rank);
             if holders.rank() == 0 {
                 let bytes = serde_json::to_vec(rec).expect("record serializes");
                 for &m in &rec.descriptor.members {
@@ -255,7 +246,7 @@ impl Runtime {
                 }
             }
         }
-        let got = comm::sparse_exchange(&self.world, &sends, tag);
+        let got = self.world.sparse_exchange(&sends, tag);
         if own.is_some() {
             return own.cloned();
         }
@@ -268,14 +259,7 @@ impl Runtime {
 
     /// Largest `v` over all ranks.
     pub(in crate::runtime) fn max_u64(&self, v: u64) -> u64 {
-        let mut out = 0u64;
-        super::comm::all_reduce_into(
-            &self.world,
-            &v,
-            &mut out,
-            mpi::collective::SystemOperation::max(),
-        );
-        out
+        self.world.max_u64(v)
     }
 
     /// Verify (and, through the scheme, rebuild) dataset `id` on every rank, or drop it
@@ -396,7 +380,7 @@ impl Runtime {
     pub(in crate::runtime) fn restore_host(
         &mut self,
         template: Option<&DatasetRecord>,
-    ) -> Option<MpiHost> {
+    ) -> Option<Box<dyn SetHost>> {
         let set = template.map(|t| Set {
             id: t.descriptor.set_id,
             members: t.descriptor.members.clone(),
@@ -544,11 +528,11 @@ impl Runtime {
         let result = r
             .scheme
             .raw()
-            .recover(scr_plugin::host_ref(&r.host), &request)
+            .recover(r.host.services(), &request)
             .into_result();
         let label = format!("{} ({})", r.id, r.name);
         let outcome = self
-            .settle_call(&r.host, &r.scheme, "recover", &label, result)
+            .settle_call(&*r.host, &r.scheme, "recover", &label, result)
             .map(|v| v.into_vec())
             .map_err(|e| e.to_string());
         if own.is_none() {
@@ -602,13 +586,15 @@ impl Runtime {
         kept: bool,
         started: std::time::Instant,
     ) {
-        let (ranks, lacking_total) =
-            comm::gather_some(&self.world, lacking.as_ref().map(std::slice::from_ref));
+        let (ranks, lacking_total) = self
+            .world
+            .gather_some(lacking.as_ref().map(std::slice::from_ref));
         // the lost nodes: one report per node, by its first rank when it lost its cache
         // (a node's ranks lose it together), so the bound counts nodes, not ranks
         let node_lost = lacking == Some(2) && self.first_on_node();
-        let (lost, lost_total) =
-            comm::gather_some(&self.world, node_lost.then_some(self.topo.node.as_bytes()));
+        let (lost, lost_total) = self
+            .world
+            .gather_some(node_lost.then_some(self.topo.node.as_bytes()));
         for (_, b) in &lost {
             self.report
                 .lost_nodes
@@ -673,11 +659,12 @@ impl Runtime {
         check: &std::result::Result<(), String>,
         failed: Option<&String>,
     ) -> String {
-        let (checks, checks_total) =
-            comm::gather_some(&self.world, check.as_ref().err().map(|e| e.as_bytes()));
+        let (checks, checks_total) = self
+            .world
+            .gather_some(check.as_ref().err().map(|e| e.as_bytes()));
         let failure = failed
             .map(|why| serde_json::to_vec(&(r.record.descriptor.set_id, why)).expect("serializes"));
-        let (fails, fails_total) = comm::gather_some(&self.world, failure.as_deref());
+        let (fails, fails_total) = self.world.gather_some(failure.as_deref());
         let mut report = String::new();
         if self.topo.rank == 0 {
             let mut ranks: Vec<String> = checks
@@ -712,14 +699,9 @@ impl Runtime {
                 sets.join("; ")
             );
         }
-        String::from_utf8_lossy(&comm::broadcast_from(&self.world, 0, report.as_bytes()))
-            .into_owned()
+        String::from_utf8_lossy(&self.world.broadcast_from(0, report.as_bytes())).into_owned()
     }
 }
-
-/// Tag of the sparse exchange that hands a lost rank its dataset record (two tags,
-/// alternating between consecutive datasets: see [`comm::sparse_exchange`]).
-pub(in crate::runtime) const TEMPLATE_TAG: i32 = 7010;
 
 /// What makes two records of one dataset id the same dataset.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -751,7 +733,7 @@ pub(in crate::runtime) struct Restore {
     /// The record of this rank's set: descriptor, members, scheme, store.
     record: DatasetRecord,
     /// The set's communicator.
-    host: MpiHost,
+    host: Box<dyn SetHost>,
     /// The scheme the dataset was protected with, as this rank's member.
     scheme: LoadedScheme,
     /// The dataset's directory in cache (created private and checked).

@@ -166,12 +166,6 @@ pub(crate) fn form_my_set_in(
     (set, set_comm, values)
 }
 
-/// Every member's string within `comm` (a redundancy set: O(set size) bytes):
-/// [`gather_strings_in`] on an MPI communicator.
-pub fn gather_strings(set_comm: &SimpleCommunicator, mine: &str) -> Vec<String> {
-    MpiWorld::with_borrowed(set_comm, |w| gather_strings_in(w, mine))
-}
-
 /// Every member's string within `set_comm` (a redundancy set: O(set size) bytes).
 pub(crate) fn gather_strings_in(set_comm: &dyn World, mine: &str) -> Vec<String> {
     set_comm

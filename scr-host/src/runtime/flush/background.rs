@@ -55,7 +55,7 @@ impl Runtime {
                 .take_while(|e| outcomes.contains_key(&e.id))
                 .count() as u64
         };
-        let finished = crate::runtime::comm::min_u64(&self.world, finished_here);
+        let finished = self.world.min_u64(finished_here);
         if finished == 0 {
             return;
         }
@@ -80,7 +80,7 @@ impl Runtime {
         // every waiter ended on every rank: every outcome is here
         let all = self.flushing.pending.len();
         self.complete_flushes(all, last);
-        crate::runtime::comm::barrier(&self.world);
+        self.world.barrier();
     }
 
     /// Complete the `n` oldest pending background flushes (collective; every rank's
@@ -156,7 +156,10 @@ impl Runtime {
         // only rank 0 knows whether recording a fully copied flush worked: one byte tells
         // every rank (a failed transfer is failed on every rank alike, no byte needed)
         let in_index = copied
-            && !broadcast_bytes(&self.world, if recorded.is_ok() { b"1" } else { b"" }).is_empty();
+            && !self
+                .world
+                .broadcast_bytes(if recorded.is_ok() { b"1" } else { b"" })
+                .is_empty();
         let why = recorded.err().unwrap_or_default();
         if in_index {
             // only a flush recorded for every rank lets an output leave the cache

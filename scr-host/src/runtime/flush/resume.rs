@@ -22,6 +22,7 @@
 //! no older checkpoint lives there; the host removes only paths of this dataset's names
 //! that no complete dataset's rank2file claims.
 
+use crate::runtime::tags::{OWNED_TAGS, WRITES_TAG};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -29,14 +30,7 @@ use scr_plugin::{host_ref, FileResult};
 
 use super::{collect, remove_written, Label, Planned, RankOutcome, Started};
 use crate::runtime::prefix::{self, Index, IndexEntry, Rank2File};
-use crate::runtime::{broadcast_bytes, DatasetRecord, Result, Runtime};
-
-/// Tags of the three sparse exchanges of [`Runtime::owned_among`] (distinct, so that a
-/// rank may start the next while another still receives in this one).
-const OWNED_TAGS: [i32; 3] = [7045, 7046, 7047];
-
-/// Tag of the names a block's members send its leader ([`Runtime::record_writes`]).
-const WRITES_TAG: i32 = 7044;
+use crate::runtime::{DatasetRecord, Result, Runtime};
 
 /// State-file kind of the list of prefix paths a flush may write.
 pub(crate) const WRITES_KIND: &str = "flush-writes";
@@ -172,10 +166,9 @@ impl Runtime {
         } else {
             Vec::new()
         };
-        let bytes = broadcast_bytes(
-            &self.world,
-            &serde_json::to_vec(&open).expect("index entries serialize"),
-        );
+        let bytes = self
+            .world
+            .broadcast_bytes(&serde_json::to_vec(&open).expect("index entries serialize"));
         let open: Vec<IndexEntry> = serde_json::from_slice(&bytes).unwrap_or_default();
         for entry in &open {
             self.settle(entry);
@@ -248,7 +241,7 @@ impl Runtime {
     /// Which answers some rank gave (collective), so that all take the same road (one
     /// bitwise-OR reduction: 8 bytes, O(log P) steps).
     fn agree_on_parts(&self, part: Part) -> Agreed {
-        let parts = crate::runtime::comm::or_u64(&self.world, 1u64 << (part as u8));
+        let parts = self.world.or_u64(1u64 << (part as u8));
         let some = |p: Part| parts & (1u64 << (p as u8)) != 0;
         let cached = !some(Part::NotCached);
         let mixed = some(Part::InPlace) && some(Part::Relocated);
@@ -279,7 +272,9 @@ impl Runtime {
         let outcome: RankOutcome =
             dispatched.and_then(|()| collect(started, false, "when written", self.buf_size()));
         let recorded = self.gather_and_finish(entry, &outcome);
-        let text = broadcast_bytes(&self.world, recorded.err().unwrap_or_default().as_bytes());
+        let text = self
+            .world
+            .broadcast_bytes(recorded.err().unwrap_or_default().as_bytes());
         if text.is_empty() {
             super::lock(&self.flushing.flushed).insert(entry.id);
             self.warn(&format!(
@@ -496,8 +491,10 @@ impl Runtime {
         } else {
             None
         };
-        let have_list =
-            !broadcast_bytes(&self.world, if recorded.is_some() { b"1" } else { b"" }).is_empty();
+        let have_list = !self
+            .world
+            .broadcast_bytes(if recorded.is_some() { b"1" } else { b"" })
+            .is_empty();
         // (path, whether the path itself may go when no complete dataset owns it)
         let candidates: Vec<(PathBuf, bool)> = match (&recorded, have_list, rec) {
             (Some(writes), _, _) => writes
@@ -546,7 +543,7 @@ impl Runtime {
             }
         }
         remove_written(&self.job.prefix, &remove);
-        crate::runtime::comm::sum_u64(&self.world, remove.len() as u64)
+        self.world.sum_u64(remove.len() as u64)
     }
 
     /// Record, in the dataset's directory under `.scr`, the prefix paths (relative) every
@@ -559,10 +556,9 @@ impl Runtime {
     pub(in crate::runtime) fn record_writes(&self, id: u64, mine: &[String]) {
         let blocks = self.rank2file_blocks();
         let n = blocks.of(self.topo.rank);
-        let members: Vec<i32> = blocks.members(n).map(|r| r as i32).collect();
-        let Some(all) = crate::runtime::comm::gather_from(
-            &self.world,
-            blocks.leader(n) as i32,
+        let members: Vec<u32> = blocks.members(n).collect();
+        let Some(all) = self.world.gather_from(
+            blocks.leader(n),
             &members,
             &serde_json::to_vec(mine).expect("names serialize"),
             WRITES_TAG,
@@ -597,7 +593,6 @@ impl Runtime {
     /// paths asked and answered, about P-th of the named paths held, O(log P) steps;
     /// rank 0 sends the named paths once (was: every named path broadcast to every rank).
     fn owned_among(&self, mine: &[PathBuf]) -> Option<BTreeSet<PathBuf>> {
-        use crate::runtime::comm;
         let named: Option<BTreeSet<PathBuf>> = if self.topo.rank == 0 {
             (|| {
                 let ix = Index::load_or_rebuild(&self.job.prefix).ok()?;
@@ -613,7 +608,7 @@ impl Runtime {
         } else {
             None
         };
-        let known = comm::broadcast_from(&self.world, 0, &[u8::from(named.is_some())]) == [1];
+        let known = self.world.broadcast_from(0, &[u8::from(named.is_some())]) == [1];
         if !known {
             return None;
         }
@@ -646,14 +641,13 @@ impl Runtime {
             .as_ref()
             .map(|n| by_owner(&mut n.iter()))
             .unwrap_or_default();
-        let held: BTreeSet<PathBuf> =
-            paths_of(comm::sparse_exchange(&self.world, &deals, OWNED_TAGS[0]))
-                .into_iter()
-                .flat_map(|(_, ps)| ps)
-                .collect();
+        let held: BTreeSet<PathBuf> = paths_of(self.world.sparse_exchange(&deals, OWNED_TAGS[0]))
+            .into_iter()
+            .flat_map(|(_, ps)| ps)
+            .collect();
         // each rank asks the owners of its paths; they answer with those they hold
         let asks = by_owner(&mut mine.iter());
-        let asked = paths_of(comm::sparse_exchange(&self.world, &asks, OWNED_TAGS[1]));
+        let asked = paths_of(self.world.sparse_exchange(&asks, OWNED_TAGS[1]));
         let answers: Vec<(u32, Vec<u8>)> = asked
             .into_iter()
             .filter_map(|(from, ps)| {
@@ -663,7 +657,7 @@ impl Runtime {
             })
             .collect();
         Some(
-            paths_of(comm::sparse_exchange(&self.world, &answers, OWNED_TAGS[2]))
+            paths_of(self.world.sparse_exchange(&answers, OWNED_TAGS[2]))
                 .into_iter()
                 .flat_map(|(_, ps)| ps)
                 .collect(),
