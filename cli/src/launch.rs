@@ -142,6 +142,15 @@ fn prefix_or(config: &Config, given: &Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(config.get(settings::PREFIX)))
 }
 
+/// Print a line of `scr run`'s own to stdout, flushed at once: the step's output is
+/// passed through to the same stream meanwhile, line by line.
+fn say(msg: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "scr run: {msg}");
+    let _ = out.flush();
+}
+
 /// `scr run`.
 pub fn run(config: &Config, args: &RunArgs) -> u8 {
     let outcome = launch::run(
@@ -154,6 +163,7 @@ pub fn run(config: &Config, args: &RunArgs) -> u8 {
             postrun: args.postrun,
             launcher: args.launcher.clone(),
             prefix: prefix_or(config, &args.prefix),
+            report: std::sync::Arc::new(say),
         },
     );
     match outcome {

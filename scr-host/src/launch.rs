@@ -103,8 +103,15 @@ impl RunState {
     }
 }
 
+/// Where [`run`] reports its own progress lines (launches, down nodes, why it stops):
+/// called once per line with the line's text, without a newline and without the
+/// `scr run: ` the command shows before it. The library prints nothing itself; the
+/// command decides where the lines go (the step's own output is passed through to
+/// stdout and stderr meanwhile, so a hook that prints should flush each line).
+pub type Report = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// `scr run`'s options.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RunOptions {
     /// Launches in all (else the `runs` key).
     pub runs: Option<u64>,
@@ -120,13 +127,29 @@ pub struct RunOptions {
     pub launcher: Vec<String>,
     /// The prefix directory.
     pub prefix: PathBuf,
+    /// Where the loop's own progress lines go (see [`Report`]).
+    pub report: Report,
 }
 
-/// Print a line of the loop's own (flushed: the step's output is interleaved).
-fn say(msg: impl std::fmt::Display) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "scr run: {msg}");
-    let _ = out.flush();
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("runs", &self.runs)
+            .field("min_nodes", &self.min_nodes)
+            .field("nodes", &self.nodes)
+            .field("ranks_per_node", &self.ranks_per_node)
+            .field("postrun", &self.postrun)
+            .field("launcher", &self.launcher)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunOptions {
+    /// Report a line of the loop's own through [`RunOptions::report`].
+    fn say(&self, msg: impl std::fmt::Display) {
+        (self.report)(&msg.to_string());
+    }
 }
 
 /// The first launch's nodes and ranks per node from `node_names`, when it is set.
@@ -315,17 +338,17 @@ impl Plan {
 /// checks, relaunches or postrun (SCR's scr_srun too: with the library off there is
 /// nothing to relaunch from). The outcome of [`run`].
 fn launch_once(opts: &RunOptions, plan: &Plan) -> RunOutcome {
-    say("enable = false: launching once, without node checks or relaunches");
+    opts.say("enable = false: launching once, without node checks or relaunches");
     let nodes = plan.layout.as_ref().map_or(&plan.alloc.nodes, |(n, _)| n);
     let argv = launch_command(&opts.launcher, nodes, plan.ranks_per_node, &[]);
     match Command::new(&argv[0]).args(&argv[1..]).status() {
         Ok(s) if s.success() => RunOutcome::Completed,
         Ok(s) => {
-            say(format!("launch failed ({s})"));
+            opts.say(format!("launch failed ({s})"));
             RunOutcome::Failed
         }
         Err(e) => {
-            say(format!("cannot start `{}`: {e}", argv[0]));
+            opts.say(format!("cannot start `{}`: {e}", argv[0]));
             RunOutcome::Failed
         }
     }
@@ -377,7 +400,7 @@ impl<'a> Relaunch<'a> {
             .unwrap_or_else(|| config.get(settings::RUNS))
             .max(1);
         let watchdog = config.get(settings::WATCHDOG_TIMEOUT);
-        say(format!(
+        opts.say(format!(
             "allocation {} ({}), {runs} run(s){}",
             hostlist::compress(&plan.alloc.nodes),
             plan.alloc.source,
@@ -426,7 +449,7 @@ impl<'a> Relaunch<'a> {
     fn launches(&mut self) -> bool {
         for attempt in 1..=self.runs {
             if let Some(sig) = signals::take() {
-                say(format!(
+                self.opts.say(format!(
                     "stopping: scr run received {}; no relaunch",
                     signals::name(sig)
                 ));
@@ -445,7 +468,8 @@ impl<'a> Relaunch<'a> {
                 Outcome::Failed => {}
             }
             if attempt == self.runs {
-                say(format!("stopping: no runs left (runs = {})", self.runs));
+                self.opts
+                    .say(format!("stopping: no runs left (runs = {})", self.runs));
                 break;
             }
             if self.halted() {
@@ -470,7 +494,7 @@ impl<'a> Relaunch<'a> {
             .collect();
         let found = self.check.down(&up);
         for (node, why) in &found {
-            say(format!("node {node} is down: {why}"));
+            self.opts.say(format!("node {node} is down: {why}"));
         }
         if !found.is_empty() {
             self.log(crate::events::Event::LostNodes {
@@ -509,9 +533,10 @@ impl<'a> Relaunch<'a> {
             down.join(", ")
         };
         if nodes.is_empty() {
-            say(format!("stopping: no usable node left; down: {down}"));
+            self.opts
+                .say(format!("stopping: no usable node left; down: {down}"));
         } else {
-            say(format!(
+            self.opts.say(format!(
                 "stopping: {} node(s) left ({}), fewer than the {} needed (min_nodes); down: {down}",
                 nodes.len(),
                 hostlist::compress(nodes),
@@ -534,7 +559,7 @@ impl<'a> Relaunch<'a> {
         self.state.runs_left = self.runs - attempt;
         self.state.launched_on = nodes.to_vec();
         self.state.save(&self.opts.prefix);
-        say(format!(
+        self.opts.say(format!(
             "launch {attempt} of {} on {} node(s) {}: {}",
             self.runs,
             nodes.len(),
@@ -547,10 +572,11 @@ impl<'a> Relaunch<'a> {
             cmd.env("SCR_NODE_NAMES", self.plan.node_names(nodes));
         }
         let watched = watched_dirs(self.config, &self.opts.prefix, &self.check, nodes);
-        match launch(cmd, self.watchdog, &watched) {
+        match launch(cmd, self.watchdog, &watched, &*self.opts.report) {
             Ok(e) => Some(e),
             Err(e) => {
-                say(format!("stopping: cannot start `{}`: {e}", argv[0]));
+                self.opts
+                    .say(format!("stopping: cannot start `{}`: {e}", argv[0]));
                 self.state.save(&self.opts.prefix);
                 None
             }
@@ -561,12 +587,12 @@ impl<'a> Relaunch<'a> {
     fn outcome(&self, attempt: u64, ended: Ended) -> Outcome {
         match ended {
             Ended::Status(s) if s.success() => {
-                say(format!("launch {attempt} completed"));
+                self.opts.say(format!("launch {attempt} completed"));
                 Outcome::Completed
             }
             Ended::Status(s) => {
                 let what = format!("launch {attempt} failed ({s})");
-                say(&what);
+                self.opts.say(&what);
                 self.log(crate::events::Event::Failure {
                     what: format!("scr run: {what}"),
                     rank: None,
@@ -575,7 +601,7 @@ impl<'a> Relaunch<'a> {
             }
             Ended::Signalled(sig) => {
                 let why = format!("scr run received {}", signals::name(sig));
-                say(format!("stopping: {why}; no relaunch"));
+                self.opts.say(format!("stopping: {why}; no relaunch"));
                 self.log(crate::events::Event::Halt {
                     reason: format!("scr run: {why}"),
                 });
@@ -584,7 +610,7 @@ impl<'a> Relaunch<'a> {
             Ended::Watchdog(secs) => {
                 let what =
                     format!("launch {attempt} killed by the watchdog: no progress for {secs} s");
-                say(&what);
+                self.opts.say(&what);
                 self.log(crate::events::Event::Failure {
                     what: format!("scr run: {what}"),
                     rank: None,
@@ -599,7 +625,7 @@ impl<'a> Relaunch<'a> {
     fn halted(&self) -> bool {
         match halt_reason(&self.opts.prefix, self.config) {
             Ok(Some(why)) => {
-                say(format!("stopping: halt condition: {why}"));
+                self.opts.say(format!("stopping: halt condition: {why}"));
                 self.log(crate::events::Event::Halt {
                     reason: format!("scr run: {why}"),
                 });
@@ -607,7 +633,7 @@ impl<'a> Relaunch<'a> {
             }
             Ok(None) => false,
             Err(e) => {
-                say(format!("warning: {e}; relaunching"));
+                self.opts.say(format!("warning: {e}; relaunching"));
                 false
             }
         }
@@ -618,7 +644,7 @@ impl<'a> Relaunch<'a> {
 /// nodes, on those nodes' caches: every cache is reachable from here; with real nodes,
 /// postrun's own default, this host); whether it succeeded (said why not).
 fn postrun(opts: &RunOptions, plan: &Plan, last: &[String]) -> bool {
-    say("running scr postrun");
+    opts.say("running scr postrun");
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("scr"));
     let mut cmd = Command::new(exe);
     cmd.arg("postrun").arg("--prefix").arg(&opts.prefix);
@@ -631,11 +657,11 @@ fn postrun(opts: &RunOptions, plan: &Plan, last: &[String]) -> bool {
     match cmd.status() {
         Ok(s) if s.success() => true,
         Ok(s) => {
-            say(format!("scr postrun failed ({s})"));
+            opts.say(format!("scr postrun failed ({s})"));
             false
         }
         Err(e) => {
-            say(format!("cannot run scr postrun: {e}"));
+            opts.say(format!("cannot run scr postrun: {e}"));
             false
         }
     }
@@ -694,7 +720,12 @@ fn newest_change(dirs: &[PathBuf], limit: usize) -> Option<SystemTime> {
 /// a Ctrl-C at the terminal reaches it directly. A termination signal sent to `scr run`
 /// is passed on to the step (its group with a watchdog), which then has
 /// [`SIGNAL_GRACE`] to end before it is killed.
-fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Result<Ended> {
+fn launch(
+    mut cmd: Command,
+    watchdog: u64,
+    watched: &[PathBuf],
+    report: &dyn Fn(&str),
+) -> std::io::Result<Ended> {
     use std::os::unix::process::CommandExt;
     let own_group = watchdog > 0;
     if own_group {
@@ -721,7 +752,7 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
             break Ended::Status(s);
         }
         if let Some(sig) = signals::take() {
-            say(format!(
+            report(&format!(
                 "received {}: passing it on to the job step ({}), which has {} s to end",
                 signals::name(sig),
                 if own_group {
@@ -739,7 +770,7 @@ fn launch(mut cmd: Command, watchdog: u64, watched: &[PathBuf]) -> std::io::Resu
             continue;
         }
         if progress.idle() >= Duration::from_secs(watchdog) {
-            say(format!(
+            report(&format!(
                 "watchdog: no output and no file changed under {} for {watchdog} s; killing the job step (process group {})",
                 watched
                     .iter()

@@ -106,8 +106,14 @@ pub fn check_plugins(config: &Config, registry: &Registry) -> PluginFindings {
 /// Create (and drop, never dispatch) a transfer of `name` with the configured settings
 /// but no fallback, to learn whether it can work on this machine.
 fn probe_transfer(config: &Config, registry: &Registry, name: &str) -> Result<(), RegistryError> {
-    let dir = std::env::temp_dir().join(format!("scr-probe.{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&dir);
+    // a private directory of its own (tempfile: unpredictable name, 0700), removed when
+    // dropped: a fixed name per process was shared by every runtime of the process (the
+    // in-process tests run several) and could be pre-made by another user in /tmp
+    let probe = tempfile::Builder::new().prefix("scr-probe.").tempdir();
+    let dir = match &probe {
+        Ok(d) => d.path().to_path_buf(),
+        Err(_) => std::env::temp_dir().join(format!("scr-probe.{}", std::process::id())),
+    };
     let transfer_config = scr_plugin::TransferConfig {
         transfer_type: name.into(),
         state_file: dir
@@ -134,6 +140,6 @@ fn probe_transfer(config: &Config, registry: &Registry, name: &str) -> Result<()
     let result = registry
         .new_transfer(&transfer_config, scr_plugin::host_ref(&services))
         .map(drop);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(probe);
     result
 }

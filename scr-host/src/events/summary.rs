@@ -37,7 +37,9 @@ pub struct JobSummary {
     pub finalized: bool,
 }
 
-/// The figures `scr log` prints.
+/// The figures `scr log` prints. Its JSON is one flat object: the grouped figures
+/// ([`CheckpointFigures`], [`FlushFigures`], [`Intervals`]) are flattened into it under
+/// their own keys.
 #[derive(Serialize, Clone, Debug, PartialEq)]
 pub struct Summary {
     /// Events read.
@@ -46,22 +48,12 @@ pub struct Summary {
     pub damaged_lines: usize,
     /// Per job.
     pub jobs: Vec<JobSummary>,
-    /// Checkpoints completed.
-    pub checkpoints: usize,
-    /// Bytes over all checkpoints.
-    pub checkpoint_bytes: u64,
-    /// Mean seconds a checkpoint took (C).
-    pub checkpoint_seconds_mean: Option<f64>,
-    /// Flushes recorded.
-    pub flushes: usize,
-    /// Flushes that failed.
-    pub flushes_failed: usize,
-    /// Bytes flushed successfully.
-    pub flush_bytes: u64,
-    /// Seconds spent in successful flushes.
-    pub flush_seconds: f64,
-    /// Bytes per second over the successful flushes.
-    pub flush_bandwidth: Option<f64>,
+    /// The checkpoints completed and their cost.
+    #[serde(flatten)]
+    pub checkpoints: CheckpointFigures,
+    /// The flushes recorded and their bandwidth.
+    #[serde(flatten)]
+    pub flushes: FlushFigures,
     /// Fetches recorded.
     pub fetches: usize,
     /// Rebuilds recorded.
@@ -72,6 +64,51 @@ pub struct Summary {
     pub halts: Vec<String>,
     /// Failures recorded.
     pub failures: usize,
+    /// The run time, mean time between failures and the advised checkpoint intervals.
+    #[serde(flatten)]
+    pub advice: Intervals,
+}
+
+/// The checkpoints of a [`Summary`] (JSON keys `checkpoints`, `checkpoint_bytes`,
+/// `checkpoint_seconds_mean`).
+#[derive(Serialize, Clone, Debug, PartialEq, Default)]
+pub struct CheckpointFigures {
+    /// Checkpoints completed.
+    #[serde(rename = "checkpoints")]
+    pub count: usize,
+    /// Bytes over all checkpoints.
+    #[serde(rename = "checkpoint_bytes")]
+    pub bytes: u64,
+    /// Mean seconds a checkpoint took (C).
+    #[serde(rename = "checkpoint_seconds_mean")]
+    pub seconds_mean: Option<f64>,
+}
+
+/// The flushes of a [`Summary`] (JSON keys `flushes`, `flushes_failed`, `flush_bytes`,
+/// `flush_seconds`, `flush_bandwidth`).
+#[derive(Serialize, Clone, Debug, PartialEq, Default)]
+pub struct FlushFigures {
+    /// Flushes recorded.
+    #[serde(rename = "flushes")]
+    pub count: usize,
+    /// Flushes that failed.
+    #[serde(rename = "flushes_failed")]
+    pub failed: usize,
+    /// Bytes flushed successfully.
+    #[serde(rename = "flush_bytes")]
+    pub bytes: u64,
+    /// Seconds spent in successful flushes.
+    #[serde(rename = "flush_seconds")]
+    pub seconds: f64,
+    /// Bytes per second over the successful flushes.
+    #[serde(rename = "flush_bandwidth")]
+    pub bandwidth: Option<f64>,
+}
+
+/// The checkpoint interval a [`Summary`] advises and the figures it comes from (JSON keys
+/// as the field names).
+#[derive(Serialize, Clone, Debug, PartialEq, Default)]
+pub struct Intervals {
     /// The time the runs ran (see `run_seconds`).
     pub run_seconds: f64,
     /// Mean time between failures (M).
@@ -102,7 +139,7 @@ pub fn daly(c: f64, m: f64) -> f64 {
 pub fn summarize(records: &[Record], damaged: usize) -> Summary {
     let mut s = Summary::empty(records.len(), damaged);
     let ckpt_seconds = count_events(records, &mut s);
-    s.run_seconds = run_seconds(records);
+    s.advice.run_seconds = run_seconds(records);
     derive_figures(&mut s, ckpt_seconds);
     s
 }
@@ -114,24 +151,14 @@ impl Summary {
             events,
             damaged_lines: damaged,
             jobs: Vec::new(),
-            checkpoints: 0,
-            checkpoint_bytes: 0,
-            checkpoint_seconds_mean: None,
-            flushes: 0,
-            flushes_failed: 0,
-            flush_bytes: 0,
-            flush_seconds: 0.0,
-            flush_bandwidth: None,
+            checkpoints: CheckpointFigures::default(),
+            flushes: FlushFigures::default(),
             fetches: 0,
             rebuilds: 0,
             scavenges: 0,
             halts: Vec::new(),
             failures: 0,
-            run_seconds: 0.0,
-            mtbf_seconds: None,
-            young_seconds: None,
-            daly_seconds: None,
-            no_advice: None,
+            advice: Intervals::default(),
         }
     }
 }
@@ -158,20 +185,20 @@ fn count_events(records: &[Record], s: &mut Summary) -> f64 {
         match &r.event {
             Event::Init { .. } => job.runs += 1,
             Event::Checkpoint { bytes, seconds, .. } => {
-                s.checkpoints += 1;
+                s.checkpoints.count += 1;
                 job.checkpoints += 1;
-                s.checkpoint_bytes += bytes;
+                s.checkpoints.bytes += bytes;
                 ckpt_seconds += seconds;
             }
             Event::Flush {
                 bytes, seconds, ok, ..
             } => {
-                s.flushes += 1;
+                s.flushes.count += 1;
                 if *ok {
-                    s.flush_bytes += bytes;
-                    s.flush_seconds += seconds;
+                    s.flushes.bytes += bytes;
+                    s.flushes.seconds += seconds;
                 } else {
-                    s.flushes_failed += 1;
+                    s.flushes.failed += 1;
                 }
             }
             Event::Fetch { .. } => s.fetches += 1,
@@ -199,26 +226,26 @@ fn count_events(records: &[Record], s: &mut Summary) -> f64 {
 /// flush bandwidth, mean time between failures M, and Young's and Daly's intervals from
 /// C and M, or why there is no advice.
 fn derive_figures(s: &mut Summary, ckpt_seconds: f64) {
-    if s.checkpoints > 0 {
-        s.checkpoint_seconds_mean = Some(ckpt_seconds / s.checkpoints as f64);
+    if s.checkpoints.count > 0 {
+        s.checkpoints.seconds_mean = Some(ckpt_seconds / s.checkpoints.count as f64);
     }
-    if s.flush_seconds > 0.0 {
-        s.flush_bandwidth = Some(s.flush_bytes as f64 / s.flush_seconds);
+    if s.flushes.seconds > 0.0 {
+        s.flushes.bandwidth = Some(s.flushes.bytes as f64 / s.flushes.seconds);
     }
-    if s.failures >= MIN_FAILURES && s.run_seconds > 0.0 {
-        s.mtbf_seconds = Some(s.run_seconds / s.failures as f64);
+    if s.failures >= MIN_FAILURES && s.advice.run_seconds > 0.0 {
+        s.advice.mtbf_seconds = Some(s.advice.run_seconds / s.failures as f64);
     }
-    match (s.checkpoint_seconds_mean, s.mtbf_seconds) {
+    match (s.checkpoints.seconds_mean, s.advice.mtbf_seconds) {
         (Some(c), Some(m)) => {
-            s.young_seconds = Some(young(c, m));
-            s.daly_seconds = Some(daly(c, m));
+            s.advice.young_seconds = Some(young(c, m));
+            s.advice.daly_seconds = Some(daly(c, m));
         }
-        (None, _) => s.no_advice = Some("no checkpoint recorded: the cost of a checkpoint is not known".into()),
+        (None, _) => s.advice.no_advice = Some("no checkpoint recorded: the cost of a checkpoint is not known".into()),
         (Some(_), None) => {
-            s.no_advice = Some(format!(
+            s.advice.no_advice = Some(format!(
                 "too few failures to estimate the time between them ({} in {} of run time; at least {MIN_FAILURES} needed)",
                 s.failures,
-                duration(s.run_seconds)
+                duration(s.advice.run_seconds)
             ))
         }
     }
@@ -330,26 +357,26 @@ fn render_jobs(s: &Summary, line: &mut dyn FnMut(String)) {
 /// The lines of [`render`] on data: checkpoints and their mean cost, flushes and their
 /// bandwidth, fetches, rebuilds, scavenges and halts (each halt's reason).
 fn render_data(s: &Summary, line: &mut dyn FnMut(String)) {
-    match s.checkpoint_seconds_mean {
+    match s.checkpoints.seconds_mean {
         Some(c) => line(format!(
             "checkpoints: {}, mean cost {c:.2}s, {} in all ({} each on average)",
-            s.checkpoints,
-            bytes(s.checkpoint_bytes as f64),
-            bytes(s.checkpoint_bytes as f64 / s.checkpoints as f64)
+            s.checkpoints.count,
+            bytes(s.checkpoints.bytes as f64),
+            bytes(s.checkpoints.bytes as f64 / s.checkpoints.count as f64)
         )),
         None => line("checkpoints: none".into()),
     }
-    let ok = s.flushes - s.flushes_failed;
-    match s.flush_bandwidth {
+    let ok = s.flushes.count - s.flushes.failed;
+    match s.flushes.bandwidth {
         Some(bw) => line(format!(
             "flushes: {} ({} failed), {} in {:.2}s: {}/s",
-            s.flushes,
-            s.flushes_failed,
-            bytes(s.flush_bytes as f64),
-            s.flush_seconds,
+            s.flushes.count,
+            s.flushes.failed,
+            bytes(s.flushes.bytes as f64),
+            s.flushes.seconds,
             bytes(bw)
         )),
-        None => line(format!("flushes: {} ({ok} succeeded)", s.flushes)),
+        None => line(format!("flushes: {} ({ok} succeeded)", s.flushes.count)),
     }
     line(format!(
         "fetches: {}, rebuilds: {}, scavenges: {}, halts: {}",
@@ -366,20 +393,24 @@ fn render_data(s: &Summary, line: &mut dyn FnMut(String)) {
 /// The failure line of [`render`] (with the mean time between failures when known) and
 /// the advised checkpoint interval, or why there is none.
 fn render_failures(s: &Summary, line: &mut dyn FnMut(String)) {
-    match s.mtbf_seconds {
+    match s.advice.mtbf_seconds {
         Some(m) => line(format!(
             "failures: {} in {} of run time: mean time between failures {}",
             s.failures,
-            duration(s.run_seconds),
+            duration(s.advice.run_seconds),
             duration(m)
         )),
         None => line(format!(
             "failures: {} in {} of run time",
             s.failures,
-            duration(s.run_seconds)
+            duration(s.advice.run_seconds)
         )),
     }
-    match (s.young_seconds, s.daly_seconds, &s.no_advice) {
+    match (
+        s.advice.young_seconds,
+        s.advice.daly_seconds,
+        &s.advice.no_advice,
+    ) {
         (Some(y), Some(d), _) => {
             line(format!(
                 "checkpoint interval advised: Young {} (sqrt(2CM)), Daly {}",

@@ -180,28 +180,28 @@ fn the_summary_of_a_synthetic_log_is_exact() {
     );
     assert_eq!(s.jobs[1].failures, 1);
     assert!(s.jobs[1].finalized);
-    assert_eq!(s.checkpoints, 4);
-    assert_eq!(s.checkpoint_bytes, 4000);
-    assert_eq!(s.checkpoint_seconds_mean, Some(3.75)); // (2+4+6+3)/4
-    assert_eq!(s.flushes, 3);
-    assert_eq!(s.flushes_failed, 1);
-    assert_eq!(s.flush_bytes, 4000);
-    assert_eq!(s.flush_seconds, 2.0);
-    assert_eq!(s.flush_bandwidth, Some(2000.0));
+    assert_eq!(s.checkpoints.count, 4);
+    assert_eq!(s.checkpoints.bytes, 4000);
+    assert_eq!(s.checkpoints.seconds_mean, Some(3.75)); // (2+4+6+3)/4
+    assert_eq!(s.flushes.count, 3);
+    assert_eq!(s.flushes.failed, 1);
+    assert_eq!(s.flushes.bytes, 4000);
+    assert_eq!(s.flushes.seconds, 2.0);
+    assert_eq!(s.flushes.bandwidth, Some(2000.0));
     assert_eq!(s.rebuilds, 1);
     assert_eq!(s.halts, vec!["checkpoints left 0".to_string()]);
     assert_eq!(s.failures, 2);
     // run A ran 0..300 (its last checkpoint; the failure reports and the days
     // before B are not run time), run B 2000..3000
-    assert_eq!(s.run_seconds, 1300.0);
-    assert_eq!(s.mtbf_seconds, Some(650.0));
+    assert_eq!(s.advice.run_seconds, 1300.0);
+    assert_eq!(s.advice.mtbf_seconds, Some(650.0));
     // C = 3.75, M = 650: Young sqrt(4875)
     let young = 4875f64.sqrt();
-    assert_eq!(s.young_seconds, Some(young));
+    assert_eq!(s.advice.young_seconds, Some(young));
     let daly = young * (1.0 + (3.75f64 / 1300.0).sqrt() / 3.0 + 3.75 / 11700.0) - 3.75;
-    assert_eq!(s.daly_seconds, Some(daly));
+    assert_eq!(s.advice.daly_seconds, Some(daly));
     assert!((daly - 67.3436).abs() < 1e-3, "{daly}");
-    assert_eq!(s.no_advice, None);
+    assert_eq!(s.advice.no_advice, None);
     let text = render(&s);
     assert!(
         text.contains("jobs: 2 (1 finalized), 15 events, 1 damaged lines skipped"),
@@ -251,7 +251,7 @@ fn the_days_between_runs_of_one_job_id_are_not_run_time() {
     ]
     .join("\n");
     let (r, _) = parse(&text, "t");
-    assert_eq!(summarize(&r, 0).run_seconds, 300.0);
+    assert_eq!(summarize(&r, 0).advice.run_seconds, 300.0);
 }
 
 #[test]
@@ -280,15 +280,15 @@ fn too_few_failures_say_so() {
     let (r, d) = parse(&text, "t");
     let s = summarize(&r, d);
     assert_eq!(s.failures, 1);
-    assert_eq!(s.mtbf_seconds, None);
-    assert_eq!(s.young_seconds, None);
+    assert_eq!(s.advice.mtbf_seconds, None);
+    assert_eq!(s.advice.young_seconds, None);
     assert_eq!(
-        s.no_advice.as_deref(),
+        s.advice.no_advice.as_deref(),
         Some("too few failures to estimate the time between them (1 in 10.0s of run time; at least 2 needed)")
     );
     let s = summarize(&[], 0);
     assert_eq!(
-        s.no_advice.as_deref(),
+        s.advice.no_advice.as_deref(),
         Some("no checkpoint recorded: the cost of a checkpoint is not known")
     );
 }

@@ -31,6 +31,8 @@ mod restart;
 mod restore;
 pub(crate) mod sets;
 mod tags;
+#[cfg(test)]
+mod tests;
 pub(crate) mod transfer;
 mod world;
 use agree::{agree_on, first_failure};
