@@ -92,7 +92,7 @@ fn a_rank_with_another_configuration_is_named_on_every_rank() {
 /// What one rank writes for checkpoint `step`.
 fn content(rank: u32, step: u32) -> Vec<u8> {
     (0..3000u32)
-        .map(|i| (i.wrapping_mul(31) ^ rank * 7 ^ step) as u8)
+        .map(|i| (i.wrapping_mul(31) ^ (rank * 7) ^ step) as u8)
         .collect()
 }
 
