@@ -165,7 +165,7 @@ pub fn log_event(prefix: &Path, job_id: &str, event: Event) {
 pub fn append(prefix: &Path, record: &Record) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
     line.push(b'\n');
-    let scr = prefix.join(".scr");
+    let scr = crate::layout::scr_dir(prefix);
     if !scr.is_dir() {
         std::fs::create_dir_all(&scr)?;
     }

@@ -81,7 +81,7 @@ pub struct RunState {
 impl RunState {
     /// `<prefix>/.scr/run.scr`.
     pub fn path(prefix: &Path) -> PathBuf {
-        prefix.join(".scr").join("run.scr")
+        crate::layout::run_state_file(prefix)
     }
 
     /// The state `scr run` left for job `job_id` in `prefix`, if any.
@@ -676,7 +676,7 @@ fn watched_dirs(
     check: &NodeCheck,
     nodes: &[String],
 ) -> Vec<PathBuf> {
-    let mut dirs = vec![prefix.join(".scr")];
+    let mut dirs = vec![crate::layout::scr_dir(prefix)];
     let simulated = !config.get(settings::NODE_NAMES).is_empty();
     for (base, _) in &check.bases {
         if simulated {

@@ -10,7 +10,7 @@
 //! <cntl_base>[/<node>]/<user>/scr.<job>/            control directory (filemaps, nodes file,
 //!     filemap_<rank>.scr, nodes.scr, transfer.<id>.<rank>.state)
 //! <prefix>/.scr/                                    the prefix's state (index, flush, halt,
-//!     index.scr  flush.scr  halt.scr  ids.scr  events.jsonl  app.conf  lock
+//!     index.scr  flush.scr  halt.scr  ids.scr  events.jsonl  app.conf  lock  run.scr
 //!     scr.dataset.<id>/                             one flushed dataset's records
 //!         summary.scr  rank2file.scr  rank2file.<n>.scr  writes.scr  writes.<n>.scr
 //!         failed.scr
@@ -68,6 +68,11 @@ pub fn transfer_state(cntl_dir: &Path, id: u64, rank: u32) -> PathBuf {
     cntl_dir.join(format!("transfer.{id}.{rank}.state"))
 }
 
+/// A fetch's persisted transfer state in a control directory: `fetch.<id>.<rank>.state`.
+pub fn fetch_state(cntl_dir: &Path, id: u64, rank: u32) -> PathBuf {
+    cntl_dir.join(format!("fetch.{id}.{rank}.state"))
+}
+
 /// The `.scr` directory of a prefix.
 pub fn scr_dir(prefix: &Path) -> PathBuf {
     prefix.join(".scr")
@@ -96,6 +101,11 @@ pub fn halt_file(prefix: &Path) -> PathBuf {
 /// The last dataset and checkpoint ids used with a prefix.
 pub fn ids_file(prefix: &Path) -> PathBuf {
     scr_dir(prefix).join("ids.scr")
+}
+
+/// `scr run`'s state across relaunches (runs left, nodes used).
+pub fn run_state_file(prefix: &Path) -> PathBuf {
+    scr_dir(prefix).join("run.scr")
 }
 
 /// The prefix's event log (one JSON object per line).

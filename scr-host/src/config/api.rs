@@ -305,7 +305,7 @@ pub(crate) fn layer(calls: &[(usize, String)], errors: &mut Vec<ConfigError>) ->
 /// `scr config show` and `explain` (run later, in another process) report what the run
 /// had in force: `<prefix>/.scr/app.conf` (SCR keeps its own in the same place).
 pub fn record_path(prefix: &Path) -> std::path::PathBuf {
-    prefix.join(".scr").join("app.conf")
+    crate::layout::app_conf_file(prefix)
 }
 
 /// Record the run's accepted settings (`(call number, text)`), replacing an earlier

@@ -359,10 +359,7 @@ impl Runtime {
                     }
                     if self.topo.rank == 0 {
                         let _ = Index::update(&self.job.prefix, |ix| {
-                            if let Some(e) = ix.datasets.get_mut(&entry.id) {
-                                e.fetched = Some(now_secs());
-                            }
-                            ix.current = Some(entry.name.clone());
+                            ix.fetched(entry.id, &entry.name, now_secs())
                         });
                     }
                     self.info(&format!(
@@ -447,10 +444,7 @@ impl Runtime {
         }
         // the same transfer type as the flush from this store, verified the same way
         let label = self.transfer_of(&store);
-        let state = self
-            .job
-            .cntl_dir
-            .join(format!("fetch.{}.{}.state", entry.id, self.topo.rank));
+        let state = crate::layout::fetch_state(&self.job.cntl_dir, entry.id, self.topo.rank);
         let started = self.dispatch(label, files, &state);
         let buf = self.buf_size();
         let fetched = started.and_then(|s| collect(s, false, "recorded by the flush", buf));

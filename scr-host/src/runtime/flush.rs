@@ -119,7 +119,7 @@ impl Drop for Flushing {
 /// the directories that leaves empty below a relocated dataset's `files/` (directories
 /// at the application's own paths are left: they may be the user's).
 fn remove_written(prefix: &Path, paths: &[PathBuf]) {
-    let scr = prefix.join(".scr");
+    let scr = crate::layout::scr_dir(prefix);
     for p in paths {
         let _ = std::fs::remove_file(p);
         let relocated = p.starts_with(&scr);
@@ -217,11 +217,7 @@ impl Placement {
 
 /// Rank 0: the flush of `entry` failed (`reason` names the rank): marked in the index.
 fn record_failure(prefix: &Path, entry: &IndexEntry, reason: &str) {
-    let _ = Index::update(prefix, |ix| {
-        if let Some(e) = ix.datasets.get_mut(&entry.id) {
-            e.failed = Some(reason.to_string());
-        }
-    });
+    let _ = Index::update(prefix, |ix| ix.flush_failed(entry.id, reason));
 }
 
 /// Rank 0: every part of the rank2file map of `entry` is written (`root` holds their
@@ -246,17 +242,7 @@ fn record_complete(
     let step = || -> std::result::Result<(), crate::state::StateError> {
         root.write(prefix, entry.id)?;
         prefix::write(&Summary::path(prefix, entry.id), "summary", &summary)?;
-        Index::update(prefix, |ix| {
-            let e = ix.datasets.entry(entry.id).or_insert_with(|| entry.clone());
-            e.complete = true;
-            e.flushed = Some(now_secs());
-            e.failed = None;
-            let _ = std::fs::remove_file(prefix::FailedNote::path(prefix, entry.id));
-            // the newest flushed checkpoint is the restart point (finalize recording a
-            // background flush again whose first recording failed may record them out
-            // of order)
-            ix.make_current_if_newest(entry);
-        })?;
+        Index::update(prefix, |ix| ix.flush_complete(prefix, entry, now_secs()))?;
         // the index records the flush: from here it stands, whatever happens to the
         // flush file (a hint for scripts, not what fetch trusts)
         if let Err(e) = FlushFile::add_location(prefix, entry.id, "PFS") {
@@ -386,16 +372,13 @@ impl Runtime {
             name: rec.name.clone(),
             checkpoint_id: rec.checkpoint_id,
             output: rec.output,
-            dir: format!("scr.dataset.{}", rec.id),
+            dir: crate::layout::dataset_dir_name(rec.id),
             world_size: self.topo.size,
             job_name: Some(self.config.get(settings::JOB_NAME)).filter(|n| !n.is_empty()),
             ..IndexEntry::default()
         };
         let opened = if self.topo.rank == 0 {
-            Index::update(&self.job.prefix, |ix| {
-                ix.datasets.insert(rec.id, entry.clone());
-            })
-            .map_err(|e| e.to_string())
+            Index::update(&self.job.prefix, |ix| ix.begin_flush(&entry)).map_err(|e| e.to_string())
         } else {
             Ok(())
         };
@@ -665,7 +648,7 @@ mod tests {
             id,
             name: format!("ckpt.{id}"),
             checkpoint_id: Some(id),
-            dir: format!("scr.dataset.{id}"),
+            dir: crate::layout::dataset_dir_name(id),
             world_size: 1,
             ..IndexEntry::default()
         };

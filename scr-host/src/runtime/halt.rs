@@ -30,7 +30,7 @@ pub struct Halt {
 impl Halt {
     /// The halt file of a prefix directory.
     pub fn path(prefix: &Path) -> PathBuf {
-        prefix.join(".scr").join("halt.scr")
+        crate::layout::halt_file(prefix)
     }
 
     /// Read it; a missing file means no condition.

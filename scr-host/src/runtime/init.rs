@@ -187,14 +187,18 @@ impl Runtime {
     /// prefix's `.scr`; a run that ended in finalize left that as the halt file's exit
     /// reason, which a new run starting clears. Agreed.
     pub(in crate::runtime) fn create_job_dirs(&mut self) -> Result<()> {
-        let job_dir = PathBuf::from(&self.job.user).join(format!("scr.{}", self.job.job_id));
         let cntl_base = PathBuf::from(self.config.get(settings::CNTL_BASE));
-        self.job.cntl_dir =
-            node_local(&cntl_base, self.topo.simulated, &self.topo.node).join(&job_dir);
+        self.job.cntl_dir = crate::layout::job_dir(
+            &cntl_base,
+            self.topo.simulated,
+            &self.topo.node,
+            &self.job.user,
+            &self.job.job_id,
+        );
         let prefix = self.job.prefix.clone();
         let local = create_private_dir(&cntl_base, &self.job.cntl_dir).and_then(|()| {
             if self.topo.rank == 0 {
-                let scr = prefix.join(".scr");
+                let scr = crate::layout::scr_dir(&prefix);
                 std::fs::create_dir_all(&scr).map_err(io_err(&scr))?;
                 // A run that ended in finalize left that as its reason; a new run
                 // starting means it no longer holds. Reasons set by `scr halt` stay
@@ -338,13 +342,13 @@ impl Runtime {
             .store(store)
             .map(|s| self.config.store_view(s))
             .unwrap_or(View::Node);
-        node_local(
+        crate::layout::job_dir(
             Path::new(store),
             self.topo.simulated && view == View::Node,
             &self.topo.node,
+            &self.job.user,
+            &self.job.job_id,
         )
-        .join(&self.job.user)
-        .join(format!("scr.{}", self.job.job_id))
     }
 
     /// Create this job's directory in `store` (see [`create_private_dir`]). A store with
@@ -447,7 +451,7 @@ impl Runtime {
     pub(in crate::runtime) fn write_nodes_file(&self) -> Result<()> {
         let mut written = Ok(());
         if self.first_on_node() {
-            let path = self.job.cntl_dir.join("nodes.scr");
+            let path = crate::layout::nodes_file(&self.job.cntl_dir);
             written = crate::state::write_private_state(
                 &path,
                 "nodes",

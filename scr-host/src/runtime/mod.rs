@@ -391,7 +391,7 @@ impl Runtime {
     }
 
     fn dataset_dir(&self, store: &str, id: u64) -> PathBuf {
-        self.store_dir(store).join(format!("scr.dataset.{id}"))
+        crate::layout::cache_dataset_dir(&self.store_dir(store), id)
     }
 
     /// Whether this rank is the first (lowest) on its node.
@@ -450,7 +450,7 @@ impl Ids {
     const KIND: &'static str = "ids";
 
     fn path(prefix: &Path) -> PathBuf {
-        prefix.join(".scr").join("ids.scr")
+        crate::layout::ids_file(prefix)
     }
 
     /// The recorded ids, or zeros (with a warning when the file is damaged).
@@ -473,15 +473,6 @@ pub(super) fn relative_to(dir: &Path, path: &str) -> String {
         .unwrap_or(p)
         .to_string_lossy()
         .into_owned()
-}
-
-/// `<base>/<node>` when nodes are simulated, else `<base>`.
-pub(crate) fn node_local(base: &Path, simulated: bool, node: &str) -> PathBuf {
-    if simulated {
-        base.join(node)
-    } else {
-        base.to_path_buf()
-    }
 }
 
 fn now_secs() -> i64 {

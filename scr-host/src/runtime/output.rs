@@ -176,7 +176,8 @@ impl Runtime {
     /// The name a dataset started without one gets (SCR's `SCR_Start_output(NULL, ..)`):
     /// `scr.dataset.<id>`, with the id it will have.
     pub fn default_dataset_name(&self) -> String {
-        format!("scr.dataset.{}", self.cache.next_dataset)
+        // SCR names an unnamed dataset as its directory is named
+        crate::layout::dataset_dir_name(self.cache.next_dataset)
     }
 
     /// SCR's legacy `SCR_Start_checkpoint`: a checkpoint named `ckpt.<checkpoint id>`.

@@ -33,9 +33,7 @@ impl Runtime {
 
     /// The state file of this rank's transfer of dataset `id`.
     pub(in crate::runtime) fn transfer_state(&self, id: u64) -> PathBuf {
-        self.job
-            .cntl_dir
-            .join(format!("transfer.{id}.{}.state", self.topo.rank))
+        crate::layout::transfer_state(&self.job.cntl_dir, id, self.topo.rank)
     }
 
     /// Read buffer for the host's CRC32 of transferred files.

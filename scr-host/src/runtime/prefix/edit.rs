@@ -234,6 +234,45 @@ impl Index {
         // the newest complete checkpoint is the restart point, as after a flush
         Ok(self.make_current_if_newest(entry))
     }
+
+    /// A flush of `entry` begins: recorded incomplete, so that a crash in the middle
+    /// leaves the restart point on the previous complete checkpoint.
+    pub fn begin_flush(&mut self, entry: &IndexEntry) {
+        self.datasets.insert(entry.id, entry.clone());
+    }
+
+    /// The flush of dataset `id` failed (`reason` names the rank).
+    pub fn flush_failed(&mut self, id: u64, reason: &str) {
+        if let Some(e) = self.datasets.get_mut(&id) {
+            e.failed = Some(reason.to_string());
+        }
+    }
+
+    /// Every file of `entry` is in the prefix and its rank2file map and summary are
+    /// written: complete, flushed at `now`, no longer failed, and the restart point when
+    /// it is the newest checkpoint (finalize recording a background flush again, whose
+    /// first recording failed, may record flushes out of order). Returns whether it
+    /// became the restart point.
+    pub fn flush_complete(&mut self, prefix: &Path, entry: &IndexEntry, now: i64) -> bool {
+        let e = self
+            .datasets
+            .entry(entry.id)
+            .or_insert_with(|| entry.clone());
+        e.complete = true;
+        e.flushed = Some(now);
+        e.failed = None;
+        let _ = std::fs::remove_file(FailedNote::path(prefix, entry.id));
+        self.make_current_if_newest(entry)
+    }
+
+    /// Dataset `id`, named `name`, was fetched at `now` and is what the job restarts
+    /// from.
+    pub fn fetched(&mut self, id: u64, name: &str, now: i64) {
+        if let Some(e) = self.datasets.get_mut(&id) {
+            e.fetched = Some(now);
+        }
+        self.current = Some(name.to_string());
+    }
 }
 
 #[cfg(test)]
@@ -403,5 +442,34 @@ mod tests {
             Ok(true)
         );
         assert_eq!(ix.current.as_deref(), Some("ckpt.3"));
+    }
+
+    #[test]
+    fn a_flush_is_incomplete_until_recorded_and_then_the_newest_is_current() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ix = Index::default();
+        let e3 = entry(3, "ckpt.3", Some(3));
+        ix.begin_flush(&IndexEntry {
+            complete: false,
+            ..e3.clone()
+        });
+        assert!(!ix.datasets[&3].complete);
+        assert_eq!(ix.restart_point(), None);
+        ix.flush_failed(3, "rank 2: disk full");
+        assert_eq!(ix.datasets[&3].failed.as_deref(), Some("rank 2: disk full"));
+        note(dir.path(), 3, "rank 2: disk full");
+        assert!(ix.flush_complete(dir.path(), &e3, 100));
+        assert!(ix.datasets[&3].complete && ix.datasets[&3].failed.is_none());
+        assert_eq!(ix.datasets[&3].flushed, Some(100));
+        assert!(
+            !FailedNote::path(dir.path(), 3).exists(),
+            "the failed note goes"
+        );
+        // an older flush recorded late does not become the restart point
+        assert!(!ix.flush_complete(dir.path(), &entry(2, "ckpt.2", Some(2)), 101));
+        assert_eq!(ix.restart_point().as_deref(), Some("ckpt.3"));
+        ix.fetched(2, "ckpt.2", 102);
+        assert_eq!(ix.datasets[&2].fetched, Some(102));
+        assert_eq!(ix.current.as_deref(), Some("ckpt.2"));
     }
 }
