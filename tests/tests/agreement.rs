@@ -2,6 +2,11 @@
 //! error, the same one, within the job's time — none waits in a collective step the
 //! others left — and the ranks stay in step (or refuse further calls alike when their
 //! state may have diverged).
+//!
+//! The cases that check the runtime's agreement alone (a commit failing on one rank, a
+//! call leaving the state uncertain, calls misused on some ranks) run in-process, on
+//! threads acting as ranks, in `scr-host/src/runtime/tests.rs`; the ones here need
+//! separate processes (environments, plugin directories and vendor libraries per node).
 
 use scr_e2e::{Cluster, JobOutput};
 
@@ -34,152 +39,6 @@ fn assert_four_ranks(c: &Cluster) {
             "no report from rank {r}: not a 4-rank job"
         );
     }
-}
-
-/// A rank that cannot record a dataset as complete after every rank decided to keep it
-/// (here: an injected control-directory failure on rank 2) makes every rank discard it
-/// with the same error; the previous checkpoint stays the restart candidate everywhere
-/// and the next checkpoint works.
-#[test]
-fn a_commit_failing_on_one_rank_discards_the_dataset_everywhere() {
-    let mut c = Cluster::new();
-    c.set("SCR_FAULT", "commit:2:2")
-        .set("SCR_COPY_TYPE", "XOR")
-        .set("SCR_SET_SIZE", "4");
-    let (out, reports) = probe(&c, "commit-one");
-    assert_eq!(out.code, 0, "{out}");
-    assert_four_ranks(&c);
-    for (r, report) in reports.iter().enumerate() {
-        assert_eq!(
-            report, &reports[0],
-            "rank {r} returned something else\n{out}"
-        );
-    }
-    let lines: Vec<&str> = reports[0].lines().collect();
-    assert_eq!(lines[0], "ckpt.1 kept true", "{}", reports[0]);
-    assert_eq!(lines[1], "candidate Some(\"ckpt.1\")");
-    assert!(
-        lines[2].starts_with(
-            "ckpt.2 error: complete_output ckpt.2: the dataset could not be recorded as complete on rank 2: "
-        ) && lines[2].contains("injected failure (commit:2:2)")
-            && lines[2].contains("discarded on every rank"),
-        "{}",
-        lines[2]
-    );
-    assert_eq!(lines[3], "candidate Some(\"ckpt.1\")");
-    assert_eq!(lines[4], "ckpt.3 kept true");
-    assert_eq!(lines[5], "candidate Some(\"ckpt.3\")");
-    // nothing of ckpt.2 stays in any cache (dataset 2's directory holds no file)
-    for node in FOUR_NODES {
-        let dir = c.cache_dir(node).join("scr.dataset.2");
-        let left: Vec<_> = std::fs::read_dir(&dir)
-            .map(|d| d.flatten().map(|e| e.file_name()).collect())
-            .unwrap_or_default();
-        assert!(left.is_empty(), "{}: {left:?}", dir.display());
-    }
-    // a restart finds ckpt.3 on every rank
-    let mut again = c;
-    again.env.remove("SCR_FAULT");
-    let (out, reports) = probe(&again, "candidate");
-    assert_eq!(out.code, 0, "{out}");
-    for report in &reports {
-        assert_eq!(report, "candidate Some(\"ckpt.3\")\n");
-    }
-}
-
-/// A delete that fails on one rank after the others deleted their files leaves the ranks'
-/// caches diverged: that call fails everywhere, and every later call is refused on every
-/// rank with an error saying to finalize; finalize still works (with a dataset open)
-/// and drops the open dataset.
-#[test]
-fn after_a_call_leaves_state_uncertain_every_rank_refuses_further_calls() {
-    let mut c = Cluster::new();
-    c.set("SCR_FAULT", "delete:1:1");
-    let (out, reports) = probe(&c, "uncertain");
-    assert_eq!(out.code, 0, "finalize worked on every rank\n{out}");
-    assert_four_ranks(&c);
-    for (r, report) in reports.iter().enumerate() {
-        let lines: Vec<&str> = report.lines().collect();
-        assert_eq!(lines[0], "kept true", "rank {r}: {report}");
-        assert!(lines[1].starts_with("delete: "), "rank {r}: {report}");
-        assert!(
-            lines[1].contains("injected failure (delete:1:1)"),
-            "rank {r}: {report}"
-        );
-        for (line, call) in lines[2..].iter().zip(["start", "need", "route", "exit"]) {
-            let api = match call {
-                "start" => "start_output",
-                "need" => "need_checkpoint",
-                "route" => "route_file",
-                _ => "should_exit",
-            };
-            assert!(
-                line.starts_with(&format!(
-                    "{call}: {api}: refused, because an earlier call left the ranks' cached state uncertain (delete: "
-                )) && line.contains("call finalize (or MPI_Abort)"),
-                "rank {r}: {line}"
-            );
-        }
-        assert_eq!(lines.len(), 6, "rank {r}: {report}");
-    }
-    assert!(
-        out.stderr
-            .contains("finalize: a dataset was still being written; it is discarded"),
-        "{out}"
-    );
-    for node in FOUR_NODES {
-        let open = c.cache_dir(node).join("scr.dataset.2");
-        assert!(
-            scr_e2e::files_below(&open).is_empty(),
-            "{}: the open dataset was not dropped",
-            open.display()
-        );
-    }
-}
-
-/// Collective calls misused on some ranks only — a bad dataset name on rank 3, a name
-/// rank 1 does not know given to current/drop/delete, complete_restart without
-/// start_restart on rank 2 — fail on every rank instead of leaving the others waiting,
-/// and the ranks stay in step.
-#[test]
-fn a_call_misused_on_some_ranks_fails_on_every_rank_and_leaves_them_in_step() {
-    let c = Cluster::new();
-    let (out, reports) = probe(&c, "diverge");
-    assert_eq!(out.code, 0, "{out}");
-    assert_four_ranks(&c);
-    for (r, report) in reports.iter().enumerate() {
-        let lines: Vec<&str> = report.lines().collect();
-        let cause = "dataset name `bad/name` must be non-empty and contain no `/`";
-        assert!(
-            lines[0].starts_with("start: ") && lines[0].contains(cause),
-            "rank {r}: {report}"
-        );
-        assert_eq!(lines[1], "complete: ok true", "rank {r}: {report}");
-        for (line, call) in lines[2..5].iter().zip(["current", "drop", "delete"]) {
-            assert!(
-                line.starts_with(&format!("{call}: "))
-                    && line.contains("no dataset named `nope` in cache"),
-                "rank {r}: {line}"
-            );
-        }
-        assert!(
-            lines[5].starts_with("restart: ")
-                && lines[5].contains("complete_restart: no restart in progress"),
-            "rank {r}: {report}"
-        );
-        assert_eq!(lines[6], "candidate Some(\"ckpt.1\")", "rank {r}: {report}");
-    }
-    // the rank that misused the call names the cause itself; the others name its rank
-    assert!(reports[1]
-        .lines()
-        .nth(2)
-        .unwrap()
-        .starts_with("current: no dataset named"));
-    assert!(reports[0]
-        .lines()
-        .nth(2)
-        .unwrap()
-        .contains("rank 1: no dataset named"));
 }
 
 /// A configuration that differs between ranks (an SCR_* variable set on one node only)

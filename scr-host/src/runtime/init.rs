@@ -45,6 +45,7 @@ impl Runtime {
         // file system, finds its own node name): each outcome is agreed before the next
         // collective step, so every rank returns an error and none waits for the others.
         let recorded_api = loader.api.clone();
+        let fault = loader.env.get("SCR_FAULT").cloned();
         let config = agree_on(&*world, load_config(&*world, loader))?;
         agree_on(&*world, same_config(&*world, &config))?;
         let job = config.get(settings::JOB_ID);
@@ -53,6 +54,7 @@ impl Runtime {
         }
         crate::log::set_debug(config.get(settings::DEBUG));
         let mut rt = Runtime::unstarted(world, config, span);
+        rt.health.fault = fault;
         let started = rt.report.init_started;
         if rt.passthrough.is_some() {
             // SCR_ENABLE=0: nothing is cached, protected, flushed or fetched, and no
@@ -119,6 +121,7 @@ impl Runtime {
                 // until init succeeds, dropping the half-built runtime is not a missed finalize
                 finalized: true,
                 uncertain: None,
+                fault: None,
             },
             report: RunReport {
                 lost: Vec::new(),

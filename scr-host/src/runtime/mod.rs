@@ -242,6 +242,10 @@ struct Health {
     /// Set (on every rank alike) when a call failed after ranks had begun to change their
     /// state: what failed. Collective calls are refused from then on.
     uncertain: Option<String>,
+    /// Testing hook, never set in production: `SCR_FAULT` as init found it (a failure
+    /// injected at one point on one rank; see [`Runtime::injected_failure`]). Read from
+    /// the configuration loader's environment, so that each in-process rank has its own.
+    fault: Option<String>,
 }
 
 /// What init and the run found, for the event log and the application.
@@ -409,11 +413,13 @@ impl Runtime {
     /// fail on that rank for that dataset, as a full or failing control directory would,
     /// so that failures on one rank only can be tested deterministically.
     pub(super) fn injected_failure(&self, point: &str, id: u64) -> Result<()> {
-        match std::env::var("SCR_FAULT") {
-            Ok(spec) if spec == format!("{point}:{}:{id}", self.topo.rank) => Err(ScrError::Io {
-                path: self.job.cntl_dir.join(Filemap::file_name(self.topo.rank)),
-                source: std::io::Error::other(format!("injected failure ({spec})")),
-            }),
+        match &self.health.fault {
+            Some(spec) if *spec == format!("{point}:{}:{id}", self.topo.rank) => {
+                Err(ScrError::Io {
+                    path: self.job.cntl_dir.join(Filemap::file_name(self.topo.rank)),
+                    source: std::io::Error::other(format!("injected failure ({spec})")),
+                })
+            }
             _ => Ok(()),
         }
     }

@@ -170,3 +170,253 @@ fn a_node_lost_after_a_checkpoint_is_rebuilt_through_xor_in_process() {
     let after = run(dir.path(), &nodes, None);
     assert_eq!(after, vec![Ok("no restart".to_string()); 4], "{after:?}");
 }
+
+/// Run `f` on every rank's runtime (a job on `nodes`, with `extra` variables), then
+/// finalize: each rank's report and whether its finalize succeeded.
+fn job<T: Send>(
+    dir: &Path,
+    nodes: &[&str],
+    extra: &[(&str, &str)],
+    f: impl Fn(&mut Runtime, u32) -> T + Sync,
+) -> Vec<(T, std::result::Result<(), String>)> {
+    std::fs::create_dir_all(dir.join("prefix")).unwrap();
+    run_ranks(nodes.len() as u32, |w: Box<dyn World>| {
+        let me = w.rank();
+        let mut rt = Runtime::init_in(w, loader(dir, nodes, extra), InitOptions::default())
+            .unwrap_or_else(|e| panic!("rank {me}: init: {e}"));
+        let report = f(&mut rt, me);
+        (report, rt.finalize().map_err(|e| e.to_string()))
+    })
+}
+
+/// `what: ok VALUE` or `what: ERROR`, as the end-to-end probe reports a call.
+fn show<T: std::fmt::Display>(what: &str, r: Result<T>) -> String {
+    match r {
+        Ok(v) => format!("{what}: ok {v}"),
+        Err(e) => format!("{what}: {e}"),
+    }
+}
+
+const CHECKPOINT: OutputFlags = OutputFlags {
+    checkpoint: true,
+    output: false,
+};
+
+/// Write checkpoint `name` (one file `file` per rank in the prefix directory).
+fn write_checkpoint(rt: &mut Runtime, dir: &Path, name: &str, file: &str) -> Result<bool> {
+    rt.start_output(name, CHECKPOINT)?;
+    let p = rt.route_file(&dir.join("prefix").join(file))?;
+    std::fs::write(&p, format!("{name} {file}")).map_err(io_err(&p))?;
+    rt.complete_output(true)
+}
+
+/// A rank that cannot record a dataset as complete after every rank decided to keep it
+/// (an injected control-directory failure on rank 2) makes every rank discard it, keeps
+/// the previous checkpoint as the restart candidate, and the next checkpoint works.
+/// (Moved here from the end-to-end suite: it checks the runtime's agreement only.)
+#[test]
+fn a_commit_failing_on_one_rank_discards_the_dataset_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n0", "n1", "n2", "n3"];
+    let faulty = [
+        ("SCR_FAULT", "commit:2:2"),
+        ("SCR_COPY_TYPE", "XOR"),
+        ("SCR_SET_SIZE", "4"),
+    ];
+    let out = job(dir.path(), &nodes, &faulty, |rt, r| {
+        let mut lines = Vec::new();
+        for n in 1..=3 {
+            let name = format!("ckpt.{n}");
+            lines.push(
+                match write_checkpoint(rt, dir.path(), &name, &format!("c{n}_{r}.dat")) {
+                    Ok(kept) => format!("{name} kept {kept}"),
+                    Err(e) => format!("{name} error: {e}"),
+                },
+            );
+            lines.push(format!("candidate {:?}", rt.have_restart()));
+        }
+        lines
+    });
+    for (r, (lines, end)) in out.iter().enumerate() {
+        assert_eq!(lines, &out[0].0, "rank {r} returned something else");
+        assert_eq!(end, &Ok(()), "rank {r}: finalize");
+    }
+    let lines = &out[0].0;
+    assert_eq!(lines[0], "ckpt.1 kept true");
+    assert_eq!(lines[1], "candidate Some(\"ckpt.1\")");
+    assert!(
+        lines[2].starts_with(
+            "ckpt.2 error: complete_output ckpt.2: the dataset could not be recorded as complete on rank 2: "
+        ) && lines[2].contains("injected failure (commit:2:2)")
+            && lines[2].contains("discarded on every rank"),
+        "{}",
+        lines[2]
+    );
+    assert_eq!(lines[3], "candidate Some(\"ckpt.1\")");
+    assert_eq!(lines[4], "ckpt.3 kept true");
+    assert_eq!(lines[5], "candidate Some(\"ckpt.3\")");
+    for node in nodes {
+        let ds2 = crate::layout::cache_dataset_dir(
+            &crate::layout::job_dir(&dir.path().join("cache"), true, node, &user(), "inproc"),
+            2,
+        );
+        let left: Vec<_> = std::fs::read_dir(&ds2)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{}: {left:?}", ds2.display());
+    }
+    // a restart finds ckpt.3 on every rank
+    let again = job(dir.path(), &nodes, &faulty[1..], |rt, _| {
+        format!("candidate {:?}", rt.have_restart())
+    });
+    for (report, _) in &again {
+        assert_eq!(report, "candidate Some(\"ckpt.3\")");
+    }
+}
+
+/// The user the runtime names its directories after.
+fn user() -> String {
+    Config::load()
+        .map(|c| c.get(crate::config::settings::USER))
+        .unwrap_or_default()
+}
+
+/// A delete that fails on one rank after the others deleted their files leaves the
+/// ranks' caches diverged: that call fails everywhere, every later call is refused on
+/// every rank saying to finalize, and finalize still works with a dataset open.
+/// (Moved here from the end-to-end suite.)
+#[test]
+fn after_a_call_leaves_state_uncertain_every_rank_refuses_further_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n0", "n1", "n2", "n3"];
+    let out = job(
+        dir.path(),
+        &nodes,
+        &[("SCR_FAULT", "delete:1:1")],
+        |rt, r| {
+            let mut lines = vec![show(
+                "kept",
+                write_checkpoint(rt, dir.path(), "ckpt.1", &format!("c_{r}.dat")),
+            )];
+            rt.start_output("ckpt.2", CHECKPOINT).expect("start");
+            let p = rt
+                .route_file(&dir.path().join("prefix").join(format!("d_{r}.dat")))
+                .unwrap();
+            std::fs::write(&p, b"two").unwrap();
+            lines.push(show("delete", rt.delete("ckpt.1").map(|_| "")));
+            lines.push(show(
+                "start",
+                rt.start_output("ckpt.2", CHECKPOINT).map(|_| ""),
+            ));
+            lines.push(show("need", rt.need_checkpoint()));
+            lines.push(show(
+                "route",
+                rt.route_file(Path::new("x.dat"))
+                    .map(|p| p.display().to_string()),
+            ));
+            lines.push(show("exit", rt.should_exit()));
+            lines
+        },
+    );
+    for (r, (lines, end)) in out.iter().enumerate() {
+        assert_eq!(end, &Ok(()), "rank {r}: finalize worked");
+        assert_eq!(lines[0], "kept: ok true", "rank {r}: {lines:?}");
+        assert!(
+            lines[1].starts_with("delete: ") && lines[1].contains("injected failure (delete:1:1)"),
+            "rank {r}: {lines:?}"
+        );
+        for (line, (call, api)) in lines[2..].iter().zip([
+            ("start", "start_output"),
+            ("need", "need_checkpoint"),
+            ("route", "route_file"),
+            ("exit", "should_exit"),
+        ]) {
+            assert!(
+                line.starts_with(&format!(
+                    "{call}: {api}: refused, because an earlier call left the ranks' cached state uncertain (delete: "
+                )) && line.contains("call finalize (or MPI_Abort)"),
+                "rank {r}: {line}"
+            );
+        }
+        assert_eq!(lines.len(), 6, "rank {r}: {lines:?}");
+    }
+    for node in nodes {
+        let open = crate::layout::cache_dataset_dir(
+            &crate::layout::job_dir(&dir.path().join("cache"), true, node, &user(), "inproc"),
+            2,
+        );
+        let left: Vec<_> = std::fs::read_dir(&open)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(
+            left.is_empty(),
+            "{}: the open dataset was not dropped: {left:?}",
+            open.display()
+        );
+    }
+}
+
+/// Collective calls misused on some ranks only — a bad dataset name on rank 3, a name
+/// rank 1 does not know given to current/drop/delete, complete_restart without
+/// start_restart on rank 2 — fail on every rank instead of leaving the others waiting,
+/// and the ranks stay in step. (Moved here from the end-to-end suite.)
+#[test]
+fn a_call_misused_on_some_ranks_fails_on_every_rank_and_leaves_them_in_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n0", "n1", "n2", "n3"];
+    let out = job(dir.path(), &nodes, &[], |rt, r| {
+        let name = if r == 3 { "bad/name" } else { "ckpt.1" };
+        let mut lines = vec![show("start", rt.start_output(name, CHECKPOINT).map(|_| ""))];
+        lines.push(show(
+            "complete",
+            write_checkpoint(rt, dir.path(), "ckpt.1", &format!("c_{r}.dat")),
+        ));
+        let name = if r == 1 { "nope" } else { "ckpt.1" };
+        lines.push(show("current", rt.current(name).map(|_| "")));
+        lines.push(show("drop", rt.drop_dataset(name).map(|_| "")));
+        lines.push(show("delete", rt.delete(name).map(|_| "")));
+        let restart = if r == 2 {
+            rt.complete_restart(true)
+        } else {
+            rt.start_restart().and_then(|_| rt.complete_restart(true))
+        };
+        lines.push(show("restart", restart));
+        lines.push(format!("candidate {:?}", rt.have_restart()));
+        lines
+    });
+    for (r, (lines, _)) in out.iter().enumerate() {
+        let cause = "dataset name `bad/name` must be non-empty and contain no `/`";
+        assert!(
+            lines[0].starts_with("start: ") && lines[0].contains(cause),
+            "rank {r}: {lines:?}"
+        );
+        assert_eq!(lines[1], "complete: ok true", "rank {r}: {lines:?}");
+        for (line, call) in lines[2..5].iter().zip(["current", "drop", "delete"]) {
+            assert!(
+                line.starts_with(&format!("{call}: "))
+                    && line.contains("no dataset named `nope` in cache"),
+                "rank {r}: {line}"
+            );
+        }
+        assert!(
+            lines[5].starts_with("restart: ")
+                && lines[5].contains("complete_restart: no restart in progress"),
+            "rank {r}: {lines:?}"
+        );
+        assert_eq!(
+            lines[6], "candidate Some(\"ckpt.1\")",
+            "rank {r}: {lines:?}"
+        );
+    }
+    // the rank that misused the call names the cause itself; the others name its rank
+    assert!(
+        out[1].0[2].starts_with("current: no dataset named"),
+        "{:?}",
+        out[1].0
+    );
+    assert!(
+        out[0].0[2].contains("rank 1: no dataset named"),
+        "{:?}",
+        out[0].0
+    );
+}
