@@ -30,12 +30,7 @@ impl Runtime {
     /// Refuse `call` when an earlier call left the ranks' state uncertain (local: that
     /// state is the same on every rank).
     pub(in crate::runtime) fn usable(&self, call: &str) -> Result<()> {
-        match &self.health.uncertain {
-            Some(why) => Err(ScrError::StateUncertain(format!(
-                "{call}: refused, because an earlier call left the ranks' cached state uncertain ({why}); call finalize (or MPI_Abort) and restart the job, which restores what every rank agrees on"
-            ))),
-            None => Ok(()),
-        }
+        self.health.usable(call)
     }
 
     /// Agree on a local step taken after the ranks began to change their state: when it
@@ -48,7 +43,7 @@ impl Runtime {
     ) -> Result<()> {
         let agreed = self.agree(local);
         if let Err(e) = &agreed {
-            self.health.uncertain = Some(format!("{what}: {e}"));
+            self.health.mark_uncertain(what, e);
         }
         agreed
     }
@@ -127,4 +122,107 @@ pub(in crate::runtime) fn first_failure(
     }
     let text = world.broadcast_from(first as u32, mine.unwrap_or_default().as_bytes());
     Some((first as usize, String::from_utf8_lossy(&text).into_owned()))
+}
+
+/// Whether the runtime may still run calls, the same on every rank: calls are refused
+/// once an agreed step failed after ranks began to change their state (uncertain), a
+/// halt reason is kept for finalize, and finalize runs once. Its fields change only
+/// through these methods, so every path that marks the state does it the same way.
+#[derive(Debug, Default)]
+pub(in crate::runtime) struct Health {
+    /// The agreed reason to halt, once one holds.
+    halt_reason: Option<String>,
+    finalized: bool,
+    /// Set (on every rank alike) when a call failed after ranks had begun to change their
+    /// state: what failed.
+    uncertain: Option<String>,
+    /// Testing hook, never set in production: `SCR_FAULT` as init found it (a failure
+    /// injected at one point on one rank; see `Runtime::injected_failure`). Read from
+    /// the configuration loader's environment, so that each in-process rank has its own.
+    fault: Option<String>,
+}
+
+impl Health {
+    /// A runtime not (yet) started: dropping it is not a missed finalize.
+    pub(in crate::runtime) fn finalized() -> Health {
+        Health {
+            finalized: true,
+            ..Health::default()
+        }
+    }
+
+    /// Refuse `call` when an earlier call left the ranks' state uncertain.
+    pub(in crate::runtime) fn usable(&self, call: &str) -> Result<()> {
+        match &self.uncertain {
+            Some(why) => Err(ScrError::StateUncertain(format!(
+                "{call}: refused, because an earlier call left the ranks' cached state uncertain ({why}); call finalize (or MPI_Abort) and restart the job, which restores what every rank agrees on"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// `what` failed with `e` after the ranks began to change their state (agreed).
+    pub(in crate::runtime) fn mark_uncertain(&mut self, what: &str, e: &ScrError) {
+        self.uncertain = Some(format!("{what}: {e}"));
+    }
+
+    /// Whether an earlier call left the state uncertain.
+    pub(in crate::runtime) fn is_uncertain(&self) -> bool {
+        self.uncertain.is_some()
+    }
+
+    /// The agreed halt reason, if one holds.
+    pub(in crate::runtime) fn halt_reason(&self) -> Option<&String> {
+        self.halt_reason.as_ref()
+    }
+
+    /// A halt condition holds (agreed): kept for finalize's record.
+    pub(in crate::runtime) fn set_halt_reason(&mut self, reason: String) {
+        self.halt_reason = Some(reason);
+    }
+
+    /// Whether finalize ran (or the runtime was abandoned or never started).
+    pub(in crate::runtime) fn is_finalized(&self) -> bool {
+        self.finalized
+    }
+
+    /// Finalize ran (`true`), or init succeeded and it is owed (`false`).
+    pub(in crate::runtime) fn set_finalized(&mut self, finalized: bool) {
+        self.finalized = finalized;
+    }
+
+    /// The injected fault spec (tests only).
+    pub(in crate::runtime) fn fault(&self) -> Option<&str> {
+        self.fault.as_deref()
+    }
+
+    /// Set the injected fault spec (init, from the loader's environment).
+    pub(in crate::runtime) fn set_fault(&mut self, fault: Option<String>) {
+        self.fault = fault;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_are_refused_once_the_state_is_uncertain_naming_what_failed() {
+        let mut h = Health::default();
+        assert!(h.usable("start_output").is_ok());
+        h.mark_uncertain("delete", &ScrError::Usage("disk gone".into()));
+        assert!(h.is_uncertain());
+        let e = h.usable("route_file").unwrap_err();
+        assert!(matches!(e, ScrError::StateUncertain(_)));
+        assert_eq!(
+            e.to_string(),
+            "route_file: refused, because an earlier call left the ranks' cached state uncertain (delete: disk gone); call finalize (or MPI_Abort) and restart the job, which restores what every rank agrees on"
+        );
+    }
+
+    #[test]
+    fn a_runtime_not_started_owes_no_finalize() {
+        assert!(Health::finalized().is_finalized());
+        assert!(!Health::default().is_finalized());
+    }
 }

@@ -623,8 +623,8 @@ impl Runtime {
     /// Testing hook: `SCR_FAULT=<point>:<rank>` kills that rank with SIGKILL at that
     /// point (used by the crash-in-flush tests; never set in production).
     fn fault_point(&self, point: &str, _id: u64) {
-        if let Some(spec) = &self.health.fault {
-            if *spec == format!("{point}:{}", self.topo.rank) {
+        if let Some(spec) = self.health.fault() {
+            if spec == format!("{point}:{}", self.topo.rank) {
                 let _ = std::process::Command::new("kill")
                     .args(["-9", &std::process::id().to_string()])
                     .status();

@@ -54,14 +54,14 @@ impl Runtime {
         }
         crate::log::set_debug(config.get(settings::DEBUG));
         let mut rt = Runtime::unstarted(world, config, span);
-        rt.health.fault = fault;
+        rt.health.set_fault(fault);
         let started = rt.report.init_started;
         if rt.passthrough.is_some() {
             // SCR_ENABLE=0: nothing is cached, protected, flushed or fetched, and no
             // directory or state file is created; every call succeeds and route_file
             // hands back the application's own path
             rt.info("disabled (enable = false): every call passes through; nothing is cached");
-            rt.health.finalized = false;
+            rt.health.set_finalized(false);
             return Ok(rt);
         }
         rt.load_plugins()?;
@@ -111,18 +111,9 @@ impl Runtime {
             },
             output: None,
             restart: RestartState::default(),
-            policy: Policy {
-                calls: 0,
-                last_end: Instant::now(),
-                last_cost: 0.0,
-            },
-            health: Health {
-                halt_reason: None,
-                // until init succeeds, dropping the half-built runtime is not a missed finalize
-                finalized: true,
-                uncertain: None,
-                fault: None,
-            },
+            policy: Policy::new(),
+            // until init succeeds, dropping the half-built runtime is not a missed finalize
+            health: Health::finalized(),
             report: RunReport {
                 lost: Vec::new(),
                 lost_nodes: BTreeSet::new(),
@@ -289,7 +280,7 @@ impl Runtime {
         }
         self.settle_interrupted_flushes()?;
         // from here on, dropping the runtime without finalize is a missed finalize
-        self.health.finalized = false;
+        self.health.set_finalized(false);
         if options.fetch_at_have_restart {
             // only the fetch waits for have_restart: flush_on_restart flushes what the
             // cache holds now (SCR does it in init, for applications that restart
@@ -315,7 +306,7 @@ impl Runtime {
         });
         self.exit_if_halted();
         // time-based checkpoint policies count from the end of init
-        self.policy.last_end = Instant::now();
+        self.policy.restart_clock();
         self.world.barrier();
         for rd in &self.job.reddescs {
             self.info(&format!(

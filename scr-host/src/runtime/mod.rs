@@ -25,6 +25,8 @@ mod mpi_host;
 mod names;
 mod output;
 mod policy;
+use agree::Health;
+use policy::Policy;
 pub mod prefix;
 mod private_dir;
 mod restart;
@@ -147,14 +149,6 @@ struct Output {
     routed: HashSet<String>,
 }
 
-/// Timing state of `need_checkpoint`.
-#[derive(Debug)]
-struct Policy {
-    calls: u64,
-    last_end: Instant,
-    last_cost: f64,
-}
-
 /// One process's checkpoint/restart runtime.
 pub struct Runtime {
     world: Box<dyn World>,
@@ -231,21 +225,6 @@ struct RestartState {
     prefix_restart: Option<PrefixRestart>,
     /// Between start_restart and complete_restart of `prefix_restart`.
     reading_prefix: bool,
-}
-
-/// Whether the runtime may still run calls, the same on every rank.
-#[derive(Debug, Default)]
-struct Health {
-    /// The agreed reason to halt, once one holds.
-    halt_reason: Option<String>,
-    finalized: bool,
-    /// Set (on every rank alike) when a call failed after ranks had begun to change their
-    /// state: what failed. Collective calls are refused from then on.
-    uncertain: Option<String>,
-    /// Testing hook, never set in production: `SCR_FAULT` as init found it (a failure
-    /// injected at one point on one rank; see [`Runtime::injected_failure`]). Read from
-    /// the configuration loader's environment, so that each in-process rank has its own.
-    fault: Option<String>,
 }
 
 /// What init and the run found, for the event log and the application.
@@ -413,13 +392,11 @@ impl Runtime {
     /// fail on that rank for that dataset, as a full or failing control directory would,
     /// so that failures on one rank only can be tested deterministically.
     pub(super) fn injected_failure(&self, point: &str, id: u64) -> Result<()> {
-        match &self.health.fault {
-            Some(spec) if *spec == format!("{point}:{}:{id}", self.topo.rank) => {
-                Err(ScrError::Io {
-                    path: self.job.cntl_dir.join(Filemap::file_name(self.topo.rank)),
-                    source: std::io::Error::other(format!("injected failure ({spec})")),
-                })
-            }
+        match self.health.fault() {
+            Some(spec) if spec == format!("{point}:{}:{id}", self.topo.rank) => Err(ScrError::Io {
+                path: self.job.cntl_dir.join(Filemap::file_name(self.topo.rank)),
+                source: std::io::Error::other(format!("injected failure ({spec})")),
+            }),
             _ => Ok(()),
         }
     }
@@ -439,7 +416,7 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         // Finalizing is collective; an implicit finalize during a panic could hang, so a
         // runtime dropped without `finalize` only says so.
-        if !self.health.finalized && !std::thread::panicking() {
+        if !self.health.is_finalized() && !std::thread::panicking() {
             tracing::warn!(rank = self.topo.rank, "runtime dropped without finalize");
         }
     }

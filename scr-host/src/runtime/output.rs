@@ -707,8 +707,7 @@ impl Runtime {
     }
 
     pub(in crate::runtime) fn checkpoint_done(&mut self, started: Instant) {
-        self.policy.last_cost = started.elapsed().as_secs_f64();
-        self.policy.last_end = Instant::now();
+        self.policy.checkpoint_done(started);
         if self.topo.rank == 0 {
             // a read-modify-write under the prefix lock: a concurrent `scr halt` must
             // neither lose this decrement nor have its own change lost

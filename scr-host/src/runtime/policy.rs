@@ -15,7 +15,7 @@ impl Runtime {
         let _counted = comm::scope("need_checkpoint");
         self.usable("need_checkpoint")?;
         self.poll_flushes();
-        self.policy.calls += 1;
+        self.policy.count_call();
         // one broadcast decides (applications may ask every iteration): 0 no, 1 yes, 2 a
         // halt condition holds (SCR checks them here too) — then, with halt_exit, the
         // reason follows and the run ends now
@@ -23,17 +23,7 @@ impl Runtime {
         let mut halt = None;
         if self.topo.rank == 0 {
             halt = self.halt_check();
-            let interval = self.config.get(settings::CHECKPOINT_INTERVAL);
-            let seconds = self.config.get(settings::CHECKPOINT_SECONDS);
-            let overhead = self.config.get(settings::CHECKPOINT_OVERHEAD);
-            let since = self.policy.last_end.elapsed().as_secs_f64();
-            let need = if interval == 0 && seconds == 0 && overhead == 0.0 {
-                true
-            } else {
-                (interval > 0 && self.policy.calls.is_multiple_of(interval))
-                    || (seconds > 0 && since >= seconds as f64)
-                    || (overhead > 0.0 && self.policy.last_cost <= since * overhead / 100.0)
-            };
+            let need = self.policy.need(&Rule::of(&self.config), Instant::now());
             decision[0] = if halt.is_some() { 2 } else { u8::from(need) };
         }
         self.world.broadcast_into(0, &mut decision[..]);
@@ -48,18 +38,12 @@ impl Runtime {
 
     /// Rank 0's view of the halt conditions.
     pub(in crate::runtime) fn halt_check(&self) -> Option<String> {
-        let now = now_secs();
-        let margin = self.config.get(settings::HALT_SECONDS) as i64;
-        load_halt(&self.job.prefix).reason(now, margin).or_else(|| {
-            // SCR_HALT_SECONDS: stop while there is time left to flush
-            let (end, source) = self.report.allocation_end.as_ref()?;
-            (margin > 0 && now >= end - margin).then(|| {
-                format!(
-                    "{} s left before the allocation ends at {end} (from {source}), within halt_seconds = {margin}",
-                    (end - now).max(0)
-                )
-            })
-        })
+        halt_reason(
+            &load_halt(&self.job.prefix),
+            now_secs(),
+            self.config.get(settings::HALT_SECONDS) as i64,
+            self.report.allocation_end.as_ref(),
+        )
     }
 
     /// Whether the run should stop now (collective; a halt condition holds). The reason
@@ -75,12 +59,12 @@ impl Runtime {
                 if self.topo.rank == 0 {
                     tracing::warn!("should_exit: yes, {reason}");
                 }
-                if self.health.halt_reason.is_none() {
+                if self.health.halt_reason().is_none() {
                     self.log_event(crate::events::Event::Halt {
                         reason: reason.clone(),
                     });
                 }
-                self.health.halt_reason = Some(reason);
+                self.health.set_halt_reason(reason);
                 // the run is about to end: its newest checkpoint goes to the prefix now
                 // (finalize would otherwise; an application that exits without it
                 // still leaves it saved)
@@ -134,7 +118,7 @@ impl Runtime {
                 "halting the run: {reason} (halt_exit = true: flushing the newest checkpoint, finalizing and exiting)"
             );
         }
-        self.health.halt_reason = Some(reason);
+        self.health.set_halt_reason(reason);
         if let Err(e) = self.finalize() {
             tracing::error!("finalize before the halt exit: {e}");
         }
@@ -149,4 +133,188 @@ pub(in crate::runtime) fn load_halt(prefix: &Path) -> Halt {
         tracing::warn!("{e}; ignoring the halt file");
         Halt::default()
     })
+}
+
+/// Rank 0's halt decision: a condition of the halt file (`halt`), else the allocation's
+/// end (`allocation_end`, with where it was read) within `margin` seconds of `now`
+/// (SCR_HALT_SECONDS: stop while there is time left to flush).
+pub(in crate::runtime) fn halt_reason(
+    halt: &Halt,
+    now: i64,
+    margin: i64,
+    allocation_end: Option<&(i64, String)>,
+) -> Option<String> {
+    halt.reason(now, margin).or_else(|| {
+        let (end, source) = allocation_end?;
+        (margin > 0 && now >= end - margin).then(|| {
+            format!(
+                "{} s left before the allocation ends at {end} (from {source}), within halt_seconds = {margin}",
+                (end - now).max(0)
+            )
+        })
+    })
+}
+
+/// The checkpoint rules of the configuration (`checkpoint_interval`,
+/// `checkpoint_seconds`, `checkpoint_overhead`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(in crate::runtime) struct Rule {
+    /// Every this many `need_checkpoint` calls (0: no such rule).
+    pub interval: u64,
+    /// After this many seconds since the last checkpoint ended (0: no such rule).
+    pub seconds: u64,
+    /// While checkpoint time stays under this percentage of the run (0: no such rule).
+    pub overhead: f64,
+}
+
+impl Rule {
+    /// The rules `config` sets.
+    pub(in crate::runtime) fn of(config: &Config) -> Rule {
+        Rule {
+            interval: config.get(settings::CHECKPOINT_INTERVAL),
+            seconds: config.get(settings::CHECKPOINT_SECONDS),
+            overhead: config.get(settings::CHECKPOINT_OVERHEAD),
+        }
+    }
+}
+
+/// Timing state of `need_checkpoint` (rank 0 decides with it; every rank keeps it alike).
+#[derive(Debug)]
+pub(in crate::runtime) struct Policy {
+    /// `need_checkpoint` calls so far.
+    calls: u64,
+    /// When the last checkpoint ended (or the run began).
+    last_end: Instant,
+    /// Seconds the last checkpoint took.
+    last_cost: f64,
+}
+
+impl Policy {
+    /// No call yet; the clock starts now.
+    pub(in crate::runtime) fn new() -> Policy {
+        Policy {
+            calls: 0,
+            last_end: Instant::now(),
+            last_cost: 0.0,
+        }
+    }
+
+    /// The clock restarts (init ended: time before it is not computation).
+    pub(in crate::runtime) fn restart_clock(&mut self) {
+        self.last_end = Instant::now();
+    }
+
+    /// One more `need_checkpoint` call.
+    pub(in crate::runtime) fn count_call(&mut self) {
+        self.calls += 1;
+    }
+
+    /// A checkpoint that began at `started` ended now.
+    pub(in crate::runtime) fn checkpoint_done(&mut self, started: Instant) {
+        self.last_cost = started.elapsed().as_secs_f64();
+        self.last_end = Instant::now();
+    }
+
+    /// Whether `rule` asks for a checkpoint at `now`: every `interval` calls, after
+    /// `seconds`, or while the last checkpoint's cost stays under `overhead` percent of
+    /// the time since it ended. With no rule set, always.
+    pub(in crate::runtime) fn need(&self, rule: &Rule, now: Instant) -> bool {
+        let since = now.saturating_duration_since(self.last_end).as_secs_f64();
+        if rule.interval == 0 && rule.seconds == 0 && rule.overhead == 0.0 {
+            return true;
+        }
+        (rule.interval > 0 && self.calls.is_multiple_of(rule.interval))
+            || (rule.seconds > 0 && since >= rule.seconds as f64)
+            || (rule.overhead > 0.0 && self.last_cost <= since * rule.overhead / 100.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn policy(calls: u64, last_cost: f64, ended_ago: Duration, now: Instant) -> Policy {
+        Policy {
+            calls,
+            last_end: now - ended_ago,
+            last_cost,
+        }
+    }
+
+    #[test]
+    fn every_interval_calls_and_not_between() {
+        let now = Instant::now();
+        let rule = Rule {
+            interval: 3,
+            ..Rule::default()
+        };
+        let asked: Vec<bool> = (1..=7)
+            .map(|calls| policy(calls, 0.0, Duration::ZERO, now).need(&rule, now))
+            .collect();
+        assert_eq!(asked, [false, false, true, false, false, true, false]);
+    }
+
+    #[test]
+    fn after_the_seconds_since_the_last_checkpoint() {
+        let now = Instant::now();
+        let rule = Rule {
+            seconds: 60,
+            ..Rule::default()
+        };
+        assert!(!policy(1, 0.0, Duration::from_secs(59), now).need(&rule, now));
+        assert!(policy(1, 0.0, Duration::from_secs(60), now).need(&rule, now));
+    }
+
+    #[test]
+    fn while_the_checkpoint_cost_stays_under_the_overhead() {
+        let now = Instant::now();
+        let rule = Rule {
+            overhead: 10.0,
+            ..Rule::default()
+        };
+        // a 5 s checkpoint: asked for again once 50 s passed (10 %)
+        assert!(!policy(1, 5.0, Duration::from_secs(49), now).need(&rule, now));
+        assert!(policy(1, 5.0, Duration::from_secs(50), now).need(&rule, now));
+    }
+
+    #[test]
+    fn with_no_rule_every_call_asks() {
+        let now = Instant::now();
+        for calls in 1..4 {
+            assert!(policy(calls, 9.0, Duration::ZERO, now).need(&Rule::default(), now));
+        }
+    }
+
+    #[test]
+    fn the_allocation_end_halts_within_halt_seconds_naming_its_source() {
+        let end = (1_000, "SLURM_JOB_END_TIME".to_string());
+        let none = Halt::default();
+        assert_eq!(halt_reason(&none, 800, 100, Some(&end)), None);
+        assert_eq!(
+            halt_reason(&none, 950, 0, Some(&end)),
+            None,
+            "no margin, no rule"
+        );
+        assert_eq!(halt_reason(&none, 950, 100, None), None, "no known end");
+        let why = halt_reason(&none, 950, 100, Some(&end)).unwrap();
+        assert_eq!(
+            why,
+            "50 s left before the allocation ends at 1000 (from SLURM_JOB_END_TIME), within halt_seconds = 100"
+        );
+        assert!(halt_reason(&none, 1_200, 100, Some(&end))
+            .unwrap()
+            .starts_with("0 s left"));
+    }
+
+    #[test]
+    fn a_halt_file_condition_comes_before_the_allocation_end() {
+        let halt = Halt {
+            exit_reason: Some("maintenance".into()),
+            ..Halt::default()
+        };
+        let end = (1_000, "PBS".to_string());
+        let why = halt_reason(&halt, 950, 100, Some(&end)).unwrap();
+        assert!(why.contains("maintenance"), "{why}");
+    }
 }
