@@ -197,17 +197,7 @@ impl Runtime {
             .collect();
         let may_go = self.may_evict(store, keep);
         let holders = self.agree_on_evictable(&held, &may_go);
-        let mut count = holders.len() as u64;
-        let mut victims = Vec::new();
-        for (&id, &evictable) in &holders {
-            if count + room <= limit {
-                break;
-            }
-            if evictable {
-                victims.push(id);
-                count -= 1;
-            }
-        }
+        let victims = victims(&holders, limit, room);
         let mut local = Ok(());
         for id in victims {
             let Some(victim) = self.cache.filemap.datasets.get(&id).cloned() else {
@@ -287,14 +277,32 @@ impl Runtime {
 
     /// The newest complete checkpoint, skipped or not.
     pub(in crate::runtime) fn restart_candidate_any(&self) -> Option<u64> {
-        self.cache
-            .filemap
-            .datasets
-            .values()
-            .filter(|d| d.complete && d.checkpoint_id.is_some())
-            .max_by_key(|d| d.checkpoint_id)
-            .map(|d| d.id)
+        self.cache.filemap.newest_checkpoint(&[])
     }
+}
+
+/// The datasets to evict from a store holding `holders` (every id any rank holds, oldest
+/// first, each with whether every holder may give it up) so that `room` more fit under
+/// `limit`: the oldest evictable ones first, as few as needed. The same on every rank
+/// (its input is agreed). What may not go still counts against the limit, so a store
+/// whose every dataset is protected evicts nothing and the new one goes over the count.
+pub(in crate::runtime) fn victims(
+    holders: &BTreeMap<u64, bool>,
+    limit: u64,
+    room: u64,
+) -> Vec<u64> {
+    let mut count = holders.len() as u64;
+    let mut out = Vec::new();
+    for (&id, &evictable) in holders {
+        if count + room <= limit {
+            break;
+        }
+        if evictable {
+            out.push(id);
+            count -= 1;
+        }
+    }
+    out
 }
 
 /// Delete `names` (relative to `dir`), then every directory from their parents up to
@@ -340,4 +348,31 @@ pub(in crate::runtime) fn remove_files(dir: &Path, names: &[PathBuf]) -> Result<
     }
     let _ = std::fs::remove_dir(dir); // only when empty
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(list: &[(u64, bool)]) -> BTreeMap<u64, bool> {
+        list.iter().copied().collect()
+    }
+
+    #[test]
+    fn the_oldest_evictable_datasets_go_first_and_no_more_than_needed() {
+        let h = held(&[(1, true), (2, true), (3, true)]);
+        assert_eq!(victims(&h, 3, 1), vec![1], "one slot for the new one");
+        assert_eq!(victims(&h, 2, 1), vec![1, 2]);
+        assert_eq!(victims(&h, 4, 1), Vec::<u64>::new(), "room already");
+    }
+
+    #[test]
+    fn protected_datasets_stay_and_still_count() {
+        // 1 is the restart candidate (or still flushing) on some rank: 2 goes instead
+        let h = held(&[(1, false), (2, true), (3, true)]);
+        assert_eq!(victims(&h, 3, 1), vec![2]);
+        // nothing may go: nothing is evicted, the store goes over its count
+        let h = held(&[(1, false), (2, false)]);
+        assert_eq!(victims(&h, 2, 1), Vec::<u64>::new());
+    }
 }

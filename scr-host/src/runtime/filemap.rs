@@ -176,6 +176,16 @@ pub struct Filemap {
 }
 
 impl Filemap {
+    /// The newest complete checkpoint held, leaving out the ids in `skipped` (those the
+    /// application reported invalid): the restart candidate, by checkpoint id.
+    pub fn newest_checkpoint(&self, skipped: &[u64]) -> Option<u64> {
+        self.datasets
+            .values()
+            .filter(|d| d.complete && d.checkpoint_id.is_some() && !skipped.contains(&d.id))
+            .max_by_key(|d| d.checkpoint_id)
+            .map(|d| d.id)
+    }
+
     /// The file name of rank `rank`'s filemap in a control directory.
     pub fn file_name(rank: u32) -> String {
         format!("filemap_{rank}.scr")
@@ -792,5 +802,35 @@ mod tests {
                 journal(dir.path()).display()
             )
         );
+    }
+
+    #[test]
+    fn the_restart_candidate_is_the_newest_complete_checkpoint_not_skipped() {
+        let rec = |id: u64, ckpt: Option<u64>, complete: bool| DatasetRecord {
+            id,
+            name: format!("d{id}"),
+            checkpoint_id: ckpt,
+            complete,
+            ..DatasetRecord::default()
+        };
+        let map = Filemap {
+            rank: 0,
+            datasets: [
+                rec(1, Some(1), true),
+                rec(2, Some(2), true),
+                rec(3, None, true),     // an output, not a checkpoint
+                rec(4, Some(3), false), // being written
+            ]
+            .into_iter()
+            .map(|r| (r.id, r))
+            .collect(),
+        };
+        assert_eq!(map.newest_checkpoint(&[]), Some(2));
+        assert_eq!(
+            map.newest_checkpoint(&[2]),
+            Some(1),
+            "an invalid one is skipped"
+        );
+        assert_eq!(map.newest_checkpoint(&[1, 2]), None);
     }
 }

@@ -88,15 +88,7 @@ impl Runtime {
     }
 
     pub(in crate::runtime) fn restart_candidate(&self) -> Option<u64> {
-        self.cache
-            .filemap
-            .datasets
-            .values()
-            .filter(|d| {
-                d.complete && d.checkpoint_id.is_some() && !self.restart.skipped.contains(&d.id)
-            })
-            .max_by_key(|d| d.checkpoint_id)
-            .map(|d| d.id)
+        self.cache.filemap.newest_checkpoint(&self.restart.skipped)
     }
 
     /// Begin reading the restart checkpoint; returns its name.

@@ -420,3 +420,139 @@ fn a_call_misused_on_some_ranks_fails_on_every_rank_and_leaves_them_in_step() {
         out[0].0
     );
 }
+
+/// Two ranks routing one file name into one dataset is a usage error on every rank, naming
+/// both ranks; the dataset is not kept and the previous checkpoint stays the candidate.
+#[test]
+fn a_name_routed_by_two_ranks_is_refused_on_every_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n0", "n0", "n1", "n1"];
+    let out = job(dir.path(), &nodes, &[], |rt, r| {
+        let first = show(
+            "ckpt.1",
+            write_checkpoint(rt, dir.path(), "ckpt.1", &format!("a_{r}.dat")),
+        );
+        // ranks 1 and 2 both write shared.dat
+        let file = if r == 1 || r == 2 {
+            "shared.dat".to_string()
+        } else {
+            format!("b_{r}.dat")
+        };
+        let second = show("ckpt.2", write_checkpoint(rt, dir.path(), "ckpt.2", &file));
+        (first, second, rt.have_restart())
+    });
+    for (r, ((first, second, candidate), end)) in out.iter().enumerate() {
+        assert_eq!(first, "ckpt.1: ok true", "rank {r}");
+        assert!(
+            second.contains("ranks 1 and 2 both routed") && second.contains("shared.dat"),
+            "rank {r}: {second}"
+        );
+        assert_eq!(candidate.as_deref(), Some("ckpt.1"), "rank {r}");
+        assert_eq!(end, &Ok(()), "rank {r}");
+    }
+}
+
+/// A restart the application reports invalid is not offered again: the next older
+/// checkpoint in cache is, on every rank alike.
+#[test]
+fn an_invalid_restart_falls_back_to_the_next_older_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n0", "n1"];
+    let wrote = job(dir.path(), &nodes, &[("SCR_CACHE_SIZE", "3")], |rt, r| {
+        (1..=2)
+            .map(|n| {
+                write_checkpoint(rt, dir.path(), &format!("ckpt.{n}"), &format!("f{n}_{r}")).is_ok()
+            })
+            .collect::<Vec<_>>()
+    });
+    assert!(wrote.iter().all(|(w, _)| w == &[true, true]), "{wrote:?}");
+    let out = job(dir.path(), &nodes, &[("SCR_CACHE_SIZE", "3")], |rt, _| {
+        let mut seen = Vec::new();
+        while let Some(name) = rt.have_restart() {
+            seen.push(name.clone());
+            rt.start_restart().expect("start_restart");
+            // the application finds ckpt.2 unusable, ckpt.1 good
+            let valid = name == "ckpt.1";
+            let all_valid = rt.complete_restart(valid).expect("complete_restart");
+            if all_valid {
+                break;
+            }
+        }
+        seen
+    });
+    for (r, (seen, end)) in out.iter().enumerate() {
+        assert_eq!(seen, &["ckpt.2", "ckpt.1"], "rank {r}");
+        assert_eq!(end, &Ok(()), "rank {r}");
+    }
+}
+
+/// A store of `cache_size` 2: the oldest checkpoint is evicted from every rank's cache
+/// when a third is written, and the newest two stay.
+#[test]
+fn the_oldest_checkpoint_is_evicted_from_every_rank_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n0", "n1", "n2"];
+    let out = job(dir.path(), &nodes, &[("SCR_CACHE_SIZE", "2")], |rt, r| {
+        for n in 1..=3 {
+            write_checkpoint(rt, dir.path(), &format!("ckpt.{n}"), &format!("f{n}_{r}"))
+                .expect("checkpoint");
+        }
+        let mut held: Vec<u64> = rt.cache.filemap.datasets.keys().copied().collect();
+        held.sort_unstable();
+        held
+    });
+    for (r, (held, end)) in out.iter().enumerate() {
+        assert_eq!(held, &[2, 3], "rank {r}: the filemap keeps the newest two");
+        assert_eq!(end, &Ok(()), "rank {r}");
+    }
+    for node in nodes {
+        let job = crate::layout::job_dir(&dir.path().join("cache"), true, node, &user(), "inproc");
+        assert!(
+            !crate::layout::cache_dataset_dir(&job, 1).exists(),
+            "{node}: dataset 1 evicted"
+        );
+        assert!(
+            crate::layout::cache_dataset_dir(&job, 3).is_dir(),
+            "{node}: dataset 3 kept"
+        );
+    }
+}
+
+/// A halt condition set in the prefix's halt file (as `scr halt` does) is seen by
+/// should_exit on every rank, and need_checkpoint follows checkpoint_interval.
+#[test]
+fn a_halt_condition_is_seen_on_every_rank_and_the_interval_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n0", "n1", "n2", "n3"];
+    let out = job(
+        dir.path(),
+        &nodes,
+        &[("SCR_CHECKPOINT_INTERVAL", "2"), ("SCR_HALT_EXIT", "0")],
+        |rt, r| {
+            let asked: Vec<bool> = (0..4).map(|_| rt.need_checkpoint().unwrap()).collect();
+            let before = rt.should_exit().unwrap();
+            rt.world.barrier();
+            if r == 0 {
+                Halt::update(&dir.path().join("prefix"), |h| {
+                    h.exit_reason = Some("maintenance at noon".into());
+                    (true, ())
+                })
+                .unwrap();
+            }
+            rt.world.barrier();
+            (asked, before, rt.should_exit().unwrap())
+        },
+    );
+    for (r, ((asked, before, after), end)) in out.iter().enumerate() {
+        assert_eq!(
+            asked,
+            &[false, true, false, true],
+            "rank {r}: every 2nd call"
+        );
+        assert!(!before, "rank {r}: no halt condition yet");
+        assert!(after, "rank {r}: the halt file's condition");
+        assert_eq!(end, &Ok(()), "rank {r}");
+    }
+    let halt = Halt::load(&dir.path().join("prefix")).unwrap();
+    assert_eq!(halt.exit_reason.as_deref(), Some("maintenance at noon"));
+}
