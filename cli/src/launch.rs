@@ -253,7 +253,7 @@ pub fn halt_check(config: &Config, prefix: &std::path::Path) -> u8 {
         Ok(None) => {
             println!(
                 "no halt condition holds in {}",
-                scr_host::runtime::Halt::path(prefix).display()
+                scr_host::state::halt::Halt::path(prefix).display()
             );
             exit::NO
         }

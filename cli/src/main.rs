@@ -5,7 +5,7 @@
 //! yes/no query (`flush-file need-flush`, `halt --check`).
 //!
 //! This binary parses, calls the scr-host library, prints and exits; what each command
-//! does is the library's (the index edits are `scr_host::runtime::prefix::Index`'s
+//! does is the library's (the index edits are `scr_host::state::prefix::Index`'s
 //! methods, scavenge and postrun `scr_host::scavenge`'s, `scr run` `scr_host::launch`'s).
 
 mod launch;
@@ -218,7 +218,7 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
 
 /// `scr index rebuild`: write the index again from the per-dataset summaries.
 fn index_rebuild(prefix: &std::path::Path) -> ExitCode {
-    match scr_host::runtime::prefix::Index::rebuild_in(prefix) {
+    match scr_host::state::prefix::Index::rebuild_in(prefix) {
         Ok(n) => {
             println!("index rebuilt: {n} dataset(s)");
             ExitCode::SUCCESS
@@ -230,7 +230,7 @@ fn index_rebuild(prefix: &std::path::Path) -> ExitCode {
 /// `scr index list`: one line per dataset (id, checkpoint id, name, state), the restart
 /// point marked.
 fn index_list(prefix: &std::path::Path) -> ExitCode {
-    use scr_host::runtime::prefix::Index;
+    use scr_host::state::prefix::Index;
     let index = match Index::load_or_rebuild(prefix) {
         Ok(i) => i,
         Err(e) => return fail(e),
@@ -246,7 +246,7 @@ fn index_list(prefix: &std::path::Path) -> ExitCode {
 
 /// One line of `scr index list` for dataset `e`: its state words (complete or
 /// incomplete, output, fetched, job=), the restart mark and why it failed.
-fn index_line(e: &scr_host::runtime::prefix::IndexEntry, is_restart: bool) -> String {
+fn index_line(e: &scr_host::state::prefix::IndexEntry, is_restart: bool) -> String {
     let mut state = Vec::new();
     state.push(if e.complete { "complete" } else { "incomplete" });
     if e.output {
@@ -278,7 +278,7 @@ fn index_line(e: &scr_host::runtime::prefix::IndexEntry, is_restart: bool) -> St
 
 /// `scr index current`: print the checkpoint a restart would fetch.
 fn index_current(prefix: &std::path::Path) -> ExitCode {
-    use scr_host::runtime::prefix::Index;
+    use scr_host::state::prefix::Index;
     match Index::load_or_rebuild(prefix).map(|i| i.restart_point()) {
         Ok(Some(n)) => {
             println!("{n}");
@@ -294,7 +294,7 @@ fn index_current(prefix: &std::path::Path) -> ExitCode {
 
 /// `scr index current NAME`: make complete checkpoint `n` the restart point.
 fn index_set_current(prefix: &std::path::Path, n: &str) -> ExitCode {
-    match scr_host::runtime::prefix::Index::set_current_in(prefix, n) {
+    match scr_host::state::prefix::Index::set_current_in(prefix, n) {
         Ok(()) => {
             println!("restart point set to {n}");
             ExitCode::SUCCESS
@@ -306,7 +306,7 @@ fn index_set_current(prefix: &std::path::Path, n: &str) -> ExitCode {
 /// `scr index clear-failed NAME`: clear the failed mark in the index and the note beside
 /// the dataset's summary (or a rebuilt index would mark it again).
 fn index_clear_failed(prefix: &std::path::Path, name: &str) -> ExitCode {
-    match scr_host::runtime::prefix::Index::clear_failed_in(prefix, name) {
+    match scr_host::state::prefix::Index::clear_failed_in(prefix, name) {
         Ok(Some(why)) => {
             println!("{name}: failed mark cleared (it said: {why})");
             ExitCode::SUCCESS
@@ -323,7 +323,7 @@ fn index_clear_failed(prefix: &std::path::Path, name: &str) -> ExitCode {
 /// their summaries), then (with `delete`) their files, with a progress bar: there may be
 /// many.
 fn index_drop(prefix: &std::path::Path, name: &str, after: bool, delete: bool) -> ExitCode {
-    let dropped = match scr_host::runtime::prefix::Index::drop_in(prefix, name, after, delete) {
+    let dropped = match scr_host::state::prefix::Index::drop_in(prefix, name, after, delete) {
         Ok(d) => d,
         Err(e) => return fail(e),
     };
@@ -347,7 +347,7 @@ fn index_drop(prefix: &std::path::Path, name: &str, after: bool, delete: bool) -
 }
 
 fn flush_file_command(cli: &Cli, prefix: &Option<PathBuf>, command: &FlushFileCommand) -> ExitCode {
-    use scr_host::runtime::prefix::FlushFile;
+    use scr_host::state::prefix::FlushFile;
     let prefix = match prefix_of(cli, prefix) {
         Ok(p) => p,
         Err(code) => return code,
@@ -446,7 +446,7 @@ fn parse_time(s: &str) -> Result<i64, String> {
 }
 
 fn halt(cli: &Cli, args: &HaltArgs) -> ExitCode {
-    use scr_host::runtime::Halt;
+    use scr_host::state::halt::Halt;
     let prefix = match &args.prefix {
         Some(p) => p.clone(),
         None => match load(cli, &[]) {

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use scr_host::config::Config;
-use scr_host::runtime::prefix::{self, Index};
 use scr_host::scavenge::{self as sv, Added, Progress, Scavenger};
+use scr_host::state::prefix::{self, Index};
 
 /// Exit statuses of `scr scavenge`, `scr postrun` and `scr index add`.
 const EXIT_HELP: &str = "Exit status: 0 done (or nothing to do: the newest cached dataset is in the prefix already), 1 failed or refused: nothing was added to the index and the prefix is as it was (the message names the node, rank and file and what to do), 2 usage error.";

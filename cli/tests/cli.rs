@@ -688,8 +688,8 @@ fn halt_sets_unsets_and_lists_conditions() {
 }
 
 /// The index entry of complete checkpoint `ckpt.<id>` (dataset `id`).
-fn entry(id: u64) -> scr_host::runtime::prefix::IndexEntry {
-    scr_host::runtime::prefix::IndexEntry {
+fn entry(id: u64) -> scr_host::state::prefix::IndexEntry {
+    scr_host::state::prefix::IndexEntry {
         id,
         name: format!("ckpt.{id}"),
         checkpoint_id: Some(id),
@@ -705,7 +705,7 @@ fn entry(id: u64) -> scr_host::runtime::prefix::IndexEntry {
 /// (before the lock, concurrent updates dropped some of each other's entries).
 #[test]
 fn concurrent_index_updates_from_several_processes_lose_nothing() {
-    use scr_host::runtime::prefix::Index;
+    use scr_host::state::prefix::Index;
     let dir = tempfile::tempdir().unwrap();
     let prefix = dir.path();
     Index::update(prefix, |ix| {
@@ -749,7 +749,7 @@ fn concurrent_index_updates_from_several_processes_lose_nothing() {
 /// damaged file is kept beside it.
 #[test]
 fn an_index_of_another_version_is_never_rebuilt_over() {
-    use scr_host::runtime::prefix::Index;
+    use scr_host::state::prefix::Index;
     let dir = tempfile::tempdir().unwrap();
     let path = Index::path(dir.path());
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -786,7 +786,7 @@ fn an_index_of_another_version_is_never_rebuilt_over() {
 /// a name that was there by the time it wrote, or wrote back a stale choice).
 #[test]
 fn index_commands_decide_on_the_index_they_find_under_the_lock() {
-    use scr_host::runtime::prefix::{Index, PrefixLock};
+    use scr_host::state::prefix::{Index, PrefixLock};
     let dir = tempfile::tempdir().unwrap();
     let prefix = dir.path();
     Index::update(prefix, |ix| {
@@ -839,7 +839,7 @@ fn index_commands_decide_on_the_index_they_find_under_the_lock() {
 /// once its cause is fixed; then the checkpoint can be made the restart point again.
 #[test]
 fn scr_index_clear_failed_makes_a_checkpoint_usable_again() {
-    use scr_host::runtime::prefix::{FailedNote, Index};
+    use scr_host::state::prefix::{FailedNote, Index};
     let sb = Sandbox::new();
     let prefix = sb.path().join("prefix");
     std::fs::create_dir(&prefix).unwrap();

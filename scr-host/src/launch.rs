@@ -55,7 +55,7 @@ mod signals;
 
 use crate::config::Config;
 use crate::hostlist;
-use crate::runtime::Halt;
+use crate::state::halt::Halt;
 pub use nodes::{allocation, down_nodes, Allocation, NodeCheck};
 
 /// State-file kind of `<prefix>/.scr/run.scr`.

@@ -181,6 +181,15 @@ pub fn rank_manifest_file(prefix: &Path, id: u64, rank: u32) -> PathBuf {
     stage_dir(prefix, id).join(format!("rank_{rank}.scr"))
 }
 
+/// `path` relative to `dir` (as recorded in the filemap); a path outside `dir` unchanged.
+pub fn relative_to(dir: &Path, path: &str) -> String {
+    let p = Path::new(path);
+    p.strip_prefix(dir)
+        .unwrap_or(p)
+        .to_string_lossy()
+        .into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -63,14 +63,14 @@ use crate::config::{Config, View};
 use crate::layout;
 use crate::local_host::LocalHost;
 use crate::registry::Registry;
-use crate::runtime::cache;
-use crate::runtime::flush::{collect, start_transfer, transfer_config, transfer_label, Planned};
-use crate::runtime::prefix::{
+
+use crate::state::filemap::{DatasetRecord, Filemap};
+use crate::state::prefix::{
     self, check_relative, dataset_dir, FlushFile, FlushedFile, Index, IndexEntry, Rank2File,
     Summary,
 };
-use crate::runtime::{DatasetRecord, Filemap};
 use crate::state::read_state;
+use crate::transfer::{collect, start_transfer, transfer_config, transfer_label, Planned};
 
 /// State-file kind of a rank's scavenge manifest.
 const MANIFEST: &str = "scavenge-rank";
@@ -263,7 +263,7 @@ impl Scavenger {
         // runtime made (this user's, private, no link on the way; see
         // runtime::create_private_dir), never from one another user could have planted
         if dir.is_dir() {
-            if let Err(e) = crate::runtime::create_private_dir(
+            if let Err(e) = crate::private_dir::create_private_dir(
                 Path::new(&self.config.get(settings::CNTL_BASE)),
                 &dir,
             ) {

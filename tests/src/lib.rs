@@ -321,7 +321,7 @@ pub const TWO_NODES: &[&str] = &["n0", "n0", "n1", "n1"];
 
 /// (name, complete, failed) of every entry of `prefix`'s index, by dataset id.
 pub fn index_entries(prefix: &Path) -> Vec<(String, bool, Option<String>)> {
-    scr_host::runtime::prefix::Index::load(prefix)
+    scr_host::state::prefix::Index::load(prefix)
         .unwrap()
         .datasets
         .values()

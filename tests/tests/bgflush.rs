@@ -7,7 +7,7 @@
 
 use scr_e2e::comm_report::Report;
 use scr_e2e::Cluster;
-use scr_host::runtime::prefix::{FlushedFile, Index, Rank2File, Summary};
+use scr_host::state::prefix::{FlushedFile, Index, Rank2File, Summary};
 
 const FOUR_NODES: &[&str] = &["n0", "n1", "n2", "n3"];
 

@@ -562,7 +562,7 @@ fn with_fetch_off_a_restart_reads_the_prefix_in_place_after_checking_it() {
     assert_all_ok(&out, 4);
     scr_e2e::wipe_caches(&c);
     // one byte of rank 1's file of ckpt.3 in the prefix flipped: ckpt.3 is refused
-    let r2f = scr_host::runtime::prefix::Rank2File::load(&c.prefix(), 3).unwrap();
+    let r2f = scr_host::state::prefix::Rank2File::load(&c.prefix(), 3).unwrap();
     let victim = r2f.ranks[&1][0].stored_path(&c.prefix()).unwrap();
     let mut bytes = std::fs::read(&victim).unwrap();
     assert_eq!(bytes, b"step 3\n");

@@ -286,7 +286,7 @@ fn cache_directories_are_0700_and_written_files_0600() {
 /// back (here to a fresh start, the only other choice).
 #[test]
 fn a_forged_rank2file_name_is_never_fetched() {
-    use scr_host::runtime::prefix::{self, FlushedFile, Index, Rank2File};
+    use scr_host::state::prefix::{self, FlushedFile, Index, Rank2File};
     let mut c = Cluster::new();
     c.set("SCR_FLUSH", "1").set("SCR_CACHE_SIZE", "1");
     let out = heat(&c, TWO_NODES, 6);

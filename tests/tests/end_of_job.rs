@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use scr_e2e::{binary, files_below, wipe_caches, Cluster, JobOutput, TWO_NODES};
-use scr_host::runtime::prefix::Index;
+use scr_host::state::prefix::Index;
 
 fn heat(c: &Cluster, args: &[&str]) -> JobOutput {
     c.run(TWO_NODES, "scr-heat", args)
@@ -137,7 +137,7 @@ fn an_admin_halt_flushes_and_ends_the_run_saying_why() {
         })
         .max();
     assert_eq!(cached_newest, Some(newest.id), "{out}");
-    let why = scr_host::runtime::Halt::load(&c.prefix()).unwrap();
+    let why = scr_host::state::halt::Halt::load(&c.prefix()).unwrap();
     assert!(
         why.exit_reason
             .as_deref()
@@ -488,7 +488,7 @@ fn cleaning_up_an_interrupted_relocated_flush_leaves_the_older_checkpoint_of_tha
 
 #[test]
 fn a_resumed_flush_never_writes_over_a_path_a_complete_dataset_owns_now() {
-    use scr_host::runtime::prefix::{self, FlushedFile, IndexEntry, Rank2File};
+    use scr_host::state::prefix::{self, FlushedFile, IndexEntry, Rank2File};
     let c = interrupted_flush(false);
     // since the crash, a complete dataset (placed by postrun, say) owns rank 0's path
     let owned = c.prefix().join("ckpt.20/rank_0.ckpt");

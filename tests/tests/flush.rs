@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use scr_e2e::{wipe_caches, Cluster, JobOutput, TWO_NODES};
-use scr_host::runtime::prefix::Index;
+use scr_host::state::prefix::Index;
 
 fn heat(c: &Cluster, args: &[&str]) -> JobOutput {
     c.run(TWO_NODES, "scr-heat", args)
@@ -350,7 +350,7 @@ fn the_restart_point_follows_new_flushes_and_duplicate_names_need_an_id() {
     );
     // the rerun's flush did not overwrite the old files: it went beside them, under
     // .scr; dropping the old one by id deletes only the old files
-    let new = scr_host::runtime::prefix::Rank2File::load(&c.prefix(), ids[1]).unwrap();
+    let new = scr_host::state::prefix::Rank2File::load(&c.prefix(), ids[1]).unwrap();
     let stored = new.ranks[&0][0].stored_path(&c.prefix()).unwrap();
     assert_ne!(stored, c.prefix().join("ckpt.20/rank_0.ckpt"));
     let (code, out, _) = scr(&c, &["index", "drop", &ids[0].to_string(), "--delete"]);
@@ -373,7 +373,7 @@ fn the_restart_point_follows_new_flushes_and_duplicate_names_need_an_id() {
 /// entry is refused with a message and the file stays.
 #[test]
 fn index_drop_delete_never_follows_a_name_out_of_the_prefix() {
-    use scr_host::runtime::prefix::{self, FlushedFile, Rank2File};
+    use scr_host::state::prefix::{self, FlushedFile, Rank2File};
     let mut c = Cluster::new();
     c.set("SCR_FLUSH", "2");
     assert_eq!(heat(&c, &["--steps", "12"]).code, 0);

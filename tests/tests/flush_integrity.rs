@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 
 use scr_e2e::{target_dir, Cluster, JobOutput};
-use scr_host::runtime::prefix::{Index, IndexEntry, Rank2File};
+use scr_host::state::prefix::{Index, IndexEntry, Rank2File};
 
 const TWO_NODES: &[&str] = &["n0", "n0", "n1", "n1"];
 const LYING_LIB: &str = "libscr_fixture_lying_transfer.so";

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use scr_e2e::{relative_files_below, Cluster, JobOutput};
-use scr_host::runtime::prefix::{Index, Rank2File};
+use scr_host::state::prefix::{Index, Rank2File};
 
 const TWO_NODES: &[&str] = &["n0", "n0", "n1", "n1"];
 const CELLS: &str = "20000";

@@ -3,8 +3,8 @@
 //! job at the same time lose nothing, and a failed mark survives rebuilding the index.
 
 use scr_e2e::{binary, Cluster, JobOutput};
-use scr_host::runtime::prefix::Index;
-use scr_host::runtime::Halt;
+use scr_host::state::halt::Halt;
+use scr_host::state::prefix::Index;
 
 const TWO_NODES: &[&str] = &["n0", "n0", "n1", "n1"];
 

@@ -6,7 +6,7 @@
 //! message per block. Seven ranks in blocks of three: parts of 3, 3 and 1 ranks.
 
 use scr_e2e::{wipe_caches, Cluster, JobOutput};
-use scr_host::runtime::prefix::{
+use scr_host::state::prefix::{
     self, dataset_dir, Blocks, Index, Rank2File, Rank2FilePart, Rank2FileRoot,
 };
 use scr_host::state::read_state;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use scr_e2e::{binary, files_below, mpi_env, reference_state, Cluster, JobOutput};
-use scr_host::runtime::prefix::{Index, Rank2File};
+use scr_host::state::prefix::{Index, Rank2File};
 
 const TWO_NODES: &[&str] = &["n0", "n0", "n1", "n1"];
 const THREE_NODES: &[&str] = &["n0", "n0", "n1", "n1", "n2", "n2"];

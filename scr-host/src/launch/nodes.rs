@@ -307,7 +307,7 @@ impl NodeCheck {
 /// The largest complete dataset in the prefix's index, in bytes per node
 /// (bytes ÷ world size × ranks per node), with its name.
 fn largest_dataset_per_node(prefix: &Path, ranks_per_node: u64) -> Option<(u64, String)> {
-    use crate::runtime::prefix::{Index, Summary};
+    use crate::state::prefix::{Index, Summary};
     let index = Index::load(prefix).ok()?;
     index
         .datasets

@@ -1,11 +1,11 @@
 //! Distribution at init: when ranks changed nodes, each rank's cached files and filemap
 //! move to the rank that now owns them (point to point between the two ranks concerned).
 
-use super::cache::*;
 use super::evict::remove_files;
 #[allow(unused_imports)]
 use super::tags::{MOVE_TAG, OFFER_TAG};
 use super::{DatasetRecord, Filemap, Result, Runtime};
+use crate::integrity::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

@@ -1,11 +1,11 @@
 //! Removing datasets: the application's drop and delete, and eviction from a full store
 //! (agreed: a dataset leaves every rank's cache or none).
 
-use super::cache::*;
 use super::distribute::file_names;
 use super::{comm, DatasetRecord, Filemap, Result, Runtime, ScrError};
 #[allow(unused_imports)]
 use crate::config::settings;
+use crate::integrity::*;
 use scr_plugin::sync::lock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -115,7 +115,7 @@ impl Runtime {
         self.cache.filemap.datasets.remove(&rec.id);
         if self.topo.rank == 0 && rec.complete {
             if let Err(e) =
-                super::prefix::FlushFile::remove_location(&self.job.prefix, rec.id, "CACHE")
+                crate::state::prefix::FlushFile::remove_location(&self.job.prefix, rec.id, "CACHE")
             {
                 tracing::warn!("{e}");
             }
@@ -226,7 +226,7 @@ impl Runtime {
         let in_prefix = |id: u64| {
             flushed.contains(&id)
                 || index
-                    .get_or_init(|| super::prefix::Index::load(&self.job.prefix).ok())
+                    .get_or_init(|| crate::state::prefix::Index::load(&self.job.prefix).ok())
                     .as_ref()
                     .and_then(|ix| ix.datasets.get(&id))
                     .is_some_and(|e| e.complete && e.failed.is_none())

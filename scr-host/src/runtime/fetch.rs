@@ -3,20 +3,20 @@
 //! rank2file map and hands its members their lists, every file is verified against
 //! rank2file, and the fetched dataset is protected again.
 
-use super::flush::*;
 use super::tags::{LIST_TAG, SOURCE_TAG};
 use super::world::Op;
-#[allow(unused_imports)]
 use crate::config::settings;
+use crate::transfer::{collect, Planned};
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::prefix::{
+use super::{now_secs, DatasetRecord, FileRecord, Result, Runtime, ScrError};
+use crate::events::Event;
+use crate::integrity as cache;
+use crate::state::prefix::{
     self, FlushedFile, Index, IndexEntry, Rank2File, Rank2FileMap, Rank2FilePart, Rank2FileRoot,
 };
-use super::{cache, now_secs, DatasetRecord, FileRecord, Result, Runtime, ScrError};
-use crate::events::Event;
 
 impl Runtime {
     /// The checkpoint in the prefix to restart from next (collective; chosen on rank 0):

@@ -59,18 +59,15 @@ use std::sync::{Arc, Mutex};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::prefix::{
-    self, FlushFile, Index, IndexEntry, Rank2File, Rank2FilePart, Rank2FileRoot, Summary,
-};
 use super::{now_secs, DatasetRecord, Result, Runtime};
 use crate::events::Event;
+use crate::state::prefix::{
+    self, FlushFile, Index, IndexEntry, Rank2File, Rank2FilePart, Rank2FileRoot, Summary,
+};
 
 mod background;
 pub(crate) mod resume;
-pub(crate) use super::transfer::{
-    collect, start_transfer, transfer_config, transfer_label, Planned,
-};
-use super::transfer::{Label, RankOutcome, Started};
+use crate::transfer::{collect, Label, Planned, RankOutcome, Started};
 
 /// Background work of asynchronous flushes.
 #[derive(Default)]
@@ -257,7 +254,7 @@ fn record_complete(
     step()
         .map(|()| {
             // recorded: the list of what an interrupted flush would have to clean is moot
-            resume::remove_writes(prefix, entry.id);
+            crate::state::writes::remove_writes(prefix, entry.id);
             bytes
         })
         .map_err(|e| {
@@ -670,5 +667,13 @@ mod tests {
             Index::load(dir.path()).unwrap().current.as_deref(),
             Some("ckpt.3")
         );
+    }
+
+    #[test]
+    fn dropping_the_flushing_state_sets_the_cancel_flag() {
+        let flushing = Flushing::default();
+        let flag = Arc::clone(&flushing.cancel);
+        drop(flushing);
+        assert!(flag.load(Ordering::SeqCst));
     }
 }

@@ -10,15 +10,12 @@
 //! protected by the scheme of the descriptor chosen for the checkpoint id.
 
 mod agree;
-pub(crate) mod cache;
 pub mod comm;
 mod distribute;
 mod evict;
 mod fetch;
-mod filemap;
 mod finalize;
 pub(crate) mod flush;
-pub mod halt;
 mod init;
 mod mpi_exit;
 mod mpi_host;
@@ -27,24 +24,23 @@ mod output;
 mod policy;
 use agree::Health;
 use policy::Policy;
-pub mod prefix;
-mod private_dir;
+mod dispatch;
 mod restart;
 mod restore;
 pub(crate) mod sets;
 mod tags;
 #[cfg(test)]
 mod tests;
-pub(crate) mod transfer;
 mod world;
+use crate::layout::relative_to;
+pub(crate) use crate::private_dir::create_private_dir;
+use crate::private_dir::{cachefs_err, lexical_normalize};
 use agree::{agree_on, first_failure};
-pub(crate) use private_dir::create_private_dir;
-use private_dir::{cachefs_err, lexical_normalize};
 use world::mpi_world::MpiWorld;
 use world::{SetHost, World};
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use mpi::topology::SimpleCommunicator;
@@ -54,11 +50,13 @@ use crate::config::{Config, ConfigErrors, Loader, Snapshot, View};
 use crate::registry::{LoadedScheme, Registry, RegistryError};
 use crate::state::StateError;
 
-pub use filemap::{
+use crate::state::filemap;
+pub use crate::state::filemap::{
     filemap_io, DatasetRecord, DescriptorRecord, FileRecord, Filemap, FilemapIo, JournalEntry,
     JOURNAL_KIND, JOURNAL_VERSION,
 };
-pub use halt::Halt;
+pub use crate::state::halt::Halt;
+use crate::state::prefix;
 pub use sets::{form_my_set, form_sets, split_by_value, Set};
 
 pub use mpi_host::MpiHost;
@@ -108,7 +106,8 @@ pub const FINALIZE_REASON: &str = "SCR_FINALIZE_CALLED";
 /// Shorthand.
 pub type Result<T, E = ScrError> = std::result::Result<T, E>;
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ScrError + '_ {
+/// An I/O error on `path` as an [`ScrError`] naming it.
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ScrError + '_ {
     move |source| ScrError::Io {
         path: path.to_path_buf(),
         source,
@@ -447,15 +446,6 @@ impl Ids {
             }
         }
     }
-}
-
-/// `path` relative to `dir` (as recorded in the filemap); a path outside `dir` unchanged.
-pub(super) fn relative_to(dir: &Path, path: &str) -> String {
-    let p = Path::new(path);
-    p.strip_prefix(dir)
-        .unwrap_or(p)
-        .to_string_lossy()
-        .into_owned()
 }
 
 fn now_secs() -> i64 {

@@ -78,7 +78,7 @@ impl Runtime {
         let redundancy_names = self.job.reddescs[desc]
             .scheme
             .raw()
-            .redundancy_files(&cache::dataset_files(&record, &dir))
+            .redundancy_files(&crate::integrity::dataset_files(&record, &dir))
             .into_result()
             .map(|v| v.iter().map(|p| relative_to(&dir, p)).collect())
             .unwrap_or_default();
@@ -472,7 +472,7 @@ impl Runtime {
         buf: usize,
     ) -> bool {
         for f in &mut out.record.files {
-            match cache::stat_file(&dir.join(&f.name), crc, buf) {
+            match crate::integrity::stat_file(&dir.join(&f.name), crc, buf) {
                 Ok(meta) => {
                     f.size = meta.size;
                     f.mode = meta.mode;
@@ -507,7 +507,7 @@ impl Runtime {
         let scheme_name = self.job.reddescs[out.desc].record.scheme.clone();
         let redundancy: Option<Result<Vec<String>>> = local_ok.then(|| {
             let rd = &self.job.reddescs[out.desc];
-            let ds = cache::dataset_files(&out.record, dir);
+            let ds = crate::integrity::dataset_files(&out.record, dir);
             rd.scheme
                 .raw()
                 .redundancy_files(&ds)
@@ -572,7 +572,7 @@ impl Runtime {
         buf: usize,
     ) -> std::result::Result<(), String> {
         let rd = &self.job.reddescs[out.desc];
-        let ds = cache::dataset_files(&out.record, dir);
+        let ds = crate::integrity::dataset_files(&out.record, dir);
         let host = rd.host.services();
         let result = if fused {
             rd.scheme.raw().apply_with_crc(host, &ds).into_result()
@@ -670,7 +670,7 @@ impl Runtime {
             f.crc32 = match crcs.get(i).and_then(|c| c.into_option()) {
                 Some(c) => Some(c),
                 None => Some(
-                    cache::file_crc32(&dir.join(&f.name), buf)
+                    crate::integrity::file_crc32(&dir.join(&f.name), buf)
                         .map_err(|e| format!("rank {}: {}: {e}", self.topo.rank, f.name))?,
                 ),
             };

@@ -2,13 +2,13 @@
 //! through its scheme, on every rank alike; what cannot be restored is dropped everywhere
 //! and reported.
 
-use super::cache::*;
-use super::relative_to;
 use super::tags::TEMPLATE_TAG;
 use super::world::SetHost;
 use super::{DatasetRecord, Filemap, Result, Runtime, Set};
 #[allow(unused_imports)]
 use crate::config::settings;
+use crate::integrity::*;
+use crate::layout::relative_to;
 use crate::registry::{LoadedScheme, RegistryError};
 use abi_stable::std_types::{RNone, ROption, RSome};
 use scr_plugin::{FileMeta, RecoverRequest};
@@ -102,7 +102,7 @@ impl Runtime {
         self.agree(purged)?;
         if self.topo.rank == 0 {
             // every node's cache was purged: no dataset is in cache any more
-            let cached: Vec<u64> = super::prefix::FlushFile::load(&self.job.prefix)
+            let cached: Vec<u64> = crate::state::prefix::FlushFile::load(&self.job.prefix)
                 .map(|f| {
                     f.datasets
                         .iter()
@@ -113,7 +113,7 @@ impl Runtime {
                 .unwrap_or_default();
             for id in cached {
                 if let Err(e) =
-                    super::prefix::FlushFile::remove_location(&self.job.prefix, id, "CACHE")
+                    crate::state::prefix::FlushFile::remove_location(&self.job.prefix, id, "CACHE")
                 {
                     tracing::warn!("{e}");
                 }

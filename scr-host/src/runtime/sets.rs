@@ -62,7 +62,7 @@ pub fn form_sets(groups: &[String], set_size: usize) -> Vec<Set> {
 }
 
 /// The ranks of `world` whose `value` equals this rank's, ordered by world rank
-/// (collective): [`split_by_value_in`] on an MPI communicator.
+/// (collective): `split_by_value_in` on an MPI communicator.
 pub fn split_by_value(world: &SimpleCommunicator, value: &str) -> SimpleCommunicator {
     MpiWorld::with_borrowed(world, |w| MpiWorld::from_boxed(split_by_value_in(w, value)))
         .expect("an MPI communicator splits into MPI communicators")
@@ -93,7 +93,7 @@ pub(crate) fn split_by_value_in(world: &dyn World, value: &str) -> Box<dyn World
         .expect("every rank has a color")
 }
 
-/// This rank's set as [`form_sets`] forms it (collective): [`form_my_set_in`] on an MPI
+/// This rank's set as [`form_sets`] forms it (collective): `form_my_set_in` on an MPI
 /// communicator, returning the set's communicator.
 pub fn form_my_set(
     world: &SimpleCommunicator,
@@ -113,7 +113,7 @@ pub fn form_my_set(
 /// value). Returns the set, its communicator (members in set order) and the members'
 /// group values.
 ///
-/// The ranks of one group find each other ([`split_by_value_in`]); a rank's level is its
+/// The ranks of one group find each other (`split_by_value_in`); a rank's level is its
 /// position among them and its group's order the group's lowest world rank. The ranks of
 /// one level form a communicator ordered by group order, cut as `form_sets` cuts a level;
 /// the sets of lower levels are counted by an exclusive scan over the first ranks of each

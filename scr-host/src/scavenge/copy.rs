@@ -109,7 +109,7 @@ impl Scavenger {
         }
         let cache = layout::cache_dataset_dir(&self.store_dir(store, node), record.id);
         if cache.is_dir() {
-            crate::runtime::create_private_dir(Path::new(store), &cache)
+            crate::private_dir::create_private_dir(Path::new(store), &cache)
                 .map_err(|e| e.to_string())?;
         }
         let mut files = Vec::new();

@@ -108,7 +108,7 @@ fn verify_in_prefix(prefix: &Path, summary: &Summary, buf: usize) -> Result<(), 
             let path = f
                 .stored_path(prefix)
                 .map_err(|e| format!("rank {rank}: {e}"))?;
-            cache::check_file(&path, f.size, f.crc32, true, buf).map_err(|why| {
+            crate::integrity::check_file(&path, f.size, f.crc32, true, buf).map_err(|why| {
                 format!(
                     "rank {rank}: {} ({}): {why}; the dataset is not added",
                     f.name,

@@ -226,8 +226,15 @@ impl Scavenger {
             // a rank whose copy failed its check still has its filemap record: what the
             // scheme rebuilt must match it too (names, sizes, CRC32s)
             let own = manifests.get(&rank).map(|m| &m.record);
-            let recs = cache::verify_rebuilt(rank, &metas, own, &dirs[member], crc_expected, buf)
-                .map_err(|why| format!("{} rebuilt wrong data: {why}", d.scheme))?;
+            let recs = crate::integrity::verify_rebuilt(
+                rank,
+                &metas,
+                own,
+                &dirs[member],
+                crc_expected,
+                buf,
+            )
+            .map_err(|why| format!("{} rebuilt wrong data: {why}", d.scheme))?;
             out.insert(
                 rank,
                 recs.into_iter()
@@ -274,7 +281,7 @@ impl Scavenger {
     fn member_recovery(
         &self,
         id: u64,
-        d: &crate::runtime::DescriptorRecord,
+        d: &crate::state::filemap::DescriptorRecord,
         members: &[u32],
         member: usize,
         manifests: &BTreeMap<u32, RankManifest>,
@@ -291,7 +298,7 @@ impl Scavenger {
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             RNone
         } else {
-            RSome(cache::dataset_files(&manifests[&rank].record, &dir).files)
+            RSome(crate::integrity::dataset_files(&manifests[&rank].record, &dir).files)
         };
         let request = RecoverRequest {
             dataset_id: id,
@@ -329,7 +336,7 @@ impl Scavenger {
         match self.record_placed(id, rec, ranks) {
             Ok((entry, current)) => {
                 // an interrupted flush's list of writes is settled with it
-                crate::runtime::flush::resume::remove_writes(prefix, id);
+                crate::state::writes::remove_writes(prefix, id);
                 Ok((entry, relocate, current))
             }
             Err(e) => {
@@ -395,7 +402,7 @@ impl Scavenger {
         if !open {
             return;
         }
-        let Ok(Some(writes)) = crate::runtime::flush::resume::load_writes(prefix, id) else {
+        let Ok(Some(writes)) = crate::state::writes::load_writes(prefix, id) else {
             return;
         };
         let owned: Option<BTreeSet<PathBuf>> = (|| {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives};
 use scr_api::{mpi, Flags, Scr};
 use scr_e2e::comm_report::lines;
-use scr_host::runtime::prefix::Index;
+use scr_host::state::prefix::Index;
 
 /// Rank r's file: `len` bytes, each `r * 16 + i`.
 fn bytes_of(r: usize, len: usize) -> Vec<u8> {

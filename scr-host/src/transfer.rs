@@ -7,101 +7,20 @@ use crate::config::settings;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use scr_plugin::{
     host_ref, FileResult, HostServices as _, TransferBox, TransferConfig, TransferStatus,
 };
 
-use super::prefix::{self, FlushedFile};
-use super::{cache, DatasetRecord, Runtime};
 use crate::config::Config;
+use crate::integrity as cache;
 use crate::local_host::LocalHost;
 use crate::registry::{Kind, Registry, RegistryError};
-
-impl Runtime {
-    /// The configuration of a transfer of `label`'s type persisting its state in
-    /// `state_file` ([`transfer_config`]).
-    pub(in crate::runtime) fn transfer_config(
-        &self,
-        label: &Label,
-        state_file: &Path,
-    ) -> TransferConfig {
-        transfer_config(&self.config, label, state_file)
-    }
-
-    /// The state file of this rank's transfer of dataset `id`.
-    pub(in crate::runtime) fn transfer_state(&self, id: u64) -> PathBuf {
-        crate::layout::transfer_state(&self.job.cntl_dir, id, self.topo.rank)
-    }
-
-    /// Read buffer for the host's CRC32 of transferred files.
-    pub(in crate::runtime) fn buf_size(&self) -> usize {
-        self.config
-            .get(settings::FILE_BUF_SIZE)
-            .clamp(4096, 64 << 20) as usize
-    }
-
-    /// The transfer type of `store` and the library providing it ([`transfer_label`]).
-    pub(in crate::runtime) fn transfer_of(&self, store: &str) -> Label {
-        transfer_label(&self.config, &self.registry, store)
-    }
-
-    /// The host a transfer of `label`'s type gets: its log is the runtime's and its
-    /// cancellation flag is `flushing.cancel`.
-    pub(in crate::runtime) fn transfer_host(&self, label: &Label) -> LocalHost {
-        LocalHost::new(
-            self.topo.rank,
-            &self.topo.node,
-            &format!("transfer {}", label.transfer_type),
-            Arc::clone(&self.flushing.cancel),
-        )
-    }
-
-    /// Create, fill and dispatch a transfer of `label`'s type for `files`, with a host
-    /// whose log is the runtime's and whose cancellation flag is `flushing.cancel`.
-    pub(in crate::runtime) fn dispatch(
-        &self,
-        label: Label,
-        files: Vec<Planned>,
-        state_file: &Path,
-    ) -> std::result::Result<Started, String> {
-        let host = self.transfer_host(&label);
-        let config = self.transfer_config(&label, state_file);
-        start_transfer(&self.registry, &config, host, label, files)
-    }
-
-    /// Start this rank's transfer of `rec` to the prefix: to `<prefix>/<name>`, or into
-    /// the dataset's own directory when `relocate`.
-    pub(in crate::runtime) fn start_transfer(
-        &self,
-        rec: &DatasetRecord,
-        relocate: bool,
-    ) -> std::result::Result<Started, String> {
-        let label = self.transfer_of(&rec.descriptor.store);
-        let cache_dir = self.dataset_dir(&rec.descriptor.store, rec.id);
-        let files: Vec<Planned> = rec
-            .files
-            .iter()
-            .map(|f| {
-                let stored = relocate.then(|| prefix::relocated(rec.id, &f.name));
-                Planned {
-                    name: f.name.clone(),
-                    source: cache_dir.join(&f.name),
-                    destination: self.job.prefix.join(stored.as_deref().unwrap_or(&f.name)),
-                    size: f.size,
-                    crc32: f.crc32,
-                    stored,
-                }
-            })
-            .collect();
-        self.dispatch(label, files, &self.transfer_state(rec.id))
-    }
-}
+use crate::state::prefix::FlushedFile;
 
 /// What one rank's part of a flush produced.
-pub(in crate::runtime) type RankOutcome = std::result::Result<Vec<FlushedFile>, String>;
+pub(crate) type RankOutcome = std::result::Result<Vec<FlushedFile>, String>;
 
 /// One file of a transfer and what it must be once the transfer says it is done.
 #[derive(Clone, Debug)]
@@ -116,7 +35,7 @@ pub(crate) struct Planned {
     /// flush, in rank2file for a fetch).
     pub crc32: Option<u32>,
     /// The destination relative to the prefix when a flush relocated it
-    /// ([`prefix::relocated`]).
+    /// ([`crate::layout::relocated`]).
     pub stored: Option<String>,
 }
 
@@ -138,7 +57,7 @@ pub(crate) struct Started {
 /// Wait for `transfer`. A background waiter (`poll`) asks with `test` between short
 /// sleeps so that it can see the runtime's cancellation flag and stop the transfer even
 /// when the plugin's `wait` never looks at `is_cancelled`.
-pub(in crate::runtime) fn wait_transfer(
+pub(crate) fn wait_transfer(
     transfer: &mut TransferBox,
     host: &LocalHost,
     poll: bool,
@@ -171,7 +90,7 @@ pub(in crate::runtime) fn wait_transfer(
 ///
 /// Returns the CRC32 the host computed for each planned file, in order. `recorded` says
 /// where the expected CRC comes from, for the message.
-pub(in crate::runtime) fn verify(
+pub(crate) fn verify(
     label: &Label,
     status: TransferStatus,
     results: &[FileResult],
@@ -193,7 +112,7 @@ pub(in crate::runtime) fn verify(
 
 /// The transfer's overall status must be Complete: else the first error a file's result
 /// gives (or the status itself) says why it is not.
-pub(in crate::runtime) fn check_status(
+pub(crate) fn check_status(
     label: &Label,
     status: TransferStatus,
     results: &[FileResult],
@@ -212,7 +131,7 @@ pub(in crate::runtime) fn check_status(
 /// The results the transfer reported for each planned file (by position in `files`),
 /// matched by source *and* destination: a plugin may report in any order, but not for
 /// a file it was not given.
-pub(in crate::runtime) fn match_results<'r>(
+pub(crate) fn match_results<'r>(
     label: &Label,
     results: &'r [FileResult],
     files: &[Planned],
@@ -245,7 +164,7 @@ pub(in crate::runtime) fn match_results<'r>(
 
 /// The one result `rs` the transfer reported for planned file `p`, which must say
 /// Complete: none, several, or one that is not Complete fails the transfer.
-pub(in crate::runtime) fn sole_result<'r>(
+pub(crate) fn sole_result<'r>(
     label: &Label,
     p: &Planned,
     rs: &[&'r FileResult],
@@ -283,7 +202,7 @@ pub(in crate::runtime) fn sole_result<'r>(
 /// Re-read the destination of planned file `p` and check it against the size and CRC32
 /// it must have (recorded, else computed from the source), and against the CRC32 the
 /// transfer's result `r` claims, if it claims one. Returns the CRC32 the host computed.
-pub(in crate::runtime) fn check_destination(
+pub(crate) fn check_destination(
     label: &Label,
     p: &Planned,
     r: &FileResult,
@@ -458,8 +377,8 @@ impl std::fmt::Display for Label {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::flush::Flushing;
     use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
 
     fn label() -> Label {
         Label {
@@ -705,13 +624,5 @@ mod tests {
             cancelled.load(Ordering::SeqCst),
             "the plugin was told to cancel"
         );
-    }
-
-    #[test]
-    fn dropping_the_flushing_state_sets_the_cancel_flag() {
-        let flushing = Flushing::default();
-        let flag = Arc::clone(&flushing.cancel);
-        drop(flushing);
-        assert!(flag.load(Ordering::SeqCst));
     }
 }

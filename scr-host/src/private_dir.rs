@@ -1,7 +1,9 @@
 //! Private directories: the cache and control directories are made and checked here (0700,
 //! owned by this user, no link followed, sticky-bit rules for shared bases).
 
-use super::*;
+use std::path::{Component, Path, PathBuf};
+
+use crate::runtime::{io_err, Result, ScrError};
 
 /// Create `dir` below `base` (a shared base such as /dev/shm, which other users can
 /// write to) one level at a time, each new level with mode 0700, and check every level
@@ -26,7 +28,7 @@ pub(crate) fn create_private_dir(base: &Path, dir: &Path) -> Result<()> {
 
 /// A [`scr_plugin::cachefs`] refusal is a usage error (the user must remove what was
 /// planted or choose another base); anything else is an I/O error.
-pub(in crate::runtime) fn cachefs_err(e: scr_plugin::cachefs::CacheFsError) -> ScrError {
+pub(crate) fn cachefs_err(e: scr_plugin::cachefs::CacheFsError) -> ScrError {
     use scr_plugin::cachefs::CacheFsError;
     match e {
         CacheFsError::Io { path, source } => ScrError::Io { path, source },
@@ -45,7 +47,7 @@ pub(in crate::runtime) fn cachefs_err(e: scr_plugin::cachefs::CacheFsError) -> S
 /// leads is what others could change): renaming an ancestor moves the whole tree. "Others"
 /// are group members unless the group is root's or this user's private group, and all
 /// other users.
-pub(in crate::runtime) fn check_base(base: &Path) -> Result<()> {
+pub(crate) fn check_base(base: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let real = base.canonicalize().map_err(io_err(base))?;
     let me = crate::registry::effective_uid();
@@ -82,7 +84,7 @@ pub(in crate::runtime) fn check_base(base: &Path) -> Result<()> {
 }
 
 /// Resolve `.` and `..` without touching the file system (the file may not exist yet).
-pub(in crate::runtime) fn lexical_normalize(p: &Path) -> PathBuf {
+pub(crate) fn lexical_normalize(p: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for c in p.components() {
         match c {

@@ -1,17 +1,20 @@
-//! The cache at init and between checkpoints: moving files to the ranks that own them,
-//! verifying and rebuilding datasets through their schemes, deleting and evicting.
+//! Checking cached files against their records: the size, mode, mtime and CRC32 of a
+//! file (the bytes read once, through [`scr_plugin::verify`], the one size and CRC32
+//! check of scr-rs), a rank's files of a dataset, and what a scheme says it rebuilt.
+//! Shared by the runtime (restart, rebuild, fetch, flush) and `scr scavenge`/`postrun`.
 
-use super::relative_to;
+use crate::layout::relative_to;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use abi_stable::std_types::{RNone, RSome};
 use scr_plugin::{DatasetFiles, FileMeta};
 
-use super::{DatasetRecord, Result, Runtime, ScrError};
+use crate::runtime::{Result, ScrError};
+use crate::state::filemap::DatasetRecord;
 
 /// What `stat_file` measured.
-pub(super) struct Meta {
+pub(crate) struct Meta {
     pub size: u64,
     pub mode: u32,
     pub mtime: (i64, u32),
@@ -19,7 +22,7 @@ pub(super) struct Meta {
 }
 
 /// Size, mode, mtime and (when asked) CRC32 of a file.
-pub(super) fn stat_file(path: &Path, crc: bool, buf: usize) -> std::io::Result<Meta> {
+pub(crate) fn stat_file(path: &Path, crc: bool, buf: usize) -> std::io::Result<Meta> {
     let md = std::fs::metadata(path)?;
     if !md.is_file() {
         return Err(std::io::Error::other("not a regular file"));
@@ -39,13 +42,13 @@ pub(super) fn stat_file(path: &Path, crc: bool, buf: usize) -> std::io::Result<M
 
 /// CRC32 of a file's contents ([`scr_plugin::verify::file_crc32`]: the one reader of
 /// every size and CRC32 check).
-pub(super) fn file_crc32(path: &Path, buf: usize) -> std::io::Result<u32> {
+pub(crate) fn file_crc32(path: &Path, buf: usize) -> std::io::Result<u32> {
     scr_plugin::verify::file_crc32(path, buf)
 }
 
 /// Whether `name` is a plain relative path that stays inside the directory it is joined
 /// to (no root, no `..`): names come from state files and plugins, which are not trusted.
-pub(super) fn is_inside(name: &str) -> bool {
+pub(crate) fn is_inside(name: &str) -> bool {
     scr_plugin::redfile::stays_inside(name)
 }
 
@@ -65,7 +68,7 @@ pub(crate) fn check_file(
 /// Verify this rank's files of `rec` in `dir`: each exists, is a regular file of the
 /// recorded size and (with `use_crc`, when one was recorded) has the recorded CRC32. The
 /// error names the rank, the file and what differs.
-pub(super) fn verify_dataset(
+pub(crate) fn verify_dataset(
     rank: u32,
     rec: &DatasetRecord,
     dir: &Path,
@@ -101,7 +104,7 @@ pub(crate) fn verify_rebuilt(
     dir: &Path,
     crc_expected: bool,
     buf: usize,
-) -> std::result::Result<Vec<super::FileRecord>, String> {
+) -> std::result::Result<Vec<crate::state::filemap::FileRecord>, String> {
     let mut out = Vec::with_capacity(metas.len());
     for m in metas {
         let name = relative_to(dir, m.path.as_str());
@@ -138,7 +141,7 @@ pub(crate) fn verify_rebuilt(
         }
         check_file(&dir.join(&name), m.size, want, true, buf)
             .map_err(|why| format!("rank {rank}: rebuilt {}: {why}", dir.join(&name).display()))?;
-        out.push(super::FileRecord {
+        out.push(crate::state::filemap::FileRecord {
             name,
             size: m.size,
             mode: m.mode,
@@ -165,7 +168,7 @@ pub(crate) fn verify_rebuilt(
 /// already recorded). The caller saves `rec` in the filemap before the scheme writes
 /// them: a crash or a failed apply or rebuild then leaves no file the next init cannot
 /// find and delete. Not collective.
-pub(super) fn declare_redundancy(
+pub(crate) fn declare_redundancy(
     scheme: &crate::registry::LoadedScheme,
     rec: &mut DatasetRecord,
     dir: &Path,
@@ -192,7 +195,7 @@ pub(crate) fn dataset_files(rec: &DatasetRecord, dir: &Path) -> DatasetFiles {
     }
 }
 
-fn file_meta(f: &super::FileRecord, dir: &Path) -> FileMeta {
+fn file_meta(f: &crate::state::filemap::FileRecord, dir: &Path) -> FileMeta {
     FileMeta {
         path: dir.join(&f.name).display().to_string().into(),
         size: f.size,
@@ -206,5 +209,3 @@ fn file_meta(f: &super::FileRecord, dir: &Path) -> FileMeta {
         crc32: f.crc32.map_or(RNone, RSome),
     }
 }
-
-impl Runtime {}

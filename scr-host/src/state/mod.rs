@@ -6,6 +6,18 @@
 //! the directory, so a crash leaves either the old or the new file, never a torn one;
 //! readers check kind, version and checksum, so a corrupt file is refused, not trusted.
 
+//!
+//! The state files themselves, by what they hold: [`filemap`] (a rank's cached datasets,
+//! in the control directory), [`prefix`] (the index, summaries, rank2file maps, flush file
+//! and prefix lock), [`halt`] (the halt file) and `writes` (what a flush may write). The
+//! runtime and the `scr` tools (scavenge, postrun, index) read and write them through
+//! these types alone.
+
+pub mod filemap;
+pub mod halt;
+pub mod prefix;
+pub(crate) mod writes;
+
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,94 @@
+//! Dispatching this rank's transfers: the runtime's side of [`crate::transfer`] (the
+//! transfer type of a store, its state file in the control directory, the host that
+//! carries the runtime's cancel flag).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use scr_plugin::TransferConfig;
+
+use crate::config::settings;
+use crate::local_host::LocalHost;
+use crate::transfer::{start_transfer, transfer_config, transfer_label, Label, Planned, Started};
+
+use super::{prefix, DatasetRecord, Runtime};
+
+impl Runtime {
+    /// The configuration of a transfer of `label`'s type persisting its state in
+    /// `state_file` ([`transfer_config`]).
+    pub(in crate::runtime) fn transfer_config(
+        &self,
+        label: &Label,
+        state_file: &Path,
+    ) -> TransferConfig {
+        transfer_config(&self.config, label, state_file)
+    }
+
+    /// The state file of this rank's transfer of dataset `id`.
+    pub(in crate::runtime) fn transfer_state(&self, id: u64) -> PathBuf {
+        crate::layout::transfer_state(&self.job.cntl_dir, id, self.topo.rank)
+    }
+
+    /// Read buffer for the host's CRC32 of transferred files.
+    pub(in crate::runtime) fn buf_size(&self) -> usize {
+        self.config
+            .get(settings::FILE_BUF_SIZE)
+            .clamp(4096, 64 << 20) as usize
+    }
+
+    /// The transfer type of `store` and the library providing it ([`transfer_label`]).
+    pub(in crate::runtime) fn transfer_of(&self, store: &str) -> Label {
+        transfer_label(&self.config, &self.registry, store)
+    }
+
+    /// The host a transfer of `label`'s type gets: its log is the runtime's and its
+    /// cancellation flag is `flushing.cancel`.
+    pub(in crate::runtime) fn transfer_host(&self, label: &Label) -> LocalHost {
+        LocalHost::new(
+            self.topo.rank,
+            &self.topo.node,
+            &format!("transfer {}", label.transfer_type),
+            Arc::clone(&self.flushing.cancel),
+        )
+    }
+
+    /// Create, fill and dispatch a transfer of `label`'s type for `files`, with a host
+    /// whose log is the runtime's and whose cancellation flag is `flushing.cancel`.
+    pub(in crate::runtime) fn dispatch(
+        &self,
+        label: Label,
+        files: Vec<Planned>,
+        state_file: &Path,
+    ) -> std::result::Result<Started, String> {
+        let host = self.transfer_host(&label);
+        let config = self.transfer_config(&label, state_file);
+        start_transfer(&self.registry, &config, host, label, files)
+    }
+
+    /// Start this rank's transfer of `rec` to the prefix: to `<prefix>/<name>`, or into
+    /// the dataset's own directory when `relocate`.
+    pub(in crate::runtime) fn start_transfer(
+        &self,
+        rec: &DatasetRecord,
+        relocate: bool,
+    ) -> std::result::Result<Started, String> {
+        let label = self.transfer_of(&rec.descriptor.store);
+        let cache_dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+        let files: Vec<Planned> = rec
+            .files
+            .iter()
+            .map(|f| {
+                let stored = relocate.then(|| prefix::relocated(rec.id, &f.name));
+                Planned {
+                    name: f.name.clone(),
+                    source: cache_dir.join(&f.name),
+                    destination: self.job.prefix.join(stored.as_deref().unwrap_or(&f.name)),
+                    size: f.size,
+                    crc32: f.crc32,
+                    stored,
+                }
+            })
+            .collect();
+        self.dispatch(label, files, &self.transfer_state(rec.id))
+    }
+}
