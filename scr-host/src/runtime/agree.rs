@@ -3,8 +3,10 @@
 //! began to change their state marks the runtime uncertain, on every rank alike, and
 //! refuses later collective calls.
 
-use super::*;
+use super::world::{SetHost, World};
+use super::{Result, Runtime, ScrError, ABORT_CODE};
 use crate::config::settings;
+use crate::registry::{LoadedScheme, RegistryError};
 
 impl Runtime {
     /// Make a local outcome collective: every rank gets `Ok` only when every rank did,

@@ -2,10 +2,9 @@
 //! move to the rank that now owns them (point to point between the two ranks concerned).
 
 use super::evict::remove_files;
-#[allow(unused_imports)]
 use super::tags::{MOVE_TAG, OFFER_TAG};
 use super::{DatasetRecord, Filemap, Result, Runtime};
-use crate::integrity::*;
+use crate::integrity::is_inside;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -218,7 +217,7 @@ impl Runtime {
         let mut out = inside_dir(dir, name)
             .and_then(|()| {
                 let parent = path.parent().unwrap_or(dir);
-                super::create_private_dir(base, parent).map_err(|e| e.to_string())
+                crate::private_dir::create_private_dir(base, parent).map_err(|e| e.to_string())
             })
             .and_then(|()| scr_plugin::cachefs::create_file(&path).map_err(|e| e.to_string()))
             .map_err(|e| tracing::warn!("{e}"))

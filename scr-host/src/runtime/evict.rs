@@ -3,9 +3,8 @@
 
 use super::distribute::file_names;
 use super::{comm, DatasetRecord, Filemap, Result, Runtime, ScrError};
-#[allow(unused_imports)]
 use crate::config::settings;
-use crate::integrity::*;
+use crate::integrity::{dataset_files, is_inside, verify_dataset};
 use scr_plugin::sync::lock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -318,7 +317,7 @@ pub(in crate::runtime) fn remove_files(dir: &Path, names: &[PathBuf]) -> Result<
     use scr_plugin::cachefs::check_dirs;
     let me = crate::registry::effective_uid();
     if let Some(above) = dir.parent() {
-        check_dirs(above, dir, me).map_err(super::cachefs_err)?;
+        check_dirs(above, dir, me).map_err(crate::private_dir::cachefs_err)?;
     }
     for name in names {
         if !is_inside(&name.to_string_lossy()) {
@@ -331,7 +330,7 @@ pub(in crate::runtime) fn remove_files(dir: &Path, names: &[PathBuf]) -> Result<
         }
         let path = dir.join(name);
         if let Some(parent) = path.parent() {
-            check_dirs(dir, parent, me).map_err(super::cachefs_err)?;
+            check_dirs(dir, parent, me).map_err(crate::private_dir::cachefs_err)?;
         }
         match std::fs::remove_file(&path) {
             Ok(()) => {}
@@ -353,6 +352,7 @@ pub(in crate::runtime) fn remove_files(dir: &Path, names: &[PathBuf]) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn held(list: &[(u64, bool)]) -> BTreeMap<u64, bool> {
         list.iter().copied().collect()

@@ -425,13 +425,13 @@ impl Runtime {
         self.save_filemap().map_err(|e| e.to_string())?;
         // every directory from the store down 0700 and checked, none a link
         let base = Path::new(&store);
-        super::create_private_dir(base, &dir).map_err(|e| e.to_string())?;
+        crate::private_dir::create_private_dir(base, &dir).map_err(|e| e.to_string())?;
         let mut files = Vec::with_capacity(mine.len());
         for f in &mine {
             let source = f.stored_path(&self.job.prefix)?;
             let destination = dir.join(&f.name);
             if let Some(parent) = destination.parent() {
-                super::create_private_dir(base, parent).map_err(|e| e.to_string())?;
+                crate::private_dir::create_private_dir(base, parent).map_err(|e| e.to_string())?;
             }
             files.push(Planned {
                 name: f.name.clone(),

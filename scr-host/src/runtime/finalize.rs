@@ -1,8 +1,9 @@
 //! Finalize and the end of a run: the newest checkpoint flushed, the halt file and event
 //! log written, and what a dropped or abandoned runtime leaves.
 
-use super::*;
+use super::{comm, Result, Runtime, FINALIZE_REASON};
 use crate::config::settings;
+use crate::state::halt::Halt;
 
 impl Runtime {
     /// Whether the end of the run (finalize, a halt) flushes the newest checkpoint:

@@ -1,8 +1,25 @@
 //! Init: the collective start of a run (configuration, plugins, node, directories, stores
 //! and sets, the cache restored).
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use mpi::topology::SimpleCommunicator;
+
+use super::world::mpi_world::MpiWorld;
+use super::world::{SetHost, World};
+use super::{
+    agree_on, comm, flush, io_err, sets, CacheState, Health, InitOptions, JobLayout, Passthrough,
+    Policy, RedDesc, RestartState, Result, RunReport, Runtime, ScrError, Set, Topology,
+    FINALIZE_REASON,
+};
 use crate::config::settings;
+use crate::config::{check_plugins, Config, ConfigErrors, Loader, Snapshot, View};
+use crate::private_dir::create_private_dir;
+use crate::registry::Registry;
+use crate::state::filemap::{self, DescriptorRecord, Filemap};
+use crate::state::halt::Halt;
 
 impl Runtime {
     /// Initialise on `world` (normally `MPI_COMM_WORLD`; collective). `api` holds the

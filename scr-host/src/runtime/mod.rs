@@ -32,21 +32,14 @@ mod tags;
 #[cfg(test)]
 mod tests;
 mod world;
-use crate::layout::relative_to;
-pub(crate) use crate::private_dir::create_private_dir;
-use crate::private_dir::{cachefs_err, lexical_normalize};
 use agree::{agree_on, first_failure};
-use world::mpi_world::MpiWorld;
 use world::{SetHost, World};
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use mpi::topology::SimpleCommunicator;
-
-use crate::config::check_plugins;
-use crate::config::{Config, ConfigErrors, Loader, Snapshot, View};
+use crate::config::{Config, ConfigErrors};
 use crate::registry::{LoadedScheme, Registry, RegistryError};
 use crate::state::StateError;
 

@@ -2,8 +2,20 @@
 //! and recorded before they exist, checked across ranks (names, sizes, CRC32s), protected
 //! by the descriptor's scheme and committed, then flushed when due.
 
-use super::*;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::{
+    comm, first_failure, io_err, names, Ids, NameCheck, Output, OutputFlags, Result, Runtime,
+    ScrError,
+};
 use crate::config::settings;
+use crate::layout::relative_to;
+use crate::private_dir::{cachefs_err, create_private_dir, lexical_normalize};
+use crate::state::filemap::{DatasetRecord, FileRecord, Filemap};
+use crate::state::halt::Halt;
+use crate::state::prefix;
 
 impl Runtime {
     /// The descriptor for checkpoint id `id`: largest interval dividing it.

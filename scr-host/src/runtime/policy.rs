@@ -2,8 +2,10 @@
 //! when to stop (halt conditions from the halt file, the allocation's end, should_exit),
 //! decided by rank 0 and agreed.
 
-use super::*;
+use super::{comm, mpi_exit, now_secs, Instant, Path, Result, Runtime};
 use crate::config::settings;
+use crate::config::Config;
+use crate::state::halt::Halt;
 
 impl Runtime {
     /// Whether the application should checkpoint now (collective; decided on rank 0):

@@ -2,8 +2,11 @@
 //! read in place in the prefix), and start_restart/complete_restart/current, with fallback
 //! to an older checkpoint when one is reported invalid.
 
-use super::*;
+use std::path::{Path, PathBuf};
+
+use super::{comm, Result, Runtime, ScrError};
 use crate::config::settings;
+use crate::state::prefix;
 
 impl Runtime {
     /// [`Runtime::route_file`] during restart: where file `rel` of the checkpoint being
@@ -54,7 +57,7 @@ impl Runtime {
     }
 
     /// SCR 3.x's `SCR_Have_restart` (collective): the first call after an init with
-    /// [`InitOptions::fetch_at_have_restart`] fetches from the prefix (the checkpoint
+    /// [`InitOptions::fetch_at_have_restart`](super::InitOptions::fetch_at_have_restart) fetches from the prefix (the checkpoint
     /// `current` named, else the newest when no cache holds one); every call then
     /// answers like [`Runtime::have_restart`].
     pub fn have_restart_fetching(&mut self) -> Result<Option<String>> {

@@ -5,9 +5,10 @@
 use super::tags::TEMPLATE_TAG;
 use super::world::SetHost;
 use super::{DatasetRecord, Filemap, Result, Runtime, Set};
-#[allow(unused_imports)]
 use crate::config::settings;
-use crate::integrity::*;
+use crate::integrity::{
+    dataset_files, declare_redundancy, is_inside, verify_dataset, verify_rebuilt,
+};
 use crate::layout::relative_to;
 use crate::registry::{LoadedScheme, RegistryError};
 use abi_stable::std_types::{RNone, ROption, RSome};
@@ -339,9 +340,11 @@ impl Runtime {
         // every level from the store down 0700 and checked, none followed through a link
         // (a rebuild writes here)
         let dir_ok = match (&template, &dir) {
-            (Some(t), Some(d)) => super::create_private_dir(Path::new(&t.descriptor.store), d)
-                .map_err(|e| tracing::warn!("{e}"))
-                .is_ok(),
+            (Some(t), Some(d)) => {
+                crate::private_dir::create_private_dir(Path::new(&t.descriptor.store), d)
+                    .map_err(|e| tracing::warn!("{e}"))
+                    .is_ok()
+            }
             _ => false,
         };
         let ready = matches!((&host, &scheme), (Some(_), Some(Ok(_)))) && dir_ok;

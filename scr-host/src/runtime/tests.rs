@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use super::world::inproc::run_ranks;
 use super::world::World;
 use super::*;
+use crate::config::Loader;
+use crate::state::halt::Halt;
 
 /// A loader for a job on simulated nodes `nodes` (one entry per rank) in `dir`, with
 /// `extra` variables.

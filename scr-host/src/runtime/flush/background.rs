@@ -2,7 +2,15 @@
 //! memory; completion is found by one reduction at the API calls every rank makes, and the
 //! flushes finished everywhere are completed collectively.
 
-use super::*;
+use std::sync::Arc;
+
+use scr_plugin::sync::lock;
+
+use super::remove_written;
+use crate::runtime::{Result, Runtime};
+use crate::state::filemap::DatasetRecord;
+use crate::state::prefix::IndexEntry;
+use crate::transfer::{collect, RankOutcome, Started};
 
 impl Runtime {
     /// Hand this rank's transfer to a waiter thread, which keeps its outcome in memory
