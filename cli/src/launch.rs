@@ -142,6 +142,19 @@ fn prefix_or(config: &Config, given: &Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(config.get(settings::PREFIX)))
 }
 
+/// The launched step's output, passed through to the stream it came on, a whole line at
+/// a time (flushed: the step's lines and `scr run`'s own must not interleave mid-line).
+fn relay(stderr: bool, line: &[u8]) {
+    use std::io::Write as _;
+    let _ = if stderr {
+        let mut e = std::io::stderr().lock();
+        e.write_all(line).and_then(|()| e.flush())
+    } else {
+        let mut o = std::io::stdout().lock();
+        o.write_all(line).and_then(|()| o.flush())
+    };
+}
+
 /// Print a line of `scr run`'s own to stdout, flushed at once: the step's output is
 /// passed through to the same stream meanwhile, line by line.
 fn say(msg: &str) {
@@ -164,6 +177,7 @@ pub fn run(config: &Config, args: &RunArgs) -> u8 {
             launcher: args.launcher.clone(),
             prefix: prefix_or(config, &args.prefix),
             report: std::sync::Arc::new(say),
+            relay: std::sync::Arc::new(relay),
         },
     );
     match outcome {

@@ -21,11 +21,14 @@ fn run(args: &[&str]) -> (i32, String) {
 }
 
 fn run_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    // a singleton MPI process (no mpiexec); OpenMPI still needs its root settings
+    // a singleton MPI process (no mpiexec); OpenMPI still needs its root settings, and
+    // a session directory of its own (see `mpirun`)
+    let session = tempfile::tempdir().expect("a temporary directory");
     let out = Command::new(env!("CARGO_BIN_EXE_scr-conformance"))
         .args(args)
         .env_clear()
         .envs(mpi_env())
+        .env("OMPI_MCA_orte_tmpdir_base", session.path())
         .envs(env.iter().copied())
         .output()
         .unwrap();
@@ -112,12 +115,16 @@ fn usage_errors_exit_2() {
 /// `mpiexec -n <ranks> scr-conformance args...` with the environment that lets OpenMPI
 /// run many ranks as root on two cores.
 fn mpirun(ranks: u32, args: &[&str]) -> (i32, String) {
+    // the job's OpenMPI session directory of its own: jobs of parallel tests starting at
+    // once race to create the shared /tmp/ompi.<host>.<uid> ("File exists")
+    let session = tempfile::tempdir().expect("a temporary directory");
     let out = Command::new("mpiexec")
         .arg("-n")
         .arg(ranks.to_string())
         .arg(env!("CARGO_BIN_EXE_scr-conformance"))
         .args(args)
         .envs(mpi_env())
+        .env("OMPI_MCA_orte_tmpdir_base", session.path())
         .output()
         .expect("mpiexec runs (is OpenMPI installed?)");
     (

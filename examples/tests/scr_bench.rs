@@ -24,6 +24,8 @@ fn run(ranks: usize, dir: &Path, system: Option<&Path>, args: &[&str]) -> Output
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SCR_")) {
         cmd.env_remove(k);
     }
+    // its own OpenMPI session directory: parallel tests' jobs race for the shared one
+    cmd.env("OMPI_MCA_orte_tmpdir_base", dir);
     cmd.envs(scr_host::local_mpi::openmpi_local_env()).env(
         "SCR_SYSTEM_CONFIG",
         system.unwrap_or(Path::new("/dev/null")),

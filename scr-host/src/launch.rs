@@ -39,7 +39,7 @@
 //! that ends the retries are also appended to the prefix's event log (`scr log`).
 
 use crate::config::settings;
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -110,6 +110,12 @@ impl RunState {
 /// stdout and stderr meanwhile, so a hook that prints should flush each line).
 pub type Report = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// Where the launched step's own output goes: called from a reader thread per stream
+/// with each whole line as the step wrote it (newline included) and whether it came on
+/// its standard error. The command relays it to its own stdout and stderr; the library
+/// writes neither.
+pub type Relay = Arc<dyn Fn(bool, &[u8]) + Send + Sync>;
+
 /// `scr run`'s options.
 #[derive(Clone)]
 pub struct RunOptions {
@@ -129,6 +135,8 @@ pub struct RunOptions {
     pub prefix: PathBuf,
     /// Where the loop's own progress lines go (see [`Report`]).
     pub report: Report,
+    /// Where the launched step's output goes (see [`Relay`]).
+    pub relay: Relay,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -572,7 +580,7 @@ impl<'a> Relaunch<'a> {
             cmd.env("SCR_NODE_NAMES", self.plan.node_names(nodes));
         }
         let watched = watched_dirs(self.config, &self.opts.prefix, &self.check, nodes);
-        match launch(cmd, self.watchdog, &watched, &*self.opts.report) {
+        match launch(cmd, self.watchdog, &watched, self.opts) {
             Ok(e) => Some(e),
             Err(e) => {
                 self.opts
@@ -724,7 +732,7 @@ fn launch(
     mut cmd: Command,
     watchdog: u64,
     watched: &[PathBuf],
-    report: &dyn Fn(&str),
+    opts: &RunOptions,
 ) -> std::io::Result<Ended> {
     use std::os::unix::process::CommandExt;
     let own_group = watchdog > 0;
@@ -741,10 +749,22 @@ fn launch(
     let last_output = Arc::new(AtomicU64::new(0));
     let mut pumps = Vec::new();
     if let Some(out) = child.stdout.take() {
-        pumps.push(pump(out, false, last_output.clone(), start));
+        pumps.push(pump(
+            out,
+            false,
+            opts.relay.clone(),
+            last_output.clone(),
+            start,
+        ));
     }
     if let Some(err) = child.stderr.take() {
-        pumps.push(pump(err, true, last_output.clone(), start));
+        pumps.push(pump(
+            err,
+            true,
+            opts.relay.clone(),
+            last_output.clone(),
+            start,
+        ));
     }
     let mut progress = Progress::new(watched, start, last_output);
     let ended = loop {
@@ -752,7 +772,7 @@ fn launch(
             break Ended::Status(s);
         }
         if let Some(sig) = signals::take() {
-            report(&format!(
+            opts.say(format!(
                 "received {}: passing it on to the job step ({}), which has {} s to end",
                 signals::name(sig),
                 if own_group {
@@ -770,7 +790,7 @@ fn launch(
             continue;
         }
         if progress.idle() >= Duration::from_secs(watchdog) {
-            report(&format!(
+            opts.say(format!(
                 "watchdog: no output and no file changed under {} for {watchdog} s; killing the job step (process group {})",
                 watched
                     .iter()
@@ -883,10 +903,11 @@ fn end_step(child: &mut Child, group: bool, signal: i32, grace: Duration) -> Opt
     taken
 }
 
-/// Copy `from` to our stdout or stderr line by line, noting when each line came.
+/// Hand `from` to `relay` line by line, noting when each line came.
 fn pump(
     from: impl std::io::Read + Send + 'static,
     stderr: bool,
+    relay: Relay,
     last: Arc<AtomicU64>,
     start: Instant,
 ) -> std::thread::JoinHandle<()> {
@@ -895,13 +916,7 @@ fn pump(
         let mut line = Vec::new();
         while r.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
             last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
-            let _ = if stderr {
-                let mut e = std::io::stderr().lock();
-                e.write_all(&line).and_then(|()| e.flush())
-            } else {
-                let mut o = std::io::stdout().lock();
-                o.write_all(&line).and_then(|()| o.flush())
-            };
+            relay(stderr, &line);
             line.clear();
         }
     })

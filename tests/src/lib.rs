@@ -289,6 +289,10 @@ impl Cluster {
         for (k, v) in mpi_env() {
             cmd.env(k, v);
         }
+        // each job's OpenMPI session directory in the test's own temporary directory:
+        // jobs of parallel tests starting at once raced to create the shared
+        // /tmp/ompi.<host>.<uid> ("mkdir ... File exists", orte_init failed)
+        cmd.env("OMPI_MCA_orte_tmpdir_base", self.dir.path());
         cmd.env("SCR_CACHE_BASE", self.dir.path().join("cache"))
             .env("SCR_CNTL_BASE", self.dir.path().join("cntl"))
             .env("SCR_JOB_ID", "e2e")

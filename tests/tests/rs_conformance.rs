@@ -30,6 +30,8 @@ fn conformance(size: u32, k: u32) -> String {
         .arg(dir.path())
         .args(["--timeout", "1400"])
         .envs(mpi_env())
+        // its own OpenMPI session directory (see scr_e2e's Cluster)
+        .env("OMPI_MCA_orte_tmpdir_base", dir.path())
         // 8 busy-polling ranks on 2 cores: let idle ranks yield the core
         .env("OMPI_MCA_mpi_yield_when_idle", "1")
         .env_remove("LD_LIBRARY_PATH")

@@ -54,7 +54,7 @@
 //! (`Runtime::all_agree`); on its failure path it adds the first failing rank's message
 //! (an 8-byte min-reduction and one broadcast of that message). Every world reduction
 //! or broadcast takes O(log P) steps; nothing below sends or receives O(P) bytes on any
-//! rank, and rank 0 receives at most [`REPORT_LIMIT`] messages from [`gather_some`].
+//! rank, and rank 0 receives at most [`REPORT_LIMIT`] messages from `World::gather_some`.
 //!
 //! **init**: duplicate the world (nothing); rank 0's configuration broadcast (C); its
 //! hash compared by a min- and a max-reduction (8 + 8; on a mismatch the first
@@ -71,25 +71,25 @@
 //! **restart from cache** (init's `restore_cache`, per dataset any rank holds: D,
 //! bounded by the stores' `count`): ids walked from the largest down by 8-byte
 //! max-reductions (one per id, and one that ends the walk); the
-//! holders' identity agreed ([`min_u64`] ×2 and one or two [`broadcast_from`] of one
+//! holders' identity agreed (`World::min_u64` ×2 and one or two `World::broadcast_from` of one
 //! record's identity, ~100 bytes); a rank that lost its filemap gets its record from a
-//! member of its set ([`sum_u64`], a split of the holders, their ranks gathered within
-//! the set, 4S, and a [`sparse_exchange`] that only the lost ranks receive from); the
+//! member of its set (`World::sum_u64`, a split of the holders, their ranks gathered within
+//! the set, 4S, and a `World::sparse_exchange` that only the lost ranks receive from); the
 //! set's communicator duplicated from the one init formed for the descriptor (set-local;
 //! an agreement first) or, when some rank's set is not one this run formed, split off
 //! the world and the members' values gathered (O(S)); agreements
 //! around the scheme's `recover`, whose own exchanges run on the set's communicator
 //! (scheme-specific, O(S) messages and O(B·k) bytes per rank, not P); reports of ranks
-//! that lack files or failed by [`gather_some`] (a scan, a sum, at most one message per
+//! that lack files or failed by `World::gather_some` (a scan, a sum, at most one message per
 //! rank) and rank 0's report broadcast. Distribution to new owners (a node replaced):
-//! offers by a [`sparse_exchange`], filemaps and files point-to-point between the two
+//! offers by a `World::sparse_exchange`, filemaps and files point-to-point between the two
 //! ranks concerned.
 //!
 //! **start_output**: rank 0's dataset name and flags broadcast (name length); agreements.
 //!
 //! **complete_output**: agreements (begin, all files valid and no clash, redundancy
 //! files named and recorded, applied, committed); the name-clash check by a distributed
-//! hash (`names.rs`: one [`sparse_exchange`] of this rank's F names plus its redundancy
+//! hash (`names.rs`: one `World::sparse_exchange` of this rank's F names plus its redundancy
 //! names to the ranks owning their hashes, received: the names this rank owns, F on
 //! average); the scheme's `apply` on the set's communicator (scheme-specific: O(S) or
 //! O(k) messages, O(B) bytes) and a non-blocking barrier on the set; an 8-byte sum of
@@ -126,7 +126,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use mpi::collective::{Operation, SystemOperation};
+use mpi::collective::Operation;
 use mpi::datatype::{Buffer, BufferMut, PartitionMut};
 use mpi::point_to_point::MatchedReceiveVec as _;
 use mpi::topology::{Color, Process, SimpleCommunicator};
@@ -595,28 +595,6 @@ where
     collective(std::mem::size_of_val(send), std::mem::size_of_val(recv));
 }
 
-/// Smallest `v` over the ranks of `comm` (collective, 8 bytes, O(log P) steps).
-pub fn min_u64<C: Communicator>(comm: &C, v: u64) -> u64 {
-    let mut out = 0u64;
-    all_reduce_into(comm, &v, &mut out, SystemOperation::min());
-    out
-}
-
-/// Sum of `v` over the ranks of `comm` (collective, 8 bytes, O(log P) steps).
-pub fn sum_u64<C: Communicator>(comm: &C, v: u64) -> u64 {
-    let mut out = 0u64;
-    all_reduce_into(comm, &v, &mut out, SystemOperation::sum());
-    out
-}
-
-/// Element-wise sums of `v` over the ranks of `comm` (collective, 8·N bytes in one
-/// reduction, O(log P) steps): several totals for the steps of one.
-pub fn sum_u64s<C: Communicator, const N: usize>(comm: &C, v: [u64; N]) -> [u64; N] {
-    let mut out = [0u64; N];
-    all_reduce_into(comm, &v[..], &mut out[..], SystemOperation::sum());
-    out
-}
-
 /// Sparse exchange (the NBX algorithm: synchronous sends, then a non-blocking barrier
 /// entered once they are matched): each rank sends `sends` (destination, bytes) and
 /// receives whatever others sent it, without anyone knowing in advance who sends to
@@ -669,109 +647,8 @@ pub fn sparse_exchange(
     got
 }
 
-/// Tag of the messages of [`gather_some`].
-use super::tags::REPORT_TAG;
-
-/// Most reports [`gather_some`] brings to rank 0 (the rest are only counted).
+/// Most reports `World::gather_some` brings to rank 0 (the rest are only counted).
 pub const REPORT_LIMIT: u64 = 256;
-
-/// Reports of the ranks that have one (`Some`), on rank 0: the lowest-ranked
-/// [`REPORT_LIMIT`] of them in rank order, with the count of all (on every rank).
-/// Collective over `comm`. Per rank: an exclusive scan and a reduction (O(log P) steps,
-/// 8 bytes) and at most one message; rank 0 receives at most `REPORT_LIMIT` messages
-/// (was: an all-gather, O(P) on every rank).
-///
-/// The count is reduced before any report is sent, so a rank can only send for the next
-/// gather after rank 0 finished receiving this one: one tag serves them all.
-pub fn gather_some(comm: &SimpleCommunicator, mine: Option<&[u8]>) -> (Vec<(u32, Vec<u8>)>, u64) {
-    let flag = u64::from(mine.is_some());
-    let mut index = 0u64;
-    exclusive_scan_into(comm, &flag, &mut index, SystemOperation::sum());
-    if comm.rank() == 0 {
-        index = 0; // (MPI leaves rank 0's exclusive scan undefined)
-    }
-    let total = sum_u64(comm, flag);
-    let mut got = Vec::new();
-    if comm.rank() == 0 {
-        if let Some(m) = mine {
-            got.push((0, m.to_vec()));
-        }
-        while (got.len() as u64) < total.min(REPORT_LIMIT) {
-            let probed = comm.any_process().matched_probe_with_tag(REPORT_TAG);
-            let (bytes, status) = probed.matched_receive_vec::<u8>();
-            received(bytes.len());
-            got.push((status.source_rank() as u32, bytes));
-        }
-        got.sort_by_key(|(r, _)| *r);
-    } else if let Some(m) = mine.filter(|_| index < REPORT_LIMIT) {
-        send(&comm.process_at_rank(0), m, REPORT_TAG);
-    }
-    (got, total)
-}
-
-/// The bytes of each of `members` (ranks of `comm`, `root` among them), on `root`, in
-/// the order of `members`; `None` elsewhere. Only `members` take part (point-to-point:
-/// each member sends one message, `root` receives `members.len() - 1`), so a block of R
-/// ranks gathers to its leader without a communicator of its own and without any other
-/// rank. A rank not in `members` must not call it. Consecutive gathers on one tag stay
-/// apart (MPI keeps one sender's messages in order).
-pub fn gather_from(
-    comm: &SimpleCommunicator,
-    root: i32,
-    members: &[i32],
-    mine: &[u8],
-    tag: i32,
-) -> Option<Vec<Vec<u8>>> {
-    if comm.rank() != root {
-        send(&comm.process_at_rank(root), mine, tag);
-        return None;
-    }
-    Some(
-        members
-            .iter()
-            .map(|&m| {
-                if m == root {
-                    mine.to_vec()
-                } else {
-                    receive_vec(&comm.process_at_rank(m), tag)
-                }
-            })
-            .collect(),
-    )
-}
-
-/// The inverse of [`gather_from`]: `root` sends `parts[i]` to `members[i]` (its own part
-/// stays); every member returns its part. `parts` is read on `root` only (it must hold
-/// one entry per member there). Per member one message; `root` sends
-/// `members.len() - 1`.
-pub fn scatter_to(
-    comm: &SimpleCommunicator,
-    root: i32,
-    members: &[i32],
-    parts: &[Vec<u8>],
-    tag: i32,
-) -> Vec<u8> {
-    if comm.rank() != root {
-        return receive_vec(&comm.process_at_rank(root), tag);
-    }
-    let mut own = Vec::new();
-    for (&m, part) in members.iter().zip(parts) {
-        if m == root {
-            own = part.clone();
-        } else {
-            send(&comm.process_at_rank(m), &part[..], tag);
-        }
-    }
-    own
-}
-
-/// Bitwise OR of `v` over the ranks of `comm` (collective, 8 bytes, O(log P) steps):
-/// which of up to 64 conditions hold on some rank.
-pub fn or_u64<C: Communicator>(comm: &C, v: u64) -> u64 {
-    let mut out = 0u64;
-    all_reduce_into(comm, &v, &mut out, SystemOperation::bitwise_or());
-    out
-}
 
 /// `peer.send_with_tag(buf, tag)`, counted.
 pub fn send<B: Buffer + ?Sized>(peer: &Process<'_>, buf: &B, tag: i32) {

@@ -19,6 +19,7 @@ use mpi::traits::{
 use scr_plugin::{HostServices, LogLevel, PluginError, ReduceOp, MAX_TAG};
 
 use super::comm::{collective, received, sent};
+use super::world::Members;
 
 /// Largest piece sent in one MPI call: counts are C `int`s. Every service counts its MPI
 /// calls (see `super::comm`): a piece is one message or one collective.
@@ -35,10 +36,8 @@ pub struct MpiHost {
     size: u32,
     /// MPI's thread level, read once on the owner thread (see `enter`).
     threading: mpi::Threading,
-    /// World rank of each member.
-    world_ranks: Vec<u32>,
-    /// Failure-group value of each member.
-    groups: Vec<String>,
+    /// World rank and failure-group value of each member.
+    members: Members,
     /// World rank of this process, for log lines.
     me: u32,
     cancelled: AtomicBool,
@@ -83,8 +82,7 @@ impl MpiHost {
             rank,
             size,
             threading,
-            world_ranks,
-            groups,
+            members: Members::new(world_ranks, groups),
             me,
             cancelled: AtomicBool::new(false),
             owner: std::thread::current().id(),
@@ -100,7 +98,8 @@ impl MpiHost {
             let _serial = lock(&SERIAL);
             super::comm::duplicate(&self.comm)
         };
-        MpiHost::new(comm, self.world_ranks.clone(), self.groups.clone(), self.me)
+        let (world_ranks, groups) = self.members.parts();
+        MpiHost::new(comm, world_ranks, groups, self.me)
     }
 
     /// Whether the communicator has `members` members (a set recorded by an earlier run
@@ -274,17 +273,11 @@ impl HostServices for MpiHost {
     }
 
     fn world_rank(&self, member: u32) -> u32 {
-        self.world_ranks
-            .get(member as usize)
-            .copied()
-            .unwrap_or(u32::MAX)
+        self.members.world_rank(member)
     }
 
     fn failure_group(&self, member: u32) -> RString {
-        self.groups
-            .get(member as usize)
-            .map(|s| s.as_str().into())
-            .unwrap_or_default()
+        self.members.failure_group(member)
     }
 
     fn send(&self, dest: u32, tag: u32, data: RSlice<'_, u8>) -> RResult<(), PluginError> {

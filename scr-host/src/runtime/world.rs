@@ -278,3 +278,44 @@ pub(crate) trait SetHost: HostServices {
     /// [`super::MpiHost::settle`].
     fn settle(&self, failed: bool, grace: Duration) -> bool;
 }
+
+/// A redundancy set's members as its plugin sees them: the world rank and failure-group
+/// value of each, in member order. Both set hosts (MPI and in-process) answer a plugin's
+/// `world_rank`/`failure_group` from it, the same way: a member out of range is
+/// `u32::MAX` and an empty group, never a panic inside a plugin call.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Members {
+    world_ranks: Vec<u32>,
+    groups: Vec<String>,
+}
+
+impl Members {
+    /// Members with these world ranks and failure-group values.
+    pub(crate) fn new(world_ranks: Vec<u32>, groups: Vec<String>) -> Members {
+        Members {
+            world_ranks,
+            groups,
+        }
+    }
+
+    /// World rank of `member` (`u32::MAX` when there is no such member).
+    pub(crate) fn world_rank(&self, member: u32) -> u32 {
+        self.world_ranks
+            .get(member as usize)
+            .copied()
+            .unwrap_or(u32::MAX)
+    }
+
+    /// Failure-group value of `member` (empty when there is no such member).
+    pub(crate) fn failure_group(&self, member: u32) -> abi_stable::std_types::RString {
+        self.groups
+            .get(member as usize)
+            .map(|s| s.as_str().into())
+            .unwrap_or_default()
+    }
+
+    /// The world ranks and group values, to make the same set's host again.
+    pub(crate) fn parts(&self) -> (Vec<u32>, Vec<String>) {
+        (self.world_ranks.clone(), self.groups.clone())
+    }
+}

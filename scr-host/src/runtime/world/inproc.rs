@@ -30,7 +30,7 @@ use scr_plugin::inproc::{InProcHost, World as PluginWorld};
 use scr_plugin::sync::lock;
 use scr_plugin::{HostRef, HostServices, LogLevel, PluginError, ReduceOp};
 
-use super::{Op, SetHost, World};
+use super::{Members, Op, SetHost, World};
 
 /// How long a wait lasts before [`run_ranks`] fails the run.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -575,8 +575,7 @@ impl World for InprocWorld {
         Box::new(InprocSetHost {
             world: self,
             inner,
-            world_ranks,
-            groups,
+            members: Members::new(world_ranks, groups),
             me,
         })
     }
@@ -591,8 +590,7 @@ impl World for InprocWorld {
 pub(crate) struct InprocSetHost {
     world: Box<InprocWorld>,
     inner: InProcHost,
-    world_ranks: Vec<u32>,
-    groups: Vec<String>,
+    members: Members,
     me: u32,
 }
 
@@ -606,17 +604,11 @@ impl HostServices for InprocSetHost {
     }
 
     fn world_rank(&self, member: u32) -> u32 {
-        self.world_ranks
-            .get(member as usize)
-            .copied()
-            .unwrap_or(u32::MAX)
+        self.members.world_rank(member)
     }
 
     fn failure_group(&self, member: u32) -> RString {
-        self.groups
-            .get(member as usize)
-            .map(|s| s.as_str().into())
-            .unwrap_or_default()
+        self.members.failure_group(member)
     }
 
     fn send(&self, dest: u32, tag: u32, data: RSlice<'_, u8>) -> RResult<(), PluginError> {
@@ -666,9 +658,10 @@ impl SetHost for InprocSetHost {
     }
 
     fn duplicate(&self) -> Box<dyn SetHost> {
+        let (world_ranks, groups) = self.members.parts();
         self.world
             .duplicate()
-            .set_host(self.world_ranks.clone(), self.groups.clone(), self.me)
+            .set_host(world_ranks, groups, self.me)
     }
 
     fn size_matches(&self, members: usize) -> bool {
