@@ -8,9 +8,37 @@
 //! rebuilt), and picks the newest complete checkpoint as the restart candidate. Outputs
 //! are routed into node-local cache, recorded in the filemap before they exist, and
 //! protected by the scheme of the descriptor chosen for the checkpoint id.
+//!
+//! # Rooms
+//!
+//! [`Runtime`] holds only what spans the phases, in named parts: `Topology` (rank, node,
+//! the node's ranks), `JobLayout` (job id, control directory, prefix, the redundancy
+//! descriptors in force), `CacheState` (the filemap and the next ids), `Output` (the
+//! dataset being written), `RestartState` (candidate, skipped, fetch pending, a restart in
+//! place), `Policy` (need_checkpoint's timing), `Health` (uncertain, halt reason,
+//! finalized), `RunReport` (what init found, for the event log) and the background
+//! flushes. Each phase has its module and imports only what it uses:
+//!
+//! | phase | module |
+//! |---|---|
+//! | init (configuration, plugins, node, directories, sets, the cache restored) | `init`, `restore`, `distribute` |
+//! | output (start, route, complete, apply, commit) | `output` |
+//! | restart (candidate, start/complete, current, fallback) | `restart` |
+//! | policy and halt (need_checkpoint, should_exit, halt_exit) | `policy` |
+//! | eviction, drop, delete | `evict` |
+//! | flush (foreground, background, interrupted) | `flush`, `flush::background`, `flush::resume`, `dispatch` |
+//! | fetch and restart in place from the prefix | `fetch` |
+//! | finalize | `finalize` |
+//! | agreement (the same outcome on every rank) | `agree` |
+//!
+//! Every exchange goes through a `World` (MPI, or threads acting as ranks in the
+//! runtime's own tests: `tests`), counted by [`comm`]; tags come from one table (`tags`).
+//! What is on disk lives in [`crate::state`], every path in [`crate::layout`], the
+//! size + CRC32 checks in `crate::integrity` and transfers in `crate::transfer`.
 
 mod agree;
 pub mod comm;
+mod dispatch;
 mod distribute;
 mod evict;
 mod fetch;
@@ -22,9 +50,6 @@ mod mpi_host;
 mod names;
 mod output;
 mod policy;
-use agree::Health;
-use policy::Policy;
-mod dispatch;
 mod restart;
 mod restore;
 pub(crate) mod sets;
@@ -32,7 +57,9 @@ mod tags;
 #[cfg(test)]
 mod tests;
 mod world;
-use agree::{agree_on, first_failure};
+
+use agree::{agree_on, first_failure, Health};
+use policy::Policy;
 use world::{SetHost, World};
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};

@@ -44,16 +44,6 @@ fn main() {
             let kept = scr.complete_output(true).expect("complete");
             say(format!("kept {kept}"));
         }
-        "same-name" => {
-            scr.start_output("clash", Flags::CHECKPOINT).expect("start");
-            let p = scr.route_file("shared.dat").expect("route");
-            std::fs::write(&p, b"x").expect("write");
-            match scr.complete_output(true) {
-                Ok(kept) => say(format!("kept {kept}")),
-                Err(e) => say(format!("error: {e}")),
-            }
-            say(format!("restart candidate {:?}", scr.have_restart()));
-        }
         "misuse" => {
             let r = world.rank();
             let show = |what: &str, e: Result<String, scr_api::ScrError>| match e {
