@@ -27,7 +27,7 @@
 //!    survivors' copied data and redundancy files, an empty directory for the lost);
 //!    what it rebuilds is checked against the CRC32s in the redundancy data. Then the
 //!    application files are moved from staging to their place in the prefix, summary and
-//!    rank2file are written, and the dataset is added to the index ([`index_add`], which
+//!    rank2file are written, and the dataset is added to the index ([`index_add()`], which
 //!    checks every file's size and CRC32 against rank2file again) as complete; it becomes
 //!    the restart point when it is the newest checkpoint.
 //!
@@ -450,7 +450,7 @@ pub fn log_scavenge(sc: &Scavenger, added: &Added, started: Instant) {
 }
 
 /// `scr index add NAME|ID` with the settings of `config` when it loads (the copy buffer
-/// size, the job name recorded in the entry): see [`index_add`].
+/// size, the job name recorded in the entry): see [`index_add()`].
 pub fn index_add_with(
     config: Option<&Config>,
     prefix: &Path,

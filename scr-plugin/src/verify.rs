@@ -39,8 +39,12 @@ pub const CRC_BUF_MAX: usize = 1 << 20;
 /// schemes', the copy engine's), so that all of them read the same way and none forgets
 /// `EINTR`.
 pub fn file_crc32_len(path: &Path, buf: usize) -> std::io::Result<(u32, u64)> {
+    crc32_of(&mut File::open(path)?, buf)
+}
+
+/// CRC32 and length of what is left to read of `f`.
+fn crc32_of(f: &mut File, buf: usize) -> std::io::Result<(u32, u64)> {
     let mut h = crc32fast::Hasher::new();
-    let mut f = File::open(path)?;
     let mut b = vec![0u8; buf.clamp(4096, CRC_BUF_MAX)];
     let mut total = 0u64;
     loop {
@@ -110,14 +114,21 @@ impl std::fmt::Display for Mismatch {
 /// The size and CRC32 check of scr-rs, in one place: `path` must be a regular file of
 /// `size` bytes and, when `crc32` is given, have that CRC32 (read once, in pieces of
 /// `buf` bytes; the size alone is checked from the file's metadata when no CRC32 is
-/// given). Returns the CRC32 computed, if one was checked.
+/// given; the file is opened all the same, so an unreadable one is refused). Returns the
+/// CRC32 computed, if one was checked.
 pub fn check_file(
     path: &Path,
     size: u64,
     crc32: Option<u32>,
     buf: usize,
 ) -> Result<Option<u32>, Mismatch> {
-    let md = std::fs::metadata(path).map_err(Mismatch::Io)?;
+    // a special file is refused before it is opened (opening a FIFO would block); the
+    // size is then taken from the file opened, which is the one read
+    if !std::fs::metadata(path).map_err(Mismatch::Io)?.is_file() {
+        return Err(Mismatch::NotAFile);
+    }
+    let mut f = File::open(path).map_err(Mismatch::Io)?;
+    let md = f.metadata().map_err(Mismatch::Io)?;
     if !md.is_file() {
         return Err(Mismatch::NotAFile);
     }
@@ -130,7 +141,7 @@ pub fn check_file(
     let Some(want) = crc32 else {
         return Ok(None);
     };
-    let (got, read) = file_crc32_len(path, buf).map_err(Mismatch::Io)?;
+    let (got, read) = crc32_of(&mut f, buf).map_err(Mismatch::Io)?;
     if read != size {
         return Err(Mismatch::ShortRead {
             read,
@@ -241,5 +252,43 @@ mod tests {
         );
         std::fs::remove_file(&a).unwrap();
         assert_eq!(verify_file(&good).unwrap_err().code, ErrorCode::IO);
+    }
+
+    #[test]
+    fn check_file_says_how_a_file_differs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.dat");
+        std::fs::write(&path, b"hello").unwrap();
+        let crc = crc32fast::hash(b"hello");
+        assert_eq!(check_file(&path, 5, Some(crc), 4096).unwrap(), Some(crc));
+        assert_eq!(check_file(&path, 5, None, 4096).unwrap(), None);
+        let m = check_file(&path, 6, None, 4096).unwrap_err();
+        assert!(
+            matches!(
+                m,
+                Mismatch::Size {
+                    found: 5,
+                    recorded: 6
+                }
+            ),
+            "{m:?}"
+        );
+        assert_eq!(m.to_string(), "5 bytes, 6 recorded");
+        let m = check_file(&path, 5, Some(crc ^ 1), 4096).unwrap_err();
+        assert_eq!(
+            m.to_string(),
+            format!("CRC32 {crc:08x}, {:08x} recorded", crc ^ 1)
+        );
+        // a directory is not a file, whatever its size says
+        let size = std::fs::metadata(dir.path()).unwrap().len();
+        let m = check_file(dir.path(), size, None, 4096).unwrap_err();
+        assert!(matches!(m, Mismatch::NotAFile), "{m:?}");
+        let m = check_file(&dir.path().join("gone"), 5, None, 4096).unwrap_err();
+        assert!(matches!(m, Mismatch::Io(_)), "{m:?}");
+        assert_eq!(
+            file_crc32(&path, 1).unwrap(),
+            crc,
+            "any buffer size reads it all"
+        );
     }
 }

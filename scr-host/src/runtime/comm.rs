@@ -107,7 +107,7 @@
 //! opened, whether names are taken; an error's text when one failed); each rank's list of writes and its outcome sent
 //! to its block's leader (2 messages, O(F) bytes; a leader receives 2(R - 1)); the
 //! first failure by an 8-byte min-reduction (and its text broadcast when one failed);
-//! the parts' totals by a 16-byte sum (`sum_u64s`; non-leaders add 0). Rank 0 writes
+//! the parts' totals by a 16-byte sum (`World::all_reduce_u64s`; non-leaders add 0). Rank 0 writes
 //! the root (layout and totals) with no message per block: O(1) messages beyond its own
 //! block's. A background flush adds one 8-byte min-reduction per polling API call while
 //! one is pending and rank 0's 1-byte "recorded" broadcast.

@@ -22,7 +22,7 @@
 //! reads them; they go with their dataset's directory when `scr index drop --delete`
 //! removes it).
 //!
-//! Nothing a transfer plugin says is trusted ([`verify`]): a flush is recorded complete
+//! Nothing a transfer plugin says is trusted ([`crate::transfer::verify`]): a flush is recorded complete
 //! only when every added file has exactly one Complete result, matched by source and
 //! destination, and the host re-read the destination and found the size and CRC32 recorded
 //! at `complete_output`; rank2file records the CRC32 the host computed. A fetch goes
@@ -46,7 +46,7 @@
 //! list. (A single-file map of an earlier release is still fetched, legacy only, with
 //! rank 0 sending each leader its block's lists.)
 //!
-//! Transfers get a [`LocalHost`]: a one-member host whose log is the runtime's and whose
+//! Transfers get a [`LocalHost`](crate::local_host::LocalHost): a one-member host whose log is the runtime's and whose
 //! cancellation flag (`Flushing::cancel`) the runtime sets to stop background transfers.
 
 use super::tags::OUTCOME_TAG;
@@ -97,7 +97,7 @@ pub(super) struct Flushing {
     pub unrecorded: Vec<(IndexEntry, RankOutcome)>,
     /// Threads waiting for this rank's transfers, by dataset id.
     pub waiters: Vec<(u64, std::thread::JoinHandle<()>)>,
-    /// The cancellation flag of every transfer's host ([`LocalHost`]): set, it stops the
+    /// The cancellation flag of every transfer's host ([`LocalHost`](crate::local_host::LocalHost)): set, it stops the
     /// transfers still running (a background waiter then cancels its transfer, which
     /// removes partly written destinations).
     pub cancel: Arc<AtomicBool>,

@@ -35,7 +35,8 @@ impl Runtime {
         options: InitOptions,
     ) -> Result<Runtime> {
         let _counted = comm::scope("init");
-        let world: Box<dyn World> = Box::new(MpiWorld::new(comm::duplicate(world)));
+        // the runtime's own communicator: its messages never meet the application's
+        let world: Box<dyn World> = MpiWorld::with_borrowed(world, |w| w.duplicate());
         let mut loader = Loader::from_process();
         loader.api = api;
         Self::init_in(world, loader, options)

@@ -253,7 +253,7 @@ struct RunReport {
     lost: Vec<String>,
     /// Nodes whose cache init found lost (for the event log).
     lost_nodes: BTreeSet<String>,
-    /// Nodes lost beyond those [`comm::gather_some`] brought to rank 0 by name.
+    /// Nodes lost beyond those `World::gather_some` brought to rank 0 by name.
     lost_nodes_unnamed: u64,
     /// When init began (the finalize event says how long the run was).
     init_started: Instant,

@@ -581,7 +581,7 @@ impl Runtime {
     /// Learn on rank 0 which ranks lacked files (`lacking` on this rank: 1 damaged or
     /// missing, 2 the whole cache lost) and which nodes lost their cache, for the log and
     /// the event log's lost nodes (collective). Rank 0 alone logs them: bounded gathers of
-    /// the ranks that lacked files and of the nodes lost — see [`comm::gather_some`].
+    /// the ranks that lacked files and of the nodes lost — see `World::gather_some`.
     pub(in crate::runtime) fn note_lacking_ranks(
         &mut self,
         r: &Restore,

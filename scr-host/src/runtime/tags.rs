@@ -8,9 +8,6 @@
 //! communicator (tags `0..=`[`scr_plugin::MAX_TAG`]). Every tag here is at most
 //! `MAX_TAG` too, the smallest `MPI_TAG_UB` the MPI standard allows, so it is valid on
 //! every MPI.
-// (cache.rs and flush.rs still hold their own copies of some of these; until they use
-// this table, those constants are read only by the test below)
-#![cfg_attr(not(test), allow(dead_code))]
 
 /// File moves between ranks at init (a file's length, its pieces, the acks).
 pub(crate) const MOVE_TAG: i32 = 7001;
@@ -20,7 +17,7 @@ pub(crate) const MOVE_TAG: i32 = 7001;
 /// [`super::comm::sparse_exchange`]).
 pub(crate) const TEMPLATE_TAG: i32 = 7010;
 
-/// The reports [`super::comm::gather_some`] brings to rank 0.
+/// The reports `World::gather_some` brings to rank 0.
 pub(crate) const REPORT_TAG: i32 = 7020;
 
 /// The sparse exchange of distribute offers at init (a node replaced).
@@ -30,7 +27,9 @@ pub(crate) const OFFER_TAG: i32 = 7030;
 pub(crate) const OUTCOME_TAG: i32 = 7040;
 
 /// Retired: the part references leaders sent rank 0 at flush (the root no longer lists
-/// them). Kept so that the value is not reused while an older rank could still send it.
+/// them). Listed so that no new exchange takes its value (the test below keeps every
+/// value distinct); nothing sends it.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const RETIRED_PART_TAG: i32 = 7041;
 
 /// The lists rank 0 sends each block leader at fetch from a single-file rank2file map of

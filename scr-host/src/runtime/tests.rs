@@ -15,6 +15,11 @@ use super::*;
 use crate::config::Loader;
 use crate::state::halt::Halt;
 
+/// The job id and user of the in-process jobs (fixed: the paths the tests look at are
+/// the ones the runtime made, whatever the environment says).
+const JOB: &str = "inproc";
+const USER: &str = "tester";
+
 /// A loader for a job on simulated nodes `nodes` (one entry per rank) in `dir`, with
 /// `extra` variables.
 fn loader(dir: &Path, nodes: &[&str], extra: &[(&str, &str)]) -> Loader {
@@ -23,7 +28,8 @@ fn loader(dir: &Path, nodes: &[&str], extra: &[(&str, &str)]) -> Loader {
         ("SCR_PREFIX", dir.join("prefix").display().to_string()),
         ("SCR_CACHE_BASE", dir.join("cache").display().to_string()),
         ("SCR_CNTL_BASE", dir.join("cntl").display().to_string()),
-        ("SCR_JOB_ID", "inproc".to_string()),
+        ("SCR_JOB_ID", JOB.to_string()),
+        ("SCR_USER", USER.to_string()),
         ("SCR_NODE_NAMES", nodes.join(",")),
     ]
     .into_iter()
@@ -191,6 +197,33 @@ fn job<T: Send>(
     })
 }
 
+/// [`job`] with each rank's log lines (as the runtime prints them) beside its report.
+fn job_logged<T: Send>(
+    dir: &Path,
+    nodes: &[&str],
+    extra: &[(&str, &str)],
+    f: impl Fn(&mut Runtime, u32) -> T + Sync,
+) -> Vec<(T, std::result::Result<(), String>, Vec<String>)> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    std::fs::create_dir_all(dir.join("prefix")).unwrap();
+    run_ranks(nodes.len() as u32, |w: Box<dyn World>| {
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let layer =
+            crate::log::ScrLayer::new(move |l: &str| sink.lock().unwrap().push(l.to_string()));
+        let subscriber = tracing_subscriber::registry().with(layer);
+        let (report, end) = tracing::subscriber::with_default(subscriber, || {
+            let me = w.rank();
+            let mut rt = Runtime::init_in(w, loader(dir, nodes, extra), InitOptions::default())
+                .unwrap_or_else(|e| panic!("rank {me}: init: {e}"));
+            let report = f(&mut rt, me);
+            (report, rt.finalize().map_err(|e| e.to_string()))
+        });
+        let lines = lines.lock().unwrap().clone();
+        (report, end, lines)
+    })
+}
+
 /// `what: ok VALUE` or `what: ERROR`, as the end-to-end probe reports a call.
 fn show<T: std::fmt::Display>(what: &str, r: Result<T>) -> String {
     match r {
@@ -258,13 +291,19 @@ fn a_commit_failing_on_one_rank_discards_the_dataset_everywhere() {
     assert_eq!(lines[4], "ckpt.3 kept true");
     assert_eq!(lines[5], "candidate Some(\"ckpt.3\")");
     for node in nodes {
-        let ds2 = crate::layout::cache_dataset_dir(
-            &crate::layout::job_dir(&dir.path().join("cache"), true, node, &user(), "inproc"),
-            2,
+        // the job directory is there (with ckpt.1 and ckpt.3); nothing of ckpt.2 is
+        let job = cache_job_dir(dir.path(), node);
+        let held = listing(&job);
+        assert!(
+            held.contains(&"scr.dataset.3".to_string()),
+            "{node}: {held:?}"
         );
-        let left: Vec<_> = std::fs::read_dir(&ds2)
-            .map(|d| d.flatten().map(|e| e.file_name()).collect())
-            .unwrap_or_default();
+        let ds2 = crate::layout::cache_dataset_dir(&job, 2);
+        let left = if ds2.exists() {
+            listing(&ds2)
+        } else {
+            Vec::new()
+        };
         assert!(left.is_empty(), "{}: {left:?}", ds2.display());
     }
     // a restart finds ckpt.3 on every rank
@@ -276,11 +315,21 @@ fn a_commit_failing_on_one_rank_discards_the_dataset_everywhere() {
     }
 }
 
-/// The user the runtime names its directories after.
-fn user() -> String {
-    Config::load()
-        .map(|c| c.get(crate::config::settings::USER))
-        .unwrap_or_default()
+/// Node `node`'s job directory in the cache (see [`loader`]).
+fn cache_job_dir(dir: &Path, node: &str) -> PathBuf {
+    crate::layout::job_dir(&dir.join("cache"), true, node, USER, JOB)
+}
+
+/// The names of what `dir` holds, sorted; the directory must exist (a wrong path must
+/// not pass for an empty directory).
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }
 
 /// A delete that fails on one rank after the others deleted their files leaves the
@@ -291,7 +340,7 @@ fn user() -> String {
 fn after_a_call_leaves_state_uncertain_every_rank_refuses_further_calls() {
     let dir = tempfile::tempdir().unwrap();
     let nodes = ["n0", "n1", "n2", "n3"];
-    let out = job(
+    let out = job_logged(
         dir.path(),
         &nodes,
         &[("SCR_FAULT", "delete:1:1")],
@@ -320,7 +369,16 @@ fn after_a_call_leaves_state_uncertain_every_rank_refuses_further_calls() {
             lines
         },
     );
-    for (r, (lines, end)) in out.iter().enumerate() {
+    // rank 0 says it (the runtime's warnings are rank 0's)
+    assert!(
+        out[0]
+            .2
+            .iter()
+            .any(|l| l.contains("finalize: a dataset was still being written; it is discarded")),
+        "{:?}",
+        out[0].2
+    );
+    for (r, (lines, end, _)) in out.iter().enumerate() {
         assert_eq!(end, &Ok(()), "rank {r}: finalize worked");
         assert_eq!(lines[0], "kept: ok true", "rank {r}: {lines:?}");
         assert!(
@@ -343,13 +401,15 @@ fn after_a_call_leaves_state_uncertain_every_rank_refuses_further_calls() {
         assert_eq!(lines.len(), 6, "rank {r}: {lines:?}");
     }
     for node in nodes {
-        let open = crate::layout::cache_dataset_dir(
-            &crate::layout::job_dir(&dir.path().join("cache"), true, node, &user(), "inproc"),
-            2,
-        );
-        let left: Vec<_> = std::fs::read_dir(&open)
-            .map(|d| d.flatten().map(|e| e.file_name()).collect())
-            .unwrap_or_default();
+        // the job directory is there (listing panics otherwise); the open ckpt.2 is gone
+        let job = cache_job_dir(dir.path(), node);
+        listing(&job);
+        let open = crate::layout::cache_dataset_dir(&job, 2);
+        let left = if open.exists() {
+            listing(&open)
+        } else {
+            Vec::new()
+        };
         assert!(
             left.is_empty(),
             "{}: the open dataset was not dropped: {left:?}",
@@ -510,15 +570,16 @@ fn the_oldest_checkpoint_is_evicted_from_every_rank_alike() {
         assert_eq!(end, &Ok(()), "rank {r}");
     }
     for node in nodes {
-        let job = crate::layout::job_dir(&dir.path().join("cache"), true, node, &user(), "inproc");
-        assert!(
-            !crate::layout::cache_dataset_dir(&job, 1).exists(),
-            "{node}: dataset 1 evicted"
-        );
-        assert!(
-            crate::layout::cache_dataset_dir(&job, 3).is_dir(),
-            "{node}: dataset 3 kept"
-        );
+        // on disk too: exactly the newest two, each with this node's file
+        let job = cache_job_dir(dir.path(), node);
+        assert_eq!(listing(&job), ["scr.dataset.2", "scr.dataset.3"], "{node}");
+        for id in [2, 3] {
+            let files = listing(&crate::layout::cache_dataset_dir(&job, id));
+            assert!(
+                files.iter().any(|f| f.starts_with(&format!("f{id}_"))),
+                "{node}: dataset {id} holds {files:?}"
+            );
+        }
     }
 }
 

@@ -14,9 +14,6 @@
 //!
 //! Ranks, sizes, roots and destinations are `u32` (an MPI rank is never negative); tags
 //! are MPI tags (`i32`, see [`super::tags`]).
-// (until the runtime holds a `Box<dyn World>`, only sets.rs, names.rs and the tests call
-// most of these methods)
-#![cfg_attr(not(test), allow(dead_code))]
 
 use std::any::Any;
 use std::time::Duration;
@@ -50,7 +47,8 @@ impl Op {
         }
     }
 
-    /// `a` combined with `b`.
+    /// `a` combined with `b` (the in-process world reduces itself; MPI does for MPI).
+    #[cfg(test)]
     pub(crate) fn apply(self, a: u64, b: u64) -> u64 {
         match self {
             Op::Min => a.min(b),
@@ -191,8 +189,9 @@ pub(crate) trait World: Send + Sync {
 
     /// Reports of the ranks that have one (`Some`), on rank 0: the lowest-ranked
     /// [`REPORT_LIMIT`] of them in rank order, with the count of all (on every rank).
-    /// Collective; see [`super::comm::gather_some`] (the same exchanges, on
-    /// [`REPORT_TAG`](super::tags::REPORT_TAG)).
+    /// Collective: an exclusive scan and a sum of one `u64`, then at most `REPORT_LIMIT`
+    /// messages to rank 0 on [`REPORT_TAG`](super::tags::REPORT_TAG) — no rank receives
+    /// O(P).
     fn gather_some(&self, mine: Option<&[u8]>) -> (Vec<(u32, Vec<u8>)>, u64) {
         let tag = super::tags::REPORT_TAG;
         let flag = u64::from(mine.is_some());
@@ -214,8 +213,8 @@ pub(crate) trait World: Send + Sync {
     }
 
     /// The bytes of each of `members` (`root` among them) on `root`, in the order of
-    /// `members`; `None` elsewhere. Only `members` take part; see
-    /// [`super::comm::gather_from`].
+    /// `members`; `None` elsewhere. Only `members` take part: each sends `root` its
+    /// bytes on `tag` (point to point, no collective).
     fn gather_from(
         &self,
         root: u32,

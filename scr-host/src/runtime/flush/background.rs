@@ -46,7 +46,7 @@ impl Runtime {
     /// `SCR_Need_checkpoint`, `SCR_Start_output` and `SCR_Complete_output`).
     ///
     /// Cost per call: nothing when no background flush is pending — `pending` is the same
-    /// list on every rank (see [`Flushing::pending`]), so every rank returns here alike
+    /// list on every rank (see [`Flushing::pending`](super::Flushing::pending)), so every rank returns here alike
     /// without an exchange — and otherwise one 8-byte minimum-reduction of the number of
     /// leading pending flushes whose transfer ended on this rank, however many are
     /// pending; the flushes that minimum covers (the oldest ones, finished everywhere)

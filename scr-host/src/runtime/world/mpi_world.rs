@@ -130,15 +130,22 @@ impl MpiWorld {
             .and_then(|w| w.into_communicator())
     }
 
-    /// The MPI lock and the communicator, refusing a foreign thread when MPI's thread
-    /// level forbids it (a bug of the runtime: a world is used by its owner thread).
+    /// The MPI lock and the communicator. The lock is the one every plugin's set host
+    /// takes (`mpi_host::SERIAL`): a plugin thread still in MPI when its call returned
+    /// would otherwise call MPI concurrently with the runtime, which MPI below
+    /// `MPI_THREAD_MULTIPLE` forbids. A call from a thread other than the one that made the
+    /// world, while MPI runs below `MPI_THREAD_SERIALIZED`, is a misuse MPI does not
+    /// survive either: the job is ended with MPI_Abort saying so, on every rank at once,
+    /// rather than a panic on this rank that would leave the others waiting in the
+    /// collective.
     fn enter(&self, op: &str) -> (MutexGuard<'static, ()>, &SimpleCommunicator) {
         if std::thread::current().id() != self.owner && self.threading < mpi::Threading::Serialized
         {
-            panic!(
-                "MPI world: `{op}` called from a thread other than the one that made the world, but MPI runs at thread level {:?}",
+            tracing::error!(
+                "`{op}` called from a thread other than the one that initialised scr-rs, but MPI runs at thread level {:?}; call scr-rs from one thread or initialise MPI with MPI_THREAD_SERIALIZED; ending the job",
                 self.threading
             );
+            self.comm().abort(super::super::ABORT_CODE);
         }
         (lock(&SERIAL), self.comm())
     }
