@@ -54,8 +54,9 @@ const char* SCR_Configf(const char* format, ...)
     ;
 
 /* Where to write (between SCR_Start_output and SCR_Complete_output) or read (between
- * SCR_Start_restart and SCR_Complete_restart) the file `name`; outside both, `name`
- * itself. `file` holds at least SCR_MAX_FILENAME bytes. */
+ * SCR_Start_restart and SCR_Complete_restart; a file may then be named by its base name
+ * alone) the file `name`; outside both, and before SCR_Init or after SCR_Finalize,
+ * `name` itself. `file` holds at least SCR_MAX_FILENAME bytes. */
 int SCR_Route_file(const char* name, char* file);
 
 /* Restart */

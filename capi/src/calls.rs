@@ -251,13 +251,29 @@ pub fn config(text: &str) -> Result<Option<String>, String> {
     })
 }
 
-/// `SCR_Route_file`: the path to write or read, or the name itself outside a dataset.
+/// `SCR_Route_file`: the path to write or read, or the name itself outside a dataset —
+/// also before `SCR_Init` and after `SCR_Finalize`, as SCR 3.x does (an application may
+/// route its files through SCR whether or not SCR runs yet).
 pub fn route_file(name: &[u8]) -> Result<Vec<u8>, String> {
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
     with_state(|s| {
-        let rt = runtime(s)?;
+        let outside = |name: &[u8]| {
+            if name.is_empty() {
+                return Err("the file name is empty".to_string());
+            }
+            if name.len() >= MAX_FILENAME {
+                return Err(format!(
+                    "the file name is {} bytes, more than SCR_MAX_FILENAME ({MAX_FILENAME}) holds with its NUL",
+                    name.len()
+                ));
+            }
+            Ok(name.to_vec())
+        };
+        let Some(rt) = s.runtime.as_mut() else {
+            return outside(name);
+        };
         if !rt.in_dataset() {
-            return Ok(name.to_vec());
+            return outside(name);
         }
         let path = rt
             .route_file(Path::new(std::ffi::OsStr::from_bytes(name)))

@@ -330,8 +330,9 @@ def route_file(name):
     """The path to open ``name`` at (``SCR_Route_file``); local to this process.
 
     Between ``start_output`` and ``complete_output`` the path to write (the file joins
-    the dataset); between ``start_restart`` and ``complete_restart`` the path to read;
-    outside both, ``name`` unchanged. ``name`` may be ``str``, ``bytes`` or a path; the
+    the dataset); between ``start_restart`` and ``complete_restart`` the path to read
+    (a file may be named by its base name alone then); outside both, and before ``init``
+    or after ``finalize``, ``name`` unchanged. ``name`` may be ``str``, ``bytes`` or a path; the
     result is a ``str``. Do not create the directories of the returned path: SCR does.
     """
     buf = ctypes.create_string_buffer(MAX_FILENAME)

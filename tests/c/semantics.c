@@ -4,8 +4,9 @@
  *   config   SCR_Config / SCR_Configf: set, query (a malloc'ed string), unset,
  *            descriptor forms, errors, set after SCR_Init refused
  *   no-mpi   SCR_Init before MPI_Init fails
- *   route    SCR_Route_file outside a dataset, during output and during restart;
- *            NULL name; invalid output on one rank; NULL flag pointer
+ *   route    SCR_Route_file before init, outside a dataset, during output, during
+ *            restart (also by base name) and after finalize; NULL name; invalid output
+ *            on one rank; NULL flag pointer
  *   legacy   SCR_Need_checkpoint with SCR_CHECKPOINT_INTERVAL, SCR_Start_checkpoint and
  *            SCR_Complete_checkpoint
  *   write N  N checkpoints ckpt.1..ckpt.N, each file holding its step
@@ -94,6 +95,9 @@ static void mode_config(void)
 static void mode_route(void)
 {
     char path[SCR_MAX_FILENAME];
+    check(SCR_Route_file("data/a.txt", path) == SCR_SUCCESS && strcmp(path, "data/a.txt") == 0,
+          "before init the name comes back unchanged");
+    check(SCR_Route_file("", path) == SCR_FAILURE, "an empty name is refused before init too");
     check(SCR_Init() == SCR_SUCCESS, "init");
     check(SCR_Route_file("data/a.txt", path) == SCR_SUCCESS && strcmp(path, "data/a.txt") == 0,
           "outside a dataset the name comes back unchanged");
@@ -125,10 +129,17 @@ static void mode_route(void)
     check(SCR_Start_restart(NULL) == SCR_SUCCESS, "start restart with a NULL name buffer");
     char got[64] = "";
     check(read_file(mine, got, sizeof(got)) && strcmp(got, text) == 0, "read back during restart");
+    char bare[64];
+    snprintf(bare, sizeof(bare), "rank%d.txt", rank);
+    char again[64] = "";
+    check(read_file(bare, again, sizeof(again)) && strcmp(again, text) == 0,
+          "a file named by its base name alone is found during restart");
     check(SCR_Route_file("data/never.txt", path) == SCR_FAILURE, "a file not in the checkpoint is refused");
     check(SCR_Complete_restart(1) == SCR_SUCCESS, "complete restart");
     check(SCR_Finalize() == SCR_SUCCESS, "finalize");
     check(SCR_Start_output("late", SCR_FLAG_CHECKPOINT) == SCR_FAILURE, "calls after finalize are refused");
+    check(SCR_Route_file("data/a.txt", path) == SCR_SUCCESS && strcmp(path, "data/a.txt") == 0,
+          "after finalize the name comes back unchanged");
 }
 
 static void mode_legacy(void)

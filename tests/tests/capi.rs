@@ -361,6 +361,7 @@ fn route_file_outside_during_output_and_during_restart() {
         "scr-rs[rank=0]: error: SCR_Need_checkpoint: the flag pointer is NULL; pass the address of an int",
         "scr-rs[rank=3]: error: SCR_Start_output: start_output: flags 0x4 hold bits that are not SCR_FLAG_CHECKPOINT (1) or SCR_FLAG_OUTPUT (2)",
         "scr-rs[rank=2]: error: SCR_Route_file: route_file: `data/never.txt` is not a file of checkpoint first on rank 2",
+        "SCR_Route_file: the file name is empty",
         "scr-rs[rank=0]: error: SCR_Start_output: SCR_Finalize was already called; no SCR call may follow it",
     ] {
         assert!(out.stderr.contains(expected), "missing `{expected}`\n{out}");

@@ -21,18 +21,23 @@ impl Runtime {
             ))
         };
         if let (true, Some(p)) = (self.restart.reading_prefix, &self.restart.prefix_restart) {
-            return p
-                .files
-                .get(key.as_ref())
-                .cloned()
-                .ok_or_else(|| not_a_file(&p.name));
+            let found = match p.files.get(key.as_ref()) {
+                Some(path) => Some(path.clone()),
+                None => by_basename(p.files.keys().map(String::as_str), rel, name)?
+                    .map(|k| p.files[k].clone()),
+            };
+            return found.ok_or_else(|| not_a_file(&p.name));
         }
         if let Some(id) = self.restart.candidate {
             let rec = &self.cache.filemap.datasets[&id];
+            let dir = self.dataset_dir(&rec.descriptor.store, id);
             if rec.files.iter().any(|f| f.name == key) {
-                return Ok(self.dataset_dir(&rec.descriptor.store, id).join(rel));
+                return Ok(dir.join(rel));
             }
-            return Err(not_a_file(&rec.name));
+            return match by_basename(rec.files.iter().map(|f| f.name.as_str()), rel, name)? {
+                Some(found) => Ok(dir.join(found)),
+                None => Err(not_a_file(&rec.name)),
+            };
         }
         Err(ScrError::Usage(
             "route_file: call start_output or start_restart first".into(),
@@ -225,5 +230,30 @@ impl Runtime {
         self.restart.skipped.extend(newer);
         self.restart.skipped.retain(|&s| s != id);
         Ok(())
+    }
+}
+
+/// The one file among `names` (a checkpoint's files, relative to its directory) whose
+/// file name is `rel`'s, for a name given during a restart that is not a path of the
+/// checkpoint: SCR 3.x lets an application name a file by its base name alone when
+/// reading it back (`SCR_Route_file("rank_0.ckpt")` for `ckpt.5/rank_0.ckpt`). Two files
+/// of one base name in different directories make the name ambiguous: refused, naming
+/// both, rather than one picked at random.
+fn by_basename<'a>(
+    names: impl Iterator<Item = &'a str>,
+    rel: &Path,
+    name: &Path,
+) -> Result<Option<&'a str>> {
+    let Some(base) = rel.file_name() else {
+        return Ok(None);
+    };
+    let mut found = names.filter(|n| Path::new(n).file_name() == Some(base));
+    match (found.next(), found.next()) {
+        (Some(one), None) => Ok(Some(one)),
+        (Some(a), Some(b)) => Err(ScrError::Usage(format!(
+            "route_file: `{}` names no file of the checkpoint, and its base name matches both `{a}` and `{b}`; give the file's path",
+            name.display()
+        ))),
+        _ => Ok(None),
     }
 }

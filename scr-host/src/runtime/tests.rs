@@ -621,3 +621,63 @@ fn a_halt_condition_is_seen_on_every_rank_and_the_interval_is_kept() {
     let halt = Halt::load(&dir.path().join("prefix")).unwrap();
     assert_eq!(halt.exit_reason.as_deref(), Some("maintenance at noon"));
 }
+
+/// During a restart a file may be named by its base name alone (SCR 3.x): `f_1` finds
+/// `sub/f_1` of the checkpoint; a base name two files share is refused naming both, and
+/// a name the checkpoint does not hold at all is refused as before.
+#[test]
+fn a_restart_finds_a_file_by_its_base_name_unless_two_share_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n0", "n1"];
+    let prefix = dir.path().join("prefix");
+    let wrote = job(dir.path(), &nodes, &[], |rt, r| {
+        rt.start_output("ckpt.1", CHECKPOINT)?;
+        for sub in ["sub", "a", "b"] {
+            let name = if sub == "sub" {
+                format!("sub/f_{r}")
+            } else {
+                format!("{sub}/same_{r}")
+            };
+            let p = rt.route_file(&prefix.join(name))?;
+            std::fs::write(&p, format!("{sub} of rank {r}")).map_err(io_err(&p))?;
+        }
+        rt.complete_output(true)
+    });
+    for (r, (kept, _)) in wrote.iter().enumerate() {
+        assert!(matches!(kept, Ok(true)), "rank {r}: {kept:?}");
+    }
+    let out = job(dir.path(), &nodes, &[], |rt, r| {
+        rt.start_restart().expect("a restart");
+        let bare = rt
+            .route_file(&prefix.join(format!("f_{r}")))
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default());
+        let shared = rt
+            .route_file(&prefix.join(format!("same_{r}")))
+            .map(|p| p.display().to_string());
+        let absent = rt
+            .route_file(&prefix.join("never"))
+            .map(|p| p.display().to_string());
+        rt.complete_restart(true).expect("complete_restart");
+        (
+            show("bare", bare),
+            show("shared", shared),
+            show("absent", absent),
+        )
+    });
+    for (r, ((bare, shared, absent), _)) in out.iter().enumerate() {
+        assert_eq!(bare, &format!("bare: ok sub of rank {r}"), "rank {r}");
+        assert_eq!(
+            shared,
+            &format!(
+                "shared: route_file: `{}` names no file of the checkpoint, and its base name matches both `a/same_{r}` and `b/same_{r}`; give the file's path",
+                prefix.join(format!("same_{r}")).display()
+            ),
+            "rank {r}"
+        );
+        assert!(
+            absent.starts_with("absent: route_file: ")
+                && absent.contains("is not a file of checkpoint ckpt.1"),
+            "rank {r}: {absent}"
+        );
+    }
+}
