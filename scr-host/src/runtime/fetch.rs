@@ -49,6 +49,7 @@ impl Runtime {
         &self,
         tried: &[u64],
         wanted: Option<&str>,
+        older_than: Option<u64>,
     ) -> Option<(
         IndexEntry,
         std::result::Result<Vec<FlushedFile>, String>,
@@ -56,7 +57,7 @@ impl Runtime {
     )> {
         // rank 0: the choice and its map's layout; a single-file map itself (legacy)
         let (choice, single) = if self.topo.rank == 0 {
-            self.pick_from_index(tried, wanted)
+            self.pick_from_index(tried, wanted, older_than)
         } else {
             (None, None)
         };
@@ -91,6 +92,7 @@ impl Runtime {
         &self,
         tried: &[u64],
         wanted: Option<&str>,
+        older_than: Option<u64>,
     ) -> (Choice, Option<Rank2File>) {
         let index = Index::load_or_rebuild(&self.job.prefix).unwrap_or_else(|e| {
             tracing::warn!("{e}; no checkpoint is taken from the prefix");
@@ -105,7 +107,16 @@ impl Runtime {
             let e = candidates.remove(pos);
             candidates.insert(0, e);
         }
-        match candidates.into_iter().find(|e| !tried.contains(&e.id)) {
+        // after a checkpoint failed, only older ones: a fallback never leads to a newer
+        // checkpoint than the one that failed (the one `current` pinned included)
+        let older = |e: &IndexEntry| match (older_than, e.checkpoint_id) {
+            (Some(bound), Some(c)) => c < bound,
+            _ => true,
+        };
+        match candidates
+            .into_iter()
+            .find(|e| !tried.contains(&e.id) && older(e))
+        {
             None => (None, None),
             Some(e) => {
                 let (layout, single) = self.map_layout(e);
@@ -256,11 +267,15 @@ impl Runtime {
     /// the index and the next older one is tried. Collective. Per rank and candidate:
     /// [`Runtime::choose_from_index`]'s cost (O(log P) steps, its own list) plus one
     /// min-reduction, and a broadcast of the first failure's text when one failed.
-    pub(in crate::runtime) fn open_prefix_restart(&mut self, wanted: Option<&str>) -> Result<()> {
+    pub(in crate::runtime) fn open_prefix_restart(
+        &mut self,
+        wanted: Option<&str>,
+        mut older_than: Option<u64>,
+    ) -> Result<()> {
         let mut tried: Vec<u64> = Vec::new();
         let check_crc = self.config.get(settings::CRC_ON_RESTART);
         let buf = self.buf_size();
-        while let Some((entry, list, _)) = self.choose_from_index(&tried, wanted) {
+        while let Some((entry, list, _)) = self.choose_from_index(&tried, wanted, older_than) {
             tried.push(entry.id);
             let mine = list.and_then(|list| {
                 let mut files = BTreeMap::new();
@@ -302,6 +317,7 @@ impl Runtime {
                     self.restart.prefix_restart = Some(super::PrefixRestart {
                         id: entry.id,
                         name: entry.name.clone(),
+                        checkpoint_id: entry.checkpoint_id,
                         files,
                     });
                     return Ok(());
@@ -313,6 +329,7 @@ impl Runtime {
                         entry.name
                     ));
                     self.mark_failed_in_index(&entry, &reason);
+                    older_than = bound_below(older_than, entry.checkpoint_id);
                 }
             }
         }
@@ -326,11 +343,15 @@ impl Runtime {
     /// agreements on failure (a min-reduction each, and a broadcast of the first
     /// failure's text when one failed; were all-gathers of every rank's reason, O(P)),
     /// besides what re-protecting costs in the redundancy sets.
-    pub(in crate::runtime) fn fetch(&mut self, wanted: Option<&str>) -> Result<()> {
+    pub(in crate::runtime) fn fetch(
+        &mut self,
+        wanted: Option<&str>,
+        mut older_than: Option<u64>,
+    ) -> Result<()> {
         let _counted = super::comm::scope("fetch");
         let mut tried: Vec<u64> = Vec::new();
         loop {
-            let choice = self.choose_from_index(&tried, wanted);
+            let choice = self.choose_from_index(&tried, wanted, older_than);
             let Some((entry, list, fetch_bytes)) = choice else {
                 return Ok(());
             };
@@ -387,6 +408,7 @@ impl Runtime {
                         entry.name
                     ));
                     self.mark_failed_in_index(&entry, &reason);
+                    older_than = bound_below(older_than, entry.checkpoint_id);
                 }
             }
         }
@@ -565,5 +587,14 @@ pub(in crate::runtime) fn check_map(
                 ))
             }
         }
+    }
+}
+
+/// The bound on checkpoint ids after `checkpoint` failed: below it, and below any earlier
+/// bound.
+pub(in crate::runtime) fn bound_below(bound: Option<u64>, checkpoint: Option<u64>) -> Option<u64> {
+    match (bound, checkpoint) {
+        (Some(b), Some(c)) => Some(b.min(c)),
+        (b, c) => b.or(c),
     }
 }

@@ -271,6 +271,8 @@ struct PrefixRestart {
     id: u64,
     /// Its name.
     name: String,
+    /// Its checkpoint id: a fallback after it is reported invalid takes only older ones.
+    checkpoint_id: Option<u64>,
     /// This rank's files: the name as the application routes it → where it is stored.
     files: BTreeMap<String, PathBuf>,
 }

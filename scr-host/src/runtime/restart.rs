@@ -50,9 +50,9 @@ impl Runtime {
         let wanted = self.restart.wanted.take();
         if self.restart_candidate().is_none() || wanted.is_some() {
             if self.config.get(settings::FETCH) {
-                self.fetch(wanted.as_deref())?;
+                self.fetch(wanted.as_deref(), None)?;
             } else {
-                self.open_prefix_restart(wanted.as_deref())?;
+                self.open_prefix_restart(wanted.as_deref(), None)?;
             }
         }
         if flush_on_restart && self.config.get(settings::FLUSH_ON_RESTART) {
@@ -124,7 +124,11 @@ impl Runtime {
     }
 
     /// Finish reading (collective). If any rank says `!valid`, this checkpoint is passed
-    /// over and `have_restart` offers the next older one. Returns whether all were valid.
+    /// over (and marked failed in the prefix's index, as SCR does, so no later run takes
+    /// it) and `have_restart` offers the next older one: from the cache, else from the
+    /// prefix (fetched, or read in place with `fetch = false`). A fallback never offers a
+    /// checkpoint newer than the one that failed, even when `current` pinned that one.
+    /// Returns whether all were valid.
     pub fn complete_restart(&mut self, valid: bool) -> Result<bool> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("complete_restart");
@@ -136,9 +140,11 @@ impl Runtime {
             if !ok {
                 let p = self.restart.prefix_restart.take().expect("reading it");
                 self.warn(&format!(
-                    "restart from {} (dataset {}, in the prefix) reported invalid; no older checkpoint is offered from the prefix in this run",
+                    "restart from {} (dataset {}, in the prefix) reported invalid; falling back to an older checkpoint",
                     p.name, p.id
                 ));
+                self.mark_invalid_in_index(p.id, &p.name);
+                self.fall_back(p.checkpoint_id)?;
             }
             return Ok(ok);
         }
@@ -155,12 +161,47 @@ impl Runtime {
         let ok = self.all_agree(valid);
         if !ok {
             self.restart.skipped.push(id);
+            let rec = &self.cache.filemap.datasets[&id];
+            let (name, checkpoint) = (rec.name.clone(), rec.checkpoint_id);
             self.warn(&format!(
-                "restart from {} reported invalid; falling back to an older checkpoint",
-                self.cache.filemap.datasets[&id].name
+                "restart from {name} reported invalid; falling back to an older checkpoint"
             ));
+            self.mark_invalid_in_index(id, &name);
+            // an older one in cache comes first; with none on some rank, the prefix's
+            if !self.all_agree(self.restart_candidate().is_some()) {
+                self.fall_back(checkpoint)?;
+            }
         }
         Ok(ok)
+    }
+
+    /// Rank 0: the checkpoint the application reported invalid is marked failed in the
+    /// prefix's index when the index holds it (a flushed or fetched checkpoint), so that
+    /// no later fetch takes it.
+    fn mark_invalid_in_index(&self, id: u64, name: &str) {
+        if self.topo.rank != 0 {
+            return;
+        }
+        let held = prefix::Index::load(&self.job.prefix)
+            .ok()
+            .is_some_and(|ix| ix.datasets.get(&id).is_some_and(|e| e.name == name));
+        if held {
+            let why = "reported invalid by the application at restart";
+            if let Err(e) = prefix::Index::mark_failed(&self.job.prefix, id, why) {
+                tracing::warn!("{e}; {name} is not marked failed in the index");
+            }
+        }
+    }
+
+    /// Offer the next checkpoint older than `checkpoint` from the prefix, as the restart
+    /// at init would (fetched, or read in place with `fetch = false`). Collective.
+    fn fall_back(&mut self, checkpoint: Option<u64>) -> Result<()> {
+        let older_than = checkpoint.or(Some(0));
+        if self.config.get(settings::FETCH) {
+            self.fetch(None, older_than)
+        } else {
+            self.open_prefix_restart(None, older_than)
+        }
     }
 
     /// Make the named checkpoint the restart candidate, passing over newer ones

@@ -681,3 +681,80 @@ fn a_restart_finds_a_file_by_its_base_name_unless_two_share_it() {
         );
     }
 }
+
+/// A checkpoint from the prefix that the application reports invalid is marked failed in
+/// the index and the next older one is offered — fetched, or read in place with
+/// `fetch = false` — never a newer one, also when `current` (here `scr index current`)
+/// pinned the one that failed. Every cache is lost first, so every restart comes from
+/// the prefix.
+#[test]
+fn an_invalid_restart_from_the_prefix_falls_back_to_the_next_older_one_there() {
+    for fetch in ["1", "0"] {
+        for pinned in [None, Some("ckpt.2")] {
+            let dir = tempfile::tempdir().unwrap();
+            let nodes = ["n0", "n1"];
+            let prefix = dir.path().join("prefix");
+            let env = [("SCR_FLUSH", "1"), ("SCR_FETCH", fetch)];
+            let wrote = job(dir.path(), &nodes, &env, |rt, r| {
+                (1..=3)
+                    .map(|n| {
+                        write_checkpoint(rt, dir.path(), &format!("ckpt.{n}"), &format!("f{n}_{r}"))
+                            .is_ok()
+                    })
+                    .collect::<Vec<_>>()
+            });
+            assert!(
+                wrote.iter().all(|(w, end)| w == &[true; 3] && end.is_ok()),
+                "{wrote:?}"
+            );
+            if let Some(name) = pinned {
+                crate::state::prefix::Index::set_current_in(&prefix, name).unwrap();
+            }
+            for base in ["cache", "cntl"] {
+                std::fs::remove_dir_all(dir.path().join(base)).unwrap();
+            }
+            // the first checkpoint offered is reported invalid; the next must be older
+            let first = pinned.unwrap_or("ckpt.3");
+            let out = job(dir.path(), &nodes, &env, |rt, r| {
+                let mut seen = Vec::new();
+                while let Some(name) = rt.have_restart() {
+                    rt.start_restart().expect("start_restart");
+                    let n: u32 = name.trim_start_matches("ckpt.").parse().unwrap();
+                    let file = format!("f{n}_{r}");
+                    let path = rt.route_file(&prefix.join(&file)).expect("route_file");
+                    let read = std::fs::read_to_string(&path).unwrap_or_default();
+                    let exact = read == format!("{name} {file}");
+                    seen.push(format!("{name} {exact}"));
+                    if rt
+                        .complete_restart(exact && name != first)
+                        .expect("complete")
+                    {
+                        break;
+                    }
+                }
+                seen
+            });
+            let next = if first == "ckpt.3" {
+                "ckpt.2"
+            } else {
+                "ckpt.1"
+            };
+            for (r, (seen, end)) in out.iter().enumerate() {
+                assert_eq!(
+                    seen,
+                    &[format!("{first} true"), format!("{next} true")],
+                    "fetch {fetch}, pinned {pinned:?}, rank {r}"
+                );
+                assert_eq!(end, &Ok(()), "rank {r}");
+            }
+            let index = crate::state::prefix::Index::load(&prefix).unwrap();
+            let failed: Vec<&str> = index
+                .datasets
+                .values()
+                .filter(|e| e.failed.is_some())
+                .map(|e| e.name.as_str())
+                .collect();
+            assert_eq!(failed, [first], "fetch {fetch}, pinned {pinned:?}");
+        }
+    }
+}
