@@ -161,12 +161,20 @@ impl Runtime {
         let ok = self.all_agree(valid);
         if !ok {
             self.restart.skipped.push(id);
-            let rec = &self.cache.filemap.datasets[&id];
+            let rec = self.cache.filemap.datasets[&id].clone();
             let (name, checkpoint) = (rec.name.clone(), rec.checkpoint_id);
             self.warn(&format!(
                 "restart from {name} reported invalid; falling back to an older checkpoint"
             ));
             self.mark_invalid_in_index(id, &name);
+            // gone from cache too, as SCR deletes it (a later run must not offer it
+            // again); a copy still being flushed stays until its flush ends
+            let removed = if self.flushing_ids().contains(&id) {
+                Ok(())
+            } else {
+                self.remove_local(&rec)
+            };
+            self.agree_changed("removing the checkpoint reported invalid", removed)?;
             // an older one in cache comes first; with none on some rank, the prefix's
             if !self.all_agree(self.restart_candidate().is_some()) {
                 self.fall_back(checkpoint)?;

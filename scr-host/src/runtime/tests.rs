@@ -517,7 +517,7 @@ fn a_name_routed_by_two_ranks_is_refused_on_every_rank() {
 }
 
 /// A restart the application reports invalid is not offered again: the next older
-/// checkpoint in cache is, on every rank alike.
+/// checkpoint in cache is, on every rank alike, and the invalid one is deleted.
 #[test]
 fn an_invalid_restart_falls_back_to_the_next_older_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
@@ -547,6 +547,21 @@ fn an_invalid_restart_falls_back_to_the_next_older_checkpoint() {
     for (r, (seen, end)) in out.iter().enumerate() {
         assert_eq!(seen, &["ckpt.2", "ckpt.1"], "rank {r}");
         assert_eq!(end, &Ok(()), "rank {r}");
+    }
+    // the invalid checkpoint left the cache (as SCR deletes it): a later run offers the
+    // older one first
+    for node in nodes {
+        assert_eq!(
+            listing(&cache_job_dir(dir.path(), node)),
+            ["scr.dataset.1"],
+            "{node}"
+        );
+    }
+    let next = job(dir.path(), &nodes, &[("SCR_CACHE_SIZE", "3")], |rt, _| {
+        rt.have_restart()
+    });
+    for (r, (offered, _)) in next.iter().enumerate() {
+        assert_eq!(offered.as_deref(), Some("ckpt.1"), "rank {r}");
     }
 }
 
