@@ -439,15 +439,15 @@ def current(name):
 
 
 def drop(name):
-    """Forget dataset ``name`` as a restart candidate, keeping its files (``SCR_Drop``).
-
-    Collective.
-    """
+    """Forget dataset ``name`` (``SCR_Drop``): its entry leaves the prefix's index and it
+    is no longer offered for a restart; its files stay. Collective; a name nothing holds
+    is no error."""
     _check("SCR_Drop", _SCR_Drop(_encode(name, "dataset name")))
 
 
 def delete(name):
-    """Delete dataset ``name``'s files and its record (``SCR_Delete``); collective."""
+    """Delete dataset ``name``'s files in cache and in the prefix, and its index entry
+    (``SCR_Delete``). Collective; a name nothing holds is no error."""
     _check("SCR_Delete", _SCR_Delete(_encode(name, "dataset name")))
 
 

@@ -10,48 +10,103 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 impl Runtime {
-    /// Forget the named dataset as a restart candidate (its files stay until evicted;
-    /// collective, like `current`).
+    /// SCR's `SCR_Drop` (collective): the named dataset is removed from the prefix's
+    /// index (its files stay) and, when the cache holds it, no longer offered for a
+    /// restart. A name neither holds is not an error (as in SCR); a name that differs
+    /// between ranks is, on every rank.
     pub fn drop_dataset(&mut self, name: &str) -> Result<()> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("drop");
         if self.passthrough.is_some() {
             return Ok(());
         }
-        let id = self.begin("drop", self.id_of(name))?;
-        self.restart.skipped.push(id);
-        Ok(())
+        let same = self.same_name("drop", name);
+        self.begin("drop", same)?;
+        if let Ok(id) = self.id_of(name) {
+            self.restart.skipped.push(id);
+        }
+        self.remove_from_prefix("drop", name, false)
     }
 
-    /// Delete the named dataset from cache (collective).
+    /// SCR's `SCR_Delete` (collective): the named dataset's files are deleted from cache
+    /// and from the prefix, and its index entry with them. A name neither holds is not an
+    /// error (as in SCR); a name that differs between ranks, or a dataset being read,
+    /// written or flushed, is, on every rank, before anything is deleted.
     pub fn delete(&mut self, name: &str) -> Result<()> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("delete");
         if self.passthrough.is_some() {
             return Ok(());
         }
-        // a name some ranks do not know (or a dataset busy on some) is an error on every
-        // rank, agreed before anything is deleted
-        let id = self.id_of(name).and_then(|id| {
-            if self.restart.candidate == Some(id) || self.output.as_ref().is_some_and(|o| o.record.id == id) {
+        // a dataset busy on some ranks is an error on every rank, agreed before anything
+        // is deleted
+        let cached = self.id_of(name).ok();
+        let pre = self.same_name("delete", name).and_then(|()| match cached {
+            Some(id) if self.restart.candidate == Some(id) || self.output.as_ref().is_some_and(|o| o.record.id == id) => {
                 Err(ScrError::Usage(format!(
                     "delete: dataset `{name}` is being read or written; complete it first"
                 )))
-            } else if self.flushing_ids().contains(&id) {
+            }
+            Some(id) if self.flushing_ids().contains(&id) => {
                 // the background transfer still reads it (on this rank, maybe not on
                 // others: agreed below); deleting now would fail the flush
                 Err(ScrError::Usage(format!(
                     "delete: dataset `{name}` is being flushed in the background on rank {}; delete it once the flush is done (or at the next run)",
                     self.topo.rank
                 )))
-            } else {
-                Ok(id)
             }
+            _ => Ok(()),
         });
-        let id = self.begin("delete", id)?;
-        let rec = self.cache.filemap.datasets[&id].clone();
-        let local = self.delete_dataset(&rec);
-        self.agree_changed("delete", local)
+        self.begin("delete", pre)?;
+        let local = match cached {
+            Some(id) => {
+                let rec = self.cache.filemap.datasets[&id].clone();
+                self.delete_dataset(&rec)
+            }
+            None => Ok(()),
+        };
+        self.agree_changed("delete", local)?;
+        self.remove_from_prefix("delete", name, true)
+    }
+
+    /// `Ok` when every rank passed `name` (rank 0's, broadcast); else the ranks that
+    /// differ say so.
+    fn same_name(&self, call: &str, name: &str) -> Result<()> {
+        let root = self.world.broadcast_bytes(name.as_bytes());
+        if root == name.as_bytes() {
+            Ok(())
+        } else {
+            Err(ScrError::Usage(format!(
+                "{call}: this rank names dataset `{name}`, rank 0 `{}`; every rank must name the same dataset",
+                String::from_utf8_lossy(&root)
+            )))
+        }
+    }
+
+    /// Rank 0: the index entry named `name` removed (with `delete`, its files in the
+    /// prefix too, and its directory under `.scr`), under the prefix lock; a name the
+    /// index does not hold is nothing to do. The outcome is agreed (collective).
+    fn remove_from_prefix(&self, call: &str, name: &str, delete: bool) -> Result<()> {
+        let outcome = if self.topo.rank == 0 {
+            let prefix = &self.job.prefix;
+            let held = crate::state::prefix::Index::load_or_rebuild(prefix)
+                .map(|ix| ix.datasets.values().any(|e| e.name == name))
+                .unwrap_or(false);
+            if held {
+                crate::state::prefix::Index::drop_in(prefix, name, false, delete)
+                    .map(|dropped| {
+                        if delete {
+                            dropped.delete_files(prefix, &mut || {});
+                        }
+                    })
+                    .map_err(|e| ScrError::Usage(format!("{call}: {e}")))
+            } else {
+                Ok(())
+            }
+        } else {
+            Ok(())
+        };
+        self.agree(outcome)
     }
 
     pub(in crate::runtime) fn id_of(&self, name: &str) -> Result<u64> {

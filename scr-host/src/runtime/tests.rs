@@ -453,10 +453,20 @@ fn a_call_misused_on_some_ranks_fails_on_every_rank_and_leaves_them_in_step() {
             "rank {r}: {lines:?}"
         );
         assert_eq!(lines[1], "complete: ok true", "rank {r}: {lines:?}");
-        for (line, call) in lines[2..5].iter().zip(["current", "drop", "delete"]) {
+        assert!(
+            lines[2].starts_with("current: ")
+                && lines[2].contains("no dataset named `nope` in cache"),
+            "rank {r}: {}",
+            lines[2]
+        );
+        // drop and delete accept a name nothing holds (as SCR does), but not names that
+        // differ between ranks
+        for (line, call) in lines[3..5].iter().zip(["drop", "delete"]) {
             assert!(
                 line.starts_with(&format!("{call}: "))
-                    && line.contains("no dataset named `nope` in cache"),
+                    && line.contains(&format!(
+                        "{call}: this rank names dataset `nope`, rank 0 `ckpt.1`; every rank must name the same dataset"
+                    )),
                 "rank {r}: {line}"
             );
         }
@@ -771,5 +781,72 @@ fn an_invalid_restart_from_the_prefix_falls_back_to_the_next_older_one_there() {
                 .collect();
             assert_eq!(failed, [first], "fetch {fetch}, pinned {pinned:?}");
         }
+    }
+}
+
+/// SCR's Drop and Delete: drop removes the dataset's index entry (its files stay), delete
+/// removes its files from cache and prefix and its entry; a name nothing holds is no
+/// error.
+#[test]
+fn drop_and_delete_reach_the_prefix_and_a_name_nothing_holds_is_no_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n0", "n1"];
+    let prefix = dir.path().join("prefix");
+    let out = job(dir.path(), &nodes, &[("SCR_FLUSH", "1")], |rt, r| {
+        for n in 1..=3 {
+            write_checkpoint(rt, dir.path(), &format!("ckpt.{n}"), &format!("f{n}_{r}"))
+                .expect("checkpoint");
+        }
+        vec![
+            show("drop", rt.drop_dataset("ckpt.1").map(|_| "")),
+            show("delete", rt.delete("ckpt.2").map(|_| "")),
+            show("drop unknown", rt.drop_dataset("nope").map(|_| "")),
+            show("delete unknown", rt.delete("nope").map(|_| "")),
+            format!("candidate {:?}", rt.have_restart()),
+        ]
+    });
+    for (r, (lines, end)) in out.iter().enumerate() {
+        assert_eq!(
+            lines,
+            &[
+                "drop: ok ",
+                "delete: ok ",
+                "drop unknown: ok ",
+                "delete unknown: ok ",
+                "candidate Some(\"ckpt.3\")"
+            ],
+            "rank {r}"
+        );
+        assert_eq!(end, &Ok(()), "rank {r}");
+    }
+    let index = crate::state::prefix::Index::load(&prefix).unwrap();
+    let names: Vec<&str> = index.datasets.values().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["ckpt.3"], "the index keeps only ckpt.3");
+    for r in 0..2 {
+        // dropped: its files stay in the prefix; deleted: gone
+        assert!(
+            prefix.join(format!("f1_{r}")).is_file(),
+            "ckpt.1 of rank {r} stays"
+        );
+        assert!(
+            !prefix.join(format!("f2_{r}")).exists(),
+            "ckpt.2 of rank {r} deleted"
+        );
+        assert!(
+            prefix.join(format!("f3_{r}")).is_file(),
+            "ckpt.3 of rank {r} stays"
+        );
+    }
+    assert!(!crate::layout::prefix_dataset_dir(&prefix, 2).exists());
+    for node in nodes {
+        let held = listing(&cache_job_dir(dir.path(), node));
+        assert!(
+            !held.contains(&"scr.dataset.2".to_string()),
+            "{node}: {held:?}"
+        );
+        assert!(
+            held.contains(&"scr.dataset.3".to_string()),
+            "{node}: {held:?}"
+        );
     }
 }
