@@ -43,8 +43,9 @@ int SCR_Init(void);
 int SCR_Finalize(void);
 
 /* Configuration. "KEY=VALUE" sets a value, "KEY=" forgets a value set here, both before
- * SCR_Init, and return NULL. "KEY" returns the value in force in a string the caller
- * must free(), or NULL when the key has no value. Descriptors: "CKPT=0 TYPE=XOR
+ * SCR_Init, and return NULL. "KEY" returns the value something set (the API, the
+ * environment or a configuration file) in a string the caller must free(), or NULL when
+ * nothing set it (a key left at its built-in default). Descriptors: "CKPT=0 TYPE=XOR
  * SET_SIZE=16", "STORE=/dev/shm COUNT=2"; query one item with "CKPT=0 TYPE". */
 const char* SCR_Config(const char* config);
 const char* SCR_Configf(const char* format, ...)

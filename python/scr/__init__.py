@@ -273,8 +273,9 @@ def config(conf):
     """Set, unset or query an SCR configuration value (``SCR_Config``).
 
     ``"KEY=VALUE"`` sets a value and ``"KEY="`` forgets one set here, before
-    ``init()``; both return ``None``. ``"KEY"`` returns the value in force as a ``str``,
-    or ``None`` when the key has no value. Descriptors work too: ``"CKPT=0 TYPE=XOR
+    ``init()``; both return ``None``. ``"KEY"`` returns the value something set (this
+    API, the environment or a configuration file) as a ``str``, or ``None`` when nothing
+    set it (as SCR answers: a key left at its built-in default is ``None``). Descriptors work too: ``"CKPT=0 TYPE=XOR
     SET_SIZE=16"`` sets, ``"CKPT=0 TYPE"`` queries one item.
 
     Raises :class:`Error` (call ``SCR_Config``, with libscr's reason) for an unknown

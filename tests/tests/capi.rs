@@ -277,8 +277,9 @@ fn config_sets_queries_and_unsets_values_and_descriptors() {
             [
                 "query SCR_CACHE_SIZE = 3",
                 "query SCR_FLUSH = 4",
-                // unset: the value in force from elsewhere (here the built-in default)
-                "query SCR_FLUSH = 10",
+                // unset: what another source sets, else none (SCR_Config returns NULL for a key
+                // left at its built-in default, as SCR does)
+                "query SCR_FLUSH = (null)",
                 "query CKPT=0 TYPE = XOR",
                 "query CKPT=0 SET_SIZE = 16",
                 // descriptors are named by their CKPT index, not their position

@@ -242,6 +242,8 @@ def failing(key, f, *args):
         say(key, e.call, isinstance(e, RuntimeError), str(e).replace("\n", " "))
 
 say("constants", scr.FLAG_NONE, scr.FLAG_CHECKPOINT, scr.FLAG_OUTPUT, scr.SUCCESS, scr.FAILURE, scr.MAX_FILENAME)
+# as SCR's own Python test begins: a key nothing set queries as None
+say("unset_query", repr(scr.config("SCR_DEBUG")))
 say("set", repr(scr.config("SCR_CACHE_SIZE=3")))
 say("query", repr(scr.config("SCR_CACHE_SIZE")))
 say("descriptor", repr(scr.config("CKPT=0 TYPE=PARTNER")), repr(scr.config("CKPT=0 TYPE")))
@@ -298,6 +300,7 @@ fn python_module_conventions() {
     let config_error = "SCR_Config failed: \"SCR_NO_SUCH_KEY\": unknown key `SCR_NO_SUCH_KEY` (a query names a key; to set one write `KEY=VALUE`)";
     let expected = [
         "constants 0 1 2 0 1 1024".to_string(),
+        "unset_query None".into(),
         "set None".into(),
         "query '3'".into(),
         "descriptor None 'PARTNER'".into(),

@@ -362,12 +362,21 @@ pub fn recorded(prefix: &Path) -> Result<Vec<(usize, String)>, String> {
 }
 
 impl Config {
-    /// The answer to a query (`KEY`, `CKPT=0 TYPE`, `STORE=/dev/shm COUNT`): the value in
-    /// force, as text; `None` when the key has no value. What `scr config explain`
-    /// reports for the same key.
+    /// The answer to a query (`KEY`, `CKPT=0 TYPE`, `STORE=/dev/shm COUNT`): the value
+    /// something set — through the API, the environment or a configuration file — as
+    /// text; `None` for a key nothing set (left at its built-in default) or that has no
+    /// value, as SCR's `SCR_Config` answers. Descriptor items answer what is in force.
     pub fn query(&self, call: &ApiCall) -> Result<Option<String>, String> {
         match call {
-            ApiCall::Query(key) => Ok(self.setting(key.name).value.as_ref().map(Value::to_param)),
+            // as SCR: the value something set (the API, the environment, a file), none
+            // for a key left at its built-in default (`scr config show` lists those)
+            ApiCall::Query(key) => {
+                let setting = self.setting(key.name);
+                Ok(match setting.origin {
+                    Origin::Default => None,
+                    _ => setting.value.as_ref().map(Value::to_param),
+                })
+            }
             ApiCall::DescriptorQuery { kind, name, item } => {
                 self.descriptor_item(*kind, name, item)
             }
@@ -578,5 +587,29 @@ mod tests {
         assert!(!l.scalars.contains_key("flush"));
         assert_eq!(l.checkpoints[0].index, Some(2));
         assert_eq!(l.checkpoints[1].index, Some(10));
+    }
+
+    #[test]
+    fn a_query_answers_what_something_set_and_none_for_a_default() {
+        let dir = std::env::temp_dir();
+        let mut loader = super::super::Loader::from_process();
+        loader.env = [("SCR_CACHE_SIZE".to_string(), "3".to_string())].into();
+        loader.system_file = Some(std::path::PathBuf::from("/dev/null"));
+        loader.cwd = dir;
+        loader.api = vec![
+            (1, "SCR_FLUSH=4".to_string()),
+            (2, "SCR_HALT_SECONDS=9".into()),
+        ];
+        loader.api.push((3, "SCR_HALT_SECONDS=".into()));
+        let config = loader.load().unwrap();
+        let ask = |text: &str| config.query(&parse(text).unwrap()).unwrap();
+        assert_eq!(
+            ask("SCR_CACHE_SIZE").as_deref(),
+            Some("3"),
+            "from the environment"
+        );
+        assert_eq!(ask("SCR_FLUSH").as_deref(), Some("4"), "through the API");
+        assert_eq!(ask("SCR_DEBUG"), None, "a built-in default is not reported");
+        assert_eq!(ask("SCR_HALT_SECONDS"), None, "set, then unset");
     }
 }
