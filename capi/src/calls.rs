@@ -117,6 +117,10 @@ pub fn guarded<T>(call: &str, f: impl FnOnce() -> Result<T, String>) -> Option<T
     set_last_error(None);
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(Ok(v)) => Some(v),
+        Ok(Err(message)) if message == DISABLED => {
+            set_last_error(Some(message));
+            None
+        }
         Ok(Err(message)) => {
             report(call, &message);
             set_last_error(Some(message));
@@ -157,9 +161,15 @@ fn with_state<T>(f: impl FnOnce(&mut State) -> Result<T, String>) -> Result<T, S
     })
 }
 
-/// The runtime, or why there is none.
+/// Why every call fails when SCR is disabled (`SCR_ENABLE=0`), as SCR's do: returned
+/// quietly (not logged at each call: the application chose it; `SCR_Init` says it once).
+pub const DISABLED: &str =
+    "SCR is disabled (SCR_ENABLE=0): the call returns SCR_FAILURE, as in SCR";
+
+/// The runtime, or why there is none (or why it takes no calls: [`DISABLED`]).
 fn runtime(s: &mut State) -> Result<&mut Runtime, String> {
     match &mut s.runtime {
+        Some(rt) if rt.is_disabled() => Err(DISABLED.into()),
         Some(rt) => Ok(rt),
         None if s.finalized => {
             Err("SCR_Finalize was already called; no SCR call may follow it".into())
@@ -198,8 +208,14 @@ pub fn init() -> Result<(), String> {
             },
         )
         .map_err(|e| e.to_string())?;
+        let disabled = rt.is_disabled();
         s.runtime = Some(rt);
         *scr_plugin::sync::lock(&INIT_THREAD) = Some(std::thread::current().id());
+        if disabled {
+            // SCR's SCR_Init fails when SCR is disabled; so do the calls after it
+            // (SCR_Route_file passes names through, SCR_Config queries return NULL)
+            return Err("SCR is disabled (SCR_ENABLE=0 or enable = false): SCR_Init returns SCR_FAILURE, as in SCR, and so do the calls after it; SCR_Route_file passes names through".into());
+        }
         Ok(())
     })
 }
@@ -207,6 +223,14 @@ pub fn init() -> Result<(), String> {
 /// `SCR_Finalize`: collective.
 pub fn finalize() -> Result<(), String> {
     with_state(|s| {
+        if s.runtime.as_ref().is_some_and(|rt| rt.is_disabled()) {
+            // it ends all the same (nothing to write), and fails as SCR's does
+            if let Some(mut rt) = s.runtime.take() {
+                let _ = rt.finalize();
+            }
+            s.finalized = true;
+            return Err(DISABLED.into());
+        }
         let rt = runtime(s)?;
         let r = rt.finalize().map_err(|e| e.to_string());
         s.runtime = None;
@@ -231,6 +255,8 @@ pub fn config(text: &str) -> Result<Option<String>, String> {
             return Ok(None);
         }
         let value = match &s.runtime {
+            // SCR answers no query when disabled
+            Some(rt) if rt.is_disabled() => Ok(None),
             Some(rt) => rt.config().query(&call),
             None => {
                 let mut loader = Loader::from_process();

@@ -12,6 +12,8 @@
  *   write N  N checkpoints ckpt.1..ckpt.N, each file holding its step
  *   current NAME  SCR_Current(NAME) before SCR_Have_restart; prints what is restarted
  *   exit     SCR_Should_exit
+ *   disabled with SCR_ENABLE=0: every call fails as SCR's do, SCR_Route_file passes
+ *            names through, queries return NULL
  *   mismatch arguments that differ between ranks or are wrong on one rank
  *   no-finalize  SCR_Init, then MPI_Finalize and exit without SCR_Finalize
  *   version  SCR_Get_version and the header's macros
@@ -221,6 +223,30 @@ static void mode_mismatch(void)
     check(SCR_Finalize() == SCR_SUCCESS, "finalize");
 }
 
+/* SCR_ENABLE=0 in the environment: every call fails as SCR's do, names pass through */
+static void mode_disabled(void)
+{
+    check(SCR_Init() == SCR_FAILURE, "init fails when disabled");
+    int flag = -1;
+    char name[SCR_MAX_FILENAME] = "x";
+    check(SCR_Have_restart(&flag, name) == SCR_FAILURE && flag == 0, "have restart fails, no restart");
+    flag = -1;
+    check(SCR_Need_checkpoint(&flag) == SCR_FAILURE && flag == 0, "need checkpoint fails, no");
+    check(SCR_Start_output("ckpt.1", SCR_FLAG_CHECKPOINT) == SCR_FAILURE, "start output fails");
+    char path[SCR_MAX_FILENAME];
+    check(SCR_Route_file("data/a.txt", path) == SCR_SUCCESS && strcmp(path, "data/a.txt") == 0,
+          "route file passes the name through");
+    check(SCR_Complete_output(1) == SCR_FAILURE, "complete output fails");
+    check(SCR_Should_exit(&flag) == SCR_FAILURE, "should exit fails");
+    check(SCR_Current("ckpt.1") == SCR_FAILURE, "current fails");
+    check(SCR_Drop("ckpt.1") == SCR_FAILURE, "drop fails");
+    check(SCR_Delete("ckpt.1") == SCR_FAILURE, "delete fails");
+    const char* v = SCR_Config("SCR_CACHE_SIZE");
+    check(v == NULL, "a query returns NULL");
+    free((void*)v);
+    check(SCR_Finalize() == SCR_FAILURE, "finalize fails");
+}
+
 static void mode_exit(void)
 {
     check(SCR_Init() == SCR_SUCCESS, "init");
@@ -250,6 +276,7 @@ int main(int argc, char** argv)
     else if (strcmp(mode, "write") == 0 && argc > 2) mode_write(atoi(argv[2]));
     else if (strcmp(mode, "current") == 0 && argc > 2) mode_current(argv[2]);
     else if (strcmp(mode, "exit") == 0) mode_exit();
+    else if (strcmp(mode, "disabled") == 0) mode_disabled();
     else if (strcmp(mode, "mismatch") == 0) mode_mismatch();
     else if (strcmp(mode, "no-finalize") == 0) check(SCR_Init() == SCR_SUCCESS, "init");
     else if (strcmp(mode, "version") == 0) {

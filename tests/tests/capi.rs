@@ -464,6 +464,40 @@ fn init_before_mpi_init_fails_saying_why() {
     );
 }
 
+/// With `SCR_ENABLE=0` SCR's calls fail (`SCR_Init` included) and `SCR_Route_file`
+/// passes names through; libscr does the same, saying why once, at `SCR_Init`.
+#[test]
+fn a_disabled_library_fails_its_calls_as_scr_does() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = semantics(work.path());
+    let mut c = Cluster::for_installed();
+    c.set("SCR_ENABLE", "0").set("SCR_CACHE_SIZE", "3");
+    let out = c.run_path(&["n0", "n1"], &exe, &["disabled"]);
+    assert_all_ok(&out, 2);
+    for r in 0..2 {
+        assert_eq!(
+            lines_of(&out, r).len(),
+            12,
+            "rank {r}: every check ran\n{out}"
+        );
+    }
+    assert_eq!(
+        out.stderr.matches("SCR is disabled").count(),
+        2,
+        "said once per rank, at SCR_Init\n{out}"
+    );
+    assert!(
+        out.stderr
+            .contains("error: SCR_Init: SCR is disabled (SCR_ENABLE=0 or enable = false)"),
+        "{out}"
+    );
+    // nothing was made: no cache, no control directory, no state in the prefix
+    for base in ["cache", "cntl"] {
+        let made = scr_e2e::files_below(&c.path(base));
+        assert!(made.is_empty(), "{base}: {made:?}\n{out}");
+    }
+}
+
 #[test]
 fn version_and_should_exit() {
     let work = tempfile::tempdir().unwrap();

@@ -354,6 +354,45 @@ fn python_module_conventions() {
     }
 }
 
+/// As SCR's own Python test (its run with `SCR_ENABLE=0`): `init()` raises when SCR is
+/// disabled; `route_file` still passes names through.
+const DISABLED: &str = r#"
+from mpi4py import MPI
+import scr
+rank = MPI.COMM_WORLD.Get_rank()
+scr.config("SCR_ENABLE=0")
+try:
+    scr.init()
+    print("rank %d init returned" % rank)
+except RuntimeError as e:
+    print("rank %d init raised %s" % (rank, e.call))
+print("rank %d route %s" % (rank, scr.route_file("a/b.txt")))
+"#;
+
+#[test]
+fn init_raises_when_scr_is_disabled() {
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let prefix = install_prefix(tmp.path());
+    let mut c = Cluster::new();
+    c.set("PYTHONPATH", &package_dir(&prefix).display().to_string())
+        .set(
+            "SCR_LIBRARY",
+            &prefix.join("lib/libscr.so").display().to_string(),
+        );
+    let script = c.path("disabled.py");
+    std::fs::write(&script, DISABLED).expect("script");
+    let out = c.run_path(&["n0", "n1"], &python(), &[script.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{out}");
+    for rank in 0..2 {
+        for line in [
+            format!("rank {rank} init raised SCR_Init"),
+            format!("rank {rank} route a/b.txt"),
+        ] {
+            assert!(out.stdout.lines().any(|l| l == line), "{line}\n{out}");
+        }
+    }
+}
+
 /// `python -c CODE` with `scr` on PYTHONPATH from `dir`, without MPI and without any of
 /// the test environment's library search paths.
 fn import_scr(dir: &Path, extra_env: &[(&str, &str)]) -> std::process::Output {

@@ -121,7 +121,7 @@ const U: Type = Type::UInt {
 /// Every scalar key, in the order `scr config show` prints them.
 pub const KEYS: &[Key] = &[
     Key { name: "enable", ty: Type::Bool, default: Default::Fixed("true"),
-          doc: "Turn the library on; when false every call passes through: nothing is cached, protected, flushed or fetched, route_file returns the application's own path and have_restart offers nothing" },
+          doc: "Turn the library on; when false nothing is cached, protected, flushed or fetched and route_file returns the application's own path; the C API's other calls (SCR_Init included) return SCR_FAILURE, as SCR's do, while the Rust API passes them through" },
     Key { name: "debug", ty: Type::UInt { min: 0, max: 5 }, default: Default::Fixed("0"),
           doc: "Log verbosity: 0 silent, 1 summary and timings on rank 0, 2+ detail" },
     Key { name: "prefix", ty: Type::Path, default: Default::Computed("the current working directory"),

@@ -76,6 +76,12 @@ impl Runtime {
         Ok(())
     }
 
+    /// Whether the library is disabled (`enable = false`, SCR's `SCR_ENABLE=0`): every
+    /// call passes through and nothing is cached.
+    pub fn is_disabled(&self) -> bool {
+        self.passthrough.is_some()
+    }
+
     /// Whether `finalize` ran (or the runtime was abandoned).
     pub fn is_finalized(&self) -> bool {
         self.health.is_finalized()
