@@ -43,11 +43,14 @@ impl Drop for State {
     fn drop(&mut self) {
         if let Some(rt) = self.runtime.take() {
             // (tracing's thread-local state may be gone at thread exit: then the event
-            // goes to the global subscriber, which is ours or the application's)
-            tracing::warn!(
-                rank = rt.rank(),
-                "the application exited without calling SCR_Finalize; the cache keeps what the last completed dataset left"
-            );
+            // goes to the global subscriber, which is ours or the application's);
+            // disabled, there was nothing to finalize (SCR_Finalize fails then anyway)
+            if !rt.is_disabled() {
+                tracing::warn!(
+                    rank = rt.rank(),
+                    "the application exited without calling SCR_Finalize; the cache keeps what the last completed dataset left"
+                );
+            }
             if mpi::environment::is_finalized() {
                 std::mem::forget(rt);
             }

@@ -251,6 +251,18 @@ def _check(call, rc):
         raise Error(call, _reason())
 
 
+def _all_valid(call, rc):
+    """A completion's answer: ``True`` when every process was valid, ``False`` when
+    some process said invalid; a call that failed (outside its phase, misused) raises
+    :class:`Error` instead of passing for "invalid" (libscr gives a reason only then)."""
+    if rc == SUCCESS:
+        return True
+    why = _reason()
+    if why is not None:
+        raise Error(call, why)
+    return False
+
+
 def _encode(name, what):
     """A str, bytes or path-like argument as the bytes libscr takes."""
     if name is None:
@@ -275,8 +287,9 @@ def config(conf):
     ``"KEY=VALUE"`` sets a value and ``"KEY="`` forgets one set here, before
     ``init()``; both return ``None``. ``"KEY"`` returns the value something set (this
     API, the environment or a configuration file) as a ``str``, or ``None`` when nothing
-    set it (as SCR answers: a key left at its built-in default is ``None``). Descriptors work too: ``"CKPT=0 TYPE=XOR
-    SET_SIZE=16"`` sets, ``"CKPT=0 TYPE"`` queries one item.
+    set it (as SCR answers: a key left at its built-in default is ``None``).
+    Descriptors work too: ``"CKPT=0 TYPE=XOR SET_SIZE=16"`` sets, ``"CKPT=0 TYPE"``
+    queries one item.
 
     Raises :class:`Error` (call ``SCR_Config``, with libscr's reason) for an unknown
     key, a malformed string or a set after ``init()``.
@@ -363,13 +376,14 @@ def start_restart():
     return buf.value.decode("utf-8")
 
 
-def complete_restart(valid):
+def complete_restart(valid=True):
     """Finish reading the checkpoint (``SCR_Complete_restart``); collective.
 
     ``valid``: whether this process read its files. Returns ``True`` when every process
     did, ``False`` otherwise; then ``have_restart()`` offers the next older checkpoint.
+    Raises :class:`Error` when the call fails (no restart in progress, ...).
     """
-    return _SCR_Complete_restart(1 if valid else 0) == SUCCESS
+    return _all_valid("SCR_Complete_restart", _SCR_Complete_restart(1 if valid else 0))
 
 
 def need_checkpoint():
@@ -391,12 +405,15 @@ def start_checkpoint():
     _check("SCR_Start_checkpoint", _SCR_Start_checkpoint())
 
 
-def complete_checkpoint(valid):
+def complete_checkpoint(valid=True):
     """Finish a checkpoint begun with ``start_checkpoint`` (``SCR_Complete_checkpoint``).
 
-    Returns ``True`` when every process passed ``valid=True`` and it was kept.
+    Returns ``True`` when every process passed ``valid=True`` and it was kept, ``False``
+    when some process said invalid; raises :class:`Error` when the call fails.
     """
-    return _SCR_Complete_checkpoint(1 if valid else 0) == SUCCESS
+    return _all_valid(
+        "SCR_Complete_checkpoint", _SCR_Complete_checkpoint(1 if valid else 0)
+    )
 
 
 def start_output(name, flags):
@@ -410,13 +427,14 @@ def start_output(name, flags):
     _check("SCR_Start_output", _SCR_Start_output(encoded, int(flags)))
 
 
-def complete_output(valid):
+def complete_output(valid=True):
     """Finish the dataset (``SCR_Complete_output``); collective.
 
     ``valid``: whether this process wrote its files. Returns ``True`` when every process
-    did and the dataset was kept, ``False`` otherwise.
+    did and the dataset was kept, ``False`` when some process said invalid; raises
+    :class:`Error` when the call fails (no dataset started, ...).
     """
-    return _SCR_Complete_output(1 if valid else 0) == SUCCESS
+    return _all_valid("SCR_Complete_output", _SCR_Complete_output(1 if valid else 0))
 
 
 def should_exit():
