@@ -91,9 +91,41 @@ fn unquote(v: &str) -> &str {
     v
 }
 
+/// `text` with the spaces around each `=` outside quotes removed: SCR reads
+/// `CKPT = 0 TYPE = XOR` as `CKPT=0 TYPE=XOR`.
+fn tight_equals(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut quote: Option<char> = None;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => {
+                quote = None;
+                out.push(c);
+            }
+            (None, '"' | '\'') => {
+                quote = Some(c);
+                out.push(c);
+            }
+            (None, '=') => {
+                while out.ends_with(char::is_whitespace) {
+                    out.pop();
+                }
+                out.push('=');
+                while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                    chars.next();
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
 /// Understand and check one `SCR_Config` string.
 pub fn parse(text: &str) -> Result<ApiCall, String> {
-    let t = text.trim();
+    let tight = tight_equals(text);
+    let t = tight.trim();
     if t.is_empty() {
         return Err(
             "the configuration string is empty; pass `KEY=VALUE` to set, `KEY` to query".into(),
@@ -611,5 +643,24 @@ mod tests {
         assert_eq!(ask("SCR_FLUSH").as_deref(), Some("4"), "through the API");
         assert_eq!(ask("SCR_DEBUG"), None, "a built-in default is not reported");
         assert_eq!(ask("SCR_HALT_SECONDS"), None, "set, then unset");
+    }
+
+    #[test]
+    fn spaces_around_the_equals_sign_are_allowed_as_in_scr() {
+        assert!(
+            matches!(parse("SCR_FLUSH = 10"), Ok(ApiCall::Set { key, value: Some(Value::UInt(10)) }) if key.name == "flush")
+        );
+        assert!(
+            matches!(parse("SCR_FLUSH ="), Ok(ApiCall::Set { key, value: None }) if key.name == "flush")
+        );
+        assert!(matches!(
+            parse("CKPT = 0 TYPE = PARTNER"),
+            Ok(ApiCall::Descriptor { ref name, ref items, .. })
+                if name == "0" && items == &[("TYPE".to_string(), Some("PARTNER".to_string()))]
+        ));
+        assert!(matches!(
+            parse("CKPT = 0 TYPE"),
+            Ok(ApiCall::DescriptorQuery { ref name, ref item, .. }) if name == "0" && item == "TYPE"
+        ));
     }
 }
