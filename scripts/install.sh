@@ -12,6 +12,7 @@ Install scr-rs under DIR:
   bin/scr, bin/scr-conformance      the administration command and the plugin harness
   lib/libscr.so, lib/libscr.a       the C library (SCR 3.x API)
   lib/scr/plugins/                  the shipped plugins (found with no configuration)
+  lib/libscrf.so, lib/libscrf.a     the same library under SCR's Fortran name (-lscrf -lscr)
   include/scr.h, include/scrf.h     C and Fortran headers (+ scr.mod when built)
   lib/pkgconfig/scr.pc              mpicc app.c $(pkg-config --cflags --libs scr)
   share/man/man1/                   scr(1), one page per subcommand, scr-conformance(1)
@@ -162,6 +163,11 @@ put 755 "$from/scr-conformance" "$prefix/bin/scr-conformance"
 for f in libscr.so libscr.a; do
     [ -f "$from/$f" ] || continue
     if [ $f = libscr.so ]; then put 755 "$from/$f" "$prefix/lib/$f"; else put 644 "$from/$f" "$prefix/lib/$f"; fi
+    # SCR's Fortran link line is `-lscrf -lscr`: libscr holds the Fortran interface too,
+    # so libscrf is libscr under SCR's name (a link; replaced atomically)
+    ln -sfn "$f" "$prefix/lib/.${f/libscr/libscrf}.tmp"
+    mv -fT "$prefix/lib/.${f/libscr/libscrf}.tmp" "$prefix/lib/${f/libscr/libscrf}"
+    installed+=("lib/${f/libscr/libscrf}")
 done
 for f in "${plugins[@]}"; do
     put 755 "$from/$f" "$prefix/lib/scr/plugins/$f"

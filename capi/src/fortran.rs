@@ -151,7 +151,9 @@ fn run(call: &str, ierror: *mut c_int, f: impl FnOnce() -> Result<bool, String>)
     set_ierror(call, ierror, ok);
 }
 
-/// Export `imp` under each Fortran link name given (same arguments, forwarded).
+/// Export `imp` under each Fortran link name given (same arguments, forwarded): one
+/// trailing underscore (gfortran), two (g77, `-fsecond-underscore`), upper case (Cray,
+/// Intel on Windows) and plain lower case (IBM XL, `-qnoextname`), as SCR's libscrf does.
 macro_rules! export {
     ($imp:ident $args:tt as $($name:ident),+) => {
         $( export_one!($imp $name $args); )+
@@ -175,13 +177,13 @@ macro_rules! export_one {
 fn init(ierror: *mut c_int) {
     run("SCR_INIT", ierror, || calls::init().map(|()| true));
 }
-export!(init(ierror: *mut c_int) as scr_init_, scr_init__, SCR_INIT);
+export!(init(ierror: *mut c_int) as scr_init_, scr_init__, SCR_INIT, scr_init);
 
 /// `SCR_FINALIZE(IERROR)`: collective, before `MPI_FINALIZE`.
 fn finalize(ierror: *mut c_int) {
     run("SCR_FINALIZE", ierror, || calls::finalize().map(|()| true));
 }
-export!(finalize(ierror: *mut c_int) as scr_finalize_, scr_finalize__, SCR_FINALIZE);
+export!(finalize(ierror: *mut c_int) as scr_finalize_, scr_finalize__, SCR_FINALIZE, scr_finalize);
 
 /// `SCR_SHOULD_EXIT(FLAG, IERROR)`: `FLAG` 1 when the run should stop now.
 fn should_exit(flag: *mut c_int, ierror: *mut c_int) {
@@ -193,7 +195,7 @@ fn should_exit(flag: *mut c_int, ierror: *mut c_int) {
     });
 }
 export!(should_exit(flag: *mut c_int, ierror: *mut c_int)
-    as scr_should_exit_, scr_should_exit__, SCR_SHOULD_EXIT);
+    as scr_should_exit_, scr_should_exit__, SCR_SHOULD_EXIT, scr_should_exit);
 
 // ---- Configuration ----
 
@@ -228,7 +230,7 @@ export!(config(
     ierror: *mut c_int,
     config_len: CharLen,
     val_len: CharLen
-) as scr_config_, scr_config__, SCR_CONFIG);
+) as scr_config_, scr_config__, SCR_CONFIG, scr_config);
 
 // ---- File routing ----
 
@@ -264,7 +266,7 @@ export!(route_file(
     ierror: *mut c_int,
     name_len: CharLen,
     file_len: CharLen
-) as scr_route_file_, scr_route_file__, SCR_ROUTE_FILE);
+) as scr_route_file_, scr_route_file__, SCR_ROUTE_FILE, scr_route_file);
 
 // ---- Restart ----
 
@@ -290,7 +292,7 @@ export!(have_restart(
     name: *mut c_char,
     ierror: *mut c_int,
     name_len: CharLen
-) as scr_have_restart_, scr_have_restart__, SCR_HAVE_RESTART);
+) as scr_have_restart_, scr_have_restart__, SCR_HAVE_RESTART, scr_have_restart);
 
 /// `SCR_START_RESTART(NAME, IERROR)`: begin reading; the checkpoint's name into `NAME`.
 fn start_restart(name: *mut c_char, ierror: *mut c_int, name_len: CharLen) {
@@ -304,7 +306,7 @@ fn start_restart(name: *mut c_char, ierror: *mut c_int, name_len: CharLen) {
     });
 }
 export!(start_restart(name: *mut c_char, ierror: *mut c_int, name_len: CharLen)
-    as scr_start_restart_, scr_start_restart__, SCR_START_RESTART);
+    as scr_start_restart_, scr_start_restart__, SCR_START_RESTART, scr_start_restart);
 
 /// `SCR_COMPLETE_RESTART(VALID, IERROR)`: success only when every process read it.
 fn complete_restart(valid: *const c_int, ierror: *mut c_int) {
@@ -313,7 +315,7 @@ fn complete_restart(valid: *const c_int, ierror: *mut c_int) {
     });
 }
 export!(complete_restart(valid: *const c_int, ierror: *mut c_int)
-    as scr_complete_restart_, scr_complete_restart__, SCR_COMPLETE_RESTART);
+    as scr_complete_restart_, scr_complete_restart__, SCR_COMPLETE_RESTART, scr_complete_restart);
 
 // ---- Checkpoint and output ----
 
@@ -327,7 +329,7 @@ fn need_checkpoint(flag: *mut c_int, ierror: *mut c_int) {
     });
 }
 export!(need_checkpoint(flag: *mut c_int, ierror: *mut c_int)
-    as scr_need_checkpoint_, scr_need_checkpoint__, SCR_NEED_CHECKPOINT);
+    as scr_need_checkpoint_, scr_need_checkpoint__, SCR_NEED_CHECKPOINT, scr_need_checkpoint);
 
 /// `SCR_START_CHECKPOINT(IERROR)`: the SCR 1.x/2.x form (named `ckpt.<id>`).
 fn start_checkpoint(ierror: *mut c_int) {
@@ -336,7 +338,7 @@ fn start_checkpoint(ierror: *mut c_int) {
     });
 }
 export!(start_checkpoint(ierror: *mut c_int)
-    as scr_start_checkpoint_, scr_start_checkpoint__, SCR_START_CHECKPOINT);
+    as scr_start_checkpoint_, scr_start_checkpoint__, SCR_START_CHECKPOINT, scr_start_checkpoint);
 
 /// `SCR_COMPLETE_CHECKPOINT(VALID, IERROR)`.
 fn complete_checkpoint(valid: *const c_int, ierror: *mut c_int) {
@@ -345,7 +347,7 @@ fn complete_checkpoint(valid: *const c_int, ierror: *mut c_int) {
     });
 }
 export!(complete_checkpoint(valid: *const c_int, ierror: *mut c_int)
-    as scr_complete_checkpoint_, scr_complete_checkpoint__, SCR_COMPLETE_CHECKPOINT);
+    as scr_complete_checkpoint_, scr_complete_checkpoint__, SCR_COMPLETE_CHECKPOINT, scr_complete_checkpoint);
 
 /// `SCR_START_OUTPUT(NAME, FLAGS, IERROR)`: `FLAGS` a sum of `SCR_FLAG_*`. A blank
 /// `NAME` (Fortran has no NULL) names the dataset after its id, as C's NULL does.
@@ -366,7 +368,7 @@ export!(start_output(
     flags: *const c_int,
     ierror: *mut c_int,
     name_len: CharLen
-) as scr_start_output_, scr_start_output__, SCR_START_OUTPUT);
+) as scr_start_output_, scr_start_output__, SCR_START_OUTPUT, scr_start_output);
 
 /// `SCR_COMPLETE_OUTPUT(VALID, IERROR)`: success only when every process wrote its
 /// files (`VALID` 1 everywhere) and the dataset was kept.
@@ -376,7 +378,7 @@ fn complete_output(valid: *const c_int, ierror: *mut c_int) {
     });
 }
 export!(complete_output(valid: *const c_int, ierror: *mut c_int)
-    as scr_complete_output_, scr_complete_output__, SCR_COMPLETE_OUTPUT);
+    as scr_complete_output_, scr_complete_output__, SCR_COMPLETE_OUTPUT, scr_complete_output);
 
 // ---- Dataset management ----
 
@@ -402,21 +404,21 @@ fn current(name: *const c_char, ierror: *mut c_int, name_len: CharLen) {
     named("SCR_CURRENT", name, ierror, name_len, calls::current);
 }
 export!(current(name: *const c_char, ierror: *mut c_int, name_len: CharLen)
-    as scr_current_, scr_current__, SCR_CURRENT);
+    as scr_current_, scr_current__, SCR_CURRENT, scr_current);
 
 /// `SCR_DROP(NAME, IERROR)`: stop offering the named dataset for restart.
 fn drop_dataset(name: *const c_char, ierror: *mut c_int, name_len: CharLen) {
     named("SCR_DROP", name, ierror, name_len, calls::drop_dataset);
 }
 export!(drop_dataset(name: *const c_char, ierror: *mut c_int, name_len: CharLen)
-    as scr_drop_, scr_drop__, SCR_DROP);
+    as scr_drop_, scr_drop__, SCR_DROP, scr_drop);
 
 /// `SCR_DELETE(NAME, IERROR)`: delete the named dataset.
 fn delete(name: *const c_char, ierror: *mut c_int, name_len: CharLen) {
     named("SCR_DELETE", name, ierror, name_len, calls::delete);
 }
 export!(delete(name: *const c_char, ierror: *mut c_int, name_len: CharLen)
-    as scr_delete_, scr_delete__, SCR_DELETE);
+    as scr_delete_, scr_delete__, SCR_DELETE, scr_delete);
 
 // ---- Environment ----
 
@@ -428,4 +430,4 @@ fn get_version(version: *mut c_char, ierror: *mut c_int, version_len: CharLen) {
     });
 }
 export!(get_version(version: *mut c_char, ierror: *mut c_int, version_len: CharLen)
-    as scr_get_version_, scr_get_version__, SCR_GET_VERSION);
+    as scr_get_version_, scr_get_version__, SCR_GET_VERSION, scr_get_version);

@@ -41,6 +41,11 @@ fn fortran_build_dirs() -> (PathBuf, PathBuf) {
 /// A machine without gfortran or OpenMPI's wrappers fails the test: the Fortran
 /// interface is part of what is shipped, so its test must not pass by skipping.
 fn mpif90(source: &Path, out: &Path, extra: &[&str]) {
+    mpif90_linking(source, out, extra, &["-lscr"]);
+}
+
+/// [`mpif90`] with the libraries `libs` (SCR's documented line is `-lscrf -lscr`).
+fn mpif90_linking(source: &Path, out: &Path, extra: &[&str], libs: &[&str]) {
     let (include, lib) = fortran_build_dirs();
     let mut cmd = Command::new("mpif90");
     cmd.args(extra)
@@ -50,7 +55,7 @@ fn mpif90(source: &Path, out: &Path, extra: &[&str]) {
         .arg(format!("-I{}", include.display()))
         .arg(format!("-L{}", lib.display()))
         .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-lscr")
+        .args(libs)
         .current_dir(out.parent().expect("output directory"));
     let setup = "run scripts/setup.sh, which installs gfortran and OpenMPI's Fortran compiler wrapper mpif90";
     match cmd.output() {
@@ -283,11 +288,20 @@ fn fortran_calling_convention() {
     .map(|l| l + "\n")
     .concat();
 
-    // gfortran's default names (scr_config_) and the -fsecond-underscore ones
-    // (scr_config__), which libscr exports too
-    for (exe, flags) in [("probe", &[][..]), ("probe2", &["-fsecond-underscore"][..])] {
+    // gfortran's default names (scr_config_), the -fsecond-underscore ones
+    // (scr_config__) and plain lower-case names (-fno-underscoring, as IBM XL makes
+    // them), which libscr exports too; the last linked with SCR's `-lscrf -lscr`
+    for (exe, flags, libs) in [
+        ("probe", &[][..], &["-lscr"][..]),
+        ("probe2", &["-fsecond-underscore"][..], &["-lscr"][..]),
+        (
+            "probe3",
+            &["-fno-underscoring"][..],
+            &["-lscrf", "-lscr"][..],
+        ),
+    ] {
         let exe = build.path().join(exe);
-        mpif90(&source, &exe, flags);
+        mpif90_linking(&source, &exe, flags, libs);
         let mut c = Cluster::for_installed();
         // the scheme comes from SCR_CONFIG alone
         c.env.remove("SCR_COPY_TYPE");

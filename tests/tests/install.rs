@@ -87,6 +87,8 @@ fn the_install_tree_has_each_file_where_the_layout_says() {
         for f in [
             "lib/libscr.so",
             "lib/libscr.a",
+            "lib/libscrf.so",
+            "lib/libscrf.a",
             "include/scr.h",
             "include/scrf.h",
         ] {
