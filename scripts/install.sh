@@ -15,6 +15,7 @@ Install scr-rs under DIR:
   lib/libscrf.so, lib/libscrf.a     the same library under SCR's Fortran name (-lscrf -lscr)
   include/scr.h, include/scrf.h     C and Fortran headers (+ scr.mod when built)
   lib/pkgconfig/scr.pc              mpicc app.c $(pkg-config --cflags --libs scr)
+  lib/cmake/scr/                    find_package(scr): targets scr::scr and scr::scrf
   share/man/man1/                   scr(1), one page per subcommand, scr-conformance(1)
   share/scr/examples/               the C, C++, Fortran and Python examples
   share/scr/python/                 the Python package (pip install DIR/share/scr/python)
@@ -185,6 +186,12 @@ fi
 sed -e "s|@PREFIX@|$prefix|g" -e "s|@VERSION@|$version|g" "$root/config/scr.pc.in" >"$prefix/.scr.pc.tmp"
 put 644 "$prefix/.scr.pc.tmp" "$prefix/lib/pkgconfig/scr.pc"
 rm -f "$prefix/.scr.pc.tmp"
+# the CMake package: find_package(scr) gives scr::scr and scr::scrf
+for f in scrConfig.cmake scrConfigVersion.cmake; do
+    sed -e "s|@VERSION@|$version|g" "$root/config/cmake/$f.in" >"$prefix/.$f.tmp"
+    put 644 "$prefix/.$f.tmp" "$prefix/lib/cmake/scr/$f"
+    rm -f "$prefix/.$f.tmp"
+done
 
 man=$(mktemp -d)
 trap 'rm -rf "$man"' EXIT

@@ -11,13 +11,14 @@
 #   g++                  the C++ example (mpicxx)
 #   gfortran             mpif90: the Fortran interface and example
 #   pkg-config           building the examples as a user would: $(pkg-config --cflags --libs scr)
+#   cmake                the test of the installed CMake package (find_package(scr))
 #   python3 python3-mpi4py   the Python module and its test
 #   python3-venv python3-setuptools   the test that pip-installs the module into a venv
 #
 # After installing, the commands the tests run are checked (mpicc, mpicxx, mpif90 compile
 # and python3 imports mpi4py), so a wrapper whose compiler is missing is reported here.
 set -euo pipefail
-packages=(gcc libc6-dev openmpi-bin libopenmpi-dev libclang-dev g++ gfortran pkg-config python3 python3-mpi4py python3-venv python3-setuptools)
+packages=(gcc libc6-dev openmpi-bin libopenmpi-dev libclang-dev g++ gfortran pkg-config cmake python3 python3-mpi4py python3-venv python3-setuptools)
 need=()
 for pkg in "${packages[@]}"; do
     dpkg -s "$pkg" 2>/dev/null | grep -q '^Status: install ok installed' || need+=("$pkg")
@@ -45,6 +46,7 @@ check "mpicc" mpicc --version
 check "mpicxx" mpicxx --version
 check "mpif90" mpif90 --version
 check "pkg-config" pkg-config --version
+check "cmake" cmake --version
 # Debian's python3-mpi4py is for the system interpreter; a python3 earlier on PATH (pyenv,
 # a virtual environment) needs its own mpi4py (pip install mpi4py), which is only a warning.
 check "mpi4py" /usr/bin/python3 -c 'import mpi4py'

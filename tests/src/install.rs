@@ -56,6 +56,7 @@ fn install_inputs(target: &Path) -> Vec<PathBuf> {
         "python",
         "config/scr.toml",
         "config/scr.pc.in",
+        "config/cmake",
         "scripts/install.sh",
     ] {
         inputs.push(root.join(rel));

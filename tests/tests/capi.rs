@@ -643,3 +643,64 @@ fn with_fetch_off_a_restart_reads_the_prefix_in_place_after_checking_it() {
         "{entries:?}"
     );
 }
+
+/// A CMake project finds the installed library with `find_package(scr)` and builds the C
+/// example against `scr::scr`; the program runs and checkpoints. (The C++ and Fortran
+/// targets are the same library: `scr::scrf` is checked to exist.)
+#[test]
+fn a_cmake_project_builds_with_find_package_scr() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::copy(
+        repo().join("examples/c/checkpoint.c"),
+        src.join("checkpoint.c"),
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("CMakeLists.txt"),
+        "cmake_minimum_required(VERSION 3.13)\n\
+         project(app C)\n\
+         find_package(MPI REQUIRED COMPONENTS C)\n\
+         find_package(scr 0.1 REQUIRED)\n\
+         if(NOT TARGET scr::scrf)\n  message(FATAL_ERROR \"no scr::scrf\")\nendif()\n\
+         add_executable(checkpoint checkpoint.c)\n\
+         target_link_libraries(checkpoint PRIVATE scr::scr MPI::MPI_C)\n",
+    )
+    .unwrap();
+    let prefix = scr_e2e::install::install_tree();
+    let build = work.path().join("build");
+    let run = |args: &[&str]| {
+        let out = Command::new("cmake")
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cmake cannot run ({e}): run scripts/setup.sh"));
+        assert!(
+            out.status.success(),
+            "cmake {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "-S",
+        src.to_str().unwrap(),
+        "-B",
+        build.to_str().unwrap(),
+        &format!("-DCMAKE_PREFIX_PATH={}", prefix.display()),
+    ]);
+    run(&["--build", build.to_str().unwrap()]);
+    let exe = build.join("checkpoint");
+    let c = Cluster::for_installed();
+    let out = c.run_path(TWO_NODES, &exe, &["--steps", "6"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert_world(&out, 4);
+    assert!(out.stdout.contains("starting fresh"), "{out}");
+    // the program is linked with the installed libscr (the imported target's path)
+    let ldd = Command::new("ldd").arg(&exe).output().unwrap();
+    let ldd = String::from_utf8_lossy(&ldd.stdout);
+    assert!(
+        ldd.contains(&format!("{}", prefix.join("lib").display())),
+        "{ldd}"
+    );
+}

@@ -89,6 +89,8 @@ fn the_install_tree_has_each_file_where_the_layout_says() {
             "lib/libscr.a",
             "lib/libscrf.so",
             "lib/libscrf.a",
+            "lib/cmake/scr/scrConfig.cmake",
+            "lib/cmake/scr/scrConfigVersion.cmake",
             "include/scr.h",
             "include/scrf.h",
         ] {
