@@ -13,7 +13,8 @@ Install scr-rs under DIR:
   lib/libscr.so, lib/libscr.a       the C library (SCR 3.x API)
   lib/scr/plugins/                  the shipped plugins (found with no configuration)
   lib/libscrf.so, lib/libscrf.a     the same library under SCR's Fortran name (-lscrf -lscr)
-  include/scr.h, include/scrf.h     C and Fortran headers (+ scr.mod when built)
+  include/scr.h, include/scrf.h     C and Fortran headers
+  include/scr.f90, include/scr.mod  the Fortran 90 module (USE scr), built with mpif90
   lib/pkgconfig/scr.pc              mpicc app.c $(pkg-config --cflags --libs scr)
   lib/cmake/scr/                    find_package(scr): targets scr::scr and scr::scrf
   share/man/man1/                   scr(1), one page per subcommand, scr-conformance(1)
@@ -177,10 +178,21 @@ for h in "$root"/capi/include/*.h; do
     [ -f "$h" ] || continue
     put 644 "$h" "$prefix/include/$(basename "$h")"
 done
-# The Fortran module, when gfortran built one: the newest scr.mod under the build dir.
-mod=$(find "$from" -maxdepth 5 -name scr.mod -type f -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -n 1 | cut -d' ' -f2-)
-if [ -n "$mod" ]; then
-    put 644 "$mod" "$prefix/include/scr.mod"
+# The Fortran 90 module (`USE scr`): its source, and scr.mod compiled with the Fortran
+# compiler found (a .mod belongs to the compiler that made it; the source lets a user
+# rebuild it with theirs).
+put 644 "$root/capi/include/scr.f90" "$prefix/include/scr.f90"
+fc=$(command -v mpif90 || command -v gfortran || true)
+if [ -n "$fc" ]; then
+    modtmp=$(mktemp -d)
+    if "$fc" -c -J "$modtmp" -I "$root/capi/include" -o "$modtmp/scr.o" "$root/capi/include/scr.f90" >"$modtmp/log" 2>&1; then
+        put 644 "$modtmp/scr.mod" "$prefix/include/scr.mod"
+    else
+        warn "include/scr.mod not built ($fc failed): $(cat "$modtmp/log")"
+    fi
+    rm -rf "$modtmp"
+else
+    warn "include/scr.mod not built: no Fortran compiler (mpif90, gfortran) on PATH"
 fi
 
 sed -e "s|@PREFIX@|$prefix|g" -e "s|@VERSION@|$version|g" "$root/config/scr.pc.in" >"$prefix/.scr.pc.tmp"

@@ -390,3 +390,46 @@ end program free
         assert_eq!(String::from_utf8_lossy(&out.stdout), expected, "{file}");
     }
 }
+
+/// A Fortran 90 program with `USE scr` (the module's interfaces check every call), linked
+/// with SCR's `-lscrf -lscr`, initialises, routes a file outside a dataset and finalizes.
+const USES_MODULE: &str = "program uses_module
+  use mpi
+  use scr
+  implicit none
+  integer :: ierr, ierror, flag
+  character(len=SCR_MAX_FILENAME) :: path
+  call MPI_INIT(ierr)
+  call SCR_INIT(ierror)
+  print '(A,I0)', 'init ', ierror
+  call SCR_ROUTE_FILE('data/in.dat', path, ierror)
+  print '(A,I0,A,A)', 'route ', ierror, ' ', trim(path)
+  call SCR_NEED_CHECKPOINT(flag, ierror)
+  print '(A,I0)', 'need ', ierror
+  call SCR_FINALIZE(ierror)
+  print '(A,I0)', 'finalize ', ierror
+  call MPI_FINALIZE(ierr)
+end program uses_module
+";
+
+#[test]
+fn a_program_using_the_scr_module_builds_and_runs() {
+    let build = tempfile::tempdir().expect("build directory");
+    let (include, _) = fortran_build_dirs();
+    assert!(
+        include.join("scr.mod").is_file(),
+        "{}/scr.mod was not installed",
+        include.display()
+    );
+    let source = build.path().join("uses_module.f90");
+    std::fs::write(&source, USES_MODULE).expect("source");
+    let exe = build.path().join("uses_module");
+    mpif90_linking(&source, &exe, &["-Wall", "-Werror"], &["-lscrf", "-lscr"]);
+    let c = Cluster::for_installed();
+    let out = c.run_path(&["n0"], &exe, &[]);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        out.stdout, "init 0\nroute 0 data/in.dat\nneed 0\nfinalize 0\n",
+        "{out}"
+    );
+}

@@ -91,6 +91,7 @@ fn the_install_tree_has_each_file_where_the_layout_says() {
             "lib/libscrf.a",
             "lib/cmake/scr/scrConfig.cmake",
             "lib/cmake/scr/scrConfigVersion.cmake",
+            "include/scr.f90",
             "include/scr.h",
             "include/scrf.h",
         ] {
