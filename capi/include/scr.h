@@ -76,8 +76,8 @@ int SCR_Complete_output(int valid);
 
 /* Dataset management */
 int SCR_Current(const char* name);
-/* Drop: the dataset leaves the prefix's index and is no longer offered for a restart
- * (its files stay). Delete: its files go from cache and prefix, with its index entry.
+/* Drop: the dataset leaves the prefix's index and is no longer offered for a restart in
+ * this run (its files stay). Delete: its files go from cache and prefix, with its index entry.
  * Both collective; a name nothing holds is no error. */
 int SCR_Drop(const char* name);
 int SCR_Delete(const char* name);

@@ -216,7 +216,11 @@ pub fn init() -> Result<(), String> {
         *scr_plugin::sync::lock(&INIT_THREAD) = Some(std::thread::current().id());
         if disabled {
             // SCR's SCR_Init fails when SCR is disabled; so do the calls after it
-            // (SCR_Route_file passes names through, SCR_Config queries return NULL)
+            // (SCR_Route_file passes names through, SCR_Config queries return NULL);
+            // rank 0 says why, once for the job
+            if world_rank().unwrap_or(0) != 0 {
+                return Err(DISABLED.into());
+            }
             return Err("SCR is disabled (SCR_ENABLE=0 or enable = false): SCR_Init returns SCR_FAILURE, as in SCR, and so do the calls after it; SCR_Route_file passes names through".into());
         }
         Ok(())

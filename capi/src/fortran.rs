@@ -152,8 +152,10 @@ fn run(call: &str, ierror: *mut c_int, f: impl FnOnce() -> Result<bool, String>)
 }
 
 /// Export `imp` under each Fortran link name given (same arguments, forwarded): one
-/// trailing underscore (gfortran), two (g77, `-fsecond-underscore`), upper case (Cray,
-/// Intel on Windows) and plain lower case (IBM XL, `-qnoextname`), as SCR's libscrf does.
+/// trailing underscore (gfortran), two (g77, `-fsecond-underscore`) and upper case. Not
+/// the plain lower-case names (IBM XL's `-qnoextname`): libncurses exports `scr_init`,
+/// `scr_dump`, ..., and a program linking both would bind one library's function to the
+/// other's.
 macro_rules! export {
     ($imp:ident $args:tt as $($name:ident),+) => {
         $( export_one!($imp $name $args); )+
@@ -177,13 +179,13 @@ macro_rules! export_one {
 fn init(ierror: *mut c_int) {
     run("SCR_INIT", ierror, || calls::init().map(|()| true));
 }
-export!(init(ierror: *mut c_int) as scr_init_, scr_init__, SCR_INIT, scr_init);
+export!(init(ierror: *mut c_int) as scr_init_, scr_init__, SCR_INIT);
 
 /// `SCR_FINALIZE(IERROR)`: collective, before `MPI_FINALIZE`.
 fn finalize(ierror: *mut c_int) {
     run("SCR_FINALIZE", ierror, || calls::finalize().map(|()| true));
 }
-export!(finalize(ierror: *mut c_int) as scr_finalize_, scr_finalize__, SCR_FINALIZE, scr_finalize);
+export!(finalize(ierror: *mut c_int) as scr_finalize_, scr_finalize__, SCR_FINALIZE);
 
 /// `SCR_SHOULD_EXIT(FLAG, IERROR)`: `FLAG` 1 when the run should stop now.
 fn should_exit(flag: *mut c_int, ierror: *mut c_int) {
@@ -195,7 +197,7 @@ fn should_exit(flag: *mut c_int, ierror: *mut c_int) {
     });
 }
 export!(should_exit(flag: *mut c_int, ierror: *mut c_int)
-    as scr_should_exit_, scr_should_exit__, SCR_SHOULD_EXIT, scr_should_exit);
+    as scr_should_exit_, scr_should_exit__, SCR_SHOULD_EXIT);
 
 // ---- Configuration ----
 
@@ -230,7 +232,7 @@ export!(config(
     ierror: *mut c_int,
     config_len: CharLen,
     val_len: CharLen
-) as scr_config_, scr_config__, SCR_CONFIG, scr_config);
+) as scr_config_, scr_config__, SCR_CONFIG);
 
 // ---- File routing ----
 
@@ -266,7 +268,7 @@ export!(route_file(
     ierror: *mut c_int,
     name_len: CharLen,
     file_len: CharLen
-) as scr_route_file_, scr_route_file__, SCR_ROUTE_FILE, scr_route_file);
+) as scr_route_file_, scr_route_file__, SCR_ROUTE_FILE);
 
 // ---- Restart ----
 
@@ -292,7 +294,7 @@ export!(have_restart(
     name: *mut c_char,
     ierror: *mut c_int,
     name_len: CharLen
-) as scr_have_restart_, scr_have_restart__, SCR_HAVE_RESTART, scr_have_restart);
+) as scr_have_restart_, scr_have_restart__, SCR_HAVE_RESTART);
 
 /// `SCR_START_RESTART(NAME, IERROR)`: begin reading; the checkpoint's name into `NAME`.
 fn start_restart(name: *mut c_char, ierror: *mut c_int, name_len: CharLen) {
@@ -306,7 +308,7 @@ fn start_restart(name: *mut c_char, ierror: *mut c_int, name_len: CharLen) {
     });
 }
 export!(start_restart(name: *mut c_char, ierror: *mut c_int, name_len: CharLen)
-    as scr_start_restart_, scr_start_restart__, SCR_START_RESTART, scr_start_restart);
+    as scr_start_restart_, scr_start_restart__, SCR_START_RESTART);
 
 /// `SCR_COMPLETE_RESTART(VALID, IERROR)`: success only when every process read it.
 fn complete_restart(valid: *const c_int, ierror: *mut c_int) {
@@ -315,7 +317,7 @@ fn complete_restart(valid: *const c_int, ierror: *mut c_int) {
     });
 }
 export!(complete_restart(valid: *const c_int, ierror: *mut c_int)
-    as scr_complete_restart_, scr_complete_restart__, SCR_COMPLETE_RESTART, scr_complete_restart);
+    as scr_complete_restart_, scr_complete_restart__, SCR_COMPLETE_RESTART);
 
 // ---- Checkpoint and output ----
 
@@ -329,7 +331,7 @@ fn need_checkpoint(flag: *mut c_int, ierror: *mut c_int) {
     });
 }
 export!(need_checkpoint(flag: *mut c_int, ierror: *mut c_int)
-    as scr_need_checkpoint_, scr_need_checkpoint__, SCR_NEED_CHECKPOINT, scr_need_checkpoint);
+    as scr_need_checkpoint_, scr_need_checkpoint__, SCR_NEED_CHECKPOINT);
 
 /// `SCR_START_CHECKPOINT(IERROR)`: the SCR 1.x/2.x form (named `ckpt.<id>`).
 fn start_checkpoint(ierror: *mut c_int) {
@@ -338,7 +340,7 @@ fn start_checkpoint(ierror: *mut c_int) {
     });
 }
 export!(start_checkpoint(ierror: *mut c_int)
-    as scr_start_checkpoint_, scr_start_checkpoint__, SCR_START_CHECKPOINT, scr_start_checkpoint);
+    as scr_start_checkpoint_, scr_start_checkpoint__, SCR_START_CHECKPOINT);
 
 /// `SCR_COMPLETE_CHECKPOINT(VALID, IERROR)`.
 fn complete_checkpoint(valid: *const c_int, ierror: *mut c_int) {
@@ -347,7 +349,7 @@ fn complete_checkpoint(valid: *const c_int, ierror: *mut c_int) {
     });
 }
 export!(complete_checkpoint(valid: *const c_int, ierror: *mut c_int)
-    as scr_complete_checkpoint_, scr_complete_checkpoint__, SCR_COMPLETE_CHECKPOINT, scr_complete_checkpoint);
+    as scr_complete_checkpoint_, scr_complete_checkpoint__, SCR_COMPLETE_CHECKPOINT);
 
 /// `SCR_START_OUTPUT(NAME, FLAGS, IERROR)`: `FLAGS` a sum of `SCR_FLAG_*`. A blank
 /// `NAME` (Fortran has no NULL) names the dataset after its id, as C's NULL does.
@@ -368,7 +370,7 @@ export!(start_output(
     flags: *const c_int,
     ierror: *mut c_int,
     name_len: CharLen
-) as scr_start_output_, scr_start_output__, SCR_START_OUTPUT, scr_start_output);
+) as scr_start_output_, scr_start_output__, SCR_START_OUTPUT);
 
 /// `SCR_COMPLETE_OUTPUT(VALID, IERROR)`: success only when every process wrote its
 /// files (`VALID` 1 everywhere) and the dataset was kept.
@@ -378,7 +380,7 @@ fn complete_output(valid: *const c_int, ierror: *mut c_int) {
     });
 }
 export!(complete_output(valid: *const c_int, ierror: *mut c_int)
-    as scr_complete_output_, scr_complete_output__, SCR_COMPLETE_OUTPUT, scr_complete_output);
+    as scr_complete_output_, scr_complete_output__, SCR_COMPLETE_OUTPUT);
 
 // ---- Dataset management ----
 
@@ -404,21 +406,21 @@ fn current(name: *const c_char, ierror: *mut c_int, name_len: CharLen) {
     named("SCR_CURRENT", name, ierror, name_len, calls::current);
 }
 export!(current(name: *const c_char, ierror: *mut c_int, name_len: CharLen)
-    as scr_current_, scr_current__, SCR_CURRENT, scr_current);
+    as scr_current_, scr_current__, SCR_CURRENT);
 
 /// `SCR_DROP(NAME, IERROR)`: stop offering the named dataset for restart.
 fn drop_dataset(name: *const c_char, ierror: *mut c_int, name_len: CharLen) {
     named("SCR_DROP", name, ierror, name_len, calls::drop_dataset);
 }
 export!(drop_dataset(name: *const c_char, ierror: *mut c_int, name_len: CharLen)
-    as scr_drop_, scr_drop__, SCR_DROP, scr_drop);
+    as scr_drop_, scr_drop__, SCR_DROP);
 
 /// `SCR_DELETE(NAME, IERROR)`: delete the named dataset.
 fn delete(name: *const c_char, ierror: *mut c_int, name_len: CharLen) {
     named("SCR_DELETE", name, ierror, name_len, calls::delete);
 }
 export!(delete(name: *const c_char, ierror: *mut c_int, name_len: CharLen)
-    as scr_delete_, scr_delete__, SCR_DELETE, scr_delete);
+    as scr_delete_, scr_delete__, SCR_DELETE);
 
 // ---- Environment ----
 
@@ -430,4 +432,4 @@ fn get_version(version: *mut c_char, ierror: *mut c_int, version_len: CharLen) {
     });
 }
 export!(get_version(version: *mut c_char, ierror: *mut c_int, version_len: CharLen)
-    as scr_get_version_, scr_get_version__, SCR_GET_VERSION, scr_get_version);
+    as scr_get_version_, scr_get_version__, SCR_GET_VERSION);

@@ -459,7 +459,7 @@ def current(name):
 
 def drop(name):
     """Forget dataset ``name`` (``SCR_Drop``): its entry leaves the prefix's index and it
-    is no longer offered for a restart; its files stay. Collective; a name nothing holds
+    is no longer offered for a restart in this run; its files stay. Collective; a name nothing holds
     is no error."""
     _check("SCR_Drop", _SCR_Drop(_encode(name, "dataset name")))
 

@@ -288,15 +288,14 @@ fn fortran_calling_convention() {
     .map(|l| l + "\n")
     .concat();
 
-    // gfortran's default names (scr_config_), the -fsecond-underscore ones
-    // (scr_config__) and plain lower-case names (-fno-underscoring, as IBM XL makes
-    // them), which libscr exports too; the last linked with SCR's `-lscrf -lscr`
+    // gfortran's default names (scr_config_) and the -fsecond-underscore ones
+    // (scr_config__), which libscr exports too; the second linked with SCR's
+    // `-lscrf -lscr`
     for (exe, flags, libs) in [
         ("probe", &[][..], &["-lscr"][..]),
-        ("probe2", &["-fsecond-underscore"][..], &["-lscr"][..]),
         (
-            "probe3",
-            &["-fno-underscoring"][..],
+            "probe2",
+            &["-fsecond-underscore"][..],
             &["-lscrf", "-lscr"][..],
         ),
     ] {

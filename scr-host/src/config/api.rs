@@ -112,8 +112,14 @@ fn tight_equals(text: &str) -> String {
                     out.pop();
                 }
                 out.push('=');
-                while chars.peek().is_some_and(|c| c.is_whitespace()) {
-                    chars.next();
+                // the value follows after spaces, unless what follows is the next item
+                // (`TYPE= SET_SIZE=4` unsets TYPE and sets SET_SIZE)
+                let rest: String = chars.clone().collect();
+                let next = rest.split_whitespace().next().unwrap_or("");
+                if !next.contains('=') {
+                    while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                        chars.next();
+                    }
                 }
             }
             _ => out.push(c),
@@ -657,6 +663,12 @@ mod tests {
             parse("CKPT = 0 TYPE = PARTNER"),
             Ok(ApiCall::Descriptor { ref name, ref items, .. })
                 if name == "0" && items == &[("TYPE".to_string(), Some("PARTNER".to_string()))]
+        ));
+        // an empty value followed by the next item stays two items
+        assert!(matches!(
+            parse("CKPT=0 TYPE= SET_SIZE=4"),
+            Ok(ApiCall::Descriptor { ref items, .. })
+                if items == &[("TYPE".to_string(), None), ("SET_SIZE".to_string(), Some("4".to_string()))]
         ));
         assert!(matches!(
             parse("CKPT = 0 TYPE"),

@@ -11,62 +11,101 @@ use std::path::{Path, PathBuf};
 
 impl Runtime {
     /// SCR's `SCR_Drop` (collective): the named dataset is removed from the prefix's
-    /// index (its files stay) and, when the cache holds it, no longer offered for a
-    /// restart. A name neither holds is not an error (as in SCR); a name that differs
-    /// between ranks is, on every rank.
+    /// index (its files stay) and, when the cache holds it, not offered for a restart
+    /// again in this run (nor, from the prefix, in later ones). A name neither holds is
+    /// not an error (as in SCR); a name that differs between ranks, or a dataset being
+    /// written or read, is, on every rank.
     pub fn drop_dataset(&mut self, name: &str) -> Result<()> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("drop");
         if self.passthrough.is_some() {
             return Ok(());
         }
-        let same = self.same_name("drop", name);
-        self.begin("drop", same)?;
-        if let Ok(id) = self.id_of(name) {
+        let cached = self.id_of(name).ok();
+        let pre = self
+            .same_name("drop", name)
+            .and_then(|()| self.not_in_use("drop", name, cached));
+        self.begin("drop", pre)?;
+        if let Some(id) = cached {
+            self.settle_flush_of(id);
             self.restart.skipped.push(id);
         }
-        self.remove_from_prefix("drop", name, false)
+        self.forget_prefix_restart(name);
+        self.remove_from_prefix("drop", name, cached, false)
     }
 
     /// SCR's `SCR_Delete` (collective): the named dataset's files are deleted from cache
     /// and from the prefix, and its index entry with them. A name neither holds is not an
-    /// error (as in SCR); a name that differs between ranks, or a dataset being read,
-    /// written or flushed, is, on every rank, before anything is deleted.
+    /// error (as in SCR); a name that differs between ranks, or a dataset being read or
+    /// written, is, on every rank, before anything is deleted. A background flush of it
+    /// is waited for and recorded first, so that recording it cannot bring it back.
     pub fn delete(&mut self, name: &str) -> Result<()> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("delete");
         if self.passthrough.is_some() {
             return Ok(());
         }
-        // a dataset busy on some ranks is an error on every rank, agreed before anything
-        // is deleted
         let cached = self.id_of(name).ok();
-        let pre = self.same_name("delete", name).and_then(|()| match cached {
-            Some(id) if self.restart.candidate == Some(id) || self.output.as_ref().is_some_and(|o| o.record.id == id) => {
-                Err(ScrError::Usage(format!(
-                    "delete: dataset `{name}` is being read or written; complete it first"
-                )))
-            }
-            Some(id) if self.flushing_ids().contains(&id) => {
-                // the background transfer still reads it (on this rank, maybe not on
-                // others: agreed below); deleting now would fail the flush
-                Err(ScrError::Usage(format!(
-                    "delete: dataset `{name}` is being flushed in the background on rank {}; delete it once the flush is done (or at the next run)",
-                    self.topo.rank
-                )))
-            }
-            _ => Ok(()),
-        });
+        let pre = self
+            .same_name("delete", name)
+            .and_then(|()| self.not_in_use("delete", name, cached));
         self.begin("delete", pre)?;
-        let local = match cached {
-            Some(id) => {
-                let rec = self.cache.filemap.datasets[&id].clone();
-                self.delete_dataset(&rec)
-            }
+        if let Some(id) = cached {
+            self.settle_flush_of(id);
+        }
+        let local = match cached.and_then(|id| self.cache.filemap.datasets.get(&id).cloned()) {
+            Some(rec) => self.delete_dataset(&rec),
             None => Ok(()),
         };
         self.agree_changed("delete", local)?;
-        self.remove_from_prefix("delete", name, true)
+        self.forget_prefix_restart(name);
+        self.remove_from_prefix("delete", name, cached, true)
+    }
+
+    /// `Err` when the dataset `name` (`cached` here) is being written or read on this
+    /// rank.
+    fn not_in_use(&self, call: &str, name: &str, cached: Option<u64>) -> Result<()> {
+        let writing = self.output.as_ref().is_some_and(|o| o.record.name == name);
+        let reading = cached.is_some_and(|id| self.restart.candidate == Some(id))
+            || (self.restart.reading_prefix
+                && self
+                    .restart
+                    .prefix_restart
+                    .as_ref()
+                    .is_some_and(|p| p.name == name));
+        if writing || reading {
+            return Err(ScrError::Usage(format!(
+                "{call}: dataset `{name}` is being {}; complete it first",
+                if writing { "written" } else { "read" }
+            )));
+        }
+        Ok(())
+    }
+
+    /// A checkpoint offered in place from the prefix that was just dropped or deleted is
+    /// no longer offered.
+    fn forget_prefix_restart(&mut self, name: &str) {
+        if self
+            .restart
+            .prefix_restart
+            .as_ref()
+            .is_some_and(|p| p.name == name)
+        {
+            self.restart.prefix_restart = None;
+        }
+    }
+
+    /// Let a background flush of dataset `id` end and be recorded before the dataset is
+    /// changed (collective; agreed: the transfer may still run on some ranks only).
+    /// Recording a flush marks its dataset complete in the index, so a drop, delete or
+    /// "reported invalid" mark made before it would be undone.
+    pub(in crate::runtime) fn settle_flush_of(&mut self, id: u64) {
+        let busy = self.flushing_ids().contains(&id)
+            || self.flushing.pending.iter().any(|e| e.id == id)
+            || self.flushing.unrecorded.iter().any(|(e, _)| e.id == id);
+        if !self.all_agree(!busy) {
+            self.wait_flushes(false);
+        }
     }
 
     /// `Ok` when every rank passed `name` (rank 0's, broadcast); else the ranks that
@@ -86,14 +125,32 @@ impl Runtime {
     /// Rank 0: the index entry named `name` removed (with `delete`, its files in the
     /// prefix too, and its directory under `.scr`), under the prefix lock; a name the
     /// index does not hold is nothing to do. The outcome is agreed (collective).
-    fn remove_from_prefix(&self, call: &str, name: &str, delete: bool) -> Result<()> {
+    fn remove_from_prefix(
+        &self,
+        call: &str,
+        name: &str,
+        cached: Option<u64>,
+        delete: bool,
+    ) -> Result<()> {
         let outcome = if self.topo.rank == 0 {
             let prefix = &self.job.prefix;
-            let held = crate::state::prefix::Index::load_or_rebuild(prefix)
-                .map(|ix| ix.datasets.values().any(|e| e.name == name))
-                .unwrap_or(false);
-            if held {
-                crate::state::prefix::Index::drop_in(prefix, name, false, delete)
+            // the cached dataset's own entry; else the newest of that name (a rerun may
+            // have flushed a second dataset of one name)
+            let target = crate::state::prefix::Index::load_or_rebuild(prefix)
+                .ok()
+                .and_then(|ix| {
+                    let named: Vec<u64> = ix
+                        .datasets
+                        .values()
+                        .filter(|e| e.name == name)
+                        .map(|e| e.id)
+                        .collect();
+                    cached
+                        .filter(|id| named.contains(id))
+                        .or_else(|| named.iter().max().copied())
+                });
+            if let Some(id) = target {
+                crate::state::prefix::Index::drop_in(prefix, &id.to_string(), false, delete)
                     .map(|dropped| {
                         if delete {
                             dropped.delete_files(prefix, &mut || {});

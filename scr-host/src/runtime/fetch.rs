@@ -373,6 +373,9 @@ impl Runtime {
             };
             match failed {
                 None => {
+                    // offered even when an earlier `current` passed its id over (a
+                    // fallback below the pinned checkpoint fetches it)
+                    self.restart.skipped.retain(|&s| s != entry.id);
                     // ids continue after the fetched dataset
                     self.cache.next_dataset = self.cache.next_dataset.max(entry.id + 1);
                     if let Some(c) = entry.checkpoint_id {

@@ -166,14 +166,12 @@ impl Runtime {
             self.warn(&format!(
                 "restart from {name} reported invalid; falling back to an older checkpoint"
             ));
-            self.mark_invalid_in_index(id, &name);
             // gone from cache too, as SCR deletes it (a later run must not offer it
-            // again); a copy still being flushed stays until its flush ends
-            let removed = if self.flushing_ids().contains(&id) {
-                Ok(())
-            } else {
-                self.remove_local(&rec)
-            };
+            // again); a flush of it ends and is recorded first, or recording it would
+            // clear the mark
+            self.settle_flush_of(id);
+            self.mark_invalid_in_index(id, &name);
+            let removed = self.remove_local(&rec);
             self.agree_changed("removing the checkpoint reported invalid", removed)?;
             // an older one in cache comes first; with none on some rank, the prefix's
             if !self.all_agree(self.restart_candidate().is_some()) {

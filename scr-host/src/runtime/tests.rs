@@ -850,3 +850,32 @@ fn drop_and_delete_reach_the_prefix_and_a_name_nothing_holds_is_no_error() {
         );
     }
 }
+
+/// A delete (or an invalid restart) of a dataset whose background flush has not been
+/// recorded yet waits for it: recording it afterwards would otherwise bring the dataset
+/// back into the index as complete and current.
+#[test]
+fn a_delete_during_a_background_flush_is_not_undone_by_its_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n0", "n1"];
+    let prefix = dir.path().join("prefix");
+    let env = [("SCR_FLUSH", "1"), ("SCR_FLUSH_ASYNC", "1")];
+    let out = job(dir.path(), &nodes, &env, |rt, r| {
+        write_checkpoint(rt, dir.path(), "ckpt.1", &format!("f1_{r}")).expect("ckpt.1");
+        write_checkpoint(rt, dir.path(), "ckpt.2", &format!("f2_{r}")).expect("ckpt.2");
+        show("delete", rt.delete("ckpt.2").map(|_| ""))
+    });
+    for (r, (line, end)) in out.iter().enumerate() {
+        assert_eq!(line, "delete: ok ", "rank {r}");
+        assert_eq!(end, &Ok(()), "rank {r}");
+    }
+    // finalize completed every flush: ckpt.1 recorded, ckpt.2 gone for good
+    let index = crate::state::prefix::Index::load(&prefix).unwrap();
+    let names: Vec<&str> = index.datasets.values().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["ckpt.1"]);
+    assert_eq!(index.restart_point().as_deref(), Some("ckpt.1"));
+    for r in 0..2 {
+        assert!(prefix.join(format!("f1_{r}")).is_file(), "rank {r}");
+        assert!(!prefix.join(format!("f2_{r}")).exists(), "rank {r}");
+    }
+}
