@@ -274,21 +274,28 @@ scr.finalize()
 failing("init_after_finalize", scr.init)
 "#;
 
-#[test]
-fn python_module_conventions() {
-    let tmp = tempfile::tempdir().expect("temporary directory");
-    let prefix = install_prefix(tmp.path());
+/// Run the Python program `text` (saved as `name`) on two ranks with the module of an
+/// install tree made in `tmp`, libscr named by `SCR_LIBRARY` (the other tests find it
+/// through the install tree: the variable is the module's, not a setting libscr warns
+/// about).
+fn run_script(tmp: &Path, name: &str, text: &str) -> (Cluster, JobOutput) {
+    let prefix = install_prefix(tmp);
     let mut c = Cluster::new();
-    // libscr named by SCR_LIBRARY here (the other tests find it through the install
-    // tree): the variable is the module's, not a setting libscr warns about
     c.set("PYTHONPATH", &package_dir(&prefix).display().to_string())
         .set(
             "SCR_LIBRARY",
             &prefix.join("lib/libscr.so").display().to_string(),
         );
-    let script = c.path("conventions.py");
-    std::fs::write(&script, CONVENTIONS).expect("script");
+    let script = c.path(name);
+    std::fs::write(&script, text).expect("script");
     let out = c.run_path(&["n0", "n1"], &python(), &[script.to_str().unwrap()]);
+    (c, out)
+}
+
+#[test]
+fn python_module_conventions() {
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let (c, out) = run_script(tmp.path(), "conventions.py", CONVENTIONS);
     assert_eq!(out.code, 0, "{out}");
     assert_eq!(
         out.stdout
@@ -374,16 +381,7 @@ print("rank %d route %s" % (rank, scr.route_file("a/b.txt")))
 #[test]
 fn init_raises_when_scr_is_disabled() {
     let tmp = tempfile::tempdir().expect("temporary directory");
-    let prefix = install_prefix(tmp.path());
-    let mut c = Cluster::new();
-    c.set("PYTHONPATH", &package_dir(&prefix).display().to_string())
-        .set(
-            "SCR_LIBRARY",
-            &prefix.join("lib/libscr.so").display().to_string(),
-        );
-    let script = c.path("disabled.py");
-    std::fs::write(&script, DISABLED).expect("script");
-    let out = c.run_path(&["n0", "n1"], &python(), &[script.to_str().unwrap()]);
+    let (_c, out) = run_script(tmp.path(), "disabled.py", DISABLED);
     assert_eq!(out.code, 0, "{out}");
     assert!(
         !out.stderr.contains("without calling SCR_Finalize"),
