@@ -87,10 +87,9 @@ fn text_out(what: &str, p: *mut c_char, len: CharLen, value: &[u8]) -> Result<()
     let n = if value.len() <= len { value.len() } else { 0 };
     if len > 0 {
         let buf = p.cast::<u8>();
-        // SAFETY: a Fortran caller passes the address of a CHARACTER variable and its
-        // declared length `len` (checked plausible above), all writable for the call;
-        // n <= len, so both writes stay inside it; `value` is our own memory (inputs were
-        // copied by `text_in`), so the copy cannot overlap.
+        // SAFETY: Fortran passes a CHARACTER variable's address and its writable length
+        // `len` (checked plausible above); n <= len keeps both writes inside it, and
+        // `value` is our own copy (see `text_in`), so the copy cannot overlap.
         unsafe {
             std::ptr::copy_nonoverlapping(value.as_ptr(), buf, n);
             std::ptr::write_bytes(buf.add(n), b' ', len - n);

@@ -14,7 +14,7 @@ use scr_plugin::{
 };
 
 use crate::config::Config;
-use crate::integrity as cache;
+use crate::integrity;
 use crate::local_host::LocalHost;
 use crate::registry::{Kind, Registry, RegistryError};
 use crate::state::prefix::FlushedFile;
@@ -214,7 +214,7 @@ pub(crate) fn check_destination(
     let (expected, from) = match p.crc32 {
         Some(c) => (c, recorded),
         None => (
-            cache::file_crc32(&p.source, buf).map_err(|e| {
+            integrity::file_crc32(&p.source, buf).map_err(|e| {
                 format!(
                     "{}: the source {} cannot be read to check the copy: {e} ({label})",
                     p.name,
@@ -225,7 +225,7 @@ pub(crate) fn check_destination(
         ),
     };
     let want = format!("{} bytes CRC32 {expected:08x} ({from})", p.size);
-    let meta = cache::stat_file(&p.destination, true, buf).map_err(|e| {
+    let meta = integrity::stat_file(&p.destination, true, buf).map_err(|e| {
         format!(
             "{}: expected {want}, but {} cannot be read after the transfer reported it complete: {e} ({label})",
             p.name,

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use super::{now_secs, DatasetRecord, FileRecord, Result, Runtime, ScrError};
 use crate::events::Event;
-use crate::integrity as cache;
+use crate::integrity;
 use crate::state::prefix::{
     self, FlushedFile, Index, IndexEntry, Rank2File, Rank2FileMap, Rank2FilePart, Rank2FileRoot,
 };
@@ -477,7 +477,7 @@ impl Runtime {
         let fetched = fetched?;
         for (f, rec) in fetched.iter().zip(record.files.iter_mut()) {
             let dst = dir.join(&f.name);
-            let meta = cache::stat_file(&dst, false, buf)
+            let meta = integrity::stat_file(&dst, false, buf)
                 .map_err(|e| format!("{}: {e}", dst.display()))?;
             rec.mode = meta.mode;
             rec.mtime = meta.mtime;
@@ -496,14 +496,15 @@ impl Runtime {
         let desc = self.reddesc_for(rec.checkpoint_id);
         let dir = self.dataset_dir(&rec.descriptor.store, id);
         // the redundancy files are recorded before they exist, like every file
-        let declared = cache::declare_redundancy(&self.job.reddescs[desc].scheme, &mut rec, &dir)
-            .and_then(|()| {
-                self.cache.filemap.datasets.insert(id, rec.clone());
-                self.save_filemap()
-            });
+        let declared =
+            integrity::declare_redundancy(&self.job.reddescs[desc].scheme, &mut rec, &dir)
+                .and_then(|()| {
+                    self.cache.filemap.datasets.insert(id, rec.clone());
+                    self.save_filemap()
+                });
         self.agree(declared)?;
         let rd = &self.job.reddescs[desc];
-        let ds = cache::dataset_files(&rec, &dir);
+        let ds = integrity::dataset_files(&rec, &dir);
         let result = rd.scheme.raw().apply(rd.host.services(), &ds).into_result();
         let label = format!("{id} ({})", rec.name);
         let red = self

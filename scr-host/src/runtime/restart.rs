@@ -188,14 +188,9 @@ impl Runtime {
         if self.topo.rank != 0 {
             return;
         }
-        let held = prefix::Index::load(&self.job.prefix)
-            .ok()
-            .is_some_and(|ix| ix.datasets.get(&id).is_some_and(|e| e.name == name));
-        if held {
-            let why = "reported invalid by the application at restart";
-            if let Err(e) = prefix::Index::mark_failed(&self.job.prefix, id, why) {
-                tracing::warn!("{e}; {name} is not marked failed in the index");
-            }
+        let why = "reported invalid by the application at restart";
+        if let Err(e) = prefix::Index::mark_failed_if_held(&self.job.prefix, id, name, why) {
+            tracing::warn!("{e}; {name} is not marked failed in the index");
         }
     }
 

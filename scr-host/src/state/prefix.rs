@@ -522,14 +522,43 @@ impl Index {
     /// summaries keeps the mark: without it a rebuild would offer a checkpoint known to
     /// be bad as the restart point again.
     pub fn mark_failed(prefix: &Path, id: u64, reason: &str) -> Result<(), StateError> {
-        Self::try_update(prefix, |ix| {
-            // the note first: an index rebuilt between the two steps must keep the mark
-            write(&FailedNote::path(prefix, id), FailedNote::KIND, &reason)?;
-            if let Some(e) = ix.datasets.get_mut(&id) {
-                e.failed = Some(reason.to_string());
+        Self::try_update(prefix, |ix| ix.mark_failed_here(prefix, id, reason))?
+    }
+
+    /// [`Index::mark_failed`] only when the index lists dataset `id` under `name` (a
+    /// checkpoint that was flushed or fetched; one only ever cached has no entry and gets
+    /// no note), checked under the same lock as the edit. Returns whether it marked it.
+    pub fn mark_failed_if_held(
+        prefix: &Path,
+        id: u64,
+        name: &str,
+        reason: &str,
+    ) -> Result<bool, StateError> {
+        // no index, nothing held: the prefix is left untouched (not even locked)
+        if !Self::path(prefix).exists() {
+            return Ok(false);
+        }
+        let marked = Self::try_update(prefix, |ix| {
+            if ix.datasets.get(&id).is_none_or(|e| e.name != name) {
+                // refused inside the update: the index is not written again
+                return Err(None);
             }
-            Ok(())
-        })?
+            ix.mark_failed_here(prefix, id, reason).map_err(Some)
+        })?;
+        match marked {
+            Ok(()) => Ok(true),
+            Err(None) => Ok(false),
+            Err(Some(e)) => Err(e),
+        }
+    }
+
+    fn mark_failed_here(&mut self, prefix: &Path, id: u64, reason: &str) -> Result<(), StateError> {
+        // the note first: an index rebuilt between the two steps must keep the mark
+        write(&FailedNote::path(prefix, id), FailedNote::KIND, &reason)?;
+        if let Some(e) = self.datasets.get_mut(&id) {
+            e.failed = Some(reason.to_string());
+        }
+        Ok(())
     }
 
     /// The checkpoint a restart would fetch, for a job of any size: `current` when it

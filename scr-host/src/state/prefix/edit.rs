@@ -426,6 +426,31 @@ mod tests {
         assert!(err.contains("no dataset named `ckpt.5`"), "{err}");
     }
 
+    /// A restart reported invalid is marked failed only when the index lists it under
+    /// that name; a prefix without an index is left untouched, not even locked.
+    #[test]
+    fn mark_failed_if_held_marks_only_the_named_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!Index::mark_failed_if_held(dir.path(), 2, "ckpt.2", "bad").unwrap());
+        assert!(!dir.path().join(".scr").exists());
+        Index::try_update(dir.path(), |ix| {
+            *ix = index(2);
+            Ok::<_, ()>(())
+        })
+        .unwrap()
+        .unwrap();
+        // another dataset under that id, and an id the index does not hold
+        assert!(!Index::mark_failed_if_held(dir.path(), 2, "other", "bad").unwrap());
+        assert!(!Index::mark_failed_if_held(dir.path(), 7, "ckpt.7", "bad").unwrap());
+        assert!(!FailedNote::path(dir.path(), 2).exists());
+        assert!(!FailedNote::path(dir.path(), 7).exists());
+        assert!(Index::mark_failed_if_held(dir.path(), 2, "ckpt.2", "bad").unwrap());
+        let ix = Index::load(dir.path()).unwrap();
+        assert_eq!(ix.datasets[&2].failed.as_deref(), Some("bad"));
+        assert_eq!(ix.datasets[&1].failed, None);
+        assert!(FailedNote::path(dir.path(), 2).exists());
+    }
+
     #[test]
     fn add_complete_refuses_a_dataset_held_and_makes_the_newest_current() {
         let dir = tempfile::tempdir().unwrap();
