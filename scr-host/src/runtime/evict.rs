@@ -122,9 +122,10 @@ impl Runtime {
         }
     }
 
-    /// Rank 0: the index entry named `name` removed (with `delete`, its files in the
-    /// prefix too, and its directory under `.scr`), under the prefix lock; a name the
-    /// index does not hold is nothing to do. The outcome is agreed (collective).
+    /// Rank 0: the index entry `name` means removed (with `delete`, its files in the
+    /// prefix too, and its directory under `.scr`), chosen and dropped under the prefix
+    /// lock ([`Index::drop_for_app_in`](crate::state::prefix::Index::drop_for_app_in)); a
+    /// name the index does not hold is nothing to do. The outcome is agreed (collective).
     fn remove_from_prefix(
         &self,
         call: &str,
@@ -134,32 +135,13 @@ impl Runtime {
     ) -> Result<()> {
         let outcome = if self.topo.rank == 0 {
             let prefix = &self.job.prefix;
-            // the cached dataset's own entry; else the newest of that name (a rerun may
-            // have flushed a second dataset of one name)
-            let target = crate::state::prefix::Index::load_or_rebuild(prefix)
-                .ok()
-                .and_then(|ix| {
-                    let named: Vec<u64> = ix
-                        .datasets
-                        .values()
-                        .filter(|e| e.name == name)
-                        .map(|e| e.id)
-                        .collect();
-                    cached
-                        .filter(|id| named.contains(id))
-                        .or_else(|| named.iter().max().copied())
-                });
-            if let Some(id) = target {
-                crate::state::prefix::Index::drop_in(prefix, &id.to_string(), false, delete)
-                    .map(|dropped| {
-                        if delete {
-                            dropped.delete_files(prefix, &mut || {});
-                        }
-                    })
-                    .map_err(|e| ScrError::Usage(format!("{call}: {e}")))
-            } else {
-                Ok(())
-            }
+            crate::state::prefix::Index::drop_for_app_in(prefix, name, cached, delete)
+                .map(|dropped| {
+                    if let Some(d) = dropped.filter(|_| delete) {
+                        d.delete_files(prefix, &mut || {});
+                    }
+                })
+                .map_err(|e| ScrError::Usage(format!("{call}: {e}")))
         } else {
             Ok(())
         };

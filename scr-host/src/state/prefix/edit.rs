@@ -77,6 +77,11 @@ impl Index {
         delete: bool,
     ) -> Result<Dropped, String> {
         let anchor = self.entry_named(name)?;
+        Ok(self.drop_from(prefix, anchor, after, delete))
+    }
+
+    /// [`Index::drop_dataset`] of the dataset `anchor` (an id).
+    fn drop_from(&mut self, prefix: &Path, anchor: u64, after: bool, delete: bool) -> Dropped {
         let victims: Vec<u64> = self
             .datasets
             .keys()
@@ -98,10 +103,25 @@ impl Index {
         if self.current.as_ref().is_some_and(|c| names.contains(c)) {
             self.current = None;
         }
-        Ok(Dropped {
+        Dropped {
             victims,
             names,
             files,
+        }
+    }
+
+    /// The entry an application's `SCR_Drop`/`SCR_Delete` of `name` means: the cached
+    /// dataset's own (`cached`) when the index lists it under that name, else the newest
+    /// of that name (a rerun may have flushed a second dataset of one name). Never by
+    /// id: a dataset may be named like another's id.
+    fn entry_for_app(&self, name: &str, cached: Option<u64>) -> Option<u64> {
+        let named = |id: &u64| self.datasets.get(id).is_some_and(|e| e.name == name);
+        cached.filter(named).or_else(|| {
+            self.datasets
+                .values()
+                .filter(|e| e.name == name)
+                .map(|e| e.id)
+                .max()
         })
     }
 
@@ -184,10 +204,40 @@ impl Index {
     ) -> Result<Dropped, String> {
         let dropped = Index::try_update(prefix, |ix| ix.drop_dataset(prefix, name, after, delete))
             .map_err(|e| e.to_string())??;
+        Ok(Self::without_summaries(prefix, dropped))
+    }
+
+    /// The application's `SCR_Drop` (`delete` false) or `SCR_Delete` of `name` on
+    /// `prefix`: the entry [`Index::entry_for_app`] chooses, chosen and dropped under one
+    /// lock, summaries removed as [`Index::drop_in`] does. `None` when the index holds no
+    /// dataset of that name (not an error, as in SCR); a prefix without an index is left
+    /// untouched, not even locked.
+    pub fn drop_for_app_in(
+        prefix: &Path,
+        name: &str,
+        cached: Option<u64>,
+        delete: bool,
+    ) -> Result<Option<Dropped>, String> {
+        if !Self::path(prefix).exists() {
+            return Ok(None);
+        }
+        let dropped = Index::try_update(prefix, |ix| {
+            // none of that name: refused inside the update, so nothing is written
+            let target = ix.entry_for_app(name, cached).ok_or(())?;
+            Ok::<_, ()>(ix.drop_from(prefix, target, false, delete))
+        })
+        .map_err(|e| e.to_string())?;
+        Ok(dropped
+            .ok()
+            .map(|dropped| Self::without_summaries(prefix, dropped)))
+    }
+
+    /// Remove the dropped datasets' summaries (see [`Index::drop_in`]).
+    fn without_summaries(prefix: &Path, dropped: Dropped) -> Dropped {
         for id in &dropped.victims {
             let _ = std::fs::remove_file(Summary::path(prefix, *id));
         }
-        Ok(dropped)
+        dropped
     }
 
     /// `scr index current NAME` on `prefix`: [`Index::set_current`] under the lock.
@@ -424,6 +474,43 @@ mod tests {
         assert_eq!(ix.clear_failed(p, "ckpt.2"), Ok(None));
         let err = ix.clear_failed(p, "ckpt.5").unwrap_err();
         assert!(err.contains("no dataset named `ckpt.5`"), "{err}");
+    }
+
+    /// An application's drop takes its cached dataset's own entry, else the newest of
+    /// that name, and never resolves a name by id: the dataset named `2` below is not
+    /// dataset 2. No index: nothing done, nothing created.
+    #[test]
+    fn drop_for_app_in_takes_its_own_entry_else_the_newest_of_the_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        assert_eq!(
+            Index::drop_for_app_in(p, "ckpt.2", Some(2), false),
+            Ok(None)
+        );
+        assert!(!p.join(".scr").exists());
+        Index::try_update(p, |ix| {
+            *ix = index(3);
+            ix.datasets.insert(4, entry(4, "2", Some(4)));
+            ix.datasets.insert(5, entry(5, "ckpt.1", Some(5)));
+            ix.datasets.insert(6, entry(6, "ckpt.1", Some(6)));
+            Ok::<_, ()>(())
+        })
+        .unwrap()
+        .unwrap();
+        let victims = |name: &str, cached: Option<u64>| {
+            Index::drop_for_app_in(p, name, cached, false)
+                .unwrap()
+                .map(|d| d.victims)
+        };
+        assert_eq!(victims("ckpt.2", Some(2)), Some(vec![2]));
+        assert_eq!(victims("2", None), Some(vec![4]));
+        assert_eq!(victims("ckpt.1", Some(5)), Some(vec![5]));
+        // a cached id the index lists under another name does not count
+        assert_eq!(victims("ckpt.1", Some(3)), Some(vec![6]));
+        assert_eq!(victims("ckpt.1", None), Some(vec![1]));
+        assert_eq!(victims("ckpt.1", None), None);
+        let left: Vec<u64> = Index::load(p).unwrap().datasets.into_keys().collect();
+        assert_eq!(left, vec![3]);
     }
 
     /// A restart reported invalid is marked failed only when the index lists it under
