@@ -208,7 +208,7 @@ impl Index {
     }
 
     /// The application's `SCR_Drop` (`delete` false) or `SCR_Delete` of `name` on
-    /// `prefix`: the entry [`Index::entry_for_app`] chooses, chosen and dropped under one
+    /// `prefix`: the entry `entry_for_app` chooses, chosen and dropped under one
     /// lock, summaries removed as [`Index::drop_in`] does. `None` when the index holds no
     /// dataset of that name (not an error, as in SCR); a prefix without an index is left
     /// untouched, not even locked.
