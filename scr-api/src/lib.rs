@@ -187,7 +187,9 @@ impl Scr {
 
     /// Where to write (during output) or read (during restart) the file `name`, which
     /// must lie inside the prefix directory (relative names are relative to the working
-    /// directory).
+    /// directory): in cache, or in the prefix itself when the dataset bypasses the cache.
+    /// Outside both phases the name comes back unchanged, as SCR 3.x's `SCR_Route_file`
+    /// does.
     pub fn route_file(&mut self, name: impl AsRef<Path>) -> Result<PathBuf> {
         let r = self.rt.route_file(name.as_ref());
         self.track(r)

@@ -250,6 +250,24 @@ mod errors {
     }
 
     #[test]
+    fn an_output_descriptor_may_share_an_interval_and_bypass_defaults_to_cache_bypass() {
+        let env = Env::new().user(
+            "cache_bypass = true\n[[checkpoint]]\ninterval = 1\nbypass = false\n\
+             [[checkpoint]]\ninterval = 1\noutput = true\n",
+        );
+        let config = env.load().expect("valid");
+        // its own `bypass`, else `cache_bypass`
+        assert!(!config.descriptor(0).bypass.0);
+        assert!(config.descriptor(1).bypass.0);
+        // two descriptors of one interval, neither for output: still refused
+        let env = Env::new()
+            .user("[[checkpoint]]\ninterval = 1\n[[checkpoint]]\ninterval = 1\nbypass = true\n");
+        assert!(env.errors()[0]
+            .message
+            .contains("duplicate checkpoint interval 1"));
+    }
+
+    #[test]
     fn unknown_keys_inside_tables() {
         let env = Env::new().user(
             "[[store]]\npath = \"/ssd\"\ncuont = 2\n[[checkpoint]]\ninterval = 1\nstripe = 4\n",

@@ -17,12 +17,18 @@
  *   mismatch arguments that differ between ranks or are wrong on one rank
  *   no-finalize  SCR_Init, then MPI_Finalize and exit without SCR_Finalize
  *   version  SCR_Get_version and the header's macros
+ *   shared write|read|cached  one file written by every rank at its own offset, as
+ *            SCR's test_api --shared-file: with SCR_CACHE_BYPASS=1 set through
+ *            SCR_Config (write two checkpoints, or restart from the newest), or left to
+ *            the configuration (cached: refused)
  * Every line a test checks starts with "r<rank> ".
  */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "scr.h"
 
@@ -256,6 +262,53 @@ static void mode_exit(void)
     check(SCR_Finalize() == SCR_SUCCESS, "finalize");
 }
 
+/* This rank's slice of the shared file of step `step`. */
+static void shared_slice(int step, char* buf)
+{
+    memset(buf, 0, 64);
+    snprintf(buf, 64, "step %d written by rank %d", step, rank);
+}
+
+static void mode_shared(const char* how)
+{
+    int cached = strcmp(how, "cached") == 0;
+    if (!cached) check(SCR_Config("SCR_CACHE_BYPASS=1") == NULL, "bypass set");
+    check(SCR_Init() == SCR_SUCCESS, "init");
+    char name[SCR_MAX_FILENAME], file[SCR_MAX_FILENAME + 16], path[SCR_MAX_FILENAME];
+    char slice[64], got[64];
+    if (strcmp(how, "read") == 0) {
+        int have = 0;
+        check(SCR_Have_restart(&have, name) == SCR_SUCCESS && have, "have restart");
+        check(SCR_Start_restart(name) == SCR_SUCCESS, "start restart");
+        int step = atoi(name + strlen("ckpt."));
+        snprintf(file, sizeof(file), "%s/shared.ckpt", name);
+        check(SCR_Route_file(file, path) == SCR_SUCCESS, "route the shared file");
+        int fd = open(path, O_RDONLY);
+        shared_slice(step, slice);
+        int exact = fd >= 0 && pread(fd, got, 64, 64 * (off_t)rank) == 64
+                    && memcmp(got, slice, 64) == 0;
+        if (fd >= 0) close(fd);
+        check(SCR_Complete_restart(exact) == SCR_SUCCESS, "complete restart");
+        printf("r%d restarted %s from %s, byte-exact %d\n", rank, name, path, exact);
+    } else {
+        for (int step = 1; step <= (cached ? 1 : 2); step++) {
+            snprintf(name, sizeof(name), "ckpt.%d", step);
+            check(SCR_Start_output(name, SCR_FLAG_CHECKPOINT) == SCR_SUCCESS, "start output");
+            snprintf(file, sizeof(file), "%s/shared.ckpt", name);
+            check(SCR_Route_file(file, path) == SCR_SUCCESS, "route the shared file");
+            printf("r%d routed %s to %s\n", rank, file, path);
+            int fd = open(path, O_WRONLY | O_CREAT, 0600);
+            shared_slice(step, slice);
+            int ok = fd >= 0 && pwrite(fd, slice, 64, 64 * (off_t)rank) == 64;
+            if (fd >= 0 && close(fd) != 0) ok = 0;
+            int rc = SCR_Complete_output(ok);
+            if (cached) check(rc == SCR_FAILURE, "a shared file refused in cache");
+            else check(rc == SCR_SUCCESS, "complete output");
+        }
+    }
+    check(SCR_Finalize() == SCR_SUCCESS, "finalize");
+}
+
 int main(int argc, char** argv)
 {
     const char* mode = argc > 1 ? argv[1] : "";
@@ -278,6 +331,7 @@ int main(int argc, char** argv)
     else if (strcmp(mode, "exit") == 0) mode_exit();
     else if (strcmp(mode, "disabled") == 0) mode_disabled();
     else if (strcmp(mode, "mismatch") == 0) mode_mismatch();
+    else if (strcmp(mode, "shared") == 0 && argc > 2) mode_shared(argv[2]);
     else if (strcmp(mode, "no-finalize") == 0) check(SCR_Init() == SCR_SUCCESS, "init");
     else if (strcmp(mode, "version") == 0) {
         printf("r%d version %s header %s %s.%s.%s\n", rank, SCR_Get_version(), SCR_VERSION,

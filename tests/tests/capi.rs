@@ -721,3 +721,72 @@ fn a_cmake_project_builds_with_find_package_scr() {
         "{ldd}"
     );
 }
+
+#[test]
+fn a_shared_file_written_by_every_rank_works_with_cache_bypass_as_in_scrs_test_api() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = semantics(work.path());
+    let c = Cluster::for_installed();
+    let out = c.run_path(TWO_NODES, &exe, &["shared", "write"]);
+    assert_all_ok(&out, 4);
+    let prefix = c.prefix();
+    for r in 0..4 {
+        // SCR returns the file's own path in the prefix in bypass
+        assert!(
+            lines_of(&out, r).contains(&format!(
+                "routed ckpt.2/shared.ckpt to {}",
+                prefix.join("ckpt.2/shared.ckpt").display()
+            )),
+            "{out}"
+        );
+    }
+    let slice = |step: u32, r: u32| {
+        let mut s = format!("step {step} written by rank {r}").into_bytes();
+        s.resize(64, 0);
+        s
+    };
+    for step in 1..=2 {
+        let expected: Vec<u8> = (0..4).flat_map(|r| slice(step, r)).collect();
+        assert_eq!(
+            std::fs::read(prefix.join(format!("ckpt.{step}/shared.ckpt"))).unwrap(),
+            expected,
+            "ckpt.{step}"
+        );
+    }
+    // nothing went through the node-local caches
+    let cached: Vec<_> = files_below(&c.path("cache"))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("shared.ckpt"))
+        .collect();
+    assert!(cached.is_empty(), "{cached:?}");
+    // recorded in the prefix as flushed datasets
+    let index = scr_cli(&c, &["index", "list"]);
+    for name in ["ckpt.1", "ckpt.2"] {
+        assert!(
+            index
+                .lines()
+                .any(|l| l.contains(name) && !l.contains("failed")),
+            "{index}"
+        );
+    }
+    // a new run (every cache empty) restarts from the newest, read in place
+    scr_e2e::wipe_caches(&c);
+    let out = c.run_path(TWO_NODES, &exe, &["shared", "read"]);
+    assert_all_ok(&out, 4);
+    for r in 0..4 {
+        assert!(
+            lines_of(&out, r).contains(&format!(
+                "restarted ckpt.2 from {}, byte-exact 1",
+                prefix.join("ckpt.2/shared.ckpt").display()
+            )),
+            "{out}"
+        );
+    }
+    // in cache (no bypass) the same file is refused, naming the ranks and the file
+    let out = c.run_path(TWO_NODES, &exe, &["shared", "cached"]);
+    assert_all_ok(&out, 4);
+    assert!(
+        out.stderr.contains("both routed") && out.stderr.contains("ckpt.1/shared.ckpt"),
+        "{out}"
+    );
+}

@@ -398,6 +398,84 @@ fn init_raises_when_scr_is_disabled() {
     }
 }
 
+/// Cache bypass from Python, as SCR's test_api --shared-file does in C: one file written by
+/// both ranks at their own offsets goes straight to the prefix, and a second run restarts
+/// from it in place.
+const BYPASS: &str = r#"
+import os, sys
+from mpi4py import MPI
+import scr
+rank = MPI.COMM_WORLD.Get_rank()
+scr.config("SCR_CACHE_BYPASS=1")
+print("rank %d bypass %s" % (rank, scr.config("SCR_CACHE_BYPASS")))
+scr.init()
+mine = ("rank %d" % rank).ljust(16).encode()
+if sys.argv[1] == "write":
+    scr.start_output("ckpt.1", scr.FLAG_CHECKPOINT)
+    path = scr.route_file("shared.bin")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.pwrite(fd, mine, 16 * rank)
+    os.close(fd)
+    scr.complete_output()
+    print("rank %d wrote %s" % (rank, os.path.relpath(path)))
+else:
+    name = scr.have_restart()
+    scr.start_restart()
+    path = scr.route_file("shared.bin")
+    fd = os.open(path, os.O_RDONLY)
+    got = os.pread(fd, 16, 16 * rank)
+    os.close(fd)
+    scr.complete_restart()
+    print("rank %d restarted %s from %s exact %s" % (rank, name, os.path.relpath(path), got == mine))
+scr.finalize()
+"#;
+
+#[test]
+fn python_writes_a_shared_file_with_cache_bypass_and_restarts_from_it() {
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let prefix = install_prefix(tmp.path());
+    let mut c = Cluster::new();
+    c.set("PYTHONPATH", &package_dir(&prefix).display().to_string())
+        .set(
+            "SCR_LIBRARY",
+            &prefix.join("lib/libscr.so").display().to_string(),
+        );
+    let script = c.path("bypass.py");
+    std::fs::write(&script, BYPASS).expect("script");
+    let out = c.run_path(
+        &["n0", "n1"],
+        &python(),
+        &[script.to_str().unwrap(), "write"],
+    );
+    assert_eq!(out.code, 0, "{out}");
+    for rank in 0..2 {
+        for line in [
+            format!("rank {rank} bypass 1"),
+            format!("rank {rank} wrote shared.bin"),
+        ] {
+            assert!(out.stdout.contains(&line), "{line}\n{out}");
+        }
+    }
+    let expected: Vec<u8> = (0..2)
+        .flat_map(|r| format!("{:<16}", format!("rank {r}")).into_bytes())
+        .collect();
+    assert_eq!(
+        std::fs::read(c.prefix().join("shared.bin")).unwrap(),
+        expected
+    );
+    scr_e2e::wipe_caches(&c);
+    let out = c.run_path(
+        &["n0", "n1"],
+        &python(),
+        &[script.to_str().unwrap(), "read"],
+    );
+    assert_eq!(out.code, 0, "{out}");
+    for rank in 0..2 {
+        let line = format!("rank {rank} restarted ckpt.1 from shared.bin exact True");
+        assert!(out.stdout.contains(&line), "{line}\n{out}");
+    }
+}
+
 /// `python -c CODE` with `scr` on PYTHONPATH from `dir`, without MPI and without any of
 /// the test environment's library search paths.
 fn import_scr(dir: &Path, extra_env: &[(&str, &str)]) -> std::process::Output {

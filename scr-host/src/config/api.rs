@@ -412,7 +412,12 @@ impl Config {
                 let setting = self.setting(key.name);
                 Ok(match setting.origin {
                     Origin::Default => None,
-                    _ => setting.value.as_ref().map(Value::to_param),
+                    // a boolean as SCR's parameters hold one, `1` or `0`: applications
+                    // read the answer with atoi
+                    _ => setting.value.as_ref().map(|v| match v {
+                        Value::Bool(b) => flag(*b).expect("a flag"),
+                        other => other.to_param(),
+                    }),
                 })
             }
             ApiCall::DescriptorQuery { kind, name, item } => {
@@ -497,7 +502,7 @@ impl Config {
             "SET_FAILURES" => number(settings::SET_FAILURES),
             "REPLICAS" => number(settings::REPLICAS),
             "OUTPUT" => flag(c.output),
-            "BYPASS" => flag(c.bypass),
+            "BYPASS" => flag(c.bypass.unwrap_or_else(|| self.get(settings::CACHE_BYPASS))),
             "ENABLED" => flag(c.enabled),
             other => c
                 .params
@@ -637,6 +642,7 @@ mod tests {
         loader.api = vec![
             (1, "SCR_FLUSH=4".to_string()),
             (2, "SCR_HALT_SECONDS=9".into()),
+            (4, "SCR_CACHE_BYPASS=yes".into()),
         ];
         loader.api.push((3, "SCR_HALT_SECONDS=".into()));
         let config = loader.load().unwrap();
@@ -649,6 +655,11 @@ mod tests {
         assert_eq!(ask("SCR_FLUSH").as_deref(), Some("4"), "through the API");
         assert_eq!(ask("SCR_DEBUG"), None, "a built-in default is not reported");
         assert_eq!(ask("SCR_HALT_SECONDS"), None, "set, then unset");
+        assert_eq!(
+            ask("SCR_CACHE_BYPASS").as_deref(),
+            Some("1"),
+            "a boolean as SCR answers it, for atoi"
+        );
     }
 
     #[test]

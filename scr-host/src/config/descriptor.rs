@@ -24,6 +24,9 @@ pub struct Descriptor<'c> {
     pub scheme: (String, Origin),
     /// Parameters passed to the scheme, with origins.
     pub params: Vec<(String, String, Origin)>,
+    /// Whether its datasets bypass the cache (its own `bypass`, else `cache_bypass`),
+    /// with origin.
+    pub bypass: (bool, Origin),
 }
 
 impl Config {
@@ -83,6 +86,11 @@ impl Config {
                 origin_of("type", self.setting_of(settings::COPY_TYPE)),
             ),
             params,
+            bypass: (
+                ck.bypass
+                    .unwrap_or_else(|| self.get(settings::CACHE_BYPASS)),
+                origin_of("bypass", self.setting_of(settings::CACHE_BYPASS)),
+            ),
         }
     }
 

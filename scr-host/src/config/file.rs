@@ -425,7 +425,7 @@ fn parse_checkpoint(cx: &mut Ctx<'_>, layer: &mut Layer, item: &Spanned<DeValue<
                 })
             }
             "output" => typed(Type::Bool, v).map(|x| c.output = x == Value::Bool(true)),
-            "bypass" => typed(Type::Bool, v).map(|x| c.bypass = x == Value::Bool(true)),
+            "bypass" => typed(Type::Bool, v).map(|x| c.bypass = Some(x == Value::Bool(true))),
             "enabled" => typed(Type::Bool, v).map(|x| c.enabled = x == Value::Bool(true)),
             "params" => {
                 match v.get_ref() {

@@ -132,6 +132,8 @@ pub const KEYS: &[Key] = &[
           doc: "Default node-local store for checkpoints (SCR used /tmp; tmpfs is node-local and fast everywhere, /tmp is often disk or shared in containers)" },
     Key { name: "cache_size", ty: Type::UInt { min: 1, max: u64::MAX }, default: Default::Fixed("2"),
           doc: "Datasets kept per store when the store sets no count (SCR used 1; 2 keeps the previous checkpoint while the next one is written)" },
+    Key { name: "cache_bypass", ty: Type::Bool, default: Default::Fixed("false"),
+          doc: "Checkpoint descriptors that set no `bypass` write their files straight to the prefix: no cache, no redundancy, recorded in the index as flushed (SCR 3.1 defaults to 1; here the cache is the default, since it is what protects and speeds up checkpoints)" },
     Key { name: "copy_type", ty: Type::Str, default: Default::Fixed("XOR"),
           doc: "Redundancy scheme of the implied checkpoint descriptor (SINGLE, PARTNER, XOR, RS or a plugin's)" },
     Key { name: "set_size", ty: Type::UInt { min: 2, max: 4096 }, default: Default::Fixed("8"),

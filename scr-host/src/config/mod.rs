@@ -238,8 +238,8 @@ pub struct Checkpoint {
     pub numbers: BTreeMap<&'static str, u64>,
     /// Also an output dataset destined for the prefix.
     pub output: bool,
-    /// Write directly to the prefix, bypassing cache.
-    pub bypass: bool,
+    /// Write directly to the prefix, bypassing cache (`None`: as `cache_bypass` says).
+    pub bypass: Option<bool>,
     /// Whether this descriptor may be chosen.
     pub enabled: bool,
     /// Scheme-specific parameters from the `params` table, each with its line.
@@ -262,7 +262,7 @@ impl Checkpoint {
             scheme: None,
             numbers: BTreeMap::new(),
             output: false,
-            bypass: false,
+            bypass: None,
             enabled: true,
             params: Vec::new(),
             origin,
@@ -420,6 +420,7 @@ fn validate_stores(c: &Config, groups: &GroupNames, errors: &mut Vec<ConfigError
 /// descriptors have distinct intervals and one has interval 1.
 fn validate_checkpoints(c: &Config, groups: &GroupNames, errors: &mut Vec<ConfigError>) {
     let mut intervals: BTreeMap<u64, &Origin> = BTreeMap::new();
+    let mut output_intervals: std::collections::BTreeSet<u64> = std::collections::BTreeSet::new();
     for ck in &c.checkpoints {
         let at = |k: &str| ck.origins.get(k).unwrap_or(&ck.origin).clone();
         let store = ck
@@ -456,6 +457,13 @@ fn validate_checkpoints(c: &Config, groups: &GroupNames, errors: &mut Vec<Config
         if !ck.enabled {
             continue;
         }
+        // a descriptor marked for output may share its interval with another (SCR's
+        // configurations commonly add `OUTPUT=1` beside an interval-1 descriptor):
+        // checkpoints take the other one (see the runtime's choice)
+        if ck.output {
+            output_intervals.insert(ck.interval);
+            continue;
+        }
         if let Some(first) = intervals.insert(ck.interval, &ck.origin) {
             errors.push(ConfigError::new(
                 at("interval"),
@@ -466,7 +474,7 @@ fn validate_checkpoints(c: &Config, groups: &GroupNames, errors: &mut Vec<Config
             ));
         }
     }
-    if !intervals.contains_key(&1) {
+    if !intervals.contains_key(&1) && !output_intervals.contains(&1) {
         let at = c
             .checkpoints
             .first()

@@ -140,7 +140,12 @@ fn render_checkpoints(out: &mut String, config: &Config) {
             let _ = writeln!(out, "{:<40} # {o}", format!("{k} = {v}"));
         }
         let _ = writeln!(out, "output = {}", c.output);
-        let _ = writeln!(out, "bypass = {}", c.bypass);
+        let _ = writeln!(
+            out,
+            "{:<40} # {}",
+            format!("bypass = {}", d.bypass.0),
+            d.bypass.1
+        );
         let _ = writeln!(out, "enabled = {}", c.enabled);
         if !c.params.is_empty() {
             let _ = writeln!(out, "[checkpoint.params]");

@@ -149,6 +149,7 @@ settings! {
     CNTL_BASE: String = "cntl_base";
     CACHE_BASE: String = "cache_base";
     CACHE_SIZE: u64 = "cache_size";
+    CACHE_BYPASS: bool = "cache_bypass";
     COPY_TYPE: String = "copy_type";
     SET_SIZE: u64 = "set_size";
     SET_FAILURES: u64 = "set_failures";

@@ -310,7 +310,7 @@ impl Runtime {
                         self.cache.next_checkpoint = self.cache.next_checkpoint.max(c + 1);
                     }
                     self.info(&format!(
-                        "restarting from {} in the prefix {} (fetch = false)",
+                        "restarting from {} read in place in the prefix {}",
                         entry.name,
                         self.job.prefix.display()
                     ));

@@ -351,7 +351,7 @@ impl Runtime {
     /// This run's bookkeeping of a flush of dataset `id` starting: attempted (finalize
     /// does not try it again), when it started (for its event), and no outcome of an
     /// earlier attempt.
-    fn begin_flush(&mut self, id: u64) {
+    pub(in crate::runtime) fn begin_flush(&mut self, id: u64) {
         self.flushing.attempted.insert(id);
         self.flushing.started.insert(id, std::time::Instant::now());
         // (a dataset flushed a second time in one run, `scr index drop` between the two,
@@ -363,7 +363,7 @@ impl Runtime {
     /// it first: until the flush completes, the index still points at the previous
     /// complete checkpoint). `None` when it cannot be written: the flush is skipped (with
     /// a warning on every rank) and the checkpoint kept in cache.
-    fn open_index_entry(&self, rec: &DatasetRecord) -> Option<IndexEntry> {
+    pub(in crate::runtime) fn open_index_entry(&self, rec: &DatasetRecord) -> Option<IndexEntry> {
         let entry = IndexEntry {
             id: rec.id,
             name: rec.name.clone(),
@@ -492,7 +492,7 @@ impl Runtime {
     /// of R ranks written. Rank 0: nothing more than a leader — O(1) messages beyond its
     /// own block's, whatever P (was: one part reference received from every leader,
     /// P/R messages).
-    fn gather_and_finish(
+    pub(in crate::runtime) fn gather_and_finish(
         &self,
         entry: &IndexEntry,
         mine: &RankOutcome,

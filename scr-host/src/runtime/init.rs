@@ -442,6 +442,7 @@ impl Runtime {
                 store: d.store_path.clone(),
                 set_id: mine.id,
                 members: mine.members.clone(),
+                bypass: d.bypass.0,
             };
             // agreed by every rank, whatever its own answer, so that every member of a
             // set makes the same call
@@ -449,6 +450,7 @@ impl Runtime {
             self.job.reddescs.push(RedDesc {
                 index: i,
                 interval: d.checkpoint.interval,
+                output: d.checkpoint.output,
                 record,
                 scheme,
                 host,

@@ -22,7 +22,7 @@
 //! | phase | module |
 //! |---|---|
 //! | init (configuration, plugins, node, directories, sets, the cache restored) | `init`, `restore`, `distribute` |
-//! | output (start, route, complete, apply, commit) | `output` |
+//! | output (start, route, complete, apply, commit) | `output`, `bypass` (files written in the prefix itself) |
 //! | restart (candidate, start/complete, current, fallback) | `restart` |
 //! | policy and halt (need_checkpoint, should_exit, halt_exit) | `policy` |
 //! | eviction, drop, delete | `evict` |
@@ -37,6 +37,7 @@
 //! size + CRC32 checks in `crate::integrity` and transfers in `crate::transfer`.
 
 mod agree;
+mod bypass;
 pub mod comm;
 mod dispatch;
 mod distribute;
@@ -147,6 +148,8 @@ pub struct OutputFlags {
 struct RedDesc {
     index: usize,
     interval: u64,
+    /// Chosen for output datasets (`output = true`; SCR's `OUTPUT=1`).
+    output: bool,
     record: DescriptorRecord,
     scheme: LoadedScheme,
     host: Box<dyn SetHost>,

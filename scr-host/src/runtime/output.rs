@@ -18,7 +18,22 @@ use crate::state::halt::Halt;
 use crate::state::prefix;
 
 impl Runtime {
-    /// The descriptor for checkpoint id `id`: largest interval dividing it.
+    /// The descriptor for a dataset, as SCR chooses it: an output dataset takes the first
+    /// descriptor marked `output` when there is one; otherwise a checkpoint takes
+    /// [`Runtime::reddesc_for`] its id, and other datasets the interval-1 descriptor.
+    pub(in crate::runtime) fn reddesc_for_dataset(&self, flags: OutputFlags) -> usize {
+        let marked = flags
+            .output
+            .then(|| self.job.reddescs.iter().position(|d| d.output))
+            .flatten();
+        marked.unwrap_or_else(|| {
+            self.reddesc_for(flags.checkpoint.then_some(self.cache.next_checkpoint))
+        })
+    }
+
+    /// The descriptor for checkpoint id `id`: the largest interval dividing it, the first
+    /// of equal ones (as SCR), one not marked `output` before one that is (an output
+    /// descriptor may share an interval with another; checkpoints take the other).
     pub(in crate::runtime) fn reddesc_for(&self, checkpoint_id: Option<u64>) -> usize {
         let id = checkpoint_id.unwrap_or(1);
         self.job
@@ -26,7 +41,7 @@ impl Runtime {
             .iter()
             .enumerate()
             .filter(|(_, d)| id.is_multiple_of(d.interval))
-            .max_by_key(|(_, d)| d.interval)
+            .min_by_key(|(i, d)| (std::cmp::Reverse(d.interval), d.output, *i))
             .map(|(i, _)| i)
             .expect("validation guarantees an interval-1 descriptor")
     }
@@ -61,8 +76,9 @@ impl Runtime {
         // at what the prefix holds
         self.poll_flushes();
         let checkpoint_id = flags.checkpoint.then_some(self.cache.next_checkpoint);
-        let desc = self.reddesc_for(checkpoint_id);
+        let desc = self.reddesc_for_dataset(flags);
         let store = self.job.reddescs[desc].record.store.clone();
+        let bypass = self.job.reddescs[desc].record.bypass;
         let id = self.cache.next_dataset;
         let record = DatasetRecord {
             id,
@@ -75,7 +91,10 @@ impl Runtime {
             redundancy: Vec::new(),
             world_size: self.topo.size,
         };
-        self.evict(&store, 1, None)?;
+        // a dataset that bypasses the cache takes no room in it
+        if !bypass {
+            self.evict(&store, 1, None)?;
+        }
         let local = self.open_dataset(&store, &record);
         if let Err(e) = self.agree(local) {
             // nothing was written into the dataset yet: forget it on every rank, so the
@@ -87,13 +106,18 @@ impl Runtime {
             return Err(e);
         }
         let dir = self.dataset_dir(&store, id);
-        let redundancy_names = self.job.reddescs[desc]
-            .scheme
-            .raw()
-            .redundancy_files(&crate::integrity::dataset_files(&record, &dir))
-            .into_result()
-            .map(|v| v.iter().map(|p| relative_to(&dir, p)).collect())
-            .unwrap_or_default();
+        // (no scheme runs on a dataset that bypasses the cache: no names are its)
+        let redundancy_names = if bypass {
+            Vec::new()
+        } else {
+            self.job.reddescs[desc]
+                .scheme
+                .raw()
+                .redundancy_files(&crate::integrity::dataset_files(&record, &dir))
+                .into_result()
+                .map(|v| v.iter().map(|p| relative_to(&dir, p)).collect())
+                .unwrap_or_default()
+        };
         self.output = Some(Output {
             record,
             desc,
@@ -102,8 +126,13 @@ impl Runtime {
             routed: HashSet::new(),
         });
         self.info(&format!(
-            "start_output {name}: dataset {id}, checkpoint {checkpoint_id:?}, descriptor {}",
-            self.job.reddescs[desc].index
+            "start_output {name}: dataset {id}, checkpoint {checkpoint_id:?}, descriptor {}{}",
+            self.job.reddescs[desc].index,
+            if bypass {
+                " (bypass: files are written in the prefix)"
+            } else {
+                ""
+            }
         ));
         Ok(())
     }
@@ -226,7 +255,8 @@ impl Runtime {
     /// Where to write (during output) or read (during restart) file `name` (relative to
     /// the working directory, or absolute; it must lie inside the prefix). During output
     /// the file is recorded in the filemap before this returns, and its parent
-    /// directories are created.
+    /// directories are created: in cache, or in the prefix for a dataset that bypasses
+    /// the cache. Outside both phases `name` comes back unchanged, as in SCR 3.x.
     pub fn route_file(&mut self, name: &Path) -> Result<PathBuf> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("route_file");
@@ -242,6 +272,11 @@ impl Runtime {
                 "route_file: `{}` contains a NUL byte, which no file name may hold",
                 name.display()
             )));
+        }
+        if !self.in_dataset() {
+            // SCR 3.x: outside a dataset the name comes back unchanged (an application
+            // may route every file through SCR, in a phase or not)
+            return Ok(name.to_path_buf());
         }
         if let Some(pt) = &self.passthrough {
             // disabled: the application's own path (absolute), read and written in
@@ -267,7 +302,13 @@ impl Runtime {
                 name.display()
             )));
         }
-        if self.output.is_some() {
+        if self
+            .output
+            .as_ref()
+            .is_some_and(|o| o.record.descriptor.bypass)
+        {
+            self.route_bypass(&rel)
+        } else if self.output.is_some() {
             self.route_output(&rel)
         } else {
             self.route_restart(name, &rel)
@@ -380,6 +421,9 @@ impl Runtime {
         self.poll_flushes();
         let mut out = self.output.take().expect("checked by every rank");
         let _dataset = crate::log::dataset_span(out.record.id).entered();
+        if out.record.descriptor.bypass {
+            return self.complete_bypass(out, valid);
+        }
         let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
         let crc = self.config.get(settings::CRC_ON_COPY);
         let buf = self.config.get(settings::FILE_BUF_SIZE).max(4096) as usize;

@@ -40,7 +40,7 @@ impl Runtime {
             };
         }
         Err(ScrError::Usage(
-            "route_file: call start_output or start_restart first".into(),
+            "route_file: no dataset is being written or read (not reached: route_file passes such names through)".into(),
         ))
     }
 
@@ -49,10 +49,10 @@ impl Runtime {
     pub(in crate::runtime) fn settle_restart(&mut self, flush_on_restart: bool) -> Result<()> {
         let wanted = self.restart.wanted.take();
         if self.restart_candidate().is_none() || wanted.is_some() {
-            if self.config.get(settings::FETCH) {
-                self.fetch(wanted.as_deref(), None)?;
-            } else {
+            if self.restart_in_place() {
                 self.open_prefix_restart(wanted.as_deref(), None)?;
+            } else {
+                self.fetch(wanted.as_deref(), None)?;
             }
         }
         if flush_on_restart && self.config.get(settings::FLUSH_ON_RESTART) {
@@ -198,11 +198,21 @@ impl Runtime {
     /// at init would (fetched, or read in place with `fetch = false`). Collective.
     fn fall_back(&mut self, checkpoint: Option<u64>) -> Result<()> {
         let older_than = checkpoint.or(Some(0));
-        if self.config.get(settings::FETCH) {
-            self.fetch(None, older_than)
-        } else {
+        if self.restart_in_place() {
             self.open_prefix_restart(None, older_than)
+        } else {
+            self.fetch(None, older_than)
         }
+    }
+
+    /// Whether a checkpoint only the prefix holds is read in place there rather than
+    /// fetched into cache: with `fetch = false` (SCR 3.x), and when this run's
+    /// checkpoints bypass the cache (the descriptor the next checkpoint takes has
+    /// `bypass`): copying into a cache the run does not use would only cost time and
+    /// room (SCR's fetch bypass). The same on every rank (the configuration is).
+    pub(in crate::runtime) fn restart_in_place(&self) -> bool {
+        let next = self.reddesc_for(Some(self.cache.next_checkpoint));
+        !self.config.get(settings::FETCH) || self.job.reddescs[next].record.bypass
     }
 
     /// Make the named checkpoint the restart candidate, passing over newer ones

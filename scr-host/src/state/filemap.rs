@@ -97,6 +97,10 @@ pub struct DescriptorRecord {
     pub set_id: u64,
     /// World ranks of the set's members, in member order.
     pub members: Vec<u32>,
+    /// The dataset bypasses the cache: its files are written in place in the prefix and
+    /// no redundancy is applied (filemaps of earlier releases lack it: cached).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bypass: bool,
 }
 
 impl DescriptorRecord {

@@ -1,0 +1,163 @@
+//! Cache bypass (SCR's `SCR_CACHE_BYPASS`, a descriptor's `bypass`): a dataset whose files
+//! the application writes straight into the prefix.
+//!
+//! `route_file` returns the file's own path in the prefix (its directories made), and the
+//! file is recorded in the filemap as any other before it exists, so that a run killed
+//! mid-output leaves nothing the next init would take for a checkpoint. No redundancy
+//! is applied and nothing is cached: the parallel file system holds the only copy.
+//! `complete_output` records the dataset in the prefix exactly as a flush does — every
+//! rank's files with their size and CRC32 (read back after every rank has finished
+//! writing) in the rank2file map, the summary and a complete index entry — so that the
+//! restart, `scr index`, drop, delete and every integrity check treat it as a flushed
+//! dataset. Since nothing is copied, several ranks may write one file (a shared file):
+//! each rank that routed it lists it, and every such rank finds it at restart.
+
+use std::path::{Path, PathBuf};
+
+use super::{first_failure, io_err, Output, Result, Runtime, ScrError};
+use crate::config::settings;
+use crate::state::prefix::FlushedFile;
+use crate::transfer::RankOutcome;
+
+impl Runtime {
+    /// [`Runtime::route_file`] during a bypass output: `rel`'s path in the prefix,
+    /// recorded, with its directories made. A symbolic link there is refused, as in cache:
+    /// the host reads back what it records, and would read through the link.
+    pub(in crate::runtime) fn route_bypass(&mut self, rel: &Path) -> Result<PathBuf> {
+        let key = rel.to_string_lossy().into_owned();
+        let path = self.job.prefix.join(rel);
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(ScrError::Usage(format!(
+                "route_file: {} is a symbolic link; it is not written through: remove it",
+                path.display()
+            )));
+        }
+        self.record_routed(&key)?;
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+        }
+        Ok(path)
+    }
+
+    /// [`Runtime::complete_output`] of a bypass dataset (collective): once every rank is
+    /// here (so every rank has finished writing, a shared file too), each rank reads its
+    /// files back for their size and CRC32 (`crc_on_flush`), and the dataset is recorded
+    /// in the prefix as a flushed one. Kept only when every rank said valid and every
+    /// file is there; either way the cache forgets it (the prefix holds the data). Files
+    /// of a dataset that is not kept stay where the application wrote them: they are
+    /// its files, and no index entry points at them.
+    pub(in crate::runtime) fn complete_bypass(
+        &mut self,
+        mut out: Output,
+        valid: bool,
+    ) -> Result<bool> {
+        let all_valid = self.all_agree(valid);
+        let crc = self.config.get(settings::CRC_ON_FLUSH);
+        let buf = self.buf_size();
+        let mine: RankOutcome = if all_valid {
+            self.stat_bypass_files(&mut out, crc, buf)
+        } else {
+            Err(String::new())
+        };
+        let missing = if all_valid {
+            first_failure(&*self.world, mine.as_ref().err().map(String::as_str))
+        } else {
+            None
+        };
+        if !all_valid || missing.is_some() {
+            self.forget_bypass(&out)?;
+            return match missing {
+                Some((rank, why)) => Err(ScrError::Collective(format!(
+                    "complete_output {}: on rank {rank}: {why}; the dataset is not recorded",
+                    out.record.name
+                ))),
+                None => {
+                    self.info(&format!(
+                        "complete_output {}: a rank said invalid, dataset not recorded",
+                        out.record.name
+                    ));
+                    Ok(false)
+                }
+            };
+        }
+        let id = out.record.id;
+        self.begin_flush(id);
+        let Some(entry) = self.open_index_entry(&out.record) else {
+            self.forget_bypass(&out)?;
+            return Err(ScrError::Collective(format!(
+                "complete_output {}: the prefix's index cannot be written; the dataset is not recorded",
+                out.record.name
+            )));
+        };
+        let recorded = self.gather_and_finish(&entry, &mine);
+        let why = self
+            .world
+            .broadcast_bytes(recorded.err().unwrap_or_default().as_bytes());
+        if why.is_empty() {
+            if let Some(c) = out.record.checkpoint_id {
+                // before the ids are recorded with the dataset's (forget_bypass)
+                self.cache.next_checkpoint = c + 1;
+            }
+        }
+        self.forget_bypass(&out)?;
+        if !why.is_empty() {
+            return Err(ScrError::Collective(format!(
+                "complete_output {}: written to the prefix but not recorded: {}",
+                out.record.name,
+                String::from_utf8_lossy(&why)
+            )));
+        }
+        if out.record.checkpoint_id.is_some() {
+            self.checkpoint_done(out.started);
+            let bytes: u64 = out.record.files.iter().map(|f| f.size).sum();
+            let total = self.world.sum_u64(bytes);
+            self.log_event(crate::events::Event::Checkpoint {
+                name: out.record.name.clone(),
+                id,
+                bytes: total,
+                seconds: out.started.elapsed().as_secs_f64(),
+            });
+        }
+        self.info(&format!(
+            "complete_output {}: recorded in the prefix {} (bypass), {:.3} s",
+            out.record.name,
+            self.job.prefix.display(),
+            out.started.elapsed().as_secs_f64()
+        ));
+        if out.record.checkpoint_id.is_some() {
+            self.exit_if_halted();
+        }
+        Ok(true)
+    }
+
+    /// This rank's files of a bypass dataset as the flush records them (size and, with
+    /// `crc`, CRC32 of what is in the prefix), or why one cannot be read.
+    fn stat_bypass_files(&self, out: &mut Output, crc: bool, buf: usize) -> RankOutcome {
+        let mut files = Vec::with_capacity(out.record.files.len());
+        for f in &mut out.record.files {
+            let path = self.job.prefix.join(&f.name);
+            let meta = crate::integrity::stat_file(&path, crc, buf)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            f.size = meta.size;
+            f.crc32 = meta.crc32;
+            files.push(FlushedFile {
+                name: f.name.clone(),
+                size: meta.size,
+                crc32: meta.crc32,
+                stored: None,
+            });
+        }
+        Ok(files)
+    }
+
+    /// The cache's record of a bypass dataset goes (collective): its empty directory and
+    /// its filemap entry; the next dataset takes a new id.
+    fn forget_bypass(&mut self, out: &Output) -> Result<()> {
+        let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
+        let _ = std::fs::remove_dir(&dir);
+        self.cache.filemap.datasets.remove(&out.record.id);
+        let saved = self.save_filemap();
+        self.dataset_done(out.record.id);
+        self.agree_changed("complete_output", saved)
+    }
+}
