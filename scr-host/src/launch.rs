@@ -380,8 +380,8 @@ struct Relaunch<'a> {
     check: NodeCheck,
     /// Launches in all.
     runs: u64,
-    /// `watchdog_timeout` in seconds (0: none).
-    watchdog: u64,
+    /// `watchdog_timeout` and `watchdog_timeout_pfs` in seconds (0: none).
+    watchdog: Watchdog,
     /// What is kept in `run.scr` for `scr env`.
     state: RunState,
     /// The nodes of the previous launch (before the first: the simulated layout's).
@@ -407,15 +407,19 @@ impl<'a> Relaunch<'a> {
             .runs
             .unwrap_or_else(|| config.get(settings::RUNS))
             .max(1);
-        let watchdog = config.get(settings::WATCHDOG_TIMEOUT);
+        let watchdog = Watchdog {
+            secs: config.get(settings::WATCHDOG_TIMEOUT),
+            pfs_secs: config.get(settings::WATCHDOG_TIMEOUT_PFS),
+            prefix: opts.prefix.clone(),
+        };
         opts.say(format!(
             "allocation {} ({}), {runs} run(s){}",
             hostlist::compress(&plan.alloc.nodes),
             plan.alloc.source,
-            if watchdog > 0 {
-                format!(", watchdog {watchdog} s")
-            } else {
-                String::new()
+            match (watchdog.secs, watchdog.pfs_secs) {
+                (0, _) => String::new(),
+                (w, p) if p > w => format!(", watchdog {w} s ({p} s while a flush is open)"),
+                (w, _) => format!(", watchdog {w} s"),
             }
         ));
         Ok(Relaunch {
@@ -580,7 +584,7 @@ impl<'a> Relaunch<'a> {
             cmd.env("SCR_NODE_NAMES", self.plan.node_names(nodes));
         }
         let watched = watched_dirs(self.config, &self.opts.prefix, &self.check, nodes);
-        match launch(cmd, self.watchdog, &watched, self.opts) {
+        match launch(cmd, &self.watchdog, &watched, self.opts) {
             Ok(e) => Some(e),
             Err(e) => {
                 self.opts
@@ -722,6 +726,38 @@ fn newest_change(dirs: &[PathBuf], limit: usize) -> Option<SystemTime> {
     newest
 }
 
+/// The watchdog's timeouts: `secs` without progress ends the step (0: no watchdog), or
+/// `pfs_secs` while a flush to the prefix is open in its index (SCR's
+/// `SCR_WATCHDOG_TIMEOUT_PFS`: a write to the parallel file system takes longer than one
+/// to cache, and may show no progress the watchdog sees for a while).
+struct Watchdog {
+    secs: u64,
+    pfs_secs: u64,
+    prefix: PathBuf,
+}
+
+impl Watchdog {
+    /// The timeout in force now: `pfs_secs` (when longer) while the prefix's index holds a
+    /// flush that is neither complete nor failed.
+    fn timeout(&self) -> Duration {
+        if self.pfs_secs > self.secs && flush_open(&self.prefix) {
+            Duration::from_secs(self.pfs_secs)
+        } else {
+            Duration::from_secs(self.secs)
+        }
+    }
+}
+
+/// Whether the index of `prefix` holds an open flush (an entry neither complete nor
+/// failed); an unreadable index holds none.
+fn flush_open(prefix: &Path) -> bool {
+    crate::state::prefix::Index::load(prefix).is_ok_and(|ix| {
+        ix.datasets
+            .values()
+            .any(|e| !e.complete && e.failed.is_none())
+    })
+}
+
 /// Start the step and wait for it. With a watchdog (`watchdog` > 0 seconds) the step
 /// runs in a process group of its own, so that everything it started can be ended
 /// together when it shows no progress; without one it stays in `scr run`'s group, where
@@ -730,11 +766,12 @@ fn newest_change(dirs: &[PathBuf], limit: usize) -> Option<SystemTime> {
 /// [`SIGNAL_GRACE`] to end before it is killed.
 fn launch(
     mut cmd: Command,
-    watchdog: u64,
+    dog: &Watchdog,
     watched: &[PathBuf],
     opts: &RunOptions,
 ) -> std::io::Result<Ended> {
     use std::os::unix::process::CommandExt;
+    let watchdog = dog.secs;
     let own_group = watchdog > 0;
     if own_group {
         cmd.process_group(0);
@@ -789,7 +826,15 @@ fn launch(
         if watchdog == 0 {
             continue;
         }
-        if progress.idle() >= Duration::from_secs(watchdog) {
+        // (the index is read only once the shorter timeout has passed)
+        let idle = progress.idle();
+        let limit = if idle >= Duration::from_secs(watchdog) {
+            dog.timeout()
+        } else {
+            Duration::MAX
+        };
+        if idle >= limit {
+            let watchdog = limit.as_secs();
             opts.say(format!(
                 "watchdog: no output and no file changed under {} for {watchdog} s; killing the job step (process group {})",
                 watched
@@ -925,6 +970,35 @@ fn pump(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_watchdog_waits_the_pfs_timeout_while_a_flush_is_open() {
+        use crate::state::prefix::{Index, IndexEntry};
+        let dir = tempfile::tempdir().unwrap();
+        let dog = Watchdog {
+            secs: 3,
+            pfs_secs: 30,
+            prefix: dir.path().to_path_buf(),
+        };
+        // no index: the plain timeout
+        assert_eq!(dog.timeout(), Duration::from_secs(3));
+        let entry = IndexEntry {
+            id: 4,
+            name: "ckpt.4".into(),
+            ..IndexEntry::default()
+        };
+        Index::update(dir.path(), |ix| ix.begin_flush(&entry)).unwrap();
+        assert_eq!(dog.timeout(), Duration::from_secs(30), "a flush is open");
+        Index::update(dir.path(), |ix| ix.flush_failed(4, "rank 1: disk full")).unwrap();
+        assert_eq!(dog.timeout(), Duration::from_secs(3), "it failed: not open");
+        // a shorter pfs timeout never shortens the watchdog
+        let dog = Watchdog {
+            secs: 3,
+            pfs_secs: 1,
+            prefix: dir.path().to_path_buf(),
+        };
+        assert_eq!(dog.timeout(), Duration::from_secs(3));
+    }
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()

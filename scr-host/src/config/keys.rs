@@ -150,12 +150,18 @@ pub const KEYS: &[Key] = &[
           doc: "Flush in the background while the application computes" },
     Key { name: "flush_type", ty: Type::Str, default: Default::Fixed("pthread"),
           doc: "Transfer type for flushes from stores that name none" },
+    Key { name: "flush_poststage", ty: Type::Bool, default: Default::Fixed("false"),
+          doc: "SCR's hand-over of background flushes to a post-stage script after the job (IBM burst buffer only); not available here: setting it makes init say so, and finalize completes every background flush as usual" },
     Key { name: "flush_on_restart", ty: Type::Bool, default: Default::Fixed("false"),
           doc: "At init, flush the checkpoint restored from cache unless the prefix holds it already" },
     Key { name: "flush_on_finalize", ty: Type::Bool, default: Default::Fixed("true"),
           doc: "At finalize (and when a halt condition ends the run), flush the newest checkpoint unless the prefix holds it already (with flush = 0 nothing is flushed)" },
     Key { name: "fetch", ty: Type::Bool, default: Default::Fixed("true"),
           doc: "Fetch the newest checkpoint from the prefix at init when cache holds none" },
+    Key { name: "fetch_bypass", ty: Type::Bool, default: Default::Fixed("false"),
+          doc: "A checkpoint only the prefix holds is read in place there at restart (its files checked first) instead of fetched into cache, as with fetch = false" },
+    Key { name: "cache_purge", ty: Type::Bool, default: Default::Fixed("false"),
+          doc: "Delete every dataset from cache at init (on every node) and restart from the prefix: for testing and while integrating the library" },
     Key { name: "distribute", ty: Type::Bool, default: Default::Fixed("true"),
           doc: "Move cached files to their owner ranks at init when ranks changed nodes; false: purge the cache at init and restart from the prefix (fetch)" },
     Key { name: "crc_on_copy", ty: Type::Bool, default: Default::Fixed("true"),
@@ -206,15 +212,38 @@ pub const KEYS: &[Key] = &[
           doc: "Launches `scr run` makes in all (the first and the relaunches after failures)" },
     Key { name: "watchdog_timeout", ty: U, default: Default::Fixed("0"),
           doc: "`scr run` kills a job step that shows no progress (no output line, no file changed in the prefix's .scr, cache or control directories) for N seconds, and relaunches; 0 disables" },
+    Key { name: "watchdog_timeout_pfs", ty: U, default: Default::Fixed("0"),
+          doc: "The watchdog's timeout (`watchdog_timeout`) while a flush to the prefix is open in the index, which takes longer than a write to cache; 0: `watchdog_timeout` throughout" },
     Key { name: "down_nodes_script", ty: Type::Path, default: Default::None,
           doc: "Site script run with the node names as arguments; each `NODE REASON` line it prints marks that node down for `scr run` and `scr nodes down`" },
     Key { name: "cache_free", ty: Type::Bytes, default: Default::None,
           doc: "Free space each node-local store must have for `scr run` to use the node; unset: the store's dataset count times the largest indexed dataset's bytes per node" },
 ];
 
-/// Look a scalar key up by name (case-insensitive).
+/// Other names of keys, as SCR spells them (`SCR_USER_NAME` sets `user`): accepted
+/// wherever the key's own name is (files, environment, the API); the key's own name wins
+/// in the environment when both are set.
+pub const ALIASES: &[(&str, &str)] = &[("user_name", "user")];
+
+/// Look a scalar key up by name or alias (case-insensitive).
 pub fn find(name: &str) -> Option<&'static Key> {
+    let name = ALIASES
+        .iter()
+        .find(|(alias, _)| alias.eq_ignore_ascii_case(name))
+        .map_or(name, |(_, key)| key);
     KEYS.iter().find(|k| k.name.eq_ignore_ascii_case(name))
+}
+
+/// The environment variables that set `key`: its own first, then its aliases'.
+pub fn env_vars(key: &Key) -> Vec<String> {
+    std::iter::once(key.env_var())
+        .chain(
+            ALIASES
+                .iter()
+                .filter(|(_, k)| *k == key.name)
+                .map(|(alias, _)| format!("SCR_{}", alias.to_ascii_uppercase())),
+        )
+        .collect()
 }
 
 /// Look a key up as an application may spell it through the API: `cache_size`,
@@ -386,6 +415,16 @@ mod tests {
                 assert!(parse_text(k.ty, text).is_ok(), "default of {}", k.name);
             }
         }
+    }
+
+    #[test]
+    fn scr_names_of_keys_are_aliases() {
+        assert_eq!(find("user_name").map(|k| k.name), Some("user"));
+        assert_eq!(find_api("SCR_USER_NAME").map(|k| k.name), Some("user"));
+        assert_eq!(
+            env_vars(find("user").unwrap()),
+            ["SCR_USER", "SCR_USER_NAME"]
+        );
     }
 
     #[test]

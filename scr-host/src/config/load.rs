@@ -51,7 +51,7 @@ impl Loader {
             // where Python's `scr` module finds libscr (python/scr/__init__.py)
             "SCR_LIBRARY",
         ];
-        let known: Vec<String> = keys::KEYS.iter().map(|k| k.env_var()).collect();
+        let known: Vec<String> = keys::KEYS.iter().flat_map(keys::env_vars).collect();
         self.env
             .keys()
             .filter(|v| v.starts_with("SCR_") && !NOT_KEYS.contains(&v.as_str()))
@@ -185,8 +185,10 @@ impl Loader {
         // environment
         let mut env = Layer::new(Tier::Env);
         for key in keys::KEYS {
-            let var = key.env_var();
-            if let Some(text) = self.env.get(&var) {
+            let set = keys::env_vars(key)
+                .into_iter()
+                .find_map(|var| self.env.get(&var).map(|text| (var, text)));
+            if let Some((var, text)) = set {
                 match keys::parse_text(key.ty, text) {
                     Ok(value) => {
                         env.scalars.insert(key.name, (value, Origin::Env(var)));

@@ -158,10 +158,13 @@ settings! {
     FLUSH: u64 = "flush";
     FLUSH_ASYNC: bool = "flush_async";
     FLUSH_TYPE: String = "flush_type";
+    FLUSH_POSTSTAGE: bool = "flush_poststage";
     FLUSH_ON_RESTART: bool = "flush_on_restart";
     FLUSH_ON_FINALIZE: bool = "flush_on_finalize";
     FETCH: bool = "fetch";
     DISTRIBUTE: bool = "distribute";
+    FETCH_BYPASS: bool = "fetch_bypass";
+    CACHE_PURGE: bool = "cache_purge";
     CRC_ON_COPY: bool = "crc_on_copy";
     CRC_ON_RESTART: bool = "crc_on_restart";
     CRC_ON_FLUSH: bool = "crc_on_flush";
@@ -185,6 +188,7 @@ settings! {
     MIN_NODES: u64 = "min_nodes";
     RUNS: u64 = "runs";
     WATCHDOG_TIMEOUT: u64 = "watchdog_timeout";
+    WATCHDOG_TIMEOUT_PFS: u64 = "watchdog_timeout_pfs";
     DOWN_NODES_SCRIPT: String = "down_nodes_script";
     CACHE_FREE: u64 = "cache_free";
 }

@@ -217,9 +217,10 @@ impl Runtime {
     }
 
     /// Delete every dataset the cache of this node holds, for any rank, with the
-    /// filemaps that list them (`distribute = false`). The first rank on each node does
-    /// it; only names inside their dataset directories are removed.
-    pub(in crate::runtime) fn purge_cache(&mut self) -> Result<()> {
+    /// filemaps that list them (`why`: `distribute = false` or `cache_purge`). The first
+    /// rank on each node does it; only names inside their dataset directories are
+    /// removed.
+    pub(in crate::runtime) fn purge_cache(&mut self, why: &str) -> Result<()> {
         if !self.first_on_node() {
             return Ok(());
         }
@@ -244,7 +245,7 @@ impl Runtime {
         }
         if !purged.is_empty() {
             tracing::warn!(
-                "distribute = false: purged the cache of node {}: {}; restarting from the prefix",
+                "{why}: purged the cache of node {}: {}; restarting from the prefix",
                 self.topo.node,
                 purged.into_iter().collect::<Vec<_>>().join(", ")
             );

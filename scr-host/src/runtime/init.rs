@@ -276,6 +276,11 @@ impl Runtime {
             }
             self.log_previous_run_failure();
         }
+        if self.config.get(settings::FLUSH_POSTSTAGE) {
+            self.warn(
+                "flush_poststage (SCR_FLUSH_POSTSTAGE) is not available: no post-stage script takes background flushes over after the job; finalize completes them as usual",
+            );
+        }
         Ok(())
     }
 

@@ -206,13 +206,15 @@ impl Runtime {
     }
 
     /// Whether a checkpoint only the prefix holds is read in place there rather than
-    /// fetched into cache: with `fetch = false` (SCR 3.x), and when this run's
-    /// checkpoints bypass the cache (the descriptor the next checkpoint takes has
-    /// `bypass`): copying into a cache the run does not use would only cost time and
-    /// room (SCR's fetch bypass). The same on every rank (the configuration is).
+    /// fetched into cache: with `fetch = false` (SCR 3.x) or `fetch_bypass`, and when
+    /// this run's checkpoints bypass the cache (the descriptor the next checkpoint takes
+    /// has `bypass`): copying into a cache the run does not use would only cost time and
+    /// room. The same on every rank (the configuration is).
     pub(in crate::runtime) fn restart_in_place(&self) -> bool {
         let next = self.reddesc_for(Some(self.cache.next_checkpoint));
-        !self.config.get(settings::FETCH) || self.job.reddescs[next].record.bypass
+        !self.config.get(settings::FETCH)
+            || self.config.get(settings::FETCH_BYPASS)
+            || self.job.reddescs[next].record.bypass
     }
 
     /// Make the named checkpoint the restart candidate, passing over newer ones

@@ -20,10 +20,12 @@ use std::path::{Path, PathBuf};
 impl Runtime {
     /// Move, verify and rebuild everything the cache holds; drop what cannot be saved.
     pub(in crate::runtime) fn restore_cache(&mut self) -> Result<()> {
-        if self.config.get(settings::DISTRIBUTE) {
+        if self.config.get(settings::CACHE_PURGE) {
+            self.purge_at_init("cache_purge")?;
+        } else if self.config.get(settings::DISTRIBUTE) {
             self.distribute()?;
         } else {
-            self.purge_at_init()?;
+            self.purge_at_init("distribute = false")?;
         }
         self.cache.filemap = match Filemap::load(&self.job.cntl_dir, self.topo.rank) {
             Ok(m) => m,
@@ -95,11 +97,11 @@ impl Runtime {
         Ok(())
     }
 
-    /// SCR's SCR_DISTRIBUTE=0: no restart from cache; the cache is purged on every node
-    /// (agreed) and the run restarts from the prefix (fetch). Rank 0 takes CACHE off
-    /// every dataset in the flush file.
-    pub(in crate::runtime) fn purge_at_init(&mut self) -> Result<()> {
-        let purged = self.purge_cache();
+    /// SCR's SCR_DISTRIBUTE=0 and SCR_CACHE_PURGE=1 (`why`): no restart from cache; the
+    /// cache is purged on every node (agreed) and the run restarts from the prefix
+    /// (fetch). Rank 0 takes CACHE off every dataset in the flush file.
+    pub(in crate::runtime) fn purge_at_init(&mut self, why: &str) -> Result<()> {
+        let purged = self.purge_cache(why);
         self.agree(purged)?;
         if self.topo.rank == 0 {
             // every node's cache was purged: no dataset is in cache any more

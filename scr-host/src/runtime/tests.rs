@@ -106,9 +106,24 @@ fn content(rank: u32, step: u32) -> Vec<u8> {
 
 /// One run: init, then either write checkpoint `write` or read back the restart.
 fn run(dir: &Path, nodes: &[&str], write: Option<u32>) -> Vec<std::result::Result<String, String>> {
+    run_with(
+        dir,
+        nodes,
+        &[("SCR_COPY_TYPE", "XOR"), ("SCR_FLUSH", "0")],
+        write,
+    )
+}
+
+/// [`run`] with the settings `env`.
+fn run_with(
+    dir: &Path,
+    nodes: &[&str],
+    env: &[(&str, &str)],
+    write: Option<u32>,
+) -> Vec<std::result::Result<String, String>> {
     run_ranks(nodes.len() as u32, |w: Box<dyn World>| {
         let me = w.rank();
-        let l = loader(dir, nodes, &[("SCR_COPY_TYPE", "XOR"), ("SCR_FLUSH", "0")]);
+        let l = loader(dir, nodes, env);
         let mut rt = Runtime::init_in(w, l, InitOptions::default()).map_err(|e| e.to_string())?;
         let outcome = match write {
             Some(step) => (|| {
@@ -1121,4 +1136,43 @@ fn without_bypass_a_file_written_by_two_ranks_is_refused_and_an_output_descripto
         .values()
         .any(|e| e.name == "out.1" && e.complete && e.output));
     assert!(!ix.datasets.values().any(|e| e.name == "ckpt.1"));
+}
+
+#[test]
+fn cache_purge_empties_the_cache_at_init_and_fetch_bypass_reads_the_prefix_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("prefix")).unwrap();
+    let nodes = ["n0", "n0", "n1", "n1"];
+    let flushed = [("SCR_COPY_TYPE", "SINGLE"), ("SCR_FLUSH", "1")];
+    let cached_only = [
+        ("SCR_COPY_TYPE", "SINGLE"),
+        ("SCR_FLUSH", "0"),
+        ("SCR_FLUSH_ON_FINALIZE", "0"),
+    ];
+    // ckpt.1 reaches the prefix; ckpt.2 stays in cache only
+    assert!(run_with(dir.path(), &nodes, &flushed, Some(1))
+        .iter()
+        .all(|o| o.is_ok()));
+    assert!(run_with(dir.path(), &nodes, &cached_only, Some(2))
+        .iter()
+        .all(|o| o.is_ok()));
+    // cache_purge: the cached ckpt.2 is gone, the restart comes from the prefix,
+    // read in place there with fetch_bypass (nothing copied into cache)
+    let purge = [
+        ("SCR_COPY_TYPE", "SINGLE"),
+        ("SCR_FLUSH", "0"),
+        ("SCR_CACHE_PURGE", "1"),
+        ("SCR_FETCH_BYPASS", "1"),
+    ];
+    let restarted = run_with(dir.path(), &nodes, &purge, None);
+    assert_eq!(
+        restarted,
+        vec![Ok("restarted from ckpt.1, byte-exact".to_string()); 4],
+        "{restarted:?}"
+    );
+    let cached: Vec<String> = files_under(&dir.path().join("cache"))
+        .into_iter()
+        .filter(|f| f.contains("rank_"))
+        .collect();
+    assert!(cached.is_empty(), "{cached:?}");
 }
