@@ -223,7 +223,7 @@ pub const KEYS: &[Key] = &[
 /// Other names of keys, as SCR spells them (`SCR_USER_NAME` sets `user`): accepted
 /// wherever the key's own name is (files, environment, the API); the key's own name wins
 /// in the environment when both are set.
-pub const ALIASES: &[(&str, &str)] = &[("user_name", "user")];
+pub const ALIASES: &[(&str, &str)] = &[("user_name", "user"), ("halt_enabled", "halt_exit")];
 
 /// Look a scalar key up by name or alias (case-insensitive).
 pub fn find(name: &str) -> Option<&'static Key> {
