@@ -268,6 +268,31 @@ mod errors {
     }
 
     #[test]
+    fn scr_test_api_config_calls_load() {
+        // the calls of SCR's test_api --config-api, and SCR_COPY_TYPE=FILE from the
+        // environment as SCR's test scripts export it
+        let env = Env::new()
+            .var("SCR_COPY_TYPE", "FILE")
+            .api("STORE=/dev/shm GROUP=NODE COUNT=1")
+            .api("SCR_COPY_TYPE=FILE")
+            .api("CKPT=0 INTERVAL=1 GROUP=NODE STORE=/dev/shm TYPE=XOR SET_SIZE=16")
+            .api("SCR_DEBUG=1");
+        let config = env.load().expect("valid");
+        assert_eq!(config.checkpoints.len(), 1);
+        let d = config.descriptor(0);
+        assert_eq!(
+            (d.scheme.0.as_str(), d.store_path.as_str()),
+            ("XOR", "/dev/shm")
+        );
+        // FILE alone, with no descriptor defined: the implied one needs a scheme
+        let errors = Env::new().api("SCR_COPY_TYPE=FILE").errors();
+        assert!(
+            errors[0].message.contains("FILE") && errors[0].message.contains("CKPT"),
+            "{errors:#?}"
+        );
+    }
+
+    #[test]
     fn unknown_keys_inside_tables() {
         let env = Env::new().user(
             "[[store]]\npath = \"/ssd\"\ncuont = 2\n[[checkpoint]]\ninterval = 1\nstripe = 4\n",
