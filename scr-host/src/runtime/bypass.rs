@@ -10,7 +10,9 @@
 //! writing) in the rank2file map, the summary and a complete index entry — so that the
 //! restart, `scr index`, drop, delete and every integrity check treat it as a flushed
 //! dataset. Since nothing is copied, several ranks may write one file (a shared file):
-//! each rank that routed it lists it, and every such rank finds it at restart.
+//! each rank that routed it lists it, and every such rank finds it at restart; the
+//! lowest of them alone reads it back for its CRC32 (and checks that at restart), so a
+//! shared file is read once, not once per writer.
 
 use std::path::{Path, PathBuf};
 
@@ -133,10 +135,15 @@ impl Runtime {
     /// This rank's files of a bypass dataset as the flush records them (size and, with
     /// `crc`, CRC32 of what is in the prefix), or why one cannot be read.
     fn stat_bypass_files(&self, out: &mut Output, crc: bool, buf: usize) -> RankOutcome {
+        // a file several ranks wrote is hashed by the lowest of them only (its CRC32 is
+        // then checked by that rank alone at restart, the others check its size): one
+        // read of a shared file, not one per writer
+        let names: Vec<String> = out.record.files.iter().map(|f| f.name.clone()).collect();
+        let lowest = super::names::lowest_writers(&*self.world, &names);
         let mut files = Vec::with_capacity(out.record.files.len());
-        for f in &mut out.record.files {
+        for (f, hash) in out.record.files.iter_mut().zip(lowest) {
             let path = self.job.prefix.join(&f.name);
-            let meta = crate::integrity::stat_file(&path, crc, buf)
+            let meta = crate::integrity::stat_file(&path, crc && hash, buf)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
             f.size = meta.size;
             f.crc32 = meta.crc32;

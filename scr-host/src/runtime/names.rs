@@ -20,7 +20,7 @@ use super::world::World;
 /// Tag of the name messages. Consecutive checks on one communicator cannot mix theirs:
 /// complete_output makes a world reduction right after the exchange, which no rank
 /// leaves before every rank ended its exchange.
-use super::tags::NAME_TAG;
+use super::tags::{NAME_TAG, SHARED_TAGS};
 
 /// What a name is to the rank that declares it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -39,6 +39,53 @@ pub(crate) struct Clashes {
     /// A rank routed the name of another rank's redundancy file; the message starts with
     /// the rank whose redundancy file it is (`on rank N: ...`).
     pub redundancy: Option<String>,
+}
+
+/// For each of this rank's `names` (the files of a dataset that bypasses the cache),
+/// whether this rank is the lowest that routed it (collective over `world`). Several
+/// ranks may write one file in the prefix; its size and CRC32 are then read back by one
+/// of them only, not by every writer. By the same distributed hash as [`check_in`]:
+/// each name goes to the rank owning its hash, which answers every writer but the
+/// lowest. Per rank: one message per distinct owner of its names and at most one
+/// answer per name it sent, and the O(log P) steps of two non-blocking barriers.
+pub(crate) fn lowest_writers(world: &dyn World, names: &[String]) -> Vec<bool> {
+    let ranks = world.size();
+    let mut out: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
+    for n in names {
+        out.entry(owner(n, ranks)).or_default().push(n.as_str());
+    }
+    let sends: Vec<(u32, Vec<u8>)> = out
+        .into_iter()
+        .map(|(to, names)| (to, serde_json::to_vec(&names).expect("names serialize")))
+        .collect();
+    let got = world.sparse_exchange(&sends, SHARED_TAGS[0]);
+    let mut writers: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for (from, bytes) in got {
+        // (a message this runtime serialized: unreadable only through a bug, and then
+        // every writer reads the file back, as without this exchange)
+        let names: Vec<String> = serde_json::from_slice(&bytes).unwrap_or_default();
+        for n in names {
+            writers.entry(n).or_default().push(from);
+        }
+    }
+    let mut answers: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for (name, mut from) in writers {
+        from.sort_unstable();
+        from.dedup();
+        for r in from.into_iter().skip(1) {
+            answers.entry(r).or_default().push(name.clone());
+        }
+    }
+    let sends: Vec<(u32, Vec<u8>)> = answers
+        .into_iter()
+        .map(|(to, names)| (to, serde_json::to_vec(&names).expect("names serialize")))
+        .collect();
+    let not_lowest: std::collections::HashSet<String> = world
+        .sparse_exchange(&sends, SHARED_TAGS[1])
+        .into_iter()
+        .flat_map(|(_, bytes)| serde_json::from_slice::<Vec<String>>(&bytes).unwrap_or_default())
+        .collect();
+    names.iter().map(|n| !not_lowest.contains(n)).collect()
 }
 
 /// The rank of `comm` that checks `name`: a hash every rank computes alike.
@@ -122,6 +169,30 @@ mod tests {
 
     fn names(list: &[(Kind, &str)]) -> Vec<(Kind, String)> {
         list.iter().map(|(k, n)| (*k, n.to_string())).collect()
+    }
+
+    #[test]
+    fn the_lowest_writer_of_each_shared_name_is_found_on_every_rank() {
+        use crate::runtime::world::inproc::run_ranks;
+        let got = run_ranks(5, |w: Box<dyn World>| {
+            let me = w.rank();
+            // every rank: "shared" and its own file; ranks 2..: "late" as well
+            let mut mine = vec!["shared".to_string(), format!("own_{me}")];
+            if me >= 2 {
+                mine.push("late".into());
+            }
+            (mine.clone(), lowest_writers(&*w, &mine))
+        });
+        for (rank, (mine, lowest)) in got.into_iter().enumerate() {
+            for (name, first) in mine.iter().zip(lowest) {
+                let expected = match name.as_str() {
+                    "shared" => rank == 0,
+                    "late" => rank == 2,
+                    _ => true,
+                };
+                assert_eq!(first, expected, "rank {rank}, {name}");
+            }
+        }
     }
 
     #[test]

@@ -50,6 +50,11 @@ pub(crate) const OWNED_TAGS: [i32; 3] = [7045, 7046, 7047];
 /// The names sent to their hash owners by the name-clash check at `complete_output`.
 pub(crate) const NAME_TAG: i32 = 7060;
 
+/// The two sparse exchanges that find, for each file of a dataset that bypasses the
+/// cache, the lowest rank writing it (a shared file is read back by that rank alone):
+/// names to their hash owners, then the answers back (distinct, as for [`OWNED_TAGS`]).
+pub(crate) const SHARED_TAGS: [i32; 2] = [7061, 7062];
+
 /// Every tag above (both of [`TEMPLATE_TAG`]'s), for the test that keeps them apart.
 #[cfg(test)]
 pub(crate) fn all() -> Vec<i32> {
@@ -67,6 +72,7 @@ pub(crate) fn all() -> Vec<i32> {
         NAME_TAG,
     ];
     v.extend(OWNED_TAGS);
+    v.extend(SHARED_TAGS);
     v
 }
 
