@@ -1066,3 +1066,40 @@ fn a_failed_transfer_under_a_narrow_window_passes_the_turn_on_and_fails_alike_ev
     // both flushes went through the window on every rank, one rank at a time
     assert_eq!(gauge(&counts, "flush"), (0, 1, 8));
 }
+
+/// A background flush (`flush_async`) is not windowed, as SCR's asynchronous flush is
+/// not (see `window`): with `flush_width = 1` no rank waits for a turn (the gauge counts
+/// nothing), and the flush is still recorded, byte-exact, by finalize at the latest.
+#[test]
+fn a_background_flush_is_not_held_back_by_the_width() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n0", "n1", "n2", "n3"];
+    let prefix = dir.path().join("prefix");
+    let counts = dir.path().join("gauge");
+    std::fs::create_dir_all(&counts).unwrap();
+    let spec = format!("{}:20", counts.display());
+    let env = [
+        ("SCR_COPY_TYPE", "SINGLE"),
+        ("SCR_FLUSH", "1"),
+        ("SCR_FLUSH_ASYNC", "1"),
+        ("SCR_FLUSH_WIDTH", "1"),
+        ("SCR_TEST_WINDOW", spec.as_str()),
+    ];
+    let out = job(dir.path(), &nodes, &env, |rt, r| {
+        show("ckpt.1", write_content(rt, dir.path(), "ckpt.1", 1, r))
+    });
+    for (r, (line, end)) in out.iter().enumerate() {
+        assert_eq!(line, "ckpt.1: ok true", "rank {r}");
+        assert_eq!(end, &Ok(()), "rank {r}");
+    }
+    assert!(
+        !counts.join("flush").exists(),
+        "a background flush went through the window"
+    );
+    let index = crate::state::prefix::Index::load(&prefix).unwrap();
+    assert_eq!(index.restart_point().as_deref(), Some("ckpt.1"));
+    for r in 0..4u32 {
+        let flushed = std::fs::read(prefix.join(format!("rank_{r}.dat"))).unwrap();
+        assert!(flushed == content(r, 1), "rank {r}'s flushed file");
+    }
+}
