@@ -22,6 +22,11 @@
 //! configured thread count (`[plugins.pthread] threads`, default 4), `--threads` only the
 //! plugin-alone row.
 //!
+//! `--widths 1,2` adds a `flush pthread w=N` row per width: the same flush with
+//! `flush_width = N`, so that at most N ranks copy at once (a sliding window by rank);
+//! the plain `flush pthread` row is the unbounded flush (the default width, 256, is
+//! above any rank count run here) and `cp -r` the baseline, all in the same run.
+//!
 //! Run: `mpiexec -n 4 target/release/scr-bench-flush`.
 
 use std::io::Write;
@@ -66,6 +71,9 @@ struct Args {
     /// Threads of the plugin-alone pthread row.
     #[arg(long, default_value_t = 4)]
     threads: usize,
+    /// `flush_width` values of extra `flush pthread w=N` rows (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    widths: Vec<u64>,
 }
 
 fn contents(bytes: usize, i: usize, rank: i32) -> Vec<u8> {
@@ -138,19 +146,22 @@ struct Places {
 
 /// Time (slowest rank) of the `complete_output` of a dataset of `files` files of `bytes`
 /// bytes per rank, written untimed first: an OUTPUT dataset flushes with `kind`, a
-/// CHECKPOINT one (flush = 0) does not. The flushed files are removed afterwards.
+/// CHECKPOINT one (flush = 0) does not; `width`, when given, is the `flush_width`. The
+/// flushed files are removed afterwards.
 #[allow(clippy::too_many_arguments)]
 fn library(
     world: &SimpleCommunicator,
     places: &Places,
     kind: &str,
+    width: Option<u64>,
     output: bool,
     tag: &str,
     files: usize,
     bytes: usize,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     let rank = world.rank();
-    let job = format!("{tag}-{kind}-{}", if output { "out" } else { "ckpt" });
+    let w = width.map(|w| format!("-w{w}")).unwrap_or_default();
+    let job = format!("{tag}-{kind}{w}-{}", if output { "out" } else { "ckpt" });
     let prefix = places.prefix.join(&job);
     let mut s = Settings::new();
     for kv in [
@@ -159,6 +170,7 @@ fn library(
         "flush=0".into(),
         "crc_on_copy=false".into(),
         format!("flush_type={kind}"),
+        format!("flush_width={}", width.unwrap_or(256)),
         format!("cache_base={}", places.cache.join("cache").display()),
         format!("cntl_base={}", places.cache.join("cntl").display()),
         format!("prefix={}", prefix.display()),
@@ -250,13 +262,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cache: args.cache.join(format!("scr-bench-flush.{job}/lib")),
         prefix: args.prefix.join(format!("scr-bench-flush.{job}/lib")),
     };
-    const WAYS: [&str; 5] = [
+    let ways: Vec<String> = [
         "cp -r",
         "plugin sync",
         "plugin pthread",
         "flush sync",
         "flush pthread",
-    ];
+    ]
+    .iter()
+    .map(|w| w.to_string())
+    .chain(args.widths.iter().map(|w| format!("flush pthread w={w}")))
+    .collect();
     if rank == 0 {
         println!(
             "ranks {}, cache {}, prefix {}; MB/s per rank, medians of {} reps [min-max]",
@@ -276,11 +292,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ] {
         let src = cache.join("src");
         let list = make(&src, files, bytes, rank)?;
-        let mut times: [Vec<f64>; 5] = Default::default();
+        let mut times: Vec<Vec<f64>> = vec![Vec::new(); ways.len()];
         let mut fixed = Vec::new();
         for rep in 0..args.reps {
-            for j in 0..WAYS.len() {
-                let k = (j + rep) % WAYS.len();
+            for j in 0..ways.len() {
+                let k = (j + rep) % ways.len();
                 let dst = prefix.join(format!("dst{k}"));
                 let _ = std::fs::remove_dir_all(&dst);
                 std::fs::create_dir_all(&dst)?;
@@ -312,12 +328,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     _ => {}
                 }
                 let secs = match k {
-                    3 | 4 => {
+                    3.. => {
                         let kind = if k == 3 { "sync" } else { "pthread" };
+                        let width = k.checked_sub(5).map(|i| args.widths[i]);
                         library(
                             &world,
                             &places,
                             kind,
+                            width,
                             true,
                             &format!("{files}-{rep}"),
                             files,
@@ -333,6 +351,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 &world,
                 &places,
                 "sync",
+                None,
                 false,
                 &format!("{files}-{rep}"),
                 files,
@@ -342,7 +361,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let rate = |s: f64| (files * bytes) as f64 / s / 1e6;
         if rank == 0 {
             println!("{label}:");
-            for (k, way) in WAYS.iter().enumerate() {
+            for (k, way) in ways.iter().enumerate() {
                 let r = Spread::of(times[k].iter().map(|&t| rate(t)));
                 let vs = Spread::of(times[k].iter().zip(&times[0]).map(|(t, cp)| cp / t));
                 println!(

@@ -573,6 +573,22 @@ mod tests {
         assert!(parse("").is_err());
     }
 
+    /// SCR's flow-control keys are accepted as SCR spells them, at least 1.
+    #[test]
+    fn the_width_keys_are_accepted_from_one_up() {
+        for (text, name) in [
+            ("SCR_FLUSH_WIDTH=4", "flush_width"),
+            ("SCR_FETCH_WIDTH=4", "fetch_width"),
+        ] {
+            assert!(
+                matches!(parse(text), Ok(ApiCall::Set { key, value: Some(Value::UInt(4)) }) if key.name == name),
+                "{text}"
+            );
+            let zero = text.replace('4', "0");
+            assert!(parse(&zero).unwrap_err().contains("out of range"), "{zero}");
+        }
+    }
+
     #[test]
     fn descriptor_forms() {
         match parse("CKPT=0 TYPE=XOR SET_SIZE=16").unwrap() {

@@ -46,6 +46,7 @@ impl Loader {
             "SCR_SYSTEM_CONFIG",
             "SCR_SYSTEM_CONFIG_DEFAULT",
             "SCR_FAULT",
+            crate::runtime::window::GAUGE_VAR,
             "SCR_FIXTURE_LIE",
             crate::registry::SKIP_BUILD_DIR_VAR,
             // where Python's `scr` module finds libscr (python/scr/__init__.py)

@@ -157,6 +157,8 @@ settings! {
     GROUP: String = "group";
     FLUSH: u64 = "flush";
     FLUSH_ASYNC: bool = "flush_async";
+    FLUSH_WIDTH: u64 = "flush_width";
+    FETCH_WIDTH: u64 = "fetch_width";
     FLUSH_TYPE: String = "flush_type";
     FLUSH_POSTSTAGE: bool = "flush_poststage";
     FLUSH_ON_RESTART: bool = "flush_on_restart";

@@ -142,6 +142,9 @@ pub(in crate::runtime) struct Health {
     /// injected at one point on one rank; see `Runtime::injected_failure`). Read from
     /// the configuration loader's environment, so that each in-process rank has its own.
     fault: Option<String>,
+    /// Testing hook, never set in production: `SCR_TEST_WINDOW` as init found it (count
+    /// the ranks inside each flush and fetch window; see [`super::window::Gauge`]).
+    gauge: Option<String>,
 }
 
 impl Health {
@@ -201,6 +204,16 @@ impl Health {
     /// Set the injected fault spec (init, from the loader's environment).
     pub(in crate::runtime) fn set_fault(&mut self, fault: Option<String>) {
         self.fault = fault;
+    }
+
+    /// The window gauge's spec, when the test hook is set.
+    pub(in crate::runtime) fn gauge(&self) -> Option<&str> {
+        self.gauge.as_deref()
+    }
+
+    /// Set the window gauge's spec (init, from the loader's environment).
+    pub(in crate::runtime) fn set_gauge(&mut self, gauge: Option<String>) {
+        self.gauge = gauge;
     }
 }
 

@@ -110,7 +110,9 @@
 //! the parts' totals by a 16-byte sum (`World::all_reduce_u64s`; non-leaders add 0). Rank 0 writes
 //! the root (layout and totals) with no message per block: O(1) messages beyond its own
 //! block's. A background flush adds one 8-byte min-reduction per polling API call while
-//! one is pending and rank 0's 1-byte "recorded" broadcast.
+//! one is pending and rank 0's 1-byte "recorded" broadcast. With `flush_width` W below
+//! P, a foreground flush's copy runs in a sliding window (`window.rs`): one 0-byte
+//! message received from rank r - W and one sent to rank r + W (none when W >= P).
 //!
 //! **fetch** (per candidate): the chosen index entry and the rank2file root broadcast
 //! from rank 0 (constant size, ~350 bytes); each leader reads its own part and a 24-byte
@@ -118,6 +120,9 @@
 //! message; a leader sends R - 1); agreements on the outcome by min-reductions (and the
 //! first failure's text broadcast). Rank 0 sends no message per block (a single-file map
 //! of an earlier release, legacy only: one message from rank 0 to each leader, P/R).
+//! With `fetch_width` W below P, the copy (or, with `fetch = false`, the check of the
+//! files in place) runs in a sliding window: at most one 0-byte message from rank r - W
+//! and one to rank r + W.
 //!
 
 use scr_plugin::sync::lock;

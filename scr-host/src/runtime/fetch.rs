@@ -4,6 +4,7 @@
 //! rank2file, and the fetched dataset is protected again.
 
 use super::tags::{LIST_TAG, SOURCE_TAG};
+use super::window::Direction;
 use super::world::Op;
 use crate::config::settings;
 use crate::transfer::{collect, Planned};
@@ -277,28 +278,33 @@ impl Runtime {
         let buf = self.buf_size();
         while let Some((entry, list, _)) = self.choose_from_index(&tried, wanted, older_than) {
             tried.push(entry.id);
-            let mine = list.and_then(|list| {
-                let mut files = BTreeMap::new();
-                for f in &list {
-                    let path = f.stored_path(&self.job.prefix)?;
-                    let crc = f.crc32.filter(|_| check_crc);
-                    scr_plugin::verify::check_file(&path, f.size, crc, buf).map_err(|m| {
-                        use scr_plugin::verify::Mismatch;
-                        match m {
-                            Mismatch::Size { found, recorded } => format!(
-                                "{} is {found} bytes, the flush recorded {recorded}",
-                                path.display()
-                            ),
-                            Mismatch::Crc { found, recorded } => format!(
-                                "{} has CRC32 {found:08x}, the flush recorded {recorded:08x}",
-                                path.display()
-                            ),
-                            other => format!("{}: {other}", path.display()),
-                        }
-                    })?;
-                    files.insert(f.name.clone(), path);
-                }
-                Ok(files)
+            // reading every file for its CRC32 reads the prefix as a fetch does: at most
+            // `fetch_width` ranks at once
+            let window = self.window(Direction::Fetch);
+            let mine = window.run(&*self.world, || {
+                list.and_then(|list| {
+                    let mut files = BTreeMap::new();
+                    for f in &list {
+                        let path = f.stored_path(&self.job.prefix)?;
+                        let crc = f.crc32.filter(|_| check_crc);
+                        scr_plugin::verify::check_file(&path, f.size, crc, buf).map_err(|m| {
+                            use scr_plugin::verify::Mismatch;
+                            match m {
+                                Mismatch::Size { found, recorded } => format!(
+                                    "{} is {found} bytes, the flush recorded {recorded}",
+                                    path.display()
+                                ),
+                                Mismatch::Crc { found, recorded } => format!(
+                                    "{} has CRC32 {found:08x}, the flush recorded {recorded:08x}",
+                                    path.display()
+                                ),
+                                other => format!("{}: {other}", path.display()),
+                            }
+                        })?;
+                        files.insert(f.name.clone(), path);
+                    }
+                    Ok(files)
+                })
             });
             let failed =
                 super::first_failure(&*self.world, mine.as_ref().err().map(String::as_str))
@@ -357,7 +363,13 @@ impl Runtime {
             };
             tried.push(entry.id);
             let fetch_started = std::time::Instant::now();
+            // at most `fetch_width` ranks read from the prefix at once; a rank whose
+            // list or copy failed passes its turn on all the same (no early return
+            // between enter and leave; fetch_one makes no collective call)
+            let window = self.window(Direction::Fetch);
+            window.enter(&*self.world);
             let outcome = list.and_then(|list| self.fetch_one(&entry, list));
+            window.leave(&*self.world);
             // the lowest failing rank's reason, on every rank (O(log P), not a gather)
             let failed =
                 super::first_failure(&*self.world, outcome.as_ref().err().map(String::as_str))

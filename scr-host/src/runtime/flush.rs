@@ -50,6 +50,7 @@
 //! cancellation flag (`Flushing::cancel`) the runtime sets to stop background transfers.
 
 use super::tags::OUTCOME_TAG;
+use super::window::Direction;
 use super::world::Op;
 use crate::config::settings;
 use scr_plugin::sync::lock;
@@ -337,14 +338,27 @@ impl Runtime {
         // if the run dies mid-flush, the next init cleans it up even when every cache is
         // lost with the filemaps that name the files (see `resume`)
         self.record_writes(rec.id, &place.writes(rec, &self.job.prefix));
-        let started = self.start_transfer(rec, place.relocate);
-        self.fault_point("flush-dispatched", rec.id);
-        let removable = place.removable(&started);
         if self.config.get(settings::FLUSH_ASYNC) {
-            lock(&self.flushing.removable).insert(rec.id, removable);
+            // every rank's transfer starts now: a background flush is not windowed (see
+            // `window`: its waiters make no MPI call to pass a turn on)
+            let started = self.start_transfer(rec, place.relocate);
+            self.fault_point("flush-dispatched", rec.id);
+            lock(&self.flushing.removable).insert(rec.id, place.removable(&started));
             return self.flush_in_background(rec, entry, started);
         }
-        self.flush_in_foreground(rec, &entry, started, &removable);
+        // at most `flush_width` ranks copy at once; a rank whose part fails (or is
+        // refused before it starts) passes its turn on all the same
+        let buf = self.buf_size();
+        let mut removable = Vec::new();
+        let outcome = self.window(Direction::Flush).run(&*self.world, || {
+            self.injected_failure("flush-transfer", rec.id)
+                .map_err(|e| e.to_string())?;
+            let started = self.start_transfer(rec, place.relocate);
+            self.fault_point("flush-dispatched", rec.id);
+            removable = place.removable(&started);
+            started.and_then(|s| collect(s, false, "when written", buf))
+        });
+        self.flush_in_foreground(rec, &entry, outcome, &removable);
         Ok(())
     }
 
@@ -433,20 +447,18 @@ impl Runtime {
         }
     }
 
-    /// Wait for this rank's transfer of `rec` and record the flush collectively
-    /// ([`Runtime::gather_and_finish`]); when it failed anywhere, remove what this rank
-    /// wrote that no older dataset owns (`removable`). Either way the dataset stays in
-    /// cache and the checkpoint stands: a failed flush is a warning.
+    /// Record the flush of `rec` collectively, given this rank's `outcome` (its transfer
+    /// waited for and verified, [`Runtime::gather_and_finish`]); when it failed anywhere,
+    /// remove what this rank wrote that no older dataset owns (`removable`). Either way
+    /// the dataset stays in cache and the checkpoint stands: a failed flush is a warning.
     fn flush_in_foreground(
         &mut self,
         rec: &DatasetRecord,
         entry: &IndexEntry,
-        started: std::result::Result<Started, String>,
+        outcome: RankOutcome,
         removable: &[PathBuf],
     ) {
         let state = self.transfer_state(rec.id);
-        let buf = self.buf_size();
-        let outcome: RankOutcome = started.and_then(|s| collect(s, false, "when written", buf));
         self.fault_point("flush-copied", rec.id);
         let recorded = self.gather_and_finish(entry, &outcome);
         let text = self

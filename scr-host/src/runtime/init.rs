@@ -64,6 +64,7 @@ impl Runtime {
         // collective step, so every rank returns an error and none waits for the others.
         let recorded_api = loader.api.clone();
         let fault = loader.env.get("SCR_FAULT").cloned();
+        let gauge = loader.env.get(crate::runtime::window::GAUGE_VAR).cloned();
         let config = agree_on(&*world, load_config(&*world, loader))?;
         agree_on(&*world, same_config(&*world, &config))?;
         let job = config.get(settings::JOB_ID);
@@ -73,6 +74,7 @@ impl Runtime {
         crate::log::set_debug(config.get(settings::DEBUG));
         let mut rt = Runtime::unstarted(world, config, span);
         rt.health.set_fault(fault);
+        rt.health.set_gauge(gauge);
         let started = rt.report.init_started;
         if rt.passthrough.is_some() {
             // SCR_ENABLE=0: nothing is cached, protected, flushed or fetched, and no

@@ -57,6 +57,7 @@ pub(crate) mod sets;
 mod tags;
 #[cfg(test)]
 mod tests;
+pub(crate) mod window;
 mod world;
 
 use agree::{agree_on, first_failure, Health};

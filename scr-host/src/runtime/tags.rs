@@ -47,6 +47,13 @@ pub(crate) const WRITES_TAG: i32 = 7044;
 /// rank may start the next while another still receives in this one).
 pub(crate) const OWNED_TAGS: [i32; 3] = [7045, 7046, 7047];
 
+/// The turn a rank passes to the rank `flush_width` above it in a flush's sliding
+/// window (see [`super::window`]).
+pub(crate) const FLUSH_WINDOW_TAG: i32 = 7050;
+
+/// The turn a rank passes to the rank `fetch_width` above it in a fetch's sliding window.
+pub(crate) const FETCH_WINDOW_TAG: i32 = 7051;
+
 /// The names sent to their hash owners by the name-clash check at `complete_output`.
 pub(crate) const NAME_TAG: i32 = 7060;
 
@@ -69,6 +76,8 @@ pub(crate) fn all() -> Vec<i32> {
         SOURCE_TAG,
         LIST_TAG,
         WRITES_TAG,
+        FLUSH_WINDOW_TAG,
+        FETCH_WINDOW_TAG,
         NAME_TAG,
     ];
     v.extend(OWNED_TAGS);

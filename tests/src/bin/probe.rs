@@ -247,6 +247,49 @@ fn main() {
                 Err(e) => say(format!("no restart: {e}")),
             }
         }
+        "checkpoints" => {
+            // `checkpoints N`: checkpoints ckpt.1..=N, one file `ckpt.<n>/rank_<r>.dat`
+            // per rank of `contents(n, r)`; what each call returned on this rank
+            let n: u32 = std::env::args()
+                .nth(2)
+                .and_then(|a| a.parse().ok())
+                .expect("checkpoints N");
+            let r = world.rank();
+            say(format!("world {}", world.size()));
+            for c in 1..=n {
+                let name = format!("ckpt.{c}");
+                scr.start_output(&name, Flags::CHECKPOINT).expect("start");
+                let p = scr
+                    .route_file(format!("{name}/rank_{r}.dat"))
+                    .expect("route");
+                std::fs::write(&p, contents(c, r)).expect("write");
+                match scr.complete_output(true) {
+                    Ok(kept) => say(format!("{name} kept {kept}")),
+                    Err(e) => say(format!("{name}: {e}")),
+                }
+            }
+            say(format!("candidate {:?}", scr.have_restart()));
+        }
+        "restart-check" => {
+            // restart from what `checkpoints` wrote and compare this rank's file
+            let r = world.rank();
+            say(format!("world {}", world.size()));
+            match scr.start_restart() {
+                Ok(name) => {
+                    let c: u32 = name.trim_start_matches("ckpt.").parse().expect("ckpt.N");
+                    let p = scr
+                        .route_file(format!("{name}/rank_{r}.dat"))
+                        .expect("route");
+                    let exact = std::fs::read(&p).ok() == Some(contents(c, r));
+                    say(format!("restarted {name} byte-exact {exact}"));
+                    say(format!(
+                        "complete {}",
+                        scr.complete_restart(exact).expect("complete restart")
+                    ));
+                }
+                Err(e) => say(format!("no restart: {e}")),
+            }
+        }
         "route-and-die" => {
             // every rank routes three files, writes the first whole and the second in
             // part, and is killed (SIGKILL) before complete_output: what a crash in the
@@ -276,4 +319,12 @@ fn main() {
     }
     scr.finalize().expect("finalize");
     std::fs::write(format!("probe_{}.txt", world.rank()), report).expect("report");
+}
+
+/// What rank `r` writes in checkpoint `c` (`checkpoints`): 64 KiB no other rank or
+/// checkpoint writes.
+fn contents(c: u32, r: i32) -> Vec<u8> {
+    (0..65536u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8 ^ (c * 31 + r as u32 * 7) as u8)
+        .collect()
 }

@@ -198,13 +198,18 @@ impl Runtime {
         self.flushing
             .started
             .insert(entry.id, std::time::Instant::now());
-        let dispatched = started
-            .transfer
-            .dispatch(host_ref(&started.host))
-            .into_result()
-            .map_err(|e| format!("{e} ({})", started.label));
-        let outcome: RankOutcome =
-            dispatched.and_then(|()| collect(started, false, "when written", self.buf_size()));
+        // a resumed flush writes to the prefix as any flush: at most `flush_width` ranks
+        // at once, the turn passed on whatever this rank's part did
+        let buf = self.buf_size();
+        let window = self.window(crate::runtime::window::Direction::Flush);
+        let outcome: RankOutcome = window.run(&*self.world, || {
+            let dispatched = started
+                .transfer
+                .dispatch(host_ref(&started.host))
+                .into_result()
+                .map_err(|e| format!("{e} ({})", started.label));
+            dispatched.and_then(|()| collect(started, false, "when written", buf))
+        });
         let recorded = self.gather_and_finish(entry, &outcome);
         let text = self
             .world
