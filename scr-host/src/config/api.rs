@@ -387,6 +387,16 @@ pub fn record(prefix: &Path, calls: &[(usize, String)]) -> std::io::Result<()> {
         "# The configuration calls (SCR_Config) of the last run started in this prefix:\n# call number, a tab, the text. Read by `scr config show` and `explain`.\n",
     );
     for (n, t) in calls {
+        // a password is not left readable in the prefix: the record says it was set
+        let t = match parse(t) {
+            Ok(ApiCall::Set {
+                key,
+                value: Some(_),
+            }) if key.name == settings::LOG_DB_PASS.name() => {
+                format!("{}=(set, not recorded)", key.env_var())
+            }
+            _ => t.clone(),
+        };
         // a call's text is one line: a newline in it would make the next line a call
         text.push_str(&format!("{n}\t{}\n", t.replace('\n', " ")));
     }

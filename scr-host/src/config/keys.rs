@@ -187,7 +187,7 @@ pub const KEYS: &[Key] = &[
     Key { name: "global_restart", ty: Type::Bool, default: Default::Fixed("false"),
           doc: "The application must restart from the prefix (SCR's SCR_GLOBAL_RESTART): the cached restart checkpoint is flushed first (flush_on_restart forced on), the cache is then cleared, and the restart reads the checkpoint in place in the prefix instead of fetching it into cache" },
     Key { name: "prefix_size", ty: U, default: Default::Fixed("0"),
-          doc: "Keep at most N checkpoints in the prefix: after each checkpoint's flush is recorded, older complete checkpoints beyond the newest N are deleted (files and index entries, as SCR_Delete does); checkpoints also flagged output are kept and not counted, as is the index's current one; 0 keeps all" },
+          doc: "Keep a window of N checkpoints in the prefix (SCR's sliding window): after a checkpoint's flush is recorded, it and the N-1 next older complete checkpoints stay, and every older one is deleted (files and index entries, as SCR_Delete does) unless it is also flagged output or is the index's current one; failed or incomplete entries and outputs that are not checkpoints are left alone; 0 keeps all" },
     Key { name: "prefix_purge", ty: Type::Bool, default: Default::Fixed("false"),
           doc: "At init, before a restart is chosen, delete every dataset the prefix's index lists, checkpoints and outputs (files and entries): a fresh start that keeps no earlier result (SCR's SCR_PREFIX_PURGE)" },
     Key { name: "distribute", ty: Type::Bool, default: Default::Fixed("true"),
