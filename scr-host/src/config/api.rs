@@ -462,11 +462,17 @@ impl Config {
     /// host of a group table. `None` when no source set one.
     fn first_descriptor(&self, kind: DescriptorKind) -> Option<String> {
         let set = |o: &Origin| *o != Origin::Default;
+        // the store implied from cache_base carries that setting's origin (for
+        // `explain`); a store table of its own has its own line or call
+        let base = self.setting_of(settings::CACHE_BASE);
+        let implied = |s: &super::Store| {
+            base.value.as_ref().is_some_and(|v| v.to_param() == s.path) && s.origin == base.origin
+        };
         match kind {
             DescriptorKind::Store => self
                 .stores
                 .iter()
-                .find(|s| set(&s.origin))
+                .find(|s| set(&s.origin) && !implied(s))
                 .map(|s| s.path.clone()),
             DescriptorKind::Checkpoint => self
                 .checkpoints
@@ -771,8 +777,9 @@ mod tests {
             loader.load().unwrap()
         };
         let ask = |config: &Config, text: &str| config.query(&parse(text).unwrap()).unwrap();
-        // nothing set: the implied store and descriptor are not reported
-        let none = load(&[]);
+        // nothing set: the implied store and descriptor are not reported, even when
+        // the environment or a call set cache_base
+        let none = load(&["SCR_CACHE_BASE=/dev/shm/elsewhere"]);
         assert_eq!(ask(&none, "STORE"), None);
         assert_eq!(ask(&none, "CKPT"), None);
         assert_eq!(ask(&none, "GROUPS"), None);
