@@ -306,7 +306,7 @@ impl Index {
     }
 
     /// `drop_after_current` (SCR's `scr_index_remove_later`): every dataset newer than the
-    /// checkpoint `name` (the entry [`Index::entry_for_app`] chooses, else the cached
+    /// checkpoint `name` (the entry SCR_Drop of that name would take, else the cached
     /// dataset `cached` when the index does not list it) dropped from the index under
     /// the prefix lock, checkpoints and outputs alike, their summaries removed and their
     /// files left in place. `None` when neither names an anchor or there is no index.
