@@ -95,4 +95,90 @@ mod tests {
             .unwrap_err()
             .contains("log_syslog_prefix"));
     }
+
+    /// Set in the child of [`an_event_reaches_syslog_as_one_line`]: it runs in its own
+    /// mount namespace, with a private /dev holding the test's /dev/log.
+    const CHILD: &str = "SCR_TEST_SYSLOG_CHILD";
+
+    /// The events of a configuration with `log_syslog_enable` reach syslog as one line
+    /// each, with the ident, facility and level the keys name. syslog(3) writes to
+    /// /dev/log, which this machine's /dev may not have and which a test must not
+    /// create there: the test runs itself again under `unshare --mount` with a tmpfs
+    /// over /dev (root only), where its child binds /dev/log and reads what was sent.
+    #[test]
+    fn an_event_reaches_syslog_as_one_line() {
+        if std::env::var_os(CHILD).is_some() {
+            return child_receives_an_event();
+        }
+        // SAFETY: geteuid has no preconditions and only reads the process's ids.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: a private /dev for /dev/log needs root");
+            return;
+        }
+        let exe = std::env::current_exe().unwrap();
+        let script = "mount -t tmpfs none /dev && mknod -m 666 /dev/null c 1 3 && exec \"$0\" --exact events::syslog::tests::an_event_reaches_syslog_as_one_line --nocapture";
+        let out = std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", script])
+            .arg(&exe)
+            .env(CHILD, "1")
+            .output()
+            .expect("unshare runs (util-linux)");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{text}");
+        assert!(
+            text.contains("received <"),
+            "the child never received: {text}"
+        );
+    }
+
+    /// The child: bind /dev/log, log one event through the sinks a configuration
+    /// names, and check the line that arrives.
+    fn child_receives_an_event() {
+        let socket = std::os::unix::net::UnixDatagram::bind("/dev/log").expect("bind /dev/log");
+        socket
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut loader = crate::config::Loader::from_process();
+        loader.env = [
+            ("SCR_LOG_SYSLOG_ENABLE", "1"),
+            ("SCR_LOG_SYSLOG_PREFIX", "scr-rs-test"),
+            ("SCR_LOG_SYSLOG_FACILITY", "LOG_LOCAL3"),
+            ("SCR_LOG_SYSLOG_LEVEL", "LOG_NOTICE"),
+            ("SCR_LOG_TXT_ENABLE", "0"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        loader.system_file = Some(std::path::PathBuf::from("/dev/null"));
+        let config = loader.load().unwrap();
+        let sinks = crate::events::Sinks::from_config(&config);
+        let prefix = tempfile::tempdir().unwrap();
+        sinks.record(
+            prefix.path(),
+            "job-7",
+            crate::events::Event::Halt {
+                reason: "the test says so".into(),
+            },
+        );
+        let mut buf = vec![0u8; 65536];
+        let n = socket.recv(&mut buf).expect("a line arrives");
+        let line = String::from_utf8_lossy(&buf[..n]).into_owned();
+        println!("received {line}");
+        let priority = libc::LOG_LOCAL3 | libc::LOG_NOTICE;
+        assert!(line.starts_with(&format!("<{priority}>")), "{line}");
+        assert!(line.contains("scr-rs-test: {"), "{line}");
+        assert!(
+            line.contains(r#""job_id":"job-7","event":"halt","reason":"the test says so"}"#),
+            "{line}"
+        );
+        assert!(!line.contains('\n'), "one line: {line}");
+        assert!(
+            !crate::events::path(prefix.path()).exists(),
+            "log_txt_enable = false writes no text log"
+        );
+    }
 }
