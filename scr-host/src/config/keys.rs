@@ -181,7 +181,7 @@ pub const KEYS: &[Key] = &[
     Key { name: "fetch", ty: Type::Bool, default: Default::Fixed("true"),
           doc: "Fetch the newest checkpoint from the prefix at init when cache holds none" },
     Key { name: "current", ty: Type::Str, default: Default::None,
-          doc: "The checkpoint to restart from, by name, as if the application called SCR_Current(name) before its first have_restart (SCR's SCR_CURRENT); a name neither the cache nor the prefix holds is a warning from rank 0 and the usual newest checkpoint is taken" },
+          doc: "The checkpoint to restart from, by name, as if the application called SCR_Current(name) before its first have_restart (SCR's SCR_CURRENT); a name neither the cache nor the prefix holds is a warning from rank 0 and the usual newest checkpoint is taken; applied once per job, as SCR does, so a relaunch in the same allocation restarts from its own newest checkpoint" },
     Key { name: "drop_after_current", ty: Type::Bool, default: Default::Fixed("false"),
           doc: "When a checkpoint is chosen by `current` or SCR_Current, drop every dataset newer than it (checkpoints and outputs) from the prefix's index, their files left in place, so the run continues from the older point and no later restart takes a newer one (SCR's rule)" },
     Key { name: "global_restart", ty: Type::Bool, default: Default::Fixed("false"),

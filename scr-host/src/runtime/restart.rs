@@ -285,12 +285,34 @@ impl Runtime {
     /// holds is the same error `current` gives, said once by rank 0 as a warning, and
     /// the run goes on with the usual choice. Collective; call while the fetch is
     /// pending (`restart.fetch_pending`).
+    ///
+    /// Once per job, as SCR does (it skips SCR_CURRENT once its cache records a current
+    /// checkpoint): a relaunch of the same job (`scr run` in one allocation, the control
+    /// directories kept) restarts from its own newest checkpoint, not from the named one
+    /// again, which would throw away what the earlier run computed. The mark is in every
+    /// node's control directory; a rank without it (a replaced node) is not enough to
+    /// apply it again.
     pub(in crate::runtime) fn apply_current_setting(&mut self) {
         let name = self.config.get(settings::CURRENT);
         if name.is_empty() {
             return;
         }
-        match self.current(&name) {
+        let mark = crate::layout::current_applied_file(&self.job.cntl_dir);
+        if !self.all_agree(!mark.exists()) {
+            self.info(&format!(
+                "current = {name}: applied by an earlier run of job {} already (SCR_CURRENT is applied once per job); the restart is chosen as usual",
+                self.job.job_id
+            ));
+            return;
+        }
+        let chosen = self.current(&name);
+        if let Err(e) = crate::state::write_atomic(&mark, name.as_bytes()) {
+            tracing::warn!(
+                "{}: {e}; a relaunch of this job would apply current = {name} again",
+                mark.display()
+            );
+        }
+        match chosen {
             Ok(()) => self.info(&format!(
                 "current = {name}: the restart starts from it (SCR_CURRENT)"
             )),

@@ -968,7 +968,9 @@ const C_ORDER: InitOptions = InitOptions {
 
 /// `current` (SCR_CURRENT) picks the restart as an early `current` call would: from the
 /// prefix when the cache is gone, from the cache when it holds it, in both init orders;
-/// a name nothing holds is one warning from rank 0 and the newest is taken.
+/// a name nothing holds is one warning from rank 0 and the newest is taken. It is
+/// applied once per job: a relaunch with the control directories kept restarts from its
+/// own newest checkpoint.
 #[test]
 fn the_current_setting_chooses_the_restart_in_both_init_orders() {
     for options in [InitOptions::default(), C_ORDER] {
@@ -986,16 +988,23 @@ fn the_current_setting_chooses_the_restart_in_both_init_orders() {
                 }
             }
             let case = format!("{options:?}, cache kept {cache_kept}");
-            let env = [("SCR_FLUSH", "1"), ("SCR_CURRENT", "ckpt.2")];
-            let out = job_with(dir.path(), &nodes, &env, options, |rt, r| {
-                read_back(rt, &prefix, r)
-            });
-            // held in cache, or fetched into it from the prefix, then read there
-            for (r, (line, end, _)) in out.iter().enumerate() {
-                assert_eq!(line, "ckpt.2 exact=true from cache", "{case} rank {r}");
-                assert_eq!(end, &Ok(()), "{case} rank {r}");
-            }
-            assert_eq!(said(&out[0].2, "current = ckpt.2").len(), 1, "{case}");
+            // marks of an earlier run of the job gone, as in a new allocation
+            let forget_marks = || {
+                let mut found = 0;
+                let mut dirs = vec![dir.path().join("cntl")];
+                while let Some(d) = dirs.pop() {
+                    for e in std::fs::read_dir(&d).unwrap().flatten() {
+                        let p = e.path();
+                        if p.is_dir() {
+                            dirs.push(p);
+                        } else if p.file_name().is_some_and(|n| n == "current.applied") {
+                            std::fs::remove_file(&p).unwrap();
+                            found += 1;
+                        }
+                    }
+                }
+                assert_eq!(found, nodes.len(), "one mark per node's control directory");
+            };
 
             // a name nothing holds: init goes on with the newest, rank 0 says it once
             let env = [("SCR_FLUSH", "1"), ("SCR_CURRENT", "ckpt.9")];
@@ -1013,13 +1022,34 @@ fn the_current_setting_chooses_the_restart_in_both_init_orders() {
                 out[0].2
             );
             for (r, (line, end, _)) in out.iter().enumerate() {
-                assert!(
-                    line.starts_with("ckpt.") && line.contains("exact=true"),
-                    "{case} rank {r}: {line}"
-                );
-                assert_ne!(line.split(' ').next(), Some("ckpt.9"));
+                assert_eq!(line, "ckpt.3 exact=true from cache", "{case} rank {r}");
                 assert_eq!(end, &Ok(()), "{case} rank {r}");
             }
+
+            forget_marks();
+            let env = [("SCR_FLUSH", "1"), ("SCR_CURRENT", "ckpt.2")];
+            let out = job_with(dir.path(), &nodes, &env, options, |rt, r| {
+                let read = read_back(rt, &prefix, r);
+                write_range(rt, dir.path(), r, 4..=4);
+                read
+            });
+            // held in cache, or fetched into it from the prefix, then read there
+            for (r, (line, end, _)) in out.iter().enumerate() {
+                assert_eq!(line, "ckpt.2 exact=true from cache", "{case} rank {r}");
+                assert_eq!(end, &Ok(()), "{case} rank {r}");
+            }
+            assert_eq!(said(&out[0].2, "current = ckpt.2").len(), 1, "{case}");
+
+            // the relaunch of the same job: not back to ckpt.2, but its own newest
+            let out = job_with(dir.path(), &nodes, &env, options, |rt, r| {
+                read_back(rt, &prefix, r)
+            });
+            for (r, (line, end, _)) in out.iter().enumerate() {
+                assert_eq!(line, "ckpt.4 exact=true from cache", "{case} rank {r}");
+                assert_eq!(end, &Ok(()), "{case} rank {r}");
+            }
+            let told = said(&out[0].2, "applied by an earlier run of job");
+            assert_eq!(told.len(), 1, "{case}: {:?}", out[0].2);
         }
     }
 }
