@@ -321,8 +321,8 @@ impl Settings {
         let (name, value) = match api::parse(text).map_err(err)? {
             ApiCall::Set { key, value } => (key.name, value.map(|v| v.to_param())),
             // descriptors are not scalars: `get` does not answer for them
-            ApiCall::Descriptor { .. } => ("", None),
-            ApiCall::Query(_) | ApiCall::DescriptorQuery { .. } => {
+            ApiCall::Descriptor { .. } | ApiCall::ClearDescriptors(_) => ("", None),
+            ApiCall::Query(_) | ApiCall::FirstDescriptor(_) | ApiCall::DescriptorQuery { .. } => {
                 return Err(err(
                     "this is a query, not a setting: expected `key=value` (or `key=` to unset); read values with `Settings::get` or the runtime's configuration".into(),
                 ))

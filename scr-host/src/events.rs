@@ -140,19 +140,78 @@ pub fn path(prefix: &Path) -> PathBuf {
     crate::layout::events_file(prefix)
 }
 
-/// Append `event` of job `job_id`, stamped with the current time, to the prefix's event
-/// log (creating `<prefix>/.scr` and the log when missing). Never fails: trouble is a
-/// warning on stderr, since losing a log line must not lose a checkpoint.
-pub fn log_event(prefix: &Path, job_id: &str, event: Event) {
+/// Where a job's events go, from its configuration (SCR's SCR_LOG_* keys): the text log
+/// in the prefix (`log_txt_enable`) and syslog (`log_syslog_enable`), neither without
+/// `log_enable`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sinks {
+    /// Append to `<prefix>/.scr/events.jsonl`.
+    pub text: bool,
+    /// Send to syslog: ident, facility and level.
+    pub syslog: Option<(String, libc::c_int, libc::c_int)>,
+}
+
+impl Sinks {
+    /// The sinks `config` asks for.
+    pub fn from_config(config: &crate::config::Config) -> Sinks {
+        use crate::config::settings;
+        if !config.get(settings::LOG_ENABLE) {
+            return Sinks {
+                text: false,
+                syslog: None,
+            };
+        }
+        let syslog = config.get(settings::LOG_SYSLOG_ENABLE).then(|| {
+            (
+                config.get(settings::LOG_SYSLOG_PREFIX),
+                syslog::facility(&config.get(settings::LOG_SYSLOG_FACILITY))
+                    .unwrap_or(libc::LOG_LOCAL7),
+                syslog::level(&config.get(settings::LOG_SYSLOG_LEVEL)).unwrap_or(libc::LOG_INFO),
+            )
+        });
+        Sinks {
+            text: config.get(settings::LOG_TXT_ENABLE),
+            syslog,
+        }
+    }
+
+    /// Record `event` of job `job_id` in every sink (never fails: see [`log_event`]).
+    pub fn record(&self, prefix: &Path, job_id: &str, event: Event) {
+        if let Some((ident, facility, level)) = &self.syslog {
+            let line = line(&stamped(job_id, event.clone()));
+            if let Err(e) = syslog::send(ident, *facility, *level, &line) {
+                tracing::warn!("could not send an event to syslog: {e}");
+            }
+        }
+        if self.text {
+            log_event(prefix, job_id, event);
+        }
+    }
+}
+
+/// `event` of job `job_id`, stamped with the current time.
+fn stamped(job_id: &str, event: Event) -> Record {
     let time = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
-    let record = Record {
+    Record {
         time,
         job_id: job_id.to_string(),
         event,
-    };
+    }
+}
+
+/// A record as the one line the text log holds and syslog is sent (no newline).
+pub fn line(record: &Record) -> String {
+    serde_json::to_string(record).unwrap_or_else(|e| format!("unprintable event: {e}"))
+}
+
+/// Append `event` of job `job_id`, stamped with the current time, to the prefix's event
+/// log (creating `<prefix>/.scr` and the log when missing). Never fails: trouble is a
+/// warning on stderr, since losing a log line must not lose a checkpoint.
+pub fn log_event(prefix: &Path, job_id: &str, event: Event) {
+    let record = stamped(job_id, event);
     if let Err(e) = append(prefix, &record) {
         tracing::warn!(
             "could not append to the event log {}: {e}; the event is not recorded",
@@ -227,6 +286,7 @@ pub fn read(prefix: &Path) -> std::io::Result<(Vec<Record>, usize)> {
 }
 
 mod summary;
+pub mod syslog;
 pub use summary::*;
 
 #[cfg(test)]

@@ -451,9 +451,13 @@ impl<'a> Relaunch<'a> {
     }
 
     /// Append `event` to the prefix's event log, where `scr log` counts failures and
-    /// lost nodes.
+    /// lost nodes (and to syslog), as the configuration's `log_*` keys say.
     fn log(&self, event: crate::events::Event) {
-        crate::events::log_event(&self.opts.prefix, &self.state.job_id, event);
+        crate::events::Sinks::from_config(self.config).record(
+            &self.opts.prefix,
+            &self.state.job_id,
+            event,
+        );
     }
 
     /// Launch until a launch completes, no run is left, too few nodes are left, a halt

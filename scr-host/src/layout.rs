@@ -58,6 +58,13 @@ pub fn cache_dataset_dir(store_job_dir: &Path, id: u64) -> PathBuf {
     store_job_dir.join(dataset_dir_name(id))
 }
 
+/// The mark that the `current` setting (SCR_CURRENT) was applied by a run of this job:
+/// later runs of the job (relaunches in the same allocation) restart as usual instead of
+/// going back to the named checkpoint again, as SCR applies SCR_CURRENT once.
+pub fn current_applied_file(cntl_dir: &Path) -> PathBuf {
+    cntl_dir.join("current.applied")
+}
+
 /// The nodes file in a control directory (SCR's `nodes.scr`).
 pub fn nodes_file(cntl_dir: &Path) -> PathBuf {
     cntl_dir.join("nodes.scr")

@@ -427,8 +427,10 @@ pub fn copy_afresh(sc: &Scavenger, nodes: &[String], id: u64) -> NodeReport {
 pub fn log_scavenge(sc: &Scavenger, added: &Added, started: Instant) {
     let e = &added.entry;
     let job = sc.config.get(settings::JOB_ID);
+    // where the configuration's `log_*` keys send events
+    let sinks = crate::events::Sinks::from_config(&sc.config);
     if !added.lost_nodes.is_empty() {
-        crate::events::log_event(
+        sinks.record(
             sc.prefix(),
             &job,
             crate::events::Event::LostNodes {
@@ -436,7 +438,7 @@ pub fn log_scavenge(sc: &Scavenger, added: &Added, started: Instant) {
             },
         );
     }
-    crate::events::log_event(
+    sinks.record(
         sc.prefix(),
         &job,
         crate::events::Event::Scavenge {

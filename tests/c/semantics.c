@@ -3,6 +3,10 @@
  * them under mpiexec on simulated nodes and checks what each prints):
  *   config   SCR_Config / SCR_Configf: set, query (a malloc'ed string), unset,
  *            descriptor forms, errors, set after SCR_Init refused
+ *   config-scr31  SCR 3.1's keys through SCR_Config: the bare STORE/CKPT/GROUPS queries
+ *            and the STORE=/CKPT=/GROUPS= clearing forms, SCR_CONF_FILE (from the
+ *            SEMANTICS_CONF_FILE environment variable), the restart, prefix and log keys
+ *            set and queried; then init with them and three flushed checkpoints
  *   no-mpi   SCR_Init before MPI_Init fails
  *   route    SCR_Route_file before init, outside a dataset, during output, during
  *            restart (also by base name) and after finalize; NULL name; invalid output
@@ -97,6 +101,74 @@ static void mode_config(void)
     check(SCR_Config("SCR_CACHE_SIZE=5") == NULL, "set after init refused");
     show("SCR_CACHE_SIZE");
     show("CKPT=0 TYPE");
+    check(SCR_Finalize() == SCR_SUCCESS, "finalize");
+}
+
+static void mode_config_scr31(void)
+{
+    const char* cache = getenv("SCR_CACHE_BASE");
+    /* nothing set yet: no descriptor to name (the implied ones are not reported) */
+    show("STORE");
+    show("CKPT");
+    show("GROUPS");
+    SCR_Configf("STORE=%s/b COUNT=1", cache);
+    SCR_Configf("STORE=%s COUNT=2", cache);
+    SCR_Config("CKPT=2 INTERVAL=2 TYPE=SINGLE");
+    SCR_Config("CKPT=1 INTERVAL=1 TYPE=SINGLE");
+    SCR_Config("GROUPS=nodeX POWER=p1");
+    show("STORE");
+    show("CKPT");
+    show("GROUPS");
+    check(SCR_Config("STORE=") == NULL, "STORE= returns NULL");
+    check(SCR_Config("CKPT=") == NULL, "CKPT= returns NULL");
+    check(SCR_Config("GROUPS=") == NULL, "GROUPS= returns NULL");
+    show("STORE");
+    show("CKPT");
+    show("GROUPS");
+
+    /* the user file named through the API; a key only that file sets shows it is read */
+    SCR_Configf("SCR_CONF_FILE=%s", getenv("SEMANTICS_CONF_FILE"));
+    show("SCR_CONF_FILE");
+    show("SCR_JOB_NAME");
+
+    static const char* keys[][2] = {
+        {"SCR_CURRENT", "ckpt.9"},
+        {"SCR_DROP_AFTER_CURRENT", "1"},
+        {"SCR_PREFIX_SIZE", "2"},
+        {"SCR_PREFIX_PURGE", "0"},
+        {"SCR_GLOBAL_RESTART", "0"},
+        {"SCR_LOG_ENABLE", "1"},
+        {"SCR_LOG_TXT_ENABLE", "1"},
+        {"SCR_LOG_SYSLOG_ENABLE", "0"},
+        {"SCR_LOG_SYSLOG_PREFIX", "scr-e2e"},
+        {"SCR_LOG_SYSLOG_FACILITY", "LOG_USER"},
+        {"SCR_LOG_SYSLOG_LEVEL", "LOG_DEBUG"},
+        {"SCR_LOG_DB_ENABLE", "1"},
+        {"SCR_LOG_DB_DEBUG", "0"},
+        {"SCR_LOG_DB_HOST", "db.invalid"},
+        {"SCR_LOG_DB_USER", "scr"},
+        {"SCR_LOG_DB_PASS", "hunter2"},
+        {"SCR_LOG_DB_NAME", "scrdb"},
+    };
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        check(SCR_Configf("%s=%s", keys[i][0], keys[i][1]) == NULL, keys[i][0]);
+        show(keys[i][0]);
+    }
+    SCR_Config("SCR_FLUSH=1");
+
+    check(SCR_Init() == SCR_SUCCESS, "init goes on though no checkpoint is named ckpt.9");
+    int have = 1;
+    check(SCR_Have_restart(&have, NULL) == SCR_SUCCESS && !have, "nothing to restart");
+    show("SCR_PREFIX_SIZE");
+    for (int n = 1; n <= 3; n++) {
+        char name[32], file[64], text[64];
+        snprintf(name, sizeof(name), "ckpt.%d", n);
+        snprintf(file, sizeof(file), "c%d_%d.txt", n, rank);
+        snprintf(text, sizeof(text), "%s %d\n", name, rank);
+        check(SCR_Start_output(name, SCR_FLAG_CHECKPOINT) == SCR_SUCCESS, "start");
+        check(write_file(file, text), "write");
+        check(SCR_Complete_output(1) == SCR_SUCCESS, "complete");
+    }
     check(SCR_Finalize() == SCR_SUCCESS, "finalize");
 }
 
@@ -324,6 +396,7 @@ int main(int argc, char** argv)
     if (rank == 0) printf("ranks %d\n", size);
     fflush(stdout);
     if (strcmp(mode, "config") == 0) mode_config();
+    else if (strcmp(mode, "config-scr31") == 0) mode_config_scr31();
     else if (strcmp(mode, "route") == 0) mode_route();
     else if (strcmp(mode, "legacy") == 0) mode_legacy();
     else if (strcmp(mode, "write") == 0 && argc > 2) mode_write(atoi(argv[2]));

@@ -327,6 +327,104 @@ fn config_sets_queries_and_unsets_values_and_descriptors() {
     }
 }
 
+/// SCR 3.1's keys through SCR_Config from C: the bare STORE/CKPT/GROUPS queries and the
+/// clearing forms, SCR_CONF_FILE naming the user file, the restart, prefix and log keys
+/// set and queried; then they act: `current` names nothing (one warning, init goes
+/// on), `log_db_enable` is one warning, `prefix_size = 2` leaves two checkpoints.
+#[test]
+fn config_takes_scr_3_1_keys_bare_descriptor_queries_and_clearing() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = semantics(work.path());
+    let mut c = Cluster::for_installed();
+    let conf = c.path("user.toml");
+    std::fs::write(&conf, "job_name = \"from-the-user-file\"\n").unwrap();
+    c.set("SEMANTICS_CONF_FILE", &conf.display().to_string());
+    let out = c.run_path(TWO_NODES, &exe, &["config-scr31"]);
+    assert_all_ok(&out, 4);
+    let cache = c.path("cache").display().to_string();
+    for r in 0..4 {
+        assert_eq!(
+            lines_of(&out, r)
+                .iter()
+                .filter(|l| l.starts_with("query "))
+                .cloned()
+                .collect::<Vec<_>>(),
+            [
+                "query STORE = (null)".to_string(),
+                "query CKPT = (null)".into(),
+                "query GROUPS = (null)".into(),
+                // the first in force: stores by path, checkpoint descriptors by index
+                format!("query STORE = {cache}"),
+                "query CKPT = 1".into(),
+                "query GROUPS = nodeX".into(),
+                "query STORE = (null)".into(),
+                "query CKPT = (null)".into(),
+                "query GROUPS = (null)".into(),
+                format!("query SCR_CONF_FILE = {}", conf.display()),
+                "query SCR_JOB_NAME = from-the-user-file".into(),
+                "query SCR_CURRENT = ckpt.9".into(),
+                "query SCR_DROP_AFTER_CURRENT = true".into(),
+                "query SCR_PREFIX_SIZE = 2".into(),
+                "query SCR_PREFIX_PURGE = false".into(),
+                "query SCR_GLOBAL_RESTART = false".into(),
+                "query SCR_LOG_ENABLE = true".into(),
+                "query SCR_LOG_TXT_ENABLE = true".into(),
+                "query SCR_LOG_SYSLOG_ENABLE = false".into(),
+                "query SCR_LOG_SYSLOG_PREFIX = scr-e2e".into(),
+                "query SCR_LOG_SYSLOG_FACILITY = LOG_USER".into(),
+                "query SCR_LOG_SYSLOG_LEVEL = LOG_DEBUG".into(),
+                "query SCR_LOG_DB_ENABLE = true".into(),
+                "query SCR_LOG_DB_DEBUG = 0".into(),
+                "query SCR_LOG_DB_HOST = db.invalid".into(),
+                "query SCR_LOG_DB_USER = scr".into(),
+                "query SCR_LOG_DB_PASS = hunter2".into(),
+                "query SCR_LOG_DB_NAME = scrdb".into(),
+                "query SCR_PREFIX_SIZE = 2".into(),
+            ],
+            "rank {r}\n{out}"
+        );
+    }
+    // said once, by rank 0, and the run went on
+    for what in [
+        "current = ckpt.9 (SCR_CURRENT)",
+        "log_db_enable: SCR's MySQL",
+    ] {
+        let n = out.stderr.lines().filter(|l| l.contains(what)).count();
+        assert_eq!(n, 1, "`{what}` once\n{out}");
+        assert!(
+            out.stderr
+                .lines()
+                .any(|l| l.contains(what) && l.starts_with("scr-rs[rank=0 ")),
+            "{out}"
+        );
+    }
+    // prefix_size = 2: ckpt.1 deleted from the prefix after ckpt.3 was flushed
+    let names: Vec<String> = scr_e2e::index_entries(&c.prefix())
+        .into_iter()
+        .map(|(name, complete, _)| {
+            assert!(complete, "{name}");
+            name
+        })
+        .collect();
+    assert_eq!(names, ["ckpt.2", "ckpt.3"]);
+    for r in 0..4 {
+        assert!(!c.prefix().join(format!("c1_{r}.txt")).exists(), "rank {r}");
+        for n in [2, 3] {
+            assert_eq!(
+                std::fs::read_to_string(c.prefix().join(format!("c{n}_{r}.txt"))).unwrap(),
+                format!("ckpt.{n} {r}\n")
+            );
+        }
+    }
+    // the password set through the API is not left readable in the prefix
+    let recorded = std::fs::read_to_string(c.prefix().join(".scr/app.conf")).unwrap();
+    assert!(!recorded.contains("hunter2"), "{recorded}");
+    assert!(
+        recorded.contains("SCR_LOG_DB_PASS=(set, not recorded)"),
+        "{recorded}"
+    );
+}
+
 #[test]
 fn route_file_outside_during_output_and_during_restart() {
     let work = tempfile::tempdir().unwrap();

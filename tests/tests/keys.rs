@@ -1,5 +1,6 @@
 //! Every accepted configuration key works: `enable`, `halt_exit`, `flush_on_restart`,
-//! `crc_on_delete`, `distribute = false` and store `mkdir`, each in an MPI job on
+//! `crc_on_delete`, `distribute = false`, store `mkdir`, `global_restart`, `prefix_size`
+//! and `prefix_purge`, each in an MPI job on
 //! simulated nodes, each checked for what it must change and what must not be lost.
 
 use scr_e2e::{binary, reference_state, relative_files_below, Cluster, JobOutput};
@@ -377,4 +378,74 @@ fn scr_debug_and_rust_log_choose_what_is_logged() {
     assert_eq!(out.logged(Some(0), "warning", said).len(), 1, "{out}");
     assert_eq!(out.stderr.matches(said).count(), 1, "{out}");
     assert!(out.logged(None, "info", "").is_empty(), "{out}");
+}
+
+/// `global_restart`: the restart comes from the prefix. The newest cached checkpoint,
+/// never flushed (flush = 0), is flushed at init, the cache is cleared, and the run
+/// restarts from the checkpoint read in place in the prefix, byte-exact.
+#[test]
+fn global_restart_flushes_clears_the_cache_and_restarts_from_the_prefix() {
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "0");
+    let out = heat(&c, 10, 5);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        !c.prefix().join("ckpt.10").exists(),
+        "flush = 0 flushed\n{out}"
+    );
+    c.set("SCR_GLOBAL_RESTART", "1");
+    let out = heat(&c, 12, 5);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stdout.contains("restarted from ckpt.10 at step 10"),
+        "{out}"
+    );
+    assert_eq!(out.final_state(), reference(12), "{out}");
+    for r in 0..4 {
+        let f = c.prefix().join(format!("ckpt.10/rank_{r}.ckpt"));
+        assert!(f.is_file(), "{} not flushed\n{out}", f.display());
+    }
+    // the earlier run's ckpt.5 and ckpt.10 (datasets 1 and 2) left every cache
+    for node in ["n0", "n1"] {
+        let left = relative_files_below(&c.cache_dir(node));
+        assert!(
+            !left
+                .iter()
+                .any(|f| f.starts_with("scr.dataset.1/") || f.starts_with("scr.dataset.2/")),
+            "{node}: {left:?}"
+        );
+    }
+}
+
+/// `prefix_size = 1` keeps only the newest flushed checkpoint in the prefix; then
+/// `prefix_purge` (every cache lost) deletes what the prefix holds at init and the run
+/// starts over.
+#[test]
+fn prefix_size_keeps_the_newest_and_prefix_purge_starts_over() {
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "1").set("SCR_PREFIX_SIZE", "1");
+    let out = heat(&c, 15, 5);
+    assert_eq!(out.code, 0, "{out}");
+    let entries: Vec<String> = scr_e2e::index_entries(&c.prefix())
+        .into_iter()
+        .map(|e| e.0)
+        .collect();
+    assert_eq!(entries, ["ckpt.15"], "{out}");
+    for step in [5, 10] {
+        assert!(!c.prefix().join(format!("ckpt.{step}")).exists(), "{out}");
+    }
+    for node in ["n0", "n1"] {
+        c.lose_node(node);
+    }
+    c.set("SCR_PREFIX_SIZE", "0").set("SCR_PREFIX_PURGE", "1");
+    let out = heat(&c, 5, 5);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(!out.stdout.contains("restarted from"), "{out}");
+    assert_eq!(out.final_state(), reference(5), "{out}");
+    assert!(!c.prefix().join("ckpt.15").exists(), "{out}");
+    let entries: Vec<String> = scr_e2e::index_entries(&c.prefix())
+        .into_iter()
+        .map(|e| e.0)
+        .collect();
+    assert_eq!(entries, ["ckpt.5"], "only this run's checkpoint\n{out}");
 }

@@ -62,6 +62,12 @@ pub enum ApiCall {
     },
     /// `KEY`: the value in force.
     Query(&'static Key),
+    /// `STORE`, `CKPT`, `GROUPS` alone: the name of the first descriptor of that kind
+    /// that something set (SCR's query of a two-level key answers its first sub-key).
+    FirstDescriptor(DescriptorKind),
+    /// `STORE=`, `CKPT=`, `GROUPS=` alone: forget every descriptor of that kind that
+    /// earlier calls set.
+    ClearDescriptors(DescriptorKind),
     /// `CKPT=0 TYPE`: one item of a descriptor in force.
     DescriptorQuery {
         /// Which kind.
@@ -76,7 +82,10 @@ pub enum ApiCall {
 impl ApiCall {
     /// Whether this call changes the configuration (only allowed before init).
     pub fn is_set(&self) -> bool {
-        matches!(self, ApiCall::Set { .. } | ApiCall::Descriptor { .. })
+        matches!(
+            self,
+            ApiCall::Set { .. } | ApiCall::Descriptor { .. } | ApiCall::ClearDescriptors(_)
+        )
     }
 }
 
@@ -174,6 +183,14 @@ pub fn parse(text: &str) -> Result<ApiCall, String> {
 fn parse_descriptor(kind: DescriptorKind, t: &str) -> Result<ApiCall, String> {
     let mut tokens = t.split_whitespace();
     let first = tokens.next().expect("not empty");
+    let alone = t.split_whitespace().count() == 1;
+    match first.split_once('=') {
+        None if alone => return Ok(ApiCall::FirstDescriptor(kind)),
+        Some((_, v)) if alone && unquote(v).is_empty() => {
+            return Ok(ApiCall::ClearDescriptors(kind))
+        }
+        _ => {}
+    }
     let name = unquote(first.split_once('=').map(|(_, v)| v).unwrap_or("")).to_string();
     if name.is_empty() {
         return Err(format!(
@@ -312,7 +329,12 @@ pub(crate) fn layer(calls: &[(usize, String)], errors: &mut Vec<ConfigError>) ->
                 }
                 entry.1 = origin;
             }
-            Ok(ApiCall::Query(_) | ApiCall::DescriptorQuery { .. }) => {}
+            Ok(ApiCall::ClearDescriptors(kind)) => {
+                descriptors.retain(|(k, _), _| *k != kind);
+            }
+            Ok(
+                ApiCall::Query(_) | ApiCall::FirstDescriptor(_) | ApiCall::DescriptorQuery { .. },
+            ) => {}
         }
     }
     // checkpoint descriptors in index order (a BTreeMap of strings would put 10 before 2)
@@ -365,6 +387,16 @@ pub fn record(prefix: &Path, calls: &[(usize, String)]) -> std::io::Result<()> {
         "# The configuration calls (SCR_Config) of the last run started in this prefix:\n# call number, a tab, the text. Read by `scr config show` and `explain`.\n",
     );
     for (n, t) in calls {
+        // a password is not left readable in the prefix: the record says it was set
+        let t = match parse(t) {
+            Ok(ApiCall::Set {
+                key,
+                value: Some(_),
+            }) if key.name == settings::LOG_DB_PASS.name() => {
+                format!("{}=(set, not recorded)", key.env_var())
+            }
+            _ => t.clone(),
+        };
         // a call's text is one line: a newline in it would make the next line a call
         text.push_str(&format!("{n}\t{}\n", t.replace('\n', " ")));
     }
@@ -423,7 +455,41 @@ impl Config {
             ApiCall::DescriptorQuery { kind, name, item } => {
                 self.descriptor_item(*kind, name, item)
             }
+            ApiCall::FirstDescriptor(kind) => Ok(self.first_descriptor(*kind)),
             _ => Err("not a query".into()),
+        }
+    }
+
+    /// The name of the first descriptor of `kind` in force that a source set (the API
+    /// or a configuration file; not the store and checkpoint descriptors implied from
+    /// `cache_base` and `copy_type`), as `SCR_Config("STORE")` answers: the store's
+    /// path, the checkpoint descriptor's index (its position when no call gave one), the
+    /// host of a group table. `None` when no source set one.
+    fn first_descriptor(&self, kind: DescriptorKind) -> Option<String> {
+        let set = |o: &Origin| *o != Origin::Default;
+        // the store implied from cache_base carries that setting's origin (for
+        // `explain`); a store table of its own has its own line or call
+        let base = self.setting_of(settings::CACHE_BASE);
+        let implied = |s: &super::Store| {
+            base.value.as_ref().is_some_and(|v| v.to_param() == s.path) && s.origin == base.origin
+        };
+        match kind {
+            DescriptorKind::Store => self
+                .stores
+                .iter()
+                .find(|s| set(&s.origin) && !implied(s))
+                .map(|s| s.path.clone()),
+            DescriptorKind::Checkpoint => self
+                .checkpoints
+                .iter()
+                .enumerate()
+                .find(|(_, c)| set(&c.origin))
+                .map(|(i, c)| c.index.unwrap_or(i as u64).to_string()),
+            DescriptorKind::Groups => self
+                .groups
+                .iter()
+                .find(|g| set(&g.origin))
+                .map(|g| g.host.clone()),
         }
     }
 
@@ -701,5 +767,169 @@ mod tests {
             parse("CKPT = 0 TYPE"),
             Ok(ApiCall::DescriptorQuery { ref name, ref item, .. }) if name == "0" && item == "TYPE"
         ));
+    }
+
+    #[test]
+    fn bare_kinds_query_the_first_descriptor_set_and_clearing_forgets_the_calls() {
+        assert!(matches!(
+            parse("STORE"),
+            Ok(ApiCall::FirstDescriptor(DescriptorKind::Store))
+        ));
+        assert!(matches!(
+            parse(" ckpt "),
+            Ok(ApiCall::FirstDescriptor(DescriptorKind::Checkpoint))
+        ));
+        assert!(matches!(
+            parse("GROUPS="),
+            Ok(ApiCall::ClearDescriptors(DescriptorKind::Groups))
+        ));
+        assert!(parse("STORE=").unwrap().is_set());
+        assert!(!parse("STORE").unwrap().is_set());
+        // an empty name with items is still an error, naming what is missing
+        assert!(parse("STORE= COUNT=2")
+            .unwrap_err()
+            .contains("names no store path"));
+
+        let dir = tempfile::tempdir().unwrap();
+        let load = |calls: &[&str]| {
+            let mut loader = super::super::Loader::from_process();
+            loader.env = BTreeMap::new();
+            loader.system_file = Some(std::path::PathBuf::from("/dev/null"));
+            loader.cwd = dir.path().to_path_buf();
+            loader.api = calls
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (i + 1, t.to_string()))
+                .collect();
+            loader.load().unwrap()
+        };
+        let ask = |config: &Config, text: &str| config.query(&parse(text).unwrap()).unwrap();
+        // nothing set: the implied store and descriptor are not reported, even when
+        // the environment or a call set cache_base
+        let none = load(&["SCR_CACHE_BASE=/dev/shm/elsewhere"]);
+        assert_eq!(ask(&none, "STORE"), None);
+        assert_eq!(ask(&none, "CKPT"), None);
+        assert_eq!(ask(&none, "GROUPS"), None);
+        let some = load(&[
+            "STORE=/ssd COUNT=3",
+            "STORE=/dev/shm/a COUNT=1",
+            "CKPT=4 INTERVAL=4 TYPE=SINGLE STORE=/ssd",
+            "CKPT=2 TYPE=XOR STORE=/ssd",
+            "GROUPS=host7 POWER=p1",
+        ]);
+        // the first in the order in force: stores set through the API by path,
+        // checkpoint descriptors by index
+        assert_eq!(ask(&some, "STORE").as_deref(), Some("/dev/shm/a"));
+        assert_eq!(ask(&some, "CKPT").as_deref(), Some("2"), "index order");
+        assert_eq!(ask(&some, "GROUPS").as_deref(), Some("host7"));
+        let cleared = load(&[
+            "STORE=/ssd COUNT=3",
+            "CKPT=0 TYPE=SINGLE",
+            "GROUPS=host7 POWER=p1",
+            "STORE=",
+            "CKPT=",
+            "GROUPS=",
+            "STORE=/dev/shm/b COUNT=1",
+        ]);
+        assert_eq!(
+            ask(&cleared, "STORE").as_deref(),
+            Some("/dev/shm/b"),
+            "a store set after the clearing stays"
+        );
+        assert_eq!(ask(&cleared, "CKPT"), None);
+        assert_eq!(ask(&cleared, "GROUPS"), None);
+        assert!(cleared.stores.iter().all(|s| s.path != "/ssd"));
+    }
+
+    #[test]
+    fn conf_file_through_the_api_names_the_user_file_and_wins_over_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let api_file = dir.path().join("api.toml");
+        let env_file = dir.path().join("env.toml");
+        std::fs::write(&api_file, "cache_size = 5\n").unwrap();
+        std::fs::write(&env_file, "cache_size = 7\n").unwrap();
+        let load = |env: &[(&str, &std::path::Path)], calls: &[String]| {
+            let mut loader = super::super::Loader::from_process();
+            loader.env = env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.display().to_string()))
+                .collect();
+            loader.system_file = Some(std::path::PathBuf::from("/dev/null"));
+            loader.cwd = dir.path().to_path_buf();
+            loader.api = calls.iter().cloned().enumerate().collect();
+            loader.load()
+        };
+        let ask = |config: &Config, text: &str| config.query(&parse(text).unwrap()).unwrap();
+        let set_api = vec![format!("SCR_CONF_FILE={}", api_file.display())];
+        let env = [("SCR_CONF_FILE", env_file.as_path())];
+
+        let by_env = load(&env, &[]).unwrap();
+        assert_eq!(by_env.get(settings::CACHE_SIZE), 7);
+        assert_eq!(
+            ask(&by_env, "SCR_CONF_FILE").as_deref(),
+            Some(env_file.to_str().unwrap())
+        );
+        let by_api = load(&env, &set_api).unwrap();
+        assert_eq!(
+            by_api.get(settings::CACHE_SIZE),
+            5,
+            "the API's file is read"
+        );
+        assert_eq!(
+            ask(&by_api, "SCR_CONF_FILE").as_deref(),
+            Some(api_file.to_str().unwrap())
+        );
+        assert!(matches!(
+            by_api.setting_of(settings::CONF_FILE).origin,
+            Origin::Api(..)
+        ));
+        // unset again: the environment's file
+        let unset = load(&env, &[set_api[0].clone(), "SCR_CONF_FILE=".into()]).unwrap();
+        assert_eq!(unset.get(settings::CACHE_SIZE), 7);
+        // a configuration file cannot name the user file
+        std::fs::write(&env_file, "conf_file = \"/x.toml\"\n").unwrap();
+        let refused = load(&env, &[]).unwrap_err().to_string();
+        assert!(
+            refused.contains("env.toml:1") && refused.contains("SCR_CONF_FILE"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn the_restart_prefix_and_log_keys_of_scr_are_accepted_and_typed() {
+        for (text, key) in [
+            ("SCR_CURRENT=ckpt.7", "current"),
+            ("SCR_DROP_AFTER_CURRENT=1", "drop_after_current"),
+            ("SCR_PREFIX_SIZE=3", "prefix_size"),
+            ("SCR_PREFIX_PURGE=1", "prefix_purge"),
+            ("SCR_GLOBAL_RESTART=1", "global_restart"),
+            ("SCR_LOG_ENABLE=0", "log_enable"),
+            ("SCR_LOG_TXT_ENABLE=0", "log_txt_enable"),
+            ("SCR_LOG_SYSLOG_ENABLE=1", "log_syslog_enable"),
+            ("SCR_LOG_SYSLOG_PREFIX=myapp", "log_syslog_prefix"),
+            ("SCR_LOG_SYSLOG_FACILITY=log_local3", "log_syslog_facility"),
+            ("SCR_LOG_SYSLOG_LEVEL=LOG_NOTICE", "log_syslog_level"),
+            ("SCR_LOG_DB_ENABLE=1", "log_db_enable"),
+            ("SCR_LOG_DB_DEBUG=1", "log_db_debug"),
+            ("SCR_LOG_DB_HOST=db.example", "log_db_host"),
+            ("SCR_LOG_DB_USER=scr", "log_db_user"),
+            ("SCR_LOG_DB_PASS=secret", "log_db_pass"),
+            ("SCR_LOG_DB_NAME=scrdb", "log_db_name"),
+            ("SCR_CONF_FILE=/etc/my.toml", "conf_file"),
+        ] {
+            assert!(
+                matches!(parse(text), Ok(ApiCall::Set { key: k, value: Some(_) }) if k.name == key),
+                "{text}"
+            );
+        }
+        assert!(parse("SCR_PREFIX_SIZE=-1")
+            .unwrap_err()
+            .contains("prefix_size"));
+        assert!(parse("SCR_GLOBAL_RESTART=maybe")
+            .unwrap_err()
+            .contains("global_restart"));
+        assert!(parse("SCR_LOG_SYSLOG_LEVEL=LOUD")
+            .unwrap_err()
+            .contains("LOG_INFO"));
     }
 }

@@ -118,6 +118,32 @@ const U: Type = Type::UInt {
     max: u64::MAX,
 };
 
+/// The syslog facilities `log_syslog_facility` may name (openlog(3)).
+pub const SYSLOG_FACILITIES: &[&str] = &[
+    "LOG_USER",
+    "LOG_DAEMON",
+    "LOG_LOCAL0",
+    "LOG_LOCAL1",
+    "LOG_LOCAL2",
+    "LOG_LOCAL3",
+    "LOG_LOCAL4",
+    "LOG_LOCAL5",
+    "LOG_LOCAL6",
+    "LOG_LOCAL7",
+];
+
+/// The syslog levels `log_syslog_level` may name (syslog(3)), most severe first.
+pub const SYSLOG_LEVELS: &[&str] = &[
+    "LOG_EMERG",
+    "LOG_ALERT",
+    "LOG_CRIT",
+    "LOG_ERR",
+    "LOG_WARNING",
+    "LOG_NOTICE",
+    "LOG_INFO",
+    "LOG_DEBUG",
+];
+
 /// Every scalar key, in the order `scr config show` prints them.
 pub const KEYS: &[Key] = &[
     Key { name: "enable", ty: Type::Bool, default: Default::Fixed("true"),
@@ -166,6 +192,16 @@ pub const KEYS: &[Key] = &[
           doc: "A checkpoint only the prefix holds is read in place there at restart (its files checked first) instead of fetched into cache, as with fetch = false" },
     Key { name: "cache_purge", ty: Type::Bool, default: Default::Fixed("false"),
           doc: "Delete every dataset from cache at init (on every node) and restart from the prefix: for testing and while integrating the library" },
+    Key { name: "current", ty: Type::Str, default: Default::None,
+          doc: "The checkpoint to restart from, by name, as if the application called SCR_Current(name) before its first have_restart (SCR's SCR_CURRENT); a name neither the cache nor the prefix holds is a warning from rank 0 and the usual newest checkpoint is taken; applied once per job, as SCR does, so a relaunch in the same allocation restarts from its own newest checkpoint" },
+    Key { name: "drop_after_current", ty: Type::Bool, default: Default::Fixed("false"),
+          doc: "When a checkpoint is chosen by `current` or SCR_Current, drop every dataset newer than it (checkpoints and outputs) from the prefix's index, their files left in place, so the run continues from the older point and no later restart takes a newer one (SCR's rule)" },
+    Key { name: "global_restart", ty: Type::Bool, default: Default::Fixed("false"),
+          doc: "The application must restart from the prefix (SCR's SCR_GLOBAL_RESTART): the cached restart checkpoint is flushed first (flush_on_restart forced on), the cache is then cleared, and the restart reads the checkpoint in place in the prefix instead of fetching it into cache" },
+    Key { name: "prefix_size", ty: U, default: Default::Fixed("0"),
+          doc: "Keep a window of N checkpoints in the prefix (SCR's sliding window): after a checkpoint's flush is recorded, it and the N-1 next older complete checkpoints stay, and every older one is deleted (files and index entries, as SCR_Delete does) unless it is also flagged output or is the index's current one; failed or incomplete entries and outputs that are not checkpoints are left alone; 0 keeps all" },
+    Key { name: "prefix_purge", ty: Type::Bool, default: Default::Fixed("false"),
+          doc: "At init, before a restart is chosen, delete every dataset the prefix's index lists, checkpoints and outputs (files and entries): a fresh start that keeps no earlier result (SCR's SCR_PREFIX_PURGE)" },
     Key { name: "distribute", ty: Type::Bool, default: Default::Fixed("true"),
           doc: "Move cached files to their owner ranks at init when ranks changed nodes; false: purge the cache at init and restart from the prefix (fetch)" },
     Key { name: "crc_on_copy", ty: Type::Bool, default: Default::Fixed("true"),
@@ -205,6 +241,34 @@ pub const KEYS: &[Key] = &[
     // walltime and event log (issue 10, "events")
     Key { name: "end_time", ty: U, default: Default::Fixed("0"),
           doc: "When the allocation ends, in seconds since the epoch (e.g. SCR_END_TIME=$(( $(date +%s) + 3600 ))); wins over the resource manager's end time, which halt_seconds otherwise counts from; 0 asks the resource manager (SLURM, Flux, LSF, PBS)" },
+    // logging (SCR's SCR_LOG_*): the event log in the prefix is what `scr log` reads
+    Key { name: "log_enable", ty: Type::Bool, default: Default::Fixed("true"),
+          doc: "Record the job's events (init, checkpoints, flushes, fetches, failures, finalize); SCR defaults to off, we to on because `scr log` computes checkpoint cost and time between failures from them; false records nothing anywhere" },
+    Key { name: "log_txt_enable", ty: Type::Bool, default: Default::Fixed("true"),
+          doc: "With log_enable, rank 0 appends each event as one JSON line to <prefix>/.scr/events.jsonl (SCR's text log); false writes no such file, and `scr log` then has nothing to read" },
+    Key { name: "log_syslog_enable", ty: Type::Bool, default: Default::Fixed("false"),
+          doc: "With log_enable, rank 0 also sends each event as one line to syslog (ident log_syslog_prefix, facility log_syslog_facility, level log_syslog_level); SCR defaults to on, we to off so that test and laptop runs do not fill the system log" },
+    Key { name: "log_syslog_prefix", ty: Type::Str, default: Default::Fixed("SCR"),
+          doc: "The ident syslog lines carry (SCR sets it when built; here at run time)" },
+    Key { name: "log_syslog_facility", ty: Type::Choice(SYSLOG_FACILITIES), default: Default::Fixed("LOG_LOCAL7"),
+          doc: "The syslog facility of the event lines (SCR's build-time SCR_LOG_SYSLOG_FACILITY, here at run time)" },
+    Key { name: "log_syslog_level", ty: Type::Choice(SYSLOG_LEVELS), default: Default::Fixed("LOG_INFO"),
+          doc: "The syslog level of the event lines (SCR's build-time SCR_LOG_SYSLOG_LEVEL, here at run time)" },
+    Key { name: "log_db_enable", ty: Type::Bool, default: Default::Fixed("false"),
+          doc: "SCR's MySQL event database; not available here: true makes rank 0 warn once at init and say where the events go instead (the event log, syslog), and the run continues" },
+    Key { name: "log_db_debug", ty: U, default: Default::Fixed("0"),
+          doc: "SCR: echo the database's SQL statements; only matters with log_db_enable, which is not available here (accepted so SCR configurations load)" },
+    Key { name: "log_db_host", ty: Type::Str, default: Default::None,
+          doc: "SCR: the database server; only matters with log_db_enable, which is not available here (accepted so SCR configurations load)" },
+    Key { name: "log_db_user", ty: Type::Str, default: Default::None,
+          doc: "SCR: the database user; only matters with log_db_enable, which is not available here (accepted so SCR configurations load)" },
+    Key { name: "log_db_pass", ty: Type::Str, default: Default::None,
+          doc: "SCR: the database password; only matters with log_db_enable, which is not available here (accepted so SCR configurations load; prefer not to set it at all)" },
+    Key { name: "log_db_name", ty: Type::Str, default: Default::None,
+          doc: "SCR: the database name; only matters with log_db_enable, which is not available here (accepted so SCR configurations load)" },
+    // where the user file is
+    Key { name: "conf_file", ty: Type::Path, default: Default::None,
+          doc: "The user configuration file (SCR_CONF_FILE), read instead of <prefix>/.scrconf.toml; set in the environment or through SCR_Config before init, where the API's value wins over the environment's as SCR's API values do (a configuration file cannot name it)" },
     // `scr run`, `scr nodes down`, `scr env` (the launch part)
     Key { name: "nodelist", ty: Type::Str, default: Default::None,
           doc: "The allocation's nodes as a host list (node[1-4,7]); unset: SLURM_JOB_NODELIST, SLURM_NODELIST, `flux getattr hostlist`, LSB_MCPU_HOSTS, LSB_HOSTS, PBS_NODEFILE, node_names, this host (first found)" },

@@ -42,7 +42,6 @@ impl Loader {
     /// Variables that are not keys but are read elsewhere are not reported.
     pub fn unknown_env(&self) -> Vec<String> {
         const NOT_KEYS: &[&str] = &[
-            "SCR_CONF_FILE",
             "SCR_SYSTEM_CONFIG",
             "SCR_SYSTEM_CONFIG_DEFAULT",
             "SCR_FAULT",
@@ -177,11 +176,16 @@ impl Loader {
             (None, None) => Some(default_system.to_path_buf()).filter(|p| self.exists(p)),
         };
         if let Some(p) = system {
-            layers.extend(self.read(&p, Tier::System, &mut errors, &mut files));
+            layers.extend(
+                self.read(&p, Tier::System, &mut errors, &mut files)
+                    .map(|l| without_conf_file(l, &mut errors)),
+            );
         }
 
         // API values (SCR_Config calls: scalars and descriptors)
-        layers.push(api::layer(&self.api, &mut errors));
+        let api = api::layer(&self.api, &mut errors);
+        let api_conf_file = api.scalars.get("conf_file").map(|(v, _)| v.to_param());
+        layers.push(api);
 
         // environment
         let mut env = Layer::new(Tier::Env);
@@ -199,9 +203,16 @@ impl Loader {
             }
         }
 
-        // user file: SCR_CONF_FILE, else <prefix>/.scrconf.toml
-        let user = match self.env.get("SCR_CONF_FILE") {
-            Some(p) => Some(PathBuf::from(p)),
+        // user file: conf_file set through the API (which wins over the environment here,
+        // as SCR's API values do: the environment's value is dropped so the one in force
+        // is the file read), else SCR_CONF_FILE, else <prefix>/.scrconf.toml
+        if api_conf_file.is_some() {
+            env.scalars.remove("conf_file");
+        }
+        let named =
+            api_conf_file.or_else(|| env.scalars.get("conf_file").map(|(v, _)| v.to_param()));
+        let user = match named {
+            Some(p) => Some(self.cwd.join(p)),
             None => {
                 let prefix = env
                     .scalars
@@ -213,7 +224,10 @@ impl Loader {
             }
         };
         for p in user.iter().chain(&self.extra_user_files) {
-            layers.extend(self.read(p, Tier::User, &mut errors, &mut files));
+            layers.extend(
+                self.read(p, Tier::User, &mut errors, &mut files)
+                    .map(|l| without_conf_file(l, &mut errors)),
+            );
         }
         layers.push(env);
 
@@ -225,6 +239,20 @@ impl Loader {
             Err(ConfigErrors(errors))
         }
     }
+}
+
+/// `layer` (a configuration file's) without `conf_file`, which only the environment or
+/// the API may set: a file cannot say where the user file is (the system file is read
+/// before the user file is chosen, and a user file naming itself or another would be a
+/// loop). Setting it there is an error naming the line.
+fn without_conf_file(mut layer: Layer, errors: &mut Vec<ConfigError>) -> Layer {
+    if let Some((_, origin)) = layer.scalars.remove("conf_file") {
+        errors.push(ConfigError::new(
+            origin,
+            "conf_file names the user configuration file and cannot be set in a configuration file; set SCR_CONF_FILE in the environment or call SCR_Config(\"SCR_CONF_FILE=<path>\") before init",
+        ));
+    }
+    layer
 }
 
 /// A key's built-in value: its fixed default, or the computed one (prefix, job id, user).

@@ -4,7 +4,10 @@
 //! Sources, first match wins:
 //!
 //! 1. the environment, `SCR_<KEY>` (e.g. `SCR_CACHE_SIZE=4`);
-//! 2. the user file: `SCR_CONF_FILE`, else `<prefix>/.scrconf.toml` if it exists;
+//! 2. the user file: `conf_file` set through the API (`SCR_Config("SCR_CONF_FILE=...")`,
+//!    which alone among the keys wins over the environment, as SCR's API values do), else
+//!    `SCR_CONF_FILE`, else `<prefix>/.scrconf.toml` if it exists (no file may set
+//!    `conf_file`);
 //! 3. values the application set through the API before init (`key=value` strings);
 //! 4. the system file: [`DEFAULT_SYSTEM_CONFIG`] if the site installed it, else
 //!    `SCR_SYSTEM_CONFIG` (an installed site file cannot be replaced from the

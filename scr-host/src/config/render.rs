@@ -47,12 +47,23 @@ fn render_settings(out: &mut String, config: &Config) {
         // TOML allows either the scalar `group` or `[[group]]` tables in one file. Every
         // store and descriptor below names its group explicitly, so commenting the scalar
         // out keeps the meaning.
-        let comment = if key.name == "group" && !config.groups.is_empty() {
+        // `conf_file` names the user file, which no file may set: shown as a comment
+        let comment = if (key.name == "group" && !config.groups.is_empty())
+            || key.name == settings::CONF_FILE.name()
+        {
             "# "
         } else {
             ""
         };
         match &setting.value {
+            // a password is not printed (nor compared between ranks by its text)
+            Some(_) if key.name == settings::LOG_DB_PASS.name() => {
+                let _ = writeln!(
+                    out,
+                    "{:<40} {note}",
+                    format!("# {} = (set, not shown)", key.name)
+                );
+            }
             Some(v) => {
                 let text = match v {
                     Value::Str(s) => quote(s),

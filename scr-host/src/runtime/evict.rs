@@ -148,6 +148,75 @@ impl Runtime {
         self.agree(outcome)
     }
 
+    /// `prefix_purge` at init (SCR's `scr_prefix_delete_all`), before a restart is
+    /// chosen: rank 0 drops every dataset the prefix's index lists under the prefix
+    /// lock, then deletes their files, and says what went at info level. The outcome is
+    /// agreed (collective): a purge that fails fails init on every rank, since running on
+    /// would restart from what the user asked to delete.
+    pub(in crate::runtime) fn purge_prefix(&mut self) -> Result<()> {
+        if !self.config.get(settings::PREFIX_PURGE) {
+            return Ok(());
+        }
+        let outcome = if self.topo.rank == 0 {
+            let prefix = &self.job.prefix;
+            crate::state::prefix::Index::purge_in(prefix)
+                .map(|dropped| {
+                    dropped.delete_files(prefix, &mut || {});
+                    self.info(&if dropped.names.is_empty() {
+                        format!(
+                            "prefix_purge: the index of {} lists no dataset; nothing deleted",
+                            prefix.display()
+                        )
+                    } else {
+                        format!(
+                            "prefix_purge: deleted {} dataset(s) from {}: {}",
+                            dropped.names.len(),
+                            prefix.display(),
+                            dropped.names.join(", ")
+                        )
+                    });
+                })
+                .map_err(|e| {
+                    ScrError::Usage(format!(
+                        "prefix_purge: the datasets of {} could not be deleted: {e}; fix the prefix's .scr directory or set prefix_purge = false",
+                        prefix.display()
+                    ))
+                })
+        } else {
+            Ok(())
+        };
+        self.agree(outcome)
+    }
+
+    /// Rank 0, after checkpoint `entry`'s flush was recorded: with `prefix_size = N`,
+    /// the checkpoints outside the window of N ending at it are deleted from the prefix,
+    /// files and index entries ([`Index::outside_window`](crate::state::prefix::Index::outside_window)).
+    /// A failure is a warning: the flush itself stands.
+    pub(in crate::runtime) fn trim_prefix(&self, entry: &crate::state::prefix::IndexEntry) {
+        let window = self.config.get(settings::PREFIX_SIZE);
+        if window == 0 || entry.checkpoint_id.is_none() || self.topo.rank != 0 {
+            return;
+        }
+        let prefix = &self.job.prefix;
+        match crate::state::prefix::Index::delete_outside_window_in(prefix, entry.id, window) {
+            Ok(dropped) if !dropped.names.is_empty() => {
+                dropped.delete_files(prefix, &mut || {});
+                self.info(&format!(
+                    "prefix_size = {window}: deleted {} from {} after {} was flushed",
+                    dropped.names.join(", "),
+                    prefix.display(),
+                    entry.name
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                "prefix_size = {window}: older checkpoints could not be deleted from {} after {} was flushed: {e}",
+                prefix.display(),
+                entry.name
+            ),
+        }
+    }
+
     pub(in crate::runtime) fn id_of(&self, name: &str) -> Result<u64> {
         self.cache
             .filemap

@@ -136,7 +136,7 @@ fn remove_written(prefix: &Path, paths: &[PathBuf]) {
 
 /// Rank 0: the flush's event in the log (`done`: the bytes recorded, or why not).
 fn log_flush(
-    prefix: &Path,
+    rt: &Runtime,
     entry: &IndexEntry,
     started: &FlushStart,
     done: &std::result::Result<u64, String>,
@@ -145,8 +145,7 @@ fn log_flush(
         Ok(bytes) => (*bytes, true),
         Err(_) => (0, false),
     };
-    crate::events::log_event(
-        prefix,
+    rt.log_event_of(
         &started.job_id,
         Event::Flush {
             name: entry.name.clone(),
@@ -554,7 +553,7 @@ impl Runtime {
             );
             record_failure(&self.job.prefix, entry, &reason);
             let done = Err(reason);
-            log_flush(&self.job.prefix, entry, &started(), &done);
+            log_flush(self, entry, &started(), &done);
             return done.map(|_| ());
         }
         // the root's totals: every part's, summed over the leaders (the others add 0)
@@ -573,7 +572,10 @@ impl Runtime {
         if done.is_err() {
             Rank2File::remove(&self.job.prefix, entry.id);
         }
-        log_flush(&self.job.prefix, entry, &started(), &done);
+        log_flush(self, entry, &started(), &done);
+        if done.is_ok() {
+            self.trim_prefix(entry);
+        }
         done.map(|_| ())
     }
 

@@ -277,6 +277,7 @@ impl Runtime {
                 self.info(&format!("the allocation ends at {end} (from {source})"));
             }
             self.log_previous_run_failure();
+            self.warn_no_log_db();
         }
         if self.config.get(settings::FLUSH_POSTSTAGE) {
             self.warn(
@@ -284,6 +285,34 @@ impl Runtime {
             );
         }
         Ok(())
+    }
+
+    /// Rank 0, once at init: SCR's MySQL event database (`log_db_enable`) is not
+    /// available here; say so and where the events go instead, and carry on (a site
+    /// configuration written for SCR must not stop the run).
+    fn warn_no_log_db(&self) {
+        if !self.config.get(settings::LOG_DB_ENABLE) {
+            return;
+        }
+        let sinks = crate::events::Sinks::from_config(&self.config);
+        let mut to = Vec::new();
+        if sinks.text {
+            to.push(format!(
+                "{} (read it with `scr log`)",
+                crate::events::path(&self.job.prefix).display()
+            ));
+        }
+        if let Some((ident, _, _)) = &sinks.syslog {
+            to.push(format!("syslog (ident {ident})"));
+        }
+        let to = if to.is_empty() {
+            "nowhere: log_enable, log_txt_enable and log_syslog_enable leave no sink".to_string()
+        } else {
+            to.join(" and ")
+        };
+        self.warn(&format!(
+            "log_db_enable: SCR's MySQL event database is not available in scr-rs, so log_db_host, log_db_user, log_db_pass, log_db_name and log_db_debug are not used; the events go to {to}"
+        ));
     }
 
     /// Restore what the cache holds (verify, rebuild, or drop each dataset), settle
@@ -306,15 +335,27 @@ impl Runtime {
         self.settle_interrupted_flushes()?;
         // from here on, dropping the runtime without finalize is a missed finalize
         self.health.set_finalized(false);
+        // before a restart is chosen: what the prefix held is gone (prefix_purge), and
+        // with global_restart the cache is flushed and cleared
+        self.purge_prefix()?;
+        let global = self.config.get(settings::GLOBAL_RESTART);
+        if global {
+            self.leave_cache_for_prefix()?;
+        }
+        // `current` (SCR_CURRENT) is applied as a `current` call made while the fetch
+        // is pending, in both orders
+        self.restart.fetch_pending = true;
         if options.fetch_at_have_restart {
             // only the fetch waits for have_restart: flush_on_restart flushes what the
             // cache holds now (SCR does it in init, for applications that restart
-            // without the restart API)
-            self.restart.fetch_pending = true;
-            if self.config.get(settings::FLUSH_ON_RESTART) {
+            // without the restart API; global_restart did already)
+            if self.config.get(settings::FLUSH_ON_RESTART) && !global {
                 self.flush_newest("flush_on_restart")?;
             }
+            self.apply_current_setting();
         } else {
+            self.apply_current_setting();
+            self.restart.fetch_pending = false;
             self.settle_restart(true)?;
         }
         Ok(())

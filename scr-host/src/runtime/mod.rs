@@ -359,8 +359,15 @@ impl Runtime {
 
     /// Append `event` to the prefix's event log (rank 0; see [`crate::events`]).
     fn log_event(&self, event: crate::events::Event) {
+        self.log_event_of(&self.job.job_id, event);
+    }
+
+    /// [`Runtime::log_event`] for job `job_id` (a flush a previous job began), through
+    /// the sinks the configuration names (`log_enable`, `log_txt_enable`,
+    /// `log_syslog_enable`).
+    fn log_event_of(&self, job_id: &str, event: crate::events::Event) {
         if self.topo.rank == 0 && self.passthrough.is_none() {
-            crate::events::log_event(&self.job.prefix, &self.job.job_id, event);
+            crate::events::Sinks::from_config(&self.config).record(&self.job.prefix, job_id, event);
         }
     }
 

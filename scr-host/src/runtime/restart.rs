@@ -205,15 +205,149 @@ impl Runtime {
         }
     }
 
-    /// Whether a checkpoint only the prefix holds is read in place there rather than
-    /// fetched into cache: with `fetch = false` (SCR 3.x) or `fetch_bypass`, and when
-    /// this run's checkpoints bypass the cache (the descriptor the next checkpoint takes
-    /// has `bypass`): copying into a cache the run does not use would only cost time and
-    /// room. The same on every rank (the configuration is).
+    /// `global_restart` at init, after the cache was restored (SCR's
+    /// SCR_GLOBAL_RESTART): the application restarts from the prefix. The newest cached
+    /// checkpoint is flushed first unless the prefix holds it (flush_on_restart forced
+    /// on; a background flush is waited for), then the cache is cleared on every rank,
+    /// so the restart reads the checkpoint in place in the prefix
+    /// ([`Runtime::restart_in_place`]). Collective.
+    ///
+    /// Unlike SCR, which purges the cache whatever happened, a dataset the prefix does
+    /// not hold complete after this — the newest checkpoint whose flush failed, an output
+    /// never flushed — stays in cache (for a later flush or `scr scavenge`), is not
+    /// offered for the restart, and rank 0 names it in a warning: clearing it would lose
+    /// the only copy.
+    pub(in crate::runtime) fn leave_cache_for_prefix(&mut self) -> Result<()> {
+        let newest = self.restart_candidate();
+        self.flush_newest("global_restart")?;
+        self.wait_flushes(false);
+        let held: Vec<u64> = if self.topo.rank == 0 {
+            match prefix::Index::load_or_rebuild(&self.job.prefix) {
+                Ok(ix) => self
+                    .cache
+                    .filemap
+                    .datasets
+                    .keys()
+                    .copied()
+                    .filter(|id| {
+                        ix.datasets
+                            .get(id)
+                            .is_some_and(|e| e.complete && e.failed.is_none())
+                    })
+                    .collect(),
+                Err(e) => {
+                    tracing::warn!("{e}; global_restart keeps every cached dataset");
+                    Vec::new()
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        let bytes = self
+            .world
+            .broadcast_bytes(&serde_json::to_vec(&held).expect("serializes"));
+        let held: Vec<u64> = serde_json::from_slice(&bytes).unwrap_or_default();
+        let mut kept = Vec::new();
+        let mut removed = Ok(());
+        let cached: Vec<_> = self.cache.filemap.datasets.values().cloned().collect();
+        for rec in cached {
+            let only_copy = !held.contains(&rec.id) && (rec.output || Some(rec.id) == newest);
+            if only_copy {
+                self.restart.skipped.push(rec.id);
+                kept.push(rec.name);
+            } else if let Err(e) = self.remove_local(&rec) {
+                removed = Err(e);
+            }
+        }
+        self.agree_changed("clearing the cache for global_restart", removed)?;
+        if !kept.is_empty() {
+            self.warn(&format!(
+                "global_restart: {} stay(s) in cache, not offered for the restart: the prefix {} does not hold them complete (flush them or run `scr scavenge`)",
+                kept.join(", "),
+                self.job.prefix.display()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The `current` setting (SCR's SCR_CURRENT) at init, applied exactly as an
+    /// application's `current(name)` before its first `have_restart`: the named
+    /// checkpoint is restarted from (from cache, else from the prefix). A name nothing
+    /// holds is the same error `current` gives, said once by rank 0 as a warning, and
+    /// the run goes on with the usual choice. Collective; call while the fetch is
+    /// pending (`restart.fetch_pending`).
+    ///
+    /// Once per job, as SCR does (it skips SCR_CURRENT once its cache records a current
+    /// checkpoint): a relaunch of the same job (`scr run` in one allocation, the control
+    /// directories kept) restarts from its own newest checkpoint, not from the named one
+    /// again, which would throw away what the earlier run computed. The mark is in every
+    /// node's control directory; a rank without it (a replaced node) is not enough to
+    /// apply it again.
+    pub(in crate::runtime) fn apply_current_setting(&mut self) {
+        let name = self.config.get(settings::CURRENT);
+        if name.is_empty() {
+            return;
+        }
+        let mark = crate::layout::current_applied_file(&self.job.cntl_dir);
+        if !self.all_agree(!mark.exists()) {
+            self.info(&format!(
+                "current = {name}: applied by an earlier run of job {} already (SCR_CURRENT is applied once per job); the restart is chosen as usual",
+                self.job.job_id
+            ));
+            return;
+        }
+        let chosen = self.current(&name);
+        if let Err(e) = crate::state::write_atomic(&mark, name.as_bytes()) {
+            tracing::warn!(
+                "{}: {e}; a relaunch of this job would apply current = {name} again",
+                mark.display()
+            );
+        }
+        match chosen {
+            Ok(()) => self.info(&format!(
+                "current = {name}: the restart starts from it (SCR_CURRENT)"
+            )),
+            Err(e) => self.warn(&format!(
+                "current = {name} (SCR_CURRENT): {e}; the newest usable checkpoint is taken instead"
+            )),
+        }
+    }
+
+    /// `drop_after_current`, once `current` chose checkpoint `name` (the dataset
+    /// `anchor` when known): rank 0 drops every dataset newer than it from the prefix's
+    /// index ([`prefix::Index::drop_after_for_app_in`]; their files stay, as in SCR). A
+    /// failure is a warning: the choice of checkpoint stands.
+    fn drop_after_current(&self, name: &str, anchor: Option<u64>) {
+        if self.topo.rank != 0 || !self.config.get(settings::DROP_AFTER_CURRENT) {
+            return;
+        }
+        match prefix::Index::drop_after_for_app_in(&self.job.prefix, name, anchor) {
+            Ok(Some(d)) if !d.names.is_empty() => self.info(&format!(
+                "drop_after_current: dropped {} (newer than {name}) from the index of {}; their files stay",
+                d.names.join(", "),
+                self.job.prefix.display()
+            )),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                "drop_after_current: the datasets newer than {name} could not be dropped from the index of {}: {e}",
+                self.job.prefix.display()
+            ),
+        }
+    }
+
+    /// Whether a checkpoint only the prefix holds is read where it lies
+    /// ([`Runtime::open_prefix_restart`]) rather than fetched into cache: with
+    /// `fetch = false` (SCR 3.x), `fetch_bypass` or `global_restart` (SCR's fetch in
+    /// bypass mode), and when this run's checkpoints bypass the cache (the descriptor
+    /// the next checkpoint takes has `bypass`): copying into a cache the run does not use
+    /// would only cost time and room. The one place this is decided, for the restart at
+    /// init and the fallback after an invalid restart alike; the same on every rank (the
+    /// configuration is).
     pub(in crate::runtime) fn restart_in_place(&self) -> bool {
         let next = self.reddesc_for(Some(self.cache.next_checkpoint));
         !self.config.get(settings::FETCH)
             || self.config.get(settings::FETCH_BYPASS)
+            || self.config.get(settings::GLOBAL_RESTART)
             || self.job.reddescs[next].record.bypass
     }
 
@@ -269,6 +403,7 @@ impl Runtime {
                 let cached: Vec<u64> = self.cache.filemap.datasets.keys().copied().collect();
                 self.restart.skipped.extend(cached);
                 self.restart.wanted = Some(name.to_string());
+                self.drop_after_current(name, found);
                 return Ok(());
             }
         }
@@ -283,6 +418,7 @@ impl Runtime {
             .collect();
         self.restart.skipped.extend(newer);
         self.restart.skipped.retain(|&s| s != id);
+        self.drop_after_current(name, Some(id));
         Ok(())
     }
 }

@@ -1400,3 +1400,470 @@ fn a_background_flush_is_not_held_back_by_the_width() {
         assert!(flushed == content(r, 1), "rank {r}'s flushed file");
     }
 }
+
+// ----- SCR 3.1's restart and prefix keys: current, drop_after_current, prefix_size,
+// prefix_purge, global_restart -----
+
+/// [`job_logged`] with init options: `fetch_at_have_restart` runs as the C API does (the
+/// fetch waits for the first `have_restart_fetching`, which `f` calls through
+/// [`restart_name`]).
+fn job_with<T: Send>(
+    dir: &Path,
+    nodes: &[&str],
+    extra: &[(&str, &str)],
+    options: InitOptions,
+    f: impl Fn(&mut Runtime, u32) -> T + Sync,
+) -> Vec<(T, std::result::Result<(), String>, Vec<String>)> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    std::fs::create_dir_all(dir.join("prefix")).unwrap();
+    run_ranks(nodes.len() as u32, |w: Box<dyn World>| {
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let layer =
+            crate::log::ScrLayer::new(move |l: &str| sink.lock().unwrap().push(l.to_string()));
+        let subscriber = tracing_subscriber::registry().with(layer);
+        let (report, end) = tracing::subscriber::with_default(subscriber, || {
+            let me = w.rank();
+            let mut rt = Runtime::init_in(w, loader(dir, nodes, extra), options)
+                .unwrap_or_else(|e| panic!("rank {me}: init: {e}"));
+            let report = f(&mut rt, me);
+            (report, rt.finalize().map_err(|e| e.to_string()))
+        });
+        let lines = lines.lock().unwrap().clone();
+        (report, end, lines)
+    })
+}
+
+/// The restart offered, asked the way the init mode expects.
+fn restart_name(rt: &mut Runtime) -> Option<String> {
+    rt.have_restart_fetching().expect("have_restart")
+}
+
+/// Read back the offered checkpoint (files `f<n>_<rank>` in the prefix, as
+/// [`write_checkpoint`] wrote them): `"<name> exact"` when every byte is right, with
+/// whether the file was read in place in the prefix or from cache.
+fn read_back(rt: &mut Runtime, prefix: &Path, r: u32) -> String {
+    let Some(name) = restart_name(rt) else {
+        return "no restart".into();
+    };
+    rt.start_restart().expect("start_restart");
+    let n: u32 = name.trim_start_matches("ckpt.").parse().unwrap();
+    let file = format!("f{n}_{r}");
+    let path = rt.route_file(&prefix.join(&file)).expect("route_file");
+    let exact = std::fs::read_to_string(&path).unwrap_or_default() == format!("{name} {file}");
+    let place = if path.starts_with(prefix) {
+        "prefix"
+    } else {
+        "cache"
+    };
+    assert!(rt.complete_restart(exact).expect("complete_restart"));
+    format!("{name} exact={exact} from {place}")
+}
+
+/// Write checkpoints `ckpt.<first>..=ckpt.<last>` (each rank one file `f<n>_<rank>`).
+fn write_range(rt: &mut Runtime, dir: &Path, r: u32, range: std::ops::RangeInclusive<u32>) {
+    for n in range {
+        write_checkpoint(rt, dir, &format!("ckpt.{n}"), &format!("f{n}_{r}"))
+            .unwrap_or_else(|e| panic!("rank {r}: ckpt.{n}: {e}"));
+    }
+}
+
+/// The names the prefix's index lists, in id order.
+fn indexed(prefix: &Path) -> Vec<String> {
+    crate::state::prefix::Index::load(prefix)
+        .unwrap()
+        .datasets
+        .values()
+        .map(|e| e.name.clone())
+        .collect()
+}
+
+/// Lines of rank 0's log containing `what`.
+fn said<'a>(lines: &'a [String], what: &str) -> Vec<&'a String> {
+    lines.iter().filter(|l| l.contains(what)).collect()
+}
+
+const C_ORDER: InitOptions = InitOptions {
+    fetch_at_have_restart: true,
+};
+
+/// `current` (SCR_CURRENT) picks the restart as an early `current` call would: from the
+/// prefix when the cache is gone, from the cache when it holds it, in both init orders;
+/// a name nothing holds is one warning from rank 0 and the newest is taken. It is
+/// applied once per job: a relaunch with the control directories kept restarts from its
+/// own newest checkpoint.
+#[test]
+fn the_current_setting_chooses_the_restart_in_both_init_orders() {
+    for options in [InitOptions::default(), C_ORDER] {
+        for cache_kept in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let nodes = ["n0", "n1"];
+            let prefix = dir.path().join("prefix");
+            let env = [("SCR_FLUSH", "1")];
+            job(dir.path(), &nodes, &env, |rt, r| {
+                write_range(rt, dir.path(), r, 1..=3)
+            });
+            if !cache_kept {
+                for base in ["cache", "cntl"] {
+                    std::fs::remove_dir_all(dir.path().join(base)).unwrap();
+                }
+            }
+            let case = format!("{options:?}, cache kept {cache_kept}");
+            // marks of an earlier run of the job gone, as in a new allocation
+            let forget_marks = || {
+                let mut found = 0;
+                let mut dirs = vec![dir.path().join("cntl")];
+                while let Some(d) = dirs.pop() {
+                    for e in std::fs::read_dir(&d).unwrap().flatten() {
+                        let p = e.path();
+                        if p.is_dir() {
+                            dirs.push(p);
+                        } else if p.file_name().is_some_and(|n| n == "current.applied") {
+                            std::fs::remove_file(&p).unwrap();
+                            found += 1;
+                        }
+                    }
+                }
+                assert_eq!(found, nodes.len(), "one mark per node's control directory");
+            };
+
+            // a name nothing holds: init goes on with the newest, rank 0 says it once
+            let env = [("SCR_FLUSH", "1"), ("SCR_CURRENT", "ckpt.9")];
+            let out = job_with(dir.path(), &nodes, &env, options, |rt, r| {
+                read_back(rt, &prefix, r)
+            });
+            let warned: usize = out.iter().map(|o| said(&o.2, "ckpt.9").len()).sum();
+            assert_eq!(warned, 1, "{case}: {:?}", out[0].2);
+            assert!(
+                out[0]
+                    .2
+                    .iter()
+                    .any(|l| l.contains("no checkpoint named `ckpt.9`")),
+                "{case}: {:?}",
+                out[0].2
+            );
+            for (r, (line, end, _)) in out.iter().enumerate() {
+                assert_eq!(line, "ckpt.3 exact=true from cache", "{case} rank {r}");
+                assert_eq!(end, &Ok(()), "{case} rank {r}");
+            }
+
+            forget_marks();
+            let env = [("SCR_FLUSH", "1"), ("SCR_CURRENT", "ckpt.2")];
+            let out = job_with(dir.path(), &nodes, &env, options, |rt, r| {
+                let read = read_back(rt, &prefix, r);
+                write_range(rt, dir.path(), r, 4..=4);
+                read
+            });
+            // held in cache, or fetched into it from the prefix, then read there
+            for (r, (line, end, _)) in out.iter().enumerate() {
+                assert_eq!(line, "ckpt.2 exact=true from cache", "{case} rank {r}");
+                assert_eq!(end, &Ok(()), "{case} rank {r}");
+            }
+            assert_eq!(said(&out[0].2, "current = ckpt.2").len(), 1, "{case}");
+
+            // the relaunch of the same job: not back to ckpt.2, but its own newest
+            let out = job_with(dir.path(), &nodes, &env, options, |rt, r| {
+                read_back(rt, &prefix, r)
+            });
+            for (r, (line, end, _)) in out.iter().enumerate() {
+                assert_eq!(line, "ckpt.4 exact=true from cache", "{case} rank {r}");
+                assert_eq!(end, &Ok(()), "{case} rank {r}");
+            }
+            let told = said(&out[0].2, "applied by an earlier run of job");
+            assert_eq!(told.len(), 1, "{case}: {:?}", out[0].2);
+        }
+    }
+}
+
+/// `drop_after_current`: once `current` (the setting, or the call before the first
+/// have_restart) chose a checkpoint, every newer dataset leaves the prefix's index — an
+/// output among them — while their files stay; without it the index keeps them.
+#[test]
+fn drop_after_current_drops_the_newer_datasets_from_the_index_only() {
+    for (how, drop) in [("setting", "1"), ("call", "1"), ("call", "0")] {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes = ["n0", "n1"];
+        let prefix = dir.path().join("prefix");
+        job(dir.path(), &nodes, &[("SCR_FLUSH", "1")], |rt, r| {
+            write_range(rt, dir.path(), r, 1..=3);
+            rt.start_output(
+                "out.4",
+                OutputFlags {
+                    checkpoint: false,
+                    output: true,
+                },
+            )
+            .unwrap();
+            let p = rt.route_file(&prefix.join(format!("o4_{r}"))).unwrap();
+            std::fs::write(&p, "out").unwrap();
+            assert!(rt.complete_output(true).unwrap());
+        });
+        assert_eq!(indexed(&prefix), ["ckpt.1", "ckpt.2", "ckpt.3", "out.4"]);
+        for base in ["cache", "cntl"] {
+            std::fs::remove_dir_all(dir.path().join(base)).unwrap();
+        }
+        let mut env = vec![("SCR_FLUSH", "1"), ("SCR_DROP_AFTER_CURRENT", drop)];
+        if how == "setting" {
+            env.push(("SCR_CURRENT", "ckpt.2"));
+        }
+        let out = job_with(dir.path(), &nodes, &env, C_ORDER, |rt, r| {
+            if how == "call" {
+                rt.current("ckpt.2").expect("current");
+            }
+            read_back(rt, &prefix, r)
+        });
+        for (r, (line, end, _)) in out.iter().enumerate() {
+            assert_eq!(
+                line, "ckpt.2 exact=true from cache",
+                "{how} {drop} rank {r}"
+            );
+            assert_eq!(end, &Ok(()), "{how} {drop} rank {r}");
+        }
+        let expect: &[&str] = if drop == "1" {
+            &["ckpt.1", "ckpt.2"]
+        } else {
+            &["ckpt.1", "ckpt.2", "ckpt.3", "out.4"]
+        };
+        assert_eq!(indexed(&prefix), expect, "{how} {drop}");
+        for r in 0..2 {
+            assert!(prefix.join(format!("f3_{r}")).is_file(), "files stay");
+            assert!(prefix.join(format!("o4_{r}")).is_file(), "files stay");
+        }
+    }
+}
+
+/// `prefix_size = 2`: after each checkpoint's flush is recorded, checkpoints outside the
+/// window of two go from the prefix (files, index entry, .scr directory); one also
+/// flagged output stays; the same when the flushes run in the background.
+#[test]
+fn prefix_size_keeps_a_window_of_checkpoints_in_the_prefix() {
+    for asynchronous in ["0", "1"] {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes = ["n0", "n1"];
+        let prefix = dir.path().join("prefix");
+        let env = [
+            ("SCR_FLUSH", "1"),
+            ("SCR_PREFIX_SIZE", "2"),
+            ("SCR_FLUSH_ASYNC", asynchronous),
+        ];
+        let out = job(dir.path(), &nodes, &env, |rt, r| {
+            write_range(rt, dir.path(), r, 1..=1);
+            // ckpt.2 is a checkpoint and an output: never deleted by the window
+            rt.start_output(
+                "ckpt.2",
+                OutputFlags {
+                    checkpoint: true,
+                    output: true,
+                },
+            )
+            .unwrap();
+            let p = rt.route_file(&prefix.join(format!("f2_{r}"))).unwrap();
+            std::fs::write(&p, format!("ckpt.2 f2_{r}")).unwrap();
+            assert!(rt.complete_output(true).unwrap());
+            write_range(rt, dir.path(), r, 3..=5);
+        });
+        assert!(out.iter().all(|(_, end)| end.is_ok()), "{out:?}");
+        assert_eq!(
+            indexed(&prefix),
+            ["ckpt.2", "ckpt.4", "ckpt.5"],
+            "async {asynchronous}"
+        );
+        for r in 0..2 {
+            for (n, kept) in [(1, false), (2, true), (3, false), (4, true), (5, true)] {
+                assert_eq!(
+                    prefix.join(format!("f{n}_{r}")).is_file(),
+                    kept,
+                    "async {asynchronous}: f{n}_{r}"
+                );
+            }
+        }
+        for (id, kept) in [(1, false), (3, false), (5, true)] {
+            assert_eq!(
+                crate::layout::prefix_dataset_dir(&prefix, id).exists(),
+                kept,
+                "async {asynchronous}: .scr/scr.dataset.{id}"
+            );
+        }
+    }
+}
+
+/// `prefix_purge`: init deletes every dataset the index lists (files and entries,
+/// outputs too) before the restart is chosen; a restart then comes only from cache.
+#[test]
+fn prefix_purge_deletes_every_indexed_dataset_before_the_restart_is_chosen() {
+    for cache_kept in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes = ["n0", "n1"];
+        let prefix = dir.path().join("prefix");
+        job(dir.path(), &nodes, &[("SCR_FLUSH", "1")], |rt, r| {
+            write_range(rt, dir.path(), r, 1..=2);
+            rt.start_output(
+                "out.3",
+                OutputFlags {
+                    checkpoint: false,
+                    output: true,
+                },
+            )
+            .unwrap();
+            let p = rt.route_file(&prefix.join(format!("o3_{r}"))).unwrap();
+            std::fs::write(&p, "out").unwrap();
+            assert!(rt.complete_output(true).unwrap());
+        });
+        assert_eq!(indexed(&prefix), ["ckpt.1", "ckpt.2", "out.3"]);
+        if !cache_kept {
+            for base in ["cache", "cntl"] {
+                std::fs::remove_dir_all(dir.path().join(base)).unwrap();
+            }
+        }
+        let env = [("SCR_FLUSH", "0"), ("SCR_PREFIX_PURGE", "1")];
+        let out = job_with(dir.path(), &nodes, &env, InitOptions::default(), |rt, r| {
+            read_back(rt, &prefix, r)
+        });
+        let expect = if cache_kept {
+            "ckpt.2 exact=true from cache"
+        } else {
+            "no restart"
+        };
+        for (r, (line, end, _)) in out.iter().enumerate() {
+            assert_eq!(line, expect, "cache kept {cache_kept}, rank {r}");
+            assert_eq!(end, &Ok(()), "rank {r}");
+        }
+        let told = said(&out[0].2, "prefix_purge: deleted 3 dataset(s)");
+        assert_eq!(told.len(), 1, "{:?}", out[0].2);
+        assert!(told[0].contains("ckpt.1, ckpt.2, out.3"), "{}", told[0]);
+        assert!(indexed(&prefix).is_empty());
+        for r in 0..2 {
+            for f in ["f1", "f2", "o3"] {
+                assert!(!prefix.join(format!("{f}_{r}")).exists(), "{f}_{r}");
+            }
+        }
+        for id in 1..=3 {
+            assert!(!crate::layout::prefix_dataset_dir(&prefix, id).exists());
+        }
+    }
+}
+
+/// `global_restart`: the newest cached checkpoint (never flushed, flush = 0) is flushed
+/// at init, the cache is cleared, and the restart reads it in place in the prefix — in
+/// both init orders, and the fallback after an invalid restart reads in place too.
+#[test]
+fn global_restart_flushes_clears_the_cache_and_reads_in_place() {
+    for options in [InitOptions::default(), C_ORDER] {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes = ["n0", "n1"];
+        let prefix = dir.path().join("prefix");
+        job(dir.path(), &nodes, &[("SCR_FLUSH", "0")], |rt, r| {
+            write_range(rt, dir.path(), r, 1..=2)
+        });
+        assert!(
+            !crate::state::prefix::Index::path(&prefix).exists(),
+            "nothing flushed"
+        );
+        let env = [("SCR_FLUSH", "0"), ("SCR_GLOBAL_RESTART", "1")];
+        let out = job_with(dir.path(), &nodes, &env, options, |rt, r| {
+            let cached: Vec<String> = nodes
+                .iter()
+                .flat_map(|n| listing(&cache_job_dir(dir.path(), n)))
+                .filter(|n| n.starts_with("scr.dataset."))
+                .collect();
+            (read_back(rt, &prefix, r), cached)
+        });
+        for (r, ((line, cached), end, _)) in out.iter().enumerate() {
+            assert_eq!(
+                line, "ckpt.2 exact=true from prefix",
+                "{options:?} rank {r}"
+            );
+            assert!(
+                cached.is_empty(),
+                "{options:?} rank {r}: cache holds {cached:?}"
+            );
+            assert_eq!(end, &Ok(()), "rank {r}");
+        }
+        assert_eq!(indexed(&prefix), ["ckpt.2"], "{options:?}");
+        let entry = crate::state::prefix::Index::load(&prefix).unwrap();
+        assert!(entry.datasets.values().all(|e| e.complete));
+    }
+}
+
+/// The decision is one method: `fetch = false` or `global_restart` read in place.
+#[test]
+fn restart_in_place_follows_fetch_and_global_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n0"];
+    for (fetch, global, in_place) in [
+        ("1", "0", false),
+        ("0", "0", true),
+        ("1", "1", true),
+        ("0", "1", true),
+    ] {
+        let env = [("SCR_FETCH", fetch), ("SCR_GLOBAL_RESTART", global)];
+        let out = job(dir.path(), &nodes, &env, |rt, _| rt.restart_in_place());
+        assert_eq!(out[0].0, in_place, "fetch {fetch}, global_restart {global}");
+    }
+}
+
+/// The SCR_LOG_* keys: by default rank 0 writes the event log in the prefix; with
+/// `log_enable` or `log_txt_enable` off there is none; syslog may be on beside it, and
+/// `log_db_enable` is one warning from rank 0 naming where the events go, the run
+/// going on.
+#[test]
+fn the_log_keys_choose_where_events_go() {
+    for (env, text_log, db_warned) in [
+        (vec![], true, false),
+        (vec![("SCR_LOG_ENABLE", "0")], false, false),
+        (vec![("SCR_LOG_TXT_ENABLE", "0")], false, false),
+        (
+            vec![
+                ("SCR_LOG_SYSLOG_ENABLE", "1"),
+                ("SCR_LOG_SYSLOG_PREFIX", "scr-rs-test"),
+            ],
+            true,
+            false,
+        ),
+        (
+            vec![
+                ("SCR_LOG_DB_ENABLE", "1"),
+                ("SCR_LOG_DB_HOST", "db.invalid"),
+            ],
+            true,
+            true,
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes = ["n0", "n1"];
+        let prefix = dir.path().join("prefix");
+        let mut env = env.clone();
+        env.push(("SCR_FLUSH", "1"));
+        let out = job_with(dir.path(), &nodes, &env, InitOptions::default(), |rt, r| {
+            write_range(rt, dir.path(), r, 1..=1)
+        });
+        let case = format!("{env:?}");
+        assert!(out.iter().all(|(_, end, _)| end.is_ok()), "{case}");
+        let log = crate::events::path(&prefix);
+        assert_eq!(log.exists(), text_log, "{case}");
+        if text_log {
+            let (records, _) = crate::events::read(&prefix).unwrap();
+            let kinds: Vec<String> = records
+                .iter()
+                .map(|r| serde_json::to_value(&r.event).unwrap()["event"].to_string())
+                .collect();
+            assert_eq!(
+                kinds,
+                ["\"init\"", "\"checkpoint\"", "\"flush\"", "\"finalize\""],
+                "{case}"
+            );
+        }
+        let warned: Vec<&String> = out
+            .iter()
+            .flat_map(|o| said(&o.2, "log_db_enable"))
+            .collect();
+        assert_eq!(warned.len(), usize::from(db_warned), "{case}: {warned:?}");
+        if db_warned {
+            assert!(
+                warned[0].contains("not available") && warned[0].contains("events.jsonl"),
+                "{}",
+                warned[0]
+            );
+        }
+    }
+}

@@ -88,6 +88,12 @@ impl Index {
             .copied()
             .filter(|&id| if after { id > anchor } else { id == anchor })
             .collect();
+        self.drop_ids(prefix, victims, delete)
+    }
+
+    /// Remove the datasets `victims` from the index, clearing `current` when it named one
+    /// of them; with `delete`, list their files (see [`Index::drop_dataset`]).
+    fn drop_ids(&mut self, prefix: &Path, victims: Vec<u64>, delete: bool) -> Dropped {
         let files = if delete {
             self.files_to_delete(prefix, &victims)
         } else {
@@ -230,6 +236,94 @@ impl Index {
         Ok(dropped
             .ok()
             .map(|dropped| Self::without_summaries(prefix, dropped)))
+    }
+
+    /// The checkpoints `prefix_size = window` deletes once checkpoint `newest` is
+    /// recorded, as SCR's sliding window does: walking the complete checkpoints not
+    /// marked failed that are older than `newest` (by dataset id), newest first, the
+    /// first `window - 1` stay (`newest` is the window's first member); beyond them every
+    /// one goes except a checkpoint also flagged output and the one `current` names.
+    /// Incomplete or failed entries, outputs that are not checkpoints, and anything
+    /// newer than `newest` are not considered.
+    pub fn outside_window(&self, newest: u64, window: u64) -> Vec<u64> {
+        let mut older: Vec<&IndexEntry> = self
+            .datasets
+            .values()
+            .filter(|e| {
+                e.id < newest && e.complete && e.failed.is_none() && e.checkpoint_id.is_some()
+            })
+            .collect();
+        older.sort_by_key(|e| std::cmp::Reverse(e.id));
+        let mut room = window.saturating_sub(1);
+        let mut victims = Vec::new();
+        for e in older {
+            if room > 0 {
+                room -= 1;
+            } else if !e.output && self.current.as_deref() != Some(e.name.as_str()) {
+                victims.push(e.id);
+            }
+        }
+        victims.sort_unstable();
+        victims
+    }
+
+    /// `prefix_size` after checkpoint `newest`'s flush was recorded: the checkpoints
+    /// [`Index::outside_window`] names are dropped under the prefix lock, their
+    /// summaries removed as [`Index::drop_in`] does; their files are left to
+    /// [`Dropped::delete_files`]. A prefix without an index is left untouched.
+    pub fn delete_outside_window_in(
+        prefix: &Path,
+        newest: u64,
+        window: u64,
+    ) -> Result<Dropped, String> {
+        if !Self::path(prefix).exists() {
+            return Ok(Dropped::default());
+        }
+        let dropped = Index::update(prefix, |ix| {
+            let victims = ix.outside_window(newest, window);
+            ix.drop_ids(prefix, victims, true)
+        })
+        .map_err(|e| e.to_string())?;
+        Ok(Self::without_summaries(prefix, dropped))
+    }
+
+    /// `prefix_purge` at init (SCR's `scr_prefix_delete_all`): every dataset the index
+    /// lists, checkpoints and outputs, complete or not, dropped under the prefix lock
+    /// with their summaries; their files are left to [`Dropped::delete_files`]. A prefix
+    /// without an index is left untouched.
+    pub fn purge_in(prefix: &Path) -> Result<Dropped, String> {
+        if !Self::path(prefix).exists() {
+            return Ok(Dropped::default());
+        }
+        let dropped = Index::update(prefix, |ix| {
+            let all: Vec<u64> = ix.datasets.keys().copied().collect();
+            let dropped = ix.drop_ids(prefix, all, true);
+            ix.current = None;
+            dropped
+        })
+        .map_err(|e| e.to_string())?;
+        Ok(Self::without_summaries(prefix, dropped))
+    }
+
+    /// `drop_after_current` (SCR's `scr_index_remove_later`): every dataset newer than the
+    /// checkpoint `name` (the entry SCR_Drop of that name would take, else the cached
+    /// dataset `cached` when the index does not list it) dropped from the index under
+    /// the prefix lock, checkpoints and outputs alike, their summaries removed and their
+    /// files left in place. `None` when neither names an anchor or there is no index.
+    pub fn drop_after_for_app_in(
+        prefix: &Path,
+        name: &str,
+        cached: Option<u64>,
+    ) -> Result<Option<Dropped>, String> {
+        if !Self::path(prefix).exists() {
+            return Ok(None);
+        }
+        let dropped = Index::update(prefix, |ix| {
+            let anchor = ix.entry_for_app(name, cached).or(cached)?;
+            Some(ix.drop_from(prefix, anchor, true, false))
+        })
+        .map_err(|e| e.to_string())?;
+        Ok(dropped.map(|d| Self::without_summaries(prefix, d)))
     }
 
     /// Remove the dropped datasets' summaries (see [`Index::drop_in`]).
@@ -583,5 +677,37 @@ mod tests {
         ix.fetched(2, "ckpt.2", 102);
         assert_eq!(ix.datasets[&2].fetched, Some(102));
         assert_eq!(ix.current.as_deref(), Some("ckpt.2"));
+    }
+
+    #[test]
+    fn the_window_keeps_the_newest_checkpoints_and_spares_outputs_and_current() {
+        let mut ix = Index::default();
+        for (id, name, output) in [
+            (1, "c1", false),
+            (2, "c2", true),
+            (3, "c3", false),
+            (4, "c4", false),
+            (5, "c5", false),
+            (6, "c6", false),
+        ] {
+            let mut e = entry(id, name, Some(id));
+            e.output = output;
+            ix.datasets.insert(id, e);
+        }
+        // an output that is no checkpoint, an incomplete and a failed checkpoint: never
+        ix.datasets.insert(7, entry(7, "out", None));
+        ix.datasets.get_mut(&7).unwrap().output = true;
+        ix.datasets.get_mut(&3).unwrap().failed = Some("bad".into());
+        // newest 6, window 2: 6 and 5 stay; 4 and 1 go; 2 (output) and 3 (failed) stay
+        assert_eq!(ix.outside_window(6, 2), vec![1, 4]);
+        // a window of 1 is the newest alone
+        assert_eq!(ix.outside_window(6, 1), vec![1, 4, 5]);
+        // an output within the window takes its place there (SCR's order)
+        assert_eq!(ix.outside_window(6, 4), vec![1]);
+        // newer than the flushed one: untouched
+        assert_eq!(ix.outside_window(4, 1), vec![1]);
+        ix.current = Some("c1".into());
+        assert_eq!(ix.outside_window(6, 2), vec![4], "current stays");
+        assert!(ix.outside_window(6, 10).is_empty());
     }
 }
