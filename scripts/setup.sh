@@ -15,6 +15,10 @@
 #   python3 python3-mpi4py   the Python module and its test
 #   python3-venv python3-setuptools   the test that pip-installs the module into a venv
 #
+# And one cargo tool (no Debian package): cargo-semver-checks, for the SDK's semver step
+# (scripts/semver.sh), pinned so that every machine checks alike; built from the crates
+# registry once (several minutes on 2 cores), skipped when that version is installed.
+#
 # After installing, the commands the tests run are checked (mpicc, mpicxx, mpif90 compile
 # and python3 imports mpi4py), so a wrapper whose compiler is missing is reported here.
 set -euo pipefail
@@ -33,6 +37,13 @@ if [ ${#need[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+SEMVER_CHECKS_VERSION=0.51.0
+if command -v cargo >/dev/null 2>&1 \
+    && ! cargo semver-checks --version 2>/dev/null | grep -qx "cargo-semver-checks ${SEMVER_CHECKS_VERSION}"; then
+    echo "installing: cargo-semver-checks ${SEMVER_CHECKS_VERSION} (cargo install)"
+    cargo install --quiet --locked cargo-semver-checks --version "${SEMVER_CHECKS_VERSION}"
 fi
 
 # Check that the tools work, not only that their packages are installed.

@@ -19,6 +19,8 @@ echo "== clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+echo "== SDK semver (scr-plugin against its earlier releases)"
+bash scripts/semver.sh
 echo "== doc tests"
 cargo test --workspace --doc --locked
 echo "== tests"

@@ -13,6 +13,22 @@ use abi_stable::std_types::ROption;
 use crate::abi::FileMeta;
 use crate::error::{ErrorCode, PluginError, PluginResult};
 
+/// The deepest directory every file of `metas` lies below (`None` for no files).
+fn common_parent(metas: &[FileMeta]) -> Option<PathBuf> {
+    let mut parents = metas
+        .iter()
+        .map(|m| Path::new(m.path.as_str()).parent().unwrap_or(Path::new("")));
+    let mut common = parents.next()?.to_path_buf();
+    for p in parents {
+        while !p.starts_with(&common) {
+            if !common.pop() {
+                break;
+            }
+        }
+    }
+    Some(common)
+}
+
 /// An ordered list of files read and written as one zero-padded stream.
 pub struct LogicalFile {
     parts: Vec<(PathBuf, u64)>,
@@ -29,9 +45,27 @@ impl LogicalFile {
     /// Create (truncate) the files of `metas` in the dataset directory `dir` for writing:
     /// new files with mode 0600, parent directories below `dir` with mode 0700, and never
     /// through a symbolic link in place of a directory level or a file (see
-    /// [`crate::cachefs`]). Every file must lie below `dir`.
-    pub fn create(dir: &Path, metas: &[FileMeta]) -> PluginResult<Self> {
+    /// [`crate::cachefs`]). Every file must lie below `dir`, which must exist (a scheme
+    /// passes the dataset directory it was given).
+    pub fn create_in(dir: &Path, metas: &[FileMeta]) -> PluginResult<Self> {
         Self::with(Some(dir), metas)
+    }
+
+    /// scr-plugin 0.1.0's form, kept so that plugins written against 0.1.0 build
+    /// unchanged: [`LogicalFile::create_in`] with the directory the files have in common
+    /// (made first when missing, as 0.1.0 made every file's parent directories). The
+    /// levels from that directory down are checked as `create_in` checks them; the levels
+    /// above it are not, since 0.1.0 was not told which directory is the dataset's.
+    #[deprecated(
+        since = "0.1.1",
+        note = "pass the dataset directory: `LogicalFile::create_in(dir, metas)`, which refuses symbolic links below it (see scr_plugin::manual::versions)"
+    )]
+    pub fn create(metas: &[FileMeta]) -> PluginResult<Self> {
+        let Some(top) = common_parent(metas) else {
+            return Self::with(Some(Path::new(".")), metas);
+        };
+        std::fs::create_dir_all(&top).map_err(|e| PluginError::io(top.display(), e))?;
+        Self::with(Some(&top), metas)
     }
 
     fn with(top: Option<&Path>, metas: &[FileMeta]) -> PluginResult<Self> {
@@ -489,6 +523,30 @@ mod tests {
         assert!(checked.0 > 20 && checked.1 > 20, "{checked:?}");
     }
 
+    /// A plugin written against scr-plugin 0.1.0 calls `create(metas)`: it still builds
+    /// and writes, its files' common directory made as 0.1.0 made it, and a symbolic
+    /// link below that directory is still refused.
+    #[test]
+    #[allow(deprecated)]
+    fn the_0_1_0_create_still_writes_below_the_files_common_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let top = dir.path().join("made/by/create");
+        let metas = [meta(&top.join("a"), 3), meta(&top.join("sub/b"), 2)];
+        let mut w = LogicalFile::create(&metas).unwrap();
+        w.write_at(0, b"abcde").unwrap();
+        w.sync().unwrap();
+        assert_eq!(std::fs::read(top.join("a")).unwrap(), b"abc");
+        assert_eq!(std::fs::read(top.join("sub/b")).unwrap(), b"de");
+        assert_eq!(common_parent(&metas).as_deref(), Some(top.as_path()));
+        assert_eq!(common_parent(&[]), None);
+        // a link where a level below the common directory should be is not followed
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), top.join("link")).unwrap();
+        let linked = [meta(&top.join("c"), 1), meta(&top.join("link/d"), 1)];
+        assert!(LogicalFile::create(&linked).is_err());
+        assert!(!elsewhere.path().join("d").exists());
+    }
+
     #[test]
     fn reads_concatenate_and_pad_and_writes_split_back() {
         let dir = tempfile::tempdir().unwrap();
@@ -514,7 +572,7 @@ mod tests {
                 meta(&out.path().join(rel), m.size)
             })
             .collect();
-        let mut w = LogicalFile::create(out.path(), &metas2).unwrap();
+        let mut w = LogicalFile::create_in(out.path(), &metas2).unwrap();
         w.write_at(0, b"hel").unwrap();
         w.write_at(3, b"loworld!\0\0\0").unwrap();
         w.sync().unwrap();

@@ -320,7 +320,7 @@ impl PartnerScheme {
                     .unwrap_or_default();
                 let metas: Vec<FileMeta> = stored.iter().map(|m| m.to_meta(dir)).collect();
                 let len: u64 = metas.iter().map(|m| m.size).sum();
-                let mut lofi = failure.note(LogicalFile::create(dir, &metas));
+                let mut lofi = failure.note(LogicalFile::create_in(dir, &metas));
                 ring.recv(p, len, &mut failure, |at, bytes| {
                     lofi.as_mut().map_or(Ok(()), |l| l.write_at(at, bytes))
                 })?;

@@ -1007,7 +1007,7 @@ impl Scheme for RsScheme {
         let mut io = RowIo {
             chunk,
             lofi: if lost.data[me as usize] {
-                failure.note(LogicalFile::create(dir, &own_metas))
+                failure.note(LogicalFile::create_in(dir, &own_metas))
             } else {
                 failure.note(LogicalFile::open(&own_metas))
             },

@@ -249,7 +249,7 @@ impl XorScheme {
         };
         // survivors read from `data`, the lost member writes into `rebuilt`
         let (mut data, mut rebuilt, mut writer) = if me == f {
-            let lofi = failure.note(LogicalFile::create(dir, &own_metas));
+            let lofi = failure.note(LogicalFile::create_in(dir, &own_metas));
             (
                 None,
                 lofi,

@@ -8,6 +8,7 @@
 //!   [`conformance`](crate::conformance) cases from a plugin's own tests, and
 //!   `scr-conformance` under `mpiexec`.
 //! - [`transfers`]: transfer types (copies between cache and the prefix).
+//! - [`versions`]: what each release of this SDK promises, and the migration notes.
 //!
 //! # Start from a template
 //!
@@ -71,3 +72,4 @@
 pub mod schemes;
 pub mod testing;
 pub mod transfers;
+pub mod versions;

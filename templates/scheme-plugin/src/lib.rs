@@ -195,7 +195,7 @@ impl MirrorScheme {
                 .unwrap_or_default();
             let metas: Vec<FileMeta> = list.iter().map(|m| m.to_meta(dir)).collect();
             let len: u64 = metas.iter().map(|m| m.size).sum();
-            let mut lofi = failure.note(LogicalFile::create(dir, &metas));
+            let mut lofi = failure.note(LogicalFile::create_in(dir, &metas));
             ring.recv(holder, len, &mut failure, |at, bytes| {
                 lofi.as_mut().map_or(Ok(()), |l| l.write_at(at, bytes))
             })?;
