@@ -79,7 +79,8 @@
 //!
 //! - **Nothing, for methods appended to the contract.** scr-plugin only *adds* defaulted
 //!   methods after the last mandatory one (as
-//!   [`Scheme::crc32_in_apply`](crate::Scheme::crc32_in_apply) was); a library
+//!   [`Scheme::crc32_in_apply`](crate::Scheme::crc32_in_apply) and
+//!   [`Scheme::survivor_check`](crate::Scheme::survivor_check) were); a library
 //!   binary built before them is refused ("the scheme object lacks method `…`: the
 //!   library was built against an older scr-plugin (its source compiles unchanged
 //!   against this one)"), and its source builds unchanged against the newer scr-plugin. A

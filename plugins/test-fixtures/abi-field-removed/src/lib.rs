@@ -20,7 +20,7 @@ use abi_stable::{
 };
 use scr_plugin::{
     Applied, DatasetFiles, ErrorCode, FileMeta, HostRef, LibraryInfo, PluginError, RecoverRequest,
-    SchemeConfig, TransferBox, TransferConfig,
+    SchemeConfig, SurvivorCheck, TransferBox, TransferConfig,
 };
 
 /// What the host needs to know about a scheme instance, as in `scr-plugin/src/abi.rs`
@@ -60,6 +60,9 @@ pub trait FfiScheme: Send + Sync {
     ) -> RResult<Applied, PluginError> {
         let _ = (host, dataset);
         RResult::RErr(refused())
+    }
+    fn survivor_check(&self) -> SurvivorCheck {
+        SurvivorCheck::Host
     }
 }
 

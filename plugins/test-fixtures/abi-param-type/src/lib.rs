@@ -21,7 +21,7 @@ use abi_stable::{
 use scr_plugin::SchemeDescription;
 use scr_plugin::{
     Applied, DatasetFiles, ErrorCode, FileMeta, HostRef, LibraryInfo, PluginError, RecoverRequest,
-    SchemeConfig, TransferBox, TransferConfig,
+    SchemeConfig, SurvivorCheck, TransferBox, TransferConfig,
 };
 
 /// The scheme object, as in `scr-plugin/src/abi.rs` but for the change.
@@ -52,6 +52,9 @@ pub trait FfiScheme: Send + Sync {
     ) -> RResult<Applied, PluginError> {
         let _ = (host, dataset);
         RResult::RErr(refused())
+    }
+    fn survivor_check(&self) -> SurvivorCheck {
+        SurvivorCheck::Host
     }
 }
 
