@@ -3,7 +3,8 @@
 //! provides them.
 //!
 //! Every problem is reported in one line naming the file: a file that is not a plugin, a
-//! layout or ABI-version mismatch (what was expected and what was found), a root module
+//! layout mismatch (in words: which method, parameter, return value, field or type
+//! changed and how, see `abi_words`) or an ABI-version mismatch, a root module
 //! that failed, and two libraries providing one name. Loading never stops at the first
 //! bad file: the registry keeps what loaded and lists what was refused.
 
