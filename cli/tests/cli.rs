@@ -447,8 +447,9 @@ fn plugins_check_refuses_an_abi_layout_mismatch() {
     run.expect_code(1);
     assert_eq!(run.stdout.lines().count(), 1, "{}", run.describe());
     assert!(run.stderr.is_empty(), "{}", run.describe());
-    run.expect_stdout(&file)
-        .expect_stdout("incompatible plugin ABI layout");
+    run.expect_stdout(&file).expect_stdout(
+        "refused: incompatible plugin ABI: its root module comes from package `scr-fixture-layout-mismatch`, not from `scr-plugin`",
+    );
 }
 
 #[test]
@@ -976,7 +977,7 @@ fn config_check_names_a_refused_plugin_where_its_scheme_is_missing() {
     );
     assert!(
         error.ends_with(&format!(
-            "; {file}: refused: incompatible plugin ABI layout: mismatched package, expected scr-plugin, found scr-fixture-layout-mismatch; rebuild the plugin against scr-plugin {} (the version this host was built with)",
+            "; {file}: refused: incompatible plugin ABI: its root module comes from package `scr-fixture-layout-mismatch`, not from `scr-plugin`: the library was not built with scr_plugin::export_plugin! against scr-plugin; rebuild the plugin against scr-plugin {}, this host's version (see \"Upgrading scr-plugin\" in scr_plugin::manual)",
             env!("CARGO_PKG_VERSION")
         )),
         "{}",

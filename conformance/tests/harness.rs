@@ -293,12 +293,61 @@ fn untrustworthy(scheme: &str, must: &str, allowed: &[&str]) {
     }
 }
 
+/// A scheme that declares it verifies survivors itself (`SurvivorCheck::Scheme`) gets a
+/// damaged survivor unverified: TRUSTING does not check it, fails those cases, and the
+/// failure says what the declaration demands.
 #[test]
-fn a_scheme_that_trusts_a_corrupted_survivor_fails_naming_the_case() {
+fn a_scheme_declaring_self_verification_that_trusts_a_corrupted_survivor_fails() {
     untrustworthy(
         "TRUSTING",
-        "scheme TRUSTING: set of 4: uniform: member 1's data corrupted by one byte and member 0 lost, recover is right or fails everywhere: member 1: member 1: ",
+        "scheme TRUSTING: set of 4: uniform: member 1's data corrupted by one byte and member 0 lost, passed unverified (the scheme verifies survivors itself): recover is right or fails everywhere: member 1: member 1: ",
         &["corrupted by one byte"],
+    );
+    let p = lib("scr_fixture_untrustworthy");
+    let (_, out) = mpirun(
+        4,
+        &[
+            "--plugin",
+            p.to_str().unwrap(),
+            "--scheme",
+            "TRUSTING",
+            "--set-size",
+            "4",
+        ],
+    );
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("FAIL scheme TRUSTING: set of 4: uniform: member 1's data"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.ends_with(" (the scheme declares SurvivorCheck::Scheme, so it must detect member 1's damaged data itself: verify survivors in recover with scr_plugin::verify::verify_files, or declare SurvivorCheck::Host to rely on the host's check)"),
+        "{line}"
+    );
+}
+
+/// The same scheme declaring what it does — relying on the host's survivor check
+/// (`SurvivorCheck::Host`, the default) — gets survivors the harness checked as the host
+/// does, the damaged one passed as lost, and passes every case: it never hands back a
+/// wrong byte.
+#[test]
+fn a_scheme_relying_on_the_hosts_survivor_check_passes_without_verifying() {
+    let p = lib("scr_fixture_untrustworthy");
+    let (code, out) = mpirun(
+        4,
+        &[
+            "--plugin",
+            p.to_str().unwrap(),
+            "--scheme",
+            "HOSTCHECKED",
+            "--set-size",
+            "4",
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("FAIL"), "{out}");
+    assert!(
+        out.contains("\nPASS scheme HOSTCHECKED: set of 4: uniform: member 1's data corrupted by one byte and member 0 lost, the host's check passes member 1 as lost (the scheme relies on it): recover is right or fails everywhere\n"),
+        "{out}"
     );
 }
 

@@ -3,7 +3,8 @@
 //! provides them.
 //!
 //! Every problem is reported in one line naming the file: a file that is not a plugin, a
-//! layout or ABI-version mismatch (what was expected and what was found), a root module
+//! layout mismatch (in words: which method, parameter, return value, field or type
+//! changed and how, see `abi_words`) or an ABI-version mismatch, a root module
 //! that failed, and two libraries providing one name. Loading never stops at the first
 //! bad file: the registry keeps what loaded and lists what was refused.
 
@@ -12,6 +13,10 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use abi_stable::library::{lib_header_from_path, LibraryError};
+use abi_stable::StableAbi;
+
+mod abi_words;
+pub use abi_words::explain_layouts;
 use scr_plugin::{
     HostRef, PluginError, PluginModRef, SchemeBox, SchemeConfig, SchemeDescription, TransferBox,
     TransferConfig, ABI_VERSION,
@@ -649,15 +654,26 @@ pub fn check_trusted(path: &Path) -> Result<(), String> {
 }
 
 fn load_library(path: &Path, origin: Origin) -> Result<Library, String> {
-    let header = lib_header_from_path(path).map_err(|e| describe_load_error(&e))?;
+    let header = lib_header_from_path(path).map_err(|e| describe_load_error(&e, None))?;
+    // abi_stable's own refusal is text only: check the layout here first to read the
+    // structure of the differences and say them in words
+    if let Some(what) = header
+        .layout()
+        .and_then(|found| abi_words::explain_layouts(PluginModRef::LAYOUT, found))
+    {
+        return Err(format!(
+            "incompatible plugin ABI: {what}; {}",
+            rebuild_advice()
+        ));
+    }
     let module = header
         .init_root_module::<PluginModRef>()
-        .map_err(|e| describe_load_error(&e))?;
+        .map_err(|e| describe_load_error(&e, header.layout()))?;
     let abi_version = module.abi_version();
     if abi_version != ABI_VERSION {
         return Err(format!(
-            "plugin ABI version mismatch: this host speaks version {ABI_VERSION}, the library was built for version {abi_version}; rebuild it against scr-plugin {}",
-            env!("CARGO_PKG_VERSION")
+            "plugin ABI version mismatch: this host speaks version {ABI_VERSION}, the library was built for version {abi_version}; {}",
+            rebuild_advice()
         ));
     }
     let info = (module.library())()
@@ -679,9 +695,22 @@ fn load_library(path: &Path, origin: Origin) -> Result<Library, String> {
     })
 }
 
-/// Condense abi_stable's (often thousands of lines long) load errors to one line that
-/// says what was expected and what was found.
-fn describe_load_error(err: &LibraryError) -> String {
+/// What to do about a library built against another contract: the sentence every ABI
+/// refusal ends with.
+fn rebuild_advice() -> String {
+    format!(
+        "rebuild the plugin against scr-plugin {}, this host's version (see \"Upgrading scr-plugin\" in scr_plugin::manual)",
+        <PluginModRef as abi_stable::library::RootModule>::VERSION_STRINGS
+    )
+}
+
+/// Say abi_stable's load errors in one line of words. `found` is the library's root
+/// module layout when it is known: a layout refusal is then re-checked against the host's
+/// to read the structure of the differences (abi_stable's own error is only text).
+fn describe_load_error(
+    err: &LibraryError,
+    found: Option<&'static abi_stable::type_layout::TypeLayout>,
+) -> String {
     match err {
         LibraryError::OpenError { err, .. } => {
             format!("cannot be opened as a shared library: {}", one_line(&err.to_string()))
@@ -690,33 +719,31 @@ fn describe_load_error(err: &LibraryError) -> String {
             "not an scr-rs plugin: it exports no abi_stable root module (build it with scr_plugin::export_plugin!)".to_string()
         }
         LibraryError::InvalidAbiHeader(found) => format!(
-            "built with an incompatible abi_stable release (library header {}.{}, host expects {}.{})",
+            "built with an incompatible abi_stable release (library header {}.{}, host expects {}.{}); {}",
             found.abi_major,
             found.abi_minor,
             abi_stable::library::AbiHeader::VALUE.abi_major,
-            abi_stable::library::AbiHeader::VALUE.abi_minor
+            abi_stable::library::AbiHeader::VALUE.abi_minor,
+            rebuild_advice()
         ),
         LibraryError::IncompatibleVersionNumber {
             expected_version,
             actual_version,
             ..
         } => format!(
-            "built against scr-plugin {actual_version}, incompatible with this host's scr-plugin {expected_version}"
+            "incompatible plugin ABI: the library was built against scr-plugin {actual_version}, incompatible with this host's scr-plugin {expected_version}; {}",
+            rebuild_advice()
         ),
         LibraryError::RootModule { err, .. } => {
             format!("its root module failed to load: {}", one_line(&err.to_string()))
         }
-        LibraryError::AbiInstability(e) => {
-            let report = e.to_string();
-            let at = match abi_item_path(&report) {
-                Some(path) => format!(" at {path}"),
-                None => String::new(),
-            };
-            format!(
-                "incompatible plugin ABI layout{at}: {}; rebuild the plugin against scr-plugin {} (the version this host was built with)",
-                condense_abi_report(&report),
-                env!("CARGO_PKG_VERSION")
-            )
+        LibraryError::AbiInstability(_) => {
+            let what = found
+                .and_then(|found| abi_words::explain_layouts(PluginModRef::LAYOUT, found))
+                .unwrap_or_else(|| {
+                    "the layout of its root module differs from this host's".to_string()
+                });
+            format!("incompatible plugin ABI: {what}; {}", rebuild_advice())
         }
         other => one_line(&other.to_string()),
     }
@@ -726,128 +753,35 @@ fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Pick the informative lines out of abi_stable's layout report: each `Error:<what>` with
-/// the `Expected:`/`Found:` values that follow it (on the same line or the next one).
-fn condense_abi_report(report: &str) -> String {
-    let lines: Vec<&str> = report.lines().map(str::trim).collect();
-    let mut found: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < lines.len() {
-        let Some(what) = strip_label(lines[i], "error:") else {
-            i += 1;
-            continue;
-        };
-        let mut msg = what.to_string();
-        i += 1;
-        while i < lines.len() && strip_label(lines[i], "error:").is_none() {
-            for label in ["expected:", "found:"] {
-                if let Some(rest) = strip_label(lines[i], label) {
-                    let value = if rest.is_empty() {
-                        lines.get(i + 1).copied().unwrap_or("")
-                    } else {
-                        rest
-                    };
-                    msg.push_str(&format!(", {} {}", &label[..label.len() - 1], value));
-                }
-            }
-            i += 1;
-        }
-        if !found.contains(&msg) {
-            found.push(msg);
-        }
-    }
-    if found.is_empty() {
-        one_line(report).chars().take(300).collect()
-    } else {
-        found.truncate(3);
-        found.join("; ")
-    }
-}
-
-/// The item of the plugin contract where the first layout difference sits, as a path from
-/// the root module down (`new_scheme → apply → param_1: HostServices → log → param_1:
-/// LogLevel`), read from the first `N error(s)inside:` block (N > 0) of abi_stable's
-/// report. abi_stable's own plumbing (`RObject`, vtables, `RResult` fields) is left out so
-/// the path names what a plugin author wrote: methods, parameters and types of scr-plugin.
-fn abi_item_path(report: &str) -> Option<String> {
-    const PLUMBING: &[&str] = &[
-        "0",
-        "__returns",
-        "field_0",
-        "obj",
-        "vtable",
-        "ptr",
-        "_marker",
-    ];
-    let mut lines = report.lines().map(str::trim);
-    lines.find(|l| {
-        l.strip_suffix("error(s)inside:")
-            .and_then(|n| n.trim().parse::<u64>().ok())
-            .is_some_and(|n| n > 0)
-    })?;
-    let mut path: Vec<String> = Vec::new();
-    let mut field: Option<&str> = None;
-    for line in lines {
-        if line.starts_with("Layout of expected type") {
-            break;
-        }
-        if let Some(name) = line.strip_prefix("field_name:") {
-            field = Some(name);
-        } else if let (Some(ty), Some(name)) = (line.strip_prefix("type:"), field.take()) {
-            if name.starts_with("param_") {
-                path.push(format!("{name}: {}", clean_type(ty)));
-            } else if !PLUMBING.contains(&name) {
-                path.push(name.to_string());
-            }
-        }
-    }
-    (!path.is_empty()).then(|| path.join(" → "))
-}
-
-/// A type as a plugin author knows it: `HostServices_TO<'lt>` is the `HostServices` trait.
-fn clean_type(ty: &str) -> &str {
-    let ty = ty.split('<').next().unwrap_or(ty);
-    ty.strip_suffix("_TO").unwrap_or(ty)
-}
-
-fn strip_label<'a>(line: &'a str, label: &str) -> Option<&'a str> {
-    let head = line.get(..label.len())?;
-    head.eq_ignore_ascii_case(label)
-        .then(|| line[label.len()..].trim())
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{abi_item_path, condense_abi_report};
+    use super::describe_load_error;
+    use abi_stable::library::LibraryError;
+    use abi_stable::sabi_types::VersionNumber;
 
-    /// abi_stable's real report for a plugin built against an scr-plugin whose `LogLevel`
-    /// has a fifth variant (captured from a build of the SINGLE plugin against that copy).
-    const LOG_LEVEL_REPORT: &str = include_str!("../testdata/abi-report-log-level.txt");
-
+    /// A library built against an scr-plugin whose version abi_stable deems incompatible
+    /// (another 0.x minor) is refused before its layout is compared.
     #[test]
-    fn an_abi_report_names_the_item_that_differs() {
+    fn an_incompatible_scr_plugin_version_is_refused_in_words() {
+        let err = LibraryError::IncompatibleVersionNumber {
+            library_name: "scr_plugin",
+            expected_version: VersionNumber {
+                major: 0,
+                minor: 1,
+                patch: 0,
+            },
+            actual_version: VersionNumber {
+                major: 0,
+                minor: 2,
+                patch: 3,
+            },
+        };
         assert_eq!(
-            abi_item_path(LOG_LEVEL_REPORT).as_deref(),
-            Some("new_scheme → apply → param_1: HostServices → log → param_1: LogLevel")
+            describe_load_error(&err, None),
+            format!(
+                "incompatible plugin ABI: the library was built against scr-plugin 0.2.3, incompatible with this host's scr-plugin 0.1.0; rebuild the plugin against scr-plugin {}, this host's version (see \"Upgrading scr-plugin\" in scr_plugin::manual)",
+                env!("CARGO_PKG_VERSION")
+            )
         );
-        assert_eq!(
-            condense_abi_report(LOG_LEVEL_REPORT),
-            "too many variants, expected 4, found 5"
-        );
-        // a report without a located error names no path rather than a wrong one
-        assert_eq!(abi_item_path("0 error(s)inside:\n    field_name:0\n"), None);
-    }
-
-    #[test]
-    fn abi_reports_condense_to_expected_and_found() {
-        let report = "\n0 error(s).\n\n1 error(s)inside:\n    <other>\n    field_name:0\n\
-                      Error:mismatched package\nExpected:\n    scr-plugin\nFound:\n    scr-other\n\n\
-                      Error:mismatched type Expected: u8 Found: u32\n";
-        assert_eq!(
-            condense_abi_report(report),
-            "mismatched package, expected scr-plugin, found scr-other; mismatched type Expected: u8 Found: u32"
-        );
-        let long = "x ".repeat(1000);
-        assert!(condense_abi_report(&long).len() <= 300);
     }
 }

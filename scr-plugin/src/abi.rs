@@ -8,13 +8,14 @@
 //!
 //! Every trait here ends its mandatory methods with `#[sabi(last_prefix_field)]` so that a
 //! later version of this contract can append defaulted methods (as
-//! [`FfiScheme::crc32_in_apply`] and [`FfiScheme::apply_with_crc`] were).
+//! [`FfiScheme::crc32_in_apply`], [`FfiScheme::apply_with_crc`] and
+//! [`FfiScheme::survivor_check`] were).
 //!
 //! What that buys, as abi_stable checks layouts at load: a plugin built against this
 //! contract loads in a host built against the same or an *older* one (the host never
 //! calls the methods it does not know). A plugin *binary* built against an older
-//! contract, with fewer methods, is refused by a newer host ("too many fields, expected
-//! N, found M"): rebuild it. Its source compiles unchanged, because every appended
+//! contract, with fewer methods, is refused by a newer host ("the scheme object lacks
+//! method `…`: the library was built against an older scr-plugin"): rebuild it. Its source compiles unchanged, because every appended
 //! method has a default on [`Scheme`](crate::Scheme).
 #![allow(missing_docs)] // the sabi_trait macro generates undocumented helper items
 
@@ -188,6 +189,26 @@ pub struct RecoverRequest {
     /// This rank's files as its filemap records them and the files are intact, or
     /// `RNone` when this member lost them and needs them rebuilt.
     pub files: ROption<RVec<FileMeta>>,
+}
+
+/// Who verifies a surviving member's files before they feed a rebuild: what a scheme
+/// declares through [`Scheme::survivor_check`](crate::Scheme::survivor_check).
+///
+/// The host verifies every member's files (size, and CRC32 when recorded) before it
+/// calls `recover` in any case, and passes a member whose files fail as one that lost
+/// them (`files: RNone`). A scheme either relies on that check or checks survivors again
+/// itself; the conformance harness tests each scheme against what it declares (see
+/// `scr_plugin::manual::schemes`, "Survivors: who verifies them").
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SurvivorCheck {
+    /// The scheme relies on the host's check: the files of a member passed as intact are
+    /// intact. The default.
+    #[default]
+    Host,
+    /// The scheme verifies every survivor whose data feeds a rebuild itself and counts a
+    /// damaged one as lost, whatever the host checked.
+    Scheme,
 }
 
 /// How an all-reduce combines values.
@@ -401,6 +422,15 @@ pub trait FfiScheme: Send + Sync {
             }),
             RResult::RErr(e) => RResult::RErr(e),
         }
+    }
+
+    // ---- added after `apply_with_crc`, the same way ----
+
+    /// Whether the scheme relies on the host's check of survivors before `recover`, or
+    /// verifies them itself (see [`Scheme::survivor_check`](crate::Scheme::survivor_check)).
+    /// [`SurvivorCheck::Host`] for a library built before this method existed.
+    fn survivor_check(&self) -> SurvivorCheck {
+        SurvivorCheck::Host
     }
 }
 

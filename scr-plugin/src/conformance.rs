@@ -15,13 +15,22 @@
 //! left looking recovered; a survivor corrupted by one byte must be rebuilt or refused,
 //! never passed on; a corrupted redundancy header on any member must not be trusted;
 //! apply must be repeatable and `remove` must leave nothing behind.
+//!
+//! The corrupted survivor is tested against what the scheme declares
+//! ([`Scheme::survivor_check`]): a scheme relying on the host ([`SurvivorCheck::Host`])
+//! gets what the runtime gives it, the survivors the host checked (the damaged member is
+//! passed as one that lost its files), and must still never hand back a wrong byte; a
+//! scheme that says it verifies survivors itself ([`SurvivorCheck::Scheme`]) gets the
+//! damaged survivor unverified and must detect it.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use abi_stable::std_types::{RNone, RSome, RVec};
 
-use crate::abi::{DatasetFiles, FileMeta, RecoverRequest, ReduceOp, SchemeBox, SchemeDescription};
+use crate::abi::{
+    DatasetFiles, FileMeta, RecoverRequest, ReduceOp, SchemeBox, SchemeDescription, SurvivorCheck,
+};
 use crate::error::{ErrorCode, PluginError, PluginResult};
 use crate::host::Host;
 use crate::plugin::Scheme;
@@ -63,6 +72,10 @@ pub trait SchemeUnderTest {
     fn redundancy_files(&self, dataset: &DatasetFiles) -> PluginResult<Vec<String>>;
     /// See [`Scheme::remove`].
     fn remove(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<()>;
+    /// See [`Scheme::survivor_check`]; [`SurvivorCheck::Host`] unless implemented.
+    fn survivor_check(&self) -> SurvivorCheck {
+        SurvivorCheck::Host
+    }
 }
 
 impl<S: Scheme + ?Sized> SchemeUnderTest for S {
@@ -80,6 +93,9 @@ impl<S: Scheme + ?Sized> SchemeUnderTest for S {
     }
     fn remove(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<()> {
         Scheme::remove(self, host, dataset)
+    }
+    fn survivor_check(&self) -> SurvivorCheck {
+        Scheme::survivor_check(self)
     }
 }
 
@@ -117,6 +133,9 @@ impl SchemeUnderTest for Loaded<'_> {
     }
     fn remove(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<()> {
         self.0.remove(host.raw(), dataset).into_result()
+    }
+    fn survivor_check(&self) -> SurvivorCheck {
+        self.0.survivor_check()
     }
 }
 
@@ -534,7 +553,9 @@ pub fn run_scheme_cases(
 /// than 300) failing `unrecoverable` on every member with nothing looking recovered (or
 /// rebuilt exactly everywhere, when the scheme can do better than it claims); a
 /// survivor's data corrupted by one byte while another member is lost (rebuilt right or
-/// failed alike, never trusted); a corrupted redundancy header on every member; and
+/// failed alike, never trusted: checked by the harness as the host does when the scheme
+/// relies on that, handed over unverified when it declares it verifies survivors
+/// itself); a corrupted redundancy header on every member; and
 /// `remove` leaving nothing of the scheme's behind.
 pub fn run_scheme_cases_traced(
     host: &Host<'_>,
@@ -580,6 +601,8 @@ struct ShapeRun<'a, 'h> {
     n: u32,
     me: u32,
     k: u32,
+    /// Who verifies survivors, as the scheme declares.
+    survivors: SurvivorCheck,
     dir: PathBuf,
     metas: Vec<FileMeta>,
     /// The data files (everything else in `dir` is the scheme's).
@@ -619,6 +642,7 @@ impl<'a, 'h> ShapeRun<'a, 'h> {
             n: host.size(),
             me,
             k,
+            survivors: scheme.survivor_check(),
             dir,
             metas,
             data,
@@ -651,6 +675,14 @@ impl<'a, 'h> ShapeRun<'a, 'h> {
                 RSome(RVec::from(self.metas.clone()))
             },
         }
+    }
+
+    /// The recover request the runtime would make: this member's files checked against
+    /// their recorded size and CRC32 first (as the host does before every `recover`),
+    /// and passed as lost when they fail.
+    fn host_checked_request(&self, lost_data: bool) -> RecoverRequest {
+        let damaged = !lost_data && crate::verify::verify_files(&self.metas).is_err();
+        self.request(lost_data || damaged)
     }
 
     /// This member's recovered files checked byte for byte against what was written.
@@ -817,15 +849,25 @@ fn beyond_claim_cases(cases: &mut Cases<'_, '_, '_>, sh: &ShapeRun<'_, '_>) -> P
 }
 
 /// A survivor's data corrupted by one byte while another member is lost: the scheme must
-/// not feed it into the rebuild nor hand it back as good.
+/// not feed it into the rebuild nor hand it back as good. A scheme relying on the host's
+/// survivor check gets the request the runtime makes (the damaged member passed as lost);
+/// one declaring that it verifies survivors itself gets the damaged files as intact.
 fn corrupted_survivor_cases(
     cases: &mut Cases<'_, '_, '_>,
     sh: &ShapeRun<'_, '_>,
 ) -> PluginResult<()> {
     let me = sh.me;
     for (s, l) in survivor_pairs(sh.n) {
+        let how = match sh.survivors {
+            SurvivorCheck::Host => {
+                format!("the host's check passes member {s} as lost (the scheme relies on it)")
+            }
+            SurvivorCheck::Scheme => {
+                "passed unverified (the scheme verifies survivors itself)".to_string()
+            }
+        };
         let name = format!(
-            "{}: member {s}'s data corrupted by one byte and member {l} lost, recover is right or fails everywhere",
+            "{}: member {s}'s data corrupted by one byte and member {l} lost, {how}: recover is right or fails everywhere",
             sh.shape
         );
         cases.begin(&name);
@@ -841,10 +883,19 @@ fn corrupted_survivor_cases(
             }
         }
         sh.lose(me == l, me == l);
-        let got = sh.scheme.recover(sh.host, &sh.request(me == l));
+        let request = match sh.survivors {
+            SurvivorCheck::Host => sh.host_checked_request(me == l),
+            SurvivorCheck::Scheme => sh.request(me == l),
+        };
+        let got = sh.scheme.recover(sh.host, &request);
         let mine = cases
             .right_or_failed_alike(got, None, |g: &[FileMeta]| sh.check(g))?
-            .map_err(|e| format!("member {me}: {e}"));
+            .map_err(|e| match sh.survivors {
+                SurvivorCheck::Host => format!("member {me}: {e}"),
+                SurvivorCheck::Scheme => format!(
+                    "member {me}: {e} (the scheme declares SurvivorCheck::Scheme, so it must detect member {s}'s damaged data itself: verify survivors in recover with scr_plugin::verify::verify_files, or declare SurvivorCheck::Host to rely on the host's check)"
+                ),
+            });
         cases.end(name, mine)?;
         sh.reset()?;
     }

@@ -113,7 +113,8 @@ pub mod verify;
 pub use abi::{
     Applied, DatasetFiles, FfiScheme, FfiTransfer, FileMeta, FileResult, HostRef, HostServices,
     LibraryInfo, LogLevel, Param, PluginMod, PluginModRef, RecoverRequest, ReduceOp, SchemeBox,
-    SchemeConfig, SchemeDescription, TransferBox, TransferConfig, TransferStatus, ABI_VERSION,
+    SchemeConfig, SchemeDescription, SurvivorCheck, TransferBox, TransferConfig, TransferStatus,
+    ABI_VERSION,
 };
 pub use error::{ErrorCode, PluginError, PluginResult};
 pub use host::{host_ref, Guarded, Host, MAX_TAG};

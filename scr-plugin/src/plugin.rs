@@ -14,7 +14,8 @@ use abi_stable::{
 use crate::abi::{
     Applied, DatasetFiles, FfiScheme, FfiScheme_TO, FfiTransfer, FfiTransfer_TO, FileMeta,
     FileResult, HostRef, LibraryInfo, PluginMod, PluginModRef, RecoverRequest, SchemeBox,
-    SchemeConfig, SchemeDescription, TransferBox, TransferConfig, TransferStatus, ABI_VERSION,
+    SchemeConfig, SchemeDescription, SurvivorCheck, TransferBox, TransferConfig, TransferStatus,
+    ABI_VERSION,
 };
 use crate::error::{ErrorCode, PluginError, PluginResult};
 use crate::host::Host;
@@ -75,13 +76,16 @@ pub trait Scheme: Send + Sync + 'static {
     ///
     /// Integrity contract (never hand back wrong bytes as a good checkpoint):
     ///
-    /// - `request.files` is `RNone` for a member that lost its files. The host normally
-    ///   verifies every member's files before the call, but a scheme must not rely on it:
-    ///   when any member of the set lost data or redundancy, every survivor whose data
-    ///   will feed the rebuild checks it first ([`verify_files`](crate::verify::verify_files):
-    ///   size, and CRC32 when recorded) and a survivor that fails counts as lost. To keep
-    ///   the common no-loss path cheap, gather the loss flags from presence first and
-    ///   verify only when something is lost (then gather again).
+    /// - `request.files` is `RNone` for a member that lost its files. The host verifies
+    ///   every member's files before the call (size, and CRC32 when recorded) and passes a
+    ///   member whose files fail that check as lost. Whether a scheme relies on that or
+    ///   checks survivors again itself is what it declares in
+    ///   [`survivor_check`](Self::survivor_check): with [`SurvivorCheck::Scheme`], when
+    ///   any member of the set lost data or redundancy, every survivor whose data will
+    ///   feed the rebuild checks it first ([`verify_files`](crate::verify::verify_files))
+    ///   and a survivor that fails counts as lost (to keep the common no-loss path cheap,
+    ///   gather the loss flags from presence first and verify only when something is
+    ///   lost, then gather again).
     /// - What was rebuilt is checked against the sizes and CRC32s carried in the
     ///   redundancy data (a redundancy-file header, a partner's metadata) before success
     ///   is returned; on a mismatch the rebuilt files are removed and every member fails
@@ -139,6 +143,24 @@ pub trait Scheme: Send + Sync + 'static {
     /// `false`, the host never relies on it).
     fn apply_with_crc(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<Applied> {
         Ok(Applied::without_crc(self.apply(host, dataset)?))
+    }
+
+    /// Who verifies a surviving member's files before they feed a rebuild: the host
+    /// ([`SurvivorCheck::Host`], the default) or this scheme as well
+    /// ([`SurvivorCheck::Scheme`]).
+    ///
+    /// The host checks every member's files against their recorded size and CRC32
+    /// before it calls [`recover`](Self::recover) and passes a member whose files fail
+    /// as one that lost them, so a scheme relying on it reads every survivor once. A
+    /// scheme that verifies survivors itself (PARTNER, XOR and RS do, before they feed
+    /// them into a rebuild) says so with `SurvivorCheck::Scheme`. Declare what `recover`
+    /// really does: `scr-conformance` hands a scheme declaring `Host` survivors the host
+    /// has checked, and a scheme declaring `Scheme` a damaged survivor it must detect.
+    ///
+    /// The runtime logs which contract is in force and, for now, checks survivors in
+    /// both cases. The answer is fixed for an instance; a panic here counts as `Host`.
+    fn survivor_check(&self) -> SurvivorCheck {
+        SurvivorCheck::Host
     }
 }
 
@@ -288,6 +310,14 @@ impl FfiScheme for GuardedScheme {
         guard(self.plugin, "apply_with_crc", || {
             self.inner()?.apply_with_crc(&Host::new(host), dataset)
         })
+    }
+
+    fn survivor_check(&self) -> SurvivorCheck {
+        // a panic or a dropped instance answers "the host's": it checks survivors anyway
+        guard(self.plugin, "survivor_check", || {
+            Ok(self.inner()?.survivor_check())
+        })
+        .unwrap_or(SurvivorCheck::Host)
     }
 }
 

@@ -1051,6 +1051,11 @@ impl Scheme for RsScheme {
             .to_string()])
     }
 
+    /// Who verifies survivors: each survivor's data is verified (`verify_files`) before it feeds a rebuild.
+    fn survivor_check(&self) -> scr_plugin::SurvivorCheck {
+        scr_plugin::SurvivorCheck::Scheme
+    }
+
     fn remove(&self, _host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<()> {
         redfile::remove(&self.red_path(Path::new(dataset.dir.as_str())))
     }

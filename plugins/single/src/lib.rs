@@ -76,6 +76,11 @@ impl Scheme for SingleScheme {
         Ok(Vec::new())
     }
 
+    /// Who verifies survivors: SINGLE rebuilds nothing, so no survivor feeds a rebuild: the host's check is all there is.
+    fn survivor_check(&self) -> scr_plugin::SurvivorCheck {
+        scr_plugin::SurvivorCheck::Host
+    }
+
     fn remove(&self, _host: &Host<'_>, _dataset: &DatasetFiles) -> PluginResult<()> {
         Ok(())
     }

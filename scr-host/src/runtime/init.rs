@@ -495,6 +495,12 @@ impl Runtime {
             // agreed by every rank, whatever its own answer, so that every member of a
             // set makes the same call
             let hashes_in_apply = self.all_agree(scheme.raw().crc32_in_apply());
+            if self.topo.rank == 0 {
+                tracing::debug!(
+                    "descriptor {i}: {}",
+                    super::restore::survivor_contract(&d.scheme.0, scheme.raw().survivor_check())
+                );
+            }
             self.job.reddescs.push(RedDesc {
                 index: i,
                 interval: d.checkpoint.interval,

@@ -12,7 +12,7 @@ use crate::integrity::{
 use crate::layout::relative_to;
 use crate::registry::{LoadedScheme, RegistryError};
 use abi_stable::std_types::{RNone, ROption, RSome};
-use scr_plugin::{FileMeta, RecoverRequest};
+use scr_plugin::{FileMeta, RecoverRequest, SurvivorCheck};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -530,6 +530,14 @@ impl Runtime {
             dir: r.dir.display().to_string().into(),
             files,
         };
+        // the host's check above is made whatever the scheme declares; say which
+        // contract is in force for this rebuild
+        tracing::debug!(
+            "dataset {} ({}): {}",
+            r.id,
+            r.name,
+            survivor_contract(&r.record.descriptor.scheme, r.scheme.raw().survivor_check())
+        );
         let result = r
             .scheme
             .raw()
@@ -754,5 +762,36 @@ impl Identity {
             scheme: r.descriptor.scheme.clone(),
             store: r.descriptor.store.clone(),
         }
+    }
+}
+
+/// Which survivor-check contract a scheme declared, in words (for the logs). The host
+/// checks survivors before `recover` under either (see [`Runtime::check_cached`]).
+pub(in crate::runtime) fn survivor_contract(scheme: &str, check: SurvivorCheck) -> String {
+    match check {
+        SurvivorCheck::Host => format!(
+            "survivors are checked by the host before {scheme}'s recover; the scheme relies on that check (SurvivorCheck::Host)"
+        ),
+        SurvivorCheck::Scheme => format!(
+            "survivors are checked by the host before {scheme}'s recover, and again by the scheme, which verifies them itself (SurvivorCheck::Scheme)"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod survivor_contract_tests {
+    use super::survivor_contract;
+    use scr_plugin::SurvivorCheck;
+
+    #[test]
+    fn the_log_says_which_survivor_contract_is_in_force() {
+        assert_eq!(
+            survivor_contract("MIRROR", SurvivorCheck::Host),
+            "survivors are checked by the host before MIRROR's recover; the scheme relies on that check (SurvivorCheck::Host)"
+        );
+        assert_eq!(
+            survivor_contract("XOR", SurvivorCheck::Scheme),
+            "survivors are checked by the host before XOR's recover, and again by the scheme, which verifies them itself (SurvivorCheck::Scheme)"
+        );
     }
 }

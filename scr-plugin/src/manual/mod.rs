@@ -58,6 +58,43 @@
 //!   [`RecoverRequest`](crate::RecoverRequest), `RString`, `RVec`), so that they are
 //!   the very types scr-plugin uses.
 //!
+//! # Upgrading scr-plugin
+//!
+//! The runtime compares the layout of every type a plugin library exchanges with it
+//! against its own when it loads the library, and refuses a library whose layout
+//! differs, in one line that says what changed and where, for example:
+//!
+//! ```text
+//! libmy_scheme.so: refused: incompatible plugin ABI: a parameter was added to scheme
+//! method `redundancy_files` (this host's scr-plugin has 1 parameter, the library 2
+//! parameters); rebuild the plugin against scr-plugin 0.1.0, this host's version (see
+//! "Upgrading scr-plugin" in scr_plugin::manual)
+//! ```
+//!
+//! Other refusals name a parameter or return type that changed, a field added,
+//! removed or renamed in a contract type, an enum that gained a variant, a type whose
+//! size or alignment changed, or an incompatible scr-plugin version. Whatever the
+//! kind, the remedy is the same: set the plugin's `scr-plugin` dependency to the version
+//! the refusal names (the runtime's), run `cargo build` and ship the new library. What
+//! the rebuild may need of the source:
+//!
+//! - **Nothing, for methods appended to the contract.** scr-plugin only *adds* defaulted
+//!   methods after the last mandatory one (as
+//!   [`Scheme::crc32_in_apply`](crate::Scheme::crc32_in_apply) and
+//!   [`Scheme::survivor_check`](crate::Scheme::survivor_check) were); a library
+//!   binary built before them is refused ("the scheme object lacks method `…`: the
+//!   library was built against an older scr-plugin (its source compiles unchanged
+//!   against this one)"), and its source builds unchanged against the newer scr-plugin. A
+//!   library built against a newer scr-plugin still loads into an older runtime, which
+//!   never calls the methods it does not know.
+//! - **Whatever the CHANGELOG says, for anything else.** scr-plugin's `CHANGELOG.md`
+//!   lists every change of the contract; a release that changes a call's meaning while
+//!   its layout stays the same raises [`ABI_VERSION`](crate::ABI_VERSION), and the
+//!   runtime refuses a library built for another one ("plugin ABI version mismatch").
+//!
+//! Check the rebuilt library with `scr plugins check PATH` and `scr-conformance`
+//! ([`testing`]).
+//!
 //! # Panics
 //!
 //! Every entry point [`export_plugin!`](crate::export_plugin) generates runs under

@@ -32,7 +32,8 @@
 //!    dataset (those in effect when it was applied) and the set recorded with it. A
 //!    member that lost its files gets `files: RNone` and an empty directory. The no-loss
 //!    path is the common one: keep it to a few all-reduces (gather presence flags, verify
-//!    only when something is lost); see the integrity contract on
+//!    only when something is lost); see "Survivors: who verifies them" below and the
+//!    integrity contract on
 //!    [`Scheme::recover`](crate::Scheme::recover). `redundancy_files` is called before
 //!    it too (the names a rebuild writes are recorded first).
 //! 5. **`remove` only to discard a dataset whose apply failed on some member**: it must
@@ -141,6 +142,28 @@
 //! `crc32: RNone`, and the CRC32s computed are the ones to store in the redundancy data,
 //! because a rebuild checks against them. [`crc_cases`](crate::crc_cases) tests it.
 //! The default (`false`, `apply_with_crc` calling `apply`) is always correct.
+//!
+//! # Survivors: who verifies them
+//!
+//! Before every `recover` the host checks each member's cached files against the size
+//! and CRC32 it recorded (`crc_on_restart`, default on; sizes only when no CRC32 was
+//! recorded, `crc_on_copy = false`), and a member whose files fail is passed to
+//! `recover` as one that lost them (`files: RNone`). So the `files` of a member passed
+//! as intact are what it wrote, and a scheme may rely on that. What it relies on is
+//! part of its contract, declared by [`Scheme::survivor_check`](crate::Scheme::survivor_check):
+//!
+//! | declaration | the scheme | `scr-conformance`'s corrupted-survivor cases |
+//! |---|---|---|
+//! | [`SurvivorCheck::Host`](crate::SurvivorCheck::Host) (the default) | relies on the host's check: reads each survivor once, to rebuild | check the survivors as the host does and pass the damaged one as lost; the scheme must rebuild right or fail alike |
+//! | [`SurvivorCheck::Scheme`](crate::SurvivorCheck::Scheme) | verifies every survivor whose data feeds a rebuild ([`verify::verify_files`](crate::verify::verify_files)) and counts a damaged one as lost, whatever the host checked | hand the damaged survivor over as intact; the scheme must detect it (a failure says so) |
+//!
+//! Either way the scheme never hands back a wrong byte: the rebuilt files are checked
+//! against the sizes and CRC32s in the redundancy data, and the host checks them again.
+//! Declare what `recover` really does. PARTNER, XOR and RS declare `Scheme` (they
+//! verify before they rebuild); SINGLE, which rebuilds nothing, keeps `Host`. Today the
+//! runtime checks survivors under both declarations and logs which one is in force (at
+//! `debug`): `Scheme` is what would let it skip its own check, so declare it only when
+//! `recover` verifies.
 //!
 //! # The ring helper
 //!

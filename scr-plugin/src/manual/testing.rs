@@ -46,7 +46,9 @@
 //! `scr-conformance` runs on each set: varied file shapes, every loss pattern the scheme
 //! claims to tolerate (data, redundancy, both, mixed) rebuilt byte-exact and protected
 //! again, every pattern beyond the claim failing alike, a corrupted survivor never
-//! trusted, corrupted headers, repeatable apply, `redundancy_files` and `remove`. Call
+//! trusted (checked by the harness as the host does, or handed over unverified,
+//! according to [`survivor_check`](crate::Scheme::survivor_check): see
+//! [`schemes`](super::schemes), "Survivors: who verifies them"), corrupted headers, repeatable apply, `redundancy_files` and `remove`. Call
 //! it on every member from an `inproc` test, with the piece size the scheme was made
 //! with (so that files span several pieces), and assert that no case failed:
 //!

@@ -2,8 +2,11 @@
 //! neighbour) that rebuild a lost member byte-exact, yet each breaks one integrity rule
 //! the conformance harness must catch:
 //!
-//! - `TRUSTING` never checks what it reads or rebuilds: a survivor whose data was
-//!   corrupted is handed back as good, and its corrupted bytes are copied again;
+//! - `TRUSTING` never checks what it reads or rebuilds, yet declares that it verifies
+//!   survivors itself (`SurvivorCheck::Scheme`): a survivor whose data was corrupted is
+//!   handed back as good, and its corrupted bytes are copied again;
+//! - `HOSTCHECKED` is `TRUSTING` declaring what it does: it relies on the host's check
+//!   of survivors (`SurvivorCheck::Host`, the default), and so passes;
 //! - `NOREPROTECT` rebuilds lost data but never writes a lost redundancy copy again, so
 //!   the set is not protected after a recovery;
 //! - `WRONGLIST` writes its redundancy file but `redundancy_files` names another one;
@@ -23,10 +26,11 @@ use scr_plugin::lofi::restore_metadata;
 use scr_plugin::redfile::{self, open_verified, RedHeader, RedWriter, StoredMeta};
 use scr_plugin::{
     DatasetFiles, ErrorCode, FileMeta, Host, PluginError, PluginLibrary, PluginResult,
-    RecoverRequest, Scheme, SchemeConfig, SchemeDescription,
+    RecoverRequest, Scheme, SchemeConfig, SchemeDescription, SurvivorCheck,
 };
 
-/// Provides `TRUSTING`, `NOREPROTECT`, `WRONGLIST`, `HANG` and `CRASHREBUILD`.
+/// Provides `TRUSTING`, `HOSTCHECKED`, `NOREPROTECT`, `WRONGLIST`, `HANG` and
+/// `CRASHREBUILD`.
 pub struct UntrustworthyLib;
 
 const TAG: u32 = 31;
@@ -207,6 +211,16 @@ impl Scheme for Mirror {
         Ok(files)
     }
 
+    /// Every scheme here but `HOSTCHECKED` says it verifies survivors; all but
+    /// `TRUSTING` and `HOSTCHECKED` do.
+    fn survivor_check(&self) -> SurvivorCheck {
+        if self.name == "HOSTCHECKED" {
+            SurvivorCheck::Host
+        } else {
+            SurvivorCheck::Scheme
+        }
+    }
+
     fn redundancy_files(&self, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {
         let path = self.red_path(Path::new(dataset.dir.as_str()));
         Ok(vec![if self.flaw == Flaw::WrongList {
@@ -226,6 +240,7 @@ impl PluginLibrary for UntrustworthyLib {
     const VERSION: &'static str = "0.0.1";
     const SCHEMES: &'static [&'static str] = &[
         "TRUSTING",
+        "HOSTCHECKED",
         "NOREPROTECT",
         "WRONGLIST",
         "HANG",
@@ -235,6 +250,7 @@ impl PluginLibrary for UntrustworthyLib {
     fn new_scheme(config: &SchemeConfig) -> PluginResult<Box<dyn Scheme>> {
         let (flaw, name) = match config.scheme.to_ascii_uppercase().as_str() {
             "TRUSTING" => (Flaw::Trusting, "TRUSTING"),
+            "HOSTCHECKED" => (Flaw::Trusting, "HOSTCHECKED"),
             "NOREPROTECT" => (Flaw::NoReprotect, "NOREPROTECT"),
             "HANG" => (Flaw::Hang, "HANG"),
             "CRASHREBUILD" => (Flaw::CrashRebuild, "CRASHREBUILD"),
@@ -296,6 +312,8 @@ mod tests {
             trusting.iter().all(|c| c.contains("corrupted by one byte")),
             "{trusting:#?}"
         );
+        // the same flaw, declared: relying on the host's survivor check, it passes
+        assert_eq!(failed("HOSTCHECKED"), Vec::<String>::new());
         let noreprotect = failed("NOREPROTECT");
         assert!(!noreprotect.is_empty());
         // once a recovery left the set unprotected, later tolerated losses fail too
