@@ -978,7 +978,7 @@ fn config_check_names_a_refused_plugin_where_its_scheme_is_missing() {
     assert!(
         error.ends_with(&format!(
             "; {file}: refused: incompatible plugin ABI: its root module comes from package `scr-fixture-layout-mismatch`, not from `scr-plugin`: the library was not built with scr_plugin::export_plugin! against scr-plugin; rebuild the plugin against scr-plugin {}, this host's version (see \"Upgrading scr-plugin\" in scr_plugin::manual)",
-            env!("CARGO_PKG_VERSION")
+            scr_plugin::VERSION
         )),
         "{}",
         run.describe()

@@ -780,7 +780,7 @@ mod tests {
             describe_load_error(&err, None),
             format!(
                 "incompatible plugin ABI: the library was built against scr-plugin 0.2.3, incompatible with this host's scr-plugin 0.1.0; rebuild the plugin against scr-plugin {}, this host's version (see \"Upgrading scr-plugin\" in scr_plugin::manual)",
-                env!("CARGO_PKG_VERSION")
+                scr_plugin::VERSION
             )
         );
     }

@@ -161,7 +161,7 @@ fn a_library_that_is_not_a_plugin_is_refused() {
 fn rebuild() -> String {
     format!(
         "; rebuild the plugin against scr-plugin {}, this host's version (see \"Upgrading scr-plugin\" in scr_plugin::manual)",
-        env!("CARGO_PKG_VERSION")
+        scr_plugin::VERSION
     )
 }
 

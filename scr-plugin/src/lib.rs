@@ -128,3 +128,7 @@ pub use plugin::{guard, root_module, scheme_box, transfer_box, PluginLibrary, Sc
 /// the plugin depends on directly, so a plugin also needs `abi_stable = "0.11.x"` (the
 /// same minor, unified by Cargo into this one copy). See [`manual`].
 pub use abi_stable;
+
+/// This SDK's version: what a refusal tells a plugin author to rebuild against, and what
+/// `manual::versions` promises per release.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -16,15 +16,19 @@
 //! cannot ship unannounced. `CHANGELOG.md` beside the crate lists every change, release
 //! by release.
 //!
-//! Loading follows the same rule: a host of the 0.1 series loads a library built
-//! against any 0.1 release (abi_stable compares the series; the layout check then
-//! compares every type the library and the host share, and a refusal says which method
-//! or field differs).
+//! Loading is a matter of the library *binary*: a host loads a library built against
+//! its own release or a newer one of its series. A library built against an older
+//! release is refused when the interface has grown since (a defaulted method appended
+//! to a trait: abi_stable requires the library's table to hold every method the host
+//! knows), saying so in one line; rebuilding it from its unchanged source is the fix
+//! (see "Upgrading scr-plugin" in [the manual](super)).
 //!
 //! # 0.1.0 → 0.1.1
 //!
-//! Nothing to do: a plugin written against 0.1.0 builds and loads unchanged. One call
-//! is deprecated (a warning, not an error):
+//! The source: nothing to do, a plugin written against 0.1.0 builds unchanged. Its
+//! library must be rebuilt to load, since the scheme interface gained defaulted methods
+//! (`crc32_in_apply`, `apply_with_crc`, `survivor_check`). One call is deprecated (a
+//! warning, not an error):
 //!
 //! - `LogicalFile::create(metas)` → [`LogicalFile::create_in`](crate::lofi::LogicalFile::create_in)`(dir,
 //!   metas)`, where `dir` is the dataset directory the scheme was given (for a
