@@ -4,7 +4,7 @@
 //! refuses later collective calls.
 
 use super::world::{SetHost, World};
-use super::{Result, Runtime, ScrError, ABORT_CODE};
+use super::{Result, Runtime, ScrError, Settled, ABORT_CODE};
 use crate::config::settings;
 use crate::registry::{LoadedScheme, RegistryError};
 
@@ -50,12 +50,15 @@ impl Runtime {
         agreed
     }
 
-    /// Settle a collective scheme call that returned `out` on this member: when every
-    /// member of the set returned, `out` is handed back (the caller agrees on it as usual);
-    /// when this member failed and the others did not return within `abort_timeout`
-    /// seconds — they wait inside the plugin for a message this member will never send —
-    /// the job is ended with MPI_Abort, naming the plugin, the call and the dataset. A
-    /// hang would lose the whole allocation; the abort at least says why.
+    /// Settle a collective scheme call that returned `out` on this member (see
+    /// [`super::MpiHost::settle`]): when a member failed, its host told the others (their
+    /// host services returned its error to the plugin instead of waiting for it), and
+    /// every member returns the same error, the lowest failing member's: "member M (world
+    /// rank W) failed in CALL: ERROR" (the caller agrees on it across the world as
+    /// usual). Only when this member failed and some member still did not return within
+    /// `abort_timeout` seconds — a plugin that ignores the error and keeps blocking
+    /// outside the host services — is the job ended with MPI_Abort, naming the plugin,
+    /// the call and the dataset: a hang would lose the whole allocation.
     pub(in crate::runtime) fn settle_call<T>(
         &self,
         host: &dyn SetHost,
@@ -64,22 +67,23 @@ impl Runtime {
         dataset: &str,
         out: std::result::Result<T, scr_plugin::PluginError>,
     ) -> std::result::Result<T, RegistryError> {
-        let out = out.map_err(|e| scheme.error(call, e));
         let grace = std::time::Duration::from_secs(self.config.get(settings::ABORT_TIMEOUT));
-        if !host.settle(out.is_err(), grace) {
-            let why = out
-                .as_ref()
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default();
-            tracing::error!("{why}");
-            tracing::error!(
-                "{call} of dataset {dataset} failed on this rank while other members of its redundancy set did not return within {} s (abort_timeout); ending the job with MPI_Abort so that none of them waits forever",
-                grace.as_secs()
-            );
-            self.world.abort(ABORT_CODE);
+        match host.settle(call, out.as_ref().err(), grace) {
+            Settled::Returned => out.map_err(|e| scheme.error(call, e)),
+            Settled::Failed(first) => Err(scheme.error(call, first)),
+            Settled::Stuck => {
+                let why = out
+                    .err()
+                    .map(|e| scheme.error(call, e).to_string())
+                    .unwrap_or_default();
+                tracing::error!("{why}");
+                tracing::error!(
+                    "{call} of dataset {dataset} failed on this rank while other members of its redundancy set did not return within {} s (abort_timeout); ending the job with MPI_Abort so that none of them waits forever",
+                    grace.as_secs()
+                );
+                self.world.abort(ABORT_CODE);
+            }
         }
-        out
     }
 }
 

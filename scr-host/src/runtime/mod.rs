@@ -81,7 +81,7 @@ pub use crate::state::halt::Halt;
 use crate::state::prefix;
 pub use sets::{form_my_set, form_sets, split_by_value, Set};
 
-pub use mpi_host::MpiHost;
+pub use mpi_host::{MpiHost, Settled};
 
 pub use comm::{CallStats, CommStats};
 

@@ -30,6 +30,7 @@ use scr_plugin::inproc::{InProcHost, World as PluginWorld};
 use scr_plugin::sync::lock;
 use scr_plugin::{HostRef, HostServices, LogLevel, PluginError, ReduceOp};
 
+use super::super::Settled;
 use super::{Members, Op, SetHost, World};
 
 /// How long a wait lasts before [`run_ranks`] fails the run.
@@ -668,7 +669,8 @@ impl SetHost for InprocSetHost {
         usize::try_from(self.world.size()).is_ok_and(|s| s == members)
     }
 
-    fn settle(&self, failed: bool, grace: Duration) -> bool {
+    fn settle(&self, _call: &str, failure: Option<&PluginError>, grace: Duration) -> Settled {
+        let failed = failure.is_some();
         let n = self.world.size() as usize;
         let within = if failed {
             grace
@@ -679,8 +681,8 @@ impl SetHost for InprocSetHost {
             .world
             .try_collective("settle", (), |_| vec![(); n], within)
         {
-            Ok(()) => true,
-            Err(_) if failed => false,
+            Ok(()) => Settled::Returned,
+            Err(_) if failed => Settled::Stuck,
             Err(e) => self.world.fail(e),
         }
     }
