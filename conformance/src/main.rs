@@ -652,7 +652,7 @@ impl SettledScheme<'_> {
     fn settled<T>(&self, call: &str, out: PluginResult<T>) -> PluginResult<T> {
         match self.host.settle(call, out.as_ref().err(), self.grace) {
             Settled::Returned => out,
-            Settled::Failed(first) => Err(first),
+            Settled::Failed { error, .. } => Err(error),
             // the watchdog reports the hang; until then this member goes on failing
             Settled::Stuck => Err(PluginError::communication(format!(
                 "{call} failed on this member and other members did not return within {} s",

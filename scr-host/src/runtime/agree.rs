@@ -50,6 +50,18 @@ impl Runtime {
         agreed
     }
 
+    /// [`first_failure`] of a failure that may be the last settled scheme call's: when
+    /// [`Runtime::settle_call`] gave this rank its set's agreed error, the rank credited
+    /// with it is the member that failed first-hand (which holds the same text), not this
+    /// one — so "on rank R" names the rank whose plugin call failed.
+    pub(in crate::runtime) fn first_failure_credited(
+        &self,
+        mine: Option<&str>,
+    ) -> Option<(usize, String)> {
+        let credit = self.credit.take();
+        first_failure_as(&*self.world, mine.map(|m| (credit, m)))
+    }
+
     /// Settle a collective scheme call that returned `out` on this member (see
     /// [`super::MpiHost::settle`]): when a member failed, its host told the others (their
     /// host services returned its error to the plugin instead of waiting for it), and
@@ -68,9 +80,14 @@ impl Runtime {
         out: std::result::Result<T, scr_plugin::PluginError>,
     ) -> std::result::Result<T, RegistryError> {
         let grace = std::time::Duration::from_secs(self.config.get(settings::ABORT_TIMEOUT));
-        match host.settle(call, out.as_ref().err(), grace) {
+        let settled = host.settle(call, out.as_ref().err(), grace);
+        self.credit.set(match &settled {
+            Settled::Failed { world_rank, .. } => Some(*world_rank),
+            _ => None,
+        });
+        match settled {
             Settled::Returned => out.map_err(|e| scheme.error(call, e)),
-            Settled::Failed(first) => Err(scheme.error(call, first)),
+            Settled::Failed { error, .. } => Err(scheme.error(call, error)),
             Settled::Stuck => {
                 let why = out
                     .err()
@@ -115,18 +132,30 @@ pub(in crate::runtime) fn first_failure(
     world: &dyn World,
     mine: Option<&str>,
 ) -> Option<(usize, String)> {
+    first_failure_as(world, mine.map(|m| (None, m)))
+}
+
+/// [`first_failure`] where a failing rank may credit its failure to another rank
+/// (`Some(rank)`): one that failed with the very same text (the member of its redundancy
+/// set that failed first-hand, see [`Runtime::settle_call`]). `None` credits this rank.
+fn first_failure_as(
+    world: &dyn World,
+    mine: Option<(Option<u32>, &str)>,
+) -> Option<(usize, String)> {
     // the lowest failing rank by a min-reduction, then its message broadcast from it:
     // per rank O(log P) steps and one message (was an all-gather of every rank's, O(P))
-    let me = if mine.is_some() {
-        u64::from(world.rank())
-    } else {
-        u64::MAX
+    let me = match mine {
+        Some((credit, _)) => u64::from(credit.unwrap_or(world.rank())),
+        None => u64::MAX,
     };
     let first = world.min_u64(me);
     if first == u64::MAX {
         return None;
     }
-    let text = world.broadcast_from(first as u32, mine.unwrap_or_default().as_bytes());
+    let text = world.broadcast_from(
+        first as u32,
+        mine.map(|(_, m)| m).unwrap_or_default().as_bytes(),
+    );
     Some((first as usize, String::from_utf8_lossy(&text).into_owned()))
 }
 

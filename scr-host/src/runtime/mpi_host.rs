@@ -75,7 +75,14 @@ pub enum Settled {
     Returned,
     /// A member failed: every member gets this same error (the lowest failing member's,
     /// as its abort notice said: `member M (world rank W) failed in CALL: ERROR`).
-    Failed(PluginError),
+    Failed {
+        /// That member's number in the set.
+        member: u32,
+        /// Its `MPI_COMM_WORLD` rank.
+        world_rank: u32,
+        /// Its error, as every member returns it.
+        error: PluginError,
+    },
     /// This member failed and the others did not all return within the grace period (a
     /// plugin that keeps blocking outside the host services): the caller must end the job.
     Stuck,
@@ -333,15 +340,19 @@ impl MpiHost {
         let old = lock(&self.comm).replace(fresh);
         drop(old);
         self.cancelled.store(false, Ordering::SeqCst);
-        let first = state
-            .notices
-            .into_iter()
-            .min_by_key(|n| n.member)
-            .map(|n| n.error)
-            .unwrap_or_else(|| {
-                PluginError::new(ErrorCode::PEER_FAILED, "a member of the set failed")
-            });
-        Settled::Failed(first)
+        match state.notices.into_iter().min_by_key(|n| n.member) {
+            Some(n) => Settled::Failed {
+                member: n.member,
+                world_rank: self.members.world_rank(n.member),
+                error: n.error,
+            },
+            // (not reached: `failed` > 0 notices were received or sent)
+            None => Settled::Failed {
+                member: self.rank,
+                world_rank: self.me,
+                error: PluginError::new(ErrorCode::PEER_FAILED, "a member of the set failed"),
+            },
+        }
     }
 
     /// Post this member's share of the settle reduction (1 when it failed first-hand).
