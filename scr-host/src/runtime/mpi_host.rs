@@ -792,7 +792,19 @@ impl HostServices for MpiHost {
         crate::log::plugin_message(level, self.me, "scheme", message.as_str());
     }
 
+    /// True once a notice arrived in this call. A plugin in a long local loop makes no
+    /// other service call, so this one looks for a notice too — without blocking: only
+    /// when no other thread holds the MPI lock and MPI's thread level allows this thread.
     fn is_cancelled(&self) -> bool {
+        if !self.cancelled.load(Ordering::SeqCst)
+            && self.in_call.load(Ordering::SeqCst)
+            && (std::thread::current().id() == self.owner
+                || self.threading >= mpi::Threading::Serialized)
+        {
+            if let Ok(_serial) = SERIAL.try_lock() {
+                let _ = self.peer_failed();
+            }
+        }
         self.cancelled.load(Ordering::SeqCst)
     }
 }

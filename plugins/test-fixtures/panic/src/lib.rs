@@ -15,7 +15,8 @@ use scr_plugin::{
 /// file and of a temporary file only its `remove` knows; with the environment variable
 /// `SCR_FIXTURE_APPLY_OK` set, every apply succeeds), PANIC_ONE_RECOVER (applies fine,
 /// writing nothing; member 1 of each set panics in `recover` while the other members wait
-/// for a message from it) and FAIL_ONE_RECOVER (the same with an error instead of a panic).
+/// for member 1: member 0 in a reduction, member 3 in a local loop asking
+/// `is_cancelled`, the others in a receive) and FAIL_ONE_RECOVER (the same with an error instead of a panic).
 pub struct PanicLib;
 
 struct PanicsInApply {
@@ -133,10 +134,21 @@ impl Scheme for OneMemberFails {
             ));
         }
         if host.size() > 1 {
-            // wait for a message member 1 never sends, in a collective (member 0) and a
-            // receive (the others): the host's notice must end both
+            // wait for member 1, which never comes: in a collective (member 0), in a local
+            // loop that asks whether to stop (member 3) and in a receive (the others);
+            // the host's notice must end all three
             if self.member == 0 {
                 host.all_reduce(1, scr_plugin::ReduceOp::Sum)?;
+            } else if self.member == 3 {
+                let started = std::time::Instant::now();
+                while started.elapsed() < std::time::Duration::from_secs(40) {
+                    host.check_cancelled()?;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                return Err(scr_plugin::PluginError::new(
+                    scr_plugin::ErrorCode::OTHER,
+                    "member 3 was never cancelled",
+                ));
             } else {
                 let mut buf = [0u8; 1];
                 host.recv(1, 99, &mut buf)?;
