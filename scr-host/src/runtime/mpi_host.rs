@@ -14,8 +14,8 @@
 //! call would be matched against the host's next collective there.
 //!
 //! - When a plugin call fails on a member (an error, or a panic the guard caught) and that
-//!   member saw no notice itself, its [`MpiHost::settle`] sends an abort notice — "member
-//!   1 (world rank 3) failed in apply: <its error>" — to every other member first.
+//!   member saw no notice itself, its [`MpiHost::settle`] sends an abort notice —
+//!   `member 1 (world rank 3) failed in apply: ERROR` — to every other member first.
 //! - Every blocking service (`send`, `recv`, `sendrecv`, `barrier`, `all_reduce_u64`,
 //!   `broadcast`) runs as nonblocking MPI operations polled in a loop that also probes
 //!   the control communicator for a notice. On a notice it stops waiting and returns
