@@ -20,7 +20,9 @@
 //!   `broadcast`) runs as nonblocking MPI operations polled in a loop that also probes
 //!   the control communicator for a notice. On a notice it stops waiting and returns
 //!   [`ErrorCode::PEER_FAILED`](scr_plugin::ErrorCode::PEER_FAILED) with the notice's
-//!   text, as does every later service of the call; `is_cancelled` turns true.
+//!   text, as does every later service of the call; `is_cancelled` turns true (and
+//!   itself looks for a notice when the MPI lock is free, for a plugin in a local loop).
+//!   Notices are looked for only inside a call ([`MpiHost::begin_call`] to `settle`).
 //! - An abandoned operation is never completed: its MPI request and the host-owned buffer
 //!   it uses are leaked (a few bytes, on a failed call only) — except a send from the
 //!   plugin's own buffer, which may already be matched by a receiver: it is waited for
@@ -323,11 +325,11 @@ impl MpiHost {
         // exactly `failed` members sent a notice to each other member: receive the rest
         // of them, so none is left on the control communicator for a later call
         let expected = usize::try_from(failed).unwrap_or(usize::MAX);
+        let mut backoff = Backoff::new();
         while state.notices.len() < expected {
-            if let Some(n) = self.take_notice() {
-                state.notices.push(n);
-            } else {
-                std::hint::spin_loop();
+            match self.take_notice() {
+                Some(n) => state.notices.push(n),
+                None => backoff.pause(),
             }
         }
         for req in &mut notices {
