@@ -61,7 +61,8 @@ struct Args {
     /// Directory for the members' files (default: the system temporary directory).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
-    /// Stop the run with an error after this many seconds (a hung plugin fails).
+    /// Stop the run with an error after this many seconds (a hung plugin fails). A member
+    /// whose scheme call failed waits half of it for the other members to return.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
     /// Internal: resume the transfer persisted in this state file in this new process
