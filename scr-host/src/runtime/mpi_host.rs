@@ -701,10 +701,10 @@ impl HostServices for MpiHost {
             // Each receive goes through a probe, so a message of the wrong size is an
             // error rather than an MPI truncation that aborts the job.
             for i in 0..send.len().max(recv.len()) {
-                // SAFETY: `poll_send` returns only once the send completed or no member
-                // can receive it any more (see the module doc): `data` outlives its use.
                 let mut req = send.get(i).map(|sp| {
                     sent(sp.len());
+                    // SAFETY: `poll_send` below returns only once the send completed or
+                    // no member can receive it any more: `data` outlives its use.
                     unsafe { isend(comm, &data[sp.clone()], d, tag) }
                 });
                 let got = match recv.get(i) {
