@@ -20,9 +20,12 @@ use clap::Parser;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Root, Source};
 use scr_host::registry::{Kind, Origin, Registry};
-use scr_host::runtime::MpiHost;
-use scr_plugin::conformance::{run_scheme_cases_traced, CaseResult, Loaded};
-use scr_plugin::{Param, SchemeConfig};
+use scr_host::runtime::{MpiHost, Settled};
+use scr_plugin::conformance::{run_scheme_cases_traced, CaseResult, Loaded, SchemeUnderTest};
+use scr_plugin::{
+    DatasetFiles, FileMeta, Host, Param, PluginError, PluginResult, RecoverRequest, SchemeConfig,
+    SchemeDescription,
+};
 
 /// Check a plugin library against the scr-rs plugin contract.
 #[derive(Parser)]
@@ -58,7 +61,8 @@ struct Args {
     /// Directory for the members' files (default: the system temporary directory).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
-    /// Stop the run with an error after this many seconds (a hung plugin fails).
+    /// Stop the run with an error after this many seconds (a hung plugin fails). A member
+    /// whose scheme call failed waits half of it for the other members to return.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
     /// Internal: resume the transfer persisted in this state file in this new process
@@ -511,7 +515,10 @@ fn collective_cases(
         world_rank: rank,
     };
     let host_services = MpiHost::new(comm, sets.members.clone(), groups, rank);
-    let cases = run_in_set(registry, &config, &host_services, &dir, &prefix);
+    // a member that failed waits this long for the others to return from the call
+    // before the watchdog's report (see `SettledScheme`)
+    let grace = std::time::Duration::from_secs(args.timeout.max(2) / 2);
+    let cases = run_in_set(registry, &config, &host_services, grace, &dir, &prefix);
     let _ = std::fs::remove_dir_all(&dir);
     world.barrier();
     if rank == 0 {
@@ -592,6 +599,7 @@ fn run_in_set(
     registry: &Registry,
     config: &SchemeConfig,
     host_services: &MpiHost,
+    grace: std::time::Duration,
     dir: &std::path::Path,
     prefix: &str,
 ) -> Vec<CaseResult> {
@@ -610,7 +618,11 @@ fn run_in_set(
         .and_then(|scheme| {
             run_scheme_cases_traced(
                 &host,
-                &Loaded(scheme.raw()),
+                &SettledScheme {
+                    loaded: Loaded(scheme.raw()),
+                    host: host_services,
+                    grace,
+                },
                 dir,
                 piece,
                 &mut |case| starting(&format!("{prefix}: {case}")),
@@ -625,6 +637,51 @@ fn run_in_set(
         });
     }
     cases
+}
+
+/// The loaded scheme with every collective call settled as the runtime settles it
+/// ([`MpiHost::settle`]): when the call fails on one member, the others' host services
+/// return its error instead of waiting for it, and every member returns the same error,
+/// so a case ends alike everywhere instead of hanging.
+struct SettledScheme<'a> {
+    loaded: Loaded<'a>,
+    host: &'a MpiHost,
+    grace: std::time::Duration,
+}
+
+impl SettledScheme<'_> {
+    fn settled<T>(&self, call: &str, out: PluginResult<T>) -> PluginResult<T> {
+        match self.host.settle(call, out.as_ref().err(), self.grace) {
+            Settled::Returned => out,
+            Settled::Failed { error, .. } => Err(error),
+            // the watchdog reports the hang; until then this member goes on failing
+            Settled::Stuck => Err(PluginError::communication(format!(
+                "{call} failed on this member and other members did not return within {} s",
+                self.grace.as_secs()
+            ))),
+        }
+    }
+}
+
+impl SchemeUnderTest for SettledScheme<'_> {
+    fn describe(&self) -> PluginResult<SchemeDescription> {
+        self.loaded.describe()
+    }
+    fn apply(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {
+        self.host.begin_call();
+        self.settled("apply", self.loaded.apply(host, dataset))
+    }
+    fn recover(&self, host: &Host<'_>, request: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
+        self.host.begin_call();
+        self.settled("recover", self.loaded.recover(host, request))
+    }
+    fn redundancy_files(&self, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {
+        self.loaded.redundancy_files(dataset)
+    }
+    fn remove(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<()> {
+        self.host.begin_call();
+        self.settled("remove", self.loaded.remove(host, dataset))
+    }
 }
 
 /// Rank 0 merges every set's cases (each set's leader sends its list) and reports each

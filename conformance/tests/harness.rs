@@ -94,7 +94,7 @@ fn panics_are_reported_per_case_and_the_run_goes_on() {
     );
     // one rank cannot run the collective cases: that is a failure, never a skip
     assert!(!out.contains("SKIP"), "{out}");
-    assert!(out.ends_with("13 passed, 6 failed\n"), "{out}");
+    assert!(out.ends_with("17 passed, 8 failed\n"), "{out}");
 }
 
 #[test]
@@ -355,7 +355,7 @@ fn a_scheme_relying_on_the_hosts_survivor_check_passes_without_verifying() {
 fn a_scheme_that_never_restores_lost_redundancy_fails_protected_again() {
     untrustworthy(
         "NOREPROTECT",
-        "scheme NOREPROTECT: set of 4: varied: after losing [0] (Both), lose member 3 too: protected again: unrecoverable: members [0, 3] lost files; a mirror rebuilds one",
+        "scheme NOREPROTECT: set of 4: varied: after losing [0] (Both), lose member 3 too: protected again: unrecoverable: member 0 (world rank 0) failed in recover: members [0, 3] lost files; a mirror rebuilds one",
         &["protected again", "), recover: unrecoverable"],
     );
 }
@@ -367,6 +367,60 @@ fn a_scheme_whose_redundancy_files_disagree_with_apply_fails() {
         "scheme WRONGLIST: set of 4: varied: redundancy_files lists exactly what apply wrote: member 0: redundancy_files lists [",
         &["redundancy_files lists exactly what apply wrote"],
     );
+}
+
+/// A scheme that fails on one member only (member 1 panics or returns an error in apply
+/// or recover) while the other members wait inside the plugin for a message from it: the
+/// case ends in bounded time with member 1's error on every member — no hang, no
+/// "did not return" from the watchdog. The FAIL line shows member 0's view of the case
+/// (the first failing member's), which names member 1's error only because the host
+/// told member 0 about it.
+#[test]
+fn a_failure_on_one_member_ends_the_case_with_its_error_everywhere_not_a_hang() {
+    let p = lib("scr_fixture_panic");
+    for (scheme, call, why, case) in [
+        ("PANIC_ONE", "apply", "plugin scr-fixture-panic panicked in apply: deliberate panic in apply on member 1", "varied: apply: panic"),
+        ("FAIL_ONE", "apply", "deliberate failure in apply on member 1", "varied: apply: I/O error"),
+        ("PANIC_ONE_RECOVER", "recover", "plugin scr-fixture-panic panicked in recover: deliberate panic in recover on member 1", "varied: lose members [0] (beyond the claim of 0), recover is right or fails everywhere: failed with panic"),
+        ("FAIL_ONE_RECOVER", "recover", "deliberate failure in recover on member 1", "varied: lose members [0] (beyond the claim of 0), recover is right or fails everywhere: failed with I/O error"),
+    ] {
+        let started = std::time::Instant::now();
+        let (code, out) = mpirun(
+            4,
+            &[
+                "--plugin",
+                p.to_str().unwrap(),
+                "--scheme",
+                scheme,
+                "--set-size",
+                "4",
+                "--timeout",
+                "30",
+            ],
+        );
+        let took = started.elapsed();
+        assert_eq!(code, 1, "{scheme}: {out}");
+        assert!(out.starts_with("NOTE launched on 4 rank(s)\n"), "{scheme}: {out}");
+        assert!(!out.contains("did not return"), "{scheme}: {out}");
+        assert!(!out.contains("collective cases"), "{scheme}: {out}");
+        assert!(
+            out.contains(&format!(
+                "FAIL scheme {scheme}: set of 4: {case}: member 1 (world rank 1) failed in {call}: {why}"
+            )),
+            "{scheme}: {out}"
+        );
+        // every failed case failed with member 1's error, nothing else
+        let fails: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL")).collect();
+        assert!(!fails.is_empty(), "{scheme}: {out}");
+        for line in fails {
+            assert!(
+                line.contains(&format!("member 1 (world rank 1) failed in {call}: {why}")),
+                "{scheme}: {line}"
+            );
+        }
+        // far below the 30 s watchdog and the member's 15 s grace
+        assert!(took < std::time::Duration::from_secs(12), "{scheme}: {took:?}\n{out}");
+    }
 }
 
 #[test]

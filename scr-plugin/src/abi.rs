@@ -328,6 +328,13 @@ pub struct FileResult {
 ///   a peer or the plugin sent before checking it against the buffer it was given.
 ///   ([`host_ref`](crate::host_ref) also catches a panic of the host's own code and
 ///   returns it as an error.)
+/// - **A member that failed**: when the collective call (`apply`, `recover`, `remove`)
+///   fails on one member (an error returned, or a panic the guard caught), its host tells
+///   the others. From then until the call ends, every communicating call on them returns
+///   an error with code [`PEER_FAILED`](crate::ErrorCode::PEER_FAILED) and the message
+///   `member M (world rank W) failed in CALL: ERROR` instead of waiting, and
+///   `is_cancelled` is true. The plugin must propagate it (return an error); the host
+///   then gives every member the same error, and a fresh communicator to the next call.
 /// - Transfers get a one-member host: communicating with another member is an error,
 ///   `barrier` and `all_reduce_u64` return at once.
 #[sabi_trait]

@@ -34,6 +34,12 @@ impl ErrorCode {
     pub const UNSUPPORTED: ErrorCode = ErrorCode(9);
     /// A required external resource (vendor library, device) is unavailable.
     pub const UNAVAILABLE: ErrorCode = ErrorCode(10);
+    /// Another member of the redundancy set failed in the same collective call (its
+    /// plugin returned an error or panicked): a host service that was waiting for it (or
+    /// would have) returns this, its message naming the member and its error, e.g.
+    /// `member 1 (world rank 3) failed in apply: I/O error: ...`. Propagate it: return
+    /// an error from the call. The host then gives every member the same error.
+    pub const PEER_FAILED: ErrorCode = ErrorCode(11);
     /// Anything else; the message says what.
     pub const OTHER: ErrorCode = ErrorCode(255);
 
@@ -50,6 +56,7 @@ impl ErrorCode {
             Self::PANIC => "panic",
             Self::UNSUPPORTED => "unsupported",
             Self::UNAVAILABLE => "unavailable",
+            Self::PEER_FAILED => "set member failed",
             _ => "error",
         }
     }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use abi_stable::std_types::{RResult, RSlice, RSliceMut, RStr, RString};
 
 use crate::abi::{HostServices, LogLevel, ReduceOp};
-use crate::error::{PluginError, PluginResult};
+use crate::error::{ErrorCode, PluginError, PluginResult};
 use crate::host::{host_ref, Host, MAX_TAG};
 use crate::sync::lock;
 
@@ -47,6 +47,9 @@ pub struct World {
     cancelled: AtomicBool,
     timeout: Duration,
     log: Mutex<Vec<(u32, LogLevel, String)>>,
+    /// The lowest member that failed in the current call, and its error (see
+    /// [`World::member_failed`]).
+    failure: Mutex<Option<(u32, PluginError)>>,
 }
 
 impl World {
@@ -60,7 +63,44 @@ impl World {
             cancelled: AtomicBool::new(false),
             timeout,
             log: Mutex::new(Vec::new()),
+            failure: Mutex::new(None),
         })
+    }
+
+    /// Member `member` failed in the current collective call with `error` (the message
+    /// as every member should see it): what an MPI host's abort notice does. From now on
+    /// every receive (and collective) of every member that waits, or would wait, returns
+    /// an [`ErrorCode::PEER_FAILED`] error with that message instead, and
+    /// [`is_cancelled`](HostServices::is_cancelled) is true. When several members fail,
+    /// the lowest one is kept.
+    pub fn member_failed(&self, member: u32, error: PluginError) {
+        {
+            let mut failure = lock(&self.failure);
+            if failure.as_ref().is_none_or(|(m, _)| member < *m) {
+                *failure = Some((member, error));
+            }
+        }
+        for mailbox in &self.mailboxes {
+            // under the queue's lock, so that a receive between its check and its wait
+            // cannot miss the wake-up
+            let _queues = lock(&mailbox.queues);
+            mailbox.arrived.notify_all();
+        }
+    }
+
+    /// The failure [`World::member_failed`] recorded: the member and its error.
+    pub fn failure(&self) -> Option<(u32, PluginError)> {
+        lock(&self.failure).clone()
+    }
+
+    /// Forget the recorded failure and every message not received yet: the in-process
+    /// counterpart of the fresh communicator an MPI host takes after a failed call. Call
+    /// it once every member returned from the failed call and before any starts the next.
+    pub fn reset_after_failure(&self) {
+        *lock(&self.failure) = None;
+        for mailbox in &self.mailboxes {
+            lock(&mailbox.queues).clear();
+        }
     }
 
     /// The host services of member `rank`.
@@ -107,6 +147,9 @@ impl InProcHost {
 
     fn post(&self, dest: u32, tag: u32, data: &[u8]) -> PluginResult<()> {
         self.check(dest)?;
+        if let Some((_, e)) = &*lock(&self.world.failure) {
+            return Err(PluginError::new(ErrorCode::PEER_FAILED, e.message()));
+        }
         let mailbox = &self.world.mailboxes[dest as usize];
         lock(&mailbox.queues)
             .entry((self.rank, tag))
@@ -122,6 +165,9 @@ impl InProcHost {
         let deadline = Instant::now() + self.world.timeout;
         let mut queues = lock(&mailbox.queues);
         loop {
+            if let Some((_, e)) = &*lock(&self.world.failure) {
+                return Err(PluginError::new(ErrorCode::PEER_FAILED, e.message()));
+            }
             if let Some(msg) = queues.get_mut(&(src, tag)).and_then(VecDeque::pop_front) {
                 return Ok(msg);
             }
@@ -251,7 +297,7 @@ impl HostServices for InProcHost {
     }
 
     fn is_cancelled(&self) -> bool {
-        self.world.cancelled.load(Ordering::SeqCst)
+        self.world.cancelled.load(Ordering::SeqCst) || lock(&self.world.failure).is_some()
     }
 }
 

@@ -98,7 +98,9 @@ fn every_step_counts_the_exchanges_it_makes() {
             AGREE,              // all valid (files there, no clash)
             AGREE,              // redundancy files named and recorded
             [0, 1, 0, 0, 8, 8], // SINGLE's apply: host all_agree (a u64 all-reduce)
-            [0, 1, 0, 0, 0, 0], // settle: non-blocking barrier on the set
+            // settle: a non-blocking 8-byte sum on the set's control communicator (how
+            // many members failed first-hand)
+            [0, 1, 0, 0, 8, 8],
             AGREE,              // kept (applied everywhere)
             AGREE,              // committed everywhere
             [0, 1, 0, 0, 8, 8], // total checkpoint bytes (a u64 sum) for the event log

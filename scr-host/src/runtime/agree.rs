@@ -4,7 +4,7 @@
 //! refuses later collective calls.
 
 use super::world::{SetHost, World};
-use super::{Result, Runtime, ScrError, ABORT_CODE};
+use super::{Result, Runtime, ScrError, Settled, ABORT_CODE};
 use crate::config::settings;
 use crate::registry::{LoadedScheme, RegistryError};
 
@@ -50,12 +50,27 @@ impl Runtime {
         agreed
     }
 
-    /// Settle a collective scheme call that returned `out` on this member: when every
-    /// member of the set returned, `out` is handed back (the caller agrees on it as usual);
-    /// when this member failed and the others did not return within `abort_timeout`
-    /// seconds — they wait inside the plugin for a message this member will never send —
-    /// the job is ended with MPI_Abort, naming the plugin, the call and the dataset. A
-    /// hang would lose the whole allocation; the abort at least says why.
+    /// [`first_failure`] of a failure that may be the last settled scheme call's: when
+    /// [`Runtime::settle_call`] gave this rank its set's agreed error, the rank credited
+    /// with it is the member that failed first-hand (which holds the same text), not this
+    /// one — so "on rank R" names the rank whose plugin call failed.
+    pub(in crate::runtime) fn first_failure_credited(
+        &self,
+        mine: Option<&str>,
+    ) -> Option<(usize, String)> {
+        let credit = self.credit.take();
+        first_failure_as(&*self.world, mine.map(|m| (credit, m)))
+    }
+
+    /// Settle a collective scheme call that returned `out` on this member (see
+    /// [`super::MpiHost::settle`]): when a member failed, its host told the others (their
+    /// host services returned its error to the plugin instead of waiting for it), and
+    /// every member returns the same error, the lowest failing member's: "member M (world
+    /// rank W) failed in CALL: ERROR" (the caller agrees on it across the world as
+    /// usual). Only when this member failed and some member still did not return within
+    /// `abort_timeout` seconds — a plugin that ignores the error and keeps blocking
+    /// outside the host services — is the job ended with MPI_Abort, naming the plugin,
+    /// the call and the dataset: a hang would lose the whole allocation.
     pub(in crate::runtime) fn settle_call<T>(
         &self,
         host: &dyn SetHost,
@@ -64,22 +79,28 @@ impl Runtime {
         dataset: &str,
         out: std::result::Result<T, scr_plugin::PluginError>,
     ) -> std::result::Result<T, RegistryError> {
-        let out = out.map_err(|e| scheme.error(call, e));
         let grace = std::time::Duration::from_secs(self.config.get(settings::ABORT_TIMEOUT));
-        if !host.settle(out.is_err(), grace) {
-            let why = out
-                .as_ref()
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default();
-            tracing::error!("{why}");
-            tracing::error!(
-                "{call} of dataset {dataset} failed on this rank while other members of its redundancy set did not return within {} s (abort_timeout); ending the job with MPI_Abort so that none of them waits forever",
-                grace.as_secs()
-            );
-            self.world.abort(ABORT_CODE);
+        let settled = host.settle(call, out.as_ref().err(), grace);
+        self.credit.set(match &settled {
+            Settled::Failed { world_rank, .. } => Some(*world_rank),
+            _ => None,
+        });
+        match settled {
+            Settled::Returned => out.map_err(|e| scheme.error(call, e)),
+            Settled::Failed { error, .. } => Err(scheme.error(call, error)),
+            Settled::Stuck => {
+                let why = out
+                    .err()
+                    .map(|e| scheme.error(call, e).to_string())
+                    .unwrap_or_default();
+                tracing::error!("{why}");
+                tracing::error!(
+                    "{call} of dataset {dataset} failed on this rank while other members of its redundancy set did not return within {} s (abort_timeout); ending the job with MPI_Abort so that none of them waits forever",
+                    grace.as_secs()
+                );
+                self.world.abort(ABORT_CODE);
+            }
         }
-        out
     }
 }
 
@@ -111,18 +132,30 @@ pub(in crate::runtime) fn first_failure(
     world: &dyn World,
     mine: Option<&str>,
 ) -> Option<(usize, String)> {
+    first_failure_as(world, mine.map(|m| (None, m)))
+}
+
+/// [`first_failure`] where a failing rank may credit its failure to another rank
+/// (`Some(rank)`): one that failed with the very same text (the member of its redundancy
+/// set that failed first-hand, see [`Runtime::settle_call`]). `None` credits this rank.
+fn first_failure_as(
+    world: &dyn World,
+    mine: Option<(Option<u32>, &str)>,
+) -> Option<(usize, String)> {
     // the lowest failing rank by a min-reduction, then its message broadcast from it:
     // per rank O(log P) steps and one message (was an all-gather of every rank's, O(P))
-    let me = if mine.is_some() {
-        u64::from(world.rank())
-    } else {
-        u64::MAX
+    let me = match mine {
+        Some((credit, _)) => u64::from(credit.unwrap_or(world.rank())),
+        None => u64::MAX,
     };
     let first = world.min_u64(me);
     if first == u64::MAX {
         return None;
     }
-    let text = world.broadcast_from(first as u32, mine.unwrap_or_default().as_bytes());
+    let text = world.broadcast_from(
+        first as u32,
+        mine.map(|(_, m)| m).unwrap_or_default().as_bytes(),
+    );
     Some((first as usize, String::from_utf8_lossy(&text).into_owned()))
 }
 

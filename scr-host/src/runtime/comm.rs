@@ -65,8 +65,9 @@
 //! agreement on the group value, the set formed by
 //! `sets::form_my_set` (3 splits, 2 broadcasts of 4-8 bytes,
 //! an exclusive scan, the members gathered on the set's communicator, 4S, and their
-//! group values, O(S)), agreements on the scheme and on whether it hashes in apply;
-//! then the cache (below) and a barrier.
+//! group values, O(S)), the set's control communicator duplicated from it (for the
+//! abort notices of failed scheme calls, see `mpi_host.rs`), agreements on the scheme
+//! and on whether it hashes in apply; then the cache (below) and a barrier.
 //!
 //! **restart from cache** (init's `restore_cache`, per dataset any rank holds: D,
 //! bounded by the stores' `count`): ids walked from the largest down by 8-byte
@@ -76,7 +77,7 @@
 //! member of its set (`World::sum_u64`, a split of the holders, their ranks gathered within
 //! the set, 4S, and a `World::sparse_exchange` that only the lost ranks receive from); the
 //! set's communicator duplicated from the one init formed for the descriptor (set-local;
-//! an agreement first) or, when some rank's set is not one this run formed, split off
+//! an agreement first; with its own control duplicate) or, when some rank's set is not one this run formed, split off
 //! the world and the members' values gathered (O(S)); agreements
 //! around the scheme's `recover`, whose own exchanges run on the set's communicator
 //! (scheme-specific, O(S) messages and O(B·k) bytes per rank, not P); reports of ranks
@@ -92,7 +93,9 @@
 //! hash (`names.rs`: one `World::sparse_exchange` of this rank's F names plus its redundancy
 //! names to the ranks owning their hashes, received: the names this rank owns, F on
 //! average); the scheme's `apply` on the set's communicator (scheme-specific: O(S) or
-//! O(k) messages, O(B) bytes) and a non-blocking barrier on the set; an 8-byte sum of
+//! O(k) messages, O(B) bytes) and its settling, a non-blocking 8-byte sum on the set's
+//! control communicator (after a failed call also the abort notices, one per other
+//! member from each member that failed, and a duplicate of that communicator); an 8-byte sum of
 //! the checkpoint's bytes for the event log; eviction: per cached dataset of the store
 //! an 8-byte min-reduction (the next id held) and an agreement (may every holder evict
 //! it), one more min-reduction that ends the walk, then an agreement on the outcome;

@@ -378,7 +378,7 @@ impl Runtime {
             let failed = match failed {
                 None => {
                     let protected = self.protect_fetched(entry.id).err().map(|e| e.to_string());
-                    super::first_failure(&*self.world, protected.as_deref())
+                    self.first_failure_credited(protected.as_deref())
                         .map(|(rank, why)| format!("re-protecting failed on rank {rank}: {why}"))
                 }
                 some => some,
@@ -504,6 +504,8 @@ impl Runtime {
     /// (the redundancy files declared before apply among its names) and the ranks where
     /// it failed return their error.
     pub(in crate::runtime) fn protect_fetched(&mut self, id: u64) -> Result<()> {
+        // (a failure before the apply below is this rank's own)
+        self.credit.set(None);
         let mut rec = self.cache.filemap.datasets[&id].clone();
         let desc = self.reddesc_for(rec.checkpoint_id);
         let dir = self.dataset_dir(&rec.descriptor.store, id);
@@ -526,7 +528,10 @@ impl Runtime {
             // discarded on every rank, what the scheme wrote with it (its `remove` takes
             // what it did not declare); this rank's own error only, as the caller
             // gathers every rank's to name the one that failed
+            // (its `remove` is settled too: the apply's credit is what the caller needs)
+            let credit = self.credit.get();
             self.discard_failed_apply(Some(desc), &rec)?;
+            self.credit.set(credit);
             return red.map(|_| ());
         }
         let red = red?;

@@ -130,6 +130,7 @@ impl Runtime {
                 next_checkpoint: 1,
             },
             output: None,
+            credit: std::cell::Cell::new(None),
             restart: RestartState::default(),
             policy: Policy::new(),
             // until init succeeds, dropping the half-built runtime is not a missed finalize

@@ -81,7 +81,7 @@ pub use crate::state::halt::Halt;
 use crate::state::prefix;
 pub use sets::{form_my_set, form_sets, split_by_value, Set};
 
-pub use mpi_host::MpiHost;
+pub use mpi_host::{MpiHost, Settled};
 
 pub use comm::{CallStats, CommStats};
 
@@ -197,6 +197,9 @@ pub struct Runtime {
     flushing: flush::Flushing,
     /// `Some` when the library is disabled (`enable = false`): the calls pass through.
     passthrough: Option<Passthrough>,
+    /// The world rank credited with the last settled scheme call's failure when this rank
+    /// returned its set's agreed error (see [`Runtime::first_failure_credited`]).
+    credit: std::cell::Cell<Option<u32>>,
 }
 
 /// Where this rank is in the job (fixed after init).

@@ -449,7 +449,7 @@ impl Runtime {
         let kept = self.all_agree(applied.is_ok());
         // every rank returns the same error: the first failing rank's, by rank
         let apply_error = if named.all_valid && !kept {
-            first_failure(&*self.world, applied.err().as_deref())
+            self.first_failure_credited(applied.err().as_deref())
                 .map(|(r, e)| format!("on rank {r}: {e}"))
         } else {
             None

@@ -5,7 +5,9 @@
 //! Here the values are listed side by side and a test keeps them distinct.
 //!
 //! Plugins never see these: their messages travel on their redundancy set's own
-//! communicator (tags `0..=`[`scr_plugin::MAX_TAG`]). Every tag here is at most
+//! communicator (tags `0..=`[`scr_plugin::MAX_TAG`]). The abort notices of a failed
+//! scheme call are not here either: they travel on each set's control communicator
+//! (`mpi_host.rs`'s `NOTICE_TAG`), which nothing else sends on. Every tag here is at most
 //! `MAX_TAG` too, the smallest `MPI_TAG_UB` the MPI standard allows, so it is valid on
 //! every MPI.
 

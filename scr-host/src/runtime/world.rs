@@ -261,8 +261,9 @@ pub(crate) trait World: Send + Sync {
 /// The host services of one redundancy set, as plugin calls receive them, plus what the
 /// runtime itself asks of the set.
 pub(crate) trait SetHost: HostServices {
-    /// These services as the FFI object plugin calls receive (panics of the host's own
-    /// code caught, see [`scr_plugin::host_ref`]).
+    /// These services as the FFI object one collective plugin call receives (panics of
+    /// the host's own code caught, see [`scr_plugin::host_ref`]); the call begins here
+    /// and the caller ends it with [`SetHost::settle`] (see [`super::MpiHost::begin_call`]).
     fn services(&self) -> HostRef<'_>;
 
     /// A host of its own on a duplicate of this set's communicator (collective over the
@@ -272,10 +273,16 @@ pub(crate) trait SetHost: HostServices {
     /// Whether the set has `members` members.
     fn size_matches(&self, members: usize) -> bool;
 
-    /// After a collective plugin call returned on this member, whether every member
-    /// returned too (waiting at most `grace` when this one `failed`); see
-    /// [`super::MpiHost::settle`].
-    fn settle(&self, failed: bool, grace: Duration) -> bool;
+    /// Settle a collective plugin call `call` that returned on this member with `failure`
+    /// (`None`: it succeeded): abort notices to the others when it failed first-hand, and
+    /// the outcome every member returns alike (waiting at most `grace` when this one
+    /// failed); see [`super::MpiHost::settle`].
+    fn settle(
+        &self,
+        call: &str,
+        failure: Option<&scr_plugin::PluginError>,
+        grace: Duration,
+    ) -> super::Settled;
 }
 
 /// A redundancy set's members as its plugin sees them: the world rank and failure-group

@@ -120,15 +120,43 @@
 //!   counted as lost) rather than `eprintln!` (a line the application cannot filter) or
 //!   `tracing` inside the plugin (a cdylib's own dispatcher, which no subscriber sees).
 //!
+//! # When another member fails: propagate the error
+//!
+//! A call that fails on one member only (an error it returns, or a panic the guard
+//! catches) must not leave the others waiting for it. The scr-rs hosts see to it: the
+//! failing member's host tells the others, and from then until the end of the call
+//! **every host service returns an error** on them — a `recv`, `sendrecv`, `send`,
+//! `barrier`, `all_reduce` or `broadcast` that waits for the failed member, or is called
+//! afterwards — with code [`ErrorCode::PEER_FAILED`](crate::ErrorCode::PEER_FAILED) and
+//! a message naming the member and its error: `member 1 (world rank 3) failed in apply:
+//! <its error>`. [`Host::is_cancelled`](crate::Host::is_cancelled) turns true too.
+//!
+//! What a scheme must do: **propagate it** — return an error from the call (`?` does it),
+//! without further host calls, and without retrying or waiting in a loop of its own.
+//! Every member then returns, and the host gives every member the same error (the first
+//! failing member's). A scheme that swallows the error and keeps blocking outside the
+//! host services (on a lock, a thread, a file another member should write) is the one
+//! case the runtime still ends with `MPI_Abort` after `abort_timeout`.
+//!
+//! Messages left behind by the failed call (the failed member's unreceived sends, a
+//! collective some members entered) never reach the next call: the host gives the set
+//! a fresh communicator after a failed call. Unit tests see the same behaviour in
+//! process: [`inproc::World::member_failed`](crate::inproc::World::member_failed) is what
+//! a host does when a member fails, and `scr-conformance` settles every call as the
+//! runtime does.
+//!
 //! # Cancellation
 //!
 //! [`Host::is_cancelled`](crate::Host::is_cancelled) and
 //! [`Host::check_cancelled`](crate::Host::check_cancelled) tell a long call to stop. The
-//! runtime cancels transfers (a flush at finalize), and does not cancel a scheme's
-//! collective calls today; tests can ([`inproc::World::cancel`](crate::inproc::World::cancel)).
-//! A scheme that checks must stop on every member alike: check where all members are
-//! in step and agree (`host.all_agree(!host.is_cancelled())`) before returning
-//! [`ErrorCode::CANCELLED`](crate::ErrorCode::CANCELLED), never on one member alone.
+//! runtime cancels transfers (a flush at finalize), and a scheme's collective call when
+//! another member of its set failed in it (above); tests can
+//! ([`inproc::World::cancel`](crate::inproc::World::cancel)). A long local loop (encoding
+//! a large file) should check between pieces, so that it stops soon after a peer failed.
+//! Otherwise a scheme that checks must stop on every member alike: check where all
+//! members are in step and agree (`host.all_agree(!host.is_cancelled())`) before
+//! returning [`ErrorCode::CANCELLED`](crate::ErrorCode::CANCELLED), never on one member
+//! alone.
 //!
 //! # CRC32s in the apply
 //!

@@ -175,11 +175,20 @@ fn main() {
                 Err(e) => say(format!("error: {e}")),
             }
             say(format!("restart candidate {:?}", scr.have_restart()));
+            say(format!("world {}", world.size()));
             // written before finalize: after a failed call the API does not finalize
             std::fs::write(format!("probe_{}.txt", world.rank()), &report).expect("report");
             return;
         }
         "candidate" => say(format!("candidate {:?}", scr.have_restart())),
+        "lost" => {
+            // what init dropped (one line per dataset) and the restart candidate left
+            say(format!("world {}", world.size()));
+            for lost in scr.lost_datasets() {
+                say(format!("lost: {lost}"));
+            }
+            say(format!("candidate {:?}", scr.have_restart()));
+        }
         "maps" => {
             // whether a library whose path contains $PROBE_MAPS was ever mapped into this
             // process (dlopen'd) by init

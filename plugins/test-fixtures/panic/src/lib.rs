@@ -13,7 +13,10 @@ use scr_plugin::{
 /// (member 1 returns an error from `apply`, the others succeed without waiting) and
 /// FAIL_PARTIAL (like FAIL_ONE, after every member wrote part of its declared redundancy
 /// file and of a temporary file only its `remove` knows; with the environment variable
-/// `SCR_FIXTURE_APPLY_OK` set, every apply succeeds).
+/// `SCR_FIXTURE_APPLY_OK` set, every apply succeeds), PANIC_ONE_RECOVER (applies fine,
+/// writing nothing; member 1 of each set panics in `recover` while the other members wait
+/// for member 1: member 0 in a reduction, member 3 in a local loop asking
+/// `is_cancelled`, the others in a receive) and FAIL_ONE_RECOVER (the same with an error instead of a panic).
 pub struct PanicLib;
 
 struct PanicsInApply {
@@ -59,6 +62,8 @@ struct OneMemberFails {
     panics: bool,
     /// FAIL_PARTIAL: write part of the redundancy files first.
     partial: bool,
+    /// PANIC_ONE_RECOVER, FAIL_ONE_RECOVER: apply succeeds, recover fails on member 1.
+    in_recover: bool,
 }
 
 impl OneMemberFails {
@@ -81,6 +86,9 @@ impl Scheme for OneMemberFails {
         })
     }
     fn apply(&self, host: &Host<'_>, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {
+        if self.in_recover {
+            return Ok(vec![]);
+        }
         let mut written = Vec::new();
         if self.partial {
             for p in self.partial_files(&dataset.dir) {
@@ -112,8 +120,47 @@ impl Scheme for OneMemberFails {
         }
         Ok(written)
     }
-    fn recover(&self, _: &Host<'_>, _: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
-        Ok(vec![])
+    fn recover(&self, host: &Host<'_>, request: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
+        if !self.in_recover {
+            return Ok(vec![]);
+        }
+        if self.member == 1 {
+            if self.panics {
+                panic!("deliberate panic in recover on member 1");
+            }
+            return Err(scr_plugin::PluginError::new(
+                scr_plugin::ErrorCode::IO,
+                "deliberate failure in recover on member 1",
+            ));
+        }
+        if host.size() > 1 {
+            // wait for member 1, which never comes: in a collective (member 0), in a local
+            // loop that asks whether to stop (member 3) and in a receive (the others);
+            // the host's notice must end all three
+            if self.member == 0 {
+                host.all_reduce(1, scr_plugin::ReduceOp::Sum)?;
+            } else if self.member == 3 {
+                let started = std::time::Instant::now();
+                while started.elapsed() < std::time::Duration::from_secs(40) {
+                    host.check_cancelled()?;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                return Err(scr_plugin::PluginError::new(
+                    scr_plugin::ErrorCode::OTHER,
+                    "member 3 was never cancelled",
+                ));
+            } else {
+                let mut buf = [0u8; 1];
+                host.recv(1, 99, &mut buf)?;
+            }
+        }
+        // a member the host did not stop (no notice): its files as they are
+        Ok(request
+            .files
+            .clone()
+            .into_option()
+            .map(|v| v.into_vec())
+            .unwrap_or_default())
     }
     fn redundancy_files(&self, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {
         Ok(if self.partial {
@@ -147,16 +194,20 @@ impl PluginLibrary for PanicLib {
         "PANIC_ONE",
         "FAIL_ONE",
         "FAIL_PARTIAL",
+        "PANIC_ONE_RECOVER",
+        "FAIL_ONE_RECOVER",
     ];
 
     fn new_scheme(config: &SchemeConfig) -> PluginResult<Box<dyn Scheme>> {
         if config.scheme.eq_ignore_ascii_case("PANIC_NEW") {
             panic!("deliberate panic in new_scheme");
         }
-        for (name, panics, partial) in [
-            ("PANIC_ONE", true, false),
-            ("FAIL_ONE", false, false),
-            ("FAIL_PARTIAL", false, true),
+        for (name, panics, partial, in_recover) in [
+            ("PANIC_ONE", true, false, false),
+            ("FAIL_ONE", false, false, false),
+            ("FAIL_PARTIAL", false, true, false),
+            ("PANIC_ONE_RECOVER", true, false, true),
+            ("FAIL_ONE_RECOVER", false, false, true),
         ] {
             if config.scheme.eq_ignore_ascii_case(name) {
                 return Ok(Box::new(OneMemberFails {
@@ -165,6 +216,7 @@ impl PluginLibrary for PanicLib {
                     world_rank: config.world_rank,
                     panics,
                     partial,
+                    in_recover,
                 }));
             }
         }

@@ -28,8 +28,9 @@ use std::time::{Duration, Instant};
 use abi_stable::std_types::{RResult, RSlice, RSliceMut, RStr, RString};
 use scr_plugin::inproc::{InProcHost, World as PluginWorld};
 use scr_plugin::sync::lock;
-use scr_plugin::{HostRef, HostServices, LogLevel, PluginError, ReduceOp};
+use scr_plugin::{ErrorCode, HostRef, HostServices, LogLevel, PluginError, ReduceOp};
 
+use super::super::Settled;
 use super::{Members, Op, SetHost, World};
 
 /// How long a wait lasts before [`run_ranks`] fails the run.
@@ -575,6 +576,7 @@ impl World for InprocWorld {
         Box::new(InprocSetHost {
             world: self,
             inner,
+            plugin,
             members: Members::new(world_ranks, groups),
             me,
         })
@@ -590,6 +592,8 @@ impl World for InprocWorld {
 pub(crate) struct InprocSetHost {
     world: Box<InprocWorld>,
     inner: InProcHost,
+    /// The set's in-process communicator (for failures: see `settle`).
+    plugin: Arc<PluginWorld>,
     members: Members,
     me: u32,
 }
@@ -668,7 +672,30 @@ impl SetHost for InprocSetHost {
         usize::try_from(self.world.size()).is_ok_and(|s| s == members)
     }
 
-    fn settle(&self, failed: bool, grace: Duration) -> bool {
+    /// As [`super::super::MpiHost::settle`] settles a call, in process: a member that
+    /// failed first-hand (an error other than the [`ErrorCode::PEER_FAILED`] its services
+    /// returned, or a cancellation after a failure was recorded) records its failure on the set's in-process communicator, which wakes
+    /// and fails the others' waits; once every member returned (a collective), each
+    /// takes the lowest failing member's error, and after a second collective member 0
+    /// clears the communicator (its failure and unreceived messages) before a third lets
+    /// any member go on.
+    fn settle(&self, call: &str, failure: Option<&PluginError>, grace: Duration) -> Settled {
+        let failed = failure.is_some();
+        // (a member that stopped because `is_cancelled` said so failed second-hand too)
+        let second_hand = |e: &PluginError| {
+            e.code == ErrorCode::PEER_FAILED
+                || (e.code == ErrorCode::CANCELLED && self.plugin.failure().is_some())
+        };
+        if let Some(e) = failure.filter(|e| !second_hand(e)) {
+            let me = self.inner.rank();
+            let text = format!(
+                "member {me} (world rank {}) failed in {call}: {}",
+                self.members.world_rank(me),
+                e.message()
+            );
+            self.plugin
+                .member_failed(me, PluginError::new(e.code, text));
+        }
         let n = self.world.size() as usize;
         let within = if failed {
             grace
@@ -679,9 +706,22 @@ impl SetHost for InprocSetHost {
             .world
             .try_collective("settle", (), |_| vec![(); n], within)
         {
-            Ok(()) => true,
-            Err(_) if failed => false,
+            Ok(()) => {}
+            Err(_) if failed => return Settled::Stuck,
             Err(e) => self.world.fail(e),
+        }
+        let Some((member, error)) = self.plugin.failure() else {
+            return Settled::Returned;
+        };
+        self.world.barrier();
+        if self.inner.rank() == 0 {
+            self.plugin.reset_after_failure();
+        }
+        self.world.barrier();
+        Settled::Failed {
+            member,
+            world_rank: self.members.world_rank(member),
+            error,
         }
     }
 }

@@ -242,7 +242,10 @@ fn set_hosts_run_plugin_collectives_and_settle() {
         let dup = host.duplicate();
         let hd = scr_plugin::Host::new(dup.services());
         let max = hd.all_reduce(u64::from(me), ReduceOp::Max).unwrap();
-        let settled = host.settle(false, Duration::from_secs(1));
+        let settled = matches!(
+            host.settle("apply", None, Duration::from_secs(1)),
+            crate::runtime::Settled::Returned
+        );
         (
             sum,
             max,
@@ -262,7 +265,11 @@ fn a_failed_member_settles_false_after_its_grace() {
         let host = w.set_host(vec![0, 1], vec!["a".into(), "b".into()], 0);
         if host.rank() == 0 {
             // member 1 never settles: member 0 failed, gives up after its grace
-            host.settle(true, Duration::from_millis(50))
+            let e = PluginError::new(scr_plugin::ErrorCode::IO, "disk gone");
+            !matches!(
+                host.settle("apply", Some(&e), Duration::from_millis(50)),
+                crate::runtime::Settled::Stuck
+            )
         } else {
             true
         }
