@@ -10,7 +10,8 @@
 //! that names the replacement and this page. A change that cannot be made that way is a
 //! new series (0.2.0), listed here with a migration note before it is released.
 //!
-//! Every release is a git tag `scr-plugin-v<version>`. The repository's test suite
+//! Every release is a git tag `scr-plugin-v<version>` and a line of
+//! `scr-plugin/RELEASES` (the version and its commit). The repository's test suite
 //! (`scripts/test.sh`, step `semver`) compares the public API with every earlier release
 //! of the same series through `cargo semver-checks` and fails on a break, so a break
 //! cannot ship unannounced. `CHANGELOG.md` beside the crate lists every change, release
