@@ -417,6 +417,46 @@ fn a_panic_in_apply_on_one_member_gives_every_rank_its_error_instead_of_a_hang()
     }
 }
 
+/// The same under scr-heat, an application that stops at an error: every rank prints the
+/// same error of its checkpoint's complete_output (the library agrees it), finalizes and
+/// exits with status 1 — no rank aborts the job and none hangs.
+#[test]
+fn a_panic_in_apply_on_one_member_ends_scr_heat_alike_on_every_rank() {
+    let mut c = one_member_fails("PANIC_ONE");
+    c.set("SCR_ABORT_TIMEOUT", "60");
+    let started = std::time::Instant::now();
+    let out = c.run(
+        FOUR_NODES,
+        "scr-heat",
+        &["--steps", "10", "--every", "5", "--cells", CELLS],
+    );
+    let took = started.elapsed();
+    assert!(out.stdout.contains("ranks 4"), "world size\n{out}");
+    assert_ne!(out.code, 70, "the library aborted the job\n{out}");
+    assert_ne!(out.code, 2, "scr-heat aborted the job\n{out}");
+    assert_eq!(out.code, 1, "{out}");
+    assert!(took < std::time::Duration::from_secs(30), "{took:?}\n{out}");
+    let errors: Vec<(String, String)> = out
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("scr-heat["))
+        .filter_map(|l| l.split_once("]: error: "))
+        .map(|(r, e)| (r.to_string(), e.to_string()))
+        .collect();
+    let mut ranks: Vec<&str> = errors.iter().map(|(r, _)| r.as_str()).collect();
+    ranks.sort_unstable();
+    assert_eq!(ranks, ["0", "1", "2", "3"], "one error per rank\n{out}");
+    for (r, e) in &errors {
+        assert_eq!(e, &errors[0].1, "rank {r}");
+    }
+    assert!(
+        errors[0].1.starts_with("complete_output ckpt.5: redundancy could not be applied, dataset discarded: on rank 1: ")
+            && errors[0].1.contains("panicked in apply: deliberate panic in apply on member 1"),
+        "{}",
+        errors[0].1
+    );
+}
+
 /// The same in recover at init: a checkpoint is kept by one job (apply succeeds), the next
 /// job's init asks the scheme to verify it, member 1 panics in recover while the others
 /// wait for it — in a reduction (member 0) or a receive (members 2 and 3). Every rank

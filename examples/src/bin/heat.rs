@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives, Root};
-use scr_api::{mpi, Flags, Scr};
+use scr_api::{mpi, Flags, Scr, ScrError};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -98,21 +98,54 @@ fn main() {
         // tests check this: a wrong mpiexec silently runs N singletons of 1 rank each
         println!("ranks {size}");
     }
-    if let Err(e) = run(&args, &world, rank, size) {
-        // (the library was dropped without finalizing: other ranks may be waiting in a
-        // collective call, so end the whole job)
-        eprintln!("scr-heat[{rank}]: error: {e}");
-        world.abort(2);
+    match run(&args, &world, rank, size) {
+        Ok(()) => {}
+        Err(e @ ScrError::Collective(_)) => {
+            // every rank returned this same error and finalized (see `run`): the job ends
+            // on every rank alike, with MPI finalized, and status 1
+            eprintln!("scr-heat[{rank}]: error: {e}");
+            drop(universe);
+            std::process::exit(1);
+        }
+        Err(e) => {
+            // (the library was dropped without finalizing: other ranks may be waiting in
+            // a collective call, so end the whole job)
+            eprintln!("scr-heat[{rank}]: error: {e}");
+            world.abort(2);
+        }
     }
 }
 
+/// Init, [`compute`], finalize. An error of a collective call that the library returns
+/// alike on every rank (`ScrError::Collective`: a scheme that failed on one member, say)
+/// leaves the ranks in step, so the run still finalizes on every rank and ends cleanly;
+/// any other error leaves the library unfinalized.
 fn run(
     args: &Args,
     world: &mpi::topology::SimpleCommunicator,
     rank: i32,
     size: i32,
-) -> Result<(), scr_api::ScrError> {
+) -> Result<(), ScrError> {
     let mut scr = Scr::init(world)?;
+    match compute(args, world, rank, size, &mut scr) {
+        Ok(()) => scr.finalize(),
+        Err(e @ ScrError::Collective(_)) => {
+            scr.finalize()?;
+            Err(e)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The time steps, restarting from the newest usable checkpoint and checkpointing as
+/// the library asks; rank 0 prints the final state's CRC32.
+fn compute(
+    args: &Args,
+    world: &mpi::topology::SimpleCommunicator,
+    rank: i32,
+    size: i32,
+    scr: &mut Scr,
+) -> Result<(), ScrError> {
     for lost in scr.lost_datasets() {
         if rank == 0 {
             println!("lost: {lost}");
@@ -240,5 +273,5 @@ fn run(
         root.gather_into(&crc);
     }
     world.barrier();
-    scr.finalize()
+    Ok(())
 }
