@@ -55,14 +55,18 @@ impl LogicalFile {
     /// unchanged: [`LogicalFile::create_in`] with the directory the files have in common
     /// (made first when missing, as 0.1.0 made every file's parent directories). The
     /// levels from that directory down are checked as `create_in` checks them; the levels
-    /// above it are not, since 0.1.0 was not told which directory is the dataset's.
+    /// above it are not, since 0.1.0 was not told which directory is the dataset's. As
+    /// with `create_in`, files are created with mode 0600 and directories 0700 (0.1.0
+    /// left both to the umask).
     #[deprecated(
         since = "0.1.1",
         note = "pass the dataset directory: `LogicalFile::create_in(dir, metas)`, which refuses symbolic links below it (see scr_plugin::manual::versions)"
     )]
     pub fn create(metas: &[FileMeta]) -> PluginResult<Self> {
-        let Some(top) = common_parent(metas) else {
-            return Self::with(Some(Path::new(".")), metas);
+        let top = match common_parent(metas) {
+            // relative names without a directory: the working directory, as in 0.1.0
+            Some(top) if !top.as_os_str().is_empty() => top,
+            _ => PathBuf::from("."),
         };
         std::fs::create_dir_all(&top).map_err(|e| PluginError::io(top.display(), e))?;
         Self::with(Some(&top), metas)

@@ -209,7 +209,7 @@ pub const KEYS: &[Key] = &[
     Key { name: "crc_on_restart", ty: Type::Bool, default: Default::Fixed("true"),
           doc: "Check every cached file against its recorded size and CRC32 at init, before it is offered for restart, read by a rebuild, or recorded as rebuilt; a file that fails counts as lost. It costs one read of the cached data at init" },
     Key { name: "crc_on_flush", ty: Type::Bool, default: Default::Fixed("true"),
-          doc: "Also ask the transfer type for the CRC32 of what it copied, checked against the host's; the host re-reads every flushed or fetched file and checks its size and CRC32 in any case" },
+          doc: "Also ask the transfer type for the CRC32 of what it copied, checked against the host's; the host re-reads every flushed or fetched file and checks its size and CRC32 in any case. For a dataset that bypasses the cache (nothing is copied), whether complete_output reads its files back for a CRC32 (read once per file, by the lowest rank writing it); without one, a restart checks their sizes only" },
     Key { name: "crc_on_delete", ty: Type::Bool, default: Default::Fixed("false"),
           doc: "Check each file's CRC32 before a dataset is deleted from cache and warn, naming rank and file, when the cache damaged it (the files are deleted either way)" },
     Key { name: "checkpoint_interval", ty: U, default: Default::Fixed("0"),

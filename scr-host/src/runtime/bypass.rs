@@ -28,11 +28,17 @@ impl Runtime {
     pub(in crate::runtime) fn route_bypass(&mut self, rel: &Path) -> Result<PathBuf> {
         let key = rel.to_string_lossy().into_owned();
         let path = self.job.prefix.join(rel);
-        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(ScrError::Usage(format!(
-                "route_file: {} is a symbolic link; it is not written through: remove it",
-                path.display()
-            )));
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(ScrError::Usage(format!(
+                    "route_file: {} is a symbolic link; it is not written through: remove it",
+                    path.display()
+                )));
+            }
+            // a file of an earlier dataset, perhaps of a checkpoint still recorded: said
+            // once the dataset completes (see `complete_bypass`)
+            Ok(_) => self.bypass_overwrites = true,
+            Err(_) => {}
         }
         self.record_routed(&key)?;
         if let Some(parent) = path.parent() {
@@ -54,6 +60,19 @@ impl Runtime {
         valid: bool,
     ) -> Result<bool> {
         let all_valid = self.all_agree(valid);
+        // Names reused from an earlier dataset are written over in place (the parallel
+        // file system holds the only copy): an older checkpoint that owns them no longer
+        // matches its record, and its check refuses it at restart. Said, so that the
+        // application can name each checkpoint's files apart.
+        let mine = std::mem::take(&mut self.bypass_overwrites);
+        let overwrote = !self.all_agree(!mine);
+        if overwrote {
+            self.warn(&format!(
+                "{} (bypass) wrote over files that already existed in the prefix {}: an older checkpoint that owns them no longer matches its record and is refused at restart; give each checkpoint its own file names (a directory per checkpoint, say) to keep older ones usable",
+                out.record.name,
+                self.job.prefix.display()
+            ));
+        }
         let crc = self.config.get(settings::CRC_ON_FLUSH);
         let buf = self.buf_size();
         let mine: RankOutcome = if all_valid {

@@ -131,6 +131,7 @@ impl Runtime {
             },
             output: None,
             credit: std::cell::Cell::new(None),
+            bypass_overwrites: false,
             restart: RestartState::default(),
             policy: Policy::new(),
             // until init succeeds, dropping the half-built runtime is not a missed finalize

@@ -197,6 +197,9 @@ pub struct Runtime {
     flushing: flush::Flushing,
     /// `Some` when the library is disabled (`enable = false`): the calls pass through.
     passthrough: Option<Passthrough>,
+    /// The bypass dataset being written routed a name that already existed in the
+    /// prefix (see `bypass`).
+    bypass_overwrites: bool,
     /// The world rank credited with the last settled scheme call's failure when this rank
     /// returned its set's agreed error (see [`Runtime::first_failure_credited`]).
     credit: std::cell::Cell<Option<u32>>,

@@ -404,6 +404,9 @@ impl Runtime {
                 self.restart.skipped.extend(cached);
                 self.restart.wanted = Some(name.to_string());
                 self.drop_after_current(name, found);
+                if let Some(anchor) = found {
+                    self.drop_newer_cached(anchor)?;
+                }
                 return Ok(());
             }
         }
@@ -419,7 +422,35 @@ impl Runtime {
         self.restart.skipped.extend(newer);
         self.restart.skipped.retain(|&s| s != id);
         self.drop_after_current(name, Some(id));
-        Ok(())
+        self.drop_newer_cached(id)
+    }
+
+    /// With `drop_after_current`: the cached datasets newer than the chosen one (dataset
+    /// `anchor`) leave the cache too, not only the index (collective). Passing them over
+    /// in this run is not enough: a relaunch of the same job, which does not apply
+    /// `current` again, would otherwise restart from one of them. Background flushes end
+    /// first (one of them may be of such a dataset, and recording it would bring it back
+    /// into the index).
+    fn drop_newer_cached(&mut self, anchor: u64) -> Result<()> {
+        if !self.config.get(settings::DROP_AFTER_CURRENT) {
+            return Ok(());
+        }
+        self.wait_flushes(false);
+        let newer: Vec<_> = self
+            .cache
+            .filemap
+            .datasets
+            .values()
+            .filter(|d| d.id > anchor)
+            .cloned()
+            .collect();
+        let mut removed = Ok(());
+        for rec in &newer {
+            if let Err(e) = self.remove_local(rec) {
+                removed = Err(e);
+            }
+        }
+        self.agree_changed("drop_after_current", removed)
     }
 }
 

@@ -1995,3 +1995,43 @@ fn a_panic_in_recover_on_one_member_gives_every_rank_its_error_in_process() {
         );
     }
 }
+
+/// `drop_after_current` with the newer checkpoints still in cache: they leave the cache as
+/// well as the index, so a relaunch of the job (which does not choose again) restarts
+/// from the chosen checkpoint, not from a newer cached one; without it, the relaunch
+/// takes the newest cached one.
+#[test]
+fn drop_after_current_drops_the_newer_cached_datasets_so_a_relaunch_keeps_the_choice() {
+    for (drop, relaunch) in [("1", "ckpt.2"), ("0", "ckpt.3")] {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes = ["n0", "n1"];
+        let prefix = dir.path().join("prefix");
+        let env = [
+            ("SCR_FLUSH", "0"),
+            ("SCR_CACHE_SIZE", "3"),
+            ("SCR_DROP_AFTER_CURRENT", drop),
+        ];
+        job(dir.path(), &nodes, &env, |rt, r| {
+            write_range(rt, dir.path(), r, 1..=3)
+        });
+        let out = job_with(dir.path(), &nodes, &env, C_ORDER, |rt, r| {
+            rt.current("ckpt.2").expect("current");
+            read_back(rt, &prefix, r)
+        });
+        for (r, (line, end, _)) in out.iter().enumerate() {
+            assert_eq!(line, "ckpt.2 exact=true from cache", "drop {drop} rank {r}");
+            assert_eq!(end, &Ok(()), "drop {drop} rank {r}");
+        }
+        let out = job_with(dir.path(), &nodes, &env, C_ORDER, |rt, r| {
+            read_back(rt, &prefix, r)
+        });
+        for (r, (line, end, _)) in out.iter().enumerate() {
+            assert_eq!(
+                line,
+                &format!("{relaunch} exact=true from cache"),
+                "drop {drop} rank {r}"
+            );
+            assert_eq!(end, &Ok(()), "drop {drop} rank {r}");
+        }
+    }
+}

@@ -104,10 +104,18 @@ impl Window {
     /// `work` inside the window: entered, run, left (the window passed on whatever
     /// `work` returned). `work` must make no collective call.
     pub(in crate::runtime) fn run<T>(&self, world: &dyn World, work: impl FnOnce() -> T) -> T {
+        /// Leaves the window when dropped: also when `work` panics, so that a caller
+        /// that catches the panic (the C API does) leaves no rank r + W waiting for this
+        /// turn forever.
+        struct Leave<'a>(&'a Window, &'a dyn World);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.leave(self.1);
+            }
+        }
         self.enter(world);
-        let out = work();
-        self.leave(world);
-        out
+        let _leave = Leave(self, world);
+        work()
     }
 }
 
