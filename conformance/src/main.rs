@@ -682,6 +682,10 @@ impl SchemeUnderTest for SettledScheme<'_> {
         self.host.begin_call();
         self.settled("remove", self.loaded.remove(host, dataset))
     }
+    // (forwarded: the default would test every scheme as relying on the host's check)
+    fn survivor_check(&self) -> scr_plugin::SurvivorCheck {
+        self.loaded.survivor_check()
+    }
 }
 
 /// Rank 0 merges every set's cases (each set's leader sends its list) and reports each
