@@ -16,6 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::world::Op;
 use super::{first_failure, io_err, Output, Result, Runtime, ScrError};
 use crate::config::settings;
 use crate::state::prefix::FlushedFile;
@@ -59,13 +60,16 @@ impl Runtime {
         mut out: Output,
         valid: bool,
     ) -> Result<bool> {
-        let all_valid = self.all_agree(valid);
         // Names reused from an earlier dataset are written over in place (the parallel
         // file system holds the only copy): an older checkpoint that owns them no longer
         // matches its record, and its check refuses it at restart. Said, so that the
-        // application can name each checkpoint's files apart.
-        let mine = std::mem::take(&mut self.bypass_overwrites);
-        let overwrote = !self.all_agree(!mine);
+        // application can name each checkpoint's files apart. (One reduction agrees on
+        // both: whether any rank said invalid, whether any rank wrote over a file.)
+        let overwrites = std::mem::take(&mut self.bypass_overwrites);
+        let any = self
+            .world
+            .all_reduce_u64s(&[u64::from(!valid), u64::from(overwrites)], Op::Max);
+        let (all_valid, overwrote) = (any[0] == 0, any[1] == 1);
         if overwrote {
             self.warn(&format!(
                 "{} (bypass) wrote over files that already existed in the prefix {}: an older checkpoint that owns them no longer matches its record and is refused at restart; give each checkpoint its own file names (a directory per checkpoint, say) to keep older ones usable",

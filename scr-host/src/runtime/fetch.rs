@@ -12,7 +12,7 @@ use crate::transfer::{collect, Planned};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::{now_secs, DatasetRecord, FileRecord, Result, Runtime, ScrError};
+use super::{now_secs, DatasetRecord, DescriptorRecord, FileRecord, Result, Runtime, ScrError};
 use crate::events::Event;
 use crate::integrity;
 use crate::state::prefix::{
@@ -445,7 +445,12 @@ impl Runtime {
             checkpoint_id: entry.checkpoint_id,
             output: entry.output,
             complete: false,
-            descriptor: self.job.reddescs[desc].record.clone(),
+            // fetched into cache and protected there, whatever the descriptor says of
+            // new datasets (a bypass descriptor's record would route it to the prefix)
+            descriptor: DescriptorRecord {
+                bypass: false,
+                ..self.job.reddescs[desc].record.clone()
+            },
             files: mine
                 .iter()
                 .map(|f| FileRecord {

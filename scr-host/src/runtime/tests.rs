@@ -254,11 +254,28 @@ const CHECKPOINT: OutputFlags = OutputFlags {
 
 /// Write checkpoint `name` (one file `file` per rank in the prefix directory).
 fn write_checkpoint(rt: &mut Runtime, dir: &Path, name: &str, file: &str) -> Result<bool> {
-    rt.start_output(name, CHECKPOINT)?;
+    write_dataset(rt, dir, name, file, CHECKPOINT)
+}
+
+/// Dataset `name` with `flags`, one file `file` holding "`name` `file`".
+fn write_dataset(
+    rt: &mut Runtime,
+    dir: &Path,
+    name: &str,
+    file: &str,
+    flags: OutputFlags,
+) -> Result<bool> {
+    rt.start_output(name, flags)?;
     let p = rt.route_file(&dir.join("prefix").join(file))?;
     std::fs::write(&p, format!("{name} {file}")).map_err(io_err(&p))?;
     rt.complete_output(true)
 }
+
+/// An output dataset that is not a checkpoint.
+const OUTPUT: OutputFlags = OutputFlags {
+    checkpoint: false,
+    output: true,
+};
 
 /// A rank that cannot record a dataset as complete after every rank decided to keep it
 /// (an injected control-directory failure on rank 2) makes every rank discard it, keeps
@@ -1586,17 +1603,7 @@ fn drop_after_current_drops_the_newer_datasets_from_the_index_only() {
         let prefix = dir.path().join("prefix");
         job(dir.path(), &nodes, &[("SCR_FLUSH", "1")], |rt, r| {
             write_range(rt, dir.path(), r, 1..=3);
-            rt.start_output(
-                "out.4",
-                OutputFlags {
-                    checkpoint: false,
-                    output: true,
-                },
-            )
-            .unwrap();
-            let p = rt.route_file(&prefix.join(format!("o4_{r}"))).unwrap();
-            std::fs::write(&p, "out").unwrap();
-            assert!(rt.complete_output(true).unwrap());
+            assert!(write_dataset(rt, dir.path(), "out.4", &format!("o4_{r}"), OUTPUT).unwrap());
         });
         assert_eq!(indexed(&prefix), ["ckpt.1", "ckpt.2", "ckpt.3", "out.4"]);
         for base in ["cache", "cntl"] {
@@ -1649,17 +1656,11 @@ fn prefix_size_keeps_a_window_of_checkpoints_in_the_prefix() {
         let out = job(dir.path(), &nodes, &env, |rt, r| {
             write_range(rt, dir.path(), r, 1..=1);
             // ckpt.2 is a checkpoint and an output: never deleted by the window
-            rt.start_output(
-                "ckpt.2",
-                OutputFlags {
-                    checkpoint: true,
-                    output: true,
-                },
-            )
-            .unwrap();
-            let p = rt.route_file(&prefix.join(format!("f2_{r}"))).unwrap();
-            std::fs::write(&p, format!("ckpt.2 f2_{r}")).unwrap();
-            assert!(rt.complete_output(true).unwrap());
+            let both = OutputFlags {
+                checkpoint: true,
+                output: true,
+            };
+            assert!(write_dataset(rt, dir.path(), "ckpt.2", &format!("f2_{r}"), both).unwrap());
             write_range(rt, dir.path(), r, 3..=5);
         });
         assert!(out.iter().all(|(_, end)| end.is_ok()), "{out:?}");
@@ -1697,17 +1698,7 @@ fn prefix_purge_deletes_every_indexed_dataset_before_the_restart_is_chosen() {
         let prefix = dir.path().join("prefix");
         job(dir.path(), &nodes, &[("SCR_FLUSH", "1")], |rt, r| {
             write_range(rt, dir.path(), r, 1..=2);
-            rt.start_output(
-                "out.3",
-                OutputFlags {
-                    checkpoint: false,
-                    output: true,
-                },
-            )
-            .unwrap();
-            let p = rt.route_file(&prefix.join(format!("o3_{r}"))).unwrap();
-            std::fs::write(&p, "out").unwrap();
-            assert!(rt.complete_output(true).unwrap());
+            assert!(write_dataset(rt, dir.path(), "out.3", &format!("o3_{r}"), OUTPUT).unwrap());
         });
         assert_eq!(indexed(&prefix), ["ckpt.1", "ckpt.2", "out.3"]);
         if !cache_kept {

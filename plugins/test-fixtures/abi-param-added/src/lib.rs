@@ -62,66 +62,7 @@ pub trait FfiScheme: Send + Sync {
     }
 }
 
-/// An owned scheme object of this copy of the contract.
-pub type SchemeBox = FfiScheme_TO<'static, RBox<()>>;
-
-/// The root module, as in `scr-plugin/src/abi.rs` (its `new_scheme` returns this copy's
-/// scheme object).
-#[repr(C)]
-#[derive(StableAbi)]
-#[sabi(kind(Prefix(prefix_ref = PluginModRef)))]
-#[sabi(missing_field(panic))]
-pub struct PluginMod {
-    pub abi_version: u32,
-    pub library: extern "C" fn() -> RResult<LibraryInfo, PluginError>,
-    pub new_scheme: extern "C" fn(&SchemeConfig) -> RResult<SchemeBox, PluginError>,
-    pub new_transfer:
-        extern "C" fn(&TransferConfig, HostRef<'_>) -> RResult<TransferBox, PluginError>,
-    #[sabi(last_prefix_field)]
-    pub resume_transfer:
-        extern "C" fn(&TransferConfig, HostRef<'_>) -> RResult<TransferBox, PluginError>,
-}
-
-impl RootModule for PluginModRef {
-    declare_root_module_statics! {PluginModRef}
-    const BASE_NAME: &'static str = "scr_plugin";
-    const NAME: &'static str = "scr_plugin";
-    const VERSION_STRINGS: VersionStrings = package_version_strings!();
-}
-
 const NAME: &str = "scr-fixture-abi-param-added";
 
-fn refused() -> PluginError {
-    PluginError::new(
-        ErrorCode::UNSUPPORTED,
-        "a layout-mismatch fixture provides nothing",
-    )
-}
-
-extern "C" fn library() -> RResult<LibraryInfo, PluginError> {
-    scr_plugin::guard(NAME, "library", || Err(refused()))
-}
-
-extern "C" fn new_scheme(_: &SchemeConfig) -> RResult<SchemeBox, PluginError> {
-    scr_plugin::guard(NAME, "new_scheme", || Err(refused()))
-}
-
-extern "C" fn new_transfer(
-    _: &TransferConfig,
-    _: HostRef<'_>,
-) -> RResult<TransferBox, PluginError> {
-    scr_plugin::guard(NAME, "new_transfer", || Err(refused()))
-}
-
-/// The exported root module.
-#[abi_stable::export_root_module]
-pub fn root() -> PluginModRef {
-    PluginMod {
-        abi_version: scr_plugin::ABI_VERSION,
-        library,
-        new_scheme,
-        new_transfer,
-        resume_transfer: new_transfer,
-    }
-    .leak_into_prefix()
-}
+// the root module and its entry points, shared by the abi-* fixtures
+include!("../../abi-root.rs");
