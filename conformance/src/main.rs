@@ -197,7 +197,9 @@ fn start_hang_watchdog(timeout: u64, plugin: String, rank: i32) {
         if rank == 0 {
             println!("FAIL {}: {line}", p.case);
         }
-        eprintln!("error: rank {rank}: {line}");
+        // one write, so that ranks' lines merged by mpiexec do not interleave mid-line
+        let whole = format!("error: rank {rank}: {line}\n");
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), whole.as_bytes());
         for d in &p.dirs {
             let _ = std::fs::remove_dir_all(d);
         }

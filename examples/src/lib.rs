@@ -9,6 +9,23 @@ use scr_api::mpi::collective::SystemOperation;
 use scr_api::mpi::topology::SimpleCommunicator;
 use scr_api::mpi::traits::CommunicatorCollectives;
 
+/// Print one line to stderr in a single write. Under mpiexec every rank's stderr is merged
+/// by the launcher as it arrives, and `eprintln!` writes a formatted line piece by piece
+/// (stderr is unbuffered), so two ranks' lines interleave mid-line ("scr-heat[scr-heat[2]:
+/// ..."). One `write_all` of the whole line keeps it whole.
+pub fn say(line: std::fmt::Arguments<'_>) {
+    let mut text = line.to_string();
+    text.push('\n');
+    // (stderr closed or full: nothing better to do with the message)
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// `eprintln!` whose line reaches stderr in one write: see [`say`].
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => { $crate::say(format_args!($($arg)*)) };
+}
+
 /// The largest `secs` over all ranks (a collective step takes as long as its slowest rank).
 pub fn slowest(world: &SimpleCommunicator, secs: f64) -> f64 {
     let mut out = 0.0f64;

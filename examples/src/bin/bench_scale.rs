@@ -309,7 +309,7 @@ fn worker(args: &Args) -> Result<(), Error> {
                 Err(e) => Err(e.to_string()),
             };
             if let Err(e) = &written {
-                eprintln!("scr-bench-scale: rank {rank}: {e}");
+                scr_examples::say!("scr-bench-scale: rank {rank}: {e}");
             }
             Ok(scr.complete_output(written.is_ok())?)
         })?;

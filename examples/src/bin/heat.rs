@@ -103,14 +103,14 @@ fn main() {
         Err(e @ ScrError::Collective(_)) => {
             // every rank returned this same error and finalized (see `run`): the job ends
             // on every rank alike, with MPI finalized, and status 1
-            eprintln!("scr-heat[{rank}]: error: {e}");
+            scr_examples::say!("scr-heat[{rank}]: error: {e}");
             drop(universe);
             std::process::exit(1);
         }
         Err(e) => {
             // (the library was dropped without finalizing: other ranks may be waiting in
             // a collective call, so end the whole job)
-            eprintln!("scr-heat[{rank}]: error: {e}");
+            scr_examples::say!("scr-heat[{rank}]: error: {e}");
             world.abort(2);
         }
     }
@@ -177,7 +177,9 @@ fn compute(
             .and_then(|b| decode(&b, n))
             .filter(|(s, _)| Some(*s) == named_step);
         if loaded.is_none() {
-            eprintln!("scr-heat[{rank}]: {name} is unreadable here; asking for an older one");
+            scr_examples::say!(
+                "scr-heat[{rank}]: {name} is unreadable here; asking for an older one"
+            );
         }
         if scr.complete_restart(loaded.is_some())? {
             let (s, data) = loaded.expect("valid on this rank");

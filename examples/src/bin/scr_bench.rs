@@ -246,7 +246,7 @@ fn main() {
     let root = args.dir.join(format!("scr-bench.{job}"));
     if let Err(e) = run(&args, &world, &root) {
         // every rank says why: an error may be one rank's alone (mpiexec then ends the job)
-        eprintln!("scr-bench: rank {}: {e}", world.rank());
+        scr_examples::say!("scr-bench: rank {}: {e}", world.rank());
         // every rank sweeps what it can reach (ranks on one node race here, harmlessly)
         let _ = std::fs::remove_dir_all(&root);
         std::process::exit(1);
@@ -511,7 +511,7 @@ fn scheme_run(
             Err(e) => Err(e.to_string()),
         };
         if let Err(e) = &written {
-            eprintln!("scr-bench: rank {rank}: {e}");
+            scr_examples::say!("scr-bench: rank {rank}: {e}");
         }
         let t1 = Instant::now();
         let kept = scr.complete_output(written.is_ok())?;
@@ -569,7 +569,7 @@ fn scheme_run(
             Err(e) => Err(e.to_string()),
         };
         if let Err(e) = &same {
-            eprintln!("scr-bench: rank {rank}: {e}");
+            scr_examples::say!("scr-bench: rank {rank}: {e}");
         }
         let same = same.is_ok();
         let all_same = scr.complete_restart(same)?;
