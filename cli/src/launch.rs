@@ -73,6 +73,23 @@ pub enum NodesCommand {
         /// configuration's `prefix`).
         #[arg(long, value_name = "DIR")]
         prefix: Option<PathBuf>,
+        /// Check only this host's own directories and their free space (what `scr run`
+        /// asks each node through the remote runner); prints `HOST: REASON` when down.
+        #[arg(long, conflicts_with = "nodes")]
+        here: bool,
+        /// Ranks per node, for the free-space estimate.
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        ranks_per_node: u64,
+    },
+    /// End what a failed launch of `scr run` left running on this host: every process
+    /// of this user whose environment holds SCR_RUN_STEP=TAG (SIGTERM, then SIGKILL after
+    /// a few seconds). `scr run` runs this on each node of the launch, through the remote
+    /// runner, before it relaunches. Prints what it ended; exit 0, or 1 when a process
+    /// survived.
+    Clean {
+        /// The launch's tag (SCR_RUN_STEP).
+        #[arg(long, value_name = "TAG")]
+        step: String,
     },
 }
 
@@ -189,7 +206,37 @@ pub fn run(config: &Config, args: &RunArgs) -> u8 {
 
 /// `scr nodes ...`.
 pub fn nodes(config: &Config, cmd: &NodesCommand) -> u8 {
-    let NodesCommand::Down { nodes, prefix } = cmd;
+    let (nodes, prefix, here, ranks_per_node) = match cmd {
+        NodesCommand::Clean { step } => {
+            let ended = launch::clean::end_step(step, std::time::Duration::from_secs(5));
+            let survived = !ended.1.is_empty();
+            println!("{}", launch::describe_ended(ended));
+            return u8::from(survived);
+        }
+        NodesCommand::Down {
+            nodes,
+            prefix,
+            here,
+            ranks_per_node,
+        } => (nodes, prefix, *here, *ranks_per_node),
+    };
+    if here {
+        let check = match launch::NodeCheck::new(config, &prefix_or(config, prefix), ranks_per_node)
+        {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!("{e}");
+                return exit::INVALID;
+            }
+        };
+        return match check.down_here() {
+            None => 0,
+            Some(why) => {
+                println!("{}: {why}", check.this_host);
+                1
+            }
+        };
+    }
     let down = match launch::down_nodes(config, nodes.as_deref(), &prefix_or(config, prefix)) {
         Ok(d) => d,
         Err(e) => {

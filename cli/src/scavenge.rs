@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use scr_host::config::Config;
-use scr_host::scavenge::{self as sv, Added, Progress, Scavenger};
+use scr_host::scavenge::{self as sv, Added, NodeCopy, Parts, Progress, Scavenger};
 use scr_host::state::prefix::{self, Index};
 
 /// Exit statuses of `scr scavenge`, `scr postrun` and `scr index add`.
@@ -36,6 +36,18 @@ pub struct ScavengeArgs {
     /// No progress display; plain lines only.
     #[arg(long)]
     pub quiet: bool,
+    /// Copy nothing: print each complete dataset in these nodes' cache as one JSON line
+    /// (what `scr postrun` asks a node before choosing the dataset to scavenge).
+    #[arg(long, conflicts_with_all = ["data_only", "redundancy_of"])]
+    pub list: bool,
+    /// Copy the application files only, not the redundancy files (`scr postrun`'s first
+    /// round; it asks for redundancy files only where a rank has to be rebuilt).
+    #[arg(long, requires = "id", conflicts_with = "redundancy_of")]
+    pub data_only: bool,
+    /// Copy only the redundancy files of these ranks (comma-separated), adding them to
+    /// what the first round staged (`scr postrun`'s second round).
+    #[arg(long, value_name = "RANKS", requires = "id", value_delimiter = ',')]
+    pub redundancy_of: Vec<u32>,
 }
 
 /// `scr postrun`: scavenge the newest checkpoint into the prefix after the job step.
@@ -120,7 +132,9 @@ fn tools(
     quiet: bool,
     given: &[String],
 ) -> (Scavenger, Vec<String>) {
-    let sc = Scavenger::new(config, prefix.clone(), Box::new(Shown::new(quiet)));
+    let runner = remote_runner(&config);
+    let sc =
+        Scavenger::new(config, prefix.clone(), Box::new(Shown::new(quiet))).with_runner(runner);
     let nodes = if given.is_empty() {
         sc.reachable_nodes()
     } else {
@@ -129,9 +143,40 @@ fn tools(
     (sc, nodes)
 }
 
+/// The remote runner for the allocation `config` describes (none with simulated nodes:
+/// their directories are all here).
+fn remote_runner(config: &Config) -> Option<scr_host::remote::Runner> {
+    if !config
+        .get(scr_host::config::settings::NODE_NAMES)
+        .is_empty()
+    {
+        return None;
+    }
+    let env = |v: &str| std::env::var(v).ok();
+    let nodes = scr_host::launch::allocation(config, &env)
+        .map(|a| a.nodes)
+        .unwrap_or_default();
+    scr_host::remote::Runner::from_config(config, &nodes, &env)
+}
+
 /// Run `scr scavenge`.
 pub fn scavenge_command(config: Config, args: &ScavengeArgs) -> ExitCode {
     let (sc, nodes) = tools(config, &args.prefix, args.quiet, &args.node);
+    if args.list {
+        for node in &nodes {
+            for line in sc.listing(node) {
+                println!("{line}");
+            }
+        }
+        return ExitCode::SUCCESS;
+    }
+    let parts = if args.data_only {
+        Parts::Data
+    } else if !args.redundancy_of.is_empty() {
+        Parts::RedundancyOf(args.redundancy_of.iter().copied().collect())
+    } else {
+        Parts::All
+    };
     let id = match sv::choose(&sc, &nodes, args.id) {
         Ok(id) => id,
         Err(nothing) => {
@@ -139,7 +184,7 @@ pub fn scavenge_command(config: Config, args: &ScavengeArgs) -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
-    let bad = sv::scavenge(&sc, &nodes, id).failed;
+    let bad = sv::scavenge(&sc, &nodes, id, &parts).failed;
     println!(
         "dataset {id}: staged in {}; run `scr postrun --no-copy --id {id}` once every node is done",
         sv::stage_dir(sc.prefix(), id).display()
@@ -170,10 +215,14 @@ pub fn postrun_command(config: Config, args: &PostrunArgs) -> ExitCode {
     };
     let started = Instant::now();
     if !args.no_copy {
-        let copied = sv::copy_afresh(&sc, &nodes, id);
+        let copied = sc.copy_across(&nodes, id);
+        report_nodes(&copied);
         println!(
             "copied {} from {} node(s)",
-            sv::rate(copied.bytes, started.elapsed().as_secs_f64()),
+            sv::rate(
+                copied.iter().map(|c| c.bytes).sum(),
+                started.elapsed().as_secs_f64()
+            ),
             nodes.len()
         );
     }
@@ -196,6 +245,30 @@ pub fn postrun_command(config: Config, args: &PostrunArgs) -> ExitCode {
                 }
             ))
         }
+    }
+}
+
+/// Say per node what postrun's copy did: the ranks copied (and whose redundancy files
+/// were read for a rebuild), the ranks refused with the reason, a node not reached.
+fn report_nodes(copied: &[NodeCopy]) {
+    for c in copied {
+        let mut parts = Vec::new();
+        if let Some(why) = &c.unreached {
+            parts.push(format!("not reached: {why}"));
+        }
+        if !c.copied.is_empty() {
+            parts.push(format!("copied ranks {:?}", c.copied));
+        }
+        if !c.redundancy_of.is_empty() {
+            parts.push(format!("redundancy of ranks {:?}", c.redundancy_of));
+        }
+        for (r, why) in &c.refused {
+            parts.push(format!("rank {r} refused: {why}"));
+        }
+        if parts.is_empty() {
+            parts.push("no files of this dataset".into());
+        }
+        println!("node {}: {}", c.node, parts.join("; "));
     }
 }
 

@@ -48,6 +48,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+pub mod clean;
 mod env;
 pub mod nodes;
 pub use env::{env, halt_reason, Env};
@@ -396,8 +397,18 @@ impl<'a> Relaunch<'a> {
     /// Read the loop's settings and announce the allocation; `Err(outcome)` when the
     /// node checks cannot be set up (the reason printed).
     fn new(config: &'a Config, opts: &'a RunOptions, plan: &'a Plan) -> Result<Self, RunOutcome> {
+        let env = |v: &str| std::env::var(v).ok();
+        // (simulated nodes are all here: no runner)
+        let runner = plan
+            .layout
+            .is_none()
+            .then(|| crate::remote::Runner::from_config(config, &plan.alloc.nodes, &env))
+            .flatten();
+        if let Some(r) = &runner {
+            opts.say(format!("reaching the nodes through {}", r.source));
+        }
         let check = match NodeCheck::new(config, &opts.prefix, plan.ranks_per_node) {
-            Ok(c) => c,
+            Ok(c) => c.with_runner(runner),
             Err(e) => {
                 tracing::error!("{e}");
                 return Err(RunOutcome::Failed);
@@ -471,6 +482,9 @@ impl<'a> Relaunch<'a> {
                 ));
                 break;
             }
+            if attempt > 1 {
+                self.end_previous(attempt - 1);
+            }
             let Some(nodes) = self.next_nodes() else {
                 break;
             };
@@ -493,6 +507,48 @@ impl<'a> Relaunch<'a> {
             }
         }
         false
+    }
+
+    /// Before a relaunch: end what launch `attempt` left running on each of its nodes
+    /// (see [`clean`]): here directly, elsewhere through the remote runner. A node that
+    /// cannot be reached is left to the down-node check that follows.
+    fn end_previous(&self, attempt: u64) {
+        let tag = self.step_tag(attempt);
+        let grace = Duration::from_secs(5);
+        let here_too = !self.previous.iter().any(|n| n == &self.check.this_host);
+        let ended = crate::remote::fan_out(
+            &self.previous,
+            self.check.runner.as_ref().map_or(1, |r| r.fanout),
+            |node| match &self.check.runner {
+                Some(r) if node != self.check.this_host => {
+                    let args = vec!["nodes".into(), "clean".into(), "--step".into(), tag.clone()];
+                    match r.run(node, &args, Some(r.timeout + grace)) {
+                        Ok(out) if out.code == Some(0) => out.stdout.trim().to_string(),
+                        Ok(out) => format!("its cleanup failed: {}", out.stderr.trim()),
+                        Err(why) => why,
+                    }
+                }
+                _ => describe_ended(clean::end_step(&tag, grace)),
+            },
+        );
+        // (the launch host runs the launcher: what it left here goes too)
+        let mut lines: Vec<(String, String)> = self.previous.iter().cloned().zip(ended).collect();
+        if here_too {
+            lines.push((
+                self.check.this_host.clone(),
+                describe_ended(clean::end_step(&tag, grace)),
+            ));
+        }
+        for (node, what) in lines.into_iter().filter(|(_, w)| !w.is_empty()) {
+            self.opts
+                .say(format!("node {node}: launch {attempt}: {what}"));
+        }
+    }
+
+    /// The tag of launch `attempt` in the step's environment ([`clean::STEP_VAR`]):
+    /// unique to this `scr run` and launch.
+    fn step_tag(&self, attempt: u64) -> String {
+        format!("{}.{}.{attempt}", self.state.job_id, std::process::id())
     }
 
     /// Check the nodes not yet found down, record the ones down now (they stay
@@ -584,6 +640,7 @@ impl<'a> Relaunch<'a> {
         ));
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]);
+        cmd.env(clean::STEP_VAR, self.step_tag(attempt));
         if self.plan.layout.is_some() {
             cmd.env("SCR_NODE_NAMES", self.plan.node_names(nodes));
         }
@@ -656,18 +713,30 @@ impl<'a> Relaunch<'a> {
     }
 }
 
-/// Run `scr postrun` for the prefix after the last launch on `last` (with simulated
-/// nodes, on those nodes' caches: every cache is reachable from here; with real nodes,
-/// postrun's own default, this host); whether it succeeded (said why not).
+/// What [`clean::end_step`] did, for `scr run`'s report (empty: nothing was left).
+pub fn describe_ended((found, left): (usize, Vec<u32>)) -> String {
+    match (found, left.is_empty()) {
+        (0, _) => String::new(),
+        (n, true) => format!("ended {n} process(es) it left"),
+        (n, false) => format!(
+            "ended {} of the {n} process(es) it left; still there: {left:?}",
+            n - left.len()
+        ),
+    }
+}
+
+/// Run `scr postrun` for the prefix after the last launch on `last`: on those nodes'
+/// caches (simulated nodes: all here; real nodes: through the remote runner, or this
+/// host alone without one); whether it succeeded (said why not).
 fn postrun(opts: &RunOptions, plan: &Plan, last: &[String]) -> bool {
     opts.say("running scr postrun");
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("scr"));
     let mut cmd = Command::new(exe);
     cmd.arg("postrun").arg("--prefix").arg(&opts.prefix);
+    for n in last {
+        cmd.arg("--node").arg(n);
+    }
     if plan.layout.is_some() && !last.is_empty() {
-        for n in last {
-            cmd.arg("--node").arg(n);
-        }
         cmd.env("SCR_NODE_NAMES", plan.node_names(last));
     }
     match cmd.status() {

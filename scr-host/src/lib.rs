@@ -16,6 +16,7 @@ pub mod local_mpi;
 pub mod log;
 pub(crate) mod private_dir;
 pub mod registry;
+pub mod remote;
 pub mod runtime;
 pub mod scavenge;
 pub mod show;

@@ -124,6 +124,8 @@ pub struct Scavenger {
     prefix: PathBuf,
     simulated: bool,
     progress: Box<dyn Progress>,
+    /// How nodes other than this one are reached (see [`Scavenger::with_runner`]).
+    runner: Option<crate::remote::Runner>,
 }
 
 /// Where the scavenge tools report progress: each rank's copy as it starts and ends,
@@ -131,7 +133,7 @@ pub struct Scavenger {
 /// interrupted flush left). A trait, not printing, because how to show it is the caller's
 /// choice: the `scr` command draws a bar on a terminal and plain lines otherwise, a test
 /// or another tool may collect or ignore them.
-pub trait Progress {
+pub trait Progress: Send + Sync {
     /// A copy of `bytes` bytes, described by `what` (`<node> rank <r>`), starts.
     fn start(&self, what: &str, bytes: u64);
     /// A step ended (after `bytes` more bytes; 0 for a note): `line` says what happened.
@@ -198,6 +200,7 @@ impl Scavenger {
             registry,
             config,
             progress,
+            runner: None,
         }
     }
 
@@ -206,9 +209,15 @@ impl Scavenger {
         &self.prefix
     }
 
-    /// The nodes whose directories this process can reach: every simulated node
-    /// (`node_names`, in order of first appearance), else this host.
+    /// The nodes whose caches postrun reaches: every simulated node (`node_names`, in
+    /// order of first appearance); with a remote runner, every node of the allocation;
+    /// else this host.
     pub fn reachable_nodes(&self) -> Vec<String> {
+        if !self.simulated && self.runner.is_some() {
+            if let Ok(a) = crate::launch::allocation(&self.config, &|v| std::env::var(v).ok()) {
+                return a.nodes;
+            }
+        }
         if self.simulated {
             let mut seen = BTreeSet::new();
             self.config
@@ -292,12 +301,12 @@ impl Scavenger {
     /// (and flushed, as outputs always are) must not hide the checkpoint the next run
     /// restarts from.
     pub fn newest_cached(&self, nodes: &[String]) -> Option<(u64, String, bool)> {
-        let newest = to_scavenge(
-            nodes
-                .iter()
-                .flat_map(|n| self.filemaps(n))
-                .flat_map(|m| m.datasets.into_values()),
-        )?;
+        let (records, unreached) = self.cached_records(nodes);
+        for (node, why) in unreached {
+            self.progress
+                .done(&format!("{node}: its cache could not be listed: {why}"), 0);
+        }
+        let newest = to_scavenge(records.into_iter())?;
         let index = Index::load_or_rebuild(&self.prefix).unwrap_or_else(|e| {
             tracing::warn!("{e}; treating the index as empty");
             Index::default()
@@ -310,8 +319,11 @@ impl Scavenger {
     }
 }
 
+mod across;
 mod copy;
 mod index_add;
+pub use across::NodeCopy;
+pub use copy::Parts;
 mod rebuild;
 pub use index_add::index_add;
 
@@ -371,12 +383,13 @@ pub fn choose(sc: &Scavenger, nodes: &[String], id: Option<u64>) -> Result<u64, 
     }
 }
 
-/// The per-node step on every node of `nodes` (`scr scavenge`): copy dataset `id` into
-/// staging, keeping what earlier runs staged for other nodes. The report sums the nodes.
-pub fn scavenge(sc: &Scavenger, nodes: &[String], id: u64) -> NodeReport {
+/// The per-node step on every node of `nodes` (`scr scavenge`): copy `parts` of dataset
+/// `id` into staging, keeping what earlier runs staged for other nodes. The report sums
+/// the nodes.
+pub fn scavenge(sc: &Scavenger, nodes: &[String], id: u64, parts: &Parts) -> NodeReport {
     let mut all = NodeReport::default();
     for node in nodes {
-        let r = sc.copy_node(node, id);
+        let r = sc.copy_parts(node, id, parts);
         all.copied.extend(r.copied);
         all.failed.extend(r.failed);
         all.bytes += r.bytes;
@@ -413,13 +426,6 @@ pub fn newest_staged(prefix: &Path) -> Option<u64> {
         .filter_map(|e| layout::parse_dataset_dir_name(&e.file_name().to_string_lossy()))
         .filter(|&id| stage_dir(prefix, id).is_dir())
         .max()
-}
-
-/// Postrun's own copy step: stage dataset `id` from every node in `nodes` afresh (copies
-/// left by an earlier, interrupted scavenge are not used). The report sums the nodes.
-pub fn copy_afresh(sc: &Scavenger, nodes: &[String], id: u64) -> NodeReport {
-    let _ = std::fs::remove_dir_all(stage_dir(sc.prefix(), id));
-    scavenge(sc, nodes, id)
 }
 
 /// Record the scavenge, and the nodes found lost, in the event log (`scr log` counts

@@ -211,6 +211,9 @@ settings! {
     WATCHDOG_TIMEOUT_PFS: u64 = "watchdog_timeout_pfs";
     DOWN_NODES_SCRIPT: String = "down_nodes_script";
     CACHE_FREE: u64 = "cache_free";
+    REMOTE_RUNNER: String = "remote_runner";
+    REMOTE_TIMEOUT: u64 = "remote_timeout";
+    REMOTE_FANOUT: u64 = "remote_fanout";
 }
 
 #[cfg(test)]

@@ -189,6 +189,14 @@ pub struct NodeCheck {
     pub job_dir: PathBuf,
     /// The host this runs on (its directories can be checked from here).
     pub this_host: String,
+    /// How other nodes are reached ([`NodeCheck::with_runner`]): then a node is down
+    /// when the runner cannot reach it within `remote_timeout`, and its directories are
+    /// checked there (`scr nodes down --here`); without one, by name resolution only.
+    pub runner: Option<crate::remote::Runner>,
+    /// The prefix whose index sizes the free-space check (passed to a node's own check).
+    pub prefix: PathBuf,
+    /// Ranks per node (sizes the free-space check; passed to a node's own check).
+    pub ranks_per_node: u64,
 }
 
 impl NodeCheck {
@@ -244,7 +252,23 @@ impl NodeCheck {
                 &config.get(settings::JOB_ID),
             ),
             this_host: this_host(),
+            runner: None,
+            prefix: prefix.to_path_buf(),
+            ranks_per_node: ranks_per_node.max(1),
         })
+    }
+
+    /// Check nodes other than this one through `runner` (see [`NodeCheck::runner`]).
+    pub fn with_runner(mut self, runner: Option<crate::remote::Runner>) -> NodeCheck {
+        self.runner = runner;
+        self
+    }
+
+    /// Whether `node` is the host this runs on (also when one of the names is fully
+    /// qualified and the other is not).
+    fn is_here(&self, node: &str) -> bool {
+        let short = |n: &str| n.split('.').next().unwrap_or(n).to_string();
+        node == self.this_host || short(node) == short(&self.this_host)
     }
 
     /// The down nodes among `nodes`, each with its reason, in `nodes`' order.
@@ -256,24 +280,39 @@ impl NodeCheck {
                 Err(e) => tracing::warn!("{e}"),
             }
         }
-        let mut out = Vec::new();
-        for node in nodes {
-            let why = if self.excluded.contains(node) {
+        // every node is checked at once, `remote_fanout` at a time: a node that does not
+        // answer costs `remote_timeout` once, not once per node
+        let width = self.runner.as_ref().map_or(1, |r| r.fanout);
+        let verdicts = crate::remote::fan_out(nodes, width, |node| {
+            if self.excluded.iter().any(|n| n == node) {
                 Some("listed in exclude_nodes".to_string())
             } else if let Some(r) = script_says.get(node) {
                 Some(format!("down_nodes_script: {r}"))
             } else {
                 self.check_node(node)
-            };
-            if let Some(why) = why {
-                out.push((node.clone(), why));
             }
-        }
-        out
+        });
+        nodes
+            .iter()
+            .zip(verdicts)
+            .filter_map(|(n, why)| why.map(|w| (n.clone(), w)))
+            .collect()
+    }
+
+    /// Why this host is down, as its own check sees it (`scr nodes down --here`, run on
+    /// a node through the remote runner): its directories and their free space only.
+    pub fn down_here(&self) -> Option<String> {
+        self.check_dirs(&self.this_host)
     }
 
     /// The first reason `node` is down that can be seen from here, if any.
     fn check_node(&self, node: &str) -> Option<String> {
+        if let (false, Some(runner)) = (self.simulated, &self.runner) {
+            if self.is_here(node) {
+                return self.check_dirs(node);
+            }
+            return self.check_remote(runner, node);
+        }
         if !self.simulated {
             use std::net::ToSocketAddrs;
             if (node, 0u16)
@@ -286,6 +325,44 @@ impl NodeCheck {
                 return None;
             }
         }
+        self.check_dirs(node)
+    }
+
+    /// Ask `node` through `runner` (`scr nodes down --here`), within `remote_timeout`:
+    /// not reached, or its own check's reason.
+    fn check_remote(&self, runner: &crate::remote::Runner, node: &str) -> Option<String> {
+        let args: Vec<String> = vec![
+            "nodes".into(),
+            "down".into(),
+            "--here".into(),
+            "--ranks-per-node".into(),
+            self.ranks_per_node.to_string(),
+            "--prefix".into(),
+            self.prefix.display().to_string(),
+        ];
+        match runner.run(node, &args, Some(runner.timeout)) {
+            Err(why) => Some(why),
+            Ok(out) if out.code == Some(0) => None,
+            Ok(out) if out.code == Some(1) => Some(
+                out.stdout
+                    .lines()
+                    .next()
+                    .and_then(|l| l.split_once(": ").map(|(_, why)| why.to_string()))
+                    .unwrap_or_else(|| "its own check found it down".into()),
+            ),
+            Ok(out) => Some(format!(
+                "not reached through {} ({}): {}",
+                runner.source,
+                out.code
+                    .map_or("killed by a signal".into(), |c| format!("status {c}")),
+                out.stderr.trim()
+            )),
+        }
+    }
+
+    /// Whether `node`'s control directory and node-local stores can be used (checked
+    /// here: a simulated node, or this host).
+    fn check_dirs(&self, node: &str) -> Option<String> {
         self.bases.iter().find_map(|(base, need)| {
             let dir = if self.simulated {
                 base.join(node)
@@ -464,7 +541,9 @@ pub fn down_nodes(
         .ok()
         .flatten()
         .map_or(1, |(_, r)| r);
-    let check = NodeCheck::new(config, prefix, per_node)?;
+    let env = |v: &str| std::env::var(v).ok();
+    let runner = crate::remote::Runner::from_config(config, &list, &env);
+    let check = NodeCheck::new(config, prefix, per_node)?.with_runner(runner);
     Ok(check.down(&list))
 }
 

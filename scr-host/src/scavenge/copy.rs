@@ -6,10 +6,33 @@
 use super::*;
 use crate::config::settings;
 
+/// Which of a rank's files a copy takes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Parts {
+    /// Application and redundancy files: `scr scavenge` alone, for `postrun --no-copy`.
+    All,
+    /// Application files only: postrun's first round. Redundancy files are copied only
+    /// for the sets that lost a member ([`Parts::RedundancyOf`]): a survivor's PARTNER
+    /// copy or XOR parity is read only when something has to be rebuilt from it.
+    Data,
+    /// The redundancy files of these ranks, added to the manifests their first round
+    /// wrote.
+    RedundancyOf(BTreeSet<u32>),
+}
+
 impl Scavenger {
     /// The per-node step: copy every rank's files of dataset `id` held on `node` into
     /// the staging directory, verified, and write each rank's manifest.
     pub fn copy_node(&self, node: &str, id: u64) -> NodeReport {
+        self.copy_parts(node, id, &Parts::All)
+    }
+
+    /// The per-node step for `parts` of each rank's files (see [`Parts`]).
+    pub fn copy_parts(&self, node: &str, id: u64, parts: &Parts) -> NodeReport {
+        if let Parts::RedundancyOf(ranks) = parts {
+            return self.copy_redundancy(node, id, ranks);
+        }
+        let with_redundancy = *parts == Parts::All;
         let mut report = NodeReport::default();
         let buf = self
             .config
@@ -51,16 +74,22 @@ impl Scavenger {
             let bytes: u64 = record.files.iter().map(|f| f.size).sum();
             self.progress.start(&format!("{node} rank {rank}"), bytes);
             let started = Instant::now();
-            let copied = self.copy_rank(node, &record, &stage, buf);
+            let copied = self.copy_rank(node, &record, &stage, buf, true, with_redundancy);
             if copied.is_err() {
                 // nothing of a failed copy stays: the rank counts as lost
                 let _ = std::fs::remove_dir_all(&stage);
             }
             let line = match &copied {
-                Ok(files) => format!(
+                Ok(files) if with_redundancy => format!(
                     "{node}: rank {rank}: {} file(s) and {} redundancy file(s) of {}, {}",
                     record.files.len(),
                     files.len() - record.files.len(),
+                    record.name,
+                    rate(bytes, started.elapsed().as_secs_f64())
+                ),
+                Ok(files) => format!(
+                    "{node}: rank {rank}: {} file(s) of {}, {}",
+                    files.len(),
                     record.name,
                     rate(bytes, started.elapsed().as_secs_f64())
                 ),
@@ -88,6 +117,70 @@ impl Scavenger {
         report
     }
 
+    /// Postrun's second round on `node`: the redundancy files of `ranks` (survivors in a
+    /// set that lost a member), verified and added to the manifests their first round
+    /// wrote. A rank whose redundancy cannot be copied counts as lost (its manifest says
+    /// why): a rebuild must not start from a survivor whose redundancy it cannot read.
+    fn copy_redundancy(&self, node: &str, id: u64, ranks: &BTreeSet<u32>) -> NodeReport {
+        let mut report = NodeReport::default();
+        let buf = self
+            .config
+            .get(settings::FILE_BUF_SIZE)
+            .clamp(4096, 64 << 20) as usize;
+        for map in self.filemaps(node) {
+            if !ranks.contains(&map.rank) {
+                continue;
+            }
+            let rank = map.rank;
+            let path = manifest_path(&self.prefix, id, rank);
+            let Ok(mut manifest) = read_state::<RankManifest>(&path, MANIFEST) else {
+                continue;
+            };
+            if manifest.node != node || manifest.copied.is_err() {
+                continue;
+            }
+            let record = manifest.record.clone();
+            let stage = rank_stage(&self.prefix, id, rank);
+            self.progress
+                .start(&format!("{node} rank {rank} redundancy"), 0);
+            let started = Instant::now();
+            let copied = self.copy_rank(node, &record, &stage, buf, false, true);
+            let bytes: u64 = copied
+                .as_ref()
+                .map_or(0, |v| v.iter().map(|f| f.size).sum());
+            let line = match &copied {
+                Ok(files) => format!(
+                    "{node}: rank {rank}: {} redundancy file(s) of {}, {}",
+                    files.len(),
+                    record.name,
+                    rate(bytes, started.elapsed().as_secs_f64())
+                ),
+                Err(why) => format!("{node}: rank {rank}: redundancy NOT copied: {why}"),
+            };
+            self.progress.done(&line, bytes);
+            manifest.copied = match (manifest.copied, copied) {
+                (Ok(mut have), Ok(more)) => {
+                    have.extend(more);
+                    Ok(have)
+                }
+                (_, Err(why)) => Err(format!("its redundancy files: {why}")),
+                (Err(why), _) => Err(why),
+            };
+            if let Err(e) = prefix::write(&path, MANIFEST, &manifest) {
+                report.failed.push((rank, e.to_string()));
+                continue;
+            }
+            match manifest.copied {
+                Ok(_) => {
+                    report.copied.push(rank);
+                    report.bytes += bytes;
+                }
+                Err(why) => report.failed.push((rank, why)),
+            }
+        }
+        report
+    }
+
     /// Copy one rank's application and redundancy files through the store's transfer
     /// type, each verified by the host after the copy (size and the CRC32 the filemap
     /// recorded; the source's CRC32 for redundancy files, which have no record).
@@ -97,6 +190,8 @@ impl Scavenger {
         record: &DatasetRecord,
         stage: &Path,
         buf: usize,
+        data: bool,
+        redundancy: bool,
     ) -> Result<Vec<FlushedFile>, String> {
         let store = &record.descriptor.store;
         // a store the configuration defines, in a dataset directory the runtime made
@@ -113,7 +208,7 @@ impl Scavenger {
                 .map_err(|e| e.to_string())?;
         }
         let mut files = Vec::new();
-        for f in &record.files {
+        for f in record.files.iter().filter(|_| data) {
             check_relative(&f.name)?;
             files.push(Planned {
                 name: f.name.clone(),
@@ -124,7 +219,7 @@ impl Scavenger {
                 stored: None,
             });
         }
-        for r in &record.redundancy {
+        for r in record.redundancy.iter().filter(|_| redundancy) {
             check_relative(r)?;
             let source = cache.join(r);
             let size = std::fs::metadata(&source)

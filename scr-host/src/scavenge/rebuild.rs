@@ -451,7 +451,7 @@ impl Scavenger {
 }
 
 /// Every rank's manifest staged in `stage` (`rank_<r>.scr`), by rank.
-fn read_manifests(stage: &Path) -> Result<BTreeMap<u32, RankManifest>, String> {
+pub(super) fn read_manifests(stage: &Path) -> Result<BTreeMap<u32, RankManifest>, String> {
     let mut manifests: BTreeMap<u32, RankManifest> = BTreeMap::new();
     for e in std::fs::read_dir(stage)
         .map_err(|e| {
