@@ -391,6 +391,25 @@ struct Relaunch<'a> {
     want: Option<usize>,
     /// Fewest nodes to launch on (0 until the first launch fixes it).
     min_nodes: u64,
+    /// The launcher is Open MPI's on real nodes: it gets `-x SCR_RUN_STEP`, since its
+    /// daemons on other nodes do not pass their environment to the ranks.
+    forward_tag: bool,
+}
+
+/// Whether `launcher` is Open MPI's `mpirun`/`mpiexec` (its `--version` says so). Open
+/// MPI passes a variable to ranks on other nodes only when told (`-x`); MPICH's hydra,
+/// srun and flux pass the whole environment.
+fn is_open_mpi(launcher: &str) -> bool {
+    let name = Path::new(launcher)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    ["mpirun", "mpiexec", "orterun"].contains(&name.as_str())
+        && crate::command::output_within(
+            Command::new(launcher).arg("--version"),
+            crate::walltime::COMMAND_TIMEOUT,
+        )
+        .is_ok_and(|o| o.stdout.contains("Open MPI") || o.stderr.contains("Open MPI"))
 }
 
 impl<'a> Relaunch<'a> {
@@ -433,7 +452,10 @@ impl<'a> Relaunch<'a> {
                 (w, _) => format!(", watchdog {w} s"),
             }
         ));
+        let forward_tag =
+            check.runner.is_some() && opts.launcher.first().is_some_and(|l| is_open_mpi(l));
         Ok(Relaunch {
+            forward_tag,
             config,
             opts,
             plan,
@@ -523,9 +545,16 @@ impl<'a> Relaunch<'a> {
                 Some(r) if node != self.check.this_host => {
                     let args = vec!["nodes".into(), "clean".into(), "--step".into(), tag.clone()];
                     match r.run(node, &args, Some(r.timeout + grace)) {
-                        Ok(out) if out.code == Some(0) => out.stdout.trim().to_string(),
-                        Ok(out) => format!("its cleanup failed: {}", out.stderr.trim()),
-                        Err(why) => why,
+                        // 1: a process survived (the line says which)
+                        Ok(out) if matches!(out.code, Some(0 | 1)) => out.stdout.trim().to_string(),
+                        Ok(out) => format!(
+                            "its processes could not be ended: not reached through {} ({}): {}",
+                            r.source,
+                            out.code
+                                .map_or("killed by a signal".into(), |c| format!("status {c}")),
+                            out.stderr.trim()
+                        ),
+                        Err(why) => format!("its processes could not be ended: {why}"),
                     }
                 }
                 _ => describe_ended(clean::end_step(&tag, grace)),
@@ -621,12 +650,15 @@ impl<'a> Relaunch<'a> {
     /// for it; `None` when it cannot be started (said why, state saved).
     fn start(&mut self, attempt: u64, nodes: &[String]) -> Option<Ended> {
         let down_names: Vec<String> = self.state.down.iter().map(|(n, _)| n.clone()).collect();
-        let argv = launch_command(
+        let mut argv = launch_command(
             &self.opts.launcher,
             nodes,
             self.plan.ranks_per_node,
             &down_names,
         );
+        if self.forward_tag {
+            argv.splice(1..1, ["-x".to_string(), clean::STEP_VAR.to_string()]);
+        }
         self.state.launches = attempt;
         self.state.runs_left = self.runs - attempt;
         self.state.launched_on = nodes.to_vec();

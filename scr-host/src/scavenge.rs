@@ -302,9 +302,9 @@ impl Scavenger {
     /// restarts from.
     pub fn newest_cached(&self, nodes: &[String]) -> Option<(u64, String, bool)> {
         let (records, unreached) = self.cached_records(nodes);
-        for (node, why) in unreached {
-            self.progress
-                .done(&format!("{node}: its cache could not be listed: {why}"), 0);
+        for (_, why) in unreached {
+            // (`why` names the node)
+            self.progress.done(&format!("cache not listed: {why}"), 0);
         }
         let newest = to_scavenge(records.into_iter())?;
         let index = Index::load_or_rebuild(&self.prefix).unwrap_or_else(|e| {

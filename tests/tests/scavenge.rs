@@ -183,7 +183,10 @@ fn postrun_rebuilds_a_lost_nodes_files_through_xor_byte_exact() {
             .contains("node n0: copied ranks [0, 1]; redundancy of ranks [0, 1]"),
         "{out}"
     );
-    assert!(out.stdout.contains("node n1: no files of this dataset"), "{out}");
+    assert!(
+        out.stdout.contains("node n1: no files of this dataset"),
+        "{out}"
+    );
     for (i, r) in [2, 3].iter().enumerate() {
         let p = c.prefix().join(format!("ckpt.15/rank_{r}.ckpt"));
         assert_eq!(std::fs::read(&p).unwrap(), originals[i], "{}", p.display());

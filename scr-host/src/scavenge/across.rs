@@ -150,7 +150,7 @@ impl Scavenger {
         };
         if !self.is_here(node) && self.runner.is_none() {
             let why = no_runner(node);
-            self.progress.done(&format!("{node}: {why}"), 0);
+            self.progress.done(&why, 0);
             c.unreached = Some(why);
             return c;
         }
@@ -174,7 +174,8 @@ impl Scavenger {
         }
         match self.remote(node, &self.args(node, &extra)) {
             Err(why) => {
-                self.progress.done(&format!("{node}: {why}"), 0);
+                // (`why` names the node)
+                self.progress.done(&why, 0);
                 c.unreached = Some(why);
             }
             Ok(out) => {
