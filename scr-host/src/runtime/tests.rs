@@ -2081,3 +2081,20 @@ fn init_makes_the_flush_file_list_exactly_the_datasets_in_cache() {
     job(dir.path(), &nodes, &env, |_, _| ());
     assert_eq!(flush_file(&prefix), ["8: PFS"]);
 }
+
+/// Init records how many nodes the run uses in each node's control directory and, for
+/// `scr run`'s relaunch count, in the prefix.
+#[test]
+fn init_records_the_runs_node_count_in_the_prefix_and_each_control_directory() {
+    use crate::state::nodes::Nodes;
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n0", "n1", "n1", "n2"];
+    job(dir.path(), &nodes, &[], |_, _| ());
+    let prefix = dir.path().join("prefix");
+    let read = |p: &Path| Nodes::read(p).map(|n| n.nodes).map_err(|e| e.to_string());
+    assert_eq!(read(&crate::layout::prefix_nodes_file(&prefix)), Ok(3));
+    for node in ["n0", "n1", "n2"] {
+        let cntl = crate::layout::job_dir(&dir.path().join("cntl"), true, node, USER, JOB);
+        assert_eq!(read(&crate::layout::nodes_file(&cntl)), Ok(3), "{node}");
+    }
+}
