@@ -36,7 +36,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub runs: Option<u64>,
     /// Stop relaunching when fewer nodes are left (default: the `min_nodes` key; 0 or
-    /// unset: as many as the first launch used).
+    /// unset: as many as the previous run used, from the nodes file its rank 0 wrote in
+    /// the prefix, else as many as the first launch used).
     #[arg(long, value_name = "M")]
     pub min_nodes: Option<u64>,
     /// Nodes per launch; the allocation's other nodes are spares for relaunches

@@ -8,8 +8,10 @@
 //! down once stays excluded for the rest of the allocation (it failed once: SCR's rule).
 //! The step is launched on the nodes left; when it fails, the loop launches again while
 //! runs remain (`--runs`, key `runs`), at least `min_nodes` nodes are left (0: as many
-//! as the first launch used) and no halt condition holds in the prefix's halt file
-//! ([`Halt::reason`]; a job that called `SCR_Finalize` left one). A watchdog
+//! as the previous run used, from the nodes file its rank 0 wrote in the prefix at init,
+//! else as many as the first launch used; the nodes file is removed before the first
+//! launch, as SCR's `scr_prerun` does) and no halt condition holds in the prefix's halt
+//! file ([`Halt::reason`]; a job that called `SCR_Finalize` left one). A watchdog
 //! (`watchdog_timeout`) kills a step that shows no progress. A termination signal to
 //! `scr run` (Ctrl-C, SLURM's `--signal=B:TERM@120` before the time limit) is passed on
 //! to the step and ends the retries; postrun still runs. Then `scr postrun` runs
@@ -389,7 +391,7 @@ struct Relaunch<'a> {
     previous: Vec<String>,
     /// Nodes per launch, once known.
     want: Option<usize>,
-    /// Fewest nodes to launch on (0 until the first launch fixes it).
+    /// Fewest nodes to launch on (`min_nodes`; 0: unset, see [`Relaunch::needed`]).
     min_nodes: u64,
     /// The launcher is Open MPI's on real nodes: it gets `-x SCR_RUN_STEP`, since its
     /// daemons on other nodes do not pass their environment to the ranks.
@@ -608,20 +610,38 @@ impl<'a> Relaunch<'a> {
             .filter(|n| !self.state.down.iter().any(|(d, _)| d == n))
             .collect();
         let want_now = *self.want.get_or_insert(left.len());
-        if self.min_nodes == 0 {
-            self.min_nodes = want_now as u64;
+        if self.state.launches == 0 {
+            nodes::forget_previous_run_nodes(&self.opts.prefix);
         }
+        let need = self.needed(want_now);
         let nodes = choose_nodes(&self.previous, &left, want_now);
-        if (nodes.len() as u64) < self.min_nodes || nodes.is_empty() {
-            self.say_too_few(&nodes);
+        if (nodes.len() as u64) < need.0 || nodes.is_empty() {
+            self.say_too_few(&nodes, need);
             self.state.save(&self.opts.prefix);
             return None;
         }
         Some(nodes)
     }
 
-    /// Say why the loop stops for lack of nodes, with every down node and its reason.
-    fn say_too_few(&self, nodes: &[String]) {
+    /// How many nodes the next launch needs, and why: `min_nodes` when set; else, for a
+    /// relaunch, as many as the previous run used when its nodes file says
+    /// ([`nodes::previous_run_nodes`]: SCR's rule, the step may have used fewer nodes
+    /// than it was given); else as many as the first launch was given (`want`).
+    fn needed(&self, want: usize) -> (u64, &'static str) {
+        if self.min_nodes > 0 {
+            return (self.min_nodes, "min_nodes");
+        }
+        if self.state.launches > 0 {
+            if let Some(n) = nodes::previous_run_nodes(&self.opts.prefix) {
+                return (n, "the previous run's node count, from its nodes file");
+            }
+        }
+        (want as u64, "the first launch's node count")
+    }
+
+    /// Say why the loop stops for lack of nodes (`need`: how many, and why), with every
+    /// down node and its reason.
+    fn say_too_few(&self, nodes: &[String], need: (u64, &str)) {
         let down: Vec<String> = self
             .state
             .down
@@ -638,10 +658,11 @@ impl<'a> Relaunch<'a> {
                 .say(format!("stopping: no usable node left; down: {down}"));
         } else {
             self.opts.say(format!(
-                "stopping: {} node(s) left ({}), fewer than the {} needed (min_nodes); down: {down}",
+                "stopping: {} node(s) left ({}), fewer than the {} needed ({}); down: {down}",
                 nodes.len(),
                 hostlist::compress(nodes),
-                self.min_nodes,
+                need.0,
+                need.1,
             ));
         }
     }

@@ -11,6 +11,7 @@
 //!     filemap_<rank>.scr, nodes.scr, transfer.<id>.<rank>.state)
 //! <prefix>/.scr/                                    the prefix's state (index, flush, halt,
 //!     index.scr  flush.scr  halt.scr  ids.scr  events.jsonl  app.conf  lock  run.scr
+//!     nodes.scr
 //!     scr.dataset.<id>/                             one flushed dataset's records
 //!         summary.scr  rank2file.scr  rank2file.<n>.scr  writes.scr  writes.<n>.scr
 //!         failed.scr
@@ -65,9 +66,20 @@ pub fn current_applied_file(cntl_dir: &Path) -> PathBuf {
     cntl_dir.join("current.applied")
 }
 
-/// The nodes file in a control directory (SCR's `nodes.scr`).
+/// The nodes file in a control directory (SCR's `nodes.scr`: `NODES`, how many nodes the
+/// run uses), written by the first rank of each node; [`prefix_nodes_file`] is the copy
+/// `scr run` reads.
 pub fn nodes_file(cntl_dir: &Path) -> PathBuf {
     cntl_dir.join("nodes.scr")
+}
+
+/// The prefix's nodes file: how many nodes the newest run used, written by its rank 0 at
+/// init. `scr run` reads it before a relaunch: with `min_nodes` unset, the relaunch
+/// needs as many nodes as that run used (SCR's rule; the step may have used fewer than
+/// `scr run` gave it). `scr run` removes it before its first launch, as SCR's
+/// `scr_prerun` does, so a count from an earlier allocation is never used.
+pub fn prefix_nodes_file(prefix: &Path) -> PathBuf {
+    scr_dir(prefix).join("nodes.scr")
 }
 
 /// A transfer's persisted state in a control directory: `transfer.<id>.<rank>.state`.

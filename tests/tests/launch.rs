@@ -234,7 +234,7 @@ fn with_too_few_nodes_left_scr_run_stops_and_says_why() {
         last,
         Some(
             format!(
-                "scr run: stopping: 2 node(s) left (n[0,2]), fewer than the 3 needed (min_nodes); \
+                "scr run: stopping: 2 node(s) left (n[0,2]), fewer than the 3 needed (the previous run's node count, from its nodes file); \
                  down: n1 ({} is owned by uid 12345, not by this user (uid 0) or root)",
                 c.path("cache").join("n1").display()
             )
@@ -243,6 +243,104 @@ fn with_too_few_nodes_left_scr_run_stops_and_says_why() {
         "{out}"
     );
     assert!(!out.stdout.contains("final step"), "{out}");
+}
+
+/// `scr run` on n[0-3] with one rank per node, for `first` and `later` (see [`launcher`]),
+/// at most two launches.
+fn run_on_four(c: &Cluster, first: &str, later: &str) -> JobOutput {
+    let script = launcher(c, first, later);
+    scr(
+        c,
+        &[
+            "run",
+            "--runs",
+            "2",
+            "--postrun",
+            "false",
+            "--",
+            &script,
+            "{ranks}",
+        ],
+        &[
+            ("SCR_NODELIST", "n[0-3]"),
+            ("SCR_NODE_NAMES", "n0,n1,n2,n3"),
+        ],
+    )
+}
+
+/// Shell commands that make the cache bases of n1 and n2 unusable (owned by another user).
+fn n1_and_n2_down(c: &Cluster) -> String {
+    let (n1, n2) = (c.path("cache").join("n1"), c.path("cache").join("n2"));
+    format!(
+        "mkdir -p '{}' '{}'\n  chown 12345 '{}' '{}'",
+        n1.display(),
+        n2.display(),
+        n1.display(),
+        n2.display()
+    )
+}
+
+/// With `min_nodes` unset, a relaunch needs as many nodes as the previous run used (the
+/// nodes file its rank 0 wrote in the prefix at init, SCR's rule), not as many as `scr run`
+/// gave it: the step was given 4 nodes but ran on 2 (n0, n1); with n1 and n2 down after
+/// it, the relaunch goes ahead on the 2 left. A count left in the prefix before `scr run`
+/// started (an earlier allocation's) is not used: when the first launch fails before
+/// init, the relaunch needs as many nodes as the first launch was given.
+#[test]
+fn a_relaunch_needs_as_many_nodes_as_the_previous_run_used() {
+    let c = Cluster::new();
+    let heat_on_two = format!(
+        "SCR_NODE_NAMES=n0,n1 mpiexec -n 2 '{}' --steps {STEPS} --every 5 --cells {CELLS} \
+         --kill-at 12 --kill-rank 1",
+        binary("scr-heat").display()
+    );
+    let out = run_on_four(
+        &c,
+        &format!(
+            "{heat_on_two}\n  rc=$?\n  {}\n  exit $rc",
+            n1_and_n2_down(&c)
+        ),
+        "echo \"relaunched: $1 rank(s) on $SCR_NODE_NAMES\"",
+    );
+    assert_eq!(out.code, 0, "{out}");
+    let nodes_file = scr_host::state::nodes::Nodes::read(&c.prefix().join(".scr/nodes.scr"));
+    assert_eq!(nodes_file.unwrap().nodes, 2, "{out}");
+    let said: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("scr run: launch") || l.starts_with("relaunched"))
+        .collect();
+    assert_eq!(said.len(), 5, "{out}");
+    assert!(said[0].starts_with("scr run: launch 1 of 2 on 4 node(s) n[0-3]: "));
+    assert!(said[2].starts_with("scr run: launch 2 of 2 on 2 node(s) n[0,3]: "));
+    assert_eq!(
+        said[3..],
+        [
+            "relaunched: 2 rank(s) on n0,n3",
+            "scr run: launch 2 completed"
+        ]
+    );
+
+    let c = Cluster::new();
+    let stale = c.prefix().join(".scr/nodes.scr");
+    std::fs::create_dir_all(stale.parent().unwrap()).unwrap();
+    scr_host::state::nodes::Nodes { nodes: 2 }
+        .write(&stale, false)
+        .unwrap();
+    let out = run_on_four(
+        &c,
+        &format!("{}\n  exit 1", n1_and_n2_down(&c)),
+        "echo relaunched",
+    );
+    assert_eq!(out.code, 1, "{out}");
+    assert!(!out.stdout.contains("relaunched"), "{out}");
+    assert!(
+        out.stdout.contains(
+            "scr run: stopping: 2 node(s) left (n[0,3]), fewer than the 4 needed (the first launch's node count); down: n1 ("
+        ),
+        "{out}"
+    );
+    assert!(!stale.exists(), "removed before the first launch");
 }
 
 #[test]

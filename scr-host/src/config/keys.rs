@@ -275,7 +275,7 @@ pub const KEYS: &[Key] = &[
     Key { name: "exclude_nodes", ty: Type::Str, default: Default::None,
           doc: "Nodes `scr run` never launches on (a host list); nodes it finds down are added for the rest of the allocation" },
     Key { name: "min_nodes", ty: U, default: Default::Fixed("0"),
-          doc: "`scr run` stops relaunching when fewer nodes than this are left; 0: as many as the first launch used" },
+          doc: "`scr run` stops relaunching when fewer nodes than this are left; 0: as many as the previous run used (the nodes file its rank 0 wrote in the prefix at init), else as many as the first launch used" },
     Key { name: "runs", ty: Type::UInt { min: 1, max: u64::MAX }, default: Default::Fixed("1"),
           doc: "Launches `scr run` makes in all (the first and the relaunches after failures)" },
     Key { name: "watchdog_timeout", ty: U, default: Default::Fixed("0"),

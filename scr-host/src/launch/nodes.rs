@@ -172,6 +172,75 @@ pub fn this_host() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
+/// How many nodes the previous run (job step) in this allocation used: the prefix's nodes
+/// file ([`crate::layout::prefix_nodes_file`]), written by the step's rank 0 at init.
+/// With `min_nodes` unset, a relaunch needs that many (SCR's rule: the step may have
+/// used fewer nodes than `scr run` gave it). `None` when there is no such file, or when
+/// it cannot be read (said why; then the file is treated as absent) or records no node.
+pub fn previous_run_nodes(prefix: &Path) -> Option<u64> {
+    let path = crate::layout::prefix_nodes_file(prefix);
+    match crate::state::nodes::Nodes::read(&path) {
+        Ok(n) if n.nodes > 0 => Some(n.nodes),
+        Ok(_) => {
+            tracing::warn!(
+                "{}: records no node; ignoring the nodes file",
+                path.display()
+            );
+            None
+        }
+        Err(e) if e.is_not_found() => None,
+        Err(e) => {
+            tracing::warn!("{e}; ignoring the nodes file");
+            None
+        }
+    }
+}
+
+/// Remove the prefix's nodes file before the first launch in an allocation (SCR's
+/// `scr_prerun` does): a count left by a run in an earlier allocation says nothing about
+/// this one, and a first launch that fails before init would leave it in force for the
+/// relaunch. A failure to remove it is said (the relaunch may then use the old count).
+pub fn forget_previous_run_nodes(prefix: &Path) {
+    let path = crate::layout::prefix_nodes_file(prefix);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            tracing::warn!(
+                "{}: {e}; a relaunch may need as many nodes as a run of an earlier allocation used",
+                path.display()
+            );
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod previous_run_tests {
+    use super::*;
+    use crate::state::nodes::Nodes;
+
+    #[test]
+    fn the_previous_runs_node_count_comes_from_the_prefix_nodes_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path();
+        let path = crate::layout::prefix_nodes_file(prefix);
+        assert_eq!(previous_run_nodes(prefix), None, "no file");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        Nodes { nodes: 3 }.write(&path, false).unwrap();
+        assert_eq!(previous_run_nodes(prefix), Some(3));
+        // damaged (the body no longer matches its checksum): warned, treated as absent
+        let text = std::fs::read_to_string(&path).unwrap().replace('3', "7");
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(previous_run_nodes(prefix), None, "corrupt");
+        Nodes { nodes: 0 }.write(&path, false).unwrap();
+        assert_eq!(previous_run_nodes(prefix), None, "no node recorded");
+        Nodes { nodes: 2 }.write(&path, false).unwrap();
+        forget_previous_run_nodes(prefix);
+        assert!(!path.exists());
+        assert_eq!(previous_run_nodes(prefix), None, "forgotten");
+        forget_previous_run_nodes(prefix);
+    }
+}
+
 /// What the down-node checks need to know about the job.
 #[derive(Clone, Debug)]
 pub struct NodeCheck {

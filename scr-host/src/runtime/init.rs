@@ -517,17 +517,21 @@ impl Runtime {
     }
 
     /// The nodes file (Files chapter): how many nodes this run uses, written by the
-    /// first rank of each node into its control directory.
+    /// first rank of each node into its control directory, and by rank 0 into the
+    /// prefix, where `scr run` reads it before a relaunch (a relaunch needs as many
+    /// nodes as this run used; see [`crate::layout::prefix_nodes_file`]). Agreed.
     pub(in crate::runtime) fn write_nodes_file(&self) -> Result<()> {
+        let nodes = crate::state::nodes::Nodes {
+            nodes: u64::from(self.topo.node_count),
+        };
         let mut written = Ok(());
         if self.first_on_node() {
             let path = crate::layout::nodes_file(&self.job.cntl_dir);
-            written = crate::state::write_private_state(
-                &path,
-                "nodes",
-                &BTreeMap::from([("NODES", self.topo.node_count as usize)]),
-            )
-            .map_err(io_err(&path));
+            written = nodes.write(&path, true).map_err(io_err(&path));
+        }
+        if self.topo.rank == 0 && written.is_ok() {
+            let path = crate::layout::prefix_nodes_file(&self.job.prefix);
+            written = nodes.write(&path, false).map_err(io_err(&path));
         }
         self.agree(written)
     }

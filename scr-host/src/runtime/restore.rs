@@ -14,7 +14,7 @@ use crate::registry::{LoadedScheme, RegistryError};
 use abi_stable::std_types::{RNone, ROption, RSome};
 use scr_plugin::{FileMeta, RecoverRequest, SurvivorCheck};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 impl Runtime {
@@ -65,6 +65,8 @@ impl Runtime {
         // never of a smaller one, so the walk sees every id held at the start)
         let mut below = u64::MAX;
         let mut round = 0i32;
+        // the datasets restored (agreed: the same on every rank)
+        let mut restored = BTreeSet::new();
         loop {
             let mine = self
                 .cache
@@ -91,38 +93,41 @@ impl Runtime {
                 ));
                 continue;
             }
-            self.restore_dataset(id, &holders, TEMPLATE_TAG + round % 2)?;
+            if self.restore_dataset(id, &holders, TEMPLATE_TAG + round % 2)? {
+                restored.insert(id);
+            }
             round += 1;
         }
+        self.rebuild_flush_file(&restored);
         Ok(())
+    }
+
+    /// SCR's `scr_flush_file_rebuild`: once the cache is restored, rank 0 makes the
+    /// prefix's flush file list as in cache exactly the datasets `restored` (agreed by
+    /// every rank), so that CACHE entries of caches that are gone (a new allocation,
+    /// lost nodes, a dataset dropped, skipped or purged here) do not make `scr
+    /// flush-file` report data to flush that no longer exists. A dataset skipped (kept
+    /// in cache but not offered) is not listed: this run cannot flush it; a later run
+    /// that restores it lists it again. A failure to write is warned about only (the
+    /// file informs the tools; the run does not depend on it).
+    pub(in crate::runtime) fn rebuild_flush_file(&self, restored: &BTreeSet<u64>) {
+        if self.topo.rank != 0 {
+            return;
+        }
+        if let Err(e) = crate::state::prefix::FlushFile::rebuild(&self.job.prefix, restored) {
+            self.warn(&format!(
+                "the flush file could not be brought up to date with the cache ({e}); `scr flush-file` may list datasets that are no longer cached"
+            ));
+        }
     }
 
     /// SCR's SCR_DISTRIBUTE=0 and SCR_CACHE_PURGE=1 (`why`): no restart from cache; the
     /// cache is purged on every node (agreed) and the run restarts from the prefix
-    /// (fetch). Rank 0 takes CACHE off every dataset in the flush file.
+    /// (fetch). The flush file loses its CACHE entries with the rebuild that follows
+    /// (nothing is left to restore: [`Runtime::rebuild_flush_file`]).
     pub(in crate::runtime) fn purge_at_init(&mut self, why: &str) -> Result<()> {
         let purged = self.purge_cache(why);
-        self.agree(purged)?;
-        if self.topo.rank == 0 {
-            // every node's cache was purged: no dataset is in cache any more
-            let cached: Vec<u64> = crate::state::prefix::FlushFile::load(&self.job.prefix)
-                .map(|f| {
-                    f.datasets
-                        .iter()
-                        .filter(|(_, (at, _))| at.iter().any(|l| l == "CACHE"))
-                        .map(|(&id, _)| id)
-                        .collect()
-                })
-                .unwrap_or_default();
-            for id in cached {
-                if let Err(e) =
-                    crate::state::prefix::FlushFile::remove_location(&self.job.prefix, id, "CACHE")
-                {
-                    tracing::warn!("{e}");
-                }
-            }
-        }
-        Ok(())
+        self.agree(purged)
     }
 
     /// The next dataset and checkpoint ids (collective): they continue after the largest
@@ -266,25 +271,26 @@ impl Runtime {
     }
 
     /// Verify (and, through the scheme, rebuild) dataset `id` on every rank, or drop it
-    /// everywhere. Collective: every step below that can go differently on some ranks
-    /// ends in an agreement before the next collective one.
+    /// everywhere; whether it was restored (the same on every rank). Collective: every
+    /// step below that can go differently on some ranks ends in an agreement before the
+    /// next collective one.
     pub(in crate::runtime) fn restore_dataset(
         &mut self,
         id: u64,
         holders: &Holders,
         tag: i32,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let _dataset = crate::log::dataset_span(id).entered();
         let restore_started = std::time::Instant::now();
         let own = self.cache.filemap.datasets.get(&id).cloned();
         let Some(r) = self.prepare_restore(id, holders, tag) else {
-            return Ok(());
+            return Ok(false);
         };
         let buf = self.config.get(settings::FILE_BUF_SIZE).max(4096) as usize;
         let check = self.check_cached(&r, own.as_ref(), buf);
         let intact = check.is_ok();
         let Some(mut rebuilding) = self.declare_rebuild(id, &r, own.as_ref()) else {
-            return Ok(());
+            return Ok(false);
         };
         let outcome = self.recover_verified(
             &r,
@@ -319,7 +325,7 @@ impl Runtime {
                 self.remove_local(&rebuilding)
             }
         };
-        self.agree(local)
+        self.agree(local).map(|()| kept)
     }
 
     /// Set up what restoring dataset `id` needs on this rank (the recorded set, its

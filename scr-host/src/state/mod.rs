@@ -9,12 +9,14 @@
 //!
 //! The state files themselves, by what they hold: [`filemap`] (a rank's cached datasets,
 //! in the control directory), [`prefix`] (the index, summaries, rank2file maps, flush file
-//! and prefix lock), [`halt`] (the halt file) and `writes` (what a flush may write). The
+//! and prefix lock), [`halt`] (the halt file), [`nodes`] (the nodes file) and `writes`
+//! (what a flush may write). The
 //! runtime and the `scr` tools (scavenge, postrun, index) read and write them through
 //! these types alone.
 
 pub mod filemap;
 pub mod halt;
+pub mod nodes;
 pub mod prefix;
 pub(crate) mod writes;
 

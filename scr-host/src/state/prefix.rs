@@ -4,7 +4,7 @@
 //! versioned, checksummed, replaced atomically.
 
 use scr_plugin::sync::lock;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -363,7 +363,16 @@ pub struct Summary {
     pub complete: bool,
 }
 
-/// Where a dataset is (`flush.scr`).
+/// The flush file's location of a dataset in cache.
+pub const CACHE: &str = "CACHE";
+/// The flush file's location of a dataset in the prefix (the parallel file system).
+pub const PFS: &str = "PFS";
+
+/// Where a dataset is (`flush.scr`): SCR's flush file, read by `scr flush-file` (whether
+/// the newest dataset still needs a flush). `CACHE` is added when a dataset completes in
+/// cache and taken off when it leaves it; at init the whole file is made to match what
+/// the cache holds ([`FlushFile::rebuild`]). `PFS` is added when a flush or scavenge
+/// completes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlushFile {
     /// Locations (`CACHE`, `PFS`) and directory by dataset id.
@@ -920,7 +929,48 @@ impl FlushFile {
     pub fn add_location(prefix: &Path, id: u64, location: &str) -> Result<(), StateError> {
         let _g = PrefixLock::take(prefix)?;
         let mut f = Self::load(prefix)?;
-        let entry = f
+        f.add(id, location);
+        f.save(prefix)
+    }
+
+    /// Make the file say that exactly the datasets `cached` are in cache (SCR's
+    /// `scr_flush_file_rebuild`, called by init once the cache is restored): CACHE is
+    /// added to each of them and taken off every other dataset, an entry left with no
+    /// location is removed, PFS is kept. Without it, CACHE entries of caches that are
+    /// gone (a new allocation, lost nodes, a dataset dropped at rebuild) would stay, and
+    /// `scr flush-file need-flush` would ask for flushes of data that no longer exists.
+    ///
+    /// A damaged file is replaced (its PFS entries are lost with it; the index still
+    /// lists what was flushed); one of another format version is left alone (error).
+    /// Written (atomically, under the prefix lock) only when it changes.
+    pub fn rebuild(prefix: &Path, cached: &BTreeSet<u64>) -> Result<(), StateError> {
+        let _g = PrefixLock::take(prefix)?;
+        let before = match Self::load(prefix) {
+            Err(e @ StateError::Corrupt { .. }) if !e.is_other_version() => {
+                tracing::warn!("{e}; rewriting the flush file from what the cache holds");
+                None
+            }
+            other => Some(other?),
+        };
+        let mut f = before.clone().unwrap_or_default();
+        f.datasets.retain(|id, (at, _)| {
+            if !cached.contains(id) {
+                at.retain(|l| l != CACHE);
+            }
+            !at.is_empty()
+        });
+        for &id in cached {
+            f.add(id, CACHE);
+        }
+        if before.as_ref() == Some(&f) {
+            return Ok(());
+        }
+        f.save(prefix)
+    }
+
+    /// Add `location` to dataset `id`'s entry (made when absent).
+    fn add(&mut self, id: u64, location: &str) {
+        let entry = self
             .datasets
             .entry(id)
             .or_insert_with(|| (Vec::new(), layout::dataset_dir_name(id)));
@@ -928,7 +978,11 @@ impl FlushFile {
             entry.0.push(location.to_string());
             entry.0.sort();
         }
-        write_state(&Self::path(prefix), "flush", &f).map_err(|source| StateError::Io {
+    }
+
+    /// Replace the file with this one (atomically).
+    fn save(&self, prefix: &Path) -> Result<(), StateError> {
+        write_state(&Self::path(prefix), "flush", self).map_err(|source| StateError::Io {
             path: Self::path(prefix),
             source,
         })
@@ -947,10 +1001,7 @@ impl FlushFile {
         if entry.0.is_empty() {
             f.datasets.remove(&id);
         }
-        write_state(&Self::path(prefix), "flush", &f).map_err(|source| StateError::Io {
-            path: Self::path(prefix),
-            source,
-        })
+        f.save(prefix)
     }
 }
 
