@@ -33,6 +33,13 @@
 #                    a reused pid is never taken for the host), run/HOST.unshare the
 #                    unshare process holding it, run/HOST.log what the host printed
 #
+# A job across the hosts (tests/src/lib.rs, Cluster::on_bed, does this):
+#   mpirun --host host0:2,host1:2 -np 4 --mca plm_rsh_agent BED/agent \
+#     --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
+#     --mca mpi_yield_when_idle 1 -x SCR_CACHE_BASE -x ... PROGRAM
+# (each host's daemon sees only its own slots, so without mpi_yield_when_idle the ranks of
+# all hosts busy-poll the machine's few cores against each other).
+#
 # The agent starts commands like ssh does: a fresh environment (HOME, PATH, USER, LOGNAME,
 # SHELL), not the caller's, so an MPI job must forward what its ranks need (mpirun -x VAR).
 # The working directory is the caller's when it exists in the host (the hosts share the
