@@ -14,6 +14,8 @@
 #   cmake                the test of the installed CMake package (find_package(scr))
 #   python3 python3-mpi4py   the Python module and its test
 #   python3-venv python3-setuptools   the test that pip-installs the module into a venv
+#   util-linux mount hostname procps  the test bed of real hosts (scripts/hosts.sh:
+#                        unshare, nsenter, setsid, mount, hostname; its test uses pgrep)
 #
 # And one cargo tool (no Debian package): cargo-semver-checks, for the SDK's semver step
 # (scripts/semver.sh), pinned so that every machine checks alike; built from the crates
@@ -22,7 +24,7 @@
 # After installing, the commands the tests run are checked (mpicc, mpicxx, mpif90 compile
 # and python3 imports mpi4py), so a wrapper whose compiler is missing is reported here.
 set -euo pipefail
-packages=(gcc libc6-dev openmpi-bin libopenmpi-dev libclang-dev g++ gfortran pkg-config cmake python3 python3-mpi4py python3-venv python3-setuptools)
+packages=(gcc libc6-dev openmpi-bin libopenmpi-dev libclang-dev g++ gfortran pkg-config cmake python3 python3-mpi4py python3-venv python3-setuptools util-linux mount hostname procps)
 need=()
 for pkg in "${packages[@]}"; do
     dpkg -s "$pkg" 2>/dev/null | grep -q '^Status: install ok installed' || need+=("$pkg")

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub mod comm_report;
+pub mod hosts;
 pub mod install;
+pub use hosts::TestBed;
 pub use install::install_tree;
 
 /// `target/<profile>`, where the workspace's binaries are built.
@@ -101,6 +103,15 @@ pub struct Cluster {
     dir: tempfile::TempDir,
     /// Extra environment for every job.
     pub env: BTreeMap<String, String>,
+    /// Set when the jobs run on a test bed's hosts instead of simulated nodes.
+    bed: Option<OnBed>,
+}
+
+/// Where a cluster on a test bed launches its jobs and keeps its node-local storage.
+struct OnBed {
+    agent: PathBuf,
+    local: PathBuf,
+    store: PathBuf,
 }
 
 impl Default for Cluster {
@@ -119,7 +130,34 @@ impl Cluster {
         // SINGLE (no redundancy data, the cheapest) unless a test chooses a scheme: the
         // tests about rebuilding set PARTNER or XOR (the default scheme) themselves
         let env = BTreeMap::from([("SCR_COPY_TYPE".to_string(), "SINGLE".to_string())]);
-        Cluster { dir, env }
+        Cluster {
+            dir,
+            env,
+            bed: None,
+        }
+    }
+
+    /// A cluster whose jobs run on `bed`'s hosts: `mpirun --host ...` through the bed's
+    /// rsh agent, with the cache and control bases at the bed's node-local directory, and
+    /// without `SCR_NODE_NAMES`, so the runtime tells nodes apart by `gethostname` as on
+    /// a real cluster. The prefix lives in the bed's directory (shared by the hosts); the
+    /// `nodes` given to [`Cluster::run`] are host names, each host's ranks consecutive.
+    pub fn on_bed(bed: &TestBed) -> Cluster {
+        let dir = tempfile::Builder::new()
+            .prefix("cluster.")
+            .tempdir_in(bed.dir())
+            .expect("temporary directory in the bed");
+        std::fs::create_dir(dir.path().join("prefix")).expect("mkdir");
+        let env = BTreeMap::from([("SCR_COPY_TYPE".to_string(), "SINGLE".to_string())]);
+        Cluster {
+            dir,
+            env,
+            bed: Some(OnBed {
+                agent: bed.agent(),
+                local: bed.local_dir(),
+                store: bed.dir().join("store"),
+            }),
+        }
     }
 
     /// A path inside the cluster's directory (for configuration files, global stores).
@@ -132,18 +170,23 @@ impl Cluster {
         self.dir.path().join("prefix")
     }
 
-    /// Node `node`'s cache directory for this job.
+    /// Node `node`'s cache directory for this job (on a test bed, as seen from outside
+    /// the host).
     pub fn cache_dir(&self, node: &str) -> PathBuf {
-        self.dir
-            .path()
-            .join("cache")
-            .join(node)
-            .join(USER)
-            .join("scr.e2e")
+        let base = match &self.bed {
+            Some(bed) => bed.store.join(node),
+            None => self.dir.path().join("cache").join(node),
+        };
+        base.join(USER).join("scr.e2e")
     }
 
-    /// "Lose" a node: delete its cache and control directories.
+    /// "Lose" a node: delete its cache and control directories (on a test bed, lose a
+    /// host with [`TestBed::kill`] instead).
     pub fn lose_node(&self, node: &str) {
+        assert!(
+            self.bed.is_none(),
+            "on a test bed, lose a host with TestBed::kill"
+        );
         for base in ["cache", "cntl"] {
             let d = self.dir.path().join(base).join(node);
             std::fs::remove_dir_all(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
@@ -283,27 +326,65 @@ impl Cluster {
         let mut cmd = Command::new("timeout");
         cmd.args(["--kill-after=5", "120", "mpiexec"]);
         cmd.arg("-n").arg(nodes.len().to_string());
-        cmd.args(wrapper);
-        cmd.arg(program).args(args);
-        cmd.current_dir(self.prefix());
-        for (k, v) in mpi_env() {
-            cmd.env(k, v);
-        }
+        // the job's environment (a later setting overrides an earlier one)
+        let mut env: BTreeMap<String, String> = mpi_env()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         // each job's OpenMPI session directory in the test's own temporary directory:
         // jobs of parallel tests starting at once raced to create the shared
         // /tmp/ompi.<host>.<uid> ("mkdir ... File exists", orte_init failed)
-        cmd.env("OMPI_MCA_orte_tmpdir_base", self.dir.path());
-        cmd.env("SCR_CACHE_BASE", self.dir.path().join("cache"))
-            .env("SCR_CNTL_BASE", self.dir.path().join("cntl"))
-            .env("SCR_JOB_ID", "e2e")
-            .env("SCR_NODE_NAMES", nodes.join(","))
-            .env("SCR_SYSTEM_CONFIG", "/dev/null")
-            .env_remove("SCR_CONF_FILE")
+        env.insert(
+            "OMPI_MCA_orte_tmpdir_base".into(),
+            self.dir.path().display().to_string(),
+        );
+        let (cache, cntl) = match &self.bed {
+            Some(bed) => (bed.local.clone(), bed.local.clone()),
+            None => (self.dir.path().join("cache"), self.dir.path().join("cntl")),
+        };
+        env.insert("SCR_CACHE_BASE".into(), cache.display().to_string());
+        env.insert("SCR_CNTL_BASE".into(), cntl.display().to_string());
+        env.insert("SCR_JOB_ID".into(), "e2e".into());
+        env.insert("SCR_SYSTEM_CONFIG".into(), "/dev/null".into());
+        if self.bed.is_none() {
+            env.insert("SCR_NODE_NAMES".into(), nodes.join(","));
+        }
+        env.extend(self.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if let Some(bed) = &self.bed {
+            cmd.arg("--host").arg(hosts::host_list(nodes));
+            cmd.arg("--mca").arg("plm_rsh_agent").arg(&bed.agent);
+            // between hosts over TCP on loopback; no other interface is addressed
+            for (k, v) in [
+                ("btl", "self,vader,tcp"),
+                ("btl_tcp_if_include", "lo"),
+                ("oob_tcp_if_include", "lo"),
+                // each host's daemon sees only its own slots and so does not know that
+                // all hosts share two cores: ranks busy-polling in MPI calls then starve
+                // each other (an init of 5 s instead of 0.5 s at 8 ranks)
+                ("mpi_yield_when_idle", "1"),
+            ] {
+                cmd.args(["--mca", k, v]);
+            }
+            // the agent starts each host's daemon with a fresh environment, as ssh does,
+            // and OpenMPI passes on only its own OMPI_MCA_* variables by itself: every
+            // other variable of the job is forwarded to the ranks by name
+            for k in env.keys().filter(|k| !k.starts_with("OMPI_MCA_")) {
+                cmd.arg("-x").arg(k);
+            }
+        }
+        cmd.args(wrapper);
+        cmd.arg(program).args(args);
+        cmd.current_dir(self.prefix());
+        cmd.env_remove("SCR_CONF_FILE")
             // cargo's test runner points LD_LIBRARY_PATH at target/<profile>, which would
             // load the build's libscr.so instead of the installed one a program's rpath
             // names (RUNPATH ranks below LD_LIBRARY_PATH)
             .env_remove("LD_LIBRARY_PATH");
-        for (k, v) in &self.env {
+        if self.bed.is_some() {
+            // a variable of the test's own environment must not stand in for the host name
+            cmd.env_remove("SCR_NODE_NAMES");
+        }
+        for (k, v) in &env {
             cmd.env(k, v);
         }
         cmd
