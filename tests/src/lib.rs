@@ -112,6 +112,7 @@ struct OnBed {
     agent: PathBuf,
     local: PathBuf,
     store: PathBuf,
+    hosts: Vec<String>,
 }
 
 impl Default for Cluster {
@@ -156,6 +157,7 @@ impl Cluster {
                 agent: bed.agent(),
                 local: bed.local_dir(),
                 store: bed.dir().join("store"),
+                hosts: bed.hosts().to_vec(),
             }),
         }
     }
@@ -326,7 +328,19 @@ impl Cluster {
         let mut cmd = Command::new("timeout");
         cmd.args(["--kill-after=5", "120", "mpiexec"]);
         cmd.arg("-n").arg(nodes.len().to_string());
-        // the job's environment (a later setting overrides an earlier one)
+        let env = self.job_env(nodes);
+        if let Some(bed) = &self.bed {
+            cmd.arg("--host").arg(hosts::host_list(nodes));
+            cmd.args(bed_args(bed, &env));
+        }
+        cmd.args(wrapper);
+        cmd.arg(program).args(args);
+        self.with_env(&mut cmd, &env);
+        cmd
+    }
+
+    /// The environment of a job on `nodes` (a later setting overrides an earlier one).
+    fn job_env(&self, nodes: &[&str]) -> BTreeMap<String, String> {
         let mut env: BTreeMap<String, String> = mpi_env()
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -346,34 +360,15 @@ impl Cluster {
         env.insert("SCR_CNTL_BASE".into(), cntl.display().to_string());
         env.insert("SCR_JOB_ID".into(), "e2e".into());
         env.insert("SCR_SYSTEM_CONFIG".into(), "/dev/null".into());
-        if self.bed.is_none() {
+        if self.bed.is_none() && !nodes.is_empty() {
             env.insert("SCR_NODE_NAMES".into(), nodes.join(","));
         }
         env.extend(self.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-        if let Some(bed) = &self.bed {
-            cmd.arg("--host").arg(hosts::host_list(nodes));
-            cmd.arg("--mca").arg("plm_rsh_agent").arg(&bed.agent);
-            // between hosts over TCP on loopback; no other interface is addressed
-            for (k, v) in [
-                ("btl", "self,vader,tcp"),
-                ("btl_tcp_if_include", "lo"),
-                ("oob_tcp_if_include", "lo"),
-                // each host's daemon sees only its own slots and so does not know that
-                // all hosts share two cores: ranks busy-polling in MPI calls then starve
-                // each other (an init of 5 s instead of 0.5 s at 8 ranks)
-                ("mpi_yield_when_idle", "1"),
-            ] {
-                cmd.args(["--mca", k, v]);
-            }
-            // the agent starts each host's daemon with a fresh environment, as ssh does,
-            // and OpenMPI passes on only its own OMPI_MCA_* variables by itself: every
-            // other variable of the job is forwarded to the ranks by name
-            for k in env.keys().filter(|k| !k.starts_with("OMPI_MCA_")) {
-                cmd.arg("-x").arg(k);
-            }
-        }
-        cmd.args(wrapper);
-        cmd.arg(program).args(args);
+        env
+    }
+
+    /// Give `cmd` the environment `env`, in the prefix.
+    fn with_env(&self, cmd: &mut Command, env: &BTreeMap<String, String>) {
         cmd.current_dir(self.prefix());
         cmd.env_remove("SCR_CONF_FILE")
             // cargo's test runner points LD_LIBRARY_PATH at target/<profile>, which would
@@ -384,11 +379,80 @@ impl Cluster {
             // a variable of the test's own environment must not stand in for the host name
             cmd.env_remove("SCR_NODE_NAMES");
         }
-        for (k, v) in &env {
+        for (k, v) in env {
             cmd.env(k, v);
         }
+    }
+
+    /// `scr ARGS` on the launch host with the jobs' settings, in the prefix (`scr
+    /// postrun`, `scr run`). On a test bed the launch host is outside the hosts, as a
+    /// batch script's node is: the allocation is the bed's hosts (`SCR_NODELIST`) and
+    /// they are reached through the bed's agent (`SCR_REMOTE_RUNNER`).
+    pub fn scr(&self, args: &[&str]) -> Command {
+        let mut env = self.job_env(&[]);
+        if let Some(bed) = &self.bed {
+            env.entry("SCR_REMOTE_RUNNER".into())
+                .or_insert(format!("{} {{node}} {{cmd}}", bed.agent.display()));
+            env.entry("SCR_NODELIST".into())
+                .or_insert_with(|| bed.hosts.join(","));
+        }
+        let mut cmd = Command::new(binary("scr"));
+        cmd.args(args);
+        self.with_env(&mut cmd, &env);
         cmd
     }
+
+    /// On a test bed, the launcher words for `scr run -- ...`: `mpirun --host {hosts}`
+    /// with `ranks_per_node` ranks on each (`{ranks}` in all), the bed's agent, flags and
+    /// forwarded variables, then `program args` (a workspace binary).
+    pub fn bed_launcher(&self, ranks_per_node: u32, program: &str, args: &[&str]) -> Vec<String> {
+        let bed = self.bed.as_ref().expect("a cluster on a test bed");
+        let mut words: Vec<String> = [
+            "mpirun",
+            "--host",
+            "{hosts}",
+            "--map-by",
+            &format!("ppr:{ranks_per_node}:node"),
+            "-np",
+            "{ranks}",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        words.extend(bed_args(bed, &self.job_env(&[])));
+        words.push(binary(program).display().to_string());
+        words.extend(args.iter().map(|s| s.to_string()));
+        words
+    }
+}
+
+/// mpirun's arguments for a job on the bed's hosts: the agent, the transport, and `-x`
+/// for every variable of `env` the ranks need.
+fn bed_args(bed: &OnBed, env: &BTreeMap<String, String>) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "--mca".into(),
+        "plm_rsh_agent".into(),
+        bed.agent.display().to_string(),
+    ];
+    // between hosts over TCP on loopback; no other interface is addressed
+    for (k, v) in [
+        ("btl", "self,vader,tcp"),
+        ("btl_tcp_if_include", "lo"),
+        ("oob_tcp_if_include", "lo"),
+        // each host's daemon sees only its own slots and so does not know that all hosts
+        // share two cores: ranks busy-polling in MPI calls then starve each other (an
+        // init of 5 s instead of 0.5 s at 8 ranks)
+        ("mpi_yield_when_idle", "1"),
+    ] {
+        a.extend(["--mca".into(), k.into(), v.into()]);
+    }
+    // the agent starts each host's daemon with a fresh environment, as ssh does, and
+    // OpenMPI passes on only its own OMPI_MCA_* variables by itself: every other variable
+    // of the job is forwarded to the ranks by name
+    for k in env.keys().filter(|k| !k.starts_with("OMPI_MCA_")) {
+        a.extend(["-x".into(), k.clone()]);
+    }
+    a
 }
 
 /// Run a job's command to its end.

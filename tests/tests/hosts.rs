@@ -285,3 +285,344 @@ fn a_lost_host_is_rebuilt_through_xor() {
 fn a_lost_host_is_rebuilt_through_partner() {
     a_lost_host_is_rebuilt_through("PARTNER");
 }
+
+/// `cmd` run to its end (at most `secs` seconds: a hung command fails its test).
+fn run_for(mut cmd: Command, secs: u64) -> JobOutput {
+    let started = Instant::now();
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    let pid = child.id();
+    let watchdog = std::thread::spawn(move || {
+        while started.elapsed() < Duration::from_secs(secs) {
+            std::thread::sleep(Duration::from_millis(100));
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return;
+            }
+        }
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    });
+    let out = scr_e2e::output_of_child(child);
+    let _ = watchdog.join();
+    assert!(
+        started.elapsed() < Duration::from_secs(secs),
+        "did not end within {secs} s\n{out}"
+    );
+    out
+}
+
+/// Empty every host's node-local storage, as a new allocation finds it.
+fn wipe_stores(bed: &TestBed, hosts: &[&str]) {
+    for h in hosts {
+        for e in std::fs::read_dir(bed.store_dir(h)).unwrap().flatten() {
+            std::fs::remove_dir_all(e.path()).unwrap();
+        }
+    }
+}
+
+/// ckpt.10's cached file of rank `rank` on `host` (dataset 2), seen from outside.
+fn cached10(c: &Cluster, host: &str, rank: u32) -> Vec<u8> {
+    let p = ckpt10(c, host, rank);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// A job of 4 hosts × 2 ranks is killed with its newest checkpoint (ckpt.10) only in the
+/// hosts' caches, and host2 is lost. `scr postrun`, run where a batch script runs (outside
+/// every host), reaches the others through the remote runner (the bed's agent): the
+/// application files from every host, parity only from the sets that lost a member (both
+/// here), ranks 4 and 5 rebuilt through XOR, ckpt.10 added to the index. A new job with
+/// every cache empty restarts from the prefix byte-exact.
+#[test]
+fn postrun_from_the_launch_host_saves_a_killed_jobs_checkpoint_from_every_host() {
+    let Some(bed) = TestBed::up_or_skip(5) else {
+        return;
+    };
+    let mut c = bed.cluster();
+    c.set("SCR_COPY_TYPE", "XOR")
+        .set("SCR_SET_SIZE", "4")
+        .set("SCR_FLUSH", "0")
+        .set("SCR_DEBUG", "1");
+    let out = c.run(
+        FIRST,
+        "scr-heat",
+        &[
+            "--steps",
+            "20",
+            "--cells",
+            CELLS,
+            "--kill-at",
+            "12",
+            "--kill-rank",
+            "1",
+        ],
+    );
+    assert_ne!(out.code, 0, "the job was killed\n{out}");
+    assert_eq!(out.line_after("ranks "), Some("8"), "{out}");
+    assert!(out.stdout.contains("checkpoint ckpt.10: kept"), "{out}");
+    let originals: Vec<Vec<u8>> = (0..8u32)
+        .map(|r| cached10(&c, FIRST[r as usize], r))
+        .collect();
+    assert_eq!(scr_e2e::index_entries(&c.prefix()), []);
+
+    bed.kill("host2");
+    let out = run_for(c.scr(&["postrun"]), 120);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stdout.contains(
+            "node host2: not reached: host2 not reached through remote_runner (environment SCR_REMOTE_RUNNER) (status 255): agent: host2 is down"
+        ),
+        "{out}"
+    );
+    for (host, a, b) in [("host0", 0, 1), ("host1", 2, 3), ("host3", 6, 7)] {
+        let line = format!("node {host}: copied ranks [{a}, {b}]; redundancy of ranks [{a}, {b}]");
+        assert!(out.stdout.contains(&line), "{line}\n{out}");
+    }
+    assert!(
+        out.stdout.contains("node host4: no files of this dataset"),
+        "{out}"
+    );
+    assert!(
+        out.stdout.contains("rebuilt the files of ranks [4, 5]"),
+        "{out}"
+    );
+    assert!(
+        out.stdout.contains(&format!(
+            "added ckpt.10 (dataset 2) to the index of {}, restart point",
+            c.prefix().display()
+        )),
+        "{out}"
+    );
+    for (r, bytes) in originals.iter().enumerate() {
+        let p = c.prefix().join(format!("ckpt.10/rank_{r}.ckpt"));
+        let got = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert!(got == *bytes, "rank {r}'s file in the prefix differs");
+    }
+    assert!(!c.prefix().join(".scr/scr.dataset.2/scavenge").exists());
+
+    wipe_stores(&bed, &["host0", "host1", "host3", "host4"]);
+    let out = c.run(
+        AFTER_HOST2,
+        "scr-heat",
+        &["--steps", "20", "--cells", CELLS],
+    );
+    assert_eq!(out.code, 0, "{out}");
+    four_hosts_of_eight_ranks(&out);
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{out}"
+    );
+    assert_eq!(
+        out.final_state(),
+        reference_state(8, 20, Some(CELLS.parse().unwrap()))
+    );
+}
+
+/// The restart after host2 is lost: host4 takes its place (ranks 4 and 5).
+const AFTER_HOST2: &[&str] = &[
+    "host0", "host0", "host1", "host1", "host4", "host4", "host3", "host3",
+];
+
+/// The processes of this machine whose environment holds `SCR_RUN_STEP` ending in
+/// `suffix` (a launch's tag is `<job>.<pid>.<launch>`).
+fn tagged(suffix: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|&b| b == 0)
+                    .any(|v| v.starts_with(b"SCR_RUN_STEP=") && v.ends_with(suffix.as_bytes()))
+            })
+        })
+        .collect()
+}
+
+/// `scr run` on three hosts (two launched, one spare): host1 dies during the first launch.
+/// `scr run` finds it down (the remote runner cannot reach it), ends what the failed
+/// launch left on host0 (a process each rank left in its own session, which neither
+/// mpirun nor the host's daemon ends), relaunches on host0 and the spare host2, and the
+/// job restarts from the cache — host1's ranks rebuilt through XOR on host2 — and ends in
+/// the uninterrupted run's state; postrun then saves the newest checkpoint from both
+/// hosts.
+#[test]
+fn scr_run_relaunches_after_a_host_dies_and_excludes_it() {
+    let Some(bed) = TestBed::up_or_skip(3) else {
+        return;
+    };
+    let mut c = bed.cluster();
+    c.set("SCR_COPY_TYPE", "XOR").set("SCR_FLUSH", "0");
+    // each rank leaves a process behind in its own session, tagged like the rank
+    let heat = scr_e2e::binary("scr-heat").display().to_string();
+    let mut words = c.bed_launcher(2, "scr-heat", &[]);
+    words.pop();
+    words.extend(
+        [
+            "sh",
+            "-c",
+            "setsid sleep 300 </dev/null >/dev/null 2>&1 & exec \"$0\" \"$@\"",
+            &heat,
+            "--steps",
+            "40",
+            "--every",
+            "5",
+            "--cells",
+            CELLS,
+            "--sleep-ms",
+            "150",
+        ]
+        .map(String::from),
+    );
+    let mut args: Vec<String> = [
+        "run",
+        "--runs",
+        "2",
+        "--nodes",
+        "2",
+        "--ranks-per-node",
+        "2",
+        "--",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(words);
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cmd = c.scr(&arg_refs);
+    cmd.env("SCR_NODELIST", "host[0-2]");
+    let started = Instant::now();
+    let runner = std::thread::spawn(move || run_for(cmd, 240));
+    // host1 dies once it holds ckpt.10 (dataset 2) of ranks 2 and 3
+    while !ckpt10(&c, "host1", 3).exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no ckpt.10 on host1"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bed.kill("host1");
+    let out = runner.join().unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stderr
+            .contains("scr run: reaching the nodes through remote_runner")
+            || out
+                .stdout
+                .contains("scr run: reaching the nodes through remote_runner"),
+        "{out}"
+    );
+    let text = format!("{}{}", out.stdout, out.stderr);
+    assert!(
+        text.contains(
+            "launch 1 of 2 on 2 node(s) host[0-1]: mpirun -x SCR_RUN_STEP --host host0,host1"
+        ),
+        "{out}"
+    );
+    assert!(text.contains("scr run: launch 1 failed"), "{out}");
+    assert!(
+        text.contains("scr run: node host1 is down: not reached through remote_runner"),
+        "{out}"
+    );
+    assert!(
+        text.contains("scr run: node host0: launch 1: ended 2 process(es) it left"),
+        "{out}"
+    );
+    assert!(
+        text.contains(
+            "launch 2 of 2 on 2 node(s) host[0,2]: mpirun -x SCR_RUN_STEP --host host0,host2"
+        ),
+        "{out}"
+    );
+    assert!(text.contains("scr run: launch 2 completed"), "{out}");
+    // launch 1's leftovers are gone; launch 2's are still there (nothing relaunches)
+    assert_eq!(tagged(".1"), Vec::<u32>::new(), "launch 1 left processes");
+    assert_eq!(tagged(".2").len(), 4, "launch 2's processes");
+    // the relaunch restarted from the cache, rebuilding ranks 2 and 3 on host2
+    let restarted = out
+        .line_after("restarted from ")
+        .unwrap_or_else(|| panic!("no restart\n{out}"));
+    assert!(restarted.starts_with("ckpt."), "{out}");
+    assert_eq!(
+        out.final_state(),
+        reference_state(4, 40, Some(CELLS.parse().unwrap()))
+    );
+    assert!(
+        text.contains("node host0: copied ranks [0, 1]")
+            && text.contains("node host2: copied ranks [2, 3]"),
+        "{out}"
+    );
+    assert!(text.contains("added ckpt.40 (dataset "), "{out}");
+    let state = std::fs::read_to_string(c.prefix().join(".scr/run.scr")).unwrap();
+    assert!(state.contains("host1"), "{state}");
+}
+
+/// `flush_width = 2` on 4 hosts × 2 ranks: at most two ranks copy to the prefix at once
+/// (counted by the runtime's window gauge in the shared directory, across hosts), every
+/// rank's copy is counted, and the flushed checkpoints are complete.
+#[test]
+fn the_flush_width_bounds_the_ranks_at_the_prefix_across_hosts() {
+    let Some(bed) = TestBed::up_or_skip(4) else {
+        return;
+    };
+    let mut c = bed.cluster();
+    let gauge = c.path("gauge");
+    std::fs::create_dir(&gauge).unwrap();
+    c.set("SCR_FLUSH", "2")
+        .set("SCR_DEBUG", "1")
+        .set("SCR_FLUSH_WIDTH", "2")
+        .set("SCR_TEST_WINDOW", &format!("{}:40", gauge.display()));
+    let out = c.run(FIRST, "scr-heat", &["--steps", "12", "--cells", CELLS]);
+    assert_eq!(out.code, 0, "{out}");
+    four_hosts_of_eight_ranks(&out);
+    let text = std::fs::read_to_string(gauge.join("flush")).unwrap();
+    let n: Vec<i64> = text
+        .split_whitespace()
+        .map(|w| w.parse().unwrap())
+        .collect();
+    // (inside now, most inside at once, entries): ckpt.10 flushed by its 8 ranks
+    assert_eq!((n[0], n[2]), (0, 8), "{text}");
+    assert!(n[1] >= 1 && n[1] <= 2, "{text}");
+    assert_eq!(
+        scr_e2e::index_entries(&c.prefix()),
+        [("ckpt.10".to_string(), true, None)]
+    );
+}
+
+/// `scr nodes down` from outside the hosts asks each host through the remote runner: a
+/// lost host is not reached; a host whose node-local storage has too little room says so
+/// from its own check (`scr nodes down --here` there); host names need not resolve.
+#[test]
+fn nodes_down_asks_each_host_through_the_runner() {
+    let Some(bed) = TestBed::up_or_skip(3) else {
+        return;
+    };
+    let c = bed.cluster();
+    let out = run_for(c.scr(&["nodes", "down"]), 60);
+    assert_eq!((out.code, out.stdout.as_str()), (0, ""), "{out}");
+    bed.kill("host2");
+    let out = run_for(c.scr(&["nodes", "down"]), 60);
+    assert_eq!(out.code, 1, "{out}");
+    assert_eq!(
+        out.stdout,
+        "host2: not reached through remote_runner (environment SCR_REMOTE_RUNNER) (status 255): agent: host2 is down\n",
+        "{out}"
+    );
+    let mut cmd = c.scr(&["nodes", "down", "host[0-1]"]);
+    cmd.env("SCR_CACHE_FREE", "1000000TB");
+    let out = run_for(cmd, 60);
+    assert_eq!(out.code, 1, "{out}");
+    let local = bed.local_dir();
+    for (i, line) in out.stdout.lines().enumerate() {
+        let want = format!("host{i}: {} has ", local.display());
+        assert!(line.starts_with(&want), "{line}\n{out}");
+        assert!(
+            line.contains("bytes free, below the 1099511627776000000 needed (cache_free)"),
+            "{line}"
+        );
+    }
+    assert_eq!(out.stdout.lines().count(), 2, "{out}");
+}
