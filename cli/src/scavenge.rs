@@ -125,16 +125,23 @@ fn failed(msg: impl std::fmt::Display) -> ExitCode {
 }
 
 /// The scavenge tools for `config`, `prefix` overriding its prefix, and the nodes to
-/// copy from (`given`, else every node this process can reach).
+/// copy from (`given`, else every node this process can reach: with `across`, every node
+/// of the allocation through the remote runner).
 fn tools(
     config: Config,
     prefix: &Option<PathBuf>,
     quiet: bool,
     given: &[String],
+    across: bool,
 ) -> (Scavenger, Vec<String>) {
-    let runner = remote_runner(&config);
-    let sc =
+    // `scr scavenge` is the per-node step: it reads this node's storage only, whatever
+    // the nodes are called; `scr postrun` reaches the others
+    let runner = if across { remote_runner(&config) } else { None };
+    let mut sc =
         Scavenger::new(config, prefix.clone(), Box::new(Shown::new(quiet))).with_runner(runner);
+    if !across {
+        sc = sc.on_the_node();
+    }
     let nodes = if given.is_empty() {
         sc.reachable_nodes()
     } else {
@@ -161,7 +168,7 @@ fn remote_runner(config: &Config) -> Option<scr_host::remote::Runner> {
 
 /// Run `scr scavenge`.
 pub fn scavenge_command(config: Config, args: &ScavengeArgs) -> ExitCode {
-    let (sc, nodes) = tools(config, &args.prefix, args.quiet, &args.node);
+    let (sc, nodes) = tools(config, &args.prefix, args.quiet, &args.node, false);
     if args.list {
         for node in &nodes {
             for line in sc.listing(node) {
@@ -204,7 +211,7 @@ pub fn scavenge_command(config: Config, args: &ScavengeArgs) -> ExitCode {
 
 /// Run `scr postrun`.
 pub fn postrun_command(config: Config, args: &PostrunArgs) -> ExitCode {
-    let (sc, nodes) = tools(config, &args.prefix, args.quiet, &args.node);
+    let (sc, nodes) = tools(config, &args.prefix, args.quiet, &args.node, true);
     let id = match sv::postrun_target(&sc, &nodes, args.id, args.no_copy) {
         Ok(Ok(id)) => id,
         Ok(Err(nothing)) => {

@@ -126,6 +126,8 @@ pub struct Scavenger {
     progress: Box<dyn Progress>,
     /// How nodes other than this one are reached (see [`Scavenger::with_runner`]).
     runner: Option<crate::remote::Runner>,
+    /// Every node given is this one (see [`Scavenger::on_the_node`]).
+    per_node: bool,
 }
 
 /// Where the scavenge tools report progress: each rank's copy as it starts and ends,
@@ -201,6 +203,7 @@ impl Scavenger {
             config,
             progress,
             runner: None,
+            per_node: false,
         }
     }
 

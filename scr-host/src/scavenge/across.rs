@@ -48,12 +48,20 @@ impl Scavenger {
         self.runner.as_ref()
     }
 
+    /// The per-node step (`scr scavenge`, run on the node it names): every node given
+    /// is read here, whatever name the allocation gives this host.
+    pub fn on_the_node(mut self) -> Scavenger {
+        self.per_node = true;
+        self
+    }
+
     /// Whether `node`'s directories are read by this process itself: simulated nodes,
-    /// and this host (also when one of the two names is fully qualified).
+    /// the node `scr scavenge` runs on, and this host (also when one of the two names is
+    /// fully qualified).
     pub fn is_here(&self, node: &str) -> bool {
         let here = crate::launch::nodes::this_host();
         let short = |n: &str| n.split('.').next().unwrap_or(n).to_string();
-        self.simulated || node == here || short(node) == short(&here)
+        self.simulated || self.per_node || node == here || short(node) == short(&here)
     }
 
     /// The complete datasets in the caches of `nodes`: read here, or listed there by
