@@ -688,6 +688,19 @@ impl SchemeUnderTest for SettledScheme<'_> {
     fn survivor_check(&self) -> scr_plugin::SurvivorCheck {
         self.loaded.survivor_check()
     }
+    // (forwarded too: the defaults would test every scheme as needing every survivor's
+    // redundancy, and call its recover instead of its recover_files)
+    fn rebuild_sources(&self, lost: &[u32]) -> Option<Vec<u32>> {
+        self.loaded.rebuild_sources(lost)
+    }
+    fn recover_files(
+        &self,
+        host: &Host<'_>,
+        request: &RecoverRequest,
+    ) -> PluginResult<Vec<FileMeta>> {
+        self.host.begin_call();
+        self.settled("recover_files", self.loaded.recover_files(host, request))
+    }
 }
 
 /// Rank 0 merges every set's cases (each set's leader sends its list) and reports each

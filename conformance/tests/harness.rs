@@ -153,18 +153,20 @@ fn passes(ranks: u32, lib_name: &str, args: &[&str]) -> usize {
 #[test]
 fn shipped_schemes_pass_under_mpiexec_with_8_ranks() {
     // totals: five load and declaration cases, then per set size the instance, its
-    // description and the collective cases
-    assert_eq!(passes(8, "scr_single", &["--set-size", "8"]), 41);
-    assert_eq!(passes(8, "scr_partner", &["--set-size", "4"]), 131);
+    // description and the collective cases (the offline rebuild cases add, per shape,
+    // one per pattern of up to k + 1 lost members: 8 for SINGLE's 0, 10 for PARTNER
+    // over 4, 92 for PARTNER with 2 replicas over 8, 6 and 36 for XOR over 3 and 8)
+    assert_eq!(passes(8, "scr_single", &["--set-size", "8"]), 65);
+    assert_eq!(passes(8, "scr_partner", &["--set-size", "4"]), 161);
     assert_eq!(
         passes(
             8,
             "scr_partner",
             &["--set-size", "8", "--param", "replicas=2"]
         ),
-        1225
+        1501
     );
-    for (size, cases) in [(3, 95), (8, 301)] {
+    for (size, cases) in [(3, 113), (8, 409)] {
         assert_eq!(
             passes(8, "scr_xor", &["--set-size", &size.to_string()]),
             cases,
@@ -172,7 +174,7 @@ fn shipped_schemes_pass_under_mpiexec_with_8_ranks() {
         );
     }
     // by default: sets of 2, of 3 and of every rank in one run
-    assert_eq!(passes(4, "scr_xor", &[]), 284);
+    assert_eq!(passes(4, "scr_xor", &[]), 341);
 }
 
 /// Ranks sharing failure groups: 2 ranks per node, sets formed across nodes as the
@@ -369,6 +371,24 @@ fn a_scheme_whose_redundancy_files_disagree_with_apply_fails() {
     );
 }
 
+/// The offline rebuild is held to what the scheme declares, through the loaded library
+/// (so scr-conformance forwards `rebuild_sources` and `recover_files`): FEWSOURCES names
+/// no survivor yet needs its partner's copy, REWRITES writes redundancy on survivors it
+/// was not given.
+#[test]
+fn a_scheme_whose_offline_rebuild_needs_or_writes_more_than_it_declares_fails() {
+    untrustworthy(
+        "FEWSOURCES",
+        "scheme FEWSOURCES: set of 4: varied: offline rebuild of members [0] with the redundancy of the survivors rebuild_sources names: recover_files rebuilds them exactly: member 0: unrecoverable: member 0 (world rank 0) failed in recover_files: members [0, 1, 2, 3] lost files; a mirror rebuilds one (rebuild_sources([0]) = Some([]): recover_files must rebuild from the redundancy of those survivors alone)",
+        &["recover_files rebuilds them exactly: "],
+    );
+    untrustworthy(
+        "REWRITES",
+        "scheme REWRITES: set of 4: varied: offline rebuild of members [1] with the redundancy of the survivors rebuild_sources names: recover_files rebuilds them exactly: member 0: recover_files wrote [",
+        &["did not name this survivor (its redundancy is not there to rewrite)"],
+    );
+}
+
 /// A scheme that fails on one member only (member 1 panics or returns an error in apply
 /// or recover) while the other members wait inside the plugin for a message from it: the
 /// case ends in bounded time with member 1's error on every member — no hang, no
@@ -409,10 +429,19 @@ fn a_failure_on_one_member_ends_the_case_with_its_error_everywhere_not_a_hang() 
             )),
             "{scheme}: {out}"
         );
-        // every failed case failed with member 1's error, nothing else
+        // every failed case failed with member 1's error, nothing else (the offline
+        // rebuild cases call recover_files, by default recover, so there the error
+        // comes from recover under the name recover_files)
         let fails: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL")).collect();
         assert!(!fails.is_empty(), "{scheme}: {out}");
         for line in fails {
+            let (call, why) = if line.contains(": offline rebuild of members ") {
+                let offline = format!("{call}_files");
+                let why = why.replace(&format!("in {call}:"), &format!("in {offline}:"));
+                (offline, why)
+            } else {
+                (call.to_string(), why.to_string())
+            };
             assert!(
                 line.contains(&format!("member 1 (world rank 1) failed in {call}: {why}")),
                 "{scheme}: {line}"

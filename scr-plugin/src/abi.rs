@@ -8,8 +8,9 @@
 //!
 //! Every trait here ends its mandatory methods with `#[sabi(last_prefix_field)]` so that a
 //! later version of this contract can append defaulted methods (as
-//! [`FfiScheme::crc32_in_apply`], [`FfiScheme::apply_with_crc`] and
-//! [`FfiScheme::survivor_check`] were).
+//! [`FfiScheme::crc32_in_apply`], [`FfiScheme::apply_with_crc`],
+//! [`FfiScheme::survivor_check`], [`FfiScheme::rebuild_sources`] and
+//! [`FfiScheme::recover_files`] were).
 //!
 //! What that buys, as abi_stable checks layouts at load: a plugin built against this
 //! contract loads in a host built against the same or an *older* one (the host never
@@ -438,6 +439,31 @@ pub trait FfiScheme: Send + Sync {
     /// [`SurvivorCheck::Host`] for a library built before this method existed.
     fn survivor_check(&self) -> SurvivorCheck {
         SurvivorCheck::Host
+    }
+
+    // ---- added after `survivor_check`, the same way ----
+
+    /// The surviving members whose redundancy files a rebuild of exactly the members
+    /// `lost` (member indices in the set) reads, or `RNone` for every survivor's (see
+    /// [`Scheme::rebuild_sources`](crate::Scheme::rebuild_sources)). No communication.
+    /// `RNone` for a library built before this method existed.
+    fn rebuild_sources(&self, lost: RSlice<'_, u32>) -> ROption<RVec<u32>> {
+        let _ = lost;
+        ROption::RNone
+    }
+
+    /// Collectively rebuild the lost members' application files when only the
+    /// redundancy files of the survivors [`rebuild_sources`](Self::rebuild_sources) names
+    /// are present, without restoring redundancy (see
+    /// [`Scheme::recover_files`](crate::Scheme::recover_files)). For a library built
+    /// before this method existed, it is `recover`, which is right since such a library's
+    /// `rebuild_sources` is `RNone`.
+    fn recover_files(
+        &self,
+        host: HostRef<'_>,
+        request: &RecoverRequest,
+    ) -> RResult<RVec<FileMeta>, PluginError> {
+        self.recover(host, request)
     }
 }
 

@@ -22,11 +22,18 @@
 //! passed as one that lost its files), and must still never hand back a wrong byte; a
 //! scheme that says it verifies survivors itself ([`SurvivorCheck::Scheme`]) gets the
 //! damaged survivor unverified and must detect it.
+//!
+//! The offline rebuild is tested against what the scheme declares too
+//! ([`Scheme::rebuild_sources`]): for every pattern of up to `k` lost members, and the
+//! patterns of `k + 1`, each survivor keeps its redundancy files only if the scheme named
+//! it, and [`Scheme::recover_files`] must rebuild the lost members byte-exact from that
+//! (or, beyond the claim, fail alike everywhere) without writing redundancy where none
+//! was presented.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use abi_stable::std_types::{RNone, RSome, RVec};
+use abi_stable::std_types::{RNone, RSlice, RSome, RVec};
 
 use crate::abi::{
     DatasetFiles, FileMeta, RecoverRequest, ReduceOp, SchemeBox, SchemeDescription, SurvivorCheck,
@@ -76,6 +83,19 @@ pub trait SchemeUnderTest {
     fn survivor_check(&self) -> SurvivorCheck {
         SurvivorCheck::Host
     }
+    /// See [`Scheme::rebuild_sources`]; `None` (every survivor's) unless implemented.
+    fn rebuild_sources(&self, lost: &[u32]) -> Option<Vec<u32>> {
+        let _ = lost;
+        None
+    }
+    /// See [`Scheme::recover_files`]; [`recover`](Self::recover) unless implemented.
+    fn recover_files(
+        &self,
+        host: &Host<'_>,
+        request: &RecoverRequest,
+    ) -> PluginResult<Vec<FileMeta>> {
+        self.recover(host, request)
+    }
 }
 
 impl<S: Scheme + ?Sized> SchemeUnderTest for S {
@@ -96,6 +116,16 @@ impl<S: Scheme + ?Sized> SchemeUnderTest for S {
     }
     fn survivor_check(&self) -> SurvivorCheck {
         Scheme::survivor_check(self)
+    }
+    fn rebuild_sources(&self, lost: &[u32]) -> Option<Vec<u32>> {
+        Scheme::rebuild_sources(self, lost)
+    }
+    fn recover_files(
+        &self,
+        host: &Host<'_>,
+        request: &RecoverRequest,
+    ) -> PluginResult<Vec<FileMeta>> {
+        Scheme::recover_files(self, host, request)
     }
 }
 
@@ -136,6 +166,23 @@ impl SchemeUnderTest for Loaded<'_> {
     }
     fn survivor_check(&self) -> SurvivorCheck {
         self.0.survivor_check()
+    }
+    fn rebuild_sources(&self, lost: &[u32]) -> Option<Vec<u32>> {
+        self.0
+            .rebuild_sources(RSlice::from_slice(lost))
+            .into_option()
+            .map(RVec::into_vec)
+    }
+    fn recover_files(
+        &self,
+        host: &Host<'_>,
+        request: &RecoverRequest,
+    ) -> PluginResult<Vec<FileMeta>> {
+        Ok(self
+            .0
+            .recover_files(host.raw(), request)
+            .into_result()?
+            .into_vec())
     }
 }
 
@@ -555,8 +602,11 @@ pub fn run_scheme_cases(
 /// survivor's data corrupted by one byte while another member is lost (rebuilt right or
 /// failed alike, never trusted: checked by the harness as the host does when the scheme
 /// relies on that, handed over unverified when it declares it verifies survivors
-/// itself); a corrupted redundancy header on every member; and
-/// `remove` leaving nothing of the scheme's behind.
+/// itself); a corrupted redundancy header on every member; the offline rebuild of every
+/// pattern of up to `k` lost members and of the `k + 1` patterns above, each survivor
+/// holding its redundancy only when `rebuild_sources` names it (the lost members rebuilt
+/// exactly by `recover_files`, or beyond the claim failed alike); and `remove` leaving
+/// nothing of the scheme's behind.
 pub fn run_scheme_cases_traced(
     host: &Host<'_>,
     scheme: &dyn SchemeUnderTest,
@@ -585,6 +635,7 @@ pub fn run_scheme_cases_traced(
             corrupted_survivor_cases(&mut cases, &sh)?;
         }
         corrupted_header_cases(&mut cases, &sh)?;
+        offline_rebuild_cases(&mut cases, &sh)?;
         remove_case(&mut cases, &sh)?;
         let _ = std::fs::remove_dir_all(&sh.dir);
     }
@@ -945,6 +996,119 @@ fn corrupted_header_cases(
         sh.reset()?;
     }
     Ok(())
+}
+
+/// An offline rebuild as `scr postrun` makes it: for every pattern of up to `k` lost
+/// members (and every pattern of `k + 1`, or the sample of them), each survivor keeps
+/// its application files and its redundancy files only if
+/// [`rebuild_sources`](SchemeUnderTest::rebuild_sources) names it (every survivor when it
+/// says `None`); the lost members have nothing. `recover_files` must then rebuild the
+/// lost members byte-exact (beyond the claim: that, or fail alike everywhere with
+/// `unrecoverable` and no lost file looking recovered), and must not write a redundancy
+/// file on a survivor whose redundancy was not presented.
+fn offline_rebuild_cases(cases: &mut Cases<'_, '_, '_>, sh: &ShapeRun<'_, '_>) -> PluginResult<()> {
+    let (n, me, k) = (sh.n, sh.me, sh.k);
+    let mut patterns: Vec<(Vec<u32>, bool)> = combinations(n, k.min(n))
+        .into_iter()
+        .map(|p| (p, false))
+        .collect();
+    if k < n {
+        patterns.extend(exact_patterns(n, k + 1).into_iter().map(|p| (p, true)));
+    }
+    for (pattern, beyond) in patterns {
+        let name = if beyond {
+            format!(
+                "{}: offline rebuild of members {pattern:?} (beyond the claim of {k}) with the redundancy of the survivors rebuild_sources names: recover_files is right or fails everywhere",
+                sh.shape
+            )
+        } else {
+            format!(
+                "{}: offline rebuild of members {pattern:?} with the redundancy of the survivors rebuild_sources names: recover_files rebuilds them exactly",
+                sh.shape
+            )
+        };
+        cases.begin(&name);
+        let sources = sh.scheme.rebuild_sources(&pattern);
+        let named = |m: u32| sources.as_ref().is_none_or(|s| s.contains(&m));
+        let lost = pattern.contains(&me);
+        // the answer is local: it must name survivors only, and be the same everywhere
+        let mut mine = match sources.as_ref().and_then(|s| {
+            s.iter()
+                .find(|&&m| m >= n || pattern.contains(&m))
+                .copied()
+        }) {
+            Some(m) => Err(format!(
+                "member {me}: rebuild_sources({pattern:?}) = {sources:?} names member {m}, which is not a survivor"
+            )),
+            None => Ok(()),
+        };
+        let digest = sources_digest(sources.as_deref(), n);
+        let low = sh.host.all_reduce(digest, ReduceOp::Min)?;
+        let high = sh.host.all_reduce(digest, ReduceOp::Max)?;
+        if low != high && mine.is_ok() {
+            mine = Err(format!(
+                "member {me}: rebuild_sources({pattern:?}) = {sources:?} here, something else on other members"
+            ));
+        }
+        if !sh.host.all_agree(mine.is_ok())? {
+            let mine = mine.and(Err(
+                "rebuild_sources disagrees on another member".to_string()
+            ));
+            cases.end(name, mine)?;
+            continue;
+        }
+        let presented = !lost && named(me);
+        sh.lose(lost, !presented);
+        let got = sh.scheme.recover_files(sh.host, &sh.request(lost));
+        let failed = got.is_err();
+        let mut mine = if beyond {
+            cases
+                .right_or_failed_alike(got, Some(ErrorCode::UNRECOVERABLE), |g: &[FileMeta]| {
+                    sh.check(g).map_err(|e| format!(
+                        "recovered although more members were lost than the scheme tolerates, and wrongly: {e}"
+                    ))
+                })?
+                .and_then(|()| {
+                    if failed && lost && sh.data.iter().any(|p| p.exists()) {
+                        Err(format!(
+                            "member {me}: a lost member's file exists again after a failed recover_files"
+                        ))
+                    } else {
+                        Ok(())
+                    }
+                })
+        } else {
+            got.map_err(|e| {
+                format!(
+                    "member {me}: {e} (rebuild_sources({pattern:?}) = {sources:?}: recover_files must rebuild from the redundancy of those survivors alone)"
+                )
+            })
+            .and_then(|g| sh.check(&g))
+        };
+        if mine.is_ok() && !lost && !named(me) {
+            let written = sh.scheme_files();
+            if !written.is_empty() {
+                mine = Err(format!(
+                    "member {me}: recover_files wrote {written:?}, though rebuild_sources({pattern:?}) = {sources:?} did not name this survivor (its redundancy is not there to rewrite)"
+                ));
+            }
+        }
+        cases.end(name, mine)?;
+        sh.reset()?;
+    }
+    Ok(())
+}
+
+/// A digest of a `rebuild_sources` answer (`None`, or the set of members named), for
+/// the check that every member gives the same answer.
+fn sources_digest(sources: Option<&[u32]>, n: u32) -> u64 {
+    let Some(s) = sources else {
+        return u64::MAX;
+    };
+    // FNV-1a over the membership flags of 0..n, so order and repetition do not matter
+    (0..n).fold(0xcbf2_9ce4_8422_2325u64, |h, m| {
+        (h ^ u64::from(s.contains(&m))).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// `remove` leaves nothing of the scheme's behind.

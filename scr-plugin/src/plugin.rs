@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use abi_stable::{
     prefix_type::PrefixTypeTrait,
     sabi_trait::TD_Opaque,
-    std_types::{RResult, RStr, RString, RVec},
+    std_types::{ROption, RResult, RSlice, RStr, RString, RVec},
 };
 
 use crate::abi::{
@@ -161,6 +161,60 @@ pub trait Scheme: Send + Sync + 'static {
     /// both cases. The answer is fixed for an instance; a panic here counts as `Host`.
     fn survivor_check(&self) -> SurvivorCheck {
         SurvivorCheck::Host
+    }
+
+    /// Given the members `lost` (member indices within the set, ascending, each once),
+    /// the surviving members whose redundancy files a rebuild of exactly those members'
+    /// application files reads; `None`, the default, for every survivor's.
+    ///
+    /// Why: `scr postrun` rebuilds a killed job's lost ranks away from the nodes, from
+    /// what it scavenged out of their node-local caches, and every redundancy file it
+    /// copies costs a read over the network. Only the scheme knows where its redundancy
+    /// lives: a PARTNER set that lost one member needs the one copy on that member's
+    /// right-hand neighbour, not every survivor's. The host copies only the redundancy
+    /// files of the members named here (every survivor's application files are copied in
+    /// any case) and then calls [`recover_files`](Self::recover_files), which must work
+    /// with exactly that.
+    ///
+    /// The contract: name surviving members only (in `0..members`, none of `lost`), in
+    /// any order; the answer depends on `lost` and the instance's parameters only, so it
+    /// is the same on every member (it is local, no communication). Return `None` when
+    /// the rebuild reads every survivor's redundancy (XOR and RS do: each lost byte is
+    /// computed from every survivor's parity). When no choice of survivors can rebuild
+    /// `lost`, return the survivors that help (or none) and let `recover_files` fail
+    /// with [`UNRECOVERABLE`](ErrorCode::UNRECOVERABLE); `None` would make the host copy
+    /// everything for a rebuild that fails anyway. A panic here counts as `None`.
+    fn rebuild_sources(&self, lost: &[u32]) -> Option<Vec<u32>> {
+        let _ = lost;
+        None
+    }
+
+    /// Rebuild the lost members' application files, and nothing else: what the host
+    /// calls after an offline rebuild copied only the redundancy files that
+    /// [`rebuild_sources`](Self::rebuild_sources) names.
+    ///
+    /// The contract is [`recover`](Self::recover)'s (collective; the same request; each
+    /// member's file metadata returned; what is read checked and what is rebuilt checked
+    /// against the redundancy data's sizes and CRC32s; more losses than can be rebuilt
+    /// fail alike on every member with `UNRECOVERABLE`), except for redundancy:
+    ///
+    /// - the redundancy files of survivors that `rebuild_sources` does not name are
+    ///   absent, and must be neither required (their absence is no loss to report) nor
+    ///   written again;
+    /// - nothing needs to be protected again afterwards: the host discards the set's
+    ///   redundancy after an offline rebuild (a redundancy file this call happens to
+    ///   write on a lost member is discarded with it).
+    ///
+    /// The default calls `recover`, which is right for a scheme whose `rebuild_sources`
+    /// is `None`: every survivor's redundancy files are then present. A scheme that names
+    /// sources implements this too (`scr-conformance` presents each survivor's
+    /// redundancy only when it is named, and checks the lost members come back exactly).
+    fn recover_files(
+        &self,
+        host: &Host<'_>,
+        request: &RecoverRequest,
+    ) -> PluginResult<Vec<FileMeta>> {
+        self.recover(host, request)
     }
 }
 
@@ -318,6 +372,29 @@ impl FfiScheme for GuardedScheme {
             Ok(self.inner()?.survivor_check())
         })
         .unwrap_or(SurvivorCheck::Host)
+    }
+
+    fn rebuild_sources(&self, lost: RSlice<'_, u32>) -> ROption<RVec<u32>> {
+        // a panic or a dropped instance answers "every survivor's": the host then copies
+        // all the redundancy, which costs time but never a rebuild
+        guard(self.plugin, "rebuild_sources", || {
+            Ok(self.inner()?.rebuild_sources(lost.as_slice()))
+        })
+        .unwrap_or(None)
+        .map_or(ROption::RNone, |v| ROption::RSome(v.into()))
+    }
+
+    fn recover_files(
+        &self,
+        host: HostRef<'_>,
+        request: &RecoverRequest,
+    ) -> RResult<RVec<FileMeta>, PluginError> {
+        guard(self.plugin, "recover_files", || {
+            Ok(self
+                .inner()?
+                .recover_files(&Host::new(host), request)?
+                .into())
+        })
     }
 }
 
@@ -521,4 +598,124 @@ macro_rules! export_plugin {
             $crate::root_module::<$library>()
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use abi_stable::std_types::RNone;
+
+    struct Lib;
+    impl PluginLibrary for Lib {
+        const NAME: &'static str = "test-lib";
+        const VERSION: &'static str = "0";
+    }
+
+    /// Answers `rebuild_sources` with the member after each lost one (or panics, for
+    /// `panics`), and counts on the default `recover_files` or panics in its own.
+    struct Sources {
+        panics: bool,
+        own_recover_files: bool,
+    }
+
+    impl Scheme for Sources {
+        fn describe(&self) -> PluginResult<SchemeDescription> {
+            Err(PluginError::not_implemented("describe"))
+        }
+        fn apply(&self, _: &Host<'_>, _: &DatasetFiles) -> PluginResult<Vec<String>> {
+            Ok(vec![])
+        }
+        fn recover(&self, _: &Host<'_>, _: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
+            Ok(vec![FileMeta::new("/from/recover", 1)])
+        }
+        fn redundancy_files(&self, _: &DatasetFiles) -> PluginResult<Vec<String>> {
+            Ok(vec![])
+        }
+        fn remove(&self, _: &Host<'_>, _: &DatasetFiles) -> PluginResult<()> {
+            Ok(())
+        }
+        fn rebuild_sources(&self, lost: &[u32]) -> Option<Vec<u32>> {
+            assert!(!self.panics, "deliberate panic in rebuild_sources");
+            Some(lost.iter().map(|m| m + 1).collect())
+        }
+        fn recover_files(
+            &self,
+            host: &Host<'_>,
+            request: &RecoverRequest,
+        ) -> PluginResult<Vec<FileMeta>> {
+            assert!(!self.own_recover_files, "deliberate panic in recover_files");
+            self.recover(host, request)
+        }
+    }
+
+    fn request() -> RecoverRequest {
+        RecoverRequest {
+            dataset_id: 1,
+            dir: "/nonexistent".into(),
+            files: RNone,
+        }
+    }
+
+    /// What crosses the boundary: the answer as given, a panic as "every survivor's"
+    /// (the host then copies everything, which is slow but never wrong), and a panic in
+    /// `recover_files` as an error naming the call.
+    #[test]
+    fn the_offline_rebuild_calls_cross_the_boundary_under_the_guard() {
+        let good = scheme_box::<Lib>(Box::new(Sources {
+            panics: false,
+            own_recover_files: false,
+        }));
+        assert_eq!(
+            good.rebuild_sources(RSlice::from_slice(&[0, 2])),
+            ROption::RSome(RVec::from(vec![1, 3]))
+        );
+        let got = crate::inproc::run(&["a"], |host| {
+            good.recover_files(host.raw(), &request()).into_result()
+        });
+        assert_eq!(got[0].as_ref().unwrap()[0].path.as_str(), "/from/recover");
+
+        let bad = scheme_box::<Lib>(Box::new(Sources {
+            panics: true,
+            own_recover_files: true,
+        }));
+        assert_eq!(bad.rebuild_sources(RSlice::from_slice(&[0])), RNone);
+        let got = crate::inproc::run(&["a"], |host| {
+            bad.recover_files(host.raw(), &request()).into_result()
+        });
+        let e = got[0].as_ref().unwrap_err();
+        assert_eq!(e.code, ErrorCode::PANIC);
+        assert_eq!(
+            e.message(),
+            "plugin test-lib panicked in recover_files: deliberate panic in recover_files"
+        );
+    }
+
+    /// A scheme that implements neither: every survivor's redundancy, and `recover`.
+    #[test]
+    fn the_defaults_are_every_survivor_and_recover() {
+        struct Plain;
+        impl Scheme for Plain {
+            fn describe(&self) -> PluginResult<SchemeDescription> {
+                Err(PluginError::not_implemented("describe"))
+            }
+            fn apply(&self, _: &Host<'_>, _: &DatasetFiles) -> PluginResult<Vec<String>> {
+                Ok(vec![])
+            }
+            fn recover(&self, _: &Host<'_>, _: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
+                Ok(vec![FileMeta::new("/from/recover", 1)])
+            }
+            fn redundancy_files(&self, _: &DatasetFiles) -> PluginResult<Vec<String>> {
+                Ok(vec![])
+            }
+            fn remove(&self, _: &Host<'_>, _: &DatasetFiles) -> PluginResult<()> {
+                Ok(())
+            }
+        }
+        let plain = scheme_box::<Lib>(Box::new(Plain));
+        assert_eq!(plain.rebuild_sources(RSlice::from_slice(&[1])), RNone);
+        let got = crate::inproc::run(&["a"], |host| {
+            plain.recover_files(host.raw(), &request()).into_result()
+        });
+        assert_eq!(got[0].as_ref().unwrap()[0].path.as_str(), "/from/recover");
+    }
 }

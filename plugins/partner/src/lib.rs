@@ -7,6 +7,10 @@
 //! a partner's copy, then only the redundancy files that were lost, from their partners'
 //! data, so the set is protected as before while every intact redundancy file stays as
 //! it is.
+//!
+//! An offline rebuild (`scr postrun`) needs less: `rebuild_sources` names, for each lost
+//! member, only the nearest surviving partner holding its copy, and `recover_files`
+//! rebuilds the lost members from those copies alone, writing no redundancy.
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
@@ -286,6 +290,40 @@ impl PartnerScheme {
         }
     }
 
+    /// The first half of `recover`: this member's files, rebuilt from a partner's copy
+    /// if it lost them, and every member's "redundancy file checked out" flag (all
+    /// `true` when nothing was lost). Reads redundancy only from the providers, so a
+    /// survivor's absent redundancy file is not needed unless it holds the nearest
+    /// intact copy of a lost member. Collective.
+    fn restore_files(
+        &self,
+        host: &Host<'_>,
+        request: &RecoverRequest,
+    ) -> PluginResult<(Vec<FileMeta>, Vec<bool>)> {
+        self.check_host(host)?;
+        let dir = Path::new(request.dir.as_str());
+        let mut red: Option<RedReader> = open_verified(&self.red_path(dir)).ok().filter(|r| {
+            r.header
+                .matches("PARTNER", request.dataset_id, self.members, self.member)
+        });
+        let given = || -> Vec<FileMeta> {
+            request
+                .files
+                .clone()
+                .into_option()
+                .unwrap_or_default()
+                .into_vec()
+        };
+        let Some((data_lost, red_ok)) = self.losses(host, request, red.is_some())? else {
+            return Ok((given(), vec![true; self.members as usize]));
+        };
+        let providers = self.providers(&data_lost, &red_ok)?;
+        let files = self
+            .rebuild(host, dir, red.as_mut(), &providers)?
+            .unwrap_or_else(given);
+        Ok((files, red_ok))
+    }
+
     /// Copy each lost member's files back from its provider's redundancy file: the file
     /// list, then the bytes, streamed in pieces. Returns this member's rebuilt files if
     /// it lost them. Never hands back bytes that differ from what the copy's metadata
@@ -386,35 +424,51 @@ impl Scheme for PartnerScheme {
     }
 
     fn recover(&self, host: &Host<'_>, request: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
-        self.check_host(host)?;
-        let dir = Path::new(request.dir.as_str());
-        let mut red: Option<RedReader> = open_verified(&self.red_path(dir)).ok().filter(|r| {
-            r.header
-                .matches("PARTNER", request.dataset_id, self.members, self.member)
-        });
-        let given = || -> Vec<FileMeta> {
-            request
-                .files
-                .clone()
-                .into_option()
-                .unwrap_or_default()
-                .into_vec()
-        };
-        let Some((data_lost, red_ok)) = self.losses(host, request, red.is_some())? else {
-            return Ok(given());
-        };
-        let providers = self.providers(&data_lost, &red_ok)?;
-        let files = self
-            .rebuild(host, dir, red.as_mut(), &providers)?
-            .unwrap_or_else(given);
+        let (files, red_ok) = self.restore_files(host, request)?;
         // only the redundancy files that were lost (or not trusted) are written again:
         // the survivors' copies are still exact, and the set is protected as before
-        drop(red);
         let red_lost: Vec<bool> = red_ok.iter().map(|ok| !ok).collect();
         if red_lost.contains(&true) {
+            let dir = Path::new(request.dir.as_str());
             self.reprotect(host, request.dataset_id, dir, &files, &red_lost)?;
         }
         Ok(files)
+    }
+
+    /// For each lost member, its nearest surviving right-hand partner within `replicas`:
+    /// the one whose redundancy file holds its copy and which `recover_files` reads it
+    /// from (the nearest partner whose redundancy file checks out, see `providers`). A
+    /// member no surviving partner holds a copy of adds no source; `recover_files` then
+    /// fails with `unrecoverable`, the same as `recover`.
+    fn rebuild_sources(&self, lost: &[u32]) -> Option<Vec<u32>> {
+        let n = self.members;
+        if lost.iter().any(|&m| m >= n) {
+            return None; // not a loss of this set: claim nothing, the host copies all
+        }
+        let mut sources: Vec<u32> = lost
+            .iter()
+            .filter_map(|&f| {
+                (1..=self.replicas)
+                    .map(|d| (f + d) % n)
+                    .find(|p| !lost.contains(p))
+            })
+            .collect();
+        sources.sort_unstable();
+        sources.dedup();
+        Some(sources)
+    }
+
+    /// `recover` without the re-protection: a survivor whose redundancy file is absent
+    /// (not named by `rebuild_sources`) is merely not a provider, and no redundancy file
+    /// is written. What is read is checked as in `recover` (the providers' headers and
+    /// payload, every survivor's data against its size and CRC32, every rebuilt file
+    /// against the copy's metadata).
+    fn recover_files(
+        &self,
+        host: &Host<'_>,
+        request: &RecoverRequest,
+    ) -> PluginResult<Vec<FileMeta>> {
+        Ok(self.restore_files(host, request)?.0)
     }
 
     fn redundancy_files(&self, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {

@@ -48,8 +48,9 @@ fn run(set_size: u32, replicas: u32) {
 
 /// Per shape: 2 applies, the redundancy-file list, every pattern of up to k losses ×
 /// (3 kinds, or every mix of kinds in the first shape) × (recover, one more loss), every
-/// pattern of k + 1 losses, a corrupted header on each member and remove; plus the
-/// corrupted-survivor pairs in the uniform shape.
+/// pattern of k + 1 losses, a corrupted header on each member, the offline rebuild of
+/// every pattern of up to k + 1 losses and remove; plus the corrupted-survivor pairs in
+/// the uniform shape.
 fn expected_cases(n: u32, replicas: u32) -> u32 {
     let k = replicas.min(n - 1);
     let tolerated = |mixed: bool| -> u32 {
@@ -58,7 +59,9 @@ fn expected_cases(n: u32, replicas: u32) -> u32 {
             .sum()
     };
     let beyond = if k < n { binomial(n, k + 1) } else { 0 };
-    let per_shape = |mixed| 3 + tolerated(mixed) + beyond + n + 1;
+    // the offline rebuild of every pattern of up to k losses and of every k + 1
+    let offline = (1..=k).map(|j| binomial(n, j)).sum::<u32>() + beyond;
+    let per_shape = |mixed| 3 + tolerated(mixed) + beyond + n + offline + 1;
     let pairs = if n * (n - 1) <= 30 {
         n * (n - 1)
     } else {

@@ -67,6 +67,13 @@
 //! must match the size and CRC32 recorded for it, and every lost redundancy file is
 //! written again, so the set is protected again. Only what was lost is written: a member
 //! that lost only its redundancy file keeps its data untouched.
+//!
+//! An offline rebuild (`scr postrun`) gives RS every survivor's redundancy file: RS keeps
+//! the defaults of `Scheme::rebuild_sources` (`None`: every survivor) and
+//! `Scheme::recover_files` (`recover`). The checksums of a row are spread over `k`
+//! members and every row has its own, so even with fewer than `k` losses a rebuild reads
+//! checksums from most of the set, and this decoder counts any member's missing
+//! redundancy file as a loss to solve for.
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;

@@ -33,6 +33,7 @@ fn run(p: u32, k: u32) -> Vec<CaseResult> {
         "corrupted redundancy header on member ",
         "redundancy_files lists exactly what apply wrote",
         "remove leaves nothing behind",
+        "offline rebuild of members ",
     ] {
         assert!(first.iter().any(|c| c.name.contains(needle)), "{needle}");
     }
@@ -45,7 +46,8 @@ fn binomial(n: u32, r: u32) -> u32 {
 
 /// Per shape: 2 applies, the redundancy-file list, every pattern of 1..=k members × its
 /// loss kinds × (recover, one more loss), every pattern of k + 1 (a sample of 50 beyond
-/// 300), a corrupted header on each member and remove; in the first shape a pattern of
+/// 300), a corrupted header on each member, the offline rebuild of each of those
+/// patterns of up to k + 1 and remove; in the first shape a pattern of
 /// 2 gets all 9 kinds and a larger one 6; plus the corrupted-survivor pairs in the
 /// uniform shape.
 fn expected_cases(n: u32, k: u32) -> u32 {
@@ -63,7 +65,9 @@ fn expected_cases(n: u32, k: u32) -> u32 {
         b if b <= 300 => b,
         _ => 50,
     };
-    let per_shape = |mixed: bool| 3 + patterns(mixed) * 2 + beyond + n + 1;
+    // the offline rebuild of every pattern of up to k losses and of the k + 1 above
+    let offline = (1..=k).map(|s| binomial(n, s)).sum::<u32>() + beyond;
+    let per_shape = |mixed: bool| 3 + patterns(mixed) * 2 + beyond + n + offline + 1;
     let pairs = if n * (n - 1) <= 30 {
         n * (n - 1)
     } else {

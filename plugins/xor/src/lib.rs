@@ -11,6 +11,12 @@
 //! file metadata (with those CRC32s) then goes into its right neighbour's redundancy-file
 //! header. One lost member per set is rebuilt by a pipelined reduction along the ring to
 //! it, which also restores its parity, so the set is protected again.
+//!
+//! An offline rebuild (`scr postrun`) needs every survivor's redundancy file: each lost
+//! byte is the XOR of every survivor's slot, parity slots included, and the lost member's
+//! metadata is in its right neighbour's header. So XOR keeps the defaults of
+//! `Scheme::rebuild_sources` (`None`: every survivor) and `Scheme::recover_files`
+//! (`recover`).
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};

@@ -67,7 +67,7 @@
 //! ```text
 //! libmy_scheme.so: refused: incompatible plugin ABI: a parameter was added to scheme
 //! method `redundancy_files` (this host's scr-plugin has 1 parameter, the library 2
-//! parameters); rebuild the plugin against scr-plugin 0.1.1, this host's version (see
+//! parameters); rebuild the plugin against scr-plugin 0.1.2, this host's version (see
 //! "Upgrading scr-plugin" in scr_plugin::manual)
 //! ```
 //!
@@ -80,8 +80,9 @@
 //!
 //! - **Nothing, for methods appended to the contract.** scr-plugin only *adds* defaulted
 //!   methods after the last mandatory one (as
-//!   [`Scheme::crc32_in_apply`](crate::Scheme::crc32_in_apply) and
-//!   [`Scheme::survivor_check`](crate::Scheme::survivor_check) were); a library
+//!   [`Scheme::crc32_in_apply`](crate::Scheme::crc32_in_apply),
+//!   [`Scheme::survivor_check`](crate::Scheme::survivor_check) and
+//!   [`Scheme::rebuild_sources`](crate::Scheme::rebuild_sources) were); a library
 //!   binary built before them is refused ("the scheme object lacks method `…`: the
 //!   library was built against an older scr-plugin (its source compiles unchanged
 //!   against this one)"), and its source builds unchanged against the newer scr-plugin. A

@@ -193,6 +193,38 @@
 //! `debug`): `Scheme` is what would let it skip its own check, so declare it only when
 //! `recover` verifies.
 //!
+//! # Offline rebuilds: which redundancy a rebuild reads
+//!
+//! `scr postrun` scavenges a killed job's newest checkpoint out of the node-local caches
+//! into the prefix and rebuilds the ranks whose node is gone away from the nodes: each
+//! member of a set that lost one runs the scheme over the files copied out of the
+//! caches. Every file copied is a read over the network, so the host asks the scheme
+//! which redundancy the rebuild needs,
+//! [`Scheme::rebuild_sources`](crate::Scheme::rebuild_sources)`(lost)`, copies every
+//! survivor's application files and only the named survivors' redundancy files, and
+//! calls [`Scheme::recover_files`](crate::Scheme::recover_files), which rebuilds the
+//! lost members' files from that alone and writes no redundancy (the host discards the
+//! set's redundancy after an offline rebuild).
+//!
+//! What a scheme gains by implementing both: postrun copies less. A PARTNER set of 4
+//! with one copy that lost one member reads the redundancy file of that member's
+//! right-hand neighbour only (its copy is there), not the three survivors'; with
+//! `replicas = 2`, the nearest surviving holder of each lost member's copy. A scheme
+//! whose every lost byte depends on every survivor's redundancy keeps the defaults,
+//! `None` (every survivor's) and `recover_files` calling `recover`: XOR (each byte is
+//! the XOR of every survivor's slot, parity included) and RS do.
+//!
+//! The two go together: a scheme that names sources must rebuild without the other
+//! survivors' redundancy files, which are absent, so it implements `recover_files` too
+//! (PARTNER's is its `recover` without the re-protection, a survivor's absent
+//! redundancy file being no loss unless it held the nearest copy). Everything else is
+//! `recover`'s contract: check what is read and what is rebuilt, never hand back a
+//! wrong byte, fail alike with `UNRECOVERABLE` when a lost member has no copy left.
+//! `scr-conformance` holds a scheme to its declaration: for every pattern of up to `k`
+//! lost members and the `k + 1` beyond, each survivor keeps its redundancy only when
+//! named, the lost members must come back byte-exact (beyond the claim: or fail alike),
+//! and a survivor not named must have no redundancy file written.
+//!
 //! # The ring helper
 //!
 //! Most schemes stream a member's logical file ([`lofi::LogicalFile`](crate::lofi::LogicalFile):

@@ -48,7 +48,11 @@
 //! again, every pattern beyond the claim failing alike, a corrupted survivor never
 //! trusted (checked by the harness as the host does, or handed over unverified,
 //! according to [`survivor_check`](crate::Scheme::survivor_check): see
-//! [`schemes`](super::schemes), "Survivors: who verifies them"), corrupted headers, repeatable apply, `redundancy_files` and `remove`. Call
+//! [`schemes`](super::schemes), "Survivors: who verifies them"), corrupted headers, the
+//! offline rebuild of every pattern up to `k + 1` with the redundancy of the survivors
+//! [`rebuild_sources`](crate::Scheme::rebuild_sources) names (see
+//! [`schemes`](super::schemes), "Offline rebuilds"), repeatable apply,
+//! `redundancy_files` and `remove`. Call
 //! it on every member from an `inproc` test, with the piece size the scheme was made
 //! with (so that files span several pieces), and assert that no case failed:
 //!

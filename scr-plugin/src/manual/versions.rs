@@ -4,7 +4,7 @@
 //! # The promise
 //!
 //! scr-plugin follows semantic versioning as cargo reads it for a 0.y.z crate: within one
-//! 0.y series (0.1.0, 0.1.1, ...) a plugin's source keeps building and its library keeps
+//! 0.y series (0.1.0, 0.1.1, 0.1.2, ...) a plugin's source keeps building and its library keeps
 //! loading into every host of that series. A release of the series adds items; an item
 //! that must change is kept beside its replacement, marked `#[deprecated]` with a note
 //! that names the replacement and this page. A change that cannot be made that way is a
@@ -23,6 +23,20 @@
 //! to a trait: abi_stable requires the library's table to hold every method the host
 //! knows), saying so in one line; rebuilding it from its unchanged source is the fix
 //! (see "Upgrading scr-plugin" in [the manual](super)).
+//!
+//! # 0.1.1 → 0.1.2
+//!
+//! The source: nothing to do, a plugin written against 0.1.1 builds unchanged. Its
+//! library must be rebuilt to load into a 0.1.2 runtime, since the scheme interface
+//! gained two defaulted methods after `survivor_check`:
+//! [`Scheme::rebuild_sources`](crate::Scheme::rebuild_sources) and
+//! [`Scheme::recover_files`](crate::Scheme::recover_files). The defaults (every
+//! survivor's redundancy; `recover`) keep a scheme correct for `scr postrun`'s offline
+//! rebuilds; a scheme whose rebuild reads only some survivors' redundancy implements
+//! both, so postrun copies less (see [`schemes`](super::schemes), "Offline rebuilds").
+//! A test type implementing
+//! [`conformance::SchemeUnderTest`](crate::conformance::SchemeUnderTest) itself (as
+//! `scr-conformance` does) forwards both, or the cases test it with the defaults.
 //!
 //! # 0.1.0 → 0.1.1
 //!

@@ -15,7 +15,7 @@ use abi_stable::{
     prefix_type::PrefixTypeTrait,
     sabi_trait,
     sabi_types::VersionStrings,
-    std_types::{RBox, RResult, RString, RVec},
+    std_types::{RBox, ROption, RResult, RSlice, RString, RVec},
     StableAbi,
 };
 use scr_plugin::SchemeDescription;
@@ -59,6 +59,17 @@ pub trait FfiScheme: Send + Sync {
     }
     fn survivor_check(&self) -> SurvivorCheck {
         SurvivorCheck::Host
+    }
+    fn rebuild_sources(&self, lost: RSlice<'_, u32>) -> ROption<RVec<u32>> {
+        let _ = lost;
+        ROption::RNone
+    }
+    fn recover_files(
+        &self,
+        host: HostRef<'_>,
+        request: &RecoverRequest,
+    ) -> RResult<RVec<FileMeta>, PluginError> {
+        self.recover(host, request)
     }
 }
 

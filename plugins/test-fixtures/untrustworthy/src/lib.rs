@@ -12,6 +12,12 @@
 //! - `WRONGLIST` writes its redundancy file but `redundancy_files` names another one;
 //! - `HANG` never returns from apply (for the harness's watchdog: always pass `--scheme`
 //!   to scr-conformance with this library);
+//! - `FEWSOURCES` says an offline rebuild reads no survivor's redundancy
+//!   (`rebuild_sources` is the empty set) but keeps the default `recover_files`, which
+//!   needs the provider's copy: every offline rebuild fails;
+//! - `REWRITES` names the right source (the lost member's right-hand neighbour) and
+//!   rebuilds from it, but writes the redundancy files of the survivors it was not given
+//!   again;
 //! - `CRASHREBUILD` behaves, except that with the environment variable
 //!   `SCR_FIXTURE_CRASH_REBUILD` set, a member that lost its files writes part of its
 //!   redundancy file in `recover` and then exits the process (a node dying mid-rebuild).
@@ -29,8 +35,8 @@ use scr_plugin::{
     RecoverRequest, Scheme, SchemeConfig, SchemeDescription, SurvivorCheck,
 };
 
-/// Provides `TRUSTING`, `HOSTCHECKED`, `NOREPROTECT`, `WRONGLIST`, `HANG` and
-/// `CRASHREBUILD`.
+/// Provides `TRUSTING`, `HOSTCHECKED`, `NOREPROTECT`, `WRONGLIST`, `HANG`,
+/// `CRASHREBUILD`, `FEWSOURCES` and `REWRITES`.
 pub struct UntrustworthyLib;
 
 const TAG: u32 = 31;
@@ -42,6 +48,8 @@ enum Flaw {
     WrongList,
     Hang,
     CrashRebuild,
+    FewSources,
+    Rewrites,
 }
 
 struct Mirror {
@@ -79,6 +87,100 @@ impl Mirror {
             at = end;
         }
         Ok(())
+    }
+
+    /// `recover`, or with `offline` an offline rebuild: a survivor's missing redundancy
+    /// file is then no loss (only the provider's copy is read). The flaw of `REWRITES`:
+    /// its offline rebuild ends with the apply that re-protects the set, writing the
+    /// redundancy files of survivors it was not given.
+    fn restore(
+        &self,
+        host: &Host<'_>,
+        request: &RecoverRequest,
+        offline: bool,
+    ) -> PluginResult<Vec<FileMeta>> {
+        let n = self.members;
+        let me = self.member;
+        let dir = Path::new(request.dir.as_str());
+        let red = open_verified(&self.red_path(dir))
+            .ok()
+            .filter(|r| r.header.matches(self.name, request.dataset_id, n, me));
+        let mut data_lost = gather_flags(host, request.files.is_none())?;
+        if self.flaw == Flaw::CrashRebuild
+            && request.files.is_none()
+            && std::env::var_os("SCR_FIXTURE_CRASH_REBUILD").is_some()
+        {
+            let _ = std::fs::write(self.red_path(dir), b"partial parity");
+            std::process::exit(17);
+        }
+        if self.flaw != Flaw::Trusting && data_lost.contains(&true) {
+            // the flaw of TRUSTING is skipping exactly this
+            let bad = request
+                .files
+                .as_ref()
+                .into_option()
+                .is_some_and(|f| scr_plugin::verify::verify_files(f).is_err());
+            if !host.all_agree(!bad)? {
+                data_lost = gather_flags(host, request.files.is_none() || bad)?;
+            }
+        }
+        let red_ok = gather_flags(host, red.is_some())?;
+        let mut files = request
+            .files
+            .clone()
+            .into_option()
+            .unwrap_or_default()
+            .into_vec();
+        let lost: Vec<u32> = (0..n)
+            .filter(|&m| data_lost[m as usize] || (!offline && !red_ok[m as usize]))
+            .collect();
+        if lost.is_empty() {
+            return Ok(files);
+        }
+        if lost.len() > 1 {
+            return Err(PluginError::new(
+                ErrorCode::UNRECOVERABLE,
+                format!("members {lost:?} lost files; a mirror rebuilds one"),
+            ));
+        }
+        let f = lost[0];
+        if offline && !red_ok[(f as usize + 1) % n as usize] {
+            return Err(PluginError::new(
+                ErrorCode::UNRECOVERABLE,
+                format!("member {f} lost its files and its copy is not here"),
+            ));
+        }
+        let mut failure = Failures::new();
+        if data_lost[f as usize] {
+            let p = (f + 1) % n;
+            if me == p {
+                let mut r = red.expect("the provider's copy checked out");
+                let metas = r.header.files.get(&f).cloned().unwrap_or_default();
+                let mut payload = vec![0u8; r.header.payload_len as usize];
+                failure.note(r.read_at(0, &mut payload));
+                send_bytes(host, f, TAG, &json(&metas)?)?;
+                send_bytes(host, f, TAG, &payload)?;
+            } else if me == f {
+                let metas = failure.note(recv_bytes(host, p, TAG).and_then(|b| unjson(&b)));
+                let bytes = recv_bytes(host, p, TAG)?;
+                if let Some(metas) = metas {
+                    files = metas.iter().map(|m| m.to_meta(dir)).collect();
+                    failure.note(Self::write_files(&files, &bytes));
+                }
+            }
+        }
+        failure.agree(host, "mirror rebuild")?;
+        if self.flaw != Flaw::NoReprotect {
+            self.apply(
+                host,
+                &DatasetFiles {
+                    dataset_id: request.dataset_id,
+                    dir: request.dir.clone(),
+                    files: files.clone().into(),
+                },
+            )?;
+        }
+        Ok(files)
     }
 }
 
@@ -133,82 +235,36 @@ impl Scheme for Mirror {
     }
 
     fn recover(&self, host: &Host<'_>, request: &RecoverRequest) -> PluginResult<Vec<FileMeta>> {
+        self.restore(host, request, false)
+    }
+
+    /// `FEWSOURCES` names none (wrongly); `REWRITES` the mirror's one holder of each
+    /// lost member's copy; the others every survivor.
+    fn rebuild_sources(&self, lost: &[u32]) -> Option<Vec<u32>> {
         let n = self.members;
-        let me = self.member;
-        let dir = Path::new(request.dir.as_str());
-        let red = open_verified(&self.red_path(dir))
-            .ok()
-            .filter(|r| r.header.matches(self.name, request.dataset_id, n, me));
-        let mut data_lost = gather_flags(host, request.files.is_none())?;
-        if self.flaw == Flaw::CrashRebuild
-            && request.files.is_none()
-            && std::env::var_os("SCR_FIXTURE_CRASH_REBUILD").is_some()
-        {
-            let _ = std::fs::write(self.red_path(dir), b"partial parity");
-            std::process::exit(17);
+        match self.flaw {
+            Flaw::FewSources => Some(Vec::new()),
+            Flaw::Rewrites => Some(
+                lost.iter()
+                    .map(|&f| (f + 1) % n)
+                    .filter(|p| !lost.contains(p))
+                    .collect(),
+            ),
+            _ => None,
         }
-        if self.flaw != Flaw::Trusting && data_lost.contains(&true) {
-            // the flaw of TRUSTING is skipping exactly this
-            let bad = request
-                .files
-                .as_ref()
-                .into_option()
-                .is_some_and(|f| scr_plugin::verify::verify_files(f).is_err());
-            if !host.all_agree(!bad)? {
-                data_lost = gather_flags(host, request.files.is_none() || bad)?;
-            }
+    }
+
+    /// `REWRITES`: the offline rebuild, flawed (see [`Mirror::restore`]).
+    fn recover_files(
+        &self,
+        host: &Host<'_>,
+        request: &RecoverRequest,
+    ) -> PluginResult<Vec<FileMeta>> {
+        if self.flaw == Flaw::Rewrites {
+            self.restore(host, request, true)
+        } else {
+            self.recover(host, request)
         }
-        let red_ok = gather_flags(host, red.is_some())?;
-        let mut files = request
-            .files
-            .clone()
-            .into_option()
-            .unwrap_or_default()
-            .into_vec();
-        let lost: Vec<u32> = (0..n)
-            .filter(|&m| data_lost[m as usize] || !red_ok[m as usize])
-            .collect();
-        if lost.is_empty() {
-            return Ok(files);
-        }
-        if lost.len() > 1 {
-            return Err(PluginError::new(
-                ErrorCode::UNRECOVERABLE,
-                format!("members {lost:?} lost files; a mirror rebuilds one"),
-            ));
-        }
-        let f = lost[0];
-        let mut failure = Failures::new();
-        if data_lost[f as usize] {
-            let p = (f + 1) % n;
-            if me == p {
-                let mut r = red.expect("the provider's copy checked out");
-                let metas = r.header.files.get(&f).cloned().unwrap_or_default();
-                let mut payload = vec![0u8; r.header.payload_len as usize];
-                failure.note(r.read_at(0, &mut payload));
-                send_bytes(host, f, TAG, &json(&metas)?)?;
-                send_bytes(host, f, TAG, &payload)?;
-            } else if me == f {
-                let metas = failure.note(recv_bytes(host, p, TAG).and_then(|b| unjson(&b)));
-                let bytes = recv_bytes(host, p, TAG)?;
-                if let Some(metas) = metas {
-                    files = metas.iter().map(|m| m.to_meta(dir)).collect();
-                    failure.note(Self::write_files(&files, &bytes));
-                }
-            }
-        }
-        failure.agree(host, "mirror rebuild")?;
-        if self.flaw != Flaw::NoReprotect {
-            self.apply(
-                host,
-                &DatasetFiles {
-                    dataset_id: request.dataset_id,
-                    dir: request.dir.clone(),
-                    files: files.clone().into(),
-                },
-            )?;
-        }
-        Ok(files)
     }
 
     /// Every scheme here but `HOSTCHECKED` says it verifies survivors; all but
@@ -245,6 +301,8 @@ impl PluginLibrary for UntrustworthyLib {
         "WRONGLIST",
         "HANG",
         "CRASHREBUILD",
+        "FEWSOURCES",
+        "REWRITES",
     ];
 
     fn new_scheme(config: &SchemeConfig) -> PluginResult<Box<dyn Scheme>> {
@@ -254,6 +312,8 @@ impl PluginLibrary for UntrustworthyLib {
             "NOREPROTECT" => (Flaw::NoReprotect, "NOREPROTECT"),
             "HANG" => (Flaw::Hang, "HANG"),
             "CRASHREBUILD" => (Flaw::CrashRebuild, "CRASHREBUILD"),
+            "FEWSOURCES" => (Flaw::FewSources, "FEWSOURCES"),
+            "REWRITES" => (Flaw::Rewrites, "REWRITES"),
             _ => (Flaw::WrongList, "WRONGLIST"),
         };
         Ok(Box::new(Mirror {
@@ -337,5 +397,25 @@ mod tests {
             ],
             "{wronglist:#?}"
         );
+    }
+
+    /// The offline rebuild is held to what `rebuild_sources` declares: every single loss
+    /// (3 members, 3 shapes) fails, and only those cases.
+    #[test]
+    fn offline_rebuilds_are_held_to_the_declared_sources() {
+        let offline_single: Vec<String> = ["varied", "uniform", "one-member-has-data"]
+            .iter()
+            .flat_map(|shape| {
+                (0..3).map(move |m| {
+                    format!(
+                        "{shape}: offline rebuild of members [{m}] with the redundancy of the survivors rebuild_sources names: recover_files rebuilds them exactly"
+                    )
+                })
+            })
+            .collect();
+        // declares no source, yet its recover_files needs the provider's copy
+        assert_eq!(failed("FEWSOURCES"), offline_single);
+        // rebuilds from the declared source, then writes the survivors' redundancy again
+        assert_eq!(failed("REWRITES"), offline_single);
     }
 }
