@@ -333,16 +333,44 @@ fn cached10(c: &Cluster, host: &str, rank: u32) -> Vec<u8> {
 /// A job of 4 hosts × 2 ranks is killed with its newest checkpoint (ckpt.10) only in the
 /// hosts' caches, and host2 is lost. `scr postrun`, run where a batch script runs (outside
 /// every host), reaches the others through the remote runner (the bed's agent): the
-/// application files from every host, parity only from the sets that lost a member (both
-/// here), ranks 4 and 5 rebuilt through XOR, ckpt.10 added to the index. A new job with
-/// every cache empty restarts from the prefix byte-exact.
+/// application files from every host, redundancy only from the sets that lost a member
+/// (both here) and only the survivors the scheme reads, ranks 4 and 5 rebuilt, ckpt.10
+/// added to the index. A new job with every cache empty restarts from the prefix
+/// byte-exact.
 #[test]
-fn postrun_from_the_launch_host_saves_a_killed_jobs_checkpoint_from_every_host() {
+fn postrun_from_the_launch_host_saves_a_killed_jobs_checkpoint_through_xor() {
+    // XOR reads every survivor's parity of a set that lost a member
+    postrun_saves_through(
+        "XOR",
+        &[
+            ("host0", "copied ranks [0, 1]; redundancy of ranks [0, 1]"),
+            ("host1", "copied ranks [2, 3]; redundancy of ranks [2, 3]"),
+            ("host3", "copied ranks [6, 7]; redundancy of ranks [6, 7]"),
+        ],
+    );
+}
+
+/// The same through PARTNER: only the copies of the lost ranks are read, from their
+/// right-hand partners (ranks 6 and 7 on host3 hold the copies of ranks 4 and 5); no
+/// other survivor's PARTNER file is copied.
+#[test]
+fn postrun_from_the_launch_host_reads_partner_copies_only_where_the_first_is_missing() {
+    postrun_saves_through(
+        "PARTNER",
+        &[
+            ("host0", "copied ranks [0, 1]"),
+            ("host1", "copied ranks [2, 3]"),
+            ("host3", "copied ranks [6, 7]; redundancy of ranks [6, 7]"),
+        ],
+    );
+}
+
+fn postrun_saves_through(scheme: &str, per_node: &[(&str, &str)]) {
     let Some(bed) = TestBed::up_or_skip(5) else {
         return;
     };
     let mut c = bed.cluster();
-    c.set("SCR_COPY_TYPE", "XOR")
+    c.set("SCR_COPY_TYPE", scheme)
         .set("SCR_SET_SIZE", "4")
         .set("SCR_FLUSH", "0")
         .set("SCR_DEBUG", "1");
@@ -377,9 +405,9 @@ fn postrun_from_the_launch_host_saves_a_killed_jobs_checkpoint_from_every_host()
         ),
         "{out}"
     );
-    for (host, a, b) in [("host0", 0, 1), ("host1", 2, 3), ("host3", 6, 7)] {
-        let line = format!("node {host}: copied ranks [{a}, {b}]; redundancy of ranks [{a}, {b}]");
-        assert!(out.stdout.contains(&line), "{line}\n{out}");
+    for (host, what) in per_node {
+        let line = format!("node {host}: {what}\n");
+        assert!(out.stdout.contains(&line), "{line}{out}");
     }
     assert!(
         out.stdout.contains("node host4: no files of this dataset"),

@@ -126,7 +126,9 @@ impl Scavenger {
         });
         let manifests =
             super::rebuild::read_manifests(&stage_dir(&self.prefix, id)).unwrap_or_default();
-        let needed = redundancy_needed(&manifests);
+        let needed = redundancy_needed(&manifests, |members, lost| {
+            self.rebuild_sources(members, lost, &manifests)
+        });
         // the nodes holding the survivors whose redundancy a rebuild reads
         let mut by_node: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
         for (rank, node) in needed {
@@ -280,10 +282,45 @@ fn no_runner(node: &str) -> String {
     )
 }
 
-/// The survivors whose redundancy files a rebuild reads, with their nodes: every
-/// member with a good copy of a set in which some member has none. The world size is
-/// the manifests' own (`agreed_record` checks them later).
-fn redundancy_needed(manifests: &BTreeMap<u32, RankManifest>) -> Vec<(u32, String)> {
+impl Scavenger {
+    /// Which members of the set `members` (world ranks, in set order) the scheme reads
+    /// redundancy from to rebuild the members at positions `lost`, as the scheme says
+    /// (`Scheme::rebuild_sources`, asked of one surviving member's instance); `None`:
+    /// every survivor's (the scheme does not say, or cannot be loaded here — the rebuild
+    /// then says why).
+    fn rebuild_sources(
+        &self,
+        members: &[u32],
+        lost: &[u32],
+        manifests: &BTreeMap<u32, RankManifest>,
+    ) -> Option<Vec<u32>> {
+        let (member, m) = members.iter().enumerate().find_map(|(i, r)| {
+            manifests
+                .get(r)
+                .filter(|m| m.copied.is_ok())
+                .map(|m| (i, m))
+        })?;
+        let d = &m.record.descriptor;
+        let scheme = self
+            .registry
+            .new_scheme(&d.scheme_config(&self.config, member as u32, m.rank))
+            .ok()?;
+        let said = scheme
+            .raw()
+            .rebuild_sources(abi_stable::std_types::RSlice::from_slice(lost))
+            .into_option()?;
+        Some(said.into_iter().collect())
+    }
+}
+
+/// The survivors whose redundancy files a rebuild reads, with their nodes: in every set
+/// in which some member has no good copy, the survivors `sources(members, lost
+/// positions)` names (member positions; `None`: every survivor of the set). The world
+/// size is the manifests' own (`agreed_record` checks them later).
+fn redundancy_needed(
+    manifests: &BTreeMap<u32, RankManifest>,
+    sources: impl Fn(&[u32], &[u32]) -> Option<Vec<u32>>,
+) -> Vec<(u32, String)> {
     let Some(world) = manifests.values().map(|m| m.record.world_size).max() else {
         return Vec::new();
     };
@@ -296,11 +333,26 @@ fn redundancy_needed(manifests: &BTreeMap<u32, RankManifest>) -> Vec<(u32, Strin
         );
     }
     let lost: BTreeSet<u32> = (0..world).filter(|r| !good(r)).collect();
-    sets.values()
-        .filter(|members| members.iter().any(|r| lost.contains(r)))
-        .flat_map(|members| members.iter().copied().filter(good))
-        .map(|r| (r, manifests[&r].node.clone()))
-        .collect()
+    let mut out = Vec::new();
+    for members in sets.values() {
+        let lost_here: Vec<u32> = (0..members.len() as u32)
+            .filter(|&i| lost.contains(&members[i as usize]))
+            .collect();
+        if lost_here.is_empty() {
+            continue;
+        }
+        let named: Vec<u32> = match sources(members, &lost_here) {
+            // only survivors of this set: a scheme's answer is not trusted beyond that
+            Some(positions) => positions
+                .iter()
+                .filter_map(|&i| members.get(i as usize).copied())
+                .filter(good)
+                .collect(),
+            None => members.iter().copied().filter(good).collect(),
+        };
+        out.extend(named.into_iter().map(|r| (r, manifests[&r].node.clone())));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -337,7 +389,7 @@ mod tests {
             let members: Vec<u32> = (0..8).filter(|x| x % 2 == r % 2).collect();
             m.insert(r, manifest(r, &format!("n{}", r / 2), set, &members, true));
         }
-        let mut need = redundancy_needed(&m);
+        let mut need = redundancy_needed(&m, |_, _| None);
         need.sort();
         let want: Vec<(u32, String)> = [0u32, 1, 2, 3, 6, 7]
             .iter()
@@ -350,14 +402,22 @@ mod tests {
             let members: Vec<u32> = (0..8).filter(|x| x % 2 == r % 2).collect();
             all.insert(r, manifest(r, "n2", u64::from(r % 2), &members, true));
         }
-        assert!(redundancy_needed(&all).is_empty());
+        assert!(redundancy_needed(&all, |_, _| panic!("nothing was lost")).is_empty());
         // one refused copy (rank 5, set 1): only set 1's survivors
         all.insert(5, manifest(5, "n2", 1, &[1, 3, 5, 7], false));
-        let mut need = redundancy_needed(&all);
+        let mut need = redundancy_needed(&all, |_, _| None);
         need.sort();
         assert_eq!(
             need.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
             vec![1, 3, 7]
         );
+        // a scheme that names its sources (PARTNER: the right-hand neighbour of the lost
+        // member 2 of set 1 = [1, 3, 5, 7] is member 3, rank 7); a name outside the set
+        // or of a lost member is ignored
+        let need = redundancy_needed(&all, |members, lost| {
+            assert_eq!((members, lost), (&[1, 3, 5, 7][..], &[2][..]));
+            Some(vec![3, 2, 9])
+        });
+        assert_eq!(need, vec![(7, "n3".to_string())]);
     }
 }

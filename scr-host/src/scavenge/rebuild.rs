@@ -198,10 +198,10 @@ impl Scavenger {
             let m = host.rank() as usize;
             schemes[m]
                 .raw()
-                .recover(host.raw(), &requests[m])
+                .recover_files(host.raw(), &requests[m])
                 .into_result()
                 .map(|v| v.into_vec())
-                .map_err(|e| schemes[m].error("recover", e).to_string())
+                .map_err(|e| schemes[m].error("recover_files", e).to_string())
         });
         // what the scheme logged while rebuilding goes to this command's log, with the
         // rank it ran for
