@@ -189,8 +189,16 @@ impl Runner {
         c
     }
 
-    /// Run `scr ARGS` on `node` and wait at most `limit` (`None`: no limit).
+    /// Run `scr ARGS` on `node` and wait at most `limit` (`None`: no limit). A node name
+    /// that is not a host name is refused: it becomes an argument of the runner (`ssh
+    /// {node}`), where `-oProxyCommand=...` would be an option, not a host.
     pub fn run(&self, node: &str, args: &[String], limit: Option<Duration>) -> Answer {
+        if !is_host_name(node) {
+            return Err(format!(
+                "`{node}` is not a host name (letters, digits, `.`, `-` and `_`, not starting with `-`); it is not passed to {}",
+                self.source
+            ));
+        }
         output_within(&mut self.command(node, args), limit.unwrap_or(NO_LIMIT))
             .map(RemoteOutput::from)
             .map_err(|e| format!("{node} not reached through {}: {e}", self.source))
@@ -227,6 +235,15 @@ pub fn fan_out<T: Send>(nodes: &[String], width: usize, f: impl Fn(&str) -> T + 
     });
     out.sort_by_key(|(i, _)| *i);
     out.into_iter().map(|(_, t)| t).collect()
+}
+
+/// Whether `name` can only be a host name for a runner (no option, no shell syntax).
+fn is_host_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".-_".contains(c))
 }
 
 /// `word` quoted for a POSIX shell (single quotes; a quote inside closes, escapes and
@@ -379,6 +396,10 @@ mod tests {
         let r = r.with_exe(Path::new("/bin/echo"));
         let o = r.run("n0", &["it's here".into()], None).unwrap();
         assert_eq!((o.code, o.stdout.as_str()), (Some(0), "it's here\n"));
+        for bad in ["-oProxyCommand=touch /tmp/x", "n0;reboot", "", "n 0"] {
+            let e = r.run(bad, &[], None).unwrap_err();
+            assert!(e.contains("is not a host name"), "{e}");
+        }
     }
 
     #[test]
