@@ -19,9 +19,10 @@
 //!    with the reason, never as good. Each rank's outcome goes into a manifest
 //!    (`scavenge/rank_<r>.scr`). A site runs this on every node (`pdsh`, `srun
 //!    --ntasks-per-node=1`); it needs no MPI and no other node.
-//! 2. **Coordinating** (`scr postrun`, which also runs step 1 itself for every node whose
-//!    directories it can reach — every simulated node here, this host otherwise): ranks
-//!    without a good manifest are lost. For each redundancy set with lost members the
+//! 2. **Coordinating** (`scr postrun`, which also runs step 1 on every node of the
+//!    allocation first: every simulated node and this host directly, the others through
+//!    the remote runner, in two rounds that read redundancy files only where a rebuild
+//!    needs them — see [`across`]): ranks without a good manifest are lost. For each redundancy set with lost members the
 //!    scheme plugin's `recover` runs offline, its members as threads over the in-process
 //!    host services ([`scr_plugin::inproc`]), each in its rank's staging directory (the
 //!    survivors' copied data and redundancy files, an empty directory for the lost);
