@@ -22,7 +22,7 @@
 //! 2. **Coordinating** (`scr postrun`, which also runs step 1 on every node of the
 //!    allocation first: every simulated node and this host directly, the others through
 //!    the remote runner, in two rounds that read redundancy files only where a rebuild
-//!    needs them — see [`across`]): ranks without a good manifest are lost. For each redundancy set with lost members the
+//!    needs them, [`Scavenger::copy_across`]): ranks without a good manifest are lost. For each redundancy set with lost members the
 //!    scheme plugin's `recover` runs offline, its members as threads over the in-process
 //!    host services ([`scr_plugin::inproc`]), each in its rank's staging directory (the
 //!    survivors' copied data and redundancy files, an empty directory for the lost);
