@@ -11,8 +11,8 @@ use scr_api::mpi::traits::CommunicatorCollectives;
 
 /// Print one line to stderr in a single write. Under mpiexec every rank's stderr is merged
 /// by the launcher as it arrives, and `eprintln!` writes a formatted line piece by piece
-/// (stderr is unbuffered), so two ranks' lines interleave mid-line ("scr-heat[scr-heat[2]:
-/// ..."). One `write_all` of the whole line keeps it whole.
+/// (stderr is unbuffered), so two ranks' lines interleave mid-line (`scr-heat[scr-heat[2]:
+/// ...`). One `write_all` of the whole line keeps it whole.
 pub fn say(line: std::fmt::Arguments<'_>) {
     let mut text = line.to_string();
     text.push('\n');
