@@ -20,7 +20,7 @@ pub fn say(line: std::fmt::Arguments<'_>) {
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
-/// `eprintln!` whose line reaches stderr in one write: see [`say`].
+/// `eprintln!` whose line reaches stderr in one write: see [`say()`].
 #[macro_export]
 macro_rules! say {
     ($($arg:tt)*) => { $crate::say(format_args!($($arg)*)) };
