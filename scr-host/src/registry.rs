@@ -570,9 +570,13 @@ impl LoadedScheme {
     }
 }
 
-/// The effective user id of this process (from /proc: no `unsafe` needed).
+/// The effective user id of this process (from /proc: no `unsafe` needed), read once per
+/// process: every cache directory is created and judged as the user the job runs as, and
+/// reading /proc/self/status costs about a dozen system calls, which route_file and
+/// start_output made up to seven times per checkpoint.
 pub(crate) fn effective_uid() -> Option<u32> {
-    proc_status_id("Uid:")
+    static UID: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *UID.get_or_init(|| proc_status_id("Uid:"))
 }
 
 /// The effective id on the `Uid:` or `Gid:` line of /proc/self/status.
@@ -756,6 +760,20 @@ fn one_line(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::describe_load_error;
+
+    /// The id read once is this process's effective user id, and later calls give it
+    /// again (it is the owner of a file this process creates).
+    #[test]
+    fn effective_uid_is_the_owner_of_new_files_and_stable() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("mine");
+        std::fs::write(&f, b"x").unwrap();
+        let owner = std::fs::metadata(&f).unwrap().uid();
+        assert_eq!(super::effective_uid(), Some(owner));
+        assert_eq!(super::effective_uid(), super::proc_status_id("Uid:"));
+        assert_eq!(super::effective_uid(), Some(owner));
+    }
     use abi_stable::library::LibraryError;
     use abi_stable::sabi_types::VersionNumber;
 
