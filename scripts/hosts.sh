@@ -42,8 +42,8 @@
 #
 # The agent starts commands like ssh does: a fresh environment (HOME, PATH, USER, LOGNAME,
 # SHELL), not the caller's, so an MPI job must forward what its ranks need (mpirun -x VAR).
-# The working directory is the caller's when it exists in the host (the hosts share the
-# file system outside BED/local), else /.
+# The working directory is the home directory, as with ssh (not the caller's: a command
+# that relies on a relative path would work here and fail on a cluster).
 #
 # Nothing outside BED is touched: no global host name, no mount outside the hosts'
 # namespaces, no /etc edits. When the kernel refuses a namespace or a mount, `up` says
@@ -243,8 +243,9 @@ if [ -z "$pid" ] || [ -z "$ns" ] || [ "$(readlink "/proc/$pid/ns/uts" 2>/dev/nul
     echo "agent: $h is down" >&2
     exit 255
 fi
-wd=/
-[ -d "$PWD" ] && wd=$PWD
+# as ssh: the command starts in the home directory, whatever the caller's was
+wd=${HOME:-/}
+[ -d "$wd" ] || wd=/
 # as ssh: a fresh environment, the command line joined with spaces and run by /bin/sh
 exec nsenter -t "$pid" -u -m -p --wdns="$wd" -- \
     env -i HOME="${HOME:-/root}" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

@@ -209,9 +209,15 @@ pub fn run(config: &Config, args: &RunArgs) -> u8 {
 pub fn nodes(config: &Config, cmd: &NodesCommand) -> u8 {
     let (nodes, prefix, here, ranks_per_node) = match cmd {
         NodesCommand::Clean { step } => {
-            let ended = launch::clean::end_step(step, std::time::Duration::from_secs(5));
-            let survived = !ended.1.is_empty();
-            println!("{}", launch::describe_ended(ended));
+            let (found, left) = launch::clean::end_step(step, std::time::Duration::from_secs(5));
+            let survived = !left.is_empty();
+            println!("{}", launch::describe_ended((found, left.clone())));
+            // (run by `scr run` through the remote runner: the outcome, as the last line)
+            if let Some(line) =
+                scr_host::remote::report_line(&launch::clean::CleanReport { found, left })
+            {
+                println!("{line}");
+            }
             return u8::from(survived);
         }
         NodesCommand::Down {
@@ -230,13 +236,17 @@ pub fn nodes(config: &Config, cmd: &NodesCommand) -> u8 {
                 return exit::INVALID;
             }
         };
-        return match check.down_here() {
-            None => 0,
-            Some(why) => {
-                println!("{}: {why}", check.this_host);
-                1
-            }
-        };
+        let down = check.down_here();
+        if let Some(why) = &down {
+            println!("{}: {why}", check.this_host);
+        }
+        // (run by `scr run` through the remote runner: the verdict, as the last line)
+        if let Some(line) =
+            scr_host::remote::report_line(&launch::nodes::HereReport { down: down.clone() })
+        {
+            println!("{line}");
+        }
+        return u8::from(down.is_some());
     }
     let down = match launch::down_nodes(config, nodes.as_deref(), &prefix_or(config, prefix)) {
         Ok(d) => d,

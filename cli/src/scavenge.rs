@@ -9,7 +9,10 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use scr_host::config::Config;
-use scr_host::scavenge::{self as sv, Added, NodeCopy, Parts, Progress, Scavenger};
+use scr_host::remote;
+use scr_host::scavenge::{
+    self as sv, Added, Listing, NodeCopy, NodeReport, Parts, Progress, Scavenger,
+};
 use scr_host::state::prefix::{self, Index};
 
 /// Exit statuses of `scr scavenge`, `scr postrun` and `scr index add`.
@@ -36,8 +39,8 @@ pub struct ScavengeArgs {
     /// No progress display; plain lines only.
     #[arg(long)]
     pub quiet: bool,
-    /// Copy nothing: print each complete dataset in these nodes' cache as one JSON line
-    /// (what `scr postrun` asks a node before choosing the dataset to scavenge).
+    /// Copy nothing: print what these nodes' cache holds (each complete dataset and the
+    /// ranks holding it) as one JSON line: what `scr postrun` asks a node first.
     #[arg(long, conflicts_with_all = ["data_only", "redundancy_of"])]
     pub list: bool,
     /// Copy the application files only, not the redundancy files (`scr postrun`'s first
@@ -48,6 +51,15 @@ pub struct ScavengeArgs {
     /// what the first round staged (`scr postrun`'s second round).
     #[arg(long, value_name = "RANKS", requires = "id", value_delimiter = ',')]
     pub redundancy_of: Vec<u32>,
+    /// Copy only these ranks' files (comma-separated; `scr postrun` gives each rank to
+    /// one node).
+    #[arg(
+        long,
+        value_name = "RANKS",
+        value_delimiter = ',',
+        conflicts_with = "redundancy_of"
+    )]
+    pub ranks: Vec<u32>,
 }
 
 /// `scr postrun`: scavenge the newest checkpoint into the prefix after the job step.
@@ -170,13 +182,20 @@ fn remote_runner(config: &Config) -> Option<scr_host::remote::Runner> {
 pub fn scavenge_command(config: Config, args: &ScavengeArgs) -> ExitCode {
     let (sc, nodes) = tools(config, &args.prefix, args.quiet, &args.node, false);
     if args.list {
+        // (one node, as postrun asks it; several: the first's, the others' merged in)
+        let mut all = Listing::default();
         for node in &nodes {
-            for line in sc.listing(node) {
-                println!("{line}");
+            let l = sc.listed(node);
+            all.records.extend(l.records);
+            for (id, ranks) in l.ranks {
+                all.ranks.entry(id).or_default().extend(ranks);
             }
         }
+        println!("{}", remote::report_or_plain(&all));
         return ExitCode::SUCCESS;
     }
+    let only: Option<std::collections::BTreeSet<u32>> =
+        (!args.ranks.is_empty()).then(|| args.ranks.iter().copied().collect());
     let parts = if args.data_only {
         Parts::Data
     } else if !args.redundancy_of.is_empty() {
@@ -188,14 +207,22 @@ pub fn scavenge_command(config: Config, args: &ScavengeArgs) -> ExitCode {
         Ok(id) => id,
         Err(nothing) => {
             println!("{nothing}");
+            if let Some(line) = remote::report_line(&NodeReport::default()) {
+                println!("{line}");
+            }
             return ExitCode::SUCCESS;
         }
     };
-    let bad = sv::scavenge(&sc, &nodes, id, &parts).failed;
+    let report = sv::scavenge(&sc, &nodes, id, &parts, only.as_ref());
+    let bad = report.failed.clone();
     println!(
         "dataset {id}: staged in {}; run `scr postrun --no-copy --id {id}` once every node is done",
         sv::stage_dir(sc.prefix(), id).display()
     );
+    // (run by postrun through the remote runner: what was done, as the last line)
+    if let Some(line) = remote::report_line(&report) {
+        println!("{line}");
+    }
     if bad.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -271,6 +298,9 @@ fn report_nodes(copied: &[NodeCopy]) {
         }
         for (r, why) in &c.refused {
             parts.push(format!("rank {r} refused: {why}"));
+        }
+        for (r, first) in &c.also_on {
+            parts.push(format!("rank {r} also here, copied from {first}"));
         }
         if parts.is_empty() {
             parts.push("no files of this dataset".into());

@@ -6,6 +6,10 @@ use std::io::Read;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+/// How long the output of a command that has exited is still read, for a child it left
+/// behind holding its pipes.
+const PIPE_GRACE: Duration = Duration::from_secs(2);
+
 /// What a command printed and how it ended.
 pub(crate) struct Output {
     pub status: ExitStatus,
@@ -62,7 +66,10 @@ pub(crate) fn output_within(cmd: &mut Command, timeout: Duration) -> Result<Outp
             }
         }
     };
-    while !(out.is_finished() && err.is_finished()) && Instant::now() < deadline {
+    // a child it left behind may hold the pipes open for long (ssh's ControlPersist
+    // master keeps stderr): what it printed is read for a short grace, not to the deadline
+    let grace = deadline.min(Instant::now() + PIPE_GRACE);
+    while !(out.is_finished() && err.is_finished()) && Instant::now() < grace {
         std::thread::sleep(Duration::from_millis(10));
     }
     let take = |h: std::thread::JoinHandle<String>| {
@@ -115,5 +122,18 @@ mod tests {
         .unwrap();
         assert!(o.status.success());
         assert!(started.elapsed() < Duration::from_secs(5));
+        // nor up to a long deadline: a short grace once the command itself has exited
+        let started = Instant::now();
+        let o = output_within(
+            Command::new("sh").args(["-c", "sleep 30 & echo done"]),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        assert!(o.status.success());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }

@@ -272,7 +272,15 @@ pub fn run(config: &Config, opts: &RunOptions) -> RunOutcome {
     signals::catch_termination();
     let completed = relaunch.launches();
     relaunch.state.save(&opts.prefix);
-    let postrun_ok = !opts.postrun || postrun(opts, &plan, &relaunch.previous);
+    // (a real node found down is not asked: it would only cost the runner's timeout;
+    // simulated nodes keep their places, which name each rank's node)
+    let up: Vec<String> = relaunch
+        .previous
+        .iter()
+        .filter(|n| plan.layout.is_some() || !relaunch.state.down.iter().any(|(d, _)| d == *n))
+        .cloned()
+        .collect();
+    let postrun_ok = !opts.postrun || postrun(opts, &plan, &up);
     if completed && postrun_ok {
         RunOutcome::Completed
     } else {
@@ -498,6 +506,8 @@ impl<'a> Relaunch<'a> {
     /// Launch until a launch completes, no run is left, too few nodes are left, a halt
     /// condition holds or `scr run` is signalled; whether a launch completed.
     fn launches(&mut self) -> bool {
+        // the newest launch whose leftovers were ended
+        let mut cleaned = 0;
         for attempt in 1..=self.runs {
             if let Some(sig) = signals::take() {
                 self.opts.say(format!(
@@ -508,6 +518,7 @@ impl<'a> Relaunch<'a> {
             }
             if attempt > 1 {
                 self.end_previous(attempt - 1);
+                cleaned = attempt - 1;
             }
             let Some(nodes) = self.next_nodes() else {
                 break;
@@ -530,45 +541,56 @@ impl<'a> Relaunch<'a> {
                 break;
             }
         }
+        // the last launch failed: what it left must not run on while postrun reads the
+        // caches
+        if self.state.launches > cleaned {
+            self.end_previous(self.state.launches);
+        }
         false
     }
 
-    /// Before a relaunch: end what launch `attempt` left running on each of its nodes
-    /// (see [`clean`]): here directly, elsewhere through the remote runner. A node that
-    /// cannot be reached is left to the down-node check that follows.
+    /// Before a relaunch, and after a last launch that failed: end what launch
+    /// `attempt` left running on each of its nodes (see [`clean`]): this host and
+    /// simulated nodes directly, the others through the remote runner (none: said, and
+    /// left). A node that cannot be reached is left to the down-node check that follows.
     fn end_previous(&self, attempt: u64) {
         let tag = self.step_tag(attempt);
         let grace = Duration::from_secs(5);
-        let here_too = !self.previous.iter().any(|n| n == &self.check.this_host);
+        let simulated = self.plan.layout.is_some();
+        let here = |n: &str| simulated || self.check.is_here(n);
         let ended = crate::remote::fan_out(
             &self.previous,
             self.check.runner.as_ref().map_or(1, |r| r.fanout),
-            |node| match &self.check.runner {
-                Some(r) if node != self.check.this_host => {
-                    let args = vec!["nodes".into(), "clean".into(), "--step".into(), tag.clone()];
-                    match r.run(node, &args, Some(r.timeout + grace)) {
-                        // 1: a process survived (the line says which)
-                        Ok(out) if matches!(out.code, Some(0 | 1)) => out.stdout.trim().to_string(),
-                        Ok(out) => format!(
-                            "its processes could not be ended: not reached through {} ({}): {}",
-                            r.source,
-                            out.code
-                                .map_or("killed by a signal".into(), |c| format!("status {c}")),
-                            out.stderr.trim()
-                        ),
-                        Err(why) => format!("its processes could not be ended: {why}"),
-                    }
+            |node| {
+                if here(node) {
+                    return String::new();
                 }
-                _ => describe_ended(clean::end_step(&tag, grace)),
+                let Some(r) = &self.check.runner else {
+                    return "not cleaned: another host and no remote runner (set remote_runner)"
+                        .into();
+                };
+                let args = vec!["nodes".into(), "clean".into(), "--step".into(), tag.clone()];
+                match r
+                    .run_scr(node, &args, Some(r.timeout + grace))
+                    .and_then(|(_, report)| {
+                        crate::remote::parse_report::<clean::CleanReport>(node, &report)
+                    }) {
+                    Ok(c) => describe_ended((c.found, c.left)),
+                    Err(why) => format!("its processes could not be ended: {why}"),
+                }
             },
         );
-        // (the launch host runs the launcher: what it left here goes too)
         let mut lines: Vec<(String, String)> = self.previous.iter().cloned().zip(ended).collect();
-        if here_too {
-            lines.push((
-                self.check.this_host.clone(),
-                describe_ended(clean::end_step(&tag, grace)),
-            ));
+        // this host (and every simulated node: their processes all run here), also when
+        // only the launcher ran here
+        let local = describe_ended(clean::end_step(&tag, grace));
+        if !local.is_empty() {
+            let name = if simulated {
+                "this host (the simulated nodes)".to_string()
+            } else {
+                self.check.this_host.clone()
+            };
+            lines.push((name, local));
         }
         for (node, what) in lines.into_iter().filter(|(_, w)| !w.is_empty()) {
             self.opts

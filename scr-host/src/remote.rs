@@ -42,6 +42,36 @@ use std::time::Duration;
 use crate::command::{output_within, Output};
 use crate::config::{settings, Config};
 
+/// The line a remote `scr` prints last, with its report (JSON), when [`REPORT_VAR`] is
+/// set: the proof that it ran to its end there (see [`Runner::run_scr`]).
+pub const REPORT_MARK: &str = "#scr-report ";
+
+/// Set by the runner for the `scr` it runs on a node: print the [`REPORT_MARK`] line.
+pub const REPORT_VAR: &str = "SCR_REMOTE_REPORT";
+
+/// The report line for `payload` (what a remote `scr` prints last), when this process
+/// was started by a runner ([`REPORT_VAR`] set); `None` otherwise.
+pub fn report_line(payload: &impl serde::Serialize) -> Option<String> {
+    std::env::var_os(REPORT_VAR)?;
+    Some(format!(
+        "{REPORT_MARK}{}",
+        serde_json::to_string(payload).unwrap_or_else(|_| "null".into())
+    ))
+}
+
+/// [`report_line`] when run by a runner, else the payload alone as a JSON line (what a
+/// user running the command sees).
+pub fn report_or_plain(payload: &impl serde::Serialize) -> String {
+    report_line(payload)
+        .unwrap_or_else(|| serde_json::to_string(payload).unwrap_or_else(|_| "null".into()))
+}
+
+/// Read a report's payload as `T`; an error naming `node` when it is not one.
+pub fn parse_report<T: serde::de::DeserializeOwned>(node: &str, report: &str) -> Result<T, String> {
+    serde_json::from_str(report)
+        .map_err(|e| format!("{node}: its report `{report}` cannot be read: {e}"))
+}
+
 /// How long a command that has no limit of its own may run: a scavenge copy of a large
 /// cache; a week stands for "no limit" without overflowing a deadline.
 const NO_LIMIT: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -139,6 +169,7 @@ impl Runner {
         for (var, value) in [
             ("SCR_JOB_ID", config.get(settings::JOB_ID)),
             ("SCR_USER", config.get(settings::USER)),
+            (REPORT_VAR, "1".to_string()),
         ] {
             pass.retain(|(k, _)| k != var);
             pass.push((var.to_string(), value));
@@ -161,32 +192,36 @@ impl Runner {
         self
     }
 
-    /// The command line that runs `scr ARGS` on `node`.
-    pub fn command(&self, node: &str, args: &[String]) -> Command {
+    /// The command line that runs `scr ARGS` on `node`; refused when the template
+    /// places `{rank}` and `node` is not in the allocation (it would reach another node).
+    pub fn command(&self, node: &str, args: &[String]) -> Result<Command, String> {
         let mut line: Vec<String> = vec!["env".into()];
         line.extend(self.env.iter().map(|(k, v)| quote(&format!("{k}={v}"))));
         line.push(quote(&self.exe.display().to_string()));
         line.extend(args.iter().map(|a| quote(a)));
         let cmd = line.join(" ");
-        let rank = self
-            .order
-            .iter()
-            .position(|n| n == node)
-            .map_or_else(|| "0".to_string(), |r| r.to_string());
+        let rank = self.order.iter().position(|n| n == node);
+        if rank.is_none() && self.words.iter().any(|w| w.contains("{rank}")) {
+            return Err(format!(
+                "{node} is not in the allocation's node list ({}), so its {{rank}} for {} is not known",
+                crate::hostlist::compress(&self.order),
+                self.source
+            ));
+        }
+        let rank = rank.map(|r| r.to_string()).unwrap_or_default();
+        // `{cmd}` inside a word too (`sh -c '{cmd}'` would otherwise pass it literally)
         let words: Vec<String> = self
             .words
             .iter()
             .map(|w| {
-                if w == "{cmd}" {
-                    cmd.clone()
-                } else {
-                    w.replace("{node}", node).replace("{rank}", &rank)
-                }
+                w.replace("{node}", node)
+                    .replace("{rank}", &rank)
+                    .replace("{cmd}", &cmd)
             })
             .collect();
         let mut c = Command::new(&words[0]);
         c.args(&words[1..]);
-        c
+        Ok(c)
     }
 
     /// Run `scr ARGS` on `node` and wait at most `limit` (`None`: no limit). A node name
@@ -199,9 +234,43 @@ impl Runner {
                 self.source
             ));
         }
-        output_within(&mut self.command(node, args), limit.unwrap_or(NO_LIMIT))
+        let mut cmd = self.command(node, args)?;
+        output_within(&mut cmd, limit.unwrap_or(NO_LIMIT))
             .map(RemoteOutput::from)
             .map_err(|e| format!("{node} not reached through {}: {e}", self.source))
+    }
+
+    /// Run `scr ARGS` on `node` (as [`Runner::run`]) and take its report: the payload of
+    /// the last line it printed with [`REPORT_MARK`], and the lines before it. Without
+    /// that line the command did not run to its end there — the runner failed (srun's
+    /// exit 1, ssh's 255, an agent's refusal) or `scr` stopped early (a configuration
+    /// error) — and the error says so with the status and what it printed on stderr:
+    /// no exit status is ever taken for one of `scr`'s answers.
+    pub fn run_scr(
+        &self,
+        node: &str,
+        args: &[String],
+        limit: Option<Duration>,
+    ) -> Result<(Vec<String>, String), String> {
+        let out = self.run(node, args, limit)?;
+        let mut lines: Vec<String> = out.stdout.lines().map(String::from).collect();
+        match lines.iter().rposition(|l| l.starts_with(REPORT_MARK)) {
+            Some(i) => {
+                let report = lines[i][REPORT_MARK.len()..].to_string();
+                lines.truncate(i);
+                Ok((lines, report))
+            }
+            None => Err(format!(
+                "{node} not reached through {} ({}): {}",
+                self.source,
+                out.code
+                    .map_or("killed by a signal".into(), |c| format!("status {c}")),
+                match out.stderr.trim() {
+                    "" => "nothing on stderr",
+                    e => e,
+                }
+            )),
+        }
     }
 
     /// `f` for every node of `nodes`, at most `fanout` at once; the answers in `nodes`'
@@ -235,6 +304,13 @@ pub fn fan_out<T: Send>(nodes: &[String], width: usize, f: impl Fn(&str) -> T + 
     });
     out.sort_by_key(|(i, _)| *i);
     out.into_iter().map(|(_, t)| t).collect()
+}
+
+/// Whether `a` and `b` name the same host: equal, or equal up to the first dot (a
+/// resource manager's short name against `gethostname`'s fully qualified one).
+pub fn same_host(a: &str, b: &str) -> bool {
+    let short = |n: &str| n.split('.').next().unwrap_or(n).to_string();
+    a == b || short(a) == short(b)
 }
 
 /// Whether `name` can only be a host name for a runner (no option, no shell syntax).
@@ -334,7 +410,10 @@ mod tests {
             "{}",
             r.source
         );
-        let a = argv(&r.command("n1", &["scavenge".into(), "--node".into(), "n1".into()]));
+        let a = argv(
+            &r.command("n1", &["scavenge".into(), "--node".into(), "n1".into()])
+                .unwrap(),
+        );
         assert_eq!(&a[..3], ["ssh", "-x", "n1"]);
         assert_eq!(a.len(), 4, "{a:?}");
         assert!(a[3].starts_with("env "), "{}", a[3]);
@@ -349,7 +428,7 @@ mod tests {
             &[],
         )
         .unwrap();
-        let a = argv(&r.command("n1", &["x".into()]));
+        let a = argv(&r.command("n1", &["x".into()]).unwrap());
         assert_eq!(&a[..6], ["flux", "exec", "-r", "1", "sh", "-c"]);
         assert_eq!(a.len(), 6 + 1);
     }
@@ -366,17 +445,17 @@ mod tests {
         let path = dir.path().to_str().unwrap();
         let r = runner(&[], &[("PATH", path), ("SLURM_JOB_ID", "5")]).unwrap();
         assert_eq!(
-            argv(&r.command("n0", &[]))[..8],
+            argv(&r.command("n0", &[]).unwrap())[..8],
             ["srun", "--overlap", "-N", "1", "-n", "1", "-w", "n0"]
         );
         let r = runner(&[], &[("PATH", path), ("FLUX_URI", "local://x")]).unwrap();
         assert_eq!(
-            argv(&r.command("n1", &[]))[..4],
+            argv(&r.command("n1", &[]).unwrap())[..4],
             ["flux", "exec", "-r", "1"]
         );
         let r = runner(&[], &[("PATH", path)]).unwrap();
         assert_eq!(
-            argv(&r.command("n1", &[]))[..5],
+            argv(&r.command("n1", &[]).unwrap())[..5],
             ["pdsh", "-S", "-N", "-w", "n1"]
         );
         assert!(runner(&[], &[("PATH", "/nonexistent")]).is_none());
@@ -400,6 +479,49 @@ mod tests {
             let e = r.run(bad, &[], None).unwrap_err();
             assert!(e.contains("is not a host name"), "{e}");
         }
+    }
+
+    #[test]
+    fn only_a_report_line_proves_that_scr_ran_there() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let script = |name: &str, body: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+            p.display().to_string()
+        };
+        // a runner that fails by itself with status 1 (srun's "Unable to create step")
+        let fails = script("fails", "echo step refused >&2; exit 1");
+        let r = runner(&[("SCR_REMOTE_RUNNER", &format!("{fails} {{node}}"))], &[]).unwrap();
+        let e = r.run_scr("n0", &[], None).unwrap_err();
+        assert_eq!(
+            e,
+            "n0 not reached through remote_runner (environment SCR_REMOTE_RUNNER) (status 1): step refused"
+        );
+        // `{cmd}` inside a word is placed too; the report is the payload of the last
+        // marked line, the lines before it are returned
+        let runs = script("runs", "exec sh -c \"${1#--command=}\"");
+        let r = runner(
+            &[("SCR_REMOTE_RUNNER", &format!("{runs} --command={{cmd}}"))],
+            &[],
+        )
+        .unwrap()
+        .with_exe(Path::new("/bin/printf"));
+        let (lines, report) = r
+            .run_scr("n0", &["a\\n#scr-report {\"x\":1}\\n".into()], None)
+            .unwrap();
+        assert_eq!(
+            (lines, report.as_str()),
+            (vec!["a".to_string()], "{\"x\":1}")
+        );
+        // `{rank}` of a node outside the allocation is not guessed
+        let r = runner(&[("SCR_REMOTE_RUNNER", "flux exec -r {rank}")], &[]).unwrap();
+        let e = r.run("n9", &[], None).unwrap_err();
+        assert!(
+            e.starts_with("n9 is not in the allocation's node list (n[0-1])"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -90,8 +90,9 @@ pub struct RankManifest {
     pub copied: Result<Vec<FlushedFile>, String>,
 }
 
-/// The outcome of the per-node step on one node.
-#[derive(Debug, Default)]
+/// The outcome of the per-node step on one node (also the report a remote `scr
+/// scavenge` ends with).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct NodeReport {
     /// Ranks whose files were copied and verified.
     pub copied: Vec<u32>,
@@ -129,6 +130,10 @@ pub struct Scavenger {
     runner: Option<crate::remote::Runner>,
     /// Every node given is this one (see [`Scavenger::on_the_node`]).
     per_node: bool,
+    /// What each node's cache held when asked (see [`Scavenger::listings`]).
+    listed: std::sync::Mutex<BTreeMap<String, Result<Listing, String>>>,
+    /// The nodes postrun's copy did not reach (named as lost in the event log).
+    unreached: std::sync::Mutex<Vec<String>>,
 }
 
 /// Where the scavenge tools report progress: each rank's copy as it starts and ends,
@@ -198,13 +203,19 @@ impl Scavenger {
     pub fn new(config: Config, prefix: Option<PathBuf>, progress: Box<dyn Progress>) -> Scavenger {
         let registry = Registry::load(&config.search_path());
         Scavenger {
-            prefix: prefix.unwrap_or_else(|| PathBuf::from(config.get(settings::PREFIX))),
+            // absolute: a node reached through ssh or pdsh starts in another directory
+            prefix: {
+                let p = prefix.unwrap_or_else(|| PathBuf::from(config.get(settings::PREFIX)));
+                std::path::absolute(&p).unwrap_or(p)
+            },
             simulated: !config.get(settings::NODE_NAMES).is_empty(),
             registry,
             config,
             progress,
             runner: None,
             per_node: false,
+            listed: Default::default(),
+            unreached: Default::default(),
         }
     }
 
@@ -326,7 +337,7 @@ impl Scavenger {
 mod across;
 mod copy;
 mod index_add;
-pub use across::NodeCopy;
+pub use across::{Listing, NodeCopy};
 pub use copy::Parts;
 mod rebuild;
 pub use index_add::index_add;
@@ -388,12 +399,18 @@ pub fn choose(sc: &Scavenger, nodes: &[String], id: Option<u64>) -> Result<u64, 
 }
 
 /// The per-node step on every node of `nodes` (`scr scavenge`): copy `parts` of dataset
-/// `id` into staging, keeping what earlier runs staged for other nodes. The report sums
-/// the nodes.
-pub fn scavenge(sc: &Scavenger, nodes: &[String], id: u64, parts: &Parts) -> NodeReport {
+/// `id` (of the ranks `only`, when given) into staging, keeping what earlier runs staged
+/// for other nodes. The report sums the nodes.
+pub fn scavenge(
+    sc: &Scavenger,
+    nodes: &[String],
+    id: u64,
+    parts: &Parts,
+    only: Option<&BTreeSet<u32>>,
+) -> NodeReport {
     let mut all = NodeReport::default();
     for node in nodes {
-        let r = sc.copy_parts(node, id, parts);
+        let r = sc.copy_parts(node, id, parts, only);
         all.copied.extend(r.copied);
         all.failed.extend(r.failed);
         all.bytes += r.bytes;

@@ -287,7 +287,19 @@ fn a_lost_host_is_rebuilt_through_partner() {
 }
 
 /// `cmd` run to its end (at most `secs` seconds: a hung command fails its test).
-fn run_for(mut cmd: Command, secs: u64) -> JobOutput {
+fn run_for(cmd: Command, secs: u64) -> JobOutput {
+    let started = Instant::now();
+    let (_, job) = spawn_for(cmd, secs);
+    let out = job.join().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(secs),
+        "did not end within {secs} s\n{out}"
+    );
+    out
+}
+
+/// Start `cmd` (killed after `secs` seconds); its pid, and its output once it ended.
+fn spawn_for(mut cmd: Command, secs: u64) -> (u32, std::thread::JoinHandle<JobOutput>) {
     let started = Instant::now();
     let child = cmd
         .stdout(Stdio::piped())
@@ -295,24 +307,23 @@ fn run_for(mut cmd: Command, secs: u64) -> JobOutput {
         .spawn()
         .expect("the command starts");
     let pid = child.id();
-    let watchdog = std::thread::spawn(move || {
-        while started.elapsed() < Duration::from_secs(secs) {
-            std::thread::sleep(Duration::from_millis(100));
-            if !Path::new(&format!("/proc/{pid}")).exists() {
-                return;
+    let job = std::thread::spawn(move || {
+        let watchdog = std::thread::spawn(move || {
+            while started.elapsed() < Duration::from_secs(secs) {
+                std::thread::sleep(Duration::from_millis(100));
+                if !Path::new(&format!("/proc/{pid}")).exists() {
+                    return;
+                }
             }
-        }
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        });
+        let out = scr_e2e::output_of_child(child);
+        let _ = watchdog.join();
+        out
     });
-    let out = scr_e2e::output_of_child(child);
-    let _ = watchdog.join();
-    assert!(
-        started.elapsed() < Duration::from_secs(secs),
-        "did not end within {secs} s\n{out}"
-    );
-    out
+    (pid, job)
 }
 
 /// Empty every host's node-local storage, as a new allocation finds it.
@@ -455,18 +466,17 @@ const AFTER_HOST2: &[&str] = &[
     "host0", "host0", "host1", "host1", "host4", "host4", "host3", "host3",
 ];
 
-/// The processes of this machine whose environment holds `SCR_RUN_STEP` ending in
-/// `suffix` (a launch's tag is `<job>.<pid>.<launch>`).
-fn tagged(suffix: &str) -> Vec<u32> {
+/// The processes of this machine whose environment holds `SCR_RUN_STEP=tag` (a
+/// launch's tag is `<job>.<scr run's pid>.<launch>`: other tests' launches never match).
+fn tagged(tag: &str) -> Vec<u32> {
+    let want = format!("SCR_RUN_STEP={tag}");
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
-                env.split(|&b| b == 0)
-                    .any(|v| v.starts_with(b"SCR_RUN_STEP=") && v.ends_with(suffix.as_bytes()))
-            })
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == want.as_bytes()))
         })
         .collect()
 }
@@ -523,7 +533,8 @@ fn scr_run_relaunches_after_a_host_dies_and_excludes_it() {
     let mut cmd = c.scr(&arg_refs);
     cmd.env("SCR_NODELIST", "host[0-2]");
     let started = Instant::now();
-    let runner = std::thread::spawn(move || run_for(cmd, 240));
+    let (pid, runner) = spawn_for(cmd, 240);
+    let tag = |launch: u32| format!("e2e.{pid}.{launch}");
     // host1 dies once it holds ckpt.10 (dataset 2) of ranks 2 and 3
     while !ckpt10(&c, "host1", 3).exists() {
         assert!(
@@ -567,8 +578,13 @@ fn scr_run_relaunches_after_a_host_dies_and_excludes_it() {
     );
     assert!(text.contains("scr run: launch 2 completed"), "{out}");
     // launch 1's leftovers are gone; launch 2's are still there (nothing relaunches)
-    assert_eq!(tagged(".1"), Vec::<u32>::new(), "launch 1 left processes");
-    assert_eq!(tagged(".2").len(), 4, "launch 2's processes");
+    assert!(started.elapsed() < Duration::from_secs(240), "{out}");
+    assert_eq!(
+        tagged(&tag(1)),
+        Vec::<u32>::new(),
+        "launch 1 left processes"
+    );
+    assert_eq!(tagged(&tag(2)).len(), 4, "launch 2's processes");
     // the relaunch restarted from the cache, rebuilding ranks 2 and 3 on host2
     let restarted = out
         .line_after("restarted from ")

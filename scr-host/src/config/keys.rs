@@ -287,9 +287,9 @@ pub const KEYS: &[Key] = &[
     Key { name: "remote_runner", ty: Type::Str, default: Default::None,
           doc: "How `scr postrun` and `scr run` reach another node of the allocation: a command template with {node} and {cmd} (one shell-quoted string; appended when absent), e.g. `ssh {node} {cmd}` or `pdsh -S -N -w {node} {cmd}`; `none`: this host only; unset: srun inside SLURM, `flux exec` inside Flux, else pdsh when installed, else this host only" },
     Key { name: "remote_timeout", ty: Type::UInt { min: 1, max: 86_400 }, default: Default::Fixed("30"),
-          doc: "Seconds a node may take to answer `scr run`'s and `scr postrun`'s probe through the remote runner before it counts as down (a scavenge copy itself has no limit)" },
-    Key { name: "remote_fanout", ty: Type::UInt { min: 1, max: 4096 }, default: Default::Fixed("32"),
-          doc: "Nodes `scr postrun` and `scr run` work on at once through the remote runner (pdsh's fan-out)" },
+          doc: "Seconds a node may take to answer through the remote runner — `scr run`'s node check (asked twice before the node counts as down) and `scr postrun`'s question what its cache holds (a node that does not answer is not reached and left out); the copy itself has no limit" },
+    Key { name: "remote_fanout", ty: Type::UInt { min: 1, max: 256 }, default: Default::Fixed("32"),
+          doc: "Nodes `scr postrun` and `scr run` work on at once through the remote runner (pdsh's fan-out; each holds a runner process and its pipes)" },
     Key { name: "cache_free", ty: Type::Bytes, default: Default::None,
           doc: "Free space each node-local store must have for `scr run` to use the node; unset: the store's dataset count times the largest indexed dataset's bytes per node" },
 ];

@@ -20,6 +20,16 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// What `scr nodes clean` reports to `scr run` (its last line, through the remote
+/// runner): the launch's processes found, and those still alive at the end.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct CleanReport {
+    /// Processes of the launch found on the node.
+    pub found: usize,
+    /// Those that survived SIGKILL for a while.
+    pub left: Vec<u32>,
+}
+
 /// The environment variable holding a launch's tag.
 pub const STEP_VAR: &str = "SCR_RUN_STEP";
 

@@ -322,7 +322,8 @@ impl NodeCheck {
             ),
             this_host: this_host(),
             runner: None,
-            prefix: prefix.to_path_buf(),
+            // absolute: a node reached through ssh or pdsh starts in another directory
+            prefix: std::path::absolute(prefix).unwrap_or_else(|_| prefix.to_path_buf()),
             ranks_per_node: ranks_per_node.max(1),
         })
     }
@@ -333,11 +334,9 @@ impl NodeCheck {
         self
     }
 
-    /// Whether `node` is the host this runs on (also when one of the names is fully
-    /// qualified and the other is not).
-    fn is_here(&self, node: &str) -> bool {
-        let short = |n: &str| n.split('.').next().unwrap_or(n).to_string();
-        node == self.this_host || short(node) == short(&self.this_host)
+    /// Whether `node` is the host this runs on (see [`crate::remote::same_host`]).
+    pub fn is_here(&self, node: &str) -> bool {
+        crate::remote::same_host(node, &self.this_host)
     }
 
     /// The down nodes among `nodes`, each with its reason, in `nodes`' order.
@@ -397,8 +396,10 @@ impl NodeCheck {
         self.check_dirs(node)
     }
 
-    /// Ask `node` through `runner` (`scr nodes down --here`), within `remote_timeout`:
-    /// not reached, or its own check's reason.
+    /// Ask `node` through `runner` (`scr nodes down --here`), within `remote_timeout`,
+    /// twice before it counts as not reached (a busy resource manager refuses a step now
+    /// and then, and a node found down stays excluded for the allocation): not reached,
+    /// or its own check's reason.
     fn check_remote(&self, runner: &crate::remote::Runner, node: &str) -> Option<String> {
         let args: Vec<String> = vec![
             "nodes".into(),
@@ -409,23 +410,18 @@ impl NodeCheck {
             "--prefix".into(),
             self.prefix.display().to_string(),
         ];
-        match runner.run(node, &args, Some(runner.timeout)) {
-            Err(why) => Some(why),
-            Ok(out) if out.code == Some(0) => None,
-            Ok(out) if out.code == Some(1) => Some(
-                out.stdout
-                    .lines()
-                    .next()
-                    .and_then(|l| l.split_once(": ").map(|(_, why)| why.to_string()))
-                    .unwrap_or_else(|| "its own check found it down".into()),
+        let ask = || {
+            runner
+                .run_scr(node, &args, Some(runner.timeout))
+                .and_then(|(_, report)| crate::remote::parse_report::<HereReport>(node, &report))
+        };
+        match ask().or_else(|_| ask()) {
+            Ok(r) => r.down,
+            // (said after the node's name already)
+            Err(why) => Some(
+                why.strip_prefix(&format!("{node} "))
+                    .map_or(why.clone(), String::from),
             ),
-            Ok(out) => Some(format!(
-                "not reached through {} ({}): {}",
-                runner.source,
-                out.code
-                    .map_or("killed by a signal".into(), |c| format!("status {c}")),
-                out.stderr.trim()
-            )),
         }
     }
 
@@ -448,6 +444,14 @@ impl NodeCheck {
             })
         })
     }
+}
+
+/// What `scr nodes down --here` reports to `scr run` (its last line, through the remote
+/// runner): why this host is down, if it is.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct HereReport {
+    /// The reason, when down.
+    pub down: Option<String>,
 }
 
 /// The largest complete dataset in the prefix's index, in bytes per node

@@ -3,12 +3,22 @@
 //! others by running `scr scavenge` there through the remote runner
 //! ([`crate::remote`]), at most `remote_fanout` nodes at once.
 //!
-//! Two rounds, so that redundancy data is read only where it is needed:
-//! 1. every node copies its ranks' application files (`scr scavenge --data-only`);
+//! First every node is asked what its cache holds (`scr scavenge --list`, within
+//! `remote_timeout`: a node that does not answer is not reached and is left out), and
+//! each rank of the dataset is given to one node that holds it (a rank whose filemap is
+//! on two nodes, after a relaunch, is copied once). Then two rounds, so that redundancy
+//! data is read only where it is needed:
+//! 1. every node copies its ranks' application files (`scr scavenge --data-only --ranks`);
 //! 2. the ranks without a good copy are known now. In each redundancy set that lost a
-//!    member, the survivors' redundancy files (a PARTNER copy, XOR or RS parity) are
-//!    copied (`scr scavenge --redundancy-of RANKS`) on the nodes holding them. A set that
-//!    lost nothing costs no redundancy read at all.
+//!    member, the redundancy files of the survivors the scheme reads for that rebuild
+//!    (`Scheme::rebuild_sources`: PARTNER's partner holding each lost rank's copy; every
+//!    survivor for XOR and RS) are copied (`scr scavenge --redundancy-of RANKS`) on the
+//!    nodes holding them. A set that lost nothing costs no redundancy read at all. When
+//!    such a copy fails, that survivor counts as lost too and the scheme is asked again,
+//!    until nothing more is needed.
+//!
+//! A remote `scr` ends with a report line ([`crate::remote::REPORT_MARK`]); without it
+//! the node counts as not reached, whatever the runner's exit status.
 //!
 //! The staging directory on the shared prefix is where the rounds meet: every node writes
 //! its ranks' manifests there, and the coordinating step ([`Scavenger::finish`]) reads
@@ -23,16 +33,28 @@ use crate::remote::Runner;
 pub struct NodeCopy {
     /// The node.
     pub node: String,
-    /// Why it could not be reached (or its `scr scavenge` failed to run), if so.
+    /// Why it could not be reached (or its `scr scavenge` did not run to its end), if so.
     pub unreached: Option<String>,
-    /// Ranks whose files were copied and verified there.
+    /// Ranks whose application files were copied and verified there.
     pub copied: Vec<u32>,
     /// Ranks whose copy was refused there, with the reason.
     pub refused: Vec<(u32, String)>,
     /// Ranks whose redundancy files were copied there in the second round.
     pub redundancy_of: Vec<u32>,
+    /// Ranks it holds that another node's copy was taken for.
+    pub also_on: Vec<(u32, String)>,
     /// Bytes copied there (both rounds).
     pub bytes: u64,
+}
+
+/// What a node's cache holds (`scr scavenge --list`): the complete datasets, one record
+/// each, and for each the ranks whose filemap there holds it complete.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Listing {
+    /// One record per dataset.
+    pub records: Vec<DatasetRecord>,
+    /// By dataset id, the ranks holding it there.
+    pub ranks: BTreeMap<u64, Vec<u32>>,
 }
 
 impl Scavenger {
@@ -56,180 +78,203 @@ impl Scavenger {
     }
 
     /// Whether `node`'s directories are read by this process itself: simulated nodes,
-    /// the node `scr scavenge` runs on, and this host (also when one of the two names is
-    /// fully qualified).
+    /// the node `scr scavenge` runs on, and this host.
     pub fn is_here(&self, node: &str) -> bool {
-        let here = crate::launch::nodes::this_host();
-        let short = |n: &str| n.split('.').next().unwrap_or(n).to_string();
-        self.simulated || self.per_node || node == here || short(node) == short(&here)
+        self.simulated
+            || self.per_node
+            || crate::remote::same_host(node, &crate::launch::nodes::this_host())
     }
 
-    /// The complete datasets in the caches of `nodes`: read here, or listed there by
-    /// `scr scavenge --list`. Nodes that could not be asked, with the reason.
-    pub fn cached_records(&self, nodes: &[String]) -> (Vec<DatasetRecord>, Vec<(String, String)>) {
+    /// What the caches of `nodes` hold: read here, or listed there by `scr scavenge
+    /// --list` within `remote_timeout`. Nodes that could not be asked, with the reason.
+    /// Kept for the copy that follows (a node is asked once).
+    pub fn listings(&self, nodes: &[String]) -> Vec<(String, Result<Listing, String>)> {
         let answers = crate::remote::fan_out(nodes, self.width(), |node| {
-            if self.is_here(node) {
-                return Ok(self.listed(node));
+            if let Some(known) = self.listed.lock().ok().and_then(|l| l.get(node).cloned()) {
+                return known;
             }
-            if self.runner.is_none() {
-                return Err(no_runner(node));
+            let answer = if self.is_here(node) {
+                Ok(self.listed(node))
+            } else if let Some(r) = &self.runner {
+                r.run_scr(node, &self.args(node, &["--list"]), Some(r.timeout))
+                    .and_then(|(lines, report)| {
+                        // (its notes: a missing control directory, an untrusted one)
+                        for line in &lines {
+                            self.progress.done(line, 0);
+                        }
+                        crate::remote::parse_report(node, &report)
+                    })
+            } else {
+                Err(no_runner(node))
+            };
+            if let Ok(mut l) = self.listed.lock() {
+                l.insert(node.to_string(), answer.clone());
             }
-            let args = self.args(node, &["--list"]);
-            let out = self.remote(node, &args)?;
-            out.stdout
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(|l| {
-                    serde_json::from_str::<DatasetRecord>(l)
-                        .map_err(|e| format!("{node}: `scr scavenge --list` printed `{l}`: {e}"))
-                })
-                .collect::<Result<Vec<_>, String>>()
+            answer
         });
+        nodes.iter().cloned().zip(answers).collect()
+    }
+
+    /// The complete datasets in the caches of `nodes` (see [`Scavenger::listings`]),
+    /// and the nodes that could not be asked, with the reason.
+    pub fn cached_records(&self, nodes: &[String]) -> (Vec<DatasetRecord>, Vec<(String, String)>) {
         let mut records = Vec::new();
         let mut unreached = Vec::new();
-        for (node, a) in nodes.iter().zip(answers) {
+        for (node, a) in self.listings(nodes) {
             match a {
-                Ok(r) => records.extend(r),
-                Err(why) => unreached.push((node.clone(), why)),
+                Ok(l) => records.extend(l.records),
+                Err(why) => unreached.push((node, why)),
             }
         }
         (records, unreached)
     }
 
-    /// The complete datasets in `node`'s cache, one record per dataset (`scr scavenge
-    /// --list` prints them).
-    pub fn listed(&self, node: &str) -> Vec<DatasetRecord> {
+    /// What `node`'s cache holds, read here (`scr scavenge --list` prints it).
+    pub fn listed(&self, node: &str) -> Listing {
+        self.note_missing_cntl(node);
+        let mut l = Listing::default();
         let mut by_id: BTreeMap<u64, DatasetRecord> = BTreeMap::new();
         for m in self.filemaps(node) {
+            let rank = m.rank;
             for d in m.datasets.into_values().filter(|d| d.complete) {
+                l.ranks.entry(d.id).or_default().push(rank);
                 by_id.entry(d.id).or_insert(d);
             }
         }
-        by_id.into_values().collect()
+        l.records = by_id.into_values().collect();
+        l
     }
 
-    /// [`Scavenger::listed`] as `scr scavenge --list` prints it: one JSON line per
-    /// dataset, read back by [`Scavenger::cached_records`] on the launch host.
-    pub fn listing(&self, node: &str) -> Vec<String> {
-        self.listed(node)
-            .iter()
-            .filter_map(|r| serde_json::to_string(r).ok())
-            .collect()
+    /// Say so when `node` has no control directory (its ranks count as lost).
+    pub(super) fn note_missing_cntl(&self, node: &str) {
+        let cntl = self.cntl_dir(node);
+        if !cntl.is_dir() {
+            self.progress.done(
+                &format!(
+                    "{node}: no control directory {}: the ranks that ran there count as lost",
+                    cntl.display()
+                ),
+                0,
+            );
+        }
     }
 
-    /// Postrun's copy of dataset `id` from every node of `nodes`, in two rounds (see the
-    /// module documentation), into a staging directory made afresh.
+    /// Postrun's copy of dataset `id` from every node of `nodes` (see the module
+    /// documentation), into a staging directory made afresh.
     pub fn copy_across(&self, nodes: &[String], id: u64) -> Vec<NodeCopy> {
         let _ = std::fs::remove_dir_all(stage_dir(&self.prefix, id));
-        let mut out: Vec<NodeCopy> = crate::remote::fan_out(nodes, self.width(), |node| {
-            self.round(node, id, &Parts::Data)
-        });
-        let manifests =
-            super::rebuild::read_manifests(&stage_dir(&self.prefix, id)).unwrap_or_default();
-        let needed = redundancy_needed(&manifests, |members, lost| {
-            self.rebuild_sources(members, lost, &manifests)
-        });
-        // the nodes holding the survivors whose redundancy a rebuild reads
-        let mut by_node: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
-        for (rank, node) in needed {
-            by_node.entry(node).or_default().insert(rank);
-        }
-        let second: Vec<String> = by_node.keys().cloned().collect();
-        let done = crate::remote::fan_out(&second, self.width(), |node| {
-            self.round(node, id, &Parts::RedundancyOf(by_node[node].clone()))
-        });
-        for r in done {
-            if let Some(c) = out.iter_mut().find(|c| c.node == r.node) {
-                c.redundancy_of = r.copied;
-                c.refused.extend(r.refused);
-                c.bytes += r.bytes;
-                if c.unreached.is_none() {
-                    c.unreached = r.unreached;
+        let mut out: Vec<NodeCopy> = Vec::new();
+        // each rank from the first node (in the allocation's order) that holds it
+        let mut owner: BTreeMap<u32, String> = BTreeMap::new();
+        let mut assigned: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
+        for (node, answer) in self.listings(nodes) {
+            let mut c = NodeCopy {
+                node: node.clone(),
+                ..NodeCopy::default()
+            };
+            match answer {
+                Err(why) => {
+                    self.progress.done(&why, 0);
+                    c.unreached = Some(why);
+                }
+                Ok(l) => {
+                    for r in l.ranks.get(&id).into_iter().flatten() {
+                        match owner.get(r) {
+                            Some(first) => c.also_on.push((*r, first.clone())),
+                            None => {
+                                owner.insert(*r, node.clone());
+                                assigned.entry(node.clone()).or_default().insert(*r);
+                            }
+                        }
+                    }
                 }
             }
+            out.push(c);
+        }
+        let first: Vec<String> = assigned.keys().cloned().collect();
+        let done = crate::remote::fan_out(&first, self.width(), |node| {
+            self.round(node, id, &Parts::Data, Some(&assigned[node]))
+        });
+        merge(&mut out, done, false);
+        // the second round, again while a failed redundancy copy makes more needed
+        let mut asked: BTreeSet<u32> = BTreeSet::new();
+        loop {
+            let manifests =
+                super::rebuild::read_manifests(&stage_dir(&self.prefix, id)).unwrap_or_default();
+            let needed: Vec<(u32, String)> = redundancy_needed(&manifests, |members, lost| {
+                self.rebuild_sources(members, lost, &manifests)
+            })
+            .into_iter()
+            .filter(|(r, _)| !asked.contains(r))
+            .collect();
+            if needed.is_empty() {
+                break;
+            }
+            let mut by_node: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
+            for (rank, node) in needed {
+                asked.insert(rank);
+                by_node.entry(node).or_default().insert(rank);
+            }
+            let second: Vec<String> = by_node.keys().cloned().collect();
+            let done = crate::remote::fan_out(&second, self.width(), |node| {
+                self.round(node, id, &Parts::RedundancyOf(by_node[node].clone()), None)
+            });
+            merge(&mut out, done, true);
+        }
+        if let Ok(mut u) = self.unreached.lock() {
+            *u = out
+                .iter()
+                .filter(|c| c.unreached.is_some())
+                .map(|c| c.node.clone())
+                .collect();
         }
         self.finish_progress();
         out
     }
 
-    /// One round of the copy on `node`: here, or through the runner.
-    fn round(&self, node: &str, id: u64, parts: &Parts) -> NodeCopy {
+    /// One round of the copy on `node` (of the ranks `only`, when given): here, or
+    /// through the runner.
+    fn round(&self, node: &str, id: u64, parts: &Parts, only: Option<&BTreeSet<u32>>) -> NodeCopy {
         let mut c = NodeCopy {
             node: node.to_string(),
             ..NodeCopy::default()
         };
-        if !self.is_here(node) && self.runner.is_none() {
-            let why = no_runner(node);
-            self.progress.done(&why, 0);
-            c.unreached = Some(why);
-            return c;
-        }
-        if self.is_here(node) {
-            let r = self.copy_parts(node, id, parts);
-            c.copied = r.copied;
-            c.refused = r.failed;
-            c.bytes = r.bytes;
-            return c;
-        }
-        let id_arg = id.to_string();
-        let ranks;
-        let mut extra = vec!["--id", id_arg.as_str(), "--quiet"];
-        match parts {
-            Parts::Data => extra.push("--data-only"),
-            Parts::RedundancyOf(rs) => {
-                ranks = rs.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-                extra.extend(["--redundancy-of", ranks.as_str()]);
+        let report = if self.is_here(node) {
+            Ok(self.copy_parts(node, id, parts, only))
+        } else if let Some(r) = &self.runner {
+            let id_arg = id.to_string();
+            let list =
+                |rs: &BTreeSet<u32>| rs.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+            let mut extra: Vec<String> = vec!["--id".into(), id_arg, "--quiet".into()];
+            match parts {
+                Parts::Data => extra.push("--data-only".into()),
+                Parts::RedundancyOf(rs) => extra.extend(["--redundancy-of".into(), list(rs)]),
+                Parts::All => {}
             }
-            Parts::All => {}
-        }
-        match self.remote(node, &self.args(node, &extra)) {
+            if let Some(rs) = only {
+                extra.extend(["--ranks".into(), list(rs)]);
+            }
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            r.run_scr(node, &self.args(node, &extra), None)
+                .and_then(|(lines, report)| {
+                    for line in lines.iter().filter(|l| !l.starts_with("dataset ")) {
+                        self.progress.done(line, 0);
+                    }
+                    crate::remote::parse_report::<NodeReport>(node, &report)
+                })
+        } else {
+            Err(no_runner(node))
+        };
+        match report {
+            Ok(r) => {
+                c.copied = r.copied;
+                c.refused = r.failed;
+                c.bytes = r.bytes;
+            }
             Err(why) => {
                 // (`why` names the node)
                 self.progress.done(&why, 0);
                 c.unreached = Some(why);
-            }
-            Ok(out) => {
-                for line in out.stdout.lines().filter(|l| !l.starts_with("dataset ")) {
-                    self.progress.done(line, 0);
-                }
-                // exit 1 is "some rank's copy failed": the manifests say which
-                if !matches!(out.code, Some(0 | 1)) {
-                    let why = format!(
-                        "`scr scavenge` there ended with {}: {}",
-                        out.code
-                            .map_or("a signal".into(), |c| format!("status {c}")),
-                        out.stderr.trim()
-                    );
-                    self.progress.done(&format!("{node}: {why}"), 0);
-                    c.unreached = Some(why);
-                }
-                // what it staged, as its manifests say
-                let manifests = super::rebuild::read_manifests(&stage_dir(&self.prefix, id))
-                    .unwrap_or_default();
-                let wanted = |r: u32| match parts {
-                    Parts::RedundancyOf(rs) => rs.contains(&r),
-                    _ => true,
-                };
-                for m in manifests
-                    .values()
-                    .filter(|m| m.node == node && wanted(m.rank))
-                {
-                    match &m.copied {
-                        Ok(files) => {
-                            c.copied.push(m.rank);
-                            let names: BTreeSet<&str> =
-                                m.record.redundancy.iter().map(String::as_str).collect();
-                            // this round's files: the redundancy ones in the second
-                            let redundancy = matches!(parts, Parts::RedundancyOf(_));
-                            c.bytes += files
-                                .iter()
-                                .filter(|f| names.contains(f.name.as_str()) == redundancy)
-                                .map(|f| f.size)
-                                .sum::<u64>();
-                        }
-                        Err(why) => c.refused.push((m.rank, why.clone())),
-                    }
-                }
             }
         }
         c
@@ -248,30 +293,28 @@ impl Scavenger {
         a
     }
 
-    /// Run `scr ARGS` on `node` through the runner (no limit: a copy takes what it
-    /// takes); an error when it cannot be reached.
-    fn remote(&self, node: &str, args: &[String]) -> Result<crate::remote::RemoteOutput, String> {
-        let runner = self
-            .runner
-            .as_ref()
-            .expect("a remote node implies a runner");
-        let out = runner.run(node, args, None)?;
-        // the runner itself failed to reach the node (ssh's 255, an agent's refusal):
-        // `scr scavenge` exits 0, 1 or 2 only
-        match out.code {
-            Some(0..=2) => Ok(out),
-            code => Err(format!(
-                "{node} not reached through {} ({}): {}",
-                runner.source,
-                code.map_or("killed by a signal".into(), |c| format!("status {c}")),
-                out.stderr.trim()
-            )),
-        }
-    }
-
     /// Nodes worked on at once: the runner's fan-out, or one at a time here.
     fn width(&self) -> usize {
         self.runner.as_ref().map_or(1, |r| r.fanout)
+    }
+}
+
+/// Add a round's outcome per node (`second`: the redundancy round) to `out`.
+fn merge(out: &mut [NodeCopy], done: Vec<NodeCopy>, second: bool) {
+    for r in done {
+        let Some(c) = out.iter_mut().find(|c| c.node == r.node) else {
+            continue;
+        };
+        if second {
+            c.redundancy_of.extend(r.copied);
+        } else {
+            c.copied = r.copied;
+        }
+        c.refused.extend(r.refused);
+        c.bytes += r.bytes;
+        if c.unreached.is_none() {
+            c.unreached = r.unreached;
+        }
     }
 }
 

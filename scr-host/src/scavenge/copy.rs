@@ -24,11 +24,18 @@ impl Scavenger {
     /// The per-node step: copy every rank's files of dataset `id` held on `node` into
     /// the staging directory, verified, and write each rank's manifest.
     pub fn copy_node(&self, node: &str, id: u64) -> NodeReport {
-        self.copy_parts(node, id, &Parts::All)
+        self.copy_parts(node, id, &Parts::All, None)
     }
 
-    /// The per-node step for `parts` of each rank's files (see [`Parts`]).
-    pub fn copy_parts(&self, node: &str, id: u64, parts: &Parts) -> NodeReport {
+    /// The per-node step for `parts` of each rank's files (see [`Parts`]), of the ranks
+    /// `only` when given (postrun gives each rank to one node).
+    pub fn copy_parts(
+        &self,
+        node: &str,
+        id: u64,
+        parts: &Parts,
+        only: Option<&BTreeSet<u32>>,
+    ) -> NodeReport {
         if let Parts::RedundancyOf(ranks) = parts {
             return self.copy_redundancy(node, id, ranks);
         }
@@ -38,17 +45,15 @@ impl Scavenger {
             .config
             .get(settings::FILE_BUF_SIZE)
             .clamp(4096, 64 << 20) as usize;
-        let cntl = self.cntl_dir(node);
-        if !cntl.is_dir() {
-            self.progress.done(
-                &format!(
-                    "{node}: no control directory {}: the ranks that ran there count as lost",
-                    cntl.display()
-                ),
-                0,
-            );
+        // (said once per node: listing it said so already)
+        let listed = self.listed.lock().is_ok_and(|l| l.contains_key(node));
+        if !listed {
+            self.note_missing_cntl(node);
         }
         for map in self.filemaps(node) {
+            if only.is_some_and(|o| !o.contains(&map.rank)) {
+                continue;
+            }
             let Some(record) = map.datasets.get(&id).filter(|d| d.complete).cloned() else {
                 continue;
             };

@@ -36,6 +36,10 @@ impl Scavenger {
             .map(|n| n.trim().to_string())
             .collect();
         lost_nodes.dedup();
+        if node_names.is_empty() {
+            // real hosts: the nodes postrun's copy did not reach
+            lost_nodes = self.unreached.lock().map(|u| u.clone()).unwrap_or_default();
+        }
         if !lost.is_empty() {
             for (rank, fs) in self.rebuild(id, &manifests, &lost)? {
                 files.insert(rank, fs);
