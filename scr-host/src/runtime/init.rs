@@ -519,7 +519,9 @@ impl Runtime {
     /// The nodes file (Files chapter): how many nodes this run uses, written by the
     /// first rank of each node into its control directory, and by rank 0 into the
     /// prefix, where `scr run` reads it before a relaunch (a relaunch needs as many
-    /// nodes as this run used; see [`crate::layout::prefix_nodes_file`]). Agreed.
+    /// nodes as this run used; see [`crate::layout::prefix_nodes_file`]). The control
+    /// directories' copies are agreed; the prefix's is warned about when it cannot be
+    /// written.
     pub(in crate::runtime) fn write_nodes_file(&self) -> Result<()> {
         let nodes = crate::state::nodes::Nodes {
             nodes: u64::from(self.topo.node_count),
@@ -529,9 +531,16 @@ impl Runtime {
             let path = crate::layout::nodes_file(&self.job.cntl_dir);
             written = nodes.write(&path, true).map_err(io_err(&path));
         }
-        if self.topo.rank == 0 && written.is_ok() {
+        if self.topo.rank == 0 {
+            // the prefix's copy only sizes `scr run`'s next relaunch: a full or read-only
+            // prefix must not keep the job from starting (a flush would say so anyway)
             let path = crate::layout::prefix_nodes_file(&self.job.prefix);
-            written = nodes.write(&path, false).map_err(io_err(&path));
+            if let Err(e) = nodes.write(&path, false) {
+                tracing::warn!(
+                    "{}: {e}; `scr run` will size a relaunch by the first launch instead",
+                    path.display()
+                );
+            }
         }
         self.agree(written)
     }
