@@ -473,3 +473,53 @@ fn the_files_of_a_flush_the_kill_interrupted_are_replaced_not_left_beside_it() {
     assert!(ix.datasets[&3].complete && ix.current.as_deref() == Some("ckpt.15"));
     restart_fresh(&c, TWO_NODES);
 }
+
+/// A rank whose files are on two nodes (a relaunch on other nodes left the old ones) is
+/// copied from one node only — the first in the allocation's order — and the other
+/// node's report says so; the dataset is added byte-exact.
+#[test]
+fn a_rank_cached_on_two_nodes_is_copied_once() {
+    let c = cluster(0);
+    killed_job(&c, TWO_NODES);
+    // rank 1's filemap and cached files also on n1
+    let user = c.cache_dir("n0");
+    let job = user.strip_prefix(c.path("cache").join("n0")).unwrap();
+    for base in ["cache", "cntl"] {
+        let from = c.path(base).join("n0").join(job);
+        let to = c.path(base).join("n1").join(job);
+        let st = Command::new("cp")
+            .arg("-a")
+            .arg(format!("{}/.", from.display()))
+            .arg(&to)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        // only rank 1's filemap is duplicated (rank 0's stays on n0 alone)
+        if base == "cntl" {
+            let _ = std::fs::remove_file(to.join("filemap_0.scr"));
+        }
+    }
+    let out = scr(&c, TWO_NODES, &["postrun"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stdout
+            .contains("node n1: copied ranks [2, 3]; rank 1 also here, copied from n0\n"),
+        "{out}"
+    );
+    assert!(
+        out.stdout.contains("node n0: copied ranks [0, 1]\n"),
+        "{out}"
+    );
+    assert_eq!(
+        out.stdout.matches(": rank 1: 1 file(s) of ckpt.15").count(),
+        1,
+        "{out}"
+    );
+    for (rank, node) in TWO_NODES.iter().enumerate() {
+        let flushed = c.prefix().join(format!("ckpt.15/rank_{rank}.ckpt"));
+        assert_eq!(
+            std::fs::read(&flushed).unwrap(),
+            std::fs::read(cached(&c, node, rank)).unwrap()
+        );
+    }
+}
