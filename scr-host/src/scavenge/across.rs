@@ -173,10 +173,8 @@ impl Scavenger {
                 ..NodeCopy::default()
             };
             match answer {
-                Err(why) => {
-                    self.progress.done(&why, 0);
-                    c.unreached = Some(why);
-                }
+                // (said when the caches were listed, and in the node's report line)
+                Err(why) => c.unreached = Some(why),
                 Ok(l) => {
                     for r in l.ranks.get(&id).into_iter().flatten() {
                         match owner.get(r) {
