@@ -1201,6 +1201,15 @@ fn gauge(dir: &Path, what: &str) -> (i64, i64, i64) {
     window::read_counts(&path).unwrap_or_else(|| panic!("{} holds no counts", path.display()))
 }
 
+/// A window gauge in `dir/gauge` whose ranks stay `hold_ms` inside the window: the
+/// directory, and the `SCR_TEST_WINDOW` value that turns it on.
+fn window_gauge(dir: &Path, hold_ms: u32) -> (PathBuf, String) {
+    let counts = dir.join("gauge");
+    std::fs::create_dir_all(&counts).unwrap();
+    let spec = format!("{}:{hold_ms}", counts.display());
+    (counts, spec)
+}
+
 /// Write checkpoint `name` with this rank's `content(rank, step)` in `rank_<r>.dat`.
 fn write_content(rt: &mut Runtime, dir: &Path, name: &str, step: u32, r: u32) -> Result<bool> {
     rt.start_output(name, CHECKPOINT)?;
@@ -1238,9 +1247,7 @@ fn no_more_ranks_than_the_width_copy_to_or_read_from_the_prefix_at_once() {
         for fetch in ["1", "0"] {
             let dir = tempfile::tempdir().unwrap();
             let prefix = dir.path().join("prefix");
-            let counts = dir.path().join("gauge");
-            std::fs::create_dir_all(&counts).unwrap();
-            let spec = format!("{}:100", counts.display());
+            let (counts, spec) = window_gauge(dir.path(), 100);
             let w = width.to_string();
             let env = [
                 ("SCR_COPY_TYPE", "SINGLE"),
@@ -1322,9 +1329,7 @@ fn a_failed_transfer_under_a_narrow_window_passes_the_turn_on_and_fails_alike_ev
     let dir = tempfile::tempdir().unwrap();
     let nodes = ["n0", "n1", "n2", "n3"];
     let prefix = dir.path().join("prefix");
-    let counts = dir.path().join("gauge");
-    std::fs::create_dir_all(&counts).unwrap();
-    let spec = format!("{}:20", counts.display());
+    let (counts, spec) = window_gauge(dir.path(), 20);
     let env = [
         ("SCR_COPY_TYPE", "SINGLE"),
         ("SCR_FLUSH", "1"),
@@ -1389,9 +1394,7 @@ fn a_background_flush_is_not_held_back_by_the_width() {
     let dir = tempfile::tempdir().unwrap();
     let nodes = ["n0", "n1", "n2", "n3"];
     let prefix = dir.path().join("prefix");
-    let counts = dir.path().join("gauge");
-    std::fs::create_dir_all(&counts).unwrap();
-    let spec = format!("{}:20", counts.display());
+    let (counts, spec) = window_gauge(dir.path(), 20);
     let env = [
         ("SCR_COPY_TYPE", "SINGLE"),
         ("SCR_FLUSH", "1"),
