@@ -131,7 +131,7 @@ pub struct Scavenger {
     /// Every node given is this one (see [`Scavenger::on_the_node`]).
     per_node: bool,
     /// What each node's cache held when asked (see [`Scavenger::listings`]).
-    listed: std::sync::Mutex<BTreeMap<String, Result<Listing, String>>>,
+    asked: std::sync::Mutex<BTreeMap<String, Result<Listing, String>>>,
     /// The nodes postrun's copy did not reach (named as lost in the event log).
     unreached: std::sync::Mutex<Vec<String>>,
 }
@@ -214,7 +214,7 @@ impl Scavenger {
             progress,
             runner: None,
             per_node: false,
-            listed: Default::default(),
+            asked: Default::default(),
             unreached: Default::default(),
         }
     }

@@ -90,7 +90,7 @@ impl Scavenger {
     /// Kept for the copy that follows (a node is asked once).
     pub fn listings(&self, nodes: &[String]) -> Vec<(String, Result<Listing, String>)> {
         let answers = crate::remote::fan_out(nodes, self.width(), |node| {
-            if let Some(known) = self.listed.lock().ok().and_then(|l| l.get(node).cloned()) {
+            if let Some(known) = self.asked.lock().ok().and_then(|l| l.get(node).cloned()) {
                 return known;
             }
             let answer = if self.is_here(node) {
@@ -107,7 +107,7 @@ impl Scavenger {
             } else {
                 Err(no_runner(node))
             };
-            if let Ok(mut l) = self.listed.lock() {
+            if let Ok(mut l) = self.asked.lock() {
                 l.insert(node.to_string(), answer.clone());
             }
             answer
@@ -195,7 +195,7 @@ impl Scavenger {
         });
         merge(&mut out, done, false);
         // the second round, again while a failed redundancy copy makes more needed
-        let mut asked: BTreeSet<u32> = BTreeSet::new();
+        let mut fetched: BTreeSet<u32> = BTreeSet::new();
         loop {
             let manifests =
                 super::rebuild::read_manifests(&stage_dir(&self.prefix, id)).unwrap_or_default();
@@ -203,14 +203,14 @@ impl Scavenger {
                 self.rebuild_sources(members, lost, &manifests)
             })
             .into_iter()
-            .filter(|(r, _)| !asked.contains(r))
+            .filter(|(r, _)| !fetched.contains(r))
             .collect();
             if needed.is_empty() {
                 break;
             }
             let mut by_node: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
             for (rank, node) in needed {
-                asked.insert(rank);
+                fetched.insert(rank);
                 by_node.entry(node).or_default().insert(rank);
             }
             let second: Vec<String> = by_node.keys().cloned().collect();

@@ -46,7 +46,7 @@ impl Scavenger {
             .get(settings::FILE_BUF_SIZE)
             .clamp(4096, 64 << 20) as usize;
         // (said once per node: listing it said so already)
-        let listed = self.listed.lock().is_ok_and(|l| l.contains_key(node));
+        let listed = self.asked.lock().is_ok_and(|l| l.contains_key(node));
         if !listed {
             self.note_missing_cntl(node);
         }
