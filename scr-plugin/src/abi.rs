@@ -372,6 +372,20 @@ pub trait HostServices: Send + Sync {
     /// Whether the host asked the current operation to stop.
     #[sabi(last_prefix_field)]
     fn is_cancelled(&self) -> bool;
+
+    // ---- added in 0.1.3, after the last mandatory method: defaulted, so a host built
+    // before it answers `false` through the default and a plugin built before it never
+    // asks ----
+
+    /// Whether, in the current `recover` or `recover_files` call, the host verified every
+    /// member's files passed in [`RecoverRequest::files`] against their recorded size
+    /// and CRC32 (when one is recorded) just before the call, passing a member whose
+    /// files failed as one that lost them (see
+    /// [`Host::survivors_verified`](crate::Host::survivors_verified)). `false` when it
+    /// did not say so, and for a host built before this method existed.
+    fn survivors_verified(&self) -> bool {
+        false
+    }
 }
 
 /// A borrowed host-services object as passed to plugin calls.

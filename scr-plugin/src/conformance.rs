@@ -901,8 +901,10 @@ fn beyond_claim_cases(cases: &mut Cases<'_, '_, '_>, sh: &ShapeRun<'_, '_>) -> P
 
 /// A survivor's data corrupted by one byte while another member is lost: the scheme must
 /// not feed it into the rebuild nor hand it back as good. A scheme relying on the host's
-/// survivor check gets the request the runtime makes (the damaged member passed as lost);
-/// one declaring that it verifies survivors itself gets the damaged files as intact.
+/// survivor check gets the request the runtime makes (the damaged member passed as lost)
+/// from a host that says so ([`Host::survivors_verified`]); one declaring that it
+/// verifies survivors itself gets the damaged files as intact from a host that does not
+/// say so, and must detect them.
 fn corrupted_survivor_cases(
     cases: &mut Cases<'_, '_, '_>,
     sh: &ShapeRun<'_, '_>,
@@ -938,7 +940,13 @@ fn corrupted_survivor_cases(
             SurvivorCheck::Host => sh.host_checked_request(me == l),
             SurvivorCheck::Scheme => sh.request(me == l),
         };
-        let got = sh.scheme.recover(sh.host, &request);
+        // as the runtime does after its check: the host says the survivors are verified
+        let told = crate::SurvivorsVerified::new(sh.host.raw());
+        let told = Host::new(crate::host_ref(&told));
+        let got = match sh.survivors {
+            SurvivorCheck::Host => sh.scheme.recover(&told, &request),
+            SurvivorCheck::Scheme => sh.scheme.recover(sh.host, &request),
+        };
         let mine = cases
             .right_or_failed_alike(got, None, |g: &[FileMeta]| sh.check(g))?
             .map_err(|e| match sh.survivors {

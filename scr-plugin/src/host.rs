@@ -142,6 +142,97 @@ impl<H: HostServices> HostServices for Guarded<H> {
     fn is_cancelled(&self) -> bool {
         caught("is_cancelled", || true, || self.0.is_cancelled())
     }
+
+    fn survivors_verified(&self) -> bool {
+        // a panic answers "not verified": the scheme then checks survivors itself
+        caught(
+            "survivors_verified",
+            || false,
+            || self.0.survivors_verified(),
+        )
+    }
+}
+
+/// Host services that say the host verified the survivors of the `recover` call they
+/// serve ([`HostServices::survivors_verified`]), forwarding everything else to `inner`.
+///
+/// Why: the host reads every member's files for its own check before `recover` (with
+/// `crc_on_restart`), and a scheme that verifies survivors itself
+/// ([`SurvivorCheck::Scheme`](crate::SurvivorCheck::Scheme)) would read them all a second
+/// time. A host that has just verified them hands the scheme these services instead of
+/// its own, and the scheme skips its second read
+/// ([`Host::survivors_verified`]). Wrap the services of one call only, and only when
+/// the check really covered every member's files (size and the recorded CRC32).
+pub struct SurvivorsVerified<'a> {
+    inner: HostRef<'a>,
+}
+
+impl<'a> SurvivorsVerified<'a> {
+    /// `inner`, saying that the survivors were verified.
+    pub fn new(inner: HostRef<'a>) -> Self {
+        SurvivorsVerified { inner }
+    }
+}
+
+impl HostServices for SurvivorsVerified<'_> {
+    fn rank(&self) -> u32 {
+        self.inner.rank()
+    }
+
+    fn size(&self) -> u32 {
+        self.inner.size()
+    }
+
+    fn world_rank(&self, member: u32) -> u32 {
+        self.inner.world_rank(member)
+    }
+
+    fn failure_group(&self, member: u32) -> RString {
+        self.inner.failure_group(member)
+    }
+
+    fn send(&self, dest: u32, tag: u32, data: RSlice<'_, u8>) -> RResult<(), PluginError> {
+        self.inner.send(dest, tag, data)
+    }
+
+    fn recv(&self, src: u32, tag: u32, buf: RSliceMut<'_, u8>) -> RResult<(), PluginError> {
+        self.inner.recv(src, tag, buf)
+    }
+
+    fn sendrecv(
+        &self,
+        dest: u32,
+        data: RSlice<'_, u8>,
+        src: u32,
+        buf: RSliceMut<'_, u8>,
+        tag: u32,
+    ) -> RResult<(), PluginError> {
+        self.inner.sendrecv(dest, data, src, buf, tag)
+    }
+
+    fn barrier(&self) -> RResult<(), PluginError> {
+        self.inner.barrier()
+    }
+
+    fn all_reduce_u64(&self, value: u64, op: ReduceOp) -> RResult<u64, PluginError> {
+        self.inner.all_reduce_u64(value, op)
+    }
+
+    fn broadcast(&self, root: u32, buf: RSliceMut<'_, u8>) -> RResult<(), PluginError> {
+        self.inner.broadcast(root, buf)
+    }
+
+    fn log(&self, level: LogLevel, message: RStr<'_>) {
+        self.inner.log(level, message)
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.inner.is_cancelled()
+    }
+
+    fn survivors_verified(&self) -> bool {
+        true
+    }
 }
 
 /// The host services as a plugin uses them: the redundancy set's communicator, logging
@@ -263,6 +354,17 @@ impl<'a> Host<'a> {
         self.raw.log(level, RStr::from_str(message));
     }
 
+    /// Whether the host verified every member's files passed as intact to the current
+    /// `recover` (size and recorded CRC32) just before the call
+    /// ([`HostServices::survivors_verified`]). A scheme that verifies survivors itself
+    /// ([`SurvivorCheck::Scheme`](crate::SurvivorCheck::Scheme)) skips that second read
+    /// when this is `true`: the files it was given as intact are, as of the call. `false`
+    /// for a host that does not say so (an older one, a transfer's, the offline rebuild
+    /// of `scr postrun`).
+    pub fn survivors_verified(&self) -> bool {
+        self.raw.survivors_verified()
+    }
+
     /// Whether the host asked the current operation to stop.
     pub fn is_cancelled(&self) -> bool {
         self.raw.is_cancelled()
@@ -369,6 +471,9 @@ mod tests {
         fn is_cancelled(&self) -> bool {
             panic!("is_cancelled")
         }
+        fn survivors_verified(&self) -> bool {
+            panic!("survivors_verified")
+        }
     }
 
     #[test]
@@ -425,8 +530,27 @@ mod tests {
         assert_eq!(raw.failure_group(0).as_str(), "");
         assert!(raw.is_cancelled());
         raw.log(LogLevel::Error, RStr::from_str("dropped"));
+        // a panicking verdict is "not verified": the scheme then checks for itself
+        assert!(!raw.survivors_verified());
         // and a plugin checking its place in the set fails instead of going on
         let host = Host::new(host_ref(&services));
         assert!(host.check_place("XOR", 0, 4).is_err());
+    }
+
+    #[test]
+    fn the_verdict_on_survivors_crosses_the_boundary_and_defaults_to_not_verified() {
+        let plain = crate::inproc::run(&["a"], |host| {
+            let told = SurvivorsVerified::new(host.raw());
+            let told = Host::new(host_ref(&told));
+            // everything else is forwarded
+            (
+                host.survivors_verified(),
+                told.survivors_verified(),
+                told.rank(),
+                told.size(),
+                told.all_agree(true).unwrap(),
+            )
+        });
+        assert_eq!(plain, [(false, true, 0, 1, true)]);
     }
 }

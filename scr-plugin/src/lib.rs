@@ -117,7 +117,7 @@ pub use abi::{
     ABI_VERSION,
 };
 pub use error::{ErrorCode, PluginError, PluginResult};
-pub use host::{host_ref, Guarded, Host, MAX_TAG};
+pub use host::{host_ref, Guarded, Host, SurvivorsVerified, MAX_TAG};
 pub use params::Params;
 pub use plugin::{guard, root_module, scheme_box, transfer_box, PluginLibrary, Scheme, Transfer};
 

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use abi_stable::std_types::ROption;
@@ -30,10 +30,16 @@ fn common_parent(metas: &[FileMeta]) -> Option<PathBuf> {
 }
 
 /// An ordered list of files read and written as one zero-padded stream.
+///
+/// Files opened for writing ([`create_in`](Self::create_in)) hash the bytes written to
+/// them as they pass ([`written_crc32`](Self::written_crc32)), so a rebuild checks what
+/// it wrote against the CRC32 its redundancy data records without reading it back
+/// ([`crate::ring::finish_rebuild`]).
 pub struct LogicalFile {
     parts: Vec<(PathBuf, u64)>,
     handles: Vec<File>,
-    writable: bool,
+    /// The CRC32s of the bytes written, when writable.
+    written: Option<FileCrcs>,
 }
 
 impl LogicalFile {
@@ -79,16 +85,16 @@ impl LogicalFile {
             .map(|m| (PathBuf::from(m.path.as_str()), m.size))
             .collect();
         let mut handles = Vec::with_capacity(parts.len());
-        for (p, size) in &parts {
+        for (p, _) in &parts {
             let f = if let Some(top) = top {
                 let owner = crate::cachefs::owner_of(top)?;
                 if let Some(dir) = p.parent() {
                     crate::cachefs::create_dirs(top, dir, Some(owner))?;
                 }
-                let f = crate::cachefs::create_file(p)?;
-                f.set_len(*size)
-                    .map_err(|e| PluginError::io(p.display(), e))?;
-                f
+                // created empty and written in place (no truncate, then extend): the
+                // length comes from the writes, and `sync` extends a file whose tail
+                // was never written
+                crate::cachefs::create_file(p)?
             } else {
                 File::open(p).map_err(|e| PluginError::io(p.display(), e))?
             };
@@ -97,7 +103,7 @@ impl LogicalFile {
         Ok(LogicalFile {
             parts,
             handles,
-            writable,
+            written: writable.then(|| FileCrcs::new(metas)),
         })
     }
 
@@ -114,24 +120,105 @@ impl LogicalFile {
     /// Fill `buf` from logical offset `offset`; bytes past the end read as zero.
     pub fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> PluginResult<()> {
         buf.fill(0);
-        self.each_span(offset, buf.len(), |f, range| f.read_exact(&mut buf[range]))
+        self.each_span(offset, buf.len(), |f, at, range| {
+            f.read_exact_at(&mut buf[range], at)
+        })
     }
 
     /// Write `buf` at logical offset `offset`; bytes past the end are dropped (they are
     /// padding).
     pub fn write_at(&mut self, offset: u64, buf: &[u8]) -> PluginResult<()> {
-        debug_assert!(self.writable);
-        self.each_span(offset, buf.len(), |f, range| f.write_all(&buf[range]))
+        debug_assert!(self.written.is_some());
+        self.each_span(offset, buf.len(), |f, at, range| {
+            f.write_all_at(&buf[range], at)
+        })?;
+        if let Some(w) = self.written.as_mut() {
+            w.update(offset, buf);
+        }
+        Ok(())
     }
 
-    /// Walk the parts that logical bytes `offset..offset + len` fall in: for each,
-    /// position its handle and call `io` with the matching range of the caller's buffer.
-    /// Bytes past the last part are not visited.
+    /// The CRC32 of each file from the bytes written to it through
+    /// [`write_at`](Self::write_at), in the order the files were given: `None` for a file
+    /// whose bytes were not each written exactly once (see [`FileCrcs`]), and for every
+    /// file opened for reading. Bytes written past a file's end (padding) are not part
+    /// of it.
+    pub fn written_crc32(&self) -> Vec<Option<u32>> {
+        match &self.written {
+            Some(w) => w.clone().finish(),
+            None => vec![None; self.parts.len()],
+        }
+    }
+
+    /// Check the written files of `metas` (given by path; each must be one of this
+    /// logical file's) against their recorded size and CRC32, and restore their mode and
+    /// times. A file whose bytes were each written once through
+    /// [`write_at`](Self::write_at) is checked from the CRC32 of those bytes and its
+    /// length on disk, without reading it back; any other is read
+    /// ([`crate::verify::verify_file`]). The first mismatch is returned
+    /// ([`CORRUPT`](ErrorCode::CORRUPT), naming the file and both values).
+    pub fn check_written(&self, metas: &[FileMeta]) -> PluginResult<()> {
+        let crcs = self.written_crc32();
+        for m in metas {
+            let path = Path::new(m.path.as_str());
+            let part = self.parts.iter().position(|(p, _)| p == path);
+            let written = part.and_then(|i| crcs[i].map(|c| (i, c)));
+            match written {
+                Some((i, crc)) => {
+                    let f = &self.handles[i];
+                    let corrupt = |why: String| {
+                        PluginError::new(
+                            ErrorCode::CORRUPT,
+                            format!("{}: {why}; not trusted", path.display()),
+                        )
+                    };
+                    let len = f
+                        .metadata()
+                        .map_err(|e| PluginError::io(path.display(), e))?
+                        .len();
+                    if len != m.size {
+                        return Err(corrupt(format!(
+                            "size recorded {} B, actual {len} B",
+                            m.size
+                        )));
+                    }
+                    if let Some(want) = m.crc32.into_option().filter(|&w| w != crc) {
+                        return Err(corrupt(format!(
+                            "CRC32 recorded {want:08x}, written {crc:08x}"
+                        )));
+                    }
+                }
+                None => {
+                    crate::verify::verify_file(m)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Restore the mode and times `metas` record on those of them that are this logical
+    /// file's, through the open handles; others through their path
+    /// ([`restore_metadata`]).
+    pub fn restore_metadata(&self, metas: &[FileMeta]) -> PluginResult<()> {
+        for m in metas {
+            let path = Path::new(m.path.as_str());
+            match self.parts.iter().position(|(p, _)| p == path) {
+                Some(i) => restore_metadata_of(&self.handles[i], m)?,
+                None => restore_metadata(m)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Walk the parts that logical bytes `offset..offset + len` fall in: for each, call
+    /// `io` with its handle, the offset within that file and the matching range of the
+    /// caller's buffer (positioned I/O: one system call per span, no seek). Bytes past
+    /// the last part are not visited.
     fn each_span(
         &mut self,
         mut offset: u64,
         len: usize,
-        mut io: impl FnMut(&mut File, std::ops::Range<usize>) -> std::io::Result<()>,
+        mut io: impl FnMut(&File, u64, std::ops::Range<usize>) -> std::io::Result<()>,
     ) -> PluginResult<()> {
         let mut done = 0usize;
         let mut start = 0u64;
@@ -139,8 +226,7 @@ impl LogicalFile {
             let end = start + size;
             if done < len && offset < end && offset >= start {
                 let n = ((end - offset) as usize).min(len - done);
-                f.seek(SeekFrom::Start(offset - start))
-                    .and_then(|_| io(f, done..done + n))
+                io(f, offset - start, done..done + n)
                     .map_err(|e| PluginError::io(path.display(), e))?;
                 done += n;
                 offset += n as u64;
@@ -150,11 +236,17 @@ impl LogicalFile {
         Ok(())
     }
 
-    /// Flush written files to storage.
+    /// Flush written files to storage. A written file shorter than its size (its tail
+    /// was never written) is first extended with zeros to that size, as a file created at
+    /// its full length would read.
     pub fn sync(&mut self) -> PluginResult<()> {
-        for ((path, _), f) in self.parts.iter().zip(&self.handles) {
-            f.sync_all()
-                .map_err(|e| PluginError::io(path.display(), e))?;
+        let writable = self.written.is_some();
+        for ((path, size), f) in self.parts.iter().zip(&self.handles) {
+            let io = |e| PluginError::io(path.display(), e);
+            if writable && f.metadata().map_err(io)?.len() < *size {
+                f.set_len(*size).map_err(io)?;
+            }
+            f.sync_all().map_err(io)?;
         }
         Ok(())
     }
@@ -340,6 +432,16 @@ pub fn with_crcs(files: &[FileMeta], crcs: &[Option<u32>]) -> PluginResult<Vec<F
 
 /// Apply the recorded mode and times to a rebuilt file.
 pub fn restore_metadata(meta: &FileMeta) -> PluginResult<()> {
+    let path = Path::new(meta.path.as_str());
+    let f = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| PluginError::io(path.display(), e))?;
+    restore_metadata_of(&f, meta)
+}
+
+/// [`restore_metadata`] through a handle already open on the file (no second open).
+fn restore_metadata_of(f: &File, meta: &FileMeta) -> PluginResult<()> {
     use std::os::unix::fs::PermissionsExt;
     use std::time::{Duration, UNIX_EPOCH};
     let path = Path::new(meta.path.as_str());
@@ -350,10 +452,6 @@ pub fn restore_metadata(meta: &FileMeta) -> PluginResult<()> {
             UNIX_EPOCH
         }
     };
-    let f = OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(|e| PluginError::io(path.display(), e))?;
     f.set_times(
         std::fs::FileTimes::new()
             .set_modified(t(meta.mtime_sec, meta.mtime_nsec))
@@ -362,7 +460,7 @@ pub fn restore_metadata(meta: &FileMeta) -> PluginResult<()> {
     .map_err(|e| PluginError::io(path.display(), e))?;
     if meta.mode != 0 {
         // permission bits only: never setuid/setgid/sticky bits named by redundancy data
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(meta.mode & 0o777))
+        f.set_permissions(std::fs::Permissions::from_mode(meta.mode & 0o777))
             .map_err(|e| PluginError::io(path.display(), e))?;
     }
     Ok(())
@@ -590,5 +688,64 @@ mod tests {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
         assert_eq!(md.permissions().mode() & 0o7777, 0o640);
         assert_eq!((md.mtime(), md.mtime_nsec()), (1_600_000_000, 5));
+    }
+
+    #[test]
+    fn written_files_are_checked_from_the_bytes_written_or_else_read() {
+        use abi_stable::std_types::RSome;
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 13) as u8).collect();
+        let metas = |crc_a: u32| {
+            let a = FileMeta {
+                crc32: RSome(crc_a),
+                ..FileMeta::new(dir.path().join("a").display().to_string(), 600)
+            };
+            let b = FileMeta {
+                crc32: RSome(crc32fast::hash(&data[600..])),
+                ..FileMeta::new(dir.path().join("b").display().to_string(), 400)
+            };
+            vec![a, b]
+        };
+        let good = metas(crc32fast::hash(&data[..600]));
+        // written once each, in pieces out of order and past the end (padding): the
+        // CRC32s come from the writes
+        let mut l = LogicalFile::create_in(dir.path(), &good).unwrap();
+        l.write_at(500, &[&data[500..], &[0u8; 24][..]].concat())
+            .unwrap();
+        l.write_at(0, &data[..500]).unwrap();
+        assert_eq!(
+            l.written_crc32(),
+            [good[0].crc32.into_option(), good[1].crc32.into_option()]
+        );
+        l.sync().unwrap();
+        l.check_written(&good).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("a")).unwrap(), &data[..600]);
+
+        // a recorded CRC32 the written bytes do not have: refused, naming both
+        let e = l.check_written(&metas(0x1234_5678)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::CORRUPT);
+        assert!(
+            e.message().contains("a: CRC32 recorded 12345678, written ")
+                && e.message().ends_with("; not trusted"),
+            "{e}"
+        );
+
+        // a tail never written: no CRC32 from the writes, the file is extended with
+        // zeros by sync and read, and the read finds the difference
+        let mut l = LogicalFile::create_in(dir.path(), &good).unwrap();
+        l.write_at(0, &data[..900]).unwrap();
+        assert_eq!(l.written_crc32()[1], None);
+        l.sync().unwrap();
+        assert_eq!(std::fs::metadata(dir.path().join("b")).unwrap().len(), 400);
+        let e = l.check_written(&good).unwrap_err();
+        assert!(e.message().contains("b: CRC32 recorded"), "{e}");
+
+        // a region written twice: read back, and right when the bytes are right
+        let mut l = LogicalFile::create_in(dir.path(), &good).unwrap();
+        l.write_at(0, &data).unwrap();
+        l.write_at(100, &data[100..200]).unwrap();
+        assert_eq!(l.written_crc32()[0], None);
+        l.sync().unwrap();
+        l.check_written(&good).unwrap();
     }
 }

@@ -85,10 +85,13 @@ pub trait Scheme: Send + Sync + 'static {
     ///   feed the rebuild checks it first ([`verify_files`](crate::verify::verify_files))
     ///   and a survivor that fails counts as lost (to keep the common no-loss path cheap,
     ///   gather the loss flags from presence first and verify only when something is
-    ///   lost, then gather again).
+    ///   lost, then gather again), unless the host says it has just verified them
+    ///   ([`Host::survivors_verified`](crate::Host::survivors_verified)).
     /// - What was rebuilt is checked against the sizes and CRC32s carried in the
     ///   redundancy data (a redundancy-file header, a partner's metadata) before success
-    ///   is returned; on a mismatch the rebuilt files are removed and every member fails
+    ///   is returned (files written through [`LogicalFile`](crate::lofi::LogicalFile) and
+    ///   closed with [`finish_rebuild`](crate::ring::finish_rebuild) are checked from the
+    ///   bytes as they were written, without a read-back); on a mismatch the rebuilt files are removed and every member fails
     ///   alike ([`Failures::agree`](crate::collect::Failures::agree)).
     /// - The returned [`FileMeta`] of a rebuilt file carries the CRC32 from the
     ///   redundancy data, so the host can record and check it again.
@@ -157,8 +160,12 @@ pub trait Scheme: Send + Sync + 'static {
     /// really does: `scr-conformance` hands a scheme declaring `Host` survivors the host
     /// has checked, and a scheme declaring `Scheme` a damaged survivor it must detect.
     ///
-    /// The runtime logs which contract is in force and, for now, checks survivors in
-    /// both cases. The answer is fixed for an instance; a panic here counts as `Host`.
+    /// The runtime logs which contract is in force and checks survivors in both cases;
+    /// when its check covered the recorded CRC32s (`crc_on_restart`, the default) it
+    /// says so through [`Host::survivors_verified`](crate::Host::survivors_verified), and
+    /// a scheme declaring `Scheme` then skips its own second read of the survivors (the
+    /// shipped schemes do). The answer is fixed for an instance; a panic here counts as
+    /// `Host`.
     fn survivor_check(&self) -> SurvivorCheck {
         SurvivorCheck::Host
     }

@@ -317,19 +317,36 @@ impl<'a, 'h> Ring<'a, 'h> {
 /// that differ (or any failure noted so far) must never look recovered, so on a mismatch
 /// the files are deleted; on success their mode and times are restored. Failures are
 /// noted, for [`Failures::agree`] to turn into the same outcome on every member.
+///
+/// The check uses the CRC32 of the bytes `lofi` wrote, computed as they passed
+/// ([`LogicalFile::check_written`]): a file written once through `lofi` is not read
+/// back. A file it did not write whole exactly once is read.
 pub fn finish_rebuild(lofi: Option<LogicalFile>, metas: &[FileMeta], failures: &mut Failures) {
-    if let Some(mut l) = lofi {
-        failures.note(l.sync());
-    }
-    if failures.is_empty() && failures.note(verify_files(metas)).is_none() {
+    let Some(mut l) = lofi else {
+        // nothing was written through a logical file: check by reading
+        if failures.is_empty() && failures.note(verify_files(metas)).is_none() {
+            remove_all(metas);
+        }
         for m in metas {
-            let _ = std::fs::remove_file(m.path.as_str());
+            if failures.is_empty() {
+                failures.note(restore_metadata(m));
+            }
         }
+        return;
+    };
+    failures.note(l.sync());
+    if failures.is_empty() && failures.note(l.check_written(metas)).is_none() {
+        remove_all(metas);
     }
+    if failures.is_empty() {
+        failures.note(l.restore_metadata(metas));
+    }
+}
+
+/// Remove the files of a rebuild that must not look recovered.
+fn remove_all(metas: &[FileMeta]) {
     for m in metas {
-        if failures.is_empty() {
-            failures.note(restore_metadata(m));
-        }
+        let _ = std::fs::remove_file(m.path.as_str());
     }
 }
 

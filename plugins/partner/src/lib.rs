@@ -241,7 +241,9 @@ impl PartnerScheme {
         if !data_lost.contains(&true) && !red_ok.contains(&false) {
             return Ok(None);
         }
+        // the host's check already covered them when it says so: one read, not two
         let mine_bad = match &request.files {
+            RSome(_) if host.survivors_verified() => false,
             RSome(files) => verify_files(files)
                 .map_err(|e| {
                     host.log(
@@ -478,7 +480,9 @@ impl Scheme for PartnerScheme {
             .to_string()])
     }
 
-    /// Who verifies survivors: each survivor's data is verified (`verify_files`) before it feeds a rebuild.
+    /// Who verifies survivors: each survivor's data is verified (`verify_files`) before it
+    /// feeds a rebuild, unless the host says it has just verified them
+    /// (`Host::survivors_verified`).
     fn survivor_check(&self) -> scr_plugin::SurvivorCheck {
         scr_plugin::SurvivorCheck::Scheme
     }

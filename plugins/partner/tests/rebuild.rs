@@ -205,3 +205,62 @@ fn two_replicas_two_lost_members() {
     scenario(5, 2, &[(0, Loss::Everything), (3, Loss::Redundancy)], &[4]);
     scenario(5, 2, &[(4, Loss::Data), (0, Loss::Everything)], &[3]);
 }
+
+/// A survivor's data damaged by one byte and passed as intact, while member 0 is lost:
+/// told nothing, PARTNER reads every survivor, finds member 2's damage and rebuilds it
+/// from its copy; told that the host verified the survivors (`survivors_verified`, which
+/// the runtime says only after its own size and CRC32 check), it does not read them
+/// again, so member 2's file is not touched: one read of each survivor, not two.
+#[test]
+fn the_hosts_verdict_on_survivors_spares_the_second_read() {
+    for told in [false, true] {
+        let top = tempfile::tempdir().unwrap();
+        let out = inproc::run(&["node0", "node1", "node2", "node3"], |host| {
+            let me = host.rank();
+            let scheme = PartnerScheme::new(4, me, me, 1, PIECE);
+            let dir = top.path().join(format!("member{me}"));
+            let member = Member {
+                files: make_files(&dir, me),
+                dir,
+                red: PathBuf::new(),
+            };
+            scheme
+                .apply_with_crc(host, &member.dataset())
+                .map_err(|e| format!("apply: {e}"))?;
+            let damaged = PathBuf::from(member.files[0].0.path.as_str());
+            if me == 2 {
+                let mut b = std::fs::read(&damaged).unwrap();
+                b[7] ^= 1;
+                std::fs::write(&damaged, &b).unwrap();
+            }
+            if me == 0 {
+                std::fs::remove_dir_all(&member.dir).unwrap();
+                std::fs::create_dir_all(&member.dir).unwrap();
+            }
+            host.barrier().unwrap();
+            let request = RecoverRequest {
+                dataset_id: 5,
+                dir: member.dir.display().to_string().into(),
+                files: if me == 0 {
+                    RNone
+                } else {
+                    RSome(member.metas().into())
+                },
+            };
+            let verified = scr_plugin::SurvivorsVerified::new(host.raw());
+            let as_told = Host::new(scr_plugin::host_ref(&verified));
+            let got = if told {
+                assert!(as_told.survivors_verified() && !host.survivors_verified());
+                scheme.recover(&as_told, &request)
+            } else {
+                scheme.recover(host, &request)
+            };
+            got.map_err(|e| format!("recover: {e}"))?;
+            Ok::<_, String>(std::fs::read(&damaged).unwrap() == member.files[0].1)
+        });
+        let exact: Vec<bool> = out.into_iter().map(|r| r.unwrap()).collect();
+        // told: member 2's damage stays (the host would have passed it as lost);
+        // untold: PARTNER found it and rebuilt it from member 3's copy
+        assert_eq!(exact, [true, true, !told, true], "told {told}");
+    }
+}

@@ -499,7 +499,9 @@ impl RsScheme {
         if !data.contains(&true) && !red.contains(&true) {
             return Ok(None);
         }
+        // the host's check already covered them when it says so: one read, not two
         let mine_bad = data_ok
+            && !host.survivors_verified()
             && verify_files(given)
                 .map_err(|e| {
                     host.log(
@@ -1058,7 +1060,9 @@ impl Scheme for RsScheme {
             .to_string()])
     }
 
-    /// Who verifies survivors: each survivor's data is verified (`verify_files`) before it feeds a rebuild.
+    /// Who verifies survivors: each survivor's data is verified (`verify_files`) before it
+    /// feeds a rebuild, unless the host says it has just verified them
+    /// (`Host::survivors_verified`).
     fn survivor_check(&self) -> scr_plugin::SurvivorCheck {
         scr_plugin::SurvivorCheck::Scheme
     }

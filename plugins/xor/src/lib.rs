@@ -157,7 +157,9 @@ impl XorScheme {
         if !lost.contains(&true) {
             return Ok(None);
         }
+        // the host's check already covered them when it says so: one read, not two
         let mine_bad = match &request.files {
+            RSome(_) if host.survivors_verified() => false,
             RSome(files) => verify_files(files)
                 .map_err(|e| host.log(LogLevel::Warn, &format!("XOR: {e}; counted as lost")))
                 .is_err(),
@@ -401,7 +403,9 @@ impl Scheme for XorScheme {
             .to_string()])
     }
 
-    /// Who verifies survivors: each survivor's data is verified (`verify_files`) before it feeds a rebuild.
+    /// Who verifies survivors: each survivor's data is verified (`verify_files`) before it
+    /// feeds a rebuild, unless the host says it has just verified them
+    /// (`Host::survivors_verified`).
     fn survivor_check(&self) -> scr_plugin::SurvivorCheck {
         scr_plugin::SurvivorCheck::Scheme
     }

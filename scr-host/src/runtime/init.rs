@@ -500,7 +500,11 @@ impl Runtime {
             if self.topo.rank == 0 {
                 tracing::debug!(
                     "descriptor {i}: {}",
-                    super::restore::survivor_contract(&d.scheme.0, scheme.raw().survivor_check())
+                    super::restore::survivor_contract(
+                        &d.scheme.0,
+                        scheme.raw().survivor_check(),
+                        self.config.get(settings::CRC_ON_RESTART)
+                    )
                 );
             }
             self.job.reddescs.push(RedDesc {

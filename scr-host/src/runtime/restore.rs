@@ -538,17 +538,30 @@ impl Runtime {
         };
         // the host's check above is made whatever the scheme declares; say which
         // contract is in force for this rebuild
+        let verified = self.config.get(settings::CRC_ON_RESTART);
         tracing::debug!(
             "dataset {} ({}): {}",
             r.id,
             r.name,
-            survivor_contract(&r.record.descriptor.scheme, r.scheme.raw().survivor_check())
+            survivor_contract(
+                &r.record.descriptor.scheme,
+                r.scheme.raw().survivor_check(),
+                verified
+            )
         );
-        let result = r
-            .scheme
-            .raw()
-            .recover(r.host.services(), &request)
-            .into_result();
+        // With crc_on_restart the check above read every member's files against their
+        // recorded size and CRC32 and passed a failing member as lost: the scheme is
+        // told so, and a scheme that verifies survivors itself does not read them again
+        let services = r.host.services();
+        let result = if verified {
+            let told = scr_plugin::SurvivorsVerified::new(services);
+            r.scheme
+                .raw()
+                .recover(scr_plugin::host_ref(&told), &request)
+        } else {
+            r.scheme.raw().recover(services, &request)
+        }
+        .into_result();
         let label = format!("{} ({})", r.id, r.name);
         let outcome = self
             .settle_call(&*r.host, &r.scheme, "recover", &label, result)
@@ -773,13 +786,20 @@ impl Identity {
 
 /// Which survivor-check contract a scheme declared, in words (for the logs). The host
 /// checks survivors before `recover` under either (see [`Runtime::check_cached`]).
-pub(in crate::runtime) fn survivor_contract(scheme: &str, check: SurvivorCheck) -> String {
-    match check {
-        SurvivorCheck::Host => format!(
+pub(in crate::runtime) fn survivor_contract(
+    scheme: &str,
+    check: SurvivorCheck,
+    verified: bool,
+) -> String {
+    match (check, verified) {
+        (SurvivorCheck::Host, _) => format!(
             "survivors are checked by the host before {scheme}'s recover; the scheme relies on that check (SurvivorCheck::Host)"
         ),
-        SurvivorCheck::Scheme => format!(
-            "survivors are checked by the host before {scheme}'s recover, and again by the scheme, which verifies them itself (SurvivorCheck::Scheme)"
+        (SurvivorCheck::Scheme, true) => format!(
+            "survivors are checked by the host before {scheme}'s recover (size and CRC32), which tells the scheme so (survivors_verified): the scheme, which verifies survivors itself (SurvivorCheck::Scheme), need not read them again"
+        ),
+        (SurvivorCheck::Scheme, false) => format!(
+            "survivors are checked by the host before {scheme}'s recover (size only: crc_on_restart is off), and again by the scheme, which verifies them itself (SurvivorCheck::Scheme)"
         ),
     }
 }
@@ -792,12 +812,16 @@ mod survivor_contract_tests {
     #[test]
     fn the_log_says_which_survivor_contract_is_in_force() {
         assert_eq!(
-            survivor_contract("MIRROR", SurvivorCheck::Host),
+            survivor_contract("MIRROR", SurvivorCheck::Host, true),
             "survivors are checked by the host before MIRROR's recover; the scheme relies on that check (SurvivorCheck::Host)"
         );
         assert_eq!(
-            survivor_contract("XOR", SurvivorCheck::Scheme),
-            "survivors are checked by the host before XOR's recover, and again by the scheme, which verifies them itself (SurvivorCheck::Scheme)"
+            survivor_contract("XOR", SurvivorCheck::Scheme, false),
+            "survivors are checked by the host before XOR's recover (size only: crc_on_restart is off), and again by the scheme, which verifies them itself (SurvivorCheck::Scheme)"
+        );
+        assert_eq!(
+            survivor_contract("XOR", SurvivorCheck::Scheme, true),
+            "survivors are checked by the host before XOR's recover (size and CRC32), which tells the scheme so (survivors_verified): the scheme, which verifies survivors itself (SurvivorCheck::Scheme), need not read them again"
         );
     }
 }

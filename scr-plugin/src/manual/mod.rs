@@ -67,7 +67,7 @@
 //! ```text
 //! libmy_scheme.so: refused: incompatible plugin ABI: a parameter was added to scheme
 //! method `redundancy_files` (this host's scr-plugin has 1 parameter, the library 2
-//! parameters); rebuild the plugin against scr-plugin 0.1.2, this host's version (see
+//! parameters); rebuild the plugin against scr-plugin 0.1.3, this host's version (see
 //! "Upgrading scr-plugin" in scr_plugin::manual)
 //! ```
 //!

@@ -183,15 +183,24 @@
 //! | declaration | the scheme | `scr-conformance`'s corrupted-survivor cases |
 //! |---|---|---|
 //! | [`SurvivorCheck::Host`](crate::SurvivorCheck::Host) (the default) | relies on the host's check: reads each survivor once, to rebuild | check the survivors as the host does and pass the damaged one as lost; the scheme must rebuild right or fail alike |
-//! | [`SurvivorCheck::Scheme`](crate::SurvivorCheck::Scheme) | verifies every survivor whose data feeds a rebuild ([`verify::verify_files`](crate::verify::verify_files)) and counts a damaged one as lost, whatever the host checked | hand the damaged survivor over as intact; the scheme must detect it (a failure says so) |
+//! | [`SurvivorCheck::Scheme`](crate::SurvivorCheck::Scheme) | verifies every survivor whose data feeds a rebuild ([`verify::verify_files`](crate::verify::verify_files)) and counts a damaged one as lost, unless the host says it has just done so ([`Host::survivors_verified`](crate::Host::survivors_verified)) | hand the damaged survivor over as intact, from a host that does not say so; the scheme must detect it (a failure says so) |
 //!
 //! Either way the scheme never hands back a wrong byte: the rebuilt files are checked
 //! against the sizes and CRC32s in the redundancy data, and the host checks them again.
 //! Declare what `recover` really does. PARTNER, XOR and RS declare `Scheme` (they
-//! verify before they rebuild); SINGLE, which rebuilds nothing, keeps `Host`. Today the
+//! verify before they rebuild); SINGLE, which rebuilds nothing, keeps `Host`. The
 //! runtime checks survivors under both declarations and logs which one is in force (at
-//! `debug`): `Scheme` is what would let it skip its own check, so declare it only when
-//! `recover` verifies.
+//! `debug`). When its check covered the recorded CRC32s (`crc_on_restart`, the default)
+//! it also says so through `Host::survivors_verified`, and a `Scheme` scheme skips its
+//! second read: each survivor is read once. The verdict is `false` under an older host,
+//! with `crc_on_restart = false` (sizes only) and in `scr postrun`'s offline rebuild;
+//! then the scheme's own check is the one that reads the CRC32s, so declare `Scheme`
+//! only when `recover` verifies.
+//!
+//! A rebuild's own output is not read back by the scheme either: files written through
+//! [`LogicalFile`](crate::lofi::LogicalFile) are hashed as they are written, and
+//! [`ring::finish_rebuild`](crate::ring::finish_rebuild) compares those CRC32s with the
+//! redundancy data's. The host, which trusts no plugin's word, reads them once.
 //!
 //! # Offline rebuilds: which redundancy a rebuild reads
 //!

@@ -4,7 +4,7 @@
 //! # The promise
 //!
 //! scr-plugin follows semantic versioning as cargo reads it for a 0.y.z crate: within one
-//! 0.y series (0.1.0, 0.1.1, 0.1.2, ...) a plugin's source keeps building and its library keeps
+//! 0.y series (0.1.0, 0.1.1, 0.1.2, 0.1.3, ...) a plugin's source keeps building and its library keeps
 //! loading into every host of that series. A release of the series adds items; an item
 //! that must change is kept beside its replacement, marked `#[deprecated]` with a note
 //! that names the replacement and this page. A change that cannot be made that way is a
@@ -23,6 +23,19 @@
 //! to a trait: abi_stable requires the library's table to hold every method the host
 //! knows), saying so in one line; rebuilding it from its unchanged source is the fix
 //! (see "Upgrading scr-plugin" in [the manual](super)).
+//!
+//! # 0.1.2 → 0.1.3
+//!
+//! The source: nothing to do, a plugin written against 0.1.2 builds unchanged. The host
+//! services gained one defaulted method,
+//! [`HostServices::survivors_verified`](crate::abi::HostServices::survivors_verified)
+//! ([`Host::survivors_verified`](crate::Host::survivors_verified)): a scheme that
+//! verifies survivors itself ([`SurvivorCheck::Scheme`](crate::SurvivorCheck::Scheme))
+//! may skip that read when it is `true`, since the host has just made the same check;
+//! a host built before 0.1.3 answers `false`. A scheme that writes rebuilt files
+//! through [`LogicalFile`](crate::lofi::LogicalFile) and ends with
+//! [`ring::finish_rebuild`](crate::ring::finish_rebuild) now has them checked from the
+//! bytes it wrote instead of a read-back, with no change to its code.
 //!
 //! # 0.1.1 → 0.1.2
 //!
