@@ -26,8 +26,9 @@
 //!
 //! # 0.1.2 → 0.1.3
 //!
-//! The source: nothing to do, a plugin written against 0.1.2 builds unchanged. The host
-//! services gained one defaulted method,
+//! The source: nothing to do, a plugin written against 0.1.2 builds unchanged. Its
+//! library must be rebuilt to load into a 0.1.3 runtime (the refusal names
+//! `survivors_verified`), since the host services gained one defaulted method,
 //! [`HostServices::survivors_verified`](crate::abi::HostServices::survivors_verified)
 //! ([`Host::survivors_verified`](crate::Host::survivors_verified)): a scheme that
 //! verifies survivors itself ([`SurvivorCheck::Scheme`](crate::SurvivorCheck::Scheme))
