@@ -155,18 +155,19 @@ fn shipped_schemes_pass_under_mpiexec_with_8_ranks() {
     // totals: five load and declaration cases, then per set size the instance, its
     // description and the collective cases (the offline rebuild cases add, per shape,
     // one per pattern of up to k + 1 lost members: 8 for SINGLE's 0, 10 for PARTNER
-    // over 4, 92 for PARTNER with 2 replicas over 8, 6 and 36 for XOR over 3 and 8)
+    // over 4, 92 for PARTNER with 2 replicas over 8, 6 and 36 for XOR over 3 and 8; the
+    // damaged-payload cases add 2 per member of a set with redundancy, in one shape)
     assert_eq!(passes(8, "scr_single", &["--set-size", "8"]), 65);
-    assert_eq!(passes(8, "scr_partner", &["--set-size", "4"]), 161);
+    assert_eq!(passes(8, "scr_partner", &["--set-size", "4"]), 169);
     assert_eq!(
         passes(
             8,
             "scr_partner",
             &["--set-size", "8", "--param", "replicas=2"]
         ),
-        1501
+        1517
     );
-    for (size, cases) in [(3, 113), (8, 409)] {
+    for (size, cases) in [(3, 119), (8, 425)] {
         assert_eq!(
             passes(8, "scr_xor", &["--set-size", &size.to_string()]),
             cases,
@@ -174,7 +175,7 @@ fn shipped_schemes_pass_under_mpiexec_with_8_ranks() {
         );
     }
     // by default: sets of 2, of 3 and of every rank in one run
-    assert_eq!(passes(4, "scr_xor", &[]), 341);
+    assert_eq!(passes(4, "scr_xor", &[]), 359);
 }
 
 /// Ranks sharing failure groups: 2 ranks per node, sets formed across nodes as the

@@ -635,6 +635,9 @@ pub fn run_scheme_cases_traced(
             corrupted_survivor_cases(&mut cases, &sh)?;
         }
         corrupted_header_cases(&mut cases, &sh)?;
+        if *shape == "uniform" {
+            corrupted_payload_cases(&mut cases, &sh)?;
+        }
         offline_rebuild_cases(&mut cases, &sh)?;
         remove_case(&mut cases, &sh)?;
         let _ = std::fs::remove_dir_all(&sh.dir);
@@ -1002,6 +1005,59 @@ fn corrupted_header_cases(
             .map_err(|e| format!("trusted a corrupted header: {e}"));
         cases.end(name, mine)?;
         sh.reset()?;
+    }
+    Ok(())
+}
+
+/// A redundancy payload damaged by one byte (its header intact) on member `c`, with `k`
+/// members lost after it and, in a second case, `k` members lost before it: the
+/// damaged payload must not feed a rebuild unnoticed, whether the scheme checks it
+/// before the rebuild or in the pass that reads it
+/// ([`RedReader::verify_rest`](crate::redfile::RedReader::verify_rest)): recover is
+/// right or fails on every member. (Losing the members before `c` makes `c` hold the
+/// only copy PARTNER has of its left neighbour.)
+fn corrupted_payload_cases(
+    cases: &mut Cases<'_, '_, '_>,
+    sh: &ShapeRun<'_, '_>,
+) -> PluginResult<()> {
+    let (n, me, k) = (sh.n, sh.me, sh.k);
+    let any_red = sh
+        .host
+        .all_reduce(u64::from(!sh.scheme_files().is_empty()), ReduceOp::Max)?
+        == 1;
+    if !any_red || n <= 1 || k == 0 {
+        return Ok(());
+    }
+    let k = k.min(n - 1);
+    for c in 0..n {
+        for (side, pattern) in [
+            ("after", (1..=k).map(|d| (c + d) % n).collect::<Vec<u32>>()),
+            ("before", (1..=k).map(|d| (c + n - d) % n).collect()),
+        ] {
+            let name = format!(
+                "{}: redundancy payload on member {c} damaged by one byte, members {pattern:?} ({side} it) lost: recover is right or fails everywhere",
+                sh.shape
+            );
+            cases.begin(&name);
+            if me == c {
+                for p in sh.scheme_files() {
+                    if let Ok(mut b) = std::fs::read(&p) {
+                        if let Some(x) = b.first_mut() {
+                            *x ^= 0x10;
+                        }
+                        let _ = std::fs::write(&p, b);
+                    }
+                }
+            }
+            let lost = pattern.contains(&me);
+            sh.lose(lost, false);
+            let got = sh.scheme.recover(sh.host, &sh.request(lost));
+            let mine = cases
+                .right_or_failed_alike(got, None, |g: &[FileMeta]| sh.check(g))?
+                .map_err(|e| format!("trusted a damaged redundancy payload: {e}"));
+            cases.end(name, mine)?;
+            sh.reset()?;
+        }
     }
     Ok(())
 }

@@ -309,6 +309,10 @@ pub struct RedReader {
     file: File,
     /// The verified header.
     pub header: RedHeader,
+    /// The CRC32 of the payload bytes read through [`RedReader::read_at`] so far, in
+    /// whatever order (runs joined as they meet): what [`RedReader::verify_rest`] need
+    /// not read again.
+    seen: crate::lofi::FileCrcs,
 }
 
 fn corrupt(path: &Path, why: impl std::fmt::Display) -> PluginError {
@@ -379,27 +383,42 @@ impl RedReader {
         Ok(RedReader {
             path: path.to_path_buf(),
             file,
+            seen: payload_crcs(header.payload_len),
             header,
         })
     }
 
     /// Read the whole payload once and check its CRC32.
     pub fn verify_payload(&mut self) -> PluginResult<()> {
-        let mut h = crc32fast::Hasher::new();
-        let mut left = self.header.payload_len;
-        let mut buf = vec![0u8; 1 << 20];
-        self.file
-            .seek(SeekFrom::Start(0))
-            .map_err(|e| PluginError::io(self.path.display(), e))?;
-        while left > 0 {
-            let n = left.min(buf.len() as u64) as usize;
-            self.file
-                .read_exact(&mut buf[..n])
-                .map_err(|e| PluginError::io(self.path.display(), e))?;
-            h.update(&buf[..n]);
-            left -= n as u64;
+        self.seen = payload_crcs(self.header.payload_len);
+        self.verify_rest()
+    }
+
+    /// Check the payload's CRC32 in the pass a rebuild makes over it anyway: the bytes
+    /// read through [`read_at`](Self::read_at) were hashed as they were read, in any
+    /// order, so nothing is read here when the rebuild read every byte of the payload
+    /// once; otherwise the whole payload is read again (a region read twice, or part of
+    /// it not read, does not add up to a checked payload).
+    ///
+    /// Why: a redundancy file checked with [`open_verified`] before a rebuild is read
+    /// twice, once for the check and once to rebuild. A scheme may instead open it with
+    /// [`RedReader::open`] (the header is checked), use it, and call this before it
+    /// lets anything built from the payload count: bytes sent or reduced from a payload
+    /// that turns out damaged must then be discarded on every member, which the scheme
+    /// arranges (its rebuilt files are checked against the CRC32s in the redundancy data
+    /// as well).
+    pub fn verify_rest(&mut self) -> PluginResult<()> {
+        if !self.seen.is_complete() {
+            self.seen = payload_crcs(self.header.payload_len);
+            let mut buf = vec![0u8; 1 << 20];
+            let mut at = 0;
+            while at < self.header.payload_len {
+                let n = (self.header.payload_len - at).min(buf.len() as u64) as usize;
+                self.read_at(at, &mut buf[..n])?;
+                at += n as u64;
+            }
         }
-        if h.finalize() != self.header.payload_crc32 {
+        if self.seen.clone().finish()[0] != Some(self.header.payload_crc32) {
             return Err(corrupt(&self.path, "payload checksum mismatch"));
         }
         Ok(())
@@ -407,16 +426,23 @@ impl RedReader {
 
     /// Read payload bytes at `offset` (bytes past the payload read as zero).
     pub fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> PluginResult<()> {
+        use std::os::unix::fs::FileExt;
         buf.fill(0);
         if offset >= self.header.payload_len {
             return Ok(());
         }
         let n = ((self.header.payload_len - offset) as usize).min(buf.len());
         self.file
-            .seek(SeekFrom::Start(offset))
-            .and_then(|_| self.file.read_exact(&mut buf[..n]))
-            .map_err(|e| PluginError::io(self.path.display(), e))
+            .read_exact_at(&mut buf[..n], offset)
+            .map_err(|e| PluginError::io(self.path.display(), e))?;
+        self.seen.update(offset, &buf[..n]);
+        Ok(())
     }
+}
+
+/// Tracks the CRC32 of a payload of `len` bytes read in pieces.
+fn payload_crcs(len: u64) -> crate::lofi::FileCrcs {
+    crate::lofi::FileCrcs::new(&[FileMeta::new("payload", len)])
 }
 
 /// Whether `name` is a relative path that stays below the directory it is joined to.
@@ -499,6 +525,43 @@ mod tests {
             let e = open_verified(&p).err().unwrap();
             assert!(e.message().contains("leaves the dataset directory"), "{e}");
         }
+    }
+
+    #[test]
+    fn the_payload_is_checked_in_the_pass_that_reads_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("v.redset");
+        let payload: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+        let write = |bytes: &[u8]| {
+            let mut w = RedWriter::create(&p).unwrap();
+            w.write(bytes).unwrap();
+            w.finish(RedHeader::default()).unwrap();
+        };
+        write(&payload);
+        // read whole, in any order: verify_rest reads nothing more (a byte changed
+        // behind the reader's back afterwards is not seen: the bytes used are the ones
+        // checked)
+        let mut r = RedReader::open(&p).unwrap();
+        let mut b = vec![0u8; 1000];
+        for at in [2000u64, 0, 1000] {
+            r.read_at(at, &mut b).unwrap();
+        }
+        let mut on_disk = std::fs::read(&p).unwrap();
+        on_disk[10] ^= 1;
+        std::fs::write(&p, &on_disk).unwrap();
+        r.verify_rest().unwrap();
+        // a damaged payload read in the pass: refused after it
+        let mut r = RedReader::open(&p).unwrap();
+        r.read_at(0, &mut b).unwrap();
+        let e = r.verify_rest().unwrap_err();
+        assert!(e.message().contains("payload checksum mismatch"), "{e}");
+        // part read: the whole payload is read again, and the result is right
+        write(&payload);
+        let mut r = RedReader::open(&p).unwrap();
+        r.read_at(0, &mut b).unwrap();
+        r.read_at(2500, &mut b[..100]).unwrap();
+        r.verify_rest().unwrap();
+        assert!(open_verified(&p).is_ok());
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use scr_plugin::collect::{gather_flags, recv_bytes, send_bytes, sendrecv_bytes, Failures};
 use scr_plugin::lofi::{with_crcs, FileCrcs, LogicalFile};
-use scr_plugin::redfile::{self, open_verified, RedHeader, RedReader, RedWriter, StoredMeta};
+use scr_plugin::redfile::{self, RedHeader, RedReader, RedWriter, StoredMeta};
 use scr_plugin::ring::{finish_rebuild, zeros, Ring};
 use scr_plugin::verify::verify_files;
 use scr_plugin::{
@@ -230,16 +230,23 @@ impl PartnerScheme {
     /// re-protects the set: a survivor whose files do not match their recorded size and
     /// CRC32 counts as lost too (its copy on a partner is rebuilt in its place) rather
     /// than spreading wrong bytes. Collective.
+    ///
+    /// `red` is this member's redundancy file with its header checked. When nothing is
+    /// lost by presence every payload is checked here (a damaged one is written again);
+    /// otherwise [`Self::restore_files`] checks each before or while it is read.
     fn losses(
         &self,
         host: &Host<'_>,
         request: &RecoverRequest,
-        red_ok: bool,
+        red: &mut Option<RedReader>,
     ) -> PluginResult<Option<(Vec<bool>, Vec<bool>)>> {
         let data_lost = gather_flags(host, request.files.is_none())?;
-        let red_ok = gather_flags(host, red_ok)?;
+        let mut red_ok = gather_flags(host, red.is_some())?;
         if !data_lost.contains(&true) && !red_ok.contains(&false) {
-            return Ok(None);
+            if host.all_agree(self.payload_ok(host, red))? {
+                return Ok(None);
+            }
+            red_ok = gather_flags(host, red.is_some())?;
         }
         // the host's check already covered them when it says so: one read, not two
         let mine_bad = match &request.files {
@@ -304,7 +311,9 @@ impl PartnerScheme {
     ) -> PluginResult<(Vec<FileMeta>, Vec<bool>)> {
         self.check_host(host)?;
         let dir = Path::new(request.dir.as_str());
-        let mut red: Option<RedReader> = open_verified(&self.red_path(dir)).ok().filter(|r| {
+        // the header is checked here; the payload before the rebuild, or by a provider
+        // in the pass that sends it: read once either way
+        let mut red: Option<RedReader> = RedReader::open(&self.red_path(dir)).ok().filter(|r| {
             r.header
                 .matches("PARTNER", request.dataset_id, self.members, self.member)
         });
@@ -316,14 +325,55 @@ impl PartnerScheme {
                 .unwrap_or_default()
                 .into_vec()
         };
-        let Some((data_lost, red_ok)) = self.losses(host, request, red.is_some())? else {
+        let Some((data_lost, mut red_ok)) = self.losses(host, request, &mut red)? else {
             return Ok((given(), vec![true; self.members as usize]));
         };
-        let providers = self.providers(&data_lost, &red_ok)?;
-        let files = self
-            .rebuild(host, dir, red.as_mut(), &providers)?
-            .unwrap_or_else(given);
-        Ok((files, red_ok))
+        // a provider found to hold a damaged copy only after sending it is no longer
+        // trusted and the next nearest is asked: at most one round per member
+        let me = self.member;
+        let mut checked = false;
+        loop {
+            let providers = self.providers(&data_lost, &red_ok)?;
+            // a survivor that sends nothing checks its payload now: its copy is what a
+            // later loss would need, and a damaged one is written again
+            let sends = providers.iter().any(|&(_, p)| p == me);
+            let ok = sends || checked || self.payload_ok(host, &mut red);
+            if !host.all_agree(ok)? {
+                red_ok = gather_flags(host, red.is_some())?;
+            }
+            match self.rebuild(host, dir, red.as_mut(), &providers)? {
+                Round::Done(files) => return Ok((files.unwrap_or_else(given), red_ok)),
+                Round::Damaged(bad) => {
+                    for p in bad {
+                        red_ok[p as usize] = false;
+                    }
+                    if !red_ok[me as usize] {
+                        red = None;
+                    }
+                    // every payload was checked in this round: before it, or as it was sent
+                    checked = true;
+                }
+            }
+        }
+    }
+
+    /// Whether this member's redundancy payload, if any, checks out (read whole); a
+    /// damaged one is dropped from `red` and logged. Not collective.
+    fn payload_ok(&self, host: &Host<'_>, red: &mut Option<RedReader>) -> bool {
+        let bad = red.as_mut().is_some_and(|r| {
+            r.verify_payload()
+                .map_err(|e| {
+                    host.log(
+                        LogLevel::Warn,
+                        &format!("PARTNER: {e}; its copies are written again"),
+                    )
+                })
+                .is_err()
+        });
+        if bad {
+            *red = None;
+        }
+        !bad
     }
 
     /// Copy each lost member's files back from its provider's redundancy file: the file
@@ -337,14 +387,14 @@ impl PartnerScheme {
         dir: &Path,
         mut red: Option<&mut RedReader>,
         providers: &[(u32, u32)],
-    ) -> PluginResult<Option<Vec<FileMeta>>> {
+    ) -> PluginResult<Round> {
         let me = self.member;
         let mut failure = Failures::new();
         let mut rebuilt = None;
         let mut ring = Ring::new(host, TAG, self.piece);
         for &(f, p) in providers {
             if me == p {
-                let r = red.as_deref_mut().expect("a provider's file checked out");
+                let r = red.as_deref_mut().expect("a provider's header checked out");
                 let metas = r.header.files.get(&f).cloned().unwrap_or_default();
                 let (offset, len) = r.header.sections.get(&f).copied().unwrap_or((0, 0));
                 send_bytes(
@@ -368,9 +418,41 @@ impl PartnerScheme {
                 rebuilt = Some(metas);
             }
         }
+        // a provider's payload was hashed as it was sent (the rest of it is read now):
+        // a damaged one voids the round on every member, and what its receivers wrote
+        // goes, before anything counts
+        let damaged = red.is_some_and(|r| {
+            providers.iter().any(|&(_, p)| p == me)
+                && r.verify_rest()
+                    .map_err(|e| {
+                        host.log(
+                            LogLevel::Warn,
+                            &format!("PARTNER: {e}; asking the next partner for its copy"),
+                        )
+                    })
+                    .is_err()
+        });
+        let damaged = gather_flags(host, damaged)?;
+        if damaged.contains(&true) {
+            if let Some(metas) = &rebuilt {
+                for m in metas {
+                    let _ = std::fs::remove_file(m.path.as_str());
+                }
+            }
+            let bad = (0..self.members).filter(|&m| damaged[m as usize]);
+            return Ok(Round::Damaged(bad.collect()));
+        }
         failure.agree(host, "PARTNER rebuild")?;
-        Ok(rebuilt)
+        Ok(Round::Done(rebuilt))
     }
+}
+
+/// How a round of copying lost members' files back from their partners ended.
+enum Round {
+    /// Every copy checked out: this member's rebuilt files if it lost them.
+    Done(Option<Vec<FileMeta>>),
+    /// These providers' payloads turned out damaged while they were sent.
+    Damaged(Vec<u32>),
 }
 
 /// `theirs`, the metadata partner `from` sent, if its sizes add up to the length of the

@@ -50,7 +50,8 @@ fn run(set_size: u32, replicas: u32) {
 /// (3 kinds, or every mix of kinds in the first shape) × (recover, one more loss), every
 /// pattern of k + 1 losses, a corrupted header on each member, the offline rebuild of
 /// every pattern of up to k + 1 losses and remove; plus the corrupted-survivor pairs in
-/// the uniform shape.
+/// the uniform shape, and there the damaged redundancy payload on each member with the
+/// members after it, then before it, lost.
 fn expected_cases(n: u32, replicas: u32) -> u32 {
     let k = replicas.min(n - 1);
     let tolerated = |mixed: bool| -> u32 {
@@ -67,7 +68,10 @@ fn expected_cases(n: u32, replicas: u32) -> u32 {
     } else {
         n * 4
     };
-    per_shape(true) + 2 * per_shape(false) + pairs
+    // the damaged redundancy payload on each member, members after it and before it
+    // lost, in the uniform shape
+    let payload = 2 * n;
+    per_shape(true) + 2 * per_shape(false) + pairs + payload
 }
 
 fn binomial(n: u32, k: u32) -> u32 {

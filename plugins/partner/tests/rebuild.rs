@@ -264,3 +264,41 @@ fn the_hosts_verdict_on_survivors_spares_the_second_read() {
         assert_eq!(exact, [true, true, !told, true], "told {told}");
     }
 }
+
+/// With two copies, a lost member's nearest partner holding a damaged copy (its header
+/// intact, one payload byte flipped) is found out in the pass that sends it: the round
+/// is voided, the next partner's copy rebuilds the member byte-exact, and the damaged
+/// redundancy file is written again, so the set is protected as before.
+#[test]
+fn a_damaged_copy_found_while_sent_falls_back_to_the_next_partner() {
+    let top = tempfile::tempdir().unwrap();
+    let out = inproc::run(&["node0", "node1", "node2", "node3"], |host| {
+        let me = host.rank();
+        let scheme = PartnerScheme::new(4, me, me, 2, PIECE);
+        let dir = top.path().join(format!("member{me}"));
+        let mut member = Member {
+            files: make_files(&dir, me),
+            dir,
+            red: PathBuf::new(),
+        };
+        let applied = scheme
+            .apply_with_crc(host, &member.dataset())
+            .map_err(|e| format!("apply: {e}"))?;
+        member.red = PathBuf::from(applied.redundancy[0].as_str());
+        let payload =
+            |p: &Path| scr_plugin::redfile::open_verified(p).map(|r| r.header.payload_crc32);
+        let intact = payload(&member.red).unwrap();
+        if me == 1 {
+            let mut b = std::fs::read(&member.red).unwrap();
+            b[0] ^= 1;
+            std::fs::write(&member.red, &b).unwrap();
+            assert!(payload(&member.red).is_err());
+        }
+        member.lose_and_recover(host, &scheme, (me == 0).then_some(Loss::Everything))?;
+        // member 1's file holds the copies of members 0 and 3 again, checked
+        Ok::<_, String>(payload(&member.red).ok() == Some(intact))
+    });
+    for (m, r) in out.iter().enumerate() {
+        assert_eq!(r, &Ok(true), "member {m}");
+    }
+}

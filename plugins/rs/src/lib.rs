@@ -82,7 +82,7 @@ use std::path::{Path, PathBuf};
 use scr_kernels::matrix::{self, Matrix};
 use scr_plugin::collect::{gather_flags, recv_bytes, send_bytes, sendrecv_bytes, Failures};
 use scr_plugin::lofi::{with_crcs, FileCrcs, LogicalFile};
-use scr_plugin::redfile::{self, open_verified, RedHeader, RedReader, RedWriter, StoredMeta};
+use scr_plugin::redfile::{self, RedHeader, RedReader, RedWriter, StoredMeta};
 use scr_plugin::ring::{finish_rebuild, pieces, Ring};
 use scr_plugin::verify::verify_files;
 use scr_plugin::{
@@ -487,17 +487,34 @@ impl RsScheme {
     /// recorded size and CRC32 would put wrong bytes into the rebuilt files and
     /// checksums, so it counts as having lost its data (only checked when something is
     /// lost). Collective.
+    ///
+    /// `red` is this member's redundancy file with its header checked. When nothing is
+    /// lost by presence every payload is checked here (a damaged one is rebuilt like a
+    /// lost one); otherwise each survivor's is checked in the rebuild's pass over it.
     fn losses(
         &self,
         host: &Host<'_>,
         data_ok: bool,
         given: &[FileMeta],
-        red_ok: bool,
+        red_file: &mut Option<RedReader>,
     ) -> PluginResult<Option<Lost>> {
         let mut data = gather_flags(host, !data_ok)?;
-        let red = gather_flags(host, !red_ok)?;
+        let mut red = gather_flags(host, red_file.is_none())?;
         if !data.contains(&true) && !red.contains(&true) {
-            return Ok(None);
+            let bad = red_file.as_mut().is_some_and(|r| {
+                r.verify_payload()
+                    .map_err(|e| {
+                        host.log(LogLevel::Warn, &format!("RS: {e}; rebuilt"));
+                    })
+                    .is_err()
+            });
+            if host.all_agree(!bad)? {
+                return Ok(None);
+            }
+            if bad {
+                *red_file = None;
+            }
+            red = gather_flags(host, red_file.is_none())?;
         }
         // the host's check already covered them when it says so: one read, not two
         let mine_bad = data_ok
@@ -952,6 +969,115 @@ fn unjson<T: serde::de::DeserializeOwned>(b: &[u8], from: u32) -> PluginResult<T
     })
 }
 
+impl RsScheme {
+    /// One round of the rebuild of what `lost` names: every row solved, the lost
+    /// members' files and checksums written and checked. Collective.
+    fn rebuild_round(
+        &self,
+        host: &Host<'_>,
+        request: &RecoverRequest,
+        given: &[FileMeta],
+        lost: &Lost,
+        red: &mut Option<RedReader>,
+    ) -> PluginResult<Round> {
+        let me = self.member;
+        let dir = Path::new(request.dir.as_str());
+        let plans = self.plans(lost)?;
+        let header = red.as_ref().map(|r| r.header.clone());
+        let mut failure = Failures::new();
+        let known = self.exchange_lists(host, lost, header.as_ref(), given, dir, &mut failure)?;
+        let chunk = self.agreed_chunk(host, header.as_ref(), given)?;
+
+        let own_metas: Vec<FileMeta> = if lost.data[me as usize] {
+            known
+                .get(&me)
+                .map(|v| v.iter().map(|m| m.to_meta(dir)).collect())
+                .unwrap_or_default()
+        } else {
+            given.to_vec()
+        };
+        let mut io = RowIo {
+            chunk,
+            lofi: if lost.data[me as usize] {
+                failure.note(LogicalFile::create_in(dir, &own_metas))
+            } else {
+                failure.note(LogicalFile::open(&own_metas))
+            },
+            red: red.take(),
+            writer: if lost.red[me as usize] {
+                failure.note(RedWriter::create(&self.red_path(dir)))
+            } else {
+                None
+            },
+        };
+        self.solve_rows(host, &plans, lost, &mut io, &mut failure)?;
+
+        let RowIo {
+            lofi,
+            writer,
+            red: used,
+            ..
+        } = io;
+        // every survivor's checksums were hashed as the rows read them (what the rows
+        // did not need is read now): a damaged one voids the round on every member,
+        // before anything written counts (the new redundancy file is never finished, a
+        // lost member's written files go)
+        *red = used;
+        let damaged = red.as_mut().is_some_and(|r| {
+            !lost.red[me as usize]
+                && r.verify_rest()
+                    .map_err(|e| {
+                        host.log(
+                            LogLevel::Warn,
+                            &format!("RS: {e}; counted as lost and rebuilt"),
+                        )
+                    })
+                    .is_err()
+        });
+        let damaged = gather_flags(host, damaged)?;
+        if damaged.contains(&true) {
+            drop(writer);
+            if lost.data[me as usize] {
+                drop(lofi);
+                for m in &own_metas {
+                    let _ = std::fs::remove_file(m.path.as_str());
+                }
+            }
+            let bad = (0..self.lay.p).filter(|&m| damaged[m as usize]);
+            return Ok(Round::Damaged(bad.collect()));
+        }
+        if lost.data[me as usize] {
+            // the rebuilt files must match the size and CRC32 recorded for them, or the
+            // rebuild fails on every member and nothing that looks recovered is left
+            finish_rebuild(lofi, &own_metas, &mut failure);
+        }
+        if let (Some(w), true) = (writer, failure.is_empty()) {
+            let files: BTreeMap<u32, Vec<StoredMeta>> = lost
+                .needs(me)
+                .into_iter()
+                .map(|x| (x, known.get(&x).cloned().unwrap_or_default()))
+                .collect();
+            let header = RedHeader {
+                chunk,
+                files,
+                sections: self.sections(chunk),
+                ..RedHeader::for_member(SCHEME, request.dataset_id, host)?
+            };
+            failure.note(w.finish(header));
+        }
+        failure.agree(host, "RS rebuild")?;
+        Ok(Round::Done(own_metas))
+    }
+}
+
+/// How a round of the rebuild ended.
+enum Round {
+    /// Rebuilt and checked: this member's files.
+    Done(Vec<FileMeta>),
+    /// These members' checksums turned out damaged in the pass that read them.
+    Damaged(Vec<u32>),
+}
+
 impl Scheme for RsScheme {
     fn describe(&self) -> PluginResult<SchemeDescription> {
         Ok(SchemeDescription {
@@ -987,7 +1113,9 @@ impl Scheme for RsScheme {
         self.check_host(host)?;
         let me = self.member;
         let dir = Path::new(request.dir.as_str());
-        let red: Option<RedReader> = open_verified(&self.red_path(dir))
+        // the header is checked here; the payload in `losses` or in the rebuild's pass
+        // over it: read once either way
+        let mut red: Option<RedReader> = RedReader::open(&self.red_path(dir))
             .ok()
             .filter(|r| self.header_fits(&r.header, request.dataset_id, host));
         let given: Vec<FileMeta> = request
@@ -996,61 +1124,25 @@ impl Scheme for RsScheme {
             .into_option()
             .unwrap_or_default()
             .into_vec();
-        let Some(lost) = self.losses(host, request.files.is_some(), &given, red.is_some())? else {
+        let Some(mut lost) = self.losses(host, request.files.is_some(), &given, &mut red)? else {
             return Ok(given);
         };
-        let plans = self.plans(&lost)?;
-        let header = red.as_ref().map(|r| r.header.clone());
-        let mut failure = Failures::new();
-        let known = self.exchange_lists(host, &lost, header.as_ref(), &given, dir, &mut failure)?;
-        let chunk = self.agreed_chunk(host, header.as_ref(), &given)?;
-
-        let own_metas: Vec<FileMeta> = if lost.data[me as usize] {
-            known
-                .get(&me)
-                .map(|v| v.iter().map(|m| m.to_meta(dir)).collect())
-                .unwrap_or_default()
-        } else {
-            given
-        };
-        let mut io = RowIo {
-            chunk,
-            lofi: if lost.data[me as usize] {
-                failure.note(LogicalFile::create_in(dir, &own_metas))
-            } else {
-                failure.note(LogicalFile::open(&own_metas))
-            },
-            red,
-            writer: if lost.red[me as usize] {
-                failure.note(RedWriter::create(&self.red_path(dir)))
-            } else {
-                None
-            },
-        };
-        self.solve_rows(host, &plans, &lost, &mut io, &mut failure)?;
-
-        let RowIo { lofi, writer, .. } = io;
-        if lost.data[me as usize] {
-            // the rebuilt files must match the size and CRC32 recorded for them, or the
-            // rebuild fails on every member and nothing that looks recovered is left
-            finish_rebuild(lofi, &own_metas, &mut failure);
+        // a survivor's checksums found damaged in the pass that read them void the
+        // round; they then count as lost, and the rebuild runs again without them (at
+        // most one round per member)
+        loop {
+            match self.rebuild_round(host, request, &given, &lost, &mut red)? {
+                Round::Done(own) => return Ok(own),
+                Round::Damaged(bad) => {
+                    for m in bad {
+                        lost.red[m as usize] = true;
+                    }
+                    if lost.red[me as usize] {
+                        red = None;
+                    }
+                }
+            }
         }
-        if let (Some(w), true) = (writer, failure.is_empty()) {
-            let files: BTreeMap<u32, Vec<StoredMeta>> = lost
-                .needs(me)
-                .into_iter()
-                .map(|x| (x, known.get(&x).cloned().unwrap_or_default()))
-                .collect();
-            let header = RedHeader {
-                chunk,
-                files,
-                sections: self.sections(chunk),
-                ..RedHeader::for_member(SCHEME, request.dataset_id, host)?
-            };
-            failure.note(w.finish(header));
-        }
-        failure.agree(host, "RS rebuild")?;
-        Ok(own_metas)
     }
 
     fn redundancy_files(&self, dataset: &DatasetFiles) -> PluginResult<Vec<String>> {

@@ -49,7 +49,7 @@ fn binomial(n: u32, r: u32) -> u32 {
 /// 300), a corrupted header on each member, the offline rebuild of each of those
 /// patterns of up to k + 1 and remove; in the first shape a pattern of
 /// 2 gets all 9 kinds and a larger one 6; plus the corrupted-survivor pairs in the
-/// uniform shape.
+/// uniform shape, and there the damaged payloads.
 fn expected_cases(n: u32, k: u32) -> u32 {
     let kinds_mixed = |s: u32| match s {
         1 => 3,
@@ -73,7 +73,10 @@ fn expected_cases(n: u32, k: u32) -> u32 {
     } else {
         n * 4
     };
-    per_shape(true) + 2 * per_shape(false) + pairs
+    // the damaged redundancy payload on each member, members after it and before it
+    // lost, in the uniform shape
+    let payload = 2 * n;
+    per_shape(true) + 2 * per_shape(false) + pairs + payload
 }
 
 fn check(p: u32, k: u32) {

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use scr_plugin::collect::{gather_flags, recv_bytes, send_bytes, sendrecv_bytes, Failures};
 use scr_plugin::lofi::{with_crcs, FileCrcs, LogicalFile};
-use scr_plugin::redfile::{self, open_verified, RedHeader, RedReader, RedWriter, StoredMeta};
+use scr_plugin::redfile::{self, RedHeader, RedReader, RedWriter, StoredMeta};
 use scr_plugin::ring::{finish_rebuild, zeros, Ring};
 use scr_plugin::verify::verify_files;
 use scr_plugin::{
@@ -145,18 +145,35 @@ impl XorScheme {
     /// bytes into the lost member's files, so it counts as lost too (only checked when
     /// something is lost). `UNRECOVERABLE` on every member when more than one is lost.
     /// Collective.
+    ///
+    /// `red` is this member's redundancy file with its header checked. When nothing is
+    /// lost by presence, every payload is checked here (no rebuild will read it, and a
+    /// damaged one is rebuilt like a lost one); otherwise the rebuild checks each
+    /// survivor's payload in the pass that reads it (`RedReader::verify_rest`).
     fn lost_member(
         &self,
         host: &Host<'_>,
         request: &RecoverRequest,
-        red_ok: bool,
+        red: &mut Option<RedReader>,
     ) -> PluginResult<Option<u32>> {
         let n = self.members;
         let data_ok = request.files.is_some();
-        let mut lost = gather_flags(host, !(data_ok && red_ok))?;
+        let mut lost = gather_flags(host, !(data_ok && red.is_some()))?;
         if !lost.contains(&true) {
-            return Ok(None);
+            let bad = red.as_mut().is_some_and(|r| {
+                r.verify_payload()
+                    .map_err(|e| host.log(LogLevel::Warn, &format!("XOR: {e}; rebuilt")))
+                    .is_err()
+            });
+            if host.all_agree(!bad)? {
+                return Ok(None);
+            }
+            if bad {
+                *red = None;
+            }
+            lost = gather_flags(host, !(data_ok && red.is_some()))?;
         }
+        let red_ok = red.is_some();
         // the host's check already covered them when it says so: one read, not two
         let mine_bad = match &request.files {
             RSome(_) if host.survivors_verified() => false,
@@ -287,6 +304,11 @@ impl XorScheme {
                 None => writer.as_mut().map_or(Ok(()), |w| w.write(bytes)),
             },
         )?;
+        // each survivor's parity was hashed as the reduction read it: a damaged one
+        // fails the rebuild on every member (through `failure`) before anything counts
+        if let Some(r) = red.as_mut().filter(|_| me != f) {
+            failure.note(r.verify_rest());
+        }
         if me == f {
             // the rebuilt files must match the size and CRC32 the neighbour's header
             // recorded for them, or the rebuild fails on every member and nothing that
@@ -381,11 +403,13 @@ impl Scheme for XorScheme {
         }
         self.check_host(host)?;
         let dir = Path::new(request.dir.as_str());
-        let red: Option<RedReader> = open_verified(&self.red_path(dir)).ok().filter(|r| {
+        // the header is checked here, the payload in `lost_member` or in the rebuild's
+        // pass over it: read once either way
+        let mut red: Option<RedReader> = RedReader::open(&self.red_path(dir)).ok().filter(|r| {
             r.header
                 .matches("XOR", request.dataset_id, self.members, self.member)
         });
-        let Some(f) = self.lost_member(host, request, red.is_some())? else {
+        let Some(f) = self.lost_member(host, request, &mut red)? else {
             return Ok(given(request));
         };
         let mut failure = Failures::new();

@@ -42,7 +42,7 @@ fn run(set_size: u32) {
 /// Per shape: 2 applies, the redundancy-file list, n single losses × 3 kinds × (recover,
 /// one more loss), every pair beyond the claim, a corrupted header on each member, the
 /// offline rebuild of every single loss and every pair, and remove; plus the
-/// corrupted-survivor pairs in the uniform shape.
+/// corrupted-survivor pairs and the damaged payloads in the uniform shape.
 fn expected_cases(n: u32) -> u32 {
     let pairs = if n * (n - 1) <= 30 {
         n * (n - 1)
@@ -50,7 +50,10 @@ fn expected_cases(n: u32) -> u32 {
         n * 4
     };
     let offline = n + n * (n - 1) / 2;
-    3 * (3 + n * 3 * 2 + n * (n - 1) / 2 + n + offline + 1) + pairs
+    // the damaged redundancy payload on each member, members after it and before it
+    // lost, in the uniform shape
+    let payload = 2 * n;
+    3 * (3 + n * 3 * 2 + n * (n - 1) / 2 + n + offline + 1) + pairs + payload
 }
 
 #[test]
