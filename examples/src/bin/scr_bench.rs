@@ -33,7 +33,7 @@ use scr_api::mpi::collective::SystemOperation;
 use scr_api::mpi::topology::SimpleCommunicator;
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives, Root};
 use scr_api::{mpi, Flags, Scr, Settings};
-use scr_examples::{slowest, Spread};
+use scr_examples::{slowest, BenchConfig, Spread};
 use scr_host::config::settings;
 
 const COLUMNS: &str = "\
@@ -436,19 +436,18 @@ fn settings(
     prefix: &Path,
 ) -> Result<Settings, Error> {
     let mut s = Settings::new();
-    for kv in [
-        format!("copy_type={scheme}"),
-        format!("set_size={}", args.set_size),
-        format!("set_failures={}", args.set_failures),
-        format!("node_names={}", nodes.join(",")),
-        format!("cache_base={}", root.join("cache").display()),
-        format!("cntl_base={}", root.join("cntl").display()),
-        format!("prefix={}", prefix.display()),
-        format!("job_id={job_id}"),
-        "flush=0".to_string(),
-        format!("crc_on_copy={}", args.crc == Crc::On),
-    ] {
-        s.set(&kv)?;
+    let config = BenchConfig {
+        scheme,
+        set_size: args.set_size,
+        set_failures: args.set_failures,
+        nodes,
+        root,
+        prefix,
+        job_id,
+        crc: args.crc == Crc::On,
+    };
+    for (k, v) in config.pairs() {
+        s.set(&format!("{k}={v}"))?;
     }
     for kv in &args.set {
         s.set(kv)?;
