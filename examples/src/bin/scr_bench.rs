@@ -70,7 +70,10 @@ Columns of the table (one row per scheme, size per rank and operation):
               and `complete` (complete_output above exchange + redundancy write +
               read); rebuild: the largest of exchange, verify, rewrite and other
   notes       RS / XOR: RS's loop time over XOR's per repetition, next to the ratio of
-              their work limits (what RS must do over what XOR must do)";
+              their work limits (what RS must do over what XOR must do)
+
+The same loop from a C application through libscr and scr.h: scr-bench-c (run it
+without mpiexec: it compiles examples/c/test_api.c and launches its own jobs).";
 
 #[derive(Parser)]
 #[command(
