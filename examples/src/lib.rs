@@ -96,3 +96,60 @@ impl Spread {
         serde_json::json!({"median": self.median, "min": self.min, "max": self.max, "n": self.n})
     }
 }
+
+/// The library configuration of one benchmark run, as `(key, value)` pairs in the
+/// order they are set: every rank a simulated node of its own (`node_names`), the cache
+/// and control directories node-local under `root`, no flush. One list, so that
+/// `scr-bench` (which sets it through the API) and `scr-bench-c` (which hands it to its
+/// C client as `SCR_*` environment variables) measure the same setup.
+pub struct BenchConfig<'a> {
+    /// `copy_type`.
+    pub scheme: &'a str,
+    /// `set_size`.
+    pub set_size: u32,
+    /// `set_failures` (RS).
+    pub set_failures: u32,
+    /// One node name per rank.
+    pub nodes: &'a [String],
+    /// Where `cache/` and `cntl/` are made.
+    pub root: &'a Path,
+    /// The prefix directory.
+    pub prefix: &'a Path,
+    /// `job_id` (names the run's cache directories).
+    pub job_id: &'a str,
+    /// `crc_on_copy`.
+    pub crc: bool,
+}
+
+impl BenchConfig<'_> {
+    /// The `(key, value)` pairs.
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("copy_type", self.scheme.to_string()),
+            ("set_size", self.set_size.to_string()),
+            ("set_failures", self.set_failures.to_string()),
+            ("node_names", self.nodes.join(",")),
+            ("cache_base", self.root.join("cache").display().to_string()),
+            ("cntl_base", self.root.join("cntl").display().to_string()),
+            ("prefix", self.prefix.display().to_string()),
+            ("job_id", self.job_id.to_string()),
+            ("flush", "0".to_string()),
+            ("crc_on_copy", self.crc.to_string()),
+        ]
+    }
+}
+
+/// An error when this process was started by an MPI launcher: a driver that launches
+/// its own jobs would, under mpiexec, launch every job once per rank.
+pub fn refuse_mpi_launcher(program: &str) -> Result<(), String> {
+    match ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
+        .into_iter()
+        .find(|k| std::env::var_os(k).is_some())
+    {
+        Some(k) => Err(format!(
+            "started by an MPI launcher ({k} is set): run {program} without mpiexec, \
+             it launches its jobs itself"
+        )),
+        None => Ok(()),
+    }
+}

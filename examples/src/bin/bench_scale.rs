@@ -449,17 +449,7 @@ struct Job {
 }
 
 fn driver(args: &Args) -> Result<(), Error> {
-    // under mpiexec, every rank would launch every job
-    if let Some(k) = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
-        .into_iter()
-        .find(|k| std::env::var_os(k).is_some())
-    {
-        return Err(format!(
-            "started by an MPI launcher ({k} is set): run scr-bench-scale without mpiexec, \
-             it launches its jobs itself"
-        )
-        .into());
-    }
+    scr_examples::refuse_mpi_launcher("scr-bench-scale")?;
     if args.ranks.is_empty() {
         return Err("--ranks names no rank count".into());
     }

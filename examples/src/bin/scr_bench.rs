@@ -33,7 +33,7 @@ use scr_api::mpi::collective::SystemOperation;
 use scr_api::mpi::topology::SimpleCommunicator;
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives, Root};
 use scr_api::{mpi, Flags, Scr, Settings};
-use scr_examples::{slowest, Spread};
+use scr_examples::{slowest, BenchConfig, Spread};
 use scr_host::config::settings;
 
 const COLUMNS: &str = "\
@@ -70,7 +70,10 @@ Columns of the table (one row per scheme, size per rank and operation):
               and `complete` (complete_output above exchange + redundancy write +
               read); rebuild: the largest of exchange, verify, rewrite and other
   notes       RS / XOR: RS's loop time over XOR's per repetition, next to the ratio of
-              their work limits (what RS must do over what XOR must do)";
+              their work limits (what RS must do over what XOR must do)
+
+The same loop from a C application through libscr and scr.h: scr-bench-c (run it
+without mpiexec: it compiles examples/c/test_api.c and launches its own jobs).";
 
 #[derive(Parser)]
 #[command(
@@ -436,19 +439,18 @@ fn settings(
     prefix: &Path,
 ) -> Result<Settings, Error> {
     let mut s = Settings::new();
-    for kv in [
-        format!("copy_type={scheme}"),
-        format!("set_size={}", args.set_size),
-        format!("set_failures={}", args.set_failures),
-        format!("node_names={}", nodes.join(",")),
-        format!("cache_base={}", root.join("cache").display()),
-        format!("cntl_base={}", root.join("cntl").display()),
-        format!("prefix={}", prefix.display()),
-        format!("job_id={job_id}"),
-        "flush=0".to_string(),
-        format!("crc_on_copy={}", args.crc == Crc::On),
-    ] {
-        s.set(&kv)?;
+    let config = BenchConfig {
+        scheme,
+        set_size: args.set_size,
+        set_failures: args.set_failures,
+        nodes,
+        root,
+        prefix,
+        job_id,
+        crc: args.crc == Crc::On,
+    };
+    for (k, v) in config.pairs() {
+        s.set(&format!("{k}={v}"))?;
     }
     for kv in &args.set {
         s.set(kv)?;

@@ -1,0 +1,189 @@
+//! `scr-bench-c` end to end: it compiles examples/c/test_api.c with mpicc against this
+//! build's libscr, runs it under `mpiexec -n 4` for every scheme and reports one row per
+//! scheme with the plain loop of the same job; a job whose newest checkpoint does not
+//! read back, or that does not run as one world of the expected size, fails the run.
+//! Needs the workspace built (`cargo build --workspace`): libscr and the plugins are found
+//! beside the binary.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// scr-bench-c with `args`, its jobs under `dir`, none of the caller's SCR_* variables.
+fn run(dir: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_scr-bench-c"));
+    cmd.arg("--dir").arg(dir).args(args);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SCR_")) {
+        cmd.env_remove(k);
+    }
+    // its own OpenMPI session directory: parallel tests' jobs race for the shared one
+    cmd.env("OMPI_MCA_orte_tmpdir_base", dir)
+        .env("SCR_SYSTEM_CONFIG", "/dev/null");
+    cmd.output().expect("scr-bench-c runs")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .expect("a temporary directory")
+}
+
+/// Nothing but OpenMPI's session directory (named `ompi.*` or similar) is left behind.
+fn assert_clean(dir: &Path, out: &Output) {
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .expect("the directory")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("scr-bench-c-"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}\n{}", text(out));
+}
+
+#[test]
+fn every_scheme_is_measured_from_c_against_the_plain_loop() {
+    let dir = tempdir();
+    let out = run(
+        dir.path(),
+        &[
+            "--mib",
+            "1",
+            "--reps",
+            "1",
+            "--checkpoints",
+            "2",
+            "--sleep",
+            "0.01",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("JSON on stdout ({e}): {}", text(&out)));
+    assert_eq!(json["ranks"], 4, "{}", text(&out));
+    let positive = |v: &serde_json::Value| v.as_f64().is_some_and(|x| x.is_finite() && x > 0.0);
+    let schemes = ["SINGLE", "PARTNER", "XOR", "RS"];
+    // every job's own line, as the C client printed it
+    let jobs = json["jobs"].as_array().expect("jobs");
+    assert_eq!(jobs.len(), schemes.len(), "{}", text(&out));
+    for (job, scheme) in jobs.iter().zip(schemes) {
+        assert_eq!(job["scheme"], scheme, "{job}");
+        assert_eq!(job["ranks"], 4, "one world of 4 ranks: {job}");
+        assert_eq!(job["bytes_per_rank"], 1 << 20, "{job}");
+        assert_eq!(job["checkpoints"], 2, "{job}");
+        assert_eq!(job["sleep_s"], 0.01, "{job}");
+        assert_eq!(job["verified"], true, "{job}");
+        for key in [
+            "seconds",
+            "mib_per_s",
+            "plain_seconds",
+            "plain_mib_per_s",
+            "vs_plain",
+        ] {
+            assert!(positive(&job[key]), "{key} of {job}");
+        }
+        // the sleeps are in the loop time: 2 timed checkpoints x 10 ms at least
+        assert!(job["seconds"].as_f64().unwrap() >= 0.02, "{job}");
+        assert!(job["plain_seconds"].as_f64().unwrap() >= 0.02, "{job}");
+    }
+    let rows = json["rows"].as_array().expect("rows");
+    for scheme in ["plain"].into_iter().chain(schemes) {
+        let r = rows
+            .iter()
+            .find(|r| r["scheme"] == scheme && r["mib_per_rank"] == 1)
+            .unwrap_or_else(|| panic!("no {scheme} row: {}", text(&out)));
+        assert!(positive(&r["mib_per_s"]["median"]), "{r}");
+        if scheme != "plain" {
+            assert!(positive(&r["vs_plain"]["median"]), "{r}");
+        }
+    }
+    assert_clean(dir.path(), &out);
+}
+
+#[test]
+fn a_checkpoint_that_does_not_read_back_fails_the_run() {
+    let dir = tempdir();
+    let out = run(
+        dir.path(),
+        &[
+            "--mib",
+            "1",
+            "--reps",
+            "1",
+            "--checkpoints",
+            "1",
+            "--schemes",
+            "XOR",
+            "--corrupt",
+        ],
+    );
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("XOR at 1 MiB per rank (repetition 1): the job failed")
+            && err.contains("does not hold the 1048584 bytes written to it"),
+        "{}",
+        text(&out)
+    );
+    assert_clean(dir.path(), &out);
+}
+
+#[test]
+fn singletons_instead_of_one_world_fail_the_run() {
+    // a launcher of another MPI starts every rank as a singleton: here, one singleton
+    let dir = tempdir();
+    let fake = dir.path().join("fake-mpiexec");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\n# drop -n N, start the program alone\nshift 2\nexec \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = run(
+        dir.path(),
+        &[
+            "--mib",
+            "1",
+            "--reps",
+            "1",
+            "--checkpoints",
+            "1",
+            "--schemes",
+            "SINGLE",
+            "--mpiexec",
+            fake.to_str().unwrap(),
+        ],
+    );
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the world has 1 rank(s), not the 4 of --expect-ranks"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn under_mpiexec_it_refuses_to_launch_jobs() {
+    let dir = tempdir();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_scr-bench-c"));
+    let out = cmd
+        .arg("--dir")
+        .arg(dir.path())
+        .env("OMPI_COMM_WORLD_SIZE", "4")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("run scr-bench-c without mpiexec"),
+        "{}",
+        text(&out)
+    );
+}
