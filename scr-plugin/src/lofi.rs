@@ -374,6 +374,25 @@ impl FileCrcs {
         runs.insert(start, Run { end, hasher });
     }
 
+    /// The byte ranges of file `fi` not seen yet, in order, or `None` once a byte of it
+    /// was fed twice (then only a fresh tracker can vouch for it): what a reader must
+    /// still feed for the file to be complete.
+    pub(crate) fn gaps(&self, fi: usize) -> Option<Vec<(u64, u64)>> {
+        let runs = self.runs[fi].as_ref()?;
+        let mut gaps = Vec::new();
+        let mut at = 0;
+        for (&start, r) in runs {
+            if start > at {
+                gaps.push((at, start));
+            }
+            at = r.end;
+        }
+        if at < self.sizes[fi] {
+            gaps.push((at, self.sizes[fi]));
+        }
+        Some(gaps)
+    }
+
     /// Whether every byte of every file was seen exactly once.
     pub fn is_complete(&self) -> bool {
         (0..self.sizes.len()).all(|fi| self.crc(fi).is_some())

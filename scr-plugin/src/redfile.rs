@@ -396,9 +396,8 @@ impl RedReader {
 
     /// Check the payload's CRC32 in the pass a rebuild makes over it anyway: the bytes
     /// read through [`read_at`](Self::read_at) were hashed as they were read, in any
-    /// order, so nothing is read here when the rebuild read every byte of the payload
-    /// once; otherwise the whole payload is read again (a region read twice, or part of
-    /// it not read, does not add up to a checked payload).
+    /// order, so only the parts of the payload the rebuild did not read are read here
+    /// (nothing, when it read all of it; all of it again, when it read a region twice).
     ///
     /// Why: a redundancy file checked with [`open_verified`] before a rebuild is read
     /// twice, once for the check and once to rebuild. A scheme may instead open it with
@@ -408,12 +407,24 @@ impl RedReader {
     /// arranges (its rebuilt files are checked against the CRC32s in the redundancy data
     /// as well).
     pub fn verify_rest(&mut self) -> PluginResult<()> {
-        if !self.seen.is_complete() {
-            self.seen = payload_crcs(self.header.payload_len);
-            let mut buf = vec![0u8; 1 << 20];
-            let mut at = 0;
-            while at < self.header.payload_len {
-                let n = (self.header.payload_len - at).min(buf.len() as u64) as usize;
+        let gaps = match self.seen.gaps(0) {
+            Some(gaps) => gaps,
+            None => {
+                self.seen = payload_crcs(self.header.payload_len);
+                vec![(0, self.header.payload_len)]
+            }
+        };
+        let mut buf = vec![
+            0u8;
+            gaps.iter()
+                .map(|g| g.1 - g.0)
+                .max()
+                .unwrap_or(0)
+                .min(1 << 20) as usize
+        ];
+        for (mut at, end) in gaps {
+            while at < end {
+                let n = (end - at).min(buf.len() as u64) as usize;
                 self.read_at(at, &mut buf[..n])?;
                 at += n as u64;
             }
@@ -555,11 +566,22 @@ mod tests {
         r.read_at(0, &mut b).unwrap();
         let e = r.verify_rest().unwrap_err();
         assert!(e.message().contains("payload checksum mismatch"), "{e}");
-        // part read: the whole payload is read again, and the result is right
+        // part read: only the rest is read (a change in a part already read is not
+        // seen), and the result is right; a region read twice: all of it is read again
+        for (flipped, right) in [(2550, true), (1500, false)] {
+            write(&payload);
+            let mut r = RedReader::open(&p).unwrap();
+            r.read_at(0, &mut b).unwrap();
+            r.read_at(2500, &mut b[..100]).unwrap();
+            let mut on_disk = std::fs::read(&p).unwrap();
+            on_disk[flipped] ^= 1;
+            std::fs::write(&p, &on_disk).unwrap();
+            assert_eq!(r.verify_rest().is_ok(), right, "byte {flipped} flipped");
+        }
         write(&payload);
         let mut r = RedReader::open(&p).unwrap();
         r.read_at(0, &mut b).unwrap();
-        r.read_at(2500, &mut b[..100]).unwrap();
+        r.read_at(500, &mut b).unwrap();
         r.verify_rest().unwrap();
         assert!(open_verified(&p).is_ok());
     }

@@ -228,6 +228,9 @@ struct Run {
     complete: f64,
     /// Slowest rank's init seconds after the loss, and the datasets it restored.
     rebuild: Option<(f64, usize)>,
+    /// MiB read and MiB written through system calls by all ranks together during that
+    /// init: load-independent counts of the rebuild's data passes.
+    rebuild_io: [f64; 2],
     /// MiB read, MiB written and minor faults per checkpoint and rank.
     work: [f64; 3],
 }
@@ -537,6 +540,7 @@ fn scheme_run(
     scr.finalize()?;
 
     let mut rebuild = None;
+    let mut rebuild_io = [0.0; 2];
     if scheme != "SINGLE" && !args.no_rebuild {
         world.barrier();
         if rank == args.lose {
@@ -546,9 +550,12 @@ fn scheme_run(
             }
         }
         world.barrier();
+        let io_before = counters();
         let t0 = Instant::now();
         let mut scr = Scr::init_with(world, &s)?;
         let init = slowest(world, t0.elapsed().as_secs_f64());
+        let io_after = counters();
+        rebuild_io = [0, 1].map(|i| sum(world, (io_after[i] - io_before[i]) / 1048576.0));
         let newest = format!("ckpt.{}", args.checkpoints);
         let offered = scr.have_restart();
         if offered.as_deref() != Some(newest.as_str()) {
@@ -592,6 +599,7 @@ fn scheme_run(
         write,
         complete,
         rebuild,
+        rebuild_io,
         work: io,
     })
 }
@@ -985,6 +993,9 @@ fn report(
                 limit(x) + (verify + plain_t(x) * (1.0 + c.redundancy)) * datasets as f64
             };
             let vs_work = Spread::of(rebuilt.iter().map(|(t, _, x)| work_t(x) / t));
+            // the rebuild's data passes, per MiB the lost member held, all ranks together
+            // (the same in every repetition: counts, not times)
+            let [read, written] = row.runs[0].rebuild_io.map(|v| v / lost_bytes);
             // (the parts are estimates from the baselines: what they leave is at least 0)
             let other = (init - x_t - verify - rewrite).max(0.0);
             let parts = [
@@ -1008,7 +1019,8 @@ fn report(
                 limited_by: top.0.to_string(),
                 detail: format!(
                     "{} MiB/s; init {:.3} s for {datasets} dataset(s): exchange limit {:.3} s, \
-                     verify ~{:.3} s, rewrite ~{:.3} s, other {:.3} s",
+                     verify ~{:.3} s, rewrite ~{:.3} s, other {:.3} s; per MiB lost, all ranks \
+                     read {read:.2} MiB and wrote {written:.2} MiB",
                     rate.show(0),
                     init,
                     x_t,
