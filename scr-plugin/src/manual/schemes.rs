@@ -201,6 +201,15 @@
 //! [`LogicalFile`](crate::lofi::LogicalFile) are hashed as they are written, and
 //! [`ring::finish_rebuild`](crate::ring::finish_rebuild) compares those CRC32s with the
 //! redundancy data's. The host, which trusts no plugin's word, reads them once.
+//! Likewise a redundancy file need not be read twice: open it with
+//! [`RedReader::open`](crate::redfile::RedReader::open) (its header is checked), read
+//! what the rebuild needs, and call
+//! [`verify_rest`](crate::redfile::RedReader::verify_rest) before anything built from it
+//! counts; it hashes what was read and reads only the rest. The catch is that a damaged
+//! payload is found after its bytes were used: every member must then drop what the
+//! round produced and treat that member's redundancy as lost (PARTNER asks the next
+//! partner, RS solves again without it). [`open_verified`](crate::redfile::open_verified)
+//! before the rebuild is the simpler choice, at the cost of a second read.
 //!
 //! # Offline rebuilds: which redundancy a rebuild reads
 //!
