@@ -17,6 +17,7 @@ impl Runtime {
         let _counted = comm::scope("need_checkpoint");
         self.usable("need_checkpoint")?;
         self.poll_flushes();
+        self.poll_crc();
         self.policy.count_call();
         // one broadcast decides (applications may ask every iteration): 0 no, 1 yes, 2 a
         // halt condition holds (SCR checks them here too) — then, with halt_exit, the

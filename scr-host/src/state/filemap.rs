@@ -168,6 +168,13 @@ pub struct DatasetRecord {
     /// Ranks in the job that wrote it (a restart needs as many).
     #[serde(default)]
     pub world_size: u32,
+    /// The files' CRC32s are still being computed by this rank's background hash
+    /// (`crc_on_copy_defer`): set when the dataset is committed, cleared once they are
+    /// recorded. A record still pending at init is of a job that ended before its hash
+    /// was recorded: nothing vouches for the files' bytes, so with `crc_on_restart` this
+    /// rank's files are not used. (Filemaps of earlier releases lack it: not pending.)
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub crc32_pending: bool,
 }
 
 /// All datasets one rank holds.
