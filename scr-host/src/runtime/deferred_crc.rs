@@ -21,22 +21,26 @@
 //! is joined, and its CRC32s recorded in the filemap (a snapshot, written atomically),
 //! before a flush of its dataset starts (`crc_on_flush` compares against them), before a
 //! restart from it in this run (`have_restart_fetching`, `start_restart`), and in
-//! `finalize`; `start_output` and `need_checkpoint` record it when it has finished,
-//! without waiting. Deleting the dataset (eviction, `delete`, a discarded commit)
-//! cancels its hash: a CRC32 taken just before the files go would vouch for nothing
-//! (`crc_on_delete` would compare the bytes with themselves), so those files are checked
-//! by size only.
+//! `finalize` and when `should_exit` says yes; `start_output`, `need_checkpoint` and
+//! `should_exit` record it when it has finished, without waiting. The thread also
+//! writes what it found, atomically, as a note beside the filemap the moment it is done
+//! (`filemap::CrcNote`): a process killed while the application computes, before any
+//! of those calls, leaves the CRC32s recorded all the same (`Filemap::load` applies the
+//! note); only one that ends within the hash itself leaves them pending. Deleting the
+//! dataset (eviction, `delete`, a discarded commit) cancels its hash: a CRC32 taken
+//! just before the files go would vouch for nothing (`crc_on_delete` would compare the
+//! bytes with themselves), so those files are checked by size only.
 //!
 //! **What the CRC32 vouches for.** The bytes as the thread read them, as the
 //! synchronous read's CRC32 is of the bytes when `complete_output` read them: damage
 //! after the read is caught by `crc_on_flush`, `crc_on_restart` and `crc_on_delete`;
 //! damage before it is indistinguishable from what the application wrote. Deferring
 //! widens that window from "write .. complete_output" to "write .. the thread's read"
-//! (milliseconds, at most until the next polling call).
+//! (the thread starts as `complete_output` returns: milliseconds).
 //!
 //! **A job that never finished.** The dataset is committed with `crc32_pending` set and
-//! the flag cleared when the CRC32s are recorded. A process that dies in between leaves
-//! it set: the next run cannot verify that rank's files, so with `crc_on_restart` they
+//! the flag cleared when the CRC32s are recorded (or noted). A process that dies in
+//! between leaves it set: the next run cannot verify that rank's files, so with `crc_on_restart` they
 //! count as lost (for SINGLE the dataset is dropped everywhere and the restart falls
 //! back to an older checkpoint or the prefix, with one warning naming it and why).
 //!
@@ -52,6 +56,7 @@ use std::thread::JoinHandle;
 
 use super::{DatasetRecord, Runtime};
 use crate::config::settings;
+use crate::state::filemap::{CrcNote, Filemap};
 
 /// What hashing one file came to: its CRC32, or why there is none (naming the error).
 pub(in crate::runtime) type FileHash = std::result::Result<u32, String>;
@@ -72,20 +77,44 @@ pub(in crate::runtime) struct CrcJob {
 
 impl CrcJob {
     /// Start hashing `files` (name in the dataset, path in cache) of dataset `id` in a
-    /// new thread, reading `buf` bytes at a time. An error when no thread can be made
-    /// (the caller then hashes in its own thread).
+    /// new thread, reading `buf` bytes at a time; with `note` (a control directory and
+    /// rank), the thread writes what it found there as that rank's [`CrcNote`] the moment
+    /// it is done, so a process that ends before the join leaves them recorded. An error
+    /// when no thread can be made (the caller then hashes in its own thread).
     pub(in crate::runtime) fn spawn(
         id: u64,
         name: &str,
         files: Vec<(String, PathBuf)>,
         buf: usize,
+        note: Option<(PathBuf, u32)>,
     ) -> std::io::Result<CrcJob> {
         let cancel = Arc::new(AtomicBool::new(false));
         let (names, paths): (Vec<String>, Vec<PathBuf>) = files.into_iter().unzip();
         let stop = cancel.clone();
+        let (noted, label) = (names.clone(), format!("{id} ({name})"));
         let handle = std::thread::Builder::new()
             .name(format!("scr-crc-{id}"))
-            .spawn(move || hash_files(&paths, &stop, |p| crate::integrity::file_crc32(p, buf)))?;
+            .spawn(move || {
+                let hashes = hash_files(&paths, &stop, |p| crate::integrity::file_crc32(p, buf));
+                match note {
+                    // (a cancelled hash is of a dataset being deleted: nothing to note)
+                    Some((dir, rank)) if !stop.load(Ordering::SeqCst) => {
+                        let crcs = hashes.iter().map(|h| h.as_ref().ok().copied());
+                        let note = CrcNote {
+                            dataset: id,
+                            files: noted.into_iter().zip(crcs).collect(),
+                        };
+                        if let Err(e) = note.write(&dir, rank) {
+                            tracing::warn!(
+                                "rank {rank}: dataset {label}: its CRC32s could not be noted in {} ({e}); they are recorded at the next call, but a job that ends first leaves them unrecorded",
+                                dir.join(Filemap::crc_note_name(rank)).display()
+                            );
+                        }
+                    }
+                    _ => {}
+                }
+                hashes
+            })?;
         Ok(CrcJob {
             id,
             name: name.to_string(),
@@ -193,7 +222,8 @@ impl Runtime {
             .map(|f| (f.name.clone(), dir.join(&f.name)))
             .collect();
         let buf = self.config.get(settings::FILE_BUF_SIZE).max(4096) as usize;
-        match CrcJob::spawn(rec.id, &rec.name, files.clone(), buf) {
+        let note = Some((self.job.cntl_dir.clone(), self.topo.rank));
+        match CrcJob::spawn(rec.id, &rec.name, files.clone(), buf, note) {
             Ok(job) => self.crc_job = Some(job),
             Err(e) => {
                 tracing::warn!(
@@ -243,6 +273,8 @@ impl Runtime {
             if let Some(job) = self.crc_job.take() {
                 job.cancel();
             }
+            // (noted before the cancel, if it finished first: no use once it is gone)
+            let _ = CrcNote::remove(&self.job.cntl_dir, self.topo.rank);
         }
     }
 
@@ -275,10 +307,14 @@ impl Runtime {
             }
         }
         rec.crc32_pending = false;
-        if let Err(e) = self.save_filemap() {
-            tracing::warn!(
-                "rank {rank}: dataset {id} ({name}): its CRC32s could not be recorded in the filemap ({e}); a later run will not restore this rank's files of it with crc_on_restart: free space in the control directory"
-            );
+        match self.save_filemap() {
+            // the filemap holds them now: the thread's note has served
+            Ok(()) => {
+                let _ = CrcNote::remove(&self.job.cntl_dir, rank);
+            }
+            Err(e) => tracing::warn!(
+                "rank {rank}: dataset {id} ({name}): its CRC32s could not be recorded in the filemap ({e}); a later run restores this rank's files of it only from the background hash's note, if that was written: free space in the control directory"
+            ),
         }
     }
 }
@@ -310,7 +346,7 @@ mod tests {
             .map(|(i, p)| (format!("f{i}"), p.clone()))
             .collect();
         // a buffer smaller than the third file: it is read in pieces
-        let job = CrcJob::spawn(5, "ckpt.5", named, 4096).unwrap();
+        let job = CrcJob::spawn(5, "ckpt.5", named, 4096, None).unwrap();
         let got = job.join();
         let want: Vec<(String, FileHash)> = contents
             .iter()

@@ -2309,8 +2309,10 @@ fn indexed_complete(prefix: &Path, name: &str) -> bool {
 
 /// Write ckpt.1 and ckpt.2 (SINGLE, `cache_size = 3`), let only rank 0 record ckpt.2's
 /// CRC32s, and end the job without finalize: the other ranks' records stay pending on
-/// disk, as when a job dies before its hash is recorded.
-fn die_with_a_pending_hash(dir: &Path) {
+/// disk, as when a job dies before its hash is recorded. With `noted`, their threads
+/// finished and wrote their notes first (the job died while the application computed);
+/// without, they are stopped and their notes removed (it died before the hash was done).
+fn die_with_a_pending_hash(dir: &Path, noted: bool) {
     std::fs::create_dir_all(dir.join("prefix")).unwrap();
     let env = single_env(&[("SCR_CACHE_SIZE", "3")]);
     let pending = run_ranks(4, |w: Box<dyn World>| {
@@ -2320,12 +2322,28 @@ fn die_with_a_pending_hash(dir: &Path) {
         write_range(&mut rt, dir, me, 1..=2);
         if me == 0 {
             rt.settle_crc();
+        } else if let Some(job) = rt.crc_job.take() {
+            if noted {
+                // done, never recorded by the runtime
+                drop(job.join());
+            } else {
+                job.cancel();
+                crate::state::filemap::CrcNote::remove(rt.control_dir(), me).unwrap();
+            }
         }
         let pending = on_disk(&rt, "ckpt.2").crc32_pending;
+        let snapshot = crate::state::read_state::<Filemap>(
+            &rt.control_dir().join(Filemap::file_name(me)),
+            crate::state::filemap::KIND,
+        )
+        .unwrap();
+        let in_snapshot = snapshot.datasets.values().any(|d| d.crc32_pending);
         rt.abandon();
-        pending
+        (pending, in_snapshot)
     });
-    assert_eq!(pending, vec![false, true, true, true]);
+    // what a new process loads: rank 0 recorded, the others pending unless noted
+    let want: Vec<(bool, bool)> = (0..4).map(|r| (r != 0 && !noted, r != 0)).collect();
+    assert_eq!(pending, want);
 }
 
 /// A new run finds ckpt.2's CRC32s never recorded on ranks 1-3: with `crc_on_restart`
@@ -2335,7 +2353,7 @@ fn die_with_a_pending_hash(dir: &Path) {
 #[test]
 fn a_new_run_does_not_restore_a_dataset_whose_crc32s_were_never_recorded() {
     let dir = tempfile::tempdir().unwrap();
-    die_with_a_pending_hash(dir.path());
+    die_with_a_pending_hash(dir.path(), false);
     let prefix = dir.path().join("prefix");
     let env = single_env(&[("SCR_CACHE_SIZE", "3")]);
     let out = job_logged(dir.path(), &FOUR, &env, |rt, me| {
@@ -2360,7 +2378,7 @@ fn a_new_run_does_not_restore_a_dataset_whose_crc32s_were_never_recorded() {
     }
 
     let dir = tempfile::tempdir().unwrap();
-    die_with_a_pending_hash(dir.path());
+    die_with_a_pending_hash(dir.path(), false);
     let prefix = dir.path().join("prefix");
     let env = single_env(&[("SCR_CACHE_SIZE", "3"), ("SCR_CRC_ON_RESTART", "0")]);
     let out = job(dir.path(), &FOUR, &env, |rt, me| {
@@ -2370,6 +2388,47 @@ fn a_new_run_does_not_restore_a_dataset_whose_crc32s_were_never_recorded() {
         assert_eq!(read, "ckpt.2 exact=true from cache", "rank {rank}");
         assert!(lost.is_empty(), "rank {rank}: {lost:?}");
         assert_eq!(end, &Ok(()), "rank {rank}");
+    }
+}
+
+/// A job that dies after its background hashes finished (the application computing)
+/// but before they were recorded keeps its newest checkpoint: the threads' notes give the
+/// next run the CRC32s, which verify the files — a byte damaged in cache since is caught
+/// (ckpt.2 dropped, restart from ckpt.1), an intact cache restarts from ckpt.2.
+#[test]
+fn a_new_run_restores_a_dataset_whose_crc32s_were_noted_and_checks_them() {
+    for damage in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        die_with_a_pending_hash(dir.path(), true);
+        if damage {
+            let victim = cache_job_dir(dir.path(), "n2")
+                .join("scr.dataset.2")
+                .join("f2_2");
+            let mut bytes = std::fs::read(&victim).unwrap();
+            bytes[0] ^= 0x20;
+            std::fs::write(&victim, bytes).unwrap();
+        }
+        let prefix = dir.path().join("prefix");
+        let env = single_env(&[("SCR_CACHE_SIZE", "3")]);
+        let out = job(dir.path(), &FOUR, &env, |rt, me| {
+            (rt.lost_datasets().to_vec(), read_back(rt, &prefix, me))
+        });
+        for (rank, ((lost, read), end)) in out.iter().enumerate() {
+            assert_eq!(end, &Ok(()), "rank {rank}");
+            if damage {
+                assert_eq!(read, "ckpt.1 exact=true from cache", "rank {rank}");
+                assert!(
+                    lost.len() == 1
+                        && lost[0].contains("[rank 2: ")
+                        && lost[0].contains("scr.dataset.2/f2_2: CRC32")
+                        && lost[0].contains("recorded]"),
+                    "rank {rank}: {lost:?}"
+                );
+            } else {
+                assert_eq!(read, "ckpt.2 exact=true from cache", "rank {rank}");
+                assert!(lost.is_empty(), "rank {rank}: {lost:?}");
+            }
+        }
     }
 }
 
@@ -2414,8 +2473,9 @@ fn a_file_the_background_hash_cannot_read_is_named_and_recorded_without_a_crc32(
         rec.crc32_pending = true;
         let (id, file) = (rec.id, rec.files[0].name.clone());
         let gone = dir.path().join(format!("vanished_{me}"));
-        rt.crc_job =
-            Some(deferred_crc::CrcJob::spawn(id, "ckpt.1", vec![(file, gone)], 4096).unwrap());
+        rt.crc_job = Some(
+            deferred_crc::CrcJob::spawn(id, "ckpt.1", vec![(file, gone)], 4096, None).unwrap(),
+        );
         poll_until_recorded(rt);
         let rec = on_disk(rt, "ckpt.1");
         (rec.crc32_pending, rec.files[0].crc32)
