@@ -2154,13 +2154,26 @@ fn a_single_checkpoints_crc32s_are_hashed_in_the_background_and_recorded_at_a_la
         let file = format!("f1_{me}");
         assert!(write_checkpoint(rt, dir.path(), "ckpt.1", &file).unwrap());
         let pending = rt.crc_job.is_some();
-        let committed = on_disk(rt, "ckpt.1");
+        // the snapshot as committed (`Filemap::load` would apply the thread's note, which
+        // it may have written by now)
+        let committed = crate::state::read_state::<Filemap>(
+            &rt.control_dir().join(Filemap::file_name(me)),
+            crate::state::filemap::KIND,
+        )
+        .unwrap()
+        .datasets
+        .into_values()
+        .next()
+        .unwrap();
         assert!(
             committed.complete && committed.crc32_pending,
             "{committed:?}"
         );
         assert_eq!(committed.files[0].crc32, None);
         poll_until_recorded(rt);
+        // in the filemap itself now: the thread's note has served and is gone
+        let note = rt.control_dir().join(Filemap::crc_note_name(me));
+        assert!(!note.exists(), "{}", note.display());
         let recorded = on_disk(rt, "ckpt.1");
         let real = crc32fast::hash(format!("ckpt.1 {file}").as_bytes());
         (
@@ -2238,6 +2251,8 @@ fn start_restart_and_finalize_record_a_pending_hash_first() {
             .join(node)
             .join(USER)
             .join(format!("scr.{JOB}"));
+        // recorded in the filemap by finalize, not only noted by the thread
+        assert!(!cntl.join(Filemap::crc_note_name(rank as u32)).exists());
         let map = Filemap::load(&cntl, rank as u32).unwrap();
         let rec = map.datasets.values().find(|d| d.name == "ckpt.2").unwrap();
         assert!(!rec.crc32_pending, "rank {rank}: {rec:?}");
