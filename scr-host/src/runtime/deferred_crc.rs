@@ -40,9 +40,10 @@
 //!
 //! **A job that never finished.** The dataset is committed with `crc32_pending` set and
 //! the flag cleared when the CRC32s are recorded (or noted). A process that dies in
-//! between leaves it set: the next run cannot verify that rank's files, so with `crc_on_restart` they
-//! count as lost (for SINGLE the dataset is dropped everywhere and the restart falls
-//! back to an older checkpoint or the prefix, with one warning naming it and why).
+//! between leaves it set: the next run cannot verify that rank's files, so with
+//! `crc_on_restart` they count as lost (for SINGLE the dataset is dropped everywhere and
+//! the restart falls back to an older checkpoint or the prefix, with one warning naming
+//! it and why).
 //!
 //! The hash is per-rank local state: no collective decision reads whether a rank's job
 //! has finished (polls only record what is done; the joins that wait are at points every
