@@ -123,6 +123,13 @@ struct Args {
     /// Print the results as JSON instead of the table.
     #[arg(long)]
     json: bool,
+    /// Seconds every rank sleeps after each checkpoint, the application computing
+    /// between checkpoints (test_api's third argument; a sleep, as there, leaves the
+    /// cores idle). test_api times its loop with the sleeps in it; here the same loop is
+    /// timed and the seconds slept are taken out, so MiB/s are of the checkpoint time
+    /// alone, plain loop included.
+    #[arg(long, default_value_t = 0.0)]
+    sleep: f64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -272,6 +279,9 @@ fn run(args: &Args, world: &SimpleCommunicator, root: &Path) -> Result<(), Error
     if args.reps == 0 || args.checkpoints == 0 {
         return Err("--reps and --checkpoints must be at least 1".into());
     }
+    if !(args.sleep.is_finite() && args.sleep >= 0.0) {
+        return Err(format!("--sleep {} is not a number of seconds >= 0", args.sleep).into());
+    }
     if args.lose < 0 || args.lose >= ranks {
         return Err(format!("--lose {} is not a rank of this job of {ranks}", args.lose).into());
     }
@@ -299,7 +309,7 @@ fn run(args: &Args, world: &SimpleCommunicator, root: &Path) -> Result<(), Error
         }
         println!(
             "{ranks} ranks on {ranks} simulated nodes, cache {}, set size {}, RS k = {}, crc_on_copy {}, \
-             cache_size {keep}, file_buf_size {} KiB, mpi_buf_size {} KiB, {} timed checkpoints, {} reps",
+             cache_size {keep}, file_buf_size {} KiB, mpi_buf_size {} KiB, {} timed checkpoints, {} reps{}",
             args.dir.display(),
             args.set_size,
             args.set_failures,
@@ -307,7 +317,15 @@ fn run(args: &Args, world: &SimpleCommunicator, root: &Path) -> Result<(), Error
             file_buf >> 10,
             piece >> 10,
             args.checkpoints,
-            args.reps
+            args.reps,
+            if args.sleep > 0.0 {
+                format!(
+                    ", {} s asleep after each checkpoint (taken out of the loop times)",
+                    args.sleep
+                )
+            } else {
+                String::new()
+            }
         );
         println!("bytes each scheme must move per rank and dataset (B = MiB/rank):");
         for s in &args.schemes {
@@ -500,12 +518,13 @@ fn scheme_run(
     let (mut write, mut complete) = (0.0, 0.0);
     let mut started = Instant::now();
     let mut before = counters();
+    let mut slept = 0.0;
     for t in 0..=args.checkpoints {
         if t == 1 {
             world.barrier();
             started = Instant::now();
             before = counters();
-            (write, complete) = (0.0, 0.0);
+            (write, complete, slept) = (0.0, 0.0, 0.0);
         }
         let t0 = Instant::now();
         scr.start_output(&format!("ckpt.{t}"), Flags::CHECKPOINT)?;
@@ -525,8 +544,9 @@ fn scheme_run(
         if !kept {
             return Err(format!("{scheme}: checkpoint ckpt.{t} was not kept").into());
         }
+        slept += compute(args.sleep);
     }
-    let secs = started.elapsed().as_secs_f64();
+    let secs = started.elapsed().as_secs_f64() - slept;
     let io = work(world, before, args.checkpoints);
     let n = args.checkpoints as f64;
     let mib = (data.len() >> 20) as f64;
@@ -693,12 +713,15 @@ fn plain_loop(
         }
         Ok(())
     };
+    let mut slept = 0.0;
     let mut result = one(0);
+    compute(args.sleep);
     world.barrier();
     let started = Instant::now();
     let before = counters();
     for t in 1..=args.checkpoints {
         result = result.and_then(|()| one(t));
+        slept += compute(args.sleep);
     }
     if let Some(h) = pending.take() {
         result = result.and(
@@ -707,7 +730,7 @@ fn plain_loop(
                 .map(drop),
         );
     }
-    let secs = started.elapsed().as_secs_f64();
+    let secs = started.elapsed().as_secs_f64() - slept;
     let io = work(world, before, args.checkpoints);
     let mut ok = 0u8;
     world.all_reduce_into(&u8::from(result.is_ok()), &mut ok, SystemOperation::min());
@@ -722,6 +745,17 @@ fn plain_loop(
         .into());
     }
     Ok((sum(world, (args.checkpoints * mib) as f64 / secs), io))
+}
+
+/// The application's computation between checkpoints: sleep `seconds` (as test_api
+/// does); the seconds actually slept.
+fn compute(seconds: f64) -> f64 {
+    if seconds <= 0.0 {
+        return 0.0;
+    }
+    let t = Instant::now();
+    std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
+    t.elapsed().as_secs_f64()
 }
 
 /// Slowest rank's seconds to read `path` in `buf`-sized pieces (and compute its CRC32
@@ -1077,6 +1111,7 @@ fn report(
             "set_failures": args.set_failures,
             "crc_on_copy": args.crc == Crc::On,
             "checkpoints": args.checkpoints,
+            "sleep": args.sleep,
             "reps": args.reps,
             "rows": rows,
             "notes": notes,

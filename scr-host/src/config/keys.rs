@@ -206,6 +206,8 @@ pub const KEYS: &[Key] = &[
           doc: "Move cached files to their owner ranks at init when ranks changed nodes; false: purge the cache at init and restart from the prefix (fetch)" },
     Key { name: "crc_on_copy", ty: Type::Bool, default: Default::Fixed("true"),
           doc: "Record CRC32 of files at complete_output (SCR: false). It costs one read of the data: a 256 MiB-per-rank SINGLE checkpoint on tmpfs took 1.0x a plain write without it and 1.7-1.9x with it (scr-bench-single); we default to detecting silent corruption" },
+    Key { name: "crc_on_copy_defer", ty: Type::Bool, default: Default::Fixed("true"),
+          doc: "With crc_on_copy, hash the files of a dataset whose scheme keeps no redundancy data (tolerates no loss and names no redundancy file, as SINGLE) in a background thread of each process while the application computes, instead of reading them back inside complete_output; the CRC32s are recorded at a later API call, always before the dataset is flushed or restarted from and before finalize returns (deleting the dataset first cancels its hash), and a later run does not restore a dataset whose CRC32s were never recorded (with crc_on_restart). The CRC32 is of the bytes as the thread read them. false: read them in complete_output, as before" },
     Key { name: "crc_on_restart", ty: Type::Bool, default: Default::Fixed("true"),
           doc: "Check every cached file against its recorded size and CRC32 at init, before it is offered for restart, read by a rebuild, or recorded as rebuilt; a file that fails counts as lost. It costs one read of the cached data at init" },
     Key { name: "crc_on_flush", ty: Type::Bool, default: Default::Fixed("true"),

@@ -173,6 +173,7 @@ settings! {
     FETCH_BYPASS: bool = "fetch_bypass";
     CACHE_PURGE: bool = "cache_purge";
     CRC_ON_COPY: bool = "crc_on_copy";
+    CRC_ON_COPY_DEFER: bool = "crc_on_copy_defer";
     CRC_ON_RESTART: bool = "crc_on_restart";
     CRC_ON_FLUSH: bool = "crc_on_flush";
     CRC_ON_DELETE: bool = "crc_on_delete";

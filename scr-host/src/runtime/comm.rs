@@ -66,8 +66,9 @@
 //! `sets::form_my_set` (3 splits, 2 broadcasts of 4-8 bytes,
 //! an exclusive scan, the members gathered on the set's communicator, 4S, and their
 //! group values, O(S)), the set's control communicator duplicated from it (for the
-//! abort notices of failed scheme calls, see `mpi_host.rs`), agreements on the scheme
-//! and on whether it hashes in apply; then the cache (below) and a barrier.
+//! abort notices of failed scheme calls, see `mpi_host.rs`), an agreement on the scheme
+//! and one 8-byte sum-reduction on whether it hashes in apply and whether it tolerates
+//! no loss; then the cache (below) and a barrier.
 //!
 //! **restart from cache** (init's `restore_cache`, per dataset any rank holds: D,
 //! bounded by the stores' `count`): ids walked from the largest down by 8-byte

@@ -259,6 +259,9 @@ impl Runtime {
     /// Delete this rank's files of a dataset (other ranks on the node share the dataset
     /// directory) and forget it.
     pub(in crate::runtime) fn remove_local(&mut self, rec: &DatasetRecord) -> Result<()> {
+        // a background hash of these files stops first: its CRC32, taken as they go,
+        // would vouch for nothing (`crc_on_delete` then checks their sizes only)
+        self.cancel_crc_of(rec.id);
         let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
         if rec.complete && self.config.get(settings::CRC_ON_DELETE) {
             // SCR's SCR_CRC_ON_DELETE: a last check that tells the user the cache

@@ -462,6 +462,7 @@ impl Runtime {
                 .collect(),
             redundancy: Vec::new(),
             world_size: self.topo.size,
+            crc32_pending: false,
         };
         self.cache.filemap.datasets.insert(entry.id, record.clone());
         self.save_filemap().map_err(|e| e.to_string())?;

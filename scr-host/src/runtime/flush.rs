@@ -270,15 +270,20 @@ impl Runtime {
     /// dataset. A flush that fails leaves the dataset in cache and says so; it does not
     /// fail the checkpoint.
     pub(super) fn maybe_flush(&mut self, rec: &DatasetRecord) -> Result<()> {
-        let every = self.config.get(settings::FLUSH);
-        let due = rec.output
-            || rec
-                .checkpoint_id
-                .is_some_and(|c| every > 0 && c % every == 0);
-        if !due {
+        if !self.flush_due(rec) {
             return Ok(());
         }
         self.flush_dataset(rec)
+    }
+
+    /// Whether the policy flushes `rec` at its `complete_output`: every output dataset
+    /// and every `flush`-th checkpoint.
+    pub(super) fn flush_due(&self, rec: &DatasetRecord) -> bool {
+        let every = self.config.get(settings::FLUSH);
+        rec.output
+            || rec
+                .checkpoint_id
+                .is_some_and(|c| every > 0 && c % every == 0)
     }
 
     /// Flush the newest checkpoint in cache unless the prefix holds it already or a
@@ -327,6 +332,26 @@ impl Runtime {
     fn flush_dataset(&mut self, rec: &DatasetRecord) -> Result<()> {
         let _dataset = crate::log::dataset_span(rec.id).entered();
         let _counted = super::comm::scope("flush");
+        // the flush compares what it copies against the CRC32s: a background hash of
+        // this dataset is recorded first (this rank's own thread: no other rank waits)
+        let settled;
+        let rec = if self.settle_crc_of(rec.id) {
+            let mut r = rec.clone();
+            if let Some(now) = self.cache.filemap.datasets.get(&rec.id) {
+                for f in &mut r.files {
+                    f.crc32 = now
+                        .files
+                        .iter()
+                        .find(|n| n.name == f.name)
+                        .and_then(|n| n.crc32);
+                }
+                r.crc32_pending = now.crc32_pending;
+            }
+            settled = r;
+            &settled
+        } else {
+            rec
+        };
         self.begin_flush(rec.id);
         let Some(entry) = self.open_index_entry(rec) else {
             return Ok(());

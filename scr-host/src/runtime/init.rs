@@ -131,6 +131,7 @@ impl Runtime {
             },
             output: None,
             credit: std::cell::Cell::new(None),
+            crc_job: None,
             bypass_overwrites: false,
             restart: RestartState::default(),
             policy: Policy::new(),
@@ -495,8 +496,20 @@ impl Runtime {
                 bypass: d.bypass.0,
             };
             // agreed by every rank, whatever its own answer, so that every member of a
-            // set makes the same call
-            let hashes_in_apply = self.all_agree(scheme.raw().crc32_in_apply());
+            // set makes the same call: whether it hashes in apply, and whether it
+            // tolerates no loss (then it keeps no redundancy that could carry the CRC32s,
+            // see `deferred_crc`); one reduction counts the ranks that say no to each
+            let no_hash = u64::from(!scheme.raw().crc32_in_apply());
+            let keeps_some = u64::from(
+                !scheme
+                    .raw()
+                    .describe()
+                    .into_result()
+                    .is_ok_and(|d| d.tolerated_losses == 0),
+            );
+            let noes = self.world.sum_u64(no_hash | keeps_some << 32);
+            let hashes_in_apply = noes & 0xffff_ffff == 0;
+            let keeps_no_redundancy = noes >> 32 == 0;
             if self.topo.rank == 0 {
                 tracing::debug!(
                     "descriptor {i}: {}",
@@ -515,6 +528,7 @@ impl Runtime {
                 scheme,
                 host,
                 hashes_in_apply,
+                keeps_no_redundancy,
             });
         }
         Ok(())

@@ -39,6 +39,7 @@
 mod agree;
 mod bypass;
 pub mod comm;
+mod deferred_crc;
 mod dispatch;
 mod distribute;
 mod evict;
@@ -157,6 +158,10 @@ struct RedDesc {
     /// Whether the scheme hashes the files in its apply (`crc32_in_apply`) on every
     /// rank: agreed once here, not at each checkpoint (a scheme's answer is fixed).
     hashes_in_apply: bool,
+    /// Whether the scheme tolerates no loss on every rank (`describe`; SINGLE): it keeps
+    /// no redundancy data that could carry the files' CRC32s, so they may be computed
+    /// in the background (see `deferred_crc`). Agreed once here, like `hashes_in_apply`.
+    keeps_no_redundancy: bool,
 }
 
 /// The dataset being written.
@@ -203,6 +208,9 @@ pub struct Runtime {
     /// The world rank credited with the last settled scheme call's failure when this rank
     /// returned its set's agreed error (see [`Runtime::first_failure_credited`]).
     credit: std::cell::Cell<Option<u32>>,
+    /// The background hash of the last dataset kept, until its CRC32s are recorded (see
+    /// `deferred_crc`; at most one).
+    crc_job: Option<deferred_crc::CrcJob>,
 }
 
 /// Where this rank is in the job (fixed after init).

@@ -75,6 +75,7 @@ impl Runtime {
         // background flushes finished everywhere are recorded before eviction looks
         // at what the prefix holds
         self.poll_flushes();
+        self.poll_crc();
         let checkpoint_id = flags.checkpoint.then_some(self.cache.next_checkpoint);
         let desc = self.reddesc_for_dataset(flags);
         let store = self.job.reddescs[desc].record.store.clone();
@@ -90,6 +91,7 @@ impl Runtime {
             files: Vec::new(),
             redundancy: Vec::new(),
             world_size: self.topo.size,
+            crc32_pending: false,
         };
         // a dataset that bypasses the cache takes no room in it
         if !bypass {
@@ -419,6 +421,8 @@ impl Runtime {
             return Ok(self.all_agree(valid));
         }
         self.poll_flushes();
+        // one background hash at a time: the previous dataset's is recorded first
+        self.settle_crc();
         let mut out = self.output.take().expect("checked by every rank");
         let _dataset = crate::log::dataset_span(out.record.id).entered();
         if out.record.descriptor.bypass {
@@ -432,8 +436,21 @@ impl Runtime {
         // read here: one read of the data instead of two (the configuration is the same
         // on every rank, the scheme's answer agreed at init).
         let fused = crc && self.job.reddescs[out.desc].hashes_in_apply;
-        let local_ok = valid && self.stat_output_files(&mut out, &dir, crc && !fused, buf);
+        // With a scheme that keeps no redundancy data (SINGLE), nothing reads the files
+        // here: a background thread hashes them once the dataset is kept (see
+        // `deferred_crc`); sizes, modes and mtimes are recorded as always.
+        let mut deferred = self.defers_crc(out.desc, &out.record);
+        let local_ok =
+            valid && self.stat_output_files(&mut out, &dir, crc && !fused && !deferred, buf);
         let named = self.check_output_names(&mut out, &dir, local_ok);
+        // a scheme that names redundancy files for this rank's files may carry the
+        // CRC32s in them: its apply gets them, read now (this rank's own decision: the
+        // apply's outcome is agreed below as always)
+        let mut hashed = Ok(());
+        if deferred && named.all_valid && !out.record.redundancy.is_empty() {
+            deferred = false;
+            hashed = self.hash_output_files(&mut out, &dir, buf);
+        }
         if let Some(c) = named.clash {
             self.drop_output(&out.record)?;
             return Err(ScrError::Usage(format!(
@@ -442,7 +459,7 @@ impl Runtime {
             )));
         }
         let applied = if named.all_valid {
-            self.apply_output(&mut out, &dir, fused, buf)
+            hashed.and_then(|()| self.apply_output(&mut out, &dir, fused, buf))
         } else {
             Err(String::new())
         };
@@ -457,7 +474,11 @@ impl Runtime {
         if !kept {
             return self.discard_output(&out, named, apply_error);
         }
+        out.record.crc32_pending = deferred;
         self.keep_output(&mut out)?;
+        if deferred {
+            self.start_crc_hash(&out.record);
+        }
         if self.topo.rank == 0 {
             if let Err(e) =
                 prefix::FlushFile::add_location(&self.job.prefix, out.record.id, "CACHE")
@@ -542,6 +563,23 @@ impl Runtime {
             }
         }
         true
+    }
+
+    /// Read each routed file of `out` in `dir` for its CRC32: the error names the rank and
+    /// the file that could not be read.
+    pub(in crate::runtime) fn hash_output_files(
+        &self,
+        out: &mut Output,
+        dir: &Path,
+        buf: usize,
+    ) -> std::result::Result<(), String> {
+        for f in &mut out.record.files {
+            f.crc32 = Some(
+                crate::integrity::file_crc32(&dir.join(&f.name), buf)
+                    .map_err(|e| format!("rank {}: {}: {e}", self.topo.rank, f.name))?,
+            );
+        }
+        Ok(())
     }
 
     /// Check the names every rank declares and record the redundancy files before they

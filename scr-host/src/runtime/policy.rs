@@ -17,6 +17,7 @@ impl Runtime {
         let _counted = comm::scope("need_checkpoint");
         self.usable("need_checkpoint")?;
         self.poll_flushes();
+        self.poll_crc();
         self.policy.count_call();
         // one broadcast decides (applications may ask every iteration): 0 no, 1 yes, 2 a
         // halt condition holds (SCR checks them here too) — then, with halt_exit, the
@@ -55,6 +56,7 @@ impl Runtime {
         let _counted = comm::scope("should_exit");
         self.usable("should_exit")?;
         self.poll_flushes();
+        self.poll_crc();
         match self.agreed_halt_reason() {
             None => Ok(false),
             Some(reason) => {
@@ -67,6 +69,9 @@ impl Runtime {
                     });
                 }
                 self.health.set_halt_reason(reason);
+                // an application that exits now without finalize leaves the CRC32s of
+                // its last dataset recorded
+                self.settle_crc();
                 // the run is about to end: its newest checkpoint goes to the prefix now
                 // (finalize would otherwise; an application that exits without it
                 // still leaves it saved)

@@ -449,6 +449,15 @@ impl Runtime {
     ) -> std::result::Result<(), String> {
         let use_crc = self.config.get(settings::CRC_ON_RESTART);
         let check = match own {
+            // the job ended before this rank's background hash was recorded
+            // (`crc_on_copy_defer`): nothing vouches for the bytes, so they are not used
+            // (the dropped-dataset report names the dataset and this reason, once)
+            Some(rec) if use_crc && rec.crc32_pending => {
+                return Err(format!(
+                    "rank {}: its CRC32s were not recorded before the job ended, so its files cannot be verified (crc_on_restart)",
+                    self.topo.rank
+                ));
+            }
             Some(rec) => verify_dataset(self.topo.rank, rec, &r.dir, use_crc, buf),
             None => Err(format!(
                 "rank {}: no record of the dataset (cache lost)",
@@ -483,6 +492,9 @@ impl Runtime {
             files: Vec::new(),
             redundancy: Vec::new(),
             complete: false,
+            // (a rebuilt rank's files come with the CRC32s the rebuild verified, not
+            // with another member's pending hash)
+            crc32_pending: false,
             ..r.record.clone()
         });
         let declared = declare_redundancy(&r.scheme, &mut rebuilding, &r.dir).and_then(|()| {
@@ -665,6 +677,8 @@ impl Runtime {
         let mut rec = r.record.clone();
         rec.files = files;
         rec.complete = true;
+        // (verified as rebuilt: no background hash of another run is pending on them)
+        rec.crc32_pending = false;
         let ds = dataset_files(&rec, &r.dir);
         rec.redundancy = r
             .scheme
@@ -724,7 +738,7 @@ impl Runtime {
                 ));
             }
             report = format!(
-                "dataset {} ({}) cannot be restored and was dropped: lost or damaged files: [{}]; {}",
+                "dataset {} ({}) cannot be restored and was dropped: lost, damaged or unverifiable files: [{}]; {}",
                 r.id,
                 r.name,
                 ranks.join("; "),

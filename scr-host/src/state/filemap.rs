@@ -34,10 +34,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{read_state_crc, state_bytes_crc, write_atomic_as, StateError};
+use crate::state::{read_state, read_state_crc, state_bytes_crc, write_atomic_as, StateError};
 
 /// State-file kind of filemaps.
 pub const KIND: &str = "filemap";
+
+/// State-file kind of [`CrcNote`]s.
+pub const CRC_NOTE_KIND: &str = "filemap-crc32";
 
 /// Kind of filemap journals (the first word after `scr-rs` in their header).
 pub const JOURNAL_KIND: &str = "filemap-journal";
@@ -168,6 +171,13 @@ pub struct DatasetRecord {
     /// Ranks in the job that wrote it (a restart needs as many).
     #[serde(default)]
     pub world_size: u32,
+    /// The files' CRC32s are still being computed by this rank's background hash
+    /// (`crc_on_copy_defer`): set when the dataset is committed, cleared once they are
+    /// recorded. A record still pending at init is of a job that ended before its hash
+    /// was recorded: nothing vouches for the files' bytes, so with `crc_on_restart` this
+    /// rank's files are not used. (Filemaps of earlier releases lack it: not pending.)
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub crc32_pending: bool,
 }
 
 /// All datasets one rank holds.
@@ -209,6 +219,11 @@ impl Filemap {
         format!("filemap_{rank}.scr.journal")
     }
 
+    /// The file name of rank `rank`'s [`CrcNote`] (beside its snapshot).
+    pub fn crc_note_name(rank: u32) -> String {
+        format!("filemap_{rank}.scr.crc32")
+    }
+
     /// Read `dir`'s filemap of `rank`: the snapshot with its journal replayed over it; no
     /// files at all is an empty filemap. A journal without its snapshot, or damaged other
     /// than in its last record, is an error naming the journal.
@@ -230,28 +245,37 @@ impl Filemap {
                 })
             }
         };
-        match (snapshot, journal) {
-            (None, None) => Ok(Filemap {
+        let mut map = match (snapshot, journal) {
+            (None, None) => Filemap {
                 rank,
                 datasets: BTreeMap::new(),
-            }),
-            (Some((map, _)), None) => Ok(map),
-            (None, Some(_)) => Err(StateError::Corrupt {
-                path: journal_path,
-                why: format!(
-                    "a filemap journal without its snapshot {} (the datasets its records extend are unknown); remove the journal: this rank's cache counts as lost",
-                    snapshot_path.display()
-                ),
-            }),
+            },
+            (Some((map, _)), None) => map,
+            (None, Some(_)) => {
+                return Err(StateError::Corrupt {
+                    path: journal_path,
+                    why: format!(
+                        "a filemap journal without its snapshot {} (the datasets its records extend are unknown); remove the journal: this rank's cache counts as lost",
+                        snapshot_path.display()
+                    ),
+                })
+            }
             (Some((mut map, crc)), Some(journal)) => {
                 // a journal of an older snapshot: its records were compacted into this one
                 // and a crash came before the journal was removed
                 if journal.base == Some(crc) {
                     journal.replay(&journal_path, &mut map)?;
                 }
-                Ok(map)
+                map
             }
+        };
+        // CRC32s the background hash finished before the process ended without recording
+        // them (a damaged or missing note leaves the dataset pending: never verified)
+        if let Ok(note) = read_state::<CrcNote>(&dir.join(Self::crc_note_name(rank)), CRC_NOTE_KIND)
+        {
+            note.apply(&mut map);
         }
+        Ok(map)
     }
 
     /// Write it atomically into `dir`, mode 0600, and remove its journal (compaction: the
@@ -277,7 +301,11 @@ impl Filemap {
     /// Remove `owner`'s filemap from `dir`: the journal first, so no journal is ever left
     /// without its snapshot by a crash in between.
     pub fn remove(dir: &Path, owner: u32) -> io::Result<()> {
-        for name in [Self::journal_name(owner), Self::file_name(owner)] {
+        for name in [
+            Self::journal_name(owner),
+            Self::crc_note_name(owner),
+            Self::file_name(owner),
+        ] {
             match std::fs::remove_file(dir.join(&name)) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
                     return Err(io::Error::new(
@@ -308,6 +336,56 @@ impl Filemap {
         v.sort();
         v.dedup();
         v
+    }
+}
+
+/// The CRC32s a rank's background hash computed for one dataset (`crc_on_copy_defer`),
+/// written atomically by the hashing thread beside the filemap the moment it is done:
+/// the runtime records them in the filemap at its next API call and removes the note,
+/// but a process that ends first (killed while the application computes) leaves them
+/// here, and [`Filemap::load`] applies them to the dataset still pending. A note for a
+/// dataset that is not pending (recorded already, or gone) changes nothing: ids are never
+/// reused, and the next dataset's note replaces it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrcNote {
+    /// The dataset's id.
+    pub dataset: u64,
+    /// Each file's name and its CRC32, `None` when it could not be read.
+    pub files: Vec<(String, Option<u32>)>,
+}
+
+impl CrcNote {
+    /// Write it atomically as `dir`'s note of `rank`.
+    pub fn write(&self, dir: &Path, rank: u32) -> io::Result<()> {
+        crate::state::write_state(&dir.join(Filemap::crc_note_name(rank)), CRC_NOTE_KIND, self)
+    }
+
+    /// Remove `dir`'s note of `rank`, if any.
+    pub fn remove(dir: &Path, rank: u32) -> io::Result<()> {
+        match std::fs::remove_file(dir.join(Filemap::crc_note_name(rank))) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Record these CRC32s in `map`'s dataset when it is still pending; whether it was.
+    pub fn apply(&self, map: &mut Filemap) -> bool {
+        let Some(rec) = map
+            .datasets
+            .get_mut(&self.dataset)
+            .filter(|d| d.crc32_pending)
+        else {
+            return false;
+        };
+        for f in &mut rec.files {
+            f.crc32 = self
+                .files
+                .iter()
+                .find(|(name, _)| *name == f.name)
+                .and_then(|(_, crc)| *crc);
+        }
+        rec.crc32_pending = false;
+        true
     }
 }
 
@@ -787,6 +865,42 @@ mod tests {
         w.save(&map, dir.path()).unwrap();
         std::fs::write(journal(dir.path()), &stale).unwrap();
         assert_eq!(Filemap::load(dir.path(), 3).unwrap(), map);
+    }
+
+    /// The background hash's note gives its CRC32s to the dataset still pending when the
+    /// filemap is loaded (a file it could not read gets none), and changes nothing once
+    /// the dataset is recorded; `remove` takes the note with the filemap.
+    #[test]
+    fn a_crc_note_is_applied_to_its_pending_dataset_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut map = started(3);
+        let mut w = JournalWriter::default();
+        w.save(&map, dir.path()).unwrap();
+        route(&mut w, &mut map, dir.path(), "a.dat");
+        route(&mut w, &mut map, dir.path(), "b.dat");
+        let rec = map.datasets.get_mut(&7).unwrap();
+        rec.complete = true;
+        rec.crc32_pending = true;
+        w.save(&map, dir.path()).unwrap();
+        let note = CrcNote {
+            dataset: 7,
+            files: vec![("b.dat".into(), None), ("a.dat".into(), Some(0xfeed))],
+        };
+        note.write(dir.path(), 3).unwrap();
+        let loaded = Filemap::load(dir.path(), 3).unwrap();
+        let rec = &loaded.datasets[&7];
+        assert!(!rec.crc32_pending);
+        let crcs: Vec<Option<u32>> = rec.files.iter().map(|f| f.crc32).collect();
+        assert_eq!(crcs, vec![Some(0xfeed), None]);
+        // recorded since (the note would be removed; a stale one changes nothing)
+        let mut recorded = map.clone();
+        let r = recorded.datasets.get_mut(&7).unwrap();
+        r.crc32_pending = false;
+        r.files[0].crc32 = Some(1);
+        w.save(&recorded, dir.path()).unwrap();
+        assert_eq!(Filemap::load(dir.path(), 3).unwrap(), recorded);
+        Filemap::remove(dir.path(), 3).unwrap();
+        assert!(!dir.path().join(Filemap::crc_note_name(3)).exists());
     }
 
     /// A record naming a dataset its snapshot does not hold: journal and snapshot do not
