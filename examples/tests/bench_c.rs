@@ -5,8 +5,12 @@
 //! Needs the workspace built (`cargo build --workspace`): libscr and the plugins are found
 //! beside the binary.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
+
+use common::{tempdir, text};
 
 /// scr-bench-c with `args`, its jobs under `dir`, none of the caller's SCR_* variables.
 fn run(dir: &Path, args: &[&str]) -> Output {
@@ -19,21 +23,6 @@ fn run(dir: &Path, args: &[&str]) -> Output {
     cmd.env("OMPI_MCA_orte_tmpdir_base", dir)
         .env("SCR_SYSTEM_CONFIG", "/dev/null");
     cmd.output().expect("scr-bench-c runs")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn tempdir() -> tempfile::TempDir {
-    tempfile::tempdir_in("/dev/shm")
-        .or_else(|_| tempfile::tempdir())
-        .expect("a temporary directory")
 }
 
 /// Nothing but OpenMPI's session directory (named `ompi.*` or similar) is left behind.

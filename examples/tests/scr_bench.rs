@@ -5,8 +5,12 @@
 //! back. Needs the workspace built (`cargo build --workspace --all-targets`): the plugins
 //! are found beside the binary.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use common::{tempdir, text};
 
 fn bench() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_scr-bench"))
@@ -31,21 +35,6 @@ fn run(ranks: usize, dir: &Path, system: Option<&Path>, args: &[&str]) -> Output
         system.unwrap_or(Path::new("/dev/null")),
     );
     cmd.output().expect("mpiexec runs (is OpenMPI installed?)")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn tempdir() -> tempfile::TempDir {
-    tempfile::tempdir_in("/dev/shm")
-        .or_else(|_| tempfile::tempdir())
-        .expect("a temporary directory")
 }
 
 #[test]

@@ -739,6 +739,12 @@ impl<'a, 'h> ShapeRun<'a, 'h> {
         self.request(lost_data || damaged)
     }
 
+    /// Whether any member holds redundancy files of the scheme (collective).
+    fn any_redundancy(&self) -> PluginResult<bool> {
+        let mine = u64::from(!self.scheme_files().is_empty());
+        Ok(self.host.all_reduce(mine, ReduceOp::Max)? == 1)
+    }
+
     /// This member's recovered files checked byte for byte against what was written.
     fn check(&self, got: &[FileMeta]) -> Result<(), String> {
         check_files(self.shape, self.me, self.piece, &self.metas, got)
@@ -970,10 +976,7 @@ fn corrupted_header_cases(
     sh: &ShapeRun<'_, '_>,
 ) -> PluginResult<()> {
     let (n, me, k) = (sh.n, sh.me, sh.k);
-    let any_red = sh
-        .host
-        .all_reduce(u64::from(!sh.scheme_files().is_empty()), ReduceOp::Max)?
-        == 1;
+    let any_red = sh.any_redundancy()?;
     if !any_red || n <= 1 {
         return Ok(());
     }
@@ -1021,10 +1024,7 @@ fn corrupted_payload_cases(
     sh: &ShapeRun<'_, '_>,
 ) -> PluginResult<()> {
     let (n, me, k) = (sh.n, sh.me, sh.k);
-    let any_red = sh
-        .host
-        .all_reduce(u64::from(!sh.scheme_files().is_empty()), ReduceOp::Max)?
-        == 1;
+    let any_red = sh.any_redundancy()?;
     if !any_red || n <= 1 || k == 0 {
         return Ok(());
     }

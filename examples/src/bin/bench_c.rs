@@ -161,10 +161,7 @@ fn run(args: &Args) -> Result<(), Error> {
         })?;
     let (exe, built) = compile(args, tmp.path())?;
     let nodes: Vec<String> = (0..args.ranks).map(|r| format!("node{r}")).collect();
-    let dropped: Vec<String> = std::env::vars()
-        .map(|(k, _)| k)
-        .filter(|k| k.starts_with("SCR_") && k != "SCR_SYSTEM_CONFIG")
-        .collect();
+    let dropped = inherited_scr_vars();
     if !args.json {
         if !dropped.is_empty() {
             println!(
@@ -204,6 +201,15 @@ fn run(args: &Args) -> Result<(), Error> {
     }
     report(args, keep_seen.unwrap_or(0), &jobs);
     Ok(())
+}
+
+/// The caller's `SCR_*` variables the jobs do not get (all but `SCR_SYSTEM_CONFIG`): a
+/// job is configured by scr-bench's settings and `--set` alone.
+fn inherited_scr_vars() -> Vec<String> {
+    std::env::vars()
+        .map(|(k, _)| k)
+        .filter(|k| k.starts_with("SCR_") && k != "SCR_SYSTEM_CONFIG")
+        .collect()
 }
 
 /// `--set KEY=VALUE` as environment variables (`SCR_KEY`), each checked against its
@@ -356,9 +362,7 @@ fn one_job(
         .args(["--expect-ranks", &args.ranks.to_string()])
         .args(args.corrupt.then_some("--corrupt"))
         .current_dir(&prefix);
-    for (k, _) in
-        std::env::vars().filter(|(k, _)| k.starts_with("SCR_") && k != "SCR_SYSTEM_CONFIG")
-    {
+    for k in inherited_scr_vars() {
         cmd.env_remove(k);
     }
     cmd.envs(&env);

@@ -281,8 +281,10 @@ impl Runtime {
 
     /// Record the CRC32s `hashes` (by file name) of dataset `id` in the filemap and
     /// clear its pending flag, saving the snapshot (atomically). A file that could not
-    /// be hashed is recorded without a CRC32 (its size is all a restart or flush can
-    /// check) and named in a warning. A dataset no longer in the filemap is left alone.
+    /// be hashed is recorded without a CRC32 and named in a warning, and the dataset
+    /// stays pending: nothing vouches for that file's bytes, so a later run does not
+    /// restore this rank's files of it (`crc_on_restart`), as after a job that ended
+    /// within the hash. A dataset no longer in the filemap is left alone.
     pub(in crate::runtime) fn record_crcs_of(
         &mut self,
         id: u64,
@@ -293,6 +295,7 @@ impl Runtime {
         let Some(rec) = self.cache.filemap.datasets.get_mut(&id) else {
             return;
         };
+        let mut unhashed = false;
         for (file, hash) in hashes {
             let Some(f) = rec.files.iter_mut().find(|f| f.name == file) else {
                 continue;
@@ -301,13 +304,15 @@ impl Runtime {
                 Ok(crc) => f.crc32 = Some(crc),
                 Err(e) => {
                     f.crc32 = None;
+                    unhashed = true;
                     tracing::warn!(
-                        "rank {rank}: dataset {id} ({name}): {file}: its CRC32 could not be computed ({e}); none is recorded, so a restart or flush checks its size only"
+                        "rank {rank}: dataset {id} ({name}): {file}: its CRC32 could not be computed ({e}); none is recorded, so a later run does not restore this rank's files of it"
                     );
                 }
             }
         }
-        rec.crc32_pending = false;
+        // every file hashed, or the dataset stays unverifiable on this rank
+        rec.crc32_pending = unhashed || rec.files.iter().any(|f| f.crc32.is_none());
         match self.save_filemap() {
             // the filemap holds them now: the thread's note has served
             Ok(()) => {

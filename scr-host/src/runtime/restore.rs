@@ -454,7 +454,7 @@ impl Runtime {
             // (the dropped-dataset report names the dataset and this reason, once)
             Some(rec) if use_crc && rec.crc32_pending => {
                 return Err(format!(
-                    "rank {}: its CRC32s were not recorded before the job ended, so its files cannot be verified (crc_on_restart)",
+                    "rank {}: its CRC32s were never recorded (the job ended within the background hash, or a file could not be read for it), so its files cannot be verified (crc_on_restart)",
                     self.topo.rank
                 ));
             }

@@ -369,6 +369,9 @@ impl CrcNote {
     }
 
     /// Record these CRC32s in `map`'s dataset when it is still pending; whether it was.
+    /// The dataset stays pending unless the note gives a CRC32 for every one of its
+    /// files: a file the hash could not read, or one the note does not name, has
+    /// nothing that vouches for its bytes.
     pub fn apply(&self, map: &mut Filemap) -> bool {
         let Some(rec) = map
             .datasets
@@ -384,7 +387,7 @@ impl CrcNote {
                 .find(|(name, _)| *name == f.name)
                 .and_then(|(_, crc)| *crc);
         }
-        rec.crc32_pending = false;
+        rec.crc32_pending = rec.files.iter().any(|f| f.crc32.is_none());
         true
     }
 }
@@ -889,9 +892,22 @@ mod tests {
         note.write(dir.path(), 3).unwrap();
         let loaded = Filemap::load(dir.path(), 3).unwrap();
         let rec = &loaded.datasets[&7];
-        assert!(!rec.crc32_pending);
+        // b.dat could not be read: the dataset stays unverifiable on this rank
+        assert!(rec.crc32_pending);
         let crcs: Vec<Option<u32>> = rec.files.iter().map(|f| f.crc32).collect();
         assert_eq!(crcs, vec![Some(0xfeed), None]);
+        // a note with every file's CRC32 clears it
+        CrcNote {
+            dataset: 7,
+            files: vec![("b.dat".into(), Some(7)), ("a.dat".into(), Some(0xfeed))],
+        }
+        .write(dir.path(), 3)
+        .unwrap();
+        let loaded = Filemap::load(dir.path(), 3).unwrap();
+        let rec = &loaded.datasets[&7];
+        assert!(!rec.crc32_pending);
+        let crcs: Vec<Option<u32>> = rec.files.iter().map(|f| f.crc32).collect();
+        assert_eq!(crcs, vec![Some(0xfeed), Some(7)]);
         // recorded since (the note would be removed; a stale one changes nothing)
         let mut recorded = map.clone();
         let r = recorded.datasets.get_mut(&7).unwrap();
