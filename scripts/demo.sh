@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo build --workspace --quiet
-set -a; . scripts/openmpi-local.env; set +a
+set -a; . tests/openmpi-local.env; set +a
 heat="$PWD/target/debug/scr-heat"
 scr="$PWD/target/debug/scr"
 work=$(mktemp -d /tmp/scr-demo.XXXXXX)

@@ -27,8 +27,8 @@ export CARGO_TARGET_DIR="$work/target"
 
 # OpenMPI as root on a small machine; harmless elsewhere (the one list of it)
 set -a
-# shellcheck source=openmpi-local.env
-. "$root/scripts/openmpi-local.env"
+# shellcheck source=../tests/openmpi-local.env
+. "$root/tests/openmpi-local.env"
 set +a
 
 ranks=4

@@ -6,7 +6,7 @@ use std::process::Command;
 
 /// What OpenMPI needs to run many ranks as root on two cores, and a plain PATH.
 fn mpi_env() -> Vec<(&'static str, &'static str)> {
-    let mut env = scr_host::local_mpi::openmpi_local_env();
+    let mut env = scr_e2e::local_mpi::openmpi_local_env();
     env.push(("PATH", "/usr/bin:/bin"));
     env
 }

@@ -30,7 +30,7 @@ fn run(ranks: usize, dir: &Path, system: Option<&Path>, args: &[&str]) -> Output
     }
     // its own OpenMPI session directory: parallel tests' jobs race for the shared one
     cmd.env("OMPI_MCA_orte_tmpdir_base", dir);
-    cmd.envs(scr_host::local_mpi::openmpi_local_env()).env(
+    cmd.envs(scr_e2e::local_mpi::openmpi_local_env()).env(
         "SCR_SYSTEM_CONFIG",
         system.unwrap_or(Path::new("/dev/null")),
     );

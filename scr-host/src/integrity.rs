@@ -10,7 +10,7 @@ use std::path::Path;
 use abi_stable::std_types::{RNone, RSome};
 use scr_plugin::{DatasetFiles, FileMeta};
 
-use crate::runtime::{Result, ScrError};
+use crate::error::{Result, ScrError};
 use crate::state::filemap::DatasetRecord;
 
 /// What `stat_file` measured.

@@ -3,8 +3,10 @@
 #![deny(unsafe_code)]
 mod command;
 pub mod config;
+pub mod error;
 pub mod events;
 pub mod explain;
+pub mod hooks;
 pub mod hostlist;
 pub(crate) mod integrity;
 pub mod launch;
@@ -12,7 +14,6 @@ pub mod layout;
 /// Host services of one process for transfer plugins (used by flushes, scavenges and
 /// `scr config check`, so it sits beside the runtime, not in it).
 pub(crate) mod local_host;
-pub mod local_mpi;
 pub mod log;
 pub(crate) mod private_dir;
 pub mod registry;

@@ -3,7 +3,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use crate::runtime::{io_err, Result, ScrError};
+use crate::error::{io_err, Result, ScrError};
 
 /// Create `dir` below `base` (a shared base such as /dev/shm, which other users can
 /// write to) one level at a time, each new level with mode 0700, and check every level

@@ -10,6 +10,7 @@ use std::process::Command;
 pub mod comm_report;
 pub mod hosts;
 pub mod install;
+pub mod local_mpi;
 pub use hosts::TestBed;
 pub use install::install_tree;
 
@@ -542,9 +543,9 @@ pub fn reference_state(ranks: usize, steps: u64, cells: Option<usize>) -> String
 const USER: &str = "e2e";
 
 /// The environment that lets OpenMPI run many ranks as root on two cores
-/// ([`scr_host::local_mpi`]), and the user name jobs run as.
+/// ([`local_mpi`]), and the user name jobs run as.
 pub fn mpi_env() -> Vec<(&'static str, &'static str)> {
-    let mut env = scr_host::local_mpi::openmpi_local_env();
+    let mut env = local_mpi::openmpi_local_env();
     env.push(("USER", USER));
     env
 }

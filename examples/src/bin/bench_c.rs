@@ -368,7 +368,7 @@ fn one_job(
     cmd.envs(&env);
     // what OpenMPI needs to run the ranks (as root) on a few cores, unless the caller
     // chose otherwise (e.g. OMPI_MCA_btl with tcp on a real cluster)
-    for (k, v) in scr_host::local_mpi::openmpi_local_env() {
+    for (k, v) in scr_e2e::local_mpi::openmpi_local_env() {
         if std::env::var_os(k).is_none() {
             cmd.env(k, v);
         }

@@ -44,8 +44,8 @@ impl Loader {
         const NOT_KEYS: &[&str] = &[
             "SCR_SYSTEM_CONFIG",
             "SCR_SYSTEM_CONFIG_DEFAULT",
-            "SCR_FAULT",
-            crate::runtime::window::GAUGE_VAR,
+            crate::hooks::FAULT_VAR,
+            crate::hooks::GAUGE_VAR,
             "SCR_FIXTURE_LIE",
             crate::registry::SKIP_BUILD_DIR_VAR,
             // where Python's `scr` module finds libscr (python/scr/__init__.py)

@@ -171,13 +171,6 @@ pub(in crate::runtime) struct Health {
     /// Set (on every rank alike) when a call failed after ranks had begun to change their
     /// state: what failed.
     uncertain: Option<String>,
-    /// Testing hook, never set in production: `SCR_FAULT` as init found it (a failure
-    /// injected at one point on one rank; see `Runtime::injected_failure`). Read from
-    /// the configuration loader's environment, so that each in-process rank has its own.
-    fault: Option<String>,
-    /// Testing hook, never set in production: `SCR_TEST_WINDOW` as init found it (count
-    /// the ranks inside each flush and fetch window; see [`super::window::Gauge`]).
-    gauge: Option<String>,
 }
 
 impl Health {
@@ -227,26 +220,6 @@ impl Health {
     /// Finalize ran (`true`), or init succeeded and it is owed (`false`).
     pub(in crate::runtime) fn set_finalized(&mut self, finalized: bool) {
         self.finalized = finalized;
-    }
-
-    /// The injected fault spec (tests only).
-    pub(in crate::runtime) fn fault(&self) -> Option<&str> {
-        self.fault.as_deref()
-    }
-
-    /// Set the injected fault spec (init, from the loader's environment).
-    pub(in crate::runtime) fn set_fault(&mut self, fault: Option<String>) {
-        self.fault = fault;
-    }
-
-    /// The window gauge's spec, when the test hook is set.
-    pub(in crate::runtime) fn gauge(&self) -> Option<&str> {
-        self.gauge.as_deref()
-    }
-
-    /// Set the window gauge's spec (init, from the loader's environment).
-    pub(in crate::runtime) fn set_gauge(&mut self, gauge: Option<String>) {
-        self.gauge = gauge;
     }
 }
 

@@ -356,7 +356,7 @@ impl Runtime {
         let Some(entry) = self.open_index_entry(rec) else {
             return Ok(());
         };
-        self.fault_point("flush-started", rec.id);
+        self.hooks.crash_at("flush-started", self.topo.rank);
         let place = self.placement(rec);
         // what this flush may write, recorded in the prefix before anything is written:
         // if the run dies mid-flush, the next init cleans it up even when every cache is
@@ -366,7 +366,7 @@ impl Runtime {
             // every rank's transfer starts now: a background flush is not windowed (see
             // `window`: its waiters make no MPI call to pass a turn on)
             let started = self.start_transfer(rec, place.relocate);
-            self.fault_point("flush-dispatched", rec.id);
+            self.hooks.crash_at("flush-dispatched", self.topo.rank);
             lock(&self.flushing.removable).insert(rec.id, place.removable(&started));
             return self.flush_in_background(rec, entry, started);
         }
@@ -378,7 +378,7 @@ impl Runtime {
             self.injected_failure("flush-transfer", rec.id)
                 .map_err(|e| e.to_string())?;
             let started = self.start_transfer(rec, place.relocate);
-            self.fault_point("flush-dispatched", rec.id);
+            self.hooks.crash_at("flush-dispatched", self.topo.rank);
             removable = place.removable(&started);
             started.and_then(|s| collect(s, false, "when written", buf))
         });
@@ -483,7 +483,7 @@ impl Runtime {
         removable: &[PathBuf],
     ) {
         let state = self.transfer_state(rec.id);
-        self.fault_point("flush-copied", rec.id);
+        self.hooks.crash_at("flush-copied", self.topo.rank);
         let recorded = self.gather_and_finish(entry, &outcome);
         let text = self
             .world
@@ -654,19 +654,6 @@ impl Runtime {
     /// Dataset ids whose flush is still running on this rank.
     pub(super) fn flushing_ids(&self) -> BTreeSet<u64> {
         lock(&self.flushing.in_flight).clone()
-    }
-
-    /// Testing hook: `SCR_FAULT=<point>:<rank>` kills that rank with SIGKILL at that
-    /// point (used by the crash-in-flush tests; never set in production).
-    fn fault_point(&self, point: &str, _id: u64) {
-        if let Some(spec) = self.health.fault() {
-            if spec == format!("{point}:{}", self.topo.rank) {
-                let _ = std::process::Command::new("kill")
-                    .args(["-9", &std::process::id().to_string()])
-                    .status();
-                std::process::abort();
-            }
-        }
     }
 }
 

@@ -11,7 +11,7 @@ use super::world::mpi_world::MpiWorld;
 use super::world::{SetHost, World};
 use super::{
     agree_on, comm, flush, io_err, sets, CacheState, Health, InitOptions, JobLayout, Passthrough,
-    Policy, RedDesc, RestartState, Result, RunReport, Runtime, ScrError, Set, Topology,
+    Policy, RedDesc, RestartState, Result, RunReport, Runtime, ScrError, Set, TestHooks, Topology,
     FINALIZE_REASON,
 };
 use crate::config::settings;
@@ -39,16 +39,21 @@ impl Runtime {
         let world: Box<dyn World> = MpiWorld::with_borrowed(world, |w| w.duplicate());
         let mut loader = Loader::from_process();
         loader.api = api;
-        Self::init_in(world, loader, options)
+        // the fault suite's programs name their hooks in the environment they are
+        // started with, read here with the rest of it
+        let hooks = TestHooks::from_env(&loader.env);
+        Self::init_in(world, loader, options, hooks)
     }
 
     /// [`Runtime::init_with`] on any [`World`] (MPI, or threads acting as ranks in the
     /// runtime's own tests) with the configuration `loader` describes (its `api` holds
-    /// the application's configuration calls).
+    /// the application's configuration calls) and the test `hooks` in force (none in
+    /// production).
     pub(crate) fn init_in(
         world: Box<dyn World>,
         loader: Loader,
         options: InitOptions,
+        hooks: TestHooks,
     ) -> Result<Runtime> {
         let rank = world.rank();
         let filter_problem = crate::log::init(crate::log::env_debug());
@@ -63,8 +68,6 @@ impl Runtime {
         // file system, finds its own node name): each outcome is agreed before the next
         // collective step, so every rank returns an error and none waits for the others.
         let recorded_api = loader.api.clone();
-        let fault = loader.env.get("SCR_FAULT").cloned();
-        let gauge = loader.env.get(crate::runtime::window::GAUGE_VAR).cloned();
         let config = agree_on(&*world, load_config(&*world, loader))?;
         agree_on(&*world, same_config(&*world, &config))?;
         let job = config.get(settings::JOB_ID);
@@ -73,8 +76,7 @@ impl Runtime {
         }
         crate::log::set_debug(config.get(settings::DEBUG));
         let mut rt = Runtime::unstarted(world, config, span);
-        rt.health.set_fault(fault);
-        rt.health.set_gauge(gauge);
+        rt.hooks = hooks;
         let started = rt.report.init_started;
         if rt.passthrough.is_some() {
             // SCR_ENABLE=0: nothing is cached, protected, flushed or fetched, and no
@@ -133,6 +135,7 @@ impl Runtime {
             credit: std::cell::Cell::new(None),
             crc_job: None,
             bypass_overwrites: false,
+            hooks: TestHooks::default(),
             restart: RestartState::default(),
             policy: Policy::new(),
             // until init succeeds, dropping the half-built runtime is not a missed finalize

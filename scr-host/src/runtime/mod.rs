@@ -69,9 +69,9 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::config::{Config, ConfigErrors};
-use crate::registry::{LoadedScheme, Registry, RegistryError};
-use crate::state::StateError;
+use crate::config::Config;
+pub use crate::hooks::TestHooks;
+use crate::registry::{LoadedScheme, Registry};
 
 use crate::state::filemap;
 pub use crate::state::filemap::{
@@ -86,56 +86,14 @@ pub use mpi_host::{MpiHost, Settled};
 
 pub use comm::{CallStats, CommStats};
 
-/// Everything that can go wrong in the runtime.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ScrError {
-    /// The configuration is invalid (every problem, located).
-    #[error("invalid configuration:\n{0}")]
-    Config(ConfigErrors),
-    /// A plugin could not be found or failed.
-    #[error("{0}")]
-    Plugin(#[from] RegistryError),
-    /// A file operation failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// A state file is unreadable or corrupt.
-    #[error("{0}")]
-    State(#[from] StateError),
-    /// The API was called out of order or with a bad argument.
-    #[error("{0}")]
-    Usage(String),
-    /// Another rank failed; this rank followed it so that every rank returns the same.
-    #[error("{0}")]
-    Collective(String),
-    /// An earlier call failed after ranks had begun to change their state, so the ranks'
-    /// caches may no longer agree: every collective call is refused from then on (on
-    /// every rank alike) rather than run on diverged state.
-    #[error("{0}")]
-    StateUncertain(String),
-}
+pub(crate) use crate::error::io_err;
+pub use crate::error::{Result, ScrError};
 
 /// The exit code of a job the runtime ends with MPI_Abort (see `abort_timeout`).
 pub const ABORT_CODE: i32 = 70;
 
 /// The exit reason `finalize` records in the halt file (SCR's name for it).
 pub const FINALIZE_REASON: &str = "SCR_FINALIZE_CALLED";
-
-/// Shorthand.
-pub type Result<T, E = ScrError> = std::result::Result<T, E>;
-
-/// An I/O error on `path` as an [`ScrError`] naming it.
-pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ScrError + '_ {
-    move |source| ScrError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
 
 /// Flags of [`Runtime::start_output`], as in SCR's `SCR_FLAG_*`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -211,6 +169,8 @@ pub struct Runtime {
     /// The background hash of the last dataset kept, until its CRC32s are recorded (see
     /// `deferred_crc`; at most one).
     crc_job: Option<deferred_crc::CrcJob>,
+    /// The fault suite's hooks (none in production), given to `init_in`.
+    hooks: TestHooks,
 }
 
 /// Where this rank is in the job (fixed after init).
@@ -434,16 +394,16 @@ impl Runtime {
 
     // ----- policy -----
 
-    /// The fault suite's hook: `SCR_FAULT=<point>:<rank>:<dataset id>` makes `point`
-    /// fail on that rank for that dataset, as a full or failing control directory would,
-    /// so that failures on one rank only can be tested deterministically.
+    /// The fault suite's hook ([`TestHooks::failure_at`]): `point` fails on this rank
+    /// for dataset `id` as a full or failing control directory would, so that failures
+    /// on one rank only can be tested deterministically.
     pub(super) fn injected_failure(&self, point: &str, id: u64) -> Result<()> {
-        match self.health.fault() {
-            Some(spec) if spec == format!("{point}:{}:{id}", self.topo.rank) => Err(ScrError::Io {
+        match self.hooks.failure_at(point, self.topo.rank, id) {
+            Some(spec) => Err(ScrError::Io {
                 path: self.job.cntl_dir.join(Filemap::file_name(self.topo.rank)),
                 source: std::io::Error::other(format!("injected failure ({spec})")),
             }),
-            _ => Ok(()),
+            None => Ok(()),
         }
     }
 

@@ -124,7 +124,7 @@ fn run_with(
     run_ranks(nodes.len() as u32, |w: Box<dyn World>| {
         let me = w.rank();
         let l = loader(dir, nodes, env);
-        let mut rt = Runtime::init_in(w, l, InitOptions::default()).map_err(|e| e.to_string())?;
+        let mut rt = init_hooked(w, l, InitOptions::default()).map_err(|e| e.to_string())?;
         let outcome = match write {
             Some(step) => (|| {
                 rt.start_output(
@@ -205,7 +205,7 @@ fn job<T: Send>(
     std::fs::create_dir_all(dir.join("prefix")).unwrap();
     run_ranks(nodes.len() as u32, |w: Box<dyn World>| {
         let me = w.rank();
-        let mut rt = Runtime::init_in(w, loader(dir, nodes, extra), InitOptions::default())
+        let mut rt = init_hooked(w, loader(dir, nodes, extra), InitOptions::default())
             .unwrap_or_else(|e| panic!("rank {me}: init: {e}"));
         let report = f(&mut rt, me);
         (report, rt.finalize().map_err(|e| e.to_string()))
@@ -229,7 +229,7 @@ fn job_logged<T: Send>(
         let subscriber = tracing_subscriber::registry().with(layer);
         let (report, end) = tracing::subscriber::with_default(subscriber, || {
             let me = w.rank();
-            let mut rt = Runtime::init_in(w, loader(dir, nodes, extra), InitOptions::default())
+            let mut rt = init_hooked(w, loader(dir, nodes, extra), InitOptions::default())
                 .unwrap_or_else(|e| panic!("rank {me}: init: {e}"));
             let report = f(&mut rt, me);
             (report, rt.finalize().map_err(|e| e.to_string()))
@@ -959,7 +959,7 @@ fn bypass_run(
             .enumerate()
             .map(|(i, s)| (i + 1, s.to_string()))
             .collect();
-        let mut rt = Runtime::init_in(w, l, InitOptions::default()).map_err(|e| e.to_string())?;
+        let mut rt = init_hooked(w, l, InitOptions::default()).map_err(|e| e.to_string())?;
         let prefix = dir.join("prefix");
         let outcome = (|| {
             if write {
@@ -1100,7 +1100,7 @@ fn without_bypass_a_file_written_by_two_ranks_is_refused_and_an_output_descripto
             (1, "CKPT=0 TYPE=SINGLE".to_string()),
             (2, "CKPT=1 TYPE=SINGLE OUTPUT=1 BYPASS=1".to_string()),
         ];
-        let mut rt = Runtime::init_in(w, l, InitOptions::default()).map_err(|e| e.to_string())?;
+        let mut rt = init_hooked(w, l, InitOptions::default()).map_err(|e| e.to_string())?;
         let prefix = dir.path().join("prefix");
         let ck = OutputFlags {
             checkpoint: true,
@@ -1444,7 +1444,7 @@ fn job_with<T: Send>(
         let subscriber = tracing_subscriber::registry().with(layer);
         let (report, end) = tracing::subscriber::with_default(subscriber, || {
             let me = w.rank();
-            let mut rt = Runtime::init_in(w, loader(dir, nodes, extra), options)
+            let mut rt = init_hooked(w, loader(dir, nodes, extra), options)
                 .unwrap_or_else(|e| panic!("rank {me}: init: {e}"));
             let report = f(&mut rt, me);
             (report, rt.finalize().map_err(|e| e.to_string()))
@@ -1901,7 +1901,7 @@ fn a_panic_in_apply_on_one_member_gives_every_rank_its_error_in_process() {
         let me = w.rank();
         let mut l = loader(dir.path(), &nodes, &env);
         l.system_file = Some(system.clone());
-        let mut rt = Runtime::init_in(w, l, InitOptions::default())
+        let mut rt = init_hooked(w, l, InitOptions::default())
             .unwrap_or_else(|e| panic!("rank {me}: init: {e}"));
         let first = write_checkpoint(&mut rt, dir.path(), "ckpt.1", &format!("rank_{me}.dat"));
         let second = write_checkpoint(&mut rt, dir.path(), "ckpt.2", &format!("rank_{me}.dat"));
@@ -1949,7 +1949,7 @@ fn a_panic_in_recover_on_one_member_gives_every_rank_its_error_in_process() {
             let me = w.rank();
             let mut l = loader(dir.path(), &nodes, &env);
             l.system_file = Some(system.clone());
-            let mut rt = Runtime::init_in(w, l, InitOptions::default())
+            let mut rt = init_hooked(w, l, InitOptions::default())
                 .unwrap_or_else(|e| panic!("rank {me}: init: {e}"));
             let out = f(&mut rt, me);
             rt.finalize()
@@ -2332,7 +2332,7 @@ fn die_with_a_pending_hash(dir: &Path, noted: bool) {
     let env = single_env(&[("SCR_CACHE_SIZE", "3")]);
     let pending = run_ranks(4, |w: Box<dyn World>| {
         let me = w.rank();
-        let mut rt = Runtime::init_in(w, loader(dir, &FOUR, &env), InitOptions::default())
+        let mut rt = init_hooked(w, loader(dir, &FOUR, &env), InitOptions::default())
             .unwrap_or_else(|e| panic!("rank {me}: init: {e}"));
         write_range(&mut rt, dir, me, 1..=2);
         if me == 0 {
@@ -2506,4 +2506,12 @@ fn a_file_the_background_hash_cannot_read_is_named_and_leaves_the_dataset_unveri
         assert_eq!(warned.len(), 1, "rank {rank}: {lines:#?}");
         assert!(warned[0].contains("No such file"), "{}", warned[0]);
     }
+}
+
+/// [`Runtime::init_in`] with the test hooks the loader's stand-in environment names
+/// (`SCR_FAULT`, `SCR_TEST_WINDOW`): the tests give them as a value, as a program's
+/// environment gives them to `init_with`.
+fn init_hooked(w: Box<dyn World>, l: Loader, options: InitOptions) -> Result<Runtime> {
+    let hooks = crate::hooks::TestHooks::from_env(&l.env);
+    Runtime::init_in(w, l, options, hooks)
 }

@@ -128,13 +128,10 @@ impl Runtime {
             Direction::Fetch => (self.config.get(settings::FETCH_WIDTH), FETCH_WINDOW_TAG),
         };
         let mut w = Window::new(width, tag, direction);
-        w.gauge = self.health.gauge().map(Gauge::parse);
+        w.gauge = self.hooks.window_gauge.as_deref().map(Gauge::parse);
         w
     }
 }
-
-/// The environment variable of the window gauge (a test hook, see [`Gauge`]).
-pub const GAUGE_VAR: &str = "SCR_TEST_WINDOW";
 
 /// Testing hook, never set in production: `SCR_TEST_WINDOW=<dir>[:<hold ms>]` counts the
 /// ranks inside each window across processes, in `<dir>/flush` and `<dir>/fetch` (three

@@ -1,12 +1,12 @@
 //! The OpenMPI settings for running many ranks of one job on one machine (as root, more
 //! ranks than cores, shared memory only): what the tests, the benchmarks and the demo
-//! launch `mpiexec` with. Kept in `scripts/openmpi-local.env`, which the shell scripts
+//! launch `mpiexec` with. Kept in `tests/openmpi-local.env`, which the shell scripts
 //! source, so the scripts and the Rust code share one list.
 
 /// The file's text, compiled in.
-const FILE: &str = include_str!("../../scripts/openmpi-local.env");
+const FILE: &str = include_str!("../openmpi-local.env");
 
-/// The `(variable, value)` pairs of `scripts/openmpi-local.env`, in file order.
+/// The `(variable, value)` pairs of `tests/openmpi-local.env`, in file order.
 pub fn openmpi_local_env() -> Vec<(&'static str, &'static str)> {
     FILE.lines()
         .map(str::trim)

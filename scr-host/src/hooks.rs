@@ -1,0 +1,80 @@
+//! Test hooks: the fault suite's injected failures and the flush/fetch window gauge.
+//!
+//! They are a value handed to the runtime when it starts (`Runtime::init_in`), never
+//! state of its parts and never read from the environment inside the runtime. A
+//! program started by the tests under `mpiexec` gets them from its environment at the
+//! one place the process's environment is read for the configuration anyway
+//! (`Runtime::init_with`, through [`TestHooks::from_env`]); the in-process tests build
+//! the value themselves. Production runs carry [`TestHooks::default`], which does
+//! nothing.
+
+use std::collections::BTreeMap;
+
+/// The variable naming an injected failure: `<point>:<rank>:<dataset id>` makes `point`
+/// fail on that rank for that dataset (as a full control directory would), and
+/// `<point>:<rank>` kills that rank with SIGKILL at `point` (the crash tests).
+pub const FAULT_VAR: &str = "SCR_FAULT";
+
+/// The variable of the window gauge: `<dir>[:<hold ms>]` counts the ranks inside each
+/// flush and fetch window across processes (see the runtime's `window` module).
+pub const GAUGE_VAR: &str = "SCR_TEST_WINDOW";
+
+/// The test hooks in force for one runtime (none in production).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TestHooks {
+    /// An injected failure ([`FAULT_VAR`]'s syntax).
+    pub fault: Option<String>,
+    /// The window gauge ([`GAUGE_VAR`]'s syntax).
+    pub window_gauge: Option<String>,
+}
+
+impl TestHooks {
+    /// The hooks named by `env` (a process's environment, or a test's stand-in for one).
+    pub fn from_env(env: &BTreeMap<String, String>) -> TestHooks {
+        TestHooks {
+            fault: env.get(FAULT_VAR).cloned(),
+            window_gauge: env.get(GAUGE_VAR).cloned(),
+        }
+    }
+
+    /// The injected failure of `point` on `rank` for dataset `id`, when one is set: its
+    /// spec, for the error that names it.
+    pub(crate) fn failure_at(&self, point: &str, rank: u32, id: u64) -> Option<&str> {
+        self.fault
+            .as_deref()
+            .filter(|spec| *spec == format!("{point}:{rank}:{id}"))
+    }
+
+    /// Kill this process with SIGKILL when the crash hook names `point` on `rank`
+    /// (the crash-in-flush tests: nothing after `point` runs, as in a node failure).
+    pub(crate) fn crash_at(&self, point: &str, rank: u32) {
+        if self.fault.as_deref() == Some(format!("{point}:{rank}").as_str()) {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &std::process::id().to_string()])
+                .status();
+            std::process::abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hooks_match_only_their_point_rank_and_dataset() {
+        let env = BTreeMap::from([
+            (FAULT_VAR.to_string(), "commit:2:7".to_string()),
+            (GAUGE_VAR.to_string(), "/tmp/g:40".to_string()),
+        ]);
+        let h = TestHooks::from_env(&env);
+        assert_eq!(h.window_gauge.as_deref(), Some("/tmp/g:40"));
+        assert_eq!(h.failure_at("commit", 2, 7), Some("commit:2:7"));
+        assert_eq!(h.failure_at("commit", 1, 7), None);
+        assert_eq!(h.failure_at("commit", 2, 8), None);
+        assert_eq!(h.failure_at("delete", 2, 7), None);
+        // the crash hook's syntax has no dataset: this one must not kill the test
+        h.crash_at("commit", 2);
+        assert_eq!(TestHooks::default().failure_at("commit", 2, 7), None);
+    }
+}
