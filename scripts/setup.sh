@@ -32,7 +32,7 @@ done
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "scripts/setup.sh: missing Debian packages: ${need[*]}; install them as root (apt-get install ${need[*]})," >&2
-        echo "  or see README.md \"Installing\" for what to install without root or on other distributions" >&2
+        echo "  or see docs/install.md for what to install without root or on other distributions" >&2
         exit 1
     fi
     echo "installing: ${need[*]}"

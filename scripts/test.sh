@@ -13,6 +13,8 @@ rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup com
 
 echo "== format"
 cargo fmt --all -- --check
+echo "== links (README.md, ARCHITECTURE.md, docs/)"
+bash scripts/check-links.sh
 echo "== build (plugins, fixtures, binaries, tests)"
 cargo build --workspace --all-targets --locked
 echo "== clippy"

@@ -1,6 +1,6 @@
-//! Kernel throughput as ratios to memcpy measured in the same run (the figures the README
-//! quotes): every kernel on every implementation this CPU runs, and ISA-L's equivalents when
-//! `libisal.so.2` is installed (Debian `libisal2`).
+//! Kernel throughput as ratios to memcpy measured in the same run (the figures
+//! docs/benchmarks.md quotes): every kernel on every implementation this CPU runs, and
+//! ISA-L's equivalents when `libisal.so.2` is installed (Debian `libisal2`).
 //!
 //! `cargo run --release -p scr-kernels --example kernel-ratios [-- --reps N --sizes 64K,1M,64M
 //! --cpu-time]`

@@ -1,6 +1,7 @@
 //! [`World`] over an MPI communicator: every method delegates to the counted exchange of
 //! [`comm`], so the MPI calls made and the counts kept are exactly those of the code that
-//! called `comm` directly (the README's scale table and the scale tests depend on them).
+//! called `comm` directly (the scale table of docs/benchmarks.md and the scale tests depend
+//! on them).
 //!
 //! `unsafe` here: a borrowed view of a communicator the caller owns (a pointer valid for
 //! one call), and the `Send`/`Sync` that the trait requires of a type holding an MPI
