@@ -121,7 +121,7 @@ impl Runtime {
         if why.is_empty() {
             if let Some(c) = out.record.checkpoint_id {
                 // before the ids are recorded with the dataset's (forget_bypass)
-                self.cache.next_checkpoint = c + 1;
+                self.cache.used(0, Some(c));
             }
         }
         self.forget_bypass(&out)?;
@@ -185,7 +185,7 @@ impl Runtime {
     fn forget_bypass(&mut self, out: &Output) -> Result<()> {
         let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
         let _ = std::fs::remove_dir(&dir);
-        self.cache.filemap.datasets.remove(&out.record.id);
+        self.cache.forget(out.record.id);
         let saved = self.save_filemap();
         self.dataset_done(out.record.id);
         self.agree_changed("complete_output", saved)

@@ -223,13 +223,13 @@ impl Runtime {
             .map(|f| (f.name.clone(), dir.join(&f.name)))
             .collect();
         let buf = self.config.get(settings::FILE_BUF_SIZE).max(4096) as usize;
-        let note = Some((self.job.cntl_dir.clone(), self.topo.rank));
+        let note = Some((self.job.cntl_dir.clone(), self.topo.rank()));
         match CrcJob::spawn(rec.id, &rec.name, files.clone(), buf, note) {
             Ok(job) => self.crc_job = Some(job),
             Err(e) => {
                 tracing::warn!(
                     "rank {}: no thread for the CRC32s of dataset {} ({}): {e}; hashing them now",
-                    self.topo.rank,
+                    self.topo.rank(),
                     rec.id,
                     rec.name
                 );
@@ -275,7 +275,7 @@ impl Runtime {
                 job.cancel();
             }
             // (noted before the cancel, if it finished first: no use once it is gone)
-            let _ = CrcNote::remove(&self.job.cntl_dir, self.topo.rank);
+            let _ = CrcNote::remove(&self.job.cntl_dir, self.topo.rank());
         }
     }
 
@@ -291,28 +291,30 @@ impl Runtime {
         name: &str,
         hashes: Vec<(String, FileHash)>,
     ) {
-        let rank = self.topo.rank;
-        let Some(rec) = self.cache.filemap.datasets.get_mut(&id) else {
-            return;
-        };
-        let mut unhashed = false;
-        for (file, hash) in hashes {
-            let Some(f) = rec.files.iter_mut().find(|f| f.name == file) else {
-                continue;
-            };
-            match hash {
-                Ok(crc) => f.crc32 = Some(crc),
-                Err(e) => {
-                    f.crc32 = None;
-                    unhashed = true;
-                    tracing::warn!(
-                        "rank {rank}: dataset {id} ({name}): {file}: its CRC32 could not be computed ({e}); none is recorded, so a later run does not restore this rank's files of it"
-                    );
+        let rank = self.topo.rank();
+        let held = self.cache.update(id, |rec| {
+            let mut unhashed = false;
+            for (file, hash) in hashes {
+                let Some(f) = rec.files.iter_mut().find(|f| f.name == file) else {
+                    continue;
+                };
+                match hash {
+                    Ok(crc) => f.crc32 = Some(crc),
+                    Err(e) => {
+                        f.crc32 = None;
+                        unhashed = true;
+                        tracing::warn!(
+                            "rank {rank}: dataset {id} ({name}): {file}: its CRC32 could not be computed ({e}); none is recorded, so a later run does not restore this rank's files of it"
+                        );
+                    }
                 }
             }
+            // every file hashed, or the dataset stays unverifiable on this rank
+            rec.crc32_pending = unhashed || rec.files.iter().any(|f| f.crc32.is_none());
+        });
+        if !held {
+            return;
         }
-        // every file hashed, or the dataset stays unverifiable on this rank
-        rec.crc32_pending = unhashed || rec.files.iter().any(|f| f.crc32.is_none());
         match self.save_filemap() {
             // the filemap holds them now: the thread's note has served
             Ok(()) => {

@@ -26,7 +26,7 @@ impl Runtime {
 
     /// The state file of this rank's transfer of dataset `id`.
     pub(in crate::runtime) fn transfer_state(&self, id: u64) -> PathBuf {
-        crate::layout::transfer_state(&self.job.cntl_dir, id, self.topo.rank)
+        crate::layout::transfer_state(&self.job.cntl_dir, id, self.topo.rank())
     }
 
     /// Read buffer for the host's CRC32 of transferred files.
@@ -45,8 +45,8 @@ impl Runtime {
     /// cancellation flag is `flushing.cancel`.
     pub(in crate::runtime) fn transfer_host(&self, label: &Label) -> LocalHost {
         LocalHost::new(
-            self.topo.rank,
-            &self.topo.node,
+            self.topo.rank(),
+            self.topo.node(),
             &format!("transfer {}", label.transfer_type),
             Arc::clone(&self.flushing.cancel),
         )

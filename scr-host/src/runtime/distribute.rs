@@ -15,12 +15,12 @@ impl Runtime {
     /// agrees on, so no two can deadlock.
     pub(in crate::runtime) fn distribute(&mut self) -> Result<()> {
         let mut offers: Vec<(u32, u32)> = Vec::new(); // (owner, holder)
-        if self.first_on_node() {
+        if self.topo.first_on_node() {
             for (owner, _) in Filemap::owners_in(&self.job.cntl_dir) {
                 // an owner of this job that runs on another node now
-                let moved = owner < self.topo.size && !self.topo.node_ranks.contains(&owner);
+                let moved = owner < self.topo.size() && !self.topo.node_ranks().contains(&owner);
                 if moved {
-                    offers.push((owner, self.topo.rank));
+                    offers.push((owner, self.topo.rank()));
                 }
             }
         }
@@ -38,14 +38,14 @@ impl Runtime {
             self.world
                 .sparse_exchange(&sends, OFFER_TAG)
                 .into_iter()
-                .map(|(holder, _)| (self.topo.rank, holder)),
+                .map(|(holder, _)| (self.topo.rank(), holder)),
         );
         all.sort();
         let mut received = BTreeSet::new();
         for (owner, holder) in all {
-            if self.topo.rank == holder {
+            if self.topo.rank() == holder {
                 self.send_filemap(owner)?;
-            } else if self.topo.rank == owner {
+            } else if self.topo.rank() == owner {
                 self.receive_filemap(holder)?;
                 received.insert(holder);
             }
@@ -53,7 +53,7 @@ impl Runtime {
         if !received.is_empty() {
             self.info(&format!(
                 "rank {} received its cache from rank(s) {received:?}",
-                self.topo.rank
+                self.topo.rank()
             ));
         }
         Ok(())
@@ -130,7 +130,7 @@ impl Runtime {
         if ack[0] != 1 {
             tracing::warn!(
                 "rank {owner} could not store its moved files; they stay on node {}",
-                self.topo.node
+                self.topo.node()
             );
             return Ok(());
         }
@@ -161,13 +161,13 @@ impl Runtime {
             Err(e) => {
                 tracing::warn!("filemap moved from rank {holder} is unreadable: {e}");
                 Filemap {
-                    rank: self.topo.rank,
+                    rank: self.topo.rank(),
                     datasets: BTreeMap::new(),
                 }
             }
         };
-        let mut mine = Filemap::load(&self.job.cntl_dir, self.topo.rank).unwrap_or(Filemap {
-            rank: self.topo.rank,
+        let mut mine = Filemap::load(&self.job.cntl_dir, self.topo.rank()).unwrap_or(Filemap {
+            rank: self.topo.rank(),
             datasets: BTreeMap::new(),
         });
         for rec in moved.datasets.values() {

@@ -21,7 +21,7 @@ impl Runtime {
         if self.passthrough.is_some() {
             return Ok(());
         }
-        let cached = self.id_of(name).ok();
+        let cached = self.cache.id_of(name).ok();
         let pre = self
             .same_name("drop", name)
             .and_then(|()| self.not_in_use("drop", name, cached));
@@ -45,7 +45,7 @@ impl Runtime {
         if self.passthrough.is_some() {
             return Ok(());
         }
-        let cached = self.id_of(name).ok();
+        let cached = self.cache.id_of(name).ok();
         let pre = self
             .same_name("delete", name)
             .and_then(|()| self.not_in_use("delete", name, cached));
@@ -53,7 +53,7 @@ impl Runtime {
         if let Some(id) = cached {
             self.settle_flush_of(id);
         }
-        let local = match cached.and_then(|id| self.cache.filemap.datasets.get(&id).cloned()) {
+        let local = match cached.and_then(|id| self.cache.get(id).cloned()) {
             Some(rec) => self.delete_dataset(&rec),
             None => Ok(()),
         };
@@ -133,7 +133,7 @@ impl Runtime {
         cached: Option<u64>,
         delete: bool,
     ) -> Result<()> {
-        let outcome = if self.topo.rank == 0 {
+        let outcome = if self.topo.rank() == 0 {
             let prefix = &self.job.prefix;
             crate::state::prefix::Index::drop_for_app_in(prefix, name, cached, delete)
                 .map(|dropped| {
@@ -157,7 +157,7 @@ impl Runtime {
         if !self.config.get(settings::PREFIX_PURGE) {
             return Ok(());
         }
-        let outcome = if self.topo.rank == 0 {
+        let outcome = if self.topo.rank() == 0 {
             let prefix = &self.job.prefix;
             crate::state::prefix::Index::purge_in(prefix)
                 .map(|dropped| {
@@ -194,7 +194,7 @@ impl Runtime {
     /// A failure is a warning: the flush itself stands.
     pub(in crate::runtime) fn trim_prefix(&self, entry: &crate::state::prefix::IndexEntry) {
         let window = self.config.get(settings::PREFIX_SIZE);
-        if window == 0 || entry.checkpoint_id.is_none() || self.topo.rank != 0 {
+        if window == 0 || entry.checkpoint_id.is_none() || self.topo.rank() != 0 {
             return;
         }
         let prefix = &self.job.prefix;
@@ -215,16 +215,6 @@ impl Runtime {
                 entry.name
             ),
         }
-    }
-
-    pub(in crate::runtime) fn id_of(&self, name: &str) -> Result<u64> {
-        self.cache
-            .filemap
-            .datasets
-            .values()
-            .find(|d| d.name == name)
-            .map(|d| d.id)
-            .ok_or_else(|| ScrError::Usage(format!("no dataset named `{name}` in cache")))
     }
 
     /// Discard a dataset whose apply failed on some rank (every rank calls this; `desc`
@@ -270,15 +260,15 @@ impl Runtime {
                 .config
                 .get(settings::FILE_BUF_SIZE)
                 .clamp(4096, 64 << 20) as usize;
-            if let Err(why) = verify_dataset(self.topo.rank, rec, &dir, true, buf) {
+            if let Err(why) = verify_dataset(self.topo.rank(), rec, &dir, true, buf) {
                 tracing::warn!(
                     "crc_on_delete: dataset {} ({}) was damaged in cache before it was deleted: {why}", rec.id, rec.name
                 );
             }
         }
         remove_files(&dir, &file_names(rec))?;
-        self.cache.filemap.datasets.remove(&rec.id);
-        if self.topo.rank == 0 && rec.complete {
+        self.cache.forget(rec.id);
+        if self.topo.rank() == 0 && rec.complete {
             if let Err(e) =
                 crate::state::prefix::FlushFile::remove_location(&self.job.prefix, rec.id, "CACHE")
             {
@@ -293,7 +283,7 @@ impl Runtime {
     /// rank on each node does it; only names inside their dataset directories are
     /// removed.
     pub(in crate::runtime) fn purge_cache(&mut self, why: &str) -> Result<()> {
-        if !self.first_on_node() {
+        if !self.topo.first_on_node() {
             return Ok(());
         }
         let mut purged = BTreeSet::new();
@@ -318,7 +308,7 @@ impl Runtime {
         if !purged.is_empty() {
             tracing::warn!(
                 "{why}: purged the cache of node {}: {}; restarting from the prefix",
-                self.topo.node,
+                self.topo.node(),
                 purged.into_iter().collect::<Vec<_>>().join(", ")
             );
         }
@@ -355,9 +345,7 @@ impl Runtime {
             .max(1);
         let held: Vec<u64> = self
             .cache
-            .filemap
-            .datasets
-            .values()
+            .datasets()
             .filter(|d| d.descriptor.store == store)
             .map(|d| d.id)
             .collect();
@@ -366,7 +354,7 @@ impl Runtime {
         let victims = victims(&holders, limit, room);
         let mut local = Ok(());
         for id in victims {
-            let Some(victim) = self.cache.filemap.datasets.get(&id).cloned() else {
+            let Some(victim) = self.cache.get(id).cloned() else {
                 continue;
             };
             self.info(&format!(
@@ -398,9 +386,7 @@ impl Runtime {
                     .is_some_and(|e| e.complete && e.failed.is_none())
         };
         self.cache
-            .filemap
-            .datasets
-            .values()
+            .datasets()
             .filter(|d| {
                 d.descriptor.store == store
                     && !protected.contains(&Some(d.id))
@@ -443,7 +429,7 @@ impl Runtime {
 
     /// The newest complete checkpoint, skipped or not.
     pub(in crate::runtime) fn restart_candidate_any(&self) -> Option<u64> {
-        self.cache.filemap.newest_checkpoint(&[])
+        self.cache.newest_checkpoint(&[])
     }
 }
 

@@ -57,7 +57,7 @@ impl Runtime {
         u64,
     )> {
         // rank 0: the choice and its map's layout; a single-file map itself (legacy)
-        let (choice, single) = if self.topo.rank == 0 {
+        let (choice, single) = if self.topo.rank() == 0 {
             self.pick_from_index(tried, wanted, older_than)
         } else {
             (None, None)
@@ -74,7 +74,7 @@ impl Runtime {
         let (blocks, total) = match &layout {
             MapLayout::Tree(root) => (root.blocks(), root.bytes),
             MapLayout::Single { block } => (
-                prefix::Blocks::new(self.topo.size, *block),
+                prefix::Blocks::new(self.topo.size(), *block),
                 single
                     .as_ref()
                     .map_or(0, |m| m.ranks.values().flatten().map(|f| f.size).sum()),
@@ -99,7 +99,7 @@ impl Runtime {
             tracing::warn!("{e}; no checkpoint is taken from the prefix");
             Index::default()
         });
-        let mut candidates = index.fetch_candidates(self.topo.size);
+        let mut candidates = index.fetch_candidates(self.topo.size());
         // the checkpoint `current` named is tried first
         if let Some(pos) = candidates
             .iter()
@@ -135,7 +135,7 @@ impl Runtime {
     ) -> (std::result::Result<MapLayout, String>, Option<Rank2File>) {
         let map = Rank2FileMap::load(&self.job.prefix, entry.id)
             .map_err(|x| x.to_string())
-            .and_then(|m| check_map(&self.job.prefix, entry.id, self.topo.size, m));
+            .and_then(|m| check_map(&self.job.prefix, entry.id, self.topo.size(), m));
         match map {
             Ok(Rank2FileMap::Tree(root)) => (Ok(MapLayout::Tree(root)), None),
             Ok(Rank2FileMap::Single(m)) => (
@@ -160,8 +160,8 @@ impl Runtime {
         single: Option<&Rank2File>,
         blocks: prefix::Blocks,
     ) -> Option<std::result::Result<BlockLists, String>> {
-        let n = blocks.of(self.topo.rank);
-        let leader = self.topo.rank == blocks.leader(n);
+        let n = blocks.of(self.topo.rank());
+        let leader = self.topo.rank() == blocks.leader(n);
         match layout {
             MapLayout::Tree(root) => {
                 let part =
@@ -220,7 +220,7 @@ impl Runtime {
         blocks: prefix::Blocks,
         block_lists: Option<&std::result::Result<BlockLists, String>>,
     ) -> std::result::Result<Vec<FlushedFile>, String> {
-        let n = blocks.of(self.topo.rank);
+        let n = blocks.of(self.topo.rank());
         let leader = blocks.leader(n);
         let members: Vec<u32> = blocks.members(n).collect();
         let lists: Vec<Vec<u8>> = match block_lists {
@@ -254,7 +254,7 @@ impl Runtime {
     /// (kept through a rebuild of the index from the summaries), so no later run tries
     /// it again; a failure to do so is a warning.
     pub(in crate::runtime) fn mark_failed_in_index(&self, entry: &IndexEntry, reason: &str) {
-        if self.topo.rank == 0 {
+        if self.topo.rank() == 0 {
             if let Err(e) = Index::mark_failed(&self.job.prefix, entry.id, reason) {
                 tracing::warn!("{e}; {} is not marked failed in the index", entry.name);
             }
@@ -311,10 +311,7 @@ impl Runtime {
                     .map(|(rank, why)| format!("rank {rank}: {why}"));
             match (failed, mine) {
                 (None, Ok(files)) => {
-                    self.cache.next_dataset = self.cache.next_dataset.max(entry.id + 1);
-                    if let Some(c) = entry.checkpoint_id {
-                        self.cache.next_checkpoint = self.cache.next_checkpoint.max(c + 1);
-                    }
+                    self.cache.used(entry.id, entry.checkpoint_id);
                     self.info(&format!(
                         "restarting from {} read in place in the prefix {}",
                         entry.name,
@@ -389,11 +386,8 @@ impl Runtime {
                     // fallback below the pinned checkpoint fetches it)
                     self.restart.skipped.retain(|&s| s != entry.id);
                     // ids continue after the fetched dataset
-                    self.cache.next_dataset = self.cache.next_dataset.max(entry.id + 1);
-                    if let Some(c) = entry.checkpoint_id {
-                        self.cache.next_checkpoint = self.cache.next_checkpoint.max(c + 1);
-                    }
-                    if self.topo.rank == 0 {
+                    self.cache.used(entry.id, entry.checkpoint_id);
+                    if self.topo.rank() == 0 {
                         let _ = Index::update(&self.job.prefix, |ix| {
                             ix.fetched(entry.id, &entry.name, now_secs())
                         });
@@ -412,7 +406,7 @@ impl Runtime {
                     return Ok(());
                 }
                 Some(reason) => {
-                    if let Some(rec) = self.cache.filemap.datasets.get(&entry.id).cloned() {
+                    if let Some(rec) = self.cache.get(entry.id).cloned() {
                         let removed = self.remove_local(&rec);
                         self.agree(removed)?;
                     } else {
@@ -461,10 +455,10 @@ impl Runtime {
                 })
                 .collect(),
             redundancy: Vec::new(),
-            world_size: self.topo.size,
+            world_size: self.topo.size(),
             crc32_pending: false,
         };
-        self.cache.filemap.datasets.insert(entry.id, record.clone());
+        self.cache.put(record.clone());
         self.save_filemap().map_err(|e| e.to_string())?;
         // every directory from the store down 0700 and checked, none a link
         let base = Path::new(&store);
@@ -487,7 +481,7 @@ impl Runtime {
         }
         // the same transfer type as the flush from this store, verified the same way
         let label = self.transfer_of(&store);
-        let state = crate::layout::fetch_state(&self.job.cntl_dir, entry.id, self.topo.rank);
+        let state = crate::layout::fetch_state(&self.job.cntl_dir, entry.id, self.topo.rank());
         let started = self.dispatch(label, files, &state);
         let buf = self.buf_size();
         let fetched = started.and_then(|s| collect(s, false, "recorded by the flush", buf));
@@ -501,7 +495,7 @@ impl Runtime {
             rec.mtime = meta.mtime;
             rec.crc32 = f.crc32;
         }
-        self.cache.filemap.datasets.insert(entry.id, record);
+        self.cache.put(record);
         self.save_filemap().map_err(|e| e.to_string())
     }
 
@@ -512,14 +506,14 @@ impl Runtime {
     pub(in crate::runtime) fn protect_fetched(&mut self, id: u64) -> Result<()> {
         // (a failure before the apply below is this rank's own)
         self.credit.set(None);
-        let mut rec = self.cache.filemap.datasets[&id].clone();
+        let mut rec = self.cache.record(id).clone();
         let desc = self.reddesc_for(rec.checkpoint_id);
         let dir = self.dataset_dir(&rec.descriptor.store, id);
         // the redundancy files are recorded before they exist, like every file
         let declared =
             integrity::declare_redundancy(&self.job.reddescs[desc].scheme, &mut rec, &dir)
                 .and_then(|()| {
-                    self.cache.filemap.datasets.insert(id, rec.clone());
+                    self.cache.put(rec.clone());
                     self.save_filemap()
                 });
         self.agree(declared)?;
@@ -552,7 +546,7 @@ impl Runtime {
             })
             .collect();
         rec.complete = true;
-        self.cache.filemap.datasets.insert(id, rec);
+        self.cache.put(rec);
         self.save_filemap()
     }
 }

@@ -56,7 +56,7 @@ impl Runtime {
         self.log_event(crate::events::Event::Finalize {
             seconds_total: self.report.init_started.elapsed().as_secs_f64(),
         });
-        if self.topo.rank == 0 {
+        if self.topo.rank() == 0 {
             // record why the run ended, unless someone set a reason of their own (read
             // and written under the prefix lock, like every halt file update)
             let reason = match self.health.halt_reason() {

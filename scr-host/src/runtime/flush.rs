@@ -301,7 +301,7 @@ impl Runtime {
             // (the index says why; it stays in cache for the next run or scavenge)
             return Ok(());
         }
-        let held = if self.topo.rank == 0 {
+        let held = if self.topo.rank() == 0 {
             // (a damaged index is rebuilt from the summaries first: taking it for empty
             // would flush the checkpoint a second time beside its first copy)
             Index::load_or_rebuild(&self.job.prefix)
@@ -318,7 +318,7 @@ impl Runtime {
         if held {
             return Ok(());
         }
-        let rec = self.cache.filemap.datasets[&id].clone();
+        let rec = self.cache.record(id).clone();
         self.info(&format!(
             "{why}: flushing {} (the newest checkpoint, not yet in the prefix)",
             rec.name
@@ -337,7 +337,7 @@ impl Runtime {
         let settled;
         let rec = if self.settle_crc_of(rec.id) {
             let mut r = rec.clone();
-            if let Some(now) = self.cache.filemap.datasets.get(&rec.id) {
+            if let Some(now) = self.cache.get(rec.id) {
                 for f in &mut r.files {
                     f.crc32 = now
                         .files
@@ -356,7 +356,7 @@ impl Runtime {
         let Some(entry) = self.open_index_entry(rec) else {
             return Ok(());
         };
-        self.hooks.crash_at("flush-started", self.topo.rank);
+        self.hooks.crash_at("flush-started", self.topo.rank());
         let place = self.placement(rec);
         // what this flush may write, recorded in the prefix before anything is written:
         // if the run dies mid-flush, the next init cleans it up even when every cache is
@@ -366,7 +366,7 @@ impl Runtime {
             // every rank's transfer starts now: a background flush is not windowed (see
             // `window`: its waiters make no MPI call to pass a turn on)
             let started = self.start_transfer(rec, place.relocate);
-            self.hooks.crash_at("flush-dispatched", self.topo.rank);
+            self.hooks.crash_at("flush-dispatched", self.topo.rank());
             lock(&self.flushing.removable).insert(rec.id, place.removable(&started));
             return self.flush_in_background(rec, entry, started);
         }
@@ -378,7 +378,7 @@ impl Runtime {
             self.injected_failure("flush-transfer", rec.id)
                 .map_err(|e| e.to_string())?;
             let started = self.start_transfer(rec, place.relocate);
-            self.hooks.crash_at("flush-dispatched", self.topo.rank);
+            self.hooks.crash_at("flush-dispatched", self.topo.rank());
             removable = place.removable(&started);
             started.and_then(|s| collect(s, false, "when written", buf))
         });
@@ -408,11 +408,11 @@ impl Runtime {
             checkpoint_id: rec.checkpoint_id,
             output: rec.output,
             dir: crate::layout::dataset_dir_name(rec.id),
-            world_size: self.topo.size,
+            world_size: self.topo.size(),
             job_name: Some(self.config.get(settings::JOB_NAME)).filter(|n| !n.is_empty()),
             ..IndexEntry::default()
         };
-        let opened = if self.topo.rank == 0 {
+        let opened = if self.topo.rank() == 0 {
             Index::update(&self.job.prefix, |ix| ix.begin_flush(&entry)).map_err(|e| e.to_string())
         } else {
             Ok(())
@@ -483,7 +483,7 @@ impl Runtime {
         removable: &[PathBuf],
     ) {
         let state = self.transfer_state(rec.id);
-        self.hooks.crash_at("flush-copied", self.topo.rank);
+        self.hooks.crash_at("flush-copied", self.topo.rank());
         let recorded = self.gather_and_finish(entry, &outcome);
         let text = self
             .world
@@ -534,7 +534,7 @@ impl Runtime {
         mine: &RankOutcome,
     ) -> std::result::Result<(), String> {
         let blocks = self.rank2file_blocks();
-        let n = blocks.of(self.topo.rank);
+        let n = blocks.of(self.topo.rank());
         let leader = blocks.leader(n);
         let members: Vec<u32> = blocks.members(n).collect();
         let gathered = self.world.gather_from(
@@ -569,7 +569,7 @@ impl Runtime {
             if part.is_some() {
                 let _ = std::fs::remove_file(Rank2FilePart::path(&self.job.prefix, entry.id, n));
             }
-            if self.topo.rank != 0 {
+            if self.topo.rank() != 0 {
                 return Ok(());
             }
             let reason = format!(
@@ -586,7 +586,7 @@ impl Runtime {
         let [files, bytes] =
             <[u64; 2]>::try_from(self.world.all_reduce_u64s(&[files, bytes], Op::Sum))
                 .expect("two sums");
-        if self.topo.rank != 0 {
+        if self.topo.rank() != 0 {
             return Ok(());
         }
         let done = record_complete(
@@ -628,13 +628,13 @@ impl Runtime {
         let p = Rank2FilePart::new(entry.id, blocks, n, ranks);
         p.write(&self.job.prefix)
             .map(|()| (p.files, p.bytes))
-            .map_err(|e| (self.topo.rank, format!("its rank2file part: {e}")))
+            .map_err(|e| (self.topo.rank(), format!("its rank2file part: {e}")))
     }
 
     /// The blocks this job's rank2file maps are written in (`rank2file_block`).
     pub(in crate::runtime) fn rank2file_blocks(&self) -> prefix::Blocks {
         let block = u32::try_from(self.config.get(settings::RANK2FILE_BLOCK)).unwrap_or(u32::MAX);
-        prefix::Blocks::new(self.topo.size, block)
+        prefix::Blocks::new(self.topo.size(), block)
     }
 
     /// Background flushes whose transfer has not ended on this rank yet (local, no

@@ -1,24 +1,25 @@
 //! Init: the collective start of a run (configuration, plugins, node, directories, stores
 //! and sets, the cache restored).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use mpi::topology::SimpleCommunicator;
 
+use super::topology::Topology;
 use super::world::mpi_world::MpiWorld;
 use super::world::{SetHost, World};
 use super::{
-    agree_on, comm, flush, io_err, sets, CacheState, Health, InitOptions, JobLayout, Passthrough,
-    Policy, RedDesc, RestartState, Result, RunReport, Runtime, ScrError, Set, TestHooks, Topology,
+    agree_on, comm, flush, io_err, sets, Cache, Health, InitOptions, JobLayout, Passthrough,
+    Policy, RedDesc, RestartState, Result, RunReport, Runtime, ScrError, Set, TestHooks,
     FINALIZE_REASON,
 };
 use crate::config::settings;
 use crate::config::{check_plugins, Config, ConfigErrors, Loader, Snapshot, View};
 use crate::private_dir::create_private_dir;
 use crate::registry::Registry;
-use crate::state::filemap::{self, DescriptorRecord, Filemap};
+use crate::state::filemap::DescriptorRecord;
 use crate::state::halt::Halt;
 
 impl Runtime {
@@ -103,16 +104,8 @@ impl Runtime {
         span: tracing::Span,
     ) -> Runtime {
         let rank = world.rank();
-        let size = world.size();
         Runtime {
-            topo: Topology {
-                rank,
-                size,
-                node: String::new(),
-                node_ranks: Vec::new(),
-                node_count: 0,
-                simulated: false,
-            },
+            topo: Topology::unplaced(&*world),
             registry: Registry::default(),
             job: JobLayout {
                 user: config.get(settings::USER),
@@ -122,15 +115,7 @@ impl Runtime {
                 reddescs: Vec::new(),
             },
             span: span.clone(),
-            cache: CacheState {
-                filemap: Filemap {
-                    rank,
-                    datasets: BTreeMap::new(),
-                },
-                filemap_journal: filemap::JournalWriter::default(),
-                next_dataset: 1,
-                next_checkpoint: 1,
-            },
+            cache: Cache::new(rank),
             output: None,
             credit: std::cell::Cell::new(None),
             crc_job: None,
@@ -168,38 +153,9 @@ impl Runtime {
         self.agree(checked)
     }
 
-    /// This rank's node (the testing override `node_names`, else the host name; agreed),
-    /// the ranks on it and the number of nodes.
+    /// This rank's node, the ranks on it and the number of nodes (agreed).
     pub(in crate::runtime) fn find_node(&mut self) -> Result<()> {
-        let (rank, size) = (self.topo.rank, self.topo.size);
-        let node_names = self.config.get(settings::NODE_NAMES);
-        self.topo.simulated = !node_names.is_empty();
-        let node = if self.topo.simulated {
-            let names: Vec<&str> = node_names.split(',').map(str::trim).collect();
-            match names.get(rank as usize) {
-                Some(n) if !n.is_empty() => Ok(n.to_string()),
-                _ => Err(ScrError::Usage(format!(
-                    "node_names lists {} node(s) but the job has {size} ranks; give one name per rank",
-                    names.len()
-                ))),
-            }
-        } else {
-            Ok(std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|s| s.trim().to_string())
-                .unwrap_or_else(|_| "localhost".into()))
-        };
-        self.topo.node = self.agree(node)?;
-        // the ranks of this node find each other by a split by node name (see
-        // sets::split_by_value) and count the nodes with one reduction: per rank
-        // O(log P) steps and O(ranks per node) bytes (was: every rank's node name on
-        // every rank, O(P))
-        {
-            let node_comm = sets::split_by_value_in(&*self.world, &self.topo.node);
-            self.topo.node_ranks = node_comm.all_gather_u32(self.topo.rank);
-            let first = u64::from(node_comm.rank() == 0);
-            self.topo.node_count = u32::try_from(self.world.sum_u64(first)).unwrap_or(u32::MAX);
-        }
-
+        self.topo = Topology::find(&*self.world, &self.config)?;
         Ok(())
     }
 
@@ -210,14 +166,14 @@ impl Runtime {
         let cntl_base = PathBuf::from(self.config.get(settings::CNTL_BASE));
         self.job.cntl_dir = crate::layout::job_dir(
             &cntl_base,
-            self.topo.simulated,
-            &self.topo.node,
+            self.topo.simulated(),
+            self.topo.node(),
             &self.job.user,
             &self.job.job_id,
         );
         let prefix = self.job.prefix.clone();
         let local = create_private_dir(&cntl_base, &self.job.cntl_dir).and_then(|()| {
-            if self.topo.rank == 0 {
+            if self.topo.rank() == 0 {
                 let scr = crate::layout::scr_dir(&prefix);
                 std::fs::create_dir_all(&scr).map_err(io_err(&scr))?;
                 // A run that ended in finalize left that as its reason; a new run
@@ -266,7 +222,7 @@ impl Runtime {
         let made = stores.iter().try_for_each(|s| self.create_store_dir(s));
         self.agree(made)?;
         self.write_nodes_file()?;
-        if self.topo.rank == 0 {
+        if self.topo.rank() == 0 {
             // what the application set, for `scr config show` and `explain` to report
             if let Err(e) = crate::config::api::record(&self.job.prefix, recorded_api) {
                 self.warn(&format!(
@@ -275,7 +231,7 @@ impl Runtime {
                 ));
             }
         }
-        if self.topo.rank == 0 {
+        if self.topo.rank() == 0 {
             // asked once, on one rank: thousands of ranks each running `squeue` would
             // load the resource manager
             self.report.allocation_end = crate::walltime::from_config_and_env(&self.config);
@@ -371,8 +327,8 @@ impl Runtime {
     /// exit here when the run is halted.
     pub(in crate::runtime) fn report_init(&mut self, started: Instant) {
         self.log_event(crate::events::Event::Init {
-            ranks: self.topo.size,
-            nodes: self.topo.node_count,
+            ranks: self.topo.size(),
+            nodes: self.topo.node_count(),
             seconds: started.elapsed().as_secs_f64(),
             restarted_from: self.have_restart(),
         });
@@ -394,8 +350,8 @@ impl Runtime {
         }
         self.info(&format!(
             "init: {} ranks on {} node(s), {} descriptor(s), restart candidate {:?}, {:.3} s",
-            self.topo.size,
-            self.topo.node_count,
+            self.topo.size(),
+            self.topo.node_count(),
             self.job.reddescs.len(),
             self.have_restart(),
             started.elapsed().as_secs_f64()
@@ -410,8 +366,8 @@ impl Runtime {
             .unwrap_or(View::Node);
         crate::layout::job_dir(
             Path::new(store),
-            self.topo.simulated && view == View::Node,
-            &self.topo.node,
+            self.topo.simulated() && view == View::Node,
+            self.topo.node(),
             &self.job.user,
             &self.job.job_id,
         )
@@ -426,7 +382,7 @@ impl Runtime {
             return Err(ScrError::Usage(format!(
                 "store {store}: mkdir = false, but the job's directory {} does not exist on node {}; create it before the job starts (as a job prolog would) or set mkdir = true",
                 dir.display(),
-                self.topo.node
+                self.topo.node()
             )));
         }
         create_private_dir(Path::new(store), &dir)
@@ -435,7 +391,7 @@ impl Runtime {
     /// This rank's failure-group value for group `name`.
     pub(in crate::runtime) fn group_value(&self, name: &str) -> Result<String> {
         self.config
-            .failure_group(name, &self.topo.node, self.topo.rank)
+            .failure_group(name, self.topo.node(), self.topo.rank())
             .map_err(ScrError::Usage)
     }
 
@@ -453,12 +409,12 @@ impl Runtime {
         let set = set.filter(|s| i32::try_from(s.id).is_ok());
         let color = set.map(|s| s.id as u32);
         let key = set
-            .and_then(|s| s.members.iter().position(|&m| m == self.topo.rank))
+            .and_then(|s| s.members.iter().position(|&m| m == self.topo.rank()))
             .unwrap_or(0) as u32;
         let comm = self.world.split(color, key)?;
         let set = set?;
         let groups = sets::gather_strings_in(&*comm, group);
-        Some(comm.set_host(set.members.clone(), groups, self.topo.rank))
+        Some(comm.set_host(set.members.clone(), groups, self.topo.rank()))
     }
 
     pub(in crate::runtime) fn create_reddescs(&mut self) -> Result<()> {
@@ -470,17 +426,17 @@ impl Runtime {
             let value = self.agree(self.group_value(&d.group.0))?;
             let (mine, comm, groups) =
                 sets::form_my_set_in(&*self.world, &value, d.set_size() as usize);
-            let host = comm.set_host(mine.members.clone(), groups, self.topo.rank);
+            let host = comm.set_host(mine.members.clone(), groups, self.topo.rank());
             let member = mine
                 .members
                 .iter()
-                .position(|&m| m == self.topo.rank)
+                .position(|&m| m == self.topo.rank())
                 .expect("a member of its own set") as u32;
             let config = d.scheme_config(
                 &self.config,
                 mine.members.len() as u32,
                 member,
-                self.topo.rank,
+                self.topo.rank(),
             );
             // a scheme may refuse one set (e.g. its size) but not another: agree first
             let scheme = self.agree(self.registry.new_scheme(&config).map_err(ScrError::from))?;
@@ -513,7 +469,7 @@ impl Runtime {
             let noes = self.world.sum_u64(no_hash | keeps_some << 32);
             let hashes_in_apply = noes & 0xffff_ffff == 0;
             let keeps_no_redundancy = noes >> 32 == 0;
-            if self.topo.rank == 0 {
+            if self.topo.rank() == 0 {
                 tracing::debug!(
                     "descriptor {i}: {}",
                     super::restore::survivor_contract(
@@ -545,14 +501,14 @@ impl Runtime {
     /// written.
     pub(in crate::runtime) fn write_nodes_file(&self) -> Result<()> {
         let nodes = crate::state::nodes::Nodes {
-            nodes: u64::from(self.topo.node_count),
+            nodes: u64::from(self.topo.node_count()),
         };
         let mut written = Ok(());
-        if self.first_on_node() {
+        if self.topo.first_on_node() {
             let path = crate::layout::nodes_file(&self.job.cntl_dir);
             written = nodes.write(&path, true).map_err(io_err(&path));
         }
-        if self.topo.rank == 0 {
+        if self.topo.rank() == 0 {
             // the prefix's copy only sizes `scr run`'s next relaunch: a full or read-only
             // prefix must not keep the job from starting (a flush would say so anyway)
             let path = crate::layout::prefix_nodes_file(&self.job.prefix);

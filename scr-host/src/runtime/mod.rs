@@ -38,6 +38,7 @@
 
 mod agree;
 mod bypass;
+mod cache;
 pub mod comm;
 mod deferred_crc;
 mod dispatch;
@@ -58,11 +59,14 @@ pub(crate) mod sets;
 mod tags;
 #[cfg(test)]
 mod tests;
+mod topology;
 pub(crate) mod window;
 mod world;
 
 use agree::{agree_on, first_failure, Health};
+use cache::Cache;
 use policy::Policy;
+use topology::Topology;
 use world::{SetHost, World};
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -73,7 +77,6 @@ use crate::config::Config;
 pub use crate::hooks::TestHooks;
 use crate::registry::{LoadedScheme, Registry};
 
-use crate::state::filemap;
 pub use crate::state::filemap::{
     filemap_io, DatasetRecord, DescriptorRecord, FileRecord, Filemap, FilemapIo, JournalEntry,
     JOURNAL_KIND, JOURNAL_VERSION,
@@ -147,7 +150,7 @@ pub struct Runtime {
     /// Entered in each call: the messages inside carry this rank and the job id.
     span: tracing::Span,
     /// The cached datasets (filemap) and the ids of the next ones.
-    cache: CacheState,
+    cache: Cache,
     /// The output in progress, between start_output and complete_output.
     output: Option<Output>,
     /// The restart in progress and what is offered for one.
@@ -173,20 +176,6 @@ pub struct Runtime {
     hooks: TestHooks,
 }
 
-/// Where this rank is in the job (fixed after init).
-#[derive(Debug)]
-struct Topology {
-    rank: u32,
-    size: u32,
-    node: String,
-    /// World ranks on this rank's node, in rank order (from a split by node name: no
-    /// rank learns every rank's node).
-    node_ranks: Vec<u32>,
-    /// Nodes in the job.
-    node_count: u32,
-    simulated: bool,
-}
-
 /// The job's identity, its directories and the redundancy descriptors in force.
 struct JobLayout {
     user: String,
@@ -194,16 +183,6 @@ struct JobLayout {
     cntl_dir: PathBuf,
     prefix: PathBuf,
     reddescs: Vec<RedDesc>,
-}
-
-/// This rank's cached datasets and the ids the next ones take.
-struct CacheState {
-    filemap: Filemap,
-    /// Appends `route_file`'s records to the filemap's journal (O(1) per file); every
-    /// other change saves the whole filemap through it.
-    filemap_journal: filemap::JournalWriter,
-    next_dataset: u64,
-    next_checkpoint: u64,
 }
 
 /// The restart: what is offered, what was tried, and a restart read in place.
@@ -285,7 +264,7 @@ struct NameCheck {
 impl Runtime {
     /// This process's world rank.
     pub fn rank(&self) -> u32 {
-        self.topo.rank
+        self.topo.rank()
     }
 
     /// The effective configuration.
@@ -295,7 +274,7 @@ impl Runtime {
 
     /// This process's node name (simulated or real).
     pub fn node(&self) -> &str {
-        &self.topo.node
+        self.topo.node()
     }
 
     /// The control directory of this process's node.
@@ -326,7 +305,7 @@ impl Runtime {
     /// one per rank). Whether it is printed is the subscriber's choice (`SCR_DEBUG`, or
     /// `RUST_LOG`): never filtered here, so a `RUST_LOG` directive can show it.
     fn info(&self, msg: &str) {
-        if self.topo.rank == 0 {
+        if self.topo.rank() == 0 {
             tracing::info!("{msg}");
         }
     }
@@ -340,7 +319,7 @@ impl Runtime {
     /// the sinks the configuration names (`log_enable`, `log_txt_enable`,
     /// `log_syslog_enable`).
     fn log_event_of(&self, job_id: &str, event: crate::events::Event) {
-        if self.topo.rank == 0 && self.passthrough.is_none() {
+        if self.topo.rank() == 0 && self.passthrough.is_none() {
             crate::events::Sinks::from_config(&self.config).record(&self.job.prefix, job_id, event);
         }
     }
@@ -374,18 +353,13 @@ impl Runtime {
     }
 
     fn warn(&self, msg: &str) {
-        if self.topo.rank == 0 {
+        if self.topo.rank() == 0 {
             tracing::warn!("{msg}");
         }
     }
 
     fn dataset_dir(&self, store: &str, id: u64) -> PathBuf {
         crate::layout::cache_dataset_dir(&self.store_dir(store), id)
-    }
-
-    /// Whether this rank is the first (lowest) on its node.
-    fn first_on_node(&self) -> bool {
-        self.topo.node_ranks.first() == Some(&self.topo.rank)
     }
 
     // ----- output -----
@@ -398,9 +372,9 @@ impl Runtime {
     /// for dataset `id` as a full or failing control directory would, so that failures
     /// on one rank only can be tested deterministically.
     pub(super) fn injected_failure(&self, point: &str, id: u64) -> Result<()> {
-        match self.hooks.failure_at(point, self.topo.rank, id) {
+        match self.hooks.failure_at(point, self.topo.rank(), id) {
             Some(spec) => Err(ScrError::Io {
-                path: self.job.cntl_dir.join(Filemap::file_name(self.topo.rank)),
+                path: self.job.cntl_dir.join(Filemap::file_name(self.topo.rank())),
                 source: std::io::Error::other(format!("injected failure ({spec})")),
             }),
             None => Ok(()),
@@ -409,12 +383,7 @@ impl Runtime {
 
     /// Save the whole filemap (compacting its journal).
     fn save_filemap(&mut self) -> Result<()> {
-        self.cache
-            .filemap_journal
-            .save(&self.cache.filemap, &self.job.cntl_dir)
-            .map_err(io_err(
-                &self.job.cntl_dir.join(Filemap::file_name(self.topo.rank)),
-            ))
+        self.cache.save()
     }
 }
 
@@ -423,7 +392,7 @@ impl Drop for Runtime {
         // Finalizing is collective; an implicit finalize during a panic could hang, so a
         // runtime dropped without `finalize` only says so.
         if !self.health.is_finalized() && !std::thread::panicking() {
-            tracing::warn!(rank = self.topo.rank, "runtime dropped without finalize");
+            tracing::warn!(rank = self.topo.rank(), "runtime dropped without finalize");
         }
     }
 }

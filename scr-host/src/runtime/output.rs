@@ -13,7 +13,7 @@ use super::{
 use crate::config::settings;
 use crate::layout::relative_to;
 use crate::private_dir::{cachefs_err, create_private_dir, lexical_normalize};
-use crate::state::filemap::{DatasetRecord, FileRecord, Filemap};
+use crate::state::filemap::{DatasetRecord, FileRecord};
 use crate::state::halt::Halt;
 use crate::state::prefix;
 
@@ -27,7 +27,7 @@ impl Runtime {
             .then(|| self.job.reddescs.iter().position(|d| d.output))
             .flatten();
         marked.unwrap_or_else(|| {
-            self.reddesc_for(flags.checkpoint.then_some(self.cache.next_checkpoint))
+            self.reddesc_for(flags.checkpoint.then_some(self.cache.next_checkpoint()))
         })
     }
 
@@ -76,11 +76,11 @@ impl Runtime {
         // at what the prefix holds
         self.poll_flushes();
         self.poll_crc();
-        let checkpoint_id = flags.checkpoint.then_some(self.cache.next_checkpoint);
+        let checkpoint_id = flags.checkpoint.then_some(self.cache.next_checkpoint());
         let desc = self.reddesc_for_dataset(flags);
         let store = self.job.reddescs[desc].record.store.clone();
         let bypass = self.job.reddescs[desc].record.bypass;
-        let id = self.cache.next_dataset;
+        let id = self.cache.next_dataset();
         let record = DatasetRecord {
             id,
             name: name.to_string(),
@@ -90,7 +90,7 @@ impl Runtime {
             descriptor: self.job.reddescs[desc].record.clone(),
             files: Vec::new(),
             redundancy: Vec::new(),
-            world_size: self.topo.size,
+            world_size: self.topo.size(),
             crc32_pending: false,
         };
         // a dataset that bypasses the cache takes no room in it
@@ -101,7 +101,7 @@ impl Runtime {
         if let Err(e) = self.agree(local) {
             // nothing was written into the dataset yet: forget it on every rank, so the
             // ranks stay in step and the next start_output may try again
-            self.cache.filemap.datasets.remove(&id);
+            self.cache.forget(id);
             let _ = std::fs::remove_dir(self.dataset_dir(&store, id));
             let undone = self.save_filemap();
             self.agree_changed("start_output", undone)?;
@@ -180,7 +180,7 @@ impl Runtime {
             let (root_name, root_flags) = root.split_once('\0').unwrap_or((&root, ""));
             Err(ScrError::Usage(format!(
                 "start_output: rank {} passed dataset `{name}` with flags (checkpoint, output) {}{}, rank 0 passed `{root_name}` with {root_flags}; every process must pass the same name and flags",
-                self.topo.rank,
+                self.topo.rank(),
                 u8::from(flags.checkpoint),
                 u8::from(flags.output)
             )))
@@ -209,10 +209,7 @@ impl Runtime {
         let dir = self.dataset_dir(store, record.id);
         // every level from the store to the dataset directory 0700, none a link
         create_private_dir(Path::new(store), &dir)?;
-        self.cache
-            .filemap
-            .datasets
-            .insert(record.id, record.clone());
+        self.cache.put(record.clone());
         self.save_filemap()
     }
 
@@ -220,13 +217,13 @@ impl Runtime {
     /// `scr.dataset.<id>`, with the id it will have.
     pub fn default_dataset_name(&self) -> String {
         // SCR names an unnamed dataset as its directory is named
-        crate::layout::dataset_dir_name(self.cache.next_dataset)
+        crate::layout::dataset_dir_name(self.cache.next_dataset())
     }
 
     /// SCR's legacy `SCR_Start_checkpoint`: a checkpoint named `ckpt.<checkpoint id>`.
     pub fn start_checkpoint(&mut self) -> Result<String> {
         let _log = self.span.clone().entered();
-        let name = format!("ckpt.{}", self.cache.next_checkpoint);
+        let name = format!("ckpt.{}", self.cache.next_checkpoint());
         self.start_output(
             &name,
             OutputFlags {
@@ -371,33 +368,18 @@ impl Runtime {
         };
         out.record.files.push(file.clone());
         let id = out.record.id;
-        let appended = match self.cache.filemap.datasets.get_mut(&id) {
-            Some(d) => {
-                d.files.push(file.clone());
-                self.cache
-                    .filemap_journal
-                    .append(&self.cache.filemap, &self.job.cntl_dir, id, &file)
-                    .map_err(io_err(
-                        &self
-                            .job
-                            .cntl_dir
-                            .join(Filemap::journal_name(self.topo.rank)),
-                    ))
-            }
-            None => {
-                // (start_output records the dataset first: not reached) a full snapshot,
-                // never a journal record whose dataset the snapshot lacks
-                self.cache.filemap.datasets.insert(id, out.record.clone());
-                self.save_filemap()
-            }
+        let appended = if self.cache.get(id).is_some() {
+            self.cache.append_file(id, &file)
+        } else {
+            // (start_output records the dataset first: not reached) a full snapshot,
+            // never a journal record whose dataset the snapshot lacks
+            self.cache.put(out.record.clone());
+            self.save_filemap()
         };
         if appended.is_err() {
             let out = self.output.as_mut().expect("during output");
             out.routed.remove(key);
             out.record.files.retain(|f| f.name != key);
-            if let Some(d) = self.cache.filemap.datasets.get_mut(&id) {
-                d.files.retain(|f| f.name != key);
-            }
         }
         appended
     }
@@ -479,7 +461,7 @@ impl Runtime {
         if deferred {
             self.start_crc_hash(&out.record);
         }
-        if self.topo.rank == 0 {
+        if self.topo.rank() == 0 {
             if let Err(e) =
                 prefix::FlushFile::add_location(&self.job.prefix, out.record.id, "CACHE")
             {
@@ -557,7 +539,7 @@ impl Runtime {
                     f.crc32 = meta.crc32;
                 }
                 Err(e) => {
-                    tracing::warn!("rank {}: {}: {e}", self.topo.rank, f.name);
+                    tracing::warn!("rank {}: {}: {e}", self.topo.rank(), f.name);
                     return false;
                 }
             }
@@ -576,7 +558,7 @@ impl Runtime {
         for f in &mut out.record.files {
             f.crc32 = Some(
                 crate::integrity::file_crc32(&dir.join(&f.name), buf)
-                    .map_err(|e| format!("rank {}: {}: {e}", self.topo.rank, f.name))?,
+                    .map_err(|e| format!("rank {}: {}: {e}", self.topo.rank(), f.name))?,
             );
         }
         Ok(())
@@ -633,10 +615,7 @@ impl Runtime {
             .expect("every rank's files are there")
             .and_then(|red| {
                 out.record.redundancy = red;
-                self.cache
-                    .filemap
-                    .datasets
-                    .insert(out.record.id, out.record.clone());
+                self.cache.put(out.record.clone());
                 self.save_filemap()
             });
         let all_valid = self.all_agree(named.is_ok());
@@ -716,7 +695,7 @@ impl Runtime {
             )));
         }
         if let Some(c) = out.record.checkpoint_id {
-            self.cache.next_checkpoint = c + 1;
+            self.cache.used(0, Some(c));
             let bytes: u64 = out.record.files.iter().map(|f| f.size).sum();
             self.checkpoint_done(out.started);
             let total = self.world.sum_u64(bytes);
@@ -754,7 +733,7 @@ impl Runtime {
         if !crcs.is_empty() && crcs.len() != rec.files.len() {
             return Err(format!(
                 "rank {}: plugin {} returned {} CRC32s from apply_with_crc for {} files",
-                self.topo.rank,
+                self.topo.rank(),
                 self.job.reddescs[desc].scheme.file(),
                 crcs.len(),
                 rec.files.len()
@@ -765,7 +744,7 @@ impl Runtime {
                 Some(c) => Some(c),
                 None => Some(
                     crate::integrity::file_crc32(&dir.join(&f.name), buf)
-                        .map_err(|e| format!("rank {}: {}: {e}", self.topo.rank, f.name))?,
+                        .map_err(|e| format!("rank {}: {}: {e}", self.topo.rank(), f.name))?,
                 ),
             };
         }
@@ -776,10 +755,7 @@ impl Runtime {
     pub(in crate::runtime) fn commit_dataset(&mut self, out: &mut Output) -> Result<()> {
         self.injected_failure("commit", out.record.id)?;
         out.record.complete = true;
-        self.cache
-            .filemap
-            .datasets
-            .insert(out.record.id, out.record.clone());
+        self.cache.put(out.record.clone());
         self.save_filemap()
     }
 
@@ -787,11 +763,11 @@ impl Runtime {
     /// records the ids in the prefix so that later runs never reuse them, even when every
     /// cache is lost.
     pub(in crate::runtime) fn dataset_done(&mut self, id: u64) {
-        self.cache.next_dataset = id + 1;
-        if self.topo.rank == 0 {
+        self.cache.used(id, None);
+        if self.topo.rank() == 0 {
             let ids = Ids {
                 dataset: id,
-                checkpoint: self.cache.next_checkpoint.saturating_sub(1),
+                checkpoint: self.cache.next_checkpoint().saturating_sub(1),
             };
             let path = Ids::path(&self.job.prefix);
             if let Err(e) = crate::state::write_state(&path, Ids::KIND, &ids) {
@@ -802,7 +778,7 @@ impl Runtime {
 
     pub(in crate::runtime) fn checkpoint_done(&mut self, started: Instant) {
         self.policy.checkpoint_done(started);
-        if self.topo.rank == 0 {
+        if self.topo.rank() == 0 {
             // a read-modify-write under the prefix lock: a concurrent `scr halt` must
             // neither lose this decrement nor have its own change lost
             let decremented = Halt::update(&self.job.prefix, |halt| {

@@ -24,7 +24,7 @@ impl Runtime {
         // reason follows and the run ends now
         let mut decision = [0u8];
         let mut halt = None;
-        if self.topo.rank == 0 {
+        if self.topo.rank() == 0 {
             halt = self.halt_check();
             let need = self.policy.need(&Rule::of(&self.config), Instant::now());
             decision[0] = if halt.is_some() { 2 } else { u8::from(need) };
@@ -60,7 +60,7 @@ impl Runtime {
         match self.agreed_halt_reason() {
             None => Ok(false),
             Some(reason) => {
-                if self.topo.rank == 0 {
+                if self.topo.rank() == 0 {
                     tracing::warn!("should_exit: yes, {reason}");
                 }
                 if self.health.halt_reason().is_none() {
@@ -87,7 +87,7 @@ impl Runtime {
 
     /// Rank 0's view of the halt conditions, on every rank (collective).
     pub(in crate::runtime) fn agreed_halt_reason(&self) -> Option<String> {
-        let reason = if self.topo.rank == 0 {
+        let reason = if self.topo.rank() == 0 {
             self.halt_check()
         } else {
             None
@@ -120,7 +120,7 @@ impl Runtime {
         self.log_event(crate::events::Event::Halt {
             reason: reason.clone(),
         });
-        if self.topo.rank == 0 {
+        if self.topo.rank() == 0 {
             tracing::warn!(
                 "halting the run: {reason} (halt_exit = true: flushing the newest checkpoint, finalizing and exiting)"
             );

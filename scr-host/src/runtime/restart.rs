@@ -17,7 +17,7 @@ impl Runtime {
             ScrError::Usage(format!(
                 "route_file: `{}` is not a file of checkpoint {checkpoint} on rank {}",
                 name.display(),
-                self.topo.rank
+                self.topo.rank()
             ))
         };
         if let (true, Some(p)) = (self.restart.reading_prefix, &self.restart.prefix_restart) {
@@ -29,7 +29,7 @@ impl Runtime {
             return found.ok_or_else(|| not_a_file(&p.name));
         }
         if let Some(id) = self.restart.candidate {
-            let rec = &self.cache.filemap.datasets[&id];
+            let rec = &self.cache.record(id);
             let dir = self.dataset_dir(&rec.descriptor.store, id);
             if rec.files.iter().any(|f| f.name == key) {
                 return Ok(dir.join(rel));
@@ -93,12 +93,12 @@ impl Runtime {
     /// The newest complete checkpoint this run can restart from, if any.
     pub fn have_restart(&self) -> Option<String> {
         self.restart_candidate()
-            .map(|id| self.cache.filemap.datasets[&id].name.clone())
+            .map(|id| self.cache.record(id).name.clone())
             .or_else(|| self.restart.prefix_restart.as_ref().map(|p| p.name.clone()))
     }
 
     pub(in crate::runtime) fn restart_candidate(&self) -> Option<u64> {
-        self.cache.filemap.newest_checkpoint(&self.restart.skipped)
+        self.cache.newest_checkpoint(&self.restart.skipped)
     }
 
     /// Begin reading the restart checkpoint; returns its name.
@@ -124,7 +124,7 @@ impl Runtime {
             )
         })?;
         self.restart.candidate = Some(id);
-        Ok(self.cache.filemap.datasets[&id].name.clone())
+        Ok(self.cache.record(id).name.clone())
     }
 
     /// Finish reading (collective). If any rank says `!valid`, this checkpoint is passed
@@ -165,7 +165,7 @@ impl Runtime {
         let ok = self.all_agree(valid);
         if !ok {
             self.restart.skipped.push(id);
-            let rec = self.cache.filemap.datasets[&id].clone();
+            let rec = self.cache.record(id).clone();
             let (name, checkpoint) = (rec.name.clone(), rec.checkpoint_id);
             self.warn(&format!(
                 "restart from {name} reported invalid; falling back to an older checkpoint"
@@ -189,7 +189,7 @@ impl Runtime {
     /// prefix's index when the index holds it (a flushed or fetched checkpoint), so that
     /// no later fetch takes it.
     fn mark_invalid_in_index(&self, id: u64, name: &str) {
-        if self.topo.rank != 0 {
+        if self.topo.rank() != 0 {
             return;
         }
         let why = "reported invalid by the application at restart";
@@ -225,14 +225,12 @@ impl Runtime {
         let newest = self.restart_candidate();
         self.flush_newest("global_restart")?;
         self.wait_flushes(false);
-        let held: Vec<u64> = if self.topo.rank == 0 {
+        let held: Vec<u64> = if self.topo.rank() == 0 {
             match prefix::Index::load_or_rebuild(&self.job.prefix) {
                 Ok(ix) => self
                     .cache
-                    .filemap
-                    .datasets
-                    .keys()
-                    .copied()
+                    .ids()
+                    .into_iter()
                     .filter(|id| {
                         ix.datasets
                             .get(id)
@@ -253,7 +251,7 @@ impl Runtime {
         let held: Vec<u64> = serde_json::from_slice(&bytes).unwrap_or_default();
         let mut kept = Vec::new();
         let mut removed = Ok(());
-        let cached: Vec<_> = self.cache.filemap.datasets.values().cloned().collect();
+        let cached: Vec<_> = self.cache.datasets().cloned().collect();
         for rec in cached {
             let only_copy = !held.contains(&rec.id) && (rec.output || Some(rec.id) == newest);
             if only_copy {
@@ -322,7 +320,7 @@ impl Runtime {
     /// index ([`prefix::Index::drop_after_for_app_in`]; their files stay, as in SCR). A
     /// failure is a warning: the choice of checkpoint stands.
     fn drop_after_current(&self, name: &str, anchor: Option<u64>) {
-        if self.topo.rank != 0 || !self.config.get(settings::DROP_AFTER_CURRENT) {
+        if self.topo.rank() != 0 || !self.config.get(settings::DROP_AFTER_CURRENT) {
             return;
         }
         match prefix::Index::drop_after_for_app_in(&self.job.prefix, name, anchor) {
@@ -348,7 +346,7 @@ impl Runtime {
     /// init and the fallback after an invalid restart alike; the same on every rank (the
     /// configuration is).
     pub(in crate::runtime) fn restart_in_place(&self) -> bool {
-        let next = self.reddesc_for(Some(self.cache.next_checkpoint));
+        let next = self.reddesc_for(Some(self.cache.next_checkpoint()));
         !self.config.get(settings::FETCH)
             || self.config.get(settings::FETCH_BYPASS)
             || self.config.get(settings::GLOBAL_RESTART)
@@ -365,18 +363,18 @@ impl Runtime {
         }
         if self.restart.fetch_pending {
             self.usable("current")?;
-            let cached = self.all_agree(self.id_of(name).is_ok());
+            let cached = self.all_agree(self.cache.id_of(name).is_ok());
             if cached {
                 // a checkpoint the cache holds: an earlier call's prefix choice is void
                 self.restart.wanted = None;
             } else {
                 // only the prefix has it: the pending fetch loads it, and cached
                 // datasets written after it are passed over
-                let found: std::result::Result<Option<u64>, String> = if self.topo.rank == 0 {
+                let found: std::result::Result<Option<u64>, String> = if self.topo.rank() == 0 {
                     prefix::Index::load_or_rebuild(&self.job.prefix)
                         .map_err(|e| e.to_string())
                         .map(|ix| {
-                            ix.fetch_candidates(self.topo.size)
+                            ix.fetch_candidates(self.topo.size())
                                 .into_iter()
                                 .find(|e| e.name == name)
                                 .map(|e| e.id)
@@ -398,13 +396,13 @@ impl Runtime {
                     return Err(ScrError::Usage(format!(
                         "current: no checkpoint named `{name}` in cache or in the prefix {} (complete, not failed, and written by {} ranks)",
                         self.job.prefix.display(),
-                        self.topo.size
+                        self.topo.size()
                     )));
                 }
                 // the named checkpoint is the one restarted: every cached one is passed
                 // over (the newer ones as SCR deletes them; older ones too, so that a
                 // restart in place from the prefix does not prefer them)
-                let cached: Vec<u64> = self.cache.filemap.datasets.keys().copied().collect();
+                let cached: Vec<u64> = self.cache.ids();
                 self.restart.skipped.extend(cached);
                 self.restart.wanted = Some(name.to_string());
                 self.drop_after_current(name, found);
@@ -414,12 +412,10 @@ impl Runtime {
                 return Ok(());
             }
         }
-        let id = self.begin("current", self.id_of(name))?;
+        let id = self.begin("current", self.cache.id_of(name))?;
         let newer: Vec<u64> = self
             .cache
-            .filemap
-            .datasets
-            .values()
+            .datasets()
             .filter(|d| d.id > id)
             .map(|d| d.id)
             .collect();
@@ -442,9 +438,7 @@ impl Runtime {
         self.wait_flushes(false);
         let newer: Vec<_> = self
             .cache
-            .filemap
-            .datasets
-            .values()
+            .datasets()
             .filter(|d| d.id > anchor)
             .cloned()
             .collect();

@@ -4,7 +4,7 @@
 
 use super::tags::TEMPLATE_TAG;
 use super::world::SetHost;
-use super::{DatasetRecord, Filemap, Result, Runtime, Set};
+use super::{DatasetRecord, Result, Runtime, Set};
 use crate::config::settings;
 use crate::integrity::{
     dataset_files, declare_redundancy, is_inside, verify_dataset, verify_rebuilt,
@@ -27,22 +27,11 @@ impl Runtime {
         } else {
             self.purge_at_init("distribute = false")?;
         }
-        self.cache.filemap = match Filemap::load(&self.job.cntl_dir, self.topo.rank) {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!("{e}; treating this rank's cache as lost");
-                Filemap {
-                    rank: self.topo.rank,
-                    datasets: BTreeMap::new(),
-                }
-            }
-        };
+        self.cache.open(&self.job.cntl_dir);
         // datasets that never completed (a crash inside an output) are garbage
         let incomplete: Vec<DatasetRecord> = self
             .cache
-            .filemap
-            .datasets
-            .values()
+            .datasets()
             .filter(|d| !d.complete)
             .cloned()
             .collect();
@@ -70,10 +59,9 @@ impl Runtime {
         loop {
             let mine = self
                 .cache
-                .filemap
-                .datasets
-                .keys()
-                .map(|&id| id.saturating_add(1))
+                .ids()
+                .into_iter()
+                .map(|id| id.saturating_add(1))
                 .filter(|&e| e < below)
                 .max()
                 .unwrap_or(0);
@@ -111,7 +99,7 @@ impl Runtime {
     /// that restores it lists it again. A failure to write is warned about only (the
     /// file informs the tools; the run does not depend on it).
     pub(in crate::runtime) fn rebuild_flush_file(&self, restored: &BTreeSet<u64>) {
-        if self.topo.rank != 0 {
+        if self.topo.rank() != 0 {
             return;
         }
         if let Err(e) = crate::state::prefix::FlushFile::rebuild(&self.job.prefix, restored) {
@@ -134,29 +122,15 @@ impl Runtime {
     /// used anywhere, in the cache or, recorded by rank 0, in the prefix (so a lost cache
     /// never brings an old id back).
     pub(in crate::runtime) fn continue_ids(&mut self) {
-        let ids = if self.topo.rank == 0 {
+        let ids = if self.topo.rank() == 0 {
             super::Ids::load(&self.job.prefix)
         } else {
             super::Ids::default()
         };
-        let cache_dataset = self
-            .cache
-            .filemap
-            .datasets
-            .keys()
-            .max()
-            .copied()
-            .unwrap_or(0);
-        let cache_ckpt = self
-            .cache
-            .filemap
-            .datasets
-            .values()
-            .filter_map(|d| d.checkpoint_id)
-            .max()
-            .unwrap_or(0);
-        self.cache.next_dataset = self.max_u64(cache_dataset.max(ids.dataset)) + 1;
-        self.cache.next_checkpoint = self.max_u64(cache_ckpt.max(ids.checkpoint)) + 1;
+        let (cache_dataset, cache_ckpt) = self.cache.largest_ids();
+        let dataset = self.max_u64(cache_dataset.max(ids.dataset));
+        let checkpoint = self.max_u64(cache_ckpt.max(ids.checkpoint));
+        self.cache.continue_after(dataset, checkpoint);
     }
 
     /// What the holders of dataset `id` agree on (collective): the identity of the
@@ -164,10 +138,10 @@ impl Runtime {
     /// any holder recorded a CRC32. Per rank: 3–4 reductions and a broadcast of one
     /// identity (or two, when records differ) — independent of P.
     pub(in crate::runtime) fn holders_of(&self, id: u64) -> Holders {
-        let own = self.cache.filemap.datasets.get(&id);
+        let own = self.cache.get(id);
         let first_rank =
             self.world
-                .min_u64(own.map_or(u64::MAX, |_| self.topo.rank.into())) as u32;
+                .min_u64(own.map_or(u64::MAX, |_| self.topo.rank().into())) as u32;
         let first: Identity = serde_json::from_slice(
             &self.world.broadcast_from(
                 first_rank,
@@ -186,7 +160,7 @@ impl Runtime {
         });
         let differs = own.is_some_and(|r| Identity::of(r) != first);
         let other_rank = self.world.min_u64(if differs {
-            self.topo.rank.into()
+            self.topo.rank().into()
         } else {
             u64::MAX
         });
@@ -214,10 +188,11 @@ impl Runtime {
     /// (the same on every rank).
     pub(in crate::runtime) fn unrestorable(&self, holders: &Holders) -> Option<String> {
         let first = &holders.first;
-        if first.world_size != 0 && first.world_size != self.topo.size {
+        if first.world_size != 0 && first.world_size != self.topo.size() {
             return Some(format!(
                 "it was written by {} ranks and this job has {}",
-                first.world_size, self.topo.size
+                first.world_size,
+                self.topo.size()
             ));
         }
         if let Some((rank, name)) = &holders.other {
@@ -237,18 +212,18 @@ impl Runtime {
     /// O(set size) ranks within the set and one record per missing member — independent
     /// of P (was: every rank's records on every rank).
     pub(in crate::runtime) fn template_from_set(&self, id: u64, tag: i32) -> Option<DatasetRecord> {
-        let own = self.cache.filemap.datasets.get(&id);
+        let own = self.cache.get(id);
         if self.world.sum_u64(u64::from(own.is_none())) == 0 {
             return own.cloned();
         }
         let color = own.map(|r| (r.descriptor.set_id & 0x7fff_ffff) as u32);
         let mut sends = Vec::new();
-        if let (Some(holders), Some(rec)) = (self.world.split(color, self.topo.rank), own) {
-            let here = holders.all_gather_u32(self.topo.rank);
+        if let (Some(holders), Some(rec)) = (self.world.split(color, self.topo.rank()), own) {
+            let here = holders.all_gather_u32(self.topo.rank());
             if holders.rank() == 0 {
                 let bytes = serde_json::to_vec(rec).expect("record serializes");
                 for &m in &rec.descriptor.members {
-                    if m < self.topo.size && !here.contains(&m) {
+                    if m < self.topo.size() && !here.contains(&m) {
                         sends.push((m, bytes.clone()));
                     }
                 }
@@ -262,7 +237,7 @@ impl Runtime {
         // mean damaged filemaps; the choice is the one every earlier run made)
         got.into_iter()
             .filter_map(|(_, b)| serde_json::from_slice::<DatasetRecord>(&b).ok())
-            .find(|r| r.descriptor.members.contains(&self.topo.rank))
+            .find(|r| r.descriptor.members.contains(&self.topo.rank()))
     }
 
     /// Largest `v` over all ranks.
@@ -282,7 +257,7 @@ impl Runtime {
     ) -> Result<bool> {
         let _dataset = crate::log::dataset_span(id).entered();
         let restore_started = std::time::Instant::now();
-        let own = self.cache.filemap.datasets.get(&id).cloned();
+        let own = self.cache.get(id).cloned();
         let Some(r) = self.prepare_restore(id, holders, tag) else {
             return Ok(false);
         };
@@ -400,9 +375,9 @@ impl Runtime {
         // every rank when any rank cannot give one (as when one table was missing)
         let value = template.map(|t| self.group_value(&t.descriptor.group).ok());
         let value = match value {
-            _ if !self.all_agree(!matches!(value, Some(None))) => self.topo.node.clone(),
+            _ if !self.all_agree(!matches!(value, Some(None))) => self.topo.node().to_string(),
             Some(Some(v)) => v,
-            _ => self.topo.node.clone(),
+            _ => self.topo.node().to_string(),
         };
         let formed = template.and_then(|t| {
             self.job.reddescs.iter().position(|rd| {
@@ -432,10 +407,10 @@ impl Runtime {
         let member = d
             .members
             .iter()
-            .position(|&m| m == self.topo.rank)
+            .position(|&m| m == self.topo.rank())
             .unwrap_or(0);
         self.registry
-            .new_scheme(&d.scheme_config(&self.config, member as u32, self.topo.rank))
+            .new_scheme(&d.scheme_config(&self.config, member as u32, self.topo.rank()))
     }
 
     /// Verify this rank's cached files before use: a file that is missing, of another
@@ -455,20 +430,20 @@ impl Runtime {
             Some(rec) if use_crc && rec.crc32_pending => {
                 return Err(format!(
                     "rank {}: its CRC32s were never recorded (the job ended within the background hash, or a file could not be read for it), so its files cannot be verified (crc_on_restart)",
-                    self.topo.rank
+                    self.topo.rank()
                 ));
             }
-            Some(rec) => verify_dataset(self.topo.rank, rec, &r.dir, use_crc, buf),
+            Some(rec) => verify_dataset(self.topo.rank(), rec, &r.dir, use_crc, buf),
             None => Err(format!(
                 "rank {}: no record of the dataset (cache lost)",
-                self.topo.rank
+                self.topo.rank()
             )),
         };
         if let (Some(_), Err(why)) = (own, &check) {
             tracing::warn!("dataset {} ({}): {why}; counted as lost", r.id, r.name);
         }
         let unchecked = own.is_some_and(|r| r.files.iter().any(|f| f.crc32.is_none()));
-        if use_crc && self.topo.rank == 0 && !self.report.crc_note_given && unchecked {
+        if use_crc && self.topo.rank() == 0 && !self.report.crc_note_given && unchecked {
             self.report.crc_note_given = true;
             self.info("cached files without a recorded CRC32 (crc_on_copy = false): only their sizes are checked at restart");
         }
@@ -501,7 +476,7 @@ impl Runtime {
             if own == Some(&rebuilding) {
                 Ok(())
             } else {
-                self.cache.filemap.datasets.insert(id, rebuilding.clone());
+                self.cache.put(rebuilding.clone());
                 self.save_filemap()
             }
         });
@@ -512,7 +487,7 @@ impl Runtime {
             return Some(rebuilding);
         }
         // nothing was written for the rebuild: forget a record made for it
-        if own.is_none() && self.cache.filemap.datasets.remove(&id).is_some() {
+        if own.is_none() && self.cache.forget(id).is_some() {
             let _ = self.save_filemap();
         }
         self.restart.skipped.push(id);
@@ -595,7 +570,7 @@ impl Runtime {
                     })
                     .filter(|f| is_inside(&f.name))
                     .collect();
-                self.cache.filemap.datasets.insert(r.id, rebuilding.clone());
+                self.cache.put(rebuilding.clone());
                 if let Err(e) = self.save_filemap() {
                     tracing::warn!("dataset {label}: {e}");
                 }
@@ -606,10 +581,10 @@ impl Runtime {
         // rebuilt file must come with one too (a rank whose cache is lost has only the
         // scheme's word for its files)
         let outcome = outcome.and_then(|metas| match intact {
-            Some(rec) => verify_dataset(self.topo.rank, rec, &r.dir, false, buf)
+            Some(rec) => verify_dataset(self.topo.rank(), rec, &r.dir, false, buf)
                 .map(|()| None)
                 .map_err(|why| format!("{scheme} changed intact files: {why}")),
-            None => verify_rebuilt(self.topo.rank, &metas, own, &r.dir, crc_expected, buf)
+            None => verify_rebuilt(self.topo.rank(), &metas, own, &r.dir, crc_expected, buf)
                 .map(Some)
                 .map_err(|why| format!("{scheme} rebuilt wrong data: {why}")),
         });
@@ -635,10 +610,10 @@ impl Runtime {
             .gather_some(lacking.as_ref().map(std::slice::from_ref));
         // the lost nodes: one report per node, by its first rank when it lost its cache
         // (a node's ranks lose it together), so the bound counts nodes, not ranks
-        let node_lost = lacking == Some(2) && self.first_on_node();
+        let node_lost = lacking == Some(2) && self.topo.first_on_node();
         let (lost, lost_total) = self
             .world
-            .gather_some(node_lost.then_some(self.topo.node.as_bytes()));
+            .gather_some(node_lost.then_some(self.topo.node().as_bytes()));
         for (_, b) in &lost {
             self.report
                 .lost_nodes
@@ -691,7 +666,7 @@ impl Runtime {
                     .collect()
             })
             .unwrap_or_default();
-        self.cache.filemap.datasets.insert(r.id, rec);
+        self.cache.put(rec);
         self.save_filemap()
     }
 
@@ -712,7 +687,7 @@ impl Runtime {
             .map(|why| serde_json::to_vec(&(r.record.descriptor.set_id, why)).expect("serializes"));
         let (fails, fails_total) = self.world.gather_some(failure.as_deref());
         let mut report = String::new();
-        if self.topo.rank == 0 {
+        if self.topo.rank() == 0 {
             let mut ranks: Vec<String> = checks
                 .iter()
                 .map(|(_, b)| String::from_utf8_lossy(b).into_owned())

@@ -618,7 +618,7 @@ fn the_oldest_checkpoint_is_evicted_from_every_rank_alike() {
             write_checkpoint(rt, dir.path(), &format!("ckpt.{n}"), &format!("f{n}_{r}"))
                 .expect("checkpoint");
         }
-        let mut held: Vec<u64> = rt.cache.filemap.datasets.keys().copied().collect();
+        let mut held: Vec<u64> = rt.cache.ids();
         held.sort_unstable();
         held
     });
@@ -2226,7 +2226,7 @@ fn start_restart_and_finalize_record_a_pending_hash_first() {
         assert_eq!(rt.have_restart().as_deref(), Some("ckpt.1"));
         rt.start_restart().unwrap();
         let joined = rt.crc_job.is_none();
-        let rec = rt.cache.filemap.datasets.values().next().unwrap().clone();
+        let rec = rt.cache.datasets().next().unwrap().clone();
         let path = rt
             .route_file(&dir.path().join("prefix").join(&file))
             .unwrap();
@@ -2279,7 +2279,7 @@ fn a_flush_after_a_deferred_hash_catches_a_byte_damaged_in_cache() {
         // every rank's hash is recorded before rank 1 damages its file
         rt.world.barrier();
         if me == 1 {
-            let rec = rt.cache.filemap.datasets.values().next().unwrap().clone();
+            let rec = rt.cache.datasets().next().unwrap().clone();
             let path = rt
                 .dataset_dir(&rec.descriptor.store, rec.id)
                 .join(&rec.files[0].name);
@@ -2458,11 +2458,7 @@ fn deleting_a_dataset_whose_hash_is_pending_cancels_the_hash() {
         assert!(write_checkpoint(rt, dir.path(), "ckpt.1", &format!("f1_{me}")).unwrap());
         let pending = rt.crc_job.is_some();
         rt.delete("ckpt.1").unwrap();
-        (
-            pending,
-            rt.crc_job.is_none(),
-            rt.cache.filemap.datasets.is_empty(),
-        )
+        (pending, rt.crc_job.is_none(), rt.cache.ids().is_empty())
     });
     for (rank, (r, end, lines)) in out.iter().enumerate() {
         assert_eq!(r, &(true, true, true), "rank {rank}");
@@ -2484,9 +2480,12 @@ fn a_file_the_background_hash_cannot_read_is_named_and_leaves_the_dataset_unveri
         assert!(write_checkpoint(rt, dir.path(), "ckpt.1", &format!("f1_{me}")).unwrap());
         rt.settle_crc();
         // as if the file vanished under the thread: a job over a path that is not there
-        let rec = rt.cache.filemap.datasets.values_mut().next().unwrap();
-        rec.crc32_pending = true;
-        let (id, file) = (rec.id, rec.files[0].name.clone());
+        let id = rt.cache.ids()[0];
+        let mut file = String::new();
+        rt.cache.update(id, |rec| {
+            rec.crc32_pending = true;
+            file = rec.files[0].name.clone();
+        });
         let gone = dir.path().join(format!("vanished_{me}"));
         rt.crc_job = Some(
             deferred_crc::CrcJob::spawn(id, "ckpt.1", vec![(file, gone)], 4096, None).unwrap(),

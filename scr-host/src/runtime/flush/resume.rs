@@ -84,7 +84,7 @@ impl Runtime {
     /// Settle every flush an earlier run left open (collective; at init, after the cache
     /// was restored), and remove transfer state files no open flush needs.
     pub(in crate::runtime) fn settle_interrupted_flushes(&mut self) -> Result<()> {
-        let open: Vec<IndexEntry> = if self.topo.rank == 0 {
+        let open: Vec<IndexEntry> = if self.topo.rank() == 0 {
             match Index::load_or_rebuild(&self.job.prefix) {
                 Ok(ix) => ix
                     .datasets
@@ -124,10 +124,8 @@ impl Runtime {
         let state = self.transfer_state(entry.id);
         let rec = self
             .cache
-            .filemap
-            .datasets
-            .get(&entry.id)
-            .filter(|r| r.complete && entry.world_size == self.topo.size)
+            .get(entry.id)
+            .filter(|r| r.complete && entry.world_size == self.topo.size())
             .cloned();
         let reopened = self.reopen(entry, rec.as_ref(), &state);
         let reopened = self.refuse_owned(reopened);
@@ -395,7 +393,7 @@ impl Runtime {
         let total = self.remove_flush_files(entry, rec);
         let reason =
             format!("flush interrupted by the crash of an earlier run; cleaned up at init: {why}");
-        if self.topo.rank == 0 {
+        if self.topo.rank() == 0 {
             if let Err(e) = Index::mark_failed(&self.job.prefix, entry.id, &reason) {
                 tracing::warn!("{e}; the interrupted flush of {} is not marked", entry.name);
             }
@@ -422,7 +420,7 @@ impl Runtime {
     fn remove_flush_files(&self, entry: &IndexEntry, rec: Option<&DatasetRecord>) -> u64 {
         let pure_output = entry.output && entry.checkpoint_id.is_none();
         let own_dir = prefix::dataset_dir(&self.job.prefix, entry.id);
-        let recorded: Option<Vec<String>> = if self.topo.rank == 0 {
+        let recorded: Option<Vec<String>> = if self.topo.rank() == 0 {
             load_writes(&self.job.prefix, entry.id).unwrap_or_else(|e| {
                 tracing::warn!("{e}; cleaning up what the filemaps name");
                 None
@@ -494,7 +492,7 @@ impl Runtime {
     /// receives R - 1 and writes one file; no world-wide exchange.
     pub(in crate::runtime) fn record_writes(&self, id: u64, mine: &[String]) {
         let blocks = self.rank2file_blocks();
-        let n = blocks.of(self.topo.rank);
+        let n = blocks.of(self.topo.rank());
         let members: Vec<u32> = blocks.members(n).collect();
         let Some(all) = self.world.gather_from(
             blocks.leader(n),
@@ -532,7 +530,7 @@ impl Runtime {
     /// paths asked and answered, about P-th of the named paths held, O(log P) steps;
     /// rank 0 sends the named paths once (was: every named path broadcast to every rank).
     fn owned_among(&self, mine: &[PathBuf]) -> Option<BTreeSet<PathBuf>> {
-        let named: Option<BTreeSet<PathBuf>> = if self.topo.rank == 0 {
+        let named: Option<BTreeSet<PathBuf>> = if self.topo.rank() == 0 {
             (|| {
                 let ix = Index::load_or_rebuild(&self.job.prefix).ok()?;
                 let mut owned = BTreeSet::new();
@@ -551,7 +549,7 @@ impl Runtime {
         if !known {
             return None;
         }
-        let size = self.topo.size.max(1);
+        let size = self.topo.size().max(1);
         let owner = |p: &Path| {
             let mut h = crc32fast::Hasher::new();
             for c in p.components() {
@@ -606,7 +604,7 @@ impl Runtime {
     /// Transfer state files of this rank that no open flush needs (a flush recorded
     /// after the last transfer of its run ended, a crash after it was recorded).
     fn remove_stale_transfer_states(&self) {
-        let suffix = format!(".{}.state", self.topo.rank);
+        let suffix = format!(".{}.state", self.topo.rank());
         let Ok(dir) = std::fs::read_dir(&self.job.cntl_dir) else {
             return;
         };

@@ -1,0 +1,186 @@
+//! The cache: this rank's cached datasets (its filemap, saved as a snapshot plus an
+//! append-only journal in the node's control directory) and the ids the next dataset and
+//! checkpoint take.
+//!
+//! Every change to what the cache holds goes through [`Cache`]'s verbs, so that the
+//! record and its file on disk cannot drift apart by a path that forgot one of them.
+//! The questions every phase asks of the cache (which dataset has this name, which
+//! checkpoint is the newest) are answered here, once.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::{io_err, Result, ScrError};
+use crate::state::filemap::{self, DatasetRecord, FileRecord, Filemap};
+
+/// This rank's cached datasets and the ids the next ones take.
+pub(in crate::runtime) struct Cache {
+    filemap: Filemap,
+    /// Appends `route_file`'s records to the filemap's journal (O(1) per file); every
+    /// other change saves the whole filemap through it.
+    journal: filemap::JournalWriter,
+    /// The control directory the filemap is saved in (set when the job's directories
+    /// exist).
+    cntl_dir: PathBuf,
+    next_dataset: u64,
+    next_checkpoint: u64,
+}
+
+impl Cache {
+    /// An empty cache of `rank`, not yet bound to a control directory.
+    pub(in crate::runtime) fn new(rank: u32) -> Cache {
+        Cache {
+            filemap: Filemap {
+                rank,
+                datasets: BTreeMap::new(),
+            },
+            journal: filemap::JournalWriter::default(),
+            cntl_dir: PathBuf::new(),
+            next_dataset: 1,
+            next_checkpoint: 1,
+        }
+    }
+
+    /// Read the filemap this rank left in `cntl_dir` (a damaged or unreadable one counts
+    /// as a lost cache, with a warning), and save there from now on.
+    pub(in crate::runtime) fn open(&mut self, cntl_dir: &Path) {
+        let rank = self.filemap.rank;
+        self.cntl_dir = cntl_dir.to_path_buf();
+        self.filemap = match Filemap::load(cntl_dir, rank) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!("{e}; treating this rank's cache as lost");
+                Filemap {
+                    rank,
+                    datasets: BTreeMap::new(),
+                }
+            }
+        };
+    }
+
+    /// The record of dataset `id`, when the cache holds it.
+    pub(in crate::runtime) fn get(&self, id: u64) -> Option<&DatasetRecord> {
+        self.filemap.datasets.get(&id)
+    }
+
+    /// The record of dataset `id`, which the cache holds (a caller's invariant).
+    pub(in crate::runtime) fn record(&self, id: u64) -> &DatasetRecord {
+        &self.filemap.datasets[&id]
+    }
+
+    /// Every cached dataset, oldest first.
+    pub(in crate::runtime) fn datasets(&self) -> impl Iterator<Item = &DatasetRecord> {
+        self.filemap.datasets.values()
+    }
+
+    /// Every cached dataset's id, oldest first.
+    pub(in crate::runtime) fn ids(&self) -> Vec<u64> {
+        self.filemap.datasets.keys().copied().collect()
+    }
+
+    /// The id of the cached dataset named `name`.
+    pub(in crate::runtime) fn id_of(&self, name: &str) -> Result<u64> {
+        self.datasets()
+            .find(|d| d.name == name)
+            .map(|d| d.id)
+            .ok_or_else(|| ScrError::Usage(format!("no dataset named `{name}` in cache")))
+    }
+
+    /// The newest complete checkpoint not in `skipped`.
+    pub(in crate::runtime) fn newest_checkpoint(&self, skipped: &[u64]) -> Option<u64> {
+        self.filemap.newest_checkpoint(skipped)
+    }
+
+    /// Hold `rec` (in memory: [`Cache::save`] writes it).
+    pub(in crate::runtime) fn put(&mut self, rec: DatasetRecord) {
+        self.filemap.datasets.insert(rec.id, rec);
+    }
+
+    /// Change the record of dataset `id` in memory; `false` when the cache lacks it.
+    pub(in crate::runtime) fn update(
+        &mut self,
+        id: u64,
+        f: impl FnOnce(&mut DatasetRecord),
+    ) -> bool {
+        match self.filemap.datasets.get_mut(&id) {
+            Some(rec) => {
+                f(rec);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Forget dataset `id` (in memory), returning its record.
+    pub(in crate::runtime) fn forget(&mut self, id: u64) -> Option<DatasetRecord> {
+        self.filemap.datasets.remove(&id)
+    }
+
+    /// Save the whole filemap (compacting its journal).
+    pub(in crate::runtime) fn save(&mut self) -> Result<()> {
+        self.journal
+            .save(&self.filemap, &self.cntl_dir)
+            .map_err(io_err(
+                &self.cntl_dir.join(Filemap::file_name(self.filemap.rank)),
+            ))
+    }
+
+    /// Record `file` as routed into dataset `id` (held already): one journal record, not
+    /// a rewrite of the whole filemap. On failure the record is as before.
+    pub(in crate::runtime) fn append_file(&mut self, id: u64, file: &FileRecord) -> Result<()> {
+        let Some(d) = self.filemap.datasets.get_mut(&id) else {
+            return Err(ScrError::Usage(format!(
+                "dataset {id} is not in the cache; start_output records it first"
+            )));
+        };
+        d.files.push(file.clone());
+        let appended = self
+            .journal
+            .append(&self.filemap, &self.cntl_dir, id, file)
+            .map_err(io_err(
+                &self.cntl_dir.join(Filemap::journal_name(self.filemap.rank)),
+            ));
+        if appended.is_err() {
+            if let Some(d) = self.filemap.datasets.get_mut(&id) {
+                d.files.retain(|f| f.name != file.name);
+            }
+        }
+        appended
+    }
+
+    /// The id the next dataset takes.
+    pub(in crate::runtime) fn next_dataset(&self) -> u64 {
+        self.next_dataset
+    }
+
+    /// The id the next checkpoint takes.
+    pub(in crate::runtime) fn next_checkpoint(&self) -> u64 {
+        self.next_checkpoint
+    }
+
+    /// The largest dataset and checkpoint ids this cache holds (0 when none).
+    pub(in crate::runtime) fn largest_ids(&self) -> (u64, u64) {
+        let dataset = self.filemap.datasets.keys().max().copied().unwrap_or(0);
+        let checkpoint = self
+            .datasets()
+            .filter_map(|d| d.checkpoint_id)
+            .max()
+            .unwrap_or(0);
+        (dataset, checkpoint)
+    }
+
+    /// The next ids come right after `dataset` and `checkpoint` (agreed by the caller).
+    pub(in crate::runtime) fn continue_after(&mut self, dataset: u64, checkpoint: u64) {
+        self.next_dataset = dataset + 1;
+        self.next_checkpoint = checkpoint + 1;
+    }
+
+    /// Dataset `id` (checkpoint `checkpoint`) exists, here or in the prefix: the next ids
+    /// never take it again.
+    pub(in crate::runtime) fn used(&mut self, id: u64, checkpoint: Option<u64>) {
+        self.next_dataset = self.next_dataset.max(id + 1);
+        if let Some(c) = checkpoint {
+            self.next_checkpoint = self.next_checkpoint.max(c + 1);
+        }
+    }
+}
