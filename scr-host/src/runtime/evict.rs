@@ -28,9 +28,9 @@ impl Runtime {
         self.begin("drop", pre)?;
         if let Some(id) = cached {
             self.settle_flush_of(id);
-            self.restart.skipped.push(id);
+            self.restart.skip(id);
         }
-        self.forget_prefix_restart(name);
+        self.restart.forget_in_prefix(name);
         self.remove_from_prefix("drop", name, cached, false)
     }
 
@@ -58,21 +58,15 @@ impl Runtime {
             None => Ok(()),
         };
         self.agree_changed("delete", local)?;
-        self.forget_prefix_restart(name);
+        self.restart.forget_in_prefix(name);
         self.remove_from_prefix("delete", name, cached, true)
     }
 
     /// `Err` when the dataset `name` (`cached` here) is being written or read on this
     /// rank.
     fn not_in_use(&self, call: &str, name: &str, cached: Option<u64>) -> Result<()> {
-        let writing = self.output.as_ref().is_some_and(|o| o.record.name == name);
-        let reading = cached.is_some_and(|id| self.restart.candidate == Some(id))
-            || (self.restart.reading_prefix
-                && self
-                    .restart
-                    .prefix_restart
-                    .as_ref()
-                    .is_some_and(|p| p.name == name));
+        let writing = self.output.as_ref().is_some_and(|o| o.name() == name);
+        let reading = self.restart.reads(name, cached);
         if writing || reading {
             return Err(ScrError::Usage(format!(
                 "{call}: dataset `{name}` is being {}; complete it first",
@@ -80,19 +74,6 @@ impl Runtime {
             )));
         }
         Ok(())
-    }
-
-    /// A checkpoint offered in place from the prefix that was just dropped or deleted is
-    /// no longer offered.
-    fn forget_prefix_restart(&mut self, name: &str) {
-        if self
-            .restart
-            .prefix_restart
-            .as_ref()
-            .is_some_and(|p| p.name == name)
-        {
-            self.restart.prefix_restart = None;
-        }
     }
 
     /// Let a background flush of dataset `id` end and be recorded before the dataset is

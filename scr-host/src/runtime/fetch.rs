@@ -3,6 +3,7 @@
 //! rank2file map and hands its members their lists, every file is verified against
 //! rank2file, and the fetched dataset is protected again.
 
+use super::restart::PrefixRestart;
 use super::tags::{LIST_TAG, SOURCE_TAG};
 use super::window::Direction;
 use super::world::Op;
@@ -317,12 +318,12 @@ impl Runtime {
                         entry.name,
                         self.job.prefix.display()
                     ));
-                    self.restart.prefix_restart = Some(super::PrefixRestart {
-                        id: entry.id,
-                        name: entry.name.clone(),
-                        checkpoint_id: entry.checkpoint_id,
+                    self.restart.offer_in_prefix(PrefixRestart::new(
+                        entry.id,
+                        entry.name.clone(),
+                        entry.checkpoint_id,
                         files,
-                    });
+                    ));
                     return Ok(());
                 }
                 (failed, _) => {
@@ -384,7 +385,7 @@ impl Runtime {
                 None => {
                     // offered even when an earlier `current` passed its id over (a
                     // fallback below the pinned checkpoint fetches it)
-                    self.restart.skipped.retain(|&s| s != entry.id);
+                    self.restart.unskip(entry.id);
                     // ids continue after the fetched dataset
                     self.cache.used(entry.id, entry.checkpoint_id);
                     if self.topo.rank() == 0 {

@@ -28,7 +28,7 @@ impl Runtime {
             if self.health.is_uncertain() {
                 // complete_output is refused now; each rank drops its part (no collective
                 // step: the ranks' state is uncertain already)
-                if let Err(e) = self.delete_dataset(&out.record) {
+                if let Err(e) = self.delete_dataset(out.record()) {
                     tracing::warn!("{e}");
                 }
             } else {
@@ -54,7 +54,7 @@ impl Runtime {
             self.wait_flushes(true);
         }
         self.log_event(crate::events::Event::Finalize {
-            seconds_total: self.report.init_started.elapsed().as_secs_f64(),
+            seconds_total: self.report.init_started().elapsed().as_secs_f64(),
         });
         if self.topo.rank() == 0 {
             // record why the run ended, unless someone set a reason of their own (read

@@ -7,13 +7,14 @@ use std::time::Instant;
 
 use mpi::topology::SimpleCommunicator;
 
+use super::report::RunReport;
+use super::restart::RestartState;
 use super::topology::Topology;
 use super::world::mpi_world::MpiWorld;
 use super::world::{SetHost, World};
 use super::{
     agree_on, comm, flush, io_err, sets, Cache, Health, InitOptions, JobLayout, Passthrough,
-    Policy, RedDesc, RestartState, Result, RunReport, Runtime, ScrError, Set, TestHooks,
-    FINALIZE_REASON,
+    Policy, RedDesc, Result, Runtime, ScrError, Set, TestHooks, FINALIZE_REASON,
 };
 use crate::config::settings;
 use crate::config::{check_plugins, Config, ConfigErrors, Loader, Snapshot, View};
@@ -78,7 +79,7 @@ impl Runtime {
         crate::log::set_debug(config.get(settings::DEBUG));
         let mut rt = Runtime::unstarted(world, config, span);
         rt.hooks = hooks;
-        let started = rt.report.init_started;
+        let started = rt.report.init_started();
         if rt.passthrough.is_some() {
             // SCR_ENABLE=0: nothing is cached, protected, flushed or fetched, and no
             // directory or state file is created; every call succeeds and route_file
@@ -119,20 +120,12 @@ impl Runtime {
             output: None,
             credit: std::cell::Cell::new(None),
             crc_job: None,
-            bypass_overwrites: false,
             hooks: TestHooks::default(),
             restart: RestartState::default(),
             policy: Policy::new(),
             // until init succeeds, dropping the half-built runtime is not a missed finalize
             health: Health::finalized(),
-            report: RunReport {
-                lost: Vec::new(),
-                lost_nodes: BTreeSet::new(),
-                lost_nodes_unnamed: 0,
-                init_started: Instant::now(),
-                allocation_end: None,
-                crc_note_given: false,
-            },
+            report: RunReport::new(),
             flushing: flush::Flushing::default(),
             passthrough: (!config.get(settings::ENABLE)).then(Passthrough::default),
             world,
@@ -234,8 +227,9 @@ impl Runtime {
         if self.topo.rank() == 0 {
             // asked once, on one rank: thousands of ranks each running `squeue` would
             // load the resource manager
-            self.report.allocation_end = crate::walltime::from_config_and_env(&self.config);
-            if let Some((end, source)) = &self.report.allocation_end {
+            self.report
+                .set_allocation_end(crate::walltime::from_config_and_env(&self.config));
+            if let Some((end, source)) = self.report.allocation_end() {
                 self.info(&format!("the allocation ends at {end} (from {source})"));
             }
             self.log_previous_run_failure();
@@ -282,16 +276,16 @@ impl Runtime {
     /// fetch to the first have_restart).
     pub(in crate::runtime) fn restore_at_init(&mut self, options: &InitOptions) -> Result<()> {
         self.restore_cache()?;
-        if self.report.lost_nodes_unnamed > 0 {
+        if self.report.lost_nodes_unnamed() > 0 {
             self.warn(&format!(
                 "{} more nodes lost their cache than the event log names ({} named)",
-                self.report.lost_nodes_unnamed,
-                self.report.lost_nodes.len()
+                self.report.lost_nodes_unnamed(),
+                self.report.lost_nodes().len()
             ));
         }
-        if !self.report.lost_nodes.is_empty() {
+        if !self.report.lost_nodes().is_empty() {
             self.log_event(crate::events::Event::LostNodes {
-                nodes: self.report.lost_nodes.iter().cloned().collect(),
+                nodes: self.report.lost_nodes().iter().cloned().collect(),
             });
         }
         self.settle_interrupted_flushes()?;
@@ -306,7 +300,7 @@ impl Runtime {
         }
         // `current` (SCR_CURRENT) is applied as a `current` call made while the fetch
         // is pending, in both orders
-        self.restart.fetch_pending = true;
+        self.restart.set_fetch_pending(true);
         if options.fetch_at_have_restart {
             // only the fetch waits for have_restart: flush_on_restart flushes what the
             // cache holds now (SCR does it in init, for applications that restart
@@ -317,7 +311,7 @@ impl Runtime {
             self.apply_current_setting();
         } else {
             self.apply_current_setting();
-            self.restart.fetch_pending = false;
+            self.restart.set_fetch_pending(false);
             self.settle_restart(true)?;
         }
         Ok(())

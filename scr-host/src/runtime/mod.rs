@@ -37,7 +37,6 @@
 //! size + CRC32 checks in `crate::integrity` and transfers in `crate::transfer`.
 
 mod agree;
-mod bypass;
 mod cache;
 pub mod comm;
 mod deferred_crc;
@@ -53,6 +52,7 @@ mod mpi_host;
 mod names;
 mod output;
 mod policy;
+mod report;
 mod restart;
 mod restore;
 pub(crate) mod sets;
@@ -65,11 +65,13 @@ mod world;
 
 use agree::{agree_on, first_failure, Health};
 use cache::Cache;
+use output::Output;
 use policy::Policy;
+use report::RunReport;
+use restart::RestartState;
 use topology::Topology;
 use world::{SetHost, World};
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -125,19 +127,6 @@ struct RedDesc {
     keeps_no_redundancy: bool,
 }
 
-/// The dataset being written.
-struct Output {
-    record: DatasetRecord,
-    desc: usize,
-    started: Instant,
-    /// This rank's redundancy file names (relative), asked of the scheme once at
-    /// start_output so route_file can refuse them without asking per file.
-    redundancy_names: Vec<String>,
-    /// The names routed so far (`record.files`' names), so that a name routed again is
-    /// found without a scan of every file.
-    routed: HashSet<String>,
-}
-
 /// One process's checkpoint/restart runtime.
 pub struct Runtime {
     world: Box<dyn World>,
@@ -163,9 +152,6 @@ pub struct Runtime {
     flushing: flush::Flushing,
     /// `Some` when the library is disabled (`enable = false`): the calls pass through.
     passthrough: Option<Passthrough>,
-    /// The bypass dataset being written routed a name that already existed in the
-    /// prefix (see `bypass`).
-    bypass_overwrites: bool,
     /// The world rank credited with the last settled scheme call's failure when this rank
     /// returned its set's agreed error (see [`Runtime::first_failure_credited`]).
     credit: std::cell::Cell<Option<u32>>,
@@ -183,55 +169,6 @@ struct JobLayout {
     cntl_dir: PathBuf,
     prefix: PathBuf,
     reddescs: Vec<RedDesc>,
-}
-
-/// The restart: what is offered, what was tried, and a restart read in place.
-#[derive(Debug, Default)]
-struct RestartState {
-    /// The checkpoint offered for a restart (from cache).
-    candidate: Option<u64>,
-    /// Checkpoints the application reported invalid, never offered again.
-    skipped: Vec<u64>,
-    /// SCR 3.x order: the fetch from the prefix waits for the first
-    /// [`Runtime::have_restart_fetching`], so that `current` can choose what is loaded.
-    fetch_pending: bool,
-    /// The checkpoint `current` chose while the fetch was pending, when no cache holds it.
-    wanted: Option<String>,
-    /// With `fetch = false`: the checkpoint offered for a restart straight from the prefix.
-    prefix_restart: Option<PrefixRestart>,
-    /// Between start_restart and complete_restart of `prefix_restart`.
-    reading_prefix: bool,
-}
-
-/// What init and the run found, for the event log and the application.
-#[derive(Debug)]
-struct RunReport {
-    /// Datasets init dropped (the application may ask).
-    lost: Vec<String>,
-    /// Nodes whose cache init found lost (for the event log).
-    lost_nodes: BTreeSet<String>,
-    /// Nodes lost beyond those `World::gather_some` brought to rank 0 by name.
-    lost_nodes_unnamed: u64,
-    /// When init began (the finalize event says how long the run was).
-    init_started: Instant,
-    /// Rank 0: the allocation's end and where it was read from (`halt_seconds` counts
-    /// back from it); read once at init.
-    allocation_end: Option<(i64, String)>,
-    /// Whether rank 0 said that files without a CRC32 are checked by size only.
-    crc_note_given: bool,
-}
-
-/// A checkpoint read in place in the prefix (SCR 3.x with fetch disabled).
-#[derive(Debug)]
-struct PrefixRestart {
-    /// Its dataset id.
-    id: u64,
-    /// Its name.
-    name: String,
-    /// Its checkpoint id: a fallback after it is reported invalid takes only older ones.
-    checkpoint_id: Option<u64>,
-    /// This rank's files: the name as the application routes it → where it is stored.
-    files: BTreeMap<String, PathBuf>,
 }
 
 /// How [`Runtime::init_with`] starts a run.
@@ -284,7 +221,7 @@ impl Runtime {
 
     /// Reports of datasets that init found damaged beyond repair and dropped.
     pub fn lost_datasets(&self) -> &[String] {
-        &self.report.lost
+        self.report.lost()
     }
 
     /// This rank's MPI exchanges per API call since init or [`Runtime::reset_comm_stats`]:

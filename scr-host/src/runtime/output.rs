@@ -6,9 +6,10 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+mod bypass;
+
 use super::{
-    comm, first_failure, io_err, names, Ids, NameCheck, Output, OutputFlags, Result, Runtime,
-    ScrError,
+    comm, first_failure, io_err, names, Ids, NameCheck, OutputFlags, Result, Runtime, ScrError,
 };
 use crate::config::settings;
 use crate::layout::relative_to;
@@ -16,6 +17,34 @@ use crate::private_dir::{cachefs_err, create_private_dir, lexical_normalize};
 use crate::state::filemap::{DatasetRecord, FileRecord};
 use crate::state::halt::Halt;
 use crate::state::prefix;
+
+/// The dataset being written.
+pub(in crate::runtime) struct Output {
+    record: DatasetRecord,
+    desc: usize,
+    started: Instant,
+    /// This rank's redundancy file names (relative), asked of the scheme once at
+    /// start_output so route_file can refuse them without asking per file.
+    redundancy_names: Vec<String>,
+    /// The names routed so far (`record.files`' names), so that a name routed again is
+    /// found without a scan of every file.
+    routed: HashSet<String>,
+    /// A bypass dataset routed a name that already existed in the prefix (see
+    /// `bypass`).
+    overwrites: bool,
+}
+
+impl Output {
+    /// The dataset's name.
+    pub(in crate::runtime) fn name(&self) -> &str {
+        &self.record.name
+    }
+
+    /// The dataset's record as routed so far.
+    pub(in crate::runtime) fn record(&self) -> &DatasetRecord {
+        &self.record
+    }
+}
 
 impl Runtime {
     /// The descriptor for a dataset, as SCR chooses it: an output dataset takes the first
@@ -126,6 +155,7 @@ impl Runtime {
             started: Instant::now(),
             redundancy_names,
             routed: HashSet::new(),
+            overwrites: false,
         });
         self.info(&format!(
             "start_output {name}: dataset {id}, checkpoint {checkpoint_id:?}, descriptor {}{}",
@@ -163,7 +193,7 @@ impl Runtime {
                 "start_output: the dataset name is {} bytes; names must be shorter than SCR_MAX_FILENAME (1024)",
                 name.len()
             )))
-        } else if self.restart.reading_prefix || self.restart.candidate.is_some() {
+        } else if self.restart.in_progress() {
             Err(ScrError::Usage(
                 "start_output: a restart is in progress; call complete_restart first".into(),
             ))

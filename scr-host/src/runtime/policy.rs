@@ -45,7 +45,7 @@ impl Runtime {
             &load_halt(&self.job.prefix),
             now_secs(),
             self.config.get(settings::HALT_SECONDS) as i64,
-            self.report.allocation_end.as_ref(),
+            self.report.allocation_end(),
         )
     }
 

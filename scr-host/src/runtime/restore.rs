@@ -74,7 +74,7 @@ impl Runtime {
             let holders = self.holders_of(id);
             if let Some(why) = self.unrestorable(&holders) {
                 // not this job's to rebuild: leave it alone (eviction removes it in time)
-                self.restart.skipped.push(id);
+                self.restart.skip(id);
                 self.warn(&format!(
                     "dataset {id} ({}) is not restored: {why}",
                     holders.first.name
@@ -292,7 +292,7 @@ impl Runtime {
                     what: report.clone(),
                     rank: None,
                 });
-                self.report.lost.push(report);
+                self.report.add_lost(report);
                 // this rank's record, or the one made for the rebuild when its cache was
                 // lost (holding the redundancy files declared before recover and the
                 // names recover returned): what the scheme wrote here goes with it,
@@ -340,7 +340,7 @@ impl Runtime {
                 Some(Err(e)) => e.to_string(),
                 _ => "a rank is in no redundancy set for it".to_string(),
             };
-            self.restart.skipped.push(id);
+            self.restart.skip(id);
             self.warn(&format!("dataset {id} ({name}) is not restored now: {why}"));
             return None;
         }
@@ -443,8 +443,7 @@ impl Runtime {
             tracing::warn!("dataset {} ({}): {why}; counted as lost", r.id, r.name);
         }
         let unchecked = own.is_some_and(|r| r.files.iter().any(|f| f.crc32.is_none()));
-        if use_crc && self.topo.rank() == 0 && !self.report.crc_note_given && unchecked {
-            self.report.crc_note_given = true;
+        if use_crc && self.topo.rank() == 0 && unchecked && self.report.crc_note_due() {
             self.info("cached files without a recorded CRC32 (crc_on_copy = false): only their sizes are checked at restart");
         }
         check
@@ -490,7 +489,7 @@ impl Runtime {
         if own.is_none() && self.cache.forget(id).is_some() {
             let _ = self.save_filemap();
         }
-        self.restart.skipped.push(id);
+        self.restart.skip(id);
         self.warn(&format!(
             "dataset {id} ({}) is not restored now: its redundancy files could not be recorded before the rebuild",
             r.name
@@ -614,15 +613,11 @@ impl Runtime {
         let (lost, lost_total) = self
             .world
             .gather_some(node_lost.then_some(self.topo.node().as_bytes()));
-        for (_, b) in &lost {
-            self.report
-                .lost_nodes
-                .insert(String::from_utf8_lossy(b).into_owned());
-        }
-        self.report.lost_nodes_unnamed = self
-            .report
-            .lost_nodes_unnamed
-            .max(lost_total.saturating_sub(lost.len() as u64));
+        self.report.add_lost_nodes(
+            lost.iter()
+                .map(|(_, b)| String::from_utf8_lossy(b).into_owned()),
+            lost_total,
+        );
         let rebuilt: Vec<u32> = ranks.iter().map(|(r, _)| *r).collect();
         let more = match lacking_total - rebuilt.len() as u64 {
             0 => String::new(),

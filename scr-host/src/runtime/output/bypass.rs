@@ -16,9 +16,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::world::Op;
-use super::{first_failure, io_err, Output, Result, Runtime, ScrError};
+use super::Output;
 use crate::config::settings;
+use crate::runtime::world::Op;
+use crate::runtime::{first_failure, io_err, Result, Runtime, ScrError};
 use crate::state::prefix::FlushedFile;
 use crate::transfer::RankOutcome;
 
@@ -38,7 +39,11 @@ impl Runtime {
             }
             // a file of an earlier dataset, perhaps of a checkpoint still recorded: said
             // once the dataset completes (see `complete_bypass`)
-            Ok(_) => self.bypass_overwrites = true,
+            Ok(_) => {
+                if let Some(out) = self.output.as_mut() {
+                    out.overwrites = true;
+                }
+            }
             Err(_) => {}
         }
         self.record_routed(&key)?;
@@ -65,7 +70,7 @@ impl Runtime {
         // matches its record, and its check refuses it at restart. Said, so that the
         // application can name each checkpoint's files apart. (One reduction agrees on
         // both: whether any rank said invalid, whether any rank wrote over a file.)
-        let overwrites = std::mem::take(&mut self.bypass_overwrites);
+        let overwrites = out.overwrites;
         let any = self
             .world
             .all_reduce_u64s(&[u64::from(!valid), u64::from(overwrites)], Op::Max);
