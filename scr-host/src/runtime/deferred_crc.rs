@@ -204,11 +204,11 @@ impl Runtime {
     /// the agreed scheme property, the record), before the per-rank check of the
     /// redundancy files the scheme names.
     pub(in crate::runtime) fn defers_crc(&self, desc: usize, rec: &DatasetRecord) -> bool {
-        let rd = &self.job.reddescs[desc];
+        let rd = &self.descs[desc];
         self.config.get(settings::CRC_ON_COPY)
             && self.config.get(settings::CRC_ON_COPY_DEFER)
-            && rd.keeps_no_redundancy
-            && !rd.hashes_in_apply
+            && rd.keeps_no_redundancy()
+            && !rd.hashes_in_apply()
             && !self.flush_due(rec)
     }
 

@@ -209,15 +209,15 @@ impl Runtime {
         rec: &DatasetRecord,
     ) -> Result<()> {
         if let Some(desc) = desc {
-            let rd = &self.job.reddescs[desc];
+            let rd = &self.descs[desc];
             let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
             let result = rd
-                .scheme
+                .scheme()
                 .raw()
-                .remove(rd.host.services(), &dataset_files(rec, &dir))
+                .remove(rd.host().services(), &dataset_files(rec, &dir))
                 .into_result();
             let label = format!("{} ({})", rec.id, rec.name);
-            if let Err(e) = self.settle_call(&*rd.host, &rd.scheme, "remove", &label, result) {
+            if let Err(e) = self.settle_call(rd.host(), rd.scheme(), "remove", &label, result) {
                 // the recorded names still go below; say what may be left
                 tracing::warn!(
                     "{e}; files the scheme wrote for dataset {label} in {} and did not declare may be left", dir.display()

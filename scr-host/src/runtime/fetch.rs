@@ -431,8 +431,8 @@ impl Runtime {
         entry: &IndexEntry,
         mine: Vec<FlushedFile>,
     ) -> std::result::Result<(), String> {
-        let desc = self.reddesc_for(entry.checkpoint_id);
-        let store = self.job.reddescs[desc].record.store.clone();
+        let desc = self.descs.for_checkpoint(entry.checkpoint_id);
+        let store = self.descs[desc].record().store.clone();
         let dir = self.dataset_dir(&store, entry.id);
         let mut record = DatasetRecord {
             id: entry.id,
@@ -444,7 +444,7 @@ impl Runtime {
             // new datasets (a bypass descriptor's record would route it to the prefix)
             descriptor: DescriptorRecord {
                 bypass: false,
-                ..self.job.reddescs[desc].record.clone()
+                ..self.descs[desc].record().clone()
             },
             files: mine
                 .iter()
@@ -508,22 +508,25 @@ impl Runtime {
         // (a failure before the apply below is this rank's own)
         self.credit.set(None);
         let mut rec = self.cache.record(id).clone();
-        let desc = self.reddesc_for(rec.checkpoint_id);
+        let desc = self.descs.for_checkpoint(rec.checkpoint_id);
         let dir = self.dataset_dir(&rec.descriptor.store, id);
         // the redundancy files are recorded before they exist, like every file
-        let declared =
-            integrity::declare_redundancy(&self.job.reddescs[desc].scheme, &mut rec, &dir)
-                .and_then(|()| {
-                    self.cache.put(rec.clone());
-                    self.save_filemap()
-                });
+        let declared = integrity::declare_redundancy(self.descs[desc].scheme(), &mut rec, &dir)
+            .and_then(|()| {
+                self.cache.put(rec.clone());
+                self.save_filemap()
+            });
         self.agree(declared)?;
-        let rd = &self.job.reddescs[desc];
+        let rd = &self.descs[desc];
         let ds = integrity::dataset_files(&rec, &dir);
-        let result = rd.scheme.raw().apply(rd.host.services(), &ds).into_result();
+        let result = rd
+            .scheme()
+            .raw()
+            .apply(rd.host().services(), &ds)
+            .into_result();
         let label = format!("{id} ({})", rec.name);
         let red = self
-            .settle_call(&*rd.host, &rd.scheme, "apply", &label, result)
+            .settle_call(rd.host(), rd.scheme(), "apply", &label, result)
             .map_err(ScrError::from);
         if !self.all_agree(red.is_ok()) {
             // discarded on every rank, what the scheme wrote with it (its `remove` takes

@@ -7,20 +7,20 @@ use std::time::Instant;
 
 use mpi::topology::SimpleCommunicator;
 
+use super::descriptors::Descriptors;
 use super::report::RunReport;
 use super::restart::RestartState;
 use super::topology::Topology;
 use super::world::mpi_world::MpiWorld;
-use super::world::{SetHost, World};
+use super::world::World;
 use super::{
-    agree_on, comm, flush, io_err, sets, Cache, Health, InitOptions, JobLayout, Passthrough,
-    Policy, RedDesc, Result, Runtime, ScrError, Set, TestHooks, FINALIZE_REASON,
+    agree_on, comm, flush, io_err, Cache, Health, InitOptions, JobLayout, Passthrough, Policy,
+    Result, Runtime, ScrError, TestHooks, FINALIZE_REASON,
 };
 use crate::config::settings;
 use crate::config::{check_plugins, Config, ConfigErrors, Loader, Snapshot, View};
 use crate::private_dir::create_private_dir;
 use crate::registry::Registry;
-use crate::state::filemap::DescriptorRecord;
 use crate::state::halt::Halt;
 
 impl Runtime {
@@ -108,12 +108,12 @@ impl Runtime {
         Runtime {
             topo: Topology::unplaced(&*world),
             registry: Registry::default(),
+            descs: Descriptors::default(),
             job: JobLayout {
                 user: config.get(settings::USER),
                 job_id: config.get(settings::JOB_ID),
                 cntl_dir: PathBuf::new(),
                 prefix: PathBuf::from(config.get(settings::PREFIX)),
-                reddescs: Vec::new(),
             },
             span: span.clone(),
             cache: Cache::new(rank),
@@ -205,12 +205,11 @@ impl Runtime {
         &mut self,
         recorded_api: &[(usize, String)],
     ) -> Result<()> {
-        self.create_reddescs()?;
+        self.descs = Descriptors::create(&*self.world, &self.config, &self.registry, &self.topo)?;
         let stores: BTreeSet<String> = self
-            .job
-            .reddescs
+            .descs
             .iter()
-            .map(|d| d.record.store.clone())
+            .map(|d| d.record().store.clone())
             .collect();
         let made = stores.iter().try_for_each(|s| self.create_store_dir(s));
         self.agree(made)?;
@@ -330,23 +329,23 @@ impl Runtime {
         // time-based checkpoint policies count from the end of init
         self.policy.restart_clock();
         self.world.barrier();
-        for rd in &self.job.reddescs {
+        for rd in self.descs.iter() {
             self.info(&format!(
                 "descriptor {}: interval {}, scheme {}, store {}, group {}, this rank in set {} of {} member(s)",
-                rd.index,
-                rd.interval,
-                rd.record.scheme,
-                rd.record.store,
-                rd.record.group,
-                rd.record.set_id,
-                rd.record.members.len()
+                rd.index(),
+                rd.interval(),
+                rd.record().scheme,
+                rd.record().store,
+                rd.record().group,
+                rd.record().set_id,
+                rd.record().members.len()
             ));
         }
         self.info(&format!(
             "init: {} ranks on {} node(s), {} descriptor(s), restart candidate {:?}, {:.3} s",
             self.topo.size(),
             self.topo.node_count(),
-            self.job.reddescs.len(),
+            self.descs.len(),
             self.have_restart(),
             started.elapsed().as_secs_f64()
         ));
@@ -380,111 +379,6 @@ impl Runtime {
             )));
         }
         create_private_dir(Path::new(store), &dir)
-    }
-
-    /// This rank's failure-group value for group `name`.
-    pub(in crate::runtime) fn group_value(&self, name: &str) -> Result<String> {
-        self.config
-            .failure_group(name, self.topo.node(), self.topo.rank())
-            .map_err(ScrError::Usage)
-    }
-
-    /// Build a set communicator and its host services for `set` (collective over world:
-    /// every rank passes its own set and failure-group value, or `None` to take no
-    /// part). The members' group values are gathered within the set: O(set size).
-    pub(in crate::runtime) fn set_host(
-        &self,
-        set: Option<&Set>,
-        group: &str,
-    ) -> Option<Box<dyn SetHost>> {
-        // (a set id from a filemap or another rank's record that is no MPI color —
-        // negative as an i32 — leaves this rank without a set: the caller's agreement
-        // then refuses the dataset on every rank, where MPI would abort this rank alone)
-        let set = set.filter(|s| i32::try_from(s.id).is_ok());
-        let color = set.map(|s| s.id as u32);
-        let key = set
-            .and_then(|s| s.members.iter().position(|&m| m == self.topo.rank()))
-            .unwrap_or(0) as u32;
-        let comm = self.world.split(color, key)?;
-        let set = set?;
-        let groups = sets::gather_strings_in(&*comm, group);
-        Some(comm.set_host(set.members.clone(), groups, self.topo.rank()))
-    }
-
-    pub(in crate::runtime) fn create_reddescs(&mut self) -> Result<()> {
-        for i in 0..self.config.checkpoints.len() {
-            let d = self.config.descriptor(i);
-            if !d.checkpoint.enabled {
-                continue;
-            }
-            let value = self.agree(self.group_value(&d.group.0))?;
-            let (mine, comm, groups) =
-                sets::form_my_set_in(&*self.world, &value, d.set_size() as usize);
-            let host = comm.set_host(mine.members.clone(), groups, self.topo.rank());
-            let member = mine
-                .members
-                .iter()
-                .position(|&m| m == self.topo.rank())
-                .expect("a member of its own set") as u32;
-            let config = d.scheme_config(
-                &self.config,
-                mine.members.len() as u32,
-                member,
-                self.topo.rank(),
-            );
-            // a scheme may refuse one set (e.g. its size) but not another: agree first
-            let scheme = self.agree(self.registry.new_scheme(&config).map_err(ScrError::from))?;
-            let record = DescriptorRecord {
-                index: i,
-                scheme: d.scheme.0.clone(),
-                params: d
-                    .params
-                    .iter()
-                    .map(|(k, v, _)| (k.clone(), v.clone()))
-                    .collect(),
-                group: d.group.0.clone(),
-                store: d.store_path.clone(),
-                set_id: mine.id,
-                members: mine.members.clone(),
-                bypass: d.bypass.0,
-            };
-            // agreed by every rank, whatever its own answer, so that every member of a
-            // set makes the same call: whether it hashes in apply, and whether it
-            // tolerates no loss (then it keeps no redundancy that could carry the CRC32s,
-            // see `deferred_crc`); one reduction counts the ranks that say no to each
-            let no_hash = u64::from(!scheme.raw().crc32_in_apply());
-            let keeps_some = u64::from(
-                !scheme
-                    .raw()
-                    .describe()
-                    .into_result()
-                    .is_ok_and(|d| d.tolerated_losses == 0),
-            );
-            let noes = self.world.sum_u64(no_hash | keeps_some << 32);
-            let hashes_in_apply = noes & 0xffff_ffff == 0;
-            let keeps_no_redundancy = noes >> 32 == 0;
-            if self.topo.rank() == 0 {
-                tracing::debug!(
-                    "descriptor {i}: {}",
-                    super::restore::survivor_contract(
-                        &d.scheme.0,
-                        scheme.raw().survivor_check(),
-                        self.config.get(settings::CRC_ON_RESTART)
-                    )
-                );
-            }
-            self.job.reddescs.push(RedDesc {
-                index: i,
-                interval: d.checkpoint.interval,
-                output: d.checkpoint.output,
-                record,
-                scheme,
-                host,
-                hashes_in_apply,
-                keeps_no_redundancy,
-            });
-        }
-        Ok(())
     }
 
     /// The nodes file (Files chapter): how many nodes this run uses, written by the

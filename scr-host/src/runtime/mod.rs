@@ -40,6 +40,7 @@ mod agree;
 mod cache;
 pub mod comm;
 mod deferred_crc;
+mod descriptors;
 mod dispatch;
 mod distribute;
 mod evict;
@@ -65,19 +66,20 @@ mod world;
 
 use agree::{agree_on, first_failure, Health};
 use cache::Cache;
+use descriptors::Descriptors;
 use output::Output;
 use policy::Policy;
 use report::RunReport;
 use restart::RestartState;
 use topology::Topology;
-use world::{SetHost, World};
+use world::World;
 
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::config::Config;
 pub use crate::hooks::TestHooks;
-use crate::registry::{LoadedScheme, Registry};
+use crate::registry::Registry;
 
 pub use crate::state::filemap::{
     filemap_io, DatasetRecord, DescriptorRecord, FileRecord, Filemap, FilemapIo, JournalEntry,
@@ -109,24 +111,6 @@ pub struct OutputFlags {
     pub output: bool,
 }
 
-/// A redundancy descriptor in force in this run.
-struct RedDesc {
-    index: usize,
-    interval: u64,
-    /// Chosen for output datasets (`output = true`; SCR's `OUTPUT=1`).
-    output: bool,
-    record: DescriptorRecord,
-    scheme: LoadedScheme,
-    host: Box<dyn SetHost>,
-    /// Whether the scheme hashes the files in its apply (`crc32_in_apply`) on every
-    /// rank: agreed once here, not at each checkpoint (a scheme's answer is fixed).
-    hashes_in_apply: bool,
-    /// Whether the scheme tolerates no loss on every rank (`describe`; SINGLE): it keeps
-    /// no redundancy data that could carry the files' CRC32s, so they may be computed
-    /// in the background (see `deferred_crc`). Agreed once here, like `hashes_in_apply`.
-    keeps_no_redundancy: bool,
-}
-
 /// One process's checkpoint/restart runtime.
 pub struct Runtime {
     world: Box<dyn World>,
@@ -136,6 +120,8 @@ pub struct Runtime {
     registry: Registry,
     /// The job's identity and directories, and the redundancy descriptors in force.
     job: JobLayout,
+    /// The redundancy descriptors in force and this rank's sets.
+    descs: Descriptors,
     /// Entered in each call: the messages inside carry this rank and the job id.
     span: tracing::Span,
     /// The cached datasets (filemap) and the ids of the next ones.
@@ -168,7 +154,6 @@ struct JobLayout {
     job_id: String,
     cntl_dir: PathBuf,
     prefix: PathBuf,
-    reddescs: Vec<RedDesc>,
 }
 
 /// How [`Runtime::init_with`] starts a run.

@@ -47,34 +47,6 @@ impl Output {
 }
 
 impl Runtime {
-    /// The descriptor for a dataset, as SCR chooses it: an output dataset takes the first
-    /// descriptor marked `output` when there is one; otherwise a checkpoint takes
-    /// [`Runtime::reddesc_for`] its id, and other datasets the interval-1 descriptor.
-    pub(in crate::runtime) fn reddesc_for_dataset(&self, flags: OutputFlags) -> usize {
-        let marked = flags
-            .output
-            .then(|| self.job.reddescs.iter().position(|d| d.output))
-            .flatten();
-        marked.unwrap_or_else(|| {
-            self.reddesc_for(flags.checkpoint.then_some(self.cache.next_checkpoint()))
-        })
-    }
-
-    /// The descriptor for checkpoint id `id`: the largest interval dividing it, the first
-    /// of equal ones (as SCR), one not marked `output` before one that is (an output
-    /// descriptor may share an interval with another; checkpoints take the other).
-    pub(in crate::runtime) fn reddesc_for(&self, checkpoint_id: Option<u64>) -> usize {
-        let id = checkpoint_id.unwrap_or(1);
-        self.job
-            .reddescs
-            .iter()
-            .enumerate()
-            .filter(|(_, d)| id.is_multiple_of(d.interval))
-            .min_by_key(|(i, d)| (std::cmp::Reverse(d.interval), d.output, *i))
-            .map(|(i, _)| i)
-            .expect("validation guarantees an interval-1 descriptor")
-    }
-
     /// Begin a dataset (collective). Old datasets are evicted from its store first, as
     /// the store's `count` requires.
     pub fn start_output(&mut self, name: &str, flags: OutputFlags) -> Result<()> {
@@ -106,9 +78,9 @@ impl Runtime {
         self.poll_flushes();
         self.poll_crc();
         let checkpoint_id = flags.checkpoint.then_some(self.cache.next_checkpoint());
-        let desc = self.reddesc_for_dataset(flags);
-        let store = self.job.reddescs[desc].record.store.clone();
-        let bypass = self.job.reddescs[desc].record.bypass;
+        let desc = self.descs.for_dataset(flags, self.cache.next_checkpoint());
+        let store = self.descs[desc].record().store.clone();
+        let bypass = self.descs[desc].record().bypass;
         let id = self.cache.next_dataset();
         let record = DatasetRecord {
             id,
@@ -116,7 +88,7 @@ impl Runtime {
             checkpoint_id,
             output: flags.output,
             complete: false,
-            descriptor: self.job.reddescs[desc].record.clone(),
+            descriptor: self.descs[desc].record().clone(),
             files: Vec::new(),
             redundancy: Vec::new(),
             world_size: self.topo.size(),
@@ -141,8 +113,8 @@ impl Runtime {
         let redundancy_names = if bypass {
             Vec::new()
         } else {
-            self.job.reddescs[desc]
-                .scheme
+            self.descs[desc]
+                .scheme()
                 .raw()
                 .redundancy_files(&crate::integrity::dataset_files(&record, &dir))
                 .into_result()
@@ -159,7 +131,7 @@ impl Runtime {
         });
         self.info(&format!(
             "start_output {name}: dataset {id}, checkpoint {checkpoint_id:?}, descriptor {}{}",
-            self.job.reddescs[desc].index,
+            self.descs[desc].index(),
             if bypass {
                 " (bypass: files are written in the prefix)"
             } else {
@@ -357,7 +329,7 @@ impl Runtime {
         if out.redundancy_names.contains(&key) {
             return Err(ScrError::Usage(format!(
                 "route_file: `{key}` is the name of this rank's redundancy file under scheme {}; choose another name",
-                self.job.reddescs[out.desc].record.scheme
+                self.descs[out.desc].record().scheme
             )));
         }
         // nested names: no directory level that exists is a link (or anyone else's), nor
@@ -447,7 +419,7 @@ impl Runtime {
         // (`crc32_in_apply`), the CRC32s come back from its apply and the files are not
         // read here: one read of the data instead of two (the configuration is the same
         // on every rank, the scheme's answer agreed at init).
-        let fused = crc && self.job.reddescs[out.desc].hashes_in_apply;
+        let fused = crc && self.descs[out.desc].hashes_in_apply();
         // With a scheme that keeps no redundancy data (SINGLE), nothing reads the files
         // here: a background thread hashes them once the dataset is kept (see
         // `deferred_crc`); sizes, modes and mtimes are recorded as always.
@@ -610,15 +582,15 @@ impl Runtime {
         local_ok: bool,
     ) -> NameCheck {
         let routed: Vec<String> = out.record.files.iter().map(|f| f.name.clone()).collect();
-        let scheme_name = self.job.reddescs[out.desc].record.scheme.clone();
+        let scheme_name = self.descs[out.desc].record().scheme.clone();
         let redundancy: Option<Result<Vec<String>>> = local_ok.then(|| {
-            let rd = &self.job.reddescs[out.desc];
+            let rd = &self.descs[out.desc];
             let ds = crate::integrity::dataset_files(&out.record, dir);
-            rd.scheme
+            rd.scheme()
                 .raw()
                 .redundancy_files(&ds)
                 .into_result()
-                .map_err(|e| ScrError::from(rd.scheme.error("redundancy_files", e)))
+                .map_err(|e| ScrError::from(rd.scheme().error("redundancy_files", e)))
                 .map(|red| red.iter().map(|s| relative_to(dir, s)).collect())
         });
         let declared = match &redundancy {
@@ -674,13 +646,13 @@ impl Runtime {
         fused: bool,
         buf: usize,
     ) -> std::result::Result<(), String> {
-        let rd = &self.job.reddescs[out.desc];
+        let rd = &self.descs[out.desc];
         let ds = crate::integrity::dataset_files(&out.record, dir);
-        let host = rd.host.services();
+        let host = rd.host().services();
         let result = if fused {
-            rd.scheme.raw().apply_with_crc(host, &ds).into_result()
+            rd.scheme().raw().apply_with_crc(host, &ds).into_result()
         } else {
-            rd.scheme
+            rd.scheme()
                 .raw()
                 .apply(host, &ds)
                 .into_result()
@@ -692,7 +664,7 @@ impl Runtime {
         let label = format!("{} ({})", out.record.id, out.record.name);
         let call = if fused { "apply_with_crc" } else { "apply" };
         let done = self
-            .settle_call(&*rd.host, &rd.scheme, call, &label, result)
+            .settle_call(rd.host(), rd.scheme(), call, &label, result)
             .map_err(|e| e.to_string())?;
         out.record.redundancy = done
             .redundancy
@@ -764,7 +736,7 @@ impl Runtime {
             return Err(format!(
                 "rank {}: plugin {} returned {} CRC32s from apply_with_crc for {} files",
                 self.topo.rank(),
-                self.job.reddescs[desc].scheme.file(),
+                self.descs[desc].scheme().file(),
                 crcs.len(),
                 rec.files.len()
             ));

@@ -439,11 +439,13 @@ impl Runtime {
     /// init and the fallback after an invalid restart alike; the same on every rank (the
     /// configuration is).
     pub(in crate::runtime) fn restart_in_place(&self) -> bool {
-        let next = self.reddesc_for(Some(self.cache.next_checkpoint()));
+        let next = self
+            .descs
+            .for_checkpoint(Some(self.cache.next_checkpoint()));
         !self.config.get(settings::FETCH)
             || self.config.get(settings::FETCH_BYPASS)
             || self.config.get(settings::GLOBAL_RESTART)
-            || self.job.reddescs[next].record.bypass
+            || self.descs[next].record().bypass
     }
 
     /// Make the named checkpoint the restart candidate, passing over newer ones

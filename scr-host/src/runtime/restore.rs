@@ -373,23 +373,30 @@ impl Runtime {
         });
         // this rank's failure-group value in the recorded group; the node names for
         // every rank when any rank cannot give one (as when one table was missing)
-        let value = template.map(|t| self.group_value(&t.descriptor.group).ok());
+        let value = template.map(|t| {
+            super::descriptors::group_value(&self.config, &self.topo, &t.descriptor.group).ok()
+        });
         let value = match value {
             _ if !self.all_agree(!matches!(value, Some(None))) => self.topo.node().to_string(),
             Some(Some(v)) => v,
             _ => self.topo.node().to_string(),
         };
         let formed = template.and_then(|t| {
-            self.job.reddescs.iter().position(|rd| {
-                rd.record.set_id == t.descriptor.set_id
-                    && rd.record.members == t.descriptor.members
-                    && rd.record.group == t.descriptor.group
+            self.descs.iter().position(|rd| {
+                rd.record().set_id == t.descriptor.set_id
+                    && rd.record().members == t.descriptor.members
+                    && rd.record().group == t.descriptor.group
             })
         });
         let host = if self.all_agree(formed.is_some()) {
-            formed.map(|i| self.job.reddescs[i].host.duplicate())
+            formed.map(|i| self.descs[i].host().duplicate())
         } else {
-            self.set_host(set.as_ref(), &value)
+            super::descriptors::Descriptors::set_host(
+                &*self.world,
+                &self.topo,
+                set.as_ref(),
+                &value,
+            )
         };
         host.filter(|h| {
             set.as_ref()

@@ -1,0 +1,242 @@
+//! The redundancy descriptors in force in this run: for each, this rank's redundancy
+//! set, its scheme loaded for that set and the set's host services; which descriptor a
+//! dataset takes (SCR's rule: the largest interval dividing the checkpoint id); and the
+//! failure-group lookups and set communicators that forming a set needs (also for the
+//! sets of datasets an earlier run wrote, at restore).
+
+use std::ops::Index;
+
+use super::agree::agree_on;
+use super::topology::Topology;
+use super::world::{SetHost, World};
+use super::{sets, OutputFlags, Result, ScrError, Set};
+use crate::config::{settings, Config};
+use crate::registry::{LoadedScheme, Registry};
+use crate::state::filemap::DescriptorRecord;
+
+/// A redundancy descriptor in force in this run.
+pub(in crate::runtime) struct RedDesc {
+    index: usize,
+    interval: u64,
+    /// Chosen for output datasets (`output = true`; SCR's `OUTPUT=1`).
+    output: bool,
+    record: DescriptorRecord,
+    scheme: LoadedScheme,
+    host: Box<dyn SetHost>,
+    /// Whether the scheme hashes the files in its apply (`crc32_in_apply`) on every
+    /// rank: agreed once here, not at each checkpoint (a scheme's answer is fixed).
+    hashes_in_apply: bool,
+    /// Whether the scheme tolerates no loss on every rank (`describe`; SINGLE): it keeps
+    /// no redundancy data that could carry the files' CRC32s, so they may be computed
+    /// in the background (see `deferred_crc`). Agreed once here, like `hashes_in_apply`.
+    keeps_no_redundancy: bool,
+}
+
+impl RedDesc {
+    /// Its place in the configuration's list of descriptors.
+    pub(in crate::runtime) fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Checkpoints whose id it divides take it (the largest such interval wins).
+    pub(in crate::runtime) fn interval(&self) -> u64 {
+        self.interval
+    }
+
+    /// What a dataset written with it records of it.
+    pub(in crate::runtime) fn record(&self) -> &DescriptorRecord {
+        &self.record
+    }
+
+    /// Its scheme, loaded for this rank's set.
+    pub(in crate::runtime) fn scheme(&self) -> &LoadedScheme {
+        &self.scheme
+    }
+
+    /// The host services of this rank's set.
+    pub(in crate::runtime) fn host(&self) -> &dyn SetHost {
+        &*self.host
+    }
+
+    /// Whether the scheme hashes the files in its apply, on every rank (agreed).
+    pub(in crate::runtime) fn hashes_in_apply(&self) -> bool {
+        self.hashes_in_apply
+    }
+
+    /// Whether the scheme tolerates no loss on every rank (agreed; see `deferred_crc`).
+    pub(in crate::runtime) fn keeps_no_redundancy(&self) -> bool {
+        self.keeps_no_redundancy
+    }
+}
+
+/// The redundancy descriptors in force, in configuration order.
+#[derive(Default)]
+pub(in crate::runtime) struct Descriptors {
+    list: Vec<RedDesc>,
+}
+
+impl Descriptors {
+    /// The descriptors the configuration enables, each with this rank's redundancy set
+    /// (formed so that no set holds two ranks of one failure group) and its scheme
+    /// loaded for it (collective over `world`; every refusal agreed).
+    pub(in crate::runtime) fn create(
+        world: &dyn World,
+        config: &Config,
+        registry: &Registry,
+        topo: &Topology,
+    ) -> Result<Descriptors> {
+        let mut list = Vec::new();
+        for i in 0..config.checkpoints.len() {
+            let d = config.descriptor(i);
+            if !d.checkpoint.enabled {
+                continue;
+            }
+            let value = agree_on(world, group_value(config, topo, &d.group.0))?;
+            let (mine, comm, groups) = sets::form_my_set_in(world, &value, d.set_size() as usize);
+            let host = comm.set_host(mine.members.clone(), groups, topo.rank());
+            let member = mine
+                .members
+                .iter()
+                .position(|&m| m == topo.rank())
+                .expect("a member of its own set") as u32;
+            let scheme_config =
+                d.scheme_config(config, mine.members.len() as u32, member, topo.rank());
+            // a scheme may refuse one set (e.g. its size) but not another: agree first
+            let scheme = agree_on(
+                world,
+                registry.new_scheme(&scheme_config).map_err(ScrError::from),
+            )?;
+            let record = DescriptorRecord {
+                index: i,
+                scheme: d.scheme.0.clone(),
+                params: d
+                    .params
+                    .iter()
+                    .map(|(k, v, _)| (k.clone(), v.clone()))
+                    .collect(),
+                group: d.group.0.clone(),
+                store: d.store_path.clone(),
+                set_id: mine.id,
+                members: mine.members.clone(),
+                bypass: d.bypass.0,
+            };
+            // agreed by every rank, whatever its own answer, so that every member of a
+            // set makes the same call: whether it hashes in apply, and whether it
+            // tolerates no loss (then it keeps no redundancy that could carry the CRC32s,
+            // see `deferred_crc`); one reduction counts the ranks that say no to each
+            let no_hash = u64::from(!scheme.raw().crc32_in_apply());
+            let keeps_some = u64::from(
+                !scheme
+                    .raw()
+                    .describe()
+                    .into_result()
+                    .is_ok_and(|d| d.tolerated_losses == 0),
+            );
+            let noes = world.sum_u64(no_hash | keeps_some << 32);
+            let hashes_in_apply = noes & 0xffff_ffff == 0;
+            let keeps_no_redundancy = noes >> 32 == 0;
+            if topo.rank() == 0 {
+                tracing::debug!(
+                    "descriptor {i}: {}",
+                    super::restore::survivor_contract(
+                        &d.scheme.0,
+                        scheme.raw().survivor_check(),
+                        config.get(settings::CRC_ON_RESTART)
+                    )
+                );
+            }
+            list.push(RedDesc {
+                index: i,
+                interval: d.checkpoint.interval,
+                output: d.checkpoint.output,
+                record,
+                scheme,
+                host,
+                hashes_in_apply,
+                keeps_no_redundancy,
+            });
+        }
+        Ok(Descriptors { list })
+    }
+
+    /// The descriptor for a dataset, as SCR chooses it: an output dataset takes the first
+    /// descriptor marked `output` when there is one; otherwise a checkpoint takes
+    /// [`Descriptors::for_checkpoint`] its id, and other datasets the interval-1 descriptor.
+    pub(in crate::runtime) fn for_dataset(
+        &self,
+        flags: OutputFlags,
+        next_checkpoint: u64,
+    ) -> usize {
+        let marked = flags
+            .output
+            .then(|| self.list.iter().position(|d| d.output))
+            .flatten();
+        marked.unwrap_or_else(|| self.for_checkpoint(flags.checkpoint.then_some(next_checkpoint)))
+    }
+
+    /// The descriptor for checkpoint id `id`: the largest interval dividing it, the first
+    /// of equal ones (as SCR), one not marked `output` before one that is (an output
+    /// descriptor may share an interval with another; checkpoints take the other).
+    pub(in crate::runtime) fn for_checkpoint(&self, checkpoint_id: Option<u64>) -> usize {
+        let id = checkpoint_id.unwrap_or(1);
+        self.list
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| id.is_multiple_of(d.interval))
+            .min_by_key(|(i, d)| (std::cmp::Reverse(d.interval), d.output, *i))
+            .map(|(i, _)| i)
+            .expect("validation guarantees an interval-1 descriptor")
+    }
+
+    /// Build a set communicator and its host services for `set` (collective over world:
+    /// every rank passes its own set and failure-group value, or `None` to take no
+    /// part). The members' group values are gathered within the set: O(set size).
+    pub(in crate::runtime) fn set_host(
+        world: &dyn World,
+        topo: &Topology,
+        set: Option<&Set>,
+        group: &str,
+    ) -> Option<Box<dyn SetHost>> {
+        // (a set id from a filemap or another rank's record that is no MPI color —
+        // negative as an i32 — leaves this rank without a set: the caller's agreement
+        // then refuses the dataset on every rank, where MPI would abort this rank alone)
+        let set = set.filter(|s| i32::try_from(s.id).is_ok());
+        let color = set.map(|s| s.id as u32);
+        let key = set
+            .and_then(|s| s.members.iter().position(|&m| m == topo.rank()))
+            .unwrap_or(0) as u32;
+        let comm = world.split(color, key)?;
+        let set = set?;
+        let groups = sets::gather_strings_in(&*comm, group);
+        Some(comm.set_host(set.members.clone(), groups, topo.rank()))
+    }
+
+    /// The descriptors, in configuration order.
+    pub(in crate::runtime) fn iter(&self) -> std::slice::Iter<'_, RedDesc> {
+        self.list.iter()
+    }
+
+    /// How many are in force.
+    pub(in crate::runtime) fn len(&self) -> usize {
+        self.list.len()
+    }
+}
+
+impl Index<usize> for Descriptors {
+    type Output = RedDesc;
+
+    fn index(&self, i: usize) -> &RedDesc {
+        &self.list[i]
+    }
+}
+
+/// This rank's failure-group value for group `name`.
+pub(in crate::runtime) fn group_value(
+    config: &Config,
+    topo: &Topology,
+    name: &str,
+) -> Result<String> {
+    config
+        .failure_group(name, topo.node(), topo.rank())
+        .map_err(ScrError::Usage)
+}
