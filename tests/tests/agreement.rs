@@ -5,7 +5,7 @@
 //!
 //! The cases that check the runtime's agreement alone (a commit failing on one rank, a
 //! call leaving the state uncertain, calls misused on some ranks) run in-process, on
-//! threads acting as ranks, in `scr-host/src/runtime/tests.rs`; the ones here need
+//! threads acting as ranks, in `scr-host/src/runtime/tests/`; the ones here need
 //! separate processes (environments, plugin directories and vendor libraries per node).
 
 use scr_e2e::{Cluster, JobOutput};

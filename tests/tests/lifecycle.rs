@@ -3,7 +3,7 @@
 //! uninterrupted run's final state (byte-exact, through its CRC32).
 //!
 //! Cases that checked the runtime's logic alone (a store count of two, need_checkpoint by
-//! interval, two ranks routing one name) run in-process in `scr-host/src/runtime/tests.rs`
+//! interval, two ranks routing one name) run in-process in `scr-host/src/runtime/tests/`
 //! and `runtime/policy.rs`, on threads acting as ranks; the ones here need processes.
 
 use std::path::Path;

@@ -5,6 +5,7 @@
 
 use crate::config::settings;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use super::*;
 

@@ -1,5 +1,5 @@
-//! Tests of the prefix's state files: index, flush file, summaries, rank2file trees and
-//! the prefix lock.
+//! Tests of the rank2file map: blocks, the tree written and read back, parts of another
+//! dataset or block refused, and the formats of other releases.
 
 use super::*;
 
@@ -249,72 +249,4 @@ fn a_single_file_map_of_an_earlier_release_is_read() {
         Rank2FileMap::load(dir.path(), 2).unwrap(),
         Rank2FileMap::Single(m)
     );
-}
-
-/// A flush file's entries as `id: LOCATIONS` lines.
-fn flush_entries(prefix: &Path) -> Vec<String> {
-    FlushFile::load(prefix)
-        .unwrap()
-        .datasets
-        .iter()
-        .map(|(id, (at, dir))| {
-            assert_eq!(dir, &layout::dataset_dir_name(*id));
-            format!("{id}: {}", at.join(" "))
-        })
-        .collect()
-}
-
-#[test]
-fn a_flush_file_rebuild_lists_exactly_the_cached_datasets_and_keeps_pfs() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path();
-    for (id, at) in [(1, PFS), (2, CACHE), (3, PFS), (3, CACHE), (4, CACHE)] {
-        FlushFile::add_location(p, id, at).unwrap();
-    }
-    FlushFile::rebuild(p, &BTreeSet::from([4, 5])).unwrap();
-    assert_eq!(
-        flush_entries(p),
-        ["1: PFS", "3: PFS", "4: CACHE", "5: CACHE"],
-        "2 (cache only, gone) removed, 3 loses CACHE, 4 kept, 5 added"
-    );
-    // nothing cached any more: only the flushed ones stay
-    FlushFile::rebuild(p, &BTreeSet::new()).unwrap();
-    assert_eq!(flush_entries(p), ["1: PFS", "3: PFS"]);
-}
-
-#[test]
-fn a_damaged_flush_file_is_rewritten_at_rebuild_but_another_version_is_left_alone() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path();
-    std::fs::create_dir_all(scr_dir(p)).unwrap();
-    std::fs::write(FlushFile::path(p), "scr-rs flush 1 crc32=00000000\n{}").unwrap();
-    assert!(FlushFile::load(p).is_err(), "the checksum is wrong");
-    FlushFile::rebuild(p, &BTreeSet::from([7])).unwrap();
-    assert_eq!(flush_entries(p), ["7: CACHE"]);
-
-    let newer = "scr-rs flush 999 crc32=00000000\n{}";
-    std::fs::write(FlushFile::path(p), newer).unwrap();
-    let e = FlushFile::rebuild(p, &BTreeSet::from([7])).unwrap_err();
-    assert!(e.is_other_version(), "{e}");
-    assert_eq!(std::fs::read_to_string(FlushFile::path(p)).unwrap(), newer);
-}
-
-#[test]
-fn a_flush_file_rebuild_that_changes_nothing_writes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path();
-    FlushFile::rebuild(p, &BTreeSet::new()).unwrap();
-    assert!(
-        !FlushFile::path(p).exists(),
-        "no file made for an empty cache"
-    );
-    FlushFile::add_location(p, 3, CACHE).unwrap();
-    // an atomic write replaces the file: a new inode
-    use std::os::unix::fs::MetadataExt as _;
-    let inode = || std::fs::metadata(FlushFile::path(p)).unwrap().ino();
-    let before = inode();
-    FlushFile::rebuild(p, &BTreeSet::from([3])).unwrap();
-    assert_eq!(inode(), before, "unchanged: not rewritten");
-    FlushFile::rebuild(p, &BTreeSet::from([3, 4])).unwrap();
-    assert_ne!(inode(), before, "changed: rewritten");
 }

@@ -1,0 +1,44 @@
+//! The policy calls: should_exit sees a halt condition on every rank, and
+//! need_checkpoint keeps `checkpoint_interval`.
+
+use super::*;
+use crate::state::halt::Halt;
+
+/// A halt condition set in the prefix's halt file (as `scr halt` does) is seen by
+/// should_exit on every rank, and need_checkpoint follows checkpoint_interval.
+#[test]
+fn a_halt_condition_is_seen_on_every_rank_and_the_interval_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n0", "n1", "n2", "n3"];
+    let out = job(
+        dir.path(),
+        &nodes,
+        &[("SCR_CHECKPOINT_INTERVAL", "2"), ("SCR_HALT_EXIT", "0")],
+        |rt, r| {
+            let asked: Vec<bool> = (0..4).map(|_| rt.need_checkpoint().unwrap()).collect();
+            let before = rt.should_exit().unwrap();
+            rt.world.barrier();
+            if r == 0 {
+                Halt::update(&dir.path().join("prefix"), |h| {
+                    h.exit_reason = Some("maintenance at noon".into());
+                    (true, ())
+                })
+                .unwrap();
+            }
+            rt.world.barrier();
+            (asked, before, rt.should_exit().unwrap())
+        },
+    );
+    for (r, ((asked, before, after), end)) in out.iter().enumerate() {
+        assert_eq!(
+            asked,
+            &[false, true, false, true],
+            "rank {r}: every 2nd call"
+        );
+        assert!(!before, "rank {r}: no halt condition yet");
+        assert!(after, "rank {r}: the halt file's condition");
+        assert_eq!(end, &Ok(()), "rank {r}");
+    }
+    let halt = Halt::load(&dir.path().join("prefix")).unwrap();
+    assert_eq!(halt.exit_reason.as_deref(), Some("maintenance at noon"));
+}
