@@ -28,6 +28,7 @@
 //! is implied too, so a setup with no file at all works.
 
 pub mod api;
+mod catalog;
 mod check;
 mod descriptor;
 pub mod keys;
@@ -38,6 +39,8 @@ mod load;
 mod merge;
 mod render;
 pub mod settings;
+pub mod shipped;
+mod types;
 
 use std::collections::BTreeMap;
 use std::fmt;
