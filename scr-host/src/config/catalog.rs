@@ -227,8 +227,10 @@ catalog! {
         "Seconds a member whose collective scheme call failed alone (an error or a caught panic in the plugin) waits for the other members of its set to return before it ends the job with MPI_Abort, so that none waits forever";
     MPI_BUF_SIZE mpi_buf_size: Bytes = Fixed("1MiB"),
         "Piece size of redundancy exchanges (SCR: 128KB; 1 MiB stays cache-resident and halves message overhead)";
+    /// Read it through [`Config::file_buf_size`](crate::config::Config::file_buf_size),
+    /// which bounds it to the buffer sizes the library uses.
     FILE_BUF_SIZE file_buf_size: Bytes = Fixed("1MiB"),
-        "Buffer size of file copies (measured fastest on local disks)";
+        "Buffer size of file copies and reads (measured fastest on local disks); used within 4 KiB..=64 MiB";
     RANK2FILE_BLOCK rank2file_block: UInt { min: 1, max: 1048576 } = Fixed("256"),
         "Ranks per part of a flushed dataset's rank2file map: each block's first rank gathers and writes its block's file lists and hands them out again at fetch, so no rank handles more than this many ranks' lists (small values are for tests)";
     JOB_ID job_id: Str = Computed("SCR_JOB_ID, else SLURM_JOBID, LSB_JOBID, FLUX_JOB_ID or PBS_JOBID, else \"0\""),
