@@ -344,12 +344,7 @@ impl Runtime {
         room: u64,
         keep: Option<u64>,
     ) -> Result<()> {
-        let limit = self
-            .config
-            .store(store)
-            .map(|s| self.config.store_count(s))
-            .unwrap_or_else(|| self.config.get(settings::CACHE_SIZE))
-            .max(1);
+        let limit = self.config.store_count_at(store).max(1);
         let held: Vec<u64> = self
             .cache
             .filemap
