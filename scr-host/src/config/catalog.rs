@@ -132,11 +132,12 @@ macro_rules! catalog {
             )*
         }
 
-        /// Every typed constant's key name and whether its Rust type reads its catalog
-        /// type (for the round-trip test).
+        /// Every typed constant's own name, its key's name and whether its Rust type reads
+        /// its catalog type (for the round-trip test).
         #[cfg(test)]
-        const TYPED: &[(&str, fn(Type) -> bool)] = &[$(
+        const TYPED: &[(&str, &str, fn(Type) -> bool)] = &[$(
             (
+                stringify!($konst),
                 typed::$konst.name(),
                 <rust_type!($kind) as types::ParamValue>::accepts,
             )
@@ -396,8 +397,13 @@ mod tests {
     #[test]
     fn every_key_has_one_typed_constant_whose_rust_type_reads_its_catalog_type() {
         assert_eq!(TYPED.len(), KEYS.len());
-        for ((name, accepts), key) in TYPED.iter().zip(KEYS) {
+        for ((konst, name, accepts), key) in TYPED.iter().zip(KEYS) {
             assert_eq!(*name, key.name);
+            assert_eq!(
+                *konst,
+                name.to_ascii_uppercase(),
+                "the constant of `{name}`"
+            );
             assert!(accepts(key.ty), "`{name}` is {} in the catalog", key.ty);
         }
         assert_eq!(typed::CACHE_SIZE.key().name, "cache_size");
