@@ -485,9 +485,7 @@ pub fn index_add_with(
     prefix: &Path,
     which: &str,
 ) -> Result<(IndexEntry, bool), String> {
-    let buf = config.map_or(1 << 20, |c| {
-        c.get(settings::FILE_BUF_SIZE).clamp(4096, 64 << 20) as usize
-    });
+    let buf = config.map_or(1 << 20, Config::file_buf_size);
     let job = config
         .map(|c| c.get(settings::JOB_NAME))
         .filter(|n| !n.is_empty());

@@ -303,10 +303,7 @@ pub(crate) fn collect(started: Started, poll: bool, recorded: &str, buf: usize) 
 /// The transfer type of `store` (its own `type`, else `flush_type`), and a label naming
 /// it and the library that provides it.
 pub(crate) fn transfer_label(config: &Config, registry: &Registry, store: &str) -> Label {
-    let transfer_type = config
-        .store(store)
-        .map(|s| config.store_transfer(s).0)
-        .unwrap_or_else(|| config.get(settings::FLUSH_TYPE));
+    let transfer_type = config.store_transfer_at(store);
     let plugin = registry
         .provider(Kind::Transfer, &transfer_type)
         .map(|l| l.path.display().to_string())

@@ -66,13 +66,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = scr.route_file(format!("bench/rank_{rank}.dat"))?;
     write_synced(&path, &data)?;
     assert!(scr.complete_output(true)?, "checkpoint kept");
-    let buf_size = scr.runtime().config().get(settings::FILE_BUF_SIZE) as usize;
+    let buf_size = scr.runtime().config().file_buf_size();
     let cache_base = scr.runtime().config().get(settings::CACHE_BASE);
     scr.finalize()?;
     drop(data);
 
     let (mut plain, mut with_crc, mut sizes_only) = (Vec::new(), Vec::new(), Vec::new());
-    let mut buf = vec![0u8; buf_size.max(4096)];
+    let mut buf = vec![0u8; buf_size];
     for rep in 0..args.reps {
         let order = if rep % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
         for what in order {

@@ -293,7 +293,7 @@ fn run(args: &Args, world: &SimpleCommunicator, root: &Path) -> Result<(), Error
     let config = base.loader().load().map_err(|e| e.to_string())?;
     let keep = config.get(settings::CACHE_SIZE).max(1) as usize;
     let piece = config.get(settings::MPI_BUF_SIZE).max(4096) as usize;
-    let file_buf = config.get(settings::FILE_BUF_SIZE).max(4096) as usize;
+    let file_buf = config.file_buf_size();
     let replicas = config.get(settings::REPLICAS) as u32;
     if rank == 0 && !args.json {
         let overridden: Vec<String> = std::env::vars()

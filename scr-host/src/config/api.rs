@@ -539,36 +539,17 @@ impl Config {
                 self.checkpoints.len()
             )
         })?;
-        let number = |key: settings::Param<u64>| {
-            c.numbers
-                .get(key.name())
-                .copied()
-                .or_else(|| {
-                    self.setting_of(key).value.as_ref().and_then(|v| match v {
-                        Value::UInt(n) => Some(*n),
-                        _ => None,
-                    })
-                })
-                .map(|n| n.to_string())
-        };
+        let number = |key| Some(self.checkpoint_number(c, key).to_string());
         Ok(match item {
-            "TYPE" => Some(
-                c.scheme
-                    .clone()
-                    .unwrap_or_else(|| self.get(settings::COPY_TYPE)),
-            ),
+            "TYPE" => Some(self.checkpoint_scheme(c)),
             "INTERVAL" => Some(c.interval.to_string()),
-            "STORE" => Some(
-                c.store
-                    .clone()
-                    .unwrap_or_else(|| self.get(settings::CACHE_BASE)),
-            ),
-            "GROUP" => Some(c.group.clone().unwrap_or_else(|| self.get(settings::GROUP))),
+            "STORE" => Some(self.checkpoint_store(c)),
+            "GROUP" => Some(self.checkpoint_group(c)),
             "SET_SIZE" => number(settings::SET_SIZE),
             "SET_FAILURES" => number(settings::SET_FAILURES),
             "REPLICAS" => number(settings::REPLICAS),
             "OUTPUT" => flag(c.output),
-            "BYPASS" => flag(c.bypass.unwrap_or_else(|| self.get(settings::CACHE_BYPASS))),
+            "BYPASS" => flag(self.checkpoint_bypass(c)),
             "ENABLED" => flag(c.enabled),
             other => c
                 .params
@@ -588,17 +569,9 @@ impl Config {
             .find(|s| s.path == path)
             .ok_or_else(|| format!("STORE={name}: no such store in force"))?;
         Ok(match item {
-            "GROUP" => Some(s.group.clone().unwrap_or_else(|| self.get(settings::GROUP))),
-            "COUNT" => Some(
-                s.count
-                    .unwrap_or_else(|| self.get(settings::CACHE_SIZE))
-                    .to_string(),
-            ),
-            "TYPE" => Some(
-                s.transfer
-                    .clone()
-                    .unwrap_or_else(|| self.get(settings::FLUSH_TYPE)),
-            ),
+            "GROUP" => Some(self.store_group(s)),
+            "COUNT" => Some(self.store_count(s).to_string()),
+            "TYPE" => Some(self.store_transfer(s).0),
             "VIEW" => s.view.map(|v| v.to_string().to_ascii_uppercase()),
             "ENABLED" => flag(s.enabled),
             "MKDIR" => flag(s.mkdir),

@@ -2,6 +2,11 @@
 //! failure group, scheme, the parameters every scheme receives), the per-store settings,
 //! and the scheme configuration handed to a plugin. The runtime, `scr config check` and
 //! `scr config explain` all resolve descriptors here, so what is explained is what runs.
+//!
+//! Each fallback of a descriptor field to the scalar setting of the same meaning (a
+//! store's `count`, else `cache_size`; a descriptor's `type`, else `copy_type`; ...) is
+//! written once, as one method below; validation, queries through the API, `scr config
+//! show`, the runtime and `scr run`'s node check all call it.
 
 use scr_plugin::{Param, SchemeConfig};
 
@@ -40,10 +45,7 @@ impl Config {
                 .cloned()
                 .unwrap_or_else(|| scalar.origin.clone())
         };
-        let store_path = ck
-            .store
-            .clone()
-            .unwrap_or_else(|| self.get(settings::CACHE_BASE));
+        let store_path = self.checkpoint_store(ck);
         let mut params = Vec::new();
         for key in [
             settings::SET_SIZE,
@@ -51,14 +53,9 @@ impl Config {
             settings::REPLICAS,
         ] {
             let name = key.name();
-            let value = ck
-                .numbers
-                .get(name)
-                .copied()
-                .unwrap_or_else(|| self.get(key));
             params.push((
                 name.to_string(),
-                value.to_string(),
+                self.checkpoint_number(ck, key).to_string(),
                 origin_of(name, self.setting_of(key)),
             ));
         }
@@ -74,24 +71,56 @@ impl Config {
             store: self.store(&store_path),
             store_path,
             group: (
-                ck.group
-                    .clone()
-                    .unwrap_or_else(|| self.get(settings::GROUP)),
+                self.checkpoint_group(ck),
                 origin_of("group", self.setting_of(settings::GROUP)),
             ),
             scheme: (
-                ck.scheme
-                    .clone()
-                    .unwrap_or_else(|| self.get(settings::COPY_TYPE)),
+                self.checkpoint_scheme(ck),
                 origin_of("type", self.setting_of(settings::COPY_TYPE)),
             ),
             params,
             bypass: (
-                ck.bypass
-                    .unwrap_or_else(|| self.get(settings::CACHE_BYPASS)),
+                self.checkpoint_bypass(ck),
                 origin_of("bypass", self.setting_of(settings::CACHE_BYPASS)),
             ),
         }
+    }
+
+    /// The store a descriptor writes to: its own `store`, else `cache_base`.
+    pub fn checkpoint_store(&self, ck: &Checkpoint) -> String {
+        ck.store
+            .clone()
+            .unwrap_or_else(|| self.get(settings::CACHE_BASE))
+    }
+
+    /// A descriptor's failure group: its own `group`, else `group`.
+    pub fn checkpoint_group(&self, ck: &Checkpoint) -> String {
+        ck.group
+            .clone()
+            .unwrap_or_else(|| self.get(settings::GROUP))
+    }
+
+    /// A descriptor's redundancy scheme: its own `type`, else `copy_type`.
+    pub fn checkpoint_scheme(&self, ck: &Checkpoint) -> String {
+        ck.scheme
+            .clone()
+            .unwrap_or_else(|| self.get(settings::COPY_TYPE))
+    }
+
+    /// Whether a descriptor's datasets bypass the cache: its own `bypass`, else
+    /// `cache_bypass`.
+    pub fn checkpoint_bypass(&self, ck: &Checkpoint) -> bool {
+        ck.bypass
+            .unwrap_or_else(|| self.get(settings::CACHE_BYPASS))
+    }
+
+    /// A set parameter of a descriptor (`set_size`, `set_failures` or `replicas`): its
+    /// own, else the setting `key`.
+    pub fn checkpoint_number(&self, ck: &Checkpoint, key: settings::Param<u64>) -> u64 {
+        ck.numbers
+            .get(key.name())
+            .copied()
+            .unwrap_or_else(|| self.get(key))
     }
 
     /// The failure-group value of world rank `rank` on `node` for group `name`: the node
@@ -140,8 +169,19 @@ impl Config {
 
     /// Datasets a store keeps (its own count, else `cache_size`).
     pub fn store_count(&self, store: &Store) -> u64 {
+        self.count_of(Some(store))
+    }
+
+    /// Datasets the store at `path` keeps: its own count, else (for a store that names
+    /// none, or that is not defined) `cache_size`.
+    pub fn store_count_at(&self, path: &str) -> u64 {
+        self.count_of(self.store(path))
+    }
+
+    /// The one "a store's count, else `cache_size`" rule of the two above.
+    fn count_of(&self, store: Option<&Store>) -> u64 {
         store
-            .count
+            .and_then(|s| s.count)
             .unwrap_or_else(|| self.get(settings::CACHE_SIZE))
     }
 
@@ -154,10 +194,22 @@ impl Config {
         })
     }
 
-    /// The transfer type used to flush from a store.
+    /// The transfer type used to flush from a store (its own `type`, else `flush_type`),
+    /// with where it was set.
     pub fn store_transfer(&self, store: &Store) -> (String, Origin) {
-        match &store.transfer {
-            Some(t) => (t.clone(), store.origin.clone()),
+        self.transfer_of(Some(store))
+    }
+
+    /// The transfer type used to flush from the store at `path`: its own `type`, else
+    /// (for a store that names none, or that is not defined) `flush_type`.
+    pub fn store_transfer_at(&self, path: &str) -> String {
+        self.transfer_of(self.store(path)).0
+    }
+
+    /// The one "a store's `type`, else `flush_type`" rule of the two above.
+    fn transfer_of(&self, store: Option<&Store>) -> (String, Origin) {
+        match store.and_then(|s| s.transfer.as_ref().map(|t| (t, &s.origin))) {
+            Some((t, origin)) => (t.clone(), origin.clone()),
             None => (
                 self.get(settings::FLUSH_TYPE),
                 self.setting_of(settings::FLUSH_TYPE).origin.clone(),
@@ -201,5 +253,67 @@ impl Descriptor<'_> {
             .find(|(k, _, _)| k == "set_size")
             .and_then(|(_, v, _)| v.parse().ok())
             .unwrap_or(8)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{api, Loader};
+    use super::*;
+
+    /// The configuration of a system file with two stores, `/scratch/counted` (count 3,
+    /// transfer type `sync`) and `/scratch/plain` (neither), and `cache_size` as `cache_size` says (unset:
+    /// the catalog's default, 2).
+    fn two_stores(cache_size: Option<u64>) -> Config {
+        let dir = tempfile::tempdir().unwrap();
+        let system = dir.path().join("scr.toml");
+        let mut text = String::new();
+        if let Some(n) = cache_size {
+            text.push_str(&format!("cache_size = {n}\n"));
+        }
+        text.push_str(
+            "[[store]]\npath = \"/scratch/counted\"\ncount = 3\ntype = \"sync\"\n\n\
+             [[store]]\npath = \"/scratch/plain\"\n",
+        );
+        std::fs::write(&system, text).unwrap();
+        let mut loader = Loader::from_process();
+        loader.env = Default::default();
+        loader.system_file = Some(system);
+        loader.cwd = dir.path().to_path_buf();
+        loader.load().unwrap()
+    }
+
+    #[test]
+    fn a_store_keeps_its_own_count_else_cache_size() {
+        for (cache_size, fallback) in [(Some(5), 5), (None, 2)] {
+            let c = two_stores(cache_size);
+            let counted = c.store("/scratch/counted").unwrap();
+            let plain = c.store("/scratch/plain").unwrap();
+            assert_eq!(c.store_count(counted), 3, "cache_size {cache_size:?}");
+            assert_eq!(c.store_count(plain), fallback, "cache_size {cache_size:?}");
+            // by path: the same rule, and cache_size for a store that is not defined
+            assert_eq!(c.store_count_at("/scratch/counted/"), 3);
+            assert_eq!(c.store_count_at("/scratch/plain"), fallback);
+            assert_eq!(c.store_count_at("/scratch/undefined"), fallback);
+            // what SCR_Config("STORE=... COUNT") answers is the same count
+            let ask = |text: &str| c.query(&api::parse(text).unwrap()).unwrap();
+            assert_eq!(ask("STORE=/scratch/counted COUNT").as_deref(), Some("3"));
+            let fallback_text = fallback.to_string();
+            assert_eq!(
+                ask("STORE=/scratch/plain COUNT").as_deref(),
+                Some(fallback_text.as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn a_store_flushes_with_its_own_type_else_flush_type() {
+        let c = two_stores(None);
+        let counted = c.store("/scratch/counted").unwrap();
+        let plain = c.store("/scratch/plain").unwrap();
+        assert_eq!(c.store_transfer(counted).0, "sync");
+        assert_eq!(c.store_transfer(plain).0, "pthread");
+        assert_eq!(c.store_transfer_at("/scratch/counted"), "sync");
+        assert_eq!(c.store_transfer_at("/scratch/undefined"), "pthread");
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::keys::{self, Key, Value};
+use super::keys;
 use super::merge::merge;
 use super::DEFAULT_SYSTEM_CONFIG;
 use super::{api, file, validate, Config, ConfigError, ConfigErrors, Layer, Origin, Tier};
@@ -253,53 +253,6 @@ fn without_conf_file(mut layer: Layer, errors: &mut Vec<ConfigError>) -> Layer {
         ));
     }
     layer
-}
-
-/// A key's built-in value: its fixed default, or the computed one (prefix, job id, user).
-pub(super) fn computed_default(
-    key: &Key,
-    cwd: &Path,
-    env: &BTreeMap<String, String>,
-) -> Option<Value> {
-    match key.default {
-        keys::Default::None => None,
-        keys::Default::Fixed(text) => keys::parse_text(key.ty, text).ok(),
-        keys::Default::Computed(_) => Some(Value::Str(match key.name {
-            "prefix" => cwd.display().to_string(),
-            "job_id" => [
-                "SCR_JOB_ID",
-                "SLURM_JOBID",
-                "LSB_JOBID",
-                "FLUX_JOB_ID",
-                "PBS_JOBID",
-            ]
-            .iter()
-            .find_map(|v| env.get(*v).filter(|s| !s.is_empty()).cloned())
-            .unwrap_or_else(|| "0".into()),
-            "user" => ["USER", "LOGNAME"]
-                .iter()
-                .find_map(|v| env.get(*v).filter(|s| !s.is_empty()).cloned())
-                .unwrap_or_else(user_from_uid),
-            other => unreachable!("no computed default for {other}"),
-        })),
-    }
-}
-
-/// The name of this process's user from /etc/passwd, else `uid<N>`.
-fn user_from_uid() -> String {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
-        return "unknown".into();
-    };
-    std::fs::read_to_string("/etc/passwd")
-        .ok()
-        .and_then(|text| {
-            text.lines().find_map(|l| {
-                let f: Vec<&str> = l.split(':').collect();
-                (f.len() > 2 && f[2] == uid.to_string()).then(|| f[0].to_string())
-            })
-        })
-        .unwrap_or_else(|| format!("uid{uid}"))
 }
 
 /// A configuration file's bytes as text, or an error naming the first line that is not

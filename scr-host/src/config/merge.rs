@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::catalog::{computed_default, ALLOW_USER_PLUGINS, BUILTIN_PLUGINS};
 use super::keys::{self, Value};
-use super::load::computed_default;
 use super::{
     file, Checkpoint, Config, ConfigError, GroupEntry, Layer, Origin, PluginLayer, Plugins,
     Setting, Store, Tier,
@@ -61,8 +61,8 @@ pub(super) fn merge(
     let mut stores: Vec<Store> = Vec::new();
     let mut checkpoints: Vec<Checkpoint> = Vec::new();
     let mut plugins = Plugins {
-        allow_user_plugins: (false, Origin::Default),
-        builtin: (true, Origin::Default),
+        allow_user_plugins: (ALLOW_USER_PLUGINS, Origin::Default),
+        builtin: (BUILTIN_PLUGINS, Origin::Default),
         ..Plugins::default()
     };
     for layer in layers {

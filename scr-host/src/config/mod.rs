@@ -28,6 +28,7 @@
 //! is implied too, so a setup with no file at all works.
 
 pub mod api;
+mod catalog;
 mod check;
 mod descriptor;
 pub mod keys;
@@ -38,6 +39,8 @@ mod load;
 mod merge;
 mod render;
 pub mod settings;
+pub mod shipped;
+mod types;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -428,20 +431,14 @@ fn validate_checkpoints(c: &Config, groups: &GroupNames, errors: &mut Vec<Config
         let at = |k: &str| ck.origins.get(k).unwrap_or(&ck.origin).clone();
         // SCR's `SCR_COPY_TYPE=FILE` means "the CKPT descriptors name their schemes": a
         // descriptor that names none (the implied one included) has no scheme then
-        let scheme = ck
-            .scheme
-            .clone()
-            .unwrap_or_else(|| c.get(settings::COPY_TYPE));
+        let scheme = c.checkpoint_scheme(ck);
         if scheme.eq_ignore_ascii_case("FILE") {
             errors.push(ConfigError::new(
                 at("type"),
                 "copy_type = FILE (SCR: take the CKPT descriptors) leaves this checkpoint descriptor without a scheme: name one (TYPE=XOR in an SCR_Config(\"CKPT=0 ...\") call, type = \"XOR\" in a [[checkpoint]] table), or set copy_type to a scheme".to_string(),
             ));
         }
-        let store = ck
-            .store
-            .clone()
-            .unwrap_or_else(|| c.get(settings::CACHE_BASE));
+        let store = c.checkpoint_store(ck);
         if !c.stores.iter().any(|s| s.path == store) {
             errors.push(ConfigError::new(
                 at("store"),
@@ -459,7 +456,7 @@ fn validate_checkpoints(c: &Config, groups: &GroupNames, errors: &mut Vec<Config
                 ),
             ));
         }
-        let group = ck.group.clone().unwrap_or_else(|| c.get(settings::GROUP));
+        let group = c.checkpoint_group(ck);
         if !groups.ok(&group) {
             errors.push(ConfigError::new(
                 at("group"),

@@ -283,18 +283,11 @@ impl NodeCheck {
         };
         let per_node = largest_dataset_per_node(prefix, ranks_per_node.max(1));
         let mut bases = vec![(PathBuf::from(config.get(settings::CNTL_BASE)), None)];
-        let group = config.get(settings::GROUP);
         for s in config.stores.iter().filter(|s| s.enabled) {
-            let g = s.group.clone().unwrap_or_else(|| group.clone());
-            let view = s.view.unwrap_or(if g == "WORLD" {
-                View::Global
-            } else {
-                View::Node
-            });
-            if view != View::Node {
+            if config.store_view(s) != View::Node {
                 continue;
             }
-            let count = s.count.unwrap_or_else(|| config.get(settings::CACHE_SIZE));
+            let count = config.store_count(s);
             let need = match (fixed, &per_node) {
                 (Some(n), _) => Some((n, "cache_free".to_string())),
                 (None, Some((bytes, name))) if *bytes > 0 => Some((

@@ -222,7 +222,7 @@ impl Runtime {
             .iter()
             .map(|f| (f.name.clone(), dir.join(&f.name)))
             .collect();
-        let buf = self.config.get(settings::FILE_BUF_SIZE).max(4096) as usize;
+        let buf = self.config.file_buf_size();
         let note = Some((self.job.cntl_dir.clone(), self.topo.rank()));
         match CrcJob::spawn(rec.id, &rec.name, files.clone(), buf, note) {
             Ok(job) => self.crc_job = Some(job),

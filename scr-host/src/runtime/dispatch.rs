@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use scr_plugin::TransferConfig;
 
-use crate::config::settings;
 use crate::local_host::LocalHost;
 use crate::transfer::{start_transfer, transfer_config, transfer_label, Label, Planned, Started};
 
@@ -31,9 +30,7 @@ impl Runtime {
 
     /// Read buffer for the host's CRC32 of transferred files.
     pub(in crate::runtime) fn buf_size(&self) -> usize {
-        self.config
-            .get(settings::FILE_BUF_SIZE)
-            .clamp(4096, 64 << 20) as usize
+        self.config.file_buf_size()
     }
 
     /// The transfer type of `store` and the library providing it ([`transfer_label`]).

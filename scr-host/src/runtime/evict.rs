@@ -237,10 +237,7 @@ impl Runtime {
         if rec.complete && self.config.get(settings::CRC_ON_DELETE) {
             // SCR's SCR_CRC_ON_DELETE: a last check that tells the user the cache
             // damaged data while holding it (the files go either way)
-            let buf = self
-                .config
-                .get(settings::FILE_BUF_SIZE)
-                .clamp(4096, 64 << 20) as usize;
+            let buf = self.config.file_buf_size();
             if let Err(why) = verify_dataset(self.topo.rank(), rec, &dir, true, buf) {
                 tracing::warn!(
                     "crc_on_delete: dataset {} ({}) was damaged in cache before it was deleted: {why}", rec.id, rec.name
@@ -318,12 +315,7 @@ impl Runtime {
         room: u64,
         keep: Option<u64>,
     ) -> Result<()> {
-        let limit = self
-            .config
-            .store(store)
-            .map(|s| self.config.store_count(s))
-            .unwrap_or_else(|| self.config.get(settings::CACHE_SIZE))
-            .max(1);
+        let limit = self.config.store_count_at(store).max(1);
         let held: Vec<u64> = self
             .cache
             .datasets()

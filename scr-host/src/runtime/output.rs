@@ -414,7 +414,7 @@ impl Runtime {
         }
         let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
         let crc = self.config.get(settings::CRC_ON_COPY);
-        let buf = self.config.get(settings::FILE_BUF_SIZE).max(4096) as usize;
+        let buf = self.config.file_buf_size();
         // With a scheme that hashes the files in the pass it makes over them anyway
         // (`crc32_in_apply`), the CRC32s come back from its apply and the files are not
         // read here: one read of the data instead of two (the configuration is the same

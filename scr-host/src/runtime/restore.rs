@@ -261,7 +261,7 @@ impl Runtime {
         let Some(r) = self.prepare_restore(id, holders, tag) else {
             return Ok(false);
         };
-        let buf = self.config.get(settings::FILE_BUF_SIZE).max(4096) as usize;
+        let buf = self.config.file_buf_size();
         let check = self.check_cached(&r, own.as_ref(), buf);
         let intact = check.is_ok();
         let Some(mut rebuilding) = self.declare_rebuild(id, &r, own.as_ref()) else {

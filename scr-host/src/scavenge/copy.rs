@@ -4,7 +4,6 @@
 //! step because it runs on every node, alone, reading only that node's storage.
 
 use super::*;
-use crate::config::settings;
 
 /// Which of a rank's files a copy takes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,10 +40,7 @@ impl Scavenger {
         }
         let with_redundancy = *parts == Parts::All;
         let mut report = NodeReport::default();
-        let buf = self
-            .config
-            .get(settings::FILE_BUF_SIZE)
-            .clamp(4096, 64 << 20) as usize;
+        let buf = self.config.file_buf_size();
         // (said once per node: listing it said so already)
         let listed = self.asked.lock().is_ok_and(|l| l.contains_key(node));
         if !listed {
@@ -128,10 +124,7 @@ impl Scavenger {
     /// why): a rebuild must not start from a survivor whose redundancy it cannot read.
     fn copy_redundancy(&self, node: &str, id: u64, ranks: &BTreeSet<u32>) -> NodeReport {
         let mut report = NodeReport::default();
-        let buf = self
-            .config
-            .get(settings::FILE_BUF_SIZE)
-            .clamp(4096, 64 << 20) as usize;
+        let buf = self.config.file_buf_size();
         for map in self.filemaps(node) {
             if !ranks.contains(&map.rank) {
                 continue;

@@ -217,10 +217,7 @@ impl Scavenger {
         let crc_expected = manifests
             .values()
             .any(|m| m.record.files.iter().any(|f| f.crc32.is_some()));
-        let buf = self
-            .config
-            .get(settings::FILE_BUF_SIZE)
-            .clamp(4096, 64 << 20) as usize;
+        let buf = self.config.file_buf_size();
         let mut out = BTreeMap::new();
         for (member, (&rank, result)) in members.iter().zip(results).enumerate() {
             let metas = result?;
@@ -382,9 +379,7 @@ impl Scavenger {
                     &id.to_string(),
                     rec.output,
                     Some(self.config.get(settings::JOB_NAME)).filter(|n| !n.is_empty()),
-                    self.config
-                        .get(settings::FILE_BUF_SIZE)
-                        .clamp(4096, 64 << 20) as usize,
+                    self.config.file_buf_size(),
                 )
             })
     }
