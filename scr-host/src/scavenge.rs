@@ -340,7 +340,7 @@ mod index_add;
 pub use across::{Listing, NodeCopy};
 pub use copy::Parts;
 mod rebuild;
-pub use index_add::index_add;
+pub use index_add::{index_add, IndexAddError};
 
 /// Why there is nothing to scavenge; not a failure (`scr scavenge` and `scr postrun`
 /// say it and exit 0). Its text is the sentence the command prints.
@@ -484,7 +484,7 @@ pub fn index_add_with(
     config: Option<&Config>,
     prefix: &Path,
     which: &str,
-) -> Result<(IndexEntry, bool), String> {
+) -> Result<(IndexEntry, bool), IndexAddError> {
     let buf = config.map_or(1 << 20, |c| {
         c.get(settings::FILE_BUF_SIZE).clamp(4096, 64 << 20) as usize
     });

@@ -386,6 +386,7 @@ impl Scavenger {
                         .get(settings::FILE_BUF_SIZE)
                         .clamp(4096, 64 << 20) as usize,
                 )
+                .map_err(|e| e.to_string())
             })
     }
 

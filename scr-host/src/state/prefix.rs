@@ -15,6 +15,7 @@ use crate::state::{read_state, write_state, StateError};
 
 mod edit;
 pub use edit::Dropped;
+pub use edit::EditError;
 
 /// One dataset in the index.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
