@@ -528,10 +528,13 @@ impl NodeCheck {
         match ask().or_else(|_| ask()) {
             Ok(r) => r.down,
             // (said after the node's name already)
-            Err(why) => Some(
-                why.strip_prefix(&format!("{node} "))
-                    .map_or(why.clone(), String::from),
-            ),
+            Err(why) => {
+                let why = why.to_string();
+                Some(
+                    why.strip_prefix(&format!("{node} "))
+                        .map_or(why.clone(), String::from),
+                )
+            }
         }
     }
 

@@ -76,7 +76,7 @@ pub enum IndexAddError {
         /// Where it is in the prefix.
         path: PathBuf,
         /// What differs.
-        why: String,
+        why: scr_plugin::verify::Mismatch,
     },
     /// A state file of the prefix (rank2file, the index) could not be read or written.
     #[error("{0}")]
