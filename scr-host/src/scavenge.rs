@@ -341,6 +341,7 @@ pub use across::{Listing, NodeCopy};
 pub use copy::Parts;
 mod rebuild;
 pub use index_add::{index_add, IndexAddError};
+pub use rebuild::{LostRanks, PlaceError, PostrunError, RebuildError, SetRefusal};
 
 /// Why there is nothing to scavenge; not a failure (`scr scavenge` and `scr postrun`
 /// say it and exit 0). Its text is the sentence the command prints.
@@ -426,14 +427,11 @@ pub fn postrun_target(
     nodes: &[String],
     id: Option<u64>,
     no_copy: bool,
-) -> Result<Result<u64, NothingToDo>, String> {
+) -> Result<Result<u64, NothingToDo>, PostrunError> {
     if no_copy && id.is_none() {
         return match newest_staged(sc.prefix()) {
             Some(id) => Ok(Ok(id)),
-            None => Err(format!(
-                "nothing staged in {}: run `scr scavenge` on every node first",
-                prefix::scr_dir(sc.prefix()).display()
-            )),
+            None => Err(PostrunError::NothingStaged(prefix::scr_dir(sc.prefix()))),
         };
     }
     Ok(choose(sc, nodes, id))
