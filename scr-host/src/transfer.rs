@@ -41,7 +41,8 @@ pub(crate) struct Planned {
 }
 
 /// Why a transfer failed, or why its outcome is not trusted. Every message but the
-/// plugin's own (which [`collect`] completes) names the transfer.
+/// plugin's own (which [`collect`] completes) names the transfer (its label boxed, so
+/// that the error stays small).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum TransferError {
     /// Waiting for the transfer failed (the plugin's error).
@@ -52,13 +53,13 @@ pub(crate) enum TransferError {
     Cancelled,
     /// The transfer's overall status is not Complete.
     #[error("transfer did not complete: {why} ({label})")]
-    NotComplete { why: String, label: Label },
+    NotComplete { why: String, label: Box<Label> },
     /// A result names a file the transfer was not given.
     #[error("the transfer reported a file it was not given ({from} -> {to}) ({label})")]
     NotGiven {
         from: String,
         to: String,
-        label: Label,
+        label: Box<Label>,
     },
     /// No result for a planned file.
     #[error("{name}: the transfer returned no result for it ({} -> {}) ({label})", from.display(), to.display())]
@@ -66,21 +67,21 @@ pub(crate) enum TransferError {
         name: String,
         from: PathBuf,
         to: PathBuf,
-        label: Label,
+        label: Box<Label>,
     },
     /// Several results for a planned file.
     #[error("{name}: the transfer returned {count} results for it ({label})")]
     Results {
         name: String,
         count: usize,
-        label: Label,
+        label: Box<Label>,
     },
     /// A planned file's result is not Complete.
     #[error("{name}: {why} ({label})")]
     FileFailed {
         name: String,
         why: String,
-        label: Label,
+        label: Box<Label>,
     },
     /// The source cannot be read to compute the CRC32 the copy must have.
     #[error("{name}: the source {} cannot be read to check the copy: {source} ({label})", path.display())]
@@ -88,7 +89,7 @@ pub(crate) enum TransferError {
         name: String,
         path: PathBuf,
         source: std::io::Error,
-        label: Label,
+        label: Box<Label>,
     },
     /// The destination cannot be read back.
     #[error("{name}: expected {want}, but {} cannot be read after the transfer reported it complete: {source} ({label})", path.display())]
@@ -97,7 +98,7 @@ pub(crate) enum TransferError {
         want: Expected,
         path: PathBuf,
         source: std::io::Error,
-        label: Label,
+        label: Box<Label>,
     },
     /// The destination's size or CRC32 differs from what it must be.
     #[error("{name}: expected {want}, {} has {size} bytes CRC32 {crc:08x} ({label})", path.display())]
@@ -107,7 +108,7 @@ pub(crate) enum TransferError {
         path: PathBuf,
         size: u64,
         crc: u32,
-        label: Label,
+        label: Box<Label>,
     },
     /// The CRC32 the transfer claims differs from the destination's.
     #[error("{name}: the transfer reported CRC32 {claimed:08x}, {} has CRC32 {crc:08x} ({label})", path.display())]
@@ -116,7 +117,7 @@ pub(crate) enum TransferError {
         claimed: u32,
         path: PathBuf,
         crc: u32,
-        label: Label,
+        label: Box<Label>,
     },
 }
 
@@ -226,7 +227,7 @@ pub(crate) fn check_status(
         .unwrap_or_else(|| format!("{status:?}"));
     Err(TransferError::NotComplete {
         why,
-        label: label.clone(),
+        label: Box::new(label.clone()),
     })
 }
 
@@ -257,7 +258,7 @@ pub(crate) fn match_results<'r>(
                 return Err(TransferError::NotGiven {
                     from: r.source.to_string(),
                     to: r.destination.to_string(),
-                    label: label.clone(),
+                    label: Box::new(label.clone()),
                 })
             }
         }
@@ -279,14 +280,14 @@ pub(crate) fn sole_result<'r>(
                 name: p.name.clone(),
                 from: p.source.clone(),
                 to: p.destination.clone(),
-                label: label.clone(),
+                label: Box::new(label.clone()),
             })
         }
         many => {
             return Err(TransferError::Results {
                 name: p.name.clone(),
                 count: many.len(),
-                label: label.clone(),
+                label: Box::new(label.clone()),
             })
         }
     };
@@ -300,7 +301,7 @@ pub(crate) fn sole_result<'r>(
         return Err(TransferError::FileFailed {
             name: p.name.clone(),
             why,
-            label: label.clone(),
+            label: Box::new(label.clone()),
         });
     }
     Ok(r)
@@ -326,7 +327,7 @@ pub(crate) fn check_destination(
                     name: p.name.clone(),
                     path: p.source.clone(),
                     source,
-                    label: label.clone(),
+                    label: Box::new(label.clone()),
                 }
             })?,
             "of the source",
@@ -343,7 +344,7 @@ pub(crate) fn check_destination(
             want: want.clone(),
             path: p.destination.clone(),
             source,
-            label: label.clone(),
+            label: Box::new(label.clone()),
         }
     })?;
     let got = meta.crc32.unwrap_or_default();
@@ -354,7 +355,7 @@ pub(crate) fn check_destination(
             path: p.destination.clone(),
             size: meta.size,
             crc: got,
-            label: label.clone(),
+            label: Box::new(label.clone()),
         });
     }
     if let Some(claimed) = r.crc32.into_option() {
@@ -364,7 +365,7 @@ pub(crate) fn check_destination(
                 claimed,
                 path: p.destination.clone(),
                 crc: got,
-                label: label.clone(),
+                label: Box::new(label.clone()),
             });
         }
     }
