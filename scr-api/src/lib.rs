@@ -318,7 +318,7 @@ impl Settings {
             text: text.to_string(),
             message,
         };
-        let (name, value) = match api::parse(text).map_err(err)? {
+        let (name, value) = match api::parse(text).map_err(|e| err(e.to_string()))? {
             ApiCall::Set { key, value } => (key.name, value.map(|v| v.to_param())),
             // descriptors are not scalars: `get` does not answer for them
             ApiCall::Descriptor { .. } | ApiCall::ClearDescriptors(_) => ("", None),

@@ -10,6 +10,27 @@ use std::time::{Duration, Instant};
 /// behind holding its pipes.
 const PIPE_GRACE: Duration = Duration::from_secs(2);
 
+/// Why a command gave no output: it could not be started, or it did not end in time.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// The program could not be started (not installed, not executable).
+    #[error("`{program}` cannot run: {source}")]
+    CannotRun {
+        /// The program.
+        program: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The command did not end within its time limit and was killed.
+    #[error("`{program}` did not answer within {:.1} s and was stopped", timeout.as_secs_f64())]
+    TimedOut {
+        /// The program.
+        program: String,
+        /// The limit.
+        timeout: Duration,
+    },
+}
+
 /// What a command printed and how it ended.
 pub(crate) struct Output {
     pub status: ExitStatus,
@@ -22,14 +43,17 @@ pub(crate) struct Output {
 /// command printing more than a pipe holds cannot block on its write while we wait for
 /// it to exit, and a child it left behind holding the pipes is not waited for past the
 /// deadline either (what was read by then is returned).
-pub(crate) fn output_within(cmd: &mut Command, timeout: Duration) -> Result<Output, String> {
+pub(crate) fn output_within(cmd: &mut Command, timeout: Duration) -> Result<Output, CommandError> {
     let program = cmd.get_program().to_string_lossy().into_owned();
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("`{program}` cannot run: {e}"))?;
+        .map_err(|source| CommandError::CannotRun {
+            program: program.clone(),
+            source,
+        })?;
     let read = |pipe: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
@@ -59,10 +83,7 @@ pub(crate) fn output_within(cmd: &mut Command, timeout: Duration) -> Result<Outp
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!(
-                    "`{program}` did not answer within {:.1} s and was stopped",
-                    timeout.as_secs_f64()
-                ));
+                return Err(CommandError::TimedOut { program, timeout });
             }
         }
     };
@@ -109,7 +130,11 @@ mod tests {
             .err()
             .unwrap();
         assert!(started.elapsed() < Duration::from_secs(5));
-        assert_eq!(e, "`sleep` did not answer within 0.3 s and was stopped");
+        assert!(matches!(e, CommandError::TimedOut { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "`sleep` did not answer within 0.3 s and was stopped"
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub struct HostlistError {
     /// The whole expression.
     pub list: String,
     /// What is wrong, naming the offending part.
-    pub message: String,
+    pub message: Problem,
 }
 
 impl fmt::Display for HostlistError {
@@ -34,11 +34,77 @@ impl fmt::Display for HostlistError {
 
 impl std::error::Error for HostlistError {}
 
+/// What is wrong with a host list.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Problem {
+    /// Two commas in a row, or a comma at an end.
+    #[error("an empty item (two commas in a row, or a comma at an end)")]
+    EmptyItem,
+    /// The whole list names too many hosts.
+    #[error("more than {MAX_HOSTS} hosts")]
+    TooMany,
+    /// A `[` inside brackets.
+    #[error("nested `[` at byte {at} in `{rest}`")]
+    Nested {
+        /// Where, in the list.
+        at: usize,
+        /// The list from the item on.
+        rest: String,
+    },
+    /// A `]` without its `[`.
+    #[error("`]` without `[` in `{0}`")]
+    Unopened(String),
+    /// A `[` without its `]`.
+    #[error("`[` never closed in `{0}`")]
+    Unclosed(String),
+    /// Whitespace or a control character in a name.
+    #[error("{c:?} inside the host name `{item}`")]
+    BadCharacter {
+        /// The character.
+        c: char,
+        /// The item.
+        item: String,
+    },
+    /// A bracket that cannot be read.
+    #[error("{problem} in `{item}`")]
+    Bracket {
+        /// What is wrong with it.
+        problem: BracketProblem,
+        /// The item.
+        item: String,
+    },
+    /// An item that names too many hosts.
+    #[error("`{0}` names more than {MAX_HOSTS} hosts")]
+    ItemTooMany(String),
+}
+
+/// What is wrong with the numbers in one bracket.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BracketProblem {
+    /// `[]`.
+    #[error("empty brackets `[]`")]
+    Empty,
+    /// A part that is neither a number nor a range.
+    #[error("`{0}` is not a number or a range lo-hi")]
+    NotANumber(String),
+    /// A number beyond `u64`.
+    #[error("`{0}` is too large a number")]
+    TooLarge(String),
+    /// `hi-lo`.
+    #[error("the range `{0}` runs backwards")]
+    Backwards(String),
+    /// A range of too many numbers.
+    #[error("the range `{0}` names more than {MAX_HOSTS} hosts")]
+    TooMany(String),
+}
+
 /// Every host `list` names, in the order written, duplicates dropped (a host named
 /// twice is one node). Whitespace around items and an empty list are allowed (`""` is no
 /// host); an empty item (`a,,b`) is not.
 pub fn expand(list: &str) -> Result<Vec<String>, HostlistError> {
-    let err = |message: String| HostlistError {
+    let err = |message: Problem| HostlistError {
         list: list.to_string(),
         message,
     };
@@ -50,15 +116,13 @@ pub fn expand(list: &str) -> Result<Vec<String>, HostlistError> {
     for item in split_top(list).map_err(err)? {
         let item = item.trim();
         if item.is_empty() {
-            return Err(err(
-                "an empty item (two commas in a row, or a comma at an end)".into(),
-            ));
+            return Err(err(Problem::EmptyItem));
         }
         for host in expand_item(item).map_err(err)? {
             if seen.insert(host.clone()) {
                 out.push(host);
                 if out.len() > MAX_HOSTS {
-                    return Err(err(format!("more than {MAX_HOSTS} hosts")));
+                    return Err(err(Problem::TooMany));
                 }
             }
         }
@@ -67,7 +131,7 @@ pub fn expand(list: &str) -> Result<Vec<String>, HostlistError> {
 }
 
 /// Split at commas outside brackets; an unbalanced bracket is an error.
-fn split_top(list: &str) -> Result<Vec<&str>, String> {
+fn split_top(list: &str) -> Result<Vec<&str>, Problem> {
     let mut items = Vec::new();
     let (mut depth, mut start, mut open_at) = (0usize, 0usize, 0usize);
     for (i, c) in list.char_indices() {
@@ -76,9 +140,14 @@ fn split_top(list: &str) -> Result<Vec<&str>, String> {
                 depth = 1;
                 open_at = i;
             }
-            '[' => return Err(format!("nested `[` at byte {i} in `{}`", &list[start..])),
+            '[' => {
+                return Err(Problem::Nested {
+                    at: i,
+                    rest: list[start..].to_string(),
+                })
+            }
             ']' if depth == 0 => {
-                return Err(format!("`]` without `[` in `{}`", &list[start..=i]));
+                return Err(Problem::Unopened(list[start..=i].to_string()));
             }
             ']' => depth = 0,
             ',' if depth == 0 => {
@@ -89,14 +158,14 @@ fn split_top(list: &str) -> Result<Vec<&str>, String> {
         }
     }
     if depth != 0 {
-        return Err(format!("`[` never closed in `{}`", &list[open_at..]));
+        return Err(Problem::Unclosed(list[open_at..].to_string()));
     }
     items.push(&list[start..]);
     Ok(items)
 }
 
 /// One item: literal text and bracket groups, multiplied out.
-fn expand_item(item: &str) -> Result<Vec<String>, String> {
+fn expand_item(item: &str) -> Result<Vec<String>, Problem> {
     let mut hosts = vec![String::new()];
     let mut rest = item;
     while !rest.is_empty() {
@@ -110,10 +179,13 @@ fn expand_item(item: &str) -> Result<Vec<String>, String> {
                 let lit = &rest[..open];
                 check_literal(item, lit)?;
                 let close = rest[open..].find(']').map(|c| open + c).expect("balanced");
-                let numbers = expand_bracket(&rest[open + 1..close])
-                    .map_err(|m| format!("{m} in `{item}`"))?;
+                let numbers =
+                    expand_bracket(&rest[open + 1..close]).map_err(|problem| Problem::Bracket {
+                        problem,
+                        item: item.to_string(),
+                    })?;
                 if hosts.len().saturating_mul(numbers.len()) > MAX_HOSTS {
-                    return Err(format!("`{item}` names more than {MAX_HOSTS} hosts"));
+                    return Err(Problem::ItemTooMany(item.to_string()));
                 }
                 hosts = hosts
                     .iter()
@@ -126,37 +198,38 @@ fn expand_item(item: &str) -> Result<Vec<String>, String> {
     Ok(hosts)
 }
 
-fn check_literal(item: &str, lit: &str) -> Result<(), String> {
+fn check_literal(item: &str, lit: &str) -> Result<(), Problem> {
     match lit.chars().find(|c| c.is_whitespace() || c.is_control()) {
-        Some(c) => Err(format!("{c:?} inside the host name `{item}`")),
+        Some(c) => Err(Problem::BadCharacter {
+            c,
+            item: item.to_string(),
+        }),
         None => Ok(()),
     }
 }
 
 /// `1-4,7` or `01-03`: the numbers as text, padded.
-fn expand_bracket(inner: &str) -> Result<Vec<String>, String> {
+fn expand_bracket(inner: &str) -> Result<Vec<String>, BracketProblem> {
     if inner.trim().is_empty() {
-        return Err("empty brackets `[]`".into());
+        return Err(BracketProblem::Empty);
     }
     let mut out = Vec::new();
     for part in inner.split(',') {
         let part = part.trim();
         let (lo, hi) = part.split_once('-').unwrap_or((part, part));
-        let num = |s: &str| -> Result<u64, String> {
+        let num = |s: &str| -> Result<u64, BracketProblem> {
             if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(format!("`{part}` is not a number or a range lo-hi"));
+                return Err(BracketProblem::NotANumber(part.to_string()));
             }
             s.parse::<u64>()
-                .map_err(|_| format!("`{s}` is too large a number"))
+                .map_err(|_| BracketProblem::TooLarge(s.to_string()))
         };
         let (a, b) = (num(lo)?, num(hi)?);
         if a > b {
-            return Err(format!("the range `{part}` runs backwards"));
+            return Err(BracketProblem::Backwards(part.to_string()));
         }
         if b - a >= MAX_HOSTS as u64 {
-            return Err(format!(
-                "the range `{part}` names more than {MAX_HOSTS} hosts"
-            ));
+            return Err(BracketProblem::TooMany(part.to_string()));
         }
         // a leading zero on the lower bound fixes the width (SLURM's rule)
         let width = if lo.len() > 1 && lo.starts_with('0') {

@@ -59,10 +59,8 @@ pub(crate) fn check_file(
     crc32: Option<u32>,
     use_crc: bool,
     buf: usize,
-) -> std::result::Result<(), String> {
-    scr_plugin::verify::check_file(path, size, crc32.filter(|_| use_crc), buf)
-        .map(|_| ())
-        .map_err(|m| m.to_string())
+) -> std::result::Result<(), scr_plugin::verify::Mismatch> {
+    scr_plugin::verify::check_file(path, size, crc32.filter(|_| use_crc), buf).map(|_| ())
 }
 
 /// Verify this rank's files of `rec` in `dir`: each exists, is a regular file of the

@@ -275,6 +275,76 @@ pub enum RegistryError {
     },
 }
 
+/// Why a plugin file or directory is not trusted: another user than root and this one
+/// could have written it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Untrusted {
+    /// Its owner and mode cannot be read.
+    #[error("cannot check {what} {}: {source}", path.display())]
+    CannotCheck {
+        /// What it is (`plugin file`, `its directory`, `plugin directory`).
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It is owned by another user.
+    #[error("{what} {} is owned by uid {uid}, neither root nor this user{}; plugins are loaded only from files and directories root or you own", path.display(), me.map(|u| format!(" (uid {u})")).unwrap_or_default())]
+    Owner {
+        /// What it is.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// Its owner.
+        uid: u32,
+        /// This user, when known.
+        me: Option<u32>,
+    },
+    /// Group or others may write it.
+    #[error("{what} {} has mode {mode:04o}: writable by group or others, so another user could have put code there; chmod go-w it", path.display())]
+    Mode {
+        /// What it is.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+}
+
+/// Why a plugin library was not loaded (the reason of its [`Refusal`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// It, or its directory, is not trusted: never opened.
+    #[error("not opened: {0}")]
+    NotOpened(Untrusted),
+    /// abi_stable refused it (said in words, one line).
+    #[error("{0}")]
+    Refused(String),
+    /// Its root module's layout differs from the host's.
+    #[error("incompatible plugin ABI: {0}; {advice}", advice = rebuild_advice())]
+    IncompatibleAbi(String),
+    /// It speaks another version of the plugin ABI.
+    #[error("plugin ABI version mismatch: this host speaks version {ABI_VERSION}, the library was built for version {0}; {advice}", advice = rebuild_advice())]
+    AbiVersion(u32),
+    /// Its `library` call failed.
+    #[error("the library failed to describe itself: {0}")]
+    Describe(PluginError),
+    /// A built-in plugin file holds another library than the one shipped under its name.
+    #[error("a built-in plugin file must be library {want}, but this one is {name} {version}; reinstall scr-rs")]
+    NotTheBuiltin {
+        /// The library expected.
+        want: String,
+        /// The library found.
+        name: String,
+        /// Its version.
+        version: String,
+    },
+}
+
 /// The loaded libraries, the refused files, and the name tables.
 #[derive(Debug, Default)]
 pub struct Registry {
@@ -323,11 +393,11 @@ impl Registry {
     /// directory someone else can write to is refused whole, before any file in it is
     /// opened (see [`check_trusted`]).
     pub fn add_directory(&mut self, dir: &Path, origin: Origin) {
-        if let Err(reason) = check_trusted_dir(dir) {
+        if let Err(why) = check_trusted_dir(dir) {
             self.refused.push(Refusal {
                 path: dir.to_path_buf(),
                 origin,
-                reason,
+                reason: why.to_string(),
             });
             return;
         }
@@ -368,12 +438,13 @@ impl Registry {
         let loaded = check_trusted(&path)
             .and_then(|()| load_library(&path, origin.clone()))
             .and_then(|lib| match expected_name {
-            Some(want) if lib.name != want => Err(format!(
-                "a built-in plugin file must be library {want}, but this one is {} {}; reinstall scr-rs",
-                lib.name, lib.version
-            )),
-            _ => Ok(lib),
-        });
+                Some(want) if lib.name != want => Err(LoadError::NotTheBuiltin {
+                    want: want.to_string(),
+                    name: lib.name.clone(),
+                    version: lib.version.clone(),
+                }),
+                _ => Ok(lib),
+            });
         match loaded {
             Ok(lib) => {
                 let index = self.libraries.len();
@@ -391,10 +462,10 @@ impl Registry {
                 }
                 self.libraries.push(lib);
             }
-            Err(reason) => self.refused.push(Refusal {
+            Err(why) => self.refused.push(Refusal {
                 path,
                 origin,
-                reason,
+                reason: why.to_string(),
             }),
         }
     }
@@ -605,34 +676,42 @@ pub(crate) fn private_group(gid: u32) -> bool {
 /// Why `what` (a file or directory) could be written by someone other than root and this
 /// user, if it could: owned by another user, or writable by group or others (ssh's
 /// StrictModes rule).
-fn untrusted(path: &Path, what: &str) -> Option<String> {
+fn untrusted(path: &Path, what: &'static str) -> Option<Untrusted> {
     use std::os::unix::fs::MetadataExt;
     let md = match std::fs::metadata(path) {
         Ok(md) => md,
-        Err(e) => return Some(format!("cannot check {what} {}: {e}", path.display())),
+        Err(source) => {
+            return Some(Untrusted::CannotCheck {
+                what,
+                path: path.to_path_buf(),
+                source,
+            })
+        }
     };
     let me = effective_uid();
     let (uid, mode) = (md.uid(), md.mode() & 0o7777);
     if uid != 0 && Some(uid) != me {
-        return Some(format!(
-            "{what} {} is owned by uid {uid}, neither root nor this user{}; plugins are loaded only from files and directories root or you own",
-            path.display(),
-            me.map(|u| format!(" (uid {u})")).unwrap_or_default()
-        ));
+        return Some(Untrusted::Owner {
+            what,
+            path: path.to_path_buf(),
+            uid,
+            me,
+        });
     }
     let group_write_ok = mode & 0o020 == 0 || private_group(md.gid());
     if mode & 0o002 != 0 || !group_write_ok {
-        return Some(format!(
-            "{what} {} has mode {mode:04o}: writable by group or others, so another user could have put code there; chmod go-w it",
-            path.display()
-        ));
+        return Some(Untrusted::Mode {
+            what,
+            path: path.to_path_buf(),
+            mode,
+        });
     }
     None
 }
 
 /// A directory plugins may be loaded from: owned by root or this user and writable by
 /// nobody else.
-fn check_trusted_dir(dir: &Path) -> Result<(), String> {
+fn check_trusted_dir(dir: &Path) -> Result<(), Untrusted> {
     if !dir.exists() {
         return Ok(()); // reported as unreadable by the caller
     }
@@ -644,45 +723,40 @@ fn check_trusted_dir(dir: &Path) -> Result<(), String> {
 /// links, so a link planted in a trusted directory is judged by its target) are owned by
 /// root or this user and writable by nobody else — checked *before* `dlopen`, because
 /// loading runs the library's constructors.
-pub fn check_trusted(path: &Path) -> Result<(), String> {
+pub fn check_trusted(path: &Path) -> Result<(), LoadError> {
     let real = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     if let Some(why) = untrusted(&real, "plugin file") {
-        return Err(format!("not opened: {why}"));
+        return Err(LoadError::NotOpened(why));
     }
     if let Some(dir) = real.parent() {
         if let Some(why) = untrusted(dir, "its directory") {
-            return Err(format!("not opened: {why}"));
+            return Err(LoadError::NotOpened(why));
         }
     }
     Ok(())
 }
 
-fn load_library(path: &Path, origin: Origin) -> Result<Library, String> {
-    let header = lib_header_from_path(path).map_err(|e| describe_load_error(&e, None))?;
+fn load_library(path: &Path, origin: Origin) -> Result<Library, LoadError> {
+    let header = lib_header_from_path(path)
+        .map_err(|e| LoadError::Refused(describe_load_error(&e, None)))?;
     // abi_stable's own refusal is text only: check the layout here first to read the
     // structure of the differences and say them in words
     if let Some(what) = header
         .layout()
         .and_then(|found| abi_words::explain_layouts(PluginModRef::LAYOUT, found))
     {
-        return Err(format!(
-            "incompatible plugin ABI: {what}; {}",
-            rebuild_advice()
-        ));
+        return Err(LoadError::IncompatibleAbi(what));
     }
     let module = header
         .init_root_module::<PluginModRef>()
-        .map_err(|e| describe_load_error(&e, header.layout()))?;
+        .map_err(|e| LoadError::Refused(describe_load_error(&e, header.layout())))?;
     let abi_version = module.abi_version();
     if abi_version != ABI_VERSION {
-        return Err(format!(
-            "plugin ABI version mismatch: this host speaks version {ABI_VERSION}, the library was built for version {abi_version}; {}",
-            rebuild_advice()
-        ));
+        return Err(LoadError::AbiVersion(abi_version));
     }
     let info = (module.library())()
         .into_result()
-        .map_err(|e| format!("the library failed to describe itself: {e}"))?;
+        .map_err(LoadError::Describe)?;
     Ok(Library {
         path: path.to_path_buf(),
         origin,

@@ -39,8 +39,65 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::command::{output_within, Output};
+use crate::command::{output_within, CommandError, Output};
 use crate::config::{settings, Config};
+
+/// Why a command could not be run on a node, or gave no readable report. Each message
+/// starts with the node's name.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RemoteError {
+    /// The node's name is not a host name: it is never passed to the runner.
+    #[error("`{node}` is not a host name (letters, digits, `.`, `-` and `_`, not starting with `-`); it is not passed to {runner}")]
+    NotAHostName {
+        /// The name given.
+        node: String,
+        /// The runner's source.
+        runner: String,
+    },
+    /// The runner places `{rank}` and the node is not in the allocation.
+    #[error("{node} is not in the allocation's node list ({allocation}), so its {{rank}} for {runner} is not known")]
+    NotInAllocation {
+        /// The node.
+        node: String,
+        /// The allocation's nodes (a compressed host list).
+        allocation: String,
+        /// The runner's source.
+        runner: String,
+    },
+    /// The runner could not be started, or did not answer in time.
+    #[error("{node} not reached through {runner}: {source}")]
+    NotReached {
+        /// The node.
+        node: String,
+        /// The runner's source.
+        runner: String,
+        /// Why.
+        source: CommandError,
+    },
+    /// The command ended without its report line: it did not run to its end there.
+    #[error("{node} not reached through {runner} ({}): {}", code.map_or("killed by a signal".into(), |c| format!("status {c}")), if stderr.is_empty() { "nothing on stderr" } else { stderr })]
+    NoReport {
+        /// The node.
+        node: String,
+        /// The runner's source.
+        runner: String,
+        /// The exit code (`None`: killed by a signal).
+        code: Option<i32>,
+        /// What it printed on stderr (trimmed).
+        stderr: String,
+    },
+    /// The report line does not parse.
+    #[error("{node}: its report `{report}` cannot be read: {source}")]
+    BadReport {
+        /// The node.
+        node: String,
+        /// The report.
+        report: String,
+        /// Why.
+        source: serde_json::Error,
+    },
+}
 
 /// The line a remote `scr` prints last, with its report (JSON), when [`REPORT_VAR`] is
 /// set: the proof that it ran to its end there (see [`Runner::run_scr`]).
@@ -67,9 +124,15 @@ pub fn report_or_plain(payload: &impl serde::Serialize) -> String {
 }
 
 /// Read a report's payload as `T`; an error naming `node` when it is not one.
-pub fn parse_report<T: serde::de::DeserializeOwned>(node: &str, report: &str) -> Result<T, String> {
-    serde_json::from_str(report)
-        .map_err(|e| format!("{node}: its report `{report}` cannot be read: {e}"))
+pub fn parse_report<T: serde::de::DeserializeOwned>(
+    node: &str,
+    report: &str,
+) -> Result<T, RemoteError> {
+    serde_json::from_str(report).map_err(|source| RemoteError::BadReport {
+        node: node.to_string(),
+        report: report.to_string(),
+        source,
+    })
 }
 
 /// How long a command that has no limit of its own may run: a scavenge copy of a large
@@ -98,7 +161,7 @@ pub struct Runner {
 
 /// What a command run on a node ended with: its output, or why it could not run or
 /// did not answer in time.
-pub type Answer = Result<RemoteOutput, String>;
+pub type Answer = Result<RemoteOutput, RemoteError>;
 
 /// What a command run on a node printed and its exit code (`None`: killed by a signal).
 #[derive(Clone, Debug)]
@@ -194,7 +257,7 @@ impl Runner {
 
     /// The command line that runs `scr ARGS` on `node`; refused when the template
     /// places `{rank}` and `node` is not in the allocation (it would reach another node).
-    pub fn command(&self, node: &str, args: &[String]) -> Result<Command, String> {
+    pub fn command(&self, node: &str, args: &[String]) -> Result<Command, RemoteError> {
         let mut line: Vec<String> = vec!["env".into()];
         line.extend(self.env.iter().map(|(k, v)| quote(&format!("{k}={v}"))));
         line.push(quote(&self.exe.display().to_string()));
@@ -202,11 +265,11 @@ impl Runner {
         let cmd = line.join(" ");
         let rank = self.order.iter().position(|n| n == node);
         if rank.is_none() && self.words.iter().any(|w| w.contains("{rank}")) {
-            return Err(format!(
-                "{node} is not in the allocation's node list ({}), so its {{rank}} for {} is not known",
-                crate::hostlist::compress(&self.order),
-                self.source
-            ));
+            return Err(RemoteError::NotInAllocation {
+                node: node.to_string(),
+                allocation: crate::hostlist::compress(&self.order),
+                runner: self.source.clone(),
+            });
         }
         let rank = rank.map(|r| r.to_string()).unwrap_or_default();
         // `{cmd}` inside a word too (`sh -c '{cmd}'` would otherwise pass it literally)
@@ -229,15 +292,19 @@ impl Runner {
     /// {node}`), where `-oProxyCommand=...` would be an option, not a host.
     pub fn run(&self, node: &str, args: &[String], limit: Option<Duration>) -> Answer {
         if !is_host_name(node) {
-            return Err(format!(
-                "`{node}` is not a host name (letters, digits, `.`, `-` and `_`, not starting with `-`); it is not passed to {}",
-                self.source
-            ));
+            return Err(RemoteError::NotAHostName {
+                node: node.to_string(),
+                runner: self.source.clone(),
+            });
         }
         let mut cmd = self.command(node, args)?;
         output_within(&mut cmd, limit.unwrap_or(NO_LIMIT))
             .map(RemoteOutput::from)
-            .map_err(|e| format!("{node} not reached through {}: {e}", self.source))
+            .map_err(|source| RemoteError::NotReached {
+                node: node.to_string(),
+                runner: self.source.clone(),
+                source,
+            })
     }
 
     /// Run `scr ARGS` on `node` (as [`Runner::run`]) and take its report: the payload of
@@ -251,7 +318,7 @@ impl Runner {
         node: &str,
         args: &[String],
         limit: Option<Duration>,
-    ) -> Result<(Vec<String>, String), String> {
+    ) -> Result<(Vec<String>, String), RemoteError> {
         let out = self.run(node, args, limit)?;
         let mut lines: Vec<String> = out.stdout.lines().map(String::from).collect();
         match lines.iter().rposition(|l| l.starts_with(REPORT_MARK)) {
@@ -260,16 +327,12 @@ impl Runner {
                 lines.truncate(i);
                 Ok((lines, report))
             }
-            None => Err(format!(
-                "{node} not reached through {} ({}): {}",
-                self.source,
-                out.code
-                    .map_or("killed by a signal".into(), |c| format!("status {c}")),
-                match out.stderr.trim() {
-                    "" => "nothing on stderr",
-                    e => e,
-                }
-            )),
+            None => Err(RemoteError::NoReport {
+                node: node.to_string(),
+                runner: self.source.clone(),
+                code: out.code,
+                stderr: out.stderr.trim().to_string(),
+            }),
         }
     }
 
@@ -469,14 +532,15 @@ mod tests {
             .with_exe(Path::new("/bin/sleep"));
         let e = r
             .run("n0", &["20".into()], Some(Duration::from_millis(300)))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("n0 not reached through remote_runner"), "{e}");
         assert!(e.contains("did not answer within 0.3 s"), "{e}");
         let r = r.with_exe(Path::new("/bin/echo"));
         let o = r.run("n0", &["it's here".into()], None).unwrap();
         assert_eq!((o.code, o.stdout.as_str()), (Some(0), "it's here\n"));
         for bad in ["-oProxyCommand=touch /tmp/x", "n0;reboot", "", "n 0"] {
-            let e = r.run(bad, &[], None).unwrap_err();
+            let e = r.run(bad, &[], None).unwrap_err().to_string();
             assert!(e.contains("is not a host name"), "{e}");
         }
     }
@@ -494,7 +558,7 @@ mod tests {
         // a runner that fails by itself with status 1 (srun's "Unable to create step")
         let fails = script("fails", "echo step refused >&2; exit 1");
         let r = runner(&[("SCR_REMOTE_RUNNER", &format!("{fails} {{node}}"))], &[]).unwrap();
-        let e = r.run_scr("n0", &[], None).unwrap_err();
+        let e = r.run_scr("n0", &[], None).unwrap_err().to_string();
         assert_eq!(
             e,
             "n0 not reached through remote_runner (environment SCR_REMOTE_RUNNER) (status 1): step refused"
@@ -517,7 +581,7 @@ mod tests {
         );
         // `{rank}` of a node outside the allocation is not guessed
         let r = runner(&[("SCR_REMOTE_RUNNER", "flux exec -r {rank}")], &[]).unwrap();
-        let e = r.run("n9", &[], None).unwrap_err();
+        let e = r.run("n9", &[], None).unwrap_err().to_string();
         assert!(
             e.starts_with("n9 is not in the allocation's node list (n[0-1])"),
             "{e}"

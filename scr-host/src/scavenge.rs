@@ -340,7 +340,8 @@ mod index_add;
 pub use across::{Listing, NodeCopy};
 pub use copy::Parts;
 mod rebuild;
-pub use index_add::index_add;
+pub use index_add::{index_add, IndexAddError};
+pub use rebuild::{LostRanks, PlaceError, PostrunError, RebuildError, SetRefusal};
 
 /// Why there is nothing to scavenge; not a failure (`scr scavenge` and `scr postrun`
 /// say it and exit 0). Its text is the sentence the command prints.
@@ -426,14 +427,11 @@ pub fn postrun_target(
     nodes: &[String],
     id: Option<u64>,
     no_copy: bool,
-) -> Result<Result<u64, NothingToDo>, String> {
+) -> Result<Result<u64, NothingToDo>, PostrunError> {
     if no_copy && id.is_none() {
         return match newest_staged(sc.prefix()) {
             Some(id) => Ok(Ok(id)),
-            None => Err(format!(
-                "nothing staged in {}: run `scr scavenge` on every node first",
-                prefix::scr_dir(sc.prefix()).display()
-            )),
+            None => Err(PostrunError::NothingStaged(prefix::scr_dir(sc.prefix()))),
         };
     }
     Ok(choose(sc, nodes, id))
@@ -484,7 +482,7 @@ pub fn index_add_with(
     config: Option<&Config>,
     prefix: &Path,
     which: &str,
-) -> Result<(IndexEntry, bool), String> {
+) -> Result<(IndexEntry, bool), IndexAddError> {
     let buf = config.map_or(1 << 20, Config::file_buf_size);
     let job = config
         .map(|c| c.get(settings::JOB_NAME))

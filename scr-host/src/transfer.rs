@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use scr_plugin::{
-    host_ref, FileResult, HostServices as _, TransferBox, TransferConfig, TransferStatus,
+    host_ref, FileResult, HostServices as _, PluginError, TransferBox, TransferConfig,
+    TransferStatus,
 };
 
 use crate::config::Config;
@@ -39,6 +40,105 @@ pub(crate) struct Planned {
     pub stored: Option<String>,
 }
 
+/// Why a transfer failed, or why its outcome is not trusted. Every message but the
+/// plugin's own (which [`collect`] completes) names the transfer (its label boxed, so
+/// that the error stays small).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TransferError {
+    /// Waiting for the transfer failed (the plugin's error).
+    #[error("{0}")]
+    Plugin(PluginError),
+    /// The runtime stopped while a background transfer ran.
+    #[error("cancelled by the runtime (it stopped before the flush ended)")]
+    Cancelled,
+    /// The transfer's overall status is not Complete.
+    #[error("transfer did not complete: {why} ({label})")]
+    NotComplete { why: String, label: Box<Label> },
+    /// A result names a file the transfer was not given.
+    #[error("the transfer reported a file it was not given ({from} -> {to}) ({label})")]
+    NotGiven {
+        from: String,
+        to: String,
+        label: Box<Label>,
+    },
+    /// No result for a planned file.
+    #[error("{name}: the transfer returned no result for it ({} -> {}) ({label})", from.display(), to.display())]
+    NoResult {
+        name: String,
+        from: PathBuf,
+        to: PathBuf,
+        label: Box<Label>,
+    },
+    /// Several results for a planned file.
+    #[error("{name}: the transfer returned {count} results for it ({label})")]
+    Results {
+        name: String,
+        count: usize,
+        label: Box<Label>,
+    },
+    /// A planned file's result is not Complete.
+    #[error("{name}: {why} ({label})")]
+    FileFailed {
+        name: String,
+        why: String,
+        label: Box<Label>,
+    },
+    /// The source cannot be read to compute the CRC32 the copy must have.
+    #[error("{name}: the source {} cannot be read to check the copy: {source} ({label})", path.display())]
+    SourceUnreadable {
+        name: String,
+        path: PathBuf,
+        source: std::io::Error,
+        label: Box<Label>,
+    },
+    /// The destination cannot be read back.
+    #[error("{name}: expected {want}, but {} cannot be read after the transfer reported it complete: {source} ({label})", path.display())]
+    DestinationUnreadable {
+        name: String,
+        want: Expected,
+        path: PathBuf,
+        source: std::io::Error,
+        label: Box<Label>,
+    },
+    /// The destination's size or CRC32 differs from what it must be.
+    #[error("{name}: expected {want}, {} has {size} bytes CRC32 {crc:08x} ({label})", path.display())]
+    Differs {
+        name: String,
+        want: Expected,
+        path: PathBuf,
+        size: u64,
+        crc: u32,
+        label: Box<Label>,
+    },
+    /// The CRC32 the transfer claims differs from the destination's.
+    #[error("{name}: the transfer reported CRC32 {claimed:08x}, {} has CRC32 {crc:08x} ({label})", path.display())]
+    ClaimedCrc {
+        name: String,
+        claimed: u32,
+        path: PathBuf,
+        crc: u32,
+        label: Box<Label>,
+    },
+}
+
+/// What a destination must be: its size and CRC32, and where that CRC32 comes from.
+#[derive(Clone, Debug)]
+pub(crate) struct Expected {
+    size: u64,
+    crc: u32,
+    from: String,
+}
+
+impl std::fmt::Display for Expected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} bytes CRC32 {:08x} ({})",
+            self.size, self.crc, self.from
+        )
+    }
+}
+
 /// Which transfer did it, for messages that must let an admin find the culprit.
 #[derive(Clone, Debug)]
 pub(crate) struct Label {
@@ -61,22 +161,22 @@ pub(crate) fn wait_transfer(
     transfer: &mut TransferBox,
     host: &LocalHost,
     poll: bool,
-) -> std::result::Result<TransferStatus, String> {
+) -> std::result::Result<TransferStatus, TransferError> {
     if !poll {
         return transfer
             .wait(host_ref(host))
             .into_result()
-            .map_err(|e| e.to_string());
+            .map_err(TransferError::Plugin);
     }
     loop {
         if host.is_cancelled() {
             let _ = transfer.cancel(host_ref(host));
-            return Err("cancelled by the runtime (it stopped before the flush ended)".into());
+            return Err(TransferError::Cancelled);
         }
         match transfer.test(host_ref(host)).into_result() {
             Ok(TransferStatus::InProgress) => std::thread::sleep(Duration::from_millis(20)),
             Ok(status) => return Ok(status),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(TransferError::Plugin(e)),
         }
     }
 }
@@ -97,7 +197,7 @@ pub(crate) fn verify(
     files: &[Planned],
     recorded: &str,
     buf: usize,
-) -> std::result::Result<Vec<u32>, String> {
+) -> std::result::Result<Vec<u32>, TransferError> {
     check_status(label, status, results)?;
     let matched = match_results(label, results, files)?;
     files
@@ -116,7 +216,7 @@ pub(crate) fn check_status(
     label: &Label,
     status: TransferStatus,
     results: &[FileResult],
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), TransferError> {
     if status == TransferStatus::Complete {
         return Ok(());
     }
@@ -125,7 +225,10 @@ pub(crate) fn check_status(
         .find_map(|r| r.error.clone().into_option())
         .map(|e| e.into_string())
         .unwrap_or_else(|| format!("{status:?}"));
-    Err(format!("transfer did not complete: {why} ({label})"))
+    Err(TransferError::NotComplete {
+        why,
+        label: Box::new(label.clone()),
+    })
 }
 
 /// The results the transfer reported for each planned file (by position in `files`),
@@ -135,7 +238,7 @@ pub(crate) fn match_results<'r>(
     label: &Label,
     results: &'r [FileResult],
     files: &[Planned],
-) -> std::result::Result<Vec<Vec<&'r FileResult>>, String> {
+) -> std::result::Result<Vec<Vec<&'r FileResult>>, TransferError> {
     let index: BTreeMap<(&Path, &Path), usize> = files
         .iter()
         .enumerate()
@@ -152,10 +255,11 @@ pub(crate) fn match_results<'r>(
         match at {
             Some(i) => matched[i].push(r),
             None => {
-                return Err(format!(
-                    "the transfer reported a file it was not given ({} -> {}) ({label})",
-                    r.source, r.destination
-                ))
+                return Err(TransferError::NotGiven {
+                    from: r.source.to_string(),
+                    to: r.destination.to_string(),
+                    label: Box::new(label.clone()),
+                })
             }
         }
     }
@@ -168,23 +272,23 @@ pub(crate) fn sole_result<'r>(
     label: &Label,
     p: &Planned,
     rs: &[&'r FileResult],
-) -> std::result::Result<&'r FileResult, String> {
+) -> std::result::Result<&'r FileResult, TransferError> {
     let r = match rs {
         [r] => *r,
         [] => {
-            return Err(format!(
-                "{}: the transfer returned no result for it ({} -> {}) ({label})",
-                p.name,
-                p.source.display(),
-                p.destination.display()
-            ))
+            return Err(TransferError::NoResult {
+                name: p.name.clone(),
+                from: p.source.clone(),
+                to: p.destination.clone(),
+                label: Box::new(label.clone()),
+            })
         }
         many => {
-            return Err(format!(
-                "{}: the transfer returned {} results for it ({label})",
-                p.name,
-                many.len()
-            ))
+            return Err(TransferError::Results {
+                name: p.name.clone(),
+                count: many.len(),
+                label: Box::new(label.clone()),
+            })
         }
     };
     if r.status != TransferStatus::Complete {
@@ -194,7 +298,11 @@ pub(crate) fn sole_result<'r>(
             .into_option()
             .map(|e| e.into_string())
             .unwrap_or_else(|| format!("{:?}", r.status));
-        return Err(format!("{}: {why} ({label})", p.name));
+        return Err(TransferError::FileFailed {
+            name: p.name.clone(),
+            why,
+            label: Box::new(label.clone()),
+        });
     }
     Ok(r)
 }
@@ -208,46 +316,57 @@ pub(crate) fn check_destination(
     r: &FileResult,
     recorded: &str,
     buf: usize,
-) -> std::result::Result<u32, String> {
+) -> std::result::Result<u32, TransferError> {
     // with no CRC32 recorded (crc_on_copy = false), the source is the reference: a
     // copy of the right size with other bytes must not become the recorded truth
     let (expected, from) = match p.crc32 {
         Some(c) => (c, recorded),
         None => (
-            integrity::file_crc32(&p.source, buf).map_err(|e| {
-                format!(
-                    "{}: the source {} cannot be read to check the copy: {e} ({label})",
-                    p.name,
-                    p.source.display()
-                )
+            integrity::file_crc32(&p.source, buf).map_err(|source| {
+                TransferError::SourceUnreadable {
+                    name: p.name.clone(),
+                    path: p.source.clone(),
+                    source,
+                    label: Box::new(label.clone()),
+                }
             })?,
             "of the source",
         ),
     };
-    let want = format!("{} bytes CRC32 {expected:08x} ({from})", p.size);
-    let meta = integrity::stat_file(&p.destination, true, buf).map_err(|e| {
-        format!(
-            "{}: expected {want}, but {} cannot be read after the transfer reported it complete: {e} ({label})",
-            p.name,
-            p.destination.display()
-        )
+    let want = Expected {
+        size: p.size,
+        crc: expected,
+        from: from.to_string(),
+    };
+    let meta = integrity::stat_file(&p.destination, true, buf).map_err(|source| {
+        TransferError::DestinationUnreadable {
+            name: p.name.clone(),
+            want: want.clone(),
+            path: p.destination.clone(),
+            source,
+            label: Box::new(label.clone()),
+        }
     })?;
     let got = meta.crc32.unwrap_or_default();
     if meta.size != p.size || got != expected {
-        return Err(format!(
-            "{}: expected {want}, {} has {} bytes CRC32 {got:08x} ({label})",
-            p.name,
-            p.destination.display(),
-            meta.size
-        ));
+        return Err(TransferError::Differs {
+            name: p.name.clone(),
+            want,
+            path: p.destination.clone(),
+            size: meta.size,
+            crc: got,
+            label: Box::new(label.clone()),
+        });
     }
     if let Some(claimed) = r.crc32.into_option() {
         if claimed != got {
-            return Err(format!(
-                "{}: the transfer reported CRC32 {claimed:08x}, {} has CRC32 {got:08x} ({label})",
-                p.name,
-                p.destination.display()
-            ));
+            return Err(TransferError::ClaimedCrc {
+                name: p.name.clone(),
+                claimed,
+                path: p.destination.clone(),
+                crc: got,
+                label: Box::new(label.clone()),
+            });
         }
     }
     Ok(got)
@@ -269,7 +388,7 @@ pub(crate) fn collect(started: Started, poll: bool, recorded: &str, buf: usize) 
                 .results()
                 .into_result()
                 .map_err(|e| format!("{e} ({label})"))?;
-            verify(&label, status, &results, &files, recorded, buf)
+            verify(&label, status, &results, &files, recorded, buf).map_err(|e| e.to_string())
         });
     let crcs = match outcome {
         Ok(crcs) => crcs,
@@ -431,6 +550,7 @@ mod tests {
             "when written",
             4096,
         )
+        .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -566,7 +686,8 @@ mod tests {
             "when written",
             4096,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("did not complete: disk full (transfer type `LIAR`"),
             "{err}"
@@ -616,7 +737,11 @@ mod tests {
         assert!(!waiter.is_finished(), "the transfer is still running");
         flag.store(true, Ordering::SeqCst);
         let out = waiter.join().unwrap();
-        assert!(out.unwrap_err().contains("cancelled by the runtime"));
+        assert!(matches!(out, Err(TransferError::Cancelled)));
+        assert!(out
+            .unwrap_err()
+            .to_string()
+            .contains("cancelled by the runtime"));
         assert!(
             cancelled.load(Ordering::SeqCst),
             "the plugin was told to cancel"

@@ -217,7 +217,7 @@ fn run_command_within(
     }
     match crate::command::output_within(cmd.args(args), timeout) {
         Ok(out) => out.status.success().then_some(out.stdout),
-        Err(why) if why.contains("did not answer") => {
+        Err(why @ crate::command::CommandError::TimedOut { .. }) => {
             tracing::warn!("{why}; the allocation's end time is not known from it");
             None
         }

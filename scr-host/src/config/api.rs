@@ -6,7 +6,7 @@
 //! are then applied, in order, as the configuration's API source.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::keys::{self, Key, Value};
 use super::{file, import, settings, Config, ConfigError, Layer, Origin, Tier};
@@ -137,14 +137,134 @@ fn tight_equals(text: &str) -> String {
     out
 }
 
+/// Why an `SCR_Config` string is refused.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    /// Nothing to do.
+    #[error("the configuration string is empty; pass `KEY=VALUE` to set, `KEY` to query")]
+    Empty,
+    /// Several words, and no `=` nor descriptor head.
+    #[error("`{0}` is neither `KEY=VALUE`, `KEY` nor a descriptor (CKPT=, STORE=, GROUPS=)")]
+    NotACall(String),
+    /// A query of an unknown key.
+    #[error("{} (a query names a key; to set one write `KEY=VALUE`)", keys::unknown_key(.0))]
+    UnknownQuery(String),
+    /// A setting of an unknown key.
+    #[error("{}", keys::unknown_key(.0))]
+    UnknownKey(String),
+    /// A value that does not fit its key.
+    #[error("`{key}`: {error}")]
+    Value {
+        /// The key.
+        key: &'static str,
+        /// What is wrong with the value.
+        error: keys::ValueError,
+    },
+    /// A descriptor without its name (`STORE= COUNT=2`).
+    #[error("`{first}` names no {} (write e.g. {})", kind.name_is(), kind.example())]
+    NoName {
+        /// The descriptor's first word.
+        first: String,
+        /// Its kind.
+        kind: DescriptorKind,
+    },
+    /// A checkpoint descriptor named otherwise than by an index.
+    #[error("CKPT={0}: a checkpoint descriptor is named by its index, a whole number")]
+    NotAnIndex(String),
+    /// A descriptor without items.
+    #[error("`{call}` sets nothing: add items, e.g. `{first} TYPE=XOR`, or query one with `{first} TYPE`")]
+    SetsNothing {
+        /// The whole call.
+        call: String,
+        /// Its first word.
+        first: String,
+    },
+    /// A descriptor item that is not `KEY=VALUE`.
+    #[error("`{0}`: a descriptor item is `KEY=VALUE` (a query names one item alone)")]
+    NotAnItem(String),
+    /// The descriptor, translated, is refused (the first error).
+    #[error("{0}")]
+    Descriptor(String),
+}
+
+/// Why a query of the configuration has no answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueryError {
+    /// The call sets something.
+    #[error("not a query")]
+    NotAQuery,
+    /// `GROUPS=host ITEM` of a host without group values.
+    #[error("GROUPS={0}: no group values for this host")]
+    NoGroups(String),
+    /// `CKPT=name ITEM` with a name that is not an index.
+    #[error("CKPT={0}: not an index")]
+    NotAnIndex(String),
+    /// `CKPT=index ITEM` of a descriptor not in force.
+    #[error("CKPT={index}: no such checkpoint descriptor ({count} in force)")]
+    NoCheckpoint {
+        /// The index asked for.
+        index: u64,
+        /// How many descriptors are in force.
+        count: usize,
+    },
+    /// `STORE=path ITEM` of a store not in force.
+    #[error("STORE={0}: no such store in force")]
+    NoStore(String),
+    /// `STORE=path ITEM` of an item stores do not have.
+    #[error("STORE items are GROUP, COUNT, TYPE, VIEW, ENABLED, MKDIR; not {0}")]
+    NoStoreItem(String),
+}
+
+/// Why the recorded configuration calls of a run cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordedError {
+    /// The record cannot be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The record.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A line is not `<call number><tab><text>`.
+    #[error("{}:{line}: not `<call number><tab><text>`", path.display())]
+    Malformed {
+        /// The record.
+        path: PathBuf,
+        /// The line's number (from 1).
+        line: usize,
+    },
+}
+
+impl DescriptorKind {
+    /// What names a descriptor of this kind (for [`CallError::NoName`]).
+    fn name_is(self) -> &'static str {
+        match self {
+            DescriptorKind::Checkpoint => "descriptor index",
+            DescriptorKind::Store => "store path",
+            DescriptorKind::Groups => "host",
+        }
+    }
+
+    /// A call defining one (for [`CallError::NoName`]).
+    fn example(self) -> &'static str {
+        match self {
+            DescriptorKind::Checkpoint => "`CKPT=0 TYPE=XOR SET_SIZE=16`",
+            DescriptorKind::Store => "`STORE=/dev/shm COUNT=2`",
+            DescriptorKind::Groups => "`GROUPS=node1 POWER=p1`",
+        }
+    }
+}
+
 /// Understand and check one `SCR_Config` string.
-pub fn parse(text: &str) -> Result<ApiCall, String> {
+pub fn parse(text: &str) -> Result<ApiCall, CallError> {
     let tight = tight_equals(text);
     let t = tight.trim();
     if t.is_empty() {
-        return Err(
-            "the configuration string is empty; pass `KEY=VALUE` to set, `KEY` to query".into(),
-        );
+        return Err(CallError::Empty);
     }
     let first = t.split_whitespace().next().unwrap_or("");
     let head = first.split('=').next().unwrap_or("");
@@ -154,24 +274,23 @@ pub fn parse(text: &str) -> Result<ApiCall, String> {
     match t.split_once('=') {
         None => {
             if t.split_whitespace().count() > 1 {
-                return Err(format!(
-                    "`{t}` is neither `KEY=VALUE`, `KEY` nor a descriptor (CKPT=, STORE=, GROUPS=)"
-                ));
+                return Err(CallError::NotACall(t.to_string()));
             }
-            keys::find_api(t).map(ApiCall::Query).ok_or_else(|| {
-                format!(
-                    "{} (a query names a key; to set one write `KEY=VALUE`)",
-                    keys::unknown_key(t)
-                )
-            })
+            keys::find_api(t)
+                .map(ApiCall::Query)
+                .ok_or_else(|| CallError::UnknownQuery(t.to_string()))
         }
         Some((k, v)) => {
-            let key = keys::find_api(k).ok_or_else(|| keys::unknown_key(k.trim()))?;
+            let key =
+                keys::find_api(k).ok_or_else(|| CallError::UnknownKey(k.trim().to_string()))?;
             let v = unquote(v);
             if v.is_empty() {
                 return Ok(ApiCall::Set { key, value: None });
             }
-            let value = keys::parse_text(key.ty, v).map_err(|m| format!("`{}`: {m}", key.name))?;
+            let value = keys::parse_text(key.ty, v).map_err(|error| CallError::Value {
+                key: key.name,
+                error,
+            })?;
             Ok(ApiCall::Set {
                 key,
                 value: Some(value),
@@ -180,7 +299,7 @@ pub fn parse(text: &str) -> Result<ApiCall, String> {
     }
 }
 
-fn parse_descriptor(kind: DescriptorKind, t: &str) -> Result<ApiCall, String> {
+fn parse_descriptor(kind: DescriptorKind, t: &str) -> Result<ApiCall, CallError> {
     let mut tokens = t.split_whitespace();
     let first = tokens.next().expect("not empty");
     let alone = t.split_whitespace().count() == 1;
@@ -193,31 +312,20 @@ fn parse_descriptor(kind: DescriptorKind, t: &str) -> Result<ApiCall, String> {
     }
     let name = unquote(first.split_once('=').map(|(_, v)| v).unwrap_or("")).to_string();
     if name.is_empty() {
-        return Err(format!(
-            "`{first}` names no {} (write e.g. {})",
-            match kind {
-                DescriptorKind::Checkpoint => "descriptor index",
-                DescriptorKind::Store => "store path",
-                DescriptorKind::Groups => "host",
-            },
-            match kind {
-                DescriptorKind::Checkpoint => "`CKPT=0 TYPE=XOR SET_SIZE=16`",
-                DescriptorKind::Store => "`STORE=/dev/shm COUNT=2`",
-                DescriptorKind::Groups => "`GROUPS=node1 POWER=p1`",
-            }
-        ));
+        return Err(CallError::NoName {
+            first: first.to_string(),
+            kind,
+        });
     }
     if kind == DescriptorKind::Checkpoint && name.parse::<u32>().is_err() {
-        return Err(format!(
-            "CKPT={name}: a checkpoint descriptor is named by its index, a whole number"
-        ));
+        return Err(CallError::NotAnIndex(name));
     }
     let rest: Vec<&str> = tokens.collect();
     if rest.is_empty() {
-        return Err(format!(
-            "`{t}` sets nothing: add items, e.g. `{} TYPE=XOR`, or query one with `{} TYPE`",
-            first, first
-        ));
+        return Err(CallError::SetsNothing {
+            call: t.to_string(),
+            first: first.to_string(),
+        });
     }
     if rest.len() == 1 && !rest[0].contains('=') {
         return Ok(ApiCall::DescriptorQuery {
@@ -228,9 +336,9 @@ fn parse_descriptor(kind: DescriptorKind, t: &str) -> Result<ApiCall, String> {
     }
     let mut items = Vec::new();
     for tok in rest {
-        let (k, v) = tok.split_once('=').ok_or_else(|| {
-            format!("`{tok}`: a descriptor item is `KEY=VALUE` (a query names one item alone)")
-        })?;
+        let (k, v) = tok
+            .split_once('=')
+            .ok_or_else(|| CallError::NotAnItem(tok.to_string()))?;
         let v = unquote(v);
         items.push((
             k.to_ascii_uppercase(),
@@ -242,7 +350,7 @@ fn parse_descriptor(kind: DescriptorKind, t: &str) -> Result<ApiCall, String> {
     let mut errors = Vec::new();
     descriptor_layer(&call, &Origin::Default, &mut errors);
     match errors.into_iter().next() {
-        Some(e) => Err(e.message),
+        Some(e) => Err(CallError::Descriptor(e.message)),
         None => Ok(call),
     }
 }
@@ -263,7 +371,7 @@ fn descriptor_layer(call: &ApiCall, origin: &Origin, errors: &mut Vec<ConfigErro
         Ok(t) => t,
         Err(es) => {
             for e in es {
-                errors.push(ConfigError::new(origin.clone(), e.message));
+                errors.push(ConfigError::new(origin.clone(), e.message.to_string()));
             }
             return Layer::new(Tier::Api);
         }
@@ -309,7 +417,7 @@ pub(crate) fn layer(calls: &[(usize, String)], errors: &mut Vec<ConfigError>) ->
     for (call, text) in calls {
         let origin = Origin::Api(*call, text.clone());
         match parse(text) {
-            Err(m) => errors.push(ConfigError::new(origin, m)),
+            Err(why) => errors.push(ConfigError::new(origin, why.to_string())),
             Ok(ApiCall::Set { key, value: None }) => {
                 api.scalars.remove(key.name);
             }
@@ -407,12 +515,12 @@ pub fn record(prefix: &Path, calls: &[(usize, String)]) -> std::io::Result<()> {
 }
 
 /// The settings [`record`] left in `prefix`; none when there is no record.
-pub fn recorded(prefix: &Path) -> Result<Vec<(usize, String)>, String> {
+pub fn recorded(prefix: &Path) -> Result<Vec<(usize, String)>, RecordedError> {
     let path = record_path(prefix);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(source) => return Err(RecordedError::Io { path, source }),
     };
     text.lines()
         .enumerate()
@@ -420,12 +528,9 @@ pub fn recorded(prefix: &Path) -> Result<Vec<(usize, String)>, String> {
         .map(|(i, l)| {
             l.split_once('\t')
                 .and_then(|(n, t)| Some((n.parse().ok()?, t.to_string())))
-                .ok_or_else(|| {
-                    format!(
-                        "{}:{}: not `<call number><tab><text>`",
-                        path.display(),
-                        i + 1
-                    )
+                .ok_or_else(|| RecordedError::Malformed {
+                    path: path.clone(),
+                    line: i + 1,
                 })
         })
         .collect()
@@ -436,7 +541,7 @@ impl Config {
     /// something set — through the API, the environment or a configuration file — as
     /// text; `None` for a key nothing set (left at its built-in default) or that has no
     /// value, as SCR's `SCR_Config` answers. Descriptor items answer what is in force.
-    pub fn query(&self, call: &ApiCall) -> Result<Option<String>, String> {
+    pub fn query(&self, call: &ApiCall) -> Result<Option<String>, QueryError> {
         match call {
             // as SCR: the value something set (the API, the environment, a file), none
             // for a key left at its built-in default (`scr config show` lists those)
@@ -456,7 +561,7 @@ impl Config {
                 self.descriptor_item(*kind, name, item)
             }
             ApiCall::FirstDescriptor(kind) => Ok(self.first_descriptor(*kind)),
-            _ => Err("not a query".into()),
+            _ => Err(QueryError::NotAQuery),
         }
     }
 
@@ -500,7 +605,7 @@ impl Config {
         kind: DescriptorKind,
         name: &str,
         item: &str,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, QueryError> {
         match kind {
             DescriptorKind::Checkpoint => self.checkpoint_item(name, item),
             DescriptorKind::Store => self.store_item(name, item),
@@ -509,7 +614,7 @@ impl Config {
                     .groups
                     .iter()
                     .find(|g| g.host == name)
-                    .ok_or_else(|| format!("GROUPS={name}: no group values for this host"))?;
+                    .ok_or_else(|| QueryError::NoGroups(name.to_string()))?;
                 Ok(g.values
                     .iter()
                     .find(|(k, _)| k.eq_ignore_ascii_case(item))
@@ -522,10 +627,10 @@ impl Config {
     /// (when it defined none) the one at that position among the files' descriptors (or
     /// the implied one); a field, a set parameter (the descriptor's, else the global
     /// setting) or one of its scheme parameters.
-    fn checkpoint_item(&self, name: &str, item: &str) -> Result<Option<String>, String> {
+    fn checkpoint_item(&self, name: &str, item: &str) -> Result<Option<String>, QueryError> {
         let index: u64 = name
             .parse()
-            .map_err(|_| format!("CKPT={name}: not an index"))?;
+            .map_err(|_| QueryError::NotAnIndex(name.to_string()))?;
         let c = if self.checkpoints.iter().any(|c| c.index.is_some()) {
             self.checkpoints.iter().find(|c| c.index == Some(index))
         } else {
@@ -533,11 +638,9 @@ impl Config {
                 .ok()
                 .and_then(|i| self.checkpoints.get(i))
         };
-        let c = c.ok_or_else(|| {
-            format!(
-                "CKPT={index}: no such checkpoint descriptor ({} in force)",
-                self.checkpoints.len()
-            )
+        let c = c.ok_or(QueryError::NoCheckpoint {
+            index,
+            count: self.checkpoints.len(),
         })?;
         let number = |key| Some(self.checkpoint_number(c, key).to_string());
         Ok(match item {
@@ -561,13 +664,13 @@ impl Config {
 
     /// `STORE=path ITEM`: a field of the store in force at `path` (normalised), its
     /// global default when the store does not set it.
-    fn store_item(&self, name: &str, item: &str) -> Result<Option<String>, String> {
+    fn store_item(&self, name: &str, item: &str) -> Result<Option<String>, QueryError> {
         let path = file::normalize_dir(name);
         let s = self
             .stores
             .iter()
             .find(|s| s.path == path)
-            .ok_or_else(|| format!("STORE={name}: no such store in force"))?;
+            .ok_or_else(|| QueryError::NoStore(name.to_string()))?;
         Ok(match item {
             "GROUP" => Some(self.store_group(s)),
             "COUNT" => Some(self.store_count(s).to_string()),
@@ -575,11 +678,7 @@ impl Config {
             "VIEW" => s.view.map(|v| v.to_string().to_ascii_uppercase()),
             "ENABLED" => flag(s.enabled),
             "MKDIR" => flag(s.mkdir),
-            other => {
-                return Err(format!(
-                    "STORE items are GROUP, COUNT, TYPE, VIEW, ENABLED, MKDIR; not {other}"
-                ))
-            }
+            other => return Err(QueryError::NoStoreItem(other.to_string())),
         })
     }
 }
@@ -607,8 +706,12 @@ mod tests {
         );
         assert!(parse("SCR_SET_SIZE=1")
             .unwrap_err()
+            .to_string()
             .contains("out of range"));
-        assert!(parse("SCR_NOPE=1").unwrap_err().contains("SCR_NOPE"));
+        assert!(parse("SCR_NOPE=1")
+            .unwrap_err()
+            .to_string()
+            .contains("SCR_NOPE"));
         assert!(parse("").is_err());
     }
 
@@ -624,7 +727,13 @@ mod tests {
                 "{text}"
             );
             let zero = text.replace('4', "0");
-            assert!(parse(&zero).unwrap_err().contains("out of range"), "{zero}");
+            assert!(
+                parse(&zero)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("out of range"),
+                "{zero}"
+            );
         }
     }
 
@@ -648,11 +757,18 @@ mod tests {
             parse("CKPT=1 type").unwrap(),
             ApiCall::DescriptorQuery { kind: DescriptorKind::Checkpoint, name, item } if name == "1" && item == "TYPE"
         ));
-        assert!(parse("CKPT=x TYPE=XOR").unwrap_err().contains("index"));
+        assert!(parse("CKPT=x TYPE=XOR")
+            .unwrap_err()
+            .to_string()
+            .contains("index"));
         assert!(parse("STORE=/dev/shm COUNT=two")
             .unwrap_err()
+            .to_string()
             .contains("COUNT"));
-        assert!(parse("CKPT=0").unwrap_err().contains("sets nothing"));
+        assert!(parse("CKPT=0")
+            .unwrap_err()
+            .to_string()
+            .contains("sets nothing"));
     }
 
     #[test]
@@ -761,6 +877,7 @@ mod tests {
         // an empty name with items is still an error, naming what is missing
         assert!(parse("STORE= COUNT=2")
             .unwrap_err()
+            .to_string()
             .contains("names no store path"));
 
         let dir = tempfile::tempdir().unwrap();
@@ -897,12 +1014,15 @@ mod tests {
         }
         assert!(parse("SCR_PREFIX_SIZE=-1")
             .unwrap_err()
+            .to_string()
             .contains("prefix_size"));
         assert!(parse("SCR_GLOBAL_RESTART=maybe")
             .unwrap_err()
+            .to_string()
             .contains("global_restart"));
         assert!(parse("SCR_LOG_SYSLOG_LEVEL=LOUD")
             .unwrap_err()
+            .to_string()
             .contains("LOG_INFO"));
     }
 }

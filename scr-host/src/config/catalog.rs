@@ -354,7 +354,7 @@ mod tests {
     /// A value written as text and parsed back as `ty`: the same value only when it is
     /// of that type and within its bounds.
     fn round_trip(ty: Type, value: &Value) -> Result<Value, String> {
-        types::parse_text(ty, &value.to_param())
+        types::parse_text(ty, &value.to_param()).map_err(|e| e.to_string())
     }
 
     #[test]

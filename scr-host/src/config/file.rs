@@ -7,7 +7,9 @@ use std::path::Path;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
-use super::keys::{self, check_percent, check_uint, parse_bytes, parse_text, Type, Value};
+use super::keys::{
+    self, check_percent, check_uint, parse_bytes, parse_text, Type, Value, ValueError,
+};
 use super::{Checkpoint, ConfigError, GroupEntry, Layer, Origin, Store, Tier, View, SECTIONS};
 
 /// Keys of a `[[store]]` table.
@@ -181,15 +183,18 @@ fn parse_scalar(
 }
 
 /// Convert a TOML value to a typed [`Value`], range-checked.
-fn typed(ty: Type, value: &Spanned<DeValue<'_>>) -> Result<Value, String> {
+fn typed(ty: Type, value: &Spanned<DeValue<'_>>) -> Result<Value, ValueError> {
     let v = value.get_ref();
-    let wrong = || format!("expected {ty}, found {}", describe(v));
+    let wrong = || ValueError::Expected {
+        ty,
+        found: describe(v),
+    };
     match (ty, v) {
         (Type::Bool, DeValue::Boolean(b)) => Ok(Value::Bool(*b)),
         (Type::UInt { .. } | Type::Bytes, DeValue::Integer(i)) => {
             let n = i64::from_str_radix(&i.as_str().replace('_', ""), i.radix())
                 .map_err(|_| wrong())?;
-            let n = u64::try_from(n).map_err(|_| format!("{n} is negative: expected {ty}"))?;
+            let n = u64::try_from(n).map_err(|_| ValueError::Negative { n, ty })?;
             check_uint(ty, n)
         }
         (Type::Bytes, DeValue::String(s)) => parse_bytes(s).map(Value::UInt).ok_or_else(wrong),
@@ -409,7 +414,7 @@ fn parse_checkpoint(cx: &mut Ctx<'_>, layer: &mut Layer, item: &Spanned<DeValue<
                 _ => unreachable!("typed returns UInt for UInt types"),
             })
         };
-        let r: Result<(), String> = match key {
+        let r: Result<(), ValueError> = match key {
             "interval" => uint(Type::UInt {
                 min: 1,
                 max: u64::MAX,

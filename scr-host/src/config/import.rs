@@ -8,12 +8,46 @@ use super::keys::{self, Type};
 use super::{toml_key, toml_string as q};
 
 /// One untranslatable line.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ImportError {
     /// 1-based line number in the SCR file.
     pub line: usize,
     /// What is wrong.
-    pub message: String,
+    pub message: LineError,
+}
+
+/// What is wrong with a line of an SCR configuration file.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LineError {
+    /// A token without `=`.
+    #[error("`{0}` is not KEY=VALUE")]
+    NotKeyValue(String),
+    /// Several tokens, and the first is no descriptor's head.
+    #[error("{0}= starts no descriptor SCR defines (STORE, CKPT, GROUPS)")]
+    NoDescriptor(String),
+    /// A `STORE=` line's key SCR does not define.
+    #[error("STORE line: unknown key {0}")]
+    UnknownStoreKey(String),
+    /// A descriptor's count that is not a whole number.
+    #[error("{key}={value}: not a whole number")]
+    NotWhole {
+        /// The key.
+        key: String,
+        /// Its value.
+        value: String,
+    },
+    /// A parameter's value that does not fit its key.
+    #[error("{head}: {error}")]
+    Value {
+        /// The parameter, as written.
+        head: String,
+        /// What is wrong with its value.
+        error: keys::ValueError,
+    },
+    /// A parameter no key answers to.
+    #[error("{}", keys::unknown_key(.0))]
+    UnknownKey(String),
 }
 
 /// Translate the text of an SCR configuration file. Every problem is reported with its
@@ -27,7 +61,7 @@ pub fn import_scr(text: &str) -> Result<String, Vec<ImportError>> {
         if line.is_empty() {
             continue;
         }
-        let mut err = |message: String| {
+        let mut err = |message: LineError| {
             errors.push(ImportError {
                 line: n + 1,
                 message,
@@ -46,9 +80,7 @@ pub fn import_scr(text: &str) -> Result<String, Vec<ImportError>> {
             "STORE" => tables.push_str(&store_table(head_value, rest, &mut err)),
             "CKPT" => tables.push_str(&checkpoint_table(rest, &mut err)),
             "GROUPS" => tables.push_str(&group_table(head_value, rest)),
-            _ if !rest.is_empty() => err(format!(
-                "{head}= starts no descriptor SCR defines (STORE, CKPT, GROUPS)"
-            )),
+            _ if !rest.is_empty() => err(LineError::NoDescriptor(head.clone())),
             _ => match scalar_line(head, head_value) {
                 Ok(text) => scalars.push_str(&text),
                 Err(e) => err(e),
@@ -66,19 +98,19 @@ pub fn import_scr(text: &str) -> Result<String, Vec<ImportError>> {
 
 /// The `KEY=VALUE` tokens of one line (keys upper-cased), or the error for the first
 /// token that is not one.
-fn key_value_pairs(line: &str) -> Result<Vec<(String, String)>, String> {
+fn key_value_pairs(line: &str) -> Result<Vec<(String, String)>, LineError> {
     line.split_whitespace()
         .map(|tok| {
             tok.split_once('=')
                 .map(|(k, v)| (k.to_ascii_uppercase(), v.to_string()))
-                .ok_or_else(|| format!("`{tok}` is not KEY=VALUE"))
+                .ok_or_else(|| LineError::NotKeyValue(tok.to_string()))
         })
         .collect()
 }
 
 /// A `STORE=path KEY=VALUE...` line as a `[[store]]` table; each unknown key or bad
 /// count goes to `err` (the table is still returned, without it).
-fn store_table(path: &str, rest: &[(String, String)], err: &mut dyn FnMut(String)) -> String {
+fn store_table(path: &str, rest: &[(String, String)], err: &mut dyn FnMut(LineError)) -> String {
     let mut t = format!("\n[[store]]\npath = {}\n", q(path));
     for (k, v) in rest {
         match k.as_str() {
@@ -95,7 +127,7 @@ fn store_table(path: &str, rest: &[(String, String)], err: &mut dyn FnMut(String
             "ENABLED" => writeln!(t, "enabled = {}", v != "0"),
             "MKDIR" => writeln!(t, "mkdir = {}", v != "0"),
             other => {
-                err(format!("STORE line: unknown key {other}"));
+                err(LineError::UnknownStoreKey(other.to_string()));
                 Ok(())
             }
         }
@@ -107,7 +139,7 @@ fn store_table(path: &str, rest: &[(String, String)], err: &mut dyn FnMut(String
 /// A `CKPT=N KEY=VALUE...` line as a `[[checkpoint]]` table: the keys SCR defines as
 /// fields, any other key as a scheme parameter under `[checkpoint.params]`; a bad whole
 /// number goes to `err`.
-fn checkpoint_table(rest: &[(String, String)], err: &mut dyn FnMut(String)) -> String {
+fn checkpoint_table(rest: &[(String, String)], err: &mut dyn FnMut(LineError)) -> String {
     let mut t = String::from("\n[[checkpoint]]\n");
     let mut params = String::new();
     for (k, v) in rest {
@@ -153,7 +185,7 @@ fn group_table(host: &str, rest: &[(String, String)]) -> String {
 
 /// A `SCR_KEY=VALUE` line as our scalar line (empty for `SCR_COPY_TYPE=FILE`, which
 /// `[[checkpoint]]` tables imply), or why it cannot be translated.
-fn scalar_line(head: &str, value: &str) -> Result<String, String> {
+fn scalar_line(head: &str, value: &str) -> Result<String, LineError> {
     match keys::find_api(head) {
         _ if head == "SCR_COPY_TYPE" && value.eq_ignore_ascii_case("FILE") => {
             // SCR's switch to CKPT descriptors: implied by [[checkpoint]] tables.
@@ -167,17 +199,21 @@ fn scalar_line(head: &str, value: &str) -> Result<String, String> {
                 };
                 Ok(format!("{} = {text}\n", key.name))
             }
-            Err(e) => Err(format!("{head}: {e}")),
+            Err(error) => Err(LineError::Value {
+                head: head.to_string(),
+                error,
+            }),
         },
-        None => Err(keys::unknown_key(head)),
+        None => Err(LineError::UnknownKey(head.to_string())),
     }
 }
 
 /// A whole-number descriptor value, or the error for its line.
-fn whole(key: &str, value: &str) -> Result<u64, String> {
-    value
-        .parse::<u64>()
-        .map_err(|_| format!("{key}={value}: not a whole number"))
+fn whole(key: &str, value: &str) -> Result<u64, LineError> {
+    value.parse::<u64>().map_err(|_| LineError::NotWhole {
+        key: key.to_string(),
+        value: value.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -211,14 +247,15 @@ mod tests {
         .unwrap_err();
         let lines: Vec<usize> = errors.iter().map(|e| e.line).collect();
         assert_eq!(lines, [1, 3, 4, 5, 6, 7]);
-        assert_eq!(errors[4].message, "COUNT=two: not a whole number");
-        assert_eq!(errors[5].message, "INTERVAL=1;x=1: not a whole number");
+        let message = |i: usize| errors[i].message.to_string();
+        assert_eq!(message(4), "COUNT=two: not a whole number");
+        assert_eq!(message(5), "INTERVAL=1;x=1: not a whole number");
         assert!(
-            errors[1].message.contains("did you mean `cache_base`?"),
+            message(1).contains("did you mean `cache_base`?"),
             "{:?}",
             errors[1]
         );
-        assert_eq!(errors[2].message, "STORE line: unknown key FOO");
-        assert_eq!(errors[3].message, "`junk` is not KEY=VALUE");
+        assert_eq!(message(2), "STORE line: unknown key FOO");
+        assert_eq!(message(3), "`junk` is not KEY=VALUE");
     }
 }

@@ -9,7 +9,7 @@
 
 pub use super::catalog::{ALIASES, KEYS, SYSLOG_FACILITIES, SYSLOG_LEVELS};
 pub use super::types::{
-    check_percent, check_uint, parse_bytes, parse_text, Default, Key, Type, Value,
+    check_percent, check_uint, parse_bytes, parse_text, Default, Key, Type, Value, ValueError,
 };
 
 /// Look a scalar key up by name or alias (case-insensitive).
@@ -91,12 +91,12 @@ mod tests {
         let size = find("SET_SIZE").unwrap();
         assert_eq!(parse_text(size.ty, "16"), Ok(Value::UInt(16)));
         assert_eq!(
-            parse_text(size.ty, "1").unwrap_err(),
+            parse_text(size.ty, "1").unwrap_err().to_string(),
             "1 is out of range: expected a whole number in 2..=4096"
         );
         assert_eq!(parse_text(Type::Bool, "yes"), Ok(Value::Bool(true)));
         assert_eq!(
-            parse_text(Type::Bool, "maybe").unwrap_err(),
+            parse_text(Type::Bool, "maybe").unwrap_err().to_string(),
             "\"maybe\" is not a boolean (true or false)"
         );
         assert!(parse_text(Type::Percent, "101").is_err());

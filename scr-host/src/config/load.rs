@@ -198,7 +198,7 @@ impl Loader {
                     Ok(value) => {
                         env.scalars.insert(key.name, (value, Origin::Env(var)));
                     }
-                    Err(msg) => errors.push(ConfigError::new(Origin::Env(var), msg)),
+                    Err(why) => errors.push(ConfigError::new(Origin::Env(var), why.to_string())),
                 }
             }
         }

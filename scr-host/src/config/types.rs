@@ -226,10 +226,57 @@ impl ParamValue for String {
     }
 }
 
+/// Why a value does not fit its key's type (the message after the key's name).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ValueError {
+    /// Text that does not parse as the type.
+    #[error("\"{text}\" is not {ty}")]
+    NotA {
+        /// The text, as written.
+        text: String,
+        /// The type it must have.
+        ty: Type,
+    },
+    /// An empty string where text is required.
+    #[error("an empty value is not {0}")]
+    Empty(Type),
+    /// A whole number outside the type's range.
+    #[error("{n} is out of range: expected {ty}")]
+    OutOfRange {
+        /// The number.
+        n: u64,
+        /// The type, with its range.
+        ty: Type,
+    },
+    /// A percentage outside `0..=100`.
+    #[error("{0} is out of range: expected {percent}", percent = Type::Percent)]
+    PercentOutOfRange(f64),
+    /// A configuration file's value of another TOML type.
+    #[error("expected {ty}, found {found}")]
+    Expected {
+        /// The type it must have.
+        ty: Type,
+        /// What was found (`string "x"`, `integer 3`, ...).
+        found: String,
+    },
+    /// A negative integer in a configuration file.
+    #[error("{n} is negative: expected {ty}")]
+    Negative {
+        /// The number.
+        n: i64,
+        /// The type it must have.
+        ty: Type,
+    },
+}
+
 /// Parse a value written as text (environment, API, defaults) for `ty`.
-pub fn parse_text(ty: Type, text: &str) -> Result<Value, String> {
+pub fn parse_text(ty: Type, text: &str) -> Result<Value, ValueError> {
     let t = text.trim();
-    let bad = || format!("\"{text}\" is not {ty}");
+    let bad = || ValueError::NotA {
+        text: text.to_string(),
+        ty,
+    };
     match ty {
         Type::Bool => match t.to_ascii_lowercase().as_str() {
             "1" | "true" | "yes" | "on" => Ok(Value::Bool(true)),
@@ -244,7 +291,7 @@ pub fn parse_text(ty: Type, text: &str) -> Result<Value, String> {
         Type::Percent => t.parse::<f64>().map_err(|_| bad()).and_then(check_percent),
         Type::Str | Type::Path => {
             if t.is_empty() {
-                Err(format!("an empty value is not {ty}"))
+                Err(ValueError::Empty(ty))
             } else {
                 Ok(Value::Str(t.to_string()))
             }
@@ -258,21 +305,19 @@ pub fn parse_text(ty: Type, text: &str) -> Result<Value, String> {
 }
 
 /// Range-check a whole number.
-pub fn check_uint(ty: Type, n: u64) -> Result<Value, String> {
+pub fn check_uint(ty: Type, n: u64) -> Result<Value, ValueError> {
     match ty {
-        Type::UInt { min, max } if n < min || n > max => {
-            Err(format!("{n} is out of range: expected {ty}"))
-        }
+        Type::UInt { min, max } if n < min || n > max => Err(ValueError::OutOfRange { n, ty }),
         _ => Ok(Value::UInt(n)),
     }
 }
 
 /// Range-check a percentage.
-pub fn check_percent(x: f64) -> Result<Value, String> {
+pub fn check_percent(x: f64) -> Result<Value, ValueError> {
     if (0.0..=100.0).contains(&x) {
         Ok(Value::Float(x))
     } else {
-        Err(format!("{x} is out of range: expected {}", Type::Percent))
+        Err(ValueError::PercentOutOfRange(x))
     }
 }
 

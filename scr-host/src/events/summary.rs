@@ -4,7 +4,7 @@
 //! and appending lines is what every job does, while this is only the `scr log` tool's.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -423,19 +423,34 @@ fn render_failures(s: &Summary, line: &mut dyn FnMut(String)) {
     }
 }
 
+/// Why `scr log` has no report.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LogReportError {
+    /// The prefix has no event log.
+    #[error("no event log at {}: no job has logged to this prefix yet (check --prefix)", .0.display())]
+    NoLog(PathBuf),
+    /// The event log cannot be read.
+    #[error("cannot read the event log {}: {source}", path.display())]
+    Unreadable {
+        /// The log.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The summary does not serialize as JSON.
+    #[error("{0}")]
+    Json(serde_json::Error),
+}
+
 /// `scr log`: the summary of `prefix`'s event log as text, or with `json` as one JSON
 /// object; an error names the log when it cannot be read.
-pub fn log_report(prefix: &Path, json: bool) -> Result<String, String> {
+pub fn log_report(prefix: &Path, json: bool) -> Result<String, LogReportError> {
     let p = path(prefix);
     let (records, damaged) = match read(prefix) {
         Ok(r) => r,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(format!(
-                "no event log at {}: no job has logged to this prefix yet (check --prefix)",
-                p.display()
-            ))
-        }
-        Err(e) => return Err(format!("cannot read the event log {}: {e}", p.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(LogReportError::NoLog(p)),
+        Err(source) => return Err(LogReportError::Unreadable { path: p, source }),
     };
     let summary = summarize(&records, damaged);
     if json {
@@ -444,7 +459,7 @@ pub fn log_report(prefix: &Path, json: bool) -> Result<String, String> {
                 t.push('\n');
                 t
             })
-            .map_err(|e| e.to_string())
+            .map_err(LogReportError::Json)
     } else {
         Ok(render(&summary))
     }

@@ -43,6 +43,18 @@ pub fn level(word: &str) -> Option<libc::c_int> {
     })
 }
 
+/// Why nothing was sent to syslog: C cannot take a string holding a NUL byte.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SyslogError {
+    /// The event's line holds one.
+    #[error("the event line holds a NUL byte")]
+    NulInLine,
+    /// The ident (`log_syslog_prefix`) holds one.
+    #[error("log_syslog_prefix {0:?} holds a NUL byte; choose another")]
+    NulInIdent(String),
+}
+
 /// Send `line` to syslog under `ident` with `facility | level`. An ident or line holding a
 /// NUL byte cannot be passed to C: it is an error naming which, and nothing is sent.
 pub fn send(
@@ -50,12 +62,11 @@ pub fn send(
     facility: libc::c_int,
     level: libc::c_int,
     line: &str,
-) -> Result<(), String> {
-    let message = CString::new(line).map_err(|_| "the event line holds a NUL byte".to_string())?;
+) -> Result<(), SyslogError> {
+    let message = CString::new(line).map_err(|_| SyslogError::NulInLine)?;
     let mut opened = scr_plugin::sync::lock(&OPENED);
     if opened.is_none_or(|o| o.to_bytes() != ident.as_bytes()) {
-        let owned = CString::new(ident)
-            .map_err(|_| format!("log_syslog_prefix {ident:?} holds a NUL byte; choose another"))?;
+        let owned = CString::new(ident).map_err(|_| SyslogError::NulInIdent(ident.to_string()))?;
         let kept: &'static CStr = Box::leak(owned.into_boxed_c_str());
         // SAFETY: `kept` is NUL-terminated and lives for the rest of the process, as
         // openlog(3) requires of its ident; OPENED's lock keeps openlog calls apart.
@@ -90,9 +101,11 @@ mod tests {
     fn a_nul_byte_is_refused_before_anything_is_sent() {
         assert!(send("SCR", libc::LOG_USER, libc::LOG_DEBUG, "a\0b")
             .unwrap_err()
+            .to_string()
             .contains("NUL"));
         assert!(send("S\0CR", libc::LOG_USER, libc::LOG_DEBUG, "ab")
             .unwrap_err()
+            .to_string()
             .contains("log_syslog_prefix"));
     }
 

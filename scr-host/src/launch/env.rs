@@ -14,12 +14,15 @@ use super::*;
 /// left one), or fewer than `halt_seconds` left before the allocation's end
 /// ([`crate::walltime`]: the `end_time` key, else the resource manager), the rule the
 /// library applies inside the job. `Ok(Some(why))`: stop.
-pub fn halt_reason(prefix: &Path, config: &Config) -> Result<Option<String>, String> {
+pub fn halt_reason(
+    prefix: &Path,
+    config: &Config,
+) -> Result<Option<String>, crate::state::StateError> {
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
     let margin = config.get(settings::HALT_SECONDS) as i64;
-    let halt = Halt::load(prefix).map_err(|e| e.to_string())?;
+    let halt = Halt::load(prefix)?;
     if let Some(why) = halt.reason(now, margin) {
         return Ok(Some(why));
     }
@@ -36,12 +39,12 @@ pub fn halt_reason(prefix: &Path, config: &Config) -> Result<Option<String>, Str
 }
 
 /// `scr env`'s fields.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Env {
     /// Job id.
     pub job_id: String,
     /// The allocation's nodes (compressed) and their source.
-    pub nodes: Result<Allocation, String>,
+    pub nodes: Result<Allocation, nodes::NodesError>,
     /// Down nodes: those `scr run` found in this job, else `exclude_nodes`.
     pub down: Vec<(String, String)>,
     /// The prefix directory.

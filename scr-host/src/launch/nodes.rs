@@ -41,8 +41,112 @@ use crate::config::settings;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub use crate::command::CommandError;
 use crate::config::{Config, View};
-use crate::hostlist;
+use crate::hostlist::{self, HostlistError};
+
+/// Why the allocation's nodes, or the settings of the down-node checks, cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodesError {
+    /// A host list (`nodelist`, SLURM's, Flux's, a list given) is malformed.
+    #[error("{origin}: {source}")]
+    HostList {
+        /// Where the list came from (variable, key or command).
+        origin: String,
+        /// What is wrong with it.
+        source: HostlistError,
+    },
+    /// A host list given on the command line is malformed.
+    #[error("{0}")]
+    Given(HostlistError),
+    /// The source names no node at all.
+    #[error("{0} names no node")]
+    NoNode(String),
+    /// `flux getattr hostlist` could not be run.
+    #[error("FLUX_URI is set but `flux getattr hostlist` did not run: {0}")]
+    FluxNotRun(CommandError),
+    /// `flux getattr hostlist` failed.
+    #[error("`flux getattr hostlist` failed ({status}): {stderr}")]
+    FluxFailed {
+        /// How it ended.
+        status: std::process::ExitStatus,
+        /// What it said (trimmed).
+        stderr: String,
+    },
+    /// `LSB_MCPU_HOSTS` is not `host slots` pairs.
+    #[error("LSB_MCPU_HOSTS `{0}`: expected pairs `host slots` (e.g. `n1 16 n2 16`)")]
+    LsbMcpuHosts(String),
+    /// The `PBS_NODEFILE` cannot be read.
+    #[error("PBS_NODEFILE {file}: cannot read: {source}")]
+    PbsNodefile {
+        /// The file, as the variable names it.
+        file: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `exclude_nodes` is not a host list.
+    #[error("exclude_nodes: {0}")]
+    ExcludeNodes(HostlistError),
+}
+
+/// Why the site's `down_nodes_script` gave no verdict.
+#[derive(Debug, thiserror::Error)]
+enum ScriptError {
+    /// It could not be run, or did not end in time.
+    #[error("down_nodes_script {}: {source}", script.display())]
+    NotRun {
+        script: PathBuf,
+        source: CommandError,
+    },
+    /// It failed.
+    #[error("down_nodes_script {} failed ({status}); its verdict is ignored: {stderr}", script.display())]
+    Failed {
+        script: PathBuf,
+        status: std::process::ExitStatus,
+        /// What it said (trimmed).
+        stderr: String,
+    },
+}
+
+/// Why a node's base directory (or the job's directory below it) cannot be used.
+#[derive(Debug, thiserror::Error)]
+enum DirError {
+    #[error("{} is not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    /// The base is owned by another user than this one or root.
+    #[error("{} is owned by uid {uid}, not by this user (uid {}) or root", path.display(), uid_text(*me))]
+    BaseOwner {
+        path: PathBuf,
+        uid: u32,
+        me: Option<u32>,
+    },
+    /// The job's directory is owned by another user than this one.
+    #[error("{} is owned by uid {uid}, not by this user (uid {})", path.display(), uid_text(*me))]
+    JobDirOwner {
+        path: PathBuf,
+        uid: u32,
+        me: Option<u32>,
+    },
+    #[error("{}: no part of the path exists", .0.display())]
+    NothingExists(PathBuf),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A probe file could not be made where the job would write.
+    #[error("cannot create a file in {}: {source}", dir.display())]
+    Probe {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// This user's uid as a message gives it (`?` when unknown).
+fn uid_text(me: Option<u32>) -> String {
+    me.map_or("?".into(), |u| u.to_string())
+}
 
 /// The allocation's nodes and where the list came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,7 +162,7 @@ pub struct Allocation {
 pub fn allocation(
     config: &Config,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Allocation, String> {
+) -> Result<Allocation, NodesError> {
     let set = |v: &str| env(v).filter(|s| !s.trim().is_empty());
     let key = config.get(settings::NODELIST);
     if !key.is_empty() {
@@ -97,39 +201,39 @@ pub fn allocation(
 
 /// The nodes of a SLURM-style host list (`n[1-4]`) from `source`; refused when it is
 /// malformed or names no node.
-fn from_hostlist(list: &str, source: String) -> Result<Allocation, String> {
-    let nodes = hostlist::expand(list).map_err(|e| format!("{source}: {e}"))?;
+fn from_hostlist(list: &str, source: String) -> Result<Allocation, NodesError> {
+    let nodes = hostlist::expand(list).map_err(|e| NodesError::HostList {
+        origin: source.clone(),
+        source: e,
+    })?;
     if nodes.is_empty() {
-        return Err(format!("{source} names no node"));
+        return Err(NodesError::NoNode(source));
     }
     Ok(Allocation { nodes, source })
 }
 
 /// Flux's allocation: `flux getattr hostlist` (run with a time limit).
-fn from_flux() -> Result<Allocation, String> {
+fn from_flux() -> Result<Allocation, NodesError> {
     let out = crate::command::output_within(
         Command::new("flux").args(["getattr", "hostlist"]),
         crate::walltime::COMMAND_TIMEOUT,
     )
-    .map_err(|e| format!("FLUX_URI is set but `flux getattr hostlist` did not run: {e}"))?;
+    .map_err(NodesError::FluxNotRun)?;
     if !out.status.success() {
-        return Err(format!(
-            "`flux getattr hostlist` failed ({}): {}",
-            out.status,
-            out.stderr.as_str().trim()
-        ));
+        return Err(NodesError::FluxFailed {
+            status: out.status,
+            stderr: out.stderr.trim().to_string(),
+        });
     }
     let text = out.stdout.as_str();
     from_hostlist(text.trim(), "flux getattr hostlist".into())
 }
 
 /// LSF's `LSB_MCPU_HOSTS` (`host slots` pairs): its hosts.
-fn from_lsb_mcpu_hosts(v: &str) -> Result<Allocation, String> {
+fn from_lsb_mcpu_hosts(v: &str) -> Result<Allocation, NodesError> {
     let words: Vec<&str> = v.split_whitespace().collect();
     if !words.len().is_multiple_of(2) || words.chunks(2).any(|p| p[1].parse::<u64>().is_err()) {
-        return Err(format!(
-            "LSB_MCPU_HOSTS `{v}`: expected pairs `host slots` (e.g. `n1 16 n2 16`)"
-        ));
+        return Err(NodesError::LsbMcpuHosts(v.to_string()));
     }
     distinct(
         words.iter().step_by(2).copied().collect(),
@@ -138,9 +242,11 @@ fn from_lsb_mcpu_hosts(v: &str) -> Result<Allocation, String> {
 }
 
 /// PBS's node file `f` (one line per slot): its hosts.
-fn from_pbs_nodefile(f: &str) -> Result<Allocation, String> {
-    let text =
-        std::fs::read_to_string(f).map_err(|e| format!("PBS_NODEFILE {f}: cannot read: {e}"))?;
+fn from_pbs_nodefile(f: &str) -> Result<Allocation, NodesError> {
+    let text = std::fs::read_to_string(f).map_err(|source| NodesError::PbsNodefile {
+        file: f.to_string(),
+        source,
+    })?;
     distinct(
         text.lines()
             .map(str::trim)
@@ -152,7 +258,7 @@ fn from_pbs_nodefile(f: &str) -> Result<Allocation, String> {
 
 /// The distinct names among `names` (a host listed once per slot), in their first
 /// order; refused when there is none.
-fn distinct(names: Vec<&str>, source: String) -> Result<Allocation, String> {
+fn distinct(names: Vec<&str>, source: String) -> Result<Allocation, NodesError> {
     let mut nodes: Vec<String> = Vec::new();
     for n in names {
         if !nodes.iter().any(|m| m == n) {
@@ -160,7 +266,7 @@ fn distinct(names: Vec<&str>, source: String) -> Result<Allocation, String> {
         }
     }
     if nodes.is_empty() {
-        return Err(format!("{source} names no node"));
+        return Err(NodesError::NoNode(source));
     }
     Ok(Allocation { nodes, source })
 }
@@ -271,9 +377,13 @@ pub struct NodeCheck {
 impl NodeCheck {
     /// From the configuration in force and the prefix's index; `ranks_per_node` sizes
     /// the capacity estimate.
-    pub fn new(config: &Config, prefix: &Path, ranks_per_node: u64) -> Result<NodeCheck, String> {
+    pub fn new(
+        config: &Config,
+        prefix: &Path,
+        ranks_per_node: u64,
+    ) -> Result<NodeCheck, NodesError> {
         let excluded = hostlist::expand(&config.get(settings::EXCLUDE_NODES))
-            .map_err(|e| format!("exclude_nodes: {e}"))?;
+            .map_err(NodesError::ExcludeNodes)?;
         let script = Some(config.get(settings::DOWN_NODES_SCRIPT))
             .filter(|s| !s.is_empty())
             .map(PathBuf::from);
@@ -411,10 +521,13 @@ impl NodeCheck {
         match ask().or_else(|_| ask()) {
             Ok(r) => r.down,
             // (said after the node's name already)
-            Err(why) => Some(
-                why.strip_prefix(&format!("{node} "))
-                    .map_or(why.clone(), String::from),
-            ),
+            Err(why) => {
+                let why = why.to_string();
+                Some(
+                    why.strip_prefix(&format!("{node} "))
+                        .map_or(why.clone(), String::from),
+                )
+            }
         }
     }
 
@@ -427,14 +540,17 @@ impl NodeCheck {
             } else {
                 base.clone()
             };
-            check_dir(&dir, &self.job_dir).err().or_else(|| {
-                need.as_ref().and_then(|(n, why)| {
-                    // what this job's datasets already hold there is reused or
-                    // evicted by the relaunch: it counts as free
-                    let own = used_bytes(&dir.join(&self.job_dir));
-                    check_free(&dir, n.saturating_sub(own), why)
+            check_dir(&dir, &self.job_dir)
+                .err()
+                .map(|e| e.to_string())
+                .or_else(|| {
+                    need.as_ref().and_then(|(n, why)| {
+                        // what this job's datasets already hold there is reused or
+                        // evicted by the relaunch: it counts as free
+                        let own = used_bytes(&dir.join(&self.job_dir));
+                        check_free(&dir, n.saturating_sub(own), why)
+                    })
                 })
-            })
         })
     }
 }
@@ -472,17 +588,19 @@ const SCRIPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 fn run_script(
     script: &Path,
     nodes: &[String],
-) -> Result<std::collections::BTreeMap<String, String>, String> {
+) -> Result<std::collections::BTreeMap<String, String>, ScriptError> {
     // (a site script that hangs must not hold up every launch)
     let out = crate::command::output_within(Command::new(script).args(nodes), SCRIPT_TIMEOUT)
-        .map_err(|e| format!("down_nodes_script {}: {e}", script.display()))?;
+        .map_err(|source| ScriptError::NotRun {
+            script: script.to_path_buf(),
+            source,
+        })?;
     if !out.status.success() {
-        return Err(format!(
-            "down_nodes_script {} failed ({}); its verdict is ignored: {}",
-            script.display(),
-            out.status,
-            out.stderr.as_str().trim()
-        ));
+        return Err(ScriptError::Failed {
+            script: script.to_path_buf(),
+            status: out.status,
+            stderr: out.stderr.trim().to_string(),
+        });
     }
     Ok(out
         .stdout
@@ -501,33 +619,31 @@ fn run_script(
 }
 
 /// Whether a node's base `dir` (and the job's directory below it) can be used.
-fn check_dir(dir: &Path, job_dir: &Path) -> Result<(), String> {
+fn check_dir(dir: &Path, job_dir: &Path) -> Result<(), DirError> {
     use std::os::unix::fs::MetadataExt;
     let me = crate::registry::effective_uid();
     let owned_ok = |uid: u32| uid == 0 || Some(uid) == me;
     // a base not there yet is made by the job: its nearest existing ancestor must take it
     let mut probe_in = dir.to_path_buf();
     match std::fs::symlink_metadata(dir) {
-        Ok(m) if !m.is_dir() => return Err(format!("{} is not a directory", dir.display())),
+        Ok(m) if !m.is_dir() => return Err(DirError::NotADirectory(dir.to_path_buf())),
         Ok(m) if !owned_ok(m.uid()) => {
-            return Err(format!(
-                "{} is owned by uid {}, not by this user (uid {}) or root",
-                dir.display(),
-                m.uid(),
-                me.map_or("?".into(), |u| u.to_string())
-            ))
+            return Err(DirError::BaseOwner {
+                path: dir.to_path_buf(),
+                uid: m.uid(),
+                me,
+            })
         }
         Ok(_) => {
             let jd = dir.join(job_dir);
             match std::fs::symlink_metadata(&jd) {
-                Ok(m) if !m.is_dir() => return Err(format!("{} is not a directory", jd.display())),
+                Ok(m) if !m.is_dir() => return Err(DirError::NotADirectory(jd)),
                 Ok(m) if Some(m.uid()) != me => {
-                    return Err(format!(
-                        "{} is owned by uid {}, not by this user (uid {})",
-                        jd.display(),
-                        m.uid(),
-                        me.map_or("?".into(), |u| u.to_string())
-                    ))
+                    return Err(DirError::JobDirOwner {
+                        path: jd,
+                        uid: m.uid(),
+                        me,
+                    })
                 }
                 Ok(_) => probe_in = jd,
                 Err(_) => {}
@@ -536,11 +652,16 @@ fn check_dir(dir: &Path, job_dir: &Path) -> Result<(), String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             while !probe_in.is_dir() {
                 if !probe_in.pop() {
-                    return Err(format!("{}: no part of the path exists", dir.display()));
+                    return Err(DirError::NothingExists(dir.to_path_buf()));
                 }
             }
         }
-        Err(e) => return Err(format!("{}: {e}", dir.display())),
+        Err(source) => {
+            return Err(DirError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
     }
     // permission bits say little as root; a file actually made there says it all
     // (read-only mounts, full devices, a dead NFS server's EIO)
@@ -554,10 +675,10 @@ fn check_dir(dir: &Path, job_dir: &Path) -> Result<(), String> {
             let _ = std::fs::remove_file(&probe);
             Ok(())
         }
-        Err(e) => Err(format!(
-            "cannot create a file in {}: {e}",
-            probe_in.display()
-        )),
+        Err(source) => Err(DirError::Probe {
+            dir: probe_in,
+            source,
+        }),
     }
 }
 
@@ -598,9 +719,9 @@ pub fn down_nodes(
     config: &Config,
     list: Option<&str>,
     prefix: &Path,
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<Vec<(String, String)>, NodesError> {
     let list = match list {
-        Some(l) => hostlist::expand(l).map_err(|e| e.to_string())?,
+        Some(l) => hostlist::expand(l).map_err(NodesError::Given)?,
         None => allocation(config, &|v| std::env::var(v).ok())?.nodes,
     };
     let per_node = super::simulated_layout(&config.get(settings::NODE_NAMES))
@@ -644,7 +765,7 @@ mod tests {
         l.load().expect("configuration")
     }
 
-    fn alloc(cfg: &[(&str, &str)], env: &[(&str, &str)]) -> Result<Allocation, String> {
+    fn alloc(cfg: &[(&str, &str)], env: &[(&str, &str)]) -> Result<Allocation, NodesError> {
         let env: BTreeMap<String, String> = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -678,7 +799,9 @@ mod tests {
         assert_eq!(a.nodes, ["l1", "l2"]);
         let a = alloc(&[], &[("LSB_HOSTS", "l1 l1 l2 l2")]).unwrap();
         assert_eq!(a.nodes, ["l1", "l2"]);
-        let e = alloc(&[], &[("LSB_MCPU_HOSTS", "l1 16 l2")]).unwrap_err();
+        let e = alloc(&[], &[("LSB_MCPU_HOSTS", "l1 16 l2")])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("LSB_MCPU_HOSTS `l1 16 l2`: expected pairs"),
             "{e}"
@@ -690,7 +813,9 @@ mod tests {
         assert_eq!(a.nodes, ["p1", "p2"]);
         let a = alloc(&[("SCR_NODE_NAMES", "a,a,b,b")], &[]).unwrap();
         assert_eq!(a.nodes, ["a", "b"]);
-        let e = alloc(&[], &[("SLURM_JOB_NODELIST", "n[1-")]).unwrap_err();
+        let e = alloc(&[], &[("SLURM_JOB_NODELIST", "n[1-")])
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             "SLURM_JOB_NODELIST: host list `n[1-`: `[` never closed in `[1-`"
@@ -704,23 +829,24 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let job = Path::new("u/scr.1");
-        assert_eq!(check_dir(&dir.path().join("new"), job), Ok(()));
+        let check = |d: &Path| check_dir(d, job).map_err(|e| e.to_string());
+        assert_eq!(check(&dir.path().join("new")), Ok(()));
         let file = dir.path().join("file");
         std::fs::write(&file, "").unwrap();
         assert_eq!(
-            check_dir(&file, job),
+            check(&file),
             Err(format!("{} is not a directory", file.display()))
         );
         let theirs = dir.path().join("theirs");
         std::fs::create_dir(&theirs).unwrap();
         std::os::unix::fs::chown(&theirs, Some(12345), None).unwrap();
-        let e = check_dir(&theirs, job).unwrap_err();
+        let e = check(&theirs).unwrap_err();
         assert!(e.contains("is owned by uid 12345, not by this user"), "{e}");
         let ok = dir.path().join("ok");
         std::fs::create_dir_all(ok.join(job)).unwrap();
-        assert_eq!(check_dir(&ok, job), Ok(()));
+        assert_eq!(check(&ok), Ok(()));
         std::os::unix::fs::chown(ok.join(job), Some(12345), None).unwrap();
-        let e = check_dir(&ok, job).unwrap_err();
+        let e = check(&ok).unwrap_err();
         assert!(
             e.starts_with(&format!("{} is owned by uid 12345", ok.join(job).display())),
             "{e}"
@@ -735,7 +861,7 @@ mod tests {
             .status()
             .is_ok_and(|s| s.success())
         {
-            let e = check_dir(&ro, job);
+            let e = check(&ro);
             let _ = Command::new("umount").arg(&ro).status();
             let e = e.unwrap_err();
             assert!(

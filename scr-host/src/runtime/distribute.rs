@@ -3,6 +3,7 @@
 
 use super::evict::remove_files;
 use super::tags::{MOVE_TAG, OFFER_TAG};
+use super::world::Exchange;
 use super::{DatasetRecord, Filemap, Result, Runtime};
 use crate::integrity::is_inside;
 use std::collections::{BTreeMap, BTreeSet};
@@ -74,11 +75,7 @@ impl Runtime {
             rank: owner,
             datasets: BTreeMap::new(),
         });
-        self.world.send(
-            peer,
-            MOVE_TAG,
-            &serde_json::to_vec(&map).expect("filemap serializes"),
-        );
+        self.world.send_value(peer, MOVE_TAG, &map);
         let mut buf = vec![0u8; MOVE_PIECE];
         for rec in map.datasets.values() {
             if self.store_is_global(&rec.descriptor.store) {
@@ -155,11 +152,10 @@ impl Runtime {
     /// copies only after the acknowledgement.
     pub(in crate::runtime) fn receive_filemap(&mut self, holder: u32) -> Result<()> {
         let peer = holder;
-        let blob = self.world.recv(peer, MOVE_TAG);
-        let moved: Filemap = match serde_json::from_slice(&blob) {
+        let moved: Filemap = match self.world.recv_value(peer, MOVE_TAG, "filemap moved") {
             Ok(m) => m,
             Err(e) => {
-                tracing::warn!("filemap moved from rank {holder} is unreadable: {e}");
+                tracing::warn!("{e}");
                 Filemap {
                     rank: self.topo.rank(),
                     datasets: BTreeMap::new(),

@@ -6,7 +6,7 @@
 use super::restart::PrefixRestart;
 use super::tags::{LIST_TAG, SOURCE_TAG};
 use super::window::Direction;
-use super::world::Op;
+use super::world::{Exchange, Op};
 use crate::config::settings;
 use crate::transfer::{collect, Planned};
 
@@ -63,11 +63,10 @@ impl Runtime {
         } else {
             (None, None)
         };
-        let bytes = self
+        let (entry, layout): (IndexEntry, std::result::Result<MapLayout, String>) = self
             .world
-            .broadcast_bytes(&serde_json::to_vec(&choice).expect("serializes"));
-        let (entry, layout): (IndexEntry, std::result::Result<MapLayout, String>) =
-            serde_json::from_slice::<Option<_>>(&bytes).unwrap_or(None)?;
+            .broadcast_value(0, Some(&choice), "checkpoint chosen")
+            .unwrap_or(None)?;
         let layout = match layout {
             Ok(l) => l,
             Err(why) => return Some((entry, Err(why), 0)),
@@ -196,21 +195,20 @@ impl Runtime {
         blocks: prefix::Blocks,
     ) -> std::result::Result<BlockLists, String> {
         let leaders: Vec<u32> = blocks.leaders().collect();
-        let sources: Vec<Vec<u8>> = match single {
+        let sources: Vec<BlockLists> = match single {
             Some(m) => (0..blocks.count())
                 .map(|b| {
-                    let lists: BlockLists = blocks
+                    blocks
                         .members(b)
                         .map(|r| (r, m.ranks.get(&r).cloned().unwrap_or_default()))
-                        .collect();
-                    serde_json::to_vec(&lists).expect("serializes")
+                        .collect()
                 })
                 .collect(),
             None => Vec::new(),
         };
-        let got = self.world.scatter_to(0, &leaders, &sources, SOURCE_TAG);
-        serde_json::from_slice::<BlockLists>(&got)
-            .map_err(|e| format!("rank 0 sent unreadable rank2file lists: {e}"))
+        self.world
+            .scatter_values(0, &leaders, &sources, SOURCE_TAG, "rank2file lists")
+            .map_err(|e| format!("rank 0 sent unreadable rank2file lists: {}", e.source))
     }
 
     /// Each leader sends each member of its block its list (or the block's error), from
@@ -224,24 +222,23 @@ impl Runtime {
         let n = blocks.of(self.topo.rank());
         let leader = blocks.leader(n);
         let members: Vec<u32> = blocks.members(n).collect();
-        let lists: Vec<Vec<u8>> = match block_lists {
+        let lists: Vec<std::result::Result<Vec<FlushedFile>, String>> = match block_lists {
             None => Vec::new(),
             Some(block_lists) => blocks
                 .members(n)
-                .map(|r| {
-                    let mine: std::result::Result<Vec<FlushedFile>, String> = match block_lists {
-                        Ok(l) => Ok(l.get(&r).cloned().unwrap_or_default()),
-                        Err(why) => Err(why.clone()),
-                    };
-                    serde_json::to_vec(&mine).expect("serializes")
+                .map(|r| match block_lists {
+                    Ok(l) => Ok(l.get(&r).cloned().unwrap_or_default()),
+                    Err(why) => Err(why.clone()),
                 })
                 .collect(),
         };
-        let got = self.world.scatter_to(leader, &members, &lists, LIST_TAG);
-        let mine: std::result::Result<Vec<FlushedFile>, String> = serde_json::from_slice(&got)
+        let mine = self
+            .world
+            .scatter_values(leader, &members, &lists, LIST_TAG, "rank2file list")
             .unwrap_or_else(|e| {
                 Err(format!(
-                    "rank {leader} sent an unreadable rank2file list: {e}"
+                    "rank {} sent an unreadable rank2file list: {}",
+                    e.rank, e.source
                 ))
             });
         // the same answer everywhere: the lowest failing rank's error

@@ -51,7 +51,7 @@
 
 use super::tags::OUTCOME_TAG;
 use super::window::Direction;
-use super::world::Op;
+use super::world::{Exchange, ExchangeError, Op};
 use crate::config::settings;
 use scr_plugin::sync::lock;
 use std::collections::{BTreeMap, BTreeSet};
@@ -537,12 +537,9 @@ impl Runtime {
         let n = blocks.of(self.topo.rank());
         let leader = blocks.leader(n);
         let members: Vec<u32> = blocks.members(n).collect();
-        let gathered = self.world.gather_from(
-            leader,
-            &members,
-            &serde_json::to_vec(mine).expect("serializes"),
-            OUTCOME_TAG,
-        );
+        let gathered = self
+            .world
+            .gather_values(leader, &members, mine, OUTCOME_TAG, "outcome");
         let (part, failure) = match gathered.map(|all| self.write_block_part(entry, blocks, n, all))
         {
             Some(Ok(totals)) => (Some(totals), None),
@@ -612,13 +609,11 @@ impl Runtime {
         entry: &IndexEntry,
         blocks: prefix::Blocks,
         n: u32,
-        all: Vec<Vec<u8>>,
+        all: Vec<std::result::Result<RankOutcome, ExchangeError>>,
     ) -> std::result::Result<(u64, u64), (u32, String)> {
         let mut ranks = BTreeMap::new();
-        for (r, bytes) in blocks.members(n).zip(all) {
-            match serde_json::from_slice::<RankOutcome>(&bytes)
-                .unwrap_or_else(|e| Err(format!("unreadable outcome: {e}")))
-            {
+        for (r, outcome) in blocks.members(n).zip(all) {
+            match outcome.unwrap_or_else(|e| Err(format!("unreadable outcome: {}", e.source))) {
                 Ok(files) => {
                     ranks.insert(r, files);
                 }

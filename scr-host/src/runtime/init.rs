@@ -12,7 +12,7 @@ use super::report::RunReport;
 use super::restart::RestartState;
 use super::topology::Topology;
 use super::world::mpi_world::MpiWorld;
-use super::world::World;
+use super::world::{Exchange, World};
 use super::{
     agree_on, comm, flush, io_err, Cache, Health, InitOptions, JobLayout, Passthrough, Policy,
     Result, Runtime, ScrError, TestHooks, FINALIZE_REASON,
@@ -422,12 +422,13 @@ pub(in crate::runtime) fn load_config(world: &dyn World, mut loader: Loader) -> 
     }
     let snapshot = if world.rank() == 0 {
         let _ = loader.load();
-        serde_json::to_vec(&loader.seen()).expect("a snapshot serializes")
+        Some(loader.seen())
     } else {
-        Vec::new()
+        None
     };
-    let bytes = world.broadcast_bytes(&snapshot);
-    let snap: Snapshot = serde_json::from_slice(&bytes).unwrap_or_default();
+    let snap: Snapshot = world
+        .broadcast_value(0, snapshot.as_ref(), "configuration snapshot")
+        .unwrap_or_default();
     loader.snapshot = Some(snap);
     loader.load().map_err(ScrError::Config)
 }

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::world::World;
+use super::world::{Exchange, World};
 
 /// Tag of the name messages. Consecutive checks on one communicator cannot mix theirs:
 /// complete_output makes a world reduction right after the exchange, which no rank
@@ -54,16 +54,13 @@ pub(crate) fn lowest_writers(world: &dyn World, names: &[String]) -> Vec<bool> {
     for n in names {
         out.entry(owner(n, ranks)).or_default().push(n.as_str());
     }
-    let sends: Vec<(u32, Vec<u8>)> = out
-        .into_iter()
-        .map(|(to, names)| (to, serde_json::to_vec(&names).expect("names serialize")))
-        .collect();
-    let got = world.sparse_exchange(&sends, SHARED_TAGS[0]);
+    let sends: Vec<(u32, Vec<&str>)> = out.into_iter().collect();
+    let got = world.sparse_exchange_values(&sends, SHARED_TAGS[0], "names written");
     let mut writers: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-    for (from, bytes) in got {
+    for (from, names) in got {
         // (a message this runtime serialized: unreadable only through a bug, and then
         // every writer reads the file back, as without this exchange)
-        let names: Vec<String> = serde_json::from_slice(&bytes).unwrap_or_default();
+        let names: Vec<String> = names.unwrap_or_default();
         for n in names {
             writers.entry(n).or_default().push(from);
         }
@@ -76,14 +73,11 @@ pub(crate) fn lowest_writers(world: &dyn World, names: &[String]) -> Vec<bool> {
             answers.entry(r).or_default().push(name.clone());
         }
     }
-    let sends: Vec<(u32, Vec<u8>)> = answers
-        .into_iter()
-        .map(|(to, names)| (to, serde_json::to_vec(&names).expect("names serialize")))
-        .collect();
+    let sends: Vec<(u32, Vec<String>)> = answers.into_iter().collect();
     let not_lowest: std::collections::HashSet<String> = world
-        .sparse_exchange(&sends, SHARED_TAGS[1])
+        .sparse_exchange_values::<_, Vec<String>>(&sends, SHARED_TAGS[1], "names not lowest")
         .into_iter()
-        .flat_map(|(_, bytes)| serde_json::from_slice::<Vec<String>>(&bytes).unwrap_or_default())
+        .flat_map(|(_, names)| names.unwrap_or_default())
         .collect();
     names.iter().map(|n| !not_lowest.contains(n)).collect()
 }
@@ -112,17 +106,14 @@ pub(crate) fn check_in(
                 .push((kind, n.as_str()));
         }
     }
-    let sends: Vec<(u32, Vec<u8>)> = out
-        .into_iter()
-        .map(|(to, names)| (to, serde_json::to_vec(&names).expect("names serialize")))
-        .collect();
-    let got = world.sparse_exchange(&sends, NAME_TAG);
+    let sends: Vec<(u32, Vec<(Kind, &str)>)> = out.into_iter().collect();
+    let got = world.sparse_exchange_values(&sends, NAME_TAG, "names");
     let received: Vec<(u32, Vec<(Kind, String)>)> = got
         .into_iter()
-        .map(|(from, bytes)| {
+        .map(|(from, names)| {
             // (a message this runtime serialized; unreadable only through a bug, and then
             // it cannot clash with anything)
-            (from, serde_json::from_slice(&bytes).unwrap_or_default())
+            (from, names.unwrap_or_default())
         })
         .collect();
     find(&received, scheme)

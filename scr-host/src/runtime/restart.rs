@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::world::Exchange;
 use super::{comm, Result, Runtime, ScrError};
 use crate::config::settings;
 use crate::state::prefix;
@@ -338,10 +339,10 @@ impl Runtime {
         } else {
             Vec::new()
         };
-        let bytes = self
+        let held: Vec<u64> = self
             .world
-            .broadcast_bytes(&serde_json::to_vec(&held).expect("serializes"));
-        let held: Vec<u64> = serde_json::from_slice(&bytes).unwrap_or_default();
+            .broadcast_value(0, Some(&held), "held ids")
+            .unwrap_or_default();
         let mut kept = Vec::new();
         let mut removed = Ok(());
         let cached: Vec<_> = self.cache.datasets().cloned().collect();
@@ -477,11 +478,10 @@ impl Runtime {
                 } else {
                     Ok(None)
                 };
-                let bytes = self
+                let found = self
                     .world
-                    .broadcast_bytes(&serde_json::to_vec(&found).expect("serializes"));
-                let found: std::result::Result<Option<u64>, String> =
-                    serde_json::from_slice(&bytes).unwrap_or(Ok(None));
+                    .broadcast_value(0, Some(&found), "prefix checkpoint")
+                    .unwrap_or(Ok(None));
                 let found = found.map_err(|e| {
                     ScrError::Usage(format!(
                         "current: `{name}` is not in cache and the prefix's index cannot be read: {e}"

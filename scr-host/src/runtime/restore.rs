@@ -3,7 +3,7 @@
 //! and reported.
 
 use super::tags::TEMPLATE_TAG;
-use super::world::SetHost;
+use super::world::{Exchange, SetHost};
 use super::{DatasetRecord, Result, Runtime, Set};
 use crate::config::settings;
 use crate::integrity::{
@@ -142,22 +142,21 @@ impl Runtime {
         let first_rank =
             self.world
                 .min_u64(own.map_or(u64::MAX, |_| self.topo.rank().into())) as u32;
-        let first: Identity = serde_json::from_slice(
-            &self.world.broadcast_from(
-                first_rank,
-                &own.map(|r| serde_json::to_vec(&Identity::of(r)).expect("identity serializes"))
-                    .unwrap_or_default(),
-            ),
-        )
-        // (the same bytes on every rank, so the same outcome: an identity no record
-        // has, which makes every holder's record differ and the dataset be refused)
-        .unwrap_or_else(|e| Identity {
-            name: format!("(rank {first_rank}'s record could not be read: {e})"),
-            checkpoint_id: None,
-            world_size: 0,
-            scheme: String::new(),
-            store: String::new(),
-        });
+        let first: Identity = self
+            .world
+            .broadcast_value(first_rank, own.map(Identity::of).as_ref(), "identity")
+            // (the same bytes on every rank, so the same outcome: an identity no record
+            // has, which makes every holder's record differ and the dataset be refused)
+            .unwrap_or_else(|e| Identity {
+                name: format!(
+                    "(rank {first_rank}'s record could not be read: {})",
+                    e.source
+                ),
+                checkpoint_id: None,
+                world_size: 0,
+                scheme: String::new(),
+                store: String::new(),
+            });
         let differs = own.is_some_and(|r| Identity::of(r) != first);
         let other_rank = self.world.min_u64(if differs {
             self.topo.rank().into()
@@ -221,23 +220,24 @@ impl Runtime {
         if let (Some(holders), Some(rec)) = (self.world.split(color, self.topo.rank()), own) {
             let here = holders.all_gather_u32(self.topo.rank());
             if holders.rank() == 0 {
-                let bytes = serde_json::to_vec(rec).expect("record serializes");
                 for &m in &rec.descriptor.members {
                     if m < self.topo.size() && !here.contains(&m) {
-                        sends.push((m, bytes.clone()));
+                        sends.push((m, rec));
                     }
                 }
             }
         }
-        let got = self.world.sparse_exchange(&sends, tag);
+        let got = self
+            .world
+            .sparse_exchange_values(&sends, tag, "dataset record");
         if own.is_some() {
             return own.cloned();
         }
         // the lowest holder whose record lists this rank (records from several sets
         // mean damaged filemaps; the choice is the one every earlier run made)
         got.into_iter()
-            .filter_map(|(_, b)| serde_json::from_slice::<DatasetRecord>(&b).ok())
-            .find(|r| r.descriptor.members.contains(&self.topo.rank()))
+            .filter_map(|(_, r)| r.ok())
+            .find(|r: &DatasetRecord| r.descriptor.members.contains(&self.topo.rank()))
     }
 
     /// Largest `v` over all ranks.
@@ -685,9 +685,10 @@ impl Runtime {
         let (checks, checks_total) = self
             .world
             .gather_some(check.as_ref().err().map(|e| e.as_bytes()));
-        let failure = failed
-            .map(|why| serde_json::to_vec(&(r.record.descriptor.set_id, why)).expect("serializes"));
-        let (fails, fails_total) = self.world.gather_some(failure.as_deref());
+        let failure = failed.map(|why| (r.record.descriptor.set_id, why));
+        let (fails, fails_total) = self
+            .world
+            .gather_some_values::<_, (u64, String)>(failure.as_ref(), "rebuild failure");
         let mut report = String::new();
         if self.topo.rank() == 0 {
             let mut ranks: Vec<String> = checks
@@ -698,11 +699,8 @@ impl Runtime {
                 ranks.push(format!("and {} more", checks_total - ranks.len() as u64));
             }
             let mut failed: BTreeMap<u64, String> = BTreeMap::new();
-            for (set, why) in fails
-                .iter()
-                .filter_map(|(_, b)| serde_json::from_slice::<(u64, String)>(b).ok())
-            {
-                failed.entry(set).or_insert(why);
+            for (set, why) in fails.iter().filter_map(|(_, f)| f.as_ref().ok()) {
+                failed.entry(*set).or_insert_with(|| why.clone());
             }
             let mut sets: Vec<String> = failed
                 .iter()

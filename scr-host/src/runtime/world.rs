@@ -23,6 +23,9 @@ use scr_plugin::{HostRef, HostServices};
 #[cfg(test)]
 pub(crate) mod inproc;
 pub(crate) mod mpi_world;
+mod typed;
+
+pub(crate) use typed::{Exchange, ExchangeError};
 
 /// A reduction operation on unsigned integers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -104,6 +104,7 @@ impl Scavenger {
                         }
                         crate::remote::parse_report(node, &report)
                     })
+                    .map_err(|e| e.to_string())
             } else {
                 Err(no_runner(node))
             };
@@ -260,6 +261,7 @@ impl Scavenger {
                     }
                     crate::remote::parse_report::<NodeReport>(node, &report)
                 })
+                .map_err(|e| e.to_string())
         } else {
             Err(no_runner(node))
         };

@@ -3,6 +3,88 @@
 //! edit itself is [`Index::add_complete`], shared with the other index edits.
 
 use super::*;
+use crate::state::prefix::EditError;
+use crate::state::StateError;
+
+/// Why `scr index add` refused a dataset, or could not add it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IndexAddError {
+    /// The prefix's `.scr` directory could not be listed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// No summary names the dataset.
+    #[error("no dataset `{which}` in {}: no .scr/scr.dataset.<id>/summary.scr names it", prefix.display())]
+    NoSuchDataset {
+        /// The name or id asked for.
+        which: String,
+        /// The prefix.
+        prefix: PathBuf,
+    },
+    /// Several summaries name it: it must be given by id.
+    #[error("several datasets are named `{which}` (ids {ids:?}); give the id instead")]
+    SharedName {
+        /// The name asked for.
+        which: String,
+        /// The ids of the datasets of that name.
+        ids: Vec<u64>,
+    },
+    /// Its rank2file map does not list exactly the ranks of the job.
+    #[error("{}: lists ranks {ranks:?}, the dataset was written by {world_size} ranks", path.display())]
+    Ranks {
+        /// The map's root.
+        path: PathBuf,
+        /// The ranks it lists.
+        ranks: Vec<u32>,
+        /// The job's size, as the summary gives it.
+        world_size: u32,
+    },
+    /// Its rank2file map and its summary disagree on the file count or the bytes.
+    #[error("{}: {files} files of {bytes} bytes, rank2file lists {listed_files} of {listed_bytes}", path.display())]
+    Totals {
+        /// The summary.
+        path: PathBuf,
+        /// Files, as the summary says.
+        files: u64,
+        /// Bytes, as the summary says.
+        bytes: u64,
+        /// Files rank2file lists.
+        listed_files: u64,
+        /// Bytes rank2file lists.
+        listed_bytes: u64,
+    },
+    /// A file of a rank is named outside the prefix.
+    #[error("rank {rank}: {why}")]
+    Path {
+        /// The rank.
+        rank: u32,
+        /// What is wrong with the name.
+        why: String,
+    },
+    /// A file of a rank is missing or differs from what rank2file records.
+    #[error("rank {rank}: {name} ({}): {why}; the dataset is not added", path.display())]
+    File {
+        /// The rank.
+        rank: u32,
+        /// The file's name.
+        name: String,
+        /// Where it is in the prefix.
+        path: PathBuf,
+        /// What differs.
+        why: scr_plugin::verify::Mismatch,
+    },
+    /// A state file of the prefix (rank2file, the index) could not be read or written.
+    #[error("{0}")]
+    State(#[from] StateError),
+    /// The index refused the dataset.
+    #[error("{0}")]
+    Edit(#[from] EditError),
+}
 
 /// `scr index add NAME|ID`: add to the index of `prefix` a dataset whose files, summary
 /// and rank2file are in the prefix, after checking every rank's files against rank2file
@@ -14,7 +96,7 @@ pub fn index_add(
     output: bool,
     job_name: Option<String>,
     buf: usize,
-) -> Result<(IndexEntry, bool), String> {
+) -> Result<(IndexEntry, bool), IndexAddError> {
     let summary = find_summary(prefix, which)?;
     let id = summary.id;
     verify_in_prefix(prefix, &summary, buf)?;
@@ -34,8 +116,7 @@ pub fn index_add(
         job_name,
         ..IndexEntry::default()
     };
-    let current = Index::try_update(prefix, |ix| ix.add_complete(prefix, &entry))
-        .map_err(|e| e.to_string())??;
+    let current = Index::try_update(prefix, |ix| ix.add_complete(prefix, &entry))??;
     if let Err(e) = FlushFile::add_location(prefix, id, "PFS") {
         tracing::warn!(
             dataset = id,
@@ -47,9 +128,12 @@ pub fn index_add(
 
 /// The summary of the dataset `which` names: by id, else by name among the summaries
 /// under `.scr` (a name several datasets share must be given by id).
-fn find_summary(prefix: &Path, which: &str) -> Result<Summary, String> {
+fn find_summary(prefix: &Path, which: &str) -> Result<Summary, IndexAddError> {
     let summaries: Vec<Summary> = std::fs::read_dir(prefix::scr_dir(prefix))
-        .map_err(|e| format!("{}: {e}", prefix::scr_dir(prefix).display()))?
+        .map_err(|source| IndexAddError::Io {
+            path: prefix::scr_dir(prefix),
+            source,
+        })?
         .filter_map(Result::ok)
         .filter_map(|e| {
             let id = layout::parse_dataset_dir_name(&e.file_name().to_string_lossy())?;
@@ -65,30 +149,29 @@ fn find_summary(prefix: &Path, which: &str) -> Result<Summary, String> {
     let by_name: Vec<&Summary> = summaries.iter().filter(|s| s.name == which).collect();
     match (by_id.as_slice(), by_name.as_slice()) {
         ([s], _) | ([], [s]) => Ok((*s).clone()),
-        ([], []) => Err(format!(
-            "no dataset `{which}` in {}: no .scr/scr.dataset.<id>/summary.scr names it",
-            prefix.display()
-        )),
-        (_, many) => Err(format!(
-            "several datasets are named `{which}` (ids {:?}); give the id instead",
-            many.iter().map(|s| s.id).collect::<Vec<_>>()
-        )),
+        ([], []) => Err(IndexAddError::NoSuchDataset {
+            which: which.to_string(),
+            prefix: prefix.to_path_buf(),
+        }),
+        (_, many) => Err(IndexAddError::SharedName {
+            which: which.to_string(),
+            ids: many.iter().map(|s| s.id).collect(),
+        }),
     }
 }
 
 /// Check a dataset in the prefix against its summary before it is indexed: rank2file
 /// lists every rank of the job, the file count and bytes agree with the summary, and
 /// every file is present with its size and CRC32 (where recorded).
-fn verify_in_prefix(prefix: &Path, summary: &Summary, buf: usize) -> Result<(), String> {
+fn verify_in_prefix(prefix: &Path, summary: &Summary, buf: usize) -> Result<(), IndexAddError> {
     let id = summary.id;
-    let map = Rank2File::load(prefix, id).map_err(|e| e.to_string())?;
+    let map = Rank2File::load(prefix, id)?;
     if !map.ranks.keys().copied().eq(0..summary.world_size) {
-        return Err(format!(
-            "{}: lists ranks {:?}, the dataset was written by {} ranks",
-            Rank2File::path(prefix, id).display(),
-            map.ranks.keys().collect::<Vec<_>>(),
-            summary.world_size
-        ));
+        return Err(IndexAddError::Ranks {
+            path: Rank2File::path(prefix, id),
+            ranks: map.ranks.keys().copied().collect(),
+            world_size: summary.world_size,
+        });
     }
     let (count, bytes) = map
         .ranks
@@ -96,24 +179,26 @@ fn verify_in_prefix(prefix: &Path, summary: &Summary, buf: usize) -> Result<(), 
         .flatten()
         .fold((0u64, 0u64), |(n, b), f| (n + 1, b + f.size));
     if (count, bytes) != (summary.files, summary.bytes) {
-        return Err(format!(
-            "{}: {} files of {} bytes, rank2file lists {count} of {bytes}",
-            Summary::path(prefix, id).display(),
-            summary.files,
-            summary.bytes
-        ));
+        return Err(IndexAddError::Totals {
+            path: Summary::path(prefix, id),
+            files: summary.files,
+            bytes: summary.bytes,
+            listed_files: count,
+            listed_bytes: bytes,
+        });
     }
     for (rank, files) in &map.ranks {
         for f in files {
             let path = f
                 .stored_path(prefix)
-                .map_err(|e| format!("rank {rank}: {e}"))?;
+                .map_err(|why| IndexAddError::Path { rank: *rank, why })?;
             crate::integrity::check_file(&path, f.size, f.crc32, true, buf).map_err(|why| {
-                format!(
-                    "rank {rank}: {} ({}): {why}; the dataset is not added",
-                    f.name,
-                    path.display()
-                )
+                IndexAddError::File {
+                    rank: *rank,
+                    name: f.name.clone(),
+                    path: path.clone(),
+                    why,
+                }
             })?;
         }
     }

@@ -5,6 +5,197 @@
 
 use super::*;
 use crate::config::settings;
+use crate::registry::RegistryError;
+use crate::state::StateError;
+
+/// Why `scr postrun` did not add a staged dataset to the index.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostrunError {
+    /// `--no-copy` without an id, and nothing is staged.
+    #[error("nothing staged in {}: run `scr scavenge` on every node first", .0.display())]
+    NothingStaged(PathBuf),
+    /// The staging directory cannot be listed.
+    #[error("{}: {source}; run `scr scavenge` on the nodes first", stage.display())]
+    NotStaged {
+        /// The staging directory.
+        stage: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A rank's manifest cannot be read.
+    #[error("{0}")]
+    Manifest(StateError),
+    /// No rank's files were staged.
+    #[error("dataset {id}: no node's cache held any of its files (nothing was copied to {})", stage.display())]
+    NothingCopied {
+        /// The dataset.
+        id: u64,
+        /// The staging directory.
+        stage: PathBuf,
+    },
+    /// Two ranks' records describe different datasets.
+    #[error("dataset {id}: the caches disagree about it (rank {rank} holds {name} of {world} ranks, rank {other_rank} holds {other_name} of {other_world} ranks); scavenge it by hand")]
+    Disagree {
+        /// The dataset id.
+        id: u64,
+        /// The lowest rank staged.
+        rank: u32,
+        /// The name its record gives.
+        name: String,
+        /// The job size its record gives.
+        world: u32,
+        /// A rank whose record differs.
+        other_rank: u32,
+        /// The name that record gives.
+        other_name: String,
+        /// The job size that record gives.
+        other_world: u32,
+    },
+    /// A rank outside the job staged files of it.
+    #[error("dataset {id}: rank {rank} holds it but it was written by {world} ranks")]
+    RankOutside {
+        /// The dataset id.
+        id: u64,
+        /// The rank.
+        rank: u32,
+        /// The job size.
+        world: u32,
+    },
+    /// Lost ranks none of whose redundancy set's members left a record.
+    #[error("ranks {ranks:?} cannot be rebuilt: no member of their redundancy set survived ({0}); nothing was added to the index", ranks = .0.ranks())]
+    Orphans(LostRanks),
+    /// Some redundancy sets could not rebuild their lost members.
+    #[error("{}; nothing was added to the index", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    NotRebuilt(Vec<SetRefusal>),
+    /// A file's name leaves the prefix.
+    #[error("{0}")]
+    BadName(String),
+    /// The files could not be placed in the prefix or recorded (undone).
+    #[error("{0}; nothing was added to the index")]
+    NotPlaced(PlaceError),
+}
+
+/// Lost ranks with why each is lost (`rank R: why; ...`).
+#[derive(Debug, Clone)]
+pub struct LostRanks(Vec<(u32, String)>);
+
+impl LostRanks {
+    /// The ranks of `ranks` with their reasons in `lost`.
+    fn of(ranks: &[u32], lost: &BTreeMap<u32, String>) -> LostRanks {
+        LostRanks(ranks.iter().map(|r| (*r, lost[r].clone())).collect())
+    }
+
+    /// The ranks.
+    pub fn ranks(&self) -> Vec<u32> {
+        self.0.iter().map(|(r, _)| *r).collect()
+    }
+}
+
+impl std::fmt::Display for LostRanks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (r, why)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "rank {r}: {why}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why one redundancy set could not rebuild its lost members.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SetRefusal {
+    /// No member of the set left a record to rebuild from.
+    #[error("set {set_id} (ranks {members:?}): no member survived, ranks {:?} cannot be rebuilt ({lost})", lost.ranks())]
+    NoSurvivor {
+        /// The set's id.
+        set_id: u64,
+        /// Its members.
+        members: Vec<u32>,
+        /// Its lost members.
+        lost: LostRanks,
+    },
+    /// The scheme's rebuild failed or was refused.
+    #[error("set {set_id} (ranks {members:?}): ranks {:?} cannot be rebuilt through {scheme}: {error} [{lost}]", lost.ranks())]
+    Failed {
+        /// The set's id.
+        set_id: u64,
+        /// Its members.
+        members: Vec<u32>,
+        /// The scheme.
+        scheme: String,
+        /// What failed.
+        error: RebuildError,
+        /// Its lost members.
+        lost: LostRanks,
+    },
+}
+
+/// Why the scheme could not rebuild a set offline.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RebuildError {
+    /// The scheme could not be made, or its `recover_files` failed.
+    #[error("{0}")]
+    Scheme(RegistryError),
+    /// A lost member's staging directory could not be made.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// What the scheme rebuilt does not check out.
+    #[error("{scheme} rebuilt wrong data: {why}")]
+    WrongData {
+        /// The scheme.
+        scheme: String,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+/// Why the verified files could not be placed in the prefix and recorded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlaceError {
+    /// A file's stored name leaves the prefix.
+    #[error("{0}")]
+    BadName(String),
+    /// A file appeared at a name meanwhile.
+    #[error("{} appeared in the prefix while scavenging; run postrun again", .0.display())]
+    Appeared(PathBuf),
+    /// A directory could not be made.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file could not be moved from staging.
+    #[error("rank {rank}: moving {} to {}: {source}", from.display(), to.display())]
+    Move {
+        /// Its rank.
+        rank: u32,
+        /// Its staged copy.
+        from: PathBuf,
+        /// Its place.
+        to: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Rank2file or the summary could not be written.
+    #[error("{0}")]
+    State(#[from] StateError),
+    /// `scr index add` refused it.
+    #[error("{0}")]
+    IndexAdd(#[from] IndexAddError),
+}
 
 impl Scavenger {
     /// The coordinating step: from the manifests in the staging directory of dataset
@@ -12,7 +203,7 @@ impl Scavenger {
     /// summary and rank2file, and add the dataset to the index. On any failure nothing is
     /// added and the prefix is left as it was; the staging directory is removed either
     /// way (the cache still holds what it held).
-    pub fn finish(&self, id: u64) -> Result<Added, String> {
+    pub fn finish(&self, id: u64) -> Result<Added, PostrunError> {
         let out = self.finish_staged(id);
         let _ = std::fs::remove_dir_all(stage_dir(&self.prefix, id));
         // the dataset's directory goes too when scavenge made it and left nothing else
@@ -22,7 +213,7 @@ impl Scavenger {
 
     /// What [`Scavenger::finish`] does before cleaning up: read every rank's manifest,
     /// check they describe one dataset, rebuild the lost ranks, then place the files.
-    fn finish_staged(&self, id: u64) -> Result<Added, String> {
+    fn finish_staged(&self, id: u64) -> Result<Added, PostrunError> {
         let manifests = read_manifests(&stage_dir(&self.prefix, id))?;
         let first = agreed_record(id, &manifests, &stage_dir(&self.prefix, id))?;
         let world = first.world_size;
@@ -101,16 +292,9 @@ impl Scavenger {
         id: u64,
         manifests: &BTreeMap<u32, RankManifest>,
         lost: &BTreeMap<u32, String>,
-    ) -> Result<BTreeMap<u32, Vec<FlushedFile>>, String> {
+    ) -> Result<BTreeMap<u32, Vec<FlushedFile>>, PostrunError> {
         let survivors: Vec<&RankManifest> =
             manifests.values().filter(|m| m.copied.is_ok()).collect();
-        let describe = |ranks: &[u32]| -> String {
-            ranks
-                .iter()
-                .map(|r| format!("rank {r}: {}", lost[r]))
-                .collect::<Vec<_>>()
-                .join("; ")
-        };
         // the sets, as every record names its own
         let mut sets: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
         for m in manifests.values() {
@@ -125,10 +309,7 @@ impl Scavenger {
             .filter(|r| !sets.values().any(|ms| ms.contains(r)))
             .collect();
         if !orphans.is_empty() {
-            return Err(format!(
-                "ranks {orphans:?} cannot be rebuilt: no member of their redundancy set survived ({}); nothing was added to the index",
-                describe(&orphans)
-            ));
+            return Err(PostrunError::Orphans(LostRanks::of(&orphans, lost)));
         }
         let mut out = BTreeMap::new();
         let mut refusals = Vec::new();
@@ -146,28 +327,28 @@ impl Scavenger {
                 .find(|m| m.record.descriptor.set_id == *set_id)
                 .map(|m| m.record.clone());
             let Some(template) = template else {
-                refusals.push(format!(
-                    "set {set_id} (ranks {members:?}): no member survived, ranks {lost_here:?} cannot be rebuilt ({})",
-                    describe(&lost_here)
-                ));
+                refusals.push(SetRefusal::NoSurvivor {
+                    set_id: *set_id,
+                    members: members.clone(),
+                    lost: LostRanks::of(&lost_here, lost),
+                });
                 continue;
             };
             match self.rebuild_set(id, &template, members, manifests, lost) {
                 Ok(done) => out.extend(done),
-                Err(why) => refusals.push(format!(
-                    "set {set_id} (ranks {members:?}): ranks {lost_here:?} cannot be rebuilt through {}: {why} [{}]",
-                    template.descriptor.scheme,
-                    describe(&lost_here)
-                )),
+                Err(error) => refusals.push(SetRefusal::Failed {
+                    set_id: *set_id,
+                    members: members.clone(),
+                    scheme: template.descriptor.scheme.clone(),
+                    error,
+                    lost: LostRanks::of(&lost_here, lost),
+                }),
             }
         }
         if refusals.is_empty() {
             Ok(out)
         } else {
-            Err(format!(
-                "{}; nothing was added to the index",
-                refusals.join("; ")
-            ))
+            Err(PostrunError::NotRebuilt(refusals))
         }
     }
 
@@ -182,7 +363,7 @@ impl Scavenger {
         members: &[u32],
         manifests: &BTreeMap<u32, RankManifest>,
         lost: &BTreeMap<u32, String>,
-    ) -> Result<BTreeMap<u32, Vec<FlushedFile>>, String> {
+    ) -> Result<BTreeMap<u32, Vec<FlushedFile>>, RebuildError> {
         let d = &template.descriptor;
         let groups = self.member_nodes(members, manifests);
         let mut schemes = Vec::new();
@@ -205,7 +386,7 @@ impl Scavenger {
                 .recover_files(host.raw(), &requests[m])
                 .into_result()
                 .map(|v| v.into_vec())
-                .map_err(|e| schemes[m].error("recover_files", e).to_string())
+                .map_err(|e| schemes[m].error("recover_files", e))
         });
         // what the scheme logged while rebuilding goes to this command's log, with the
         // rank it ran for
@@ -220,7 +401,7 @@ impl Scavenger {
         let buf = self.config.file_buf_size();
         let mut out = BTreeMap::new();
         for (member, (&rank, result)) in members.iter().zip(results).enumerate() {
-            let metas = result?;
+            let metas = result.map_err(RebuildError::Scheme)?;
             if !lost.contains_key(&rank) {
                 continue;
             }
@@ -235,7 +416,10 @@ impl Scavenger {
                 crc_expected,
                 buf,
             )
-            .map_err(|why| format!("{} rebuilt wrong data: {why}", d.scheme))?;
+            .map_err(|why| RebuildError::WrongData {
+                scheme: d.scheme.clone(),
+                why,
+            })?;
             out.insert(
                 rank,
                 recs.into_iter()
@@ -287,16 +471,19 @@ impl Scavenger {
         member: usize,
         manifests: &BTreeMap<u32, RankManifest>,
         lost: &BTreeMap<u32, String>,
-    ) -> Result<(crate::registry::LoadedScheme, RecoverRequest, PathBuf), String> {
+    ) -> Result<(crate::registry::LoadedScheme, RecoverRequest, PathBuf), RebuildError> {
         let rank = members[member];
         let scheme = self
             .registry
             .new_scheme(&d.scheme_config(&self.config, member as u32, rank))
-            .map_err(|e| e.to_string())?;
+            .map_err(RebuildError::Scheme)?;
         let dir = rank_stage(&self.prefix, id, rank);
         let files = if lost.contains_key(&rank) {
             let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            std::fs::create_dir_all(&dir).map_err(|source| RebuildError::Io {
+                path: dir.clone(),
+                source,
+            })?;
             RNone
         } else {
             RSome(crate::integrity::dataset_files(&manifests[&rank].record, &dir).files)
@@ -317,10 +504,10 @@ impl Scavenger {
         id: u64,
         rec: &DatasetRecord,
         mut ranks: BTreeMap<u32, Vec<FlushedFile>>,
-    ) -> Result<(IndexEntry, bool, bool), String> {
+    ) -> Result<(IndexEntry, bool, bool), PostrunError> {
         let prefix = &self.prefix;
         for f in ranks.values().flatten() {
-            check_relative(&f.name)?;
+            check_relative(&f.name).map_err(PostrunError::BadName)?;
         }
         self.clear_interrupted_flush(id, rec);
         // never over an older dataset's files: any name taken sends all to the
@@ -332,7 +519,7 @@ impl Scavenger {
         let mut moves = Moves::default();
         if let Err(e) = moves.move_all(prefix, id, relocate, &mut ranks) {
             moves.undo();
-            return Err(format!("{e}; nothing was added to the index"));
+            return Err(PostrunError::NotPlaced(e));
         }
         match self.record_placed(id, rec, ranks) {
             Ok((entry, current)) => {
@@ -344,7 +531,7 @@ impl Scavenger {
                 let _ = std::fs::remove_file(Summary::path(prefix, id));
                 Rank2File::remove(prefix, id);
                 moves.undo();
-                Err(format!("{e}; nothing was added to the index"))
+                Err(PostrunError::NotPlaced(e))
             }
         }
     }
@@ -356,7 +543,7 @@ impl Scavenger {
         id: u64,
         rec: &DatasetRecord,
         ranks: BTreeMap<u32, Vec<FlushedFile>>,
-    ) -> Result<(IndexEntry, bool), String> {
+    ) -> Result<(IndexEntry, bool), PlaceError> {
         let prefix = &self.prefix;
         let summary = Summary {
             id,
@@ -372,7 +559,7 @@ impl Scavenger {
         Rank2File { ranks }
             .write(prefix, id, rec.world_size, prefix::RANK2FILE_BLOCK)
             .and_then(|_| prefix::write(&Summary::path(prefix, id), "summary", &summary))
-            .map_err(|e| e.to_string())
+            .map_err(PlaceError::State)
             .and_then(|()| {
                 index_add(
                     prefix,
@@ -381,6 +568,7 @@ impl Scavenger {
                     Some(self.config.get(settings::JOB_NAME)).filter(|n| !n.is_empty()),
                     self.config.file_buf_size(),
                 )
+                .map_err(PlaceError::IndexAdd)
             })
     }
 
@@ -450,20 +638,19 @@ impl Scavenger {
 }
 
 /// Every rank's manifest staged in `stage` (`rank_<r>.scr`), by rank.
-pub(super) fn read_manifests(stage: &Path) -> Result<BTreeMap<u32, RankManifest>, String> {
+pub(super) fn read_manifests(stage: &Path) -> Result<BTreeMap<u32, RankManifest>, PostrunError> {
     let mut manifests: BTreeMap<u32, RankManifest> = BTreeMap::new();
     for e in std::fs::read_dir(stage)
-        .map_err(|e| {
-            format!(
-                "{}: {e}; run `scr scavenge` on the nodes first",
-                stage.display()
-            )
+        .map_err(|source| PostrunError::NotStaged {
+            stage: stage.to_path_buf(),
+            source,
         })?
         .filter_map(Result::ok)
     {
         let name = e.file_name().to_string_lossy().into_owned();
         if name.starts_with("rank_") && name.ends_with(".scr") {
-            let m: RankManifest = read_state(&e.path(), MANIFEST).map_err(|e| e.to_string())?;
+            let m: RankManifest =
+                read_state(&e.path(), MANIFEST).map_err(PostrunError::Manifest)?;
             manifests.insert(m.rank, m);
         }
     }
@@ -477,12 +664,12 @@ fn agreed_record(
     id: u64,
     manifests: &BTreeMap<u32, RankManifest>,
     stage: &Path,
-) -> Result<DatasetRecord, String> {
+) -> Result<DatasetRecord, PostrunError> {
     let Some(first) = manifests.values().next().map(|m| m.record.clone()) else {
-        return Err(format!(
-            "dataset {id}: no node's cache held any of its files (nothing was copied to {})",
-            stage.display()
-        ));
+        return Err(PostrunError::NothingCopied {
+            id,
+            stage: stage.to_path_buf(),
+        });
     };
     let world = first.world_size;
     if let Some(other) = manifests.values().find(|m| {
@@ -491,20 +678,18 @@ fn agreed_record(
             || m.record.world_size != world
             || m.record.descriptor.scheme != first.descriptor.scheme
     }) {
-        return Err(format!(
-            "dataset {id}: the caches disagree about it (rank {} holds {} of {} ranks, rank {} holds {} of {} ranks); scavenge it by hand",
-            manifests.values().next().map_or(0, |m| m.rank),
-            first.name,
+        return Err(PostrunError::Disagree {
+            id,
+            rank: manifests.values().next().map_or(0, |m| m.rank),
+            name: first.name.clone(),
             world,
-            other.rank,
-            other.record.name,
-            other.record.world_size
-        ));
+            other_rank: other.rank,
+            other_name: other.record.name.clone(),
+            other_world: other.record.world_size,
+        });
     }
-    if let Some(r) = manifests.keys().find(|&&r| r >= world) {
-        return Err(format!(
-            "dataset {id}: rank {r} holds it but it was written by {world} ranks"
-        ));
+    if let Some(&rank) = manifests.keys().find(|&&r| r >= world) {
+        return Err(PostrunError::RankOutside { id, rank, world });
     }
     Ok(first)
 }
@@ -547,17 +732,14 @@ impl Moves {
         id: u64,
         relocate: bool,
         ranks: &mut BTreeMap<u32, Vec<FlushedFile>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), PlaceError> {
         for (&rank, fs) in ranks.iter_mut() {
             for f in fs.iter_mut() {
                 let from = rank_stage(prefix, id, rank).join(&f.name);
                 f.stored = relocate.then(|| prefix::relocated(id, &f.name));
-                let to = f.stored_path(prefix)?;
+                let to = f.stored_path(prefix).map_err(PlaceError::BadName)?;
                 if !relocate && to.symlink_metadata().is_ok() {
-                    return Err(format!(
-                        "{} appeared in the prefix while scavenging; run postrun again",
-                        to.display()
-                    ));
+                    return Err(PlaceError::Appeared(to));
                 }
                 if let Some(dir) = to.parent() {
                     let missing: Vec<PathBuf> = dir
@@ -566,14 +748,16 @@ impl Moves {
                         .map(Path::to_path_buf)
                         .collect();
                     self.made.extend(missing.into_iter().rev());
-                    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                    std::fs::create_dir_all(dir).map_err(|source| PlaceError::Io {
+                        path: dir.to_path_buf(),
+                        source,
+                    })?;
                 }
-                std::fs::rename(&from, &to).map_err(|e| {
-                    format!(
-                        "rank {rank}: moving {} to {}: {e}",
-                        from.display(),
-                        to.display()
-                    )
+                std::fs::rename(&from, &to).map_err(|source| PlaceError::Move {
+                    rank,
+                    from: from.clone(),
+                    to: to.clone(),
+                    source,
                 })?;
                 self.moved.push((from, to));
             }

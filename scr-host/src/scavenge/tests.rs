@@ -76,7 +76,9 @@ fn index_add_checks_every_file_then_adds_it_as_the_restart_point() {
     assert_eq!(ix.current.as_deref(), Some("ckpt.3"));
     assert!(ix.datasets[&3].complete);
     // twice: refused
-    let err = index_add(p, "3", false, None, 4096).unwrap_err();
+    let err = index_add(p, "3", false, None, 4096)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("in the index already"), "{err}");
     // an older one is added but does not become the restart point
     dataset(p, 2, "ckpt.2", &[("c2/a", b"one"), ("c2/b", b"two")]);
@@ -91,12 +93,16 @@ fn index_add_refuses_a_flipped_byte_naming_rank_and_file() {
     let p = dir.path();
     dataset(p, 4, "ckpt.4", &[("c4/a", b"alpha"), ("c4/b", b"beta")]);
     std::fs::write(p.join("c4/b"), b"bexa").unwrap();
-    let err = index_add(p, "ckpt.4", false, None, 4096).unwrap_err();
+    let err = index_add(p, "ckpt.4", false, None, 4096)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.starts_with("rank 1: c4/b (") && err.contains("CRC32"),
         "{err}"
     );
     assert!(Index::load(p).unwrap().datasets.is_empty());
-    let err = index_add(p, "ckpt.9", false, None, 4096).unwrap_err();
+    let err = index_add(p, "ckpt.9", false, None, 4096)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("no dataset `ckpt.9`"), "{err}");
 }

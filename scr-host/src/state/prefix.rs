@@ -20,6 +20,7 @@ mod flush_file;
 mod lock;
 mod rank2file;
 pub use edit::Dropped;
+pub use edit::EditError;
 pub use flush_file::{FlushFile, CACHE, PFS};
 pub use lock::PrefixLock;
 pub use rank2file::{

@@ -49,10 +49,10 @@ pub(crate) fn remove_writes(prefix: &Path, id: u64) {
 pub(crate) fn load_writes(
     prefix: &Path,
     id: u64,
-) -> std::result::Result<Option<Vec<String>>, String> {
+) -> std::result::Result<Option<Vec<String>>, crate::state::StateError> {
     match crate::state::read_state::<Vec<String>>(&writes_path(prefix, id), WRITES_KIND) {
         Ok(w) => return Ok(Some(w)),
-        Err(e) if !e.is_not_found() => return Err(e.to_string()),
+        Err(e) if !e.is_not_found() => return Err(e),
         Err(_) => {}
     }
     let first =
@@ -60,13 +60,12 @@ pub(crate) fn load_writes(
         {
             Ok(p) => p,
             Err(e) if e.is_not_found() => return Ok(None),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e),
         };
     let mut all = first.writes;
     for n in 1..first.parts {
         let part: WritesPart =
-            crate::state::read_state(&writes_part_path(prefix, id, n), WRITES_KIND)
-                .map_err(|e| e.to_string())?;
+            crate::state::read_state(&writes_part_path(prefix, id, n), WRITES_KIND)?;
         all.extend(part.writes);
     }
     Ok(Some(all))
@@ -91,7 +90,7 @@ mod tests {
         };
         part(0, &["ckpt.1/rank_0", "ckpt.1/rank_1"]);
         // part 1 of 2 is missing: not the whole list, and the error names it
-        let e = load_writes(p, 3).unwrap_err();
+        let e = load_writes(p, 3).unwrap_err().to_string();
         assert!(
             e.starts_with(&writes_part_path(p, 3, 1).display().to_string()),
             "{e}"

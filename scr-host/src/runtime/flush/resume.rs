@@ -23,6 +23,7 @@
 //! that no complete dataset's rank2file claims.
 
 use crate::runtime::tags::{OWNED_TAGS, WRITES_TAG};
+use crate::runtime::world::Exchange;
 use std::collections::BTreeSet;
 
 use crate::state::writes::{load_writes, writes_part_path, WritesPart, WRITES_KIND};
@@ -100,10 +101,10 @@ impl Runtime {
         } else {
             Vec::new()
         };
-        let bytes = self
+        let open: Vec<IndexEntry> = self
             .world
-            .broadcast_bytes(&serde_json::to_vec(&open).expect("index entries serialize"));
-        let open: Vec<IndexEntry> = serde_json::from_slice(&bytes).unwrap_or_default();
+            .broadcast_value(0, Some(&open), "open index entries")
+            .unwrap_or_default();
         for entry in &open {
             self.settle(entry);
         }
@@ -494,19 +495,17 @@ impl Runtime {
         let blocks = self.rank2file_blocks();
         let n = blocks.of(self.topo.rank());
         let members: Vec<u32> = blocks.members(n).collect();
-        let Some(all) = self.world.gather_from(
-            blocks.leader(n),
-            &members,
-            &serde_json::to_vec(mine).expect("names serialize"),
-            WRITES_TAG,
-        ) else {
+        let Some(all) =
+            self.world
+                .gather_values(blocks.leader(n), &members, mine, WRITES_TAG, "writes")
+        else {
             return;
         };
         let part = WritesPart {
             parts: blocks.count(),
             writes: all
-                .iter()
-                .flat_map(|b| serde_json::from_slice::<Vec<String>>(b).unwrap_or_default())
+                .into_iter()
+                .flat_map(|names: std::result::Result<Vec<String>, _>| names.unwrap_or_default())
                 .collect(),
         };
         if let Err(e) = prefix::write(
@@ -558,43 +557,45 @@ impl Runtime {
             }
             h.finalize() % size
         };
-        let by_owner = |paths: &mut dyn Iterator<Item = &PathBuf>| -> Vec<(u32, Vec<u8>)> {
+        // (a function, not a closure: what it returns borrows from its argument)
+        fn by_owner<'p>(
+            paths: impl Iterator<Item = &'p PathBuf>,
+            owner: &dyn Fn(&Path) -> u32,
+        ) -> Vec<(u32, Vec<&'p PathBuf>)> {
             let mut groups: std::collections::BTreeMap<u32, Vec<&PathBuf>> = Default::default();
             for p in paths {
                 groups.entry(owner(p)).or_default().push(p);
             }
-            groups
+            groups.into_iter().collect()
+        }
+        let paths_of = |sends: &[(u32, Vec<&PathBuf>)], tag: i32| -> Vec<(u32, Vec<PathBuf>)> {
+            self.world
+                .sparse_exchange_values(sends, tag, "paths")
                 .into_iter()
-                .map(|(to, ps)| (to, serde_json::to_vec(&ps).expect("paths serialize")))
-                .collect()
-        };
-        let paths_of = |msgs: Vec<(u32, Vec<u8>)>| -> Vec<(u32, Vec<PathBuf>)> {
-            msgs.into_iter()
-                .map(|(from, b)| (from, serde_json::from_slice(&b).unwrap_or_default()))
+                .map(|(from, ps)| (from, ps.unwrap_or_default()))
                 .collect()
         };
         // rank 0 deals the named paths to their owners
         let deals = named
             .as_ref()
-            .map(|n| by_owner(&mut n.iter()))
+            .map(|n| by_owner(n.iter(), &owner))
             .unwrap_or_default();
-        let held: BTreeSet<PathBuf> = paths_of(self.world.sparse_exchange(&deals, OWNED_TAGS[0]))
+        let held: BTreeSet<PathBuf> = paths_of(&deals, OWNED_TAGS[0])
             .into_iter()
             .flat_map(|(_, ps)| ps)
             .collect();
         // each rank asks the owners of its paths; they answer with those they hold
-        let asks = by_owner(&mut mine.iter());
-        let asked = paths_of(self.world.sparse_exchange(&asks, OWNED_TAGS[1]));
-        let answers: Vec<(u32, Vec<u8>)> = asked
-            .into_iter()
+        let asks = by_owner(mine.iter(), &owner);
+        let asked = paths_of(&asks, OWNED_TAGS[1]);
+        let answers: Vec<(u32, Vec<&PathBuf>)> = asked
+            .iter()
             .filter_map(|(from, ps)| {
                 let hits: Vec<&PathBuf> = ps.iter().filter(|p| held.contains(*p)).collect();
-                (!hits.is_empty())
-                    .then(|| (from, serde_json::to_vec(&hits).expect("paths serialize")))
+                (!hits.is_empty()).then_some((*from, hits))
             })
             .collect();
         Some(
-            paths_of(self.world.sparse_exchange(&answers, OWNED_TAGS[2]))
+            paths_of(&answers, OWNED_TAGS[2])
                 .into_iter()
                 .flat_map(|(_, ps)| ps)
                 .collect(),

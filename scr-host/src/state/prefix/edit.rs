@@ -10,6 +10,46 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use super::{dataset_dir, FailedNote, Index, IndexEntry, Rank2File, Summary};
+use crate::state::StateError;
+
+/// Why an edit of the index is refused, or could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EditError {
+    /// No dataset of that name (or id) is in the index.
+    #[error("no dataset named `{0}` in the index (see `scr index list`)")]
+    NoSuchDataset(String),
+    /// Several datasets share the name: it must be given by id.
+    #[error("several datasets are named `{name}` (ids {ids:?}); give the id instead")]
+    SharedName {
+        /// The name.
+        name: String,
+        /// The ids of the datasets of that name.
+        ids: Vec<u64>,
+    },
+    /// The name is not a complete checkpoint that is not marked failed.
+    #[error("`{0}` is not a complete checkpoint in the index (see `scr index list`)")]
+    NotACheckpoint(String),
+    /// The index holds the dataset complete and usable already.
+    #[error("dataset {id} ({name}) is in the index already")]
+    AlreadyIndexed {
+        /// Its id.
+        id: u64,
+        /// Its name.
+        name: String,
+    },
+    /// A file beside the index (a failed note) could not be removed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The index could not be read, locked or written.
+    #[error("{0}")]
+    State(#[from] StateError),
+}
 
 /// What dropping datasets removed from the index: their ids and names, and (when their
 /// files are to be deleted too) the files to delete once the index no longer lists them.
@@ -45,7 +85,7 @@ impl Dropped {
 impl Index {
     /// The id of the dataset `name` names: by name, else by id; a name several datasets
     /// share (a rerun after a fetch writes them again) must be given by id.
-    pub fn entry_named(&self, name: &str) -> Result<u64, String> {
+    pub fn entry_named(&self, name: &str) -> Result<u64, EditError> {
         let by_name: Vec<u64> = self
             .datasets
             .values()
@@ -55,12 +95,11 @@ impl Index {
         match (by_name.as_slice(), name.parse::<u64>()) {
             ([id], _) => Ok(*id),
             ([], Ok(id)) if self.datasets.contains_key(&id) => Ok(id),
-            ([], _) => Err(format!(
-                "no dataset named `{name}` in the index (see `scr index list`)"
-            )),
-            (ids, _) => Err(format!(
-                "several datasets are named `{name}` (ids {ids:?}); give the id instead"
-            )),
+            ([], _) => Err(EditError::NoSuchDataset(name.to_string())),
+            (ids, _) => Err(EditError::SharedName {
+                name: name.to_string(),
+                ids: ids.to_vec(),
+            }),
         }
     }
 
@@ -75,7 +114,7 @@ impl Index {
         name: &str,
         after: bool,
         delete: bool,
-    ) -> Result<Dropped, String> {
+    ) -> Result<Dropped, EditError> {
         let anchor = self.entry_named(name)?;
         Ok(self.drop_from(prefix, anchor, after, delete))
     }
@@ -165,14 +204,12 @@ impl Index {
     }
 
     /// Make complete checkpoint `name` (not marked failed) the restart point.
-    pub fn set_current(&mut self, name: &str) -> Result<(), String> {
+    pub fn set_current(&mut self, name: &str) -> Result<(), EditError> {
         let usable = |e: &IndexEntry| {
             e.name == name && e.complete && e.checkpoint_id.is_some() && e.failed.is_none()
         };
         if !self.datasets.values().any(usable) {
-            return Err(format!(
-                "`{name}` is not a complete checkpoint in the index (see `scr index list`)"
-            ));
+            return Err(EditError::NotACheckpoint(name.to_string()));
         }
         self.current = Some(name.to_string());
         Ok(())
@@ -181,17 +218,15 @@ impl Index {
     /// Clear dataset `name`'s failed mark, in the index and the note beside its summary
     /// in `prefix` (or a rebuilt index would mark it again). Returns what the mark said,
     /// `None` when it had none.
-    pub fn clear_failed(&mut self, prefix: &Path, name: &str) -> Result<Option<String>, String> {
+    pub fn clear_failed(&mut self, prefix: &Path, name: &str) -> Result<Option<String>, EditError> {
         let Some(e) = self.datasets.values_mut().find(|e| e.name == name) else {
-            return Err(format!(
-                "no dataset named `{name}` in the index (see `scr index list`)"
-            ));
+            return Err(EditError::NoSuchDataset(name.to_string()));
         };
         let was = e.failed.take();
         let note = FailedNote::path(prefix, e.id);
         match std::fs::remove_file(&note) {
-            Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
-                Err(format!("{}: {err}", note.display()))
+            Err(source) if source.kind() != std::io::ErrorKind::NotFound => {
+                Err(EditError::Io { path: note, source })
             }
             _ => Ok(was),
         }
@@ -207,9 +242,9 @@ impl Index {
         name: &str,
         after: bool,
         delete: bool,
-    ) -> Result<Dropped, String> {
-        let dropped = Index::try_update(prefix, |ix| ix.drop_dataset(prefix, name, after, delete))
-            .map_err(|e| e.to_string())??;
+    ) -> Result<Dropped, EditError> {
+        let dropped =
+            Index::try_update(prefix, |ix| ix.drop_dataset(prefix, name, after, delete))??;
         Ok(Self::without_summaries(prefix, dropped))
     }
 
@@ -223,7 +258,7 @@ impl Index {
         name: &str,
         cached: Option<u64>,
         delete: bool,
-    ) -> Result<Option<Dropped>, String> {
+    ) -> Result<Option<Dropped>, StateError> {
         if !Self::path(prefix).exists() {
             return Ok(None);
         }
@@ -231,8 +266,7 @@ impl Index {
             // none of that name: refused inside the update, so nothing is written
             let target = ix.entry_for_app(name, cached).ok_or(())?;
             Ok::<_, ()>(ix.drop_from(prefix, target, false, delete))
-        })
-        .map_err(|e| e.to_string())?;
+        })?;
         Ok(dropped
             .ok()
             .map(|dropped| Self::without_summaries(prefix, dropped)))
@@ -275,15 +309,14 @@ impl Index {
         prefix: &Path,
         newest: u64,
         window: u64,
-    ) -> Result<Dropped, String> {
+    ) -> Result<Dropped, StateError> {
         if !Self::path(prefix).exists() {
             return Ok(Dropped::default());
         }
         let dropped = Index::update(prefix, |ix| {
             let victims = ix.outside_window(newest, window);
             ix.drop_ids(prefix, victims, true)
-        })
-        .map_err(|e| e.to_string())?;
+        })?;
         Ok(Self::without_summaries(prefix, dropped))
     }
 
@@ -291,7 +324,7 @@ impl Index {
     /// lists, checkpoints and outputs, complete or not, dropped under the prefix lock
     /// with their summaries; their files are left to [`Dropped::delete_files`]. A prefix
     /// without an index is left untouched.
-    pub fn purge_in(prefix: &Path) -> Result<Dropped, String> {
+    pub fn purge_in(prefix: &Path) -> Result<Dropped, StateError> {
         if !Self::path(prefix).exists() {
             return Ok(Dropped::default());
         }
@@ -300,8 +333,7 @@ impl Index {
             let dropped = ix.drop_ids(prefix, all, true);
             ix.current = None;
             dropped
-        })
-        .map_err(|e| e.to_string())?;
+        })?;
         Ok(Self::without_summaries(prefix, dropped))
     }
 
@@ -314,15 +346,14 @@ impl Index {
         prefix: &Path,
         name: &str,
         cached: Option<u64>,
-    ) -> Result<Option<Dropped>, String> {
+    ) -> Result<Option<Dropped>, StateError> {
         if !Self::path(prefix).exists() {
             return Ok(None);
         }
         let dropped = Index::update(prefix, |ix| {
             let anchor = ix.entry_for_app(name, cached).or(cached)?;
             Some(ix.drop_from(prefix, anchor, true, false))
-        })
-        .map_err(|e| e.to_string())?;
+        })?;
         Ok(dropped.map(|d| Self::without_summaries(prefix, d)))
     }
 
@@ -335,43 +366,42 @@ impl Index {
     }
 
     /// `scr index current NAME` on `prefix`: [`Index::set_current`] under the lock.
-    pub fn set_current_in(prefix: &Path, name: &str) -> Result<(), String> {
-        Index::try_update(prefix, |ix| ix.set_current(name)).map_err(|e| e.to_string())?
+    pub fn set_current_in(prefix: &Path, name: &str) -> Result<(), EditError> {
+        Index::try_update(prefix, |ix| ix.set_current(name))?
     }
 
     /// `scr index clear-failed NAME` on `prefix`: [`Index::clear_failed`] under the lock.
-    pub fn clear_failed_in(prefix: &Path, name: &str) -> Result<Option<String>, String> {
-        Index::try_update(prefix, |ix| ix.clear_failed(prefix, name)).map_err(|e| e.to_string())?
+    pub fn clear_failed_in(prefix: &Path, name: &str) -> Result<Option<String>, EditError> {
+        Index::try_update(prefix, |ix| ix.clear_failed(prefix, name))?
     }
 
     /// `scr index rebuild` on `prefix`: the index written again from the per-dataset
     /// summaries, under the lock. Returns how many datasets it lists.
-    pub fn rebuild_in(prefix: &Path) -> Result<usize, String> {
+    pub fn rebuild_in(prefix: &Path) -> Result<usize, StateError> {
         Index::try_update(prefix, |ix| {
             let rebuilt = Index::rebuild(prefix)?;
             let n = rebuilt.datasets.len();
             *ix = rebuilt;
-            Ok::<_, crate::state::StateError>(n)
+            Ok::<_, StateError>(n)
         })
         .and_then(|r| r)
-        .map_err(|e| e.to_string())
     }
 
     /// Record dataset `entry` as complete (`scr index add`, postrun) unless the index
     /// holds it complete and usable already, clearing a failed note left beside its
     /// summary; it becomes the restart point when it is the newest checkpoint. Returns
     /// whether it did.
-    pub fn add_complete(&mut self, prefix: &Path, entry: &IndexEntry) -> Result<bool, String> {
+    pub fn add_complete(&mut self, prefix: &Path, entry: &IndexEntry) -> Result<bool, EditError> {
         let id = entry.id;
         if self
             .datasets
             .get(&id)
             .is_some_and(|e| e.complete && e.failed.is_none())
         {
-            return Err(format!(
-                "dataset {id} ({}) is in the index already",
-                entry.name
-            ));
+            return Err(EditError::AlreadyIndexed {
+                id,
+                name: entry.name.clone(),
+            });
         }
         let _ = std::fs::remove_file(FailedNote::path(prefix, id));
         self.datasets.insert(id, entry.clone());
@@ -454,12 +484,12 @@ mod tests {
     #[test]
     fn a_dataset_is_named_by_name_or_id_and_a_shared_name_needs_the_id() {
         let mut ix = index(3);
-        assert_eq!(ix.entry_named("ckpt.2"), Ok(2));
-        assert_eq!(ix.entry_named("3"), Ok(3));
-        let err = ix.entry_named("ckpt.9").unwrap_err();
+        assert_eq!(ix.entry_named("ckpt.2").unwrap(), 2);
+        assert_eq!(ix.entry_named("3").unwrap(), 3);
+        let err = ix.entry_named("ckpt.9").unwrap_err().to_string();
         assert!(err.contains("no dataset named `ckpt.9`"), "{err}");
         ix.datasets.insert(4, entry(4, "ckpt.2", Some(4)));
-        let err = ix.entry_named("ckpt.2").unwrap_err();
+        let err = ix.entry_named("ckpt.2").unwrap_err().to_string();
         assert!(
             err.contains("several datasets are named `ckpt.2` (ids [2, 4])"),
             "{err}"
@@ -478,7 +508,8 @@ mod tests {
         assert_eq!(ix.datasets.keys().collect::<Vec<_>>(), [&2]);
         let err = ix
             .drop_dataset(dir.path(), "ckpt.7", false, false)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`ckpt.7`"), "{err}");
     }
 
@@ -520,7 +551,7 @@ mod tests {
                 std::fs::write(p.join(n), "x").unwrap();
             }
         }
-        assert_eq!(Index::rebuild_in(p), Ok(2));
+        assert_eq!(Index::rebuild_in(p).unwrap(), 2);
         let d = Index::drop_in(p, "ckpt.2", false, true).unwrap();
         assert_eq!(d.files, [p.join("b")]);
         assert!(!Summary::path(p, 2).exists());
@@ -540,10 +571,10 @@ mod tests {
         let mut ix = index(2);
         ix.datasets.insert(3, entry(3, "out.3", None));
         ix.datasets.get_mut(&1).unwrap().failed = Some("bad".into());
-        assert_eq!(ix.set_current("ckpt.2"), Ok(()));
+        ix.set_current("ckpt.2").unwrap();
         assert_eq!(ix.current.as_deref(), Some("ckpt.2"));
         for bad in ["ckpt.1", "out.3", "nope"] {
-            let err = ix.set_current(bad).unwrap_err();
+            let err = ix.set_current(bad).unwrap_err().to_string();
             assert!(
                 err.contains(&format!("`{bad}` is not a complete checkpoint")),
                 "{err}"
@@ -560,13 +591,13 @@ mod tests {
         ix.datasets.get_mut(&2).unwrap().failed = Some("fetch failed".into());
         note(p, 2, "fetch failed");
         assert_eq!(
-            ix.clear_failed(p, "ckpt.2"),
-            Ok(Some("fetch failed".into()))
+            ix.clear_failed(p, "ckpt.2").unwrap(),
+            Some("fetch failed".into())
         );
         assert!(!FailedNote::path(p, 2).exists());
         assert_eq!(ix.datasets[&2].failed, None);
-        assert_eq!(ix.clear_failed(p, "ckpt.2"), Ok(None));
-        let err = ix.clear_failed(p, "ckpt.5").unwrap_err();
+        assert_eq!(ix.clear_failed(p, "ckpt.2").unwrap(), None);
+        let err = ix.clear_failed(p, "ckpt.5").unwrap_err().to_string();
         assert!(err.contains("no dataset named `ckpt.5`"), "{err}");
     }
 
@@ -578,8 +609,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path();
         assert_eq!(
-            Index::drop_for_app_in(p, "ckpt.2", Some(2), false),
-            Ok(None)
+            Index::drop_for_app_in(p, "ckpt.2", Some(2), false).unwrap(),
+            None
         );
         assert!(!p.join(".scr").exists());
         Index::try_update(p, |ix| {
@@ -638,15 +669,15 @@ mod tests {
         let mut ix = index(2);
         let err = ix
             .add_complete(dir.path(), &entry(2, "ckpt.2", Some(2)))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("dataset 2 (ckpt.2) is in the index already"),
             "{err}"
         );
-        assert_eq!(
-            ix.add_complete(dir.path(), &entry(3, "ckpt.3", Some(3))),
-            Ok(true)
-        );
+        assert!(ix
+            .add_complete(dir.path(), &entry(3, "ckpt.3", Some(3)))
+            .unwrap());
         assert_eq!(ix.current.as_deref(), Some("ckpt.3"));
     }
 
