@@ -6,7 +6,7 @@
 
 use std::ops::Index;
 
-use super::agree::agree_on;
+use super::collective::agree_on;
 use super::topology::Topology;
 use super::world::{SetHost, World};
 use super::{sets, OutputFlags, Result, ScrError, Set};

@@ -3,7 +3,6 @@
 //! carries the runtime's cancel flag).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use scr_plugin::TransferConfig;
 
@@ -45,7 +44,7 @@ impl Runtime {
             self.topo.rank(),
             self.topo.node(),
             &format!("transfer {}", label.transfer_type),
-            Arc::clone(&self.flushing.cancel),
+            self.flushing.cancel_flag(),
         )
     }
 

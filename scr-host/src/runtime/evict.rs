@@ -5,7 +5,6 @@ use super::distribute::file_names;
 use super::{comm, DatasetRecord, Filemap, Result, Runtime, ScrError};
 use crate::config::settings;
 use crate::integrity::{dataset_files, is_inside, verify_dataset};
-use scr_plugin::sync::lock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -25,7 +24,7 @@ impl Runtime {
         let pre = self
             .same_name("drop", name)
             .and_then(|()| self.not_in_use("drop", name, cached));
-        self.begin("drop", pre)?;
+        self.world.begin("drop", pre)?;
         if let Some(id) = cached {
             self.settle_flush_of(id);
             self.restart.skip(id);
@@ -49,7 +48,7 @@ impl Runtime {
         let pre = self
             .same_name("delete", name)
             .and_then(|()| self.not_in_use("delete", name, cached));
-        self.begin("delete", pre)?;
+        self.world.begin("delete", pre)?;
         if let Some(id) = cached {
             self.settle_flush_of(id);
         }
@@ -57,7 +56,7 @@ impl Runtime {
             Some(rec) => self.delete_dataset(&rec),
             None => Ok(()),
         };
-        self.agree_changed("delete", local)?;
+        self.world.changed("delete", local)?;
         self.restart.forget_in_prefix(name);
         self.remove_from_prefix("delete", name, cached, true)
     }
@@ -81,10 +80,8 @@ impl Runtime {
     /// Recording a flush marks its dataset complete in the index, so a drop, delete or
     /// "reported invalid" mark made before it would be undone.
     pub(in crate::runtime) fn settle_flush_of(&mut self, id: u64) {
-        let busy = self.flushing_ids().contains(&id)
-            || self.flushing.pending.iter().any(|e| e.id == id)
-            || self.flushing.unrecorded.iter().any(|(e, _)| e.id == id);
-        if !self.all_agree(!busy) {
+        let busy = self.flushing.holds(id);
+        if !self.world.all(!busy) {
             self.wait_flushes(false);
         }
     }
@@ -126,7 +123,7 @@ impl Runtime {
         } else {
             Ok(())
         };
-        self.agree(outcome)
+        self.world.agree_on(outcome)
     }
 
     /// `prefix_purge` at init (SCR's `scr_prefix_delete_all`), before a restart is
@@ -166,7 +163,7 @@ impl Runtime {
         } else {
             Ok(())
         };
-        self.agree(outcome)
+        self.world.agree_on(outcome)
     }
 
     /// Rank 0, after checkpoint `entry`'s flush was recorded: with `prefix_size = N`,
@@ -217,7 +214,10 @@ impl Runtime {
                 .remove(rd.host().services(), &dataset_files(rec, &dir))
                 .into_result();
             let label = format!("{} ({})", rec.id, rec.name);
-            if let Err(e) = self.settle_call(rd.host(), rd.scheme(), "remove", &label, result) {
+            if let Err(e) = self
+                .world
+                .settle_call(rd.host(), rd.scheme(), "remove", &label, result)
+            {
                 // the recorded names still go below; say what may be left
                 tracing::warn!(
                     "{e}; files the scheme wrote for dataset {label} in {} and did not declare may be left", dir.display()
@@ -338,7 +338,7 @@ impl Runtime {
                 local = Err(e);
             }
         }
-        self.agree_changed("evicting from cache", local)
+        self.world.changed("evicting from cache", local)
     }
 
     /// The datasets of `store` this rank could give up: not a restart candidate, not
@@ -348,7 +348,7 @@ impl Runtime {
     pub(in crate::runtime) fn may_evict(&self, store: &str, keep: Option<u64>) -> Vec<u64> {
         let protected = [self.restart_candidate_any(), self.restart_candidate(), keep];
         let flushing = self.flushing_ids();
-        let flushed = lock(&self.flushing.flushed).clone();
+        let flushed = self.flushing.flushed();
         let index = std::cell::OnceCell::new();
         let in_prefix = |id: u64| {
             flushed.contains(&id)
@@ -395,7 +395,7 @@ impl Runtime {
             above = next;
             let id = next - 1;
             let ok = !held.contains(&id) || may_go.contains(&id);
-            holders.insert(id, self.all_agree(ok));
+            holders.insert(id, self.world.all(ok));
         }
         holders
     }

@@ -373,7 +373,8 @@ impl Runtime {
             let failed = match failed {
                 None => {
                     let protected = self.protect_fetched(entry.id).err().map(|e| e.to_string());
-                    self.first_failure_credited(protected.as_deref())
+                    self.world
+                        .first_failure_credited(protected.as_deref())
                         .map(|(rank, why)| format!("re-protecting failed on rank {rank}: {why}"))
                 }
                 some => some,
@@ -406,9 +407,9 @@ impl Runtime {
                 Some(reason) => {
                     if let Some(rec) = self.cache.get(entry.id).cloned() {
                         let removed = self.remove_local(&rec);
-                        self.agree(removed)?;
+                        self.world.agree_on(removed)?;
                     } else {
-                        self.agree(Ok(()))?;
+                        self.world.agree_on(Ok(()))?;
                     }
                     self.warn(&format!(
                         "{} cannot be fetched: {reason}; trying an older checkpoint",
@@ -503,7 +504,7 @@ impl Runtime {
     /// it failed return their error.
     pub(in crate::runtime) fn protect_fetched(&mut self, id: u64) -> Result<()> {
         // (a failure before the apply below is this rank's own)
-        self.credit.set(None);
+        self.world.set_credit(None);
         let mut rec = self.cache.record(id).clone();
         let desc = self.descs.for_checkpoint(rec.checkpoint_id);
         let dir = self.dataset_dir(&rec.descriptor.store, id);
@@ -513,7 +514,7 @@ impl Runtime {
                 self.cache.put(rec.clone());
                 self.save_filemap()
             });
-        self.agree(declared)?;
+        self.world.agree_on(declared)?;
         let rd = &self.descs[desc];
         let ds = integrity::dataset_files(&rec, &dir);
         let result = rd
@@ -523,16 +524,17 @@ impl Runtime {
             .into_result();
         let label = format!("{id} ({})", rec.name);
         let red = self
+            .world
             .settle_call(rd.host(), rd.scheme(), "apply", &label, result)
             .map_err(ScrError::from);
-        if !self.all_agree(red.is_ok()) {
+        if !self.world.all(red.is_ok()) {
             // discarded on every rank, what the scheme wrote with it (its `remove` takes
             // what it did not declare); this rank's own error only, as the caller
             // gathers every rank's to name the one that failed
             // (its `remove` is settled too: the apply's credit is what the caller needs)
-            let credit = self.credit.get();
+            let credit = self.world.credit();
             self.discard_failed_apply(Some(desc), &rec)?;
-            self.credit.set(credit);
+            self.world.set_credit(credit);
             return red.map(|_| ());
         }
         let red = red?;

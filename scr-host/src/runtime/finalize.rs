@@ -16,16 +16,16 @@ impl Runtime {
     pub fn finalize(&mut self) -> Result<()> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("finalize");
-        if self.health.is_finalized() {
+        if self.world.health().is_finalized() {
             return Ok(());
         }
-        self.health.set_finalized(true);
+        self.world.health_mut().set_finalized(true);
         if self.passthrough.is_some() {
             return Ok(());
         }
         if let Some(out) = self.output.take() {
             self.warn("finalize: a dataset was still being written; it is discarded");
-            if self.health.is_uncertain() {
+            if self.world.health().is_uncertain() {
                 // complete_output is refused now; each rank drops its part (no collective
                 // step: the ranks' state is uncertain already)
                 if let Err(e) = self.delete_dataset(out.record()) {
@@ -47,7 +47,7 @@ impl Runtime {
         // a clean finish (or a halt) leaves the newest checkpoint in the prefix, not in
         // node-local cache only; a flush that fails is reported and leaves it cached
         // (scavenge can still save it), never failing finalize
-        if !self.health.is_uncertain() && self.flush_at_end() {
+        if !self.world.health().is_uncertain() && self.flush_at_end() {
             if let Err(e) = self.flush_newest("finalize") {
                 self.warn(&format!("finalize: flushing the newest checkpoint: {e}"));
             }
@@ -59,7 +59,7 @@ impl Runtime {
         if self.topo.rank() == 0 {
             // record why the run ended, unless someone set a reason of their own (read
             // and written under the prefix lock, like every halt file update)
-            let reason = match self.health.halt_reason() {
+            let reason = match self.world.health().halt_reason() {
                 Some(why) => format!("{FINALIZE_REASON} ({why})"),
                 None => FINALIZE_REASON.into(),
             };
@@ -87,13 +87,13 @@ impl Runtime {
 
     /// Whether `finalize` ran (or the runtime was abandoned).
     pub fn is_finalized(&self) -> bool {
-        self.health.is_finalized()
+        self.world.health().is_finalized()
     }
 
     /// Give up without finalizing (after an error on this rank): no collective call is
     /// made, and dropping says nothing more.
     pub fn abandon(&mut self) {
         let _log = self.span.clone().entered();
-        self.health.set_finalized(true);
+        self.world.health_mut().set_finalized(true);
     }
 }

@@ -74,34 +74,54 @@ use crate::transfer::{collect, Label, Planned, RankOutcome, Started};
 #[derive(Default)]
 pub(super) struct Flushing {
     /// Dataset ids whose transfer is still running on this rank (never evicted).
-    pub in_flight: Arc<Mutex<BTreeSet<u64>>>,
+    in_flight: Arc<Mutex<BTreeSet<u64>>>,
     /// Dataset ids this rank's part of a flush copied (an output may then be evicted).
-    pub flushed: Arc<Mutex<BTreeSet<u64>>>,
+    flushed: Arc<Mutex<BTreeSet<u64>>>,
     /// Dataset ids this run started a flush of (finalize does not start another of one
     /// that failed: a transfer that failed minutes ago is not tried again at the end).
-    pub attempted: BTreeSet<u64>,
+    attempted: BTreeSet<u64>,
     /// When each flush of this run started (for its event in the log).
-    pub started: BTreeMap<u64, std::time::Instant>,
+    started: BTreeMap<u64, std::time::Instant>,
     /// Background flushes of this run not yet completed collectively, oldest first. The
     /// same list on every rank: flushes start collectively, in the same order, and
     /// [`Runtime::poll_flushes`] and [`Runtime::wait_flushes`] remove them collectively.
-    pub pending: Vec<IndexEntry>,
+    pending: Vec<IndexEntry>,
     /// What this rank's waiter found, by dataset id (there once its transfer ended).
-    pub outcomes: Arc<Mutex<BTreeMap<u64, RankOutcome>>>,
+    outcomes: Arc<Mutex<BTreeMap<u64, RankOutcome>>>,
     /// Per background flush, the prefix files this rank writes that no older dataset
     /// owns (removed if the flush fails anywhere).
-    pub removable: Arc<Mutex<BTreeMap<u64, Vec<PathBuf>>>>,
+    removable: Arc<Mutex<BTreeMap<u64, Vec<PathBuf>>>>,
     /// Background flushes fully copied on every rank whose recording failed (a prefix
     /// full of a later flush's files), with this rank's outcome: finalize records them
     /// again once failed flushes gave their space back, so a copied checkpoint is not
     /// lost. The same list on every rank.
-    pub unrecorded: Vec<(IndexEntry, RankOutcome)>,
+    unrecorded: Vec<(IndexEntry, RankOutcome)>,
     /// Threads waiting for this rank's transfers, by dataset id.
-    pub waiters: Vec<(u64, std::thread::JoinHandle<()>)>,
+    waiters: Vec<(u64, std::thread::JoinHandle<()>)>,
     /// The cancellation flag of every transfer's host ([`LocalHost`](crate::local_host::LocalHost)): set, it stops the
     /// transfers still running (a background waiter then cancels its transfer, which
     /// removes partly written destinations).
-    pub cancel: Arc<AtomicBool>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Flushing {
+    /// Whether dataset `id` has a flush of this run still open on this rank: copying,
+    /// waiting to be completed collectively, or copied but not recorded.
+    pub(in crate::runtime) fn holds(&self, id: u64) -> bool {
+        lock(&self.in_flight).contains(&id)
+            || self.pending.iter().any(|e| e.id == id)
+            || self.unrecorded.iter().any(|(e, _)| e.id == id)
+    }
+
+    /// Dataset ids this rank's part of a flush copied.
+    pub(in crate::runtime) fn flushed(&self) -> BTreeSet<u64> {
+        lock(&self.flushed).clone()
+    }
+
+    /// The flag that cancels every transfer of this run (handed to each transfer's host).
+    pub(in crate::runtime) fn cancel_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.cancel)
+    }
 }
 
 impl Drop for Flushing {
@@ -456,7 +476,7 @@ impl Runtime {
             .filter(|p| p.symlink_metadata().is_ok() || in_flight.contains(p))
             .collect();
         let taken = !pure_output && !existing.is_empty();
-        let relocate = !self.all_agree(!taken);
+        let relocate = !self.world.all(!taken);
         if relocate {
             self.info(&format!(
                 "{}: the prefix already holds files of that name; this flush writes to {}",

@@ -14,7 +14,7 @@ use super::topology::Topology;
 use super::world::mpi_world::MpiWorld;
 use super::world::{Exchange, World};
 use super::{
-    agree_on, comm, flush, io_err, Cache, Health, InitOptions, JobLayout, Passthrough, Policy,
+    agree_on, comm, flush, io_err, Cache, Collective, InitOptions, JobLayout, Passthrough, Policy,
     Result, Runtime, ScrError, TestHooks, FINALIZE_REASON,
 };
 use crate::config::settings;
@@ -85,7 +85,7 @@ impl Runtime {
             // directory or state file is created; every call succeeds and route_file
             // hands back the application's own path
             rt.info("disabled (enable = false): every call passes through; nothing is cached");
-            rt.health.set_finalized(false);
+            rt.world.health_mut().set_finalized(false);
             return Ok(rt);
         }
         rt.load_plugins()?;
@@ -118,17 +118,17 @@ impl Runtime {
             span: span.clone(),
             cache: Cache::new(rank),
             output: None,
-            credit: std::cell::Cell::new(None),
             crc_job: None,
             hooks: TestHooks::default(),
             restart: RestartState::default(),
             policy: Policy::new(),
-            // until init succeeds, dropping the half-built runtime is not a missed finalize
-            health: Health::finalized(),
             report: RunReport::new(),
             flushing: flush::Flushing::default(),
             passthrough: (!config.get(settings::ENABLE)).then(Passthrough::default),
-            world,
+            world: Collective::new(
+                world,
+                std::time::Duration::from_secs(config.get(settings::ABORT_TIMEOUT)),
+            ),
             config,
         }
     }
@@ -143,7 +143,7 @@ impl Runtime {
         } else {
             Err(ScrError::Config(ConfigErrors(findings.errors)))
         };
-        self.agree(checked)
+        self.world.agree_on(checked)
     }
 
     /// This rank's node, the ranks on it and the number of nodes (agreed).
@@ -194,7 +194,7 @@ impl Runtime {
             }
             Ok(())
         });
-        self.agree(local)
+        self.world.agree_on(local)
     }
 
     /// The redundancy descriptors and their sets, a job directory in every store in use
@@ -212,7 +212,7 @@ impl Runtime {
             .map(|d| d.record().store.clone())
             .collect();
         let made = stores.iter().try_for_each(|s| self.create_store_dir(s));
-        self.agree(made)?;
+        self.world.agree_on(made)?;
         self.write_nodes_file()?;
         if self.topo.rank() == 0 {
             // what the application set, for `scr config show` and `explain` to report
@@ -289,7 +289,7 @@ impl Runtime {
         }
         self.settle_interrupted_flushes()?;
         // from here on, dropping the runtime without finalize is a missed finalize
-        self.health.set_finalized(false);
+        self.world.health_mut().set_finalized(false);
         // before a restart is chosen: what the prefix held is gone (prefix_purge), and
         // with global_restart the cache is flushed and cleared
         self.purge_prefix()?;
@@ -407,7 +407,7 @@ impl Runtime {
                 );
             }
         }
-        self.agree(written)
+        self.world.agree_on(written)
     }
 }
 

@@ -36,8 +36,8 @@
 //! What is on disk lives in [`crate::state`], every path in [`crate::layout`], the
 //! size + CRC32 checks in `crate::integrity` and transfers in `crate::transfer`.
 
-mod agree;
 mod cache;
+mod collective;
 pub mod comm;
 mod deferred_crc;
 mod descriptors;
@@ -64,15 +64,14 @@ mod topology;
 pub(crate) mod window;
 mod world;
 
-use agree::{agree_on, first_failure, Health};
 use cache::Cache;
+use collective::{agree_on, first_failure, Collective};
 use descriptors::Descriptors;
 use output::Output;
 use policy::Policy;
 use report::RunReport;
 use restart::RestartState;
 use topology::Topology;
-use world::World;
 
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -113,7 +112,8 @@ pub struct OutputFlags {
 
 /// One process's checkpoint/restart runtime.
 pub struct Runtime {
-    world: Box<dyn World>,
+    /// The runtime's own communicator, with agreement and health.
+    world: Collective,
     /// Where this rank is: rank, size, node and the node's ranks.
     topo: Topology,
     config: Config,
@@ -131,16 +131,11 @@ pub struct Runtime {
     /// The restart in progress and what is offered for one.
     restart: RestartState,
     policy: Policy,
-    /// Whether calls may still run: uncertain state, a halt, finalize.
-    health: Health,
     /// What init and the run found, for the event log and the application.
     report: RunReport,
     flushing: flush::Flushing,
     /// `Some` when the library is disabled (`enable = false`): the calls pass through.
     passthrough: Option<Passthrough>,
-    /// The world rank credited with the last settled scheme call's failure when this rank
-    /// returned its set's agreed error (see [`Runtime::first_failure_credited`]).
-    credit: std::cell::Cell<Option<u32>>,
     /// The background hash of the last dataset kept, until its CRC32s are recorded (see
     /// `deferred_crc`; at most one).
     crc_job: Option<deferred_crc::CrcJob>,
@@ -313,7 +308,7 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         // Finalizing is collective; an implicit finalize during a panic could hang, so a
         // runtime dropped without `finalize` only says so.
-        if !self.health.is_finalized() && !std::thread::panicking() {
+        if !self.world.health().is_finalized() && !std::thread::panicking() {
             tracing::warn!(rank = self.topo.rank(), "runtime dropped without finalize");
         }
     }

@@ -68,7 +68,7 @@ impl Runtime {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("start_output");
         let pre = self.output_refused(name, flags, refused);
-        self.begin("start_output", pre)?;
+        self.world.begin("start_output", pre)?;
         if let Some(pt) = self.passthrough.as_mut() {
             pt.output = Some(name.to_string());
             return Ok(());
@@ -99,13 +99,13 @@ impl Runtime {
             self.evict(&store, 1, None)?;
         }
         let local = self.open_dataset(&store, &record);
-        if let Err(e) = self.agree(local) {
+        if let Err(e) = self.world.agree_on(local) {
             // nothing was written into the dataset yet: forget it on every rank, so the
             // ranks stay in step and the next start_output may try again
             self.cache.forget(id);
             let _ = std::fs::remove_dir(self.dataset_dir(&store, id));
             let undone = self.save_filemap();
-            self.agree_changed("start_output", undone)?;
+            self.world.changed("start_output", undone)?;
             return Err(e);
         }
         let dir = self.dataset_dir(&store, id);
@@ -262,7 +262,7 @@ impl Runtime {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("route_file");
         use std::os::unix::ffi::OsStrExt;
-        self.usable("route_file")?;
+        self.world.usable("route_file")?;
         if name.as_os_str().is_empty() {
             return Err(ScrError::Usage(
                 "route_file: the file name is empty; name a file inside the prefix".into(),
@@ -399,10 +399,10 @@ impl Runtime {
                 "complete_output: no dataset is being written; call start_output first".into(),
             ))
         };
-        self.begin("complete_output", pre)?;
+        self.world.begin("complete_output", pre)?;
         if let Some(pt) = self.passthrough.as_mut() {
             pt.output = None;
-            return Ok(self.all_agree(valid));
+            return Ok(self.world.all(valid));
         }
         self.poll_flushes();
         // one background hash at a time: the previous dataset's is recorded first
@@ -447,10 +447,11 @@ impl Runtime {
         } else {
             Err(String::new())
         };
-        let kept = self.all_agree(applied.is_ok());
+        let kept = self.world.all(applied.is_ok());
         // every rank returns the same error: the first failing rank's, by rank
         let apply_error = if named.all_valid && !kept {
-            self.first_failure_credited(applied.err().as_deref())
+            self.world
+                .first_failure_credited(applied.err().as_deref())
                 .map(|(r, e)| format!("on rank {r}: {e}"))
         } else {
             None
@@ -487,7 +488,7 @@ impl Runtime {
     pub(in crate::runtime) fn drop_output(&mut self, rec: &DatasetRecord) -> Result<()> {
         let local = self.delete_dataset(rec);
         self.dataset_done(rec.id);
-        self.agree_changed("complete_output", local)
+        self.world.changed("complete_output", local)
     }
 
     /// Discard a dataset that is not kept (collective: every rank is here alike) and say
@@ -502,7 +503,7 @@ impl Runtime {
         // it declared (collective: every rank is in this branch alike)
         let local = self.discard_failed_apply(named.all_valid.then_some(out.desc), &out.record);
         self.dataset_done(out.record.id);
-        self.agree_changed("complete_output", local)?;
+        self.world.changed("complete_output", local)?;
         match (named.naming_error, apply_error) {
             (Some(e), _) => Err(ScrError::Usage(format!(
                 "complete_output {}: dataset discarded: {e}",
@@ -598,8 +599,9 @@ impl Runtime {
             _ => &[],
         };
         let clashes = names::check_in(&*self.world, &routed, declared, &scheme_name);
-        let all_valid =
-            self.all_agree(local_ok && clashes.routed.is_none() && clashes.redundancy.is_none());
+        let all_valid = self
+            .world
+            .all(local_ok && clashes.routed.is_none() && clashes.redundancy.is_none());
         if !all_valid {
             let clash = first_failure(&*self.world, clashes.routed.as_deref()).map(|(_, c)| c);
             let naming_error = match clash {
@@ -620,7 +622,7 @@ impl Runtime {
                 self.cache.put(out.record.clone());
                 self.save_filemap()
             });
-        let all_valid = self.all_agree(named.is_ok());
+        let all_valid = self.world.all(named.is_ok());
         // why the redundancy files could not be named and recorded
         let naming_error = (!all_valid)
             .then(|| {
@@ -664,6 +666,7 @@ impl Runtime {
         let label = format!("{} ({})", out.record.id, out.record.name);
         let call = if fused { "apply_with_crc" } else { "apply" };
         let done = self
+            .world
             .settle_call(rd.host(), rd.scheme(), call, &label, result)
             .map_err(|e| e.to_string())?;
         out.record.redundancy = done
@@ -683,7 +686,7 @@ impl Runtime {
     /// in cache. Then the checkpoint is counted and logged, and older datasets evicted.
     pub(in crate::runtime) fn keep_output(&mut self, out: &mut Output) -> Result<()> {
         let committed = self.commit_dataset(out);
-        if !self.all_agree(committed.is_ok()) {
+        if !self.world.all(committed.is_ok()) {
             // every rank returns the same error: the first failing rank's
             let why = committed.err().map(|e| e.to_string());
             let why = first_failure(&*self.world, why.as_deref())

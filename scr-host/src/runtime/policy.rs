@@ -15,7 +15,7 @@ impl Runtime {
     pub fn need_checkpoint(&mut self) -> Result<bool> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("need_checkpoint");
-        self.usable("need_checkpoint")?;
+        self.world.usable("need_checkpoint")?;
         self.poll_flushes();
         self.poll_crc();
         self.policy.count_call();
@@ -54,7 +54,7 @@ impl Runtime {
     pub fn should_exit(&mut self) -> Result<bool> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("should_exit");
-        self.usable("should_exit")?;
+        self.world.usable("should_exit")?;
         self.poll_flushes();
         self.poll_crc();
         match self.agreed_halt_reason() {
@@ -63,12 +63,12 @@ impl Runtime {
                 if self.topo.rank() == 0 {
                     tracing::warn!("should_exit: yes, {reason}");
                 }
-                if self.health.halt_reason().is_none() {
+                if self.world.health().halt_reason().is_none() {
                     self.log_event(crate::events::Event::Halt {
                         reason: reason.clone(),
                     });
                 }
-                self.health.set_halt_reason(reason);
+                self.world.health_mut().set_halt_reason(reason);
                 // an application that exits now without finalize leaves the CRC32s of
                 // its last dataset recorded
                 self.settle_crc();
@@ -125,7 +125,7 @@ impl Runtime {
                 "halting the run: {reason} (halt_exit = true: flushing the newest checkpoint, finalizing and exiting)"
             );
         }
-        self.health.set_halt_reason(reason);
+        self.world.health_mut().set_halt_reason(reason);
         if let Err(e) = self.finalize() {
             tracing::error!("finalize before the halt exit: {e}");
         }

@@ -165,7 +165,7 @@ impl Runtime {
         // the checkpoint about to be offered has its CRC32s recorded
         self.settle_crc();
         if self.restart.fetch_pending && self.passthrough.is_none() {
-            self.usable("have_restart")?;
+            self.world.usable("have_restart")?;
             self.restart.fetch_pending = false;
             self.settle_restart(false)?;
         }
@@ -199,7 +199,7 @@ impl Runtime {
     pub fn start_restart(&mut self) -> Result<String> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("start_restart");
-        self.usable("start_restart")?;
+        self.world.usable("start_restart")?;
         // the files about to be read have their CRC32s recorded
         self.settle_crc();
         if self.output.is_some() || self.restart.candidate.is_some() || self.restart.reading_prefix
@@ -231,10 +231,10 @@ impl Runtime {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("complete_restart");
         if self.restart.reading_prefix {
-            let agreed = self.begin("complete_restart", Ok(()));
+            let agreed = self.world.begin("complete_restart", Ok(()));
             self.restart.reading_prefix = false;
             agreed?;
-            let ok = self.all_agree(valid);
+            let ok = self.world.all(valid);
             if !ok {
                 let p = self.restart.prefix_restart.take().expect("reading it");
                 self.warn(&format!(
@@ -251,12 +251,12 @@ impl Runtime {
                 "complete_restart: no restart in progress; call start_restart first".into(),
             )
         });
-        let agreed = self.begin("complete_restart", pre);
+        let agreed = self.world.begin("complete_restart", pre);
         // ended either way: a rank that was reading is not left inside a restart that
         // the others failed
         self.restart.candidate = None;
         let id = agreed?;
-        let ok = self.all_agree(valid);
+        let ok = self.world.all(valid);
         if !ok {
             self.restart.skipped.push(id);
             let rec = self.cache.record(id).clone();
@@ -270,9 +270,10 @@ impl Runtime {
             self.settle_flush_of(id);
             self.mark_invalid_in_index(id, &name);
             let removed = self.remove_local(&rec);
-            self.agree_changed("removing the checkpoint reported invalid", removed)?;
+            self.world
+                .changed("removing the checkpoint reported invalid", removed)?;
             // an older one in cache comes first; with none on some rank, the prefix's
-            if !self.all_agree(self.restart_candidate().is_some()) {
+            if !self.world.all(self.restart_candidate().is_some()) {
                 self.fall_back(checkpoint)?;
             }
         }
@@ -355,7 +356,8 @@ impl Runtime {
                 removed = Err(e);
             }
         }
-        self.agree_changed("clearing the cache for global_restart", removed)?;
+        self.world
+            .changed("clearing the cache for global_restart", removed)?;
         if !kept.is_empty() {
             self.warn(&format!(
                 "global_restart: {} stay(s) in cache, not offered for the restart: the prefix {} does not hold them complete (flush them or run `scr scavenge`)",
@@ -385,7 +387,7 @@ impl Runtime {
             return;
         }
         let mark = crate::layout::current_applied_file(&self.job.cntl_dir);
-        if !self.all_agree(!mark.exists()) {
+        if !self.world.all(!mark.exists()) {
             self.info(&format!(
                 "current = {name}: applied by an earlier run of job {} already (SCR_CURRENT is applied once per job); the restart is chosen as usual",
                 self.job.job_id
@@ -458,8 +460,8 @@ impl Runtime {
             return Ok(());
         }
         if self.restart.fetch_pending {
-            self.usable("current")?;
-            let cached = self.all_agree(self.cache.id_of(name).is_ok());
+            self.world.usable("current")?;
+            let cached = self.world.all(self.cache.id_of(name).is_ok());
             if cached {
                 // a checkpoint the cache holds: an earlier call's prefix choice is void
                 self.restart.wanted = None;
@@ -507,7 +509,7 @@ impl Runtime {
                 return Ok(());
             }
         }
-        let id = self.begin("current", self.cache.id_of(name))?;
+        let id = self.world.begin("current", self.cache.id_of(name))?;
         let newer: Vec<u64> = self
             .cache
             .datasets()
@@ -543,7 +545,7 @@ impl Runtime {
                 removed = Err(e);
             }
         }
-        self.agree_changed("drop_after_current", removed)
+        self.world.changed("drop_after_current", removed)
     }
 }
 

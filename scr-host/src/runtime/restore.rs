@@ -41,7 +41,7 @@ impl Runtime {
                 local = Err(e);
             }
         }
-        self.agree(local)?;
+        self.world.agree_on(local)?;
         self.continue_ids();
 
         // Which datasets the cache holds, agreed without gathering records: the ids are
@@ -115,7 +115,7 @@ impl Runtime {
     /// (nothing is left to restore: [`Runtime::rebuild_flush_file`]).
     pub(in crate::runtime) fn purge_at_init(&mut self, why: &str) -> Result<()> {
         let purged = self.purge_cache(why);
-        self.agree(purged)
+        self.world.agree_on(purged)
     }
 
     /// The next dataset and checkpoint ids (collective): they continue after the largest
@@ -174,7 +174,7 @@ impl Runtime {
             )
         });
         let crc = own.is_some_and(|r| r.files.iter().any(|f| f.crc32.is_some()));
-        let crc_expected = !self.all_agree(!crc);
+        let crc_expected = !self.world.all(!crc);
         Holders {
             first_rank,
             first,
@@ -275,7 +275,7 @@ impl Runtime {
             holders.crc_expected,
             buf,
         );
-        let kept = self.all_agree(outcome.is_ok());
+        let kept = self.world.all(outcome.is_ok());
         let lacking = match (&own, intact) {
             (None, _) => Some(2u8),
             (Some(_), false) => Some(1),
@@ -300,7 +300,7 @@ impl Runtime {
                 self.remove_local(&rebuilding)
             }
         };
-        self.agree(local).map(|()| kept)
+        self.world.agree_on(local).map(|()| kept)
     }
 
     /// Set up what restoring dataset `id` needs on this rank (the recorded set, its
@@ -334,7 +334,7 @@ impl Runtime {
         let name = template
             .as_ref()
             .map_or_else(|| holders.first.name.clone(), |r| r.name.clone());
-        if !self.all_agree(ready) {
+        if !self.world.all(ready) {
             // keep the data, do not offer it
             let why = match &scheme {
                 Some(Err(e)) => e.to_string(),
@@ -377,7 +377,7 @@ impl Runtime {
             super::descriptors::group_value(&self.config, &self.topo, &t.descriptor.group).ok()
         });
         let value = match value {
-            _ if !self.all_agree(!matches!(value, Some(None))) => self.topo.node().to_string(),
+            _ if !self.world.all(!matches!(value, Some(None))) => self.topo.node().to_string(),
             Some(Some(v)) => v,
             _ => self.topo.node().to_string(),
         };
@@ -388,7 +388,7 @@ impl Runtime {
                     && rd.record().group == t.descriptor.group
             })
         });
-        let host = if self.all_agree(formed.is_some()) {
+        let host = if self.world.all(formed.is_some()) {
             formed.map(|i| self.descs[i].host().duplicate())
         } else {
             super::descriptors::Descriptors::set_host(
@@ -489,7 +489,7 @@ impl Runtime {
         if let Err(e) = &declared {
             tracing::warn!("dataset {id} ({}): {e}", r.name);
         }
-        if self.all_agree(declared.is_ok()) {
+        if self.world.all(declared.is_ok()) {
             return Some(rebuilding);
         }
         // nothing was written for the rebuild: forget a record made for it
@@ -557,6 +557,7 @@ impl Runtime {
         .into_result();
         let label = format!("{} ({})", r.id, r.name);
         let outcome = self
+            .world
             .settle_call(&*r.host, &r.scheme, "recover", &label, result)
             .map(|v| v.into_vec())
             .map_err(|e| e.to_string());

@@ -2,7 +2,7 @@
 //! the node's ranks and the number of nodes. Found once by init (collectively) and fixed
 //! from then on: every phase reads it, none writes it.
 
-use super::agree::agree_on;
+use super::collective::agree_on;
 use super::world::World;
 use super::{sets, Result, ScrError};
 use crate::config::{settings, Config};

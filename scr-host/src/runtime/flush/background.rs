@@ -123,7 +123,7 @@ impl Runtime {
             let removable = lock(&self.flushing.removable)
                 .remove(&entry.id)
                 .unwrap_or_default();
-            let everywhere = self.all_agree(mine.is_ok());
+            let everywhere = self.world.all(mine.is_ok());
             if !everywhere {
                 remove_written(&self.job.prefix, &removable);
             }

@@ -193,6 +193,6 @@ impl Runtime {
         self.cache.forget(out.record.id);
         let saved = self.save_filemap();
         self.dataset_done(out.record.id);
-        self.agree_changed("complete_output", saved)
+        self.world.changed("complete_output", saved)
     }
 }

@@ -13,8 +13,8 @@ fn a_failure_on_some_ranks_reaches_every_rank_as_the_first_failing_ranks_error()
         } else {
             Ok(me)
         };
-        let agreed = agree::agree_on(&*w, local);
-        let all_ok = agree::agree_on(&*w, Ok::<u32, ScrError>(me));
+        let agreed = collective::agree_on(&*w, local);
+        let all_ok = collective::agree_on(&*w, Ok::<u32, ScrError>(me));
         (error_text(&agreed), all_ok.ok())
     });
     assert_eq!(out.len(), 4, "one outcome per rank");
@@ -42,8 +42,8 @@ fn a_rank_with_another_configuration_is_named_on_every_rank() {
             &[]
         };
         let config = init::load_config(&*w, loader(dir.path(), &nodes, extra));
-        let config = agree::agree_on(&*w, config).expect("every rank loads a configuration");
-        error_text(&agree::agree_on(&*w, init::same_config(&*w, &config)))
+        let config = collective::agree_on(&*w, config).expect("every rank loads a configuration");
+        error_text(&collective::agree_on(&*w, init::same_config(&*w, &config)))
     });
     for (rank, text) in out.iter().enumerate() {
         assert!(

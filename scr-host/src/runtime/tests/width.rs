@@ -147,8 +147,7 @@ fn a_failed_transfer_under_a_narrow_window_passes_the_turn_on_and_fails_alike_ev
         ("SCR_FAULT", "flush-transfer:1:1"),
         ("SCR_TEST_WINDOW", spec.as_str()),
     ];
-    let flushed =
-        |rt: &Runtime, id: u64| scr_plugin::sync::lock(&rt.flushing.flushed).contains(&id);
+    let flushed = |rt: &Runtime, id: u64| rt.flushing.flushed().contains(&id);
     let out = job_logged(dir.path(), &nodes, &env, |rt, r| {
         vec![
             show("ckpt.1", write_content(rt, dir.path(), "ckpt.1", 1, r)),

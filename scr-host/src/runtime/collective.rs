@@ -1,22 +1,81 @@
+//! The runtime's communicator and what every rank agrees on through it: [`Collective`]
+//! owns the world (its exchanges are the `World` it derefs to), the runtime's
+//! [`Health`] and the credit of the last settled scheme call.
+//!
 //! Agreement: every collective call ends with the same outcome on every rank. A failure on
 //! some ranks becomes the first failing rank's error everywhere; a failure after ranks
 //! began to change their state marks the runtime uncertain, on every rank alike, and
 //! refuses later collective calls.
 
+use std::cell::Cell;
+use std::ops::Deref;
+use std::time::Duration;
+
 use super::world::{SetHost, World};
-use super::{Result, Runtime, ScrError, Settled, ABORT_CODE};
-use crate::config::settings;
+use super::{Result, ScrError, Settled, ABORT_CODE};
 use crate::registry::{LoadedScheme, RegistryError};
 
-impl Runtime {
+/// The runtime's own communicator, with the agreement built on it and the state that
+/// agreement keeps (health, credit). Its exchanges are the [`World`]'s it derefs to.
+pub(in crate::runtime) struct Collective {
+    world: Box<dyn World>,
+    /// Whether calls may still run: uncertain state, a halt, finalize.
+    health: Health,
+    /// The world rank credited with the last settled scheme call's failure when this rank
+    /// returned its set's agreed error (see [`Collective::first_failure_credited`]).
+    credit: Cell<Option<u32>>,
+    /// How long a failed member waits for the others of its set (`abort_timeout`).
+    abort_timeout: Duration,
+}
+
+impl Deref for Collective {
+    type Target = dyn World;
+
+    fn deref(&self) -> &(dyn World + 'static) {
+        &*self.world
+    }
+}
+
+impl Collective {
+    /// The runtime's communicator `world`, not started yet (dropping it owes no
+    /// finalize); a failed member of a set waits `abort_timeout` for the others.
+    pub(in crate::runtime) fn new(world: Box<dyn World>, abort_timeout: Duration) -> Collective {
+        Collective {
+            world,
+            health: Health::finalized(),
+            credit: Cell::new(None),
+            abort_timeout,
+        }
+    }
+
+    /// The runtime's health (read).
+    pub(in crate::runtime) fn health(&self) -> &Health {
+        &self.health
+    }
+
+    /// The runtime's health (changed only through its own verbs).
+    pub(in crate::runtime) fn health_mut(&mut self) -> &mut Health {
+        &mut self.health
+    }
+
+    /// The rank credited with the last settled scheme call's failure (`None`: this one).
+    pub(in crate::runtime) fn credit(&self) -> Option<u32> {
+        self.credit.get()
+    }
+
+    /// Set that credit (a failure before a scheme call is this rank's own: `None`).
+    pub(in crate::runtime) fn set_credit(&self, credit: Option<u32>) {
+        self.credit.set(credit);
+    }
+
     /// Make a local outcome collective: every rank gets `Ok` only when every rank did,
     /// so no rank leaves a sequence of collectives that the others continue.
-    pub(in crate::runtime) fn agree<T>(&self, local: Result<T>) -> Result<T> {
+    pub(in crate::runtime) fn agree_on<T>(&self, local: Result<T>) -> Result<T> {
         agree_on(&*self.world, local)
     }
 
     /// All ranks true?
-    pub(in crate::runtime) fn all_agree(&self, ok: bool) -> bool {
+    pub(in crate::runtime) fn all(&self, ok: bool) -> bool {
         self.world.agree(ok)
     }
 
@@ -26,7 +85,7 @@ impl Runtime {
     /// every rank instead of leaving the others waiting in its first collective step.
     pub(in crate::runtime) fn begin<T>(&self, call: &str, local: Result<T>) -> Result<T> {
         self.usable(call)?;
-        self.agree(local)
+        self.agree_on(local)
     }
 
     /// Refuse `call` when an earlier call left the ranks' state uncertain (local: that
@@ -37,13 +96,9 @@ impl Runtime {
 
     /// Agree on a local step taken after the ranks began to change their state: when it
     /// failed on any rank, the state is uncertain from then on, on every rank (see
-    /// [`Runtime::begin`]).
-    pub(in crate::runtime) fn agree_changed(
-        &mut self,
-        what: &str,
-        local: Result<()>,
-    ) -> Result<()> {
-        let agreed = self.agree(local);
+    /// [`Collective::begin`]).
+    pub(in crate::runtime) fn changed(&mut self, what: &str, local: Result<()>) -> Result<()> {
+        let agreed = self.agree_on(local);
         if let Err(e) = &agreed {
             self.health.mark_uncertain(what, e);
         }
@@ -51,7 +106,7 @@ impl Runtime {
     }
 
     /// [`first_failure`] of a failure that may be the last settled scheme call's: when
-    /// [`Runtime::settle_call`] gave this rank its set's agreed error, the rank credited
+    /// [`Collective::settle_call`] gave this rank its set's agreed error, the rank credited
     /// with it is the member that failed first-hand (which holds the same text), not this
     /// one — so "on rank R" names the rank whose plugin call failed.
     pub(in crate::runtime) fn first_failure_credited(
@@ -79,7 +134,7 @@ impl Runtime {
         dataset: &str,
         out: std::result::Result<T, scr_plugin::PluginError>,
     ) -> std::result::Result<T, RegistryError> {
-        let grace = std::time::Duration::from_secs(self.config.get(settings::ABORT_TIMEOUT));
+        let grace = self.abort_timeout;
         let settled = host.settle(call, out.as_ref().err(), grace);
         self.credit.set(match &settled {
             Settled::Failed { world_rank, .. } => Some(*world_rank),
@@ -104,7 +159,7 @@ impl Runtime {
     }
 }
 
-/// [`Runtime::agree`] before the runtime exists. When some rank failed, every rank
+/// [`Collective::agree_on`] before the runtime exists. When some rank failed, every rank
 /// learns the first failing rank's error (one gather, on the failure path only), so the
 /// reason reaches the application on every rank — not only on the rank that may be
 /// killed first when the application aborts.
@@ -137,7 +192,7 @@ pub(in crate::runtime) fn first_failure(
 
 /// [`first_failure`] where a failing rank may credit its failure to another rank
 /// (`Some(rank)`): one that failed with the very same text (the member of its redundancy
-/// set that failed first-hand, see [`Runtime::settle_call`]). `None` credits this rank.
+/// set that failed first-hand, see [`Collective::settle_call`]). `None` credits this rank.
 fn first_failure_as(
     world: &dyn World,
     mine: Option<(Option<u32>, &str)>,
