@@ -10,6 +10,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub(in crate::runtime) mod deferred_crc;
+
+use deferred_crc::CrcJob;
+
 use super::{io_err, Result, ScrError};
 use crate::state::filemap::{self, DatasetRecord, FileRecord, Filemap};
 
@@ -24,6 +28,9 @@ pub(in crate::runtime) struct Cache {
     cntl_dir: PathBuf,
     next_dataset: u64,
     next_checkpoint: u64,
+    /// The background hash of the last dataset kept, until its CRC32s are recorded (see
+    /// `deferred_crc`; at most one).
+    crc: Option<CrcJob>,
 }
 
 impl Cache {
@@ -38,6 +45,7 @@ impl Cache {
             cntl_dir: PathBuf::new(),
             next_dataset: 1,
             next_checkpoint: 1,
+            crc: None,
         }
     }
 

@@ -27,11 +27,6 @@ impl Runtime {
         crate::layout::transfer_state(&self.job.cntl_dir, id, self.topo.rank())
     }
 
-    /// Read buffer for the host's CRC32 of transferred files.
-    pub(in crate::runtime) fn buf_size(&self) -> usize {
-        self.config.file_buf_size()
-    }
-
     /// The transfer type of `store` and the library providing it ([`transfer_label`]).
     pub(in crate::runtime) fn transfer_of(&self, store: &str) -> Label {
         transfer_label(&self.config, &self.registry, store)

@@ -61,7 +61,7 @@ impl Runtime {
     }
 
     /// Whether a store's files are visible from every node (nothing to move).
-    pub(in crate::runtime) fn store_is_global(&self, store: &str) -> bool {
+    fn store_is_global(&self, store: &str) -> bool {
         self.config
             .store(store)
             .is_some_and(|s| self.config.store_view(s) == crate::config::View::Global)
@@ -69,7 +69,7 @@ impl Runtime {
 
     /// Send `owner`'s filemap and node-local files to it; delete them here only once the
     /// owner confirmed it holds them.
-    pub(in crate::runtime) fn send_filemap(&mut self, owner: u32) -> Result<()> {
+    fn send_filemap(&mut self, owner: u32) -> Result<()> {
         let peer = owner;
         let map = Filemap::load(&self.job.cntl_dir, owner).unwrap_or(Filemap {
             rank: owner,
@@ -150,7 +150,7 @@ impl Runtime {
     /// (nothing sits in cache unrecorded), then the files; every message is consumed even
     /// when writing fails, so the holder never waits forever, and the holder deletes its
     /// copies only after the acknowledgement.
-    pub(in crate::runtime) fn receive_filemap(&mut self, holder: u32) -> Result<()> {
+    fn receive_filemap(&mut self, holder: u32) -> Result<()> {
         let peer = holder;
         let moved: Filemap = match self.world.recv_value(peer, MOVE_TAG, "filemap moved") {
             Ok(m) => m,
@@ -190,7 +190,7 @@ impl Runtime {
     /// Receive one moved file `name` of `rec` into `dir` (inside it only, every level
     /// private, never through a link), consuming every message even when writing fails.
     /// False when the holder sent it whole but it could not be stored here.
-    pub(in crate::runtime) fn receive_moved_file(
+    fn receive_moved_file(
         &self,
         peer: u32,
         rec: &DatasetRecord,

@@ -232,7 +232,7 @@ impl Runtime {
     pub(in crate::runtime) fn remove_local(&mut self, rec: &DatasetRecord) -> Result<()> {
         // a background hash of these files stops first: its CRC32, taken as they go,
         // would vouch for nothing (`crc_on_delete` then checks their sizes only)
-        self.cancel_crc_of(rec.id);
+        self.cache.cancel_crc_of(rec.id);
         let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
         if rec.complete && self.config.get(settings::CRC_ON_DELETE) {
             // SCR's SCR_CRC_ON_DELETE: a last check that tells the user the cache
@@ -345,7 +345,7 @@ impl Runtime {
     /// `keep`, not being flushed, and, for an output, its flush recorded for every rank —
     /// by this run's synchronous flush, or in the index (a background flush; the index is
     /// read at most once, and only when an output is a candidate).
-    pub(in crate::runtime) fn may_evict(&self, store: &str, keep: Option<u64>) -> Vec<u64> {
+    fn may_evict(&self, store: &str, keep: Option<u64>) -> Vec<u64> {
         let protected = [self.restart_candidate_any(), self.restart_candidate(), keep];
         let flushing = self.flushing_ids();
         let flushed = self.flushing.flushed();
@@ -374,11 +374,7 @@ impl Runtime {
     /// may give it up (`may_go` here), agreed by walking the ids upwards with
     /// min-reductions: per rank two reductions per dataset in the store (bounded by its
     /// count), independent of P (was: every rank's id lists on every rank — O(P)).
-    pub(in crate::runtime) fn agree_on_evictable(
-        &self,
-        held: &[u64],
-        may_go: &[u64],
-    ) -> BTreeMap<u64, bool> {
+    fn agree_on_evictable(&self, held: &[u64], may_go: &[u64]) -> BTreeMap<u64, bool> {
         let mut holders = BTreeMap::new();
         let mut above = 0u64; // (id + 1 encoded: 0 is below every id)
         loop {
@@ -401,7 +397,7 @@ impl Runtime {
     }
 
     /// The newest complete checkpoint, skipped or not.
-    pub(in crate::runtime) fn restart_candidate_any(&self) -> Option<u64> {
+    fn restart_candidate_any(&self) -> Option<u64> {
         self.cache.newest_checkpoint(&[])
     }
 }

@@ -47,7 +47,7 @@ impl Runtime {
     /// read, and as a leader — O(1) messages beyond its own block's whatever P. Plus one
     /// broadcast of the error's text when a part is refused. The last value is the map's
     /// bytes in all (on rank 0, which logs it).
-    pub(in crate::runtime) fn choose_from_index(
+    fn choose_from_index(
         &self,
         tried: &[u64],
         wanted: Option<&str>,
@@ -89,7 +89,7 @@ impl Runtime {
     /// the index's order of fetch candidates, skipping `tried` — with its map's layout (or
     /// why its map cannot be used), and a single-file map itself (legacy). `None` when no
     /// candidate is left.
-    pub(in crate::runtime) fn pick_from_index(
+    fn pick_from_index(
         &self,
         tried: &[u64],
         wanted: Option<&str>,
@@ -129,7 +129,7 @@ impl Runtime {
     /// Rank 0: the layout of the rank2file map of `entry` that every rank is told, once
     /// the map is loaded and fits this job ([`check_map`]); a single-file map (legacy)
     /// also itself, since rank 0 sends its lists.
-    pub(in crate::runtime) fn map_layout(
+    fn map_layout(
         &self,
         entry: &IndexEntry,
     ) -> (std::result::Result<MapLayout, String>, Option<Rank2File>) {
@@ -153,7 +153,7 @@ impl Runtime {
     /// `None` on the other ranks (collective). For a tree, the parts' totals must add up
     /// to the root's (when every part was read: an unreadable one says why itself); every
     /// leader then fails its block alike.
-    pub(in crate::runtime) fn read_block_lists(
+    fn read_block_lists(
         &self,
         entry: &IndexEntry,
         layout: &MapLayout,
@@ -189,7 +189,7 @@ impl Runtime {
 
     /// A leader, from a single-file map (legacy): its block's lists, which rank 0 (holding
     /// the map in `single`) sends each leader.
-    pub(in crate::runtime) fn receive_legacy_lists(
+    fn receive_legacy_lists(
         &self,
         single: Option<&Rank2File>,
         blocks: prefix::Blocks,
@@ -214,7 +214,7 @@ impl Runtime {
     /// Each leader sends each member of its block its list (or the block's error), from
     /// `block_lists` (the leader's, `None` elsewhere); then every rank takes the lowest
     /// failing rank's error, so that all give the same answer (collective).
-    pub(in crate::runtime) fn hand_out_lists(
+    fn hand_out_lists(
         &self,
         blocks: prefix::Blocks,
         block_lists: Option<&std::result::Result<BlockLists, String>>,
@@ -251,7 +251,7 @@ impl Runtime {
     /// Rank 0 marks a checkpoint that cannot be restarted from as failed in the index
     /// (kept through a rebuild of the index from the summaries), so no later run tries
     /// it again; a failure to do so is a warning.
-    pub(in crate::runtime) fn mark_failed_in_index(&self, entry: &IndexEntry, reason: &str) {
+    fn mark_failed_in_index(&self, entry: &IndexEntry, reason: &str) {
         if self.topo.rank() == 0 {
             if let Err(e) = Index::mark_failed(&self.job.prefix, entry.id, reason) {
                 tracing::warn!("{e}; {} is not marked failed in the index", entry.name);
@@ -273,7 +273,7 @@ impl Runtime {
     ) -> Result<()> {
         let mut tried: Vec<u64> = Vec::new();
         let check_crc = self.config.get(settings::CRC_ON_RESTART);
-        let buf = self.buf_size();
+        let buf = self.config.file_buf_size();
         while let Some((entry, list, _)) = self.choose_from_index(&tried, wanted, older_than) {
             tried.push(entry.id);
             // reading every file for its CRC32 reads the prefix as a fetch does: at most
@@ -424,7 +424,7 @@ impl Runtime {
 
     /// Copy this rank's files of `entry` from the prefix into cache, recorded in the
     /// filemap first, and verify sizes and CRC32s.
-    pub(in crate::runtime) fn fetch_one(
+    fn fetch_one(
         &mut self,
         entry: &IndexEntry,
         mine: Vec<FlushedFile>,
@@ -482,7 +482,7 @@ impl Runtime {
         let label = self.transfer_of(&store);
         let state = crate::layout::fetch_state(&self.job.cntl_dir, entry.id, self.topo.rank());
         let started = self.dispatch(label, files, &state);
-        let buf = self.buf_size();
+        let buf = self.config.file_buf_size();
         let fetched = started.and_then(|s| collect(s, false, "recorded by the flush", buf));
         let _ = std::fs::remove_file(&state);
         let fetched = fetched?;
@@ -502,7 +502,7 @@ impl Runtime {
     /// Collective. When apply fails on some rank, the dataset is discarded on every rank
     /// (the redundancy files declared before apply among its names) and the ranks where
     /// it failed return their error.
-    pub(in crate::runtime) fn protect_fetched(&mut self, id: u64) -> Result<()> {
+    fn protect_fetched(&mut self, id: u64) -> Result<()> {
         // (a failure before the apply below is this rank's own)
         self.world.set_credit(None);
         let mut rec = self.cache.record(id).clone();

@@ -42,7 +42,7 @@ impl Runtime {
         }
         // every dataset kept leaves its CRC32s recorded, before the flush at the end
         // compares against them
-        self.settle_crc();
+        self.cache.settle_crc();
         self.wait_flushes(true);
         // a clean finish (or a halt) leaves the newest checkpoint in the prefix, not in
         // node-local cache only; a flush that fails is reported and leaves it cached

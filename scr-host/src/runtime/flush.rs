@@ -355,7 +355,7 @@ impl Runtime {
         // the flush compares what it copies against the CRC32s: a background hash of
         // this dataset is recorded first (this rank's own thread: no other rank waits)
         let settled;
-        let rec = if self.settle_crc_of(rec.id) {
+        let rec = if self.cache.settle_crc_of(rec.id) {
             let mut r = rec.clone();
             if let Some(now) = self.cache.get(rec.id) {
                 for f in &mut r.files {
@@ -392,7 +392,7 @@ impl Runtime {
         }
         // at most `flush_width` ranks copy at once; a rank whose part fails (or is
         // refused before it starts) passes its turn on all the same
-        let buf = self.buf_size();
+        let buf = self.config.file_buf_size();
         let mut removable = Vec::new();
         let outcome = self.window(Direction::Flush).run(&*self.world, || {
             self.injected_failure("flush-transfer", rec.id)

@@ -99,11 +99,7 @@ impl Runtime {
 
     /// The runtime before any collective step of init: configuration and identity only
     /// (no plugin, node, set or directory yet). Dropping it is not a missed finalize.
-    pub(in crate::runtime) fn unstarted(
-        world: Box<dyn World>,
-        config: Config,
-        span: tracing::Span,
-    ) -> Runtime {
+    fn unstarted(world: Box<dyn World>, config: Config, span: tracing::Span) -> Runtime {
         let rank = world.rank();
         Runtime {
             topo: Topology::unplaced(&*world),
@@ -118,7 +114,6 @@ impl Runtime {
             span: span.clone(),
             cache: Cache::new(rank),
             output: None,
-            crc_job: None,
             hooks: TestHooks::default(),
             restart: RestartState::default(),
             policy: Policy::new(),
@@ -135,7 +130,7 @@ impl Runtime {
 
     /// Load the plugins from the search path and check the configuration against them
     /// (agreed: a plugin missing on one node fails init on every rank).
-    pub(in crate::runtime) fn load_plugins(&mut self) -> Result<()> {
+    fn load_plugins(&mut self) -> Result<()> {
         self.registry = Registry::load(&self.config.search_path());
         let findings = check_plugins(&self.config, &self.registry);
         let checked = if findings.errors.is_empty() {
@@ -147,7 +142,7 @@ impl Runtime {
     }
 
     /// This rank's node, the ranks on it and the number of nodes (agreed).
-    pub(in crate::runtime) fn find_node(&mut self) -> Result<()> {
+    fn find_node(&mut self) -> Result<()> {
         self.topo = Topology::find(&*self.world, &self.config)?;
         Ok(())
     }
@@ -155,7 +150,7 @@ impl Runtime {
     /// This job's control directory on this node (private, every level checked) and the
     /// prefix's `.scr`; a run that ended in finalize left that as the halt file's exit
     /// reason, which a new run starting clears. Agreed.
-    pub(in crate::runtime) fn create_job_dirs(&mut self) -> Result<()> {
+    fn create_job_dirs(&mut self) -> Result<()> {
         let cntl_base = PathBuf::from(self.config.get(settings::CNTL_BASE));
         self.job.cntl_dir = crate::layout::job_dir(
             &cntl_base,
@@ -201,10 +196,7 @@ impl Runtime {
     /// (SCR makes its cache directories in init: a store that cannot be used fails the
     /// start, not a later checkpoint), the nodes file, the recorded configuration calls
     /// and, on rank 0, the allocation's end.
-    pub(in crate::runtime) fn set_up_stores(
-        &mut self,
-        recorded_api: &[(usize, String)],
-    ) -> Result<()> {
+    fn set_up_stores(&mut self, recorded_api: &[(usize, String)]) -> Result<()> {
         self.descs = Descriptors::create(&*self.world, &self.config, &self.registry, &self.topo)?;
         let stores: BTreeSet<String> = self
             .descs
@@ -273,7 +265,7 @@ impl Runtime {
     /// Restore what the cache holds (verify, rebuild, or drop each dataset), settle
     /// flushes an earlier run left interrupted, and choose the restart (or leave the
     /// fetch to the first have_restart).
-    pub(in crate::runtime) fn restore_at_init(&mut self, options: &InitOptions) -> Result<()> {
+    fn restore_at_init(&mut self, options: &InitOptions) -> Result<()> {
         self.restore_cache()?;
         if self.report.lost_nodes_unnamed() > 0 {
             self.warn(&format!(
@@ -318,7 +310,7 @@ impl Runtime {
 
     /// Log the init event and, at debug level 1, each descriptor and the init summary;
     /// exit here when the run is halted.
-    pub(in crate::runtime) fn report_init(&mut self, started: Instant) {
+    fn report_init(&mut self, started: Instant) {
         self.log_event(crate::events::Event::Init {
             ranks: self.topo.size(),
             nodes: self.topo.node_count(),
@@ -387,7 +379,7 @@ impl Runtime {
     /// nodes as this run used; see [`crate::layout::prefix_nodes_file`]). The control
     /// directories' copies are agreed; the prefix's is warned about when it cannot be
     /// written.
-    pub(in crate::runtime) fn write_nodes_file(&self) -> Result<()> {
+    fn write_nodes_file(&self) -> Result<()> {
         let nodes = crate::state::nodes::Nodes {
             nodes: u64::from(self.topo.node_count()),
         };

@@ -39,7 +39,6 @@
 mod cache;
 mod collective;
 pub mod comm;
-mod deferred_crc;
 mod descriptors;
 mod dispatch;
 mod distribute;
@@ -64,6 +63,8 @@ mod topology;
 pub(crate) mod window;
 mod world;
 
+#[cfg(test)]
+use cache::deferred_crc;
 use cache::Cache;
 use collective::{agree_on, first_failure, Collective};
 use descriptors::Descriptors;
@@ -136,9 +137,6 @@ pub struct Runtime {
     flushing: flush::Flushing,
     /// `Some` when the library is disabled (`enable = false`): the calls pass through.
     passthrough: Option<Passthrough>,
-    /// The background hash of the last dataset kept, until its CRC32s are recorded (see
-    /// `deferred_crc`; at most one).
-    crc_job: Option<deferred_crc::CrcJob>,
     /// The fault suite's hooks (none in production), given to `init_in`.
     hooks: TestHooks,
 }

@@ -47,6 +47,19 @@ impl Output {
 }
 
 impl Runtime {
+    /// Whether `complete_output` leaves the CRC32s of dataset `rec` (descriptor `desc`)
+    /// to the background hash: see the module docs. The same on every rank (settings,
+    /// the agreed scheme property, the record), before the per-rank check of the
+    /// redundancy files the scheme names.
+    fn defers_crc(&self, desc: usize, rec: &DatasetRecord) -> bool {
+        let rd = &self.descs[desc];
+        self.config.get(settings::CRC_ON_COPY)
+            && self.config.get(settings::CRC_ON_COPY_DEFER)
+            && rd.keeps_no_redundancy()
+            && !rd.hashes_in_apply()
+            && !self.flush_due(rec)
+    }
+
     /// Begin a dataset (collective). Old datasets are evicted from its store first, as
     /// the store's `count` requires.
     pub fn start_output(&mut self, name: &str, flags: OutputFlags) -> Result<()> {
@@ -76,7 +89,7 @@ impl Runtime {
         // background flushes finished everywhere are recorded before eviction looks
         // at what the prefix holds
         self.poll_flushes();
-        self.poll_crc();
+        self.cache.poll_crc();
         let checkpoint_id = flags.checkpoint.then_some(self.cache.next_checkpoint());
         let desc = self.descs.for_dataset(flags, self.cache.next_checkpoint());
         let store = self.descs[desc].record().store.clone();
@@ -145,7 +158,7 @@ impl Runtime {
     /// 0's arguments are broadcast). This rank's own arguments and state come first (the
     /// more precise reason), then whether they are rank 0's; `refused` is a reason the
     /// caller found already (an API-level check).
-    pub(in crate::runtime) fn output_refused(
+    fn output_refused(
         &self,
         name: &str,
         flags: OutputFlags,
@@ -192,7 +205,7 @@ impl Runtime {
     }
 
     /// Whether a dataset is being written (between start_output and complete_output).
-    pub(in crate::runtime) fn writing(&self) -> bool {
+    fn writing(&self) -> bool {
         self.output.is_some()
             || self
                 .passthrough
@@ -202,11 +215,7 @@ impl Runtime {
 
     /// This rank's part of `start_output`: create the directory, record the dataset in
     /// the filemap.
-    pub(in crate::runtime) fn open_dataset(
-        &mut self,
-        store: &str,
-        record: &DatasetRecord,
-    ) -> Result<()> {
+    fn open_dataset(&mut self, store: &str, record: &DatasetRecord) -> Result<()> {
         self.create_store_dir(store)?;
         let dir = self.dataset_dir(store, record.id);
         // every level from the store to the dataset directory 0700, none a link
@@ -238,7 +247,7 @@ impl Runtime {
 
     /// The prefix-relative form of an application file name, refusing names that leave
     /// the prefix (and so the dataset directory).
-    pub(in crate::runtime) fn relative_name(&self, name: &Path) -> Result<PathBuf> {
+    fn relative_name(&self, name: &Path) -> Result<PathBuf> {
         let cwd = std::env::current_dir().map_err(io_err(Path::new(".")))?;
         let full = lexical_normalize(&cwd.join(name));
         let prefix = lexical_normalize(&self.job.prefix);
@@ -318,7 +327,7 @@ impl Runtime {
 
     /// [`Runtime::route_file`] during output: the path of `rel` in this dataset's cache
     /// directory, recorded and with its directories made (private, never through a link).
-    pub(in crate::runtime) fn route_output(&mut self, rel: &Path) -> Result<PathBuf> {
+    fn route_output(&mut self, rel: &Path) -> Result<PathBuf> {
         let key = rel.to_string_lossy().into_owned();
         let out = self.output.as_ref().expect("during output");
         let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
@@ -359,7 +368,7 @@ impl Runtime {
     /// Record routed file `key` of the dataset being written, once: in the filemap's
     /// journal (one appended record, not a rewrite of the whole filemap, which grows with
     /// every file). A name that could not be recorded is refused and may be routed again.
-    pub(in crate::runtime) fn record_routed(&mut self, key: &str) -> Result<()> {
+    fn record_routed(&mut self, key: &str) -> Result<()> {
         let out = self.output.as_mut().expect("during output");
         if !out.routed.insert(key.to_string()) {
             return Ok(());
@@ -406,7 +415,7 @@ impl Runtime {
         }
         self.poll_flushes();
         // one background hash at a time: the previous dataset's is recorded first
-        self.settle_crc();
+        self.cache.settle_crc();
         let mut out = self.output.take().expect("checked by every rank");
         let _dataset = crate::log::dataset_span(out.record.id).entered();
         if out.record.descriptor.bypass {
@@ -462,7 +471,9 @@ impl Runtime {
         out.record.crc32_pending = deferred;
         self.keep_output(&mut out)?;
         if deferred {
-            self.start_crc_hash(&out.record);
+            let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
+            let buf = self.config.file_buf_size();
+            self.cache.hash_in_background(&out.record, &dir, buf);
         }
         if self.topo.rank() == 0 {
             if let Err(e) =
@@ -485,7 +496,7 @@ impl Runtime {
 
     /// Delete a refused output's files and record on every rank (collective): what a
     /// clash or a failed commit leaves of complete_output.
-    pub(in crate::runtime) fn drop_output(&mut self, rec: &DatasetRecord) -> Result<()> {
+    fn drop_output(&mut self, rec: &DatasetRecord) -> Result<()> {
         let local = self.delete_dataset(rec);
         self.dataset_done(rec.id);
         self.world.changed("complete_output", local)
@@ -493,7 +504,7 @@ impl Runtime {
 
     /// Discard a dataset that is not kept (collective: every rank is here alike) and say
     /// why: a naming error, the first failing rank's apply error, or a rank said invalid.
-    pub(in crate::runtime) fn discard_output(
+    fn discard_output(
         &mut self,
         out: &Output,
         named: NameCheck,
@@ -526,13 +537,7 @@ impl Runtime {
     /// Record the size, mode, mtime and (with `crc`) CRC32 of each routed file of `out`
     /// as it is in `dir`; false, with a warning naming the file, when one is missing or
     /// unreadable (this rank's part is then invalid).
-    pub(in crate::runtime) fn stat_output_files(
-        &self,
-        out: &mut Output,
-        dir: &Path,
-        crc: bool,
-        buf: usize,
-    ) -> bool {
+    fn stat_output_files(&self, out: &mut Output, dir: &Path, crc: bool, buf: usize) -> bool {
         for f in &mut out.record.files {
             match crate::integrity::stat_file(&dir.join(&f.name), crc, buf) {
                 Ok(meta) => {
@@ -552,7 +557,7 @@ impl Runtime {
 
     /// Read each routed file of `out` in `dir` for its CRC32: the error names the rank and
     /// the file that could not be read.
-    pub(in crate::runtime) fn hash_output_files(
+    fn hash_output_files(
         &self,
         out: &mut Output,
         dir: &Path,
@@ -641,7 +646,7 @@ impl Runtime {
     /// Run the scheme's apply on this rank's files (its part of a collective call; not
     /// agreed: the caller agrees) and record the redundancy files it wrote and, from a
     /// scheme that hashes in apply (`fused`), the files' CRC32s. The error says why.
-    pub(in crate::runtime) fn apply_output(
+    fn apply_output(
         &self,
         out: &mut Output,
         dir: &Path,
@@ -684,7 +689,7 @@ impl Runtime {
     /// rank recorded the dataset as complete; a rank that could not (a full control
     /// directory, say) makes every rank discard it, while the previous checkpoint is still
     /// in cache. Then the checkpoint is counted and logged, and older datasets evicted.
-    pub(in crate::runtime) fn keep_output(&mut self, out: &mut Output) -> Result<()> {
+    fn keep_output(&mut self, out: &mut Output) -> Result<()> {
         let committed = self.commit_dataset(out);
         if !self.world.all(committed.is_ok()) {
             // every rank returns the same error: the first failing rank's
@@ -727,7 +732,7 @@ impl Runtime {
     /// Record in `rec` the CRC32s a scheme computed during its apply (`crcs`, one per
     /// file of `rec`, in order), reading each file it gave none for. A list of another
     /// length breaks the contract of `apply_with_crc`: refused, naming the plugin.
-    pub(in crate::runtime) fn record_crcs(
+    fn record_crcs(
         &self,
         desc: usize,
         rec: &mut DatasetRecord,
@@ -757,7 +762,7 @@ impl Runtime {
     }
 
     /// This rank's part of keeping a dataset: mark it complete in the filemap.
-    pub(in crate::runtime) fn commit_dataset(&mut self, out: &mut Output) -> Result<()> {
+    fn commit_dataset(&mut self, out: &mut Output) -> Result<()> {
         self.injected_failure("commit", out.record.id)?;
         out.record.complete = true;
         self.cache.put(out.record.clone());
@@ -767,7 +772,7 @@ impl Runtime {
     /// Dataset `id` is finished (kept or not): the next one gets a new id, and rank 0
     /// records the ids in the prefix so that later runs never reuse them, even when every
     /// cache is lost.
-    pub(in crate::runtime) fn dataset_done(&mut self, id: u64) {
+    fn dataset_done(&mut self, id: u64) {
         self.cache.used(id, None);
         if self.topo.rank() == 0 {
             let ids = Ids {
@@ -781,7 +786,7 @@ impl Runtime {
         }
     }
 
-    pub(in crate::runtime) fn checkpoint_done(&mut self, started: Instant) {
+    fn checkpoint_done(&mut self, started: Instant) {
         self.policy.checkpoint_done(started);
         if self.topo.rank() == 0 {
             // a read-modify-write under the prefix lock: a concurrent `scr halt` must

@@ -17,7 +17,7 @@ impl Runtime {
         let _counted = comm::scope("need_checkpoint");
         self.world.usable("need_checkpoint")?;
         self.poll_flushes();
-        self.poll_crc();
+        self.cache.poll_crc();
         self.policy.count_call();
         // one broadcast decides (applications may ask every iteration): 0 no, 1 yes, 2 a
         // halt condition holds (SCR checks them here too) — then, with halt_exit, the
@@ -40,7 +40,7 @@ impl Runtime {
     }
 
     /// Rank 0's view of the halt conditions.
-    pub(in crate::runtime) fn halt_check(&self) -> Option<String> {
+    fn halt_check(&self) -> Option<String> {
         halt_reason(
             &load_halt(&self.job.prefix),
             now_secs(),
@@ -56,7 +56,7 @@ impl Runtime {
         let _counted = comm::scope("should_exit");
         self.world.usable("should_exit")?;
         self.poll_flushes();
-        self.poll_crc();
+        self.cache.poll_crc();
         match self.agreed_halt_reason() {
             None => Ok(false),
             Some(reason) => {
@@ -71,7 +71,7 @@ impl Runtime {
                 self.world.health_mut().set_halt_reason(reason);
                 // an application that exits now without finalize leaves the CRC32s of
                 // its last dataset recorded
-                self.settle_crc();
+                self.cache.settle_crc();
                 // the run is about to end: its newest checkpoint goes to the prefix now
                 // (finalize would otherwise; an application that exits without it
                 // still leaves it saved)
@@ -86,7 +86,7 @@ impl Runtime {
     }
 
     /// Rank 0's view of the halt conditions, on every rank (collective).
-    pub(in crate::runtime) fn agreed_halt_reason(&self) -> Option<String> {
+    fn agreed_halt_reason(&self) -> Option<String> {
         let reason = if self.topo.rank() == 0 {
             self.halt_check()
         } else {
@@ -116,7 +116,7 @@ impl Runtime {
 
     /// End the run for `reason` (collective; halt_exit): finalize (which flushes the
     /// newest checkpoint), finalize MPI and exit with status 0.
-    pub(in crate::runtime) fn halt_and_exit(&mut self, reason: String) -> ! {
+    fn halt_and_exit(&mut self, reason: String) -> ! {
         self.log_event(crate::events::Event::Halt {
             reason: reason.clone(),
         });

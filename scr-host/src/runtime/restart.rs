@@ -163,7 +163,7 @@ impl Runtime {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("have_restart");
         // the checkpoint about to be offered has its CRC32s recorded
-        self.settle_crc();
+        self.cache.settle_crc();
         if self.restart.fetch_pending && self.passthrough.is_none() {
             self.world.usable("have_restart")?;
             self.restart.fetch_pending = false;
@@ -201,7 +201,7 @@ impl Runtime {
         let _counted = comm::scope("start_restart");
         self.world.usable("start_restart")?;
         // the files about to be read have their CRC32s recorded
-        self.settle_crc();
+        self.cache.settle_crc();
         if self.output.is_some() || self.restart.candidate.is_some() || self.restart.reading_prefix
         {
             return Err(ScrError::Usage(

@@ -65,7 +65,7 @@ impl Runtime {
                 .filter(|&e| e < below)
                 .max()
                 .unwrap_or(0);
-            let next = self.max_u64(mine);
+            let next = self.world.max_u64(mine);
             if next == 0 {
                 break;
             }
@@ -98,7 +98,7 @@ impl Runtime {
     /// in cache but not offered) is not listed: this run cannot flush it; a later run
     /// that restores it lists it again. A failure to write is warned about only (the
     /// file informs the tools; the run does not depend on it).
-    pub(in crate::runtime) fn rebuild_flush_file(&self, restored: &BTreeSet<u64>) {
+    fn rebuild_flush_file(&self, restored: &BTreeSet<u64>) {
         if self.topo.rank() != 0 {
             return;
         }
@@ -113,7 +113,7 @@ impl Runtime {
     /// cache is purged on every node (agreed) and the run restarts from the prefix
     /// (fetch). The flush file loses its CACHE entries with the rebuild that follows
     /// (nothing is left to restore: [`Runtime::rebuild_flush_file`]).
-    pub(in crate::runtime) fn purge_at_init(&mut self, why: &str) -> Result<()> {
+    fn purge_at_init(&mut self, why: &str) -> Result<()> {
         let purged = self.purge_cache(why);
         self.world.agree_on(purged)
     }
@@ -121,15 +121,15 @@ impl Runtime {
     /// The next dataset and checkpoint ids (collective): they continue after the largest
     /// used anywhere, in the cache or, recorded by rank 0, in the prefix (so a lost cache
     /// never brings an old id back).
-    pub(in crate::runtime) fn continue_ids(&mut self) {
+    fn continue_ids(&mut self) {
         let ids = if self.topo.rank() == 0 {
             super::Ids::load(&self.job.prefix)
         } else {
             super::Ids::default()
         };
         let (cache_dataset, cache_ckpt) = self.cache.largest_ids();
-        let dataset = self.max_u64(cache_dataset.max(ids.dataset));
-        let checkpoint = self.max_u64(cache_ckpt.max(ids.checkpoint));
+        let dataset = self.world.max_u64(cache_dataset.max(ids.dataset));
+        let checkpoint = self.world.max_u64(cache_ckpt.max(ids.checkpoint));
         self.cache.continue_after(dataset, checkpoint);
     }
 
@@ -137,7 +137,7 @@ impl Runtime {
     /// lowest holder's record, the lowest holder whose record differs from it, whether
     /// any holder recorded a CRC32. Per rank: 3–4 reductions and a broadcast of one
     /// identity (or two, when records differ) — independent of P.
-    pub(in crate::runtime) fn holders_of(&self, id: u64) -> Holders {
+    fn holders_of(&self, id: u64) -> Holders {
         let own = self.cache.get(id);
         let first_rank =
             self.world
@@ -185,7 +185,7 @@ impl Runtime {
 
     /// Why a dataset cannot belong to this job, judged from what its holders agree on
     /// (the same on every rank).
-    pub(in crate::runtime) fn unrestorable(&self, holders: &Holders) -> Option<String> {
+    fn unrestorable(&self, holders: &Holders) -> Option<String> {
         let first = &holders.first;
         if first.world_size != 0 && first.world_size != self.topo.size() {
             return Some(format!(
@@ -210,7 +210,7 @@ impl Runtime {
     /// reduction when no rank lacks the record; otherwise a split, an exchange of
     /// O(set size) ranks within the set and one record per missing member — independent
     /// of P (was: every rank's records on every rank).
-    pub(in crate::runtime) fn template_from_set(&self, id: u64, tag: i32) -> Option<DatasetRecord> {
+    fn template_from_set(&self, id: u64, tag: i32) -> Option<DatasetRecord> {
         let own = self.cache.get(id);
         if self.world.sum_u64(u64::from(own.is_none())) == 0 {
             return own.cloned();
@@ -240,21 +240,11 @@ impl Runtime {
             .find(|r: &DatasetRecord| r.descriptor.members.contains(&self.topo.rank()))
     }
 
-    /// Largest `v` over all ranks.
-    pub(in crate::runtime) fn max_u64(&self, v: u64) -> u64 {
-        self.world.max_u64(v)
-    }
-
     /// Verify (and, through the scheme, rebuild) dataset `id` on every rank, or drop it
     /// everywhere; whether it was restored (the same on every rank). Collective: every
     /// step below that can go differently on some ranks ends in an agreement before the
     /// next collective one.
-    pub(in crate::runtime) fn restore_dataset(
-        &mut self,
-        id: u64,
-        holders: &Holders,
-        tag: i32,
-    ) -> Result<bool> {
+    fn restore_dataset(&mut self, id: u64, holders: &Holders, tag: i32) -> Result<bool> {
         let _dataset = crate::log::dataset_span(id).entered();
         let restore_started = std::time::Instant::now();
         let own = self.cache.get(id).cloned();
@@ -307,12 +297,7 @@ impl Runtime {
     /// communicator, the scheme, the private dataset directory), agreed: `None` on every
     /// rank when any rank could not (plugin missing, parameters refused, no set), after
     /// keeping the data and saying why it is not offered now.
-    pub(in crate::runtime) fn prepare_restore(
-        &mut self,
-        id: u64,
-        holders: &Holders,
-        tag: i32,
-    ) -> Option<Restore> {
+    fn prepare_restore(&mut self, id: u64, holders: &Holders, tag: i32) -> Option<Restore> {
         // the record that says which set this rank belonged to
         let template = self.template_from_set(id, tag);
         let host = self.restore_host(template.as_ref());
@@ -363,10 +348,7 @@ impl Runtime {
     /// world. Agreed, and only when every rank has its set: a member without one would
     /// never join its set's duplicate. `None` when the communicator does not have the
     /// recorded number of members.
-    pub(in crate::runtime) fn restore_host(
-        &mut self,
-        template: Option<&DatasetRecord>,
-    ) -> Option<Box<dyn SetHost>> {
+    fn restore_host(&mut self, template: Option<&DatasetRecord>) -> Option<Box<dyn SetHost>> {
         let set = template.map(|t| Set {
             id: t.descriptor.set_id,
             members: t.descriptor.members.clone(),
@@ -406,10 +388,7 @@ impl Runtime {
 
     /// A new instance of the scheme `rec` was protected with, as this rank's member of
     /// its recorded set.
-    pub(in crate::runtime) fn scheme_of(
-        &self,
-        rec: &DatasetRecord,
-    ) -> std::result::Result<LoadedScheme, RegistryError> {
+    fn scheme_of(&self, rec: &DatasetRecord) -> std::result::Result<LoadedScheme, RegistryError> {
         let d = &rec.descriptor;
         let member = d
             .members
@@ -423,7 +402,7 @@ impl Runtime {
     /// Verify this rank's cached files before use: a file that is missing, of another
     /// size or (with crc_on_restart) of another CRC32 than recorded makes this rank's
     /// data lost, so the scheme rebuilds it or the dataset is dropped everywhere.
-    pub(in crate::runtime) fn check_cached(
+    fn check_cached(
         &mut self,
         r: &Restore,
         own: Option<&DatasetRecord>,
@@ -463,7 +442,7 @@ impl Runtime {
     /// incomplete record is deleted at init). A lost rank's own file names are only in
     /// the redundancy data: they are recorded the moment recover returns them. `None` on
     /// every rank when any rank could not record them (the dataset is skipped).
-    pub(in crate::runtime) fn declare_rebuild(
+    fn declare_rebuild(
         &mut self,
         id: u64,
         r: &Restore,
@@ -510,7 +489,7 @@ impl Runtime {
     /// is verified before it is recorded (`Ok(Some(files))`). On a rank whose cache was
     /// lost (`own` is `None`) the returned names go into `rebuilding` at once, so a crash
     /// before the end leaves them findable.
-    pub(in crate::runtime) fn recover_verified(
+    fn recover_verified(
         &mut self,
         r: &Restore,
         own: Option<&DatasetRecord>,
@@ -605,7 +584,7 @@ impl Runtime {
     /// missing, 2 the whole cache lost) and which nodes lost their cache, for the log and
     /// the event log's lost nodes (collective). Rank 0 alone logs them: bounded gathers of
     /// the ranks that lacked files and of the nodes lost — see `World::gather_some`.
-    pub(in crate::runtime) fn note_lacking_ranks(
+    fn note_lacking_ranks(
         &mut self,
         r: &Restore,
         lacking: Option<u8>,
@@ -647,11 +626,7 @@ impl Runtime {
 
     /// Record the files rebuilt on this rank (verified) and the scheme's own redundancy
     /// files: the dataset is complete here again.
-    pub(in crate::runtime) fn record_rebuilt(
-        &mut self,
-        r: &Restore,
-        files: Vec<super::FileRecord>,
-    ) -> Result<()> {
+    fn record_rebuilt(&mut self, r: &Restore, files: Vec<super::FileRecord>) -> Result<()> {
         let mut rec = r.record.clone();
         rec.files = files;
         rec.complete = true;
@@ -677,7 +652,7 @@ impl Runtime {
     /// which ranks lacked files and which sets' rebuild failed. Two bounded gathers to
     /// rank 0 — the ranks whose files were lost or damaged, the ranks whose rebuild failed
     /// with their set — and the report broadcast from rank 0: per rank O(log P) steps.
-    pub(in crate::runtime) fn dropped_report(
+    fn dropped_report(
         &self,
         r: &Restore,
         check: &std::result::Result<(), String>,

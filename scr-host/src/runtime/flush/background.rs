@@ -27,7 +27,7 @@ impl Runtime {
         lock(&in_flight).insert(rec.id);
         self.flushing.pending.push(entry);
         let id = rec.id;
-        let buf = self.buf_size();
+        let buf = self.config.file_buf_size();
         let waiter = std::thread::spawn(move || {
             let outcome: RankOutcome = started.and_then(|s| collect(s, true, "when written", buf));
             // not running any more (the source may be evicted, see `evict`), then
@@ -96,7 +96,7 @@ impl Runtime {
     /// record each in order through [`Runtime::gather_and_finish`], as a synchronous
     /// flush is recorded. `last` (finalize): the flushes copied but not recorded earlier
     /// are recorded again, and what cannot be recorded now stays unrecorded for good.
-    pub(in crate::runtime) fn complete_flushes(&mut self, n: usize, last: bool) {
+    fn complete_flushes(&mut self, n: usize, last: bool) {
         let settled: Vec<IndexEntry> = self.flushing.pending.drain(..n).collect();
         // their waiters stored their outcome as the last thing they did: they end now
         let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.flushing.waiters)
@@ -153,7 +153,7 @@ impl Runtime {
 
     /// Record one completed background flush (collective): in the index as flushed when
     /// every rank copied its part (`copied`, agreed), else as failed.
-    pub(in crate::runtime) fn record_background(
+    fn record_background(
         &mut self,
         entry: IndexEntry,
         mine: RankOutcome,

@@ -199,7 +199,7 @@ impl Runtime {
             .insert(entry.id, std::time::Instant::now());
         // a resumed flush writes to the prefix as any flush: at most `flush_width` ranks
         // at once, the turn passed on whatever this rank's part did
-        let buf = self.buf_size();
+        let buf = self.config.file_buf_size();
         let window = self.window(crate::runtime::window::Direction::Flush);
         let outcome: RankOutcome = window.run(&*self.world, || {
             let dispatched = started

@@ -83,7 +83,7 @@ impl Runtime {
             ));
         }
         let crc = self.config.get(settings::CRC_ON_FLUSH);
-        let buf = self.buf_size();
+        let buf = self.config.file_buf_size();
         let mine: RankOutcome = if all_valid {
             self.stat_bypass_files(&mut out, crc, buf)
         } else {

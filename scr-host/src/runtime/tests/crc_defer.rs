@@ -30,7 +30,7 @@ fn poll_until_recorded(rt: &mut Runtime) {
     let started = std::time::Instant::now();
     loop {
         rt.need_checkpoint().unwrap();
-        if rt.world.sum_u64(u64::from(rt.crc_job.is_some())) == 0 {
+        if rt.world.sum_u64(u64::from(rt.cache.hashing())) == 0 {
             return;
         }
         assert!(
@@ -53,7 +53,7 @@ fn a_single_checkpoints_crc32s_are_hashed_in_the_background_and_recorded_at_a_la
     let out = job(dir.path(), &FOUR, &single_env(&[]), |rt, me| {
         let file = format!("f1_{me}");
         assert!(write_checkpoint(rt, dir.path(), "ckpt.1", &file).unwrap());
-        let pending = rt.crc_job.is_some();
+        let pending = rt.cache.hashing();
         // the snapshot as committed (`Filemap::load` would apply the thread's note, which
         // it may have written by now)
         let committed = crate::state::read_state::<Filemap>(
@@ -103,7 +103,7 @@ fn a_single_checkpoints_crc32s_are_hashed_in_the_background_and_recorded_at_a_la
             let rec = on_disk(rt, "ckpt.1");
             let real = crc32fast::hash(format!("ckpt.1 {file}").as_bytes());
             (
-                rt.crc_job.is_some(),
+                rt.cache.hashing(),
                 rec.crc32_pending,
                 rec.files[0].crc32 == Some(real),
             )
@@ -125,7 +125,7 @@ fn start_restart_and_finalize_record_a_pending_hash_first() {
         assert!(write_checkpoint(rt, dir.path(), "ckpt.1", &file).unwrap());
         assert_eq!(rt.have_restart().as_deref(), Some("ckpt.1"));
         rt.start_restart().unwrap();
-        let joined = rt.crc_job.is_none();
+        let joined = !rt.cache.hashing();
         let rec = rt.cache.datasets().next().unwrap().clone();
         let path = rt
             .route_file(&dir.path().join("prefix").join(&file))
@@ -174,7 +174,7 @@ fn a_flush_after_a_deferred_hash_catches_a_byte_damaged_in_cache() {
     let out = job_logged(dir.path(), &FOUR, &env, |rt, me| {
         let file = format!("f1_{me}");
         assert!(write_checkpoint(rt, dir.path(), "ckpt.1", &file).unwrap());
-        let deferred = rt.crc_job.is_some();
+        let deferred = rt.cache.hashing();
         poll_until_recorded(rt);
         // every rank's hash is recorded before rank 1 damages its file
         rt.world.barrier();
@@ -236,8 +236,8 @@ fn die_with_a_pending_hash(dir: &Path, noted: bool) {
             .unwrap_or_else(|e| panic!("rank {me}: init: {e}"));
         write_range(&mut rt, dir, me, 1..=2);
         if me == 0 {
-            rt.settle_crc();
-        } else if let Some(job) = rt.crc_job.take() {
+            rt.cache.settle_crc();
+        } else if let Some(job) = rt.cache.take_crc_job() {
             if noted {
                 // done, never recorded by the runtime
                 drop(job.join());
@@ -356,9 +356,9 @@ fn deleting_a_dataset_whose_hash_is_pending_cancels_the_hash() {
     let env = single_env(&[("SCR_CRC_ON_DELETE", "1")]);
     let out = job_logged(dir.path(), &FOUR, &env, |rt, me| {
         assert!(write_checkpoint(rt, dir.path(), "ckpt.1", &format!("f1_{me}")).unwrap());
-        let pending = rt.crc_job.is_some();
+        let pending = rt.cache.hashing();
         rt.delete("ckpt.1").unwrap();
-        (pending, rt.crc_job.is_none(), rt.cache.ids().is_empty())
+        (pending, !rt.cache.hashing(), rt.cache.ids().is_empty())
     });
     for (rank, (r, end, lines)) in out.iter().enumerate() {
         assert_eq!(r, &(true, true, true), "rank {rank}");
@@ -378,7 +378,7 @@ fn a_file_the_background_hash_cannot_read_is_named_and_leaves_the_dataset_unveri
     let dir = tempfile::tempdir().unwrap();
     let out = job_logged(dir.path(), &FOUR, &single_env(&[]), |rt, me| {
         assert!(write_checkpoint(rt, dir.path(), "ckpt.1", &format!("f1_{me}")).unwrap());
-        rt.settle_crc();
+        rt.cache.settle_crc();
         // as if the file vanished under the thread: a job over a path that is not there
         let id = rt.cache.ids()[0];
         let mut file = String::new();
@@ -387,7 +387,7 @@ fn a_file_the_background_hash_cannot_read_is_named_and_leaves_the_dataset_unveri
             file = rec.files[0].name.clone();
         });
         let gone = dir.path().join(format!("vanished_{me}"));
-        rt.crc_job = Some(
+        rt.cache.set_crc_job(
             deferred_crc::CrcJob::spawn(id, "ckpt.1", vec![(file, gone)], 4096, None).unwrap(),
         );
         poll_until_recorded(rt);

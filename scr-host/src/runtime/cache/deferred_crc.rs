@@ -1,4 +1,4 @@
-//! CRC32s off the critical path (`crc_on_copy_defer`, issue 28).
+//! CRC32s off the critical path (`crc_on_copy_defer`): the cache's background hash.
 //!
 //! A scheme that reads the data anyway hashes it in its apply (`crc32_in_apply`); one
 //! that keeps no redundancy data reads nothing, so the CRC32 that `crc_on_copy` asks for
@@ -55,9 +55,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use super::{DatasetRecord, Runtime};
-use crate::config::settings;
-use crate::state::filemap::{CrcNote, Filemap};
+use super::Cache;
+use crate::state::filemap::{CrcNote, DatasetRecord, Filemap};
 
 /// What hashing one file came to: its CRC32, or why there is none (naming the error).
 pub(in crate::runtime) type FileHash = std::result::Result<u32, String>;
@@ -198,38 +197,29 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "(no message)".into())
 }
 
-impl Runtime {
-    /// Whether `complete_output` leaves the CRC32s of dataset `rec` (descriptor `desc`)
-    /// to the background hash: see the module docs. The same on every rank (settings,
-    /// the agreed scheme property, the record), before the per-rank check of the
-    /// redundancy files the scheme names.
-    pub(in crate::runtime) fn defers_crc(&self, desc: usize, rec: &DatasetRecord) -> bool {
-        let rd = &self.descs[desc];
-        self.config.get(settings::CRC_ON_COPY)
-            && self.config.get(settings::CRC_ON_COPY_DEFER)
-            && rd.keeps_no_redundancy()
-            && !rd.hashes_in_apply()
-            && !self.flush_due(rec)
-    }
-
-    /// Hand the CRC32s of the dataset just kept (`rec`, committed with `crc32_pending`)
-    /// to a background thread. When no thread can be made they are computed here.
-    pub(in crate::runtime) fn start_crc_hash(&mut self, rec: &DatasetRecord) {
-        debug_assert!(self.crc_job.is_none(), "one job at a time");
-        let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+impl Cache {
+    /// Hand the CRC32s of the dataset just kept (`rec`, committed with `crc32_pending`,
+    /// its files in `dir`) to a background thread reading through `buf` bytes. When no
+    /// thread can be made they are computed here.
+    pub(in crate::runtime) fn hash_in_background(
+        &mut self,
+        rec: &DatasetRecord,
+        dir: &Path,
+        buf: usize,
+    ) {
+        debug_assert!(self.crc.is_none(), "one job at a time");
         let files: Vec<(String, PathBuf)> = rec
             .files
             .iter()
             .map(|f| (f.name.clone(), dir.join(&f.name)))
             .collect();
-        let buf = self.config.file_buf_size();
-        let note = Some((self.job.cntl_dir.clone(), self.topo.rank()));
+        let note = Some((self.cntl_dir.clone(), self.filemap.rank));
         match CrcJob::spawn(rec.id, &rec.name, files.clone(), buf, note) {
-            Ok(job) => self.crc_job = Some(job),
+            Ok(job) => self.crc = Some(job),
             Err(e) => {
                 tracing::warn!(
                     "rank {}: no thread for the CRC32s of dataset {} ({}): {e}; hashing them now",
-                    self.topo.rank(),
+                    self.filemap.rank,
                     rec.id,
                     rec.name
                 );
@@ -245,23 +235,23 @@ impl Runtime {
     /// Record the background hash's CRC32s if it has finished, without waiting (the
     /// polling calls: start_output, need_checkpoint).
     pub(in crate::runtime) fn poll_crc(&mut self) {
-        if self.crc_job.as_ref().is_some_and(CrcJob::is_finished) {
+        if self.crc.as_ref().is_some_and(CrcJob::is_finished) {
             self.settle_crc();
         }
     }
 
     /// Wait for the background hash, if any, and record its CRC32s.
     pub(in crate::runtime) fn settle_crc(&mut self) {
-        if let Some(job) = self.crc_job.take() {
+        if let Some(job) = self.crc.take() {
             let (id, name) = (job.id, job.name.clone());
             let hashes = job.join();
             self.record_crcs_of(id, &name, hashes);
         }
     }
 
-    /// [`Runtime::settle_crc`] when the job is dataset `id`'s; whether it was.
+    /// [`Cache::settle_crc`] when the job is dataset `id`'s; whether it was.
     pub(in crate::runtime) fn settle_crc_of(&mut self, id: u64) -> bool {
-        let mine = self.crc_job.as_ref().is_some_and(|j| j.id == id);
+        let mine = self.crc.as_ref().is_some_and(|j| j.id == id);
         if mine {
             self.settle_crc();
         }
@@ -270,12 +260,12 @@ impl Runtime {
 
     /// Dataset `id` is being deleted: stop its hash, if it has one, recording nothing.
     pub(in crate::runtime) fn cancel_crc_of(&mut self, id: u64) {
-        if self.crc_job.as_ref().is_some_and(|j| j.id == id) {
-            if let Some(job) = self.crc_job.take() {
+        if self.crc.as_ref().is_some_and(|j| j.id == id) {
+            if let Some(job) = self.crc.take() {
                 job.cancel();
             }
             // (noted before the cancel, if it finished first: no use once it is gone)
-            let _ = CrcNote::remove(&self.job.cntl_dir, self.topo.rank());
+            let _ = CrcNote::remove(&self.cntl_dir, self.filemap.rank);
         }
     }
 
@@ -285,14 +275,9 @@ impl Runtime {
     /// stays pending: nothing vouches for that file's bytes, so a later run does not
     /// restore this rank's files of it (`crc_on_restart`), as after a job that ended
     /// within the hash. A dataset no longer in the filemap is left alone.
-    pub(in crate::runtime) fn record_crcs_of(
-        &mut self,
-        id: u64,
-        name: &str,
-        hashes: Vec<(String, FileHash)>,
-    ) {
-        let rank = self.topo.rank();
-        let held = self.cache.update(id, |rec| {
+    fn record_crcs_of(&mut self, id: u64, name: &str, hashes: Vec<(String, FileHash)>) {
+        let rank = self.filemap.rank;
+        let held = self.update(id, |rec| {
             let mut unhashed = false;
             for (file, hash) in hashes {
                 let Some(f) = rec.files.iter_mut().find(|f| f.name == file) else {
@@ -315,15 +300,35 @@ impl Runtime {
         if !held {
             return;
         }
-        match self.save_filemap() {
+        match self.save() {
             // the filemap holds them now: the thread's note has served
             Ok(()) => {
-                let _ = CrcNote::remove(&self.job.cntl_dir, rank);
+                let _ = CrcNote::remove(&self.cntl_dir, rank);
             }
             Err(e) => tracing::warn!(
                 "rank {rank}: dataset {id} ({name}): its CRC32s could not be recorded in the filemap ({e}); a later run restores this rank's files of it only from the background hash's note, if that was written: free space in the control directory"
             ),
         }
+    }
+}
+
+impl Cache {
+    /// Whether a background hash is running or unrecorded (tests).
+    #[cfg(test)]
+    pub(in crate::runtime) fn hashing(&self) -> bool {
+        self.crc.is_some()
+    }
+
+    /// Take the background hash (tests).
+    #[cfg(test)]
+    pub(in crate::runtime) fn take_crc_job(&mut self) -> Option<CrcJob> {
+        self.crc.take()
+    }
+
+    /// Put a background hash in place (tests).
+    #[cfg(test)]
+    pub(in crate::runtime) fn set_crc_job(&mut self, job: CrcJob) {
+        self.crc = Some(job);
     }
 }
 
