@@ -48,6 +48,8 @@ use std::path::PathBuf;
 
 pub use check::{check_plugins, PluginFindings};
 pub use descriptor::Descriptor;
+/// Store paths are names: compared without trailing slashes.
+pub(crate) use file::normalize_dir as normalize_store;
 use keys::{Key, Value};
 pub use load::{Loader, Snapshot};
 pub use render::render;

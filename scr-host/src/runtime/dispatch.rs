@@ -24,7 +24,7 @@ impl Runtime {
 
     /// The state file of this rank's transfer of dataset `id`.
     pub(in crate::runtime) fn transfer_state(&self, id: u64) -> PathBuf {
-        crate::layout::transfer_state(&self.job.cntl_dir, id, self.topo.rank())
+        crate::layout::transfer_state(self.job.cntl_dir(), id, self.topo.rank())
     }
 
     /// The transfer type of `store` and the library providing it ([`transfer_label`]).
@@ -64,7 +64,7 @@ impl Runtime {
         relocate: bool,
     ) -> std::result::Result<Started, String> {
         let label = self.transfer_of(&rec.descriptor.store);
-        let cache_dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+        let cache_dir = self.job.dataset_dir(&rec.descriptor.store, rec.id);
         let files: Vec<Planned> = rec
             .files
             .iter()
@@ -73,7 +73,7 @@ impl Runtime {
                 Planned {
                     name: f.name.clone(),
                     source: cache_dir.join(&f.name),
-                    destination: self.job.prefix.join(stored.as_deref().unwrap_or(&f.name)),
+                    destination: self.job.prefix().join(stored.as_deref().unwrap_or(&f.name)),
                     size: f.size,
                     crc32: f.crc32,
                     stored,

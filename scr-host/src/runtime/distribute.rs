@@ -17,7 +17,7 @@ impl Runtime {
     pub(in crate::runtime) fn distribute(&mut self) -> Result<()> {
         let mut offers: Vec<(u32, u32)> = Vec::new(); // (owner, holder)
         if self.topo.first_on_node() {
-            for (owner, _) in Filemap::owners_in(&self.job.cntl_dir) {
+            for (owner, _) in Filemap::owners_in(self.job.cntl_dir()) {
                 // an owner of this job that runs on another node now
                 let moved = owner < self.topo.size() && !self.topo.node_ranks().contains(&owner);
                 if moved {
@@ -71,7 +71,7 @@ impl Runtime {
     /// owner confirmed it holds them.
     fn send_filemap(&mut self, owner: u32) -> Result<()> {
         let peer = owner;
-        let map = Filemap::load(&self.job.cntl_dir, owner).unwrap_or(Filemap {
+        let map = Filemap::load(self.job.cntl_dir(), owner).unwrap_or(Filemap {
             rank: owner,
             datasets: BTreeMap::new(),
         });
@@ -81,7 +81,7 @@ impl Runtime {
             if self.store_is_global(&rec.descriptor.store) {
                 continue;
             }
-            let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+            let dir = self.job.dataset_dir(&rec.descriptor.store, rec.id);
             for name in file_names(rec) {
                 let path = dir.join(&name);
                 // a name that leaves the dataset directory, or a link on the way, is
@@ -133,14 +133,14 @@ impl Runtime {
         }
         for rec in map.datasets.values() {
             if !self.store_is_global(&rec.descriptor.store) {
-                let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+                let dir = self.job.dataset_dir(&rec.descriptor.store, rec.id);
                 if let Err(e) = remove_files(&dir, &file_names(rec)) {
                     tracing::warn!("{e}");
                 }
             }
         }
         // with its journal: the records moved with the map
-        if let Err(e) = Filemap::remove(&self.job.cntl_dir, owner) {
+        if let Err(e) = Filemap::remove(self.job.cntl_dir(), owner) {
             tracing::warn!("{e}");
         }
         Ok(())
@@ -162,7 +162,7 @@ impl Runtime {
                 }
             }
         };
-        let mut mine = Filemap::load(&self.job.cntl_dir, self.topo.rank()).unwrap_or(Filemap {
+        let mut mine = Filemap::load(self.job.cntl_dir(), self.topo.rank()).unwrap_or(Filemap {
             rank: self.topo.rank(),
             datasets: BTreeMap::new(),
         });
@@ -170,7 +170,7 @@ impl Runtime {
             mine.datasets.entry(rec.id).or_insert_with(|| rec.clone());
         }
         let mut ok = mine
-            .save(&self.job.cntl_dir)
+            .save(self.job.cntl_dir())
             .map_err(|e| tracing::warn!("{e}"))
             .is_ok();
         let mut buf = vec![0u8; MOVE_PIECE];
@@ -178,7 +178,7 @@ impl Runtime {
             if self.store_is_global(&rec.descriptor.store) {
                 continue;
             }
-            let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+            let dir = self.job.dataset_dir(&rec.descriptor.store, rec.id);
             for name in file_names(rec) {
                 ok &= self.receive_moved_file(peer, rec, &dir, &name, &mut buf);
             }

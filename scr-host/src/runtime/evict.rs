@@ -112,7 +112,7 @@ impl Runtime {
         delete: bool,
     ) -> Result<()> {
         let outcome = if self.topo.rank() == 0 {
-            let prefix = &self.job.prefix;
+            let prefix = self.job.prefix();
             crate::state::prefix::Index::drop_for_app_in(prefix, name, cached, delete)
                 .map(|dropped| {
                     if let Some(d) = dropped.filter(|_| delete) {
@@ -136,7 +136,7 @@ impl Runtime {
             return Ok(());
         }
         let outcome = if self.topo.rank() == 0 {
-            let prefix = &self.job.prefix;
+            let prefix = self.job.prefix();
             crate::state::prefix::Index::purge_in(prefix)
                 .map(|dropped| {
                     dropped.delete_files(prefix, &mut || {});
@@ -175,7 +175,7 @@ impl Runtime {
         if window == 0 || entry.checkpoint_id.is_none() || self.topo.rank() != 0 {
             return;
         }
-        let prefix = &self.job.prefix;
+        let prefix = self.job.prefix();
         match crate::state::prefix::Index::delete_outside_window_in(prefix, entry.id, window) {
             Ok(dropped) if !dropped.names.is_empty() => {
                 dropped.delete_files(prefix, &mut || {});
@@ -207,7 +207,7 @@ impl Runtime {
     ) -> Result<()> {
         if let Some(desc) = desc {
             let rd = &self.descs[desc];
-            let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+            let dir = self.job.dataset_dir(&rec.descriptor.store, rec.id);
             let result = rd
                 .scheme()
                 .raw()
@@ -233,7 +233,7 @@ impl Runtime {
         // a background hash of these files stops first: its CRC32, taken as they go,
         // would vouch for nothing (`crc_on_delete` then checks their sizes only)
         self.cache.cancel_crc_of(rec.id);
-        let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+        let dir = self.job.dataset_dir(&rec.descriptor.store, rec.id);
         if rec.complete && self.config.get(settings::CRC_ON_DELETE) {
             // SCR's SCR_CRC_ON_DELETE: a last check that tells the user the cache
             // damaged data while holding it (the files go either way)
@@ -248,7 +248,7 @@ impl Runtime {
         self.cache.forget(rec.id);
         if self.topo.rank() == 0 && rec.complete {
             if let Err(e) =
-                crate::state::prefix::FlushFile::remove_location(&self.job.prefix, rec.id, "CACHE")
+                crate::state::prefix::FlushFile::remove_location(self.job.prefix(), rec.id, "CACHE")
             {
                 tracing::warn!("{e}");
             }
@@ -265,10 +265,10 @@ impl Runtime {
             return Ok(());
         }
         let mut purged = BTreeSet::new();
-        for (owner, path) in Filemap::owners_in(&self.job.cntl_dir) {
-            if let Ok(map) = Filemap::load(&self.job.cntl_dir, owner) {
+        for (owner, path) in Filemap::owners_in(self.job.cntl_dir()) {
+            if let Ok(map) = Filemap::load(self.job.cntl_dir(), owner) {
                 for rec in map.datasets.values() {
-                    let dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+                    let dir = self.job.dataset_dir(&rec.descriptor.store, rec.id);
                     remove_files(&dir, &file_names(rec))?;
                     // outputs never flushed are named too: they are gone for good
                     purged.insert(format!(
@@ -278,7 +278,7 @@ impl Runtime {
                     ));
                 }
             }
-            Filemap::remove(&self.job.cntl_dir, owner).map_err(|e| ScrError::Io {
+            Filemap::remove(self.job.cntl_dir(), owner).map_err(|e| ScrError::Io {
                 path: path.clone(),
                 source: e,
             })?;
@@ -353,7 +353,7 @@ impl Runtime {
         let in_prefix = |id: u64| {
             flushed.contains(&id)
                 || index
-                    .get_or_init(|| crate::state::prefix::Index::load(&self.job.prefix).ok())
+                    .get_or_init(|| crate::state::prefix::Index::load(self.job.prefix()).ok())
                     .as_ref()
                     .and_then(|ix| ix.datasets.get(&id))
                     .is_some_and(|e| e.complete && e.failed.is_none())

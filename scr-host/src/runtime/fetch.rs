@@ -95,7 +95,7 @@ impl Runtime {
         wanted: Option<&str>,
         older_than: Option<u64>,
     ) -> (Choice, Option<Rank2File>) {
-        let index = Index::load_or_rebuild(&self.job.prefix).unwrap_or_else(|e| {
+        let index = Index::load_or_rebuild(self.job.prefix()).unwrap_or_else(|e| {
             tracing::warn!("{e}; no checkpoint is taken from the prefix");
             Index::default()
         });
@@ -133,9 +133,9 @@ impl Runtime {
         &self,
         entry: &IndexEntry,
     ) -> (std::result::Result<MapLayout, String>, Option<Rank2File>) {
-        let map = Rank2FileMap::load(&self.job.prefix, entry.id)
+        let map = Rank2FileMap::load(self.job.prefix(), entry.id)
             .map_err(|x| x.to_string())
-            .and_then(|m| check_map(&self.job.prefix, entry.id, self.topo.size(), m));
+            .and_then(|m| check_map(self.job.prefix(), entry.id, self.topo.size(), m));
         match map {
             Ok(Rank2FileMap::Tree(root)) => (Ok(MapLayout::Tree(root)), None),
             Ok(Rank2FileMap::Single(m)) => (
@@ -165,7 +165,7 @@ impl Runtime {
         match layout {
             MapLayout::Tree(root) => {
                 let part =
-                    leader.then(|| Rank2FilePart::load(&self.job.prefix, entry.id, blocks, n));
+                    leader.then(|| Rank2FilePart::load(self.job.prefix(), entry.id, blocks, n));
                 // a leader: its part's totals [files, bytes, unreadable]
                 let totals = match &part {
                     Some(Ok(part)) => [part.files, part.bytes, 0],
@@ -176,7 +176,7 @@ impl Runtime {
                     <[u64; 3]>::try_from(self.world.all_reduce_u64s(&totals, Op::Sum))
                         .expect("three sums");
                 let sums = if unreadable == 0 {
-                    root.check_totals(&self.job.prefix, entry.id, files, bytes)
+                    root.check_totals(self.job.prefix(), entry.id, files, bytes)
                         .map_err(|e| e.to_string())
                 } else {
                     Ok(())
@@ -253,7 +253,7 @@ impl Runtime {
     /// it again; a failure to do so is a warning.
     fn mark_failed_in_index(&self, entry: &IndexEntry, reason: &str) {
         if self.topo.rank() == 0 {
-            if let Err(e) = Index::mark_failed(&self.job.prefix, entry.id, reason) {
+            if let Err(e) = Index::mark_failed(self.job.prefix(), entry.id, reason) {
                 tracing::warn!("{e}; {} is not marked failed in the index", entry.name);
             }
         }
@@ -283,7 +283,7 @@ impl Runtime {
                 list.and_then(|list| {
                     let mut files = BTreeMap::new();
                     for f in &list {
-                        let path = f.stored_path(&self.job.prefix)?;
+                        let path = f.stored_path(self.job.prefix())?;
                         let crc = f.crc32.filter(|_| check_crc);
                         scr_plugin::verify::check_file(&path, f.size, crc, buf).map_err(|m| {
                             use scr_plugin::verify::Mismatch;
@@ -313,7 +313,7 @@ impl Runtime {
                     self.info(&format!(
                         "restarting from {} read in place in the prefix {}",
                         entry.name,
-                        self.job.prefix.display()
+                        self.job.prefix().display()
                     ));
                     self.restart.offer_in_prefix(PrefixRestart::new(
                         entry.id,
@@ -387,14 +387,14 @@ impl Runtime {
                     // ids continue after the fetched dataset
                     self.cache.used(entry.id, entry.checkpoint_id);
                     if self.topo.rank() == 0 {
-                        let _ = Index::update(&self.job.prefix, |ix| {
+                        let _ = Index::update(self.job.prefix(), |ix| {
                             ix.fetched(entry.id, &entry.name, now_secs())
                         });
                     }
                     self.info(&format!(
                         "fetched {} from {}",
                         entry.name,
-                        self.job.prefix.display()
+                        self.job.prefix().display()
                     ));
                     self.log_event(Event::Fetch {
                         name: entry.name.clone(),
@@ -431,7 +431,7 @@ impl Runtime {
     ) -> std::result::Result<(), String> {
         let desc = self.descs.for_checkpoint(entry.checkpoint_id);
         let store = self.descs[desc].record().store.clone();
-        let dir = self.dataset_dir(&store, entry.id);
+        let dir = self.job.dataset_dir(&store, entry.id);
         let mut record = DatasetRecord {
             id: entry.id,
             name: entry.name.clone(),
@@ -464,7 +464,7 @@ impl Runtime {
         crate::private_dir::create_private_dir(base, &dir).map_err(|e| e.to_string())?;
         let mut files = Vec::with_capacity(mine.len());
         for f in &mine {
-            let source = f.stored_path(&self.job.prefix)?;
+            let source = f.stored_path(self.job.prefix())?;
             let destination = dir.join(&f.name);
             if let Some(parent) = destination.parent() {
                 crate::private_dir::create_private_dir(base, parent).map_err(|e| e.to_string())?;
@@ -480,7 +480,7 @@ impl Runtime {
         }
         // the same transfer type as the flush from this store, verified the same way
         let label = self.transfer_of(&store);
-        let state = crate::layout::fetch_state(&self.job.cntl_dir, entry.id, self.topo.rank());
+        let state = crate::layout::fetch_state(self.job.cntl_dir(), entry.id, self.topo.rank());
         let started = self.dispatch(label, files, &state);
         let buf = self.config.file_buf_size();
         let fetched = started.and_then(|s| collect(s, false, "recorded by the flush", buf));
@@ -507,7 +507,7 @@ impl Runtime {
         self.world.set_credit(None);
         let mut rec = self.cache.record(id).clone();
         let desc = self.descs.for_checkpoint(rec.checkpoint_id);
-        let dir = self.dataset_dir(&rec.descriptor.store, id);
+        let dir = self.job.dataset_dir(&rec.descriptor.store, id);
         // the redundancy files are recorded before they exist, like every file
         let declared = integrity::declare_redundancy(self.descs[desc].scheme(), &mut rec, &dir)
             .and_then(|()| {

@@ -63,7 +63,7 @@ impl Runtime {
                 Some(why) => format!("{FINALIZE_REASON} ({why})"),
                 None => FINALIZE_REASON.into(),
             };
-            let recorded = Halt::update(&self.job.prefix, |halt| {
+            let recorded = Halt::update(self.job.prefix(), |halt| {
                 let unset = halt.exit_reason.is_none();
                 if unset {
                     halt.exit_reason = Some(reason);

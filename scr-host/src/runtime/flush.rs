@@ -324,7 +324,7 @@ impl Runtime {
         let held = if self.topo.rank() == 0 {
             // (a damaged index is rebuilt from the summaries first: taking it for empty
             // would flush the checkpoint a second time beside its first copy)
-            Index::load_or_rebuild(&self.job.prefix)
+            Index::load_or_rebuild(self.job.prefix())
                 .ok()
                 .and_then(|ix| ix.datasets.get(&id).cloned())
                 .is_some_and(|e| e.complete && e.failed.is_none())
@@ -381,7 +381,7 @@ impl Runtime {
         // what this flush may write, recorded in the prefix before anything is written:
         // if the run dies mid-flush, the next init cleans it up even when every cache is
         // lost with the filemaps that name the files (see `resume`)
-        self.record_writes(rec.id, &place.writes(rec, &self.job.prefix));
+        self.record_writes(rec.id, &place.writes(rec, self.job.prefix()));
         if self.config.get(settings::FLUSH_ASYNC) {
             // every rank's transfer starts now: a background flush is not windowed (see
             // `window`: its waiters make no MPI call to pass a turn on)
@@ -433,7 +433,7 @@ impl Runtime {
             ..IndexEntry::default()
         };
         let opened = if self.topo.rank() == 0 {
-            Index::update(&self.job.prefix, |ix| ix.begin_flush(&entry)).map_err(|e| e.to_string())
+            Index::update(self.job.prefix(), |ix| ix.begin_flush(&entry)).map_err(|e| e.to_string())
         } else {
             Ok(())
         };
@@ -472,7 +472,7 @@ impl Runtime {
         let existing: BTreeSet<PathBuf> = rec
             .files
             .iter()
-            .map(|f| self.job.prefix.join(&f.name))
+            .map(|f| self.job.prefix().join(&f.name))
             .filter(|p| p.symlink_metadata().is_ok() || in_flight.contains(p))
             .collect();
         let taken = !pure_output && !existing.is_empty();
@@ -518,10 +518,10 @@ impl Runtime {
             self.info(&format!(
                 "flushed {} to {}",
                 rec.name,
-                self.job.prefix.display()
+                self.job.prefix().display()
             ));
         } else {
-            remove_written(&self.job.prefix, removable);
+            remove_written(self.job.prefix(), removable);
             self.warn(&format!(
                 "{} stays in cache only: {}",
                 rec.name,
@@ -567,7 +567,7 @@ impl Runtime {
             None => (None, None),
         };
         let started = || FlushStart {
-            job_id: self.job.job_id.clone(),
+            job_id: self.job.job_id().to_string(),
             at: self
                 .flushing
                 .started
@@ -584,7 +584,7 @@ impl Runtime {
             let text = failure.map(|(_, why)| why).unwrap_or_default();
             let why = self.world.broadcast_from(holder, text.as_bytes());
             if part.is_some() {
-                let _ = std::fs::remove_file(Rank2FilePart::path(&self.job.prefix, entry.id, n));
+                let _ = std::fs::remove_file(Rank2FilePart::path(self.job.prefix(), entry.id, n));
             }
             if self.topo.rank() != 0 {
                 return Ok(());
@@ -593,7 +593,7 @@ impl Runtime {
                 "flush failed on rank {first}: {}",
                 String::from_utf8_lossy(&why)
             );
-            record_failure(&self.job.prefix, entry, &reason);
+            record_failure(self.job.prefix(), entry, &reason);
             let done = Err(reason);
             log_flush(self, entry, &started(), &done);
             return done.map(|_| ());
@@ -607,12 +607,12 @@ impl Runtime {
             return Ok(());
         }
         let done = record_complete(
-            &self.job.prefix,
+            self.job.prefix(),
             entry,
             &Rank2FileRoot::new(blocks, files, bytes),
         );
         if done.is_err() {
-            Rank2File::remove(&self.job.prefix, entry.id);
+            Rank2File::remove(self.job.prefix(), entry.id);
         }
         log_flush(self, entry, &started(), &done);
         if done.is_ok() {
@@ -641,7 +641,7 @@ impl Runtime {
             }
         }
         let p = Rank2FilePart::new(entry.id, blocks, n, ranks);
-        p.write(&self.job.prefix)
+        p.write(self.job.prefix())
             .map(|()| (p.files, p.bytes))
             .map_err(|e| (self.topo.rank(), format!("its rank2file part: {e}")))
     }

@@ -2,23 +2,24 @@
 //! and sets, the cache restored).
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use mpi::topology::SimpleCommunicator;
 
 use super::descriptors::Descriptors;
+use super::job::Job;
 use super::report::RunReport;
 use super::restart::RestartState;
 use super::topology::Topology;
 use super::world::mpi_world::MpiWorld;
 use super::world::{Exchange, World};
 use super::{
-    agree_on, comm, flush, io_err, Cache, Collective, InitOptions, JobLayout, Passthrough, Policy,
-    Result, Runtime, ScrError, TestHooks, FINALIZE_REASON,
+    agree_on, comm, flush, io_err, Cache, Collective, InitOptions, Passthrough, Policy, Result,
+    Runtime, ScrError, TestHooks, FINALIZE_REASON,
 };
 use crate::config::settings;
-use crate::config::{check_plugins, Config, ConfigErrors, Loader, Snapshot, View};
+use crate::config::{check_plugins, Config, ConfigErrors, Loader, Snapshot};
 use crate::private_dir::create_private_dir;
 use crate::registry::Registry;
 use crate::state::halt::Halt;
@@ -105,12 +106,7 @@ impl Runtime {
             topo: Topology::unplaced(&*world),
             registry: Registry::default(),
             descs: Descriptors::default(),
-            job: JobLayout {
-                user: config.get(settings::USER),
-                job_id: config.get(settings::JOB_ID),
-                cntl_dir: PathBuf::new(),
-                prefix: PathBuf::from(config.get(settings::PREFIX)),
-            },
+            job: Job::new(&config),
             span: span.clone(),
             cache: Cache::new(rank),
             output: None,
@@ -152,15 +148,9 @@ impl Runtime {
     /// reason, which a new run starting clears. Agreed.
     fn create_job_dirs(&mut self) -> Result<()> {
         let cntl_base = PathBuf::from(self.config.get(settings::CNTL_BASE));
-        self.job.cntl_dir = crate::layout::job_dir(
-            &cntl_base,
-            self.topo.simulated(),
-            self.topo.node(),
-            &self.job.user,
-            &self.job.job_id,
-        );
-        let prefix = self.job.prefix.clone();
-        let local = create_private_dir(&cntl_base, &self.job.cntl_dir).and_then(|()| {
+        self.job.place(&self.config, &self.topo);
+        let prefix = self.job.prefix().to_path_buf();
+        let local = create_private_dir(&cntl_base, self.job.cntl_dir()).and_then(|()| {
             if self.topo.rank() == 0 {
                 let scr = crate::layout::scr_dir(&prefix);
                 std::fs::create_dir_all(&scr).map_err(io_err(&scr))?;
@@ -203,15 +193,15 @@ impl Runtime {
             .iter()
             .map(|d| d.record().store.clone())
             .collect();
-        let made = stores.iter().try_for_each(|s| self.create_store_dir(s));
+        let made = stores.iter().try_for_each(|s| self.job.create_store_dir(s));
         self.world.agree_on(made)?;
         self.write_nodes_file()?;
         if self.topo.rank() == 0 {
             // what the application set, for `scr config show` and `explain` to report
-            if let Err(e) = crate::config::api::record(&self.job.prefix, recorded_api) {
+            if let Err(e) = crate::config::api::record(self.job.prefix(), recorded_api) {
                 self.warn(&format!(
                     "the configuration calls could not be recorded in {} ({e}); `scr config show` will not list them",
-                    crate::config::api::record_path(&self.job.prefix).display()
+                    crate::config::api::record_path(self.job.prefix()).display()
                 ));
             }
         }
@@ -246,7 +236,7 @@ impl Runtime {
         if sinks.text {
             to.push(format!(
                 "{} (read it with `scr log`)",
-                crate::events::path(&self.job.prefix).display()
+                crate::events::path(self.job.prefix()).display()
             ));
         }
         if let Some((ident, _, _)) = &sinks.syslog {
@@ -343,36 +333,6 @@ impl Runtime {
         ));
     }
 
-    pub(in crate::runtime) fn store_dir(&self, store: &str) -> PathBuf {
-        let view = self
-            .config
-            .store(store)
-            .map(|s| self.config.store_view(s))
-            .unwrap_or(View::Node);
-        crate::layout::job_dir(
-            Path::new(store),
-            self.topo.simulated() && view == View::Node,
-            self.topo.node(),
-            &self.job.user,
-            &self.job.job_id,
-        )
-    }
-
-    /// Create this job's directory in `store` (see [`create_private_dir`]). A store with
-    /// `mkdir = false` (SCR's MKDIR=0: a job prolog or the burst buffer makes it) must
-    /// hold it already; it is checked all the same.
-    pub(in crate::runtime) fn create_store_dir(&self, store: &str) -> Result<()> {
-        let dir = self.store_dir(store);
-        if self.config.store(store).is_some_and(|s| !s.mkdir) && !dir.is_dir() {
-            return Err(ScrError::Usage(format!(
-                "store {store}: mkdir = false, but the job's directory {} does not exist on node {}; create it before the job starts (as a job prolog would) or set mkdir = true",
-                dir.display(),
-                self.topo.node()
-            )));
-        }
-        create_private_dir(Path::new(store), &dir)
-    }
-
     /// The nodes file (Files chapter): how many nodes this run uses, written by the
     /// first rank of each node into its control directory, and by rank 0 into the
     /// prefix, where `scr run` reads it before a relaunch (a relaunch needs as many
@@ -385,13 +345,13 @@ impl Runtime {
         };
         let mut written = Ok(());
         if self.topo.first_on_node() {
-            let path = crate::layout::nodes_file(&self.job.cntl_dir);
+            let path = crate::layout::nodes_file(self.job.cntl_dir());
             written = nodes.write(&path, true).map_err(io_err(&path));
         }
         if self.topo.rank() == 0 {
             // the prefix's copy only sizes `scr run`'s next relaunch: a full or read-only
             // prefix must not keep the job from starting (a flush would say so anyway)
-            let path = crate::layout::prefix_nodes_file(&self.job.prefix);
+            let path = crate::layout::prefix_nodes_file(self.job.prefix());
             if let Err(e) = nodes.write(&path, false) {
                 tracing::warn!(
                     "{}: {e}; `scr run` will size a relaunch by the first launch instead",

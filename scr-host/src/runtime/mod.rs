@@ -47,6 +47,7 @@ mod fetch;
 mod finalize;
 pub(crate) mod flush;
 mod init;
+mod job;
 mod mpi_exit;
 mod mpi_host;
 mod names;
@@ -68,6 +69,7 @@ use cache::deferred_crc;
 use cache::Cache;
 use collective::{agree_on, first_failure, Collective};
 use descriptors::Descriptors;
+use job::Job;
 use output::Output;
 use policy::Policy;
 use report::RunReport;
@@ -120,7 +122,7 @@ pub struct Runtime {
     config: Config,
     registry: Registry,
     /// The job's identity and directories, and the redundancy descriptors in force.
-    job: JobLayout,
+    job: Job,
     /// The redundancy descriptors in force and this rank's sets.
     descs: Descriptors,
     /// Entered in each call: the messages inside carry this rank and the job id.
@@ -139,14 +141,6 @@ pub struct Runtime {
     passthrough: Option<Passthrough>,
     /// The fault suite's hooks (none in production), given to `init_in`.
     hooks: TestHooks,
-}
-
-/// The job's identity, its directories and the redundancy descriptors in force.
-struct JobLayout {
-    user: String,
-    job_id: String,
-    cntl_dir: PathBuf,
-    prefix: PathBuf,
 }
 
 /// How [`Runtime::init_with`] starts a run.
@@ -194,7 +188,7 @@ impl Runtime {
 
     /// The control directory of this process's node.
     pub fn control_dir(&self) -> &Path {
-        &self.job.cntl_dir
+        self.job.cntl_dir()
     }
 
     /// Reports of datasets that init found damaged beyond repair and dropped.
@@ -227,7 +221,7 @@ impl Runtime {
 
     /// Append `event` to the prefix's event log (rank 0; see [`crate::events`]).
     fn log_event(&self, event: crate::events::Event) {
-        self.log_event_of(&self.job.job_id, event);
+        self.log_event_of(self.job.job_id(), event);
     }
 
     /// [`Runtime::log_event`] for job `job_id` (a flush a previous job began), through
@@ -235,7 +229,11 @@ impl Runtime {
     /// `log_syslog_enable`).
     fn log_event_of(&self, job_id: &str, event: crate::events::Event) {
         if self.topo.rank() == 0 && self.passthrough.is_none() {
-            crate::events::Sinks::from_config(&self.config).record(&self.job.prefix, job_id, event);
+            crate::events::Sinks::from_config(&self.config).record(
+                self.job.prefix(),
+                job_id,
+                event,
+            );
         }
     }
 
@@ -243,7 +241,7 @@ impl Runtime {
     /// halted), that run failed — killed, a node lost, a rank crashed. Logged as a
     /// failure so that `scr log` can count the time between failures.
     fn log_previous_run_failure(&self) {
-        let Ok((records, _)) = crate::events::read(&self.job.prefix) else {
+        let Ok((records, _)) = crate::events::read(self.job.prefix()) else {
             return;
         };
         use crate::events::Event;
@@ -273,10 +271,6 @@ impl Runtime {
         }
     }
 
-    fn dataset_dir(&self, store: &str, id: u64) -> PathBuf {
-        crate::layout::cache_dataset_dir(&self.store_dir(store), id)
-    }
-
     // ----- output -----
 
     // ----- restart -----
@@ -289,7 +283,10 @@ impl Runtime {
     pub(super) fn injected_failure(&self, point: &str, id: u64) -> Result<()> {
         match self.hooks.failure_at(point, self.topo.rank(), id) {
             Some(spec) => Err(ScrError::Io {
-                path: self.job.cntl_dir.join(Filemap::file_name(self.topo.rank())),
+                path: self
+                    .job
+                    .cntl_dir()
+                    .join(Filemap::file_name(self.topo.rank())),
                 source: std::io::Error::other(format!("injected failure ({spec})")),
             }),
             None => Ok(()),

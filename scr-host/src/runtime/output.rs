@@ -116,12 +116,12 @@ impl Runtime {
             // nothing was written into the dataset yet: forget it on every rank, so the
             // ranks stay in step and the next start_output may try again
             self.cache.forget(id);
-            let _ = std::fs::remove_dir(self.dataset_dir(&store, id));
+            let _ = std::fs::remove_dir(self.job.dataset_dir(&store, id));
             let undone = self.save_filemap();
             self.world.changed("start_output", undone)?;
             return Err(e);
         }
-        let dir = self.dataset_dir(&store, id);
+        let dir = self.job.dataset_dir(&store, id);
         // (no scheme runs on a dataset that bypasses the cache: no names are its)
         let redundancy_names = if bypass {
             Vec::new()
@@ -216,8 +216,8 @@ impl Runtime {
     /// This rank's part of `start_output`: create the directory, record the dataset in
     /// the filemap.
     fn open_dataset(&mut self, store: &str, record: &DatasetRecord) -> Result<()> {
-        self.create_store_dir(store)?;
-        let dir = self.dataset_dir(store, record.id);
+        self.job.create_store_dir(store)?;
+        let dir = self.job.dataset_dir(store, record.id);
         // every level from the store to the dataset directory 0700, none a link
         create_private_dir(Path::new(store), &dir)?;
         self.cache.put(record.clone());
@@ -250,7 +250,7 @@ impl Runtime {
     fn relative_name(&self, name: &Path) -> Result<PathBuf> {
         let cwd = std::env::current_dir().map_err(io_err(Path::new(".")))?;
         let full = lexical_normalize(&cwd.join(name));
-        let prefix = lexical_normalize(&self.job.prefix);
+        let prefix = lexical_normalize(self.job.prefix());
         match full.strip_prefix(&prefix) {
             Ok(rel) if !rel.as_os_str().is_empty() => Ok(rel.to_path_buf()),
             _ => Err(ScrError::Usage(format!(
@@ -330,7 +330,9 @@ impl Runtime {
     fn route_output(&mut self, rel: &Path) -> Result<PathBuf> {
         let key = rel.to_string_lossy().into_owned();
         let out = self.output.as_ref().expect("during output");
-        let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
+        let dir = self
+            .job
+            .dataset_dir(&out.record.descriptor.store, out.record.id);
         let path = dir.join(rel);
         // a name the scheme uses for this rank's redundancy data would be overwritten by
         // it (other ranks' names, and names that depend on the files, are checked at
@@ -421,7 +423,9 @@ impl Runtime {
         if out.record.descriptor.bypass {
             return self.complete_bypass(out, valid);
         }
-        let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
+        let dir = self
+            .job
+            .dataset_dir(&out.record.descriptor.store, out.record.id);
         let crc = self.config.get(settings::CRC_ON_COPY);
         let buf = self.config.file_buf_size();
         // With a scheme that hashes the files in the pass it makes over them anyway
@@ -471,13 +475,15 @@ impl Runtime {
         out.record.crc32_pending = deferred;
         self.keep_output(&mut out)?;
         if deferred {
-            let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
+            let dir = self
+                .job
+                .dataset_dir(&out.record.descriptor.store, out.record.id);
             let buf = self.config.file_buf_size();
             self.cache.hash_in_background(&out.record, &dir, buf);
         }
         if self.topo.rank() == 0 {
             if let Err(e) =
-                prefix::FlushFile::add_location(&self.job.prefix, out.record.id, "CACHE")
+                prefix::FlushFile::add_location(self.job.prefix(), out.record.id, "CACHE")
             {
                 tracing::warn!("{e}");
             }
@@ -779,7 +785,7 @@ impl Runtime {
                 dataset: id,
                 checkpoint: self.cache.next_checkpoint().saturating_sub(1),
             };
-            let path = Ids::path(&self.job.prefix);
+            let path = Ids::path(self.job.prefix());
             if let Err(e) = crate::state::write_state(&path, Ids::KIND, &ids) {
                 tracing::warn!("{}: {e}", path.display());
             }
@@ -791,7 +797,7 @@ impl Runtime {
         if self.topo.rank() == 0 {
             // a read-modify-write under the prefix lock: a concurrent `scr halt` must
             // neither lose this decrement nor have its own change lost
-            let decremented = Halt::update(&self.job.prefix, |halt| {
+            let decremented = Halt::update(self.job.prefix(), |halt| {
                 match halt.checkpoints_left.as_mut() {
                     Some(n) => {
                         *n -= 1;

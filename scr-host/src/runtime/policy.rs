@@ -42,7 +42,7 @@ impl Runtime {
     /// Rank 0's view of the halt conditions.
     fn halt_check(&self) -> Option<String> {
         halt_reason(
-            &load_halt(&self.job.prefix),
+            &load_halt(self.job.prefix()),
             now_secs(),
             self.config.get(settings::HALT_SECONDS) as i64,
             self.report.allocation_end(),

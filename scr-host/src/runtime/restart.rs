@@ -124,7 +124,7 @@ impl Runtime {
         }
         if let Some(id) = self.restart.candidate {
             let rec = &self.cache.record(id);
-            let dir = self.dataset_dir(&rec.descriptor.store, id);
+            let dir = self.job.dataset_dir(&rec.descriptor.store, id);
             if rec.files.iter().any(|f| f.name == key) {
                 return Ok(dir.join(rel));
             }
@@ -288,7 +288,7 @@ impl Runtime {
             return;
         }
         let why = "reported invalid by the application at restart";
-        if let Err(e) = prefix::Index::mark_failed_if_held(&self.job.prefix, id, name, why) {
+        if let Err(e) = prefix::Index::mark_failed_if_held(self.job.prefix(), id, name, why) {
             tracing::warn!("{e}; {name} is not marked failed in the index");
         }
     }
@@ -321,7 +321,7 @@ impl Runtime {
         self.flush_newest("global_restart")?;
         self.wait_flushes(false);
         let held: Vec<u64> = if self.topo.rank() == 0 {
-            match prefix::Index::load_or_rebuild(&self.job.prefix) {
+            match prefix::Index::load_or_rebuild(self.job.prefix()) {
                 Ok(ix) => self
                     .cache
                     .ids()
@@ -362,7 +362,7 @@ impl Runtime {
             self.warn(&format!(
                 "global_restart: {} stay(s) in cache, not offered for the restart: the prefix {} does not hold them complete (flush them or run `scr scavenge`)",
                 kept.join(", "),
-                self.job.prefix.display()
+                self.job.prefix().display()
             ));
         }
         Ok(())
@@ -386,11 +386,11 @@ impl Runtime {
         if name.is_empty() {
             return;
         }
-        let mark = crate::layout::current_applied_file(&self.job.cntl_dir);
+        let mark = crate::layout::current_applied_file(self.job.cntl_dir());
         if !self.world.all(!mark.exists()) {
             self.info(&format!(
                 "current = {name}: applied by an earlier run of job {} already (SCR_CURRENT is applied once per job); the restart is chosen as usual",
-                self.job.job_id
+                self.job.job_id()
             ));
             return;
         }
@@ -419,16 +419,16 @@ impl Runtime {
         if self.topo.rank() != 0 || !self.config.get(settings::DROP_AFTER_CURRENT) {
             return;
         }
-        match prefix::Index::drop_after_for_app_in(&self.job.prefix, name, anchor) {
+        match prefix::Index::drop_after_for_app_in(self.job.prefix(), name, anchor) {
             Ok(Some(d)) if !d.names.is_empty() => self.info(&format!(
                 "drop_after_current: dropped {} (newer than {name}) from the index of {}; their files stay",
                 d.names.join(", "),
-                self.job.prefix.display()
+                self.job.prefix().display()
             )),
             Ok(_) => {}
             Err(e) => tracing::warn!(
                 "drop_after_current: the datasets newer than {name} could not be dropped from the index of {}: {e}",
-                self.job.prefix.display()
+                self.job.prefix().display()
             ),
         }
     }
@@ -469,7 +469,7 @@ impl Runtime {
                 // only the prefix has it: the pending fetch loads it, and cached
                 // datasets written after it are passed over
                 let found: std::result::Result<Option<u64>, String> = if self.topo.rank() == 0 {
-                    prefix::Index::load_or_rebuild(&self.job.prefix)
+                    prefix::Index::load_or_rebuild(self.job.prefix())
                         .map_err(|e| e.to_string())
                         .map(|ix| {
                             ix.fetch_candidates(self.topo.size())
@@ -492,7 +492,7 @@ impl Runtime {
                 if found.is_none() {
                     return Err(ScrError::Usage(format!(
                         "current: no checkpoint named `{name}` in cache or in the prefix {} (complete, not failed, and written by {} ranks)",
-                        self.job.prefix.display(),
+                        self.job.prefix().display(),
                         self.topo.size()
                     )));
                 }

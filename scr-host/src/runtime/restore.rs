@@ -27,7 +27,7 @@ impl Runtime {
         } else {
             self.purge_at_init("distribute = false")?;
         }
-        self.cache.open(&self.job.cntl_dir);
+        self.cache.open(self.job.cntl_dir());
         // datasets that never completed (a crash inside an output) are garbage
         let incomplete: Vec<DatasetRecord> = self
             .cache
@@ -102,7 +102,7 @@ impl Runtime {
         if self.topo.rank() != 0 {
             return;
         }
-        if let Err(e) = crate::state::prefix::FlushFile::rebuild(&self.job.prefix, restored) {
+        if let Err(e) = crate::state::prefix::FlushFile::rebuild(self.job.prefix(), restored) {
             self.warn(&format!(
                 "the flush file could not be brought up to date with the cache ({e}); `scr flush-file` may list datasets that are no longer cached"
             ));
@@ -123,7 +123,7 @@ impl Runtime {
     /// never brings an old id back).
     fn continue_ids(&mut self) {
         let ids = if self.topo.rank() == 0 {
-            super::Ids::load(&self.job.prefix)
+            super::Ids::load(self.job.prefix())
         } else {
             super::Ids::default()
         };
@@ -304,7 +304,7 @@ impl Runtime {
         let scheme = template.as_ref().map(|t| self.scheme_of(t));
         let dir = template
             .as_ref()
-            .map(|t| self.dataset_dir(&t.descriptor.store, id));
+            .map(|t| self.job.dataset_dir(&t.descriptor.store, id));
         // every level from the store down 0700 and checked, none followed through a link
         // (a rebuild writes here)
         let dir_ok = match (&template, &dir) {

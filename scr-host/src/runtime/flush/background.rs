@@ -125,7 +125,7 @@ impl Runtime {
                 .unwrap_or_default();
             let everywhere = self.world.all(mine.is_ok());
             if !everywhere {
-                remove_written(&self.job.prefix, &removable);
+                remove_written(self.job.prefix(), &removable);
             }
             copied.push(everywhere);
         }
@@ -175,7 +175,7 @@ impl Runtime {
             self.info(&format!(
                 "flushed {} to {} (in the background)",
                 entry.name,
-                self.job.prefix.display()
+                self.job.prefix().display()
             ));
         } else if copied && !last {
             // fully copied, but recording it failed (a prefix full of another flush's

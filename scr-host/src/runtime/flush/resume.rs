@@ -86,7 +86,7 @@ impl Runtime {
     /// was restored), and remove transfer state files no open flush needs.
     pub(in crate::runtime) fn settle_interrupted_flushes(&mut self) -> Result<()> {
         let open: Vec<IndexEntry> = if self.topo.rank() == 0 {
-            match Index::load_or_rebuild(&self.job.prefix) {
+            match Index::load_or_rebuild(self.job.prefix()) {
                 Ok(ix) => ix
                     .datasets
                     .values()
@@ -218,7 +218,7 @@ impl Runtime {
             self.warn(&format!(
                 "the flush of {} that an earlier run left unfinished was resumed and is recorded in {}",
                 entry.name,
-                self.job.prefix.display()
+                self.job.prefix().display()
             ));
         } else {
             // recorded failed by `gather_and_finish`, with its reason; what it wrote goes
@@ -342,7 +342,7 @@ impl Runtime {
                 rec.files.len()
             ));
         }
-        let cache_dir = self.dataset_dir(&rec.descriptor.store, rec.id);
+        let cache_dir = self.job.dataset_dir(&rec.descriptor.store, rec.id);
         let mut files = Vec::with_capacity(rec.files.len());
         let mut relocated: Option<bool> = None;
         for f in &rec.files {
@@ -358,9 +358,9 @@ impl Runtime {
             };
             let destination = PathBuf::from(r.destination.as_str());
             let moved = prefix::relocated(entry.id, &f.name);
-            let stored = if destination == self.job.prefix.join(&f.name) {
+            let stored = if destination == self.job.prefix().join(&f.name) {
                 None
-            } else if destination == self.job.prefix.join(&moved) {
+            } else if destination == self.job.prefix().join(&moved) {
                 Some(moved)
             } else {
                 return Err(format!(
@@ -395,7 +395,7 @@ impl Runtime {
         let reason =
             format!("flush interrupted by the crash of an earlier run; cleaned up at init: {why}");
         if self.topo.rank() == 0 {
-            if let Err(e) = Index::mark_failed(&self.job.prefix, entry.id, &reason) {
+            if let Err(e) = Index::mark_failed(self.job.prefix(), entry.id, &reason) {
                 tracing::warn!("{e}; the interrupted flush of {} is not marked", entry.name);
             }
         }
@@ -420,9 +420,9 @@ impl Runtime {
     /// count, O(P)); rank 0 reads every block's part of the list (crash cleanup only).
     fn remove_flush_files(&self, entry: &IndexEntry, rec: Option<&DatasetRecord>) -> u64 {
         let pure_output = entry.output && entry.checkpoint_id.is_none();
-        let own_dir = prefix::dataset_dir(&self.job.prefix, entry.id);
+        let own_dir = prefix::dataset_dir(self.job.prefix(), entry.id);
         let recorded: Option<Vec<String>> = if self.topo.rank() == 0 {
-            load_writes(&self.job.prefix, entry.id).unwrap_or_else(|e| {
+            load_writes(self.job.prefix(), entry.id).unwrap_or_else(|e| {
                 tracing::warn!("{e}; cleaning up what the filemaps name");
                 None
             })
@@ -438,7 +438,7 @@ impl Runtime {
             (Some(writes), _, _) => writes
                 .iter()
                 .filter(|w| prefix::check_relative(w).is_ok())
-                .map(|w| (self.job.prefix.join(w), true))
+                .map(|w| (self.job.prefix().join(w), true))
                 .collect(),
             (None, false, Some(rec)) => rec
                 .files
@@ -446,10 +446,10 @@ impl Runtime {
                 .flat_map(|f| {
                     [
                         (
-                            self.job.prefix.join(prefix::relocated(entry.id, &f.name)),
+                            self.job.prefix().join(prefix::relocated(entry.id, &f.name)),
                             true,
                         ),
-                        (self.job.prefix.join(&f.name), false),
+                        (self.job.prefix().join(&f.name), false),
                     ]
                 })
                 .collect(),
@@ -480,7 +480,7 @@ impl Runtime {
                 }
             }
         }
-        remove_written(&self.job.prefix, &remove);
+        remove_written(self.job.prefix(), &remove);
         self.world.sum_u64(remove.len() as u64)
     }
 
@@ -509,7 +509,7 @@ impl Runtime {
                 .collect(),
         };
         if let Err(e) = prefix::write(
-            &writes_part_path(&self.job.prefix, id, n),
+            &writes_part_path(self.job.prefix(), id, n),
             WRITES_KIND,
             &part,
         ) {
@@ -531,12 +531,12 @@ impl Runtime {
     fn owned_among(&self, mine: &[PathBuf]) -> Option<BTreeSet<PathBuf>> {
         let named: Option<BTreeSet<PathBuf>> = if self.topo.rank() == 0 {
             (|| {
-                let ix = Index::load_or_rebuild(&self.job.prefix).ok()?;
+                let ix = Index::load_or_rebuild(self.job.prefix()).ok()?;
                 let mut owned = BTreeSet::new();
                 for e in ix.datasets.values().filter(|e| e.complete) {
-                    let map = Rank2File::load(&self.job.prefix, e.id).ok()?;
+                    let map = Rank2File::load(self.job.prefix(), e.id).ok()?;
                     for f in map.ranks.values().flatten() {
-                        owned.insert(f.stored_path(&self.job.prefix).ok()?);
+                        owned.insert(f.stored_path(self.job.prefix()).ok()?);
                     }
                 }
                 Some(owned)
@@ -606,7 +606,7 @@ impl Runtime {
     /// after the last transfer of its run ended, a crash after it was recorded).
     fn remove_stale_transfer_states(&self) {
         let suffix = format!(".{}.state", self.topo.rank());
-        let Ok(dir) = std::fs::read_dir(&self.job.cntl_dir) else {
+        let Ok(dir) = std::fs::read_dir(self.job.cntl_dir()) else {
             return;
         };
         for e in dir.flatten() {

@@ -29,7 +29,7 @@ impl Runtime {
     /// the host reads back what it records, and would read through the link.
     pub(in crate::runtime) fn route_bypass(&mut self, rel: &Path) -> Result<PathBuf> {
         let key = rel.to_string_lossy().into_owned();
-        let path = self.job.prefix.join(rel);
+        let path = self.job.prefix().join(rel);
         match std::fs::symlink_metadata(&path) {
             Ok(m) if m.file_type().is_symlink() => {
                 return Err(ScrError::Usage(format!(
@@ -79,7 +79,7 @@ impl Runtime {
             self.warn(&format!(
                 "{} (bypass) wrote over files that already existed in the prefix {}: an older checkpoint that owns them no longer matches its record and is refused at restart; give each checkpoint its own file names (a directory per checkpoint, say) to keep older ones usable",
                 out.record.name,
-                self.job.prefix.display()
+                self.job.prefix().display()
             ));
         }
         let crc = self.config.get(settings::CRC_ON_FLUSH);
@@ -151,7 +151,7 @@ impl Runtime {
         self.info(&format!(
             "complete_output {}: recorded in the prefix {} (bypass), {:.3} s",
             out.record.name,
-            self.job.prefix.display(),
+            self.job.prefix().display(),
             out.started.elapsed().as_secs_f64()
         ));
         if out.record.checkpoint_id.is_some() {
@@ -170,7 +170,7 @@ impl Runtime {
         let lowest = super::names::lowest_writers(&*self.world, &names);
         let mut files = Vec::with_capacity(out.record.files.len());
         for (f, hash) in out.record.files.iter_mut().zip(lowest) {
-            let path = self.job.prefix.join(&f.name);
+            let path = self.job.prefix().join(&f.name);
             let meta = crate::integrity::stat_file(&path, crc && hash, buf)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
             f.size = meta.size;
@@ -188,7 +188,9 @@ impl Runtime {
     /// The cache's record of a bypass dataset goes (collective): its empty directory and
     /// its filemap entry; the next dataset takes a new id.
     fn forget_bypass(&mut self, out: &Output) -> Result<()> {
-        let dir = self.dataset_dir(&out.record.descriptor.store, out.record.id);
+        let dir = self
+            .job
+            .dataset_dir(&out.record.descriptor.store, out.record.id);
         let _ = std::fs::remove_dir(&dir);
         self.cache.forget(out.record.id);
         let saved = self.save_filemap();

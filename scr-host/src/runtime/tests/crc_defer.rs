@@ -181,6 +181,7 @@ fn a_flush_after_a_deferred_hash_catches_a_byte_damaged_in_cache() {
         if me == 1 {
             let rec = rt.cache.datasets().next().unwrap().clone();
             let path = rt
+                .job
                 .dataset_dir(&rec.descriptor.store, rec.id)
                 .join(&rec.files[0].name);
             let mut bytes = std::fs::read(&path).unwrap();
