@@ -9,6 +9,10 @@
 //! nothing.
 
 use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::error::ScrError;
+use crate::state::filemap::Filemap;
 
 /// The variable naming an injected failure: `<point>:<rank>:<dataset id>` makes `point`
 /// fail on that rank for that dataset (as a full control directory would), and
@@ -43,6 +47,25 @@ impl TestHooks {
         self.fault
             .as_deref()
             .filter(|spec| *spec == format!("{point}:{rank}:{id}"))
+    }
+
+    /// The fault suite's failure of `point` on `rank` for dataset `id`, as a full or
+    /// failing control directory `cntl_dir` would give it: an error naming the rank's
+    /// filemap there, when the hook names it.
+    pub(crate) fn injected(
+        &self,
+        point: &str,
+        rank: u32,
+        id: u64,
+        cntl_dir: &Path,
+    ) -> Result<(), ScrError> {
+        match self.failure_at(point, rank, id) {
+            Some(spec) => Err(ScrError::Io {
+                path: cntl_dir.join(Filemap::file_name(rank)),
+                source: std::io::Error::other(format!("injected failure ({spec})")),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Kill this process with SIGKILL when the crash hook names `point` on `rank`

@@ -295,7 +295,8 @@ impl Runtime {
 
     /// Delete a dataset on this rank (every rank calls it for a collective delete).
     pub(in crate::runtime) fn delete_dataset(&mut self, rec: &DatasetRecord) -> Result<()> {
-        self.injected_failure("delete", rec.id)?;
+        self.hooks
+            .injected("delete", self.topo.rank(), rec.id, self.job.cntl_dir())?;
         self.remove_local(rec)
     }
 
@@ -346,8 +347,12 @@ impl Runtime {
     /// by this run's synchronous flush, or in the index (a background flush; the index is
     /// read at most once, and only when an output is a candidate).
     fn may_evict(&self, store: &str, keep: Option<u64>) -> Vec<u64> {
-        let protected = [self.restart_candidate_any(), self.restart_candidate(), keep];
-        let flushing = self.flushing_ids();
+        let protected = [
+            self.restart_candidate_any(),
+            self.restart.candidate_in(&self.cache),
+            keep,
+        ];
+        let flushing = self.flushing.in_flight();
         let flushed = self.flushing.flushed();
         let index = std::cell::OnceCell::new();
         let in_prefix = |id: u64| {

@@ -278,7 +278,8 @@ impl Runtime {
             tried.push(entry.id);
             // reading every file for its CRC32 reads the prefix as a fetch does: at most
             // `fetch_width` ranks at once
-            let window = self.window(Direction::Fetch);
+            let window =
+                crate::runtime::window::Window::of(&self.config, &self.hooks, Direction::Fetch);
             let mine = window.run(&*self.world, || {
                 list.and_then(|list| {
                     let mut files = BTreeMap::new();
@@ -361,7 +362,8 @@ impl Runtime {
             // at most `fetch_width` ranks read from the prefix at once; a rank whose
             // list or copy failed passes its turn on all the same (no early return
             // between enter and leave; fetch_one makes no collective call)
-            let window = self.window(Direction::Fetch);
+            let window =
+                crate::runtime::window::Window::of(&self.config, &self.hooks, Direction::Fetch);
             window.enter(&*self.world);
             let outcome = list.and_then(|list| self.fetch_one(&entry, list));
             window.leave(&*self.world);

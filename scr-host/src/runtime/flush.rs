@@ -113,6 +113,11 @@ impl Flushing {
             || self.unrecorded.iter().any(|(e, _)| e.id == id)
     }
 
+    /// Dataset ids whose flush is still running on this rank.
+    pub(in crate::runtime) fn in_flight(&self) -> BTreeSet<u64> {
+        lock(&self.in_flight).clone()
+    }
+
     /// Dataset ids this rank's part of a flush copied.
     pub(in crate::runtime) fn flushed(&self) -> BTreeSet<u64> {
         lock(&self.flushed).clone()
@@ -313,7 +318,7 @@ impl Runtime {
     /// never leaves the newest checkpoint in node-local cache only) and when a halt
     /// condition holds (the job is about to end).
     pub(super) fn flush_newest(&mut self, why: &str) -> Result<()> {
-        let Some(id) = self.restart_candidate() else {
+        let Some(id) = self.restart.candidate_in(&self.cache) else {
             return Ok(());
         };
         if self.flushing.attempted.contains(&id) {
@@ -394,14 +399,24 @@ impl Runtime {
         // refused before it starts) passes its turn on all the same
         let buf = self.config.file_buf_size();
         let mut removable = Vec::new();
-        let outcome = self.window(Direction::Flush).run(&*self.world, || {
-            self.injected_failure("flush-transfer", rec.id)
-                .map_err(|e| e.to_string())?;
-            let started = self.start_transfer(rec, place.relocate);
-            self.hooks.crash_at("flush-dispatched", self.topo.rank());
-            removable = place.removable(&started);
-            started.and_then(|s| collect(s, false, "when written", buf))
-        });
+        let outcome =
+            crate::runtime::window::Window::of(&self.config, &self.hooks, Direction::Flush).run(
+                &*self.world,
+                || {
+                    self.hooks
+                        .injected(
+                            "flush-transfer",
+                            self.topo.rank(),
+                            rec.id,
+                            self.job.cntl_dir(),
+                        )
+                        .map_err(|e| e.to_string())?;
+                    let started = self.start_transfer(rec, place.relocate);
+                    self.hooks.crash_at("flush-dispatched", self.topo.rank());
+                    removable = place.removable(&started);
+                    started.and_then(|s| collect(s, false, "when written", buf))
+                },
+            );
         self.flush_in_foreground(rec, &entry, outcome, &removable);
         Ok(())
     }
@@ -664,11 +679,6 @@ impl Runtime {
             .iter()
             .filter(|e| !outcomes.contains_key(&e.id))
             .count()
-    }
-
-    /// Dataset ids whose flush is still running on this rank.
-    pub(super) fn flushing_ids(&self) -> BTreeSet<u64> {
-        lock(&self.flushing.in_flight).clone()
     }
 }
 

@@ -277,22 +277,6 @@ impl Runtime {
 
     // ----- policy -----
 
-    /// The fault suite's hook ([`TestHooks::failure_at`]): `point` fails on this rank
-    /// for dataset `id` as a full or failing control directory would, so that failures
-    /// on one rank only can be tested deterministically.
-    pub(super) fn injected_failure(&self, point: &str, id: u64) -> Result<()> {
-        match self.hooks.failure_at(point, self.topo.rank(), id) {
-            Some(spec) => Err(ScrError::Io {
-                path: self
-                    .job
-                    .cntl_dir()
-                    .join(Filemap::file_name(self.topo.rank())),
-                source: std::io::Error::other(format!("injected failure ({spec})")),
-            }),
-            None => Ok(()),
-        }
-    }
-
     /// Save the whole filemap (compacting its journal).
     fn save_filemap(&mut self) -> Result<()> {
         self.cache.save()

@@ -769,7 +769,12 @@ impl Runtime {
 
     /// This rank's part of keeping a dataset: mark it complete in the filemap.
     fn commit_dataset(&mut self, out: &mut Output) -> Result<()> {
-        self.injected_failure("commit", out.record.id)?;
+        self.hooks.injected(
+            "commit",
+            self.topo.rank(),
+            out.record.id,
+            self.job.cntl_dir(),
+        )?;
         out.record.complete = true;
         self.cache.put(out.record.clone());
         self.save_filemap()

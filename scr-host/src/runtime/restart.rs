@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::world::Exchange;
-use super::{comm, Result, Runtime, ScrError};
+use super::{comm, Cache, Result, Runtime, ScrError};
 use crate::config::settings;
 use crate::state::prefix;
 
@@ -78,6 +78,11 @@ impl RestartState {
         }
     }
 
+    /// The checkpoint `cache` offers for a restart: its newest complete one not skipped.
+    pub(in crate::runtime) fn candidate_in(&self, cache: &Cache) -> Option<u64> {
+        cache.newest_checkpoint(&self.skipped)
+    }
+
     /// Whether the fetch from the prefix waits for the first have_restart.
     pub(in crate::runtime) fn set_fetch_pending(&mut self, pending: bool) {
         self.fetch_pending = pending;
@@ -142,7 +147,7 @@ impl Runtime {
     /// holds), then flush the restart checkpoint when `flush_on_restart` asks for it.
     pub(in crate::runtime) fn settle_restart(&mut self, flush_on_restart: bool) -> Result<()> {
         let wanted = self.restart.wanted.take();
-        if self.restart_candidate().is_none() || wanted.is_some() {
+        if self.restart.candidate_in(&self.cache).is_none() || wanted.is_some() {
             if self.restart_in_place() {
                 self.open_prefix_restart(wanted.as_deref(), None)?;
             } else {
@@ -186,13 +191,10 @@ impl Runtime {
 
     /// The newest complete checkpoint this run can restart from, if any.
     pub fn have_restart(&self) -> Option<String> {
-        self.restart_candidate()
+        self.restart
+            .candidate_in(&self.cache)
             .map(|id| self.cache.record(id).name.clone())
             .or_else(|| self.restart.prefix_restart.as_ref().map(|p| p.name.clone()))
-    }
-
-    pub(in crate::runtime) fn restart_candidate(&self) -> Option<u64> {
-        self.cache.newest_checkpoint(&self.restart.skipped)
     }
 
     /// Begin reading the restart checkpoint; returns its name.
@@ -208,11 +210,14 @@ impl Runtime {
                 "start_restart: another output or restart is in progress".into(),
             ));
         }
-        if let (None, Some(p)) = (self.restart_candidate(), &self.restart.prefix_restart) {
+        if let (None, Some(p)) = (
+            self.restart.candidate_in(&self.cache),
+            &self.restart.prefix_restart,
+        ) {
             self.restart.reading_prefix = true;
             return Ok(p.name.clone());
         }
-        let id = self.restart_candidate().ok_or_else(|| {
+        let id = self.restart.candidate_in(&self.cache).ok_or_else(|| {
             ScrError::Usage(
                 "start_restart: no checkpoint to restart from (have_restart said none)".into(),
             )
@@ -273,7 +278,10 @@ impl Runtime {
             self.world
                 .changed("removing the checkpoint reported invalid", removed)?;
             // an older one in cache comes first; with none on some rank, the prefix's
-            if !self.world.all(self.restart_candidate().is_some()) {
+            if !self
+                .world
+                .all(self.restart.candidate_in(&self.cache).is_some())
+            {
                 self.fall_back(checkpoint)?;
             }
         }
@@ -317,7 +325,7 @@ impl Runtime {
     /// offered for the restart, and rank 0 names it in a warning: clearing it would lose
     /// the only copy.
     pub(in crate::runtime) fn leave_cache_for_prefix(&mut self) -> Result<()> {
-        let newest = self.restart_candidate();
+        let newest = self.restart.candidate_in(&self.cache);
         self.flush_newest("global_restart")?;
         self.wait_flushes(false);
         let held: Vec<u64> = if self.topo.rank() == 0 {

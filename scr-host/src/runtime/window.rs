@@ -34,7 +34,6 @@ use std::time::Duration;
 
 use super::tags::{FETCH_WINDOW_TAG, FLUSH_WINDOW_TAG};
 use super::world::World;
-use super::Runtime;
 use crate::config::settings;
 
 /// Which width bounds a window.
@@ -119,16 +118,20 @@ impl Window {
     }
 }
 
-impl Runtime {
-    /// The window bounding this job's ranks copying in `direction` (its width from the
-    /// configuration, the same on every rank).
-    pub(in crate::runtime) fn window(&self, direction: Direction) -> Window {
+impl Window {
+    /// The window bounding this job's ranks copying in `direction` (its width from
+    /// `config`, the same on every rank), counted by the gauge `hooks` may name.
+    pub(in crate::runtime) fn of(
+        config: &crate::config::Config,
+        hooks: &crate::hooks::TestHooks,
+        direction: Direction,
+    ) -> Window {
         let (width, tag) = match direction {
-            Direction::Flush => (self.config.get(settings::FLUSH_WIDTH), FLUSH_WINDOW_TAG),
-            Direction::Fetch => (self.config.get(settings::FETCH_WIDTH), FETCH_WINDOW_TAG),
+            Direction::Flush => (config.get(settings::FLUSH_WIDTH), FLUSH_WINDOW_TAG),
+            Direction::Fetch => (config.get(settings::FETCH_WIDTH), FETCH_WINDOW_TAG),
         };
         let mut w = Window::new(width, tag, direction);
-        w.gauge = self.hooks.window_gauge.as_deref().map(Gauge::parse);
+        w.gauge = hooks.window_gauge.as_deref().map(Gauge::parse);
         w
     }
 }

@@ -200,7 +200,11 @@ impl Runtime {
         // a resumed flush writes to the prefix as any flush: at most `flush_width` ranks
         // at once, the turn passed on whatever this rank's part did
         let buf = self.config.file_buf_size();
-        let window = self.window(crate::runtime::window::Direction::Flush);
+        let window = crate::runtime::window::Window::of(
+            &self.config,
+            &self.hooks,
+            crate::runtime::window::Direction::Flush,
+        );
         let outcome: RankOutcome = window.run(&*self.world, || {
             let dispatched = started
                 .transfer
