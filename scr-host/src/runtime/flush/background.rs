@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use scr_plugin::sync::lock;
 
-use super::remove_written;
+use super::record::remove_written;
 use crate::runtime::{Result, Runtime};
 use crate::state::filemap::DatasetRecord;
 use crate::state::prefix::IndexEntry;

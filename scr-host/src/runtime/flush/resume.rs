@@ -22,16 +22,17 @@
 //! no older checkpoint lives there; the host removes only paths of this dataset's names
 //! that no complete dataset's rank2file claims.
 
-use crate::runtime::tags::{OWNED_TAGS, WRITES_TAG};
+use crate::runtime::tags::OWNED_TAGS;
 use crate::runtime::world::Exchange;
 use std::collections::BTreeSet;
 
-use crate::state::writes::{load_writes, writes_part_path, WritesPart, WRITES_KIND};
+use crate::state::writes::load_writes;
 use std::path::{Path, PathBuf};
 
 use scr_plugin::{host_ref, FileResult};
 
-use super::{collect, remove_written, Label, Planned, RankOutcome, Started};
+use super::record::remove_written;
+use super::{collect, Label, Planned, RankOutcome, Started};
 use crate::runtime::{DatasetRecord, Result, Runtime};
 use crate::state::prefix::{self, Index, IndexEntry, Rank2File};
 
@@ -486,41 +487,6 @@ impl Runtime {
         }
         remove_written(self.job.prefix(), &remove);
         self.world.sum_u64(remove.len() as u64)
-    }
-
-    /// Record, in the dataset's directory under `.scr`, the prefix paths (relative) every
-    /// rank's part of the flush of dataset `id` may write (collective over each block of
-    /// the rank2file layout; each block's leader writes its block's part
-    /// `writes.<n>.scr`). A pure output's own paths are listed too: they are what the
-    /// flush writes, but the cleanup never removes a pure output's own paths (they may
-    /// be the user's). Per rank: one message with its own names to its leader; a leader
-    /// receives R - 1 and writes one file; no world-wide exchange.
-    pub(in crate::runtime) fn record_writes(&self, id: u64, mine: &[String]) {
-        let blocks = self.rank2file_blocks();
-        let n = blocks.of(self.topo.rank());
-        let members: Vec<u32> = blocks.members(n).collect();
-        let Some(all) =
-            self.world
-                .gather_values(blocks.leader(n), &members, mine, WRITES_TAG, "writes")
-        else {
-            return;
-        };
-        let part = WritesPart {
-            parts: blocks.count(),
-            writes: all
-                .into_iter()
-                .flat_map(|names: std::result::Result<Vec<String>, _>| names.unwrap_or_default())
-                .collect(),
-        };
-        if let Err(e) = prefix::write(
-            &writes_part_path(self.job.prefix(), id, n),
-            WRITES_KIND,
-            &part,
-        ) {
-            tracing::warn!(
-                "{e}; if this flush is interrupted, its files are cleaned up only while the dataset is in cache"
-            );
-        }
     }
 
     /// Which of `mine` (prefix paths this rank asks about) a complete dataset's rank2file
