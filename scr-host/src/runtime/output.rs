@@ -52,7 +52,7 @@ impl Output {
 /// first (the more precise reason: `restarting`, a restart is being read; `writing`, a
 /// dataset is being written), then whether they are rank 0's; `refused` is a reason the
 /// caller found already (an API-level check). Shared by the running runtime and a
-/// disabled one, which refuse in the same words.
+/// disabled one ([`super::Disabled`]), which refuse in the same words.
 pub(in crate::runtime) fn output_refused(
     world: &dyn World,
     name: &str,
@@ -100,7 +100,7 @@ pub(in crate::runtime) fn output_refused(
 }
 
 /// Refuse a name no file can have (empty, or holding a NUL byte) before it is routed:
-/// the running runtime and a disabled one in the same words.
+/// the running runtime and a disabled one ([`super::Disabled`]) in the same words.
 pub(in crate::runtime) fn routable(name: &Path) -> Result<()> {
     use std::os::unix::ffi::OsStrExt;
     if name.as_os_str().is_empty() {
@@ -140,10 +140,6 @@ impl Runtime {
         let _counted = comm::scope("start_output");
         let pre = self.output_refused(name, flags, refused);
         self.begin("start_output", pre)?;
-        if let Some(pt) = self.passthrough.as_mut() {
-            pt.output = Some(name.to_string());
-            return Ok(());
-        }
         // background flushes finished everywhere are recorded before eviction looks
         // at what the prefix holds
         self.poll_flushes();
@@ -233,10 +229,6 @@ impl Runtime {
     /// Whether a dataset is being written (between start_output and complete_output).
     pub(in crate::runtime) fn writing(&self) -> bool {
         self.output.is_some()
-            || self
-                .passthrough
-                .as_ref()
-                .is_some_and(|p| p.output.is_some())
     }
 
     /// This rank's part of `start_output`: create the directory, record the dataset in
@@ -306,19 +298,6 @@ impl Runtime {
             // SCR 3.x: outside a dataset the name comes back unchanged (an application
             // may route every file through SCR, in a phase or not)
             return Ok(name.to_path_buf());
-        }
-        if let Some(pt) = &self.passthrough {
-            // disabled: the application's own path (absolute), read and written in
-            // place; during output its directories are made, as they are in cache, so
-            // the application behaves the same either way
-            let cwd = std::env::current_dir().map_err(io_err(Path::new(".")))?;
-            let path = lexical_normalize(&cwd.join(name));
-            if pt.output.is_some() {
-                if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent).map_err(io_err(parent))?;
-                }
-            }
-            return Ok(path);
         }
         let rel = self.relative_name(name)?;
         if rel
@@ -428,10 +407,6 @@ impl Runtime {
             ))
         };
         self.begin("complete_output", pre)?;
-        if let Some(pt) = self.passthrough.as_mut() {
-            pt.output = None;
-            return Ok(self.all_agree(valid));
-        }
         self.poll_flushes();
         // one background hash at a time: the previous dataset's is recorded first
         self.settle_crc();
