@@ -12,7 +12,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator as _;
 use scr_host::config::api;
 use scr_host::config::Loader;
-use scr_host::runtime::{InitOptions, OutputFlags, Runtime};
+use scr_host::runtime::{InitOptions, OutputFlags, Runtime, Started};
 
 /// `SCR_FLAG_CHECKPOINT`.
 pub const FLAG_CHECKPOINT: i32 = 1;
@@ -32,7 +32,8 @@ struct State {
     calls: Vec<(usize, String)>,
     /// Every `SCR_Config` call so far, accepted or not (errors name the call's number).
     attempts: usize,
-    runtime: Option<Runtime>,
+    /// From `SCR_Init` to `SCR_Finalize`: the running runtime, or the disabled library.
+    runtime: Option<Started>,
     finalized: bool,
 }
 
@@ -41,18 +42,18 @@ impl Drop for State {
     /// communicator, which must not be freed after `MPI_Finalize`; it is then leaked, and
     /// the application told what it missed.
     fn drop(&mut self) {
-        if let Some(rt) = self.runtime.take() {
+        if let Some(started) = self.runtime.take() {
             // (tracing's thread-local state may be gone at thread exit: then the event
             // goes to the global subscriber, which is ours or the application's);
             // disabled, there was nothing to finalize (SCR_Finalize fails then anyway)
-            if !rt.is_disabled() {
+            if let Started::Running(rt) = &started {
                 tracing::warn!(
                     rank = rt.rank(),
                     "the application exited without calling SCR_Finalize; the cache keeps what the last completed dataset left"
                 );
             }
             if mpi::environment::is_finalized() {
-                std::mem::forget(rt);
+                std::mem::forget(started);
             }
         }
     }
@@ -172,8 +173,8 @@ pub const DISABLED: &str =
 /// The runtime, or why there is none (or why it takes no calls: [`DISABLED`]).
 fn runtime(s: &mut State) -> Result<&mut Runtime, String> {
     match &mut s.runtime {
-        Some(rt) if rt.is_disabled() => Err(DISABLED.into()),
-        Some(rt) => Ok(rt),
+        Some(Started::Disabled(_)) => Err(DISABLED.into()),
+        Some(Started::Running(rt)) => Ok(rt),
         None if s.finalized => {
             Err("SCR_Finalize was already called; no SCR call may follow it".into())
         }
@@ -203,7 +204,7 @@ pub fn init() -> Result<(), String> {
                 "MPI is already finalized: call SCR_Init between MPI_Init and MPI_Finalize".into(),
             );
         }
-        let rt = Runtime::init_with(
+        let started = Runtime::init_with(
             &SimpleCommunicator::world(),
             s.calls.clone(),
             InitOptions {
@@ -211,8 +212,8 @@ pub fn init() -> Result<(), String> {
             },
         )
         .map_err(|e| e.to_string())?;
-        let disabled = rt.is_disabled();
-        s.runtime = Some(rt);
+        let disabled = started.is_disabled();
+        s.runtime = Some(started);
         *scr_plugin::sync::lock(&INIT_THREAD) = Some(std::thread::current().id());
         if disabled {
             // SCR's SCR_Init fails when SCR is disabled; so do the calls after it
@@ -230,10 +231,10 @@ pub fn init() -> Result<(), String> {
 /// `SCR_Finalize`: collective.
 pub fn finalize() -> Result<(), String> {
     with_state(|s| {
-        if s.runtime.as_ref().is_some_and(|rt| rt.is_disabled()) {
+        if s.runtime.as_ref().is_some_and(Started::is_disabled) {
             // it ends all the same (nothing to write), and fails as SCR's does
-            if let Some(mut rt) = s.runtime.take() {
-                let _ = rt.finalize();
+            if let Some(mut disabled) = s.runtime.take() {
+                let _ = disabled.finalize();
             }
             s.finalized = true;
             return Err(DISABLED.into());
@@ -263,8 +264,8 @@ pub fn config(text: &str) -> Result<Option<String>, String> {
         }
         let value = match &s.runtime {
             // SCR answers no query when disabled
-            Some(rt) if rt.is_disabled() => Ok(None),
-            Some(rt) => rt.config().query(&call),
+            Some(Started::Disabled(_)) => Ok(None),
+            Some(Started::Running(rt)) => rt.config().query(&call),
             None => {
                 let mut loader = Loader::from_process();
                 loader.api = s.calls.clone();
@@ -302,15 +303,14 @@ pub fn route_file(name: &[u8]) -> Result<Vec<u8>, String> {
             }
             Ok(name.to_vec())
         };
-        let Some(rt) = s.runtime.as_mut() else {
-            return outside(name);
+        let name_path = Path::new(std::ffi::OsStr::from_bytes(name));
+        let routed = match s.runtime.as_mut() {
+            Some(Started::Running(rt)) if rt.in_dataset() => rt.route_file(name_path),
+            // (never in a dataset: its SCR_Start_output fails)
+            Some(Started::Disabled(d)) if d.in_dataset() => d.route_file(name_path),
+            _ => return outside(name),
         };
-        if !rt.in_dataset() {
-            return outside(name);
-        }
-        let path = rt
-            .route_file(Path::new(std::ffi::OsStr::from_bytes(name)))
-            .map_err(|e| e.to_string())?;
+        let path = routed.map_err(|e| e.to_string())?;
         let bytes = path.into_os_string().into_vec();
         if bytes.len() >= MAX_FILENAME {
             return Err(format!(

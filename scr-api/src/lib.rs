@@ -48,7 +48,7 @@ use std::path::{Path, PathBuf};
 pub use mpi;
 pub use scr_host::runtime::ScrError;
 pub use scr_host::runtime::{CallStats, CommStats};
-use scr_host::runtime::{OutputFlags, Runtime};
+use scr_host::runtime::{OutputFlags, Runtime, Started};
 
 use scr_host::config::api::{self, ApiCall};
 use scr_host::config::{keys, Loader};
@@ -94,10 +94,26 @@ impl std::ops::BitOr for Flags {
     }
 }
 
+/// Call `$call` on the library, running or disabled (the two have the same methods).
+macro_rules! on {
+    ($rt:expr, $lib:ident => $call:expr) => {
+        match $rt {
+            Started::Running($lib) => $call,
+            Started::Disabled($lib) => $call,
+        }
+    };
+}
+
 /// The checkpoint/restart library, initialised on an MPI communicator. Dropping it
 /// finalizes (collectively); call [`Scr::finalize`] to see finalize's errors.
+///
+/// When the configuration disables the library (`enable = false`, SCR's `SCR_ENABLE=0`;
+/// [`Scr::is_disabled`] tells) the calls pass through: nothing is cached, flushed or
+/// recorded, [`Scr::route_file`] hands back the application's own path (absolute; its
+/// directories made during output), no restart is offered, and the other calls succeed
+/// — the calls' order is still checked, in the same words.
 pub struct Scr {
-    rt: Runtime,
+    rt: Started,
     /// A call failed on this rank: finalizing on drop could wait forever for ranks that
     /// went on, so `drop` then only warns.
     failed: bool,
@@ -137,12 +153,12 @@ impl Scr {
 
     /// The name of the newest checkpoint this run can restart from.
     pub fn have_restart(&self) -> Option<String> {
-        self.rt.have_restart()
+        on!(&self.rt, rt => rt.have_restart())
     }
 
     /// Begin reading the restart checkpoint; returns its name.
     pub fn start_restart(&mut self) -> Result<String> {
-        let r = self.rt.start_restart();
+        let r = on!(&mut self.rt, rt => rt.start_restart());
         self.track(r)
     }
 
@@ -150,38 +166,38 @@ impl Scr {
     /// [`Scr::have_restart`] then offers the next older one. Returns whether all ranks
     /// read it.
     pub fn complete_restart(&mut self, valid: bool) -> Result<bool> {
-        let r = self.rt.complete_restart(valid);
+        let r = on!(&mut self.rt, rt => rt.complete_restart(valid));
         self.track(r)
     }
 
     /// Whether to checkpoint now (collective).
     pub fn need_checkpoint(&mut self) -> Result<bool> {
-        let r = self.rt.need_checkpoint();
+        let r = on!(&mut self.rt, rt => rt.need_checkpoint());
         self.track(r)
     }
 
     /// Begin a dataset (collective).
     pub fn start_output(&mut self, name: &str, flags: Flags) -> Result<()> {
-        let r = self.rt.start_output(
+        let r = on!(&mut self.rt, rt => rt.start_output(
             name,
             OutputFlags {
                 checkpoint: flags.checkpoint,
                 output: flags.output,
             },
-        );
+        ));
         self.track(r)
     }
 
     /// SCR's legacy form: begin a checkpoint named `ckpt.<checkpoint id>`; returns the
     /// name. Finish it with [`Scr::complete_checkpoint`].
     pub fn start_checkpoint(&mut self) -> Result<String> {
-        let r = self.rt.start_checkpoint();
+        let r = on!(&mut self.rt, rt => rt.start_checkpoint());
         self.track(r)
     }
 
     /// SCR's legacy form of [`Scr::complete_output`].
     pub fn complete_checkpoint(&mut self, valid: bool) -> Result<bool> {
-        let r = self.rt.complete_output(valid);
+        let r = on!(&mut self.rt, rt => rt.complete_output(valid));
         self.track(r)
     }
 
@@ -191,44 +207,44 @@ impl Scr {
     /// Outside both phases the name comes back unchanged, as SCR 3.x's `SCR_Route_file`
     /// does.
     pub fn route_file(&mut self, name: impl AsRef<Path>) -> Result<PathBuf> {
-        let r = self.rt.route_file(name.as_ref());
+        let r = on!(&mut self.rt, rt => rt.route_file(name.as_ref()));
         self.track(r)
     }
 
     /// Finish the dataset (collective); it is kept only if every rank says `valid`.
     /// Returns whether it was kept.
     pub fn complete_output(&mut self, valid: bool) -> Result<bool> {
-        let r = self.rt.complete_output(valid);
+        let r = on!(&mut self.rt, rt => rt.complete_output(valid));
         self.track(r)
     }
 
     /// Whether the run should stop now (collective): a halt condition holds.
     pub fn should_exit(&mut self) -> Result<bool> {
-        let r = self.rt.should_exit();
+        let r = on!(&mut self.rt, rt => rt.should_exit());
         self.track(r)
     }
 
     /// Make the named checkpoint the one to restart from.
     pub fn current(&mut self, name: &str) -> Result<()> {
-        let r = self.rt.current(name);
+        let r = on!(&mut self.rt, rt => rt.current(name));
         self.track(r)
     }
 
     /// Stop offering the named checkpoint for restart.
     pub fn drop_dataset(&mut self, name: &str) -> Result<()> {
-        let r = self.rt.drop_dataset(name);
+        let r = on!(&mut self.rt, rt => rt.drop_dataset(name));
         self.track(r)
     }
 
     /// Delete the named dataset from cache (collective).
     pub fn delete(&mut self, name: &str) -> Result<()> {
-        let r = self.rt.delete(name);
+        let r = on!(&mut self.rt, rt => rt.delete(name));
         self.track(r)
     }
 
     /// Datasets that init found beyond repair and dropped, one report each.
     pub fn lost_datasets(&self) -> &[String] {
-        self.rt.lost_datasets()
+        on!(&self.rt, rt => rt.lost_datasets())
     }
 
     /// This rank's MPI traffic per API call since init or the last
@@ -239,18 +255,45 @@ impl Scr {
     /// Nested steps (a flush inside `complete_output`) count under their own name only.
     /// The counters belong to the process (one rank), shared by every [`Scr`] in it.
     pub fn comm_stats(&self) -> CommStats {
-        self.rt.comm_stats()
+        on!(&self.rt, rt => rt.comm_stats())
     }
 
     /// Zero the counters [`Scr::comm_stats`] reads (local), e.g. before a step measured
     /// on its own.
     pub fn reset_comm_stats(&self) {
-        self.rt.reset_comm_stats();
+        on!(&self.rt, rt => rt.reset_comm_stats());
     }
 
-    /// The runtime underneath (configuration, node, control directory).
+    /// The running runtime underneath (configuration, node, control directory).
+    ///
+    /// # Panics
+    ///
+    /// When the library is disabled ([`Scr::is_disabled`]): no runtime runs then. Use
+    /// [`Scr::try_runtime`], or [`Scr::config`] for the configuration, where the library
+    /// may be disabled.
     pub fn runtime(&self) -> &Runtime {
-        &self.rt
+        self.try_runtime().expect(
+            "Scr::runtime: the library is disabled (enable = false, SCR_ENABLE=0), so no runtime runs; use Scr::try_runtime or Scr::config",
+        )
+    }
+
+    /// The running runtime underneath; `None` when the library is disabled.
+    pub fn try_runtime(&self) -> Option<&Runtime> {
+        self.rt.running()
+    }
+
+    /// Whether the library is disabled (`enable = false`, SCR's `SCR_ENABLE=0`): the
+    /// calls pass through and nothing is cached (see [`Scr`]).
+    pub fn is_disabled(&self) -> bool {
+        self.rt.is_disabled()
+    }
+
+    /// The effective configuration, running or disabled.
+    pub fn config(&self) -> &scr_host::config::Config {
+        match &self.rt {
+            Started::Running(rt) => rt.config(),
+            Started::Disabled(d) => d.config(),
+        }
     }
 
     /// End the run (collective).
@@ -271,7 +314,7 @@ impl Drop for Scr {
                 rank = self.rt.rank(),
                 "not finalized (dropped after an error); the run's state stays as the last completed dataset left it"
             );
-            self.rt.abandon();
+            on!(&mut self.rt, rt => rt.abandon());
             return;
         }
         if let Err(e) = self.rt.finalize() {

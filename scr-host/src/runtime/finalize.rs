@@ -20,9 +20,6 @@ impl Runtime {
             return Ok(());
         }
         self.world.health_mut().set_finalized(true);
-        if self.passthrough.is_some() {
-            return Ok(());
-        }
         if let Some(out) = self.output.take() {
             self.warn("finalize: a dataset was still being written; it is discarded");
             if self.world.health().is_uncertain() {
@@ -77,12 +74,6 @@ impl Runtime {
             }
         }
         Ok(())
-    }
-
-    /// Whether the library is disabled (`enable = false`, SCR's `SCR_ENABLE=0`): every
-    /// call passes through and nothing is cached.
-    pub fn is_disabled(&self) -> bool {
-        self.passthrough.is_some()
     }
 
     /// Whether `finalize` ran (or the runtime was abandoned).

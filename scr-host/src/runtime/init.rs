@@ -15,8 +15,8 @@ use super::topology::Topology;
 use super::world::mpi_world::MpiWorld;
 use super::world::{Exchange, World};
 use super::{
-    agree_on, comm, flush, io_err, Cache, Collective, InitOptions, Passthrough, Policy, Result,
-    Runtime, ScrError, TestHooks, FINALIZE_REASON,
+    agree_on, comm, flush, io_err, Cache, Collective, Disabled, InitOptions, Policy, Result,
+    Runtime, ScrError, Started, TestHooks, FINALIZE_REASON,
 };
 use crate::config::settings;
 use crate::config::{check_plugins, Config, ConfigErrors, Loader, Snapshot};
@@ -27,7 +27,9 @@ use crate::state::halt::Halt;
 impl Runtime {
     /// Initialise on `world` (normally `MPI_COMM_WORLD`; collective). `api` holds the
     /// configuration calls the application made before init, with their call numbers.
-    pub fn init(world: &SimpleCommunicator, api: Vec<(usize, String)>) -> Result<Runtime> {
+    /// Returns the running runtime, or, when the configuration says `enable = false`, a
+    /// [`Disabled`] library (on every rank alike).
+    pub fn init(world: &SimpleCommunicator, api: Vec<(usize, String)>) -> Result<Started> {
         Self::init_with(world, api, InitOptions::default())
     }
 
@@ -36,7 +38,7 @@ impl Runtime {
         world: &SimpleCommunicator,
         api: Vec<(usize, String)>,
         options: InitOptions,
-    ) -> Result<Runtime> {
+    ) -> Result<Started> {
         let _counted = comm::scope("init");
         // the runtime's own communicator: its messages never meet the application's
         let world: Box<dyn World> = MpiWorld::with_borrowed(world, |w| w.duplicate());
@@ -57,7 +59,7 @@ impl Runtime {
         loader: Loader,
         options: InitOptions,
         hooks: TestHooks,
-    ) -> Result<Runtime> {
+    ) -> Result<Started> {
         let rank = world.rank();
         let filter_problem = crate::log::init(crate::log::env_debug());
         let span = crate::log::runtime_span(rank);
@@ -78,24 +80,27 @@ impl Runtime {
             span.record("job", job.as_str());
         }
         crate::log::set_debug(config.get(settings::DEBUG));
+        if !config.get(settings::ENABLE) {
+            // SCR_ENABLE=0: nothing is cached, protected, flushed or fetched, and no
+            // directory or state file is created; the calls pass through (`Disabled`)
+            // and route_file hands back the application's own path
+            if rank == 0 {
+                tracing::info!(
+                    "disabled (enable = false): every call passes through; nothing is cached"
+                );
+            }
+            return Ok(Started::Disabled(Disabled::new(world, config, span)));
+        }
         let mut rt = Runtime::unstarted(world, config, span);
         rt.hooks = hooks;
         let started = rt.report.init_started();
-        if rt.passthrough.is_some() {
-            // SCR_ENABLE=0: nothing is cached, protected, flushed or fetched, and no
-            // directory or state file is created; every call succeeds and route_file
-            // hands back the application's own path
-            rt.info("disabled (enable = false): every call passes through; nothing is cached");
-            rt.world.health_mut().set_finalized(false);
-            return Ok(rt);
-        }
         rt.load_plugins()?;
         rt.find_node()?;
         rt.create_job_dirs()?;
         rt.set_up_stores(&recorded_api)?;
         rt.restore_at_init(&options)?;
         rt.report_init(started);
-        Ok(rt)
+        Ok(Started::Running(rt))
     }
 
     /// The runtime before any collective step of init: configuration and identity only
@@ -115,7 +120,6 @@ impl Runtime {
             policy: Policy::new(),
             report: RunReport::new(),
             flushing: flush::Flushing::default(),
-            passthrough: (!config.get(settings::ENABLE)).then(Passthrough::default),
             world: Collective::new(
                 world,
                 std::time::Duration::from_secs(config.get(settings::ABORT_TIMEOUT)),

@@ -40,6 +40,7 @@ mod cache;
 mod collective;
 pub mod comm;
 mod descriptors;
+mod disabled;
 mod dispatch;
 mod distribute;
 mod evict;
@@ -57,6 +58,7 @@ mod report;
 mod restart;
 mod restore;
 pub(crate) mod sets;
+mod started;
 mod tags;
 #[cfg(test)]
 mod tests;
@@ -93,6 +95,9 @@ pub use sets::{form_my_set, form_sets, split_by_value, Set};
 
 pub use mpi_host::{MpiHost, Settled};
 
+pub use disabled::Disabled;
+pub use started::Started;
+
 pub use comm::{CallStats, CommStats};
 
 pub(crate) use crate::error::io_err;
@@ -113,7 +118,9 @@ pub struct OutputFlags {
     pub output: bool,
 }
 
-/// One process's checkpoint/restart runtime.
+/// One process's checkpoint/restart runtime, running: init found the library enabled
+/// (a disabled one is a [`Disabled`]; [`Runtime::init`] returns either, as a
+/// [`Started`]).
 pub struct Runtime {
     /// The runtime's own communicator, with agreement and health.
     world: Collective,
@@ -137,8 +144,6 @@ pub struct Runtime {
     /// What init and the run found, for the event log and the application.
     report: RunReport,
     flushing: flush::Flushing,
-    /// `Some` when the library is disabled (`enable = false`): the calls pass through.
-    passthrough: Option<Passthrough>,
     /// The fault suite's hooks (none in production), given to `init_in`.
     hooks: TestHooks,
 }
@@ -150,13 +155,6 @@ pub struct InitOptions {
     /// 3.0 moved the fetch so that `SCR_Current` between init and `SCR_Have_restart`
     /// chooses the checkpoint to load; the C API works this way).
     pub fetch_at_have_restart: bool,
-}
-
-/// The state of a disabled runtime: only what the API's call order needs.
-#[derive(Debug, Default)]
-struct Passthrough {
-    /// The dataset being written, between start_output and complete_output.
-    output: Option<String>,
 }
 
 /// The outcome of checking the names of a dataset's files across ranks
@@ -228,7 +226,7 @@ impl Runtime {
     /// the sinks the configuration names (`log_enable`, `log_txt_enable`,
     /// `log_syslog_enable`).
     fn log_event_of(&self, job_id: &str, event: crate::events::Event) {
-        if self.topo.rank() == 0 && self.passthrough.is_none() {
+        if self.topo.rank() == 0 {
             crate::events::Sinks::from_config(&self.config).record(
                 self.job.prefix(),
                 job_id,

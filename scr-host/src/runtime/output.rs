@@ -8,6 +8,7 @@ use std::time::Instant;
 
 mod bypass;
 
+use super::world::World;
 use super::{
     comm, first_failure, io_err, names, Ids, NameCheck, OutputFlags, Result, Runtime, ScrError,
 };
@@ -46,6 +47,76 @@ impl Output {
     }
 }
 
+/// Why `start_output(name, flags)` is refused on this rank, if it is (collective: rank
+/// 0's arguments are broadcast over `world`). This rank's own arguments and state come
+/// first (the more precise reason: `restarting`, a restart is being read; `writing`, a
+/// dataset is being written), then whether they are rank 0's; `refused` is a reason the
+/// caller found already (an API-level check). Shared by the running runtime and a
+/// disabled one ([`super::Disabled`]), which refuse in the same words.
+pub(in crate::runtime) fn output_refused(
+    world: &dyn World,
+    name: &str,
+    flags: OutputFlags,
+    refused: Option<String>,
+    restarting: bool,
+    writing: bool,
+) -> Result<()> {
+    let mine = format!(
+        "{name}\0{}{}",
+        u8::from(flags.checkpoint),
+        u8::from(flags.output)
+    );
+    let root = String::from_utf8_lossy(&world.broadcast_bytes(mine.as_bytes())).into_owned();
+    if let Some(why) = refused {
+        Err(ScrError::Usage(format!("start_output: {why}")))
+    } else if name.len() >= 1024 {
+        Err(ScrError::Usage(format!(
+            "start_output: the dataset name is {} bytes; names must be shorter than SCR_MAX_FILENAME (1024)",
+            name.len()
+        )))
+    } else if restarting {
+        Err(ScrError::Usage(
+            "start_output: a restart is in progress; call complete_restart first".into(),
+        ))
+    } else if writing {
+        Err(ScrError::Usage(
+            "start_output: a dataset is already being written; call complete_output first".into(),
+        ))
+    } else if name.is_empty() || name.contains('/') {
+        Err(ScrError::Usage(format!(
+            "start_output: dataset name `{name}` must be non-empty and contain no `/`"
+        )))
+    } else if root != mine {
+        let (root_name, root_flags) = root.split_once('\0').unwrap_or((&root, ""));
+        Err(ScrError::Usage(format!(
+            "start_output: rank {} passed dataset `{name}` with flags (checkpoint, output) {}{}, rank 0 passed `{root_name}` with {root_flags}; every process must pass the same name and flags",
+            world.rank(),
+            u8::from(flags.checkpoint),
+            u8::from(flags.output)
+        )))
+    } else {
+        Ok(())
+    }
+}
+
+/// Refuse a name no file can have (empty, or holding a NUL byte) before it is routed:
+/// the running runtime and a disabled one ([`super::Disabled`]) in the same words.
+pub(in crate::runtime) fn routable(name: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    if name.as_os_str().is_empty() {
+        return Err(ScrError::Usage(
+            "route_file: the file name is empty; name a file inside the prefix".into(),
+        ));
+    }
+    if name.as_os_str().as_bytes().contains(&0) {
+        return Err(ScrError::Usage(format!(
+            "route_file: `{}` contains a NUL byte, which no file name may hold",
+            name.display()
+        )));
+    }
+    Ok(())
+}
+
 impl Runtime {
     /// Whether `complete_output` leaves the CRC32s of dataset `rec` (descriptor `desc`)
     /// to the background hash: see the module docs. The same on every rank (settings,
@@ -82,10 +153,6 @@ impl Runtime {
         let _counted = comm::scope("start_output");
         let pre = self.output_refused(name, flags, refused);
         self.world.begin("start_output", pre)?;
-        if let Some(pt) = self.passthrough.as_mut() {
-            pt.output = Some(name.to_string());
-            return Ok(());
-        }
         // background flushes finished everywhere are recorded before eviction looks
         // at what the prefix holds
         self.poll_flushes();
@@ -154,63 +221,27 @@ impl Runtime {
         Ok(())
     }
 
-    /// Why `start_output(name, flags)` is refused on this rank, if it is (collective: rank
-    /// 0's arguments are broadcast). This rank's own arguments and state come first (the
-    /// more precise reason), then whether they are rank 0's; `refused` is a reason the
-    /// caller found already (an API-level check).
-    fn output_refused(
+    /// Why `start_output(name, flags)` is refused on this rank, if it is (collective; see
+    /// [`output_refused`]).
+    pub(in crate::runtime) fn output_refused(
         &self,
         name: &str,
         flags: OutputFlags,
         refused: Option<String>,
     ) -> Result<()> {
-        let mine = format!(
-            "{name}\0{}{}",
-            u8::from(flags.checkpoint),
-            u8::from(flags.output)
-        );
-        let root =
-            String::from_utf8_lossy(&self.world.broadcast_bytes(mine.as_bytes())).into_owned();
-        if let Some(why) = refused {
-            Err(ScrError::Usage(format!("start_output: {why}")))
-        } else if name.len() >= 1024 {
-            Err(ScrError::Usage(format!(
-                "start_output: the dataset name is {} bytes; names must be shorter than SCR_MAX_FILENAME (1024)",
-                name.len()
-            )))
-        } else if self.restart.in_progress() {
-            Err(ScrError::Usage(
-                "start_output: a restart is in progress; call complete_restart first".into(),
-            ))
-        } else if self.writing() {
-            Err(ScrError::Usage(
-                "start_output: a dataset is already being written; call complete_output first"
-                    .into(),
-            ))
-        } else if name.is_empty() || name.contains('/') {
-            Err(ScrError::Usage(format!(
-                "start_output: dataset name `{name}` must be non-empty and contain no `/`"
-            )))
-        } else if root != mine {
-            let (root_name, root_flags) = root.split_once('\0').unwrap_or((&root, ""));
-            Err(ScrError::Usage(format!(
-                "start_output: rank {} passed dataset `{name}` with flags (checkpoint, output) {}{}, rank 0 passed `{root_name}` with {root_flags}; every process must pass the same name and flags",
-                self.topo.rank(),
-                u8::from(flags.checkpoint),
-                u8::from(flags.output)
-            )))
-        } else {
-            Ok(())
-        }
+        output_refused(
+            &*self.world,
+            name,
+            flags,
+            refused,
+            self.restart.in_progress(),
+            self.writing(),
+        )
     }
 
     /// Whether a dataset is being written (between start_output and complete_output).
     fn writing(&self) -> bool {
         self.output.is_some()
-            || self
-                .passthrough
-                .as_ref()
-                .is_some_and(|p| p.output.is_some())
     }
 
     /// This rank's part of `start_output`: create the directory, record the dataset in
@@ -270,36 +301,12 @@ impl Runtime {
     pub fn route_file(&mut self, name: &Path) -> Result<PathBuf> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("route_file");
-        use std::os::unix::ffi::OsStrExt;
         self.world.usable("route_file")?;
-        if name.as_os_str().is_empty() {
-            return Err(ScrError::Usage(
-                "route_file: the file name is empty; name a file inside the prefix".into(),
-            ));
-        }
-        if name.as_os_str().as_bytes().contains(&0) {
-            return Err(ScrError::Usage(format!(
-                "route_file: `{}` contains a NUL byte, which no file name may hold",
-                name.display()
-            )));
-        }
+        routable(name)?;
         if !self.in_dataset() {
             // SCR 3.x: outside a dataset the name comes back unchanged (an application
             // may route every file through SCR, in a phase or not)
             return Ok(name.to_path_buf());
-        }
-        if let Some(pt) = &self.passthrough {
-            // disabled: the application's own path (absolute), read and written in
-            // place; during output its directories are made, as they are in cache, so
-            // the application behaves the same either way
-            let cwd = std::env::current_dir().map_err(io_err(Path::new(".")))?;
-            let path = lexical_normalize(&cwd.join(name));
-            if pt.output.is_some() {
-                if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent).map_err(io_err(parent))?;
-                }
-            }
-            return Ok(path);
         }
         let rel = self.relative_name(name)?;
         if rel
@@ -411,10 +418,6 @@ impl Runtime {
             ))
         };
         self.world.begin("complete_output", pre)?;
-        if let Some(pt) = self.passthrough.as_mut() {
-            pt.output = None;
-            return Ok(self.world.all(valid));
-        }
         self.poll_flushes();
         // one background hash at a time: the previous dataset's is recorded first
         self.cache.settle_crc();

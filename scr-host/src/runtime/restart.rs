@@ -169,7 +169,7 @@ impl Runtime {
         let _counted = comm::scope("have_restart");
         // the checkpoint about to be offered has its CRC32s recorded
         self.cache.settle_crc();
-        if self.restart.fetch_pending && self.passthrough.is_none() {
+        if self.restart.fetch_pending {
             self.world.usable("have_restart")?;
             self.restart.fetch_pending = false;
             self.settle_restart(false)?;
@@ -180,13 +180,7 @@ impl Runtime {
     /// Whether a dataset is being written or a checkpoint read (between start and
     /// complete): outside both, SCR 3.x's `SCR_Route_file` returns the name unchanged.
     pub fn in_dataset(&self) -> bool {
-        self.output.is_some()
-            || self.restart.candidate.is_some()
-            || self.restart.reading_prefix
-            || self
-                .passthrough
-                .as_ref()
-                .is_some_and(|p| p.output.is_some())
+        self.output.is_some() || self.restart.candidate.is_some() || self.restart.reading_prefix
     }
 
     /// The newest complete checkpoint this run can restart from, if any.
@@ -464,9 +458,6 @@ impl Runtime {
     pub fn current(&mut self, name: &str) -> Result<()> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("current");
-        if self.passthrough.is_some() {
-            return Ok(());
-        }
         if self.restart.fetch_pending {
             self.world.usable("current")?;
             let cached = self.world.all(self.cache.id_of(name).is_ok());

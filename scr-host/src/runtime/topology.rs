@@ -22,8 +22,7 @@ pub(in crate::runtime) struct Topology {
 }
 
 impl Topology {
-    /// A rank not placed on a node yet (before init's collective steps, or a disabled
-    /// runtime).
+    /// A rank not placed on a node yet (before init's collective steps).
     pub(in crate::runtime) fn unplaced(world: &dyn World) -> Topology {
         Topology {
             rank: world.rank(),

@@ -23,10 +23,12 @@
 //! | the SCR_LOG_* keys | `event_log` |
 //! | a scheme plugin panicking on one member | `plugin_panic` |
 //! | `crc_on_copy_defer`: CRC32s hashed in the background | `crc_defer` |
+//! | a disabled library (`enable = false`): calls passed through, in order | `disabled` |
 
 mod agreement;
 mod bypass;
 mod crc_defer;
+mod disabled;
 mod event_log;
 mod evict;
 mod plugin_panic;
@@ -314,8 +316,17 @@ fn said<'a>(lines: &'a [String], what: &str) -> Vec<&'a String> {
 
 /// [`Runtime::init_in`] with the test hooks the loader's stand-in environment names
 /// (`SCR_FAULT`, `SCR_TEST_WINDOW`): the tests give them as a value, as a program's
-/// environment gives them to `init_with`.
+/// environment gives them to `init_with`. The library must be enabled: the running
+/// runtime is returned ([`init_started`] for either).
 pub(super) fn init_hooked(w: Box<dyn World>, l: Loader, options: InitOptions) -> Result<Runtime> {
+    init_started(w, l, options).map(|started| match started {
+        Started::Running(rt) => rt,
+        Started::Disabled(_) => panic!("init_hooked: enable = false; use init_started"),
+    })
+}
+
+/// [`init_hooked`] as init returns it: running, or disabled (`enable = false`).
+pub(super) fn init_started(w: Box<dyn World>, l: Loader, options: InitOptions) -> Result<Started> {
     let hooks = crate::hooks::TestHooks::from_env(&l.env);
     Runtime::init_in(w, l, options, hooks)
 }
