@@ -15,6 +15,7 @@ pub(in crate::runtime) mod deferred_crc;
 use deferred_crc::CrcJob;
 
 use super::{io_err, Result, ScrError};
+use crate::integrity::is_inside;
 use crate::state::filemap::{self, DatasetRecord, FileRecord, Filemap};
 
 /// This rank's cached datasets and the ids the next ones take.
@@ -191,4 +192,58 @@ impl Cache {
             self.next_checkpoint = self.next_checkpoint.max(c + 1);
         }
     }
+}
+
+/// Application and redundancy files of a dataset, relative to its directory.
+pub(in crate::runtime) fn file_names(rec: &DatasetRecord) -> Vec<PathBuf> {
+    rec.files
+        .iter()
+        .map(|f| PathBuf::from(&f.name))
+        .chain(rec.redundancy.iter().map(PathBuf::from))
+        .collect()
+}
+
+/// Delete `names` (relative to `dir`), then every directory from their parents up to
+/// `dir` that is left empty. Files already gone are fine.
+///
+/// A name that would leave `dir` (absolute, or through `..`: a damaged or forged filemap,
+/// a rank2file map, a plugin's answer) is never followed: it is skipped with a warning.
+///
+/// Nothing is deleted through a symbolic link: the dataset directory and every level
+/// below it down to the file are judged first (`lstat`), and a link in place of one is
+/// refused with an error naming it ([`scr_plugin::cachefs::check_dirs`]).
+pub(in crate::runtime) fn remove_files(dir: &Path, names: &[PathBuf]) -> Result<()> {
+    use scr_plugin::cachefs::check_dirs;
+    let me = crate::registry::effective_uid();
+    if let Some(above) = dir.parent() {
+        check_dirs(above, dir, me).map_err(crate::private_dir::cachefs_err)?;
+    }
+    for name in names {
+        if !is_inside(&name.to_string_lossy()) {
+            tracing::warn!(
+                "`{}` is recorded in {} but leaves it; not deleted",
+                name.display(),
+                dir.display()
+            );
+            continue;
+        }
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            check_dirs(dir, parent, me).map_err(crate::private_dir::cachefs_err)?;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(ScrError::Io { path, source: e }),
+        }
+        let mut parent = path.parent();
+        while let Some(p) = parent.filter(|p| p.starts_with(dir) && *p != dir) {
+            if std::fs::remove_dir(p).is_err() {
+                break; // not empty: another rank's file still lives here
+            }
+            parent = p.parent();
+        }
+    }
+    let _ = std::fs::remove_dir(dir); // only when empty
+    Ok(())
 }

@@ -6,6 +6,8 @@
 
 use std::ops::Index;
 
+use scr_plugin::SurvivorCheck;
+
 use super::collective::agree_on;
 use super::topology::Topology;
 use super::world::{SetHost, World};
@@ -138,7 +140,7 @@ impl Descriptors {
             if topo.rank() == 0 {
                 tracing::debug!(
                     "descriptor {i}: {}",
-                    super::restore::survivor_contract(
+                    survivor_contract(
                         &d.scheme.0,
                         scheme.raw().survivor_check(),
                         config.get(settings::CRC_ON_RESTART)
@@ -239,4 +241,46 @@ pub(in crate::runtime) fn group_value(
     config
         .failure_group(name, topo.node(), topo.rank())
         .map_err(ScrError::Usage)
+}
+
+/// Which survivor-check contract a scheme declared, in words (for the logs). The host
+/// checks survivors before `recover` under either (see `Runtime::check_cached`).
+pub(in crate::runtime) fn survivor_contract(
+    scheme: &str,
+    check: SurvivorCheck,
+    verified: bool,
+) -> String {
+    match (check, verified) {
+        (SurvivorCheck::Host, _) => format!(
+            "survivors are checked by the host before {scheme}'s recover; the scheme relies on that check (SurvivorCheck::Host)"
+        ),
+        (SurvivorCheck::Scheme, true) => format!(
+            "survivors are checked by the host before {scheme}'s recover (size and CRC32), which tells the scheme so (survivors_verified): the scheme, which verifies survivors itself (SurvivorCheck::Scheme), need not read them again"
+        ),
+        (SurvivorCheck::Scheme, false) => format!(
+            "survivors are checked by the host before {scheme}'s recover (size only: crc_on_restart is off), and again by the scheme, which verifies them itself (SurvivorCheck::Scheme)"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod survivor_contract_tests {
+    use super::survivor_contract;
+    use scr_plugin::SurvivorCheck;
+
+    #[test]
+    fn the_log_says_which_survivor_contract_is_in_force() {
+        assert_eq!(
+            survivor_contract("MIRROR", SurvivorCheck::Host, true),
+            "survivors are checked by the host before MIRROR's recover; the scheme relies on that check (SurvivorCheck::Host)"
+        );
+        assert_eq!(
+            survivor_contract("XOR", SurvivorCheck::Scheme, false),
+            "survivors are checked by the host before XOR's recover (size only: crc_on_restart is off), and again by the scheme, which verifies them itself (SurvivorCheck::Scheme)"
+        );
+        assert_eq!(
+            survivor_contract("XOR", SurvivorCheck::Scheme, true),
+            "survivors are checked by the host before XOR's recover (size and CRC32), which tells the scheme so (survivors_verified): the scheme, which verifies survivors itself (SurvivorCheck::Scheme), need not read them again"
+        );
+    }
 }

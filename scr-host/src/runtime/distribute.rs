@@ -1,14 +1,14 @@
 //! Distribution at init: when ranks changed nodes, each rank's cached files and filemap
 //! move to the rank that now owns them (point to point between the two ranks concerned).
 
-use super::evict::remove_files;
+use super::cache::{file_names, remove_files};
 use super::tags::{MOVE_TAG, OFFER_TAG};
 use super::world::Exchange;
 use super::{DatasetRecord, Filemap, Result, Runtime};
 use crate::integrity::is_inside;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 impl Runtime {
     /// Move filemaps and files left on one node for ranks that now run on another
@@ -270,13 +270,4 @@ pub(in crate::runtime) fn inside_dir(dir: &Path, name: &Path) -> std::result::Re
             dir.display()
         ))
     }
-}
-
-/// Application and redundancy files of a dataset, relative to its directory.
-pub(in crate::runtime) fn file_names(rec: &DatasetRecord) -> Vec<PathBuf> {
-    rec.files
-        .iter()
-        .map(|f| PathBuf::from(&f.name))
-        .chain(rec.redundancy.iter().map(PathBuf::from))
-        .collect()
 }

@@ -1,12 +1,11 @@
 //! Removing datasets: the application's drop and delete, and eviction from a full store
 //! (agreed: a dataset leaves every rank's cache or none).
 
-use super::distribute::file_names;
+use super::cache::{file_names, remove_files};
 use super::{comm, DatasetRecord, Filemap, Result, Runtime, ScrError};
 use crate::config::settings;
-use crate::integrity::{dataset_files, is_inside, verify_dataset};
+use crate::integrity::{dataset_files, verify_dataset};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 
 impl Runtime {
     /// SCR's `SCR_Drop` (collective): the named dataset is removed from the prefix's
@@ -423,51 +422,6 @@ pub(in crate::runtime) fn victims(
         }
     }
     out
-}
-
-/// Delete `names` (relative to `dir`), then every directory from their parents up to
-/// `dir` that is left empty. Files already gone are fine.
-///
-/// A name that would leave `dir` (absolute, or through `..`: a damaged or forged filemap,
-/// a rank2file map, a plugin's answer) is never followed: it is skipped with a warning.
-///
-/// Nothing is deleted through a symbolic link: the dataset directory and every level
-/// below it down to the file are judged first (`lstat`), and a link in place of one is
-/// refused with an error naming it ([`scr_plugin::cachefs::check_dirs`]).
-pub(in crate::runtime) fn remove_files(dir: &Path, names: &[PathBuf]) -> Result<()> {
-    use scr_plugin::cachefs::check_dirs;
-    let me = crate::registry::effective_uid();
-    if let Some(above) = dir.parent() {
-        check_dirs(above, dir, me).map_err(crate::private_dir::cachefs_err)?;
-    }
-    for name in names {
-        if !is_inside(&name.to_string_lossy()) {
-            tracing::warn!(
-                "`{}` is recorded in {} but leaves it; not deleted",
-                name.display(),
-                dir.display()
-            );
-            continue;
-        }
-        let path = dir.join(name);
-        if let Some(parent) = path.parent() {
-            check_dirs(dir, parent, me).map_err(crate::private_dir::cachefs_err)?;
-        }
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(ScrError::Io { path, source: e }),
-        }
-        let mut parent = path.parent();
-        while let Some(p) = parent.filter(|p| p.starts_with(dir) && *p != dir) {
-            if std::fs::remove_dir(p).is_err() {
-                break; // not empty: another rank's file still lives here
-            }
-            parent = p.parent();
-        }
-    }
-    let _ = std::fs::remove_dir(dir); // only when empty
-    Ok(())
 }
 
 #[cfg(test)]

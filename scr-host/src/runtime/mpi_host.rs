@@ -171,7 +171,7 @@ pub struct MpiHost {
 
 /// Serializes every MPI call made through any host, so that plugin threads never call MPI
 /// concurrently (what MPI_THREAD_SERIALIZED permits).
-/// [`super::world::mpi_world::MpiWorld`] takes it too.
+/// `MpiWorld` takes it too.
 pub(super) static SERIAL: Mutex<()> = Mutex::new(());
 
 // SAFETY: an MPI communicator handle is a plain value that any thread may pass to MPI;

@@ -12,7 +12,7 @@ use crate::integrity::{
 use crate::layout::relative_to;
 use crate::registry::{LoadedScheme, RegistryError};
 use abi_stable::std_types::{RNone, ROption, RSome};
-use scr_plugin::{FileMeta, RecoverRequest, SurvivorCheck};
+use scr_plugin::{FileMeta, RecoverRequest};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -515,7 +515,7 @@ impl Runtime {
             "dataset {} ({}): {}",
             r.id,
             r.name,
-            survivor_contract(
+            super::descriptors::survivor_contract(
                 &r.record.descriptor.scheme,
                 r.scheme.raw().survivor_check(),
                 verified
@@ -746,47 +746,5 @@ impl Identity {
             scheme: r.descriptor.scheme.clone(),
             store: r.descriptor.store.clone(),
         }
-    }
-}
-
-/// Which survivor-check contract a scheme declared, in words (for the logs). The host
-/// checks survivors before `recover` under either (see [`Runtime::check_cached`]).
-pub(in crate::runtime) fn survivor_contract(
-    scheme: &str,
-    check: SurvivorCheck,
-    verified: bool,
-) -> String {
-    match (check, verified) {
-        (SurvivorCheck::Host, _) => format!(
-            "survivors are checked by the host before {scheme}'s recover; the scheme relies on that check (SurvivorCheck::Host)"
-        ),
-        (SurvivorCheck::Scheme, true) => format!(
-            "survivors are checked by the host before {scheme}'s recover (size and CRC32), which tells the scheme so (survivors_verified): the scheme, which verifies survivors itself (SurvivorCheck::Scheme), need not read them again"
-        ),
-        (SurvivorCheck::Scheme, false) => format!(
-            "survivors are checked by the host before {scheme}'s recover (size only: crc_on_restart is off), and again by the scheme, which verifies them itself (SurvivorCheck::Scheme)"
-        ),
-    }
-}
-
-#[cfg(test)]
-mod survivor_contract_tests {
-    use super::survivor_contract;
-    use scr_plugin::SurvivorCheck;
-
-    #[test]
-    fn the_log_says_which_survivor_contract_is_in_force() {
-        assert_eq!(
-            survivor_contract("MIRROR", SurvivorCheck::Host, true),
-            "survivors are checked by the host before MIRROR's recover; the scheme relies on that check (SurvivorCheck::Host)"
-        );
-        assert_eq!(
-            survivor_contract("XOR", SurvivorCheck::Scheme, false),
-            "survivors are checked by the host before XOR's recover (size only: crc_on_restart is off), and again by the scheme, which verifies them itself (SurvivorCheck::Scheme)"
-        );
-        assert_eq!(
-            survivor_contract("XOR", SurvivorCheck::Scheme, true),
-            "survivors are checked by the host before XOR's recover (size and CRC32), which tells the scheme so (survivors_verified): the scheme, which verifies survivors itself (SurvivorCheck::Scheme), need not read them again"
-        );
     }
 }

@@ -50,7 +50,7 @@ pub(crate) const WRITES_TAG: i32 = 7044;
 pub(crate) const OWNED_TAGS: [i32; 3] = [7045, 7046, 7047];
 
 /// The turn a rank passes to the rank `flush_width` above it in a flush's sliding
-/// window (see [`super::window`]).
+/// window (see the `window` module).
 pub(crate) const FLUSH_WINDOW_TAG: i32 = 7050;
 
 /// The turn a rank passes to the rank `fetch_width` above it in a fetch's sliding window.
