@@ -16,12 +16,11 @@ use crate::state::filemap::Filemap;
 
 /// The variable naming an injected failure: `<point>:<rank>:<dataset id>` makes `point`
 /// fail on that rank for that dataset (as a full control directory would), and
-/// `<point>:<rank>` kills that rank with SIGKILL at `point` (the crash tests).
-pub const FAULT_VAR: &str = "SCR_FAULT";
-
-/// The variable of the window gauge: `<dir>[:<hold ms>]` counts the ranks inside each
-/// flush and fetch window across processes (see the runtime's `window` module).
-pub const GAUGE_VAR: &str = "SCR_TEST_WINDOW";
+/// `<point>:<rank>` kills that rank with SIGKILL at `point` (the crash tests). The
+/// variable of the window gauge: `<dir>[:<hold ms>]` counts the ranks inside each flush
+/// and fetch window across processes (see the runtime's `window` module). Both are
+/// declared with the configuration loader, which reads the environment.
+pub use crate::config::{FAULT_VAR, GAUGE_VAR};
 
 /// The test hooks in force for one runtime (none in production).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -256,6 +256,35 @@ impl Descriptor<'_> {
     }
 }
 
+impl Config {
+    /// The scheme configuration that rebuilds a dataset protected with the recorded
+    /// descriptor `record`, for its member `member` (world rank `world_rank`): the
+    /// recorded scheme, parameters and set size, with the plugin settings of this
+    /// configuration.
+    pub fn recorded_scheme_config(
+        &self,
+        record: &crate::state::filemap::DescriptorRecord,
+        member: u32,
+        world_rank: u32,
+    ) -> scr_plugin::SchemeConfig {
+        scr_plugin::SchemeConfig {
+            scheme: record.scheme.as_str().into(),
+            params: record
+                .params
+                .iter()
+                .map(|(k, v)| scr_plugin::Param {
+                    key: k.as_str().into(),
+                    value: v.as_str().into(),
+                })
+                .collect(),
+            settings: self.plugin_settings(&record.scheme).into(),
+            members: record.members.len() as u32,
+            member,
+            world_rank,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{api, Loader};

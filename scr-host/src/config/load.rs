@@ -35,6 +35,13 @@ pub struct Loader {
 /// Configuration files by path: `None` when absent, else their text or the read error.
 pub type Snapshot = BTreeMap<PathBuf, Option<Result<String, String>>>;
 
+/// The test hook naming an injected failure (see `crate::hooks`): read from the
+/// environment with the configuration, so it is not reported as an unknown setting.
+pub const FAULT_VAR: &str = "SCR_FAULT";
+
+/// The test hook of the flush/fetch window gauge (see `crate::hooks`).
+pub const GAUGE_VAR: &str = "SCR_TEST_WINDOW";
+
 impl Loader {
     /// `SCR_*` environment variables that name no configuration key (a typo such as
     /// `SCR_CACHSIZE=3` would otherwise be ignored in silence, while the same typo in a
@@ -44,8 +51,8 @@ impl Loader {
         const NOT_KEYS: &[&str] = &[
             "SCR_SYSTEM_CONFIG",
             "SCR_SYSTEM_CONFIG_DEFAULT",
-            crate::hooks::FAULT_VAR,
-            crate::hooks::GAUGE_VAR,
+            FAULT_VAR,
+            GAUGE_VAR,
             "SCR_FIXTURE_LIE",
             crate::registry::SKIP_BUILD_DIR_VAR,
             // where Python's `scr` module finds libscr (python/scr/__init__.py)

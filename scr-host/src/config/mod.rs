@@ -51,7 +51,7 @@ pub use descriptor::Descriptor;
 /// Store paths are names: compared without trailing slashes.
 pub(crate) use file::normalize_dir as normalize_store;
 use keys::{Key, Value};
-pub use load::{Loader, Snapshot};
+pub use load::{Loader, Snapshot, FAULT_VAR, GAUGE_VAR};
 pub use render::render;
 
 /// The system configuration read when `SCR_SYSTEM_CONFIG` is not set (if it exists).

@@ -396,7 +396,11 @@ impl Runtime {
             .position(|&m| m == self.topo.rank())
             .unwrap_or(0);
         self.registry
-            .new_scheme(&d.scheme_config(&self.config, member as u32, self.topo.rank()))
+            .new_scheme(
+                &self
+                    .config
+                    .recorded_scheme_config(d, member as u32, self.topo.rank()),
+            )
     }
 
     /// Verify this rank's cached files before use: a file that is missing, of another

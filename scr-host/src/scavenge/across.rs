@@ -346,7 +346,7 @@ impl Scavenger {
         let d = &m.record.descriptor;
         let scheme = self
             .registry
-            .new_scheme(&d.scheme_config(&self.config, member as u32, m.rank))
+            .new_scheme(&self.config.recorded_scheme_config(d, member as u32, m.rank))
             .ok()?;
         let said = scheme
             .raw()

@@ -475,7 +475,7 @@ impl Scavenger {
         let rank = members[member];
         let scheme = self
             .registry
-            .new_scheme(&d.scheme_config(&self.config, member as u32, rank))
+            .new_scheme(&self.config.recorded_scheme_config(d, member as u32, rank))
             .map_err(RebuildError::Scheme)?;
         let dir = rank_stage(&self.prefix, id, rank);
         let files = if lost.contains_key(&rank) {

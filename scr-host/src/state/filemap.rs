@@ -106,34 +106,6 @@ pub struct DescriptorRecord {
     pub bypass: bool,
 }
 
-impl DescriptorRecord {
-    /// The scheme configuration that rebuilds a dataset protected with this descriptor,
-    /// for its member `member` (world rank `world_rank`): the recorded scheme, parameters
-    /// and set size, with the plugin settings of today's configuration.
-    pub fn scheme_config(
-        &self,
-        config: &crate::config::Config,
-        member: u32,
-        world_rank: u32,
-    ) -> scr_plugin::SchemeConfig {
-        scr_plugin::SchemeConfig {
-            scheme: self.scheme.as_str().into(),
-            params: self
-                .params
-                .iter()
-                .map(|(k, v)| scr_plugin::Param {
-                    key: k.as_str().into(),
-                    value: v.as_str().into(),
-                })
-                .collect(),
-            settings: config.plugin_settings(&self.scheme).into(),
-            members: self.members.len() as u32,
-            member,
-            world_rank,
-        }
-    }
-}
-
 /// One application file.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileRecord {
