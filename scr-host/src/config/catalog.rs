@@ -47,11 +47,11 @@ pub const SYSLOG_LEVELS: &[&str] = &[
 
 /// Whether the shipped plugins are loaded when the system file's `[plugins]` table does
 /// not say (`builtin`).
-pub const BUILTIN_PLUGINS: bool = true;
+pub(super) const BUILTIN_PLUGINS: bool = true;
 
 /// Whether users may name plugin directories and files when the system file's
 /// `[plugins]` table does not say (`allow_user_plugins`).
-pub const ALLOW_USER_PLUGINS: bool = false;
+pub(super) const ALLOW_USER_PLUGINS: bool = false;
 
 /// No upper bound, for `UInt { min, max: MAX }`.
 const MAX: u64 = u64::MAX;
@@ -123,7 +123,7 @@ macro_rules! catalog {
 
         /// One typed constant per key: a misspelt key is a compile error, and the Rust
         /// type of its value is fixed by its catalog type.
-        pub mod typed {
+        pub(crate) mod typed {
             use super::*;
             $(
                 $(#[$attr])*

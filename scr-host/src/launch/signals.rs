@@ -18,7 +18,7 @@ extern "C" fn note(signal: libc::c_int) {
 /// process — except a signal `scr run` was started with ignored (`nohup` ignores SIGHUP,
 /// a shell ignores SIGINT for a job in the background), which stays ignored, as shells
 /// leave it, so that a logout does not end the retries.
-pub fn catch_termination() {
+pub(super) fn catch_termination() {
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: `sigaction` with a null new action only writes the current action into
         // `old`, a plain C struct for which all-zero bytes are a valid value; `signal`
@@ -43,7 +43,7 @@ pub fn catch_termination() {
 /// Send `signal` to process `pid`, or to its process group when `group` (no external
 /// `kill` program: a minimal image may lack one, and then nothing would stop the step).
 /// A process or group that is gone already is not an error.
-pub fn send(pid: u32, group: bool, signal: i32) {
+pub(super) fn send(pid: u32, group: bool, signal: i32) {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return;
     };
@@ -56,7 +56,7 @@ pub fn send(pid: u32, group: bool, signal: i32) {
 }
 
 /// The signal received since the last call, if any.
-pub fn take() -> Option<i32> {
+pub(super) fn take() -> Option<i32> {
     match PENDING.swap(0, Ordering::SeqCst) {
         0 => None,
         s => Some(s),
@@ -64,7 +64,7 @@ pub fn take() -> Option<i32> {
 }
 
 /// A signal's name, for messages.
-pub fn name(signal: i32) -> &'static str {
+pub(super) fn name(signal: i32) -> &'static str {
     match signal {
         libc::SIGINT => "SIGINT",
         libc::SIGTERM => "SIGTERM",

@@ -9,32 +9,47 @@
 //! are routed into node-local cache, recorded in the filemap before they exist, and
 //! protected by the scheme of the descriptor chosen for the checkpoint id.
 //!
-//! # Rooms
+//! # Owners
 //!
-//! [`Runtime`] holds only what spans the phases, in named parts: `Topology` (rank, node,
-//! the node's ranks), `JobLayout` (job id, control directory, prefix, the redundancy
-//! descriptors in force), `CacheState` (the filemap and the next ids), `Output` (the
-//! dataset being written), `RestartState` (candidate, skipped, fetch pending, a restart in
-//! place), `Policy` (need_checkpoint's timing), `Health` (uncertain, halt reason,
-//! finalized), `RunReport` (what init found, for the event log) and the background
-//! flushes. Each phase has its module and imports only what it uses:
+//! [`Runtime`] coordinates parts that each own their state: their fields are private to
+//! their module and change only through their verbs, so a phase can touch only what it
+//! is handed.
+//!
+//! | part | module | owns | verbs (examples) |
+//! |---|---|---|---|
+//! | `Collective` | `collective` | the runtime's communicator, `Health` (uncertain, halt reason, finalized), the last scheme call's credit | `agree_on`, `all`, `begin`, `usable`, `changed`, `settle_call`; its exchanges are the `World` it derefs to |
+//! | `Topology` | `topology` | rank, size, node, the node's ranks, node count | found once (`Topology::find`), then read |
+//! | `Job` | `job` | user, job id, prefix, control directory, the job's directory in each store | `place`, `store_dir`, `dataset_dir`, `create_store_dir` |
+//! | `Descriptors` | `descriptors` | the redundancy descriptors in force, each with its set, scheme and set host | `create`, `for_dataset`, `for_checkpoint`, `set_host`, `group_value` |
+//! | `Cache` | `cache` (+ `cache::deferred_crc`) | the filemap, its journal, the next ids, the background hash | `open`, `get`, `put`, `update`, `forget`, `save`, `append_file`, `id_of`, `newest_checkpoint`, `used`, `settle_crc` |
+//! | `Output` | `output` | the dataset being written | `name`, `record` |
+//! | `RestartState` | `restart` | the candidate, skipped checkpoints, a restart in place | `skip`, `reads`, `in_progress`, `candidate_in`, `offer_in_prefix` |
+//! | `Flushing` | `flush` | this run's flushes (in flight, pending, unrecorded, waiters, cancel flag) | `holds`, `in_flight`, `flushed`, `cancel_flag` |
+//! | `Policy` | `policy` | need_checkpoint's timing | `checkpoint_done`, `restart_clock` |
+//! | `RunReport` | `report` | what init and the run found, for the event log | `add_lost`, `add_lost_nodes`, `crc_note_due` |
+//!
+//! The phases are modules whose `impl Runtime` blocks borrow those parts:
 //!
 //! | phase | module |
 //! |---|---|
-//! | init (configuration, plugins, node, directories, sets, the cache restored) | `init`, `restore`, `distribute` |
-//! | output (start, route, complete, apply, commit) | `output`, `bypass` (files written in the prefix itself) |
+//! | init (configuration, plugins, node, directories, sets, the cache restored) | `init`, `restore`, `distribute`; a disabled library is a `Disabled` (`disabled`), and init returns either as a [`Started`] |
+//! | output (start, route, complete, apply, commit) | `output`, `output::bypass` (files written in the prefix itself), `output::record` (names, ids and halt counts of a dataset, shared by both) |
 //! | restart (candidate, start/complete, current, fallback) | `restart` |
 //! | policy and halt (need_checkpoint, should_exit, halt_exit) | `policy` |
 //! | eviction, drop, delete | `evict` |
-//! | flush (foreground, background, interrupted) | `flush`, `flush::background`, `flush::resume`, `dispatch` |
+//! | flush (foreground, background, interrupted) | `flush`, `flush::background`, `flush::resume`, `flush::record` (recording a flush in the prefix, shared by all three and by bypass outputs), `dispatch` (a store's transfer) |
 //! | fetch and restart in place from the prefix | `fetch` |
 //! | finalize | `finalize` |
-//! | agreement (the same outcome on every rank) | `agree` |
+//!
+//! No two of these modules call each other both ways: what two phases share lives in
+//! a part or in a module both call (`flush::record`, `output::record`).
 //!
 //! Every exchange goes through a `World` (MPI, or threads acting as ranks in the
-//! runtime's own tests: `tests`), counted by [`comm`]; tags come from one table (`tags`).
-//! What is on disk lives in [`crate::state`], every path in [`crate::layout`], the
-//! size + CRC32 checks in `crate::integrity` and transfers in `crate::transfer`.
+//! runtime's own tests: `tests`), counted by [`comm`]; typed values cross it through
+//! `world::Exchange`; tags come from one table (`tags`). The fault suite's hooks come in
+//! as a [`TestHooks`] value. What is on disk lives in [`crate::state`], every path in
+//! [`crate::layout`], the size + CRC32 checks in `crate::integrity` and transfers in
+//! `crate::transfer`.
 
 mod cache;
 mod collective;

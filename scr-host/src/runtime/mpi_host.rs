@@ -67,7 +67,7 @@ use requests::{iallreduce_u64, isend, Backoff, Req};
 
 /// The tag of abort notices on a set's control communicator (nothing else is sent point
 /// to point there).
-pub const NOTICE_TAG: i32 = 1;
+pub(super) const NOTICE_TAG: i32 = 1;
 
 /// The longest abort notice sent (a longer error text is cut).
 const NOTICE_MAX: usize = 4096;
