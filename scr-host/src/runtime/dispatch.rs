@@ -3,67 +3,92 @@
 //! carries the runtime's cancel flag).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use scr_plugin::TransferConfig;
 
 use crate::local_host::LocalHost;
 use crate::transfer::{start_transfer, transfer_config, transfer_label, Label, Planned, Started};
 
+use super::job::Job;
+use super::topology::Topology;
 use super::{prefix, DatasetRecord, Runtime};
+use crate::config::Config;
+use crate::registry::Registry;
 
 impl Runtime {
+    /// This rank's transfers, over the parts they need.
+    pub(in crate::runtime) fn transfers(&self) -> Transfers<'_> {
+        Transfers {
+            config: &self.config,
+            registry: &self.registry,
+            job: &self.job,
+            topo: &self.topo,
+            cancel: self.flushing.cancel_flag(),
+        }
+    }
+}
+
+/// This rank's transfers: the configuration and registry that name a store's transfer
+/// type, the job's directories, and the cancel flag every transfer's host carries.
+pub(in crate::runtime) struct Transfers<'a> {
+    config: &'a Config,
+    registry: &'a Registry,
+    job: &'a Job,
+    topo: &'a Topology,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Transfers<'_> {
     /// The configuration of a transfer of `label`'s type persisting its state in
     /// `state_file` ([`transfer_config`]).
-    pub(in crate::runtime) fn transfer_config(
-        &self,
-        label: &Label,
-        state_file: &Path,
-    ) -> TransferConfig {
-        transfer_config(&self.config, label, state_file)
+    pub(in crate::runtime) fn config(&self, label: &Label, state_file: &Path) -> TransferConfig {
+        transfer_config(self.config, label, state_file)
     }
 
     /// The state file of this rank's transfer of dataset `id`.
-    pub(in crate::runtime) fn transfer_state(&self, id: u64) -> PathBuf {
+    pub(in crate::runtime) fn state_file(&self, id: u64) -> PathBuf {
         crate::layout::transfer_state(self.job.cntl_dir(), id, self.topo.rank())
     }
 
     /// The transfer type of `store` and the library providing it ([`transfer_label`]).
-    pub(in crate::runtime) fn transfer_of(&self, store: &str) -> Label {
-        transfer_label(&self.config, &self.registry, store)
+    pub(in crate::runtime) fn label_of(&self, store: &str) -> Label {
+        transfer_label(self.config, self.registry, store)
     }
 
     /// The host a transfer of `label`'s type gets: its log is the runtime's and its
-    /// cancellation flag is `flushing.cancel`.
-    pub(in crate::runtime) fn transfer_host(&self, label: &Label) -> LocalHost {
+    /// cancellation flag is the runtime's cancel flag.
+    pub(in crate::runtime) fn host(&self, label: &Label) -> LocalHost {
         LocalHost::new(
             self.topo.rank(),
             self.topo.node(),
             &format!("transfer {}", label.transfer_type),
-            self.flushing.cancel_flag(),
+            Arc::clone(&self.cancel),
         )
     }
 
     /// Create, fill and dispatch a transfer of `label`'s type for `files`, with a host
-    /// whose log is the runtime's and whose cancellation flag is `flushing.cancel`.
+    /// whose log is the runtime's and whose cancellation flag is the runtime's cancel flag.
     pub(in crate::runtime) fn dispatch(
         &self,
         label: Label,
         files: Vec<Planned>,
         state_file: &Path,
     ) -> std::result::Result<Started, String> {
-        let host = self.transfer_host(&label);
-        let config = self.transfer_config(&label, state_file);
-        start_transfer(&self.registry, &config, host, label, files)
+        let host = self.host(&label);
+        let config = self.config(&label, state_file);
+        start_transfer(self.registry, &config, host, label, files)
     }
 
     /// Start this rank's transfer of `rec` to the prefix: to `<prefix>/<name>`, or into
     /// the dataset's own directory when `relocate`.
-    pub(in crate::runtime) fn start_transfer(
+    pub(in crate::runtime) fn start(
         &self,
         rec: &DatasetRecord,
         relocate: bool,
     ) -> std::result::Result<Started, String> {
-        let label = self.transfer_of(&rec.descriptor.store);
+        let label = self.label_of(&rec.descriptor.store);
         let cache_dir = self.job.dataset_dir(&rec.descriptor.store, rec.id);
         let files: Vec<Planned> = rec
             .files
@@ -80,6 +105,6 @@ impl Runtime {
                 }
             })
             .collect();
-        self.dispatch(label, files, &self.transfer_state(rec.id))
+        self.dispatch(label, files, &self.state_file(rec.id))
     }
 }

@@ -140,7 +140,7 @@ impl Runtime {
             Ok(Rank2FileMap::Tree(root)) => (Ok(MapLayout::Tree(root)), None),
             Ok(Rank2FileMap::Single(m)) => (
                 Ok(MapLayout::Single {
-                    block: self.rank2file_blocks().block,
+                    block: super::flush::rank2file_blocks(&self.config, self.topo.size()).block,
                 }),
                 Some(m),
             ),
@@ -481,9 +481,9 @@ impl Runtime {
             });
         }
         // the same transfer type as the flush from this store, verified the same way
-        let label = self.transfer_of(&store);
+        let label = self.transfers().label_of(&store);
         let state = crate::layout::fetch_state(self.job.cntl_dir(), entry.id, self.topo.rank());
-        let started = self.dispatch(label, files, &state);
+        let started = self.transfers().dispatch(label, files, &state);
         let buf = self.config.file_buf_size();
         let fetched = started.and_then(|s| collect(s, false, "recorded by the flush", buf));
         let _ = std::fs::remove_file(&state);

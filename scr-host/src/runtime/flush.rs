@@ -63,6 +63,7 @@ use crate::state::prefix::{self, Index, IndexEntry};
 
 mod background;
 mod record;
+pub(in crate::runtime) use record::rank2file_blocks;
 pub(crate) mod resume;
 use crate::transfer::{collect, Label, Planned, RankOutcome, Started};
 
@@ -282,7 +283,7 @@ impl Runtime {
         if self.config.get(settings::FLUSH_ASYNC) {
             // every rank's transfer starts now: a background flush is not windowed (see
             // `window`: its waiters make no MPI call to pass a turn on)
-            let started = self.start_transfer(rec, place.relocate);
+            let started = self.transfers().start(rec, place.relocate);
             self.hooks.crash_at("flush-dispatched", self.topo.rank());
             lock(&self.flushing.removable).insert(rec.id, place.removable(&started));
             return self.flush_in_background(rec, entry, started);
@@ -303,7 +304,7 @@ impl Runtime {
                             self.job.cntl_dir(),
                         )
                         .map_err(|e| e.to_string())?;
-                    let started = self.start_transfer(rec, place.relocate);
+                    let started = self.transfers().start(rec, place.relocate);
                     self.hooks.crash_at("flush-dispatched", self.topo.rank());
                     removable = place.removable(&started);
                     started.and_then(|s| collect(s, false, "when written", buf))
@@ -363,7 +364,7 @@ impl Runtime {
         outcome: RankOutcome,
         removable: &[PathBuf],
     ) {
-        let state = self.transfer_state(rec.id);
+        let state = self.transfers().state_file(rec.id);
         self.hooks.crash_at("flush-copied", self.topo.rank());
         let recorded = self.gather_and_finish(entry, &outcome);
         let text = self

@@ -173,7 +173,7 @@ pub struct InitOptions {
 }
 
 /// The outcome of checking the names of a dataset's files across ranks
-/// ([`Runtime::check_output_names`]), the same on every rank.
+/// (`check_output_names`, in `output`), the same on every rank.
 struct NameCheck {
     /// Every rank's files are there, no names clash, the redundancy files are recorded.
     all_valid: bool,

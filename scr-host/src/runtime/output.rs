@@ -223,7 +223,7 @@ impl Runtime {
 
     /// Why `start_output(name, flags)` is refused on this rank, if it is (collective; see
     /// [`output_refused`]).
-    pub(in crate::runtime) fn output_refused(
+    fn output_refused(
         &self,
         name: &str,
         flags: OutputFlags,
@@ -560,12 +560,7 @@ impl Runtime {
     /// Checked by a distributed hash (see names.rs: O(own names) bytes per rank, not
     /// O(P)). Why the dataset is refused is the same on every rank: the first owner's
     /// clash (reductions on the failure path only).
-    pub(in crate::runtime) fn check_output_names(
-        &mut self,
-        out: &mut Output,
-        dir: &Path,
-        local_ok: bool,
-    ) -> NameCheck {
+    fn check_output_names(&mut self, out: &mut Output, dir: &Path, local_ok: bool) -> NameCheck {
         let routed: Vec<String> = out.record.files.iter().map(|f| f.name.clone()).collect();
         let scheme_name = self.descs[out.desc].record().scheme.clone();
         let redundancy: Option<Result<Vec<String>>> = local_ok.then(|| {

@@ -194,6 +194,6 @@ impl Runtime {
         }
         // settled: nothing is left to resume (kept until now so that a crash before the
         // flush was recorded leaves it for the next init)
-        let _ = std::fs::remove_file(self.transfer_state(entry.id));
+        let _ = std::fs::remove_file(self.transfers().state_file(entry.id));
     }
 }

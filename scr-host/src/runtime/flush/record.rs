@@ -124,6 +124,15 @@ pub(super) fn record_complete(
         })
 }
 
+/// The blocks a job of `size` ranks writes its rank2file maps in (`rank2file_block`).
+pub(in crate::runtime) fn rank2file_blocks(
+    config: &crate::config::Config,
+    size: u32,
+) -> prefix::Blocks {
+    let block = u32::try_from(config.get(settings::RANK2FILE_BLOCK)).unwrap_or(u32::MAX);
+    prefix::Blocks::new(size, block)
+}
+
 impl Runtime {
     /// This run's bookkeeping of a flush of dataset `id` starting: attempted (finalize
     /// does not try it again), when it started (for its event), and no outcome of an
@@ -194,7 +203,7 @@ impl Runtime {
         entry: &IndexEntry,
         mine: &RankOutcome,
     ) -> std::result::Result<(), String> {
-        let blocks = self.rank2file_blocks();
+        let blocks = rank2file_blocks(&self.config, self.topo.size());
         let n = blocks.of(self.topo.rank());
         let leader = blocks.leader(n);
         let members: Vec<u32> = blocks.members(n).collect();
@@ -287,12 +296,6 @@ impl Runtime {
             .map_err(|e| (self.topo.rank(), format!("its rank2file part: {e}")))
     }
 
-    /// The blocks this job's rank2file maps are written in (`rank2file_block`).
-    pub(in crate::runtime) fn rank2file_blocks(&self) -> prefix::Blocks {
-        let block = u32::try_from(self.config.get(settings::RANK2FILE_BLOCK)).unwrap_or(u32::MAX);
-        prefix::Blocks::new(self.topo.size(), block)
-    }
-
     /// Record, in the dataset's directory under `.scr`, the prefix paths (relative) every
     /// rank's part of the flush of dataset `id` may write (collective over each block of
     /// the rank2file layout; each block's leader writes its block's part
@@ -301,7 +304,7 @@ impl Runtime {
     /// be the user's). Per rank: one message with its own names to its leader; a leader
     /// receives R - 1 and writes one file; no world-wide exchange.
     pub(in crate::runtime) fn record_writes(&self, id: u64, mine: &[String]) {
-        let blocks = self.rank2file_blocks();
+        let blocks = rank2file_blocks(&self.config, self.topo.size());
         let n = blocks.of(self.topo.rank());
         let members: Vec<u32> = blocks.members(n).collect();
         let Some(all) =

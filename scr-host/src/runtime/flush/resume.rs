@@ -123,7 +123,7 @@ impl Runtime {
     /// [`Runtime::remove_flush_files`].
     fn settle(&mut self, entry: &IndexEntry) {
         let _dataset = crate::log::dataset_span(entry.id).entered();
-        let state = self.transfer_state(entry.id);
+        let state = self.transfers().state_file(entry.id);
         let rec = self
             .cache
             .get(entry.id)
@@ -312,9 +312,9 @@ impl Runtime {
         state: &Path,
         resume: bool,
     ) -> std::result::Result<Started, String> {
-        let label = self.transfer_of(&rec.descriptor.store);
-        let host = self.transfer_host(&label);
-        let config = self.transfer_config(&label, state);
+        let label = self.transfers().label_of(&rec.descriptor.store);
+        let host = self.transfers().host(&label);
+        let config = self.transfers().config(&label, state);
         let transfer = if resume {
             self.registry.resume_transfer(&config, host_ref(&host))
         } else {
