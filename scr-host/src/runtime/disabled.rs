@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use super::collective::agree_on;
 use super::output::{output_refused, routable};
-use super::policy::{halt_reason, load_halt, Policy, Rule};
+use super::policy::{agree_need, halt_reason, load_halt, Policy, Rule};
 use super::world::World;
 use super::{comm, io_err, mpi_exit, now_secs, CommStats, OutputFlags, Result, ScrError};
 use crate::config::{settings, Config};
@@ -182,23 +182,19 @@ impl Disabled {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("need_checkpoint");
         self.policy.count_call();
-        // one broadcast decides: 0 no, 1 yes, 2 a halt condition holds (then, with
-        // halt_exit, the reason follows and the run ends now)
-        let mut decision = [0u8];
-        let mut halt = None;
-        if self.rank() == 0 {
-            halt = self.halt_check();
-            let need = self.policy.need(&Rule::of(&self.config), Instant::now());
-            decision[0] = if halt.is_some() { 2 } else { u8::from(need) };
+        let (need, exit) = agree_need(
+            &*self.world,
+            || {
+                let halt = self.halt_check();
+                let need = self.policy.need(&Rule::of(&self.config), Instant::now());
+                (halt, need)
+            },
+            self.config.get(settings::HALT_EXIT),
+        );
+        if let Some(reason) = exit {
+            self.halt_and_exit(reason);
         }
-        self.world.broadcast_into(0, &mut decision[..]);
-        if decision[0] == 2 && self.config.get(settings::HALT_EXIT) {
-            let text = self
-                .world
-                .broadcast_bytes(halt.unwrap_or_default().as_bytes());
-            self.halt_and_exit(String::from_utf8_lossy(&text).into_owned());
-        }
-        Ok(decision[0] != 0)
+        Ok(need)
     }
 
     /// Whether the run should stop now (collective): a halt condition of the halt file

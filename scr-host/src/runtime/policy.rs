@@ -2,6 +2,7 @@
 //! when to stop (halt conditions from the halt file, the allocation's end, should_exit),
 //! decided by rank 0 and agreed.
 
+use super::world::World;
 use super::{comm, mpi_exit, now_secs, Instant, Path, Result, Runtime};
 use crate::config::settings;
 use crate::config::Config;
@@ -19,24 +20,19 @@ impl Runtime {
         self.poll_flushes();
         self.cache.poll_crc();
         self.policy.count_call();
-        // one broadcast decides (applications may ask every iteration): 0 no, 1 yes, 2 a
-        // halt condition holds (SCR checks them here too) — then, with halt_exit, the
-        // reason follows and the run ends now
-        let mut decision = [0u8];
-        let mut halt = None;
-        if self.topo.rank() == 0 {
-            halt = self.halt_check();
-            let need = self.policy.need(&Rule::of(&self.config), Instant::now());
-            decision[0] = if halt.is_some() { 2 } else { u8::from(need) };
+        let (need, exit) = agree_need(
+            &*self.world,
+            || {
+                let halt = self.halt_check();
+                let need = self.policy.need(&Rule::of(&self.config), Instant::now());
+                (halt, need)
+            },
+            self.config.get(settings::HALT_EXIT),
+        );
+        if let Some(reason) = exit {
+            self.halt_and_exit(reason);
         }
-        self.world.broadcast_into(0, &mut decision[..]);
-        if decision[0] == 2 && self.config.get(settings::HALT_EXIT) {
-            let text = self
-                .world
-                .broadcast_bytes(halt.unwrap_or_default().as_bytes());
-            self.halt_and_exit(String::from_utf8_lossy(&text).into_owned());
-        }
-        Ok(decision[0] != 0)
+        Ok(need)
     }
 
     /// Rank 0's view of the halt conditions.
@@ -131,6 +127,31 @@ impl Runtime {
         }
         mpi_exit::finalize_mpi_and_exit(0)
     }
+}
+
+/// need_checkpoint's answer, the same on every rank (collective over `world`): one
+/// broadcast decides (applications may ask every iteration): 0 no, 1 yes, 2 a halt
+/// condition holds (SCR checks them here too). `decide` runs on rank 0 only and gives
+/// its halt reason and whether the checkpoint rules say yes. With `halt_exit`, a halt's
+/// reason follows and comes back to every rank: the caller ends the run with it.
+pub(in crate::runtime) fn agree_need(
+    world: &dyn World,
+    decide: impl FnOnce() -> (Option<String>, bool),
+    halt_exit: bool,
+) -> (bool, Option<String>) {
+    let mut decision = [0u8];
+    let mut halt = None;
+    if world.rank() == 0 {
+        let (reason, need) = decide();
+        decision[0] = if reason.is_some() { 2 } else { u8::from(need) };
+        halt = reason;
+    }
+    world.broadcast_into(0, &mut decision[..]);
+    let exit = (decision[0] == 2 && halt_exit).then(|| {
+        let text = world.broadcast_bytes(halt.unwrap_or_default().as_bytes());
+        String::from_utf8_lossy(&text).into_owned()
+    });
+    (decision[0] != 0, exit)
 }
 
 /// The halt file, or no conditions (with a warning) when it cannot be read: a damaged
