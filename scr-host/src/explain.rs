@@ -58,7 +58,7 @@ fn job_sets(config: &Config, d: &Descriptor<'_>, layout: Option<&JobLayout>) -> 
             vec![set_size],
         );
     };
-    let groups: Result<Vec<String>, String> = layout
+    let groups: Result<Vec<String>, crate::config::NoGroupValue> = layout
         .nodes
         .iter()
         .enumerate()

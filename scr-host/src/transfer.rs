@@ -40,6 +40,21 @@ pub(crate) struct Planned {
     pub stored: Option<String>,
 }
 
+/// Why a transfer could not be started ([`start_transfer`], and a flush's transfer
+/// reopened at init).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StartError {
+    /// The registry could not create (or reopen) the transfer.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The plugin refused a file, the dispatch or its results.
+    #[error("{error} ({label})")]
+    Plugin {
+        error: PluginError,
+        label: Box<Label>,
+    },
+}
+
 /// Why a transfer failed, or why its outcome is not trusted. Every message but the
 /// plugin's own (which [`collect`] completes) names the transfer (its label boxed, so
 /// that the error stays small).
@@ -455,10 +470,12 @@ pub(crate) fn start_transfer(
     host: LocalHost,
     label: Label,
     files: Vec<Planned>,
-) -> std::result::Result<Started, String> {
-    let mut transfer = registry
-        .new_transfer(config, host_ref(&host))
-        .map_err(|e: RegistryError| e.to_string())?;
+) -> std::result::Result<Started, StartError> {
+    let plugin = |error: PluginError| StartError::Plugin {
+        error,
+        label: Box::new(label.clone()),
+    };
+    let mut transfer = registry.new_transfer(config, host_ref(&host))?;
     for p in &files {
         transfer
             .add(
@@ -466,12 +483,12 @@ pub(crate) fn start_transfer(
                 p.destination.display().to_string().as_str().into(),
             )
             .into_result()
-            .map_err(|e| format!("{e} ({label})"))?;
+            .map_err(plugin)?;
     }
     transfer
         .dispatch(host_ref(&host))
         .into_result()
-        .map_err(|e| format!("{e} ({label})"))?;
+        .map_err(plugin)?;
     Ok(Started {
         transfer,
         files,

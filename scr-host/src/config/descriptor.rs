@@ -34,6 +34,14 @@ pub struct Descriptor<'c> {
     pub bypass: (bool, Origin),
 }
 
+/// A node without a value for a failure group the configuration uses.
+#[derive(Debug, thiserror::Error)]
+#[error("node `{node}` has no [[group]] table giving a value for group `{group}`; add one (host = \"{node}\")")]
+pub struct NoGroupValue {
+    node: String,
+    group: String,
+}
+
 impl Config {
     /// Fill in the defaults of descriptor `index`.
     pub fn descriptor(&self, index: usize) -> Descriptor<'_> {
@@ -126,7 +134,7 @@ impl Config {
     /// The failure-group value of world rank `rank` on `node` for group `name`: the node
     /// itself for NODE, the rank alone for WORLD (every rank its own group), else the
     /// `[[group]]` table of the node. Redundancy sets never hold two ranks with one value.
-    pub fn failure_group(&self, name: &str, node: &str, rank: u32) -> Result<String, String> {
+    pub fn failure_group(&self, name: &str, node: &str, rank: u32) -> Result<String, NoGroupValue> {
         match name {
             "NODE" => Ok(node.to_string()),
             "WORLD" => Ok(format!("rank{rank}")),
@@ -135,10 +143,9 @@ impl Config {
                 .iter()
                 .find(|g| g.host == node)
                 .and_then(|g| g.values.get(custom).cloned())
-                .ok_or_else(|| {
-                    format!(
-                        "node `{node}` has no [[group]] table giving a value for group `{custom}`; add one (host = \"{node}\")"
-                    )
+                .ok_or_else(|| NoGroupValue {
+                    node: node.to_string(),
+                    group: custom.to_string(),
                 }),
         }
     }

@@ -47,7 +47,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 pub use check::{check_plugins, PluginFindings};
-pub use descriptor::Descriptor;
+pub use descriptor::{Descriptor, NoGroupValue};
 /// Store paths are names: compared without trailing slashes.
 pub(crate) use file::normalize_dir as normalize_store;
 use keys::{Key, Value};

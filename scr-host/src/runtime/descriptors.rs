@@ -240,7 +240,7 @@ pub(in crate::runtime) fn group_value(
 ) -> Result<String> {
     config
         .failure_group(name, topo.node(), topo.rank())
-        .map_err(ScrError::Usage)
+        .map_err(|e| ScrError::Usage(e.to_string()))
 }
 
 /// Which survivor-check contract a scheme declared, in words (for the logs). The host

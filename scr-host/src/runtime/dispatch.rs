@@ -9,7 +9,9 @@ use std::sync::Arc;
 use scr_plugin::TransferConfig;
 
 use crate::local_host::LocalHost;
-use crate::transfer::{start_transfer, transfer_config, transfer_label, Label, Planned, Started};
+use crate::transfer::{
+    start_transfer, transfer_config, transfer_label, Label, Planned, StartError, Started,
+};
 
 use super::job::Job;
 use super::topology::Topology;
@@ -75,7 +77,7 @@ impl Transfers<'_> {
         label: Label,
         files: Vec<Planned>,
         state_file: &Path,
-    ) -> std::result::Result<Started, String> {
+    ) -> std::result::Result<Started, StartError> {
         let host = self.host(&label);
         let config = self.config(&label, state_file);
         start_transfer(self.registry, &config, host, label, files)
@@ -87,7 +89,7 @@ impl Transfers<'_> {
         &self,
         rec: &DatasetRecord,
         relocate: bool,
-    ) -> std::result::Result<Started, String> {
+    ) -> std::result::Result<Started, StartError> {
         let label = self.label_of(&rec.descriptor.store);
         let cache_dir = self.job.dataset_dir(&rec.descriptor.store, rec.id);
         let files: Vec<Planned> = rec

@@ -8,7 +8,7 @@ use super::{DatasetRecord, Filemap, Result, Runtime};
 use crate::integrity::is_inside;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 impl Runtime {
     /// Move filemaps and files left on one node for ranks that now run on another
@@ -211,6 +211,7 @@ impl Runtime {
         // never opened through one
         let base = Path::new(&rec.descriptor.store);
         let mut out = inside_dir(dir, name)
+            .map_err(|e| e.to_string())
             .and_then(|()| {
                 let parent = path.parent().unwrap_or(dir);
                 crate::private_dir::create_private_dir(base, parent).map_err(|e| e.to_string())
@@ -259,15 +260,25 @@ impl Runtime {
 /// Piece size when moving file contents.
 pub(in crate::runtime) const MOVE_PIECE: usize = 64 << 20;
 
+/// A name read from a filemap that leaves the directory it is recorded for.
+#[derive(Debug, thiserror::Error)]
+#[error("`{}` is recorded in a filemap for {} but leaves it", .name.display(), .dir.display())]
+pub(in crate::runtime) struct LeavesDir {
+    name: PathBuf,
+    dir: PathBuf,
+}
+
 /// `Err` naming the file unless `name` (read from a filemap) stays inside `dir`.
-pub(in crate::runtime) fn inside_dir(dir: &Path, name: &Path) -> std::result::Result<(), String> {
+pub(in crate::runtime) fn inside_dir(
+    dir: &Path,
+    name: &Path,
+) -> std::result::Result<(), LeavesDir> {
     if is_inside(&name.to_string_lossy()) {
         Ok(())
     } else {
-        Err(format!(
-            "`{}` is recorded in a filemap for {} but leaves it",
-            name.display(),
-            dir.display()
-        ))
+        Err(LeavesDir {
+            name: name.to_path_buf(),
+            dir: dir.to_path_buf(),
+        })
     }
 }

@@ -485,7 +485,9 @@ impl Runtime {
         let state = crate::layout::fetch_state(self.job.cntl_dir(), entry.id, self.topo.rank());
         let started = self.transfers().dispatch(label, files, &state);
         let buf = self.config.file_buf_size();
-        let fetched = started.and_then(|s| collect(s, false, "recorded by the flush", buf));
+        let fetched = started
+            .map_err(|e| e.to_string())
+            .and_then(|s| collect(s, false, "recorded by the flush", buf));
         let _ = std::fs::remove_file(&state);
         let fetched = fetched?;
         for (f, rec) in fetched.iter().zip(record.files.iter_mut()) {

@@ -65,7 +65,7 @@ mod background;
 mod record;
 pub(in crate::runtime) use record::rank2file_blocks;
 pub(crate) mod resume;
-use crate::transfer::{collect, Label, Planned, RankOutcome, Started};
+use crate::transfer::{collect, Label, Planned, RankOutcome, StartError, Started};
 
 /// Background work of asynchronous flushes.
 #[derive(Default)]
@@ -169,7 +169,7 @@ impl Placement {
     /// What the `started` transfer writes that no older dataset owns: removed if the
     /// flush fails (names taken in the prefix were relocated; a pure output written over
     /// an older file leaves that path alone).
-    fn removable(&self, started: &std::result::Result<Started, String>) -> Vec<PathBuf> {
+    fn removable(&self, started: &std::result::Result<Started, StartError>) -> Vec<PathBuf> {
         started
             .as_ref()
             .map(|s| {
@@ -307,7 +307,9 @@ impl Runtime {
                     let started = self.transfers().start(rec, place.relocate);
                     self.hooks.crash_at("flush-dispatched", self.topo.rank());
                     removable = place.removable(&started);
-                    started.and_then(|s| collect(s, false, "when written", buf))
+                    started
+                        .map_err(|e| e.to_string())
+                        .and_then(|s| collect(s, false, "when written", buf))
                 },
             );
         self.flush_in_foreground(rec, &entry, outcome, &removable);

@@ -117,6 +117,32 @@ pub(in crate::runtime) fn routable(name: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Why this rank's part of a `complete_output` failed (agreed as text: the first failing
+/// rank's message goes to every rank).
+#[derive(Debug, thiserror::Error)]
+enum ApplyError {
+    /// A routed file could not be read for its CRC32.
+    #[error("rank {rank}: {name}: {error}")]
+    Unreadable {
+        rank: u32,
+        name: String,
+        error: std::io::Error,
+    },
+    /// The scheme returned another number of CRC32s than the dataset has files.
+    #[error(
+        "rank {rank}: plugin {plugin} returned {got} CRC32s from apply_with_crc for {files} files"
+    )]
+    CrcCount {
+        rank: u32,
+        plugin: String,
+        got: usize,
+        files: usize,
+    },
+    /// The scheme's apply failed.
+    #[error(transparent)]
+    Apply(#[from] crate::registry::RegistryError),
+}
+
 impl Runtime {
     /// Whether `complete_output` leaves the CRC32s of dataset `rec` (descriptor `desc`)
     /// to the background hash: see the module docs. The same on every rank (settings,
@@ -429,7 +455,9 @@ impl Runtime {
             )));
         }
         let applied = if named.all_valid {
-            hashed.and_then(|()| self.apply_output(&mut out, &dir, fused, buf))
+            hashed
+                .and_then(|()| self.apply_output(&mut out, &dir, fused, buf))
+                .map_err(|e| e.to_string())
         } else {
             Err(String::new())
         };
@@ -541,11 +569,16 @@ impl Runtime {
         out: &mut Output,
         dir: &Path,
         buf: usize,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), ApplyError> {
         for f in &mut out.record.files {
             f.crc32 = Some(
-                crate::integrity::file_crc32(&dir.join(&f.name), buf)
-                    .map_err(|e| format!("rank {}: {}: {e}", self.topo.rank(), f.name))?,
+                crate::integrity::file_crc32(&dir.join(&f.name), buf).map_err(|error| {
+                    ApplyError::Unreadable {
+                        rank: self.topo.rank(),
+                        name: f.name.clone(),
+                        error,
+                    }
+                })?,
             );
         }
         Ok(())
@@ -626,7 +659,7 @@ impl Runtime {
         dir: &Path,
         fused: bool,
         buf: usize,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), ApplyError> {
         let rd = &self.descs[out.desc];
         let ds = crate::integrity::dataset_files(&out.record, dir);
         let host = rd.host().services();
@@ -646,8 +679,7 @@ impl Runtime {
         let call = if fused { "apply_with_crc" } else { "apply" };
         let done = self
             .world
-            .settle_call(rd.host(), rd.scheme(), call, &label, result)
-            .map_err(|e| e.to_string())?;
+            .settle_call(rd.host(), rd.scheme(), call, &label, result)?;
         out.record.redundancy = done
             .redundancy
             .iter()
@@ -713,22 +745,26 @@ impl Runtime {
         dir: &Path,
         crcs: &[abi_stable::std_types::ROption<u32>],
         buf: usize,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), ApplyError> {
         if !crcs.is_empty() && crcs.len() != rec.files.len() {
-            return Err(format!(
-                "rank {}: plugin {} returned {} CRC32s from apply_with_crc for {} files",
-                self.topo.rank(),
-                self.descs[desc].scheme().file(),
-                crcs.len(),
-                rec.files.len()
-            ));
+            return Err(ApplyError::CrcCount {
+                rank: self.topo.rank(),
+                plugin: self.descs[desc].scheme().file().to_string(),
+                got: crcs.len(),
+                files: rec.files.len(),
+            });
         }
         for (i, f) in rec.files.iter_mut().enumerate() {
             f.crc32 = match crcs.get(i).and_then(|c| c.into_option()) {
                 Some(c) => Some(c),
                 None => Some(
-                    crate::integrity::file_crc32(&dir.join(&f.name), buf)
-                        .map_err(|e| format!("rank {}: {}: {e}", self.topo.rank(), f.name))?,
+                    crate::integrity::file_crc32(&dir.join(&f.name), buf).map_err(|error| {
+                        ApplyError::Unreadable {
+                            rank: self.topo.rank(),
+                            name: f.name.clone(),
+                            error,
+                        }
+                    })?,
                 ),
             };
         }

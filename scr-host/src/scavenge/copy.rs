@@ -242,7 +242,8 @@ impl Scavenger {
         );
         let state = stage.with_extension("transfer.state");
         let config = transfer_config(&self.config, &label, &state);
-        let started = start_transfer(&self.registry, &config, host, label, files)?;
+        let started = start_transfer(&self.registry, &config, host, label, files)
+            .map_err(|e| e.to_string())?;
         let out = collect(started, false, "recorded in the filemap", buf);
         let _ = std::fs::remove_file(&state);
         out

@@ -10,7 +10,7 @@ use super::record::remove_written;
 use crate::runtime::{Result, Runtime};
 use crate::state::filemap::DatasetRecord;
 use crate::state::prefix::IndexEntry;
-use crate::transfer::{collect, RankOutcome, Started};
+use crate::transfer::{collect, RankOutcome, StartError, Started};
 
 impl Runtime {
     /// Hand this rank's transfer to a waiter thread, which keeps its outcome in memory
@@ -20,7 +20,7 @@ impl Runtime {
         &mut self,
         rec: &DatasetRecord,
         entry: IndexEntry,
-        started: std::result::Result<Started, String>,
+        started: std::result::Result<Started, StartError>,
     ) -> Result<()> {
         let in_flight = Arc::clone(&self.flushing.in_flight);
         let outcomes = Arc::clone(&self.flushing.outcomes);
@@ -29,7 +29,9 @@ impl Runtime {
         let id = rec.id;
         let buf = self.config.file_buf_size();
         let waiter = std::thread::spawn(move || {
-            let outcome: RankOutcome = started.and_then(|s| collect(s, true, "when written", buf));
+            let outcome: RankOutcome = started
+                .map_err(|e| e.to_string())
+                .and_then(|s| collect(s, true, "when written", buf));
             // not running any more (the source may be evicted, see `evict`), then
             // finished: a poll that sees the outcome finds the transfer ended. (Not
             // `flushed` yet: whether every rank's part succeeded is known only once the

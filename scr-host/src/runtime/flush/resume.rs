@@ -32,9 +32,55 @@ use std::path::{Path, PathBuf};
 use scr_plugin::{host_ref, FileResult};
 
 use super::record::remove_written;
-use super::{collect, Label, Planned, RankOutcome, Started};
+use super::{collect, Label, Planned, RankOutcome, StartError, Started};
 use crate::runtime::{DatasetRecord, Result, Runtime};
 use crate::state::prefix::{self, Index, IndexEntry, Rank2File};
+
+/// Why this rank's part of an interrupted flush cannot be resumed (logged, and it makes
+/// the rank answer [`Part::No`]).
+#[derive(Debug, thiserror::Error)]
+enum Unresumable {
+    /// The dataset is not complete in this rank's cache.
+    #[error("not in this rank's cache")]
+    NotCached,
+    /// This rank's transfer left no state file.
+    #[error("no transfer state ({})", .0.display())]
+    NoState(PathBuf),
+    /// The transfer could not be reopened, or its results read.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The state lists another number of files than the dataset has on this rank.
+    #[error(
+        "the transfer state lists {listed} file(s), the dataset has {has} on this rank ({label})"
+    )]
+    Count {
+        listed: usize,
+        has: usize,
+        label: Box<Label>,
+    },
+    /// A cached file is not a source of exactly one of the state's files.
+    #[error("the transfer state does not list {} exactly once ({label})", .from.display())]
+    NotOnce { from: PathBuf, label: Box<Label> },
+    /// A file goes neither to its own path nor to its relocated path.
+    #[error("the transfer state sends {} to {}, which is not where a flush of {dataset} writes it ({label})", .from.display(), .to.display())]
+    Elsewhere {
+        from: PathBuf,
+        to: PathBuf,
+        dataset: String,
+        label: Box<Label>,
+    },
+    /// Some files go to the dataset's own directory, some not.
+    #[error(
+        "the transfer state sends some files to the dataset's own directory and some not ({label})"
+    )]
+    Mixed { label: Box<Label> },
+    /// Which paths complete datasets own is not known.
+    #[error("the prefix's rank2file maps cannot all be read, so it is not known which paths complete datasets own")]
+    OwnedUnknown,
+    /// A destination belongs to a complete dataset.
+    #[error("{} belongs to a complete dataset now", .0.display())]
+    Owned(PathBuf),
+}
 
 /// What a rank found it can do with its part of an interrupted flush (sent to every rank
 /// as one byte).
@@ -57,7 +103,10 @@ enum Part {
 impl Part {
     /// This rank's answer: whether the dataset is complete in its cache (`rec`), and if
     /// so whether and where its transfer was `reopened`.
-    fn of(rec: Option<&DatasetRecord>, reopened: &std::result::Result<Started, String>) -> Part {
+    fn of(
+        rec: Option<&DatasetRecord>,
+        reopened: &std::result::Result<Started, Unresumable>,
+    ) -> Part {
         match (rec, reopened) {
             (None, _) => Part::NotCached,
             (Some(_), Ok(s)) => match s.files.first() {
@@ -152,24 +201,20 @@ impl Runtime {
     /// cleanup never removes it.
     fn refuse_owned(
         &self,
-        reopened: std::result::Result<Started, String>,
-    ) -> std::result::Result<Started, String> {
+        reopened: std::result::Result<Started, Unresumable>,
+    ) -> std::result::Result<Started, Unresumable> {
         let destinations: Vec<PathBuf> = reopened
             .as_ref()
             .map(|s| s.files.iter().map(|p| p.destination.clone()).collect())
             .unwrap_or_default();
         let owned = self.owned_among(&destinations);
-        reopened
-            .and_then(|s| match &owned {
-                None => Err("the prefix's rank2file maps cannot all be read, so it is not known which paths complete datasets own".to_string()),
-                Some(o) => match s.files.iter().find(|p| o.contains(&p.destination)) {
-                    Some(p) => Err(format!(
-                        "{} belongs to a complete dataset now",
-                        p.destination.display()
-                    )),
-                    None => Ok(s),
-                },
-            })
+        reopened.and_then(|s| match &owned {
+            None => Err(Unresumable::OwnedUnknown),
+            Some(o) => match s.files.iter().find(|p| o.contains(&p.destination)) {
+                Some(p) => Err(Unresumable::Owned(p.destination.clone())),
+                None => Ok(s),
+            },
+        })
     }
 
     /// Which answers some rank gave (collective), so that all take the same road (one
@@ -243,7 +288,7 @@ impl Runtime {
         &mut self,
         entry: &IndexEntry,
         rec: Option<DatasetRecord>,
-        reopened: std::result::Result<Started, String>,
+        reopened: std::result::Result<Started, Unresumable>,
         agreed: &Agreed,
     ) {
         if let Ok(mut started) = reopened {
@@ -285,21 +330,25 @@ impl Runtime {
         entry: &IndexEntry,
         rec: Option<&DatasetRecord>,
         state: &Path,
-    ) -> std::result::Result<Started, String> {
-        let rec = rec.ok_or("not in this rank's cache")?;
+    ) -> std::result::Result<Started, Unresumable> {
+        let rec = rec.ok_or(Unresumable::NotCached)?;
         if rec.files.is_empty() {
             // nothing of this rank's to copy: its part is done whatever the state says
-            return self.open_transfer(rec, state, false);
+            return Ok(self.open_transfer(rec, state, false)?);
         }
         if state.symlink_metadata().is_err() {
-            return Err(format!("no transfer state ({})", state.display()));
+            return Err(Unresumable::NoState(state.to_path_buf()));
         }
         let mut started = self.open_transfer(rec, state, true)?;
-        let results = started
-            .transfer
-            .results()
-            .into_result()
-            .map_err(|e| format!("{e} ({})", started.label))?;
+        let results =
+            started
+                .transfer
+                .results()
+                .into_result()
+                .map_err(|error| StartError::Plugin {
+                    error,
+                    label: Box::new(started.label.clone()),
+                })?;
         started.files = self.files_from_state(entry, rec, &results, &started.label)?;
         Ok(started)
     }
@@ -311,7 +360,7 @@ impl Runtime {
         rec: &DatasetRecord,
         state: &Path,
         resume: bool,
-    ) -> std::result::Result<Started, String> {
+    ) -> std::result::Result<Started, StartError> {
         let label = self.transfers().label_of(&rec.descriptor.store);
         let host = self.transfers().host(&label);
         let config = self.transfers().config(&label, state);
@@ -319,8 +368,7 @@ impl Runtime {
             self.registry.resume_transfer(&config, host_ref(&host))
         } else {
             self.registry.new_transfer(&config, host_ref(&host))
-        }
-        .map_err(|e| e.to_string())?;
+        }?;
         Ok(Started {
             transfer,
             files: Vec::new(),
@@ -339,13 +387,14 @@ impl Runtime {
         rec: &DatasetRecord,
         results: &[FileResult],
         label: &Label,
-    ) -> std::result::Result<Vec<Planned>, String> {
+    ) -> std::result::Result<Vec<Planned>, Unresumable> {
+        let label = || Box::new(label.clone());
         if results.len() != rec.files.len() {
-            return Err(format!(
-                "the transfer state lists {} file(s), the dataset has {} on this rank ({label})",
-                results.len(),
-                rec.files.len()
-            ));
+            return Err(Unresumable::Count {
+                listed: results.len(),
+                has: rec.files.len(),
+                label: label(),
+            });
         }
         let cache_dir = self.job.dataset_dir(&rec.descriptor.store, rec.id);
         let mut files = Vec::with_capacity(rec.files.len());
@@ -356,10 +405,10 @@ impl Runtime {
                 .iter()
                 .filter(|r| Path::new(r.source.as_str()) == source);
             let (Some(r), None) = (matching.next(), matching.next()) else {
-                return Err(format!(
-                    "the transfer state does not list {} exactly once ({label})",
-                    source.display()
-                ));
+                return Err(Unresumable::NotOnce {
+                    from: source,
+                    label: label(),
+                });
             };
             let destination = PathBuf::from(r.destination.as_str());
             let moved = prefix::relocated(entry.id, &f.name);
@@ -368,17 +417,15 @@ impl Runtime {
             } else if destination == self.job.prefix().join(&moved) {
                 Some(moved)
             } else {
-                return Err(format!(
-                    "the transfer state sends {} to {}, which is not where a flush of {} writes it ({label})",
-                    source.display(),
-                    destination.display(),
-                    entry.name
-                ));
+                return Err(Unresumable::Elsewhere {
+                    from: source,
+                    to: destination,
+                    dataset: entry.name.clone(),
+                    label: label(),
+                });
             };
             if relocated.is_some_and(|r| r != stored.is_some()) {
-                return Err(format!(
-                    "the transfer state sends some files to the dataset's own directory and some not ({label})"
-                ));
+                return Err(Unresumable::Mixed { label: label() });
             }
             relocated = Some(stored.is_some());
             files.push(Planned {

@@ -100,6 +100,57 @@ impl Comm {
 }
 
 /// A collective's contribution, named so that mismatched collectives are reported.
+/// Why a rank's wait or collective step failed (the text a failed rank records for the
+/// others' waits and panics with).
+#[derive(Debug, thiserror::Error)]
+enum Stuck {
+    /// Another rank failed while this one waited.
+    #[error("rank {me} gave up in {op} (waiting for {waiting_for}): rank {rank} failed: {why}")]
+    GaveUp {
+        me: u32,
+        op: String,
+        waiting_for: String,
+        rank: u32,
+        why: String,
+    },
+    /// Nothing came within the timeout.
+    #[error("rank {me} timed out after {within:?} in {op}, waiting for {waiting_for}")]
+    TimedOut {
+        me: u32,
+        within: Duration,
+        op: String,
+        waiting_for: String,
+    },
+    /// Rank 0 sent a result of another type.
+    #[error("rank {me}: the result of collective {op} (step {step}) has another type")]
+    ResultType {
+        me: u32,
+        op: &'static str,
+        step: u64,
+    },
+    /// A message in a collective's mailbox is no collective step.
+    #[error("rank {me}: a collective step without a name")]
+    Unnamed { me: u32 },
+    /// Ranks called different collectives at the same step.
+    #[error("collectives out of step: rank 0 of a communicator called {op} as its collective {step}, its rank {src} called {other}")]
+    OutOfStep {
+        op: &'static str,
+        step: u64,
+        src: u32,
+        other: &'static str,
+    },
+    /// A rank contributed a value of another type.
+    #[error("rank {src} contributed another type to collective {op} (step {step})")]
+    ContributionType {
+        src: u32,
+        op: &'static str,
+        step: u64,
+    },
+    /// The root computed no result for rank 0.
+    #[error("collective {op} produced no result")]
+    NoResult { op: &'static str },
+}
+
 struct Contribution {
     op: &'static str,
     value: Payload,
@@ -156,7 +207,7 @@ impl InprocWorld {
         waiting_for: &str,
         within: Duration,
         mut take: impl FnMut(&mut Queues) -> Option<T>,
-    ) -> Result<T, String> {
+    ) -> Result<T, Stuck> {
         let mailbox = &self.comm.boxes[self.rank as usize];
         let deadline = Instant::now() + within;
         let mut queues = lock(&mailbox.queues);
@@ -165,17 +216,22 @@ impl InprocWorld {
                 return Ok(x);
             }
             if let Some((rank, why)) = self.universe().failure() {
-                return Err(format!(
-                    "rank {} gave up in {op} (waiting for {waiting_for}): rank {rank} failed: {why}",
-                    self.me
-                ));
+                return Err(Stuck::GaveUp {
+                    me: self.me,
+                    op: op.to_string(),
+                    waiting_for: waiting_for.to_string(),
+                    rank,
+                    why,
+                });
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(format!(
-                    "rank {} timed out after {within:?} in {op}, waiting for {waiting_for}",
-                    self.me
-                ));
+                return Err(Stuck::TimedOut {
+                    me: self.me,
+                    within,
+                    op: op.to_string(),
+                    waiting_for: waiting_for.to_string(),
+                });
             }
             queues = mailbox
                 .arrived
@@ -186,7 +242,7 @@ impl InprocWorld {
     }
 
     /// The next payload from `src` under `key`.
-    fn take(&self, op: &str, src: u32, key: Key, within: Duration) -> Result<Payload, String> {
+    fn take(&self, op: &str, src: u32, key: Key, within: Duration) -> Result<Payload, Stuck> {
         self.wait(op, &format!("rank {src} ({key:?})"), within, |q| {
             q.get_mut(&(src, key)).and_then(VecDeque::pop_front)
         })
@@ -206,7 +262,7 @@ impl InprocWorld {
         mine: T,
         root: impl FnOnce(Vec<T>) -> Vec<R>,
         within: Duration,
-    ) -> Result<R, String> {
+    ) -> Result<R, Stuck> {
         let step = self.seq.fetch_add(1, Ordering::Relaxed);
         let key = Key::Coll(step);
         if self.rank != 0 {
@@ -219,12 +275,14 @@ impl InprocWorld {
                 }),
             );
             let got = self.take(op, 0, key, within)?;
-            return got.downcast::<R>().map(|r| *r).map_err(|_| {
-                format!(
-                    "rank {}: the result of collective {op} (step {step}) has another type",
-                    self.me
-                )
-            });
+            return got
+                .downcast::<R>()
+                .map(|r| *r)
+                .map_err(|_| Stuck::ResultType {
+                    me: self.me,
+                    op,
+                    step,
+                });
         }
         let mut all = Vec::with_capacity(self.size() as usize);
         all.push(mine);
@@ -232,16 +290,19 @@ impl InprocWorld {
             let got = self.take(op, src, key, within)?;
             let c = got
                 .downcast::<Contribution>()
-                .map_err(|_| format!("rank {}: a collective step without a name", self.me))?;
+                .map_err(|_| Stuck::Unnamed { me: self.me })?;
             if c.op != op {
-                return Err(format!(
-                    "collectives out of step: rank 0 of a communicator called {op} as its collective {step}, its rank {src} called {}",
-                    c.op
-                ));
+                return Err(Stuck::OutOfStep {
+                    op,
+                    step,
+                    src,
+                    other: c.op,
+                });
             }
-            let v = c.value.downcast::<T>().map_err(|_| {
-                format!("rank {src} contributed another type to collective {op} (step {step})")
-            })?;
+            let v = c
+                .value
+                .downcast::<T>()
+                .map_err(|_| Stuck::ContributionType { src, op, step })?;
             all.push(*v);
         }
         let mut results = root(all).into_iter();
@@ -249,7 +310,7 @@ impl InprocWorld {
         for (dest, r) in (1..self.size()).zip(results) {
             self.post(dest, key, Box::new(r));
         }
-        own.ok_or_else(|| format!("collective {op} produced no result"))
+        own.ok_or(Stuck::NoResult { op })
     }
 
     /// [`InprocWorld::try_collective`] within the run's timeout; a failure fails the run.
@@ -261,7 +322,7 @@ impl InprocWorld {
     ) -> R {
         let within = self.universe().timeout;
         self.try_collective(op, mine, root, within)
-            .unwrap_or_else(|e| self.fail(e))
+            .unwrap_or_else(|e| self.fail(e.to_string()))
     }
 
     /// One message from `src` under `key`, as bytes.
@@ -275,7 +336,7 @@ impl InprocWorld {
                     self.me
                 )),
             },
-            Err(e) => self.fail(e),
+            Err(e) => self.fail(e.to_string()),
         }
     }
 }
@@ -529,7 +590,7 @@ impl World for InprocWorld {
                     self.me
                 )),
             },
-            Err(e) => self.fail(e),
+            Err(e) => self.fail(e.to_string()),
         }
     }
 
@@ -708,7 +769,7 @@ impl SetHost for InprocSetHost {
         {
             Ok(()) => {}
             Err(_) if failed => return Settled::Stuck,
-            Err(e) => self.world.fail(e),
+            Err(e) => self.world.fail(e.to_string()),
         }
         let Some((member, error)) = self.plugin.failure() else {
             return Settled::Returned;
