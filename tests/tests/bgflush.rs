@@ -1,4 +1,4 @@
-//! Background flush completion through MPI (issue 13 item 2), under `mpiexec -n 4` on
+//! Background flush completion through MPI, under `mpiexec -n 4` on
 //! four simulated nodes with `scr-bgflush-probe`: a background flush is recorded at the
 //! first collective call after every rank's transfer ended (not by a thread, not before),
 //! with the rank2file map, summary and data exactly what was written; no `done.*.scr`

@@ -1,4 +1,4 @@
-//! The per-call MPI counters (`Scr::comm_stats`, issue 13 item 5) and the split byte
+//! The per-call MPI counters (`Scr::comm_stats`) and the split byte
 //! exchanges (item 3), under `mpiexec -n 4` on four simulated nodes: exact counts each
 //! derived from the exchanges the code makes, and byte-exact data through exchanges
 //! split into rounds of 7 bytes.

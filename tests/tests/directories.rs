@@ -1,4 +1,4 @@
-//! Directories others can touch (issue 9, item 2), end to end: a shared base others can
+//! Directories others can touch, end to end: a shared base others can
 //! write to needs the sticky bit; nothing below the job's directory is followed through a
 //! symbolic link (dataset directories, nested directories of routed names, the targets of
 //! distribute); what the runtime creates in cache is private (directories 0700, the

@@ -1,4 +1,4 @@
-//! The filemap's journal (issue 13, item 4): routing a file appends one record to the
+//! The filemap's journal: routing a file appends one record to the
 //! rank's filemap journal instead of rewriting the whole filemap, so recording F files
 //! costs O(F) bytes and F + constant syncs, and the records survive a crash between
 //! route_file and complete_output.

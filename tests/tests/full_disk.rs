@@ -1,4 +1,4 @@
-//! Full disks (issue 9, item 5), end to end under `mpiexec -n 4` on two simulated nodes,
+//! Full disks, end to end under `mpiexec -n 4` on two simulated nodes,
 //! with the prefix on a small tmpfs mounted for the test (the tests run as root; a mount
 //! that fails fails the test, it is never skipped).
 //!

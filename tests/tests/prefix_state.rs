@@ -1,4 +1,4 @@
-//! The prefix's state files under concurrency and repair (issue 9, item 4), end to end
+//! The prefix's state files under concurrency and repair, end to end
 //! under `mpiexec -n 4` on two simulated nodes: halt file updates from `scr halt` and a
 //! job at the same time lose nothing, and a failed mark survives rebuilding the index.
 

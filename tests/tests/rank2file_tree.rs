@@ -1,4 +1,4 @@
-//! The rank2file map as SCR's tree (issue 13): written in parts of `rank2file_block`
+//! The rank2file map as SCR's tree: written in parts of `rank2file_block`
 //! ranks by each block's leader, each part naming its dataset, block and totals, under
 //! a root holding only the layout and totals; read back by the leaders at fetch, a
 //! damaged part or parts not adding up to the root refused with the same error on every

@@ -1,4 +1,4 @@
-//! The whole lifecycle at 64 ranks (issue 13, "Done when"): an XOR checkpoint, the loss
+//! The whole lifecycle at 64 ranks: an XOR checkpoint, the loss
 //! of a simulated node, the rebuild, a flush and a fetch, every rank's file byte for byte,
 //! through `scr-bench-scale` (its driver launches `mpiexec -n 8` and `-n 64` of its worker,
 //! 4 ranks per simulated node, and fails unless every rank reported, saw the world size

@@ -242,7 +242,7 @@ catalog! {
         "Testing only: comma-separated node name of each rank (by world rank), so one machine acts as several nodes; node-local stores and the control directory then include the node name";
     USER user (or user_name): Str = Computed("$USER, else the uid"),
         "User name used in cache and control directory names";
-    // walltime and event log (issue 10, "events")
+    // walltime and event log
     END_TIME end_time: UInt { min: 0, max: MAX } = Fixed("0"),
         "When the allocation ends, in seconds since the epoch (e.g. SCR_END_TIME=$(( $(date +%s) + 3600 ))); wins over the resource manager's end time, which halt_seconds otherwise counts from; 0 asks the resource manager (SLURM, Flux, LSF, PBS)";
     // logging (SCR's SCR_LOG_*): the event log in the prefix is what `scr log` reads
