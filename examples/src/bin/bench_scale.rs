@@ -1,5 +1,6 @@
-//! `scr-bench-scale`: how the library's per-rank MPI traffic grows with the job. A driver runs, for each rank count N of `--ranks`, one `mpiexec -n N` job of
-//! this same binary (`--worker`) on simulated nodes (`--ranks-per-node` ranks each, node
+//! `scr-bench-scale`: how the library's per-rank MPI traffic grows with the job.
+//! A driver runs, for each rank count N of `--ranks`, one `mpiexec -n N` job of this same
+//! binary (`--worker`) on simulated nodes (`--ranks-per-node` ranks each, node
 //! caches and control directories under a temporary directory in `--dir`), which walks
 //! the whole lifecycle and measures each step with `Scr::comm_stats`:
 //!
