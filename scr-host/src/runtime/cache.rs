@@ -184,12 +184,14 @@ impl Cache {
         self.next_checkpoint = checkpoint + 1;
     }
 
-    /// Dataset `id` (checkpoint `checkpoint`) exists, here or in the prefix: the next ids
-    /// never take it again.
-    pub(in crate::runtime) fn used(&mut self, id: u64, checkpoint: Option<u64>) {
-        self.next_dataset = self.next_dataset.max(id + 1);
+    /// Dataset `dataset` and checkpoint `checkpoint` exist, here or in the prefix: the
+    /// next ids never take them again.
+    pub(in crate::runtime) fn used(&mut self, dataset: Option<u64>, checkpoint: Option<u64>) {
+        if let Some(id) = dataset {
+            self.next_dataset = self.next_dataset.max(id.saturating_add(1));
+        }
         if let Some(c) = checkpoint {
-            self.next_checkpoint = self.next_checkpoint.max(c + 1);
+            self.next_checkpoint = self.next_checkpoint.max(c.saturating_add(1));
         }
     }
 }

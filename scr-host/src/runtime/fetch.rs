@@ -310,7 +310,7 @@ impl Runtime {
                     .map(|(rank, why)| format!("rank {rank}: {why}"));
             match (failed, mine) {
                 (None, Ok(files)) => {
-                    self.cache.used(entry.id, entry.checkpoint_id);
+                    self.cache.used(Some(entry.id), entry.checkpoint_id);
                     self.info(&format!(
                         "restarting from {} read in place in the prefix {}",
                         entry.name,
@@ -387,7 +387,7 @@ impl Runtime {
                     // fallback below the pinned checkpoint fetches it)
                     self.restart.unskip(entry.id);
                     // ids continue after the fetched dataset
-                    self.cache.used(entry.id, entry.checkpoint_id);
+                    self.cache.used(Some(entry.id), entry.checkpoint_id);
                     if self.topo.rank() == 0 {
                         let _ = Index::update(self.job.prefix(), |ix| {
                             ix.fetched(entry.id, &entry.name, now_secs())

@@ -711,7 +711,7 @@ impl Runtime {
             )));
         }
         if let Some(c) = out.record.checkpoint_id {
-            self.cache.used(0, Some(c));
+            self.cache.used(None, Some(c));
             let bytes: u64 = out.record.files.iter().map(|f| f.size).sum();
             self.checkpoint_done(out.started);
             let total = self.world.sum_u64(bytes);

@@ -126,7 +126,7 @@ impl Runtime {
         if why.is_empty() {
             if let Some(c) = out.record.checkpoint_id {
                 // before the ids are recorded with the dataset's (forget_bypass)
-                self.cache.used(0, Some(c));
+                self.cache.used(None, Some(c));
             }
         }
         self.forget_bypass(&out)?;

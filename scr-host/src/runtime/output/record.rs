@@ -43,7 +43,7 @@ impl Runtime {
     /// records the ids in the prefix so that later runs never reuse them, even when every
     /// cache is lost.
     pub(super) fn dataset_done(&mut self, id: u64) {
-        self.cache.used(id, None);
+        self.cache.used(Some(id), None);
         if self.topo.rank() == 0 {
             let ids = Ids {
                 dataset: id,
