@@ -15,7 +15,8 @@ use crate::transfer::{
 
 use super::job::Job;
 use super::topology::Topology;
-use super::{prefix, DatasetRecord, Runtime};
+use super::{DatasetRecord, Runtime};
+use crate::state::prefix;
 use crate::config::Config;
 use crate::registry::Registry;
 

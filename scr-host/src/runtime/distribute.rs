@@ -52,7 +52,7 @@ impl Runtime {
             }
         }
         if !received.is_empty() {
-            self.info(&format!(
+            self.topo.info(&format!(
                 "rank {} received its cache from rank(s) {received:?}",
                 self.topo.rank()
             ));

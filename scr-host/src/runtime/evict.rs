@@ -1,9 +1,16 @@
 //! Removing datasets: the application's drop and delete, and eviction from a full store
 //! (agreed: a dataset leaves every rank's cache or none).
 
-use super::cache::{file_names, remove_files};
-use super::{comm, DatasetRecord, Filemap, Result, Runtime, ScrError};
-use crate::config::settings;
+use crate::runtime::prefix::prefix;
+use super::cache::{file_names, remove_files, Cache};
+use super::collective::Collective;
+use super::descriptors::Descriptors;
+use super::flush::Flushing;
+use super::job::Job;
+use super::restart::RestartState;
+use super::topology::Topology;
+use super::{comm, DatasetRecord, Filemap, Result, Runtime, ScrError, TestHooks};
+use crate::config::{settings, Config};
 use crate::integrity::{dataset_files, verify_dataset};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -26,7 +33,7 @@ impl Runtime {
             self.restart.skip(id);
         }
         self.restart.forget_in_prefix(name);
-        self.remove_from_prefix("drop", name, cached, false)
+        prefix!(self).remove("drop", name, cached, false)
     }
 
     /// SCR's `SCR_Delete` (collective): the named dataset's files are deleted from cache
@@ -46,12 +53,12 @@ impl Runtime {
             self.settle_flush_of(id);
         }
         let local = match cached.and_then(|id| self.cache.get(id).cloned()) {
-            Some(rec) => self.delete_dataset(&rec),
+            Some(rec) => evictor!(self).delete_dataset(&rec),
             None => Ok(()),
         };
         self.world.changed("delete", local)?;
         self.restart.forget_in_prefix(name);
-        self.remove_from_prefix("delete", name, cached, true)
+        prefix!(self).remove("delete", name, cached, true)
     }
 
     /// `Err` when the dataset `name` (`cached` here) is being written or read on this
@@ -92,101 +99,41 @@ impl Runtime {
             )))
         }
     }
+}
 
-    /// Rank 0: the index entry `name` means removed (with `delete`, its files in the
-    /// prefix too, and its directory under `.scr`), chosen and dropped under the prefix
-    /// lock ([`Index::drop_for_app_in`](crate::state::prefix::Index::drop_for_app_in)); a
-    /// name the index does not hold is nothing to do. The outcome is agreed (collective).
-    fn remove_from_prefix(
-        &self,
-        call: &str,
-        name: &str,
-        cached: Option<u64>,
-        delete: bool,
-    ) -> Result<()> {
-        let outcome = if self.topo.rank() == 0 {
-            let prefix = self.job.prefix();
-            crate::state::prefix::Index::drop_for_app_in(prefix, name, cached, delete)
-                .map(|dropped| {
-                    if let Some(d) = dropped.filter(|_| delete) {
-                        d.delete_files(prefix, &mut || {});
-                    }
-                })
-                .map_err(|e| ScrError::Usage(format!("{call}: {e}")))
-        } else {
-            Ok(())
-        };
-        self.world.agree_on(outcome)
-    }
+/// Removal from cache over the parts it uses, borrowed from a runtime or a phase that
+/// holds them ([`evictor!`]).
+pub(in crate::runtime) struct Evictor<'a> {
+    pub(in crate::runtime) world: &'a mut Collective,
+    pub(in crate::runtime) cache: &'a mut Cache,
+    pub(in crate::runtime) config: &'a Config,
+    pub(in crate::runtime) job: &'a Job,
+    pub(in crate::runtime) topo: &'a Topology,
+    pub(in crate::runtime) descs: &'a Descriptors,
+    pub(in crate::runtime) hooks: &'a TestHooks,
+    pub(in crate::runtime) flushing: &'a Flushing,
+    pub(in crate::runtime) restart: &'a RestartState,
+}
 
-    /// `prefix_purge` at init (SCR's `scr_prefix_delete_all`), before a restart is
-    /// chosen: rank 0 drops every dataset the prefix's index lists under the prefix
-    /// lock, then deletes their files, and says what went at info level. The outcome is
-    /// agreed (collective): a purge that fails fails init on every rank, since running on
-    /// would restart from what the user asked to delete.
-    pub(in crate::runtime) fn purge_prefix(&mut self) -> Result<()> {
-        if !self.config.get(settings::PREFIX_PURGE) {
-            return Ok(());
+/// An [`Evictor`] over the parts of `$s` (the runtime, or a phase holding them).
+macro_rules! evictor {
+    ($s:expr) => {
+        $crate::runtime::evict::Evictor {
+            world: &mut $s.world,
+            cache: &mut $s.cache,
+            config: &$s.config,
+            job: &$s.job,
+            topo: &$s.topo,
+            descs: &$s.descs,
+            hooks: &$s.hooks,
+            flushing: &$s.flushing,
+            restart: &$s.restart,
         }
-        let outcome = if self.topo.rank() == 0 {
-            let prefix = self.job.prefix();
-            crate::state::prefix::Index::purge_in(prefix)
-                .map(|dropped| {
-                    dropped.delete_files(prefix, &mut || {});
-                    self.info(&if dropped.names.is_empty() {
-                        format!(
-                            "prefix_purge: the index of {} lists no dataset; nothing deleted",
-                            prefix.display()
-                        )
-                    } else {
-                        format!(
-                            "prefix_purge: deleted {} dataset(s) from {}: {}",
-                            dropped.names.len(),
-                            prefix.display(),
-                            dropped.names.join(", ")
-                        )
-                    });
-                })
-                .map_err(|e| {
-                    ScrError::Usage(format!(
-                        "prefix_purge: the datasets of {} could not be deleted: {e}; fix the prefix's .scr directory or set prefix_purge = false",
-                        prefix.display()
-                    ))
-                })
-        } else {
-            Ok(())
-        };
-        self.world.agree_on(outcome)
-    }
+    };
+}
+pub(in crate::runtime) use evictor;
 
-    /// Rank 0, after checkpoint `entry`'s flush was recorded: with `prefix_size = N`,
-    /// the checkpoints outside the window of N ending at it are deleted from the prefix,
-    /// files and index entries ([`Index::outside_window`](crate::state::prefix::Index::outside_window)).
-    /// A failure is a warning: the flush itself stands.
-    pub(in crate::runtime) fn trim_prefix(&self, entry: &crate::state::prefix::IndexEntry) {
-        let window = self.config.get(settings::PREFIX_SIZE);
-        if window == 0 || entry.checkpoint_id.is_none() || self.topo.rank() != 0 {
-            return;
-        }
-        let prefix = self.job.prefix();
-        match crate::state::prefix::Index::delete_outside_window_in(prefix, entry.id, window) {
-            Ok(dropped) if !dropped.names.is_empty() => {
-                dropped.delete_files(prefix, &mut || {});
-                self.info(&format!(
-                    "prefix_size = {window}: deleted {} from {} after {} was flushed",
-                    dropped.names.join(", "),
-                    prefix.display(),
-                    entry.name
-                ));
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(
-                "prefix_size = {window}: older checkpoints could not be deleted from {} after {} was flushed: {e}",
-                prefix.display(),
-                entry.name
-            ),
-        }
-    }
+impl Evictor<'_> {
 
     /// Discard a dataset whose apply failed on some rank (every rank calls this; `desc`
     /// is the redundancy descriptor whose scheme ran apply, `None` when apply never ran):
@@ -246,7 +193,7 @@ impl Runtime {
                 tracing::warn!("{e}");
             }
         }
-        self.save_filemap()
+        self.cache.save()
     }
 
     /// Delete every dataset the cache of this node holds, for any rank, with the
@@ -324,7 +271,7 @@ impl Runtime {
             let Some(victim) = self.cache.get(id).cloned() else {
                 continue;
             };
-            self.info(&format!(
+            self.topo.info(&format!(
                 "evicting dataset {} ({}) from {store}",
                 victim.id, victim.name
             ));

@@ -3,6 +3,7 @@
 //! rank2file map and hands its members their lists, every file is verified against
 //! rank2file, and the fetched dataset is protected again.
 
+use crate::runtime::evict::evictor;
 use super::restart::PrefixRestart;
 use super::tags::{LIST_TAG, SOURCE_TAG};
 use super::window::Direction;
@@ -311,7 +312,7 @@ impl Runtime {
             match (failed, mine) {
                 (None, Ok(files)) => {
                     self.cache.used(Some(entry.id), entry.checkpoint_id);
-                    self.info(&format!(
+                    self.topo.info(&format!(
                         "restarting from {} read in place in the prefix {}",
                         entry.name,
                         self.job.prefix().display()
@@ -326,7 +327,7 @@ impl Runtime {
                 }
                 (failed, _) => {
                     let reason = failed.unwrap_or_default();
-                    self.warn(&format!(
+                    self.topo.warn(&format!(
                         "{} in the prefix cannot be read for a restart: {reason}; trying an older checkpoint",
                         entry.name
                     ));
@@ -393,12 +394,12 @@ impl Runtime {
                             ix.fetched(entry.id, &entry.name, now_secs())
                         });
                     }
-                    self.info(&format!(
+                    self.topo.info(&format!(
                         "fetched {} from {}",
                         entry.name,
                         self.job.prefix().display()
                     ));
-                    self.log_event(Event::Fetch {
+                    self.job.log_event(Event::Fetch {
                         name: entry.name.clone(),
                         id: entry.id,
                         bytes: fetch_bytes,
@@ -408,12 +409,12 @@ impl Runtime {
                 }
                 Some(reason) => {
                     if let Some(rec) = self.cache.get(entry.id).cloned() {
-                        let removed = self.remove_local(&rec);
+                        let removed = evictor!(self).remove_local(&rec);
                         self.world.agree_on(removed)?;
                     } else {
                         self.world.agree_on(Ok(()))?;
                     }
-                    self.warn(&format!(
+                    self.topo.warn(&format!(
                         "{} cannot be fetched: {reason}; trying an older checkpoint",
                         entry.name
                     ));
@@ -460,7 +461,7 @@ impl Runtime {
             crc32_pending: false,
         };
         self.cache.put(record.clone());
-        self.save_filemap().map_err(|e| e.to_string())?;
+        self.cache.save().map_err(|e| e.to_string())?;
         // every directory from the store down 0700 and checked, none a link
         let base = Path::new(&store);
         crate::private_dir::create_private_dir(base, &dir).map_err(|e| e.to_string())?;
@@ -499,7 +500,7 @@ impl Runtime {
             rec.crc32 = f.crc32;
         }
         self.cache.put(record);
-        self.save_filemap().map_err(|e| e.to_string())
+        self.cache.save().map_err(|e| e.to_string())
     }
 
     /// Apply the redundancy scheme to a fetched dataset and mark it complete.
@@ -516,7 +517,7 @@ impl Runtime {
         let declared = integrity::declare_redundancy(self.descs[desc].scheme(), &mut rec, &dir)
             .and_then(|()| {
                 self.cache.put(rec.clone());
-                self.save_filemap()
+                self.cache.save()
             });
         self.world.agree_on(declared)?;
         let rd = &self.descs[desc];
@@ -537,7 +538,7 @@ impl Runtime {
             // gathers every rank's to name the one that failed
             // (its `remove` is settled too: the apply's credit is what the caller needs)
             let credit = self.world.credit();
-            self.discard_failed_apply(Some(desc), &rec)?;
+            evictor!(self).discard_failed_apply(Some(desc), &rec)?;
             self.world.set_credit(credit);
             return red.map(|_| ());
         }
@@ -554,7 +555,7 @@ impl Runtime {
             .collect();
         rec.complete = true;
         self.cache.put(rec);
-        self.save_filemap()
+        self.cache.save()
     }
 }
 

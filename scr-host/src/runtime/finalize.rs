@@ -1,6 +1,7 @@
 //! Finalize and the end of a run: the newest checkpoint flushed, the halt file and event
 //! log written, and what a dropped or abandoned runtime leaves.
 
+use crate::runtime::evict::evictor;
 use super::{comm, Result, Runtime, FINALIZE_REASON};
 use crate::config::settings;
 use crate::state::halt::Halt;
@@ -21,11 +22,11 @@ impl Runtime {
         }
         self.world.health_mut().set_finalized(true);
         if let Some(out) = self.output.take() {
-            self.warn("finalize: a dataset was still being written; it is discarded");
+            self.topo.warn("finalize: a dataset was still being written; it is discarded");
             if self.world.health().is_uncertain() {
                 // complete_output is refused now; each rank drops its part (no collective
                 // step: the ranks' state is uncertain already)
-                if let Err(e) = self.delete_dataset(out.record()) {
+                if let Err(e) = evictor!(self).delete_dataset(out.record()) {
                     tracing::warn!("{e}");
                 }
             } else {
@@ -33,7 +34,7 @@ impl Runtime {
                 // agreed on every rank; the flushes are waited for and the exit reason
                 // recorded all the same
                 if let Err(e) = self.complete_output(false) {
-                    self.warn(&format!("finalize: discarding the open dataset: {e}"));
+                    self.topo.warn(&format!("finalize: discarding the open dataset: {e}"));
                 }
             }
         }
@@ -46,11 +47,11 @@ impl Runtime {
         // (scavenge can still save it), never failing finalize
         if !self.world.health().is_uncertain() && self.flush_at_end() {
             if let Err(e) = self.flush_newest("finalize") {
-                self.warn(&format!("finalize: flushing the newest checkpoint: {e}"));
+                self.topo.warn(&format!("finalize: flushing the newest checkpoint: {e}"));
             }
             self.wait_flushes(true);
         }
-        self.log_event(crate::events::Event::Finalize {
+        self.job.log_event(crate::events::Event::Finalize {
             seconds_total: self.report.init_started().elapsed().as_secs_f64(),
         });
         if self.topo.rank() == 0 {

@@ -237,7 +237,7 @@ impl Runtime {
             return Ok(());
         }
         let rec = self.cache.record(id).clone();
-        self.info(&format!(
+        self.topo.info(&format!(
             "{why}: flushing {} (the newest checkpoint, not yet in the prefix)",
             rec.name
         ));
@@ -342,7 +342,7 @@ impl Runtime {
         let taken = !pure_output && !existing.is_empty();
         let relocate = !self.world.all(!taken);
         if relocate {
-            self.info(&format!(
+            self.topo.info(&format!(
                 "{}: the prefix already holds files of that name; this flush writes to {}",
                 rec.name,
                 prefix::relocated(rec.id, "")
@@ -379,14 +379,14 @@ impl Runtime {
             // only a flush recorded for every rank lets an output leave the cache: one
             // that failed elsewhere is cleaned out of the prefix below
             lock(&self.flushing.flushed).insert(rec.id);
-            self.info(&format!(
+            self.topo.info(&format!(
                 "flushed {} to {}",
                 rec.name,
                 self.job.prefix().display()
             ));
         } else {
             record::remove_written(self.job.prefix(), removable);
-            self.warn(&format!(
+            self.topo.warn(&format!(
                 "{} stays in cache only: {}",
                 rec.name,
                 String::from_utf8_lossy(&text)

@@ -1,6 +1,7 @@
 //! Init: the collective start of a run (configuration, plugins, node, directories, stores
 //! and sets, the cache restored).
 
+use crate::runtime::prefix::prefix;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -111,7 +112,7 @@ impl Runtime {
             topo: Topology::unplaced(&*world),
             registry: Registry::default(),
             descs: Descriptors::default(),
-            job: Job::new(&config),
+            job: Job::new(&config, rank),
             span: span.clone(),
             cache: Cache::new(rank),
             output: None,
@@ -203,7 +204,7 @@ impl Runtime {
         if self.topo.rank() == 0 {
             // what the application set, for `scr config show` and `explain` to report
             if let Err(e) = crate::config::api::record(self.job.prefix(), recorded_api) {
-                self.warn(&format!(
+                self.topo.warn(&format!(
                     "the configuration calls could not be recorded in {} ({e}); `scr config show` will not list them",
                     crate::config::api::record_path(self.job.prefix()).display()
                 ));
@@ -215,13 +216,13 @@ impl Runtime {
             self.report
                 .set_allocation_end(crate::walltime::from_config_and_env(&self.config));
             if let Some((end, source)) = self.report.allocation_end() {
-                self.info(&format!("the allocation ends at {end} (from {source})"));
+                self.topo.info(&format!("the allocation ends at {end} (from {source})"));
             }
-            self.log_previous_run_failure();
+            self.job.log_previous_run_failure();
             self.warn_no_log_db();
         }
         if self.config.get(settings::FLUSH_POSTSTAGE) {
-            self.warn(
+            self.topo.warn(
                 "flush_poststage (SCR_FLUSH_POSTSTAGE) is not available: no post-stage script takes background flushes over after the job; finalize completes them as usual",
             );
         }
@@ -251,7 +252,7 @@ impl Runtime {
         } else {
             to.join(" and ")
         };
-        self.warn(&format!(
+        self.topo.warn(&format!(
             "log_db_enable: SCR's MySQL event database is not available in scr-rs, so log_db_host, log_db_user, log_db_pass, log_db_name and log_db_debug are not used; the events go to {to}"
         ));
     }
@@ -262,14 +263,14 @@ impl Runtime {
     fn restore_at_init(&mut self, options: &InitOptions) -> Result<()> {
         self.restore_cache()?;
         if self.report.lost_nodes_unnamed() > 0 {
-            self.warn(&format!(
+            self.topo.warn(&format!(
                 "{} more nodes lost their cache than the event log names ({} named)",
                 self.report.lost_nodes_unnamed(),
                 self.report.lost_nodes().len()
             ));
         }
         if !self.report.lost_nodes().is_empty() {
-            self.log_event(crate::events::Event::LostNodes {
+            self.job.log_event(crate::events::Event::LostNodes {
                 nodes: self.report.lost_nodes().iter().cloned().collect(),
             });
         }
@@ -278,7 +279,7 @@ impl Runtime {
         self.world.health_mut().set_finalized(false);
         // before a restart is chosen: what the prefix held is gone (prefix_purge), and
         // with global_restart the cache is flushed and cleared
-        self.purge_prefix()?;
+        prefix!(self).purge()?;
         let global = self.config.get(settings::GLOBAL_RESTART);
         if global {
             self.leave_cache_for_prefix()?;
@@ -305,7 +306,7 @@ impl Runtime {
     /// Log the init event and, at debug level 1, each descriptor and the init summary;
     /// exit here when the run is halted.
     fn report_init(&mut self, started: Instant) {
-        self.log_event(crate::events::Event::Init {
+        self.job.log_event(crate::events::Event::Init {
             ranks: self.topo.size(),
             nodes: self.topo.node_count(),
             seconds: started.elapsed().as_secs_f64(),
@@ -316,7 +317,7 @@ impl Runtime {
         self.policy.restart_clock();
         self.world.barrier();
         for rd in self.descs.iter() {
-            self.info(&format!(
+            self.topo.info(&format!(
                 "descriptor {}: interval {}, scheme {}, store {}, group {}, this rank in set {} of {} member(s)",
                 rd.index(),
                 rd.interval(),
@@ -327,7 +328,7 @@ impl Runtime {
                 rd.record().members.len()
             ));
         }
-        self.info(&format!(
+        self.topo.info(&format!(
             "init: {} ranks on {} node(s), {} descriptor(s), restart candidate {:?}, {:.3} s",
             self.topo.size(),
             self.topo.node_count(),

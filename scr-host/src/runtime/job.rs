@@ -31,12 +31,18 @@ pub(in crate::runtime) struct Job {
     simulated: bool,
     /// The stores the configuration names, by path.
     stores: BTreeMap<String, StoreUse>,
+    /// Where the job's events go (`log_enable`, `log_txt_enable`, `log_syslog_enable`),
+    /// written by rank 0 alone.
+    sinks: crate::events::Sinks,
+    rank0: bool,
 }
 
 impl Job {
     /// The job as the configuration names it, before init placed the rank on a node.
-    pub(in crate::runtime) fn new(config: &Config) -> Job {
+    pub(in crate::runtime) fn new(config: &Config, rank: u32) -> Job {
         Job {
+            sinks: crate::events::Sinks::from_config(config),
+            rank0: rank == 0,
             user: config.get(settings::USER),
             job_id: config.get(settings::JOB_ID),
             prefix: PathBuf::from(config.get(settings::PREFIX)),
@@ -125,5 +131,45 @@ impl Job {
             )));
         }
         create_private_dir(Path::new(store), &dir)
+    }
+
+    /// Append `event` to the prefix's event log (rank 0; see [`crate::events`]).
+    pub(in crate::runtime) fn log_event(&self, event: crate::events::Event) {
+        self.log_event_of(&self.job_id, event);
+    }
+
+    /// [`Job::log_event`] for job `job_id` (a flush a previous job began).
+    pub(in crate::runtime) fn log_event_of(&self, job_id: &str, event: crate::events::Event) {
+        if self.rank0 {
+            self.sinks.record(&self.prefix, job_id, event);
+        }
+    }
+
+    /// Rank 0 at init: when the event log's last run started and never finalized (or
+    /// halted), that run failed — killed, a node lost, a rank crashed. Logged as a
+    /// failure so that `scr log` can count the time between failures.
+    pub(in crate::runtime) fn log_previous_run_failure(&self) {
+        use crate::events::Event;
+        let Ok((records, _)) = crate::events::read(&self.prefix) else {
+            return;
+        };
+        let last_init = records
+            .iter()
+            .rposition(|r| matches!(r.event, Event::Init { .. }));
+        let Some(i) = last_init else {
+            return;
+        };
+        let ended = records[i..]
+            .iter()
+            .any(|r| matches!(r.event, Event::Finalize { .. } | Event::Halt { .. }));
+        if !ended {
+            self.log_event(Event::Failure {
+                what: format!(
+                    "the previous run (job {}, started at {:.0}) ended without finalize",
+                    records[i].job_id, records[i].time
+                ),
+                rank: None,
+            });
+        }
     }
 }

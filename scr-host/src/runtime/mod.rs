@@ -69,6 +69,7 @@ mod mpi_host;
 mod names;
 mod output;
 mod policy;
+mod prefix;
 mod report;
 mod restart;
 mod restore;
@@ -105,7 +106,6 @@ pub use crate::state::filemap::{
     JOURNAL_KIND, JOURNAL_VERSION,
 };
 pub use crate::state::halt::Halt;
-use crate::state::prefix;
 pub use sets::{form_my_set, form_sets, split_by_value, Set};
 
 pub use mpi_host::{MpiHost, Settled};
@@ -221,78 +221,6 @@ impl Runtime {
     /// measured on its own.
     pub fn reset_comm_stats(&self) {
         comm::reset();
-    }
-
-    /// A message at info level from rank 0 alone (the same on every rank: one line, not
-    /// one per rank). Whether it is printed is the subscriber's choice (`SCR_DEBUG`, or
-    /// `RUST_LOG`): never filtered here, so a `RUST_LOG` directive can show it.
-    fn info(&self, msg: &str) {
-        if self.topo.rank() == 0 {
-            tracing::info!("{msg}");
-        }
-    }
-
-    /// Append `event` to the prefix's event log (rank 0; see [`crate::events`]).
-    fn log_event(&self, event: crate::events::Event) {
-        self.log_event_of(self.job.job_id(), event);
-    }
-
-    /// [`Runtime::log_event`] for job `job_id` (a flush a previous job began), through
-    /// the sinks the configuration names (`log_enable`, `log_txt_enable`,
-    /// `log_syslog_enable`).
-    fn log_event_of(&self, job_id: &str, event: crate::events::Event) {
-        if self.topo.rank() == 0 {
-            crate::events::Sinks::from_config(&self.config).record(
-                self.job.prefix(),
-                job_id,
-                event,
-            );
-        }
-    }
-
-    /// Rank 0 at init: when the event log's last run started and never finalized (or
-    /// halted), that run failed — killed, a node lost, a rank crashed. Logged as a
-    /// failure so that `scr log` can count the time between failures.
-    fn log_previous_run_failure(&self) {
-        let Ok((records, _)) = crate::events::read(self.job.prefix()) else {
-            return;
-        };
-        use crate::events::Event;
-        let last_init = records
-            .iter()
-            .rposition(|r| matches!(r.event, Event::Init { .. }));
-        let Some(i) = last_init else {
-            return;
-        };
-        let ended = records[i..]
-            .iter()
-            .any(|r| matches!(r.event, Event::Finalize { .. } | Event::Halt { .. }));
-        if !ended {
-            self.log_event(Event::Failure {
-                what: format!(
-                    "the previous run (job {}, started at {:.0}) ended without finalize",
-                    records[i].job_id, records[i].time
-                ),
-                rank: None,
-            });
-        }
-    }
-
-    fn warn(&self, msg: &str) {
-        if self.topo.rank() == 0 {
-            tracing::warn!("{msg}");
-        }
-    }
-
-    // ----- output -----
-
-    // ----- restart -----
-
-    // ----- policy -----
-
-    /// Save the whole filemap (compacting its journal).
-    fn save_filemap(&mut self) -> Result<()> {
-        self.cache.save()
     }
 }
 

@@ -2,6 +2,7 @@
 //! and recorded before they exist, checked across ranks (names, sizes, CRC32s), protected
 //! by the descriptor's scheme and committed, then flushed when due.
 
+use crate::runtime::evict::evictor;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -202,7 +203,7 @@ impl Runtime {
         };
         // a dataset that bypasses the cache takes no room in it
         if !bypass {
-            self.evict(&store, 1, None)?;
+            evictor!(self).evict(&store, 1, None)?;
         }
         let local = self.open_dataset(&store, &record);
         if let Err(e) = self.world.agree_on(local) {
@@ -210,7 +211,7 @@ impl Runtime {
             // ranks stay in step and the next start_output may try again
             self.cache.forget(id);
             let _ = std::fs::remove_dir(self.job.dataset_dir(&store, id));
-            let undone = self.save_filemap();
+            let undone = self.cache.save();
             self.world.changed("start_output", undone)?;
             return Err(e);
         }
@@ -235,7 +236,7 @@ impl Runtime {
             routed: HashSet::new(),
             overwrites: false,
         });
-        self.info(&format!(
+        self.topo.info(&format!(
             "start_output {name}: dataset {id}, checkpoint {checkpoint_id:?}, descriptor {}{}",
             self.descs[desc].index(),
             if bypass {
@@ -278,7 +279,7 @@ impl Runtime {
         // every level from the store to the dataset directory 0700, none a link
         create_private_dir(Path::new(store), &dir)?;
         self.cache.put(record.clone());
-        self.save_filemap()
+        self.cache.save()
     }
 
     /// The name a dataset started without one gets (SCR's `SCR_Start_output(NULL, ..)`):
@@ -490,7 +491,7 @@ impl Runtime {
             }
         }
         self.maybe_flush(&out.record)?;
-        self.info(&format!(
+        self.topo.info(&format!(
             "complete_output {}: kept, {:.3} s",
             out.record.name,
             out.started.elapsed().as_secs_f64()
@@ -504,7 +505,7 @@ impl Runtime {
     /// Delete a refused output's files and record on every rank (collective): what a
     /// clash or a failed commit leaves of complete_output.
     fn drop_output(&mut self, rec: &DatasetRecord) -> Result<()> {
-        let local = self.delete_dataset(rec);
+        let local = evictor!(self).delete_dataset(rec);
         self.dataset_done(rec.id);
         self.world.changed("complete_output", local)
     }
@@ -519,7 +520,7 @@ impl Runtime {
     ) -> Result<bool> {
         // what the scheme wrote before a failed apply goes too, not only the names
         // it declared (collective: every rank is in this branch alike)
-        let local = self.discard_failed_apply(named.all_valid.then_some(out.desc), &out.record);
+        let local = evictor!(self).discard_failed_apply(named.all_valid.then_some(out.desc), &out.record);
         self.dataset_done(out.record.id);
         self.world.changed("complete_output", local)?;
         match (named.naming_error, apply_error) {
@@ -532,7 +533,7 @@ impl Runtime {
                 out.record.name
             ))),
             (None, None) => {
-                self.info(&format!(
+                self.topo.info(&format!(
                     "complete_output {}: a rank said invalid, dataset discarded",
                     out.record.name
                 ));
@@ -632,7 +633,7 @@ impl Runtime {
             .and_then(|red| {
                 out.record.redundancy = red;
                 self.cache.put(out.record.clone());
-                self.save_filemap()
+                self.cache.save()
             });
         let all_valid = self.world.all(named.is_ok());
         // why the redundancy files could not be named and recorded
@@ -715,7 +716,7 @@ impl Runtime {
             let bytes: u64 = out.record.files.iter().map(|f| f.size).sum();
             self.checkpoint_done(out.started);
             let total = self.world.sum_u64(bytes);
-            self.log_event(crate::events::Event::Checkpoint {
+            self.job.log_event(crate::events::Event::Checkpoint {
                 name: out.record.name.clone(),
                 id: out.record.id,
                 bytes: total,
@@ -726,8 +727,8 @@ impl Runtime {
         let store = out.record.descriptor.store.clone();
         // the dataset is kept whatever eviction does: a failure there marks the state
         // uncertain (every later call says so) but does not unsay the keep
-        if let Err(e) = self.evict(&store, 0, Some(out.record.id)) {
-            self.warn(&format!(
+        if let Err(e) = evictor!(self).evict(&store, 0, Some(out.record.id)) {
+            self.topo.warn(&format!(
                 "complete_output {}: kept, but evicting older datasets failed: {e}",
                 out.record.name
             ));
@@ -781,6 +782,6 @@ impl Runtime {
         )?;
         out.record.complete = true;
         self.cache.put(out.record.clone());
-        self.save_filemap()
+        self.cache.save()
     }
 }

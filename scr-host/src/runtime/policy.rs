@@ -60,7 +60,7 @@ impl Runtime {
                     tracing::warn!("should_exit: yes, {reason}");
                 }
                 if self.world.health().halt_reason().is_none() {
-                    self.log_event(crate::events::Event::Halt {
+                    self.job.log_event(crate::events::Event::Halt {
                         reason: reason.clone(),
                     });
                 }
@@ -113,7 +113,7 @@ impl Runtime {
     /// End the run for `reason` (collective; halt_exit): finalize (which flushes the
     /// newest checkpoint), finalize MPI and exit with status 0.
     fn halt_and_exit(&mut self, reason: String) -> ! {
-        self.log_event(crate::events::Event::Halt {
+        self.job.log_event(crate::events::Event::Halt {
             reason: reason.clone(),
         });
         if self.topo.rank() == 0 {

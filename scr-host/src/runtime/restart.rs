@@ -2,6 +2,7 @@
 //! read in place in the prefix), and start_restart/complete_restart/current, with fallback
 //! to an older checkpoint when one is reported invalid.
 
+use crate::runtime::evict::evictor;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -236,7 +237,7 @@ impl Runtime {
             let ok = self.world.all(valid);
             if !ok {
                 let p = self.restart.prefix_restart.take().expect("reading it");
-                self.warn(&format!(
+                self.topo.warn(&format!(
                     "restart from {} (dataset {}, in the prefix) reported invalid; falling back to an older checkpoint",
                     p.name, p.id
                 ));
@@ -260,7 +261,7 @@ impl Runtime {
             self.restart.skipped.push(id);
             let rec = self.cache.record(id).clone();
             let (name, checkpoint) = (rec.name.clone(), rec.checkpoint_id);
-            self.warn(&format!(
+            self.topo.warn(&format!(
                 "restart from {name} reported invalid; falling back to an older checkpoint"
             ));
             // gone from cache too, as SCR deletes it (a later run must not offer it
@@ -268,7 +269,7 @@ impl Runtime {
             // clear the mark
             self.settle_flush_of(id);
             self.mark_invalid_in_index(id, &name);
-            let removed = self.remove_local(&rec);
+            let removed = evictor!(self).remove_local(&rec);
             self.world
                 .changed("removing the checkpoint reported invalid", removed)?;
             // an older one in cache comes first; with none on some rank, the prefix's
@@ -354,14 +355,14 @@ impl Runtime {
             if only_copy {
                 self.restart.skipped.push(rec.id);
                 kept.push(rec.name);
-            } else if let Err(e) = self.remove_local(&rec) {
+            } else if let Err(e) = evictor!(self).remove_local(&rec) {
                 removed = Err(e);
             }
         }
         self.world
             .changed("clearing the cache for global_restart", removed)?;
         if !kept.is_empty() {
-            self.warn(&format!(
+            self.topo.warn(&format!(
                 "global_restart: {} stay(s) in cache, not offered for the restart: the prefix {} does not hold them complete (flush them or run `scr scavenge`)",
                 kept.join(", "),
                 self.job.prefix().display()
@@ -390,7 +391,7 @@ impl Runtime {
         }
         let mark = crate::layout::current_applied_file(self.job.cntl_dir());
         if !self.world.all(!mark.exists()) {
-            self.info(&format!(
+            self.topo.info(&format!(
                 "current = {name}: applied by an earlier run of job {} already (SCR_CURRENT is applied once per job); the restart is chosen as usual",
                 self.job.job_id()
             ));
@@ -404,10 +405,10 @@ impl Runtime {
             );
         }
         match chosen {
-            Ok(()) => self.info(&format!(
+            Ok(()) => self.topo.info(&format!(
                 "current = {name}: the restart starts from it (SCR_CURRENT)"
             )),
-            Err(e) => self.warn(&format!(
+            Err(e) => self.topo.warn(&format!(
                 "current = {name} (SCR_CURRENT): {e}; the newest usable checkpoint is taken instead"
             )),
         }
@@ -422,7 +423,7 @@ impl Runtime {
             return;
         }
         match prefix::Index::drop_after_for_app_in(self.job.prefix(), name, anchor) {
-            Ok(Some(d)) if !d.names.is_empty() => self.info(&format!(
+            Ok(Some(d)) if !d.names.is_empty() => self.topo.info(&format!(
                 "drop_after_current: dropped {} (newer than {name}) from the index of {}; their files stay",
                 d.names.join(", "),
                 self.job.prefix().display()
@@ -540,7 +541,7 @@ impl Runtime {
             .collect();
         let mut removed = Ok(());
         for rec in &newer {
-            if let Err(e) = self.remove_local(rec) {
+            if let Err(e) = evictor!(self).remove_local(rec) {
                 removed = Err(e);
             }
         }

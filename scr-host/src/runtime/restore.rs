@@ -2,6 +2,7 @@
 //! through its scheme, on every rank alike; what cannot be restored is dropped everywhere
 //! and reported.
 
+use crate::runtime::evict::evictor;
 use super::tags::TEMPLATE_TAG;
 use super::world::{Exchange, SetHost};
 use super::{DatasetRecord, Result, Runtime, Set};
@@ -37,7 +38,7 @@ impl Runtime {
             .collect();
         let mut local = Ok(());
         for d in &incomplete {
-            if let Err(e) = self.remove_local(d) {
+            if let Err(e) = evictor!(self).remove_local(d) {
                 local = Err(e);
             }
         }
@@ -75,7 +76,7 @@ impl Runtime {
             if let Some(why) = self.unrestorable(&holders) {
                 // not this job's to rebuild: leave it alone (eviction removes it in time)
                 self.restart.skip(id);
-                self.warn(&format!(
+                self.topo.warn(&format!(
                     "dataset {id} ({}) is not restored: {why}",
                     holders.first.name
                 ));
@@ -103,7 +104,7 @@ impl Runtime {
             return;
         }
         if let Err(e) = crate::state::prefix::FlushFile::rebuild(self.job.prefix(), restored) {
-            self.warn(&format!(
+            self.topo.warn(&format!(
                 "the flush file could not be brought up to date with the cache ({e}); `scr flush-file` may list datasets that are no longer cached"
             ));
         }
@@ -114,7 +115,7 @@ impl Runtime {
     /// (fetch). The flush file loses its CACHE entries with the rebuild that follows
     /// (nothing is left to restore: [`Runtime::rebuild_flush_file`]).
     fn purge_at_init(&mut self, why: &str) -> Result<()> {
-        let purged = self.purge_cache(why);
+        let purged = evictor!(self).purge_cache(why);
         self.world.agree_on(purged)
     }
 
@@ -277,8 +278,8 @@ impl Runtime {
             Ok(Some(files)) if kept => self.record_rebuilt(&r, files),
             _ => {
                 let report = self.dropped_report(&r, &check, outcome.as_ref().err());
-                self.warn(&report);
-                self.log_event(crate::events::Event::Failure {
+                self.topo.warn(&report);
+                self.job.log_event(crate::events::Event::Failure {
                     what: report.clone(),
                     rank: None,
                 });
@@ -287,7 +288,7 @@ impl Runtime {
                 // lost (holding the redundancy files declared before recover and the
                 // names recover returned): what the scheme wrote here goes with it,
                 // inside the dataset directory only
-                self.remove_local(&rebuilding)
+                evictor!(self).remove_local(&rebuilding)
             }
         };
         self.world.agree_on(local).map(|()| kept)
@@ -326,7 +327,7 @@ impl Runtime {
                 _ => "a rank is in no redundancy set for it".to_string(),
             };
             self.restart.skip(id);
-            self.warn(&format!("dataset {id} ({name}) is not restored now: {why}"));
+            self.topo.warn(&format!("dataset {id} ({name}) is not restored now: {why}"));
             return None;
         }
         match (host, scheme, template, dir) {
@@ -434,7 +435,7 @@ impl Runtime {
         }
         let unchecked = own.is_some_and(|r| r.files.iter().any(|f| f.crc32.is_none()));
         if use_crc && self.topo.rank() == 0 && unchecked && self.report.crc_note_due() {
-            self.info("cached files without a recorded CRC32 (crc_on_copy = false): only their sizes are checked at restart");
+            self.topo.info("cached files without a recorded CRC32 (crc_on_copy = false): only their sizes are checked at restart");
         }
         check
     }
@@ -466,7 +467,7 @@ impl Runtime {
                 Ok(())
             } else {
                 self.cache.put(rebuilding.clone());
-                self.save_filemap()
+                self.cache.save()
             }
         });
         if let Err(e) = &declared {
@@ -477,10 +478,10 @@ impl Runtime {
         }
         // nothing was written for the rebuild: forget a record made for it
         if own.is_none() && self.cache.forget(id).is_some() {
-            let _ = self.save_filemap();
+            let _ = self.cache.save();
         }
         self.restart.skip(id);
-        self.warn(&format!(
+        self.topo.warn(&format!(
             "dataset {id} ({}) is not restored now: its redundancy files could not be recorded before the rebuild",
             r.name
         ));
@@ -561,7 +562,7 @@ impl Runtime {
                     .filter(|f| is_inside(&f.name))
                     .collect();
                 self.cache.put(rebuilding.clone());
-                if let Err(e) = self.save_filemap() {
+                if let Err(e) = self.cache.save() {
                     tracing::warn!("dataset {label}: {e}");
                 }
             }
@@ -615,11 +616,11 @@ impl Runtime {
             n => format!(" and {n} more"),
         };
         if kept && lacking_total > 0 {
-            self.info(&format!(
+            self.topo.info(&format!(
                 "dataset {} ({}): rebuilt the files of ranks {rebuilt:?}{more} through {}",
                 r.id, r.name, r.record.descriptor.scheme
             ));
-            self.log_event(crate::events::Event::Rebuild {
+            self.job.log_event(crate::events::Event::Rebuild {
                 name: r.name.clone(),
                 id: r.id,
                 ranks: rebuilt,
@@ -649,7 +650,7 @@ impl Runtime {
             })
             .unwrap_or_default();
         self.cache.put(rec);
-        self.save_filemap()
+        self.cache.save()
     }
 
     /// Why a dataset is dropped everywhere, the same text on every rank (collective):

@@ -108,4 +108,20 @@ impl Topology {
     pub(in crate::runtime) fn first_on_node(&self) -> bool {
         self.node_ranks.first() == Some(&self.rank)
     }
+
+    /// A message at info level from rank 0 alone (the same on every rank: one line, not
+    /// one per rank). Whether it is printed is the subscriber's choice (`SCR_DEBUG`, or
+    /// `RUST_LOG`): never filtered here, so a `RUST_LOG` directive can show it.
+    pub(in crate::runtime) fn info(&self, msg: &str) {
+        if self.rank == 0 {
+            tracing::info!("{msg}");
+        }
+    }
+
+    /// A warning from rank 0 alone (the same on every rank).
+    pub(in crate::runtime) fn warn(&self, msg: &str) {
+        if self.rank == 0 {
+            tracing::warn!("{msg}");
+        }
+    }
 }

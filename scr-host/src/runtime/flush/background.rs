@@ -174,7 +174,7 @@ impl Runtime {
         if in_index {
             // only a flush recorded for every rank lets an output leave the cache
             lock(&self.flushing.flushed).insert(entry.id);
-            self.info(&format!(
+            self.topo.info(&format!(
                 "flushed {} to {} (in the background)",
                 entry.name,
                 self.job.prefix().display()
@@ -184,7 +184,7 @@ impl Runtime {
             // files): finalize tries again once failed flushes gave their space back;
             // the transfer state stays, so that a crash before then leaves the flush
             // for the next init to resume
-            self.warn(&format!(
+            self.topo.warn(&format!(
                 "{} is copied but not yet recorded: {why}; finalize tries again",
                 entry.name
             ));
@@ -192,7 +192,7 @@ impl Runtime {
             return;
         } else {
             // a failed transfer is recorded as such: final
-            self.warn(&format!("{} stays in cache only: {why}", entry.name));
+            self.topo.warn(&format!("{} stays in cache only: {why}", entry.name));
         }
         // settled: nothing is left to resume (kept until now so that a crash before the
         // flush was recorded leaves it for the next init)

@@ -4,6 +4,7 @@
 //! the foreground and background flushes, the flushes a crashed run left open, and the
 //! bypass datasets (written in the prefix itself), so none of them calls another for it.
 
+use crate::runtime::prefix::prefix;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -52,7 +53,7 @@ fn log_flush(
         Ok(bytes) => (*bytes, true),
         Err(_) => (0, false),
     };
-    rt.log_event_of(
+    rt.job.log_event_of(
         &started.job_id,
         Event::Flush {
             name: entry.name.clone(),
@@ -170,7 +171,7 @@ impl Runtime {
             .broadcast_bytes(opened.err().unwrap_or_default().as_bytes());
         if !why.is_empty() {
             // the checkpoint is kept in cache; only the flush is skipped
-            self.warn(&format!(
+            self.topo.warn(&format!(
                 "{} is not flushed: {}",
                 rec.name,
                 String::from_utf8_lossy(&why)
@@ -266,7 +267,7 @@ impl Runtime {
         }
         log_flush(self, entry, &started(), &done);
         if done.is_ok() {
-            self.trim_prefix(entry);
+            prefix!(self).trim(entry);
         }
         done.map(|_| ())
     }

@@ -265,7 +265,7 @@ impl Runtime {
             .broadcast_bytes(recorded.err().unwrap_or_default().as_bytes());
         if text.is_empty() {
             super::lock(&self.flushing.flushed).insert(entry.id);
-            self.warn(&format!(
+            self.topo.warn(&format!(
                 "the flush of {} that an earlier run left unfinished was resumed and is recorded in {}",
                 entry.name,
                 self.job.prefix().display()
@@ -273,7 +273,7 @@ impl Runtime {
         } else {
             // recorded failed by `gather_and_finish`, with its reason; what it wrote goes
             let removed = self.remove_flush_files(entry, rec);
-            self.warn(&format!(
+            self.topo.warn(&format!(
                 "the resumed flush of {} failed; its {removed} file(s) in the prefix were removed: {}",
                 entry.name,
                 String::from_utf8_lossy(&text)
@@ -312,12 +312,12 @@ impl Runtime {
         };
         self.clean_up(entry, rec.as_ref(), why);
         if let Some(rec) = rec.filter(|_| agreed.cached) {
-            self.warn(&format!(
+            self.topo.warn(&format!(
                 "{} is still in every rank's cache: flushing it again",
                 entry.name
             ));
             if let Err(e) = self.flush_dataset(&rec) {
-                self.warn(&format!("flushing {} again: {e}", entry.name));
+                self.topo.warn(&format!("flushing {} again: {e}", entry.name));
             }
         }
     }
@@ -451,7 +451,7 @@ impl Runtime {
                 tracing::warn!("{e}; the interrupted flush of {} is not marked", entry.name);
             }
         }
-        self.warn(&format!(
+        self.topo.warn(&format!(
             "the flush of {} that an earlier run left unfinished cannot be resumed ({why}); its {total} partly or fully written file(s) in the prefix were removed and the index marks it failed",
             entry.name
         ));

@@ -76,7 +76,7 @@ impl Runtime {
             .all_reduce_u64s(&[u64::from(!valid), u64::from(overwrites)], Op::Max);
         let (all_valid, overwrote) = (any[0] == 0, any[1] == 1);
         if overwrote {
-            self.warn(&format!(
+            self.topo.warn(&format!(
                 "{} (bypass) wrote over files that already existed in the prefix {}: an older checkpoint that owns them no longer matches its record and is refused at restart; give each checkpoint its own file names (a directory per checkpoint, say) to keep older ones usable",
                 out.record.name,
                 self.job.prefix().display()
@@ -102,7 +102,7 @@ impl Runtime {
                     out.record.name
                 ))),
                 None => {
-                    self.info(&format!(
+                    self.topo.info(&format!(
                         "complete_output {}: a rank said invalid, dataset not recorded",
                         out.record.name
                     ));
@@ -141,14 +141,14 @@ impl Runtime {
             self.checkpoint_done(out.started);
             let bytes: u64 = out.record.files.iter().map(|f| f.size).sum();
             let total = self.world.sum_u64(bytes);
-            self.log_event(crate::events::Event::Checkpoint {
+            self.job.log_event(crate::events::Event::Checkpoint {
                 name: out.record.name.clone(),
                 id,
                 bytes: total,
                 seconds: out.started.elapsed().as_secs_f64(),
             });
         }
-        self.info(&format!(
+        self.topo.info(&format!(
             "complete_output {}: recorded in the prefix {} (bypass), {:.3} s",
             out.record.name,
             self.job.prefix().display(),
@@ -193,7 +193,7 @@ impl Runtime {
             .dataset_dir(&out.record.descriptor.store, out.record.id);
         let _ = std::fs::remove_dir(&dir);
         self.cache.forget(out.record.id);
-        let saved = self.save_filemap();
+        let saved = self.cache.save();
         self.dataset_done(out.record.id);
         self.world.changed("complete_output", saved)
     }

@@ -29,7 +29,7 @@ impl Runtime {
             // (start_output records the dataset first: not reached) a full snapshot,
             // never a journal record whose dataset the snapshot lacks
             self.cache.put(out.record.clone());
-            self.save_filemap()
+            self.cache.save()
         };
         if appended.is_err() {
             let out = self.output.as_mut().expect("during output");

@@ -3,6 +3,7 @@
 //! and `cache_purge` with `fetch_bypass` reading the prefix in place.
 
 use super::*;
+use crate::state::prefix;
 
 /// Every regular file under `dir` (recursively), relative to it.
 fn files_under(dir: &Path) -> Vec<String> {
