@@ -37,6 +37,12 @@ impl Deref for Collective {
 }
 
 impl Collective {
+    /// The communicator, for the helpers that take a `&dyn World` (the same whether the
+    /// caller holds the runtime or a phase that borrowed the collective).
+    pub(in crate::runtime) fn as_dyn(&self) -> &dyn World {
+        &*self.world
+    }
+
     /// The runtime's communicator `world`, not started yet (dropping it owes no
     /// finalize); a failed member of a set waits `abort_timeout` for the others.
     pub(in crate::runtime) fn new(world: Box<dyn World>, abort_timeout: Duration) -> Collective {

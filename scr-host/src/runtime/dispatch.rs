@@ -15,32 +15,34 @@ use crate::transfer::{
 
 use super::job::Job;
 use super::topology::Topology;
-use super::{DatasetRecord, Runtime};
-use crate::state::prefix;
+use super::DatasetRecord;
 use crate::config::Config;
 use crate::registry::Registry;
+use crate::state::prefix;
 
-impl Runtime {
-    /// This rank's transfers, over the parts they need.
-    pub(in crate::runtime) fn transfers(&self) -> Transfers<'_> {
-        Transfers {
-            config: &self.config,
-            registry: &self.registry,
-            job: &self.job,
-            topo: &self.topo,
-            cancel: self.flushing.cancel_flag(),
+/// This rank's [`Transfers`] over the parts of `$s` (the runtime, or a phase holding
+/// them).
+macro_rules! transfers {
+    ($s:expr) => {
+        $crate::runtime::dispatch::Transfers {
+            config: &$s.config,
+            registry: &$s.registry,
+            job: &$s.job,
+            topo: &$s.topo,
+            cancel: $s.flushing.cancel_flag(),
         }
-    }
+    };
 }
+pub(in crate::runtime) use transfers;
 
 /// This rank's transfers: the configuration and registry that name a store's transfer
 /// type, the job's directories, and the cancel flag every transfer's host carries.
 pub(in crate::runtime) struct Transfers<'a> {
-    config: &'a Config,
-    registry: &'a Registry,
-    job: &'a Job,
-    topo: &'a Topology,
-    cancel: Arc<AtomicBool>,
+    pub(in crate::runtime) config: &'a Config,
+    pub(in crate::runtime) registry: &'a Registry,
+    pub(in crate::runtime) job: &'a Job,
+    pub(in crate::runtime) topo: &'a Topology,
+    pub(in crate::runtime) cancel: Arc<AtomicBool>,
 }
 
 impl Transfers<'_> {

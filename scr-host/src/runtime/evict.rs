@@ -1,7 +1,6 @@
 //! Removing datasets: the application's drop and delete, and eviction from a full store
 //! (agreed: a dataset leaves every rank's cache or none).
 
-use crate::runtime::prefix::prefix;
 use super::cache::{file_names, remove_files, Cache};
 use super::collective::Collective;
 use super::descriptors::Descriptors;
@@ -12,6 +11,8 @@ use super::topology::Topology;
 use super::{comm, DatasetRecord, Filemap, Result, Runtime, ScrError, TestHooks};
 use crate::config::{settings, Config};
 use crate::integrity::{dataset_files, verify_dataset};
+use crate::runtime::flush::flusher;
+use crate::runtime::prefix::prefix;
 use std::collections::{BTreeMap, BTreeSet};
 
 impl Runtime {
@@ -29,7 +30,7 @@ impl Runtime {
             .and_then(|()| self.not_in_use("drop", name, cached));
         self.world.begin("drop", pre)?;
         if let Some(id) = cached {
-            self.settle_flush_of(id);
+            flusher!(self).settle_flush_of(id);
             self.restart.skip(id);
         }
         self.restart.forget_in_prefix(name);
@@ -50,7 +51,7 @@ impl Runtime {
             .and_then(|()| self.not_in_use("delete", name, cached));
         self.world.begin("delete", pre)?;
         if let Some(id) = cached {
-            self.settle_flush_of(id);
+            flusher!(self).settle_flush_of(id);
         }
         let local = match cached.and_then(|id| self.cache.get(id).cloned()) {
             Some(rec) => evictor!(self).delete_dataset(&rec),
@@ -73,17 +74,6 @@ impl Runtime {
             )));
         }
         Ok(())
-    }
-
-    /// Let a background flush of dataset `id` end and be recorded before the dataset is
-    /// changed (collective; agreed: the transfer may still run on some ranks only).
-    /// Recording a flush marks its dataset complete in the index, so a drop, delete or
-    /// "reported invalid" mark made before it would be undone.
-    pub(in crate::runtime) fn settle_flush_of(&mut self, id: u64) {
-        let busy = self.flushing.holds(id);
-        if !self.world.all(!busy) {
-            self.wait_flushes(false);
-        }
     }
 
     /// `Ok` when every rank passed `name` (rank 0's, broadcast); else the ranks that
@@ -134,7 +124,6 @@ macro_rules! evictor {
 pub(in crate::runtime) use evictor;
 
 impl Evictor<'_> {
-
     /// Discard a dataset whose apply failed on some rank (every rank calls this; `desc`
     /// is the redundancy descriptor whose scheme ran apply, `None` when apply never ran):
     /// the scheme's `remove` takes what it wrote on this member, its temporary files
@@ -289,7 +278,7 @@ impl Evictor<'_> {
     fn may_evict(&self, store: &str, keep: Option<u64>) -> Vec<u64> {
         let protected = [
             self.restart_candidate_any(),
-            self.restart.candidate_in(&self.cache),
+            self.restart.candidate_in(self.cache),
             keep,
         ];
         let flushing = self.flushing.in_flight();

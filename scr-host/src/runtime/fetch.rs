@@ -3,12 +3,13 @@
 //! rank2file map and hands its members their lists, every file is verified against
 //! rank2file, and the fetched dataset is protected again.
 
-use crate::runtime::evict::evictor;
 use super::restart::PrefixRestart;
 use super::tags::{LIST_TAG, SOURCE_TAG};
 use super::window::Direction;
 use super::world::{Exchange, Op};
 use crate::config::settings;
+use crate::runtime::dispatch::transfers;
+use crate::runtime::evict::evictor;
 use crate::transfer::{collect, Planned};
 
 use std::collections::BTreeMap;
@@ -243,7 +244,7 @@ impl Runtime {
                 ))
             });
         // the same answer everywhere: the lowest failing rank's error
-        match super::first_failure(&*self.world, mine.as_ref().err().map(String::as_str)) {
+        match super::first_failure(self.world.as_dyn(), mine.as_ref().err().map(String::as_str)) {
             Some((_, why)) => Err(why),
             None => mine,
         }
@@ -281,7 +282,7 @@ impl Runtime {
             // `fetch_width` ranks at once
             let window =
                 crate::runtime::window::Window::of(&self.config, &self.hooks, Direction::Fetch);
-            let mine = window.run(&*self.world, || {
+            let mine = window.run(self.world.as_dyn(), || {
                 list.and_then(|list| {
                     let mut files = BTreeMap::new();
                     for f in &list {
@@ -307,7 +308,7 @@ impl Runtime {
                 })
             });
             let failed =
-                super::first_failure(&*self.world, mine.as_ref().err().map(String::as_str))
+                super::first_failure(self.world.as_dyn(), mine.as_ref().err().map(String::as_str))
                     .map(|(rank, why)| format!("rank {rank}: {why}"));
             match (failed, mine) {
                 (None, Ok(files)) => {
@@ -365,13 +366,15 @@ impl Runtime {
             // between enter and leave; fetch_one makes no collective call)
             let window =
                 crate::runtime::window::Window::of(&self.config, &self.hooks, Direction::Fetch);
-            window.enter(&*self.world);
+            window.enter(self.world.as_dyn());
             let outcome = list.and_then(|list| self.fetch_one(&entry, list));
-            window.leave(&*self.world);
+            window.leave(self.world.as_dyn());
             // the lowest failing rank's reason, on every rank (O(log P), not a gather)
-            let failed =
-                super::first_failure(&*self.world, outcome.as_ref().err().map(String::as_str))
-                    .map(|(rank, why)| format!("fetch failed on rank {rank}: {why}"));
+            let failed = super::first_failure(
+                self.world.as_dyn(),
+                outcome.as_ref().err().map(String::as_str),
+            )
+            .map(|(rank, why)| format!("fetch failed on rank {rank}: {why}"));
             // protect it again in cache: a failure there is a failed fetch too
             let failed = match failed {
                 None => {
@@ -482,9 +485,9 @@ impl Runtime {
             });
         }
         // the same transfer type as the flush from this store, verified the same way
-        let label = self.transfers().label_of(&store);
+        let label = transfers!(self).label_of(&store);
         let state = crate::layout::fetch_state(self.job.cntl_dir(), entry.id, self.topo.rank());
-        let started = self.transfers().dispatch(label, files, &state);
+        let started = transfers!(self).dispatch(label, files, &state);
         let buf = self.config.file_buf_size();
         let fetched = started
             .map_err(|e| e.to_string())

@@ -1,9 +1,10 @@
 //! Finalize and the end of a run: the newest checkpoint flushed, the halt file and event
 //! log written, and what a dropped or abandoned runtime leaves.
 
-use crate::runtime::evict::evictor;
 use super::{comm, Result, Runtime, FINALIZE_REASON};
 use crate::config::settings;
+use crate::runtime::evict::evictor;
+use crate::runtime::flush::flusher;
 use crate::state::halt::Halt;
 
 impl Runtime {
@@ -22,7 +23,8 @@ impl Runtime {
         }
         self.world.health_mut().set_finalized(true);
         if let Some(out) = self.output.take() {
-            self.topo.warn("finalize: a dataset was still being written; it is discarded");
+            self.topo
+                .warn("finalize: a dataset was still being written; it is discarded");
             if self.world.health().is_uncertain() {
                 // complete_output is refused now; each rank drops its part (no collective
                 // step: the ranks' state is uncertain already)
@@ -34,22 +36,24 @@ impl Runtime {
                 // agreed on every rank; the flushes are waited for and the exit reason
                 // recorded all the same
                 if let Err(e) = self.complete_output(false) {
-                    self.topo.warn(&format!("finalize: discarding the open dataset: {e}"));
+                    self.topo
+                        .warn(&format!("finalize: discarding the open dataset: {e}"));
                 }
             }
         }
         // every dataset kept leaves its CRC32s recorded, before the flush at the end
         // compares against them
         self.cache.settle_crc();
-        self.wait_flushes(true);
+        flusher!(self).wait_flushes(true);
         // a clean finish (or a halt) leaves the newest checkpoint in the prefix, not in
         // node-local cache only; a flush that fails is reported and leaves it cached
         // (scavenge can still save it), never failing finalize
         if !self.world.health().is_uncertain() && self.flush_at_end() {
-            if let Err(e) = self.flush_newest("finalize") {
-                self.topo.warn(&format!("finalize: flushing the newest checkpoint: {e}"));
+            if let Err(e) = flusher!(self).flush_newest("finalize") {
+                self.topo
+                    .warn(&format!("finalize: flushing the newest checkpoint: {e}"));
             }
-            self.wait_flushes(true);
+            flusher!(self).wait_flushes(true);
         }
         self.job.log_event(crate::events::Event::Finalize {
             seconds_total: self.report.init_started().elapsed().as_secs_f64(),

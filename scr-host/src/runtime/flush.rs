@@ -58,7 +58,15 @@ use std::sync::{Arc, Mutex};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{DatasetRecord, Result, Runtime};
+use super::cache::Cache;
+use super::collective::Collective;
+use super::dispatch::transfers;
+use super::job::Job;
+use super::restart::RestartState;
+use super::topology::Topology;
+use super::{DatasetRecord, Result, TestHooks};
+use crate::config::Config;
+use crate::registry::Registry;
 use crate::state::prefix::{self, Index, IndexEntry};
 
 mod background;
@@ -124,6 +132,15 @@ impl Flushing {
     pub(in crate::runtime) fn cancel_flag(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.cancel)
     }
+
+    /// Background flushes whose transfer has not ended on this rank yet.
+    pub(in crate::runtime) fn running_here(&self) -> usize {
+        let outcomes = lock(&self.outcomes);
+        self.pending
+            .iter()
+            .filter(|e| !outcomes.contains_key(&e.id))
+            .count()
+    }
 }
 
 impl Drop for Flushing {
@@ -134,6 +151,39 @@ impl Drop for Flushing {
         self.cancel.store(true, Ordering::SeqCst);
     }
 }
+
+/// Flushing over the parts it uses, borrowed from a runtime or a phase that holds them
+/// ([`flusher!`]): the flush family (`flush`, `background`, `record`, `resume`) is
+/// written on it.
+pub(in crate::runtime) struct Flusher<'a> {
+    pub(in crate::runtime) world: &'a mut Collective,
+    pub(in crate::runtime) cache: &'a mut Cache,
+    pub(in crate::runtime) flushing: &'a mut Flushing,
+    pub(in crate::runtime) restart: &'a RestartState,
+    pub(in crate::runtime) config: &'a Config,
+    pub(in crate::runtime) registry: &'a Registry,
+    pub(in crate::runtime) job: &'a Job,
+    pub(in crate::runtime) topo: &'a Topology,
+    pub(in crate::runtime) hooks: &'a TestHooks,
+}
+
+/// A [`Flusher`] over the parts of `$s` (the runtime, or a phase holding them).
+macro_rules! flusher {
+    ($s:expr) => {
+        $crate::runtime::flush::Flusher {
+            world: &mut $s.world,
+            cache: &mut $s.cache,
+            flushing: &mut $s.flushing,
+            restart: &$s.restart,
+            config: &$s.config,
+            registry: &$s.registry,
+            job: &$s.job,
+            topo: &$s.topo,
+            hooks: &$s.hooks,
+        }
+    };
+}
+pub(in crate::runtime) use flusher;
 
 /// Where a flush writes its dataset's files ([`Runtime::placement`]): the same choice on
 /// every rank.
@@ -183,25 +233,15 @@ impl Placement {
     }
 }
 
-impl Runtime {
+impl Flusher<'_> {
     /// Flush `rec` if the policy asks for it: every `flush`-th checkpoint and every output
     /// dataset. A flush that fails leaves the dataset in cache and says so; it does not
     /// fail the checkpoint.
     pub(super) fn maybe_flush(&mut self, rec: &DatasetRecord) -> Result<()> {
-        if !self.flush_due(rec) {
+        if !flush_due(self.config, rec) {
             return Ok(());
         }
         self.flush_dataset(rec)
-    }
-
-    /// Whether the policy flushes `rec` at its `complete_output`: every output dataset
-    /// and every `flush`-th checkpoint.
-    pub(super) fn flush_due(&self, rec: &DatasetRecord) -> bool {
-        let every = self.config.get(settings::FLUSH);
-        rec.output
-            || rec
-                .checkpoint_id
-                .is_some_and(|c| every > 0 && c % every == 0)
     }
 
     /// Flush the newest checkpoint in cache unless the prefix holds it already or a
@@ -211,7 +251,7 @@ impl Runtime {
     /// never leaves the newest checkpoint in node-local cache only) and when a halt
     /// condition holds (the job is about to end).
     pub(super) fn flush_newest(&mut self, why: &str) -> Result<()> {
-        let Some(id) = self.restart.candidate_in(&self.cache) else {
+        let Some(id) = self.restart.candidate_in(self.cache) else {
             return Ok(());
         };
         if self.flushing.attempted.contains(&id) {
@@ -283,7 +323,7 @@ impl Runtime {
         if self.config.get(settings::FLUSH_ASYNC) {
             // every rank's transfer starts now: a background flush is not windowed (see
             // `window`: its waiters make no MPI call to pass a turn on)
-            let started = self.transfers().start(rec, place.relocate);
+            let started = transfers!(self).start(rec, place.relocate);
             self.hooks.crash_at("flush-dispatched", self.topo.rank());
             lock(&self.flushing.removable).insert(rec.id, place.removable(&started));
             return self.flush_in_background(rec, entry, started);
@@ -292,26 +332,23 @@ impl Runtime {
         // refused before it starts) passes its turn on all the same
         let buf = self.config.file_buf_size();
         let mut removable = Vec::new();
-        let outcome =
-            crate::runtime::window::Window::of(&self.config, &self.hooks, Direction::Flush).run(
-                &*self.world,
-                || {
-                    self.hooks
-                        .injected(
-                            "flush-transfer",
-                            self.topo.rank(),
-                            rec.id,
-                            self.job.cntl_dir(),
-                        )
-                        .map_err(|e| e.to_string())?;
-                    let started = self.transfers().start(rec, place.relocate);
-                    self.hooks.crash_at("flush-dispatched", self.topo.rank());
-                    removable = place.removable(&started);
-                    started
-                        .map_err(|e| e.to_string())
-                        .and_then(|s| collect(s, false, "when written", buf))
-                },
-            );
+        let outcome = crate::runtime::window::Window::of(self.config, self.hooks, Direction::Flush)
+            .run(self.world.as_dyn(), || {
+                self.hooks
+                    .injected(
+                        "flush-transfer",
+                        self.topo.rank(),
+                        rec.id,
+                        self.job.cntl_dir(),
+                    )
+                    .map_err(|e| e.to_string())?;
+                let started = transfers!(self).start(rec, place.relocate);
+                self.hooks.crash_at("flush-dispatched", self.topo.rank());
+                removable = place.removable(&started);
+                started
+                    .map_err(|e| e.to_string())
+                    .and_then(|s| collect(s, false, "when written", buf))
+            });
         self.flush_in_foreground(rec, &entry, outcome, &removable);
         Ok(())
     }
@@ -366,7 +403,7 @@ impl Runtime {
         outcome: RankOutcome,
         removable: &[PathBuf],
     ) {
-        let state = self.transfers().state_file(rec.id);
+        let state = transfers!(self).state_file(rec.id);
         self.hooks.crash_at("flush-copied", self.topo.rank());
         let recorded = self.gather_and_finish(entry, &outcome);
         let text = self
@@ -393,20 +430,16 @@ impl Runtime {
             ));
         }
     }
+}
 
-    /// Background flushes whose transfer has not ended on this rank yet (local, no
-    /// exchange). Once it is 0 on every rank, the next collective call
-    /// (`need_checkpoint`, `start_output`, `complete_output`, `should_exit`) records
-    /// every pending background flush: for applications and tests that want to know
-    /// whether that call will.
-    pub fn flushes_running_here(&self) -> usize {
-        let outcomes = lock(&self.flushing.outcomes);
-        self.flushing
-            .pending
-            .iter()
-            .filter(|e| !outcomes.contains_key(&e.id))
-            .count()
-    }
+/// Whether the policy flushes `rec` at its `complete_output`: every output dataset
+/// and every `flush`-th checkpoint.
+pub(in crate::runtime) fn flush_due(config: &Config, rec: &DatasetRecord) -> bool {
+    let every = config.get(settings::FLUSH);
+    rec.output
+        || rec
+            .checkpoint_id
+            .is_some_and(|c| every > 0 && c % every == 0)
 }
 
 #[cfg(test)]

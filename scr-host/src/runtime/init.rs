@@ -1,6 +1,7 @@
 //! Init: the collective start of a run (configuration, plugins, node, directories, stores
 //! and sets, the cache restored).
 
+use crate::runtime::flush::flusher;
 use crate::runtime::prefix::prefix;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -144,7 +145,7 @@ impl Runtime {
 
     /// This rank's node, the ranks on it and the number of nodes (agreed).
     fn find_node(&mut self) -> Result<()> {
-        self.topo = Topology::find(&*self.world, &self.config)?;
+        self.topo = Topology::find(self.world.as_dyn(), &self.config)?;
         Ok(())
     }
 
@@ -192,7 +193,12 @@ impl Runtime {
     /// start, not a later checkpoint), the nodes file, the recorded configuration calls
     /// and, on rank 0, the allocation's end.
     fn set_up_stores(&mut self, recorded_api: &[(usize, String)]) -> Result<()> {
-        self.descs = Descriptors::create(&*self.world, &self.config, &self.registry, &self.topo)?;
+        self.descs = Descriptors::create(
+            self.world.as_dyn(),
+            &self.config,
+            &self.registry,
+            &self.topo,
+        )?;
         let stores: BTreeSet<String> = self
             .descs
             .iter()
@@ -216,7 +222,8 @@ impl Runtime {
             self.report
                 .set_allocation_end(crate::walltime::from_config_and_env(&self.config));
             if let Some((end, source)) = self.report.allocation_end() {
-                self.topo.info(&format!("the allocation ends at {end} (from {source})"));
+                self.topo
+                    .info(&format!("the allocation ends at {end} (from {source})"));
             }
             self.job.log_previous_run_failure();
             self.warn_no_log_db();
@@ -274,7 +281,7 @@ impl Runtime {
                 nodes: self.report.lost_nodes().iter().cloned().collect(),
             });
         }
-        self.settle_interrupted_flushes()?;
+        flusher!(self).settle_interrupted_flushes()?;
         // from here on, dropping the runtime without finalize is a missed finalize
         self.world.health_mut().set_finalized(false);
         // before a restart is chosen: what the prefix held is gone (prefix_purge), and
@@ -292,7 +299,7 @@ impl Runtime {
             // cache holds now (SCR does it in init, for applications that restart
             // without the restart API; global_restart did already)
             if self.config.get(settings::FLUSH_ON_RESTART) && !global {
-                self.flush_newest("flush_on_restart")?;
+                flusher!(self).flush_newest("flush_on_restart")?;
             }
             self.apply_current_setting();
         } else {

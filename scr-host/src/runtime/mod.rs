@@ -222,6 +222,15 @@ impl Runtime {
     pub fn reset_comm_stats(&self) {
         comm::reset();
     }
+
+    /// Background flushes whose transfer has not ended on this rank yet (local, no
+    /// exchange). Once it is 0 on every rank, the next collective call
+    /// (`need_checkpoint`, `start_output`, `complete_output`, `should_exit`) records
+    /// every pending background flush: for applications and tests that want to know
+    /// whether that call will.
+    pub fn flushes_running_here(&self) -> usize {
+        self.flushing.running_here()
+    }
 }
 
 impl Drop for Runtime {

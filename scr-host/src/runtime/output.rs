@@ -3,6 +3,7 @@
 //! by the descriptor's scheme and committed, then flushed when due.
 
 use crate::runtime::evict::evictor;
+use crate::runtime::flush::flusher;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -155,7 +156,7 @@ impl Runtime {
             && self.config.get(settings::CRC_ON_COPY_DEFER)
             && rd.keeps_no_redundancy()
             && !rd.hashes_in_apply()
-            && !self.flush_due(rec)
+            && !super::flush::flush_due(&self.config, rec)
     }
 
     /// Begin a dataset (collective). Old datasets are evicted from its store first, as
@@ -182,7 +183,7 @@ impl Runtime {
         self.world.begin("start_output", pre)?;
         // background flushes finished everywhere are recorded before eviction looks
         // at what the prefix holds
-        self.poll_flushes();
+        flusher!(self).poll_flushes();
         self.cache.poll_crc();
         let checkpoint_id = flags.checkpoint.then_some(self.cache.next_checkpoint());
         let desc = self.descs.for_dataset(flags, self.cache.next_checkpoint());
@@ -257,7 +258,7 @@ impl Runtime {
         refused: Option<String>,
     ) -> Result<()> {
         output_refused(
-            &*self.world,
+            self.world.as_dyn(),
             name,
             flags,
             refused,
@@ -415,7 +416,7 @@ impl Runtime {
             ))
         };
         self.world.begin("complete_output", pre)?;
-        self.poll_flushes();
+        flusher!(self).poll_flushes();
         // one background hash at a time: the previous dataset's is recorded first
         self.cache.settle_crc();
         let mut out = self.output.take().expect("checked by every rank");
@@ -490,7 +491,7 @@ impl Runtime {
                 tracing::warn!("{e}");
             }
         }
-        self.maybe_flush(&out.record)?;
+        flusher!(self).maybe_flush(&out.record)?;
         self.topo.info(&format!(
             "complete_output {}: kept, {:.3} s",
             out.record.name,
@@ -520,7 +521,8 @@ impl Runtime {
     ) -> Result<bool> {
         // what the scheme wrote before a failed apply goes too, not only the names
         // it declared (collective: every rank is in this branch alike)
-        let local = evictor!(self).discard_failed_apply(named.all_valid.then_some(out.desc), &out.record);
+        let local =
+            evictor!(self).discard_failed_apply(named.all_valid.then_some(out.desc), &out.record);
         self.dataset_done(out.record.id);
         self.world.changed("complete_output", local)?;
         match (named.naming_error, apply_error) {
@@ -611,14 +613,16 @@ impl Runtime {
             Some(Ok(red)) => red.as_slice(),
             _ => &[],
         };
-        let clashes = names::check_in(&*self.world, &routed, declared, &scheme_name);
+        let clashes = names::check_in(self.world.as_dyn(), &routed, declared, &scheme_name);
         let all_valid = self
             .world
             .all(local_ok && clashes.routed.is_none() && clashes.redundancy.is_none());
         if !all_valid {
-            let clash = first_failure(&*self.world, clashes.routed.as_deref()).map(|(_, c)| c);
+            let clash =
+                first_failure(self.world.as_dyn(), clashes.routed.as_deref()).map(|(_, c)| c);
             let naming_error = match clash {
-                None => first_failure(&*self.world, clashes.redundancy.as_deref()).map(|(_, e)| e),
+                None => first_failure(self.world.as_dyn(), clashes.redundancy.as_deref())
+                    .map(|(_, e)| e),
                 Some(_) => None,
             };
             return NameCheck {
@@ -640,7 +644,7 @@ impl Runtime {
         let naming_error = (!all_valid)
             .then(|| {
                 let mine = named.err().map(|e| e.to_string());
-                first_failure(&*self.world, mine.as_deref())
+                first_failure(self.world.as_dyn(), mine.as_deref())
                     .map(|(r, e)| format!("on rank {r}: {e}"))
             })
             .flatten();
@@ -701,7 +705,7 @@ impl Runtime {
         if !self.world.all(committed.is_ok()) {
             // every rank returns the same error: the first failing rank's
             let why = committed.err().map(|e| e.to_string());
-            let why = first_failure(&*self.world, why.as_deref())
+            let why = first_failure(self.world.as_dyn(), why.as_deref())
                 .map(|(r, e)| format!("on rank {r}: {e}"))
                 .unwrap_or_default();
             out.record.complete = false;

@@ -6,6 +6,7 @@ use super::world::World;
 use super::{comm, mpi_exit, now_secs, Instant, Path, Result, Runtime};
 use crate::config::settings;
 use crate::config::Config;
+use crate::runtime::flush::flusher;
 use crate::state::halt::Halt;
 
 impl Runtime {
@@ -17,11 +18,11 @@ impl Runtime {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("need_checkpoint");
         self.world.usable("need_checkpoint")?;
-        self.poll_flushes();
+        flusher!(self).poll_flushes();
         self.cache.poll_crc();
         self.policy.count_call();
         let (need, exit) = agree_need(
-            &*self.world,
+            self.world.as_dyn(),
             || {
                 let halt = self.halt_check();
                 let need = self.policy.need(&Rule::of(&self.config), Instant::now());
@@ -51,7 +52,7 @@ impl Runtime {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("should_exit");
         self.world.usable("should_exit")?;
-        self.poll_flushes();
+        flusher!(self).poll_flushes();
         self.cache.poll_crc();
         match self.agreed_halt_reason() {
             None => Ok(false),
@@ -72,9 +73,9 @@ impl Runtime {
                 // (finalize would otherwise; an application that exits without it
                 // still leaves it saved)
                 if self.flush_at_end() {
-                    self.flush_newest("should_exit")?;
+                    flusher!(self).flush_newest("should_exit")?;
                     // (a background flush dies with a process that exits now: wait)
-                    self.wait_flushes(false);
+                    flusher!(self).wait_flushes(false);
                 }
                 Ok(true)
             }

@@ -3,6 +3,7 @@
 //! to an older checkpoint when one is reported invalid.
 
 use crate::runtime::evict::evictor;
+use crate::runtime::flush::flusher;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -156,7 +157,7 @@ impl Runtime {
             }
         }
         if flush_on_restart && self.config.get(settings::FLUSH_ON_RESTART) {
-            self.flush_newest("flush_on_restart")?;
+            flusher!(self).flush_newest("flush_on_restart")?;
         }
         Ok(())
     }
@@ -267,7 +268,7 @@ impl Runtime {
             // gone from cache too, as SCR deletes it (a later run must not offer it
             // again); a flush of it ends and is recorded first, or recording it would
             // clear the mark
-            self.settle_flush_of(id);
+            flusher!(self).settle_flush_of(id);
             self.mark_invalid_in_index(id, &name);
             let removed = evictor!(self).remove_local(&rec);
             self.world
@@ -321,8 +322,8 @@ impl Runtime {
     /// the only copy.
     pub(in crate::runtime) fn leave_cache_for_prefix(&mut self) -> Result<()> {
         let newest = self.restart.candidate_in(&self.cache);
-        self.flush_newest("global_restart")?;
-        self.wait_flushes(false);
+        flusher!(self).flush_newest("global_restart")?;
+        flusher!(self).wait_flushes(false);
         let held: Vec<u64> = if self.topo.rank() == 0 {
             match prefix::Index::load_or_rebuild(self.job.prefix()) {
                 Ok(ix) => self
@@ -532,7 +533,7 @@ impl Runtime {
         if !self.config.get(settings::DROP_AFTER_CURRENT) {
             return Ok(());
         }
-        self.wait_flushes(false);
+        flusher!(self).wait_flushes(false);
         let newer: Vec<_> = self
             .cache
             .datasets()

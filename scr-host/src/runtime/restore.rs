@@ -2,7 +2,6 @@
 //! through its scheme, on every rank alike; what cannot be restored is dropped everywhere
 //! and reported.
 
-use crate::runtime::evict::evictor;
 use super::tags::TEMPLATE_TAG;
 use super::world::{Exchange, SetHost};
 use super::{DatasetRecord, Result, Runtime, Set};
@@ -12,6 +11,7 @@ use crate::integrity::{
 };
 use crate::layout::relative_to;
 use crate::registry::{LoadedScheme, RegistryError};
+use crate::runtime::evict::evictor;
 use abi_stable::std_types::{RNone, ROption, RSome};
 use scr_plugin::{FileMeta, RecoverRequest};
 use serde::{Deserialize, Serialize};
@@ -327,7 +327,8 @@ impl Runtime {
                 _ => "a rank is in no redundancy set for it".to_string(),
             };
             self.restart.skip(id);
-            self.topo.warn(&format!("dataset {id} ({name}) is not restored now: {why}"));
+            self.topo
+                .warn(&format!("dataset {id} ({name}) is not restored now: {why}"));
             return None;
         }
         match (host, scheme, template, dir) {
@@ -375,7 +376,7 @@ impl Runtime {
             formed.map(|i| self.descs[i].host().duplicate())
         } else {
             super::descriptors::Descriptors::set_host(
-                &*self.world,
+                self.world.as_dyn(),
                 &self.topo,
                 set.as_ref(),
                 &value,

@@ -2,17 +2,30 @@
 //! memory; completion is found by one reduction at the API calls every rank makes, and the
 //! flushes finished everywhere are completed collectively.
 
+use crate::runtime::flush::transfers;
+use crate::runtime::flush::Flusher;
 use std::sync::Arc;
 
 use scr_plugin::sync::lock;
 
 use super::record::remove_written;
-use crate::runtime::{Result, Runtime};
+use crate::runtime::Result;
 use crate::state::filemap::DatasetRecord;
 use crate::state::prefix::IndexEntry;
 use crate::transfer::{collect, RankOutcome, StartError, Started};
 
-impl Runtime {
+impl Flusher<'_> {
+    /// Let a background flush of dataset `id` end and be recorded before the dataset is
+    /// changed (collective; agreed: the transfer may still run on some ranks only).
+    /// Recording a flush marks its dataset complete in the index, so a drop, delete or
+    /// "reported invalid" mark made before it would be undone.
+    pub(in crate::runtime) fn settle_flush_of(&mut self, id: u64) {
+        let busy = self.flushing.holds(id);
+        if !self.world.all(!busy) {
+            self.wait_flushes(false);
+        }
+    }
+
     /// Hand this rank's transfer to a waiter thread, which keeps its outcome in memory
     /// for the collective completion ([`Runtime::poll_flushes`], [`Runtime::wait_flushes`]).
     /// The thread makes no MPI call and writes nothing into the prefix.
@@ -192,10 +205,11 @@ impl Runtime {
             return;
         } else {
             // a failed transfer is recorded as such: final
-            self.topo.warn(&format!("{} stays in cache only: {why}", entry.name));
+            self.topo
+                .warn(&format!("{} stays in cache only: {why}", entry.name));
         }
         // settled: nothing is left to resume (kept until now so that a crash before the
         // flush was recorded leaves it for the next init)
-        let _ = std::fs::remove_file(self.transfers().state_file(entry.id));
+        let _ = std::fs::remove_file(transfers!(self).state_file(entry.id));
     }
 }

@@ -4,6 +4,8 @@
 //! the foreground and background flushes, the flushes a crashed run left open, and the
 //! bypass datasets (written in the prefix itself), so none of them calls another for it.
 
+use crate::runtime::flush::Flusher;
+use crate::runtime::job::Job;
 use crate::runtime::prefix::prefix;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,7 +16,7 @@ use crate::config::settings;
 use crate::events::Event;
 use crate::runtime::tags::{OUTCOME_TAG, WRITES_TAG};
 use crate::runtime::world::{Exchange, ExchangeError, Op};
-use crate::runtime::{now_secs, DatasetRecord, Runtime};
+use crate::runtime::{now_secs, DatasetRecord};
 use crate::state::prefix::{
     self, FlushFile, Index, IndexEntry, Rank2File, Rank2FilePart, Rank2FileRoot, Summary,
 };
@@ -44,7 +46,7 @@ pub(super) fn remove_written(prefix: &Path, paths: &[PathBuf]) {
 
 /// Rank 0: the flush's event in the log (`done`: the bytes recorded, or why not).
 fn log_flush(
-    rt: &Runtime,
+    job: &Job,
     entry: &IndexEntry,
     started: &FlushStart,
     done: &std::result::Result<u64, String>,
@@ -53,7 +55,7 @@ fn log_flush(
         Ok(bytes) => (*bytes, true),
         Err(_) => (0, false),
     };
-    rt.job.log_event_of(
+    job.log_event_of(
         &started.job_id,
         Event::Flush {
             name: entry.name.clone(),
@@ -134,7 +136,7 @@ pub(in crate::runtime) fn rank2file_blocks(
     prefix::Blocks::new(size, block)
 }
 
-impl Runtime {
+impl Flusher<'_> {
     /// This run's bookkeeping of a flush of dataset `id` starting: attempted (finalize
     /// does not try it again), when it started (for its event), and no outcome of an
     /// earlier attempt.
@@ -204,7 +206,7 @@ impl Runtime {
         entry: &IndexEntry,
         mine: &RankOutcome,
     ) -> std::result::Result<(), String> {
-        let blocks = rank2file_blocks(&self.config, self.topo.size());
+        let blocks = rank2file_blocks(self.config, self.topo.size());
         let n = blocks.of(self.topo.rank());
         let leader = blocks.leader(n);
         let members: Vec<u32> = blocks.members(n).collect();
@@ -246,7 +248,7 @@ impl Runtime {
             );
             record_failure(self.job.prefix(), entry, &reason);
             let done = Err(reason);
-            log_flush(self, entry, &started(), &done);
+            log_flush(self.job, entry, &started(), &done);
             return done.map(|_| ());
         }
         // the root's totals: every part's, summed over the leaders (the others add 0)
@@ -265,7 +267,7 @@ impl Runtime {
         if done.is_err() {
             Rank2File::remove(self.job.prefix(), entry.id);
         }
-        log_flush(self, entry, &started(), &done);
+        log_flush(self.job, entry, &started(), &done);
         if done.is_ok() {
             prefix!(self).trim(entry);
         }
@@ -305,7 +307,7 @@ impl Runtime {
     /// be the user's). Per rank: one message with its own names to its leader; a leader
     /// receives R - 1 and writes one file; no world-wide exchange.
     pub(in crate::runtime) fn record_writes(&self, id: u64, mine: &[String]) {
-        let blocks = rank2file_blocks(&self.config, self.topo.size());
+        let blocks = rank2file_blocks(self.config, self.topo.size());
         let n = blocks.of(self.topo.rank());
         let members: Vec<u32> = blocks.members(n).collect();
         let Some(all) =

@@ -22,6 +22,8 @@
 //! no older checkpoint lives there; the host removes only paths of this dataset's names
 //! that no complete dataset's rank2file claims.
 
+use crate::runtime::flush::transfers;
+use crate::runtime::flush::Flusher;
 use crate::runtime::tags::OWNED_TAGS;
 use crate::runtime::world::Exchange;
 use std::collections::BTreeSet;
@@ -33,7 +35,7 @@ use scr_plugin::{host_ref, FileResult};
 
 use super::record::remove_written;
 use super::{collect, Label, Planned, RankOutcome, StartError, Started};
-use crate::runtime::{DatasetRecord, Result, Runtime};
+use crate::runtime::{DatasetRecord, Result};
 use crate::state::prefix::{self, Index, IndexEntry, Rank2File};
 
 /// Why this rank's part of an interrupted flush cannot be resumed (logged, and it makes
@@ -131,7 +133,7 @@ struct Agreed {
     resumable: bool,
 }
 
-impl Runtime {
+impl Flusher<'_> {
     /// Settle every flush an earlier run left open (collective; at init, after the cache
     /// was restored), and remove transfer state files no open flush needs.
     pub(in crate::runtime) fn settle_interrupted_flushes(&mut self) -> Result<()> {
@@ -172,7 +174,7 @@ impl Runtime {
     /// [`Runtime::remove_flush_files`].
     fn settle(&mut self, entry: &IndexEntry) {
         let _dataset = crate::log::dataset_span(entry.id).entered();
-        let state = self.transfers().state_file(entry.id);
+        let state = transfers!(self).state_file(entry.id);
         let rec = self
             .cache
             .get(entry.id)
@@ -247,11 +249,11 @@ impl Runtime {
         // at once, the turn passed on whatever this rank's part did
         let buf = self.config.file_buf_size();
         let window = crate::runtime::window::Window::of(
-            &self.config,
-            &self.hooks,
+            self.config,
+            self.hooks,
             crate::runtime::window::Direction::Flush,
         );
-        let outcome: RankOutcome = window.run(&*self.world, || {
+        let outcome: RankOutcome = window.run(self.world.as_dyn(), || {
             let dispatched = started
                 .transfer
                 .dispatch(host_ref(&started.host))
@@ -317,7 +319,8 @@ impl Runtime {
                 entry.name
             ));
             if let Err(e) = self.flush_dataset(&rec) {
-                self.topo.warn(&format!("flushing {} again: {e}", entry.name));
+                self.topo
+                    .warn(&format!("flushing {} again: {e}", entry.name));
             }
         }
     }
@@ -361,9 +364,9 @@ impl Runtime {
         state: &Path,
         resume: bool,
     ) -> std::result::Result<Started, StartError> {
-        let label = self.transfers().label_of(&rec.descriptor.store);
-        let host = self.transfers().host(&label);
-        let config = self.transfers().config(&label, state);
+        let label = transfers!(self).label_of(&rec.descriptor.store);
+        let host = transfers!(self).host(&label);
+        let config = transfers!(self).config(&label, state);
         let transfer = if resume {
             self.registry.resume_transfer(&config, host_ref(&host))
         } else {

@@ -14,6 +14,7 @@
 //! lowest of them alone reads it back for its CRC32 (and checks that at restart), so a
 //! shared file is read once, not once per writer.
 
+use crate::runtime::flush::flusher;
 use std::path::{Path, PathBuf};
 
 use super::Output;
@@ -90,7 +91,7 @@ impl Runtime {
             Err(String::new())
         };
         let missing = if all_valid {
-            first_failure(&*self.world, mine.as_ref().err().map(String::as_str))
+            first_failure(self.world.as_dyn(), mine.as_ref().err().map(String::as_str))
         } else {
             None
         };
@@ -111,15 +112,15 @@ impl Runtime {
             };
         }
         let id = out.record.id;
-        self.begin_flush(id);
-        let Some(entry) = self.open_index_entry(&out.record) else {
+        flusher!(self).begin_flush(id);
+        let Some(entry) = flusher!(self).open_index_entry(&out.record) else {
             self.forget_bypass(&out)?;
             return Err(ScrError::Collective(format!(
                 "complete_output {}: the prefix's index cannot be written; the dataset is not recorded",
                 out.record.name
             )));
         };
-        let recorded = self.gather_and_finish(&entry, &mine);
+        let recorded = flusher!(self).gather_and_finish(&entry, &mine);
         let why = self
             .world
             .broadcast_bytes(recorded.err().unwrap_or_default().as_bytes());
@@ -167,7 +168,7 @@ impl Runtime {
         // then checked by that rank alone at restart, the others check its size): one
         // read of a shared file, not one per writer
         let names: Vec<String> = out.record.files.iter().map(|f| f.name.clone()).collect();
-        let lowest = super::names::lowest_writers(&*self.world, &names);
+        let lowest = super::names::lowest_writers(self.world.as_dyn(), &names);
         let mut files = Vec::with_capacity(out.record.files.len());
         for (f, hash) in out.record.files.iter_mut().zip(lowest) {
             let path = self.job.prefix().join(&f.name);
