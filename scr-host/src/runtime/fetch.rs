@@ -8,21 +8,65 @@ use super::tags::{LIST_TAG, SOURCE_TAG};
 use super::window::Direction;
 use super::world::{Exchange, Op};
 use crate::config::settings;
+use crate::config::Config;
+use crate::registry::Registry;
+use crate::runtime::cache::Cache;
+use crate::runtime::collective::Collective;
+use crate::runtime::descriptors::Descriptors;
 use crate::runtime::dispatch::transfers;
 use crate::runtime::evict::evictor;
+use crate::runtime::flush::Flushing;
+use crate::runtime::job::Job;
+use crate::runtime::restart::RestartState;
+use crate::runtime::topology::Topology;
+use crate::runtime::TestHooks;
 use crate::transfer::{collect, Planned};
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::{now_secs, DatasetRecord, DescriptorRecord, FileRecord, Result, Runtime, ScrError};
+use super::{now_secs, DatasetRecord, DescriptorRecord, FileRecord, Result, ScrError};
 use crate::events::Event;
 use crate::integrity;
 use crate::state::prefix::{
     self, FlushedFile, Index, IndexEntry, Rank2File, Rank2FileMap, Rank2FilePart, Rank2FileRoot,
 };
 
-impl Runtime {
+/// Fetching from the prefix over the parts it uses, borrowed from a runtime or a phase
+/// that holds them ([`fetcher!`]).
+pub(in crate::runtime) struct Fetcher<'a> {
+    pub(in crate::runtime) world: &'a mut Collective,
+    pub(in crate::runtime) cache: &'a mut Cache,
+    pub(in crate::runtime) restart: &'a mut RestartState,
+    pub(in crate::runtime) flushing: &'a Flushing,
+    pub(in crate::runtime) config: &'a Config,
+    pub(in crate::runtime) registry: &'a Registry,
+    pub(in crate::runtime) job: &'a Job,
+    pub(in crate::runtime) topo: &'a Topology,
+    pub(in crate::runtime) hooks: &'a TestHooks,
+    pub(in crate::runtime) descs: &'a Descriptors,
+}
+
+/// A [`Fetcher`] over the parts of `$s` (the runtime, or a phase holding them).
+macro_rules! fetcher {
+    ($s:expr) => {
+        $crate::runtime::fetch::Fetcher {
+            world: &mut $s.world,
+            cache: &mut $s.cache,
+            restart: &mut $s.restart,
+            flushing: &$s.flushing,
+            config: &$s.config,
+            registry: &$s.registry,
+            job: &$s.job,
+            topo: &$s.topo,
+            hooks: &$s.hooks,
+            descs: &$s.descs,
+        }
+    };
+}
+pub(in crate::runtime) use fetcher;
+
+impl Fetcher<'_> {
     /// The checkpoint in the prefix to restart from next (collective; chosen on rank 0):
     /// `wanted` first, then the index's current one, then the newest, skipping `tried`;
     /// with this rank's list of files from its rank2file map, or why the map cannot be
@@ -142,7 +186,7 @@ impl Runtime {
             Ok(Rank2FileMap::Tree(root)) => (Ok(MapLayout::Tree(root)), None),
             Ok(Rank2FileMap::Single(m)) => (
                 Ok(MapLayout::Single {
-                    block: super::flush::rank2file_blocks(&self.config, self.topo.size()).block,
+                    block: super::flush::rank2file_blocks(self.config, self.topo.size()).block,
                 }),
                 Some(m),
             ),
@@ -281,7 +325,7 @@ impl Runtime {
             // reading every file for its CRC32 reads the prefix as a fetch does: at most
             // `fetch_width` ranks at once
             let window =
-                crate::runtime::window::Window::of(&self.config, &self.hooks, Direction::Fetch);
+                crate::runtime::window::Window::of(self.config, self.hooks, Direction::Fetch);
             let mine = window.run(self.world.as_dyn(), || {
                 list.and_then(|list| {
                     let mut files = BTreeMap::new();
@@ -365,7 +409,7 @@ impl Runtime {
             // list or copy failed passes its turn on all the same (no early return
             // between enter and leave; fetch_one makes no collective call)
             let window =
-                crate::runtime::window::Window::of(&self.config, &self.hooks, Direction::Fetch);
+                crate::runtime::window::Window::of(self.config, self.hooks, Direction::Fetch);
             window.enter(self.world.as_dyn());
             let outcome = list.and_then(|list| self.fetch_one(&entry, list));
             window.leave(self.world.as_dyn());

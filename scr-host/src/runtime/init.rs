@@ -3,6 +3,7 @@
 
 use crate::runtime::flush::flusher;
 use crate::runtime::prefix::prefix;
+use crate::runtime::restart::restarter;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -289,7 +290,7 @@ impl Runtime {
         prefix!(self).purge()?;
         let global = self.config.get(settings::GLOBAL_RESTART);
         if global {
-            self.leave_cache_for_prefix()?;
+            restarter!(self).leave_cache_for_prefix()?;
         }
         // `current` (SCR_CURRENT) is applied as a `current` call made while the fetch
         // is pending, in both orders
@@ -301,11 +302,11 @@ impl Runtime {
             if self.config.get(settings::FLUSH_ON_RESTART) && !global {
                 flusher!(self).flush_newest("flush_on_restart")?;
             }
-            self.apply_current_setting();
+            restarter!(self).apply_current_setting();
         } else {
-            self.apply_current_setting();
+            restarter!(self).apply_current_setting();
             self.restart.set_fetch_pending(false);
-            self.settle_restart(true)?;
+            restarter!(self).settle_restart(true)?;
         }
         Ok(())
     }

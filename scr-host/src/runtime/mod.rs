@@ -51,6 +51,7 @@
 //! [`crate::layout`], the size + CRC32 checks in `crate::integrity` and transfers in
 //! `crate::transfer`.
 
+mod api;
 mod cache;
 mod collective;
 pub mod comm;

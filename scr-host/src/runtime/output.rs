@@ -4,6 +4,7 @@
 
 use crate::runtime::evict::evictor;
 use crate::runtime::flush::flusher;
+use crate::runtime::restart::restarter;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -356,7 +357,7 @@ impl Runtime {
         } else if self.output.is_some() {
             self.route_output(&rel)
         } else {
-            self.route_restart(name, &rel)
+            restarter!(self).route_restart(name, &rel)
         }
     }
 

@@ -2,13 +2,23 @@
 //! read in place in the prefix), and start_restart/complete_restart/current, with fallback
 //! to an older checkpoint when one is reported invalid.
 
+use crate::config::Config;
+use crate::registry::Registry;
+use crate::runtime::collective::Collective;
+use crate::runtime::descriptors::Descriptors;
 use crate::runtime::evict::evictor;
+use crate::runtime::fetch::fetcher;
 use crate::runtime::flush::flusher;
+use crate::runtime::flush::Flushing;
+use crate::runtime::job::Job;
+use crate::runtime::output::Output;
+use crate::runtime::topology::Topology;
+use crate::runtime::TestHooks;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::world::Exchange;
-use super::{comm, Cache, Result, Runtime, ScrError};
+use super::{Cache, Result, ScrError};
 use crate::config::settings;
 use crate::state::prefix;
 
@@ -61,6 +71,14 @@ impl RestartState {
         self.reading_prefix || self.candidate.is_some()
     }
 
+    /// The name of the checkpoint offered for a restart: the newest cached one not
+    /// skipped, else one the prefix holds.
+    pub(in crate::runtime) fn offered(&self, cache: &Cache) -> Option<String> {
+        self.candidate_in(cache)
+            .map(|id| cache.record(id).name.clone())
+            .or_else(|| self.prefix_restart.as_ref().map(|p| p.name.clone()))
+    }
+
     /// Whether the dataset `name` (cached as `cached`) is the one being read.
     pub(in crate::runtime) fn reads(&self, name: &str, cached: Option<u64>) -> bool {
         cached.is_some_and(|id| self.candidate == Some(id))
@@ -109,7 +127,43 @@ impl PrefixRestart {
     }
 }
 
-impl Runtime {
+/// The restart over the parts it uses, borrowed from a runtime or a phase that holds
+/// them ([`restarter!`]).
+pub(in crate::runtime) struct Restarter<'a> {
+    pub(in crate::runtime) world: &'a mut Collective,
+    pub(in crate::runtime) cache: &'a mut Cache,
+    pub(in crate::runtime) restart: &'a mut RestartState,
+    pub(in crate::runtime) flushing: &'a mut Flushing,
+    pub(in crate::runtime) output: &'a Option<Output>,
+    pub(in crate::runtime) config: &'a Config,
+    pub(in crate::runtime) registry: &'a Registry,
+    pub(in crate::runtime) job: &'a Job,
+    pub(in crate::runtime) topo: &'a Topology,
+    pub(in crate::runtime) hooks: &'a TestHooks,
+    pub(in crate::runtime) descs: &'a Descriptors,
+}
+
+/// A [`Restarter`] over the parts of `$s` (the runtime, or a phase holding them).
+macro_rules! restarter {
+    ($s:expr) => {
+        $crate::runtime::restart::Restarter {
+            world: &mut $s.world,
+            cache: &mut $s.cache,
+            restart: &mut $s.restart,
+            flushing: &mut $s.flushing,
+            output: &$s.output,
+            config: &$s.config,
+            registry: &$s.registry,
+            job: &$s.job,
+            topo: &$s.topo,
+            hooks: &$s.hooks,
+            descs: &$s.descs,
+        }
+    };
+}
+pub(in crate::runtime) use restarter;
+
+impl Restarter<'_> {
     /// [`Runtime::route_file`] during restart: where file `rel` of the checkpoint being
     /// read is (in the prefix, or in cache), refused when it is not one of its files.
     pub(in crate::runtime) fn route_restart(&self, name: &Path, rel: &Path) -> Result<PathBuf> {
@@ -149,11 +203,11 @@ impl Runtime {
     /// holds), then flush the restart checkpoint when `flush_on_restart` asks for it.
     pub(in crate::runtime) fn settle_restart(&mut self, flush_on_restart: bool) -> Result<()> {
         let wanted = self.restart.wanted.take();
-        if self.restart.candidate_in(&self.cache).is_none() || wanted.is_some() {
+        if self.restart.candidate_in(self.cache).is_none() || wanted.is_some() {
             if self.restart_in_place() {
-                self.open_prefix_restart(wanted.as_deref(), None)?;
+                fetcher!(self).open_prefix_restart(wanted.as_deref(), None)?;
             } else {
-                self.fetch(wanted.as_deref(), None)?;
+                fetcher!(self).fetch(wanted.as_deref(), None)?;
             }
         }
         if flush_on_restart && self.config.get(settings::FLUSH_ON_RESTART) {
@@ -162,13 +216,8 @@ impl Runtime {
         Ok(())
     }
 
-    /// SCR 3.x's `SCR_Have_restart` (collective): the first call after an init with
-    /// [`InitOptions::fetch_at_have_restart`](super::InitOptions::fetch_at_have_restart) fetches from the prefix (the checkpoint
-    /// `current` named, else the newest when no cache holds one); every call then
-    /// answers like [`Runtime::have_restart`].
-    pub fn have_restart_fetching(&mut self) -> Result<Option<String>> {
-        let _log = self.span.clone().entered();
-        let _counted = comm::scope("have_restart");
+    /// [`Runtime::have_restart_fetching`], over the view.
+    pub(in crate::runtime) fn have_restart_fetching(&mut self) -> Result<Option<String>> {
         // the checkpoint about to be offered has its CRC32s recorded
         self.cache.settle_crc();
         if self.restart.fetch_pending {
@@ -176,44 +225,27 @@ impl Runtime {
             self.restart.fetch_pending = false;
             self.settle_restart(false)?;
         }
-        Ok(self.have_restart())
+        Ok(self.restart.offered(self.cache))
     }
 
-    /// Whether a dataset is being written or a checkpoint read (between start and
-    /// complete): outside both, SCR 3.x's `SCR_Route_file` returns the name unchanged.
-    pub fn in_dataset(&self) -> bool {
-        self.output.is_some() || self.restart.candidate.is_some() || self.restart.reading_prefix
-    }
-
-    /// The newest complete checkpoint this run can restart from, if any.
-    pub fn have_restart(&self) -> Option<String> {
-        self.restart
-            .candidate_in(&self.cache)
-            .map(|id| self.cache.record(id).name.clone())
-            .or_else(|| self.restart.prefix_restart.as_ref().map(|p| p.name.clone()))
-    }
-
-    /// Begin reading the restart checkpoint; returns its name.
-    pub fn start_restart(&mut self) -> Result<String> {
-        let _log = self.span.clone().entered();
-        let _counted = comm::scope("start_restart");
+    /// [`Runtime::start_restart`], over the view.
+    pub(in crate::runtime) fn start_restart(&mut self) -> Result<String> {
         self.world.usable("start_restart")?;
         // the files about to be read have their CRC32s recorded
         self.cache.settle_crc();
-        if self.output.is_some() || self.restart.candidate.is_some() || self.restart.reading_prefix
-        {
+        if self.output.is_some() || self.restart.in_progress() {
             return Err(ScrError::Usage(
                 "start_restart: another output or restart is in progress".into(),
             ));
         }
         if let (None, Some(p)) = (
-            self.restart.candidate_in(&self.cache),
+            self.restart.candidate_in(self.cache),
             &self.restart.prefix_restart,
         ) {
             self.restart.reading_prefix = true;
             return Ok(p.name.clone());
         }
-        let id = self.restart.candidate_in(&self.cache).ok_or_else(|| {
+        let id = self.restart.candidate_in(self.cache).ok_or_else(|| {
             ScrError::Usage(
                 "start_restart: no checkpoint to restart from (have_restart said none)".into(),
             )
@@ -222,15 +254,8 @@ impl Runtime {
         Ok(self.cache.record(id).name.clone())
     }
 
-    /// Finish reading (collective). If any rank says `!valid`, this checkpoint is passed
-    /// over (and marked failed in the prefix's index, as SCR does, so no later run takes
-    /// it) and `have_restart` offers the next older one: from the cache, else from the
-    /// prefix (fetched, or read in place with `fetch = false`). A fallback never offers a
-    /// checkpoint newer than the one that failed, even when `current` pinned that one.
-    /// Returns whether all were valid.
-    pub fn complete_restart(&mut self, valid: bool) -> Result<bool> {
-        let _log = self.span.clone().entered();
-        let _counted = comm::scope("complete_restart");
+    /// [`Runtime::complete_restart`], over the view.
+    pub(in crate::runtime) fn complete_restart(&mut self, valid: bool) -> Result<bool> {
         if self.restart.reading_prefix {
             let agreed = self.world.begin("complete_restart", Ok(()));
             self.restart.reading_prefix = false;
@@ -276,7 +301,7 @@ impl Runtime {
             // an older one in cache comes first; with none on some rank, the prefix's
             if !self
                 .world
-                .all(self.restart.candidate_in(&self.cache).is_some())
+                .all(self.restart.candidate_in(self.cache).is_some())
             {
                 self.fall_back(checkpoint)?;
             }
@@ -302,9 +327,9 @@ impl Runtime {
     fn fall_back(&mut self, checkpoint: Option<u64>) -> Result<()> {
         let older_than = checkpoint.or(Some(0));
         if self.restart_in_place() {
-            self.open_prefix_restart(None, older_than)
+            fetcher!(self).open_prefix_restart(None, older_than)
         } else {
-            self.fetch(None, older_than)
+            fetcher!(self).fetch(None, older_than)
         }
     }
 
@@ -321,7 +346,7 @@ impl Runtime {
     /// offered for the restart, and rank 0 names it in a warning: clearing it would lose
     /// the only copy.
     pub(in crate::runtime) fn leave_cache_for_prefix(&mut self) -> Result<()> {
-        let newest = self.restart.candidate_in(&self.cache);
+        let newest = self.restart.candidate_in(self.cache);
         flusher!(self).flush_newest("global_restart")?;
         flusher!(self).wait_flushes(false);
         let held: Vec<u64> = if self.topo.rank() == 0 {
@@ -455,11 +480,8 @@ impl Runtime {
             || self.descs[next].record().bypass
     }
 
-    /// Make the named checkpoint the restart candidate, passing over newer ones
-    /// (collective: a name some ranks do not know is an error on every rank).
-    pub fn current(&mut self, name: &str) -> Result<()> {
-        let _log = self.span.clone().entered();
-        let _counted = comm::scope("current");
+    /// [`Runtime::current`], over the view.
+    pub(in crate::runtime) fn current(&mut self, name: &str) -> Result<()> {
         if self.restart.fetch_pending {
             self.world.usable("current")?;
             let cached = self.world.all(self.cache.id_of(name).is_ok());
