@@ -4,13 +4,14 @@
 use super::cache::{file_names, remove_files};
 use super::tags::{MOVE_TAG, OFFER_TAG};
 use super::world::Exchange;
-use super::{DatasetRecord, Filemap, Result, Runtime};
+use super::{DatasetRecord, Filemap, Result};
 use crate::integrity::is_inside;
+use crate::runtime::restore::Restorer;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-impl Runtime {
+impl Restorer<'_> {
     /// Move filemaps and files left on one node for ranks that now run on another
     /// (SCR's distribute step). Transfers run one at a time in an order every rank
     /// agrees on, so no two can deadlock.

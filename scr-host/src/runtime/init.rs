@@ -4,6 +4,7 @@
 use crate::runtime::flush::flusher;
 use crate::runtime::prefix::prefix;
 use crate::runtime::restart::restarter;
+use crate::runtime::restore::restorer;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -269,7 +270,7 @@ impl Runtime {
     /// flushes an earlier run left interrupted, and choose the restart (or leave the
     /// fetch to the first have_restart).
     fn restore_at_init(&mut self, options: &InitOptions) -> Result<()> {
-        self.restore_cache()?;
+        restorer!(self).restore_cache()?;
         if self.report.lost_nodes_unnamed() > 0 {
             self.topo.warn(&format!(
                 "{} more nodes lost their cache than the event log names ({} named)",

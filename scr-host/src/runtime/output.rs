@@ -2,9 +2,20 @@
 //! and recorded before they exist, checked across ranks (names, sizes, CRC32s), protected
 //! by the descriptor's scheme and committed, then flushed when due.
 
+use crate::config::Config;
+use crate::registry::Registry;
+use crate::runtime::cache::Cache;
+use crate::runtime::collective::Collective;
+use crate::runtime::descriptors::Descriptors;
 use crate::runtime::evict::evictor;
 use crate::runtime::flush::flusher;
+use crate::runtime::flush::Flushing;
+use crate::runtime::job::Job;
+use crate::runtime::policy::Policy;
 use crate::runtime::restart::restarter;
+use crate::runtime::restart::RestartState;
+use crate::runtime::topology::Topology;
+use crate::runtime::TestHooks;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -13,9 +24,7 @@ mod bypass;
 mod record;
 
 use super::world::World;
-use super::{
-    comm, first_failure, io_err, names, NameCheck, OutputFlags, Result, Runtime, ScrError,
-};
+use super::{first_failure, io_err, names, NameCheck, OutputFlags, Result, ScrError};
 use crate::config::settings;
 use crate::layout::relative_to;
 use crate::private_dir::{cachefs_err, create_private_dir, lexical_normalize};
@@ -146,7 +155,45 @@ enum ApplyError {
     Apply(#[from] crate::registry::RegistryError),
 }
 
-impl Runtime {
+/// Output (start, route, complete) over the parts it uses, borrowed from a runtime or a
+/// phase that holds them ([`writer!`]); `bypass` and `record` are written on it too.
+pub(in crate::runtime) struct Writer<'a> {
+    pub(in crate::runtime) world: &'a mut Collective,
+    pub(in crate::runtime) cache: &'a mut Cache,
+    pub(in crate::runtime) output: &'a mut Option<Output>,
+    pub(in crate::runtime) restart: &'a mut RestartState,
+    pub(in crate::runtime) flushing: &'a mut Flushing,
+    pub(in crate::runtime) policy: &'a mut Policy,
+    pub(in crate::runtime) config: &'a Config,
+    pub(in crate::runtime) registry: &'a Registry,
+    pub(in crate::runtime) job: &'a Job,
+    pub(in crate::runtime) topo: &'a Topology,
+    pub(in crate::runtime) hooks: &'a TestHooks,
+    pub(in crate::runtime) descs: &'a Descriptors,
+}
+
+/// A [`Writer`] over the parts of `$s` (the runtime, or a phase holding them).
+macro_rules! writer {
+    ($s:expr) => {
+        $crate::runtime::output::Writer {
+            world: &mut $s.world,
+            cache: &mut $s.cache,
+            output: &mut $s.output,
+            restart: &mut $s.restart,
+            flushing: &mut $s.flushing,
+            policy: &mut $s.policy,
+            config: &$s.config,
+            registry: &$s.registry,
+            job: &$s.job,
+            topo: &$s.topo,
+            hooks: &$s.hooks,
+            descs: &$s.descs,
+        }
+    };
+}
+pub(in crate::runtime) use writer;
+
+impl Writer<'_> {
     /// Whether `complete_output` leaves the CRC32s of dataset `rec` (descriptor `desc`)
     /// to the background hash: see the module docs. The same on every rank (settings,
     /// the agreed scheme property, the record), before the per-rank check of the
@@ -157,29 +204,25 @@ impl Runtime {
             && self.config.get(settings::CRC_ON_COPY_DEFER)
             && rd.keeps_no_redundancy()
             && !rd.hashes_in_apply()
-            && !super::flush::flush_due(&self.config, rec)
+            && !super::flush::flush_due(self.config, rec)
     }
 
-    /// Begin a dataset (collective). Old datasets are evicted from its store first, as
-    /// the store's `count` requires.
-    pub fn start_output(&mut self, name: &str, flags: OutputFlags) -> Result<()> {
-        let _log = self.span.clone().entered();
+    /// [`Runtime::start_output`], over the view.
+    pub(in crate::runtime) fn start_output(
+        &mut self,
+        name: &str,
+        flags: OutputFlags,
+    ) -> Result<()> {
         self.start_output_or_refuse(name, flags, None)
     }
 
-    /// [`Runtime::start_output`] where the caller may already have refused its own
-    /// arguments on this rank (`refused`: why; the C layer's flag bits, say): the
-    /// refusal is agreed like any precondition, so every rank returns the error and none
-    /// waits in a collective the refusing rank skipped. Every rank must also pass rank
-    /// 0's name and flags (SCR checks the same).
-    pub fn start_output_or_refuse(
+    /// [`Runtime::start_output_or_refuse`], over the view.
+    pub(in crate::runtime) fn start_output_or_refuse(
         &mut self,
         name: &str,
         flags: OutputFlags,
         refused: Option<String>,
     ) -> Result<()> {
-        let _log = self.span.clone().entered();
-        let _counted = comm::scope("start_output");
         let pre = self.output_refused(name, flags, refused);
         self.world.begin("start_output", pre)?;
         // background flushes finished everywhere are recorded before eviction looks
@@ -230,7 +273,7 @@ impl Runtime {
                 .map(|v| v.iter().map(|p| relative_to(&dir, p)).collect())
                 .unwrap_or_default()
         };
-        self.output = Some(Output {
+        *self.output = Some(Output {
             record,
             desc,
             started: Instant::now(),
@@ -284,16 +327,8 @@ impl Runtime {
         self.cache.save()
     }
 
-    /// The name a dataset started without one gets (SCR's `SCR_Start_output(NULL, ..)`):
-    /// `scr.dataset.<id>`, with the id it will have.
-    pub fn default_dataset_name(&self) -> String {
-        // SCR names an unnamed dataset as its directory is named
-        crate::layout::dataset_dir_name(self.cache.next_dataset())
-    }
-
-    /// SCR's legacy `SCR_Start_checkpoint`: a checkpoint named `ckpt.<checkpoint id>`.
-    pub fn start_checkpoint(&mut self) -> Result<String> {
-        let _log = self.span.clone().entered();
+    /// [`Runtime::start_checkpoint`], over the view.
+    pub(in crate::runtime) fn start_checkpoint(&mut self) -> Result<String> {
         let name = format!("ckpt.{}", self.cache.next_checkpoint());
         self.start_output(
             &name,
@@ -322,17 +357,11 @@ impl Runtime {
         }
     }
 
-    /// Where to write (during output) or read (during restart) file `name` (relative to
-    /// the working directory, or absolute; it must lie inside the prefix). During output
-    /// the file is recorded in the filemap before this returns, and its parent
-    /// directories are created: in cache, or in the prefix for a dataset that bypasses
-    /// the cache. Outside both phases `name` comes back unchanged, as in SCR 3.x.
-    pub fn route_file(&mut self, name: &Path) -> Result<PathBuf> {
-        let _log = self.span.clone().entered();
-        let _counted = comm::scope("route_file");
+    /// [`Runtime::route_file`], over the view.
+    pub(in crate::runtime) fn route_file(&mut self, name: &Path) -> Result<PathBuf> {
         self.world.usable("route_file")?;
         routable(name)?;
-        if !self.in_dataset() {
+        if !(self.output.is_some() || self.restart.in_progress()) {
             // SCR 3.x: outside a dataset the name comes back unchanged (an application
             // may route every file through SCR, in a phase or not)
             return Ok(name.to_path_buf());
@@ -403,12 +432,8 @@ impl Runtime {
         Ok(path)
     }
 
-    /// Finish the dataset (collective): it is kept only if every rank says `valid`, its
-    /// files exist, and the redundancy scheme applied everywhere; otherwise it is deleted
-    /// on every rank. Returns whether it was kept.
-    pub fn complete_output(&mut self, valid: bool) -> Result<bool> {
-        let _log = self.span.clone().entered();
-        let _counted = comm::scope("complete_output");
+    /// [`Runtime::complete_output`], over the view.
+    pub(in crate::runtime) fn complete_output(&mut self, valid: bool) -> Result<bool> {
         let pre = if self.writing() {
             Ok(())
         } else {
@@ -498,9 +523,6 @@ impl Runtime {
             out.record.name,
             out.started.elapsed().as_secs_f64()
         ));
-        if out.record.checkpoint_id.is_some() {
-            self.exit_if_halted();
-        }
         Ok(true)
     }
 

@@ -4,21 +4,68 @@
 
 use super::tags::TEMPLATE_TAG;
 use super::world::{Exchange, SetHost};
-use super::{DatasetRecord, Result, Runtime, Set};
+use super::{DatasetRecord, Result, Set};
 use crate::config::settings;
+use crate::config::Config;
 use crate::integrity::{
     dataset_files, declare_redundancy, is_inside, verify_dataset, verify_rebuilt,
 };
 use crate::layout::relative_to;
+use crate::registry::Registry;
 use crate::registry::{LoadedScheme, RegistryError};
+use crate::runtime::cache::Cache;
+use crate::runtime::collective::Collective;
+use crate::runtime::descriptors::Descriptors;
 use crate::runtime::evict::evictor;
+use crate::runtime::flush::Flushing;
+use crate::runtime::job::Job;
+use crate::runtime::report::RunReport;
+use crate::runtime::restart::RestartState;
+use crate::runtime::topology::Topology;
+use crate::runtime::TestHooks;
 use abi_stable::std_types::{RNone, ROption, RSome};
 use scr_plugin::{FileMeta, RecoverRequest};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-impl Runtime {
+/// Init's restore of the cache over the parts it uses, borrowed from a runtime or a
+/// phase that holds them ([`restorer!`]); `distribute` is written on it too.
+pub(in crate::runtime) struct Restorer<'a> {
+    pub(in crate::runtime) world: &'a mut Collective,
+    pub(in crate::runtime) cache: &'a mut Cache,
+    pub(in crate::runtime) restart: &'a mut RestartState,
+    pub(in crate::runtime) report: &'a mut RunReport,
+    pub(in crate::runtime) flushing: &'a Flushing,
+    pub(in crate::runtime) config: &'a Config,
+    pub(in crate::runtime) registry: &'a Registry,
+    pub(in crate::runtime) job: &'a Job,
+    pub(in crate::runtime) topo: &'a Topology,
+    pub(in crate::runtime) hooks: &'a TestHooks,
+    pub(in crate::runtime) descs: &'a Descriptors,
+}
+
+/// A [`Restorer`] over the parts of `$s` (the runtime, or a phase holding them).
+macro_rules! restorer {
+    ($s:expr) => {
+        $crate::runtime::restore::Restorer {
+            world: &mut $s.world,
+            cache: &mut $s.cache,
+            restart: &mut $s.restart,
+            report: &mut $s.report,
+            flushing: &$s.flushing,
+            config: &$s.config,
+            registry: &$s.registry,
+            job: &$s.job,
+            topo: &$s.topo,
+            hooks: &$s.hooks,
+            descs: &$s.descs,
+        }
+    };
+}
+pub(in crate::runtime) use restorer;
+
+impl Restorer<'_> {
     /// Move, verify and rebuild everything the cache holds; drop what cannot be saved.
     pub(in crate::runtime) fn restore_cache(&mut self) -> Result<()> {
         if self.config.get(settings::CACHE_PURGE) {
@@ -358,7 +405,7 @@ impl Runtime {
         // this rank's failure-group value in the recorded group; the node names for
         // every rank when any rank cannot give one (as when one table was missing)
         let value = template.map(|t| {
-            super::descriptors::group_value(&self.config, &self.topo, &t.descriptor.group).ok()
+            super::descriptors::group_value(self.config, self.topo, &t.descriptor.group).ok()
         });
         let value = match value {
             _ if !self.world.all(!matches!(value, Some(None))) => self.topo.node().to_string(),
@@ -377,7 +424,7 @@ impl Runtime {
         } else {
             super::descriptors::Descriptors::set_host(
                 self.world.as_dyn(),
-                &self.topo,
+                self.topo,
                 set.as_ref(),
                 &value,
             )

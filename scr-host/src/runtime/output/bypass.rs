@@ -15,16 +15,17 @@
 //! shared file is read once, not once per writer.
 
 use crate::runtime::flush::flusher;
+use crate::runtime::output::Writer;
 use std::path::{Path, PathBuf};
 
 use super::Output;
 use crate::config::settings;
 use crate::runtime::world::Op;
-use crate::runtime::{first_failure, io_err, Result, Runtime, ScrError};
+use crate::runtime::{first_failure, io_err, Result, ScrError};
 use crate::state::prefix::FlushedFile;
 use crate::transfer::RankOutcome;
 
-impl Runtime {
+impl Writer<'_> {
     /// [`Runtime::route_file`] during a bypass output: `rel`'s path in the prefix,
     /// recorded, with its directories made. A symbolic link there is refused, as in cache:
     /// the host reads back what it records, and would read through the link.
@@ -155,9 +156,6 @@ impl Runtime {
             self.job.prefix().display(),
             out.started.elapsed().as_secs_f64()
         ));
-        if out.record.checkpoint_id.is_some() {
-            self.exit_if_halted();
-        }
         Ok(true)
     }
 

@@ -3,12 +3,13 @@
 //! later run takes them again), and a finished checkpoint counted against the halt
 //! file's `checkpoints_left`. Shared by outputs in cache and bypass outputs.
 
+use crate::runtime::output::Writer;
 use std::time::Instant;
 
-use crate::runtime::{FileRecord, Ids, Result, Runtime};
+use crate::runtime::{FileRecord, Ids, Result};
 use crate::state::halt::Halt;
 
-impl Runtime {
+impl Writer<'_> {
     /// Record routed file `key` of the dataset being written, once: in the filemap's
     /// journal (one appended record, not a rewrite of the whole filemap, which grows with
     /// every file). A name that could not be recorded is refused and may be routed again.

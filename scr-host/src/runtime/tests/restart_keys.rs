@@ -301,7 +301,9 @@ fn restart_in_place_follows_fetch_and_global_restart() {
         ("0", "1", true),
     ] {
         let env = [("SCR_FETCH", fetch), ("SCR_GLOBAL_RESTART", global)];
-        let out = job(dir.path(), &nodes, &env, |rt, _| crate::runtime::restart::restarter!(rt).restart_in_place());
+        let out = job(dir.path(), &nodes, &env, |rt, _| {
+            crate::runtime::restart::restarter!(rt).restart_in_place()
+        });
         assert_eq!(out[0].0, in_place, "fetch {fetch}, global_restart {global}");
     }
 }
