@@ -1,12 +1,26 @@
 //! TODO
 
 use super::{Result, Runtime};
+use crate::config::settings;
 use crate::runtime::comm;
+use crate::runtime::evict::evictor;
+use crate::runtime::flush::flusher;
+use crate::runtime::mpi_exit;
+use crate::runtime::now_secs;
 use crate::runtime::output::writer;
+use crate::runtime::policy::agree_need;
+use crate::runtime::policy::halt_reason;
+use crate::runtime::policy::load_halt;
+use crate::runtime::policy::Rule;
+use crate::runtime::prefix::prefix;
 use crate::runtime::restart::restarter;
 use crate::runtime::OutputFlags;
+use crate::runtime::ScrError;
+use crate::runtime::FINALIZE_REASON;
+use crate::state::halt::Halt;
 use std::path::Path;
 use std::path::PathBuf;
+use std::time::Instant;
 
 impl Runtime {
     /// The name a dataset started without one gets (SCR's `SCR_Start_output(NULL, ..)`):
@@ -124,5 +138,295 @@ impl Runtime {
             self.exit_if_halted();
         }
         Ok(kept)
+    }
+}
+
+// ----- drop and delete -----
+
+impl Runtime {
+    /// SCR's `SCR_Drop` (collective): the named dataset is removed from the prefix's
+    /// index (its files stay) and, when the cache holds it, not offered for a restart
+    /// again in this run (nor, from the prefix, in later ones). A name neither holds is
+    /// not an error (as in SCR); a name that differs between ranks, or a dataset being
+    /// written or read, is, on every rank.
+    pub fn drop_dataset(&mut self, name: &str) -> Result<()> {
+        let _log = self.span.clone().entered();
+        let _counted = comm::scope("drop");
+        let cached = self.cache.id_of(name).ok();
+        let pre = self
+            .same_name("drop", name)
+            .and_then(|()| self.not_in_use("drop", name, cached));
+        self.world.begin("drop", pre)?;
+        if let Some(id) = cached {
+            flusher!(self).settle_flush_of(id);
+            self.restart.skip(id);
+        }
+        self.restart.forget_in_prefix(name);
+        prefix!(self).remove("drop", name, cached, false)
+    }
+
+    /// SCR's `SCR_Delete` (collective): the named dataset's files are deleted from cache
+    /// and from the prefix, and its index entry with them. A name neither holds is not an
+    /// error (as in SCR); a name that differs between ranks, or a dataset being read or
+    /// written, is, on every rank, before anything is deleted. A background flush of it
+    /// is waited for and recorded first, so that recording it cannot bring it back.
+    pub fn delete(&mut self, name: &str) -> Result<()> {
+        let _log = self.span.clone().entered();
+        let _counted = comm::scope("delete");
+        let cached = self.cache.id_of(name).ok();
+        let pre = self
+            .same_name("delete", name)
+            .and_then(|()| self.not_in_use("delete", name, cached));
+        self.world.begin("delete", pre)?;
+        if let Some(id) = cached {
+            flusher!(self).settle_flush_of(id);
+        }
+        let local = match cached.and_then(|id| self.cache.get(id).cloned()) {
+            Some(rec) => evictor!(self).delete_dataset(&rec),
+            None => Ok(()),
+        };
+        self.world.changed("delete", local)?;
+        self.restart.forget_in_prefix(name);
+        prefix!(self).remove("delete", name, cached, true)
+    }
+
+    /// `Err` when the dataset `name` (`cached` here) is being written or read on this
+    /// rank.
+    fn not_in_use(&self, call: &str, name: &str, cached: Option<u64>) -> Result<()> {
+        let writing = self.output.as_ref().is_some_and(|o| o.name() == name);
+        let reading = self.restart.reads(name, cached);
+        if writing || reading {
+            return Err(ScrError::Usage(format!(
+                "{call}: dataset `{name}` is being {}; complete it first",
+                if writing { "written" } else { "read" }
+            )));
+        }
+        Ok(())
+    }
+
+    /// `Ok` when every rank passed `name` (rank 0's, broadcast); else the ranks that
+    /// differ say so.
+    fn same_name(&self, call: &str, name: &str) -> Result<()> {
+        let root = self.world.broadcast_bytes(name.as_bytes());
+        if root == name.as_bytes() {
+            Ok(())
+        } else {
+            Err(ScrError::Usage(format!(
+                "{call}: this rank names dataset `{name}`, rank 0 `{}`; every rank must name the same dataset",
+                String::from_utf8_lossy(&root)
+            )))
+        }
+    }
+}
+
+// ----- policy and halt -----
+
+impl Runtime {
+    /// Whether the application should checkpoint now (collective; decided on rank 0):
+    /// every `checkpoint_interval` calls, after `checkpoint_seconds`, while checkpoint
+    /// time stays under `checkpoint_overhead` percent, or when a halt condition holds.
+    /// With none of these set, always.
+    pub fn need_checkpoint(&mut self) -> Result<bool> {
+        let _log = self.span.clone().entered();
+        let _counted = comm::scope("need_checkpoint");
+        self.world.usable("need_checkpoint")?;
+        flusher!(self).poll_flushes();
+        self.cache.poll_crc();
+        self.policy.count_call();
+        let (need, exit) = agree_need(
+            self.world.as_dyn(),
+            || {
+                let halt = self.halt_check();
+                let need = self.policy.need(&Rule::of(&self.config), Instant::now());
+                (halt, need)
+            },
+            self.config.get(settings::HALT_EXIT),
+        );
+        if let Some(reason) = exit {
+            self.halt_and_exit(reason);
+        }
+        Ok(need)
+    }
+
+    /// Rank 0's view of the halt conditions.
+    fn halt_check(&self) -> Option<String> {
+        halt_reason(
+            &load_halt(self.job.prefix()),
+            now_secs(),
+            self.config.get(settings::HALT_SECONDS) as i64,
+            self.report.allocation_end(),
+        )
+    }
+
+    /// Whether the run should stop now (collective; a halt condition holds). The reason
+    /// is recorded for `finalize`.
+    pub fn should_exit(&mut self) -> Result<bool> {
+        let _log = self.span.clone().entered();
+        let _counted = comm::scope("should_exit");
+        self.world.usable("should_exit")?;
+        flusher!(self).poll_flushes();
+        self.cache.poll_crc();
+        match self.agreed_halt_reason() {
+            None => Ok(false),
+            Some(reason) => {
+                if self.topo.rank() == 0 {
+                    tracing::warn!("should_exit: yes, {reason}");
+                }
+                if self.world.health().halt_reason().is_none() {
+                    self.job.log_event(crate::events::Event::Halt {
+                        reason: reason.clone(),
+                    });
+                }
+                self.world.health_mut().set_halt_reason(reason);
+                // an application that exits now without finalize leaves the CRC32s of
+                // its last dataset recorded
+                self.cache.settle_crc();
+                // the run is about to end: its newest checkpoint goes to the prefix now
+                // (finalize would otherwise; an application that exits without it
+                // still leaves it saved)
+                if self.flush_at_end() {
+                    flusher!(self).flush_newest("should_exit")?;
+                    // (a background flush dies with a process that exits now: wait)
+                    flusher!(self).wait_flushes(false);
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// Rank 0's view of the halt conditions, on every rank (collective).
+    fn agreed_halt_reason(&self) -> Option<String> {
+        let reason = if self.topo.rank() == 0 {
+            self.halt_check()
+        } else {
+            None
+        };
+        let text = self
+            .world
+            .broadcast_bytes(reason.unwrap_or_default().as_bytes());
+        let reason = String::from_utf8_lossy(&text).into_owned();
+        (!reason.is_empty()).then_some(reason)
+    }
+
+    /// With `halt_exit`, a halt condition ends the run inside the library, as SCR's
+    /// SCR_HALT_EXIT does: checked at the end of init and after every checkpoint kept
+    /// (collective). Every rank finalizes (recording the reason in the halt file),
+    /// finalizes MPI and exits with status 0; the application does not return from the
+    /// call. Without `halt_exit` the application asks `should_exit`.
+    pub(in crate::runtime) fn exit_if_halted(&mut self) {
+        if !self.config.get(settings::HALT_EXIT) {
+            return;
+        }
+        let Some(reason) = self.agreed_halt_reason() else {
+            return;
+        };
+        self.halt_and_exit(reason)
+    }
+
+    /// End the run for `reason` (collective; halt_exit): finalize (which flushes the
+    /// newest checkpoint), finalize MPI and exit with status 0.
+    fn halt_and_exit(&mut self, reason: String) -> ! {
+        self.job.log_event(crate::events::Event::Halt {
+            reason: reason.clone(),
+        });
+        if self.topo.rank() == 0 {
+            tracing::warn!(
+                "halting the run: {reason} (halt_exit = true: flushing the newest checkpoint, finalizing and exiting)"
+            );
+        }
+        self.world.health_mut().set_halt_reason(reason);
+        if let Err(e) = self.finalize() {
+            tracing::error!("finalize before the halt exit: {e}");
+        }
+        mpi_exit::finalize_mpi_and_exit(0)
+    }
+}
+
+// ----- finalize -----
+
+impl Runtime {
+    /// Whether the end of the run (finalize, a halt) flushes the newest checkpoint:
+    /// `flush_on_finalize`, unless `flush = 0` turns flushing off.
+    fn flush_at_end(&self) -> bool {
+        self.config.get(settings::FLUSH) > 0 && self.config.get(settings::FLUSH_ON_FINALIZE)
+    }
+
+    /// End the run (collective): records the exit reason in the halt file.
+    pub fn finalize(&mut self) -> Result<()> {
+        let _log = self.span.clone().entered();
+        let _counted = comm::scope("finalize");
+        if self.world.health().is_finalized() {
+            return Ok(());
+        }
+        self.world.health_mut().set_finalized(true);
+        if let Some(out) = self.output.take() {
+            self.topo
+                .warn("finalize: a dataset was still being written; it is discarded");
+            if self.world.health().is_uncertain() {
+                // complete_output is refused now; each rank drops its part (no collective
+                // step: the ranks' state is uncertain already)
+                if let Err(e) = evictor!(self).delete_dataset(out.record()) {
+                    tracing::warn!("{e}");
+                }
+            } else {
+                self.output = Some(out);
+                // agreed on every rank; the flushes are waited for and the exit reason
+                // recorded all the same
+                if let Err(e) = self.complete_output(false) {
+                    self.topo
+                        .warn(&format!("finalize: discarding the open dataset: {e}"));
+                }
+            }
+        }
+        // every dataset kept leaves its CRC32s recorded, before the flush at the end
+        // compares against them
+        self.cache.settle_crc();
+        flusher!(self).wait_flushes(true);
+        // a clean finish (or a halt) leaves the newest checkpoint in the prefix, not in
+        // node-local cache only; a flush that fails is reported and leaves it cached
+        // (scavenge can still save it), never failing finalize
+        if !self.world.health().is_uncertain() && self.flush_at_end() {
+            if let Err(e) = flusher!(self).flush_newest("finalize") {
+                self.topo
+                    .warn(&format!("finalize: flushing the newest checkpoint: {e}"));
+            }
+            flusher!(self).wait_flushes(true);
+        }
+        self.job.log_event(crate::events::Event::Finalize {
+            seconds_total: self.report.init_started().elapsed().as_secs_f64(),
+        });
+        if self.topo.rank() == 0 {
+            // record why the run ended, unless someone set a reason of their own (read
+            // and written under the prefix lock, like every halt file update)
+            let reason = match self.world.health().halt_reason() {
+                Some(why) => format!("{FINALIZE_REASON} ({why})"),
+                None => FINALIZE_REASON.into(),
+            };
+            let recorded = Halt::update(self.job.prefix(), |halt| {
+                let unset = halt.exit_reason.is_none();
+                if unset {
+                    halt.exit_reason = Some(reason);
+                }
+                (unset, ())
+            });
+            // the job's work is done: a full or failing prefix here is reported, never
+            // turned into a failed finalize (which applications abort on)
+            if let Err(e) = recorded {
+                tracing::warn!("{e}; the exit reason is not recorded");
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `finalize` ran (or the runtime was abandoned).
+    pub fn is_finalized(&self) -> bool {
+        self.world.health().is_finalized()
+    }
+
+    /// Give up without finalizing (after an error on this rank): no collective call is
+    /// made, and dropping says nothing more.
+    pub fn abandon(&mut self) {
+        let _log = self.span.clone().entered();
+        self.world.health_mut().set_finalized(true);
     }
 }

@@ -8,88 +8,10 @@ use super::flush::Flushing;
 use super::job::Job;
 use super::restart::RestartState;
 use super::topology::Topology;
-use super::{comm, DatasetRecord, Filemap, Result, Runtime, ScrError, TestHooks};
+use super::{DatasetRecord, Filemap, Result, ScrError, TestHooks};
 use crate::config::{settings, Config};
 use crate::integrity::{dataset_files, verify_dataset};
-use crate::runtime::flush::flusher;
-use crate::runtime::prefix::prefix;
 use std::collections::{BTreeMap, BTreeSet};
-
-impl Runtime {
-    /// SCR's `SCR_Drop` (collective): the named dataset is removed from the prefix's
-    /// index (its files stay) and, when the cache holds it, not offered for a restart
-    /// again in this run (nor, from the prefix, in later ones). A name neither holds is
-    /// not an error (as in SCR); a name that differs between ranks, or a dataset being
-    /// written or read, is, on every rank.
-    pub fn drop_dataset(&mut self, name: &str) -> Result<()> {
-        let _log = self.span.clone().entered();
-        let _counted = comm::scope("drop");
-        let cached = self.cache.id_of(name).ok();
-        let pre = self
-            .same_name("drop", name)
-            .and_then(|()| self.not_in_use("drop", name, cached));
-        self.world.begin("drop", pre)?;
-        if let Some(id) = cached {
-            flusher!(self).settle_flush_of(id);
-            self.restart.skip(id);
-        }
-        self.restart.forget_in_prefix(name);
-        prefix!(self).remove("drop", name, cached, false)
-    }
-
-    /// SCR's `SCR_Delete` (collective): the named dataset's files are deleted from cache
-    /// and from the prefix, and its index entry with them. A name neither holds is not an
-    /// error (as in SCR); a name that differs between ranks, or a dataset being read or
-    /// written, is, on every rank, before anything is deleted. A background flush of it
-    /// is waited for and recorded first, so that recording it cannot bring it back.
-    pub fn delete(&mut self, name: &str) -> Result<()> {
-        let _log = self.span.clone().entered();
-        let _counted = comm::scope("delete");
-        let cached = self.cache.id_of(name).ok();
-        let pre = self
-            .same_name("delete", name)
-            .and_then(|()| self.not_in_use("delete", name, cached));
-        self.world.begin("delete", pre)?;
-        if let Some(id) = cached {
-            flusher!(self).settle_flush_of(id);
-        }
-        let local = match cached.and_then(|id| self.cache.get(id).cloned()) {
-            Some(rec) => evictor!(self).delete_dataset(&rec),
-            None => Ok(()),
-        };
-        self.world.changed("delete", local)?;
-        self.restart.forget_in_prefix(name);
-        prefix!(self).remove("delete", name, cached, true)
-    }
-
-    /// `Err` when the dataset `name` (`cached` here) is being written or read on this
-    /// rank.
-    fn not_in_use(&self, call: &str, name: &str, cached: Option<u64>) -> Result<()> {
-        let writing = self.output.as_ref().is_some_and(|o| o.name() == name);
-        let reading = self.restart.reads(name, cached);
-        if writing || reading {
-            return Err(ScrError::Usage(format!(
-                "{call}: dataset `{name}` is being {}; complete it first",
-                if writing { "written" } else { "read" }
-            )));
-        }
-        Ok(())
-    }
-
-    /// `Ok` when every rank passed `name` (rank 0's, broadcast); else the ranks that
-    /// differ say so.
-    fn same_name(&self, call: &str, name: &str) -> Result<()> {
-        let root = self.world.broadcast_bytes(name.as_bytes());
-        if root == name.as_bytes() {
-            Ok(())
-        } else {
-            Err(ScrError::Usage(format!(
-                "{call}: this rank names dataset `{name}`, rank 0 `{}`; every rank must name the same dataset",
-                String::from_utf8_lossy(&root)
-            )))
-        }
-    }
-}
 
 /// Removal from cache over the parts it uses, borrowed from a runtime or a phase that
 /// holds them ([`evictor!`]).

@@ -61,7 +61,6 @@ mod dispatch;
 mod distribute;
 mod evict;
 mod fetch;
-mod finalize;
 pub(crate) mod flush;
 mod init;
 mod job;
