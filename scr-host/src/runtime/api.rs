@@ -1,26 +1,24 @@
-//! TODO
+//! The runtime's calls: what the application asks between init and finalize. Each one
+//! enters the runtime's span and counts its exchanges under its name ([`comm::scope`]),
+//! then hands the work to the phase that does it, over the parts that phase borrows
+//! (`writer!`, `restarter!`, `evictor!`, `flusher!`, `prefix!`). What spans phases
+//! is decided here, as the coordinator: a halt after a kept checkpoint ends the run
+//! (`halt_exit`), finalize completes an open dataset, flushes and records the halt.
 
-use super::{Result, Runtime};
-use crate::config::settings;
-use crate::runtime::comm;
-use crate::runtime::evict::evictor;
-use crate::runtime::flush::flusher;
-use crate::runtime::mpi_exit;
-use crate::runtime::now_secs;
-use crate::runtime::output::writer;
-use crate::runtime::policy::agree_need;
-use crate::runtime::policy::halt_reason;
-use crate::runtime::policy::load_halt;
-use crate::runtime::policy::Rule;
-use crate::runtime::prefix::prefix;
-use crate::runtime::restart::restarter;
-use crate::runtime::OutputFlags;
-use crate::runtime::ScrError;
-use crate::runtime::FINALIZE_REASON;
-use crate::state::halt::Halt;
-use std::path::Path;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+use super::evict::evictor;
+use super::flush::flusher;
+use super::output::writer;
+use super::policy::{agree_need, halt_reason, load_halt, Rule};
+use super::prefix::prefix;
+use super::restart::restarter;
+use super::{comm, mpi_exit, now_secs, OutputFlags, Result, Runtime, ScrError, FINALIZE_REASON};
+use crate::config::settings;
+use crate::state::halt::Halt;
+
+// ----- queries -----
 
 impl Runtime {
     /// The name a dataset started without one gets (SCR's `SCR_Start_output(NULL, ..)`):
@@ -41,6 +39,8 @@ impl Runtime {
         self.restart.offered(&self.cache)
     }
 }
+
+// ----- restart -----
 
 impl Runtime {
     /// SCR 3.x's `SCR_Have_restart` (collective): the first call after an init with
@@ -81,12 +81,13 @@ impl Runtime {
     }
 }
 
+// ----- output -----
+
 impl Runtime {
     /// Begin a dataset (collective). Old datasets are evicted from its store first, as
     /// the store's `count` requires.
     pub fn start_output(&mut self, name: &str, flags: OutputFlags) -> Result<()> {
-        let _log = self.span.clone().entered();
-        writer!(self).start_output(name, flags)
+        self.start_output_or_refuse(name, flags, None)
     }
 
     /// [`Runtime::start_output`] where the caller may already have refused its own
@@ -107,8 +108,13 @@ impl Runtime {
 
     /// SCR's legacy `SCR_Start_checkpoint`: a checkpoint named `ckpt.<checkpoint id>`.
     pub fn start_checkpoint(&mut self) -> Result<String> {
-        let _log = self.span.clone().entered();
-        writer!(self).start_checkpoint()
+        let name = format!("ckpt.{}", self.cache.next_checkpoint());
+        let flags = OutputFlags {
+            checkpoint: true,
+            output: false,
+        };
+        self.start_output(&name, flags)?;
+        Ok(name)
     }
 
     /// Where to write (during output) or read (during restart) file `name` (relative to

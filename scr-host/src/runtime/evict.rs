@@ -6,7 +6,7 @@ use super::collective::Collective;
 use super::descriptors::Descriptors;
 use super::flush::Flushing;
 use super::job::Job;
-use super::restart::RestartState;
+use super::restart::state::RestartState;
 use super::topology::Topology;
 use super::{DatasetRecord, Filemap, Result, ScrError, TestHooks};
 use crate::config::{settings, Config};

@@ -3,7 +3,7 @@
 //! rank2file map and hands its members their lists, every file is verified against
 //! rank2file, and the fetched dataset is protected again.
 
-use super::restart::PrefixRestart;
+use super::restart::state::PrefixRestart;
 use super::tags::{LIST_TAG, SOURCE_TAG};
 use super::window::Direction;
 use super::world::{Exchange, Op};
@@ -17,7 +17,7 @@ use crate::runtime::dispatch::transfers;
 use crate::runtime::evict::evictor;
 use crate::runtime::flush::Flushing;
 use crate::runtime::job::Job;
-use crate::runtime::restart::RestartState;
+use crate::runtime::restart::state::RestartState;
 use crate::runtime::topology::Topology;
 use crate::runtime::TestHooks;
 use crate::transfer::{collect, Planned};

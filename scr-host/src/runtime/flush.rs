@@ -62,7 +62,7 @@ use super::cache::Cache;
 use super::collective::Collective;
 use super::dispatch::transfers;
 use super::job::Job;
-use super::restart::RestartState;
+use super::restart::state::RestartState;
 use super::topology::Topology;
 use super::{DatasetRecord, Result, TestHooks};
 use crate::config::Config;

@@ -14,7 +14,7 @@ use mpi::topology::SimpleCommunicator;
 use super::descriptors::Descriptors;
 use super::job::Job;
 use super::report::RunReport;
-use super::restart::RestartState;
+use super::restart::state::RestartState;
 use super::topology::Topology;
 use super::world::mpi_world::MpiWorld;
 use super::world::{Exchange, World};

@@ -88,10 +88,10 @@ use cache::Cache;
 use collective::{agree_on, first_failure, Collective};
 use descriptors::Descriptors;
 use job::Job;
-use output::Output;
+use output::state::Output;
 use policy::Policy;
 use report::RunReport;
-use restart::RestartState;
+use restart::state::RestartState;
 use topology::Topology;
 
 use std::path::{Path, PathBuf};

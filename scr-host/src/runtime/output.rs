@@ -13,7 +13,7 @@ use crate::runtime::flush::Flushing;
 use crate::runtime::job::Job;
 use crate::runtime::policy::Policy;
 use crate::runtime::restart::restarter;
-use crate::runtime::restart::RestartState;
+use crate::runtime::restart::state::RestartState;
 use crate::runtime::topology::Topology;
 use crate::runtime::TestHooks;
 use std::collections::HashSet;
@@ -31,33 +31,8 @@ use crate::private_dir::{cachefs_err, create_private_dir, lexical_normalize};
 use crate::state::filemap::DatasetRecord;
 use crate::state::prefix;
 
-/// The dataset being written.
-pub(in crate::runtime) struct Output {
-    record: DatasetRecord,
-    desc: usize,
-    started: Instant,
-    /// This rank's redundancy file names (relative), asked of the scheme once at
-    /// start_output so route_file can refuse them without asking per file.
-    redundancy_names: Vec<String>,
-    /// The names routed so far (`record.files`' names), so that a name routed again is
-    /// found without a scan of every file.
-    routed: HashSet<String>,
-    /// A bypass dataset routed a name that already existed in the prefix (see
-    /// `bypass`).
-    overwrites: bool,
-}
-
-impl Output {
-    /// The dataset's name.
-    pub(in crate::runtime) fn name(&self) -> &str {
-        &self.record.name
-    }
-
-    /// The dataset's record as routed so far.
-    pub(in crate::runtime) fn record(&self) -> &DatasetRecord {
-        &self.record
-    }
-}
+pub(in crate::runtime) mod state;
+use state::Output;
 
 /// Why `start_output(name, flags)` is refused on this rank, if it is (collective: rank
 /// 0's arguments are broadcast over `world`). This rank's own arguments and state come
@@ -207,15 +182,6 @@ impl Writer<'_> {
             && !super::flush::flush_due(self.config, rec)
     }
 
-    /// [`Runtime::start_output`], over the view.
-    pub(in crate::runtime) fn start_output(
-        &mut self,
-        name: &str,
-        flags: OutputFlags,
-    ) -> Result<()> {
-        self.start_output_or_refuse(name, flags, None)
-    }
-
     /// [`Runtime::start_output_or_refuse`], over the view.
     pub(in crate::runtime) fn start_output_or_refuse(
         &mut self,
@@ -325,19 +291,6 @@ impl Writer<'_> {
         create_private_dir(Path::new(store), &dir)?;
         self.cache.put(record.clone());
         self.cache.save()
-    }
-
-    /// [`Runtime::start_checkpoint`], over the view.
-    pub(in crate::runtime) fn start_checkpoint(&mut self) -> Result<String> {
-        let name = format!("ckpt.{}", self.cache.next_checkpoint());
-        self.start_output(
-            &name,
-            OutputFlags {
-                checkpoint: true,
-                output: false,
-            },
-        )?;
-        Ok(name)
     }
 
     /// The prefix-relative form of an application file name, refusing names that leave

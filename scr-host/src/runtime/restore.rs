@@ -20,7 +20,7 @@ use crate::runtime::evict::evictor;
 use crate::runtime::flush::Flushing;
 use crate::runtime::job::Job;
 use crate::runtime::report::RunReport;
-use crate::runtime::restart::RestartState;
+use crate::runtime::restart::state::RestartState;
 use crate::runtime::topology::Topology;
 use crate::runtime::TestHooks;
 use abi_stable::std_types::{RNone, ROption, RSome};
