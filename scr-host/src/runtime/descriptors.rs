@@ -244,7 +244,7 @@ pub(in crate::runtime) fn group_value(
 }
 
 /// Which survivor-check contract a scheme declared, in words (for the logs). The host
-/// checks survivors before `recover` under either (see `Runtime::check_cached`).
+/// checks survivors before `recover` under either (see `Restorer::check_cached`).
 pub(in crate::runtime) fn survivor_contract(
     scheme: &str,
     check: SurvivorCheck,

@@ -131,7 +131,7 @@ impl Fetcher<'_> {
         Some((entry, mine, total))
     }
 
-    /// Rank 0: the checkpoint [`Runtime::choose_from_index`] takes — `wanted` first, then
+    /// Rank 0: the checkpoint [`Fetcher::choose_from_index`] takes — `wanted` first, then
     /// the index's order of fetch candidates, skipping `tried` — with its map's layout (or
     /// why its map cannot be used), and a single-file map itself (legacy). `None` when no
     /// candidate is left.
@@ -310,7 +310,7 @@ impl Fetcher<'_> {
     /// its files there with the recorded size (and CRC32, with `crc_on_restart`);
     /// `route_file` then returns their prefix paths. One that fails is marked failed in
     /// the index and the next older one is tried. Collective. Per rank and candidate:
-    /// [`Runtime::choose_from_index`]'s cost (O(log P) steps, its own list) plus one
+    /// [`Fetcher::choose_from_index`]'s cost (O(log P) steps, its own list) plus one
     /// min-reduction, and a broadcast of the first failure's text when one failed.
     pub(in crate::runtime) fn open_prefix_restart(
         &mut self,
@@ -387,7 +387,7 @@ impl Fetcher<'_> {
     /// With no restartable checkpoint in cache, fetch the newest complete one from the
     /// prefix (falling back to older ones, marking failures in the index) and protect it
     /// again with its redundancy scheme. Collective. Per rank and candidate:
-    /// [`Runtime::choose_from_index`]'s cost (O(log P) steps, its own list) and two
+    /// [`Fetcher::choose_from_index`]'s cost (O(log P) steps, its own list) and two
     /// agreements on failure (a min-reduction each, and a broadcast of the first
     /// failure's text when one failed; were all-gathers of every rank's reason, O(P)),
     /// besides what re-protecting costs in the redundancy sets.

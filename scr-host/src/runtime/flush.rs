@@ -13,7 +13,7 @@
 //! anyway (`need_checkpoint`, `start_output`, `complete_output`, `should_exit`): one
 //! 8-byte minimum-reduction of "how many of the oldest pending flushes my transfers
 //! finished" per call while a flush is pending, none when nothing is; the flushes every
-//! rank finished are then completed collectively ([`Runtime::poll_flushes`]), and
+//! rank finished are then completed collectively ([`Flusher::poll_flushes`]), and
 //! finalize completes the rest after waiting for the local transfers. No file is
 //! written per rank and nothing polls the file system: the earlier design (a marker
 //! file `done.<rank>.scr` per rank in the dataset's prefix directory, two fsyncs each,
@@ -89,7 +89,7 @@ pub(super) struct Flushing {
     started: BTreeMap<u64, std::time::Instant>,
     /// Background flushes of this run not yet completed collectively, oldest first. The
     /// same list on every rank: flushes start collectively, in the same order, and
-    /// [`Runtime::poll_flushes`] and [`Runtime::wait_flushes`] remove them collectively.
+    /// [`Flusher::poll_flushes`] and [`Flusher::wait_flushes`] remove them collectively.
     pending: Vec<IndexEntry>,
     /// What this rank's waiter found, by dataset id (there once its transfer ended).
     outcomes: Arc<Mutex<BTreeMap<u64, RankOutcome>>>,
@@ -185,7 +185,7 @@ macro_rules! flusher {
 }
 pub(in crate::runtime) use flusher;
 
-/// Where a flush writes its dataset's files ([`Runtime::placement`]): the same choice on
+/// Where a flush writes its dataset's files ([`Flusher::placement`]): the same choice on
 /// every rank.
 struct Placement {
     /// A pure output dataset (no checkpoint): written at its own paths even over older
@@ -393,7 +393,7 @@ impl Flusher<'_> {
     }
 
     /// Record the flush of `rec` collectively, given this rank's `outcome` (its transfer
-    /// waited for and verified, [`Runtime::gather_and_finish`]); when it failed anywhere,
+    /// waited for and verified, [`Flusher::gather_and_finish`]); when it failed anywhere,
     /// remove what this rank wrote that no older dataset owns (`removable`). Either way
     /// the dataset stays in cache and the checkpoint stands: a failed flush is a warning.
     fn flush_in_foreground(

@@ -18,31 +18,43 @@
 //! | part | module | owns | verbs (examples) |
 //! |---|---|---|---|
 //! | `Collective` | `collective` | the runtime's communicator, `Health` (uncertain, halt reason, finalized), the last scheme call's credit | `agree_on`, `all`, `begin`, `usable`, `changed`, `settle_call`; its exchanges are the `World` it derefs to |
-//! | `Topology` | `topology` | rank, size, node, the node's ranks, node count | found once (`Topology::find`), then read |
-//! | `Job` | `job` | user, job id, prefix, control directory, the job's directory in each store | `place`, `store_dir`, `dataset_dir`, `create_store_dir` |
+//! | `Topology` | `topology` | rank, size, node, the node's ranks, node count | found once (`Topology::find`), then read; `info` and `warn` speak for rank 0 |
+//! | `Job` | `job` | user, job id, prefix, control directory, the job's directory in each store, where its events go | `place`, `store_dir`, `dataset_dir`, `create_store_dir`, `log_event` |
 //! | `Descriptors` | `descriptors` | the redundancy descriptors in force, each with its set, scheme and set host | `create`, `for_dataset`, `for_checkpoint`, `set_host`, `group_value` |
 //! | `Cache` | `cache` (+ `cache::deferred_crc`) | the filemap, its journal, the next ids, the background hash | `open`, `get`, `put`, `update`, `forget`, `save`, `append_file`, `id_of`, `newest_checkpoint`, `used`, `settle_crc` |
-//! | `Output` | `output` | the dataset being written | `name`, `record` |
-//! | `RestartState` | `restart` | the candidate, skipped checkpoints, a restart in place | `skip`, `reads`, `in_progress`, `candidate_in`, `offer_in_prefix` |
+//! | `RestartState` | `restart::state` | the candidate, skipped checkpoints, a restart in place | `skip`, `reads`, `in_progress`, `candidate_in`, `offer_in_prefix` |
 //! | `Flushing` | `flush` | this run's flushes (in flight, pending, unrecorded, waiters, cancel flag) | `holds`, `in_flight`, `flushed`, `cancel_flag` |
 //! | `Policy` | `policy` | need_checkpoint's timing | `checkpoint_done`, `restart_clock` |
 //! | `RunReport` | `report` | what init and the run found, for the event log | `add_lost`, `add_lost_nodes`, `crc_note_due` |
+//! | `Output` | `output::state` | the dataset being written | `name`, `record` |
 //!
-//! The phases are modules whose `impl Runtime` blocks borrow those parts:
+//! (The restart's state and the dataset being written live in their own modules so that
+//! a phase that only reads them does not import the phase that changes them.)
 //!
-//! | phase | module |
-//! |---|---|
-//! | init (configuration, plugins, node, directories, sets, the cache restored) | `init`, `restore`, `distribute`; a disabled library is a `Disabled` (`disabled`), and init returns either as a [`Started`] |
-//! | output (start, route, complete, apply, commit) | `output`, `output::bypass` (files written in the prefix itself), `output::record` (names, ids and halt counts of a dataset, shared by both) |
-//! | restart (candidate, start/complete, current, fallback) | `restart` |
-//! | policy and halt (need_checkpoint, should_exit, halt_exit) | `policy` |
-//! | eviction, drop, delete | `evict` |
-//! | flush (foreground, background, interrupted) | `flush`, `flush::background`, `flush::resume`, `flush::record` (recording a flush in the prefix, shared by all three and by bypass outputs), `dispatch` (a store's transfer) |
-//! | fetch and restart in place from the prefix | `fetch` |
-//! | finalize | `finalize` |
+//! # Phases
 //!
-//! No two of these modules call each other both ways: what two phases share lives in
-//! a part or in a module both call (`flush::record`, `output::record`).
+//! A phase is a view: a struct of borrows of exactly the parts it uses, under the same
+//! names as the runtime's fields, built by a macro from the runtime or from another
+//! phase that holds those parts (`evictor!(self)`). The borrow checker draws the fences:
+//! eviction cannot touch the output in progress, a flush cannot change the restart.
+//!
+//! | phase | view (macro) | module | borrows (mutably) |
+//! |---|---|---|---|
+//! | the prefix's index edits (drop, delete, `prefix_purge`, `prefix_size`) | `Prefix` (`prefix!`) | `prefix` | — |
+//! | removal from cache, eviction | `Evictor` (`evictor!`) | `evict` | world, cache |
+//! | flush (foreground, background, interrupted, recording) | `Flusher` (`flusher!`) | `flush`, `flush::background`, `flush::resume`, `flush::record` | world, cache, flushing |
+//! | a store's transfers | `Transfers` (`transfers!`) | `dispatch` | — |
+//! | fetch and restart in place from the prefix | `Fetcher` (`fetcher!`) | `fetch` | world, cache, restart |
+//! | restart (candidate, start/complete, current, fallback) | `Restarter` (`restarter!`) | `restart` | world, cache, restart, flushing |
+//! | init's restore of the cache, distribute | `Restorer` (`restorer!`) | `restore`, `distribute` | world, cache, restart, report |
+//! | output (start, route, complete, bypass) | `Writer` (`writer!`) | `output`, `output::bypass`, `output::record` | world, cache, output, restart, flushing, policy |
+//!
+//! [`Runtime`] is the coordinator. Its methods live in three files: `mod.rs` (queries),
+//! `init` (init builds the parts; a disabled library is a `Disabled`, and init returns
+//! either as a [`Started`]) and `api` (each call of the application: enter the span,
+//! count the exchanges under the call's name, hand the work to a phase; what spans
+//! phases — need_checkpoint, should_exit, the halt exit, finalize — is decided there).
+//! No two of these modules import each other.
 //!
 //! Every exchange goes through a `World` (MPI, or threads acting as ranks in the
 //! runtime's own tests: `tests`), counted by [`comm`]; typed values cross it through

@@ -182,7 +182,7 @@ impl Writer<'_> {
             && !super::flush::flush_due(self.config, rec)
     }
 
-    /// [`Runtime::start_output_or_refuse`], over the view.
+    /// [`Runtime::start_output_or_refuse`](crate::runtime::Runtime::start_output_or_refuse), over the view.
     pub(in crate::runtime) fn start_output_or_refuse(
         &mut self,
         name: &str,
@@ -310,7 +310,7 @@ impl Writer<'_> {
         }
     }
 
-    /// [`Runtime::route_file`], over the view.
+    /// [`Runtime::route_file`](crate::runtime::Runtime::route_file), over the view.
     pub(in crate::runtime) fn route_file(&mut self, name: &Path) -> Result<PathBuf> {
         self.world.usable("route_file")?;
         routable(name)?;
@@ -343,7 +343,7 @@ impl Writer<'_> {
         }
     }
 
-    /// [`Runtime::route_file`] during output: the path of `rel` in this dataset's cache
+    /// [`Runtime::route_file`](crate::runtime::Runtime::route_file) during output: the path of `rel` in this dataset's cache
     /// directory, recorded and with its directories made (private, never through a link).
     fn route_output(&mut self, rel: &Path) -> Result<PathBuf> {
         let key = rel.to_string_lossy().into_owned();
@@ -385,7 +385,7 @@ impl Writer<'_> {
         Ok(path)
     }
 
-    /// [`Runtime::complete_output`], over the view.
+    /// [`Runtime::complete_output`](crate::runtime::Runtime::complete_output), over the view.
     pub(in crate::runtime) fn complete_output(&mut self, valid: bool) -> Result<bool> {
         let pre = if self.writing() {
             Ok(())

@@ -62,7 +62,7 @@ macro_rules! restarter {
 pub(in crate::runtime) use restarter;
 
 impl Restarter<'_> {
-    /// [`Runtime::route_file`] during restart: where file `rel` of the checkpoint being
+    /// [`Runtime::route_file`](crate::runtime::Runtime::route_file) during restart: where file `rel` of the checkpoint being
     /// read is (in the prefix, or in cache), refused when it is not one of its files.
     pub(in crate::runtime) fn route_restart(&self, name: &Path, rel: &Path) -> Result<PathBuf> {
         let key = rel.to_string_lossy();
@@ -114,7 +114,7 @@ impl Restarter<'_> {
         Ok(())
     }
 
-    /// [`Runtime::have_restart_fetching`], over the view.
+    /// [`Runtime::have_restart_fetching`](crate::runtime::Runtime::have_restart_fetching), over the view.
     pub(in crate::runtime) fn have_restart_fetching(&mut self) -> Result<Option<String>> {
         // the checkpoint about to be offered has its CRC32s recorded
         self.cache.settle_crc();
@@ -126,7 +126,7 @@ impl Restarter<'_> {
         Ok(self.restart.offered(self.cache))
     }
 
-    /// [`Runtime::start_restart`], over the view.
+    /// [`Runtime::start_restart`](crate::runtime::Runtime::start_restart), over the view.
     pub(in crate::runtime) fn start_restart(&mut self) -> Result<String> {
         self.world.usable("start_restart")?;
         // the files about to be read have their CRC32s recorded
@@ -152,7 +152,7 @@ impl Restarter<'_> {
         Ok(self.cache.record(id).name.clone())
     }
 
-    /// [`Runtime::complete_restart`], over the view.
+    /// [`Runtime::complete_restart`](crate::runtime::Runtime::complete_restart), over the view.
     pub(in crate::runtime) fn complete_restart(&mut self, valid: bool) -> Result<bool> {
         if self.restart.reading_prefix {
             let agreed = self.world.begin("complete_restart", Ok(()));
@@ -236,7 +236,7 @@ impl Restarter<'_> {
     /// checkpoint is flushed first unless the prefix holds it (flush_on_restart forced
     /// on; a background flush is waited for), then the cache is cleared on every rank,
     /// so the restart reads the checkpoint in place in the prefix
-    /// ([`Runtime::restart_in_place`]). Collective.
+    /// ([`Restarter::restart_in_place`]). Collective.
     ///
     /// Unlike SCR, which purges the cache whatever happened, a dataset the prefix does
     /// not hold complete after this — the newest checkpoint whose flush failed, an output
@@ -365,7 +365,7 @@ impl Restarter<'_> {
     }
 
     /// Whether a checkpoint only the prefix holds is read where it lies
-    /// ([`Runtime::open_prefix_restart`]) rather than fetched into cache: with
+    /// ([`Fetcher::open_prefix_restart`](crate::runtime::fetch::Fetcher::open_prefix_restart)) rather than fetched into cache: with
     /// `fetch = false` (SCR 3.x), `fetch_bypass` or `global_restart` (SCR's fetch in
     /// bypass mode), and when this run's checkpoints bypass the cache (the descriptor
     /// the next checkpoint takes has `bypass`): copying into a cache the run does not use
@@ -382,7 +382,7 @@ impl Restarter<'_> {
             || self.descs[next].record().bypass
     }
 
-    /// [`Runtime::current`], over the view.
+    /// [`Runtime::current`](crate::runtime::Runtime::current), over the view.
     pub(in crate::runtime) fn current(&mut self, name: &str) -> Result<()> {
         if self.restart.fetch_pending {
             self.world.usable("current")?;

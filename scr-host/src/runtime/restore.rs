@@ -95,7 +95,7 @@ impl Restorer<'_> {
         // Which datasets the cache holds, agreed without gathering records: the ids are
         // walked from the largest down by max-reductions, and for each id the lowest
         // holder's identity is broadcast and compared by every other holder (see
-        // [`Runtime::holders_of`]). Per rank and dataset: a few reductions and one
+        // [`Restorer::holders_of`]). Per rank and dataset: a few reductions and one
         // broadcast of about 100 bytes (was: every rank's records, ~470 bytes each, on
         // every rank — O(P)).
         // (id + 1 encoded, 0: none; restoring id only changes this rank's record of id,
@@ -160,7 +160,7 @@ impl Restorer<'_> {
     /// SCR's SCR_DISTRIBUTE=0 and SCR_CACHE_PURGE=1 (`why`): no restart from cache; the
     /// cache is purged on every node (agreed) and the run restarts from the prefix
     /// (fetch). The flush file loses its CACHE entries with the rebuild that follows
-    /// (nothing is left to restore: [`Runtime::rebuild_flush_file`]).
+    /// (nothing is left to restore: [`Restorer::rebuild_flush_file`]).
     fn purge_at_init(&mut self, why: &str) -> Result<()> {
         let purged = evictor!(self).purge_cache(why);
         self.world.agree_on(purged)

@@ -27,7 +27,7 @@ impl Flusher<'_> {
     }
 
     /// Hand this rank's transfer to a waiter thread, which keeps its outcome in memory
-    /// for the collective completion ([`Runtime::poll_flushes`], [`Runtime::wait_flushes`]).
+    /// for the collective completion ([`Flusher::poll_flushes`], [`Flusher::wait_flushes`]).
     /// The thread makes no MPI call and writes nothing into the prefix.
     pub(in crate::runtime) fn flush_in_background(
         &mut self,
@@ -108,7 +108,7 @@ impl Flusher<'_> {
 
     /// Complete the `n` oldest pending background flushes (collective; every rank's
     /// transfer of each ended): agree on which failed and remove what those wrote, then
-    /// record each in order through [`Runtime::gather_and_finish`], as a synchronous
+    /// record each in order through [`Flusher::gather_and_finish`], as a synchronous
     /// flush is recorded. `last` (finalize): the flushes copied but not recorded earlier
     /// are recorded again, and what cannot be recorded now stays unrecorded for good.
     fn complete_flushes(&mut self, n: usize, last: bool) {

@@ -122,7 +122,7 @@ impl Part {
 }
 
 /// What the ranks' answers ([`Part`]) say together about an interrupted flush: the same
-/// on every rank ([`Runtime::agree_on_parts`]).
+/// on every rank ([`Flusher::agree_on_parts`]).
 struct Agreed {
     /// The dataset is complete in every rank's cache.
     cached: bool,
@@ -167,11 +167,11 @@ impl Flusher<'_> {
     /// Resume or clean up the interrupted flush of `entry` (collective). A dataset still
     /// complete in every rank's cache whose flush could not be resumed is flushed again
     /// right away (an output would otherwise never be: only the newest checkpoint is
-    /// flushed at finalize). Per rank: [`Runtime::owned_among`] for its destinations,
+    /// flushed at finalize). Per rank: [`Flusher::owned_among`] for its destinations,
     /// then the ranks' answers agreed by one bitwise-OR reduction (8 bytes, O(log P)
     /// steps; was an all-gather of one byte per rank, O(P)); what recording or cleaning
-    /// up costs is said at [`Runtime::gather_and_finish`] and
-    /// [`Runtime::remove_flush_files`].
+    /// up costs is said at [`Flusher::gather_and_finish`] and
+    /// [`Flusher::remove_flush_files`].
     fn settle(&mut self, entry: &IndexEntry) {
         let _dataset = crate::log::dataset_span(entry.id).entered();
         let state = transfers!(self).state_file(entry.id);
@@ -198,7 +198,7 @@ impl Flusher<'_> {
     }
 
     /// `reopened`, unless a destination of it belongs to a complete dataset (collective:
-    /// [`Runtime::owned_among`]). What complete datasets own a resumed transfer must not
+    /// [`Flusher::owned_among`]). What complete datasets own a resumed transfer must not
     /// write (a dataset scavenged or flushed since may hold that path now), and the
     /// cleanup never removes it.
     fn refuse_owned(
@@ -471,7 +471,7 @@ impl Flusher<'_> {
     /// filemap's names, and then removes only the dataset's own directory and temporary
     /// copies: the flush went to its own directory exactly when a name was taken, so a
     /// file at a name's own path may be someone else's. Per rank: a 1-byte broadcast,
-    /// [`Runtime::owned_among`] and a sum-reduction (was an all-gather of every rank's
+    /// [`Flusher::owned_among`] and a sum-reduction (was an all-gather of every rank's
     /// count, O(P)); rank 0 reads every block's part of the list (crash cleanup only).
     fn remove_flush_files(&self, entry: &IndexEntry, rec: Option<&DatasetRecord>) -> u64 {
         let pure_output = entry.output && entry.checkpoint_id.is_none();

@@ -26,7 +26,7 @@ use crate::state::prefix::FlushedFile;
 use crate::transfer::RankOutcome;
 
 impl Writer<'_> {
-    /// [`Runtime::route_file`] during a bypass output: `rel`'s path in the prefix,
+    /// [`Runtime::route_file`](crate::runtime::Runtime::route_file) during a bypass output: `rel`'s path in the prefix,
     /// recorded, with its directories made. A symbolic link there is refused, as in cache:
     /// the host reads back what it records, and would read through the link.
     pub(in crate::runtime) fn route_bypass(&mut self, rel: &Path) -> Result<PathBuf> {
@@ -55,7 +55,7 @@ impl Writer<'_> {
         Ok(path)
     }
 
-    /// [`Runtime::complete_output`] of a bypass dataset (collective): once every rank is
+    /// [`Runtime::complete_output`](crate::runtime::Runtime::complete_output) of a bypass dataset (collective): once every rank is
     /// here (so every rank has finished writing, a shared file too), each rank reads its
     /// files back for their size and CRC32 (`crc_on_flush`), and the dataset is recorded
     /// in the prefix as a flushed one. Kept only when every rank said valid and every

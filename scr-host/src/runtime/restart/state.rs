@@ -15,7 +15,7 @@ pub(in crate::runtime) struct RestartState {
     /// Checkpoints the application reported invalid, never offered again.
     pub(super) skipped: Vec<u64>,
     /// SCR 3.x order: the fetch from the prefix waits for the first
-    /// [`Runtime::have_restart_fetching`], so that `current` can choose what is loaded.
+    /// [`Runtime::have_restart_fetching`](crate::runtime::Runtime::have_restart_fetching), so that `current` can choose what is loaded.
     pub(super) fetch_pending: bool,
     /// The checkpoint `current` chose while the fetch was pending, when no cache holds it.
     pub(super) wanted: Option<String>,
