@@ -1,5 +1,6 @@
-//! Removing datasets: the application's drop and delete, and eviction from a full store
-//! (agreed: a dataset leaves every rank's cache or none).
+//! Removing datasets from cache: what a delete, a failed apply or an invalid restart
+//! removes, and eviction from a full store (agreed: a dataset leaves every rank's cache
+//! or none). The application's drop and delete are calls of the runtime (`api`).
 
 use super::cache::{file_names, remove_files, Cache};
 use super::collective::Collective;

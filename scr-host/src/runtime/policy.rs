@@ -1,6 +1,7 @@
 //! Policy and halt: when to checkpoint (need_checkpoint: interval, seconds, overhead) and
 //! when to stop (halt conditions from the halt file, the allocation's end, should_exit),
-//! decided by rank 0 and agreed.
+//! decided by rank 0 and agreed. The rules and the agreement are here; the calls
+//! (`need_checkpoint`, `should_exit`, the halt exit) are the runtime's (`api`).
 
 use super::world::World;
 use super::{Instant, Path};
