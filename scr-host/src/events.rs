@@ -144,7 +144,7 @@ pub fn path(prefix: &Path) -> PathBuf {
 /// in the prefix (`log_txt_enable`) and syslog (`log_syslog_enable`), neither without
 /// `log_enable`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Sinks {
+pub(crate) struct Sinks {
     /// Append to `<prefix>/.scr/events.jsonl`.
     pub text: bool,
     /// Send to syslog: ident, facility and level.
@@ -153,7 +153,7 @@ pub struct Sinks {
 
 impl Sinks {
     /// The sinks `config` asks for.
-    pub fn from_config(config: &crate::config::Config) -> Sinks {
+    pub(crate) fn from_config(config: &crate::config::Config) -> Sinks {
         use crate::config::settings;
         if !config.get(settings::LOG_ENABLE) {
             return Sinks {
@@ -176,7 +176,7 @@ impl Sinks {
     }
 
     /// Record `event` of job `job_id` in every sink (never fails: see [`log_event`]).
-    pub fn record(&self, prefix: &Path, job_id: &str, event: Event) {
+    pub(crate) fn record(&self, prefix: &Path, job_id: &str, event: Event) {
         if let Some((ident, facility, level)) = &self.syslog {
             let line = line(&stamped(job_id, event.clone()));
             if let Err(e) = syslog::send(ident, *facility, *level, &line) {

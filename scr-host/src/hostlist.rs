@@ -15,7 +15,7 @@ use std::fmt;
 
 /// The largest number of hosts one expression may expand to: a typo such as
 /// `node[1-999999999]` must be an error, not an exhausted memory.
-pub const MAX_HOSTS: usize = 1 << 20;
+pub(crate) const MAX_HOSTS: usize = 1 << 20;
 
 /// A host list that cannot be read, with the text at fault.
 #[derive(Clone, Debug, PartialEq, Eq)]

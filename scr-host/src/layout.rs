@@ -25,17 +25,17 @@
 use std::path::{Path, PathBuf};
 
 /// Name of a cached or flushed dataset's directory: `scr.dataset.<id>`.
-pub fn dataset_dir_name(id: u64) -> String {
+pub(crate) fn dataset_dir_name(id: u64) -> String {
     format!("scr.dataset.{id}")
 }
 
 /// The id of a directory named [`dataset_dir_name`], `None` for any other name.
-pub fn parse_dataset_dir_name(name: &str) -> Option<u64> {
+pub(crate) fn parse_dataset_dir_name(name: &str) -> Option<u64> {
     name.strip_prefix("scr.dataset.")?.parse().ok()
 }
 
 /// `<base>/<node>` when nodes are simulated, else `<base>`: node-local storage.
-pub fn node_local(base: &Path, simulated: bool, node: &str) -> PathBuf {
+pub(crate) fn node_local(base: &Path, simulated: bool, node: &str) -> PathBuf {
     if simulated {
         base.join(node)
     } else {
@@ -44,25 +44,31 @@ pub fn node_local(base: &Path, simulated: bool, node: &str) -> PathBuf {
 }
 
 /// A job's directory below a node-local base, relative to it: `<user>/scr.<job>`.
-pub fn job_subdir(user: &str, job_id: &str) -> PathBuf {
+pub(crate) fn job_subdir(user: &str, job_id: &str) -> PathBuf {
     PathBuf::from(user).join(format!("scr.{job_id}"))
 }
 
 /// A job's directory in a node-local base (a cache store or `cntl_base`):
 /// `<base>[/<node>]/<user>/scr.<job>`.
-pub fn job_dir(base: &Path, simulated: bool, node: &str, user: &str, job_id: &str) -> PathBuf {
+pub(crate) fn job_dir(
+    base: &Path,
+    simulated: bool,
+    node: &str,
+    user: &str,
+    job_id: &str,
+) -> PathBuf {
     node_local(base, simulated, node).join(job_subdir(user, job_id))
 }
 
 /// A cached dataset's directory in a store's job directory ([`job_dir`]).
-pub fn cache_dataset_dir(store_job_dir: &Path, id: u64) -> PathBuf {
+pub(crate) fn cache_dataset_dir(store_job_dir: &Path, id: u64) -> PathBuf {
     store_job_dir.join(dataset_dir_name(id))
 }
 
 /// The mark that the `current` setting (SCR_CURRENT) was applied by a run of this job:
 /// later runs of the job (relaunches in the same allocation) restart as usual instead of
 /// going back to the named checkpoint again, as SCR applies SCR_CURRENT once.
-pub fn current_applied_file(cntl_dir: &Path) -> PathBuf {
+pub(crate) fn current_applied_file(cntl_dir: &Path) -> PathBuf {
     cntl_dir.join("current.applied")
 }
 
@@ -83,32 +89,32 @@ pub fn prefix_nodes_file(prefix: &Path) -> PathBuf {
 }
 
 /// A transfer's persisted state in a control directory: `transfer.<id>.<rank>.state`.
-pub fn transfer_state(cntl_dir: &Path, id: u64, rank: u32) -> PathBuf {
+pub(crate) fn transfer_state(cntl_dir: &Path, id: u64, rank: u32) -> PathBuf {
     cntl_dir.join(format!("transfer.{id}.{rank}.state"))
 }
 
 /// A fetch's persisted transfer state in a control directory: `fetch.<id>.<rank>.state`.
-pub fn fetch_state(cntl_dir: &Path, id: u64, rank: u32) -> PathBuf {
+pub(crate) fn fetch_state(cntl_dir: &Path, id: u64, rank: u32) -> PathBuf {
     cntl_dir.join(format!("fetch.{id}.{rank}.state"))
 }
 
 /// The `.scr` directory of a prefix.
-pub fn scr_dir(prefix: &Path) -> PathBuf {
+pub(crate) fn scr_dir(prefix: &Path) -> PathBuf {
     prefix.join(".scr")
 }
 
 /// A flushed dataset's directory of records: `<prefix>/.scr/scr.dataset.<id>`.
-pub fn prefix_dataset_dir(prefix: &Path, id: u64) -> PathBuf {
+pub(crate) fn prefix_dataset_dir(prefix: &Path, id: u64) -> PathBuf {
     scr_dir(prefix).join(dataset_dir_name(id))
 }
 
 /// The prefix's index of flushed datasets.
-pub fn index_file(prefix: &Path) -> PathBuf {
+pub(crate) fn index_file(prefix: &Path) -> PathBuf {
     scr_dir(prefix).join("index.scr")
 }
 
 /// The prefix's flush file (which dataset is where).
-pub fn flush_file(prefix: &Path) -> PathBuf {
+pub(crate) fn flush_file(prefix: &Path) -> PathBuf {
     scr_dir(prefix).join("flush.scr")
 }
 
@@ -118,63 +124,63 @@ pub fn halt_file(prefix: &Path) -> PathBuf {
 }
 
 /// The last dataset and checkpoint ids used with a prefix.
-pub fn ids_file(prefix: &Path) -> PathBuf {
+pub(crate) fn ids_file(prefix: &Path) -> PathBuf {
     scr_dir(prefix).join("ids.scr")
 }
 
 /// `scr run`'s state across relaunches (runs left, nodes used).
-pub fn run_state_file(prefix: &Path) -> PathBuf {
+pub(crate) fn run_state_file(prefix: &Path) -> PathBuf {
     scr_dir(prefix).join("run.scr")
 }
 
 /// The prefix's event log (one JSON object per line).
-pub fn events_file(prefix: &Path) -> PathBuf {
+pub(crate) fn events_file(prefix: &Path) -> PathBuf {
     scr_dir(prefix).join("events.jsonl")
 }
 
 /// The configuration calls the application made, recorded for the `scr` tools.
-pub fn app_conf_file(prefix: &Path) -> PathBuf {
+pub(crate) fn app_conf_file(prefix: &Path) -> PathBuf {
     scr_dir(prefix).join("app.conf")
 }
 
 /// The lock file serializing updates of the prefix's state files (index, flush file).
-pub fn lock_file(prefix: &Path) -> PathBuf {
+pub(crate) fn lock_file(prefix: &Path) -> PathBuf {
     scr_dir(prefix).join("lock")
 }
 
 /// The note beside a flushed dataset's summary that marks it failed (kept so a rebuilt
 /// index keeps the mark).
-pub fn failed_note_file(prefix: &Path, id: u64) -> PathBuf {
+pub(crate) fn failed_note_file(prefix: &Path, id: u64) -> PathBuf {
     prefix_dataset_dir(prefix, id).join("failed.scr")
 }
 
 /// A flushed dataset's summary.
-pub fn summary_file(prefix: &Path, id: u64) -> PathBuf {
+pub(crate) fn summary_file(prefix: &Path, id: u64) -> PathBuf {
     prefix_dataset_dir(prefix, id).join("summary.scr")
 }
 
 /// A flushed dataset's rank2file map (its root, or the whole map of an earlier release).
-pub fn rank2file_file(prefix: &Path, id: u64) -> PathBuf {
+pub(crate) fn rank2file_file(prefix: &Path, id: u64) -> PathBuf {
     prefix_dataset_dir(prefix, id).join("rank2file.scr")
 }
 
 /// Name of part `n` of a rank2file tree: `rank2file.<n>.scr`.
-pub fn rank2file_part_name(n: u32) -> String {
+pub(crate) fn rank2file_part_name(n: u32) -> String {
     format!("rank2file.{n}.scr")
 }
 
 /// Part `n` of a flushed dataset's rank2file tree.
-pub fn rank2file_part_file(prefix: &Path, id: u64, n: u32) -> PathBuf {
+pub(crate) fn rank2file_part_file(prefix: &Path, id: u64, n: u32) -> PathBuf {
     prefix_dataset_dir(prefix, id).join(rank2file_part_name(n))
 }
 
 /// What the flush of dataset `id` may write, as earlier releases recorded it.
-pub fn writes_file(prefix: &Path, id: u64) -> PathBuf {
+pub(crate) fn writes_file(prefix: &Path, id: u64) -> PathBuf {
     prefix_dataset_dir(prefix, id).join("writes.scr")
 }
 
 /// What the ranks of rank2file block `n` may write in the flush of dataset `id`.
-pub fn writes_part_file(prefix: &Path, id: u64, n: u32) -> PathBuf {
+pub(crate) fn writes_part_file(prefix: &Path, id: u64, n: u32) -> PathBuf {
     prefix_dataset_dir(prefix, id).join(format!("writes.{n}.scr"))
 }
 
@@ -191,17 +197,17 @@ pub fn stage_dir(prefix: &Path, id: u64) -> PathBuf {
 }
 
 /// Scavenge's staging directory of rank `rank`'s files.
-pub fn rank_stage_dir(prefix: &Path, id: u64, rank: u32) -> PathBuf {
+pub(crate) fn rank_stage_dir(prefix: &Path, id: u64, rank: u32) -> PathBuf {
     stage_dir(prefix, id).join(format!("rank_{rank}"))
 }
 
 /// Scavenge's manifest of rank `rank`'s staged files.
-pub fn rank_manifest_file(prefix: &Path, id: u64, rank: u32) -> PathBuf {
+pub(crate) fn rank_manifest_file(prefix: &Path, id: u64, rank: u32) -> PathBuf {
     stage_dir(prefix, id).join(format!("rank_{rank}.scr"))
 }
 
 /// `path` relative to `dir` (as recorded in the filemap); a path outside `dir` unchanged.
-pub fn relative_to(dir: &Path, path: &str) -> String {
+pub(crate) fn relative_to(dir: &Path, path: &str) -> String {
     let p = Path::new(path);
     p.strip_prefix(dir)
         .unwrap_or(p)

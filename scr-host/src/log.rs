@@ -71,7 +71,7 @@ pub fn set_debug(debug: u64) {
 }
 
 /// The most verbose level printed at `SCR_DEBUG` level `debug`.
-pub fn level_for(debug: u64) -> Level {
+pub(crate) fn level_for(debug: u64) -> Level {
     match debug {
         0 => Level::WARN,
         1 => Level::INFO,
@@ -222,14 +222,14 @@ fn format_line(
 }
 
 /// Our layer: formats each event as one line and hands it to `out`.
-pub struct ScrLayer<W> {
+pub(crate) struct ScrLayer<W> {
     out: W,
 }
 
 impl<W: Fn(&str) + Send + Sync + 'static> ScrLayer<W> {
     /// A layer that passes each formatted line (newline included) to `out`; tests collect
     /// lines with it.
-    pub fn new(out: W) -> Self {
+    pub(crate) fn new(out: W) -> Self {
         ScrLayer { out }
     }
 }
@@ -290,7 +290,7 @@ where
 /// and, once the configuration is read, the job id (record it with
 /// `span.record("job", id)`). Created at the error level so no filter drops it (a dropped
 /// span would take its fields with it).
-pub fn runtime_span(rank: u32) -> tracing::Span {
+pub(crate) fn runtime_span(rank: u32) -> tracing::Span {
     tracing::error_span!("scr", rank = rank, job = tracing::field::Empty)
 }
 
@@ -304,7 +304,7 @@ pub fn env_debug() -> u64 {
 }
 
 /// The span of work on one dataset: messages inside carry its id.
-pub fn dataset_span(id: u64) -> tracing::Span {
+pub(crate) fn dataset_span(id: u64) -> tracing::Span {
     tracing::error_span!("dataset", dataset = id)
 }
 
@@ -316,7 +316,7 @@ pub fn dataset_span(id: u64) -> tracing::Span {
 /// The text is the plugin's, not ours: control characters (a newline, a terminal escape)
 /// are shown escaped, so a plugin's message stays one line and cannot pass for another
 /// rank's or the runtime's line.
-pub fn plugin_message(level: scr_plugin::LogLevel, rank: u32, plugin: &str, message: &str) {
+pub(crate) fn plugin_message(level: scr_plugin::LogLevel, rank: u32, plugin: &str, message: &str) {
     use scr_plugin::LogLevel;
     let message = one_line(message);
     let plugin = one_line(plugin);

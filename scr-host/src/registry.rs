@@ -26,7 +26,7 @@ use scr_plugin::{
 /// report. Only these are loaded from the built-in directory, so other shared objects that
 /// sit beside them (test fixtures, an application's own libraries) are never mistaken for
 /// plugins, and a file that is not what its name says is refused.
-pub const SHIPPED_PLUGINS: &[(&str, &str)] = &[
+pub(crate) const SHIPPED_PLUGINS: &[(&str, &str)] = &[
     ("libscr_single.so", "scr-single"),
     ("libscr_partner.so", "scr-partner"),
     ("libscr_xor.so", "scr-xor"),

@@ -34,7 +34,7 @@
 //! answer in time is down. Scavenge copies have no limit (a large cache takes what it
 //! takes) but run on at most `remote_fanout` nodes at once.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -124,7 +124,7 @@ pub fn report_or_plain(payload: &impl serde::Serialize) -> String {
 }
 
 /// Read a report's payload as `T`; an error naming `node` when it is not one.
-pub fn parse_report<T: serde::de::DeserializeOwned>(
+pub(crate) fn parse_report<T: serde::de::DeserializeOwned>(
     node: &str,
     report: &str,
 ) -> Result<T, RemoteError> {
@@ -161,7 +161,7 @@ pub struct Runner {
 
 /// What a command run on a node ended with: its output, or why it could not run or
 /// did not answer in time.
-pub type Answer = Result<RemoteOutput, RemoteError>;
+pub(crate) type Answer = Result<RemoteOutput, RemoteError>;
 
 /// What a command run on a node printed and its exit code (`None`: killed by a signal).
 #[derive(Clone, Debug)]
@@ -250,7 +250,8 @@ impl Runner {
     }
 
     /// Run `scr` somewhere else than this executable (tests: the binary under test).
-    pub fn with_exe(mut self, exe: &Path) -> Runner {
+    #[cfg(test)]
+    pub(crate) fn with_exe(mut self, exe: &std::path::Path) -> Runner {
         self.exe = exe.to_path_buf();
         self
     }
@@ -344,7 +345,11 @@ impl Runner {
 }
 
 /// `f` for every node of `nodes` on at most `width` threads; the answers in order.
-pub fn fan_out<T: Send>(nodes: &[String], width: usize, f: impl Fn(&str) -> T + Sync) -> Vec<T> {
+pub(crate) fn fan_out<T: Send>(
+    nodes: &[String],
+    width: usize,
+    f: impl Fn(&str) -> T + Sync,
+) -> Vec<T> {
     let next = AtomicUsize::new(0);
     let mut out: Vec<(usize, T)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..width.clamp(1, nodes.len().max(1)))
@@ -371,7 +376,7 @@ pub fn fan_out<T: Send>(nodes: &[String], width: usize, f: impl Fn(&str) -> T + 
 
 /// Whether `a` and `b` name the same host: equal, or equal up to the first dot (a
 /// resource manager's short name against `gethostname`'s fully qualified one).
-pub fn same_host(a: &str, b: &str) -> bool {
+pub(crate) fn same_host(a: &str, b: &str) -> bool {
     let short = |n: &str| n.split('.').next().unwrap_or(n).to_string();
     a == b || short(a) == short(b)
 }
@@ -412,6 +417,7 @@ fn on_path(path: &str, name: &str) -> bool {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+    use std::path::Path;
 
     fn config(vars: &[(&str, &str)]) -> Config {
         let mut l = crate::config::Loader::default();

@@ -54,7 +54,7 @@ pub fn allocation_end(env: &dyn Fn(&str) -> Option<String>, now: i64) -> Option<
 /// [`allocation_end`] after the `end_time` key, which wins when set (non-zero); reads
 /// the process environment. Call it on one rank and broadcast the answer: thousands of
 /// ranks each running `squeue` at init would load the controller (SCR asks once, too).
-pub fn from_config_and_env(config: &Config) -> Option<(i64, String)> {
+pub(crate) fn from_config_and_env(config: &Config) -> Option<(i64, String)> {
     let key = config.get(settings::END_TIME);
     if key > 0 {
         let origin = &config.setting_of(settings::END_TIME).origin;
@@ -71,7 +71,7 @@ pub fn from_config_and_env(config: &Config) -> Option<(i64, String)> {
 pub type Runner<'a> = dyn Fn(&str, &[&str]) -> Option<String> + 'a;
 
 /// [`allocation_end`] with the commands run through `run`.
-pub fn allocation_end_with(
+pub(crate) fn allocation_end_with(
     env: &dyn Fn(&str) -> Option<String>,
     run: &Runner,
     now: i64,
@@ -178,7 +178,7 @@ fn pbs(run: &Runner, id: &str, now: i64) -> Option<(i64, String)> {
 /// Seconds in a duration written `[D-][[H:]M:]S` (SLURM's time format; PBS's `H:M:S`
 /// is the same without days); `None` for anything else (`UNLIMITED`, `NOT_SET`,
 /// `INVALID`, `Partition_Limit`).
-pub fn parse_slurm_duration(text: &str) -> Option<i64> {
+pub(crate) fn parse_slurm_duration(text: &str) -> Option<i64> {
     let text = text.trim();
     let (days, rest) = match text.split_once('-') {
         Some((d, r)) => (d.parse::<i64>().ok()?, r),

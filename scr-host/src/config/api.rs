@@ -472,7 +472,7 @@ pub(crate) fn layer(calls: &[(usize, String)], errors: &mut Vec<ConfigError>) ->
 /// Where init records the settings the application made through the API, so that
 /// `scr config show` and `explain` (run later, in another process) report what the run
 /// had in force: `<prefix>/.scr/app.conf` (SCR keeps its own in the same place).
-pub fn record_path(prefix: &Path) -> std::path::PathBuf {
+pub(crate) fn record_path(prefix: &Path) -> std::path::PathBuf {
     crate::layout::app_conf_file(prefix)
 }
 

@@ -95,21 +95,21 @@ impl Config {
     }
 
     /// The store a descriptor writes to: its own `store`, else `cache_base`.
-    pub fn checkpoint_store(&self, ck: &Checkpoint) -> String {
+    pub(crate) fn checkpoint_store(&self, ck: &Checkpoint) -> String {
         ck.store
             .clone()
             .unwrap_or_else(|| self.get(settings::CACHE_BASE))
     }
 
     /// A descriptor's failure group: its own `group`, else `group`.
-    pub fn checkpoint_group(&self, ck: &Checkpoint) -> String {
+    pub(crate) fn checkpoint_group(&self, ck: &Checkpoint) -> String {
         ck.group
             .clone()
             .unwrap_or_else(|| self.get(settings::GROUP))
     }
 
     /// A descriptor's redundancy scheme: its own `type`, else `copy_type`.
-    pub fn checkpoint_scheme(&self, ck: &Checkpoint) -> String {
+    pub(crate) fn checkpoint_scheme(&self, ck: &Checkpoint) -> String {
         ck.scheme
             .clone()
             .unwrap_or_else(|| self.get(settings::COPY_TYPE))
@@ -117,14 +117,14 @@ impl Config {
 
     /// Whether a descriptor's datasets bypass the cache: its own `bypass`, else
     /// `cache_bypass`.
-    pub fn checkpoint_bypass(&self, ck: &Checkpoint) -> bool {
+    pub(crate) fn checkpoint_bypass(&self, ck: &Checkpoint) -> bool {
         ck.bypass
             .unwrap_or_else(|| self.get(settings::CACHE_BYPASS))
     }
 
     /// A set parameter of a descriptor (`set_size`, `set_failures` or `replicas`): its
     /// own, else the setting `key`.
-    pub fn checkpoint_number(&self, ck: &Checkpoint, key: settings::Param<u64>) -> u64 {
+    pub(crate) fn checkpoint_number(&self, ck: &Checkpoint, key: settings::Param<u64>) -> u64 {
         ck.numbers
             .get(key.name())
             .copied()
@@ -134,7 +134,12 @@ impl Config {
     /// The failure-group value of world rank `rank` on `node` for group `name`: the node
     /// itself for NODE, the rank alone for WORLD (every rank its own group), else the
     /// `[[group]]` table of the node. Redundancy sets never hold two ranks with one value.
-    pub fn failure_group(&self, name: &str, node: &str, rank: u32) -> Result<String, NoGroupValue> {
+    pub(crate) fn failure_group(
+        &self,
+        name: &str,
+        node: &str,
+        rank: u32,
+    ) -> Result<String, NoGroupValue> {
         match name {
             "NODE" => Ok(node.to_string()),
             "WORLD" => Ok(format!("rank{rank}")),
@@ -167,7 +172,7 @@ impl Config {
     }
 
     /// The group of processes sharing a store's device (its own, else `group`).
-    pub fn store_group(&self, store: &Store) -> String {
+    pub(crate) fn store_group(&self, store: &Store) -> String {
         store
             .group
             .clone()
@@ -175,13 +180,13 @@ impl Config {
     }
 
     /// Datasets a store keeps (its own count, else `cache_size`).
-    pub fn store_count(&self, store: &Store) -> u64 {
+    pub(crate) fn store_count(&self, store: &Store) -> u64 {
         self.count_of(Some(store))
     }
 
     /// Datasets the store at `path` keeps: its own count, else (for a store that names
     /// none, or that is not defined) `cache_size`.
-    pub fn store_count_at(&self, path: &str) -> u64 {
+    pub(crate) fn store_count_at(&self, path: &str) -> u64 {
         self.count_of(self.store(path))
     }
 
@@ -193,7 +198,7 @@ impl Config {
     }
 
     /// A store's view: its own, else global for group WORLD and node-local otherwise.
-    pub fn store_view(&self, store: &Store) -> View {
+    pub(crate) fn store_view(&self, store: &Store) -> View {
         store.view.unwrap_or(if self.store_group(store) == "WORLD" {
             View::Global
         } else {
@@ -203,13 +208,13 @@ impl Config {
 
     /// The transfer type used to flush from a store (its own `type`, else `flush_type`),
     /// with where it was set.
-    pub fn store_transfer(&self, store: &Store) -> (String, Origin) {
+    pub(crate) fn store_transfer(&self, store: &Store) -> (String, Origin) {
         self.transfer_of(Some(store))
     }
 
     /// The transfer type used to flush from the store at `path`: its own `type`, else
     /// (for a store that names none, or that is not defined) `flush_type`.
-    pub fn store_transfer_at(&self, path: &str) -> String {
+    pub(crate) fn store_transfer_at(&self, path: &str) -> String {
         self.transfer_of(self.store(path)).0
     }
 
@@ -268,7 +273,7 @@ impl Config {
     /// descriptor `record`, for its member `member` (world rank `world_rank`): the
     /// recorded scheme, parameters and set size, with the plugin settings of this
     /// configuration.
-    pub fn recorded_scheme_config(
+    pub(crate) fn recorded_scheme_config(
         &self,
         record: &crate::state::filemap::DescriptorRecord,
         member: u32,

@@ -22,7 +22,7 @@ pub fn find(name: &str) -> Option<&'static Key> {
 }
 
 /// The environment variables that set `key`: its own first, then its aliases'.
-pub fn env_vars(key: &Key) -> Vec<String> {
+pub(crate) fn env_vars(key: &Key) -> Vec<String> {
     std::iter::once(key.env_var())
         .chain(
             ALIASES
@@ -45,7 +45,7 @@ pub fn find_api(name: &str) -> Option<&'static Key> {
 }
 
 /// "unknown key `k` (did you mean `x`?)" for a scalar key name.
-pub fn unknown_key(k: &str) -> String {
+pub(crate) fn unknown_key(k: &str) -> String {
     let bare = k
         .get(..4)
         .filter(|p| p.eq_ignore_ascii_case("scr_"))
@@ -57,7 +57,10 @@ pub fn unknown_key(k: &str) -> String {
 }
 
 /// The closest known word to `word`, for "did you mean" hints.
-pub fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn suggest<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     let w = word.to_ascii_lowercase();
     candidates
         .into_iter()

@@ -62,12 +62,12 @@ pub const DEFAULT_SYSTEM_CONFIG: &str = match option_env!("SCR_SYSTEM_CONFIG_DEF
 };
 
 /// `s` as a TOML basic string, escaped by the toml crate itself.
-pub fn toml_string(s: &str) -> String {
+pub(crate) fn toml_string(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
 }
 
 /// `k` as a TOML key: bare when it may be, quoted otherwise.
-pub fn toml_key(k: &str) -> String {
+pub(crate) fn toml_key(k: &str) -> String {
     if !k.is_empty()
         && k.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
@@ -79,7 +79,7 @@ pub fn toml_key(k: &str) -> String {
 }
 
 /// Names of the descriptor sections (lockable as a whole).
-pub const SECTIONS: &[&str] = &["group", "store", "checkpoint", "plugins"];
+pub(crate) const SECTIONS: &[&str] = &["group", "store", "checkpoint", "plugins"];
 
 /// Where a value came from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! defaults, so what the file says a default is and what the library does without it
 //! cannot differ. A test compares the rendering with the file byte for byte; after a
 //! change here or to a default in the catalog, regenerate the file with
-//! [`REGENERATE`].
+//! `UPDATE_SHIPPED_CONFIG=1 cargo test -p scr-host --lib shipped_scr_toml_is_the_catalog_rendered`.
 //!
 //! It lives apart from `render.rs`, which prints an effective configuration with the
 //! origin of each value (`scr config show`); this is the annotated template a site
@@ -17,7 +17,8 @@ use super::toml_string;
 use super::types::{Key, Value};
 
 /// The command that rewrites `config/scr.toml` from [`system_file`].
-pub const REGENERATE: &str =
+#[cfg(test)]
+const REGENERATE: &str =
     "UPDATE_SHIPPED_CONFIG=1 cargo test -p scr-host --lib shipped_scr_toml_is_the_catalog_rendered";
 
 /// One piece of the shipped file.

@@ -113,7 +113,7 @@ pub struct Key {
 
 impl Key {
     /// The environment variable that sets this key.
-    pub fn env_var(&self) -> String {
+    pub(crate) fn env_var(&self) -> String {
         format!("SCR_{}", self.name.to_ascii_uppercase())
     }
 }

@@ -12,11 +12,11 @@ use super::{path, read, Event, Record};
 
 /// Failures closer together than this in one job are one failure (a crash is often
 /// reported by several ranks, and as lost nodes too).
-pub const SAME_FAILURE_SECONDS: f64 = 60.0;
+pub(crate) const SAME_FAILURE_SECONDS: f64 = 60.0;
 
 /// Fewer failures than this give no mean time between failures (one failure in a long
 /// log says little about the next).
-pub const MIN_FAILURES: usize = 2;
+pub(crate) const MIN_FAILURES: usize = 2;
 
 /// What one job did.
 #[derive(Serialize, Clone, Debug, PartialEq)]
@@ -122,12 +122,12 @@ pub struct Intervals {
 }
 
 /// Young's checkpoint interval for checkpoint cost `c` and mean time between failures `m`.
-pub fn young(c: f64, m: f64) -> f64 {
+pub(crate) fn young(c: f64, m: f64) -> f64 {
     (2.0 * c * m).sqrt()
 }
 
 /// Daly's higher-order checkpoint interval (J. T. Daly, 2006), for `c < 2m`; else `m`.
-pub fn daly(c: f64, m: f64) -> f64 {
+pub(crate) fn daly(c: f64, m: f64) -> f64 {
     if c < 2.0 * m {
         (2.0 * c * m).sqrt() * (1.0 + (c / (2.0 * m)).sqrt() / 3.0 + c / (18.0 * m)) - c
     } else {
@@ -136,7 +136,7 @@ pub fn daly(c: f64, m: f64) -> f64 {
 }
 
 /// Summarise `records` (in time order), `damaged` lines having been skipped.
-pub fn summarize(records: &[Record], damaged: usize) -> Summary {
+pub(crate) fn summarize(records: &[Record], damaged: usize) -> Summary {
     let mut s = Summary::empty(records.len(), damaged);
     let ckpt_seconds = count_events(records, &mut s);
     s.advice.run_seconds = run_seconds(records);
@@ -284,7 +284,7 @@ fn run_seconds(records: &[Record]) -> f64 {
 }
 
 /// `seconds` as `1h 02m 03s` (or `4.2s` under a minute).
-pub fn duration(seconds: f64) -> String {
+pub(crate) fn duration(seconds: f64) -> String {
     if seconds < 60.0 {
         return format!("{seconds:.1}s");
     }

@@ -12,7 +12,7 @@ static OPENED: Mutex<Option<&'static CStr>> = Mutex::new(None);
 
 /// The facility value of a `log_syslog_facility` word; `None` for a word that is not one
 /// (the configuration accepts only [`crate::config::keys::SYSLOG_FACILITIES`]).
-pub fn facility(word: &str) -> Option<libc::c_int> {
+pub(crate) fn facility(word: &str) -> Option<libc::c_int> {
     Some(match word.to_ascii_uppercase().as_str() {
         "LOG_USER" => libc::LOG_USER,
         "LOG_DAEMON" => libc::LOG_DAEMON,

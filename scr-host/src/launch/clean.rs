@@ -31,12 +31,12 @@ pub struct CleanReport {
 }
 
 /// The environment variable holding a launch's tag.
-pub const STEP_VAR: &str = "SCR_RUN_STEP";
+pub(crate) const STEP_VAR: &str = "SCR_RUN_STEP";
 
 /// The processes of launch `tag` on this host: this user's (root sees everyone's),
 /// in this UTS namespace, with `SCR_RUN_STEP=tag` in their environment; never this
 /// process.
-pub fn step_processes(tag: &str) -> Vec<u32> {
+pub(crate) fn step_processes(tag: &str) -> Vec<u32> {
     let me = std::process::id();
     let uid = crate::registry::effective_uid();
     let uts = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/uts")).ok();

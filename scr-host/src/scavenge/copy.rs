@@ -20,15 +20,9 @@ pub enum Parts {
 }
 
 impl Scavenger {
-    /// The per-node step: copy every rank's files of dataset `id` held on `node` into
-    /// the staging directory, verified, and write each rank's manifest.
-    pub fn copy_node(&self, node: &str, id: u64) -> NodeReport {
-        self.copy_parts(node, id, &Parts::All, None)
-    }
-
     /// The per-node step for `parts` of each rank's files (see [`Parts`]), of the ranks
     /// `only` when given (postrun gives each rank to one node).
-    pub fn copy_parts(
+    pub(crate) fn copy_parts(
         &self,
         node: &str,
         id: u64,

@@ -632,7 +632,7 @@ impl Scavenger {
     }
 
     /// Finish the progress display.
-    pub fn finish_progress(&self) {
+    pub(crate) fn finish_progress(&self) {
         self.progress.finish();
     }
 }

@@ -40,7 +40,7 @@ use crate::state::{read_state, read_state_crc, state_bytes_crc, write_atomic_as,
 pub const KIND: &str = "filemap";
 
 /// State-file kind of [`CrcNote`]s.
-pub const CRC_NOTE_KIND: &str = "filemap-crc32";
+pub(crate) const CRC_NOTE_KIND: &str = "filemap-crc32";
 
 /// Kind of filemap journals (the first word after `scr-rs` in their header).
 pub const JOURNAL_KIND: &str = "filemap-journal";
@@ -164,7 +164,7 @@ pub struct Filemap {
 impl Filemap {
     /// The newest complete checkpoint held, leaving out the ids in `skipped` (those the
     /// application reported invalid): the restart candidate, by checkpoint id.
-    pub fn newest_checkpoint(&self, skipped: &[u64]) -> Option<u64> {
+    pub(crate) fn newest_checkpoint(&self, skipped: &[u64]) -> Option<u64> {
         self.datasets
             .values()
             .filter(|d| d.complete && d.checkpoint_id.is_some() && !skipped.contains(&d.id))
@@ -192,7 +192,7 @@ impl Filemap {
     }
 
     /// The file name of rank `rank`'s [`CrcNote`] (beside its snapshot).
-    pub fn crc_note_name(rank: u32) -> String {
+    pub(crate) fn crc_note_name(rank: u32) -> String {
         format!("filemap_{rank}.scr.crc32")
     }
 
@@ -293,7 +293,7 @@ impl Filemap {
 
     /// Filemap owners present in a control directory, with their snapshot's path (a
     /// journal alone counts too, so that loading it reports it).
-    pub fn owners_in(dir: &Path) -> Vec<(u32, PathBuf)> {
+    pub(crate) fn owners_in(dir: &Path) -> Vec<(u32, PathBuf)> {
         let mut v: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)
             .into_iter()
             .flatten()
@@ -319,7 +319,7 @@ impl Filemap {
 /// dataset that is not pending (recorded already, or gone) changes nothing: ids are never
 /// reused, and the next dataset's note replaces it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CrcNote {
+pub(crate) struct CrcNote {
     /// The dataset's id.
     pub dataset: u64,
     /// Each file's name and its CRC32, `None` when it could not be read.
@@ -328,12 +328,12 @@ pub struct CrcNote {
 
 impl CrcNote {
     /// Write it atomically as `dir`'s note of `rank`.
-    pub fn write(&self, dir: &Path, rank: u32) -> io::Result<()> {
+    pub(crate) fn write(&self, dir: &Path, rank: u32) -> io::Result<()> {
         crate::state::write_state(&dir.join(Filemap::crc_note_name(rank)), CRC_NOTE_KIND, self)
     }
 
     /// Remove `dir`'s note of `rank`, if any.
-    pub fn remove(dir: &Path, rank: u32) -> io::Result<()> {
+    pub(crate) fn remove(dir: &Path, rank: u32) -> io::Result<()> {
         match std::fs::remove_file(dir.join(Filemap::crc_note_name(rank))) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
@@ -344,7 +344,7 @@ impl CrcNote {
     /// The dataset stays pending unless the note gives a CRC32 for every one of its
     /// files: a file the hash could not read, or one the note does not name, has
     /// nothing that vouches for its bytes.
-    pub fn apply(&self, map: &mut Filemap) -> bool {
+    pub(crate) fn apply(&self, map: &mut Filemap) -> bool {
         let Some(rec) = map
             .datasets
             .get_mut(&self.dataset)
@@ -497,7 +497,7 @@ impl Journal {
 /// a journal whose base it cannot vouch for: without one, the next record is saved as a
 /// whole snapshot instead.
 #[derive(Debug, Default)]
-pub struct JournalWriter {
+pub(crate) struct JournalWriter {
     /// The CRC32 of the snapshot this process last wrote for the rank, if that save
     /// succeeded and nothing was appended after it that failed.
     base: Option<u32>,
@@ -507,7 +507,7 @@ pub struct JournalWriter {
 
 impl JournalWriter {
     /// Save `map` in full (compacting its journal); appends then start a new journal.
-    pub fn save(&mut self, map: &Filemap, dir: &Path) -> io::Result<()> {
+    pub(crate) fn save(&mut self, map: &Filemap, dir: &Path) -> io::Result<()> {
         self.file = None;
         self.base = None;
         self.base = Some(map.save_snapshot(dir)?);
@@ -516,7 +516,7 @@ impl JournalWriter {
 
     /// Record that `file` was added to dataset `dataset` of `map` (which already holds it
     /// in memory): one record appended to the journal and synced.
-    pub fn append(
+    pub(crate) fn append(
         &mut self,
         map: &Filemap,
         dir: &Path,

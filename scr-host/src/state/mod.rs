@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use serde::{de::DeserializeOwned, Serialize};
 
 /// The format version of every state file written by this release.
-pub const STATE_VERSION: u32 = 1;
+pub(crate) const STATE_VERSION: u32 = 1;
 
 /// Why a state file could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -53,19 +53,19 @@ pub enum StateError {
 
 impl StateError {
     /// True when the file simply does not exist.
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         matches!(self, StateError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
     }
 
     /// True when the file is intact but written by a release with another format
     /// version: not damage, so it must never be replaced by a rebuilt copy.
-    pub fn is_other_version(&self) -> bool {
+    pub(crate) fn is_other_version(&self) -> bool {
         matches!(self, StateError::Corrupt { why, .. } if why.starts_with("format version "))
     }
 }
 
 /// Write `bytes` to `path` atomically (temporary file, fsync, rename, fsync directory).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomic_as(path, bytes, false)
 }
 
@@ -99,7 +99,11 @@ pub fn write_state<T: Serialize>(path: &Path, kind: &str, value: &T) -> io::Resu
 }
 
 /// [`write_state`] for state kept in cache: mode 0600, never through a symbolic link.
-pub fn write_private_state<T: Serialize>(path: &Path, kind: &str, value: &T) -> io::Result<()> {
+pub(crate) fn write_private_state<T: Serialize>(
+    path: &Path,
+    kind: &str,
+    value: &T,
+) -> io::Result<()> {
     write_atomic_as(path, &state_bytes(kind, value)?, true)
 }
 
@@ -120,7 +124,7 @@ pub(crate) fn state_bytes_crc<T: Serialize>(kind: &str, value: &T) -> io::Result
 
 /// The kind a state file's header names (only the header line is read), for files
 /// whose kind tells their format (a rank2file root or an older single-file map).
-pub fn state_kind(path: &Path) -> Result<String, StateError> {
+pub(crate) fn state_kind(path: &Path) -> Result<String, StateError> {
     use std::io::{BufRead, Read};
     let f = File::open(path).map_err(|source| StateError::Io {
         path: path.to_path_buf(),

@@ -86,7 +86,7 @@ pub struct Summary {
 }
 
 /// The `.scr` directory of a prefix.
-pub fn scr_dir(prefix: &Path) -> PathBuf {
+pub(crate) fn scr_dir(prefix: &Path) -> PathBuf {
     layout::scr_dir(prefix)
 }
 
@@ -243,7 +243,7 @@ impl Index {
     /// [`Index::mark_failed`] only when the index lists dataset `id` under `name` (a
     /// checkpoint that was flushed or fetched; one only ever cached has no entry and gets
     /// no note), checked under the same lock as the edit. Returns whether it marked it.
-    pub fn mark_failed_if_held(
+    pub(crate) fn mark_failed_if_held(
         prefix: &Path,
         id: u64,
         name: &str,
@@ -298,7 +298,7 @@ impl Index {
     /// a newer complete checkpoint is recorded already (background flushes may be
     /// recorded out of order, and a scavenged dataset may be older than a flushed one):
     /// an older one never takes the place of a newer one. Returns whether it did.
-    pub fn make_current_if_newest(&mut self, entry: &IndexEntry) -> bool {
+    pub(crate) fn make_current_if_newest(&mut self, entry: &IndexEntry) -> bool {
         let Some(c) = entry.checkpoint_id else {
             return false;
         };

@@ -85,7 +85,7 @@ impl Dropped {
 impl Index {
     /// The id of the dataset `name` names: by name, else by id; a name several datasets
     /// share (a rerun after a fetch writes them again) must be given by id.
-    pub fn entry_named(&self, name: &str) -> Result<u64, EditError> {
+    pub(crate) fn entry_named(&self, name: &str) -> Result<u64, EditError> {
         let by_name: Vec<u64> = self
             .datasets
             .values()
@@ -253,7 +253,7 @@ impl Index {
     /// lock, summaries removed as [`Index::drop_in`] does. `None` when the index holds no
     /// dataset of that name (not an error, as in SCR); a prefix without an index is left
     /// untouched, not even locked.
-    pub fn drop_for_app_in(
+    pub(crate) fn drop_for_app_in(
         prefix: &Path,
         name: &str,
         cached: Option<u64>,
@@ -279,7 +279,7 @@ impl Index {
     /// one goes except a checkpoint also flagged output and the one `current` names.
     /// Incomplete or failed entries, outputs that are not checkpoints, and anything
     /// newer than `newest` are not considered.
-    pub fn outside_window(&self, newest: u64, window: u64) -> Vec<u64> {
+    pub(crate) fn outside_window(&self, newest: u64, window: u64) -> Vec<u64> {
         let mut older: Vec<&IndexEntry> = self
             .datasets
             .values()
@@ -305,7 +305,7 @@ impl Index {
     /// [`Index::outside_window`] names are dropped under the prefix lock, their
     /// summaries removed as [`Index::drop_in`] does; their files are left to
     /// [`Dropped::delete_files`]. A prefix without an index is left untouched.
-    pub fn delete_outside_window_in(
+    pub(crate) fn delete_outside_window_in(
         prefix: &Path,
         newest: u64,
         window: u64,
@@ -324,7 +324,7 @@ impl Index {
     /// lists, checkpoints and outputs, complete or not, dropped under the prefix lock
     /// with their summaries; their files are left to [`Dropped::delete_files`]. A prefix
     /// without an index is left untouched.
-    pub fn purge_in(prefix: &Path) -> Result<Dropped, StateError> {
+    pub(crate) fn purge_in(prefix: &Path) -> Result<Dropped, StateError> {
         if !Self::path(prefix).exists() {
             return Ok(Dropped::default());
         }
@@ -342,7 +342,7 @@ impl Index {
     /// dataset `cached` when the index does not list it) dropped from the index under
     /// the prefix lock, checkpoints and outputs alike, their summaries removed and their
     /// files left in place. `None` when neither names an anchor or there is no index.
-    pub fn drop_after_for_app_in(
+    pub(crate) fn drop_after_for_app_in(
         prefix: &Path,
         name: &str,
         cached: Option<u64>,
@@ -391,7 +391,11 @@ impl Index {
     /// holds it complete and usable already, clearing a failed note left beside its
     /// summary; it becomes the restart point when it is the newest checkpoint. Returns
     /// whether it did.
-    pub fn add_complete(&mut self, prefix: &Path, entry: &IndexEntry) -> Result<bool, EditError> {
+    pub(crate) fn add_complete(
+        &mut self,
+        prefix: &Path,
+        entry: &IndexEntry,
+    ) -> Result<bool, EditError> {
         let id = entry.id;
         if self
             .datasets
@@ -411,12 +415,12 @@ impl Index {
 
     /// A flush of `entry` begins: recorded incomplete, so that a crash in the middle
     /// leaves the restart point on the previous complete checkpoint.
-    pub fn begin_flush(&mut self, entry: &IndexEntry) {
+    pub(crate) fn begin_flush(&mut self, entry: &IndexEntry) {
         self.datasets.insert(entry.id, entry.clone());
     }
 
     /// The flush of dataset `id` failed (`reason` names the rank).
-    pub fn flush_failed(&mut self, id: u64, reason: &str) {
+    pub(crate) fn flush_failed(&mut self, id: u64, reason: &str) {
         if let Some(e) = self.datasets.get_mut(&id) {
             e.failed = Some(reason.to_string());
         }

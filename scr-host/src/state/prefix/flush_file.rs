@@ -38,7 +38,7 @@ impl FlushFile {
     }
 
     /// Record that dataset `id` is (also) at `location`.
-    pub fn add_location(prefix: &Path, id: u64, location: &str) -> Result<(), StateError> {
+    pub(crate) fn add_location(prefix: &Path, id: u64, location: &str) -> Result<(), StateError> {
         let _g = PrefixLock::take(prefix)?;
         let mut f = Self::load(prefix)?;
         f.add(id, location);
@@ -103,7 +103,11 @@ impl FlushFile {
 
 impl FlushFile {
     /// Record that dataset `id` is no longer at `location`.
-    pub fn remove_location(prefix: &Path, id: u64, location: &str) -> Result<(), StateError> {
+    pub(crate) fn remove_location(
+        prefix: &Path,
+        id: u64,
+        location: &str,
+    ) -> Result<(), StateError> {
         let _g = PrefixLock::take(prefix)?;
         let mut f = Self::load(prefix)?;
         let Some(entry) = f.datasets.get_mut(&id) else {
