@@ -340,6 +340,8 @@ mod index_add;
 pub use across::{Listing, NodeCopy};
 pub use copy::Parts;
 mod rebuild;
+/// What [`RebuildError::WrongData`] says is wrong.
+pub use crate::integrity::VerifyError;
 pub use index_add::{index_add, IndexAddError};
 pub use rebuild::{LostRanks, PlaceError, PostrunError, RebuildError, SetRefusal};
 
