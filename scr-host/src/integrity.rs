@@ -63,6 +63,92 @@ pub(crate) fn check_file(
     scr_plugin::verify::check_file(path, size, crc32.filter(|_| use_crc), buf).map(|_| ())
 }
 
+/// Why this rank's files of a dataset, or what a scheme rebuilt, do not check out. A
+/// type rather than text so callers can add their context; its text (the rank, the file
+/// and what differs) is what the dropped-dataset report gathers from the ranks.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerifyError {
+    /// A recorded file name leaves the dataset directory.
+    #[error("rank {rank}: file name `{name}` in the filemap leaves the dataset directory")]
+    NameOutside {
+        /// The rank.
+        rank: u32,
+        /// The recorded name.
+        name: String,
+    },
+    /// A file is missing or differs from its record.
+    #[error("rank {rank}: {}: {why}", path.display())]
+    Mismatch {
+        /// The rank.
+        rank: u32,
+        /// The file.
+        path: std::path::PathBuf,
+        /// What differs.
+        why: scr_plugin::verify::Mismatch,
+    },
+    /// The scheme says it rebuilt a file outside the dataset directory.
+    #[error("rank {rank}: the scheme rebuilt `{path}`, outside the dataset directory {}", dir.display())]
+    RebuiltOutside {
+        /// The rank.
+        rank: u32,
+        /// The path the scheme gave.
+        path: String,
+        /// The dataset directory.
+        dir: std::path::PathBuf,
+    },
+    /// The scheme says it rebuilt a file this rank's record does not list.
+    #[error("rank {rank}: the scheme rebuilt `{name}`, which this rank never wrote")]
+    NeverWritten {
+        /// The rank.
+        rank: u32,
+        /// The file name.
+        name: String,
+    },
+    /// The redundancy data and the filemap disagree on a file's size or CRC32.
+    #[error("rank {rank}: {name}: the redundancy data describes {size} bytes, CRC32 {crc32:08x}; the filemap recorded {recorded_size} bytes, CRC32 {recorded_crc32:08x}")]
+    Disagree {
+        /// The rank.
+        rank: u32,
+        /// The file name.
+        name: String,
+        /// The size in the redundancy data.
+        size: u64,
+        /// The CRC32 in the redundancy data (0 when none).
+        crc32: u32,
+        /// The size recorded.
+        recorded_size: u64,
+        /// The CRC32 recorded (0 when none).
+        recorded_crc32: u32,
+    },
+    /// A rebuilt file came without a CRC32 when the dataset was written with them.
+    #[error("rank {rank}: the scheme gave no CRC32 for rebuilt {name}, so it cannot be checked")]
+    NoCrc {
+        /// The rank.
+        rank: u32,
+        /// The file name.
+        name: String,
+    },
+    /// A rebuilt file is missing or differs from what the scheme described.
+    #[error("rank {rank}: rebuilt {}: {why}", path.display())]
+    RebuiltMismatch {
+        /// The rank.
+        rank: u32,
+        /// The file.
+        path: std::path::PathBuf,
+        /// What differs.
+        why: scr_plugin::verify::Mismatch,
+    },
+    /// A file this rank's record lists was not rebuilt.
+    #[error("rank {rank}: the scheme did not rebuild {name}")]
+    NotRebuilt {
+        /// The rank.
+        rank: u32,
+        /// The file name.
+        name: String,
+    },
+}
+
 /// Verify this rank's files of `rec` in `dir`: each exists, is a regular file of the
 /// recorded size and (with `use_crc`, when one was recorded) has the recorded CRC32. The
 /// error names the rank, the file and what differs.
@@ -72,16 +158,21 @@ pub(crate) fn verify_dataset(
     dir: &Path,
     use_crc: bool,
     buf: usize,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), VerifyError> {
     for f in &rec.files {
         if !is_inside(&f.name) {
-            return Err(format!(
-                "rank {rank}: file name `{}` in the filemap leaves the dataset directory",
-                f.name
-            ));
+            return Err(VerifyError::NameOutside {
+                rank,
+                name: f.name.clone(),
+            });
         }
-        check_file(&dir.join(&f.name), f.size, f.crc32, use_crc, buf)
-            .map_err(|why| format!("rank {rank}: {}: {why}", dir.join(&f.name).display()))?;
+        check_file(&dir.join(&f.name), f.size, f.crc32, use_crc, buf).map_err(|why| {
+            VerifyError::Mismatch {
+                rank,
+                path: dir.join(&f.name),
+                why,
+            }
+        })?;
     }
     Ok(())
 }
@@ -102,43 +193,45 @@ pub(crate) fn verify_rebuilt(
     dir: &Path,
     crc_expected: bool,
     buf: usize,
-) -> std::result::Result<Vec<crate::state::filemap::FileRecord>, String> {
+) -> std::result::Result<Vec<crate::state::filemap::FileRecord>, VerifyError> {
     let mut out = Vec::with_capacity(metas.len());
     for m in metas {
         let name = relative_to(dir, m.path.as_str());
         if !is_inside(&name) {
-            return Err(format!(
-                "rank {rank}: the scheme rebuilt `{}`, outside the dataset directory {}",
-                m.path,
-                dir.display()
-            ));
+            return Err(VerifyError::RebuiltOutside {
+                rank,
+                path: m.path.to_string(),
+                dir: dir.to_path_buf(),
+            });
         }
         let recorded = own.and_then(|r| r.files.iter().find(|f| f.name == name));
         if own.is_some() && recorded.is_none() {
-            return Err(format!(
-                "rank {rank}: the scheme rebuilt `{name}`, which this rank never wrote"
-            ));
+            return Err(VerifyError::NeverWritten { rank, name });
         }
         let crc = m.crc32.into_option();
         if let Some(r) = recorded {
             if r.size != m.size || (r.crc32.is_some() && crc.is_some() && r.crc32 != crc) {
-                return Err(format!(
-                    "rank {rank}: {name}: the redundancy data describes {} bytes, CRC32 {:08x}; the filemap recorded {} bytes, CRC32 {:08x}",
-                    m.size,
-                    crc.unwrap_or_default(),
-                    r.size,
-                    r.crc32.unwrap_or_default()
-                ));
+                return Err(VerifyError::Disagree {
+                    rank,
+                    name,
+                    size: m.size,
+                    crc32: crc.unwrap_or_default(),
+                    recorded_size: r.size,
+                    recorded_crc32: r.crc32.unwrap_or_default(),
+                });
             }
         }
         let want = crc.or(recorded.and_then(|r| r.crc32));
         if want.is_none() && crc_expected {
-            return Err(format!(
-                "rank {rank}: the scheme gave no CRC32 for rebuilt {name}, so it cannot be checked"
-            ));
+            return Err(VerifyError::NoCrc { rank, name });
         }
-        check_file(&dir.join(&name), m.size, want, true, buf)
-            .map_err(|why| format!("rank {rank}: rebuilt {}: {why}", dir.join(&name).display()))?;
+        check_file(&dir.join(&name), m.size, want, true, buf).map_err(|why| {
+            VerifyError::RebuiltMismatch {
+                rank,
+                path: dir.join(&name),
+                why,
+            }
+        })?;
         out.push(crate::state::filemap::FileRecord {
             name,
             size: m.size,
@@ -153,10 +246,10 @@ pub(crate) fn verify_rebuilt(
             .iter()
             .find(|f| !out.iter().any(|o| o.name == f.name))
         {
-            return Err(format!(
-                "rank {rank}: the scheme did not rebuild {}",
-                missing.name
-            ));
+            return Err(VerifyError::NotRebuilt {
+                rank,
+                name: missing.name.clone(),
+            });
         }
     }
     Ok(out)

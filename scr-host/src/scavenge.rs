@@ -131,7 +131,7 @@ pub struct Scavenger {
     /// Every node given is this one (see [`Scavenger::on_the_node`]).
     per_node: bool,
     /// What each node's cache held when asked (see [`Scavenger::listings`]).
-    asked: std::sync::Mutex<BTreeMap<String, Result<Listing, String>>>,
+    asked: std::sync::Mutex<BTreeMap<String, Result<Listing, NodeError>>>,
     /// The nodes postrun's copy did not reach (named as lost in the event log).
     unreached: std::sync::Mutex<Vec<String>>,
 }
@@ -337,9 +337,11 @@ impl Scavenger {
 mod across;
 mod copy;
 mod index_add;
-pub use across::{Listing, NodeCopy};
+pub use across::{Listing, NodeCopy, NodeError};
 pub use copy::Parts;
 mod rebuild;
+/// What [`RebuildError::WrongData`] says is wrong.
+pub use crate::integrity::VerifyError;
 pub use index_add::{index_add, IndexAddError};
 pub use rebuild::{LostRanks, PlaceError, PostrunError, RebuildError, SetRefusal};
 

@@ -110,7 +110,8 @@ impl Loader {
         let got = match &self.snapshot {
             Some(snap) => snap.get(path).cloned().flatten(),
             None => match std::fs::read(path) {
-                Ok(bytes) => Some(utf8_text(bytes)),
+                // (the snapshot other ranks are sent holds the error as text)
+                Ok(bytes) => Some(utf8_text(bytes).map_err(|e| e.to_string())),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                 Err(e) => Some(Err(e.to_string())),
             },
@@ -265,15 +266,34 @@ fn without_conf_file(mut layer: Layer, errors: &mut Vec<ConfigError>) -> Layer {
 /// A configuration file's bytes as text, or an error naming the first line that is not
 /// UTF-8 (TOML files are UTF-8; a file saved as Latin-1 would otherwise be reported
 /// without saying where).
-fn utf8_text(bytes: Vec<u8>) -> Result<String, String> {
+fn utf8_text(bytes: Vec<u8>) -> Result<String, NotUtf8> {
     String::from_utf8(bytes).map_err(|e| {
         let at = e.utf8_error().valid_up_to();
         let bytes = e.as_bytes();
         let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count();
-        let column = 1 + at - bytes[..at].iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
-        format!(
-            "line {line}, column {column}: byte 0x{:02x} is not UTF-8; configuration files must be UTF-8 text (re-save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`)",
-            bytes[at]
-        )
+        let column = 1 + at
+            - bytes[..at]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |p| p + 1);
+        NotUtf8 {
+            line,
+            column,
+            byte: bytes[at],
+        }
     })
+}
+
+/// Where a configuration file stops being UTF-8 ([`utf8_text`]). Its text starts with the
+/// line it names (the reader reports it at that line) and goes into the snapshot other
+/// ranks are sent.
+#[derive(Debug, thiserror::Error)]
+#[error("line {line}, column {column}: byte 0x{byte:02x} is not UTF-8; configuration files must be UTF-8 text (re-save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`)")]
+struct NotUtf8 {
+    /// The line (from 1).
+    line: usize,
+    /// The column (from 1, in bytes).
+    column: usize,
+    /// The first byte that is not UTF-8.
+    byte: u8,
 }

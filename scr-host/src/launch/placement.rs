@@ -7,15 +7,37 @@ use std::path::Path;
 
 use crate::hostlist;
 
+/// Why `node_names` does not describe a launch ([`simulated_layout`]): a type so the
+/// caller can tell it from its own failures; the text names the setting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LayoutError {
+    /// A name in the list is empty.
+    #[error("node_names `{0}` has an empty name")]
+    EmptyName(String),
+    /// The nodes are given different numbers of ranks.
+    #[error("node_names gives {first} {per} rank(s) but {node} {count}: scr run relaunches with the same number of ranks on every node")]
+    Uneven {
+        /// The first node.
+        first: String,
+        /// Its ranks.
+        per: u64,
+        /// A node with another number.
+        node: String,
+        /// Its ranks.
+        count: u64,
+    },
+}
+
 /// The first launch's nodes and ranks per node from `node_names`, when it is set.
-pub fn simulated_layout(node_names: &str) -> Result<Option<(Vec<String>, u64)>, String> {
+pub fn simulated_layout(node_names: &str) -> Result<Option<(Vec<String>, u64)>, LayoutError> {
     if node_names.trim().is_empty() {
         return Ok(None);
     }
     let mut nodes: Vec<(String, u64)> = Vec::new();
     for n in node_names.split(',').map(str::trim) {
         if n.is_empty() {
-            return Err(format!("node_names `{node_names}` has an empty name"));
+            return Err(LayoutError::EmptyName(node_names.to_string()));
         }
         match nodes.iter_mut().find(|(m, _)| m == n) {
             Some((_, c)) => *c += 1,
@@ -24,10 +46,12 @@ pub fn simulated_layout(node_names: &str) -> Result<Option<(Vec<String>, u64)>, 
     }
     let per = nodes[0].1;
     if let Some((n, c)) = nodes.iter().find(|(_, c)| *c != per) {
-        return Err(format!(
-            "node_names gives {} {per} rank(s) but {n} {c}: scr run relaunches with the same number of ranks on every node",
-            nodes[0].0
-        ));
+        return Err(LayoutError::Uneven {
+            first: nodes[0].0.clone(),
+            per,
+            node: n.clone(),
+            count: *c,
+        });
     }
     Ok(Some((nodes.into_iter().map(|(n, _)| n).collect(), per)))
 }
@@ -89,7 +113,7 @@ mod tests {
         );
         assert_eq!(simulated_layout("").unwrap(), None);
         assert_eq!(
-            simulated_layout("n0,n0,n1").unwrap_err(),
+            simulated_layout("n0,n0,n1").unwrap_err().to_string(),
             "node_names gives n0 2 rank(s) but n1 1: scr run relaunches with the same number of ranks on every node"
         );
     }

@@ -167,6 +167,8 @@ impl Fetcher<'_> {
             None => (None, None),
             Some(e) => {
                 let (layout, single) = self.map_layout(e);
+                // every rank is told the choice: why the map cannot be used goes as text
+                let layout = layout.map_err(|why| why.to_string());
                 (Some((e.clone(), layout)), single)
             }
         }
@@ -178,9 +180,9 @@ impl Fetcher<'_> {
     fn map_layout(
         &self,
         entry: &IndexEntry,
-    ) -> (std::result::Result<MapLayout, String>, Option<Rank2File>) {
+    ) -> (std::result::Result<MapLayout, MapError>, Option<Rank2File>) {
         let map = Rank2FileMap::load(self.job.prefix(), entry.id)
-            .map_err(|x| x.to_string())
+            .map_err(MapError::State)
             .and_then(|m| check_map(self.job.prefix(), entry.id, self.topo.size(), m));
         match map {
             Ok(Rank2FileMap::Tree(root)) => (Ok(MapLayout::Tree(root)), None),
@@ -205,7 +207,7 @@ impl Fetcher<'_> {
         layout: &MapLayout,
         single: Option<&Rank2File>,
         blocks: prefix::Blocks,
-    ) -> Option<std::result::Result<BlockLists, String>> {
+    ) -> Option<std::result::Result<BlockLists, ListError>> {
         let n = blocks.of(self.topo.rank());
         let leader = self.topo.rank() == blocks.leader(n);
         match layout {
@@ -223,11 +225,11 @@ impl Fetcher<'_> {
                         .expect("three sums");
                 let sums = if unreadable == 0 {
                     root.check_totals(self.job.prefix(), entry.id, files, bytes)
-                        .map_err(|e| e.to_string())
+                        .map_err(ListError::Totals)
                 } else {
                     Ok(())
                 };
-                part.map(|part| sums.and(part.map(|p| p.ranks).map_err(|e| e.to_string())))
+                part.map(|part| sums.and(part.map(|p| p.ranks).map_err(ListError::Part)))
             }
             MapLayout::Single { .. } => leader.then(|| self.receive_legacy_lists(single, blocks)),
         }
@@ -239,7 +241,7 @@ impl Fetcher<'_> {
         &self,
         single: Option<&Rank2File>,
         blocks: prefix::Blocks,
-    ) -> std::result::Result<BlockLists, String> {
+    ) -> std::result::Result<BlockLists, ListError> {
         let leaders: Vec<u32> = blocks.leaders().collect();
         let sources: Vec<BlockLists> = match single {
             Some(m) => (0..blocks.count())
@@ -254,7 +256,7 @@ impl Fetcher<'_> {
         };
         self.world
             .scatter_values(0, &leaders, &sources, SOURCE_TAG, "rank2file lists")
-            .map_err(|e| format!("rank 0 sent unreadable rank2file lists: {}", e.source))
+            .map_err(|e| ListError::Unreadable(e.source))
     }
 
     /// Each leader sends each member of its block its list (or the block's error), from
@@ -263,7 +265,7 @@ impl Fetcher<'_> {
     fn hand_out_lists(
         &self,
         blocks: prefix::Blocks,
-        block_lists: Option<&std::result::Result<BlockLists, String>>,
+        block_lists: Option<&std::result::Result<BlockLists, ListError>>,
     ) -> std::result::Result<Vec<FlushedFile>, String> {
         let n = blocks.of(self.topo.rank());
         let leader = blocks.leader(n);
@@ -274,7 +276,8 @@ impl Fetcher<'_> {
                 .members(n)
                 .map(|r| match block_lists {
                     Ok(l) => Ok(l.get(&r).cloned().unwrap_or_default()),
-                    Err(why) => Err(why.clone()),
+                    // sent to the members as text
+                    Err(why) => Err(why.to_string()),
                 })
                 .collect(),
         };
@@ -330,7 +333,9 @@ impl Fetcher<'_> {
                 list.and_then(|list| {
                     let mut files = BTreeMap::new();
                     for f in &list {
-                        let path = f.stored_path(self.job.prefix())?;
+                        let path = f
+                            .stored_path(self.job.prefix())
+                            .map_err(|e| e.to_string())?;
                         let crc = f.crc32.filter(|_| check_crc);
                         scr_plugin::verify::check_file(&path, f.size, crc, buf).map_err(|m| {
                             use scr_plugin::verify::Mismatch;
@@ -411,14 +416,14 @@ impl Fetcher<'_> {
             let window =
                 crate::runtime::window::Window::of(self.config, self.hooks, Direction::Fetch);
             window.enter(self.world.as_dyn());
-            let outcome = list.and_then(|list| self.fetch_one(&entry, list));
+            let outcome = list
+                .map_err(FetchError::List)
+                .and_then(|list| self.fetch_one(&entry, list));
             window.leave(self.world.as_dyn());
             // the lowest failing rank's reason, on every rank (O(log P), not a gather)
-            let failed = super::first_failure(
-                self.world.as_dyn(),
-                outcome.as_ref().err().map(String::as_str),
-            )
-            .map(|(rank, why)| format!("fetch failed on rank {rank}: {why}"));
+            let why = outcome.as_ref().err().map(|e| e.to_string());
+            let failed = super::first_failure(self.world.as_dyn(), why.as_deref())
+                .map(|(rank, why)| format!("fetch failed on rank {rank}: {why}"));
             // protect it again in cache: a failure there is a failed fetch too
             let failed = match failed {
                 None => {
@@ -478,7 +483,7 @@ impl Fetcher<'_> {
         &mut self,
         entry: &IndexEntry,
         mine: Vec<FlushedFile>,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), FetchError> {
         let desc = self.descs.for_checkpoint(entry.checkpoint_id);
         let store = self.descs[desc].record().store.clone();
         let dir = self.job.dataset_dir(&store, entry.id);
@@ -508,16 +513,16 @@ impl Fetcher<'_> {
             crc32_pending: false,
         };
         self.cache.put(record.clone());
-        self.cache.save().map_err(|e| e.to_string())?;
+        self.cache.save()?;
         // every directory from the store down 0700 and checked, none a link
         let base = Path::new(&store);
-        crate::private_dir::create_private_dir(base, &dir).map_err(|e| e.to_string())?;
+        crate::private_dir::create_private_dir(base, &dir)?;
         let mut files = Vec::with_capacity(mine.len());
         for f in &mine {
             let source = f.stored_path(self.job.prefix())?;
             let destination = dir.join(&f.name);
             if let Some(parent) = destination.parent() {
-                crate::private_dir::create_private_dir(base, parent).map_err(|e| e.to_string())?;
+                crate::private_dir::create_private_dir(base, parent)?;
             }
             files.push(Planned {
                 name: f.name.clone(),
@@ -533,21 +538,21 @@ impl Fetcher<'_> {
         let state = crate::layout::fetch_state(self.job.cntl_dir(), entry.id, self.topo.rank());
         let started = transfers!(self).dispatch(label, files, &state);
         let buf = self.config.file_buf_size();
-        let fetched = started
-            .map_err(|e| e.to_string())
-            .and_then(|s| collect(s, false, "recorded by the flush", buf));
+        let fetched = started.map_err(FetchError::Start).and_then(|s| {
+            collect(s, false, "recorded by the flush", buf).map_err(FetchError::Transfer)
+        });
         let _ = std::fs::remove_file(&state);
         let fetched = fetched?;
         for (f, rec) in fetched.iter().zip(record.files.iter_mut()) {
             let dst = dir.join(&f.name);
             let meta = integrity::stat_file(&dst, false, buf)
-                .map_err(|e| format!("{}: {e}", dst.display()))?;
+                .map_err(|source| FetchError::Stat { path: dst, source })?;
             rec.mode = meta.mode;
             rec.mtime = meta.mtime;
             rec.crc32 = f.crc32;
         }
         self.cache.put(record);
-        self.cache.save().map_err(|e| e.to_string())
+        Ok(self.cache.save()?)
     }
 
     /// Apply the redundancy scheme to a fetched dataset and mark it complete.
@@ -628,6 +633,80 @@ pub(in crate::runtime) type Choice = Option<(IndexEntry, std::result::Result<Map
 /// The lists of one block's ranks in a rank2file map, by rank.
 pub(in crate::runtime) type BlockLists = BTreeMap<u32, Vec<FlushedFile>>;
 
+/// Why the rank2file map of a checkpoint cannot be used by this job ([`check_map`]),
+/// naming the file. Rank 0 finds it; every rank is told it as text with the choice.
+#[derive(Debug, thiserror::Error)]
+pub(in crate::runtime) enum MapError {
+    /// The map (or its root) is unreadable or unsound.
+    #[error(transparent)]
+    State(crate::state::StateError),
+    /// A tree's root lists another number of ranks than the job has.
+    #[error("{}: lists {ranks} ranks, the job has {size}", path.display())]
+    RankCount {
+        /// The map's file.
+        path: std::path::PathBuf,
+        /// The ranks it lists.
+        ranks: u32,
+        /// The job's ranks.
+        size: u32,
+    },
+    /// A single-file map does not list exactly the ranks of the job.
+    #[error("{}: lists ranks {ranks:?}, the job has ranks 0..{size}", path.display())]
+    Ranks {
+        /// The map's file.
+        path: std::path::PathBuf,
+        /// The ranks it lists.
+        ranks: Vec<u32>,
+        /// The job's ranks.
+        size: u32,
+    },
+}
+
+/// Why a block leader has no lists for its block's ranks; each member of the block is
+/// sent this as text in place of its list.
+#[derive(Debug, thiserror::Error)]
+pub(in crate::runtime) enum ListError {
+    /// The parts' totals do not add up to the root's.
+    #[error(transparent)]
+    Totals(crate::state::StateError),
+    /// The leader's part is unreadable or not that block's.
+    #[error(transparent)]
+    Part(crate::state::StateError),
+    /// Rank 0's lists of a single-file map (legacy) did not parse.
+    #[error("rank 0 sent unreadable rank2file lists: {0}")]
+    Unreadable(serde_json::Error),
+}
+
+/// Why this rank's files of a checkpoint could not be fetched into cache
+/// ([`Fetcher::fetch_one`]). Typed for the rank; the lowest failing rank's text is what
+/// every rank is told.
+#[derive(Debug, thiserror::Error)]
+pub(in crate::runtime) enum FetchError {
+    /// This rank got no list of its files (the text every rank of its block was told).
+    #[error("{0}")]
+    List(String),
+    /// Recording the dataset or making its directory failed.
+    #[error(transparent)]
+    Record(#[from] ScrError),
+    /// A file is named outside the prefix.
+    #[error(transparent)]
+    Name(#[from] prefix::OutsidePrefix),
+    /// The transfer could not be started.
+    #[error(transparent)]
+    Start(crate::transfer::StartError),
+    /// The transfer or the check of a copied file failed.
+    #[error("{0}")]
+    Transfer(String),
+    /// A fetched file could not be stat'ed.
+    #[error("{}: {source}", path.display())]
+    Stat {
+        /// The file in cache.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 /// Rank 0: `map`, the rank2file map of dataset `id`, when it fits a job of `size` ranks
 /// (a tree: its root is sound and lists `size` ranks; a single-file map: every rank
 /// 0..`size` has a list, possibly empty); why not otherwise, naming the file.
@@ -636,17 +715,17 @@ pub(in crate::runtime) fn check_map(
     id: u64,
     size: u32,
     map: Rank2FileMap,
-) -> std::result::Result<Rank2FileMap, String> {
+) -> std::result::Result<Rank2FileMap, MapError> {
     let path = Rank2File::path(prefix, id);
     match &map {
         Rank2FileMap::Tree(root) => {
-            root.check(prefix, id).map_err(|x| x.to_string())?;
+            root.check(prefix, id).map_err(MapError::State)?;
             if root.ranks != size {
-                return Err(format!(
-                    "{}: lists {} ranks, the job has {size}",
-                    path.display(),
-                    root.ranks
-                ));
+                return Err(MapError::RankCount {
+                    path,
+                    ranks: root.ranks,
+                    size,
+                });
             }
             Ok(map)
         }
@@ -656,11 +735,11 @@ pub(in crate::runtime) fn check_map(
             if single.ranks.keys().copied().eq(0..size) {
                 Ok(map)
             } else {
-                Err(format!(
-                    "{}: lists ranks {:?}, the job has ranks 0..{size}",
-                    path.display(),
-                    single.ranks.keys().collect::<Vec<_>>()
-                ))
+                Err(MapError::Ranks {
+                    path,
+                    ranks: single.ranks.keys().copied().collect(),
+                    size,
+                })
             }
         }
     }

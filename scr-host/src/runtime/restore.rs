@@ -8,7 +8,7 @@ use super::{DatasetRecord, Result, Set};
 use crate::config::settings;
 use crate::config::Config;
 use crate::integrity::{
-    dataset_files, declare_redundancy, is_inside, verify_dataset, verify_rebuilt,
+    dataset_files, declare_redundancy, is_inside, verify_dataset, verify_rebuilt, VerifyError,
 };
 use crate::layout::relative_to;
 use crate::registry::Registry;
@@ -460,23 +460,22 @@ impl Restorer<'_> {
         r: &Restore,
         own: Option<&DatasetRecord>,
         buf: usize,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), CheckError> {
         let use_crc = self.config.get(settings::CRC_ON_RESTART);
         let check = match own {
             // the job ended before this rank's background hash was recorded
             // (`crc_on_copy_defer`): nothing vouches for the bytes, so they are not used
             // (the dropped-dataset report names the dataset and this reason, once)
             Some(rec) if use_crc && rec.crc32_pending => {
-                return Err(format!(
-                    "rank {}: its CRC32s were never recorded (the job ended within the background hash, or a file could not be read for it), so its files cannot be verified (crc_on_restart)",
-                    self.topo.rank()
-                ));
+                return Err(CheckError::CrcPending {
+                    rank: self.topo.rank(),
+                });
             }
-            Some(rec) => verify_dataset(self.topo.rank(), rec, &r.dir, use_crc, buf),
-            None => Err(format!(
-                "rank {}: no record of the dataset (cache lost)",
-                self.topo.rank()
-            )),
+            Some(rec) => verify_dataset(self.topo.rank(), rec, &r.dir, use_crc, buf)
+                .map_err(CheckError::Verify),
+            None => Err(CheckError::NoRecord {
+                rank: self.topo.rank(),
+            }),
         };
         if let (Some(_), Err(why)) = (own, &check) {
             tracing::warn!("dataset {} ({}): {why}; counted as lost", r.id, r.name);
@@ -550,7 +549,7 @@ impl Restorer<'_> {
         rebuilding: &mut DatasetRecord,
         crc_expected: bool,
         buf: usize,
-    ) -> std::result::Result<Option<Vec<super::FileRecord>>, String> {
+    ) -> std::result::Result<Option<Vec<super::FileRecord>>, RecoverError> {
         let intact = own.filter(|_| intact);
         let files: ROption<abi_stable::std_types::RVec<FileMeta>> = match intact {
             Some(rec) => RSome(dataset_files(rec, &r.dir).files),
@@ -592,7 +591,7 @@ impl Restorer<'_> {
             .world
             .settle_call(&*r.host, &r.scheme, "recover", &label, result)
             .map(|v| v.into_vec())
-            .map_err(|e| e.to_string());
+            .map_err(RecoverError::Scheme);
         if own.is_none() {
             // rebuilt on this rank whose cache was lost: record the names at once (what
             // the scheme returned, to clean up if the dataset is dropped)
@@ -622,10 +621,16 @@ impl Restorer<'_> {
         let outcome = outcome.and_then(|metas| match intact {
             Some(rec) => verify_dataset(self.topo.rank(), rec, &r.dir, false, buf)
                 .map(|()| None)
-                .map_err(|why| format!("{scheme} changed intact files: {why}")),
+                .map_err(|why| RecoverError::ChangedIntact {
+                    scheme: scheme.clone(),
+                    why,
+                }),
             None => verify_rebuilt(self.topo.rank(), &metas, own, &r.dir, crc_expected, buf)
                 .map(Some)
-                .map_err(|why| format!("{scheme} rebuilt wrong data: {why}")),
+                .map_err(|why| RecoverError::WrongData {
+                    scheme: scheme.clone(),
+                    why,
+                }),
         });
         if let Err(why) = &outcome {
             tracing::warn!("dataset {label}: {why}");
@@ -708,12 +713,13 @@ impl Restorer<'_> {
     fn dropped_report(
         &self,
         r: &Restore,
-        check: &std::result::Result<(), String>,
-        failed: Option<&String>,
+        check: &std::result::Result<(), CheckError>,
+        failed: Option<&RecoverError>,
     ) -> String {
-        let (checks, checks_total) = self
-            .world
-            .gather_some(check.as_ref().err().map(|e| e.as_bytes()));
+        // the reasons cross the wire as their text
+        let check = check.as_ref().err().map(|e| e.to_string());
+        let (checks, checks_total) = self.world.gather_some(check.as_deref().map(str::as_bytes));
+        let failed = failed.map(|e| e.to_string());
         let failure = failed.map(|why| (r.record.descriptor.set_id, why));
         let (fails, fails_total) = self
             .world
@@ -751,6 +757,55 @@ impl Restorer<'_> {
         }
         String::from_utf8_lossy(&self.world.broadcast_from(0, report.as_bytes())).into_owned()
     }
+}
+
+/// Why this rank's cached files of a dataset cannot be used as they are (`check_cached`):
+/// the rank's data counts as lost. Typed so the check and its report stay apart; the
+/// text is what the dropped-dataset report gathers from the ranks.
+#[derive(Debug, thiserror::Error)]
+pub(in crate::runtime) enum CheckError {
+    /// crc_on_restart asks for CRC32s that were never recorded (a background hash that
+    /// did not finish).
+    #[error("rank {rank}: its CRC32s were never recorded (the job ended within the background hash, or a file could not be read for it), so its files cannot be verified (crc_on_restart)")]
+    CrcPending {
+        /// The rank.
+        rank: u32,
+    },
+    /// The rank's cache has no record of the dataset.
+    #[error("rank {rank}: no record of the dataset (cache lost)")]
+    NoRecord {
+        /// The rank.
+        rank: u32,
+    },
+    /// A file is missing or differs from its record.
+    #[error(transparent)]
+    Verify(VerifyError),
+}
+
+/// Why a scheme's recover on this rank did not leave data to keep (`recover_verified`).
+/// Typed so the rank logs and agrees on it; its text goes to rank 0 for the
+/// dropped-dataset report.
+#[derive(Debug, thiserror::Error)]
+pub(in crate::runtime) enum RecoverError {
+    /// The scheme's recover failed.
+    #[error(transparent)]
+    Scheme(RegistryError),
+    /// The scheme changed files that had passed their check.
+    #[error("{scheme} changed intact files: {why}")]
+    ChangedIntact {
+        /// The scheme.
+        scheme: String,
+        /// What differs.
+        why: VerifyError,
+    },
+    /// What the scheme says it rebuilt does not check out.
+    #[error("{scheme} rebuilt wrong data: {why}")]
+    WrongData {
+        /// The scheme.
+        scheme: String,
+        /// What is wrong.
+        why: VerifyError,
+    },
 }
 
 /// What makes two records of one dataset id the same dataset.

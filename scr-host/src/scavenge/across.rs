@@ -34,7 +34,7 @@ pub struct NodeCopy {
     /// The node.
     pub node: String,
     /// Why it could not be reached (or its `scr scavenge` did not run to its end), if so.
-    pub unreached: Option<String>,
+    pub unreached: Option<NodeError>,
     /// Ranks whose application files were copied and verified there.
     pub copied: Vec<u32>,
     /// Ranks whose copy was refused there, with the reason.
@@ -88,7 +88,7 @@ impl Scavenger {
     /// What the caches of `nodes` hold: read here, or listed there by `scr scavenge
     /// --list` within `remote_timeout`. Nodes that could not be asked, with the reason.
     /// Kept for the copy that follows (a node is asked once).
-    pub fn listings(&self, nodes: &[String]) -> Vec<(String, Result<Listing, String>)> {
+    pub fn listings(&self, nodes: &[String]) -> Vec<(String, Result<Listing, NodeError>)> {
         let answers = crate::remote::fan_out(nodes, self.width(), |node| {
             if let Some(known) = self.asked.lock().ok().and_then(|l| l.get(node).cloned()) {
                 return known;
@@ -104,9 +104,9 @@ impl Scavenger {
                         }
                         crate::remote::parse_report(node, &report)
                     })
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| NodeError::Remote(std::sync::Arc::new(e)))
             } else {
-                Err(no_runner(node))
+                Err(NodeError::NoRunner(node.to_string()))
             };
             if let Ok(mut l) = self.asked.lock() {
                 l.insert(node.to_string(), answer.clone());
@@ -118,7 +118,10 @@ impl Scavenger {
 
     /// The complete datasets in the caches of `nodes` (see [`Scavenger::listings`]),
     /// and the nodes that could not be asked, with the reason.
-    pub fn cached_records(&self, nodes: &[String]) -> (Vec<DatasetRecord>, Vec<(String, String)>) {
+    pub fn cached_records(
+        &self,
+        nodes: &[String],
+    ) -> (Vec<DatasetRecord>, Vec<(String, NodeError)>) {
         let mut records = Vec::new();
         let mut unreached = Vec::new();
         for (node, a) in self.listings(nodes) {
@@ -261,9 +264,9 @@ impl Scavenger {
                     }
                     crate::remote::parse_report::<NodeReport>(node, &report)
                 })
-                .map_err(|e| e.to_string())
+                .map_err(|e| NodeError::Remote(std::sync::Arc::new(e)))
         } else {
-            Err(no_runner(node))
+            Err(NodeError::NoRunner(node.to_string()))
         };
         match report {
             Ok(r) => {
@@ -273,7 +276,7 @@ impl Scavenger {
             }
             Err(why) => {
                 // (`why` names the node)
-                self.progress.done(&why, 0);
+                self.progress.done(&why.to_string(), 0);
                 c.unreached = Some(why);
             }
         }
@@ -319,10 +322,18 @@ fn merge(out: &mut [NodeCopy], done: Vec<NodeCopy>, second: bool) {
 }
 
 /// Why `node` is not reached when no remote runner is known.
-fn no_runner(node: &str) -> String {
-    format!(
-        "{node} is another host and no remote runner is known (no srun, flux or pdsh here): set remote_runner (e.g. `ssh {{node}} {{cmd}}`), or run `scr scavenge` on it and then `scr postrun --no-copy`"
-    )
+/// Why a node's cache could not be listed or its copy not run there: the text names the
+/// node. A type so callers can tell a node that failed from one nobody could reach;
+/// `Clone` (the remote error shared) because a node's answer is kept and handed out again.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// Running `scr scavenge` there failed, or its report did not parse.
+    #[error(transparent)]
+    Remote(std::sync::Arc<crate::remote::RemoteError>),
+    /// The node is another host and no remote runner is known.
+    #[error("{0} is another host and no remote runner is known (no srun, flux or pdsh here): set remote_runner (e.g. `ssh {{node}} {{cmd}}`), or run `scr scavenge` on it and then `scr postrun --no-copy`")]
+    NoRunner(String),
 }
 
 impl Scavenger {

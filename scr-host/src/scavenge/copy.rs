@@ -69,7 +69,10 @@ impl Scavenger {
             let bytes: u64 = record.files.iter().map(|f| f.size).sum();
             self.progress.start(&format!("{node} rank {rank}"), bytes);
             let started = Instant::now();
-            let copied = self.copy_rank(node, &record, &stage, buf, true, with_redundancy);
+            // (the manifest and the node's report carry the reason as text)
+            let copied = self
+                .copy_rank(node, &record, &stage, buf, true, with_redundancy)
+                .map_err(|e| e.to_string());
             if copied.is_err() {
                 // nothing of a failed copy stays: the rank counts as lost
                 let _ = std::fs::remove_dir_all(&stage);
@@ -136,7 +139,9 @@ impl Scavenger {
             self.progress
                 .start(&format!("{node} rank {rank} redundancy"), 0);
             let started = Instant::now();
-            let copied = self.copy_rank(node, &record, &stage, buf, false, true);
+            let copied = self
+                .copy_rank(node, &record, &stage, buf, false, true)
+                .map_err(|e| e.to_string());
             let bytes: u64 = copied
                 .as_ref()
                 .map_or(0, |v| v.iter().map(|f| f.size).sum());
@@ -184,20 +189,17 @@ impl Scavenger {
         buf: usize,
         data: bool,
         redundancy: bool,
-    ) -> Result<Vec<FlushedFile>, String> {
+    ) -> Result<Vec<FlushedFile>, CopyError> {
         let store = &record.descriptor.store;
         // a store the configuration defines, in a dataset directory the runtime made
         // (private, this user's, no link on the way): a damaged or forged filemap must not
         // make scavenge copy other files into the prefix
         if self.config.store(store).is_none() {
-            return Err(format!(
-                "the filemap names store {store}, which the configuration does not define; run postrun with the job's configuration"
-            ));
+            return Err(CopyError::UnknownStore(store.clone()));
         }
         let cache = layout::cache_dataset_dir(&self.store_dir(store, node), record.id);
         if cache.is_dir() {
-            crate::private_dir::create_private_dir(Path::new(store), &cache)
-                .map_err(|e| e.to_string())?;
+            crate::private_dir::create_private_dir(Path::new(store), &cache)?;
         }
         let mut files = Vec::new();
         for f in record.files.iter().filter(|_| data) {
@@ -215,7 +217,10 @@ impl Scavenger {
             check_relative(r)?;
             let source = cache.join(r);
             let size = std::fs::metadata(&source)
-                .map_err(|e| format!("redundancy file {}: {e}", source.display()))?
+                .map_err(|e| CopyError::Redundancy {
+                    path: source.clone(),
+                    source: e,
+                })?
                 .len();
             files.push(Planned {
                 name: r.clone(),
@@ -226,7 +231,10 @@ impl Scavenger {
                 stored: None,
             });
         }
-        std::fs::create_dir_all(stage).map_err(|e| format!("{}: {e}", stage.display()))?;
+        std::fs::create_dir_all(stage).map_err(|e| CopyError::Stage {
+            path: stage.to_path_buf(),
+            source: e,
+        })?;
         let label = transfer_label(&self.config, &self.registry, store);
         let host = LocalHost::new(
             record.descriptor.members.first().copied().unwrap_or(0),
@@ -237,9 +245,47 @@ impl Scavenger {
         let state = stage.with_extension("transfer.state");
         let config = transfer_config(&self.config, &label, &state);
         let started = start_transfer(&self.registry, &config, host, label, files)
-            .map_err(|e| e.to_string())?;
+            .map_err(CopyError::Start)?;
         let out = collect(started, false, "recorded in the filemap", buf);
         let _ = std::fs::remove_file(&state);
-        out
+        out.map_err(CopyError::Transfer)
     }
+}
+
+/// Why one rank's files could not be copied into its staging directory (`copy_rank`):
+/// the rank counts as lost. Typed for the copy; its text goes into the rank's manifest
+/// and the node's report.
+#[derive(Debug, thiserror::Error)]
+enum CopyError {
+    /// The filemap names a store the configuration does not define.
+    #[error("the filemap names store {0}, which the configuration does not define; run postrun with the job's configuration")]
+    UnknownStore(String),
+    /// The cache's dataset directory is not a private directory of this user's.
+    #[error(transparent)]
+    Dir(#[from] crate::error::ScrError),
+    /// A recorded name leaves the directory.
+    #[error(transparent)]
+    Name(#[from] prefix::OutsidePrefix),
+    /// A redundancy file could not be stat'ed.
+    #[error("redundancy file {}: {source}", path.display())]
+    Redundancy {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The staging directory could not be made.
+    #[error("{}: {source}", path.display())]
+    Stage {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The transfer could not be started.
+    #[error(transparent)]
+    Start(crate::transfer::StartError),
+    /// The transfer or the check of a copied file failed.
+    #[error("{0}")]
+    Transfer(String),
 }

@@ -64,7 +64,7 @@ pub enum IndexAddError {
         /// The rank.
         rank: u32,
         /// What is wrong with the name.
-        why: String,
+        why: crate::state::prefix::OutsidePrefix,
     },
     /// A file of a rank is missing or differs from what rank2file records.
     #[error("rank {rank}: {name} ({}): {why}; the dataset is not added", path.display())]

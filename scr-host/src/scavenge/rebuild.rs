@@ -70,7 +70,7 @@ pub enum PostrunError {
     NotRebuilt(Vec<SetRefusal>),
     /// A file's name leaves the prefix.
     #[error("{0}")]
-    BadName(String),
+    BadName(crate::state::prefix::OutsidePrefix),
     /// The files could not be placed in the prefix or recorded (undone).
     #[error("{0}; nothing was added to the index")]
     NotPlaced(PlaceError),
@@ -155,7 +155,7 @@ pub enum RebuildError {
         /// The scheme.
         scheme: String,
         /// What is wrong.
-        why: String,
+        why: crate::integrity::VerifyError,
     },
 }
 
@@ -165,7 +165,7 @@ pub enum RebuildError {
 pub enum PlaceError {
     /// A file's stored name leaves the prefix.
     #[error("{0}")]
-    BadName(String),
+    BadName(crate::state::prefix::OutsidePrefix),
     /// A file appeared at a name meanwhile.
     #[error("{} appeared in the prefix while scavenging; run postrun again", .0.display())]
     Appeared(PathBuf),

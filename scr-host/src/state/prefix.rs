@@ -24,8 +24,9 @@ pub use edit::EditError;
 pub use flush_file::{FlushFile, CACHE, PFS};
 pub use lock::PrefixLock;
 pub use rank2file::{
-    check_relative, relocated, Blocks, FlushedFile, Rank2File, Rank2FileMap, Rank2FilePart,
-    Rank2FileRoot, LISTING_ROOT_KIND, PART_KIND, RANK2FILE_BLOCK, ROOT_KIND, SINGLE_KIND,
+    check_relative, relocated, Blocks, FlushedFile, OutsidePrefix, Rank2File, Rank2FileMap,
+    Rank2FilePart, Rank2FileRoot, LISTING_ROOT_KIND, PART_KIND, RANK2FILE_BLOCK, ROOT_KIND,
+    SINGLE_KIND,
 };
 
 /// One dataset in the index.

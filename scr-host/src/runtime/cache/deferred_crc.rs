@@ -59,7 +59,28 @@ use super::Cache;
 use crate::state::filemap::{CrcNote, DatasetRecord, Filemap};
 
 /// What hashing one file came to: its CRC32, or why there is none (naming the error).
-pub(in crate::runtime) type FileHash = std::result::Result<u32, String>;
+pub(in crate::runtime) type FileHash = std::result::Result<u32, HashError>;
+
+/// Why a file of a background hash has no CRC32: the warning that records it without
+/// one names this.
+#[derive(Debug, thiserror::Error)]
+pub(in crate::runtime) enum HashError {
+    /// The hash was cancelled before this file.
+    #[error("cancelled")]
+    Cancelled,
+    /// The thread returned no outcome for this file.
+    #[error("the hash did not run")]
+    NotRun,
+    /// The hashing thread itself panicked (its message).
+    #[error("the hashing thread panicked: {0}")]
+    ThreadPanicked(String),
+    /// Hashing this file panicked (its message).
+    #[error("hashing panicked: {0}")]
+    Panicked(String),
+    /// The file could not be read.
+    #[error(transparent)]
+    Io(std::io::Error),
+}
 
 /// The background hash of one dataset's files on this rank.
 pub(in crate::runtime) struct CrcJob {
@@ -133,16 +154,16 @@ impl CrcJob {
     /// escaped the thread (none should: every file is hashed under `catch_unwind`) is
     /// every file's error.
     pub(in crate::runtime) fn join(mut self) -> Vec<(String, FileHash)> {
+        let n = self.files.len();
         let outcome = match self.handle.take().map(JoinHandle::join) {
-            Some(Ok(hashes)) if hashes.len() == self.files.len() => hashes,
-            Some(Ok(_)) | None => vec![Err("the hash did not run".into()); self.files.len()],
-            Some(Err(panic)) => vec![
-                Err(format!(
-                    "the hashing thread panicked: {}",
-                    panic_text(&*panic)
-                ));
-                self.files.len()
-            ],
+            Some(Ok(hashes)) if hashes.len() == n => hashes,
+            Some(Ok(_)) | None => (0..n).map(|_| Err(HashError::NotRun)).collect(),
+            Some(Err(panic)) => {
+                let text = panic_text(&*panic);
+                (0..n)
+                    .map(|_| Err(HashError::ThreadPanicked(text.clone())))
+                    .collect()
+            }
         };
         std::mem::take(&mut self.files)
             .into_iter()
@@ -177,12 +198,12 @@ pub(in crate::runtime) fn hash_files(
         .iter()
         .map(|p| {
             if cancel.load(Ordering::SeqCst) {
-                return Err("cancelled".into());
+                return Err(HashError::Cancelled);
             }
             match catch_unwind(AssertUnwindSafe(|| hash(p))) {
                 Ok(Ok(crc)) => Ok(crc),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(panic) => Err(format!("hashing panicked: {}", panic_text(&*panic))),
+                Ok(Err(e)) => Err(HashError::Io(e)),
+                Err(panic) => Err(HashError::Panicked(panic_text(&*panic))),
             }
         })
         .collect()
@@ -360,8 +381,12 @@ mod tests {
             .collect();
         // a buffer smaller than the third file: it is read in pieces
         let job = CrcJob::spawn(5, "ckpt.5", named, 4096, None).unwrap();
-        let got = job.join();
-        let want: Vec<(String, FileHash)> = contents
+        let got: Vec<(String, Result<u32, String>)> = job
+            .join()
+            .into_iter()
+            .map(|(f, h)| (f, h.map_err(|e| e.to_string())))
+            .collect();
+        let want: Vec<(String, Result<u32, String>)> = contents
             .iter()
             .enumerate()
             .map(|(i, c)| (format!("f{i}"), Ok(crc32fast::hash(c))))
@@ -381,6 +406,10 @@ mod tests {
             }
             crate::integrity::file_crc32(p, 4096)
         });
+        let out: Vec<Result<u32, String>> = out
+            .into_iter()
+            .map(|h| h.map_err(|e| e.to_string()))
+            .collect();
         assert_eq!(out[0], Ok(crc32fast::hash(b"kept")));
         assert!(
             out[1].as_ref().is_err_and(|e| e.contains("No such file")),
@@ -403,6 +432,10 @@ mod tests {
             cancel.store(true, Ordering::SeqCst);
             crate::integrity::file_crc32(p, 4096)
         });
+        let out: Vec<Result<u32, String>> = out
+            .into_iter()
+            .map(|h| h.map_err(|e| e.to_string()))
+            .collect();
         assert_eq!(
             out,
             vec![

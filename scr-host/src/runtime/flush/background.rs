@@ -183,7 +183,7 @@ impl Flusher<'_> {
                 .world
                 .broadcast_bytes(if recorded.is_ok() { b"1" } else { b"" })
                 .is_empty();
-        let why = recorded.err().unwrap_or_default();
+        let why = recorded.err().map(|e| e.to_string()).unwrap_or_default();
         if in_index {
             // only a flush recorded for every rank lets an output leave the cache
             lock(&self.flushing.flushed).insert(entry.id);

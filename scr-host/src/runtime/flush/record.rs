@@ -44,16 +44,12 @@ pub(super) fn remove_written(prefix: &Path, paths: &[PathBuf]) {
     }
 }
 
-/// Rank 0: the flush's event in the log (`done`: the bytes recorded, or why not).
-fn log_flush(
-    job: &Job,
-    entry: &IndexEntry,
-    started: &FlushStart,
-    done: &std::result::Result<u64, String>,
-) {
+/// Rank 0: the flush's event in the log (`done`: the bytes recorded, `None` when it was
+/// not recorded).
+fn log_flush(job: &Job, entry: &IndexEntry, started: &FlushStart, done: Option<u64>) {
     let (bytes, ok) = match done {
-        Ok(bytes) => (*bytes, true),
-        Err(_) => (0, false),
+        Some(bytes) => (bytes, true),
+        None => (0, false),
     };
     job.log_event_of(
         &started.job_id,
@@ -88,7 +84,7 @@ pub(super) fn record_complete(
     prefix: &Path,
     entry: &IndexEntry,
     root: &Rank2FileRoot,
-) -> std::result::Result<u64, String> {
+) -> std::result::Result<u64, crate::state::StateError> {
     let summary = Summary {
         id: entry.id,
         name: entry.name.clone(),
@@ -119,12 +115,43 @@ pub(super) fn record_complete(
             crate::state::writes::remove_writes(prefix, entry.id);
             bytes
         })
-        .map_err(|e| {
+        .inspect_err(|_| {
             // not recorded: no summary or map may bring it back when an index is rebuilt
             let _ = std::fs::remove_file(Summary::path(prefix, entry.id));
             Rank2File::remove(prefix, entry.id);
-            e.to_string()
         })
+}
+
+/// Why a flush is not recorded complete (rank 0, [`Flusher::gather_and_finish`]). The
+/// callers tell every rank its text.
+#[derive(Debug, thiserror::Error)]
+pub(in crate::runtime) enum FinishError {
+    /// A rank's part of the flush failed (the text its block's leader broadcast).
+    #[error("flush failed on rank {rank}: {why}")]
+    Failed {
+        /// The lowest failing rank.
+        rank: u64,
+        /// Why, as broadcast.
+        why: String,
+    },
+    /// The root, the summary or the index could not be written.
+    #[error(transparent)]
+    NotRecorded(crate::state::StateError),
+}
+
+/// Why a block's part of a flush failed, found by its leader
+/// ([`Flusher::write_block_part`]) and broadcast as text to every rank.
+#[derive(Debug, thiserror::Error)]
+enum PartError {
+    /// A member's flush failed (its own text).
+    #[error("{0}")]
+    Rank(String),
+    /// A member's outcome did not parse.
+    #[error("unreadable outcome: {0}")]
+    Unreadable(serde_json::Error),
+    /// The block's rank2file part could not be written.
+    #[error("its rank2file part: {0}")]
+    Write(crate::state::StateError),
 }
 
 /// The blocks a job of `size` ranks writes its rank2file maps in (`rank2file_block`).
@@ -205,7 +232,7 @@ impl Flusher<'_> {
         &self,
         entry: &IndexEntry,
         mine: &RankOutcome,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), FinishError> {
         let blocks = rank2file_blocks(self.config, self.topo.size());
         let n = blocks.of(self.topo.rank());
         let leader = blocks.leader(n);
@@ -234,7 +261,7 @@ impl Flusher<'_> {
         if first != u64::MAX {
             // the leader of the failed rank's block holds the text
             let holder = blocks.leader(blocks.of(first as u32));
-            let text = failure.map(|(_, why)| why).unwrap_or_default();
+            let text = failure.map(|(_, why)| why.to_string()).unwrap_or_default();
             let why = self.world.broadcast_from(holder, text.as_bytes());
             if part.is_some() {
                 let _ = std::fs::remove_file(Rank2FilePart::path(self.job.prefix(), entry.id, n));
@@ -242,14 +269,13 @@ impl Flusher<'_> {
             if self.topo.rank() != 0 {
                 return Ok(());
             }
-            let reason = format!(
-                "flush failed on rank {first}: {}",
-                String::from_utf8_lossy(&why)
-            );
-            record_failure(self.job.prefix(), entry, &reason);
-            let done = Err(reason);
-            log_flush(self.job, entry, &started(), &done);
-            return done.map(|_| ());
+            let failed = FinishError::Failed {
+                rank: first,
+                why: String::from_utf8_lossy(&why).into_owned(),
+            };
+            record_failure(self.job.prefix(), entry, &failed.to_string());
+            log_flush(self.job, entry, &started(), None);
+            return Err(failed);
         }
         // the root's totals: every part's, summed over the leaders (the others add 0)
         let (files, bytes) = part.unwrap_or_default();
@@ -267,11 +293,11 @@ impl Flusher<'_> {
         if done.is_err() {
             Rank2File::remove(self.job.prefix(), entry.id);
         }
-        log_flush(self.job, entry, &started(), &done);
+        log_flush(self.job, entry, &started(), done.as_ref().ok().copied());
         if done.is_ok() {
             prefix!(self).trim(entry);
         }
-        done.map(|_| ())
+        done.map(|_| ()).map_err(FinishError::NotRecorded)
     }
 
     /// A block leader's share of finishing a flush: its members' outcomes (`all`, in
@@ -283,20 +309,21 @@ impl Flusher<'_> {
         blocks: prefix::Blocks,
         n: u32,
         all: Vec<std::result::Result<RankOutcome, ExchangeError>>,
-    ) -> std::result::Result<(u64, u64), (u32, String)> {
+    ) -> std::result::Result<(u64, u64), (u32, PartError)> {
         let mut ranks = BTreeMap::new();
         for (r, outcome) in blocks.members(n).zip(all) {
-            match outcome.unwrap_or_else(|e| Err(format!("unreadable outcome: {}", e.source))) {
-                Ok(files) => {
+            match outcome {
+                Ok(Ok(files)) => {
                     ranks.insert(r, files);
                 }
-                Err(why) => return Err((r, why)),
+                Ok(Err(why)) => return Err((r, PartError::Rank(why))),
+                Err(e) => return Err((r, PartError::Unreadable(e.source))),
             }
         }
         let p = Rank2FilePart::new(entry.id, blocks, n, ranks);
         p.write(self.job.prefix())
             .map(|()| (p.files, p.bytes))
-            .map_err(|e| (self.topo.rank(), format!("its rank2file part: {e}")))
+            .map_err(|e| (self.topo.rank(), PartError::Write(e)))
     }
 
     /// Record, in the dataset's directory under `.scr`, the prefix paths (relative) every

@@ -262,9 +262,13 @@ impl Flusher<'_> {
             dispatched.and_then(|()| collect(started, false, "when written", buf))
         });
         let recorded = self.gather_and_finish(entry, &outcome);
-        let text = self
-            .world
-            .broadcast_bytes(recorded.err().unwrap_or_default().as_bytes());
+        let text = self.world.broadcast_bytes(
+            recorded
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+                .as_bytes(),
+        );
         if text.is_empty() {
             super::lock(&self.flushing.flushed).insert(entry.id);
             self.topo.warn(&format!(

@@ -122,9 +122,13 @@ impl Writer<'_> {
             )));
         };
         let recorded = flusher!(self).gather_and_finish(&entry, &mine);
-        let why = self
-            .world
-            .broadcast_bytes(recorded.err().unwrap_or_default().as_bytes());
+        let why = self.world.broadcast_bytes(
+            recorded
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+                .as_bytes(),
+        );
         if why.is_empty() {
             if let Some(c) = out.record.checkpoint_id {
                 // before the ids are recorded with the dataset's (forget_bypass)

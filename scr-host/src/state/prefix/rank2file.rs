@@ -34,7 +34,7 @@ impl FlushedFile {
     /// The path of the flushed bytes under `prefix`, refusing a name that would leave the
     /// prefix (an absolute path or a `..` component read from a damaged or hostile
     /// rank2file map).
-    pub fn stored_path(&self, prefix: &Path) -> Result<PathBuf, String> {
+    pub fn stored_path(&self, prefix: &Path) -> Result<PathBuf, OutsidePrefix> {
         let rel = self.stored.as_deref().unwrap_or(&self.name);
         check_relative(rel)?;
         check_relative(&self.name)?;
@@ -42,12 +42,17 @@ impl FlushedFile {
     }
 }
 
+/// A name read from a dataset's records that would leave the prefix (an absolute path or
+/// a `..` component): the records are damaged or hostile, and the name is not used. A
+/// type so callers can tell it from their other failures and add the rank or dataset.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a path inside the prefix; the dataset's records are damaged")]
+pub struct OutsidePrefix(pub String);
+
 /// `Err` unless `rel` is a relative path that stays below the directory it is joined to.
-pub fn check_relative(rel: &str) -> Result<(), String> {
+pub fn check_relative(rel: &str) -> Result<(), OutsidePrefix> {
     if !scr_plugin::redfile::stays_inside(rel) {
-        return Err(format!(
-            "`{rel}` is not a path inside the prefix; the dataset's records are damaged"
-        ));
+        return Err(OutsidePrefix(rel.to_string()));
     }
     Ok(())
 }
