@@ -78,7 +78,7 @@ const MANIFEST: &str = "scavenge-rank";
 
 /// What the per-node step found for one rank (`scavenge/rank_<r>.scr`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RankManifest {
+pub(crate) struct RankManifest {
     /// World rank.
     pub rank: u32,
     /// The node whose cache held its files.
@@ -148,15 +148,6 @@ pub trait Progress: Send + Sync {
     fn done(&self, line: &str, bytes: u64);
     /// No more copies follow: a display may go away.
     fn finish(&self);
-}
-
-/// Progress nobody watches: every report is dropped.
-pub struct NoProgress;
-
-impl Progress for NoProgress {
-    fn start(&self, _: &str, _: u64) {}
-    fn done(&self, _: &str, _: u64) {}
-    fn finish(&self) {}
 }
 
 /// `bytes` over `secs` as a human figure (`1.5 MiB in 0.20 s, 7.5 MiB/s`), for progress
@@ -261,7 +252,7 @@ impl Scavenger {
     }
 
     /// The job's control directory on `node`.
-    pub fn cntl_dir(&self, node: &str) -> PathBuf {
+    pub(crate) fn cntl_dir(&self, node: &str) -> PathBuf {
         self.job_dir(
             Path::new(&self.config.get(settings::CNTL_BASE)),
             self.simulated,
@@ -315,7 +306,7 @@ impl Scavenger {
     /// already holds it complete. A checkpoint comes first: an output written after it
     /// (and flushed, as outputs always are) must not hide the checkpoint the next run
     /// restarts from.
-    pub fn newest_cached(&self, nodes: &[String]) -> Option<(u64, String, bool)> {
+    pub(crate) fn newest_cached(&self, nodes: &[String]) -> Option<(u64, String, bool)> {
         let (records, unreached) = self.cached_records(nodes);
         for (_, why) in unreached {
             // (`why` names the node)
@@ -440,7 +431,7 @@ pub fn postrun_target(
 }
 
 /// The newest dataset id with a staging directory in `prefix`.
-pub fn newest_staged(prefix: &Path) -> Option<u64> {
+pub(crate) fn newest_staged(prefix: &Path) -> Option<u64> {
     std::fs::read_dir(prefix::scr_dir(prefix))
         .ok()?
         .filter_map(Result::ok)

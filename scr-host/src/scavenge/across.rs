@@ -79,7 +79,7 @@ impl Scavenger {
 
     /// Whether `node`'s directories are read by this process itself: simulated nodes,
     /// the node `scr scavenge` runs on, and this host.
-    pub fn is_here(&self, node: &str) -> bool {
+    pub(crate) fn is_here(&self, node: &str) -> bool {
         self.simulated
             || self.per_node
             || crate::remote::same_host(node, &crate::launch::nodes::this_host())
@@ -88,7 +88,7 @@ impl Scavenger {
     /// What the caches of `nodes` hold: read here, or listed there by `scr scavenge
     /// --list` within `remote_timeout`. Nodes that could not be asked, with the reason.
     /// Kept for the copy that follows (a node is asked once).
-    pub fn listings(&self, nodes: &[String]) -> Vec<(String, Result<Listing, NodeError>)> {
+    pub(crate) fn listings(&self, nodes: &[String]) -> Vec<(String, Result<Listing, NodeError>)> {
         let answers = crate::remote::fan_out(nodes, self.width(), |node| {
             if let Some(known) = self.asked.lock().ok().and_then(|l| l.get(node).cloned()) {
                 return known;
@@ -118,7 +118,7 @@ impl Scavenger {
 
     /// The complete datasets in the caches of `nodes` (see [`Scavenger::listings`]),
     /// and the nodes that could not be asked, with the reason.
-    pub fn cached_records(
+    pub(crate) fn cached_records(
         &self,
         nodes: &[String],
     ) -> (Vec<DatasetRecord>, Vec<(String, NodeError)>) {

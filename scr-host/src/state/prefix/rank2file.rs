@@ -362,7 +362,7 @@ impl Rank2FileRoot {
     /// `Err` naming the root unless `files` and `bytes`, the sums of every part's
     /// totals, are the root's: a part missing from the sums or one of other contents
     /// (another flush's) shows here.
-    pub fn check_totals(
+    pub(crate) fn check_totals(
         &self,
         prefix: &Path,
         id: u64,
