@@ -57,7 +57,8 @@ impl Runtime {
     pub fn start_restart(&mut self) -> Result<String> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("start_restart");
-        restarter!(self).start_restart()
+        let writing = self.output.is_some();
+        restarter!(self).start_restart(writing)
     }
 
     /// Finish reading (collective). If any rank says `!valid`, this checkpoint is passed

@@ -22,14 +22,14 @@
 //! | `Job` | `job` | user, job id, prefix, control directory, the job's directory in each store, where its events go | `place`, `store_dir`, `dataset_dir`, `create_store_dir`, `log_event` |
 //! | `Descriptors` | `descriptors` | the redundancy descriptors in force, each with its set, scheme and set host | `create`, `for_dataset`, `for_checkpoint`, `set_host`, `group_value` |
 //! | `Cache` | `cache` (+ `cache::deferred_crc`) | the filemap, its journal, the next ids, the background hash | `open`, `get`, `put`, `update`, `forget`, `save`, `append_file`, `id_of`, `newest_checkpoint`, `used`, `settle_crc` |
-//! | `RestartState` | `restart::state` | the candidate, skipped checkpoints, a restart in place | `skip`, `reads`, `in_progress`, `candidate_in`, `offer_in_prefix` |
+//! | `RestartState` | `restart::state` | the candidate, skipped checkpoints, a restart in place | `skip`, `reads`, `in_progress`, `candidate_in`, `offer_in_prefix`, `start`, `end`, `start_in_prefix`, `end_in_prefix` |
 //! | `Flushing` | `flush` | this run's flushes (in flight, pending, unrecorded, waiters, cancel flag) | `holds`, `in_flight`, `flushed`, `cancel_flag` |
 //! | `Policy` | `policy` | need_checkpoint's timing | `checkpoint_done`, `restart_clock` |
 //! | `RunReport` | `report` | what init and the run found, for the event log | `add_lost`, `add_lost_nodes`, `crc_note_due` |
-//! | `Output` | `output::state` | the dataset being written | `name`, `record` |
+//! | `Output` | `output` | the dataset being written | `name`, `record` |
 //!
-//! (The restart's state and the dataset being written live in their own modules so that
-//! a phase that only reads them does not import the phase that changes them.)
+//! (The restart's state lives in a module of its own, `restart::state`, so that the
+//! phases that read it do not import the restart phase, which calls them.)
 //!
 //! # Phases
 //!
@@ -100,7 +100,7 @@ use cache::Cache;
 use collective::{agree_on, first_failure, Collective};
 use descriptors::Descriptors;
 use job::Job;
-use output::state::Output;
+use output::Output;
 use policy::Policy;
 use report::RunReport;
 use restart::state::RestartState;

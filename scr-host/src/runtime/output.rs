@@ -31,8 +31,33 @@ use crate::private_dir::{cachefs_err, create_private_dir, lexical_normalize};
 use crate::state::filemap::DatasetRecord;
 use crate::state::prefix;
 
-pub(in crate::runtime) mod state;
-use state::Output;
+/// The dataset being written.
+pub(in crate::runtime) struct Output {
+    record: DatasetRecord,
+    desc: usize,
+    started: Instant,
+    /// This rank's redundancy file names (relative), asked of the scheme once at
+    /// start_output so route_file can refuse them without asking per file.
+    redundancy_names: Vec<String>,
+    /// The names routed so far (`record.files`' names), so that a name routed again is
+    /// found without a scan of every file.
+    routed: HashSet<String>,
+    /// A bypass dataset routed a name that already existed in the prefix (see
+    /// `bypass`).
+    overwrites: bool,
+}
+
+impl Output {
+    /// The dataset's name.
+    pub(in crate::runtime) fn name(&self) -> &str {
+        &self.record.name
+    }
+
+    /// The dataset's record as routed so far.
+    pub(in crate::runtime) fn record(&self) -> &DatasetRecord {
+        &self.record
+    }
+}
 
 /// Why `start_output(name, flags)` is refused on this rank, if it is (collective: rank
 /// 0's arguments are broadcast over `world`). This rank's own arguments and state come

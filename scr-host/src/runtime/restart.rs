@@ -12,7 +12,6 @@ use crate::runtime::fetch::fetcher;
 use crate::runtime::flush::flusher;
 use crate::runtime::flush::Flushing;
 use crate::runtime::job::Job;
-use crate::runtime::output::state::Output;
 use crate::runtime::topology::Topology;
 use crate::runtime::TestHooks;
 use std::path::{Path, PathBuf};
@@ -32,7 +31,6 @@ pub(in crate::runtime) struct Restarter<'a> {
     pub(in crate::runtime) cache: &'a mut Cache,
     pub(in crate::runtime) restart: &'a mut RestartState,
     pub(in crate::runtime) flushing: &'a mut Flushing,
-    pub(in crate::runtime) output: &'a Option<Output>,
     pub(in crate::runtime) config: &'a Config,
     pub(in crate::runtime) registry: &'a Registry,
     pub(in crate::runtime) job: &'a Job,
@@ -49,7 +47,6 @@ macro_rules! restarter {
             cache: &mut $s.cache,
             restart: &mut $s.restart,
             flushing: &mut $s.flushing,
-            output: &$s.output,
             config: &$s.config,
             registry: &$s.registry,
             job: &$s.job,
@@ -73,15 +70,16 @@ impl Restarter<'_> {
                 self.topo.rank()
             ))
         };
-        if let (true, Some(p)) = (self.restart.reading_prefix, &self.restart.prefix_restart) {
-            let found = match p.files.get(key.as_ref()) {
+        if let Some(p) = self.restart.reading_in_prefix() {
+            let files = p.files();
+            let found = match files.get(key.as_ref()) {
                 Some(path) => Some(path.clone()),
-                None => by_basename(p.files.keys().map(String::as_str), rel, name)?
-                    .map(|k| p.files[k].clone()),
+                None => by_basename(files.keys().map(String::as_str), rel, name)?
+                    .map(|k| files[k].clone()),
             };
-            return found.ok_or_else(|| not_a_file(&p.name));
+            return found.ok_or_else(|| not_a_file(p.name()));
         }
-        if let Some(id) = self.restart.candidate {
+        if let Some(id) = self.restart.reading() {
             let rec = &self.cache.record(id);
             let dir = self.job.dataset_dir(&rec.descriptor.store, id);
             if rec.files.iter().any(|f| f.name == key) {
@@ -100,7 +98,7 @@ impl Restarter<'_> {
     /// Fetch when the cache holds no checkpoint (or `current` chose one only the prefix
     /// holds), then flush the restart checkpoint when `flush_on_restart` asks for it.
     pub(in crate::runtime) fn settle_restart(&mut self, flush_on_restart: bool) -> Result<()> {
-        let wanted = self.restart.wanted.take();
+        let wanted = self.restart.take_wanted();
         if self.restart.candidate_in(self.cache).is_none() || wanted.is_some() {
             if self.restart_in_place() {
                 fetcher!(self).open_prefix_restart(wanted.as_deref(), None)?;
@@ -118,71 +116,65 @@ impl Restarter<'_> {
     pub(in crate::runtime) fn have_restart_fetching(&mut self) -> Result<Option<String>> {
         // the checkpoint about to be offered has its CRC32s recorded
         self.cache.settle_crc();
-        if self.restart.fetch_pending {
+        if self.restart.fetch_pending() {
             self.world.usable("have_restart")?;
-            self.restart.fetch_pending = false;
+            self.restart.set_fetch_pending(false);
             self.settle_restart(false)?;
         }
         Ok(self.restart.offered(self.cache))
     }
 
     /// [`Runtime::start_restart`](crate::runtime::Runtime::start_restart), over the view.
-    pub(in crate::runtime) fn start_restart(&mut self) -> Result<String> {
+    pub(in crate::runtime) fn start_restart(&mut self, writing: bool) -> Result<String> {
         self.world.usable("start_restart")?;
         // the files about to be read have their CRC32s recorded
         self.cache.settle_crc();
-        if self.output.is_some() || self.restart.in_progress() {
+        if writing || self.restart.in_progress() {
             return Err(ScrError::Usage(
                 "start_restart: another output or restart is in progress".into(),
             ));
         }
-        if let (None, Some(p)) = (
-            self.restart.candidate_in(self.cache),
-            &self.restart.prefix_restart,
-        ) {
-            self.restart.reading_prefix = true;
-            return Ok(p.name.clone());
+        if let Some(name) = self.restart.start_in_prefix(self.cache) {
+            return Ok(name);
         }
         let id = self.restart.candidate_in(self.cache).ok_or_else(|| {
             ScrError::Usage(
                 "start_restart: no checkpoint to restart from (have_restart said none)".into(),
             )
         })?;
-        self.restart.candidate = Some(id);
+        self.restart.start(id);
         Ok(self.cache.record(id).name.clone())
     }
 
     /// [`Runtime::complete_restart`](crate::runtime::Runtime::complete_restart), over the view.
     pub(in crate::runtime) fn complete_restart(&mut self, valid: bool) -> Result<bool> {
-        if self.restart.reading_prefix {
+        if self.restart.end_in_prefix() {
             let agreed = self.world.begin("complete_restart", Ok(()));
-            self.restart.reading_prefix = false;
             agreed?;
             let ok = self.world.all(valid);
             if !ok {
-                let p = self.restart.prefix_restart.take().expect("reading it");
+                let p = self.restart.take_in_prefix().expect("reading it");
                 self.topo.warn(&format!(
                     "restart from {} (dataset {}, in the prefix) reported invalid; falling back to an older checkpoint",
-                    p.name, p.id
+                    p.name(),
+                    p.id()
                 ));
-                self.mark_invalid_in_index(p.id, &p.name);
-                self.fall_back(p.checkpoint_id)?;
+                self.mark_invalid_in_index(p.id(), p.name());
+                self.fall_back(p.checkpoint_id())?;
             }
             return Ok(ok);
         }
-        let pre = self.restart.candidate.ok_or_else(|| {
+        // ended either way: a rank that was reading is not left inside a restart that
+        // the others failed
+        let pre = self.restart.end().ok_or_else(|| {
             ScrError::Usage(
                 "complete_restart: no restart in progress; call start_restart first".into(),
             )
         });
-        let agreed = self.world.begin("complete_restart", pre);
-        // ended either way: a rank that was reading is not left inside a restart that
-        // the others failed
-        self.restart.candidate = None;
-        let id = agreed?;
+        let id = self.world.begin("complete_restart", pre)?;
         let ok = self.world.all(valid);
         if !ok {
-            self.restart.skipped.push(id);
+            self.restart.skip(id);
             let rec = self.cache.record(id).clone();
             let (name, checkpoint) = (rec.name.clone(), rec.checkpoint_id);
             self.topo.warn(&format!(
@@ -277,7 +269,7 @@ impl Restarter<'_> {
         for rec in cached {
             let only_copy = !held.contains(&rec.id) && (rec.output || Some(rec.id) == newest);
             if only_copy {
-                self.restart.skipped.push(rec.id);
+                self.restart.skip(rec.id);
                 kept.push(rec.name);
             } else if let Err(e) = evictor!(self).remove_local(&rec) {
                 removed = Err(e);
@@ -384,12 +376,12 @@ impl Restarter<'_> {
 
     /// [`Runtime::current`](crate::runtime::Runtime::current), over the view.
     pub(in crate::runtime) fn current(&mut self, name: &str) -> Result<()> {
-        if self.restart.fetch_pending {
+        if self.restart.fetch_pending() {
             self.world.usable("current")?;
             let cached = self.world.all(self.cache.id_of(name).is_ok());
             if cached {
                 // a checkpoint the cache holds: an earlier call's prefix choice is void
-                self.restart.wanted = None;
+                self.restart.want(None);
             } else {
                 // only the prefix has it: the pending fetch loads it, and cached
                 // datasets written after it are passed over
@@ -425,8 +417,8 @@ impl Restarter<'_> {
                 // over (the newer ones as SCR deletes them; older ones too, so that a
                 // restart in place from the prefix does not prefer them)
                 let cached: Vec<u64> = self.cache.ids();
-                self.restart.skipped.extend(cached);
-                self.restart.wanted = Some(name.to_string());
+                self.restart.skip_all(cached);
+                self.restart.want(Some(name.to_string()));
                 self.drop_after_current(name, found);
                 if let Some(anchor) = found {
                     self.drop_newer_cached(anchor)?;
@@ -441,8 +433,8 @@ impl Restarter<'_> {
             .filter(|d| d.id > id)
             .map(|d| d.id)
             .collect();
-        self.restart.skipped.extend(newer);
-        self.restart.skipped.retain(|&s| s != id);
+        self.restart.skip_all(newer);
+        self.restart.unskip(id);
         self.drop_after_current(name, Some(id));
         self.drop_newer_cached(id)
     }

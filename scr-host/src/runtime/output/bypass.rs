@@ -18,7 +18,7 @@ use crate::runtime::flush::flusher;
 use crate::runtime::output::Writer;
 use std::path::{Path, PathBuf};
 
-use super::state::Output;
+use super::Output;
 use crate::config::settings;
 use crate::runtime::world::Op;
 use crate::runtime::{first_failure, io_err, Result, ScrError};

@@ -1,6 +1,6 @@
 //! The restart's state, a part of the runtime: what is offered for a restart, what was
-//! tried, and a restart read in place. Its fields are the restart phase's alone
-//! (`restart`); every other phase asks through its verbs.
+//! tried, and a restart read in place. Its fields are private: the restart phase
+//! (`restart`) and every other phase change it through its verbs.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -11,31 +11,31 @@ use crate::runtime::cache::Cache;
 #[derive(Debug, Default)]
 pub(in crate::runtime) struct RestartState {
     /// The checkpoint offered for a restart (from cache).
-    pub(super) candidate: Option<u64>,
+    candidate: Option<u64>,
     /// Checkpoints the application reported invalid, never offered again.
-    pub(super) skipped: Vec<u64>,
+    skipped: Vec<u64>,
     /// SCR 3.x order: the fetch from the prefix waits for the first
     /// [`Runtime::have_restart_fetching`](crate::runtime::Runtime::have_restart_fetching), so that `current` can choose what is loaded.
-    pub(super) fetch_pending: bool,
+    fetch_pending: bool,
     /// The checkpoint `current` chose while the fetch was pending, when no cache holds it.
-    pub(super) wanted: Option<String>,
+    wanted: Option<String>,
     /// With `fetch = false`: the checkpoint offered for a restart straight from the prefix.
-    pub(super) prefix_restart: Option<PrefixRestart>,
+    prefix_restart: Option<PrefixRestart>,
     /// Between start_restart and complete_restart of `prefix_restart`.
-    pub(super) reading_prefix: bool,
+    reading_prefix: bool,
 }
 
 /// A checkpoint read in place in the prefix (SCR 3.x with fetch disabled).
 #[derive(Debug)]
 pub(in crate::runtime) struct PrefixRestart {
     /// Its dataset id.
-    pub(super) id: u64,
+    id: u64,
     /// Its name.
-    pub(super) name: String,
+    name: String,
     /// Its checkpoint id: a fallback after it is reported invalid takes only older ones.
-    pub(super) checkpoint_id: Option<u64>,
+    checkpoint_id: Option<u64>,
     /// This rank's files: the name as the application routes it → where it is stored.
-    pub(super) files: BTreeMap<String, PathBuf>,
+    files: BTreeMap<String, PathBuf>,
 }
 
 impl RestartState {
@@ -92,6 +92,71 @@ impl RestartState {
     pub(in crate::runtime) fn set_fetch_pending(&mut self, pending: bool) {
         self.fetch_pending = pending;
     }
+    /// Whether the fetch from the prefix still waits for the first have_restart.
+    pub(in crate::runtime) fn fetch_pending(&self) -> bool {
+        self.fetch_pending
+    }
+
+    /// The checkpoint `current` chose while the fetch was pending (only the prefix holds
+    /// it), taken: the fetch about to run loads it.
+    pub(in crate::runtime) fn take_wanted(&mut self) -> Option<String> {
+        self.wanted.take()
+    }
+
+    /// `current` chose `name`, which only the prefix holds, while the fetch was pending
+    /// (`Some`), or one the cache holds (`None`: an earlier prefix choice is void).
+    pub(in crate::runtime) fn want(&mut self, name: Option<String>) {
+        self.wanted = name;
+    }
+
+    /// Pass over every checkpoint in `ids` (never offered again in this run).
+    pub(in crate::runtime) fn skip_all(&mut self, ids: impl IntoIterator<Item = u64>) {
+        self.skipped.extend(ids);
+    }
+
+    /// The cached checkpoint being read, between start_restart and complete_restart.
+    pub(in crate::runtime) fn reading(&self) -> Option<u64> {
+        self.candidate
+    }
+
+    /// The checkpoint read in place in the prefix, between start_restart and
+    /// complete_restart.
+    pub(in crate::runtime) fn reading_in_prefix(&self) -> Option<&PrefixRestart> {
+        self.prefix_restart.as_ref().filter(|_| self.reading_prefix)
+    }
+
+    /// start_restart: read the checkpoint offered in place from the prefix when the
+    /// cache offers none; its name, or `None` when there is none to read there.
+    pub(in crate::runtime) fn start_in_prefix(&mut self, cache: &Cache) -> Option<String> {
+        if self.candidate_in(cache).is_some() {
+            return None;
+        }
+        let name = self.prefix_restart.as_ref()?.name.clone();
+        self.reading_prefix = true;
+        Some(name)
+    }
+
+    /// start_restart: read cached checkpoint `id`.
+    pub(in crate::runtime) fn start(&mut self, id: u64) {
+        self.candidate = Some(id);
+    }
+
+    /// complete_restart: a reading in place in the prefix ends; whether one was going on
+    /// (else the restart being read, if any, is a cached one).
+    pub(in crate::runtime) fn end_in_prefix(&mut self) -> bool {
+        std::mem::take(&mut self.reading_prefix)
+    }
+
+    /// complete_restart of a cached checkpoint: the reading ends either way (a rank
+    /// that was reading is not left inside a restart the others failed); the id read.
+    pub(in crate::runtime) fn end(&mut self) -> Option<u64> {
+        self.candidate.take()
+    }
+
+    /// The checkpoint read in place, no longer offered (reported invalid).
+    pub(in crate::runtime) fn take_in_prefix(&mut self) -> Option<PrefixRestart> {
+        self.prefix_restart.take()
+    }
 }
 
 impl PrefixRestart {
@@ -109,5 +174,27 @@ impl PrefixRestart {
             checkpoint_id,
             files,
         }
+    }
+}
+
+impl PrefixRestart {
+    /// Its dataset id.
+    pub(in crate::runtime) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Its name.
+    pub(in crate::runtime) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its checkpoint id.
+    pub(in crate::runtime) fn checkpoint_id(&self) -> Option<u64> {
+        self.checkpoint_id
+    }
+
+    /// This rank's files: the name as the application routes it → where it is stored.
+    pub(in crate::runtime) fn files(&self) -> &BTreeMap<String, PathBuf> {
+        &self.files
     }
 }
