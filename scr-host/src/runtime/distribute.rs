@@ -2,11 +2,11 @@
 //! move to the rank that now owns them (point to point between the two ranks concerned).
 
 use super::cache::{file_names, remove_files};
+use super::restore::Restorer;
 use super::tags::{MOVE_TAG, OFFER_TAG};
 use super::world::Exchange;
 use super::{DatasetRecord, Filemap, Result};
 use crate::integrity::is_inside;
-use crate::runtime::restore::Restorer;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

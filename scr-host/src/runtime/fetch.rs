@@ -3,23 +3,23 @@
 //! rank2file map and hands its members their lists, every file is verified against
 //! rank2file, and the fetched dataset is protected again.
 
+use super::cache::Cache;
+use super::collective::Collective;
+use super::descriptors::Descriptors;
+use super::dispatch::transfers;
+use super::evict::evictor;
+use super::flush::Flushing;
+use super::job::Job;
 use super::restart::state::PrefixRestart;
+use super::restart::state::RestartState;
 use super::tags::{LIST_TAG, SOURCE_TAG};
+use super::topology::Topology;
 use super::window::Direction;
 use super::world::{Exchange, Op};
+use super::TestHooks;
 use crate::config::settings;
 use crate::config::Config;
 use crate::registry::Registry;
-use crate::runtime::cache::Cache;
-use crate::runtime::collective::Collective;
-use crate::runtime::descriptors::Descriptors;
-use crate::runtime::dispatch::transfers;
-use crate::runtime::evict::evictor;
-use crate::runtime::flush::Flushing;
-use crate::runtime::job::Job;
-use crate::runtime::restart::state::RestartState;
-use crate::runtime::topology::Topology;
-use crate::runtime::TestHooks;
 use crate::transfer::{collect, Planned};
 
 use std::collections::BTreeMap;

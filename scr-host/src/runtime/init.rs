@@ -1,10 +1,10 @@
 //! Init: the collective start of a run (configuration, plugins, node, directories, stores
 //! and sets, the cache restored).
 
-use crate::runtime::flush::flusher;
-use crate::runtime::prefix::prefix;
-use crate::runtime::restart::restarter;
-use crate::runtime::restore::restorer;
+use super::flush::flusher;
+use super::prefix::prefix;
+use super::restart::restarter;
+use super::restore::restorer;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Instant;

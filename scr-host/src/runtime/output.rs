@@ -2,20 +2,20 @@
 //! and recorded before they exist, checked across ranks (names, sizes, CRC32s), protected
 //! by the descriptor's scheme and committed, then flushed when due.
 
+use super::cache::Cache;
+use super::collective::Collective;
+use super::descriptors::Descriptors;
+use super::evict::evictor;
+use super::flush::flusher;
+use super::flush::Flushing;
+use super::job::Job;
+use super::policy::Policy;
+use super::restart::restarter;
+use super::restart::state::RestartState;
+use super::topology::Topology;
+use super::TestHooks;
 use crate::config::Config;
 use crate::registry::Registry;
-use crate::runtime::cache::Cache;
-use crate::runtime::collective::Collective;
-use crate::runtime::descriptors::Descriptors;
-use crate::runtime::evict::evictor;
-use crate::runtime::flush::flusher;
-use crate::runtime::flush::Flushing;
-use crate::runtime::job::Job;
-use crate::runtime::policy::Policy;
-use crate::runtime::restart::restarter;
-use crate::runtime::restart::state::RestartState;
-use crate::runtime::topology::Topology;
-use crate::runtime::TestHooks;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -2,18 +2,18 @@
 //! read in place in the prefix), and start_restart/complete_restart/current, with fallback
 //! to an older checkpoint when one is reported invalid.
 
+use super::collective::Collective;
+use super::comm;
+use super::descriptors::Descriptors;
+use super::evict::evictor;
+use super::fetch::fetcher;
+use super::flush::flusher;
+use super::flush::Flushing;
+use super::job::Job;
+use super::topology::Topology;
+use super::TestHooks;
 use crate::config::Config;
 use crate::registry::Registry;
-use crate::runtime::collective::Collective;
-use crate::runtime::comm;
-use crate::runtime::descriptors::Descriptors;
-use crate::runtime::evict::evictor;
-use crate::runtime::fetch::fetcher;
-use crate::runtime::flush::flusher;
-use crate::runtime::flush::Flushing;
-use crate::runtime::job::Job;
-use crate::runtime::topology::Topology;
-use crate::runtime::TestHooks;
 use std::path::{Path, PathBuf};
 
 use super::world::Exchange;

@@ -2,8 +2,18 @@
 //! through its scheme, on every rank alike; what cannot be restored is dropped everywhere
 //! and reported.
 
+use super::cache::Cache;
+use super::collective::Collective;
+use super::descriptors::Descriptors;
+use super::evict::evictor;
+use super::flush::Flushing;
+use super::job::Job;
+use super::report::RunReport;
+use super::restart::state::RestartState;
 use super::tags::TEMPLATE_TAG;
+use super::topology::Topology;
 use super::world::{Exchange, SetHost};
+use super::TestHooks;
 use super::{DatasetRecord, Result, Set};
 use crate::config::settings;
 use crate::config::Config;
@@ -13,16 +23,6 @@ use crate::integrity::{
 use crate::layout::relative_to;
 use crate::registry::Registry;
 use crate::registry::{LoadedScheme, RegistryError};
-use crate::runtime::cache::Cache;
-use crate::runtime::collective::Collective;
-use crate::runtime::descriptors::Descriptors;
-use crate::runtime::evict::evictor;
-use crate::runtime::flush::Flushing;
-use crate::runtime::job::Job;
-use crate::runtime::report::RunReport;
-use crate::runtime::restart::state::RestartState;
-use crate::runtime::topology::Topology;
-use crate::runtime::TestHooks;
 use abi_stable::std_types::{RNone, ROption, RSome};
 use scr_plugin::{FileMeta, RecoverRequest};
 use serde::{Deserialize, Serialize};
