@@ -405,14 +405,7 @@ impl Flusher<'_> {
     ) {
         let state = transfers!(self).state_file(rec.id);
         self.hooks.crash_at("flush-copied", self.topo.rank());
-        let recorded = self.gather_and_finish(entry, &outcome);
-        let text = self.world.broadcast_bytes(
-            recorded
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default()
-                .as_bytes(),
-        );
+        let text = self.finish_agreed(entry, &outcome);
         // the transfer's state stays until the flush is settled: a crash before this
         // point leaves it for the next init to resume (see `resume`)
         let _ = std::fs::remove_file(&state);

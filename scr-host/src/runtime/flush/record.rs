@@ -210,6 +210,19 @@ impl Flusher<'_> {
         Some(entry)
     }
 
+    /// [`Flusher::gather_and_finish`], its outcome then known on every rank: empty when
+    /// the flush was recorded, else why not (the text rank 0 found, broadcast: it alone
+    /// records the flush).
+    pub(in crate::runtime) fn finish_agreed(
+        &self,
+        entry: &IndexEntry,
+        outcome: &RankOutcome,
+    ) -> Vec<u8> {
+        let recorded = self.gather_and_finish(entry, outcome);
+        let why = recorded.err().map(|e| e.to_string()).unwrap_or_default();
+        self.world.broadcast_bytes(why.as_bytes())
+    }
+
     /// Gather every rank's outcome of the flush of `entry` (collective); rank 0 records
     /// it (when `record`: rank 0's flag decides for all) and returns why it failed, if it
     /// did (every other rank returns `Ok`).

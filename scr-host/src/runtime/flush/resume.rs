@@ -261,14 +261,7 @@ impl Flusher<'_> {
                 .map_err(|e| format!("{e} ({})", started.label));
             dispatched.and_then(|()| collect(started, false, "when written", buf))
         });
-        let recorded = self.gather_and_finish(entry, &outcome);
-        let text = self.world.broadcast_bytes(
-            recorded
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default()
-                .as_bytes(),
-        );
+        let text = self.finish_agreed(entry, &outcome);
         if text.is_empty() {
             super::lock(&self.flushing.flushed).insert(entry.id);
             self.topo.warn(&format!(

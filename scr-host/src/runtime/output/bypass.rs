@@ -121,14 +121,7 @@ impl Writer<'_> {
                 out.record.name
             )));
         };
-        let recorded = flusher!(self).gather_and_finish(&entry, &mine);
-        let why = self.world.broadcast_bytes(
-            recorded
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default()
-                .as_bytes(),
-        );
+        let why = flusher!(self).finish_agreed(&entry, &mine);
         if why.is_empty() {
             if let Some(c) = out.record.checkpoint_id {
                 // before the ids are recorded with the dataset's (forget_bypass)
