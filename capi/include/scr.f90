@@ -48,6 +48,24 @@ module scr
       integer, intent(out) :: ierror
     end subroutine SCR_COMPLETE_RESTART
 
+    subroutine SCR_RESTART_WRITERS(writers, ierror)
+      integer, intent(out) :: writers
+      integer, intent(out) :: ierror
+    end subroutine SCR_RESTART_WRITERS
+
+    subroutine SCR_RESTART_NUM_FILES(rank, count, ierror)
+      integer, intent(in) :: rank
+      integer, intent(out) :: count
+      integer, intent(out) :: ierror
+    end subroutine SCR_RESTART_NUM_FILES
+
+    subroutine SCR_RESTART_FILE(rank, index, name, ierror)
+      integer, intent(in) :: rank
+      integer, intent(in) :: index
+      character(len=*), intent(out) :: name
+      integer, intent(out) :: ierror
+    end subroutine SCR_RESTART_FILE
+
     subroutine SCR_NEED_CHECKPOINT(flag, ierror)
       integer, intent(out) :: flag
       integer, intent(out) :: ierror

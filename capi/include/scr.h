@@ -65,6 +65,20 @@ int SCR_Have_restart(int* flag, char* name);
 int SCR_Start_restart(char* name);
 int SCR_Complete_restart(int valid);
 
+/* Restart on another number of ranks (scr-rs extensions; SCR 3.1 has none). Between
+ * SCR_Start_restart and SCR_Complete_restart: SCR_Restart_writers gives how many ranks
+ * wrote the checkpoint being read; SCR_Restart_num_files how many files old rank `rank`
+ * wrote, and SCR_Restart_file the `index`th of them (from 0) as a path to pass to
+ * SCR_Route_file (`name` holds SCR_MAX_FILENAME bytes). When the job has another number
+ * of ranks than wrote the checkpoint, every rank may list and route every old rank's
+ * files, and reads those its new share of the work needs; with the same number, a rank
+ * lists its own files only, as each reads back what it wrote. Local calls. Test for
+ * them with #ifdef SCR_HAVE_RESTART_WRITERS. */
+#define SCR_HAVE_RESTART_WRITERS 1
+int SCR_Restart_writers(int* writers);
+int SCR_Restart_num_files(int rank, int* count);
+int SCR_Restart_file(int rank, int index, char* name);
+
 /* Checkpoint (the SCR 1.x/2.x forms) */
 int SCR_Need_checkpoint(int* flag);
 int SCR_Start_checkpoint(void);

@@ -3,7 +3,7 @@
 //! [`guarded`], which reports failures and keeps panics from crossing into C.
 
 use std::cell::RefCell;
-use std::ffi::CStr;
+use std::ffi::{c_int, CStr};
 use std::path::Path;
 use std::sync::Mutex;
 use std::thread::ThreadId;
@@ -335,6 +335,29 @@ pub fn have_restart() -> Result<Option<String>, String> {
 /// `SCR_Start_restart`: the checkpoint's name.
 pub fn start_restart() -> Result<String, String> {
     with_state(|s| runtime(s)?.start_restart().map_err(|e| e.to_string()))
+}
+
+/// `SCR_Restart_writers`: how many ranks wrote the checkpoint being read.
+pub fn restart_writers() -> Result<c_int, String> {
+    with_state(|s| {
+        let n = runtime(s)?.restart_writers().map_err(|e| e.to_string())?;
+        c_int::try_from(n).map_err(|_| format!("{n} ranks wrote it, more than an int holds"))
+    })
+}
+
+/// `SCR_Restart_num_files` / `SCR_Restart_file`: the files old rank `rank` wrote of the
+/// checkpoint being read, as paths for `SCR_Route_file` (each checked to fit
+/// SCR_MAX_FILENAME).
+pub fn restart_files(rank: c_int) -> Result<Vec<Vec<u8>>, String> {
+    use std::os::unix::ffi::OsStringExt;
+    let rank = u32::try_from(rank).map_err(|_| format!("rank {rank} is negative"))?;
+    with_state(|s| {
+        let files = runtime(s)?.restart_files(rank).map_err(|e| e.to_string())?;
+        Ok(files
+            .into_iter()
+            .map(|p| p.into_os_string().into_vec())
+            .collect())
+    })
 }
 
 /// `SCR_Complete_restart`: whether every rank read it.

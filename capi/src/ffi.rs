@@ -58,14 +58,21 @@ fn fill(buf: *mut c_char, bytes: &[u8]) {
     }
 }
 
-/// Store an answer through a caller's `int*` (refused when NULL).
-fn set_flag(flag: *mut c_int, value: bool) -> Result<(), String> {
-    if flag.is_null() {
-        return Err("the flag pointer is NULL; pass the address of an int".into());
+/// Store an `int` answer through a caller's `int*` (refused when NULL).
+fn set_int(what: &str, p: *mut c_int, value: c_int) -> Result<(), String> {
+    if p.is_null() {
+        return Err(format!(
+            "the {what} pointer is NULL; pass the address of an int"
+        ));
     }
     // SAFETY: not NULL, and scr.h's contract is a pointer to one writable int.
-    unsafe { *flag = c_int::from(value) };
+    unsafe { *p = value };
     Ok(())
+}
+
+/// Store an answer through a caller's `int*` (refused when NULL).
+fn set_flag(flag: *mut c_int, value: bool) -> Result<(), String> {
+    set_int("flag", flag, c_int::from(value))
 }
 
 /// Initialise the library (collective, after `MPI_Init`).
@@ -189,6 +196,54 @@ pub extern "C" fn SCR_Start_restart(name: *mut c_char) -> c_int {
         let n = calls::start_restart()?;
         calls::fits("checkpoint name", &n)?;
         fill(name, n.as_bytes());
+        Ok(())
+    }))
+}
+
+/// How many ranks wrote the checkpoint being read, into `*writers` (an scr-rs extension).
+#[no_mangle]
+pub extern "C" fn SCR_Restart_writers(writers: *mut c_int) -> c_int {
+    code(guarded("SCR_Restart_writers", || {
+        let n = calls::restart_writers()?;
+        set_int("writers", writers, n)
+    }))
+}
+
+/// How many files old rank `rank` wrote of the checkpoint being read, into `*count` (an
+/// scr-rs extension).
+#[no_mangle]
+pub extern "C" fn SCR_Restart_num_files(rank: c_int, count: *mut c_int) -> c_int {
+    code(guarded("SCR_Restart_num_files", || {
+        let n = calls::restart_files(rank)?.len();
+        let n = c_int::try_from(n).map_err(|_| format!("{n} files, more than an int holds"))?;
+        set_int("count", count, n)
+    }))
+}
+
+/// The path of the `index`th file (from 0) old rank `rank` wrote of the checkpoint being
+/// read, into `name` (SCR_MAX_FILENAME bytes), for `SCR_Route_file` (an scr-rs extension).
+#[no_mangle]
+pub extern "C" fn SCR_Restart_file(rank: c_int, index: c_int, name: *mut c_char) -> c_int {
+    fill(name, b"");
+    code(guarded("SCR_Restart_file", || {
+        if name.is_null() {
+            return Err(
+                "the output buffer is NULL; pass a buffer of SCR_MAX_FILENAME bytes".into(),
+            );
+        }
+        let files = calls::restart_files(rank)?;
+        let file = usize::try_from(index)
+            .ok()
+            .and_then(|i| files.get(i))
+            .ok_or_else(|| {
+                format!(
+                    "rank {rank} wrote {} file(s) of the checkpoint: index {index} is not among 0..{}",
+                    files.len(),
+                    files.len()
+                )
+            })?;
+        calls::fits("file name", &String::from_utf8_lossy(file))?;
+        fill(name, file);
         Ok(())
     }))
 }

@@ -318,6 +318,70 @@ fn complete_restart(valid: *const c_int, ierror: *mut c_int) {
 export!(complete_restart(valid: *const c_int, ierror: *mut c_int)
     as scr_complete_restart_, scr_complete_restart__, SCR_COMPLETE_RESTART);
 
+/// `SCR_RESTART_WRITERS(WRITERS, IERROR)`: how many ranks wrote the checkpoint being
+/// read (an scr-rs extension).
+fn restart_writers(writers: *mut c_int, ierror: *mut c_int) {
+    run("SCR_RESTART_WRITERS", ierror, || {
+        int_out("WRITERS argument", writers, 0)?;
+        int_out("WRITERS argument", writers, calls::restart_writers()?)?;
+        Ok(true)
+    });
+}
+export!(restart_writers(writers: *mut c_int, ierror: *mut c_int)
+    as scr_restart_writers_, scr_restart_writers__, SCR_RESTART_WRITERS);
+
+/// `SCR_RESTART_NUM_FILES(RANK, COUNT, IERROR)`: how many files old rank `RANK` wrote of
+/// the checkpoint being read (an scr-rs extension).
+fn restart_num_files(rank: *const c_int, count: *mut c_int, ierror: *mut c_int) {
+    run("SCR_RESTART_NUM_FILES", ierror, || {
+        int_out("COUNT argument", count, 0)?;
+        let n = calls::restart_files(int_in("RANK argument", rank)?)?.len();
+        let n = c_int::try_from(n).map_err(|_| format!("{n} files, more than an INTEGER holds"))?;
+        int_out("COUNT argument", count, n)?;
+        Ok(true)
+    });
+}
+export!(restart_num_files(rank: *const c_int, count: *mut c_int, ierror: *mut c_int)
+    as scr_restart_num_files_, scr_restart_num_files__, SCR_RESTART_NUM_FILES);
+
+/// `SCR_RESTART_FILE(RANK, INDEX, NAME, IERROR)`: the path of the `INDEX`th file (from
+/// 1, as Fortran counts) old rank `RANK` wrote, for `SCR_ROUTE_FILE` (an scr-rs
+/// extension).
+fn restart_file(
+    rank: *const c_int,
+    index: *const c_int,
+    name: *mut c_char,
+    ierror: *mut c_int,
+    name_len: CharLen,
+) {
+    run("SCR_RESTART_FILE", ierror, || {
+        clear("NAME argument", name, name_len)?;
+        let rank = int_in("RANK argument", rank)?;
+        let index = int_in("INDEX argument", index)?;
+        let files = calls::restart_files(rank)?;
+        let file = usize::try_from(index)
+            .ok()
+            .and_then(|i| i.checked_sub(1))
+            .and_then(|i| files.get(i))
+            .ok_or_else(|| {
+                format!(
+                    "rank {rank} wrote {} file(s) of the checkpoint: INDEX {index} is not among 1..{}",
+                    files.len(),
+                    files.len()
+                )
+            })?;
+        text_out("file name", name, name_len, file)?;
+        Ok(true)
+    });
+}
+export!(restart_file(
+    rank: *const c_int,
+    index: *const c_int,
+    name: *mut c_char,
+    ierror: *mut c_int,
+    name_len: CharLen
+) as scr_restart_file_, scr_restart_file__, SCR_RESTART_FILE);
+
 // ---- Checkpoint and output ----
 
 /// `SCR_NEED_CHECKPOINT(FLAG, IERROR)`: `FLAG` 1 when a checkpoint should be taken now.

@@ -122,6 +122,27 @@ enum IndexCommand {
         /// The dataset's name or id (as in `PREFIX/.scr/scr.dataset.<id>/summary.scr`).
         name: String,
     },
+    /// Make files that were not written through the library a checkpoint of the prefix:
+    /// every file below DIR (inside the prefix) is one rank's, in the natural order of
+    /// their paths (rank_2 before rank_10), or as --list assigns them. Each file's size
+    /// and CRC32 is read and recorded (rank2file, summary, index), so a job of any number
+    /// of ranks restarts from it and every byte is checked then. It becomes the restart
+    /// point when it is the newest checkpoint. Exit status 1 when a file is missing or
+    /// unreadable (nothing is recorded).
+    Import {
+        /// The directory holding the files, inside the prefix.
+        dir: PathBuf,
+        /// The checkpoint's name (default: the directory's name).
+        #[arg(long)]
+        name: Option<String>,
+        /// A file of `RANK PATH` lines assigning the files to ranks 0..N (PATH relative
+        /// to DIR, or absolute; `#` starts a comment); a rank may have several files.
+        #[arg(long, value_name = "FILE")]
+        list: Option<PathBuf>,
+        /// Its checkpoint id (default: after every checkpoint id the prefix used).
+        #[arg(long, value_name = "ID")]
+        checkpoint_id: Option<u64>,
+    },
     /// Print the checkpoint a restart would fetch; with NAME, make it that one.
     Current {
         /// The checkpoint to restart from.
@@ -187,6 +208,12 @@ fn prefix_of(cli: &Cli, given: &Option<PathBuf>) -> Result<PathBuf, ExitCode> {
     }
 }
 
+/// `p` made absolute against the working directory (the tools compare paths with the
+/// prefix's, which a relative path on the command line is not).
+fn absolute(p: &std::path::Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
     tracing::error!("{msg}");
     ExitCode::from(1)
@@ -203,6 +230,24 @@ fn index_command(cli: &Cli, prefix: &Option<PathBuf>, command: &IndexCommand) ->
     match command {
         IndexCommand::Add { name } => {
             scavenge::index_add_command(load(cli, &[]).ok().as_ref(), &prefix, name)
+        }
+        IndexCommand::Import {
+            dir,
+            name,
+            list,
+            checkpoint_id,
+        } => {
+            let import = scr_host::scavenge::Import {
+                dir: absolute(dir),
+                name: name.clone(),
+                list: list.as_deref().map(absolute),
+                checkpoint_id: *checkpoint_id,
+            };
+            scavenge::index_import_command(
+                load(cli, &[]).ok().as_ref(),
+                &absolute(&prefix),
+                &import,
+            )
         }
         IndexCommand::Rebuild => index_rebuild(&prefix),
         IndexCommand::List => index_list(&prefix),

@@ -334,6 +334,31 @@ fn report_added(prefix_dir: &Path, added: &Added) {
 }
 
 /// Run `scr index add NAME|ID`.
+pub fn index_import_command(
+    config: Option<&Config>,
+    prefix: &Path,
+    import: &sv::Import,
+) -> ExitCode {
+    let buf = config.map_or(1 << 20, Config::file_buf_size);
+    let job = config
+        .map(|c| c.get(scr_host::config::settings::JOB_NAME))
+        .filter(|n| !n.is_empty());
+    match sv::index_import(prefix, import, job, buf) {
+        Ok((e, current)) => {
+            println!(
+                "imported {} (dataset {}, checkpoint {}, written by {} ranks){}",
+                e.name,
+                e.id,
+                e.checkpoint_id.unwrap_or_default(),
+                e.world_size,
+                if current { ", restart point" } else { "" }
+            );
+            ExitCode::SUCCESS
+        }
+        Err(why) => failed(why),
+    }
+}
+
 pub fn index_add_command(config: Option<&Config>, prefix: &Path, which: &str) -> ExitCode {
     match sv::index_add_with(config, prefix, which) {
         Ok((e, current)) => {

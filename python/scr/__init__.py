@@ -16,7 +16,11 @@ MPI must be initialised first, by mpi4py::
     scr.finalize()           # before MPI is finalized at exit
 
 Every function is collective over ``MPI_COMM_WORLD`` except ``config`` (called before
-``init``), ``route_file`` and ``get_version``.
+``init``), ``route_file``, ``restart_writers``, ``restart_files`` and ``get_version``.
+
+``restart_writers`` and ``restart_files`` are scr-rs extensions (SCR has none): a job
+restarting on another number of ranks than wrote the checkpoint lists the old ranks'
+files and routes those its new share of the work needs.
 
 Failures: a call that fails raises :class:`scr.Error` (a ``RuntimeError``, which is
 what SCR's module raises, so existing ``except RuntimeError`` handlers keep working)
@@ -61,6 +65,8 @@ __all__ = [
     "have_restart",
     "start_restart",
     "complete_restart",
+    "restart_writers",
+    "restart_files",
     "need_checkpoint",
     "start_checkpoint",
     "complete_checkpoint",
@@ -229,6 +235,9 @@ _SCR_Route_file = _prototype("SCR_Route_file", _c_int, [_c_char_p, _c_char_p])
 _SCR_Have_restart = _prototype("SCR_Have_restart", _c_int, [_int_p, _c_char_p])
 _SCR_Start_restart = _prototype("SCR_Start_restart", _c_int, [_c_char_p])
 _SCR_Complete_restart = _prototype("SCR_Complete_restart", _c_int, [_c_int])
+_SCR_Restart_writers = _prototype("SCR_Restart_writers", _c_int, [_int_p])
+_SCR_Restart_num_files = _prototype("SCR_Restart_num_files", _c_int, [_c_int, _int_p])
+_SCR_Restart_file = _prototype("SCR_Restart_file", _c_int, [_c_int, _c_int, _c_char_p])
 _SCR_Need_checkpoint = _prototype("SCR_Need_checkpoint", _c_int, [_int_p])
 _SCR_Start_checkpoint = _prototype("SCR_Start_checkpoint", _c_int, [])
 _SCR_Complete_checkpoint = _prototype("SCR_Complete_checkpoint", _c_int, [_c_int])
@@ -374,6 +383,35 @@ def start_restart():
     buf = ctypes.create_string_buffer(MAX_FILENAME)
     _check("SCR_Start_restart", _SCR_Start_restart(buf))
     return buf.value.decode("utf-8")
+
+
+def restart_writers():
+    """How many ranks wrote the checkpoint being read (``SCR_Restart_writers``).
+
+    Local; between ``start_restart`` and ``complete_restart``. An scr-rs extension: it
+    differs from the job's size when the job grew or shrank since the checkpoint.
+    """
+    n = ctypes.c_int(0)
+    _check("SCR_Restart_writers", _SCR_Restart_writers(ctypes.byref(n)))
+    return n.value
+
+
+def restart_files(rank):
+    """The files old rank ``rank`` wrote of the checkpoint being read, as paths to pass
+    to ``route_file`` (``SCR_Restart_num_files`` and ``SCR_Restart_file``).
+
+    Local; between ``start_restart`` and ``complete_restart``. An scr-rs extension: any
+    old rank's files when the job has another number of ranks than wrote the checkpoint,
+    this process's own otherwise (each reads back what it wrote).
+    """
+    count = ctypes.c_int(0)
+    _check("SCR_Restart_num_files", _SCR_Restart_num_files(rank, ctypes.byref(count)))
+    files = []
+    for i in range(count.value):
+        buf = ctypes.create_string_buffer(MAX_FILENAME)
+        _check("SCR_Restart_file", _SCR_Restart_file(rank, i, buf))
+        files.append(os.fsdecode(buf.value))
+    return files
 
 
 def complete_restart(valid=True):

@@ -162,6 +162,24 @@ impl Scr {
         self.track(r)
     }
 
+    /// The number of ranks that wrote the checkpoint being read (between
+    /// [`Scr::start_restart`] and [`Scr::complete_restart`]; local). It differs from
+    /// this job's size when the job grew or shrank since: then [`Scr::restart_files`]
+    /// lists every old rank's files and [`Scr::route_file`] resolves any of them, so
+    /// each rank reads the old slices its new share of the work overlaps.
+    pub fn restart_writers(&mut self) -> Result<u32> {
+        let r = on!(&mut self.rt, rt => rt.restart_writers());
+        self.track(r)
+    }
+
+    /// The files old rank `rank` wrote of the checkpoint being read, as paths inside the
+    /// prefix to pass to [`Scr::route_file`] (local). Any old rank's when the job's size
+    /// changed; this rank's own otherwise (each rank reads back what it wrote).
+    pub fn restart_files(&mut self, rank: u32) -> Result<Vec<PathBuf>> {
+        let r = on!(&mut self.rt, rt => rt.restart_files(rank));
+        self.track(r)
+    }
+
     /// Finish reading (collective). `false` on any rank passes this checkpoint over;
     /// [`Scr::have_restart`] then offers the next older one. Returns whether all ranks
     /// read it.

@@ -328,12 +328,14 @@ impl Scavenger {
 mod across;
 mod copy;
 mod index_add;
+mod index_import;
 pub use across::{Listing, NodeCopy, NodeError};
 pub use copy::Parts;
 mod rebuild;
 /// What [`RebuildError::WrongData`] says is wrong.
 pub use crate::integrity::VerifyError;
 pub use index_add::{index_add, IndexAddError};
+pub use index_import::{index_import, Import, ImportError};
 pub use rebuild::{LostRanks, PlaceError, PostrunError, RebuildError, SetRefusal};
 
 /// Why there is nothing to scavenge; not a failure (`scr scavenge` and `scr postrun`

@@ -888,3 +888,50 @@ fn a_shared_file_written_by_every_rank_works_with_cache_bypass_as_in_scrs_test_a
         "{out}"
     );
 }
+
+/// Ranks on four simulated nodes, consecutive ranks on one node.
+fn on_four_nodes(ranks: usize) -> Vec<&'static str> {
+    const NODES: [&str; 4] = ["n0", "n1", "n2", "n3"];
+    (0..ranks).map(|r| NODES[r * 4 / ranks]).collect()
+}
+
+/// A checkpoint written by 8 ranks on 4 nodes, restarted by 3, 4, 6, 12 and 16 through
+/// one unchanged C restart loop (tests/c/resize.c): every rank lists every old rank's
+/// files with the scr-rs extensions, routes and reads each, byte-exact; the old job's
+/// cached datasets are not restored by another number of ranks, so every file comes
+/// from the prefix. A job of 8 again restarts from cache, each rank listing its own file.
+#[test]
+fn a_checkpoint_of_eight_ranks_restarts_on_any_number_through_the_c_api() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = build("mpicc", &repo().join("tests/c/resize.c"), work.path());
+    let c = Cluster::for_installed();
+    let wrote = c.run_path(&on_four_nodes(8), &exe, &["write", "1"]);
+    assert_all_ok(&wrote, 8);
+    for m in [3usize, 4, 6, 12, 16] {
+        let out = c.run_path(&on_four_nodes(m), &exe, &["read"]);
+        assert_all_ok(&out, m);
+        for r in 0..m {
+            assert_eq!(
+                lines_of(&out, r),
+                ["restarted ckpt.1 writers 8 files 8 exact"],
+                "{m} ranks, rank {r}\n{out}"
+            );
+        }
+    }
+    // the same size: its own file only (the others' lists were never exchanged)
+    let same = c.run_path(&on_four_nodes(8), &exe, &["read"]);
+    assert_eq!(same.code, 1, "{same}");
+    for r in 0..8 {
+        assert_eq!(
+            lines_of(&same, r),
+            ["FAILED restart_num_files"],
+            "rank {r}\n{same}"
+        );
+    }
+    assert!(
+        same.stderr.contains(
+            "SCR_Restart_num_files: restart_files: rank 0 reads back its own files only: the checkpoint was written by as many ranks as this job has (8)"
+        ),
+        "{same}"
+    );
+}

@@ -100,7 +100,7 @@ fn a_crash_during_a_flush_leaves_the_index_at_the_previous_checkpoint() {
         "{entries:?}"
     );
     let ix = Index::load(&c.prefix()).unwrap();
-    assert_eq!(ix.fetch_candidates(4)[0].name, "ckpt.10");
+    assert_eq!(ix.restart_candidates()[0].name, "ckpt.10");
     // with every cache lost, the run fetches the previous complete checkpoint
     c.env.remove("SCR_FAULT");
     wipe_caches(&c);

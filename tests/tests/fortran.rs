@@ -432,3 +432,120 @@ fn a_program_using_the_scr_module_builds_and_runs() {
         "{out}"
     );
 }
+
+/// Write (`write`) or read back (`read`) a checkpoint on any number of ranks through the
+/// Fortran bindings of the scr-rs extensions: every rank lists every old rank's files
+/// (SCR_RESTART_WRITERS, _NUM_FILES, _FILE), routes and reads each, byte-exact.
+const RESIZE: &str = r#"program resize
+  use mpi
+  implicit none
+  include 'scrf.h'
+  integer, parameter :: nbytes = 3000
+  integer :: ierr, rank, nranks, ierror, flag, writers, w, cnt, i, step, u, files, ios
+  character(len=SCR_MAX_FILENAME) :: name, old, routed
+  character(len=64) :: path
+  character(len=16) :: mode
+  character(len=nbytes) :: data, got
+  logical :: exact
+
+  call MPI_INIT(ierr)
+  call MPI_COMM_RANK(MPI_COMM_WORLD, rank, ierr)
+  call MPI_COMM_SIZE(MPI_COMM_WORLD, nranks, ierr)
+  if (rank == 0) print '(a,i0)', 'ranks ', nranks
+  call SCR_INIT(ierror)
+  call check('init')
+  call get_command_argument(1, mode)
+  if (mode == 'write') then
+    call SCR_START_OUTPUT('ckpt.1', SCR_FLAG_CHECKPOINT, ierror)
+    call check('start_output')
+    write(path, '(a,i0,a)') 'ckpt.1/part_', rank, '.dat'
+    call SCR_ROUTE_FILE(trim(path), routed, ierror)
+    call check('route_file')
+    call fill(rank, 1, data)
+    open(newunit=u, file=trim(routed), access='stream', form='unformatted', status='replace')
+    write(u) data
+    close(u)
+    call SCR_COMPLETE_OUTPUT(1, ierror)
+    call check('complete_output')
+    print '(a,i0,a)', 'r', rank, ' wrote ckpt.1'
+  else
+    call SCR_HAVE_RESTART(flag, name, ierror)
+    call check('have_restart')
+    call SCR_START_RESTART(name, ierror)
+    call check('start_restart')
+    read(name(6:), *) step
+    call SCR_RESTART_WRITERS(writers, ierror)
+    call check('restart_writers')
+    exact = .true.
+    files = 0
+    do w = 0, writers - 1
+      call SCR_RESTART_NUM_FILES(w, cnt, ierror)
+      call check('restart_num_files')
+      do i = 1, cnt
+        call SCR_RESTART_FILE(w, i, old, ierror)
+        call check('restart_file')
+        call SCR_ROUTE_FILE(old, routed, ierror)
+        call check('route_file')
+        open(newunit=u, file=trim(routed), access='stream', form='unformatted', status='old')
+        read(u, iostat=ios) got
+        close(u)
+        call fill(w, step, data)
+        exact = exact .and. ios == 0 .and. got == data
+        files = files + 1
+      end do
+    end do
+    call SCR_COMPLETE_RESTART(merge(1, 0, exact), ierror)
+    call check('complete_restart')
+    print '(a,i0,4a,i0,a,i0,2a)', 'r', rank, ' restarted ', trim(name), &
+      ' writers ', '', writers, ' files ', files, ' ', trim(merge('exact  ', 'DIFFERS', exact))
+  end if
+  call SCR_FINALIZE(ierror)
+  call MPI_FINALIZE(ierr)
+contains
+  subroutine fill(w, step, data)
+    integer, intent(in) :: w, step
+    character(len=nbytes), intent(out) :: data
+    integer :: k
+    do k = 0, nbytes - 1
+      data(k+1:k+1) = achar(iand(ieor(ieor(k * 13, w * 31), step * 7), 255))
+    end do
+  end subroutine fill
+  subroutine check(what)
+    character(len=*), intent(in) :: what
+    if (ierror /= SCR_SUCCESS) then
+      print '(a,i0,2a)', 'r', rank, ' FAILED ', what
+      call MPI_ABORT(MPI_COMM_WORLD, 1, ierr)
+    end if
+  end subroutine check
+end program resize
+"#;
+
+/// A checkpoint written by 8 ranks on 4 nodes, restarted by 3 through the Fortran
+/// bindings: every rank reads every old rank's file byte-exact.
+#[test]
+fn a_checkpoint_of_eight_ranks_restarts_on_three_through_the_fortran_bindings() {
+    let build = tempfile::tempdir().expect("build directory");
+    let source = build.path().join("resize.f90");
+    std::fs::write(&source, RESIZE).expect("source");
+    let exe = build.path().join("resize");
+    mpif90(&source, &exe, &[]);
+    let c = Cluster::for_installed();
+    let eight = ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3"];
+    let wrote = c.run_path(&eight, &exe, &["write"]);
+    assert_eq!(wrote.code, 0, "{wrote}");
+    assert!(wrote.stdout.starts_with("ranks 8\n"), "{wrote}");
+    let read = c.run_path(&["n0", "n1", "n2"], &exe, &["read"]);
+    assert_eq!(read.code, 0, "{read}");
+    let mut lines: Vec<&str> = read.stdout.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "r0 restarted ckpt.1 writers 8 files 8 exact",
+            "r1 restarted ckpt.1 writers 8 files 8 exact",
+            "r2 restarted ckpt.1 writers 8 files 8 exact",
+            "ranks 3"
+        ],
+        "{read}"
+    );
+}

@@ -697,3 +697,69 @@ fn python_pip_install_from_the_install_tree_finds_libscr() {
     );
     assert!(out.stdout.contains("checkpoint ckpt.10"), "{out}");
 }
+
+/// Write (`write`) or read back (`read`) a checkpoint on any number of ranks through
+/// `scr.restart_writers` and `scr.restart_files`: every rank reads every old rank's file.
+const RESIZE: &str = r#"import sys
+from mpi4py import MPI
+import scr
+
+rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+if rank == 0:
+    print("ranks %d" % size, flush=True)
+
+
+def content(writer, step):
+    return bytes(((i * 13) ^ (writer * 31) ^ (step * 7)) & 255 for i in range(3000))
+
+
+scr.init()
+if sys.argv[1] == "write":
+    scr.start_output("ckpt.1", scr.FLAG_CHECKPOINT)
+    with open(scr.route_file("ckpt.1/part_%d.dat" % rank), "wb") as f:
+        f.write(content(rank, 1))
+    scr.complete_output(True)
+else:
+    name = scr.have_restart()
+    scr.start_restart()
+    step = int(name[len("ckpt."):])
+    writers = scr.restart_writers()
+    exact, files = True, 0
+    for w in range(writers):
+        for old in scr.restart_files(w):
+            with open(scr.route_file(old), "rb") as f:
+                exact = exact and f.read() == content(w, step)
+            files += 1
+    scr.complete_restart(exact)
+    print("r%d restarted %s writers %d files %d %s"
+          % (rank, name, writers, files, "exact" if exact else "DIFFERS"), flush=True)
+scr.finalize()
+"#;
+
+/// A checkpoint written by 8 ranks on 4 nodes, restarted by 6 through the Python module:
+/// every rank reads every old rank's file byte-exact.
+#[test]
+fn a_checkpoint_of_eight_ranks_restarts_on_six_through_the_python_module() {
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let prefix = install_prefix(tmp.path());
+    let mut c = Cluster::new();
+    c.set("PYTHONPATH", &package_dir(&prefix).display().to_string())
+        .set("LD_LIBRARY_PATH", "");
+    let script = c.path("resize.py");
+    std::fs::write(&script, RESIZE).expect("script");
+    let script = script.to_str().expect("UTF-8 path");
+    let eight = ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3"];
+    let wrote = c.run_path(&eight, &python(), &[script, "write"]);
+    assert_eq!(wrote.code, 0, "{wrote}");
+    assert_eq!(wrote.stdout, "ranks 8\n", "{wrote}");
+    let six = ["n0", "n0", "n1", "n2", "n3", "n3"];
+    let read = c.run_path(&six, &python(), &[script, "read"]);
+    assert_eq!(read.code, 0, "{read}");
+    let mut lines: Vec<&str> = read.stdout.lines().collect();
+    lines.sort();
+    let mut want: Vec<String> = (0..6)
+        .map(|r| format!("r{r} restarted ckpt.1 writers 8 files 8 exact"))
+        .collect();
+    want.push("ranks 6".into());
+    assert_eq!(lines, want, "{read}");
+}

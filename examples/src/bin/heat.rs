@@ -4,7 +4,12 @@
 //! step. Every `--every` steps (or when `need_checkpoint` says so, with `--need`) it writes
 //! its cells to a checkpoint; on start it restarts from the newest checkpoint it can
 //! read. The arithmetic is deterministic, so a run that is killed and restarted ends with
-//! exactly the state of an uninterrupted run; rank 0 prints that state's CRC32.
+//! exactly the state of an uninterrupted run; rank 0 prints that state's CRC32 (of the
+//! whole domain, so the same whatever the number of ranks).
+//!
+//! It restarts on any number of ranks: the domain is the old ranks' slices end to end,
+//! split evenly over the new ranks, and each rank reads the old slices that overlap its
+//! own (`restart_writers`, `restart_files`).
 //!
 //! Fault injection for the tests: `--kill-at STEP --kill-rank R` kills rank R with
 //! SIGKILL right after step STEP (the job dies); `--kill-before-complete STEP` kills it
@@ -14,6 +19,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use scr_api::mpi::datatype::PartitionMut;
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives, Root};
 use scr_api::{mpi, Flags, Scr, ScrError};
 
@@ -27,7 +33,8 @@ struct Args {
     /// Steps to run in total.
     #[arg(long, default_value_t = 40)]
     steps: u64,
-    /// Cells per rank.
+    /// Cells per rank of a fresh start (a restart keeps the domain of the checkpoint,
+    /// split evenly over this job's ranks).
     #[arg(long, default_value_t = 4096)]
     cells: usize,
     /// Checkpoint every N steps (0: never, unless --need).
@@ -168,14 +175,8 @@ fn compute(
 
     while let Some(name) = scr.have_restart() {
         scr.start_restart()?;
-        // a file this rank cannot find makes the checkpoint invalid, not the run
-        let path = scr.route_file(file_name(&name, rank)).unwrap_or_default();
-        // a checkpoint is valid only if it holds the step its name says
-        let named_step: Option<u64> = name.strip_prefix("ckpt.").and_then(|s| s.parse().ok());
-        let loaded = std::fs::read(&path)
-            .ok()
-            .and_then(|b| decode(&b, n))
-            .filter(|(s, _)| Some(*s) == named_step);
+        // a file this rank cannot find or read makes the checkpoint invalid, not the run
+        let loaded = load_slice(scr, &name, rank, size);
         if loaded.is_none() {
             scr_examples::say!(
                 "scr-heat[{rank}]: {name} is unreadable here; asking for an older one"
@@ -195,6 +196,8 @@ fn compute(
         println!("starting fresh");
     }
 
+    // (a restart on another number of ranks may give this rank another count of cells)
+    let n = u.len();
     let left = (rank + size - 1) % size;
     let right = (rank + 1) % size;
     while step < args.steps {
@@ -258,22 +261,81 @@ fn compute(
         }
     }
 
-    // the final state's CRC32, gathered on rank 0 in rank order
-    let bytes = encode(step, &u);
-    let mut crc = crc32fast::hash(&bytes);
+    // the final state's CRC32: the whole domain, gathered on rank 0 in rank order (the
+    // same bytes whatever the number of ranks)
     let root = world.process_at_rank(0);
+    let count = u.len() as i32;
     if rank == 0 {
-        let mut all = vec![0u32; size as usize];
-        root.gather_into_root(&crc, &mut all[..]);
-        let mut h = crc32fast::Hasher::new();
-        for c in &all {
-            h.update(&c.to_le_bytes());
-        }
-        crc = h.finalize();
+        let mut counts = vec![0i32; size as usize];
+        root.gather_into_root(&count, &mut counts[..]);
+        let displs: Vec<i32> = counts
+            .iter()
+            .scan(0, |at, &c| {
+                let here = *at;
+                *at += c;
+                Some(here)
+            })
+            .collect();
+        let total: i32 = counts.iter().sum();
+        let mut all = vec![0f64; total as usize];
+        let mut partition = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+        root.gather_varcount_into_root(&u[..], &mut partition);
+        let crc = crc32fast::hash(&encode(step, &all));
         println!("final step {step} state crc32 {crc:08x}");
     } else {
-        root.gather_into(&crc);
+        root.gather_into(&count);
+        root.gather_varcount_into(&u[..]);
     }
     world.barrier();
     Ok(())
+}
+
+/// This rank's slice of checkpoint `name` (its step and cells), read inside the restart;
+/// `None` when it cannot be read here or does not hold the step its name says. Written
+/// by as many ranks as this job has: this rank's own file (its cells, as many as it
+/// holds: a job that restarted on another number of ranks has uneven slices). Written by
+/// another number: the old slices laid end to end are the domain, this rank's slice is
+/// its even share of it, read from each old file that overlaps it.
+fn load_slice(scr: &mut Scr, name: &str, rank: i32, size: i32) -> Option<(u64, Vec<f64>)> {
+    // a checkpoint is valid only if it holds the step its name says
+    let named_step: Option<u64> = name.strip_prefix("ckpt.").and_then(|s| s.parse().ok());
+    // (the file is the step and the cells, 8 bytes each)
+    let read = |path: &std::path::Path| {
+        std::fs::read(path)
+            .ok()
+            .filter(|b| b.len() > 8)
+            .and_then(|b| decode(&b, (b.len() - 8) / 8))
+            .filter(|(s, _)| Some(*s) == named_step)
+    };
+    let writers = scr.restart_writers().ok()?;
+    if writers == size as u32 {
+        let path = scr.route_file(file_name(name, rank)).ok()?;
+        return read(&path);
+    }
+    // every old slice: its file and its length in cells
+    let mut slices = Vec::with_capacity(writers as usize);
+    for w in 0..writers {
+        let own = file_name(name, w as i32);
+        let listed = scr.restart_files(w).ok()?;
+        let file = listed.iter().find(|p| p.ends_with(&own))?;
+        let path = scr.route_file(file).ok()?;
+        let len = std::fs::metadata(&path).ok()?.len() as usize;
+        slices.push((path, len.checked_sub(8)? / 8));
+    }
+    let domain: usize = slices.iter().map(|(_, c)| c).sum();
+    let (size, rank) = (size as usize, rank as usize);
+    let (lo, hi) = (rank * domain / size, (rank + 1) * domain / size);
+    let mut u = Vec::with_capacity(hi - lo);
+    let (mut at, mut step) = (0usize, named_step?);
+    for (path, c) in slices {
+        let (a, b) = (at, at + c);
+        at = b;
+        if b <= lo || a >= hi {
+            continue;
+        }
+        let (s, data) = read(&path).filter(|(_, d)| d.len() == c)?;
+        step = s;
+        u.extend_from_slice(&data[lo.max(a) - a..hi.min(b) - a]);
+    }
+    (!u.is_empty()).then_some((step, u))
 }

@@ -73,6 +73,25 @@ impl Runtime {
         restarter!(self).complete_restart(valid)
     }
 
+    /// The number of ranks that wrote the checkpoint being read (between start_restart
+    /// and complete_restart; local). It differs from this job's size when the job grew
+    /// or shrank: then [`Runtime::restart_files`] lists every writer's files, and
+    /// [`Runtime::route_file`] resolves any of them.
+    pub fn restart_writers(&mut self) -> Result<u32> {
+        let _log = self.span.clone().entered();
+        restarter!(self).writers()
+    }
+
+    /// The files writer `rank` of the checkpoint being read wrote, as paths inside the
+    /// prefix that [`Runtime::route_file`] resolves (between start_restart and
+    /// complete_restart; local). Any writer's when the checkpoint was written by another
+    /// number of ranks than this job has; this rank's own otherwise, as each rank reads
+    /// back what it wrote.
+    pub fn restart_files(&mut self, rank: u32) -> Result<Vec<PathBuf>> {
+        let _log = self.span.clone().entered();
+        restarter!(self).written_by(rank)
+    }
+
     /// Make the named checkpoint the restart candidate, passing over newer ones
     /// (collective: a name some ranks do not know is an error on every rank).
     pub fn current(&mut self, name: &str) -> Result<()> {

@@ -16,6 +16,7 @@ use std::time::Instant;
 use super::collective::agree_on;
 use super::output::{output_refused, routable};
 use super::policy::{agree_need, halt_reason, load_halt, Policy, Rule};
+use super::restart::no_restart;
 use super::world::World;
 use super::{comm, io_err, mpi_exit, now_secs, CommStats, OutputFlags, Result, ScrError};
 use crate::config::{settings, Config};
@@ -271,6 +272,16 @@ impl Disabled {
         Err(ScrError::Usage(
             "start_restart: no checkpoint to restart from (have_restart said none)".into(),
         ))
+    }
+
+    /// Refused: no restart is ever in progress.
+    pub fn restart_writers(&mut self) -> Result<u32> {
+        Err(no_restart("restart_writers"))
+    }
+
+    /// Refused: no restart is ever in progress.
+    pub fn restart_files(&mut self, _rank: u32) -> Result<Vec<PathBuf>> {
+        Err(no_restart("restart_files"))
     }
 
     /// Finish reading (collective): refused on every rank, no restart is in progress.

@@ -22,6 +22,8 @@ use crate::config::Config;
 use crate::registry::Registry;
 use crate::transfer::{collect, Planned};
 
+mod resized;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -93,16 +95,16 @@ impl Fetcher<'_> {
     /// read, and as a leader — O(1) messages beyond its own block's whatever P. Plus one
     /// broadcast of the error's text when a part is refused. The last value is the map's
     /// bytes in all (on rank 0, which logs it).
+    ///
+    /// A checkpoint written by another number of ranks than this job has (N → M) is
+    /// read differently: every rank gets every old rank's list
+    /// ([`Fetcher::read_every_list`]), as any rank may read any file of it.
     fn choose_from_index(
         &self,
         tried: &[u64],
         wanted: Option<&str>,
         older_than: Option<u64>,
-    ) -> Option<(
-        IndexEntry,
-        std::result::Result<Vec<FlushedFile>, String>,
-        u64,
-    )> {
+    ) -> Option<(IndexEntry, Lists, u64)> {
         // rank 0: the choice and its map's layout; a single-file map itself (legacy)
         let (choice, single) = if self.topo.rank() == 0 {
             self.pick_from_index(tried, wanted, older_than)
@@ -113,9 +115,11 @@ impl Fetcher<'_> {
             .world
             .broadcast_value(0, Some(&choice), "checkpoint chosen")
             .unwrap_or(None)?;
+        let resized = entry.world_size != self.topo.size();
         let layout = match layout {
             Ok(l) => l,
-            Err(why) => return Some((entry, Err(why), 0)),
+            Err(why) if resized => return Some((entry, Lists::Every(Err(why)), 0)),
+            Err(why) => return Some((entry, Lists::Mine(Err(why)), 0)),
         };
         let (blocks, total) = match &layout {
             MapLayout::Tree(root) => (root.blocks(), root.bytes),
@@ -126,9 +130,13 @@ impl Fetcher<'_> {
                     .map_or(0, |m| m.ranks.values().flatten().map(|f| f.size).sum()),
             ),
         };
+        if resized {
+            let every = self.read_every_list(&entry, &layout, single.as_ref());
+            return Some((entry, Lists::Every(every), total));
+        }
         let block_lists = self.read_block_lists(&entry, &layout, single.as_ref(), blocks);
         let mine = self.hand_out_lists(blocks, block_lists.as_ref());
-        Some((entry, mine, total))
+        Some((entry, Lists::Mine(mine), total))
     }
 
     /// Rank 0: the checkpoint [`Fetcher::choose_from_index`] takes — `wanted` first, then
@@ -145,7 +153,7 @@ impl Fetcher<'_> {
             tracing::warn!("{e}; no checkpoint is taken from the prefix");
             Index::default()
         });
-        let mut candidates = index.fetch_candidates(self.topo.size());
+        let mut candidates = index.restart_candidates();
         // the checkpoint `current` named is tried first
         if let Some(pos) = candidates
             .iter()
@@ -175,15 +183,15 @@ impl Fetcher<'_> {
     }
 
     /// Rank 0: the layout of the rank2file map of `entry` that every rank is told, once
-    /// the map is loaded and fits this job ([`check_map`]); a single-file map (legacy)
-    /// also itself, since rank 0 sends its lists.
+    /// the map is loaded and lists the ranks the index says wrote it ([`check_map`]); a
+    /// single-file map (legacy) also itself, since rank 0 sends its lists.
     fn map_layout(
         &self,
         entry: &IndexEntry,
     ) -> (std::result::Result<MapLayout, MapError>, Option<Rank2File>) {
         let map = Rank2FileMap::load(self.job.prefix(), entry.id)
             .map_err(MapError::State)
-            .and_then(|m| check_map(self.job.prefix(), entry.id, self.topo.size(), m));
+            .and_then(|m| check_map(self.job.prefix(), entry.id, entry.world_size, m));
         match map {
             Ok(Rank2FileMap::Tree(root)) => (Ok(MapLayout::Tree(root)), None),
             Ok(Rank2FileMap::Single(m)) => (
@@ -321,10 +329,19 @@ impl Fetcher<'_> {
         mut older_than: Option<u64>,
     ) -> Result<()> {
         let mut tried: Vec<u64> = Vec::new();
-        let check_crc = self.config.get(settings::CRC_ON_RESTART);
-        let buf = self.config.file_buf_size();
-        while let Some((entry, list, _)) = self.choose_from_index(&tried, wanted, older_than) {
+        while let Some((entry, lists, _)) = self.choose_from_index(&tried, wanted, older_than) {
             tried.push(entry.id);
+            let list = match lists {
+                Lists::Mine(list) => list,
+                Lists::Every(every) => match self.open_resized(&entry, every) {
+                    Ok(()) => return Ok(()),
+                    Err(reason) => {
+                        self.pass_over(&entry, &reason);
+                        older_than = bound_below(older_than, entry.checkpoint_id);
+                        continue;
+                    }
+                },
+            };
             // reading every file for its CRC32 reads the prefix as a fetch does: at most
             // `fetch_width` ranks at once
             let window =
@@ -333,25 +350,7 @@ impl Fetcher<'_> {
                 list.and_then(|list| {
                     let mut files = BTreeMap::new();
                     for f in &list {
-                        let path = f
-                            .stored_path(self.job.prefix())
-                            .map_err(|e| e.to_string())?;
-                        let crc = f.crc32.filter(|_| check_crc);
-                        scr_plugin::verify::check_file(&path, f.size, crc, buf).map_err(|m| {
-                            use scr_plugin::verify::Mismatch;
-                            match m {
-                                Mismatch::Size { found, recorded } => format!(
-                                    "{} is {found} bytes, the flush recorded {recorded}",
-                                    path.display()
-                                ),
-                                Mismatch::Crc { found, recorded } => format!(
-                                    "{} has CRC32 {found:08x}, the flush recorded {recorded:08x}",
-                                    path.display()
-                                ),
-                                other => format!("{}: {other}", path.display()),
-                            }
-                        })?;
-                        files.insert(f.name.clone(), path);
+                        files.insert(f.name.clone(), self.check_flushed(f)?);
                     }
                     Ok(files)
                 })
@@ -361,32 +360,93 @@ impl Fetcher<'_> {
                     .map(|(rank, why)| format!("rank {rank}: {why}"));
             match (failed, mine) {
                 (None, Ok(files)) => {
-                    self.cache.used(Some(entry.id), entry.checkpoint_id);
-                    self.topo.info(&format!(
-                        "restarting from {} read in place in the prefix {}",
-                        entry.name,
-                        self.job.prefix().display()
-                    ));
-                    self.restart.offer_in_prefix(PrefixRestart::new(
-                        entry.id,
-                        entry.name.clone(),
-                        entry.checkpoint_id,
-                        files,
-                    ));
+                    let names = files.keys().cloned().collect();
+                    let written = BTreeMap::from([(self.topo.rank(), names)]);
+                    self.offer_in_place(&entry, files, written);
                     return Ok(());
                 }
                 (failed, _) => {
-                    let reason = failed.unwrap_or_default();
-                    self.topo.warn(&format!(
-                        "{} in the prefix cannot be read for a restart: {reason}; trying an older checkpoint",
-                        entry.name
-                    ));
-                    self.mark_failed_in_index(&entry, &reason);
+                    self.pass_over(&entry, &failed.unwrap_or_default());
                     older_than = bound_below(older_than, entry.checkpoint_id);
                 }
             }
         }
         Ok(())
+    }
+
+    /// The path of flushed file `f` in the prefix, once it is there with the size (and,
+    /// with `crc_on_restart`, the CRC32) the flush recorded; why not otherwise, naming
+    /// the file. Reads the whole file when its CRC32 is checked.
+    pub(in crate::runtime) fn check_flushed(
+        &self,
+        f: &FlushedFile,
+    ) -> std::result::Result<std::path::PathBuf, String> {
+        let path = f
+            .stored_path(self.job.prefix())
+            .map_err(|e| e.to_string())?;
+        let crc = f
+            .crc32
+            .filter(|_| self.config.get(settings::CRC_ON_RESTART));
+        let buf = self.config.file_buf_size();
+        scr_plugin::verify::check_file(&path, f.size, crc, buf).map_err(|m| {
+            use scr_plugin::verify::Mismatch;
+            match m {
+                Mismatch::Size { found, recorded } => format!(
+                    "{} is {found} bytes, the flush recorded {recorded}",
+                    path.display()
+                ),
+                Mismatch::Crc { found, recorded } => format!(
+                    "{} has CRC32 {found:08x}, the flush recorded {recorded:08x}",
+                    path.display()
+                ),
+                other => format!("{}: {other}", path.display()),
+            }
+        })?;
+        Ok(path)
+    }
+
+    /// Offer `entry` for the restart, read in place in the prefix: `files` by the name
+    /// the application routes → where each is stored; `written`, the names of the files
+    /// each writer wrote, as far as this rank knows them.
+    pub(in crate::runtime) fn offer_in_place(
+        &mut self,
+        entry: &IndexEntry,
+        files: BTreeMap<String, std::path::PathBuf>,
+        written: BTreeMap<u32, Vec<String>>,
+    ) {
+        self.cache.used(Some(entry.id), entry.checkpoint_id);
+        let by = if entry.world_size == self.topo.size() {
+            String::new()
+        } else {
+            format!(
+                " (written by {} ranks, read by {})",
+                entry.world_size,
+                self.topo.size()
+            )
+        };
+        self.topo.info(&format!(
+            "restarting from {}{by} read in place in the prefix {}",
+            entry.name,
+            self.job.prefix().display()
+        ));
+        self.restart.offer_in_prefix(PrefixRestart::new(
+            entry.id,
+            entry.name.clone(),
+            entry.checkpoint_id,
+            files,
+            entry.world_size,
+            written,
+        ));
+    }
+
+    /// A checkpoint of the prefix that cannot be restarted from (`reason`, agreed) is
+    /// passed over: said once, and marked failed in the index.
+    fn pass_over(&self, entry: &IndexEntry, reason: &str) {
+        self.topo.warn(&format!(
+            "{} in the prefix cannot be read for a restart: {reason}; trying an older checkpoint",
+            entry.name
+        ));
+        self.mark_failed_in_index(entry, reason);
     }
 
     /// With no restartable checkpoint in cache, fetch the newest complete one from the
@@ -405,10 +465,23 @@ impl Fetcher<'_> {
         let mut tried: Vec<u64> = Vec::new();
         loop {
             let choice = self.choose_from_index(&tried, wanted, older_than);
-            let Some((entry, list, fetch_bytes)) = choice else {
+            let Some((entry, lists, fetch_bytes)) = choice else {
                 return Ok(());
             };
             tried.push(entry.id);
+            let list = match lists {
+                Lists::Mine(list) => list,
+                // written by another number of ranks: read in place, not fetched (its
+                // redundancy sets were the old job's; the next checkpoint is this job's)
+                Lists::Every(every) => match self.open_resized(&entry, every) {
+                    Ok(()) => return Ok(()),
+                    Err(reason) => {
+                        self.pass_over(&entry, &reason);
+                        older_than = bound_below(older_than, entry.checkpoint_id);
+                        continue;
+                    }
+                },
+            };
             let fetch_started = std::time::Instant::now();
             // at most `fetch_width` ranks read from the prefix at once; a rank whose
             // list or copy failed passes its turn on all the same (no early return
@@ -611,6 +684,15 @@ impl Fetcher<'_> {
     }
 }
 
+/// The lists of files a rank gets of the checkpoint chosen from the index, or why it got
+/// none (the same text on every rank).
+pub(in crate::runtime) enum Lists {
+    /// Written by as many ranks as this job has: this rank's own files.
+    Mine(std::result::Result<Vec<FlushedFile>, String>),
+    /// Written by another number of ranks: every writer's files, by its rank.
+    Every(std::result::Result<BlockLists, String>),
+}
+
 /// What rank 0 tells every rank at fetch about the chosen dataset's rank2file map:
 /// constant size, whatever P.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -640,24 +722,24 @@ pub(in crate::runtime) enum MapError {
     /// The map (or its root) is unreadable or unsound.
     #[error(transparent)]
     State(crate::state::StateError),
-    /// A tree's root lists another number of ranks than the job has.
-    #[error("{}: lists {ranks} ranks, the job has {size}", path.display())]
+    /// A tree's root lists another number of ranks than the index says wrote it.
+    #[error("{}: lists {ranks} ranks, the index records {size} writers", path.display())]
     RankCount {
         /// The map's file.
         path: std::path::PathBuf,
         /// The ranks it lists.
         ranks: u32,
-        /// The job's ranks.
+        /// The writers the index records.
         size: u32,
     },
-    /// A single-file map does not list exactly the ranks of the job.
-    #[error("{}: lists ranks {ranks:?}, the job has ranks 0..{size}", path.display())]
+    /// A single-file map does not list exactly the ranks that wrote it.
+    #[error("{}: lists ranks {ranks:?}, the index records ranks 0..{size} as its writers", path.display())]
     Ranks {
         /// The map's file.
         path: std::path::PathBuf,
         /// The ranks it lists.
         ranks: Vec<u32>,
-        /// The job's ranks.
+        /// The writers the index records.
         size: u32,
     },
 }
@@ -707,9 +789,10 @@ pub(in crate::runtime) enum FetchError {
     },
 }
 
-/// Rank 0: `map`, the rank2file map of dataset `id`, when it fits a job of `size` ranks
-/// (a tree: its root is sound and lists `size` ranks; a single-file map: every rank
-/// 0..`size` has a list, possibly empty); why not otherwise, naming the file.
+/// Rank 0: `map`, the rank2file map of dataset `id`, when it fits the `size` ranks the
+/// index records as its writers (a tree: its root is sound and lists `size` ranks; a
+/// single-file map: every rank 0..`size` has a list, possibly empty); why not otherwise,
+/// naming the file.
 pub(in crate::runtime) fn check_map(
     prefix: &Path,
     id: u64,

@@ -269,6 +269,28 @@ impl Ids {
         crate::layout::ids_file(prefix)
     }
 
+    /// The ids recorded in `prefix`, for the tools (`scr index import`): as [`Ids::load`].
+    pub(crate) fn load_at(prefix: &Path) -> Ids {
+        Ids::load(prefix)
+    }
+
+    /// Record in `prefix` that dataset ids up to `dataset` and checkpoint ids up to
+    /// `checkpoint` are used (written atomically), so a job continues after them.
+    pub(crate) fn record_at(
+        prefix: &Path,
+        dataset: u64,
+        checkpoint: u64,
+    ) -> std::result::Result<(), crate::state::StateError> {
+        crate::state::prefix::write(
+            &Self::path(prefix),
+            Self::KIND,
+            &Ids {
+                dataset,
+                checkpoint,
+            },
+        )
+    }
+
     /// The recorded ids, or zeros (with a warning when the file is damaged).
     fn load(prefix: &Path) -> Ids {
         match crate::state::read_state(&Self::path(prefix), Self::KIND) {

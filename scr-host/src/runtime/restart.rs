@@ -95,6 +95,53 @@ impl Restarter<'_> {
         ))
     }
 
+    /// [`Runtime::restart_writers`](crate::runtime::Runtime::restart_writers): the number of ranks that wrote the checkpoint
+    /// being read.
+    pub(in crate::runtime) fn writers(&self) -> Result<u32> {
+        self.writers_for("restart_writers")
+    }
+
+    /// [`Restarter::writers`], refused outside a restart naming `call`.
+    fn writers_for(&self, call: &str) -> Result<u32> {
+        if let Some(p) = self.restart.reading_in_prefix() {
+            return Ok(p.writers());
+        }
+        match self.restart.reading() {
+            Some(id) => Ok(self.cache.record(id).world_size),
+            None => Err(no_restart(call)),
+        }
+    }
+
+    /// [`Runtime::restart_files`](crate::runtime::Runtime::restart_files): the files writer `rank` of the checkpoint being
+    /// read wrote, as paths in the prefix that [`Restarter::route_restart`] resolves.
+    /// Every writer's when the checkpoint was written by another number of ranks; this
+    /// rank's own otherwise (each rank reads back what it wrote, as in SCR: the others'
+    /// lists were never exchanged).
+    pub(in crate::runtime) fn written_by(&self, rank: u32) -> Result<Vec<PathBuf>> {
+        let writers = self.writers_for("restart_files")?;
+        if rank >= writers {
+            return Err(ScrError::Usage(format!(
+                "restart_files: rank {rank} did not write the checkpoint being read; it was written by ranks 0..{writers}"
+            )));
+        }
+        let me = self.topo.rank();
+        let names: Vec<String> = if let Some(p) = self.restart.reading_in_prefix() {
+            p.written_by(rank).map(<[String]>::to_vec)
+        } else {
+            let id = self.restart.reading().expect("a restart is being read");
+            (rank == me).then(|| {
+                let rec = self.cache.record(id);
+                rec.files.iter().map(|f| f.name.clone()).collect()
+            })
+        }
+        .ok_or_else(|| {
+            ScrError::Usage(format!(
+                "restart_files: rank {me} reads back its own files only: the checkpoint was written by as many ranks as this job has ({writers}), and each rank restarts from what it wrote, as in SCR; ask for rank {me}"
+            ))
+        })?;
+        Ok(names.iter().map(|n| self.job.prefix().join(n)).collect())
+    }
+
     /// Fetch when the cache holds no checkpoint (or `current` chose one only the prefix
     /// holds), then flush the restart checkpoint when `flush_on_restart` asks for it.
     pub(in crate::runtime) fn settle_restart(&mut self, flush_on_restart: bool) -> Result<()> {
@@ -389,7 +436,7 @@ impl Restarter<'_> {
                     prefix::Index::load_or_rebuild(self.job.prefix())
                         .map_err(|e| e.to_string())
                         .map(|ix| {
-                            ix.fetch_candidates(self.topo.size())
+                            ix.restart_candidates()
                                 .into_iter()
                                 .find(|e| e.name == name)
                                 .map(|e| e.id)
@@ -408,9 +455,8 @@ impl Restarter<'_> {
                 })?;
                 if found.is_none() {
                     return Err(ScrError::Usage(format!(
-                        "current: no checkpoint named `{name}` in cache or in the prefix {} (complete, not failed, and written by {} ranks)",
+                        "current: no checkpoint named `{name}` in cache or in the prefix {} (complete and not failed)",
                         self.job.prefix().display(),
-                        self.topo.size()
                     )));
                 }
                 // the named checkpoint is the one restarted: every cached one is passed
@@ -464,6 +510,14 @@ impl Restarter<'_> {
         }
         self.world.changed("drop_after_current", removed)
     }
+}
+
+/// The error of a restart query (`call`) outside a restart; the disabled library's
+/// too.
+pub(in crate::runtime) fn no_restart(call: &str) -> ScrError {
+    ScrError::Usage(format!(
+        "{call}: no restart in progress; call it between start_restart and complete_restart"
+    ))
 }
 
 /// The one file among `names` (a checkpoint's files, relative to its directory) whose

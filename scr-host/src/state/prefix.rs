@@ -315,18 +315,14 @@ impl Index {
         !newer_recorded
     }
 
-    /// Complete checkpoints that may be fetched, newest first (`current` first when set),
-    /// for a job of `world_size` ranks.
-    pub fn fetch_candidates(&self, world_size: u32) -> Vec<&IndexEntry> {
+    /// Complete checkpoints a job may restart from, newest first (`current` first when
+    /// set), whatever number of ranks wrote them: a job of another size reads them in
+    /// place.
+    pub fn restart_candidates(&self) -> Vec<&IndexEntry> {
         let mut v: Vec<&IndexEntry> = self
             .datasets
             .values()
-            .filter(|e| {
-                e.complete
-                    && e.checkpoint_id.is_some()
-                    && e.failed.is_none()
-                    && e.world_size == world_size
-            })
+            .filter(|e| e.complete && e.checkpoint_id.is_some() && e.failed.is_none())
             .collect();
         v.sort_by_key(|e| std::cmp::Reverse(e.checkpoint_id));
         if let Some(cur) = &self.current {

@@ -34,8 +34,15 @@ pub(in crate::runtime) struct PrefixRestart {
     name: String,
     /// Its checkpoint id: a fallback after it is reported invalid takes only older ones.
     checkpoint_id: Option<u64>,
-    /// This rank's files: the name as the application routes it → where it is stored.
+    /// The files this rank may route: the name as the application routes it → where it
+    /// is stored (its own; every writer's when the checkpoint was written by another
+    /// number of ranks).
     files: BTreeMap<String, PathBuf>,
+    /// The number of ranks that wrote it.
+    writers: u32,
+    /// The names of the files each writer wrote, by its rank, as far as this rank knows
+    /// them (as `files`).
+    written: BTreeMap<u32, Vec<String>>,
 }
 
 impl RestartState {
@@ -160,19 +167,25 @@ impl RestartState {
 }
 
 impl PrefixRestart {
-    /// Checkpoint `id` (`name`, checkpoint id `checkpoint_id`) read in place, this
-    /// rank's `files` by the name the application routes → where each is stored.
+    /// Checkpoint `id` (`name`, checkpoint id `checkpoint_id`) read in place, the
+    /// `files` this rank may route by the name the application routes → where each is
+    /// stored; written by `writers` ranks, whose files' names are `written` (as far as
+    /// this rank knows them).
     pub(in crate::runtime) fn new(
         id: u64,
         name: String,
         checkpoint_id: Option<u64>,
         files: BTreeMap<String, PathBuf>,
+        writers: u32,
+        written: BTreeMap<u32, Vec<String>>,
     ) -> PrefixRestart {
         PrefixRestart {
             id,
             name,
             checkpoint_id,
             files,
+            writers,
+            written,
         }
     }
 }
@@ -193,8 +206,19 @@ impl PrefixRestart {
         self.checkpoint_id
     }
 
-    /// This rank's files: the name as the application routes it → where it is stored.
+    /// The files this rank may route: the name as the application routes it → where it
+    /// is stored.
     pub(in crate::runtime) fn files(&self) -> &BTreeMap<String, PathBuf> {
         &self.files
+    }
+
+    /// The number of ranks that wrote it.
+    pub(in crate::runtime) fn writers(&self) -> u32 {
+        self.writers
+    }
+
+    /// The names of the files writer `rank` wrote, when this rank knows them.
+    pub(in crate::runtime) fn written_by(&self, rank: u32) -> Option<&[String]> {
+        self.written.get(&rank).map(Vec::as_slice)
     }
 }

@@ -15,6 +15,7 @@
 //! | the same outcome on every rank: failures, the configuration check, misuse | `agreement` |
 //! | init restoring the cache: a lost node rebuilt, the flush file, the node count | `restore` |
 //! | the restart offered, its fallback, files named by base name | `restart` |
+//! | a restart by another number of ranks than wrote the checkpoint | `resize` |
 //! | eviction, drop and delete | `evict` |
 //! | need_checkpoint's interval and the halt condition | `policy` |
 //! | cache bypass: files written and read in the prefix itself | `bypass` |
@@ -33,6 +34,7 @@ mod event_log;
 mod evict;
 mod plugin_panic;
 mod policy;
+mod resize;
 mod restart;
 mod restart_keys;
 mod restore;

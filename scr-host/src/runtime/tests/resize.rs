@@ -1,0 +1,250 @@
+//! A restart by another number of ranks than wrote the checkpoint: the same restart loop
+//! reads every writer's files by name, whatever M is, from the prefix; a damaged file
+//! makes every rank take the next older checkpoint alike; the next checkpoint is the new
+//! job's, and a restart of that size is the ordinary one.
+
+use super::*;
+
+/// Rank `w`'s file of checkpoint `n` and what it holds (different per writer and
+/// checkpoint, and long enough that one flipped byte is a CRC32 mismatch).
+fn old_file(n: u32, w: u32) -> (String, Vec<u8>) {
+    let name = format!("ckpt.{n}/part_{w}.dat");
+    let body = (0..2000u32)
+        .map(|i| (i.wrapping_mul(13) ^ (w * 31) ^ (n * 7)) as u8)
+        .collect();
+    (name, body)
+}
+
+/// Write checkpoint `ckpt.<n>`: each rank one file ([`old_file`]).
+fn write_parts(rt: &mut Runtime, prefix: &Path, n: u32, r: u32) {
+    rt.start_output(&format!("ckpt.{n}"), CHECKPOINT)
+        .unwrap_or_else(|e| panic!("rank {r}: ckpt.{n}: {e}"));
+    let (name, body) = old_file(n, r);
+    let p = rt.route_file(&prefix.join(name)).expect("route_file");
+    std::fs::write(&p, body).unwrap();
+    assert!(
+        rt.complete_output(true).expect("complete_output"),
+        "rank {r}"
+    );
+}
+
+/// The restart loop an application runs whatever the job's size: ask how many ranks
+/// wrote the checkpoint, list every writer's files, route and read each. Returns
+/// (name, writers, whether every byte of every file was right), or the restart offered
+/// none.
+fn read_every_writer(rt: &mut Runtime) -> Option<(String, u32, bool)> {
+    let name = restart_name(rt)?;
+    rt.start_restart().expect("start_restart");
+    let (writers, exact) = read_writers(rt, &name);
+    assert!(rt.complete_restart(exact).expect("complete_restart"));
+    Some((name, writers, exact))
+}
+
+/// Inside the restart of `name`: its writers, and whether every file of every writer,
+/// listed by `restart_files` and routed by that name, holds what [`old_file`] wrote.
+fn read_writers(rt: &mut Runtime, name: &str) -> (u32, bool) {
+    let n: u32 = name.trim_start_matches("ckpt.").parse().unwrap();
+    let writers = rt.restart_writers().expect("restart_writers");
+    let mut exact = true;
+    for w in 0..writers {
+        let files = rt.restart_files(w).expect("restart_files");
+        let (want_name, want) = old_file(n, w);
+        exact &= files.len() == 1 && files[0].ends_with(&want_name);
+        for f in files {
+            let path = rt.route_file(&f).expect("route_file");
+            exact &= std::fs::read(&path).unwrap_or_default() == want;
+        }
+    }
+    (writers, exact)
+}
+
+fn nodes(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("n{i}")).collect()
+}
+
+fn names(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+const FLUSHED: &[(&str, &str)] = &[("SCR_FLUSH", "1"), ("SCR_COPY_TYPE", "XOR")];
+
+/// Written by 4 ranks, restarted by 3 (fetch on: read in place all the same) and by 6
+/// (fetch off): every rank reads every writer's file byte-exact through the same loop;
+/// a file is also found by its base name, and a name the checkpoint does not hold is an
+/// error on the rank that asked, naming it.
+#[test]
+fn a_checkpoint_of_four_ranks_restarts_on_three_and_on_six() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("prefix");
+    let four = nodes(4);
+    let wrote = job(dir.path(), &names(&four), FLUSHED, |rt, r| {
+        write_parts(rt, &prefix, 1, r)
+    });
+    assert!(wrote.iter().all(|(_, end)| end.is_ok()), "{wrote:?}");
+    for (m, fetch) in [(3usize, "1"), (6, "0")] {
+        let ranks = nodes(m);
+        let env = [FLUSHED, &[("SCR_FETCH", fetch)]].concat();
+        let out = job_with(
+            dir.path(),
+            &names(&ranks),
+            &env,
+            InitOptions {
+                fetch_at_have_restart: true,
+            },
+            read_every_writer_keeping_open,
+        );
+        for (r, (read, end, _)) in out.iter().enumerate() {
+            assert_eq!(
+                read,
+                &(
+                    Some(("ckpt.1".to_string(), 4, true)),
+                    format!("ckpt.1/part_{}.dat", (r + 1) % 4),
+                    format!(
+                        "route_file: `{}` is not a file of checkpoint ckpt.1 on rank {r}",
+                        prefix.join("ckpt.1/nope.dat").display()
+                    )
+                ),
+                "{m} ranks, rank {r}"
+            );
+            assert_eq!(end, &Ok(()), "{m} ranks, rank {r}");
+        }
+        let said0 = &out[0].2;
+        assert_eq!(
+            said(said0, "(written by 4 ranks, read by").len(),
+            1,
+            "{said0:#?}"
+        );
+    }
+}
+
+/// [`read_every_writer`], plus, while the restart is open: the file of the next writer
+/// routed by its base name alone, and the error for a name the checkpoint lacks.
+fn read_every_writer_keeping_open(
+    rt: &mut Runtime,
+    r: u32,
+) -> (Option<(String, u32, bool)>, String, String) {
+    let Some(name) = restart_name(rt) else {
+        return (None, String::new(), String::new());
+    };
+    rt.start_restart().expect("start_restart");
+    let n: u32 = name.trim_start_matches("ckpt.").parse().unwrap();
+    let (writers, exact) = read_writers(rt, &name);
+    let next = (r + 1) % writers;
+    let prefix = rt.job.prefix().to_path_buf();
+    let by_base = rt
+        .route_file(&prefix.join(format!("part_{next}.dat")))
+        .map(|p| {
+            let (want_name, want) = old_file(n, next);
+            assert_eq!(std::fs::read(&p).unwrap(), want, "rank {r}");
+            want_name
+        })
+        .unwrap_or_else(|e| e.to_string());
+    let missing = error_text(&rt.route_file(&prefix.join(format!("ckpt.{n}/nope.dat"))));
+    assert!(rt.complete_restart(exact).expect("complete_restart"));
+    (Some((name, writers, exact)), by_base, missing)
+}
+
+/// One flipped byte in one writer's file of the newest checkpoint: every rank of the
+/// 3-rank job passes over it alike and restarts from the older one, which the index then
+/// marks failed; after the restart the 3-rank job checkpoints, and its own restart (3
+/// ranks again) is the ordinary one from cache, where a rank knows its own files only.
+#[test]
+fn a_damaged_file_makes_every_rank_take_the_older_checkpoint_then_the_new_size_checkpoints_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("prefix");
+    let four = nodes(4);
+    let wrote = job(dir.path(), &names(&four), FLUSHED, |rt, r| {
+        write_parts(rt, &prefix, 1, r);
+        write_parts(rt, &prefix, 2, r);
+    });
+    assert!(wrote.iter().all(|(_, end)| end.is_ok()), "{wrote:?}");
+    let damaged = prefix.join(old_file(2, 3).0);
+    let mut bytes = std::fs::read(&damaged).unwrap();
+    bytes[1000] ^= 0x40;
+    std::fs::write(&damaged, &bytes).unwrap();
+
+    let three = nodes(3);
+    let out = job_logged(dir.path(), &names(&three), FLUSHED, |rt, r| {
+        let read = read_every_writer(rt);
+        write_parts(rt, &prefix, 3, r);
+        read
+    });
+    for (r, (read, end, _)) in out.iter().enumerate() {
+        assert_eq!(read, &Some(("ckpt.1".to_string(), 4, true)), "rank {r}");
+        assert_eq!(end, &Ok(()), "rank {r}");
+    }
+    let lines = &out[0].2;
+    assert_eq!(
+        said(lines, &format!("{} has CRC32", damaged.display())).len(),
+        1,
+        "{lines:#?}"
+    );
+    let index = crate::state::prefix::Index::load(&prefix).unwrap();
+    let ckpt2 = index
+        .datasets
+        .values()
+        .find(|e| e.name == "ckpt.2")
+        .unwrap();
+    assert!(ckpt2.failed.is_some(), "{ckpt2:?}");
+
+    // the 3-rank job's own checkpoint, restarted by 3 ranks: from cache
+    let again = job(dir.path(), &names(&three), FLUSHED, |rt, r| {
+        let name = rt.have_restart();
+        rt.start_restart().expect("start_restart");
+        let writers = rt.restart_writers().expect("restart_writers");
+        let own = rt.restart_files(r).expect("own files");
+        let path = rt.route_file(&own[0]).expect("route_file");
+        let exact = std::fs::read(&path).unwrap() == old_file(3, r).1;
+        let other = error_text(&rt.restart_files((r + 1) % 3));
+        let beyond = error_text(&rt.restart_files(3));
+        assert!(rt.complete_restart(exact).unwrap());
+        (
+            name,
+            writers,
+            exact,
+            path.starts_with(&prefix),
+            other,
+            beyond,
+        )
+    });
+    for (r, ((name, writers, exact, in_prefix, other, beyond), end)) in again.iter().enumerate() {
+        assert_eq!(
+            (name.as_deref(), *writers, *exact, *in_prefix),
+            (Some("ckpt.3"), 3, true, false),
+            "rank {r}"
+        );
+        assert!(
+            other.contains(&format!("rank {r} reads back its own files only")),
+            "rank {r}: {other}"
+        );
+        assert_eq!(
+            beyond,
+            "restart_files: rank 3 did not write the checkpoint being read; it was written by ranks 0..3",
+            "rank {r}"
+        );
+        assert_eq!(end, &Ok(()), "rank {r}");
+    }
+}
+
+/// The queries outside a restart are refused, saying when to call them.
+#[test]
+fn the_restart_queries_outside_a_restart_say_when_to_call_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = job(dir.path(), &["n0", "n1"], &[], |rt, _| {
+        (
+            error_text(&rt.restart_writers()),
+            error_text(&rt.restart_files(0)),
+        )
+    });
+    for (r, ((writers, files), _)) in out.iter().enumerate() {
+        assert_eq!(
+            writers,
+            "restart_writers: no restart in progress; call it between start_restart and complete_restart",
+            "rank {r}"
+        );
+        assert!(
+            files.starts_with("restart_files: no restart"),
+            "rank {r}: {files}"
+        );
+    }
+}

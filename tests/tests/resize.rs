@@ -1,0 +1,150 @@
+//! A restart on another number of ranks than wrote the checkpoint, under mpiexec: the
+//! heat example written by 8 ranks on 4 simulated nodes and restarted by 3, 4, 6, 12 and
+//! 16 through one unchanged restart loop (`restart_writers`, `restart_files`,
+//! `route_file`), each ending in the state of an uninterrupted 8-rank run.
+
+use scr_e2e::{Cluster, JobOutput};
+
+/// Ranks on four simulated nodes, consecutive ranks on one node.
+fn on_four_nodes(ranks: usize) -> Vec<&'static str> {
+    const NODES: [&str; 4] = ["n0", "n1", "n2", "n3"];
+    (0..ranks).map(|r| NODES[r * 4 / ranks]).collect()
+}
+
+fn heat(c: &Cluster, ranks: usize, args: &[&str]) -> JobOutput {
+    let out = c.run(&on_four_nodes(ranks), "scr-heat", args);
+    assert_eq!(out.code, 0, "{out}");
+    out
+}
+
+#[test]
+fn heat_written_by_eight_ranks_restarts_on_three_four_six_twelve_and_sixteen() {
+    let reference = heat(&Cluster::new(), 8, &["--steps", "14", "--every", "0"]);
+    let c = Cluster::new();
+    let first = heat(&c, 8, &["--steps", "10"]);
+    assert!(first.stdout.contains("checkpoint ckpt.10: kept"), "{first}");
+    for m in [3, 4, 6, 12, 16] {
+        // no checkpoint of its own: each restarts from the 8-rank one
+        let out = heat(&c, m, &["--steps", "14", "--every", "0"]);
+        assert_eq!(
+            out.line_after("restarted from "),
+            Some("ckpt.10 at step 10"),
+            "{m} ranks\n{out}"
+        );
+        assert_eq!(
+            out.final_state(),
+            reference.final_state(),
+            "{m} ranks\n{out}"
+        );
+    }
+}
+
+/// `scr index import` on `c`'s prefix with `args`; its output.
+fn import(c: &Cluster, args: &[&str]) -> JobOutput {
+    let out = c.scr(&["index", "import"]).args(args).output().unwrap();
+    JobOutput {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A directory `ckpt.10` in `c`'s prefix holding the files of a 4-rank heat checkpoint
+/// at step 10, as plain files: copied out of another prefix, never seen by `c`.
+fn plain_checkpoint(c: &Cluster) -> std::path::PathBuf {
+    let source = Cluster::new();
+    let wrote = heat(&source, 4, &["--steps", "10"]);
+    assert!(wrote.stdout.contains("checkpoint ckpt.10: kept"), "{wrote}");
+    let dir = c.prefix().join("ckpt.10");
+    std::fs::create_dir_all(&dir).unwrap();
+    for r in 0..4 {
+        let name = format!("rank_{r}.ckpt");
+        std::fs::copy(source.prefix().join("ckpt.10").join(&name), dir.join(&name)).unwrap();
+    }
+    dir
+}
+
+/// Files that were not written through the library, imported with `scr index import`:
+/// a job of 6 ranks restarts from them (its share of the 4 old slices), checkpoints on,
+/// and ends in the state of an uninterrupted run; a later job restarts from its own
+/// checkpoint.
+#[test]
+fn imported_files_are_restarted_from_by_any_number_of_ranks_and_the_job_goes_on() {
+    let c = Cluster::new();
+    let dir = plain_checkpoint(&c);
+    let out = import(&c, &[dir.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        out.stdout,
+        "imported ckpt.10 (dataset 1, checkpoint 1, written by 4 ranks), restart point\n",
+        "{out}"
+    );
+    let reference = heat(&Cluster::new(), 4, &["--steps", "20", "--every", "0"]);
+    let six = heat(&c, 6, &["--steps", "20"]);
+    assert_eq!(
+        six.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{six}"
+    );
+    assert!(six.stdout.contains("checkpoint ckpt.20: kept"), "{six}");
+    assert_eq!(six.final_state(), reference.final_state(), "{six}");
+    let again = heat(&c, 6, &["--steps", "20"]);
+    assert_eq!(
+        again.line_after("restarted from "),
+        Some("ckpt.20 at step 20"),
+        "{again}"
+    );
+}
+
+/// An imported file changed afterwards is refused by name at the restart, on every rank
+/// alike (the job starts fresh); a list naming a missing file imports nothing, naming it.
+#[test]
+fn a_corrupted_or_missing_imported_file_is_refused_by_name() {
+    let c = Cluster::new();
+    let dir = plain_checkpoint(&c);
+    // a list naming a file that is not there
+    let list = c.path("ranks.txt");
+    std::fs::write(
+        &list,
+        "# rank path\n0 rank_0.ckpt\n1 rank_1.ckpt\n2 rank_2.ckpt\n3 rank_9.ckpt\n",
+    )
+    .unwrap();
+    let missing = import(
+        &c,
+        &[dir.to_str().unwrap(), "--list", list.to_str().unwrap()],
+    );
+    assert_eq!(missing.code, 1, "{missing}");
+    assert!(
+        missing.stderr.contains(&format!(
+            "{}: No such file or directory (os error 2); nothing is imported",
+            dir.join("rank_9.ckpt").display()
+        )),
+        "{missing}"
+    );
+    assert!(scr_e2e::index_entries(&c.prefix()).is_empty());
+    // imported through a list, then one byte changed
+    std::fs::write(
+        &list,
+        "0 rank_0.ckpt\n1 rank_1.ckpt\n2 rank_2.ckpt\n3 rank_3.ckpt\n",
+    )
+    .unwrap();
+    let out = import(
+        &c,
+        &[dir.to_str().unwrap(), "--list", list.to_str().unwrap()],
+    );
+    assert_eq!(out.code, 0, "{out}");
+    let damaged = dir.join("rank_2.ckpt");
+    let mut bytes = std::fs::read(&damaged).unwrap();
+    bytes[100] ^= 1;
+    std::fs::write(&damaged, &bytes).unwrap();
+    let run = heat(&c, 3, &["--steps", "12", "--every", "0"]);
+    assert!(run.stdout.contains("starting fresh"), "{run}");
+    assert!(
+        run.stderr
+            .contains(&format!("{} has CRC32", damaged.display())),
+        "{run}"
+    );
+    let entries = scr_e2e::index_entries(&c.prefix());
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert!(entries[0].2.is_some(), "marked failed: {entries:?}");
+}
