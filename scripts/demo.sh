@@ -3,8 +3,10 @@
 # node-local cache, protected by XOR across the nodes (the default scheme). One rank is
 # killed (SIGKILL) after step 17 and node1 is lost with everything it cached. The job is
 # started again: init rebuilds node1's files from XOR parity, the job resumes from the
-# newest checkpoint and ends in exactly the state of an uninterrupted run. Then the
-# plugins and the configuration in force are shown.
+# newest checkpoint and ends in exactly the state of an uninterrupted run. The job then
+# goes on with 6 ranks on 3 nodes, restarting from the checkpoint 4 ranks wrote, and
+# again ends in the uninterrupted run's state. Then the plugins and the configuration in
+# force are shown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -35,17 +37,32 @@ echo "==    rebuilt from XOR parity and the job resumes"
 SCR_DEBUG=1 mpiexec -n 4 "$heat" --steps 30 2>&1 | grep -v '^\[' | tee "$work/second.log"
 resumed=$(grep '^final' "$work/second.log")
 
+
 echo
-echo "== 4. an uninterrupted run in a fresh cache, for comparison"
+echo "== 4. the job goes on with 6 ranks on 3 nodes: it restarts from the checkpoint that"
+echo "==    4 ranks wrote, each rank reading the old slices its share of the domain overlaps"
+SCR_NODE_NAMES=node0,node0,node1,node1,node2,node2 mpiexec -n 6 "$heat" --steps 40 2>&1 \
+    | grep -v '^\[' | grep -E 'ranks|starting|restarted|checkpoint|final|written by' | tee "$work/six.log"
+grown=$(grep '^final' "$work/six.log" || true)
+
+echo
+echo "== 5. uninterrupted 4-rank runs in a fresh cache, for comparison"
 rm -rf "$work/cache" "$work/cntl" "$work/prefix/.scr"
 fresh=$(mpiexec -n 4 "$heat" --steps 30 --every 0 2>/dev/null | grep '^final')
-echo "restarted run:     $resumed"
-echo "uninterrupted run: $fresh"
+fresh40=$(mpiexec -n 4 "$heat" --steps 40 --every 0 2>/dev/null | grep '^final')
+echo "restarted run:            $resumed"
+echo "uninterrupted run:        $fresh"
+echo "6 ranks from 4's restart: $grown"
+echo "uninterrupted run:        $fresh40"
 if [ -z "$resumed" ] || [ "$resumed" != "$fresh" ]; then
     echo "DIFFERENT: the restarted run did not end in the uninterrupted run's state" >&2
     exit 1
 fi
-echo "identical: the restart lost nothing"
+if [ -z "$grown" ] || [ "$grown" != "$fresh40" ]; then
+    echo "DIFFERENT: the 6-rank run did not end in the uninterrupted run's state" >&2
+    exit 1
+fi
+echo "identical: the restart lost nothing, on 4 ranks and on 6"
 
 echo
 run "$scr" plugins list

@@ -237,7 +237,7 @@ impl Restorer<'_> {
         let first = &holders.first;
         if first.world_size != 0 && first.world_size != self.topo.size() {
             return Some(format!(
-                "it was written by {} ranks and this job has {}",
+                "it was written by {} ranks and this job has {} (a restart by another number of ranks reads the checkpoint's copy in the prefix; the cached one stays until evicted)",
                 first.world_size,
                 self.topo.size()
             ));
