@@ -1,5 +1,6 @@
 //! The whole lifecycle at 64 ranks: an XOR checkpoint, the loss
-//! of a simulated node, the rebuild, a flush and a fetch, every rank's file byte for byte,
+//! of a simulated node, the rebuild, a flush, a fetch and a restart by half the ranks
+//! (another number than wrote the checkpoint), every rank's file byte for byte,
 //! through `scr-bench-scale` (its driver launches `mpiexec -n 8` and `-n 64` of its worker,
 //! 4 ranks per simulated node, and fails unless every rank reported, saw the world size
 //! it was launched with and read its file back byte for byte after the rebuild and after
@@ -35,8 +36,17 @@ fn content(rank: usize, len: usize, salt: u64) -> Vec<u8> {
 /// Bytes per rank of the XOR checkpoint (the benchmark's default, 1 MiB).
 const BYTES: usize = 1 << 20;
 
-/// The steps `scr-bench-scale` measures.
-const STEPS: [&str; 6] = ["init", "tiny_ckpt", "xor_ckpt", "rebuild", "flush", "fetch"];
+/// The steps `scr-bench-scale` measures (`resize`: half the ranks restart from the
+/// checkpoint of all).
+const STEPS: [&str; 7] = [
+    "init",
+    "tiny_ckpt",
+    "xor_ckpt",
+    "rebuild",
+    "flush",
+    "fetch",
+    "resize",
+];
 
 /// Run `scr-bench-scale --ranks 8,64 --json --keep` with `args` under `dir`; its JSON
 /// report, after checking that both jobs ran with their world size and that every rank
@@ -82,7 +92,7 @@ fn scale_run(dir: &Path, args: &[&str]) -> Value {
         // 8 ranks: 2 per node, so that each XOR set of 4 spans 4 nodes; 64: 4 per node
         let nodes = if n == 8 { 4 } else { 16 };
         assert_eq!(j["nodes"].as_u64(), Some(nodes), "{n} ranks");
-        for check in ["rebuild", "fetch"] {
+        for check in ["rebuild", "fetch", "resize"] {
             assert_eq!(j["checks"][check].as_u64(), Some(n), "{check} at {n} ranks");
         }
     }

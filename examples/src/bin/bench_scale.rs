@@ -14,7 +14,11 @@
 //! 5. `flush`: the finalize of that run, which flushes the restored checkpoint to the
 //!    prefix with the sync transfer (`flush_on_finalize`);
 //! 6. `fetch`: every node's cache and control directory is deleted; the next init fetches
-//!    the checkpoint from the prefix and the restart reads it back byte for byte.
+//!    the checkpoint from the prefix and the restart reads it back byte for byte;
+//! 7. `resize`: half the ranks (a job of N/2, on a split communicator) restart from that
+//!    N-rank checkpoint: init + restart, each rank listing and reading, byte for byte,
+//!    the old ranks' files its half of the work overlaps (`restart_files`); the other
+//!    half idles, measured as zero.
 //!
 //! Every rank writes its counts to a report file; the driver checks that every rank of
 //! every job reported, saw the world size it was launched with and read its files back
@@ -49,6 +53,9 @@ Steps (one job per rank count N; every rank measures each step on its own):
   flush       finalize of that run: flushes the restored checkpoint (sync transfer)
   fetch       after every cache is lost: init (fetches from the prefix) + restart
               read byte for byte, as in rebuild
+  resize      N/2 ranks restart from the N-rank checkpoint: init + restart, each
+              reading the old files its share overlaps (the other N/2 idle at zero,
+              which the means include)
 
 Columns of the table (one row per step and N; per rank = what one rank sent plus
 received in the step, over every API call and nested step such as flush or fetch):
@@ -128,10 +135,18 @@ struct Args {
 type Error = Box<dyn std::error::Error>;
 
 /// The steps, in the order the worker runs them.
-const STEPS: [&str; 6] = ["init", "tiny_ckpt", "xor_ckpt", "rebuild", "flush", "fetch"];
+const STEPS: [&str; 7] = [
+    "init",
+    "tiny_ckpt",
+    "xor_ckpt",
+    "rebuild",
+    "flush",
+    "fetch",
+    "resize",
+];
 
 /// The byte-exact checks each rank reports.
-const CHECKS: [&str; 2] = ["rebuild", "fetch"];
+const CHECKS: [&str; 3] = ["rebuild", "fetch", "resize"];
 
 /// Size of the file of `tiny_ckpt`.
 const TINY: usize = 64;
@@ -244,6 +259,52 @@ fn restart_check(
     })
 }
 
+/// Inside a job of `m` ranks restarting from the checkpoint `ckpt.2` of `n` ranks: rank
+/// `rank` lists the files of the old ranks its share of `n` overlaps (`restart_files`),
+/// routes and reads each, and compares it with what that rank wrote (collective through
+/// complete_restart); as [`restart_check`].
+fn resize_check(
+    scr: &mut Scr,
+    rank: usize,
+    m: usize,
+    n: usize,
+    bytes: usize,
+) -> Result<Option<String>, Error> {
+    let offered = scr.have_restart();
+    if offered.as_deref() != Some("ckpt.2") {
+        return Err(format!("the restart of {m} ranks offers {offered:?}, not ckpt.2").into());
+    }
+    scr.start_restart()?;
+    let writers = scr.restart_writers()? as usize;
+    let mut mine = (writers != n).then(|| format!("{writers} writers, not {n}"));
+    // the old ranks w whose share [w/n, (w+1)/n) overlaps [rank/m, (rank+1)/m)
+    for w in (0..n).filter(|w| w * m < (rank + 1) * n && (w + 1) * m > rank * n) {
+        let want = format!("ckpt.2/rank_{w}.dat");
+        let got = scr
+            .restart_files(w as u32)
+            .map_err(|e| e.to_string())
+            .and_then(|files| {
+                let f = files
+                    .iter()
+                    .find(|f| f.ends_with(&want))
+                    .ok_or_else(|| format!("rank {w} lists {files:?}, not {want}"))?;
+                let path = scr.route_file(f).map_err(|e| e.to_string())?;
+                std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))
+            });
+        match got {
+            Ok(b) if b == content(w, bytes, 2) => {}
+            Ok(_) => mine = mine.or(Some(format!("{want}: the bytes differ"))),
+            Err(e) => mine = mine.or(Some(e)),
+        }
+    }
+    let all = scr.complete_restart(mine.is_none())?;
+    Ok(match (mine, all) {
+        (Some(e), _) => Some(e),
+        (None, false) => Some("another rank did not read its files back".into()),
+        (None, true) => None,
+    })
+}
+
 fn worker(args: &Args) -> Result<(), Error> {
     let universe = mpi::initialize().ok_or("MPI is initialised already")?;
     let world = universe.world();
@@ -263,29 +324,31 @@ fn worker(args: &Args) -> Result<(), Error> {
     let me = &nodes[rank];
     let dir = &args.dir;
     let prefix = dir.join("prefix");
-    let settings = |flush: u64, on_finalize: bool| -> Result<Settings, Error> {
-        let mut s = Settings::new();
-        for kv in [
-            "copy_type=XOR".to_string(),
-            format!("set_size={}", args.set_size),
-            format!("node_names={}", nodes.join(",")),
-            format!("cache_base={}", dir.join("cache").display()),
-            format!("cntl_base={}", dir.join("cntl").display()),
-            format!("prefix={}", prefix.display()),
-            "job_id=scale".to_string(),
-            "user=scale".to_string(),
-            format!("flush={flush}"),
-            format!("flush_on_finalize={on_finalize}"),
-            "flush_type=sync".to_string(),
-            "flush_async=false".to_string(),
-        ] {
-            s.set(&kv)?;
-        }
-        for kv in &args.set {
-            s.set(kv)?;
-        }
-        Ok(s)
-    };
+    let settings_on =
+        |nodes: &[String], flush: u64, on_finalize: bool| -> Result<Settings, Error> {
+            let mut s = Settings::new();
+            for kv in [
+                "copy_type=XOR".to_string(),
+                format!("set_size={}", args.set_size),
+                format!("node_names={}", nodes.join(",")),
+                format!("cache_base={}", dir.join("cache").display()),
+                format!("cntl_base={}", dir.join("cntl").display()),
+                format!("prefix={}", prefix.display()),
+                "job_id=scale".to_string(),
+                "user=scale".to_string(),
+                format!("flush={flush}"),
+                format!("flush_on_finalize={on_finalize}"),
+                "flush_type=sync".to_string(),
+                "flush_async=false".to_string(),
+            ] {
+                s.set(&kv)?;
+            }
+            for kv in &args.set {
+                s.set(kv)?;
+            }
+            Ok(s)
+        };
+    let settings = |flush: u64, on_finalize: bool| settings_on(&nodes, flush, on_finalize);
     let tiny_file = prefix.join(format!("ckpt.1/rank_{rank}.dat"));
     let tiny = content(rank, TINY, 1);
     let file = prefix.join(format!("ckpt.2/rank_{rank}.dat"));
@@ -359,6 +422,27 @@ fn worker(args: &Args) -> Result<(), Error> {
     })?;
     checks.insert("fetch", bad);
     scr.finalize()?;
+
+    // run 4: the first half of the ranks, a job of their own, restarts from the N-rank
+    // checkpoint in the prefix (sets of SINGLE: the half may span fewer nodes than a set)
+    let half = size / 2;
+    let sub = world.split_by_color(if rank < half {
+        mpi::topology::Color::with_value(0)
+    } else {
+        mpi::topology::Color::undefined()
+    });
+    let mut s4 = settings_on(&nodes[..half.max(1)], 0, false)?;
+    s4.set("copy_type=SINGLE")?;
+    let bad = measure(&world, &mut steps, "resize", || {
+        let Some(sub) = &sub else {
+            return Ok(None);
+        };
+        let mut scr = Scr::init_with(sub, &s4)?;
+        let bad = resize_check(&mut scr, rank, half, size, args.bytes)?;
+        scr.finalize()?;
+        Ok(bad)
+    })?;
+    checks.insert("resize", bad);
 
     let report = json!({
         "rank": rank,

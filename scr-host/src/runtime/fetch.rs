@@ -12,6 +12,7 @@ use super::flush::Flushing;
 use super::job::Job;
 use super::restart::state::PrefixRestart;
 use super::restart::state::RestartState;
+use super::restart::writers::WriterLists;
 use super::tags::{LIST_TAG, SOURCE_TAG};
 use super::topology::Topology;
 use super::window::Direction;
@@ -97,8 +98,8 @@ impl Fetcher<'_> {
     /// bytes in all (on rank 0, which logs it).
     ///
     /// A checkpoint written by another number of ranks than this job has (N → M) is
-    /// read differently: every rank gets every old rank's list
-    /// ([`Fetcher::read_every_list`]), as any rank may read any file of it.
+    /// read differently: every rank gets the map's layout only, and reads the writers'
+    /// lists it needs itself ([`WriterLists`]).
     fn choose_from_index(
         &self,
         tried: &[u64],
@@ -121,6 +122,9 @@ impl Fetcher<'_> {
             Err(why) if resized => return Some((entry, Lists::Every(Err(why)), 0)),
             Err(why) => return Some((entry, Lists::Mine(Err(why)), 0)),
         };
+        if resized {
+            return Some((entry, Lists::Every(Ok(layout)), 0));
+        }
         let (blocks, total) = match &layout {
             MapLayout::Tree(root) => (root.blocks(), root.bytes),
             MapLayout::Single { block } => (
@@ -130,10 +134,6 @@ impl Fetcher<'_> {
                     .map_or(0, |m| m.ranks.values().flatten().map(|f| f.size).sum()),
             ),
         };
-        if resized {
-            let every = self.read_every_list(&entry, &layout, single.as_ref());
-            return Some((entry, Lists::Every(every), total));
-        }
         let block_lists = self.read_block_lists(&entry, &layout, single.as_ref(), blocks);
         let mine = self.hand_out_lists(blocks, block_lists.as_ref());
         Some((entry, Lists::Mine(mine), total))
@@ -333,7 +333,7 @@ impl Fetcher<'_> {
             tried.push(entry.id);
             let list = match lists {
                 Lists::Mine(list) => list,
-                Lists::Every(every) => match self.open_resized(&entry, every) {
+                Lists::Every(layout) => match self.offer_resized(&entry, layout) {
                     Ok(()) => return Ok(()),
                     Err(reason) => {
                         self.pass_over(&entry, &reason);
@@ -350,7 +350,13 @@ impl Fetcher<'_> {
                 list.and_then(|list| {
                     let mut files = BTreeMap::new();
                     for f in &list {
-                        files.insert(f.name.clone(), self.check_flushed(f)?);
+                        let path = check_flushed(
+                            self.job.prefix(),
+                            f,
+                            self.config.get(settings::CRC_ON_RESTART),
+                            self.config.file_buf_size(),
+                        )?;
+                        files.insert(f.name.clone(), path);
                     }
                     Ok(files)
                 })
@@ -360,9 +366,7 @@ impl Fetcher<'_> {
                     .map(|(rank, why)| format!("rank {rank}: {why}"));
             match (failed, mine) {
                 (None, Ok(files)) => {
-                    let names = files.keys().cloned().collect();
-                    let written = BTreeMap::from([(self.topo.rank(), names)]);
-                    self.offer_in_place(&entry, files, written);
+                    self.offer_in_place(&entry, files, None);
                     return Ok(());
                 }
                 (failed, _) => {
@@ -374,55 +378,24 @@ impl Fetcher<'_> {
         Ok(())
     }
 
-    /// The path of flushed file `f` in the prefix, once it is there with the size (and,
-    /// with `crc_on_restart`, the CRC32) the flush recorded; why not otherwise, naming
-    /// the file. Reads the whole file when its CRC32 is checked.
-    pub(in crate::runtime) fn check_flushed(
-        &self,
-        f: &FlushedFile,
-    ) -> std::result::Result<std::path::PathBuf, String> {
-        let path = f
-            .stored_path(self.job.prefix())
-            .map_err(|e| e.to_string())?;
-        let crc = f
-            .crc32
-            .filter(|_| self.config.get(settings::CRC_ON_RESTART));
-        let buf = self.config.file_buf_size();
-        scr_plugin::verify::check_file(&path, f.size, crc, buf).map_err(|m| {
-            use scr_plugin::verify::Mismatch;
-            match m {
-                Mismatch::Size { found, recorded } => format!(
-                    "{} is {found} bytes, the flush recorded {recorded}",
-                    path.display()
-                ),
-                Mismatch::Crc { found, recorded } => format!(
-                    "{} has CRC32 {found:08x}, the flush recorded {recorded:08x}",
-                    path.display()
-                ),
-                other => format!("{}: {other}", path.display()),
-            }
-        })?;
-        Ok(path)
-    }
-
-    /// Offer `entry` for the restart, read in place in the prefix: `files` by the name
-    /// the application routes → where each is stored; `written`, the names of the files
-    /// each writer wrote, as far as this rank knows them.
+    /// Offer `entry` for the restart, read in place in the prefix: this rank's own `files`
+    /// by the name the application routes → where each is stored, or, written by another
+    /// number of ranks, every writer's files as `lists` finds them.
     pub(in crate::runtime) fn offer_in_place(
         &mut self,
         entry: &IndexEntry,
         files: BTreeMap<String, std::path::PathBuf>,
-        written: BTreeMap<u32, Vec<String>>,
+        lists: Option<WriterLists>,
     ) {
         self.cache.used(Some(entry.id), entry.checkpoint_id);
-        let by = if entry.world_size == self.topo.size() {
-            String::new()
-        } else {
+        let by = if lists.is_some() {
             format!(
                 " (written by {} ranks, read by {})",
                 entry.world_size,
                 self.topo.size()
             )
+        } else {
+            String::new()
         };
         self.topo.info(&format!(
             "restarting from {}{by} read in place in the prefix {}",
@@ -435,7 +408,7 @@ impl Fetcher<'_> {
             entry.checkpoint_id,
             files,
             entry.world_size,
-            written,
+            lists,
         ));
     }
 
@@ -473,7 +446,7 @@ impl Fetcher<'_> {
                 Lists::Mine(list) => list,
                 // written by another number of ranks: read in place, not fetched (its
                 // redundancy sets were the old job's; the next checkpoint is this job's)
-                Lists::Every(every) => match self.open_resized(&entry, every) {
+                Lists::Every(layout) => match self.offer_resized(&entry, layout) {
                     Ok(()) => return Ok(()),
                     Err(reason) => {
                         self.pass_over(&entry, &reason);
@@ -689,8 +662,9 @@ impl Fetcher<'_> {
 pub(in crate::runtime) enum Lists {
     /// Written by as many ranks as this job has: this rank's own files.
     Mine(std::result::Result<Vec<FlushedFile>, String>),
-    /// Written by another number of ranks: every writer's files, by its rank.
-    Every(std::result::Result<BlockLists, String>),
+    /// Written by another number of ranks: its map's layout, from which each rank reads
+    /// the writers' lists it needs ([`WriterLists`]).
+    Every(std::result::Result<MapLayout, String>),
 }
 
 /// What rank 0 tells every rank at fetch about the chosen dataset's rank2file map:
@@ -826,6 +800,34 @@ pub(in crate::runtime) fn check_map(
             }
         }
     }
+}
+
+/// The path of flushed file `f` in `prefix`, once it is there with the size (and, with
+/// `check_crc`, the CRC32) the flush recorded; why not otherwise, naming the file. Reads
+/// the whole file when its CRC32 is checked, `buf` bytes at a time.
+pub(in crate::runtime) fn check_flushed(
+    prefix: &Path,
+    f: &FlushedFile,
+    check_crc: bool,
+    buf: usize,
+) -> std::result::Result<std::path::PathBuf, String> {
+    let path = f.stored_path(prefix).map_err(|e| e.to_string())?;
+    let crc = f.crc32.filter(|_| check_crc);
+    scr_plugin::verify::check_file(&path, f.size, crc, buf).map_err(|m| {
+        use scr_plugin::verify::Mismatch;
+        match m {
+            Mismatch::Size { found, recorded } => format!(
+                "{} is {found} bytes, the flush recorded {recorded}",
+                path.display()
+            ),
+            Mismatch::Crc { found, recorded } => format!(
+                "{} has CRC32 {found:08x}, the flush recorded {recorded:08x}",
+                path.display()
+            ),
+            other => format!("{}: {other}", path.display()),
+        }
+    })?;
+    Ok(path)
 }
 
 /// The bound on checkpoint ids after `checkpoint` failed: below it, and below any earlier

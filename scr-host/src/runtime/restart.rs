@@ -22,7 +22,9 @@ use crate::config::settings;
 use crate::state::prefix;
 
 pub(in crate::runtime) mod state;
+pub(in crate::runtime) mod writers;
 use state::RestartState;
+use writers::WriterLists;
 
 /// The restart over the parts it uses, borrowed from a runtime or a phase that holds
 /// them ([`restarter!`]).
@@ -61,15 +63,21 @@ pub(in crate::runtime) use restarter;
 impl Restarter<'_> {
     /// [`Runtime::route_file`](crate::runtime::Runtime::route_file) during restart: where file `rel` of the checkpoint being
     /// read is (in the prefix, or in cache), refused when it is not one of its files.
-    pub(in crate::runtime) fn route_restart(&self, name: &Path, rel: &Path) -> Result<PathBuf> {
+    pub(in crate::runtime) fn route_restart(&mut self, name: &Path, rel: &Path) -> Result<PathBuf> {
         let key = rel.to_string_lossy();
+        let me = self.topo.rank();
         let not_a_file = |checkpoint: &str| {
             ScrError::Usage(format!(
-                "route_file: `{}` is not a file of checkpoint {checkpoint} on rank {}",
+                "route_file: `{}` is not a file of checkpoint {checkpoint} on rank {me}",
                 name.display(),
-                self.topo.rank()
             ))
         };
+        if let Some(p) = self.restart.reading_in_prefix_mut() {
+            let checkpoint = p.name().to_string();
+            if let Some(lists) = p.resized() {
+                return route_resized(lists, name, rel)?.ok_or_else(|| not_a_file(&checkpoint));
+            }
+        }
         if let Some(p) = self.restart.reading_in_prefix() {
             let files = p.files();
             let found = match files.get(key.as_ref()) {
@@ -117,7 +125,7 @@ impl Restarter<'_> {
     /// Every writer's when the checkpoint was written by another number of ranks; this
     /// rank's own otherwise (each rank reads back what it wrote, as in SCR: the others'
     /// lists were never exchanged).
-    pub(in crate::runtime) fn written_by(&self, rank: u32) -> Result<Vec<PathBuf>> {
+    pub(in crate::runtime) fn written_by(&mut self, rank: u32) -> Result<Vec<PathBuf>> {
         let writers = self.writers_for("restart_files")?;
         if rank >= writers {
             return Err(ScrError::Usage(format!(
@@ -125,16 +133,23 @@ impl Restarter<'_> {
             )));
         }
         let me = self.topo.rank();
-        let names: Vec<String> = if let Some(p) = self.restart.reading_in_prefix() {
-            p.written_by(rank).map(<[String]>::to_vec)
+        let names: Option<Vec<String>> = if let Some(p) = self.restart.reading_in_prefix_mut() {
+            match p.resized() {
+                Some(lists) => Some(lists.files_of(rank).map_err(|why| {
+                    ScrError::Usage(format!(
+                        "restart_files: the files of rank {rank} cannot be read: {why}"
+                    ))
+                })?),
+                None => (rank == me).then(|| p.files().keys().cloned().collect()),
+            }
         } else {
             let id = self.restart.reading().expect("a restart is being read");
             (rank == me).then(|| {
                 let rec = self.cache.record(id);
                 rec.files.iter().map(|f| f.name.clone()).collect()
             })
-        }
-        .ok_or_else(|| {
+        };
+        let names = names.ok_or_else(|| {
             ScrError::Usage(format!(
                 "restart_files: rank {me} reads back its own files only: the checkpoint was written by as many ranks as this job has ({writers}), and each rank restarts from what it wrote, as in SCR; ask for rank {me}"
             ))
@@ -198,15 +213,26 @@ impl Restarter<'_> {
         if self.restart.end_in_prefix() {
             let agreed = self.world.begin("complete_restart", Ok(()));
             agreed?;
-            let ok = self.world.all(valid);
+            // a file of another number of ranks' checkpoint that failed its check on
+            // some rank: every rank passes over it alike, naming the file
+            let failed_here = self
+                .restart
+                .offered_in_prefix()
+                .and_then(|p| p.failed_here().map(str::to_string));
+            let damaged = super::first_failure(self.world.as_dyn(), failed_here.as_deref());
+            let ok = self.world.all(valid) && damaged.is_none();
             if !ok {
                 let p = self.restart.take_in_prefix().expect("reading it");
+                let reason = match &damaged {
+                    Some((rank, why)) => format!("rank {rank}: {why}"),
+                    None => "reported invalid by the application at restart".to_string(),
+                };
                 self.topo.warn(&format!(
-                    "restart from {} (dataset {}, in the prefix) reported invalid; falling back to an older checkpoint",
+                    "restart from {} (dataset {}, in the prefix): {reason}; falling back to an older checkpoint",
                     p.name(),
                     p.id()
                 ));
-                self.mark_invalid_in_index(p.id(), p.name());
+                self.mark_failed_in_index(p.id(), p.name(), &reason);
                 self.fall_back(p.checkpoint_id())?;
             }
             return Ok(ok);
@@ -231,7 +257,7 @@ impl Restarter<'_> {
             // again); a flush of it ends and is recorded first, or recording it would
             // clear the mark
             flusher!(self).settle_flush_of(id);
-            self.mark_invalid_in_index(id, &name);
+            self.mark_failed_in_index(id, &name, "reported invalid by the application at restart");
             let removed = evictor!(self).remove_local(&rec);
             self.world
                 .changed("removing the checkpoint reported invalid", removed)?;
@@ -246,14 +272,14 @@ impl Restarter<'_> {
         Ok(ok)
     }
 
-    /// Rank 0: the checkpoint the application reported invalid is marked failed in the
-    /// prefix's index when the index holds it (a flushed or fetched checkpoint), so that
-    /// no later fetch takes it.
-    fn mark_invalid_in_index(&self, id: u64, name: &str) {
+    /// Rank 0: the checkpoint a restart failed on (`why`: the application reported it
+    /// invalid, or a file failed its check) is marked failed in the prefix's index when
+    /// the index holds it (a flushed or fetched checkpoint), so that no later fetch takes
+    /// it.
+    fn mark_failed_in_index(&self, id: u64, name: &str, why: &str) {
         if self.topo.rank() != 0 {
             return;
         }
-        let why = "reported invalid by the application at restart";
         if let Err(e) = prefix::Index::mark_failed_if_held(self.job.prefix(), id, name, why) {
             tracing::warn!("{e}; {name} is not marked failed in the index");
         }
@@ -518,6 +544,31 @@ pub(in crate::runtime) fn no_restart(call: &str) -> ScrError {
     ScrError::Usage(format!(
         "{call}: no restart in progress; call it between start_restart and complete_restart"
     ))
+}
+
+/// [`Restarter::route_restart`] for a checkpoint written by another number of ranks: the
+/// checked path of `rel` (a path of the checkpoint, or the base name of exactly one of
+/// its files); `None` when it names no file of it. A file that fails its check is an
+/// error naming it, and the restart cannot complete on any rank.
+fn route_resized(lists: &mut WriterLists, name: &Path, rel: &Path) -> Result<Option<PathBuf>> {
+    let unreadable = |why: String| {
+        ScrError::Usage(format!(
+            "route_file: `{}`: {why}; this checkpoint cannot be restarted from (complete_restart passes over it on every rank)",
+            name.display()
+        ))
+    };
+    let key = rel.to_string_lossy();
+    if let Some(path) = lists.route(&key).map_err(unreadable)? {
+        return Ok(Some(path));
+    }
+    let names = lists.all_names().map_err(unreadable)?;
+    match by_basename(names.iter().map(String::as_str), rel, name)? {
+        Some(found) => {
+            let found = found.to_string();
+            lists.route(&found).map_err(unreadable)
+        }
+        None => Ok(None),
+    }
 }
 
 /// The one file among `names` (a checkpoint's files, relative to its directory) whose

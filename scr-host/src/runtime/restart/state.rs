@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use super::writers::WriterLists;
 use crate::runtime::cache::Cache;
 
 /// The restart: what is offered, what was tried, and a restart read in place.
@@ -34,15 +35,13 @@ pub(in crate::runtime) struct PrefixRestart {
     name: String,
     /// Its checkpoint id: a fallback after it is reported invalid takes only older ones.
     checkpoint_id: Option<u64>,
-    /// The files this rank may route: the name as the application routes it → where it
-    /// is stored (its own; every writer's when the checkpoint was written by another
-    /// number of ranks).
+    /// This rank's files: the name as the application routes it → where it is stored
+    /// (written by as many ranks as this job has).
     files: BTreeMap<String, PathBuf>,
     /// The number of ranks that wrote it.
     writers: u32,
-    /// The names of the files each writer wrote, by its rank, as far as this rank knows
-    /// them (as `files`).
-    written: BTreeMap<u32, Vec<String>>,
+    /// Written by another number of ranks: every writer's files, as this rank finds them.
+    resized: Option<WriterLists>,
 }
 
 impl RestartState {
@@ -132,6 +131,16 @@ impl RestartState {
         self.prefix_restart.as_ref().filter(|_| self.reading_prefix)
     }
 
+    /// The checkpoint offered in place in the prefix, being read or not.
+    pub(in crate::runtime) fn offered_in_prefix(&self) -> Option<&PrefixRestart> {
+        self.prefix_restart.as_ref()
+    }
+
+    /// [`RestartState::reading_in_prefix`], to read more of its lists.
+    pub(in crate::runtime) fn reading_in_prefix_mut(&mut self) -> Option<&mut PrefixRestart> {
+        self.prefix_restart.as_mut().filter(|_| self.reading_prefix)
+    }
+
     /// start_restart: read the checkpoint offered in place from the prefix when the
     /// cache offers none; its name, or `None` when there is none to read there.
     pub(in crate::runtime) fn start_in_prefix(&mut self, cache: &Cache) -> Option<String> {
@@ -167,17 +176,17 @@ impl RestartState {
 }
 
 impl PrefixRestart {
-    /// Checkpoint `id` (`name`, checkpoint id `checkpoint_id`) read in place, the
-    /// `files` this rank may route by the name the application routes → where each is
-    /// stored; written by `writers` ranks, whose files' names are `written` (as far as
-    /// this rank knows them).
+    /// Checkpoint `id` (`name`, checkpoint id `checkpoint_id`) read in place, written by
+    /// `writers` ranks: this rank's `files` by the name the application routes → where
+    /// each is stored, or, written by another number of ranks than this job has, every
+    /// writer's as `resized` finds them.
     pub(in crate::runtime) fn new(
         id: u64,
         name: String,
         checkpoint_id: Option<u64>,
         files: BTreeMap<String, PathBuf>,
         writers: u32,
-        written: BTreeMap<u32, Vec<String>>,
+        resized: Option<WriterLists>,
     ) -> PrefixRestart {
         PrefixRestart {
             id,
@@ -185,7 +194,7 @@ impl PrefixRestart {
             checkpoint_id,
             files,
             writers,
-            written,
+            resized,
         }
     }
 }
@@ -206,8 +215,8 @@ impl PrefixRestart {
         self.checkpoint_id
     }
 
-    /// The files this rank may route: the name as the application routes it → where it
-    /// is stored.
+    /// This rank's files (written by as many ranks as this job has): the name as the
+    /// application routes it → where it is stored.
     pub(in crate::runtime) fn files(&self) -> &BTreeMap<String, PathBuf> {
         &self.files
     }
@@ -217,8 +226,14 @@ impl PrefixRestart {
         self.writers
     }
 
-    /// The names of the files writer `rank` wrote, when this rank knows them.
-    pub(in crate::runtime) fn written_by(&self, rank: u32) -> Option<&[String]> {
-        self.written.get(&rank).map(Vec::as_slice)
+    /// Written by another number of ranks than this job has: every writer's files.
+    pub(in crate::runtime) fn resized(&mut self) -> Option<&mut WriterLists> {
+        self.resized.as_mut()
+    }
+
+    /// Why this rank cannot read it (a routed file of another number of ranks' checkpoint
+    /// failed its check), if so.
+    pub(in crate::runtime) fn failed_here(&self) -> Option<&str> {
+        self.resized.as_ref().and_then(WriterLists::failed)
     }
 }

@@ -113,12 +113,6 @@ pub(crate) trait Exchange {
         S: Serialize + ?Sized,
         R: DeserializeOwned;
 
-    /// Every rank's `mine` on every rank, in rank order ([`World::all_gather_bytes`]).
-    fn all_gather_values<S, R>(&self, mine: &S, what: &'static str) -> Received<R>
-    where
-        S: Serialize + ?Sized,
-        R: DeserializeOwned;
-
     /// Send each (destination, value) of `sends` and receive what the others sent this
     /// rank, ordered by sender ([`World::sparse_exchange`]).
     fn sparse_exchange_values<S, R>(
@@ -216,18 +210,6 @@ impl<W: World + ?Sized> Exchange for W {
             .map(|(from, bytes)| (from, decode(&bytes, from, what)))
             .collect();
         (got, total)
-    }
-
-    fn all_gather_values<S, R>(&self, mine: &S, what: &'static str) -> Received<R>
-    where
-        S: Serialize + ?Sized,
-        R: DeserializeOwned,
-    {
-        self.all_gather_bytes(&encode(mine))
-            .into_iter()
-            .zip(0u32..)
-            .map(|(bytes, from)| (from, decode(&bytes, from, what)))
-            .collect()
     }
 
     fn sparse_exchange_values<S, R>(
