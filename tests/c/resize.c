@@ -6,6 +6,9 @@
  *   resize read         one restart loop, the same for any number of ranks: every rank
  *                       lists every old rank's files, routes and reads each, and checks
  *                       every byte against what that old rank wrote
+ *   ... share           (after write or read) read only the old ranks whose share of the
+ *                       work overlaps this rank's, and say whether every file came from
+ *                       cache (not the prefix)
  *
  * Prints "ranks N" on rank 0 (a wrong mpiexec runs N singletons), then per rank
  * "r<rank> wrote ckpt.STEP" or "r<rank> restarted ckpt.STEP writers W files F exact|DIFFERS",
@@ -63,7 +66,7 @@ static int holds(const char* path, int writer, int step)
     return ok && i == BYTES;
 }
 
-static int read_any(void)
+static int read_any(int share)
 {
     int flag = 0;
     char name[SCR_MAX_FILENAME];
@@ -74,9 +77,13 @@ static int read_any(void)
     }
     if (SCR_Start_restart(name) != SCR_SUCCESS) return fail("start_restart");
     int step = atoi(name + strlen("ckpt."));
-    int writers = 0, files = 0, exact = 1;
+    int writers = 0, files = 0, exact = 1, cached = 1, size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (SCR_Restart_writers(&writers) != SCR_SUCCESS) return fail("restart_writers");
     for (int w = 0; w < writers; w++) {
+        /* old rank w of `writers` covers [w/writers, (w+1)/writers) of the work */
+        long lo = (long)w * size, hi = (long)(w + 1) * size;
+        if (share && !(lo < (long)(rank + 1) * writers && hi > (long)rank * writers)) continue;
         int count = 0;
         if (SCR_Restart_num_files(w, &count) != SCR_SUCCESS) return fail("restart_num_files");
         for (int i = 0; i < count; i++) {
@@ -84,12 +91,13 @@ static int read_any(void)
             if (SCR_Restart_file(w, i, old) != SCR_SUCCESS) return fail("restart_file");
             if (SCR_Route_file(old, routed) != SCR_SUCCESS) return fail("route_file");
             exact = exact && holds(routed, w, step);
+            cached = cached && strstr(routed, "/prefix/") == NULL;
             files++;
         }
     }
     if (SCR_Complete_restart(exact) != SCR_SUCCESS) return fail("complete_restart");
-    printf("r%d restarted %s writers %d files %d %s\n", rank, name, writers, files,
-           exact ? "exact" : "DIFFERS");
+    printf("r%d restarted %s writers %d files %d %s%s\n", rank, name, writers, files,
+           exact ? "exact" : "DIFFERS", share ? (cached ? " from cache" : " from the prefix") : "");
     return 0;
 }
 
@@ -104,12 +112,13 @@ int main(int argc, char** argv)
     if (SCR_Init() != SCR_SUCCESS) {
         rc = fail("init");
     } else {
-        if (argc == 3 && strcmp(argv[1], "write") == 0) {
+        int share = strcmp(argv[argc - 1], "share") == 0;
+        if (argc >= 3 && strcmp(argv[1], "write") == 0) {
             rc = write_step(atoi(argv[2]));
-        } else if (argc == 2 && strcmp(argv[1], "read") == 0) {
-            rc = read_any();
+        } else if (argc >= 2 && strcmp(argv[1], "read") == 0) {
+            rc = read_any(share);
         } else {
-            rc = fail("usage: resize write STEP | resize read");
+            rc = fail("usage: resize write STEP [share] | resize read [share]");
         }
         if (SCR_Finalize() != SCR_SUCCESS) rc = fail("finalize");
     }

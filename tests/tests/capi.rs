@@ -935,3 +935,37 @@ fn a_checkpoint_of_eight_ranks_restarts_on_any_number_through_the_c_api() {
         "{same}"
     );
 }
+
+/// With the old job's caches surviving and nothing flushed (flush = 0), a checkpoint of
+/// 8 ranks on 4 nodes restarts 4 ranks placed on the nodes in reverse and 12 ranks (3 per
+/// node): each reads its share of the old ranks' files byte-exact from the caches,
+/// copied from the node that holds them where it runs elsewhere, with nothing in the
+/// prefix to read.
+#[test]
+fn with_the_caches_surviving_a_checkpoint_of_eight_ranks_restarts_on_four_and_twelve_from_cache() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = build("mpicc", &repo().join("tests/c/resize.c"), work.path());
+    let mut c = Cluster::for_installed();
+    c.set("SCR_FLUSH", "0");
+    let wrote = c.run_path(&on_four_nodes(8), &exe, &["write", "1", "share"]);
+    assert_all_ok(&wrote, 8);
+    let reversed = ["n3", "n2", "n1", "n0"];
+    for nodes in [reversed.to_vec(), on_four_nodes(12)] {
+        let m = nodes.len();
+        let out = c.run_path(&nodes, &exe, &["read", "share"]);
+        assert_all_ok(&out, m);
+        for r in 0..m {
+            let lines = lines_of(&out, r);
+            assert_eq!(lines.len(), 1, "{m} ranks, rank {r}\n{out}");
+            assert!(
+                lines[0].starts_with("restarted ckpt.1 writers 8 files ")
+                    && lines[0].ends_with(" exact from cache"),
+                "{m} ranks, rank {r}: {lines:?}\n{out}"
+            );
+        }
+    }
+    assert!(
+        scr_e2e::index_entries(&c.prefix()).is_empty(),
+        "nothing was flushed"
+    );
+}

@@ -39,6 +39,38 @@ fn heat_written_by_eight_ranks_restarts_on_three_four_six_twelve_and_sixteen() {
     }
 }
 
+/// With nothing flushed (flush = 0) and the 8-rank job's caches surviving, 12 ranks on
+/// the same 4 nodes and 4 ranks placed on them in reverse restart from those caches
+/// alone, each reading the old slices its share overlaps, and end in the state of an
+/// uninterrupted 8-rank run.
+#[test]
+fn heat_restarts_on_twelve_and_on_four_ranks_from_the_old_jobs_caches() {
+    let reference = heat(&Cluster::new(), 8, &["--steps", "14", "--every", "0"]);
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "0");
+    let first = heat(&c, 8, &["--steps", "10"]);
+    assert!(first.stdout.contains("checkpoint ckpt.10: kept"), "{first}");
+    for nodes in [on_four_nodes(12), vec!["n3", "n2", "n1", "n0"]] {
+        let m = nodes.len();
+        let out = c.run(&nodes, "scr-heat", &["--steps", "14", "--every", "0"]);
+        assert_eq!(out.code, 0, "{m} ranks\n{out}");
+        assert_eq!(
+            out.line_after("restarted from "),
+            Some("ckpt.10 at step 10"),
+            "{m} ranks\n{out}"
+        );
+        assert_eq!(
+            out.final_state(),
+            reference.final_state(),
+            "{m} ranks\n{out}"
+        );
+    }
+    assert!(
+        scr_e2e::index_entries(&c.prefix()).is_empty(),
+        "nothing was flushed"
+    );
+}
+
 /// `scr index import` on `c`'s prefix with `args`; its output.
 fn import(c: &Cluster, args: &[&str]) -> JobOutput {
     let out = c.scr(&["index", "import"]).args(args).output().unwrap();

@@ -19,6 +19,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use scr_api::mpi::collective::SystemOperation;
 use scr_api::mpi::datatype::PartitionMut;
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives, Root};
 use scr_api::{mpi, Flags, Scr, ScrError};
@@ -176,7 +177,7 @@ fn compute(
     while let Some(name) = scr.have_restart() {
         scr.start_restart()?;
         // a file this rank cannot find or read makes the checkpoint invalid, not the run
-        let loaded = load_slice(scr, &name, rank, size);
+        let loaded = load_slice(scr, world, &name, rank, size);
         if loaded.is_none() {
             scr_examples::say!(
                 "scr-heat[{rank}]: {name} is unreadable here; asking for an older one"
@@ -291,12 +292,23 @@ fn compute(
 }
 
 /// This rank's slice of checkpoint `name` (its step and cells), read inside the restart;
-/// `None` when it cannot be read here or does not hold the step its name says. Written
-/// by as many ranks as this job has: this rank's own file (its cells, as many as it
-/// holds: a job that restarted on another number of ranks has uneven slices). Written by
-/// another number: the old slices laid end to end are the domain, this rank's slice is
-/// its even share of it, read from each old file that overlaps it.
-fn load_slice(scr: &mut Scr, name: &str, rank: i32, size: i32) -> Option<(u64, Vec<f64>)> {
+/// `None` when it cannot be read here or does not hold the step its name says.
+///
+/// Written by as many ranks as this job has: this rank's own file (its cells, as many as
+/// it holds: a job that restarted on another number of ranks has uneven slices). Written
+/// by another number: the domain is split evenly over the old ranks and over this job's
+/// ranks alike (rank r of P holds cells [r·D/P, (r+1)·D/P)), so this rank's slice
+/// overlaps only the old ranks whose share of the ranks overlaps its own — the ones
+/// `restart_files` lists for it even when only the old job's caches hold the checkpoint.
+/// The domain's size D is the old slices' lengths added up, each counted by the first
+/// rank that reads it, in one all-reduce that every rank reaches (collective).
+fn load_slice(
+    scr: &mut Scr,
+    world: &mpi::topology::SimpleCommunicator,
+    name: &str,
+    rank: i32,
+    size: i32,
+) -> Option<(u64, Vec<f64>)> {
     // a checkpoint is valid only if it holds the step its name says
     let named_step: Option<u64> = name.strip_prefix("ckpt.").and_then(|s| s.parse().ok());
     // (the file is the step and the cells, 8 bytes each)
@@ -312,24 +324,47 @@ fn load_slice(scr: &mut Scr, name: &str, rank: i32, size: i32) -> Option<(u64, V
         let path = scr.route_file(file_name(name, rank)).ok()?;
         return read(&path);
     }
-    // every old slice: its file and its length in cells
-    let mut slices = Vec::with_capacity(writers as usize);
-    for w in 0..writers {
-        let own = file_name(name, w as i32);
-        let listed = scr.restart_files(w).ok()?;
-        let file = listed.iter().find(|p| p.ends_with(&own))?;
-        let path = scr.route_file(file).ok()?;
-        let len = std::fs::metadata(&path).ok()?.len() as usize;
-        slices.push((path, len.checked_sub(8)? / 8));
+    let (n, m, r) = (u64::from(writers), size as u64, rank as u64);
+    // the old ranks w whose share [w/n, (w+1)/n) overlaps [r/m, (r+1)/m)
+    let share = (r * n / m)..((r + 1) * n).div_ceil(m).min(n);
+    let mut slices = Vec::new();
+    let mut missing = 0u64;
+    for w in share {
+        let mut slice = || {
+            let own = file_name(name, w as i32);
+            let listed = scr.restart_files(w as u32).ok()?;
+            let file = listed.iter().find(|p| p.ends_with(&own))?;
+            let path = scr.route_file(file).ok()?;
+            let len = std::fs::metadata(&path).ok()?.len();
+            Some((w, path, (len.checked_sub(8)? / 8) as usize))
+        };
+        match slice() {
+            Some(s) => slices.push(s),
+            None => missing += 1,
+        }
     }
-    let domain: usize = slices.iter().map(|(_, c)| c).sum();
-    let (size, rank) = (size as usize, rank as usize);
-    let (lo, hi) = (rank * domain / size, (rank + 1) * domain / size);
+    // the domain: old rank w's cells counted by its first reader, rank w·m/n
+    let first: u64 = slices
+        .iter()
+        .filter(|(w, _, _)| w * m / n == r)
+        .map(|(_, _, c)| *c as u64)
+        .sum();
+    let mut sums = [0u64; 2];
+    world.all_reduce_into(&[first, missing][..], &mut sums[..], SystemOperation::sum());
+    let [domain, missing] = sums;
+    if missing > 0 {
+        return None;
+    }
+    let domain = domain as usize;
+    let (n, m, r) = (n as usize, m as usize, r as usize);
+    let (lo, hi) = (r * domain / m, (r + 1) * domain / m);
     let mut u = Vec::with_capacity(hi - lo);
-    let (mut at, mut step) = (0usize, named_step?);
-    for (path, c) in slices {
-        let (a, b) = (at, at + c);
-        at = b;
+    let mut step = named_step?;
+    for (w, path, c) in slices {
+        let (a, b) = (w as usize * domain / n, (w as usize + 1) * domain / n);
+        if b - a != c {
+            return None;
+        }
         if b <= lo || a >= hi {
             continue;
         }
@@ -337,5 +372,5 @@ fn load_slice(scr: &mut Scr, name: &str, rank: i32, size: i32) -> Option<(u64, V
         step = s;
         u.extend_from_slice(&data[lo.max(a) - a..hi.min(b) - a]);
     }
-    (!u.is_empty()).then_some((step, u))
+    (u.len() == hi - lo && !u.is_empty()).then_some((step, u))
 }

@@ -19,8 +19,18 @@ impl Restorer<'_> {
         let mut offers: Vec<(u32, u32)> = Vec::new(); // (owner, holder)
         if self.topo.first_on_node() {
             for (owner, _) in Filemap::owners_in(self.job.cntl_dir()) {
-                // an owner of this job that runs on another node now
-                let moved = owner < self.topo.size() && !self.topo.node_ranks().contains(&owner);
+                // an owner of this job that runs on another node now, holding a dataset
+                // written by as many ranks as this job has (another job size's datasets
+                // stay where they are: a restart of another size reads them in place)
+                let moved = owner < self.topo.size()
+                    && !self.topo.node_ranks().contains(&owner)
+                    && Filemap::load(self.job.cntl_dir(), owner).map_or(true, |fm| {
+                        fm.datasets.is_empty()
+                            || fm
+                                .datasets
+                                .values()
+                                .any(|d| d.world_size == 0 || d.world_size == self.topo.size())
+                    });
                 if moved {
                     offers.push((owner, self.topo.rank()));
                 }
@@ -63,9 +73,7 @@ impl Restorer<'_> {
 
     /// Whether a store's files are visible from every node (nothing to move).
     fn store_is_global(&self, store: &str) -> bool {
-        self.config
-            .store(store)
-            .is_some_and(|s| self.config.store_view(s) == crate::config::View::Global)
+        store_is_global(self.config, store)
     }
 
     /// Send `owner`'s filemap and node-local files to it; delete them here only once the
@@ -256,6 +264,13 @@ impl Restorer<'_> {
         }
         true
     }
+}
+
+/// Whether `store`'s files are visible from every node, as `config` describes it.
+pub(in crate::runtime) fn store_is_global(config: &crate::config::Config, store: &str) -> bool {
+    config
+        .store(store)
+        .is_some_and(|s| config.store_view(s) == crate::config::View::Global)
 }
 
 /// Piece size when moving file contents.

@@ -763,6 +763,17 @@ pub(in crate::runtime) enum FetchError {
     },
 }
 
+/// The layout of `entry`'s rank2file map in `prefix`, when it is sound and lists the
+/// writers the index records ([`check_map`]); a single-file map (legacy) as `Single`
+/// (its lists are read whole where needed).
+pub(in crate::runtime) fn layout_of(prefix: &Path, entry: &IndexEntry) -> Option<MapLayout> {
+    let map = Rank2FileMap::load(prefix, entry.id).ok()?;
+    match check_map(prefix, entry.id, entry.world_size, map).ok()? {
+        Rank2FileMap::Tree(root) => Some(MapLayout::Tree(root)),
+        Rank2FileMap::Single(_) => Some(MapLayout::Single { block: 0 }),
+    }
+}
+
 /// Rank 0: `map`, the rank2file map of dataset `id`, when it fits the `size` ranks the
 /// index records as its writers (a tree: its root is sound and lists `size` ranks; a
 /// single-file map: every rank 0..`size` has a list, possibly empty); why not otherwise,

@@ -21,6 +21,7 @@ use super::{Cache, Result, ScrError};
 use crate::config::settings;
 use crate::state::prefix;
 
+mod from_cache;
 pub(in crate::runtime) mod state;
 pub(in crate::runtime) mod writers;
 use state::RestartState;
@@ -75,7 +76,9 @@ impl Restarter<'_> {
         if let Some(p) = self.restart.reading_in_prefix_mut() {
             let checkpoint = p.name().to_string();
             if let Some(lists) = p.resized() {
-                return route_resized(lists, name, rel)?.ok_or_else(|| not_a_file(&checkpoint));
+                let reach = lists.reach();
+                return route_resized(lists, name, rel)?
+                    .ok_or_else(|| not_a_file(&format!("{checkpoint}{reach}")));
             }
         }
         if let Some(p) = self.restart.reading_in_prefix() {
@@ -159,9 +162,21 @@ impl Restarter<'_> {
 
     /// Fetch when the cache holds no checkpoint (or `current` chose one only the prefix
     /// holds), then flush the restart checkpoint when `flush_on_restart` asks for it.
+    ///
+    /// A checkpoint of another number of ranks that the nodes' caches hold is offered
+    /// first when it is newer than the cache's own and the prefix's newest
+    /// ([`Restarter::restart_from_old_caches`]).
     pub(in crate::runtime) fn settle_restart(&mut self, flush_on_restart: bool) -> Result<()> {
         let wanted = self.restart.take_wanted();
-        if self.restart.candidate_in(self.cache).is_none() || wanted.is_some() {
+        let from_old = wanted.is_none() && self.restart.other_size_cached() && {
+            let own = self
+                .restart
+                .candidate_in(self.cache)
+                .and_then(|id| self.cache.record(id).checkpoint_id);
+            let in_prefix = self.newest_in_prefix();
+            self.restart_from_old_caches(own, in_prefix, None)?
+        };
+        if !from_old && (self.restart.candidate_in(self.cache).is_none() || wanted.is_some()) {
             if self.restart_in_place() {
                 fetcher!(self).open_prefix_restart(wanted.as_deref(), None)?;
             } else {
@@ -220,20 +235,51 @@ impl Restarter<'_> {
                 .offered_in_prefix()
                 .and_then(|p| p.failed_here().map(str::to_string));
             let damaged = super::first_failure(self.world.as_dyn(), failed_here.as_deref());
-            let ok = self.world.all(valid) && damaged.is_none();
+            let all_valid = self.world.all(valid);
+            let ok = all_valid && damaged.is_none();
+            // read from the nodes' caches (the same on every rank): the copies made for it
+            // were read, or will not be; a cached file that failed its check says nothing
+            // of the prefix's copy, which is tried next, and is not marked failed
+            let lists = self
+                .restart
+                .offered_in_prefix_mut()
+                .and_then(|p| p.resized());
+            let from_caches = lists.as_ref().is_some_and(|l| l.read_from_caches());
+            let cache_damaged = match lists {
+                Some(lists) if from_caches => {
+                    lists.remove_staging();
+                    let here = lists.failed_in_cache();
+                    !self.world.all(!here)
+                }
+                _ => false,
+            };
             if !ok {
                 let p = self.restart.take_in_prefix().expect("reading it");
                 let reason = match &damaged {
                     Some((rank, why)) => format!("rank {rank}: {why}"),
                     None => "reported invalid by the application at restart".to_string(),
                 };
+                // (an application whose read failed on the damaged file says invalid too)
+                let retry_prefix = cache_damaged;
+                let place = if from_caches {
+                    "in the nodes' caches"
+                } else {
+                    "in the prefix"
+                };
+                let next = if retry_prefix {
+                    "trying its copy in the prefix, else an older checkpoint"
+                } else {
+                    "falling back to an older checkpoint"
+                };
                 self.topo.warn(&format!(
-                    "restart from {} (dataset {}, in the prefix): {reason}; falling back to an older checkpoint",
+                    "restart from {} (dataset {}, {place}): {reason}; {next}",
                     p.name(),
                     p.id()
                 ));
-                self.mark_failed_in_index(p.id(), p.name(), &reason);
-                self.fall_back(p.checkpoint_id())?;
+                if !retry_prefix {
+                    self.mark_failed_in_index(p.id(), p.name(), &reason);
+                }
+                self.fall_back(p.checkpoint_id(), retry_prefix)?;
             }
             return Ok(ok);
         }
@@ -266,10 +312,28 @@ impl Restarter<'_> {
                 .world
                 .all(self.restart.candidate_in(self.cache).is_some())
             {
-                self.fall_back(checkpoint)?;
+                self.fall_back(checkpoint, false)?;
             }
         }
         Ok(ok)
+    }
+
+    /// The checkpoint id a restart from the prefix would start with (rank 0 reads the
+    /// index, every rank is told; collective): the current one, else the newest.
+    fn newest_in_prefix(&self) -> Option<u64> {
+        let newest = if self.topo.rank() == 0 {
+            prefix::Index::load(self.job.prefix()).ok().and_then(|ix| {
+                ix.restart_candidates()
+                    .first()
+                    .and_then(|e| e.checkpoint_id)
+            })
+        } else {
+            None
+        };
+        self.world
+            .broadcast_value(0, Some(&newest), "newest in the prefix")
+            .ok()
+            .flatten()
     }
 
     /// Rank 0: the checkpoint a restart failed on (`why`: the application reported it
@@ -287,12 +351,25 @@ impl Restarter<'_> {
 
     /// Offer the next checkpoint older than `checkpoint` from the prefix, as the restart
     /// at init would (fetched, or read in place with `fetch = false`). Collective.
-    fn fall_back(&mut self, checkpoint: Option<u64>) -> Result<()> {
+    ///
+    /// With `same_in_prefix` (a cached copy of another number of ranks' checkpoint
+    /// failed its check) the prefix's copy of that same checkpoint comes first.
+    fn fall_back(&mut self, checkpoint: Option<u64>, same_in_prefix: bool) -> Result<()> {
         let older_than = checkpoint.or(Some(0));
+        if !same_in_prefix
+            && self.restart.other_size_cached()
+            && self.restart_from_old_caches(None, None, older_than)?
+        {
+            return Ok(());
+        }
+        let bound = match (same_in_prefix, checkpoint) {
+            (true, Some(c)) => Some(c + 1),
+            _ => older_than,
+        };
         if self.restart_in_place() {
-            fetcher!(self).open_prefix_restart(None, older_than)
+            fetcher!(self).open_prefix_restart(None, bound)
         } else {
-            fetcher!(self).fetch(None, older_than)
+            fetcher!(self).fetch(None, bound)
         }
     }
 

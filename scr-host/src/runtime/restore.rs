@@ -121,8 +121,12 @@ impl Restorer<'_> {
             let id = next - 1;
             let holders = self.holders_of(id);
             if let Some(why) = self.unrestorable(&holders) {
-                // not this job's to rebuild: leave it alone (eviction removes it in time)
+                // not this job's to rebuild: leave it alone (eviction removes it in time);
+                // one of another number of ranks may be read at the restart
                 self.restart.skip(id);
+                if holders.first.world_size != self.topo.size() {
+                    self.restart.note_other_size_cached();
+                }
                 self.topo.warn(&format!(
                     "dataset {id} ({}) is not restored: {why}",
                     holders.first.name

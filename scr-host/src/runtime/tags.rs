@@ -64,6 +64,11 @@ pub(crate) const NAME_TAG: i32 = 7060;
 /// names to their hash owners, then the answers back (distinct, as for [`OWNED_TAGS`]).
 pub(crate) const SHARED_TAGS: [i32; 2] = [7061, 7062];
 
+/// A restart by another number of ranks from the old job's caches: the holders' offers
+/// of old ranks' files, the requests for their bytes, and the bytes (distinct, as for
+/// [`OWNED_TAGS`]).
+pub(crate) const RESIZE_TAGS: [i32; 3] = [7070, 7071, 7072];
+
 /// Every tag above (both of [`TEMPLATE_TAG`]'s), for the test that keeps them apart.
 #[cfg(test)]
 pub(crate) fn all() -> Vec<i32> {
@@ -84,6 +89,7 @@ pub(crate) fn all() -> Vec<i32> {
     ];
     v.extend(OWNED_TAGS);
     v.extend(SHARED_TAGS);
+    v.extend(RESIZE_TAGS);
     v
 }
 

@@ -27,7 +27,7 @@ impl Fetcher<'_> {
         layout: Result<MapLayout, String>,
     ) -> Result<(), String> {
         let layout = layout?;
-        let lists = WriterLists::new(
+        let lists = WriterLists::in_prefix(
             self.job.prefix(),
             entry.id,
             entry.world_size,

@@ -24,6 +24,9 @@ pub(in crate::runtime) struct RestartState {
     prefix_restart: Option<PrefixRestart>,
     /// Between start_restart and complete_restart of `prefix_restart`.
     reading_prefix: bool,
+    /// Init found a cached dataset written by another number of ranks (agreed): the
+    /// restart looks for one in the nodes' caches.
+    other_size_cached: bool,
 }
 
 /// A checkpoint read in place in the prefix (SCR 3.x with fetch disabled).
@@ -55,6 +58,16 @@ impl RestartState {
     /// passed it over).
     pub(in crate::runtime) fn unskip(&mut self, id: u64) {
         self.skipped.retain(|&s| s != id);
+    }
+
+    /// Init found a cached dataset written by another number of ranks.
+    pub(in crate::runtime) fn note_other_size_cached(&mut self) {
+        self.other_size_cached = true;
+    }
+
+    /// Whether init found a cached dataset written by another number of ranks.
+    pub(in crate::runtime) fn other_size_cached(&self) -> bool {
+        self.other_size_cached
     }
 
     /// Whether a restart is being read (between start_restart and complete_restart).
@@ -134,6 +147,11 @@ impl RestartState {
     /// The checkpoint offered in place in the prefix, being read or not.
     pub(in crate::runtime) fn offered_in_prefix(&self) -> Option<&PrefixRestart> {
         self.prefix_restart.as_ref()
+    }
+
+    /// [`RestartState::offered_in_prefix`], to end what its reading needed.
+    pub(in crate::runtime) fn offered_in_prefix_mut(&mut self) -> Option<&mut PrefixRestart> {
+        self.prefix_restart.as_mut()
     }
 
     /// [`RestartState::reading_in_prefix`], to read more of its lists.

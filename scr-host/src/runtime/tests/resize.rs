@@ -262,3 +262,159 @@ fn the_restart_queries_outside_a_restart_say_when_to_call_them() {
         );
     }
 }
+
+/// Eight ranks, two per node on n0..n3.
+const EIGHT: [&str; 8] = ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3"];
+
+/// The share of old ranks (of 8) a rank `r` of 4 reads.
+fn half_share(r: u32) -> impl Fn(u32) -> bool {
+    move |w| w / 2 == r
+}
+
+/// Every directory below the caches named like a restart's copies.
+fn staging_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.join("cache")];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                if e.file_name().to_string_lossy().starts_with("scr.resize.") {
+                    found.push(p.clone());
+                }
+                todo.push(p);
+            }
+        }
+    }
+    found
+}
+
+/// With nothing in the prefix (flush off), a checkpoint of 8 ranks on 4 nodes restarts 4
+/// ranks placed on the nodes in reverse: each reads the two old ranks its share overlaps
+/// from the caches, byte-exact, copied from the node that holds them and checked; files
+/// outside its share are refused saying what it can read; the copies are gone after.
+#[test]
+fn the_caches_of_eight_ranks_serve_a_restart_by_four_on_other_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("prefix");
+    let unflushed = [("SCR_FLUSH", "0"), ("SCR_COPY_TYPE", "XOR")];
+    let wrote = job(dir.path(), &EIGHT, &unflushed, |rt, r| {
+        write_parts(rt, &prefix, 1, r)
+    });
+    assert!(wrote.iter().all(|(_, end)| end.is_ok()), "{wrote:?}");
+    let reversed = ["n3", "n2", "n1", "n0"];
+    let out = job_logged(dir.path(), &reversed, &unflushed, |rt, r| {
+        let name = rt.have_restart();
+        rt.start_restart().expect("start_restart");
+        let (writers, exact) = read_writers(rt, "ckpt.1", half_share(r));
+        // where its files are: not in the prefix
+        let own = rt.restart_files(2 * r).expect("in the share");
+        let path = rt.route_file(&own[0]).expect("route_file");
+        let copies = staging_dirs(dir.path()).len();
+        let outside = error_text(&rt.restart_files((2 * r + 4) % 8));
+        let routed_outside =
+            error_text(&rt.route_file(&prefix.join(old_file(1, (2 * r + 4) % 8).0)));
+        assert!(rt.complete_restart(exact).expect("complete_restart"));
+        (
+            name,
+            writers,
+            exact,
+            path.starts_with(&prefix),
+            copies,
+            outside,
+            routed_outside,
+        )
+    });
+    for (r, (got, end, _)) in out.iter().enumerate() {
+        let (name, writers, exact, in_prefix, copies, outside, routed_outside) = got;
+        assert_eq!(
+            (name.as_deref(), *writers, *exact, *in_prefix),
+            (Some("ckpt.1"), 8, true, false),
+            "rank {r}"
+        );
+        assert!(*copies > 0, "rank {r}: the share was copied across nodes");
+        let share = format!(
+            "this rank reads the files of old ranks {}..{}",
+            2 * r,
+            2 * r + 2
+        );
+        assert!(outside.contains(&share), "rank {r}: {outside}");
+        assert!(
+            routed_outside.contains(&share),
+            "rank {r}: {routed_outside}"
+        );
+        assert_eq!(end, &Ok(()), "rank {r}");
+    }
+    assert_eq!(
+        said(&out[0].2, "from the nodes' caches").len(),
+        1,
+        "{:#?}",
+        out[0].2
+    );
+    assert!(
+        staging_dirs(dir.path()).is_empty(),
+        "the copies are removed"
+    );
+    assert!(crate::state::prefix::Index::load(&prefix).map_or(true, |ix| ix.datasets.is_empty()));
+}
+
+/// A flipped byte in a cached file: copied across nodes, the copy's check fails and every
+/// rank takes the prefix's copy of the same checkpoint instead; read where it lies (the
+/// node's own cache), the routed check fails, complete_restart passes over the cached
+/// copy on every rank, and the prefix's copy of the same checkpoint is offered next (not
+/// marked failed: it is sound).
+#[test]
+fn a_damaged_cached_file_makes_every_rank_read_the_prefixs_copy_instead() {
+    for (case, nodes) in [
+        ("copied", ["n3", "n2", "n1", "n0"]),
+        ("in place", ["n0", "n1", "n2", "n3"]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("prefix");
+        let wrote = job(dir.path(), &EIGHT, FLUSHED, |rt, r| {
+            write_parts(rt, &prefix, 1, r)
+        });
+        assert!(
+            wrote.iter().all(|(_, end)| end.is_ok()),
+            "{case}: {wrote:?}"
+        );
+        // old rank 5's file, in n2's cache
+        let cached = crate::runtime::tests::cache_job_dir(dir.path(), "n2");
+        let file = std::fs::read_dir(&cached)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path().join(old_file(1, 5).0))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("{case}: old rank 5's file in {}", cached.display()));
+        let mut bytes = std::fs::read(&file).unwrap();
+        bytes[7] ^= 0x10;
+        std::fs::write(&file, &bytes).unwrap();
+        let out = job_logged(dir.path(), &nodes, FLUSHED, |rt, r| {
+            read_writers_where(rt, half_share(r))
+        });
+        for (r, (read, end, _)) in out.iter().enumerate() {
+            assert_eq!(
+                read,
+                &Some(("ckpt.1".to_string(), 8, true)),
+                "{case}: rank {r}"
+            );
+            assert_eq!(end, &Ok(()), "{case}: rank {r}");
+        }
+        let lines = &out[0].2;
+        let named = said(lines, "part_5.dat");
+        assert!(
+            named.len() == 1 && named[0].contains("CRC32") && named[0].contains("in cache"),
+            "{case}: {lines:#?}"
+        );
+        assert_eq!(
+            said(lines, "read in place in the prefix").len(),
+            1,
+            "{case}: {lines:#?}"
+        );
+        let index = crate::state::prefix::Index::load(&prefix).unwrap();
+        assert!(
+            index.datasets.values().all(|e| e.failed.is_none()),
+            "{case}: {index:?}"
+        );
+    }
+}
