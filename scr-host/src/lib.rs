@@ -42,6 +42,7 @@ pub mod layout;
 /// `scr config check`, so it sits beside the runtime, not in it).
 pub(crate) mod local_host;
 pub mod log;
+pub(crate) mod offline;
 pub(crate) mod private_dir;
 pub mod registry;
 pub mod remote;

@@ -54,10 +54,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use abi_stable::std_types::{RNone, RSome};
-use scr_plugin::RecoverRequest;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, View};

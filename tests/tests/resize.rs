@@ -71,6 +71,32 @@ fn heat_restarts_on_twelve_and_on_four_ranks_from_the_old_jobs_caches() {
     );
 }
 
+/// Node n3 of the 8-rank job lost with its cache, nothing flushed: 6 ranks on the three
+/// nodes left rebuild old ranks 6 and 7 through XOR in the old sets' geometry, read their
+/// shares from the caches, and end in the state of an uninterrupted 8-rank run.
+#[test]
+fn heat_on_six_ranks_rebuilds_a_lost_nodes_old_ranks_then_restarts_from_the_caches() {
+    let reference = heat(&Cluster::new(), 8, &["--steps", "14", "--every", "0"]);
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "0").set("SCR_COPY_TYPE", "XOR");
+    let first = heat(&c, 8, &["--steps", "10"]);
+    assert!(first.stdout.contains("checkpoint ckpt.10: kept"), "{first}");
+    c.lose_node("n3");
+    let six = ["n0", "n0", "n1", "n1", "n2", "n2"];
+    let out = c.run(&six, "scr-heat", &["--steps", "14", "--every", "0"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{out}"
+    );
+    assert_eq!(out.final_state(), reference.final_state(), "{out}");
+    assert!(
+        scr_e2e::index_entries(&c.prefix()).is_empty(),
+        "nothing was flushed"
+    );
+}
+
 /// `scr index import` on `c`'s prefix with `args`; its output.
 fn import(c: &Cluster, args: &[&str]) -> JobOutput {
     let out = c.scr(&["index", "import"]).args(args).output().unwrap();

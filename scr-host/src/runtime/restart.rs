@@ -21,7 +21,7 @@ use super::{Cache, Result, ScrError};
 use crate::config::settings;
 use crate::state::prefix;
 
-mod from_cache;
+pub(in crate::runtime) mod from_cache;
 pub(in crate::runtime) mod state;
 pub(in crate::runtime) mod writers;
 use state::RestartState;

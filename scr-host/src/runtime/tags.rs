@@ -65,9 +65,10 @@ pub(crate) const NAME_TAG: i32 = 7060;
 pub(crate) const SHARED_TAGS: [i32; 2] = [7061, 7062];
 
 /// A restart by another number of ranks from the old job's caches: the holders' offers
-/// of old ranks' files, the requests for their bytes, and the bytes (distinct, as for
+/// of old ranks' files, the requests for their bytes, the bytes, the held members sent
+/// to their sets' coordinators and the rebuild plans sent back (distinct, as for
 /// [`OWNED_TAGS`]).
-pub(crate) const RESIZE_TAGS: [i32; 3] = [7070, 7071, 7072];
+pub(crate) const RESIZE_TAGS: [i32; 5] = [7070, 7071, 7072, 7073, 7074];
 
 /// Every tag above (both of [`TEMPLATE_TAG`]'s), for the test that keeps them apart.
 #[cfg(test)]

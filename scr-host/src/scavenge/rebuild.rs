@@ -5,7 +5,6 @@
 
 use super::*;
 use crate::config::settings;
-use crate::registry::RegistryError;
 use crate::state::StateError;
 
 /// Why `scr postrun` did not add a staged dataset to the index.
@@ -134,30 +133,7 @@ pub enum SetRefusal {
     },
 }
 
-/// Why the scheme could not rebuild a set offline.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RebuildError {
-    /// The scheme could not be made, or its `recover_files` failed.
-    #[error("{0}")]
-    Scheme(RegistryError),
-    /// A lost member's staging directory could not be made.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The directory.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// What the scheme rebuilt does not check out.
-    #[error("{scheme} rebuilt wrong data: {why}")]
-    WrongData {
-        /// The scheme.
-        scheme: String,
-        /// What is wrong.
-        why: crate::integrity::VerifyError,
-    },
-}
+pub use crate::offline::RebuildError;
 
 /// Why the verified files could not be placed in the prefix and recorded.
 #[derive(Debug, thiserror::Error)]
@@ -366,73 +342,51 @@ impl Scavenger {
     ) -> Result<BTreeMap<u32, Vec<FlushedFile>>, RebuildError> {
         let d = &template.descriptor;
         let groups = self.member_nodes(members, manifests);
-        let mut schemes = Vec::new();
-        let mut requests = Vec::new();
-        let mut dirs = Vec::new();
-        for member in 0..members.len() {
-            let (scheme, request, dir) =
-                self.member_recovery(id, d, members, member, manifests, lost)?;
-            requests.push(request);
-            schemes.push(scheme);
-            dirs.push(dir);
-        }
-        let group_refs: Vec<&str> = groups.iter().map(String::as_str).collect();
-        let timeout = Duration::from_secs(self.config.get(settings::ABORT_TIMEOUT).max(60));
-        let world = scr_plugin::inproc::World::new(&group_refs, timeout);
-        let results = scr_plugin::inproc::run_in(&world, |host| {
-            let m = host.rank() as usize;
-            schemes[m]
-                .raw()
-                .recover_files(host.raw(), &requests[m])
-                .into_result()
-                .map(|v| v.into_vec())
-                .map_err(|e| schemes[m].error("recover_files", e))
-        });
-        // what the scheme logged while rebuilding goes to this command's log, with the
-        // rank it ran for
-        let label = format!("scheme {}", d.scheme);
-        for (member, level, message) in world.log_records() {
-            let rank = members.get(member as usize).copied().unwrap_or(member);
-            crate::log::plugin_message(level, rank, &label, &message);
-        }
+        let offline: Vec<crate::offline::Member<'_>> = members
+            .iter()
+            .zip(groups)
+            .map(|(&rank, group)| crate::offline::Member {
+                rank,
+                group,
+                dir: rank_stage(&self.prefix, id, rank),
+                // a lost rank rebuilds into an emptied directory: nothing of a failed
+                // copy is used
+                record: (!lost.contains_key(&rank)).then(|| &manifests[&rank].record),
+            })
+            .collect();
+        // a rank whose copy failed its check still has its filemap record: what the
+        // scheme rebuilt must match it too (names, sizes, CRC32s)
+        let own: BTreeMap<u32, DatasetRecord> = lost
+            .keys()
+            .filter_map(|r| manifests.get(r).map(|m| (*r, m.record.clone())))
+            .collect();
         let crc_expected = manifests
             .values()
             .any(|m| m.record.files.iter().any(|f| f.crc32.is_some()));
-        let buf = self.config.file_buf_size();
-        let mut out = BTreeMap::new();
-        for (member, (&rank, result)) in members.iter().zip(results).enumerate() {
-            let metas = result.map_err(RebuildError::Scheme)?;
-            if !lost.contains_key(&rank) {
-                continue;
-            }
-            // a rank whose copy failed its check still has its filemap record: what the
-            // scheme rebuilt must match it too (names, sizes, CRC32s)
-            let own = manifests.get(&rank).map(|m| &m.record);
-            let recs = crate::integrity::verify_rebuilt(
-                rank,
-                &metas,
-                own,
-                &dirs[member],
-                crc_expected,
-                buf,
-            )
-            .map_err(|why| RebuildError::WrongData {
-                scheme: d.scheme.clone(),
-                why,
-            })?;
-            out.insert(
-                rank,
-                recs.into_iter()
+        let rebuilt = crate::offline::recover_set(
+            &self.registry,
+            &self.config,
+            id,
+            d,
+            &offline,
+            &own,
+            crc_expected,
+        )?;
+        Ok(rebuilt
+            .into_iter()
+            .map(|(rank, recs)| {
+                let files = recs
+                    .into_iter()
                     .map(|f| FlushedFile {
                         name: f.name,
                         size: f.size,
                         crc32: f.crc32,
                         stored: None,
                     })
-                    .collect(),
-            );
-        }
-        Ok(out)
+                    .collect();
+                (rank, files)
+            })
+            .collect())
     }
 
     /// The node of each member of a set (the group its scheme sees): where its manifest
@@ -458,42 +412,6 @@ impl Scavenger {
                     .unwrap_or_else(|| format!("lost-rank-{r}"))
             })
             .collect()
-    }
-
-    /// What member `member` of a set needs to take part in the recovery: its scheme
-    /// object, its recover request and its staging directory (emptied for a lost rank:
-    /// nothing of a failed copy is used; a survivor's files as its record lists them).
-    fn member_recovery(
-        &self,
-        id: u64,
-        d: &crate::state::filemap::DescriptorRecord,
-        members: &[u32],
-        member: usize,
-        manifests: &BTreeMap<u32, RankManifest>,
-        lost: &BTreeMap<u32, String>,
-    ) -> Result<(crate::registry::LoadedScheme, RecoverRequest, PathBuf), RebuildError> {
-        let rank = members[member];
-        let scheme = self
-            .registry
-            .new_scheme(&self.config.recorded_scheme_config(d, member as u32, rank))
-            .map_err(RebuildError::Scheme)?;
-        let dir = rank_stage(&self.prefix, id, rank);
-        let files = if lost.contains_key(&rank) {
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).map_err(|source| RebuildError::Io {
-                path: dir.clone(),
-                source,
-            })?;
-            RNone
-        } else {
-            RSome(crate::integrity::dataset_files(&manifests[&rank].record, &dir).files)
-        };
-        let request = RecoverRequest {
-            dataset_id: id,
-            dir: dir.display().to_string().into(),
-            files,
-        };
-        Ok((scheme, request, dir))
     }
 
     /// Move every rank's verified files from staging to the prefix (their own names, or

@@ -43,6 +43,9 @@ struct Offer {
     node: String,
     /// The store they are in.
     store: String,
+    /// Where they are on that node (the dataset's directory in cache, or where they were
+    /// rebuilt).
+    dir: PathBuf,
     /// The checkpoint's name, checkpoint id and writers, which every offer must share.
     name: String,
     checkpoint_id: Option<u64>,
@@ -52,11 +55,13 @@ struct Offer {
 }
 
 impl Offer {
-    fn of(writer: u32, node: &str, rec: &DatasetRecord) -> Offer {
+    fn of(held: &Held, node: &str) -> Offer {
+        let (writer, rec) = (held.writer, &held.record);
         Offer {
             writer,
             node: node.to_string(),
             store: rec.descriptor.store.clone(),
+            dir: held.dir.clone(),
             name: rec.name.clone(),
             checkpoint_id: rec.checkpoint_id,
             writers: rec.world_size,
@@ -72,6 +77,39 @@ impl Offer {
                 .collect(),
         }
     }
+}
+
+/// An old rank's files this rank holds on its node: in the dataset's directory in cache,
+/// or where this rank rebuilt them.
+#[derive(Clone, Debug)]
+struct Held {
+    writer: u32,
+    record: DatasetRecord,
+    dir: PathBuf,
+}
+
+/// What the coordinator of a redundancy set learns from each rank holding a member: the
+/// member's record (its set and the set's members in order, its files and redundancy
+/// files) and the node it is on.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Present {
+    writer: u32,
+    record: DatasetRecord,
+    node: String,
+}
+
+/// Where a held member of a set is: the rank holding it, its node, its record.
+type Holder = (u32, String, DatasetRecord);
+
+/// A set with lost members: who rebuilds it, and where every member is.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Plan {
+    set: u64,
+    /// The rank that rebuilds the set, and its node.
+    rebuilder: u32,
+    rebuilder_node: String,
+    /// Each member in the set's order: its old rank, and where it is held (`None`: lost).
+    members: Vec<(u32, Option<Holder>)>,
 }
 
 /// The old ranks (of `n`) whose share of the work overlaps new rank `r`'s (of `m`).
@@ -130,13 +168,14 @@ impl Restarter<'_> {
             .max()
             .unwrap_or(0);
         let id = self.world.max_u64(id) - 1;
-        let mine: Vec<(u32, DatasetRecord)> = handled
+        let mut mine: Vec<Held> = handled
             .iter()
             .filter_map(|(w, fm)| {
-                fm.datasets
-                    .get(&id)
-                    .filter(|d| fits(d))
-                    .map(|d| (*w, d.clone()))
+                fm.datasets.get(&id).filter(|d| fits(d)).map(|d| Held {
+                    writer: *w,
+                    dir: self.job.dataset_dir(&d.descriptor.store, id),
+                    record: d.clone(),
+                })
             })
             .collect();
         // what every offer must name: the lowest holder's record
@@ -146,30 +185,52 @@ impl Restarter<'_> {
         if first == u64::MAX {
             return Ok(false);
         }
-        let ident = mine.first().map(|(_, r)| (r.name.clone(), r.world_size));
-        let Ok((name, n)) =
+        let ident = mine.first().map(|h| {
+            (
+                h.record.name.clone(),
+                h.record.world_size,
+                h.record.descriptor.store.clone(),
+            )
+        });
+        let Ok((name, n, store)) =
             self.world
                 .broadcast_value(first as u32, ident.as_ref(), "checkpoint identity")
         else {
             return Ok(false);
         };
         let share = share_of(me, n, m);
-        let offers = self.exchange_offers(&mine, n, &share, &name);
-        let offers = match self.agreed(&name, n, offers) {
-            Some(o) => o,
-            None => return Ok(false),
-        };
-        // the bytes of the share held on other nodes, copied here
-        let store = offers
-            .values()
-            .next()
-            .map(|(_, o)| o.store.clone())
-            .unwrap_or_default();
+        // this restart's copies and rebuilt files, removed when it ends
         let staging = self
             .job
             .store_dir(&store)
             .join(format!("scr.resize.{id}.{me}"));
-        let copied = self.copy_share(&mine, &offers, &staging, id);
+        // old ranks no cache holds are rebuilt first, through their sets' redundancy
+        let rebuilt = self.rebuild_lost(&mine, id, &staging);
+        let failed = rebuilt.as_ref().err().map(String::as_str);
+        if let Some((rank, why)) = crate::runtime::first_failure(self.world.as_dyn(), failed) {
+            let _ = std::fs::remove_dir_all(&staging);
+            self.topo.warn(&format!(
+                "{name} (written by {n} ranks) cannot be read from the nodes' caches: its lost old ranks cannot be rebuilt: rank {rank}: {why}"
+            ));
+            return Ok(false);
+        }
+        let rebuilt = rebuilt.unwrap_or_default();
+        let rebuilt_any = !rebuilt.is_empty();
+        if rebuilt_any {
+            let ranks: Vec<u32> = rebuilt.iter().map(|h| h.writer).collect();
+            tracing::info!("rebuilt old rank(s) {ranks:?} of {name} from redundancy");
+        }
+        mine.extend(rebuilt);
+        let offers = self.exchange_offers(&mine, n, &share, &name);
+        let offers = match self.agreed(&name, n, offers) {
+            Some(o) => o,
+            None => {
+                let _ = std::fs::remove_dir_all(&staging);
+                return Ok(false);
+            }
+        };
+        // the bytes of the share held on other nodes, copied here
+        let copied = self.copy_share(&mine, &offers, &staging);
         let failed = copied.as_ref().err().map(String::as_str);
         if let Some((rank, why)) = crate::runtime::first_failure(self.world.as_dyn(), failed) {
             let _ = std::fs::remove_dir_all(&staging);
@@ -182,13 +243,12 @@ impl Restarter<'_> {
         let cached = offers
             .iter()
             .map(|(w, (_, o))| {
-                let dir = self.job.dataset_dir(&o.store, id);
                 let files = o
                     .files
                     .iter()
                     .map(|f| match copied.get(&f.name) {
                         Some(path) => (f.clone(), path.clone(), true),
-                        None => (f.clone(), dir.join(&f.name), false),
+                        None => (f.clone(), o.dir.join(&f.name), false),
                     })
                     .collect();
                 (*w, files)
@@ -197,7 +257,7 @@ impl Restarter<'_> {
         let lists = WriterLists::cached(
             cached,
             Some(share),
-            (!copied.is_empty()).then_some(staging),
+            (!copied.is_empty() || rebuilt_any).then_some(staging),
             self.config.get(settings::CRC_ON_RESTART),
             self.config.file_buf_size(),
         );
@@ -218,6 +278,208 @@ impl Restarter<'_> {
             Some(lists),
         ));
         Ok(true)
+    }
+
+    /// Rebuild the old ranks of dataset `id` that no node's cache holds, through their
+    /// redundancy sets (collective). Each rank tells the coordinator of each set it holds
+    /// a member of (rank `set mod M`) which member, in one sparse exchange; a coordinator
+    /// that finds a set with members held nowhere chooses the rank holding its lowest
+    /// held member to rebuild it, and tells every holder of the set, in another. The
+    /// survivors on other nodes than the rebuilder's send it their files (data and
+    /// redundancy), in (set, member) order on every rank; the rebuilder runs the scheme's
+    /// recover in the set's old geometry, one thread per old member
+    /// ([`crate::offline::recover_set`]), into `staging`, and holds the rebuilt ranks
+    /// from then on. The rebuilt old ranks this rank holds; `Err` naming what failed here.
+    /// A set none of whose members is held is not found here: the offers then miss its
+    /// members, which every rank says alike.
+    fn rebuild_lost(
+        &self,
+        mine: &[Held],
+        id: u64,
+        staging: &Path,
+    ) -> std::result::Result<Vec<Held>, String> {
+        let (me, m) = (self.topo.rank(), self.topo.size());
+        let node = self.topo.node().to_string();
+        let sends: Vec<(u32, Present)> = mine
+            .iter()
+            .map(|h| {
+                let coordinator = (h.record.descriptor.set_id % u64::from(m)) as u32;
+                let present = Present {
+                    writer: h.writer,
+                    record: h.record.clone(),
+                    node: node.clone(),
+                };
+                (coordinator, present)
+            })
+            .collect();
+        let got =
+            self.world
+                .sparse_exchange_values::<_, Present>(&sends, RESIZE_TAGS[3], "held member");
+        let mut why = None;
+        // as a coordinator: per set, its members in order and where each is held
+        let mut sets: BTreeMap<u64, (Vec<u32>, BTreeMap<u32, Holder>)> = BTreeMap::new();
+        for (from, p) in got {
+            match p {
+                Ok(p) => {
+                    let d = &p.record.descriptor;
+                    let set = sets
+                        .entry(d.set_id)
+                        .or_insert_with(|| (d.members.clone(), BTreeMap::new()));
+                    set.1.insert(p.writer, (from, p.node, p.record));
+                }
+                Err(e) => {
+                    why.get_or_insert(e.to_string());
+                }
+            }
+        }
+        let mut plans: Vec<(u32, Plan)> = Vec::new();
+        for (set, (members, held)) in &sets {
+            if members.iter().all(|w| held.contains_key(w)) {
+                continue;
+            }
+            let Some((_, (rebuilder, rebuilder_node, _))) = held.iter().next() else {
+                continue;
+            };
+            let plan = Plan {
+                set: *set,
+                rebuilder: *rebuilder,
+                rebuilder_node: rebuilder_node.clone(),
+                members: members.iter().map(|w| (*w, held.get(w).cloned())).collect(),
+            };
+            let holders: std::collections::BTreeSet<u32> = held.values().map(|h| h.0).collect();
+            plans.extend(holders.into_iter().map(|r| (r, plan.clone())));
+        }
+        let plans: Vec<Plan> = self
+            .world
+            .sparse_exchange_values::<_, Plan>(&plans, RESIZE_TAGS[4], "rebuild plan")
+            .into_iter()
+            .filter_map(|(_, p)| p.map_err(|e| why.get_or_insert(e.to_string())).ok())
+            .collect();
+        // the survivors' files to rebuilders on other nodes, in (set, member) order
+        let mut pairs: Vec<(u64, u32, u32, u32)> = Vec::new(); // (set, member, from, to)
+        for p in &plans {
+            for (w, held) in &p.members {
+                if let Some((h, hnode, _)) = held {
+                    if *hnode != p.rebuilder_node && (*h == me || p.rebuilder == me) {
+                        pairs.push((p.set, *w, *h, p.rebuilder));
+                    }
+                }
+            }
+        }
+        pairs.sort_unstable();
+        pairs.dedup();
+        let member_dir = |set: u64, w: u32| {
+            staging
+                .join(format!("rebuild.{set}"))
+                .join(format!("rank_{w}"))
+        };
+        let base = staging.parent().unwrap_or(staging);
+        let mut buf = self.piece_buffer();
+        for (set, w, from, to) in pairs {
+            let plan = plans
+                .iter()
+                .find(|p| p.set == set)
+                .expect("a plan of this set");
+            let Some((_, _, rec)) = plan
+                .members
+                .iter()
+                .find(|(x, _)| *x == w)
+                .and_then(|(_, h)| h.as_ref())
+            else {
+                continue;
+            };
+            let names = crate::runtime::cache::file_names(rec);
+            if from == me {
+                let dir = mine
+                    .iter()
+                    .find(|h| h.writer == w)
+                    .map(|h| h.dir.clone())
+                    .unwrap_or_default();
+                self.send_files(to, &dir, &names, &mut buf);
+            } else {
+                let dir = member_dir(set, w);
+                for name in &names {
+                    let name = name.to_string_lossy();
+                    if let Err(e) = self.receive_bytes(from, &name, (&dir, base), &mut buf) {
+                        why.get_or_insert(format!(
+                            "{e} (a file of old rank {w}, from rank {from})"
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(why) = why {
+            return Err(why);
+        }
+        // rebuild the sets this rank was chosen for
+        let mut rebuilt = Vec::new();
+        for plan in plans.iter().filter(|p| p.rebuilder == me) {
+            let template = plan
+                .members
+                .iter()
+                .find_map(|(_, h)| h.as_ref().map(|h| h.2.clone()))
+                .expect("a rebuilt set has a held member");
+            let crc_expected = plan
+                .members
+                .iter()
+                .filter_map(|(_, h)| h.as_ref())
+                .any(|h| h.2.files.iter().any(|f| f.crc32.is_some()));
+            let members: Vec<crate::offline::Member<'_>> = plan
+                .members
+                .iter()
+                .map(|(w, held)| match held {
+                    Some((_, hnode, rec)) => crate::offline::Member {
+                        rank: *w,
+                        group: hnode.clone(),
+                        dir: if *hnode == plan.rebuilder_node {
+                            self.job.dataset_dir(&rec.descriptor.store, id)
+                        } else {
+                            member_dir(plan.set, *w)
+                        },
+                        record: Some(rec),
+                    },
+                    None => crate::offline::Member {
+                        rank: *w,
+                        group: format!("lost-{w}"),
+                        dir: member_dir(plan.set, *w),
+                        record: None,
+                    },
+                })
+                .collect();
+            if let Err(e) = crate::private_dir::create_private_dir(
+                base,
+                &staging.join(format!("rebuild.{}", plan.set)),
+            ) {
+                return Err(e.to_string());
+            }
+            let files = crate::offline::recover_set(
+                self.registry,
+                self.config,
+                id,
+                &template.descriptor,
+                &members,
+                &BTreeMap::new(),
+                crc_expected,
+            )
+            .map_err(|e| {
+                format!(
+                    "set {} of old ranks {:?}: {e}",
+                    plan.set, template.descriptor.members
+                )
+            })?;
+            for (w, files) in files {
+                rebuilt.push(Held {
+                    writer: w,
+                    dir: member_dir(plan.set, w),
+                    record: DatasetRecord {
+                        files,
+                        redundancy: Vec::new(),
+                        ..template.clone()
+                    },
+                });
+            }
+        }
+        Ok(rebuilt)
     }
 
     /// The filemaps of old ranks in this node's control directory that this rank
@@ -243,7 +505,7 @@ impl Restarter<'_> {
     /// another checkpoint than `name` of `n` ranks).
     fn exchange_offers(
         &self,
-        mine: &[(u32, DatasetRecord)],
+        mine: &[Held],
         n: u32,
         share: &std::ops::Range<u32>,
         name: &str,
@@ -251,9 +513,9 @@ impl Restarter<'_> {
         let m = self.topo.size();
         let sends: Vec<(u32, Offer)> = mine
             .iter()
-            .flat_map(|(w, rec)| {
-                let offer = Offer::of(*w, self.topo.node(), rec);
-                readers_of(*w, n, m).map(move |r| (r, offer.clone()))
+            .flat_map(|h| {
+                let offer = Offer::of(h, self.topo.node());
+                readers_of(h.writer, n, m).map(move |r| (r, offer.clone()))
             })
             .collect();
         let got = self.world.sparse_exchange_values::<_, Offer>(
@@ -319,10 +581,9 @@ impl Restarter<'_> {
     /// by name, each checked as it arrived; or the first thing that failed here.
     fn copy_share(
         &self,
-        mine: &[(u32, DatasetRecord)],
+        mine: &[Held],
         offers: &BTreeMap<u32, (u32, Offer)>,
         staging: &Path,
-        id: u64,
     ) -> std::result::Result<BTreeMap<String, PathBuf>, String> {
         let me = self.topo.rank();
         let remote: Vec<(u32, &Offer)> = offers
@@ -348,12 +609,18 @@ impl Restarter<'_> {
         pairs.extend(remote.iter().map(|(from, o)| (o.writer, me, *from)));
         pairs.sort_unstable();
         let mut copied = BTreeMap::new();
-        let mut buf = vec![0u8; MOVE_PIECE.min(self.config.file_buf_size().max(1 << 20))];
+        let mut buf = self.piece_buffer();
         for (w, to, from) in pairs {
             if from == me {
                 // (a rank asks only the rank that offered it `w`: this one holds it)
-                if let Some((_, rec)) = mine.iter().find(|(x, _)| *x == w) {
-                    self.send_files(to, rec, id, &mut buf);
+                if let Some(h) = mine.iter().find(|h| h.writer == w) {
+                    let names: Vec<PathBuf> = h
+                        .record
+                        .files
+                        .iter()
+                        .map(|f| PathBuf::from(&f.name))
+                        .collect();
+                    self.send_files(to, &h.dir, &names, &mut buf);
                 }
             } else {
                 let offer = &offers[&w].1;
@@ -377,14 +644,18 @@ impl Restarter<'_> {
         }
     }
 
-    /// Send the files of `rec` (this node's cache) to `to`: per file its length
+    /// The buffer files travel in, in pieces of the same size on every rank (the
+    /// configuration is the same everywhere).
+    fn piece_buffer(&self) -> Vec<u8> {
+        vec![0u8; MOVE_PIECE.min(self.config.file_buf_size().max(1 << 20))]
+    }
+
+    /// Send the files `names` of `dir` (on this node) to `to`: per file its length
     /// (`u64::MAX`: unreadable, nothing follows), its pieces, and whether they are the
     /// file's bytes.
-    fn send_files(&self, to: u32, rec: &DatasetRecord, id: u64, buf: &mut [u8]) {
-        let dir = self.job.dataset_dir(&rec.descriptor.store, id);
-        for f in &rec.files {
-            let name = Path::new(&f.name);
-            let file = inside_dir(&dir, name)
+    fn send_files(&self, to: u32, dir: &Path, names: &[PathBuf], buf: &mut [u8]) {
+        for name in names {
+            let file = inside_dir(dir, name)
                 .map_err(std::io::Error::other)
                 .and_then(|()| {
                     scr_plugin::cachefs::open_file(&dir.join(name)).map_err(std::io::Error::other)
@@ -416,8 +687,8 @@ impl Restarter<'_> {
         }
     }
 
-    /// Receive file `f` from `from` into `staging` (every message consumed whatever
-    /// happens here), checked against its recorded size and CRC32; its path, or why not.
+    /// Receive file `f` from `from` into `staging`, checked against its recorded size
+    /// and CRC32; its path, or why not.
     fn receive_file(
         &self,
         from: u32,
@@ -425,19 +696,46 @@ impl Restarter<'_> {
         staging: &Path,
         buf: &mut [u8],
     ) -> std::result::Result<PathBuf, String> {
+        let base = staging.parent().unwrap_or(staging);
+        let (path, len, crc) = self.receive_bytes(from, &f.name, (staging, base), buf)?;
+        if len != f.size {
+            Err(format!(
+                "{} is {len} bytes in cache, recorded {}",
+                f.name, f.size
+            ))
+        } else if f.crc32.is_some_and(|r| r != crc) {
+            Err(format!(
+                "{} has CRC32 {crc:08x} in cache, recorded {:08x}",
+                f.name,
+                f.crc32.unwrap_or_default()
+            ))
+        } else {
+            Ok(path)
+        }
+    }
+
+    /// Receive the bytes of file `name` from `from` into `dir`, below `base` (every
+    /// message consumed whatever happens here; every directory level from `base` down
+    /// private, never through a link): its path, length and CRC32, or why not.
+    fn receive_bytes(
+        &self,
+        from: u32,
+        name: &str,
+        (dir, base): (&Path, &Path),
+        buf: &mut [u8],
+    ) -> std::result::Result<(PathBuf, u64, u32), String> {
         let mut len = [0u8; 8];
         self.world.recv_into(from, RESIZE_TAGS[2], &mut len);
         let len = u64::from_le_bytes(len);
         if len == u64::MAX {
-            return Err(format!("{}: unreadable in its node's cache", f.name));
+            return Err(format!("{name}: unreadable in its node's cache"));
         }
-        let path = staging.join(&f.name);
-        let store = staging.parent().unwrap_or(staging);
-        let mut out = inside_dir(staging, Path::new(&f.name))
+        let path = dir.join(name);
+        let mut out = inside_dir(dir, Path::new(name))
             .map_err(|e| e.to_string())
             .and_then(|()| {
-                let parent = path.parent().unwrap_or(staging);
-                crate::private_dir::create_private_dir(store, parent).map_err(|e| e.to_string())
+                let parent = path.parent().unwrap_or(dir);
+                crate::private_dir::create_private_dir(base, parent).map_err(|e| e.to_string())
             })
             .and_then(|()| scr_plugin::cachefs::create_file(&path).map_err(|e| e.to_string()));
         let mut hasher = crc32fast::Hasher::new();
@@ -456,26 +754,12 @@ impl Restarter<'_> {
         let mut sent_ok = [0u8];
         self.world.recv_into(from, RESIZE_TAGS[2], &mut sent_ok);
         out?;
-        let crc = hasher.finalize();
         if sent_ok[0] != 1 {
-            Err(format!(
-                "{}: could not be read whole in its node's cache",
-                f.name
-            ))
-        } else if len != f.size {
-            Err(format!(
-                "{} is {len} bytes in cache, recorded {}",
-                f.name, f.size
-            ))
-        } else if f.crc32.is_some_and(|r| r != crc) {
-            Err(format!(
-                "{} has CRC32 {crc:08x} in cache, recorded {:08x}",
-                f.name,
-                f.crc32.unwrap_or_default()
-            ))
-        } else {
-            Ok(path)
+            return Err(format!(
+                "{name}: could not be read whole in its node's cache"
+            ));
         }
+        Ok((path, len, hasher.finalize()))
     }
 
     /// Whether `store`'s files are visible from every node (nothing to copy).
