@@ -940,7 +940,8 @@ fn a_checkpoint_of_eight_ranks_restarts_on_any_number_through_the_c_api() {
 /// 8 ranks on 4 nodes restarts 4 ranks placed on the nodes in reverse and 12 ranks (3 per
 /// node): each reads its share of the old ranks' files byte-exact from the caches,
 /// copied from the node that holds them where it runs elsewhere, with nothing in the
-/// prefix to read.
+/// prefix to read. Then flushed as well, with every byte of the prefix's copy damaged: the
+/// restart reads the caches' copy (no byte of the prefix's, which would fail its check).
 #[test]
 fn with_the_caches_surviving_a_checkpoint_of_eight_ranks_restarts_on_four_and_twelve_from_cache() {
     let work = tempfile::tempdir().unwrap();
@@ -968,4 +969,29 @@ fn with_the_caches_surviving_a_checkpoint_of_eight_ranks_restarts_on_four_and_tw
         scr_e2e::index_entries(&c.prefix()).is_empty(),
         "nothing was flushed"
     );
+
+    // flushed too, but every byte of the prefix's copy is damaged: a restart that read
+    // any of it would fail its check; the caches' copy is read, and it is exact
+    let mut c = Cluster::for_installed();
+    c.set("SCR_FLUSH", "1");
+    let wrote = c.run_path(&on_four_nodes(8), &exe, &["write", "1", "share"]);
+    assert_all_ok(&wrote, 8);
+    let flushed: Vec<PathBuf> = files_below(&c.prefix().join("ckpt.1"));
+    assert_eq!(flushed.len(), 8, "{flushed:?}");
+    for f in &flushed {
+        let mut bytes = std::fs::read(f).unwrap();
+        for b in bytes.iter_mut() {
+            *b ^= 0xff;
+        }
+        std::fs::write(f, &bytes).unwrap();
+    }
+    let out = c.run_path(&reversed, &exe, &["read", "share"]);
+    assert_all_ok(&out, 4);
+    for r in 0..4 {
+        assert_eq!(
+            lines_of(&out, r),
+            ["restarted ckpt.1 writers 8 files 2 exact from cache"],
+            "rank {r}\n{out}"
+        );
+    }
 }

@@ -670,3 +670,69 @@ fn nodes_down_asks_each_host_through_the_runner() {
     }
     assert_eq!(out.stdout.lines().count(), 2, "{out}");
 }
+
+/// A checkpoint of 8 ranks on 4 hosts restarts 12 ranks on the same hosts from their
+/// caches alone (flush off: nothing in the prefix), each reading the old slices its share
+/// overlaps, copied between hosts where it runs elsewhere; then host3 is lost and 6 ranks
+/// on the three hosts left rebuild its old ranks through XOR in the old sets' geometry
+/// and restart from the caches. Both end in the state of an uninterrupted 8-rank run.
+#[test]
+fn a_checkpoint_restarts_on_another_number_of_ranks_across_hosts_from_the_caches() {
+    let Some(bed) = TestBed::up_or_skip(4) else {
+        return;
+    };
+    let mut c: Cluster = bed.cluster();
+    c.set("SCR_COPY_TYPE", "XOR")
+        .set("SCR_SET_SIZE", "4")
+        .set("SCR_FLUSH", "0")
+        .set("SCR_DEBUG", "1");
+    let out = c.run(FIRST, "scr-heat", &["--steps", "10", "--cells", CELLS]);
+    assert_eq!(out.code, 0, "{out}");
+    four_hosts_of_eight_ranks(&out);
+    assert!(out.stdout.contains("checkpoint ckpt.10: kept"), "{out}");
+    let cells = Some(CELLS.parse().unwrap());
+    let twelve: Vec<&str> = FIRST
+        .iter()
+        .flat_map(|h| std::iter::repeat_n(*h, 3))
+        .step_by(2)
+        .collect();
+    assert_eq!(twelve.len(), 12);
+    let args = ["--steps", "14", "--every", "0", "--cells", CELLS];
+    let out = c.run(&twelve, "scr-heat", &args);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.line_after("ranks "), Some("12"), "{out}");
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{out}"
+    );
+    assert_eq!(
+        out.logged(
+            Some(0),
+            "info",
+            "(written by 8 ranks, read by 12) from the nodes' caches"
+        )
+        .len(),
+        1,
+        "{out}"
+    );
+    assert_eq!(out.final_state(), reference_state(8, 14, cells));
+
+    bed.kill("host3");
+    let six = ["host0", "host0", "host1", "host1", "host2", "host2"];
+    let out = c.run(&six, "scr-heat", &args);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.line_after("ranks "), Some("6"), "{out}");
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{out}"
+    );
+    assert_eq!(out.final_state(), reference_state(8, 14, cells));
+    assert!(
+        files_below(&c.prefix())
+            .iter()
+            .all(|p| p.extension().is_none_or(|e| e != "ckpt")),
+        "nothing was flushed"
+    );
+}
