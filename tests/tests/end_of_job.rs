@@ -595,3 +595,41 @@ fn halted_by_need_checkpoint() -> Option<JobOutput> {
     assert!(std::fs::read_to_string(&log).unwrap().contains("\"halt\""));
     (!out.stdout.contains("halted at step")).then_some(out)
 }
+
+/// A flush the 4-rank job left unfinished is cleaned up by a job of 2 ranks (it cannot
+/// resume another job size's transfers), which restarts from the 4-rank job's newest
+/// checkpoint in the caches (ckpt.20, whose flush was interrupted) and ends in the state
+/// of an uninterrupted 4-rank run.
+#[test]
+fn an_interrupted_flush_is_cleaned_up_by_a_job_of_another_size_which_restarts_from_the_caches() {
+    let c = interrupted_flush(false);
+    let two = c.run(
+        &["n0", "n1"],
+        "scr-heat",
+        &["--steps", "22", "--cells", "200000"],
+    );
+    assert_eq!(two.code, 0, "{two}");
+    assert!(
+        two.stderr
+            .contains("the flush of ckpt.20 that an earlier run left unfinished cannot be resumed"),
+        "{two}"
+    );
+    no_partial_files(&c.prefix());
+    for rank in 0..4 {
+        assert!(
+            !c.prefix()
+                .join(format!("ckpt.20/rank_{rank}.ckpt"))
+                .exists(),
+            "rank {rank}'s file of the interrupted flush is still there"
+        );
+    }
+    assert_eq!(
+        two.line_after("restarted from "),
+        Some("ckpt.20 at step 20"),
+        "{two}"
+    );
+    assert_eq!(
+        two.final_state(),
+        scr_e2e::reference_state(4, 22, Some(200000))
+    );
+}
