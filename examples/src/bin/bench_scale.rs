@@ -15,10 +15,12 @@
 //!    prefix with the sync transfer (`flush_on_finalize`);
 //! 6. `fetch`: every node's cache and control directory is deleted; the next init fetches
 //!    the checkpoint from the prefix and the restart reads it back byte for byte;
-//! 7. `resize`: half the ranks (a job of N/2, on a split communicator) restart from that
-//!    N-rank checkpoint: init + restart, each rank listing and reading, byte for byte,
-//!    the old ranks' files its half of the work overlaps (`restart_files`); the other
-//!    half idles, measured as zero.
+//! 7. `resize`: half the ranks (the even ones, a job of N/2 on a split communicator,
+//!    spanning every node) restart from that N-rank checkpoint, which the nodes' caches
+//!    hold: init + restart, each rank listing and reading, byte for byte, the old ranks'
+//!    files its half of the work overlaps (`restart_files`); the odd ranks idle,
+//!    measured as zero. (With one rank per node the half leaves every other node, and
+//!    reads the prefix's copy.)
 //!
 //! Every rank writes its counts to a report file; the driver checks that every rank of
 //! every job reported, saw the world size it was launched with and read its files back
@@ -53,9 +55,9 @@ Steps (one job per rank count N; every rank measures each step on its own):
   flush       finalize of that run: flushes the restored checkpoint (sync transfer)
   fetch       after every cache is lost: init (fetches from the prefix) + restart
               read byte for byte, as in rebuild
-  resize      N/2 ranks restart from the N-rank checkpoint: init + restart, each
-              reading the old files its share overlaps (the other N/2 idle at zero,
-              which the means include)
+  resize      N/2 ranks on every node restart from the N-rank checkpoint in the
+              caches: init + restart, each reading the old files its share
+              overlaps (the other N/2 idle at zero, which the means include)
 
 Columns of the table (one row per step and N; per rank = what one rank sent plus
 received in the step, over every API call and nested step such as flush or fetch):
@@ -262,9 +264,12 @@ fn restart_check(
 /// Inside a job of `m` ranks restarting from the checkpoint `ckpt.2` of `n` ranks: rank
 /// `rank` lists the files of the old ranks its share of `n` overlaps (`restart_files`),
 /// routes and reads each, and compares it with what that rank wrote (collective through
-/// complete_restart); as [`restart_check`].
+/// complete_restart); as [`restart_check`]. With `prefix`, every file must come from the
+/// caches, not from it (the half spans every node: the step measures the restart from
+/// the old job's caches).
 fn resize_check(
     scr: &mut Scr,
+    prefix: Option<&Path>,
     rank: usize,
     m: usize,
     n: usize,
@@ -289,6 +294,9 @@ fn resize_check(
                     .find(|f| f.ends_with(&want))
                     .ok_or_else(|| format!("rank {w} lists {files:?}, not {want}"))?;
                 let path = scr.route_file(f).map_err(|e| e.to_string())?;
+                if prefix.is_some_and(|p| path.starts_with(p)) {
+                    return Err(format!("{want} was read from the prefix, not the caches"));
+                }
                 std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))
             });
         match got {
@@ -423,22 +431,27 @@ fn worker(args: &Args) -> Result<(), Error> {
     checks.insert("fetch", bad);
     scr.finalize()?;
 
-    // run 4: the first half of the ranks, a job of their own, restarts from the N-rank
-    // checkpoint in the prefix (sets of SINGLE: the half may span fewer nodes than a set)
+    // run 4: the even ranks, a job of their own, restart from the N-rank checkpoint: rank
+    // r of the half on the node of old rank 2r, so the half spans every node and reads
+    // its share (old ranks 2r and 2r + 1) from the caches the fetch left
     let half = size / 2;
-    let sub = world.split_by_color(if rank < half {
+    let sub = world.split_by_color(if rank.is_multiple_of(2) && rank / 2 < half {
         mpi::topology::Color::with_value(0)
     } else {
         mpi::topology::Color::undefined()
     });
-    let mut s4 = settings_on(&nodes[..half.max(1)], 0, false)?;
+    let half_nodes: Vec<String> = (0..half.max(1)).map(|r| nodes[2 * r].clone()).collect();
+    let mut s4 = settings_on(&half_nodes, 0, false)?;
     s4.set("copy_type=SINGLE")?;
     let bad = measure(&world, &mut steps, "resize", || {
         let Some(sub) = &sub else {
             return Ok(None);
         };
         let mut scr = Scr::init_with(sub, &s4)?;
-        let bad = resize_check(&mut scr, rank, half, size, args.bytes)?;
+        // (one rank per node: the half leaves every other node, whose old ranks XOR
+        // cannot rebuild two at a time, so the prefix's copy is read)
+        let cached = rpn.is_multiple_of(2).then_some(prefix.as_path());
+        let bad = resize_check(&mut scr, cached, rank / 2, half, size, args.bytes)?;
         scr.finalize()?;
         Ok(bad)
     })?;

@@ -334,12 +334,38 @@ impl Restarter<'_> {
         }
         let mut plans: Vec<(u32, Plan)> = Vec::new();
         for (set, (members, held)) in &sets {
-            if members.iter().all(|w| held.contains_key(w)) {
-                continue;
-            }
-            let Some((_, (rebuilder, rebuilder_node, _))) = held.iter().next() else {
+            let lost: Vec<u32> = members
+                .iter()
+                .copied()
+                .filter(|w| !held.contains_key(w))
+                .collect();
+            let Some((_, (rebuilder, rebuilder_node, template))) = held.iter().next() else {
                 continue;
             };
+            if lost.is_empty() {
+                continue;
+            }
+            // more lost than the scheme tolerates: said here, before any file moves
+            let d = &template.descriptor;
+            let tolerated = self
+                .registry
+                .new_scheme(&self.config.recorded_scheme_config(d, 0, members[0]))
+                .and_then(|s| s.describe())
+                .map(|desc| desc.tolerated_losses as usize);
+            match tolerated {
+                Ok(t) if lost.len() > t => {
+                    why.get_or_insert(format!(
+                        "set {set} of old ranks {members:?} lost ranks {lost:?} with their nodes' caches, more than {} tolerates ({t})",
+                        d.scheme
+                    ));
+                    continue;
+                }
+                Err(e) => {
+                    why.get_or_insert(format!("set {set}: {e}"));
+                    continue;
+                }
+                Ok(_) => {}
+            }
             let plan = Plan {
                 set: *set,
                 rebuilder: *rebuilder,
