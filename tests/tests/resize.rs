@@ -97,6 +97,34 @@ fn heat_on_six_ranks_rebuilds_a_lost_nodes_old_ranks_then_restarts_from_the_cach
     );
 }
 
+/// Back and forth in one allocation, nothing flushed: 8 ranks checkpoint, 4 ranks restart
+/// from their caches and checkpoint on, then 8 ranks again restart from the 4-rank job's
+/// newest checkpoint (not from their own older one, which the caches hold too), and end
+/// in the state of an uninterrupted run.
+#[test]
+fn eight_then_four_then_eight_ranks_each_restart_from_the_newest_checkpoint_in_the_caches() {
+    let reference = heat(&Cluster::new(), 8, &["--steps", "24", "--every", "0"]);
+    let mut c = Cluster::new();
+    // room for every checkpoint: the 8-rank job's own ckpt.10 stays cached beside ckpt.20
+    c.set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "6");
+    let first = heat(&c, 8, &["--steps", "10"]);
+    assert!(first.stdout.contains("checkpoint ckpt.10: kept"), "{first}");
+    let four = heat(&c, 4, &["--steps", "20"]);
+    assert_eq!(
+        four.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{four}"
+    );
+    assert!(four.stdout.contains("checkpoint ckpt.20: kept"), "{four}");
+    let eight = heat(&c, 8, &["--steps", "24", "--every", "0"]);
+    assert_eq!(
+        eight.line_after("restarted from "),
+        Some("ckpt.20 at step 20"),
+        "{eight}"
+    );
+    assert_eq!(eight.final_state(), reference.final_state(), "{eight}");
+}
+
 /// `scr index import` on `c`'s prefix with `args`; its output.
 fn import(c: &Cluster, args: &[&str]) -> JobOutput {
     let out = c.scr(&["index", "import"]).args(args).output().unwrap();

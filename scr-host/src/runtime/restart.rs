@@ -163,26 +163,45 @@ impl Restarter<'_> {
     /// Fetch when the cache holds no checkpoint (or `current` chose one only the prefix
     /// holds), then flush the restart checkpoint when `flush_on_restart` asks for it.
     ///
-    /// A checkpoint of another number of ranks that the nodes' caches hold is offered
-    /// first when it is newer than the cache's own and the prefix's newest
-    /// ([`Restarter::restart_from_old_caches`]).
+    /// The newest checkpoint is offered whatever number of ranks wrote it: one of
+    /// another number of ranks that the nodes' caches hold comes first when it is newer
+    /// than the cache's own and at least as new as the prefix's newest
+    /// ([`Restarter::restart_from_old_caches`]); the prefix's when it is newer than the
+    /// cache's own (a job of another size checkpointed since, elsewhere). The prefix's
+    /// newest is asked only when something newer than the cache's own may exist: another
+    /// size's datasets in cache, or a checkpoint id used beyond the cache's newest (as
+    /// init agreed); a restart where neither holds exchanges nothing more.
     pub(in crate::runtime) fn settle_restart(&mut self, flush_on_restart: bool) -> Result<()> {
         let wanted = self.restart.take_wanted();
-        let from_old = wanted.is_none() && self.restart.other_size_cached() && {
-            let own = self
-                .restart
-                .candidate_in(self.cache)
-                .and_then(|id| self.cache.record(id).checkpoint_id);
-            let in_prefix = self.newest_in_prefix();
-            self.restart_from_old_caches(own, in_prefix, None)?
+        let own = self
+            .restart
+            .candidate_in(self.cache)
+            .and_then(|id| self.cache.record(id).checkpoint_id);
+        let used = self.cache.next_checkpoint().saturating_sub(1);
+        let maybe_newer = own.is_some_and(|c| used > c);
+        // (`current` chose: nothing newer is looked for)
+        let look = wanted.is_none() && !self.restart.pinned();
+        let in_prefix = if look && (self.restart.other_size_cached() || maybe_newer) {
+            self.newest_in_prefix()
+        } else {
+            None
         };
-        if !from_old && (self.restart.candidate_in(self.cache).is_none() || wanted.is_some()) {
+        let from_old = look
+            && self.restart.other_size_cached()
+            && self.restart_from_old_caches(own, in_prefix, None)?;
+        let prefix_newer = own.is_some() && in_prefix > own;
+        if !from_old
+            && (self.restart.candidate_in(self.cache).is_none() || wanted.is_some() || prefix_newer)
+        {
             if self.restart_in_place() {
                 fetcher!(self).open_prefix_restart(wanted.as_deref(), None)?;
             } else {
                 fetcher!(self).fetch(wanted.as_deref(), None)?;
             }
         }
+        // a checkpoint offered in place (from the caches of another job size, or from
+        // the prefix) newer than the cache's own goes first
+        self.restart.pass_over_older_cached(self.cache);
         if flush_on_restart && self.config.get(settings::FLUSH_ON_RESTART) {
             flusher!(self).flush_newest("flush_on_restart")?;
         }
@@ -584,6 +603,7 @@ impl Restarter<'_> {
             .collect();
         self.restart.skip_all(newer);
         self.restart.unskip(id);
+        self.restart.pin();
         self.drop_after_current(name, Some(id));
         self.drop_newer_cached(id)
     }

@@ -27,6 +27,8 @@ pub(in crate::runtime) struct RestartState {
     /// Init found a cached dataset written by another number of ranks (agreed): the
     /// restart looks for one in the nodes' caches.
     other_size_cached: bool,
+    /// `current` chose the checkpoint: no newer one is looked for.
+    pinned: bool,
 }
 
 /// A checkpoint read in place in the prefix (SCR 3.x with fetch disabled).
@@ -58,6 +60,30 @@ impl RestartState {
     /// passed it over).
     pub(in crate::runtime) fn unskip(&mut self, id: u64) {
         self.skipped.retain(|&s| s != id);
+    }
+
+    /// The checkpoint offered in place is newer than cached ones: those are not offered
+    /// (have_restart offers the newest, and the cache's candidate would go first).
+    pub(in crate::runtime) fn pass_over_older_cached(&mut self, cache: &Cache) {
+        let Some(newer) = self.prefix_restart.as_ref().and_then(|p| p.checkpoint_id) else {
+            return;
+        };
+        let older: Vec<u64> = cache
+            .datasets()
+            .filter(|d| d.checkpoint_id.is_some_and(|c| c < newer))
+            .map(|d| d.id)
+            .collect();
+        self.skip_all(older);
+    }
+
+    /// `current` chose the checkpoint to restart from.
+    pub(in crate::runtime) fn pin(&mut self) {
+        self.pinned = true;
+    }
+
+    /// Whether `current` chose the checkpoint to restart from.
+    pub(in crate::runtime) fn pinned(&self) -> bool {
+        self.pinned
     }
 
     /// Init found a cached dataset written by another number of ranks.
