@@ -74,6 +74,7 @@ mod distribute;
 mod evict;
 mod fetch;
 pub(crate) mod flush;
+mod flushed;
 mod init;
 mod job;
 mod mpi_exit;

@@ -796,13 +796,13 @@ impl Restarter<'_> {
     /// The layout of dataset `id`'s rank2file map when the prefix's index holds it
     /// complete (collective; rank 0 reads, every rank is told): the prefix's copy serves
     /// the files this rank's cache does not reach.
-    fn prefix_layout(&self, id: u64) -> Option<crate::runtime::fetch::MapLayout> {
+    fn prefix_layout(&self, id: u64) -> Option<crate::runtime::flushed::MapLayout> {
         let layout = if self.topo.rank() == 0 {
             Index::load(self.job.prefix())
                 .ok()
                 .and_then(|ix| ix.datasets.get(&id).cloned())
                 .filter(|e| e.complete && e.failed.is_none())
-                .and_then(|e| crate::runtime::fetch::layout_of(self.job.prefix(), &e))
+                .and_then(|e| crate::runtime::flushed::layout_of(self.job.prefix(), &e))
         } else {
             None
         };

@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use crate::runtime::fetch::MapLayout;
+use crate::runtime::flushed::MapLayout;
 use crate::state::prefix::{Blocks, FlushedFile, Rank2File, Rank2FileMap, Rank2FilePart};
 
 /// The writers' files of one checkpoint: from cache, and from the prefix as they are
@@ -193,7 +193,7 @@ impl WriterLists {
                     return done.clone().map(Some);
                 }
                 let outcome =
-                    crate::runtime::fetch::check_flushed(&p.prefix, &f, self.check_crc, self.buf)
+                    crate::runtime::flushed::check_flushed(&p.prefix, &f, self.check_crc, self.buf)
                         .map_err(|why| format!("{why} (a file of rank {writer})"));
                 self.settle(name, outcome).map(Some)
             }
