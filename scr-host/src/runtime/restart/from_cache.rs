@@ -426,7 +426,10 @@ impl Restarter<'_> {
                 let dir = member_dir(set, w);
                 for name in &names {
                     let name = name.to_string_lossy();
-                    if let Err(e) = self.receive_bytes(from, &name, (&dir, base), &mut buf) {
+                    // (a data file's size is recorded; a redundancy file's is the scheme's)
+                    let size = rec.files.iter().find(|f| f.name == name).map(|f| f.size);
+                    if let Err(e) = self.receive_bytes(from, (&name, size), (&dir, base), &mut buf)
+                    {
                         why.get_or_insert(format!(
                             "{e} (a file of old rank {w}, from rank {from})"
                         ));
@@ -559,10 +562,36 @@ impl Restarter<'_> {
                     continue;
                 }
             };
+            // where the files are, when this rank reads them there (the same node):
+            // inside this job's directory of their store, each name inside that (a
+            // peer's word is checked before any path is built from it; a copy's names are
+            // checked as it arrives)
+            let store_dir = self.job.store_dir(&offer.store);
+            let here = offer.node == self.topo.node();
+            let dir_outside = !offer.dir.starts_with(&store_dir)
+                || offer
+                    .dir
+                    .components()
+                    .any(|c| c == std::path::Component::ParentDir);
+            let outside = (here && dir_outside)
+                .then(|| offer.dir.display().to_string())
+                .or_else(|| {
+                    offer
+                        .files
+                        .iter()
+                        .find(|f| inside_dir(&offer.dir, Path::new(&f.name)).is_err())
+                        .map(|f| f.name.clone())
+                });
             if offer.name != name || offer.writers != n || !share.contains(&offer.writer) {
                 why.get_or_insert(format!(
                     "rank {from} offered {} of {} ranks as old rank {}'s, where {name} of {n} ranks was chosen",
                     offer.name, offer.writers, offer.writer
+                ));
+            } else if let Some(path) = outside {
+                why.get_or_insert(format!(
+                    "rank {from} offered old rank {}'s file at `{path}`, outside this job's directory in {}",
+                    offer.writer,
+                    store_dir.display()
                 ));
             } else if let Some((other, _)) = offers.insert(offer.writer, (from, offer.clone())) {
                 why.get_or_insert(format!(
@@ -723,7 +752,8 @@ impl Restarter<'_> {
         buf: &mut [u8],
     ) -> std::result::Result<PathBuf, String> {
         let base = staging.parent().unwrap_or(staging);
-        let (path, len, crc) = self.receive_bytes(from, &f.name, (staging, base), buf)?;
+        let (path, len, crc) =
+            self.receive_bytes(from, (&f.name, Some(f.size)), (staging, base), buf)?;
         if len != f.size {
             Err(format!(
                 "{} is {len} bytes in cache, recorded {}",
@@ -746,7 +776,7 @@ impl Restarter<'_> {
     fn receive_bytes(
         &self,
         from: u32,
-        name: &str,
+        (name, expected): (&str, Option<u64>),
         (dir, base): (&Path, &Path),
         buf: &mut [u8],
     ) -> std::result::Result<(PathBuf, u64, u32), String> {
@@ -757,8 +787,13 @@ impl Restarter<'_> {
             return Err(format!("{name}: unreadable in its node's cache"));
         }
         let path = dir.join(name);
-        let mut out = inside_dir(dir, Path::new(name))
-            .map_err(|e| e.to_string())
+        // a length other than the recorded size is not written (its bytes are drained)
+        let mut out = expected
+            .filter(|&e| e != len)
+            .map_or(Ok(()), |e| {
+                Err(format!("{name} is {len} bytes in cache, recorded {e}"))
+            })
+            .and_then(|()| inside_dir(dir, Path::new(name)).map_err(|e| e.to_string()))
             .and_then(|()| {
                 let parent = path.parent().unwrap_or(dir);
                 crate::private_dir::create_private_dir(base, parent).map_err(|e| e.to_string())

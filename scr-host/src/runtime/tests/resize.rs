@@ -486,3 +486,39 @@ fn a_lost_nodes_old_ranks_are_rebuilt_from_redundancy_then_served() {
         );
     }
 }
+
+/// A filemap on one node names a file outside the dataset's directory (damaged or
+/// hostile): the rank offered it refuses before building a path from it, every rank
+/// passes over the caches alike, naming the file, and (nothing flushed) no checkpoint is
+/// offered.
+#[test]
+fn a_cached_record_naming_a_file_outside_its_directory_is_refused_by_every_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("prefix");
+    let env = [("SCR_FLUSH", "0"), ("SCR_COPY_TYPE", "XOR")];
+    let wrote = job(dir.path(), &EIGHT, &env, |rt, r| {
+        write_parts(rt, &prefix, 1, r)
+    });
+    assert!(wrote.iter().all(|(_, end)| end.is_ok()), "{wrote:?}");
+    // old rank 5's record, on n2
+    let cntl = crate::layout::job_dir(&dir.path().join("cntl"), true, "n2", USER, JOB);
+    let mut map = Filemap::load(&cntl, 5).unwrap();
+    for rec in map.datasets.values_mut() {
+        rec.files[0].name = "../../escape.dat".into();
+    }
+    map.save(&cntl).unwrap();
+    let four = ["n0", "n1", "n2", "n3"];
+    let out = job_logged(dir.path(), &four, &env, |rt, r| {
+        read_writers_where(rt, half_share(r))
+    });
+    for (r, (read, end, _)) in out.iter().enumerate() {
+        assert_eq!(read, &None, "rank {r}");
+        assert_eq!(end, &Ok(()), "rank {r}");
+    }
+    let why = said(&out[0].2, "cannot be read from the nodes' caches");
+    assert!(
+        why.len() == 1 && why[0].contains("offered old rank 5's file at `../../escape.dat`"),
+        "{:#?}",
+        out[0].2
+    );
+}
