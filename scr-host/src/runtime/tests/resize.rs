@@ -522,3 +522,25 @@ fn a_cached_record_naming_a_file_outside_its_directory_is_refused_by_every_rank(
         out[0].2
     );
 }
+
+/// What a restart of another size left in a store (a run that ended inside it) is
+/// removed by the next init, on every node.
+#[test]
+fn a_restarts_leftover_copies_are_removed_at_the_next_init() {
+    let dir = tempfile::tempdir().unwrap();
+    for node in ["n0", "n1"] {
+        let left = cache_job_dir(dir.path(), node).join("scr.resize.7.1/ckpt.7");
+        std::fs::create_dir_all(&left).unwrap();
+        std::fs::write(left.join("part_3.dat"), b"a copy").unwrap();
+    }
+    assert_eq!(staging_dirs(dir.path()).len(), 2);
+    let out = job(dir.path(), &["n0", "n1"], &[], |rt, _| rt.have_restart());
+    for (r, (offered, end)) in out.iter().enumerate() {
+        assert_eq!((offered, end), (&None, &Ok(())), "rank {r}");
+    }
+    assert!(
+        staging_dirs(dir.path()).is_empty(),
+        "{:?}",
+        staging_dirs(dir.path())
+    );
+}
