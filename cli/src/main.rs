@@ -87,7 +87,8 @@ enum Command {
     /// that is only in node-local cache into the prefix, rebuild the files of lost nodes
     /// through its redundancy scheme, verify every file's CRC32, and add it to the index
     /// (the restart point when it is the newest). Runs the per-node step itself for every
-    /// node it can reach.
+    /// node it can reach. With enable = false (SCR_ENABLE=0) it does nothing and exits 0,
+    /// as SCR's scr_postrun.
     Postrun(scavenge::PostrunArgs),
     /// Summarise the event log (PREFIX/.scr/events.jsonl): jobs, checkpoint cost, flush
     /// bandwidth, failures and the checkpoint interval they advise.

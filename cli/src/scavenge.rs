@@ -238,6 +238,12 @@ pub fn scavenge_command(config: Config, args: &ScavengeArgs) -> ExitCode {
 
 /// Run `scr postrun`.
 pub fn postrun_command(config: Config, args: &PostrunArgs) -> ExitCode {
+    // as SCR's scr_postrun: a disabled library left nothing to save, and postrun must not
+    // act on caches of a run that did not use it
+    if !config.get(scr_host::config::settings::ENABLE) {
+        println!("SCR is disabled (enable = false, SCR_ENABLE=0): postrun has nothing to do");
+        return ExitCode::SUCCESS;
+    }
     let (sc, nodes) = tools(config, &args.prefix, args.quiet, &args.node, true);
     let id = match sv::postrun_target(&sc, &nodes, args.id, args.no_copy) {
         Ok(Ok(id)) => id,

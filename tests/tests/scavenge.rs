@@ -99,12 +99,24 @@ fn snapshot(prefix: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 
 #[test]
 fn postrun_after_a_kill_saves_the_newest_checkpoint_and_a_fresh_cache_restarts_from_it() {
-    let c = cluster(0);
+    let mut c = cluster(0);
     killed_job(&c, TWO_NODES);
     assert!(
         Index::load(&c.prefix()).unwrap().datasets.is_empty(),
         "flush = 0: nothing in the prefix yet"
     );
+    // SCR_ENABLE=0 (as SCR's scr_postrun): nothing is done, and that is no failure
+    c.set("SCR_ENABLE", "0");
+    let disabled = scr(&c, TWO_NODES, &["postrun"]);
+    assert_eq!(disabled.code, 0, "{disabled}");
+    assert_eq!(
+        disabled.stdout,
+        "SCR is disabled (enable = false, SCR_ENABLE=0): postrun has nothing to do\n",
+        "{disabled}"
+    );
+    assert!(Index::load(&c.prefix()).unwrap().datasets.is_empty());
+    assert!(!c.prefix().join("ckpt.15").exists());
+    c.env.remove("SCR_ENABLE");
     let out = scr(&c, TWO_NODES, &["postrun"]);
     assert_eq!(out.code, 0, "{out}");
     assert!(
