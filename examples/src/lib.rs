@@ -2,6 +2,8 @@
 //! medians, and "plain" writes are the same bytes written and fsynced without scr-rs.
 #![forbid(unsafe_code)]
 
+pub mod scale;
+
 use std::io::Write;
 use std::path::Path;
 
