@@ -333,16 +333,13 @@ impl Fetcher<'_> {
         let mut tried: Vec<u64> = Vec::new();
         while let Some((entry, lists, _)) = self.choose_from_index(&tried, wanted, older_than) {
             tried.push(entry.id);
-            let list = match lists {
-                Lists::Mine(list) => list,
-                Lists::Every(layout) => match self.offer_resized(&entry, layout) {
-                    Ok(()) => return Ok(()),
-                    Err(reason) => {
-                        self.pass_over(&entry, &reason);
-                        older_than = bound_below(older_than, entry.checkpoint_id);
-                        continue;
-                    }
-                },
+            let list = match self.own_list_or_offer(&entry, lists) {
+                Ok(list) => list,
+                Err(true) => return Ok(()),
+                Err(false) => {
+                    older_than = bound_below(older_than, entry.checkpoint_id);
+                    continue;
+                }
             };
             // reading every file for its CRC32 reads the prefix as a fetch does: at most
             // `fetch_width` ranks at once
@@ -414,6 +411,26 @@ impl Fetcher<'_> {
         ));
     }
 
+    /// This rank's list of `entry`'s files when the job has as many ranks as wrote it
+    /// (`Ok`, for the caller to read or fetch); otherwise `entry` is offered read in place
+    /// (`Err(true)`), or passed over when it cannot be (`Err(false)`), alike on every rank.
+    fn own_list_or_offer(
+        &mut self,
+        entry: &IndexEntry,
+        lists: Lists,
+    ) -> std::result::Result<std::result::Result<Vec<FlushedFile>, String>, bool> {
+        match lists {
+            Lists::Mine(list) => Ok(list),
+            Lists::Every(layout) => match self.offer_resized(entry, layout) {
+                Ok(()) => Err(true),
+                Err(reason) => {
+                    self.pass_over(entry, &reason);
+                    Err(false)
+                }
+            },
+        }
+    }
+
     /// A checkpoint of the prefix that cannot be restarted from (`reason`, agreed) is
     /// passed over: said once, and marked failed in the index.
     fn pass_over(&self, entry: &IndexEntry, reason: &str) {
@@ -444,18 +461,15 @@ impl Fetcher<'_> {
                 return Ok(());
             };
             tried.push(entry.id);
-            let list = match lists {
-                Lists::Mine(list) => list,
-                // written by another number of ranks: read in place, not fetched (its
-                // redundancy sets were the old job's; the next checkpoint is this job's)
-                Lists::Every(layout) => match self.offer_resized(&entry, layout) {
-                    Ok(()) => return Ok(()),
-                    Err(reason) => {
-                        self.pass_over(&entry, &reason);
-                        older_than = bound_below(older_than, entry.checkpoint_id);
-                        continue;
-                    }
-                },
+            // written by another number of ranks: read in place, not fetched (its
+            // redundancy sets were the old job's; the next checkpoint is this job's)
+            let list = match self.own_list_or_offer(&entry, lists) {
+                Ok(list) => list,
+                Err(true) => return Ok(()),
+                Err(false) => {
+                    older_than = bound_below(older_than, entry.checkpoint_id);
+                    continue;
+                }
             };
             let fetch_started = std::time::Instant::now();
             // at most `fetch_width` ranks read from the prefix at once; a rank whose

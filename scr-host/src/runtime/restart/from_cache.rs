@@ -474,9 +474,19 @@ impl Restarter<'_> {
         if let Some(why) = why {
             return Err(why);
         }
-        // rebuild the sets this rank was chosen for
+        // rebuild the sets this rank was chosen for; a peer's record names files the
+        // scheme reads here: each must stay inside its directory
         let mut rebuilt = Vec::new();
         for plan in plans.iter().filter(|p| p.rebuilder == me) {
+            for (w, held) in &plan.members {
+                if let Some((_, _, rec)) = held {
+                    let dir = member_dir(plan.set, *w);
+                    for name in crate::runtime::cache::file_names(rec) {
+                        inside_dir(&dir, &name)
+                            .map_err(|e| format!("old rank {w}'s record: {e}"))?;
+                    }
+                }
+            }
             let template = plan
                 .members
                 .iter()
