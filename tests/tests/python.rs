@@ -705,8 +705,17 @@ from mpi4py import MPI
 import scr
 
 rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+
+
+def say(line):
+    # one write per line: print writes the text and its newline apart, and the ranks'
+    # output shares one pipe
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 if rank == 0:
-    print("ranks %d" % size, flush=True)
+    say("ranks %d" % size)
 
 
 def content(writer, step):
@@ -731,8 +740,8 @@ else:
                 exact = exact and f.read() == content(w, step)
             files += 1
     scr.complete_restart(exact)
-    print("r%d restarted %s writers %d files %d %s"
-          % (rank, name, writers, files, "exact" if exact else "DIFFERS"), flush=True)
+    say("r%d restarted %s writers %d files %d %s"
+        % (rank, name, writers, files, "exact" if exact else "DIFFERS"))
 scr.finalize()
 "#;
 
