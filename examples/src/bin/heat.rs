@@ -15,6 +15,13 @@
 //! SIGKILL right after step STEP (the job dies); `--kill-before-complete STEP` kills it
 //! after writing that step's checkpoint file but before `complete_output`;
 //! `--invalid-at STEP` makes rank R call `complete_output(false)` at that step.
+//!
+//! Online recovery: with `--spares N` the last N processes wait as spares and the
+//! application runs on the others through `scr_api::run_resilient`; a killed rank
+//! (`--kill-at`, only in the first attempt; `--wipe-before-kill` also removes the given
+//! directories first, as when its node's storage is lost) is replaced by a spare inside
+//! the same `mpiexec` (under MPI with ULFM), and the steps go on from the newest
+//! checkpoint, rebuilt from cache.
 
 use std::path::PathBuf;
 
@@ -56,9 +63,20 @@ struct Args {
     /// Rank --kill-rank declares this step's checkpoint invalid.
     #[arg(long)]
     invalid_at: Option<u64>,
-    /// The rank that misbehaves.
-    #[arg(long, default_value_t = 0)]
-    kill_rank: i32,
+    /// The rank that misbehaves (several, comma-separated, are killed at once).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    kill_rank: Vec<i32>,
+    /// Keep this many processes as spares and recover from a lost process inside this
+    /// mpiexec (needs MPI with ULFM: `mpiexec --with-ft ulfm`).
+    #[arg(long)]
+    spares: Option<u32>,
+    /// With --spares: go on with fewer ranks when no spare is left.
+    #[arg(long)]
+    shrink: bool,
+    /// Before --kill-at kills its rank, remove these directories (comma-separated), as
+    /// when the rank's node loses its storage.
+    #[arg(long, value_delimiter = ',')]
+    wipe_before_kill: Vec<PathBuf>,
 }
 
 fn kill_self() -> ! {
@@ -106,7 +124,19 @@ fn main() {
         // tests check this: a wrong mpiexec silently runs N singletons of 1 rank each
         println!("ranks {size}");
     }
-    match run(&args, &world, rank, size) {
+    let result = match args.spares {
+        Some(spares) => run_resilient(&args, &world, spares),
+        None => run(&args, &world, rank, size),
+    };
+    match result {
+        Ok(()) if scr_api::recovered() => {
+            // the library is finalized; MPI_Finalize is not called after a recovery:
+            // Open MPI 5.0's can wait for ever for the lost process (its fence counts it,
+            // open-mpi/ompi#11404), and the job's work is done
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
+            std::process::exit(0);
+        }
         Ok(()) => {}
         Err(e @ ScrError::Collective(_)) => {
             // every rank returned this same error and finalized (see `run`): the job ends
@@ -135,7 +165,7 @@ fn run(
     size: i32,
 ) -> Result<(), ScrError> {
     let mut scr = Scr::init(world)?;
-    match compute(args, world, rank, size, &mut scr) {
+    match compute(args, world, rank, size, &mut scr, 0) {
         Ok(()) => scr.finalize(),
         Err(e @ ScrError::Collective(_)) => {
             scr.finalize()?;
@@ -145,14 +175,59 @@ fn run(
     }
 }
 
+/// [`compute`] on the application's ranks, the last `spares` processes kept aside to
+/// replace a lost one (see `scr_api::run_resilient`).
+fn run_resilient(
+    args: &Args,
+    world: &mpi::topology::SimpleCommunicator,
+    spares: u32,
+) -> Result<(), ScrError> {
+    let options = scr_api::ResilientOptions {
+        spares,
+        shrink: args.shrink,
+    };
+    let finished = scr_api::run_resilient(
+        world,
+        &options,
+        &scr_api::Settings::new(),
+        |scr, comm, attempt| {
+            let (rank, size) = (comm.rank(), comm.size());
+            if rank == 0 && attempt.number > 0 {
+                println!(
+                    "recovered (attempt {}): lost rank(s) {:?}, spares took {:?}, {} rank(s) now, {:.3} s",
+                    attempt.number,
+                    attempt.lost,
+                    attempt.replaced,
+                    size,
+                    attempt.recovery_seconds
+                );
+            }
+            compute(args, comm, rank, size, scr, attempt.number)?;
+            if rank == 0 {
+                println!("recoveries {}", attempt.number);
+            }
+            Ok(())
+        },
+    )?;
+    if let scr_api::Finished::Spare { recoveries } = finished {
+        scr_examples::say!(
+            "scr-heat: process {} stayed a spare through {recoveries} recoveries",
+            world.rank()
+        );
+    }
+    Ok(())
+}
+
 /// The time steps, restarting from the newest usable checkpoint and checkpointing as
-/// the library asks; rank 0 prints the final state's CRC32.
+/// the library asks; rank 0 prints the final state's CRC32. `attempt` counts the
+/// recoveries before this run of it (the fault injections act in the first only).
 fn compute(
     args: &Args,
     world: &mpi::topology::SimpleCommunicator,
     rank: i32,
     size: i32,
     scr: &mut Scr,
+    attempt: u32,
 ) -> Result<(), ScrError> {
     for lost in scr.lost_datasets() {
         if rank == 0 {
@@ -226,7 +301,10 @@ fn compute(
         if args.sleep_ms > 0 {
             std::thread::sleep(std::time::Duration::from_millis(args.sleep_ms));
         }
-        if args.kill_at == Some(step) && rank == args.kill_rank {
+        if args.kill_at == Some(step) && args.kill_rank.contains(&rank) && attempt == 0 {
+            for dir in &args.wipe_before_kill {
+                let _ = std::fs::remove_dir_all(dir);
+            }
             kill_self();
         }
 
@@ -240,10 +318,10 @@ fn compute(
             scr.start_output(&name, Flags::CHECKPOINT)?;
             let path = scr.route_file(file_name(&name, rank))?;
             let mut ok = std::fs::write(&path, encode(step, &u)).is_ok();
-            if args.kill_before_complete == Some(step) && rank == args.kill_rank {
+            if args.kill_before_complete == Some(step) && args.kill_rank.contains(&rank) {
                 kill_self();
             }
-            if args.invalid_at == Some(step) && rank == args.kill_rank {
+            if args.invalid_at == Some(step) && args.kill_rank.contains(&rank) {
                 ok = false;
             }
             let kept = scr.complete_output(ok)?;

@@ -14,9 +14,41 @@ use super::output::writer;
 use super::policy::{agree_need, halt_reason, load_halt, Rule};
 use super::prefix::prefix;
 use super::restart::restarter;
-use super::{comm, mpi_exit, now_secs, OutputFlags, Result, Runtime, ScrError, FINALIZE_REASON};
+use super::{
+    comm, mpi_exit, now_secs, ulfm, OutputFlags, Result, Runtime, ScrError, FINALIZE_REASON,
+};
 use crate::config::settings;
 use crate::state::halt::Halt;
+
+// ----- a lost process -----
+
+impl Runtime {
+    /// Run the application's call `call`: a process lost meanwhile (the MPI calls unwind
+    /// with `ulfm::ProcessLost`, see `ulfm`) becomes [`ScrError::ProcessFailed`] here and
+    /// in every later call, on every rank (each sees its revoked communicators fail).
+    /// Any other panic goes on unwinding.
+    fn guarded<T>(&mut self, call: &str, f: impl FnOnce(&mut Runtime) -> Result<T>) -> Result<T> {
+        if let Some(e) = self.world.health().lost_error(call) {
+            return Err(e);
+        }
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *self)));
+        match out {
+            Ok(r) => r,
+            Err(payload) => match payload.downcast::<ulfm::ProcessLost>() {
+                Ok(lost) => {
+                    let why = ulfm::error_string(lost.code);
+                    self.topo
+                        .warn(&format!("{call}: a process of the job was lost ({why})"));
+                    self.world.health_mut().mark_lost(call, &why);
+                    Err(ScrError::ProcessFailed(format!(
+                        "{call}: a process of the job was lost ({why}); the library's communicators are revoked: recover (a resilient run replaces the process) or end the job"
+                    )))
+                }
+                Err(other) => std::panic::resume_unwind(other),
+            },
+        }
+    }
+}
 
 // ----- queries -----
 
@@ -50,15 +82,17 @@ impl Runtime {
     pub fn have_restart_fetching(&mut self) -> Result<Option<String>> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("have_restart");
-        restarter!(self).have_restart_fetching()
+        self.guarded("have_restart", |rt| restarter!(rt).have_restart_fetching())
     }
 
     /// Begin reading the restart checkpoint; returns its name.
     pub fn start_restart(&mut self) -> Result<String> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("start_restart");
-        let writing = self.output.is_some();
-        restarter!(self).start_restart(writing)
+        self.guarded("start_restart", |rt| {
+            let writing = rt.output.is_some();
+            restarter!(rt).start_restart(writing)
+        })
     }
 
     /// Finish reading (collective). If any rank says `!valid`, this checkpoint is passed
@@ -70,7 +104,9 @@ impl Runtime {
     pub fn complete_restart(&mut self, valid: bool) -> Result<bool> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("complete_restart");
-        restarter!(self).complete_restart(valid)
+        self.guarded("complete_restart", |rt| {
+            restarter!(rt).complete_restart(valid)
+        })
     }
 
     /// The number of ranks that wrote the checkpoint being read (between start_restart
@@ -79,7 +115,7 @@ impl Runtime {
     /// [`Runtime::route_file`] resolves any of them.
     pub fn restart_writers(&mut self) -> Result<u32> {
         let _log = self.span.clone().entered();
-        restarter!(self).writers()
+        self.guarded("restart_writers", |rt| restarter!(rt).writers())
     }
 
     /// The files writer `rank` of the checkpoint being read wrote, as paths inside the
@@ -89,7 +125,7 @@ impl Runtime {
     /// back what it wrote.
     pub fn restart_files(&mut self, rank: u32) -> Result<Vec<PathBuf>> {
         let _log = self.span.clone().entered();
-        restarter!(self).written_by(rank)
+        self.guarded("restart_files", |rt| restarter!(rt).written_by(rank))
     }
 
     /// Make the named checkpoint the restart candidate, passing over newer ones
@@ -97,7 +133,7 @@ impl Runtime {
     pub fn current(&mut self, name: &str) -> Result<()> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("current");
-        restarter!(self).current(name)
+        self.guarded("current", |rt| restarter!(rt).current(name))
     }
 }
 
@@ -123,7 +159,9 @@ impl Runtime {
     ) -> Result<()> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("start_output");
-        writer!(self).start_output_or_refuse(name, flags, refused)
+        self.guarded("start_output", |rt| {
+            writer!(rt).start_output_or_refuse(name, flags, refused)
+        })
     }
 
     /// SCR's legacy `SCR_Start_checkpoint`: a checkpoint named `ckpt.<checkpoint id>`.
@@ -145,7 +183,7 @@ impl Runtime {
     pub fn route_file(&mut self, name: &Path) -> Result<PathBuf> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("route_file");
-        writer!(self).route_file(name)
+        self.guarded("route_file", |rt| writer!(rt).route_file(name))
     }
 
     /// Finish the dataset (collective): it is kept only if every rank says `valid`, its
@@ -154,16 +192,18 @@ impl Runtime {
     pub fn complete_output(&mut self, valid: bool) -> Result<bool> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("complete_output");
-        let checkpoint = self
-            .output
-            .as_ref()
-            .is_some_and(|o| o.record().checkpoint_id.is_some());
-        let kept = writer!(self).complete_output(valid)?;
-        if kept && checkpoint {
-            // with halt_exit, a halt condition ends the run once a checkpoint is kept
-            self.exit_if_halted();
-        }
-        Ok(kept)
+        self.guarded("complete_output", |rt| {
+            let checkpoint = rt
+                .output
+                .as_ref()
+                .is_some_and(|o| o.record().checkpoint_id.is_some());
+            let kept = writer!(rt).complete_output(valid)?;
+            if kept && checkpoint {
+                // with halt_exit, a halt condition ends the run once a checkpoint is kept
+                rt.exit_if_halted();
+            }
+            Ok(kept)
+        })
     }
 }
 
@@ -178,17 +218,19 @@ impl Runtime {
     pub fn drop_dataset(&mut self, name: &str) -> Result<()> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("drop");
-        let cached = self.cache.id_of(name).ok();
-        let pre = self
-            .same_name("drop", name)
-            .and_then(|()| self.not_in_use("drop", name, cached));
-        self.world.begin("drop", pre)?;
-        if let Some(id) = cached {
-            flusher!(self).settle_flush_of(id);
-            self.restart.skip(id);
-        }
-        self.restart.forget_in_prefix(name);
-        prefix!(self).remove("drop", name, cached, false)
+        self.guarded("drop", |rt| {
+            let cached = rt.cache.id_of(name).ok();
+            let pre = rt
+                .same_name("drop", name)
+                .and_then(|()| rt.not_in_use("drop", name, cached));
+            rt.world.begin("drop", pre)?;
+            if let Some(id) = cached {
+                flusher!(rt).settle_flush_of(id);
+                rt.restart.skip(id);
+            }
+            rt.restart.forget_in_prefix(name);
+            prefix!(rt).remove("drop", name, cached, false)
+        })
     }
 
     /// SCR's `SCR_Delete` (collective): the named dataset's files are deleted from cache
@@ -199,21 +241,23 @@ impl Runtime {
     pub fn delete(&mut self, name: &str) -> Result<()> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("delete");
-        let cached = self.cache.id_of(name).ok();
-        let pre = self
-            .same_name("delete", name)
-            .and_then(|()| self.not_in_use("delete", name, cached));
-        self.world.begin("delete", pre)?;
-        if let Some(id) = cached {
-            flusher!(self).settle_flush_of(id);
-        }
-        let local = match cached.and_then(|id| self.cache.get(id).cloned()) {
-            Some(rec) => evictor!(self).delete_dataset(&rec),
-            None => Ok(()),
-        };
-        self.world.changed("delete", local)?;
-        self.restart.forget_in_prefix(name);
-        prefix!(self).remove("delete", name, cached, true)
+        self.guarded("delete", |rt| {
+            let cached = rt.cache.id_of(name).ok();
+            let pre = rt
+                .same_name("delete", name)
+                .and_then(|()| rt.not_in_use("delete", name, cached));
+            rt.world.begin("delete", pre)?;
+            if let Some(id) = cached {
+                flusher!(rt).settle_flush_of(id);
+            }
+            let local = match cached.and_then(|id| rt.cache.get(id).cloned()) {
+                Some(rec) => evictor!(rt).delete_dataset(&rec),
+                None => Ok(()),
+            };
+            rt.world.changed("delete", local)?;
+            rt.restart.forget_in_prefix(name);
+            prefix!(rt).remove("delete", name, cached, true)
+        })
     }
 
     /// `Err` when the dataset `name` (`cached` here) is being written or read on this
@@ -255,23 +299,25 @@ impl Runtime {
     pub fn need_checkpoint(&mut self) -> Result<bool> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("need_checkpoint");
-        self.world.usable("need_checkpoint")?;
-        flusher!(self).poll_flushes();
-        self.cache.poll_crc();
-        self.policy.count_call();
-        let (need, exit) = agree_need(
-            self.world.as_dyn(),
-            || {
-                let halt = self.halt_check();
-                let need = self.policy.need(&Rule::of(&self.config), Instant::now());
-                (halt, need)
-            },
-            self.config.get(settings::HALT_EXIT),
-        );
-        if let Some(reason) = exit {
-            self.halt_and_exit(reason);
-        }
-        Ok(need)
+        self.guarded("need_checkpoint", |rt| {
+            rt.world.usable("need_checkpoint")?;
+            flusher!(rt).poll_flushes();
+            rt.cache.poll_crc();
+            rt.policy.count_call();
+            let (need, exit) = agree_need(
+                rt.world.as_dyn(),
+                || {
+                    let halt = rt.halt_check();
+                    let need = rt.policy.need(&Rule::of(&rt.config), Instant::now());
+                    (halt, need)
+                },
+                rt.config.get(settings::HALT_EXIT),
+            );
+            if let Some(reason) = exit {
+                rt.halt_and_exit(reason);
+            }
+            Ok(need)
+        })
     }
 
     /// Rank 0's view of the halt conditions.
@@ -289,35 +335,37 @@ impl Runtime {
     pub fn should_exit(&mut self) -> Result<bool> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("should_exit");
-        self.world.usable("should_exit")?;
-        flusher!(self).poll_flushes();
-        self.cache.poll_crc();
-        match self.agreed_halt_reason() {
-            None => Ok(false),
-            Some(reason) => {
-                if self.topo.rank() == 0 {
-                    tracing::warn!("should_exit: yes, {reason}");
+        self.guarded("should_exit", |rt| {
+            rt.world.usable("should_exit")?;
+            flusher!(rt).poll_flushes();
+            rt.cache.poll_crc();
+            match rt.agreed_halt_reason() {
+                None => Ok(false),
+                Some(reason) => {
+                    if rt.topo.rank() == 0 {
+                        tracing::warn!("should_exit: yes, {reason}");
+                    }
+                    if rt.world.health().halt_reason().is_none() {
+                        rt.job.log_event(crate::events::Event::Halt {
+                            reason: reason.clone(),
+                        });
+                    }
+                    rt.world.health_mut().set_halt_reason(reason);
+                    // an application that exits now without finalize leaves the CRC32s of
+                    // its last dataset recorded
+                    rt.cache.settle_crc();
+                    // the run is about to end: its newest checkpoint goes to the prefix now
+                    // (finalize would otherwise; an application that exits without it
+                    // still leaves it saved)
+                    if rt.flush_at_end() {
+                        flusher!(rt).flush_newest("should_exit")?;
+                        // (a background flush dies with a process that exits now: wait)
+                        flusher!(rt).wait_flushes(false);
+                    }
+                    Ok(true)
                 }
-                if self.world.health().halt_reason().is_none() {
-                    self.job.log_event(crate::events::Event::Halt {
-                        reason: reason.clone(),
-                    });
-                }
-                self.world.health_mut().set_halt_reason(reason);
-                // an application that exits now without finalize leaves the CRC32s of
-                // its last dataset recorded
-                self.cache.settle_crc();
-                // the run is about to end: its newest checkpoint goes to the prefix now
-                // (finalize would otherwise; an application that exits without it
-                // still leaves it saved)
-                if self.flush_at_end() {
-                    flusher!(self).flush_newest("should_exit")?;
-                    // (a background flush dies with a process that exits now: wait)
-                    flusher!(self).wait_flushes(false);
-                }
-                Ok(true)
             }
-        }
+        })
     }
 
     /// Rank 0's view of the halt conditions, on every rank (collective).
@@ -381,67 +429,69 @@ impl Runtime {
     pub fn finalize(&mut self) -> Result<()> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("finalize");
-        if self.world.health().is_finalized() {
-            return Ok(());
-        }
-        self.world.health_mut().set_finalized(true);
-        if let Some(out) = self.output.take() {
-            self.topo
-                .warn("finalize: a dataset was still being written; it is discarded");
-            if self.world.health().is_uncertain() {
-                // complete_output is refused now; each rank drops its part (no collective
-                // step: the ranks' state is uncertain already)
-                if let Err(e) = evictor!(self).delete_dataset(out.record()) {
-                    tracing::warn!("{e}");
-                }
-            } else {
-                self.output = Some(out);
-                // agreed on every rank; the flushes are waited for and the exit reason
-                // recorded all the same
-                if let Err(e) = self.complete_output(false) {
-                    self.topo
-                        .warn(&format!("finalize: discarding the open dataset: {e}"));
+        self.guarded("finalize", |rt| {
+            if rt.world.health().is_finalized() {
+                return Ok(());
+            }
+            rt.world.health_mut().set_finalized(true);
+            if let Some(out) = rt.output.take() {
+                rt.topo
+                    .warn("finalize: a dataset was still being written; it is discarded");
+                if rt.world.health().is_uncertain() {
+                    // complete_output is refused now; each rank drops its part (no collective
+                    // step: the ranks' state is uncertain already)
+                    if let Err(e) = evictor!(rt).delete_dataset(out.record()) {
+                        tracing::warn!("{e}");
+                    }
+                } else {
+                    rt.output = Some(out);
+                    // agreed on every rank; the flushes are waited for and the exit reason
+                    // recorded all the same
+                    if let Err(e) = rt.complete_output(false) {
+                        rt.topo
+                            .warn(&format!("finalize: discarding the open dataset: {e}"));
+                    }
                 }
             }
-        }
-        // every dataset kept leaves its CRC32s recorded, before the flush at the end
-        // compares against them
-        self.cache.settle_crc();
-        flusher!(self).wait_flushes(true);
-        // a clean finish (or a halt) leaves the newest checkpoint in the prefix, not in
-        // node-local cache only; a flush that fails is reported and leaves it cached
-        // (scavenge can still save it), never failing finalize
-        if !self.world.health().is_uncertain() && self.flush_at_end() {
-            if let Err(e) = flusher!(self).flush_newest("finalize") {
-                self.topo
-                    .warn(&format!("finalize: flushing the newest checkpoint: {e}"));
-            }
-            flusher!(self).wait_flushes(true);
-        }
-        self.job.log_event(crate::events::Event::Finalize {
-            seconds_total: self.report.init_started().elapsed().as_secs_f64(),
-        });
-        if self.topo.rank() == 0 {
-            // record why the run ended, unless someone set a reason of their own (read
-            // and written under the prefix lock, like every halt file update)
-            let reason = match self.world.health().halt_reason() {
-                Some(why) => format!("{FINALIZE_REASON} ({why})"),
-                None => FINALIZE_REASON.into(),
-            };
-            let recorded = Halt::update(self.job.prefix(), |halt| {
-                let unset = halt.exit_reason.is_none();
-                if unset {
-                    halt.exit_reason = Some(reason);
+            // every dataset kept leaves its CRC32s recorded, before the flush at the end
+            // compares against them
+            rt.cache.settle_crc();
+            flusher!(rt).wait_flushes(true);
+            // a clean finish (or a halt) leaves the newest checkpoint in the prefix, not in
+            // node-local cache only; a flush that fails is reported and leaves it cached
+            // (scavenge can still save it), never failing finalize
+            if !rt.world.health().is_uncertain() && rt.flush_at_end() {
+                if let Err(e) = flusher!(rt).flush_newest("finalize") {
+                    rt.topo
+                        .warn(&format!("finalize: flushing the newest checkpoint: {e}"));
                 }
-                (unset, ())
+                flusher!(rt).wait_flushes(true);
+            }
+            rt.job.log_event(crate::events::Event::Finalize {
+                seconds_total: rt.report.init_started().elapsed().as_secs_f64(),
             });
-            // the job's work is done: a full or failing prefix here is reported, never
-            // turned into a failed finalize (which applications abort on)
-            if let Err(e) = recorded {
-                tracing::warn!("{e}; the exit reason is not recorded");
+            if rt.topo.rank() == 0 {
+                // record why the run ended, unless someone set a reason of their own (read
+                // and written under the prefix lock, like every halt file update)
+                let reason = match rt.world.health().halt_reason() {
+                    Some(why) => format!("{FINALIZE_REASON} ({why})"),
+                    None => FINALIZE_REASON.into(),
+                };
+                let recorded = Halt::update(rt.job.prefix(), |halt| {
+                    let unset = halt.exit_reason.is_none();
+                    if unset {
+                        halt.exit_reason = Some(reason);
+                    }
+                    (unset, ())
+                });
+                // the job's work is done: a full or failing prefix here is reported, never
+                // turned into a failed finalize (which applications abort on)
+                if let Err(e) = recorded {
+                    tracing::warn!("{e}; the exit reason is not recorded");
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Whether `finalize` ran (or the runtime was abandoned).

@@ -232,6 +232,8 @@ pub(in crate::runtime) struct Health {
     /// Set (on every rank alike) when a call failed after ranks had begun to change their
     /// state: what failed.
     uncertain: Option<String>,
+    /// Set when a process of the job was lost (see `ulfm`): the call and MPI's words.
+    lost: Option<String>,
 }
 
 impl Health {
@@ -245,6 +247,9 @@ impl Health {
 
     /// Refuse `call` when an earlier call left the ranks' state uncertain.
     pub(in crate::runtime) fn usable(&self, call: &str) -> Result<()> {
+        if let Some(e) = self.lost_error(call) {
+            return Err(e);
+        }
         match &self.uncertain {
             Some(why) => Err(ScrError::StateUncertain(format!(
                 "{call}: refused, because an earlier call left the ranks' cached state uncertain ({why}); call finalize (or MPI_Abort) and restart the job, which restores what every rank agrees on"
@@ -256,6 +261,24 @@ impl Health {
     /// `what` failed with `e` after the ranks began to change their state (agreed).
     pub(in crate::runtime) fn mark_uncertain(&mut self, what: &str, e: &ScrError) {
         self.uncertain = Some(format!("{what}: {e}"));
+    }
+
+    /// A process was lost during `call` (MPI's words in `why`): this runtime makes no
+    /// MPI call again, and owes no finalize.
+    pub(in crate::runtime) fn mark_lost(&mut self, call: &str, why: &str) {
+        if self.lost.is_none() {
+            self.lost = Some(format!("{call}: a process of the job was lost ({why})"));
+        }
+        self.finalized = true;
+    }
+
+    /// The error every call returns once a process was lost.
+    pub(in crate::runtime) fn lost_error(&self, call: &str) -> Option<ScrError> {
+        self.lost.as_ref().map(|why| {
+            ScrError::ProcessFailed(format!(
+                "{call}: refused, because {why}; the library's communicators are revoked: recover (a resilient run replaces the process) or end the job"
+            ))
+        })
     }
 
     /// Whether an earlier call left the state uncertain.

@@ -439,6 +439,8 @@ fn broadcast_from_limited(
     let is_root = comm.rank() == root;
     let mut len = wide(mine.len());
     broadcast_into(comm, root, &mut len);
+    // (a failed broadcast's length is not a length)
+    super::ulfm::check();
     // (a length is a usize on its sender; one that does not fit here cannot be held)
     let len = usize::try_from(len).unwrap_or(usize::MAX);
     let mut buf = if is_root { mine.to_vec() } else { Vec::new() };
@@ -452,6 +454,7 @@ fn broadcast_from_limited(
             buf.resize(at + n, 0);
         }
         broadcast_into(comm, root, &mut buf[at..at + n]);
+        super::ulfm::check();
         at += n;
     }
     buf
@@ -474,6 +477,7 @@ pub fn all_gather_bytes_limited(
     let me = usize::try_from(world.rank()).unwrap_or(0);
     let mut lens = vec![0u64; n];
     world.all_gather_into(&wide(mine.len()), &mut lens[..]);
+    super::ulfm::check();
     let word = std::mem::size_of::<u64>();
     collective(word, word * n.saturating_sub(1));
     // (each grown as the rounds bring its bytes: a peer's word for its length is not
@@ -498,6 +502,7 @@ pub fn all_gather_bytes_limited(
             let mut part = PartitionMut::new(&mut buf[..], &counts[..], &displs[..]);
             world.all_gather_varcount_into(piece, &mut part);
         }
+        super::ulfm::check();
         collective(piece.len(), total - piece.len());
         for (r, (&c, &d)) in counts.iter().zip(&displs).enumerate() {
             out[r].extend_from_slice(&buf[d as usize..d as usize + c as usize]);
@@ -630,7 +635,25 @@ pub fn sparse_exchange(
             .collect();
         let mut barrier = None;
         loop {
+            if super::ulfm::lost() {
+                // a process was lost and the communicator revoked: every request still
+                // pending completes (with an error) at once; wait for them, so none is
+                // dropped pending, and unwind after the scope
+                for r in pending {
+                    r.wait();
+                }
+                if let Some(b) = barrier.take() {
+                    let b: mpi::request::Request<'_, (), _> = b;
+                    b.wait();
+                }
+                return;
+            }
             if let Some(probed) = comm.any_process().immediate_matched_probe_with_tag(tag) {
+                if super::ulfm::lost() {
+                    // (a failed probe matched nothing: its message is not one MPI holds)
+                    std::mem::forget(probed);
+                    continue;
+                }
                 let (bytes, status) = probed.matched_receive_vec::<u8>();
                 received(bytes.len());
                 got.push((status.source_rank() as u32, bytes));
@@ -652,6 +675,7 @@ pub fn sparse_exchange(
             std::thread::yield_now();
         }
     });
+    super::ulfm::check();
     got.sort_by_key(|(from, _)| *from);
     got
 }
@@ -673,9 +697,30 @@ pub fn receive_into<B: BufferMut + ?Sized>(peer: &Process<'_>, buf: &mut B, tag:
 
 /// `peer.receive_vec_with_tag::<u8>(tag)`, counted.
 pub fn receive_vec(peer: &Process<'_>, tag: i32) -> Vec<u8> {
-    let v = peer.receive_vec_with_tag::<u8>(tag).0;
+    // (probe, then receive: a failed probe's message is not received)
+    let v = received_after_probe(peer.matched_probe_with_tag(tag)).0;
     received(v.len());
     v
+}
+
+/// The message a probe matched, unless a process was lost: then the probe failed, its
+/// message is not one MPI holds (forgotten, never received or dropped) and this unwinds
+/// (`ulfm::check`).
+fn received_after_probe(
+    probed: (mpi::point_to_point::Message, mpi::point_to_point::Status),
+) -> (Vec<u8>, mpi::point_to_point::Status) {
+    if super::ulfm::lost() {
+        std::mem::forget(probed);
+        super::ulfm::raise();
+    }
+    probed.matched_receive_vec::<u8>()
+}
+
+/// A message from any rank of `comm` with `tag`: its sender and bytes, counted.
+pub fn receive_any_vec(comm: &SimpleCommunicator, tag: i32) -> (u32, Vec<u8>) {
+    let (v, status) = received_after_probe(comm.any_process().matched_probe_with_tag(tag));
+    received(v.len());
+    (u32::try_from(status.source_rank()).unwrap_or(0), v)
 }
 
 #[cfg(test)]

@@ -51,7 +51,21 @@ impl Runtime {
         // the fault suite's programs name their hooks in the environment they are
         // started with, read here with the rest of it
         let hooks = TestHooks::from_env(&loader.env);
-        Self::init_in(world, loader, options, hooks)
+        // a process lost during init (see `ulfm`) unwinds to here: the parts built so far
+        // are dropped without MPI calls of their own, and every rank returns the error
+        let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Self::init_in(world, loader, options, hooks)
+        }));
+        match started {
+            Ok(r) => r,
+            Err(payload) => match payload.downcast::<super::ulfm::ProcessLost>() {
+                Ok(lost) => Err(ScrError::ProcessFailed(format!(
+                    "init: a process of the job was lost ({}); the library's communicators are revoked: recover (a resilient run replaces the process) or end the job",
+                    super::ulfm::error_string(lost.code)
+                ))),
+                Err(other) => std::panic::resume_unwind(other),
+            },
+        }
     }
 
     /// [`Runtime::init_with`] on any [`World`] (MPI, or threads acting as ranks in the

@@ -92,6 +92,7 @@ mod tags;
 #[cfg(test)]
 mod tests;
 mod topology;
+pub mod ulfm;
 pub(crate) mod window;
 mod world;
 

@@ -317,6 +317,18 @@ impl MpiHost {
             }
             backoff.pause();
         }
+        if super::ulfm::lost() {
+            // the set's communicators were revoked: the reduction completed with an
+            // error and its sum is not one; MPI may still hold the notices' buffers
+            std::mem::forget(settling);
+            std::mem::forget(payload);
+            std::mem::forget(notices);
+            self.in_call.store(false, Ordering::SeqCst);
+            drop(_serial);
+            // (on the runtime's thread, after the plugin call returned: unwinds to the
+            // API call, see `ulfm`)
+            super::ulfm::raise();
+        }
         collective(8, 8);
         self.in_call.store(false, Ordering::SeqCst);
         let failed = settling.sum();
@@ -396,6 +408,9 @@ impl MpiHost {
     /// `Err` when a member failed in this call (a notice held or just arrived; under the
     /// MPI lock): what every service returns from then on.
     fn peer_failed(&self) -> Result<(), PluginError> {
+        if super::ulfm::lost() {
+            return Err(process_lost());
+        }
         if !self.in_call.load(Ordering::SeqCst) {
             return Ok(());
         }
@@ -420,7 +435,11 @@ impl MpiHost {
         let mut backoff = Backoff::new();
         loop {
             if req.test() {
-                return Ok(());
+                // (a request on a revoked communicator completes with an error)
+                return match super::ulfm::lost() {
+                    true => Err(process_lost()),
+                    false => Ok(()),
+                };
             }
             self.peer_failed()?;
             backoff.pause();
@@ -486,4 +505,13 @@ impl Drop for MpiHost {
         // SAFETY: `ctl` is dropped exactly once, here, and never used afterwards.
         unsafe { ManuallyDrop::drop(&mut self.ctl) };
     }
+}
+
+/// What a host service returns to the plugin once a process of the job was lost: the
+/// set's communicators are revoked (see `ulfm`), and the runtime's next call unwinds.
+pub(super) fn process_lost() -> PluginError {
+    PluginError::communication(format!(
+        "a process of the job was lost ({})",
+        super::ulfm::error_string(super::ulfm::lost_code())
+    ))
 }

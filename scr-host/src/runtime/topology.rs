@@ -42,10 +42,16 @@ impl Topology {
         let simulated = !node_names.is_empty();
         let node = if simulated {
             let names: Vec<&str> = node_names.split(',').map(str::trim).collect();
-            match names.get(rank as usize) {
+            // (by the process's rank in the whole job: see `World::process_index`)
+            let index = world.process_index();
+            match names.get(index as usize) {
                 Some(n) if !n.is_empty() => Ok(n.to_string()),
-                _ => Err(ScrError::Usage(format!(
+                _ if index == rank => Err(ScrError::Usage(format!(
                     "node_names lists {} node(s) but the job has {size} ranks; give one name per rank",
+                    names.len()
+                ))),
+                _ => Err(ScrError::Usage(format!(
+                    "node_names lists {} node(s) but this is process {index} of the MPI job; give one name per process, spares included",
                     names.len()
                 ))),
             }

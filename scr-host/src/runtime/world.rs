@@ -78,6 +78,14 @@ pub(crate) trait World: Send + Sync {
     /// Number of ranks.
     fn size(&self) -> u32;
 
+    /// This process's rank in the whole MPI job (`MPI_COMM_WORLD`), which names its
+    /// simulated node (`node_names`): the same as [`World::rank`] unless the runtime runs
+    /// on part of the job (a resilient run's application ranks, where a spare that took
+    /// a lost rank's number stays on its own node).
+    fn process_index(&self) -> u32 {
+        self.rank()
+    }
+
     /// Wait until every rank entered the barrier (collective).
     fn barrier(&self);
 

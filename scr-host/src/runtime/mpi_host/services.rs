@@ -90,6 +90,11 @@ impl MpiHost {
                 .process_at_rank(src)
                 .immediate_matched_probe_with_tag(tag)
             {
+                if crate::runtime::ulfm::lost() {
+                    // (a failed probe matched nothing MPI holds)
+                    std::mem::forget(m);
+                    return Err(super::process_lost());
+                }
                 break m;
             }
             self.peer_failed()?;
@@ -100,6 +105,9 @@ impl MpiHost {
         received(count);
         if count == buf.len() {
             msg.matched_receive_into(buf);
+            if crate::runtime::ulfm::lost() {
+                return Err(super::process_lost());
+            }
             return Ok(());
         }
         let expected = buf.len();

@@ -13,14 +13,13 @@ use std::ptr::NonNull;
 use std::sync::MutexGuard;
 
 use mpi::collective::SystemOperation;
-use mpi::point_to_point::MatchedReceiveVec as _;
 use mpi::topology::{Color, SimpleCommunicator};
-use mpi::traits::{Communicator as _, Source as _};
+use mpi::traits::Communicator as _;
 use scr_plugin::sync::lock;
 
 use super::{Op, SetHost, World};
-use crate::runtime::comm;
 use crate::runtime::mpi_host::{MpiHost, SERIAL};
+use crate::runtime::{comm, ulfm};
 
 /// The communicator of an [`MpiWorld`].
 enum Handle {
@@ -62,6 +61,10 @@ impl MpiWorld {
     /// `comm` as a world that owns it (frees it when dropped).
     pub(crate) fn new(comm: SimpleCommunicator) -> MpiWorld {
         let (rank, size, threading) = MpiWorld::read(&comm);
+        {
+            let _serial = lock(&SERIAL);
+            ulfm::watch(&comm);
+        }
         MpiWorld {
             handle: Handle::Owned(comm),
             rank,
@@ -104,7 +107,13 @@ impl MpiWorld {
     /// nothing).
     pub(crate) fn into_communicator(mut self) -> Option<SimpleCommunicator> {
         match std::mem::replace(&mut self.handle, Handle::Taken) {
-            Handle::Owned(c) => Some(c),
+            Handle::Owned(c) => {
+                // (its new owner frees it: the error handler stays with it, but it is no
+                // longer revoked with the runtime's)
+                let _serial = lock(&SERIAL);
+                ulfm::unwatch(&c);
+                Some(c)
+            }
             _ => None,
         }
     }
@@ -150,12 +159,26 @@ impl MpiWorld {
         }
         (lock(&SERIAL), self.comm())
     }
+
+    /// `f` on the communicator under the MPI lock (see `enter`), refused before and
+    /// checked after for a lost process (`ulfm::check` unwinds to the API call), so no
+    /// result of a failed call is used.
+    fn call<R>(&self, op: &str, f: impl FnOnce(&SimpleCommunicator) -> R) -> R {
+        ulfm::check();
+        let out = {
+            let (_g, c) = self.enter(op);
+            f(c)
+        };
+        ulfm::check();
+        out
+    }
 }
 
 impl Drop for MpiWorld {
     fn drop(&mut self) {
         if let Handle::Owned(c) = std::mem::replace(&mut self.handle, Handle::Taken) {
             let _serial = lock(&SERIAL);
+            ulfm::unwatch(&c);
             drop(c);
         }
     }
@@ -185,51 +208,60 @@ impl World for MpiWorld {
         self.size
     }
 
+    fn process_index(&self) -> u32 {
+        let _serial = lock(&SERIAL);
+        u32::try_from(mpi::topology::SimpleCommunicator::world().rank()).unwrap_or(self.rank)
+    }
+
     fn barrier(&self) {
-        let (_g, c) = self.enter("barrier");
-        comm::barrier(c);
+        self.call("barrier", comm::barrier);
     }
 
     fn broadcast_into(&self, root: u32, buf: &mut [u8]) {
-        let (_g, c) = self.enter("broadcast_into");
-        comm::broadcast_into(c, mpi_rank(root), buf);
+        self.call("broadcast_into", |c| {
+            comm::broadcast_into(c, mpi_rank(root), buf)
+        });
     }
 
     fn broadcast_from(&self, root: u32, mine: &[u8]) -> Vec<u8> {
-        let (_g, c) = self.enter("broadcast_from");
-        comm::broadcast_from(c, mpi_rank(root), mine)
+        self.call("broadcast_from", |c| {
+            comm::broadcast_from(c, mpi_rank(root), mine)
+        })
     }
 
     fn all_gather_fixed(&self, mine: &[u8]) -> Vec<u8> {
-        let (_g, c) = self.enter("all_gather_fixed");
         let mut out = vec![0u8; mine.len() * self.size as usize];
-        comm::all_gather_into(c, mine, &mut out[..]);
+        self.call("all_gather_fixed", |c| {
+            comm::all_gather_into(c, mine, &mut out[..])
+        });
         out
     }
 
     fn all_gather_bytes(&self, mine: &[u8]) -> Vec<Vec<u8>> {
-        let (_g, c) = self.enter("all_gather_bytes");
-        comm::all_gather_bytes(c, mine)
+        self.call("all_gather_bytes", |c| comm::all_gather_bytes(c, mine))
     }
 
     fn all_reduce_u8(&self, v: u8, op: Op) -> u8 {
-        let (_g, c) = self.enter("all_reduce_u8");
         let mut out = 0u8;
-        comm::all_reduce_into(c, &v, &mut out, system(op));
+        self.call("all_reduce_u8", |c| {
+            comm::all_reduce_into(c, &v, &mut out, system(op))
+        });
         out
     }
 
     fn all_reduce_u64s(&self, values: &[u64], op: Op) -> Vec<u64> {
-        let (_g, c) = self.enter("all_reduce_u64s");
         let mut out = vec![0u64; values.len()];
-        comm::all_reduce_into(c, values, &mut out[..], system(op));
+        self.call("all_reduce_u64s", |c| {
+            comm::all_reduce_into(c, values, &mut out[..], system(op))
+        });
         out
     }
 
     fn exclusive_scan_u64(&self, v: u64, op: Op) -> u64 {
-        let (_g, c) = self.enter("exclusive_scan_u64");
         let mut out = 0u64;
-        comm::exclusive_scan_into(c, &v, &mut out, system(op));
+        self.call("exclusive_scan_u64", |c| {
+            comm::exclusive_scan_into(c, &v, &mut out, system(op))
+        });
         if self.rank == 0 {
             // (MPI leaves rank 0's exclusive scan undefined)
             op.identity()
@@ -246,48 +278,39 @@ impl World for MpiWorld {
             None => Color::undefined(),
         };
         let key = i32::try_from(key).expect("a split's key is below 2^31 (an MPI int)");
-        let part = {
-            let (_g, c) = self.enter("split");
-            comm::split_by_color_with_key(c, color, key)
-        };
+        let part = self.call("split", |c| comm::split_by_color_with_key(c, color, key));
         part.map(|p| Box::new(MpiWorld::new(p)) as Box<dyn World>)
     }
 
     fn duplicate(&self) -> Box<dyn World> {
-        let dup = {
-            let (_g, c) = self.enter("duplicate");
-            comm::duplicate(c)
-        };
+        let dup = self.call("duplicate", comm::duplicate);
         Box::new(MpiWorld::new(dup))
     }
 
     fn send(&self, dest: u32, tag: i32, data: &[u8]) {
-        let (_g, c) = self.enter("send");
-        comm::send(&c.process_at_rank(mpi_rank(dest)), data, tag);
+        self.call("send", |c| {
+            comm::send(&c.process_at_rank(mpi_rank(dest)), data, tag)
+        });
     }
 
     fn recv(&self, src: u32, tag: i32) -> Vec<u8> {
-        let (_g, c) = self.enter("recv");
-        comm::receive_vec(&c.process_at_rank(mpi_rank(src)), tag)
+        self.call("recv", |c| {
+            comm::receive_vec(&c.process_at_rank(mpi_rank(src)), tag)
+        })
     }
 
     fn recv_into(&self, src: u32, tag: i32, buf: &mut [u8]) {
-        let (_g, c) = self.enter("recv_into");
-        comm::receive_into(&c.process_at_rank(mpi_rank(src)), buf, tag);
+        self.call("recv_into", |c| {
+            comm::receive_into(&c.process_at_rank(mpi_rank(src)), buf, tag)
+        });
     }
 
     fn recv_any(&self, tag: i32) -> (u32, Vec<u8>) {
-        let (_g, c) = self.enter("recv_any");
-        // (as `comm::gather_some` receives: a matched probe, then the matched message)
-        let probed = c.any_process().matched_probe_with_tag(tag);
-        let (bytes, status) = probed.matched_receive_vec::<u8>();
-        comm::received(bytes.len());
-        (u32::try_from(status.source_rank()).unwrap_or(0), bytes)
+        self.call("recv_any", |c| comm::receive_any_vec(c, tag))
     }
 
     fn sparse_exchange(&self, sends: &[(u32, Vec<u8>)], tag: i32) -> Vec<(u32, Vec<u8>)> {
-        let (_g, c) = self.enter("sparse_exchange");
-        comm::sparse_exchange(c, sends, tag)
+        self.call("sparse_exchange", |c| comm::sparse_exchange(c, sends, tag))
     }
 
     fn abort(&self, code: i32) -> ! {

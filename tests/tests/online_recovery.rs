@@ -1,0 +1,199 @@
+//! Online recovery under Open MPI 5 with ULFM (`mpiexec --with-ft ulfm`, installed by
+//! `scripts/setup.sh`): `scr-heat --spares N` loses processes (SIGKILL, their node's cache
+//! and control directories removed first) and goes on inside the same `mpiexec`. Each
+//! test checks the job's final state against an uninterrupted run's, the recovery the
+//! example reports, and from the event log that the restart came from the cache,
+//! rebuilt by the scheme (a rebuild event for it, no fetch).
+
+use scr_e2e::{index_entries, reference_state, Cluster, JobOutput};
+
+/// The events of `kind` in the cluster's event log, as JSON lines.
+fn events(c: &Cluster, kind: &str) -> Vec<String> {
+    let log = std::fs::read_to_string(c.prefix().join(".scr/events.jsonl")).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains(&format!("\"event\":\"{kind}\"")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The directories a node's loss removes, as `--wipe-before-kill` takes them.
+fn node_dirs(c: &Cluster, nodes: &[&str]) -> String {
+    nodes
+        .iter()
+        .flat_map(|n| [c.path("cache").join(n), c.path("cntl").join(n)])
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// What every recovered run must show: exit 0, the reference's final state, one
+/// recovery reported, a restart from `ckpt`, which the prefix never held, without a
+/// fetch; with `rebuilt_by_init` (the same number of ranks), init's rebuild of it.
+fn assert_recovered(
+    c: &Cluster,
+    out: &JobOutput,
+    reference: &str,
+    ckpt: &str,
+    lost: &str,
+    rebuilt_by_init: bool,
+) {
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.final_state(), reference, "{out}");
+    assert_eq!(out.line_after("recoveries "), Some("1"), "{out}");
+    let recovered = out
+        .line_after("recovered (attempt 1): ")
+        .unwrap_or_else(|| panic!("no recovery reported\n{out}"));
+    assert!(recovered.starts_with(lost), "{recovered}\n{out}");
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some(format!("{ckpt} at step {}", &ckpt[5..]).as_str()),
+        "{out}"
+    );
+    // the prefix never held the checkpoint (flushed every 10th): it came from the cache
+    let in_prefix = index_entries(&c.prefix());
+    assert!(
+        in_prefix.iter().all(|(name, _, _)| name != ckpt),
+        "{ckpt} is in the prefix's index: {in_prefix:?}"
+    );
+    if rebuilt_by_init {
+        let rebuilt = events(c, "rebuild");
+        assert!(
+            rebuilt
+                .iter()
+                .any(|e| e.contains(&format!("\"name\":\"{ckpt}\""))),
+            "no rebuild of {ckpt}: {rebuilt:?}\n{out}"
+        );
+    }
+    let fetched = events(c, "fetch");
+    assert!(
+        fetched.is_empty(),
+        "the restart read from the prefix: {fetched:?}\n{out}"
+    );
+}
+
+#[test]
+fn xor_eight_ranks_and_a_spare_rebuild_a_killed_ranks_node_from_cache_in_the_same_mpiexec() {
+    let reference = reference_state(8, 40, None);
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR");
+    // 8 ranks on 4 nodes, the spare on a fifth
+    let nodes = ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3", "n4"];
+    let wipe = node_dirs(&c, &["n1"]);
+    let out = c.run_ulfm(
+        &nodes,
+        "scr-heat",
+        &[
+            "--steps",
+            "40",
+            "--every",
+            "5",
+            "--spares",
+            "1",
+            "--kill-at",
+            "17",
+            "--kill-rank",
+            "2",
+            "--wipe-before-kill",
+            &wipe,
+        ],
+    );
+    assert_recovered(
+        &c,
+        &out,
+        &reference,
+        "ckpt.15",
+        "lost rank(s) [2], spares took [2], 8 rank(s) now",
+        true,
+    );
+}
+
+#[test]
+fn rs_survives_two_ranks_of_each_set_lost_at_once_with_two_spares() {
+    let reference = reference_state(8, 40, None);
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "RS")
+        .set("SCR_SET_SIZE", "4")
+        .set("SCR_SET_FAILURES", "2");
+    // two nodes lost at once: each set of 4 (one rank per node) loses two members
+    let nodes = ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3", "n4", "n4"];
+    let wipe = node_dirs(&c, &["n0", "n1"]);
+    let out = c.run_ulfm(
+        &nodes,
+        "scr-heat",
+        &[
+            "--steps",
+            "40",
+            "--every",
+            "5",
+            "--spares",
+            "2",
+            "--kill-at",
+            "17",
+            "--kill-rank",
+            "0,2",
+            "--wipe-before-kill",
+            &wipe,
+        ],
+    );
+    assert_recovered(
+        &c,
+        &out,
+        &reference,
+        "ckpt.15",
+        "lost rank(s) [0, 2], spares took [0, 2], 8 rank(s) now",
+        true,
+    );
+}
+
+#[test]
+fn with_no_spare_left_the_job_shrinks_and_ends_in_the_same_state() {
+    let reference = reference_state(4, 40, None);
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR");
+    let nodes = ["n0", "n0", "n1", "n1"];
+    let wipe = node_dirs(&c, &["n1"]);
+    let out = c.run_ulfm(
+        &nodes,
+        "scr-heat",
+        &[
+            "--steps",
+            "40",
+            "--every",
+            "5",
+            "--spares",
+            "0",
+            "--shrink",
+            "--kill-at",
+            "17",
+            "--kill-rank",
+            "2",
+            "--wipe-before-kill",
+            &wipe,
+        ],
+    );
+    assert_recovered(
+        &c,
+        &out,
+        &reference,
+        "ckpt.15",
+        "lost rank(s) [2], spares took [], 3 rank(s) now",
+        false,
+    );
+}
+
+#[test]
+fn without_ulfm_the_spares_wait_and_the_library_says_once_why_recovery_is_off() {
+    let reference = reference_state(4, 20, None);
+    let c = Cluster::new();
+    // Debian's Open MPI 4.1: no MPIX_Comm_revoke
+    let out = c.run(
+        &["n0", "n0", "n1", "n1", "n2"],
+        "scr-heat",
+        &["--steps", "20", "--every", "5", "--spares", "1"],
+    );
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.final_state(), reference, "{out}");
+    let off = out.logged(None, "warning", "online recovery is off: ");
+    assert_eq!(off.len(), 1, "{out}");
+    assert!(off[0].contains("has no MPIX_Comm_revoke"), "{out}");
+}
