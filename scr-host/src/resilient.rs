@@ -131,6 +131,8 @@ where
             None
         }
     };
+    // (the simulated node names, `node_names`, go by this index: see `ulfm`)
+    ulfm::set_process_index(me);
     let mut team = world.duplicate();
     ulfm::watch(&team);
     let mut active = size - options.spares;

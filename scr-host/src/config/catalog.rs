@@ -239,7 +239,7 @@ catalog! {
     JOB_NAME job_name: Str = None,
         "Job name recorded with each flushed dataset in the index (shown by `scr index list`)";
     NODE_NAMES node_names: Str = None,
-        "Testing only: comma-separated node name of each process (by its rank in MPI_COMM_WORLD, spares included), so one machine acts as several nodes; node-local stores and the control directory then include the node name";
+        "Testing only: comma-separated node name of each rank (by rank; in a resilient run, of each process of the job, spares included), so one machine acts as several nodes; node-local stores and the control directory then include the node name";
     USER user (or user_name): Str = Computed("$USER, else the uid"),
         "User name used in cache and control directory names";
     // walltime and event log

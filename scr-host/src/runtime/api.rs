@@ -39,10 +39,8 @@ impl Runtime {
                     let why = ulfm::error_string(lost.code);
                     self.topo
                         .warn(&format!("{call}: a process of the job was lost ({why})"));
-                    self.world.health_mut().mark_lost(call, &why);
-                    Err(ScrError::ProcessFailed(format!(
-                        "{call}: a process of the job was lost ({why}); the library's communicators are revoked: recover (a resilient run replaces the process) or end the job"
-                    )))
+                    self.world.health_mut().mark_lost(&why);
+                    Err(ulfm::lost_error(call, &why))
                 }
                 Err(other) => std::panic::resume_unwind(other),
             },

@@ -232,7 +232,7 @@ pub(in crate::runtime) struct Health {
     /// Set (on every rank alike) when a call failed after ranks had begun to change their
     /// state: what failed.
     uncertain: Option<String>,
-    /// Set when a process of the job was lost (see `ulfm`): the call and MPI's words.
+    /// Set when a process of the job was lost (see `ulfm`): MPI's words.
     lost: Option<String>,
 }
 
@@ -263,22 +263,20 @@ impl Health {
         self.uncertain = Some(format!("{what}: {e}"));
     }
 
-    /// A process was lost during `call` (MPI's words in `why`): this runtime makes no
-    /// MPI call again, and owes no finalize.
-    pub(in crate::runtime) fn mark_lost(&mut self, call: &str, why: &str) {
+    /// A process was lost (MPI's words in `why`): this runtime makes no MPI call again,
+    /// and owes no finalize.
+    pub(in crate::runtime) fn mark_lost(&mut self, why: &str) {
         if self.lost.is_none() {
-            self.lost = Some(format!("{call}: a process of the job was lost ({why})"));
+            self.lost = Some(why.to_string());
         }
         self.finalized = true;
     }
 
     /// The error every call returns once a process was lost.
     pub(in crate::runtime) fn lost_error(&self, call: &str) -> Option<ScrError> {
-        self.lost.as_ref().map(|why| {
-            ScrError::ProcessFailed(format!(
-                "{call}: refused, because {why}; the library's communicators are revoked: recover (a resilient run replaces the process) or end the job"
-            ))
-        })
+        self.lost
+            .as_ref()
+            .map(|why| super::ulfm::lost_error(call, why))
     }
 
     /// Whether an earlier call left the state uncertain.
@@ -322,6 +320,22 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "route_file: refused, because an earlier call left the ranks' cached state uncertain (delete: disk gone); call finalize (or MPI_Abort) and restart the job, which restores what every rank agrees on"
+        );
+    }
+
+    #[test]
+    fn once_a_process_is_lost_every_call_is_refused_so_and_no_finalize_is_owed() {
+        let mut h = Health::default();
+        assert!(h.lost_error("need_checkpoint").is_none());
+        h.mark_lost("MPI_ERR_PROC_FAILED: Process Failure");
+        // (the first loss is the one reported)
+        h.mark_lost("MPI_ERR_REVOKED: Communication Object Revoked");
+        assert!(h.is_finalized());
+        let e = h.usable("should_exit").unwrap_err();
+        assert!(matches!(e, ScrError::ProcessFailed(_)));
+        assert_eq!(
+            e.to_string(),
+            "should_exit: a process of the job was lost (MPI_ERR_PROC_FAILED: Process Failure); the library's communicators are revoked: recover (a resilient run replaces the process) or end the job"
         );
     }
 

@@ -59,10 +59,10 @@ impl Runtime {
         match started {
             Ok(r) => r,
             Err(payload) => match payload.downcast::<super::ulfm::ProcessLost>() {
-                Ok(lost) => Err(ScrError::ProcessFailed(format!(
-                    "init: a process of the job was lost ({}); the library's communicators are revoked: recover (a resilient run replaces the process) or end the job",
-                    super::ulfm::error_string(lost.code)
-                ))),
+                Ok(lost) => Err(super::ulfm::lost_error(
+                    "init",
+                    &super::ulfm::error_string(lost.code),
+                )),
                 Err(other) => std::panic::resume_unwind(other),
             },
         }

@@ -157,6 +157,25 @@ pub fn status() -> Result<&'static Ulfm, &'static str> {
         .map_err(|why| why.as_str())
 }
 
+/// This process's rank in the job of a resilient run (`resilient::run` sets it): it names
+/// the simulated node (`node_names`) whatever application rank the process holds, so a
+/// spare that took a lost rank's number stays on its own node. Unset (`u32::MAX`) outside
+/// a resilient run, where a runtime's own rank names it, on any communicator.
+static PROCESS_INDEX: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(u32::MAX);
+
+/// Set this process's index in a resilient run's job (see `PROCESS_INDEX`).
+pub fn set_process_index(index: u32) {
+    PROCESS_INDEX.store(index, Ordering::SeqCst);
+}
+
+/// This process's index in a resilient run's job, if it runs one.
+pub fn process_index() -> Option<u32> {
+    match PROCESS_INDEX.load(Ordering::SeqCst) {
+        u32::MAX => None,
+        i => Some(i),
+    }
+}
+
 /// Whether this process saw a process of the job fail (on any watched communicator).
 pub fn lost() -> bool {
     LOST.load(Ordering::SeqCst)
@@ -208,6 +227,14 @@ pub fn failures() -> u64 {
 /// 0 when none).
 pub fn lost_at_ms() -> u64 {
     LOST_AT_MS.load(Ordering::SeqCst)
+}
+
+/// The error of `call` when a process of the job was lost (`why`: MPI's words), the same
+/// whether the loss unwound the call or an earlier one.
+pub(crate) fn lost_error(call: &str, why: &str) -> crate::error::ScrError {
+    crate::error::ScrError::ProcessFailed(format!(
+        "{call}: a process of the job was lost ({why}); the library's communicators are revoked: recover (a resilient run replaces the process) or end the job"
+    ))
 }
 
 /// MPI's words for `code`.

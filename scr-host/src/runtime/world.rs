@@ -78,10 +78,9 @@ pub(crate) trait World: Send + Sync {
     /// Number of ranks.
     fn size(&self) -> u32;
 
-    /// This process's rank in the whole MPI job (`MPI_COMM_WORLD`), which names its
-    /// simulated node (`node_names`): the same as [`World::rank`] unless the runtime runs
-    /// on part of the job (a resilient run's application ranks, where a spare that took
-    /// a lost rank's number stays on its own node).
+    /// The index that names this process's simulated node (`node_names`): the same as
+    /// [`World::rank`], except in a resilient run, where it is the process's rank in the
+    /// whole job (a spare that took a lost rank's number stays on its own node).
     fn process_index(&self) -> u32 {
         self.rank()
     }

@@ -209,8 +209,7 @@ impl World for MpiWorld {
     }
 
     fn process_index(&self) -> u32 {
-        let _serial = lock(&SERIAL);
-        u32::try_from(mpi::topology::SimpleCommunicator::world().rank()).unwrap_or(self.rank)
+        ulfm::process_index().unwrap_or(self.rank)
     }
 
     fn barrier(&self) {
