@@ -69,16 +69,37 @@ impl TestHooks {
 
     /// Kill this process with SIGKILL when the crash hook names `point` on `rank`
     /// (the crash-in-flush tests: nothing after `point` runs, as in a node failure).
+    /// `<point>:<rank>:once:<file>` kills only the first process to get there, the one
+    /// that creates `<file>` (a job that recovers inside its `mpiexec` reaches the point
+    /// again, with another process as that rank).
     pub(crate) fn crash_at(&self, point: &str, rank: u32) {
-        // (no string is built unless a hook is set: production passes here per flush)
-        let Some(spec) = self.fault.as_deref() else {
-            return;
-        };
-        if spec == format!("{point}:{rank}") {
+        if self.crash_due(point, rank) {
             let _ = std::process::Command::new("kill")
                 .args(["-9", &std::process::id().to_string()])
                 .status();
             std::process::abort();
+        }
+    }
+
+    /// Whether [`TestHooks::crash_at`] kills this process at `point` on `rank` (and, for
+    /// a `once` hook, the marker that says so is now taken).
+    fn crash_due(&self, point: &str, rank: u32) -> bool {
+        // (no string is built unless a hook is set: production passes here per flush)
+        let Some(spec) = self.fault.as_deref() else {
+            return false;
+        };
+        let here = format!("{point}:{rank}");
+        let first = |marker: &str| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(marker)
+                .is_ok()
+        };
+        match spec.strip_prefix(&here) {
+            Some("") => true,
+            Some(rest) => rest.strip_prefix(":once:").is_some_and(first),
+            None => false,
         }
     }
 }
@@ -86,6 +107,25 @@ impl TestHooks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_crash_hook_names_its_point_and_rank_and_a_once_hook_fires_for_one_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let hooks = |spec: String| TestHooks {
+            fault: Some(spec),
+            window_gauge: None,
+        };
+        let plain = hooks("rebuild:1".into());
+        assert!(plain.crash_due("rebuild", 1));
+        assert!(!plain.crash_due("rebuild", 12) && !plain.crash_due("flush-copied", 1));
+        let marker = dir.path().join("once");
+        let once = hooks(format!("rebuild:1:once:{}", marker.display()));
+        assert!(!once.crash_due("rebuild", 2));
+        assert!(once.crash_due("rebuild", 1));
+        assert!(marker.exists());
+        assert!(!once.crash_due("rebuild", 1), "a once hook fired twice");
+        assert!(!TestHooks::default().crash_due("rebuild", 1));
+    }
 
     #[test]
     fn hooks_match_only_their_point_rank_and_dataset() {

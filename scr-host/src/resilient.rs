@@ -166,6 +166,8 @@ where
             if split_failed {
                 // (a failed split made nothing MPI holds)
                 std::mem::forget(app);
+            } else {
+                ulfm::free(app);
             }
         }
         let Some(ulfm) = ulfm else {
@@ -291,7 +293,8 @@ fn repair(
         };
         ulfm::watch(&shrunk);
         ulfm::unwatch(team);
-        *team = shrunk;
+        // (the revoked team is left to MPI: see `ulfm::free`)
+        ulfm::free(std::mem::replace(team, shrunk));
         let before = ulfm::failures();
         let mut roles = vec![0u32; team.size() as usize];
         team.all_gather_into(&role, &mut roles[..]);
@@ -299,6 +302,11 @@ fn repair(
             continue;
         }
         let decided = assign(&roles, active, options);
+        if let Err(e) = &decided {
+            // every living process says it before any of them returns (the agreement
+            // below): the job may end as soon as one process exits
+            tracing::error!("{e}");
+        }
         let me = team.rank() as usize;
         let (rc, ok) = ulfm.agree(team, 1);
         if rc != 0 || ok != 1 || ulfm::failures() != before {

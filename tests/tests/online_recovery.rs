@@ -197,3 +197,83 @@ fn without_ulfm_the_spares_wait_and_the_library_says_once_why_recovery_is_off() 
     assert_eq!(off.len(), 1, "{out}");
     assert!(off[0].contains("has no MPIX_Comm_revoke"), "{out}");
 }
+
+#[test]
+fn a_second_loss_while_the_first_is_rebuilt_is_recovered_from_too() {
+    let reference = reference_state(8, 40, None);
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR");
+    // rank 5 dies inside the rebuild that the first recovery's init runs (its set lost
+    // rank 3 with node n1), once: the spare that takes its place rebuilds unharmed
+    let marker = c.path("rebuild-killed");
+    c.set("SCR_FAULT", &format!("rebuild:5:once:{}", marker.display()));
+    let nodes = ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3", "n4", "n4"];
+    let wipe = node_dirs(&c, &["n1"]);
+    let out = c.run_ulfm(
+        &nodes,
+        "scr-heat",
+        &[
+            "--steps",
+            "40",
+            "--every",
+            "5",
+            "--spares",
+            "2",
+            "--kill-at",
+            "17",
+            "--kill-rank",
+            "2",
+            "--wipe-before-kill",
+            &wipe,
+        ],
+    );
+    assert!(marker.exists(), "the hook never fired\n{out}");
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.final_state(), reference, "{out}");
+    assert_eq!(out.line_after("recoveries "), Some("2"), "{out}");
+    assert!(
+        out.line_after("recovered (attempt 2): ")
+            .is_some_and(|l| l.starts_with("lost rank(s) [5], spares took [5], 8 rank(s) now")),
+        "{out}"
+    );
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.15 at step 15"),
+        "{out}"
+    );
+    assert!(events(&c, "fetch").is_empty(), "{out}");
+}
+
+#[test]
+fn with_no_spare_and_no_shrink_every_process_ends_with_the_same_reason() {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR");
+    let nodes = ["n0", "n0", "n1", "n1"];
+    let out = c.run_ulfm(
+        &nodes,
+        "scr-heat",
+        &[
+            "--steps",
+            "40",
+            "--every",
+            "5",
+            "--spares",
+            "0",
+            "--kill-at",
+            "17",
+            "--kill-rank",
+            "2",
+        ],
+    );
+    assert_ne!(out.code, 0, "{out}");
+    assert_ne!(out.code, 124, "the job hung\n{out}");
+    // every survivor (3 of 4) says it, in the library's words, before any of them ends
+    let why = "lost rank(s) [2] with 0 spare(s) left, and the application does not go on with fewer ranks";
+    let said: Vec<&str> = out
+        .logged(None, "error", why)
+        .into_iter()
+        .filter(|l| l.starts_with("scr-rs["))
+        .collect();
+    assert_eq!(said.len(), 3, "{said:?}\n{out}");
+    assert!(out.line_after("final step ").is_none(), "{out}");
+}

@@ -138,6 +138,16 @@ fn main() {
             std::process::exit(0);
         }
         Ok(()) => {}
+        Err(e) if args.spares.is_some() => {
+            // a resilient run returns alike on every process (an error of the
+            // application's, or a loss it could not recover from): each says it and
+            // ends with status 1; after a loss without MPI_Finalize, as above
+            scr_examples::say!("scr-heat[{rank}]: error: {e}");
+            if !scr_api::process_lost() && !scr_api::recovered() {
+                drop(universe);
+            }
+            std::process::exit(1);
+        }
         Err(e @ ScrError::Collective(_)) => {
             // every rank returned this same error and finalized (see `run`): the job ends
             // on every rank alike, with MPI finalized, and status 1

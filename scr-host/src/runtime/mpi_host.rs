@@ -202,6 +202,11 @@ impl MpiHost {
                 super::comm::duplicate(&comm),
             )
         };
+        {
+            let _serial = lock(&SERIAL);
+            super::ulfm::watch(&comm);
+            super::ulfm::watch(&ctl);
+        }
         MpiHost {
             comm: Mutex::new(Some(comm)),
             ctl: ManuallyDrop::new(ctl),
@@ -353,8 +358,12 @@ impl MpiHost {
         // a fresh data communicator: the old one may hold messages and collectives of the
         // abandoned exchanges (see the module doc)
         let fresh = super::comm::duplicate(&self.ctl);
+        super::ulfm::watch(&fresh);
         let old = lock(&self.comm).replace(fresh);
-        drop(old);
+        if let Some(old) = old {
+            super::ulfm::unwatch(&old);
+            super::ulfm::free(old);
+        }
         self.cancelled.store(false, Ordering::SeqCst);
         match state.notices.into_iter().min_by_key(|n| n.member) {
             Some(n) => Settled::Failed {
@@ -501,9 +510,13 @@ impl MpiHost {
 impl Drop for MpiHost {
     fn drop(&mut self) {
         let _serial = lock(&SERIAL);
-        drop(lock(&self.comm).take());
-        // SAFETY: `ctl` is dropped exactly once, here, and never used afterwards.
-        unsafe { ManuallyDrop::drop(&mut self.ctl) };
+        if let Some(c) = lock(&self.comm).take() {
+            super::ulfm::unwatch(&c);
+            super::ulfm::free(c);
+        }
+        super::ulfm::unwatch(&self.ctl);
+        // SAFETY: `ctl` is taken exactly once, here, and never used afterwards.
+        super::ulfm::free(unsafe { ManuallyDrop::take(&mut self.ctl) });
     }
 }
 

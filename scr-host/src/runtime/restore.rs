@@ -582,6 +582,8 @@ impl Restorer<'_> {
         // With crc_on_restart the check above read every member's files against their
         // recorded size and CRC32 and passed a failing member as lost: the scheme is
         // told so, and a scheme that verifies survivors itself does not read them again
+        // (the fault suite: a process lost while a set rebuilds)
+        self.hooks.crash_at("rebuild", self.world.rank());
         let services = r.host.services();
         let result = if verified {
             let told = scr_plugin::SurvivorsVerified::new(services);

@@ -19,7 +19,10 @@
 //! so no rank of the job waits for a message that will never come: each rank's next (or
 //! pending) call on any of them fails at once, and each rank records the loss in turn.
 //! Any other error ends the job as the default handler would (it is a bug, not a
-//! failure).
+//! failure). A communicator the library stopped using (freed, or abandoned with a
+//! runtime that a loss ended) is no longer watched: what its leftover operations report
+//! belongs to a loss already recovered from and is ignored, so a repaired job is not
+//! marked lost again.
 //!
 //! The runtime checks the record after every MPI call of its own (`check`, from
 //! `comm.rs` and `world/mpi_world.rs`, before a result is used) and unwinds to the API
@@ -261,14 +264,14 @@ extern "C" fn on_error(comm: *mut MPI_Comm, code: *mut c_int) {
     // SAFETY: MPI passes the communicator and the error code by pointer, both valid for
     // this call.
     let (comm, code) = unsafe { (*comm, *code) };
+    if !is_watched(comm) {
+        // a communicator the library no longer uses (a runtime's or a set's that a loss
+        // abandoned, its operations still completing): its error belongs to a failure
+        // already recovered from, and must not mark the repaired job lost again
+        return;
+    }
     if is_failure_class(error_class(code)) {
         mark_lost(code);
-        if let Ok(ulfm) = status() {
-            // the communicator that failed here, which may be one derived from a watched
-            // one (a redundancy set's), so its other members stop waiting for this one
-            // SAFETY: the valid communicator MPI handed in.
-            unsafe { (ulfm.revoke)(comm) };
-        }
         revoke_all();
         return;
     }
@@ -333,6 +336,24 @@ fn quiet_unwinding() {
     });
 }
 
+/// Free a communicator the library no longer uses, unless a process was lost since the
+/// last recovery: then it is left to MPI, never freed. A communicator abandoned by a
+/// loss may still have operations pending (a set's abandoned exchanges, the abort
+/// notices); freeing it would let MPI give its context to a new communicator of the
+/// repaired job, where their leftover messages could match.
+pub fn free(comm: SimpleCommunicator) {
+    if lost() {
+        std::mem::forget(comm);
+    } else {
+        drop(comm);
+    }
+}
+
+/// Whether `comm` is watched (in use by the library).
+fn is_watched(comm: MPI_Comm) -> bool {
+    lock(&WATCHED).contains(&Raw(comm.0 as usize))
+}
+
 /// Stop revoking `comm` with the others (before it is freed).
 pub fn unwatch(comm: &SimpleCommunicator) {
     let raw = Raw(comm.as_raw().0 as usize);
@@ -343,11 +364,9 @@ pub fn unwatch(comm: &SimpleCommunicator) {
 /// instead of waiting for the lost process.
 pub fn revoke_all() {
     let Ok(ulfm) = status() else { return };
-    // (copied out: revoking may call the handler again on this thread)
-    let all: Vec<Raw> = match WATCHED.try_lock() {
-        Ok(w) => w.clone(),
-        Err(_) => return,
-    };
+    // (copied out: revoking may call the handler again on this thread; no MPI call is
+    // made while the list is locked)
+    let all: Vec<Raw> = lock(&WATCHED).clone();
     for Raw(c) in all {
         // SAFETY: a watched communicator is valid until `unwatch`ed, which happens before
         // it is freed, on a thread that holds the MPI lock as this one does.

@@ -179,7 +179,7 @@ impl Drop for MpiWorld {
         if let Handle::Owned(c) = std::mem::replace(&mut self.handle, Handle::Taken) {
             let _serial = lock(&SERIAL);
             ulfm::unwatch(&c);
-            drop(c);
+            ulfm::free(c);
         }
     }
 }
