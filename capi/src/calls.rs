@@ -209,6 +209,7 @@ pub fn init() -> Result<(), String> {
             s.calls.clone(),
             InitOptions {
                 fetch_at_have_restart: true,
+                ..InitOptions::default()
             },
         )
         .map_err(|e| e.to_string())?;

@@ -51,7 +51,7 @@ pub use resilient::{process_lost, recovered, run_resilient};
 pub use scr_host::resilient::{Attempt, Finished, Options as ResilientOptions};
 pub use scr_host::runtime::ScrError;
 pub use scr_host::runtime::{CallStats, CommStats};
-use scr_host::runtime::{OutputFlags, Runtime, Started};
+use scr_host::runtime::{InitOptions, OutputFlags, Runtime, Started};
 
 use scr_host::config::api::{self, ApiCall};
 use scr_host::config::{keys, Loader};
@@ -134,13 +134,23 @@ impl Scr {
         world: &mpi::topology::SimpleCommunicator,
         settings: &Settings,
     ) -> Result<Scr> {
+        Self::init_options(world, settings, InitOptions::default())
+    }
+
+    /// [`Scr::init_with`] with the runtime's init options (a resilient run's report of
+    /// the recovery before it).
+    fn init_options(
+        world: &mpi::topology::SimpleCommunicator,
+        settings: &Settings,
+        options: InitOptions,
+    ) -> Result<Scr> {
         let api = settings
             .calls
             .iter()
             .map(|(n, text, _, _)| (*n, text.clone()))
             .collect();
         Ok(Scr {
-            rt: Runtime::init(world, api)?,
+            rt: Runtime::init_with(world, api, options)?,
             failed: false,
         })
     }

@@ -3,6 +3,7 @@
 //! application's step.
 
 use crate::{Attempt, Finished, ResilientOptions, Result, Scr, Settings};
+use scr_host::runtime::{InitOptions, Recovered};
 
 /// Online recovery (see [`scr_host::resilient`]): run `step` on the application's ranks of
 /// `world`, keeping `options.spares` processes aside; when a process is lost (MPI with
@@ -32,7 +33,17 @@ where
     F: FnMut(&mut Scr, &mpi::topology::SimpleCommunicator, &Attempt) -> Result<()>,
 {
     scr_host::resilient::run(world, options, |comm, attempt| {
-        let mut scr = Scr::init_with(comm, settings)?;
+        // (after a recovery, the event log records it at init)
+        let recovered = (attempt.number > 0).then(|| Recovered {
+            lost: attempt.lost.clone(),
+            replaced: attempt.replaced.clone(),
+            seconds: attempt.recovery_seconds,
+        });
+        let options = InitOptions {
+            recovered,
+            ..InitOptions::default()
+        };
+        let mut scr = Scr::init_options(comm, settings, options)?;
         match step(&mut scr, comm, attempt) {
             Ok(()) => scr.finalize(),
             Err(e) => {

@@ -98,6 +98,19 @@ pub enum Event {
         /// The rank to blame, when one is.
         rank: Option<u32>,
     },
+    /// The job lost processes and went on inside its `mpiexec` (online recovery): the
+    /// ranks lost, those spares took, the ranks it has now and how long the recovery took
+    /// (from the first process that saw the loss to the repaired job).
+    Recovery {
+        /// The application ranks lost.
+        lost: Vec<u32>,
+        /// The lost ranks that spares took (the others are gone: the job shrank).
+        replaced: Vec<u32>,
+        /// Ranks after the recovery.
+        ranks: u32,
+        /// How long it took, in seconds.
+        seconds: f64,
+    },
     /// Nodes whose cache was lost (found at a restart or by scavenge).
     LostNodes {
         /// The nodes, by name.

@@ -64,6 +64,8 @@ fn assert_recovered(
             "no rebuild of {ckpt}: {rebuilt:?}\n{out}"
         );
     }
+    let recovery = events(c, "recovery");
+    assert_eq!(recovery.len(), 1, "{recovery:?}\n{out}");
     let fetched = events(c, "fetch");
     assert!(
         fetched.is_empty(),
@@ -105,6 +107,15 @@ fn xor_eight_ranks_and_a_spare_rebuild_a_killed_ranks_node_from_cache_in_the_sam
         "lost rank(s) [2], spares took [2], 8 rank(s) now",
         true,
     );
+    // the event log records the recovery, and `scr log` counts it
+    let recovery = &events(&c, "recovery")[0];
+    assert!(
+        recovery.contains("\"lost\":[2],\"replaced\":[2],\"ranks\":8,"),
+        "{recovery}"
+    );
+    let log = c.scr(&["log"]).output().expect("scr log runs");
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert!(log.contains("online recoveries: 1,"), "{log}");
 }
 
 #[test]
@@ -242,6 +253,7 @@ fn a_second_loss_while_the_first_is_rebuilt_is_recovered_from_too() {
         "{out}"
     );
     assert!(events(&c, "fetch").is_empty(), "{out}");
+    assert_eq!(events(&c, "recovery").len(), 2, "{out}");
 }
 
 #[test]

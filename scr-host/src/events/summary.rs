@@ -58,6 +58,8 @@ pub struct Summary {
     pub fetches: usize,
     /// Rebuilds recorded.
     pub rebuilds: usize,
+    /// Online recoveries recorded (each also counts as a failure).
+    pub recoveries: usize,
     /// Scavenges recorded.
     pub scavenges: usize,
     /// The halt reasons, in order.
@@ -155,6 +157,7 @@ impl Summary {
             flushes: FlushFigures::default(),
             fetches: 0,
             rebuilds: 0,
+            recoveries: 0,
             scavenges: 0,
             halts: Vec::new(),
             failures: 0,
@@ -205,7 +208,10 @@ fn count_events(records: &[Record], s: &mut Summary) -> f64 {
             Event::Rebuild { .. } => s.rebuilds += 1,
             Event::Scavenge { .. } => s.scavenges += 1,
             Event::Halt { reason } => s.halts.push(reason.clone()),
-            Event::Failure { .. } | Event::LostNodes { .. } => {
+            Event::Failure { .. } | Event::LostNodes { .. } | Event::Recovery { .. } => {
+                if matches!(r.event, Event::Recovery { .. }) {
+                    s.recoveries += 1;
+                }
                 let prev = last_failure.insert(&r.job_id, r.time);
                 if prev.is_none_or(|t| r.time - t >= SAME_FAILURE_SECONDS) {
                     s.failures += 1;
@@ -379,9 +385,10 @@ fn render_data(s: &Summary, line: &mut dyn FnMut(String)) {
         None => line(format!("flushes: {} ({ok} succeeded)", s.flushes.count)),
     }
     line(format!(
-        "fetches: {}, rebuilds: {}, scavenges: {}, halts: {}",
+        "fetches: {}, rebuilds: {}, online recoveries: {}, scavenges: {}, halts: {}",
         s.fetches,
         s.rebuilds,
+        s.recoveries,
         s.scavenges,
         s.halts.len()
     ));

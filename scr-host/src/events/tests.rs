@@ -388,3 +388,37 @@ fn a_prefix_that_cannot_hold_the_log_only_warns() {
     log_event(&file, "j", Event::Halt { reason: "r".into() });
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
 }
+
+#[test]
+fn an_online_recovery_counts_as_a_failure_and_as_a_recovery() {
+    let recovery = |at: f64| {
+        rec(
+            at,
+            "A",
+            Event::Recovery {
+                lost: vec![2],
+                replaced: vec![2],
+                ranks: 8,
+                seconds: 0.01,
+            },
+        )
+    };
+    let text = [
+        rec(0.0, "A", init()),
+        recovery(100.0),
+        rec(100.5, "A", init()),
+        recovery(400.0),
+        rec(400.5, "A", init()),
+    ]
+    .join("\n");
+    assert!(text.contains("\"event\":\"recovery\",\"lost\":[2],\"replaced\":[2],\"ranks\":8"));
+    let (r, damaged) = parse(&text, "t");
+    assert_eq!(damaged, 0);
+    let s = summarize(&r, 0);
+    assert_eq!((s.failures, s.recoveries), (2, 2));
+    assert!(
+        render(&s).contains("online recoveries: 2,"),
+        "{}",
+        render(&s)
+    );
+}

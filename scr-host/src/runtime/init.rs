@@ -115,7 +115,7 @@ impl Runtime {
         rt.load_plugins()?;
         rt.find_node()?;
         rt.create_job_dirs()?;
-        rt.set_up_stores(&recorded_api)?;
+        rt.set_up_stores(&recorded_api, options.recovered.as_ref())?;
         rt.restore_at_init(&options)?;
         rt.report_init(started);
         Ok(Started::Running(rt))
@@ -208,7 +208,11 @@ impl Runtime {
     /// (SCR makes its cache directories in init: a store that cannot be used fails the
     /// start, not a later checkpoint), the nodes file, the recorded configuration calls
     /// and, on rank 0, the allocation's end.
-    fn set_up_stores(&mut self, recorded_api: &[(usize, String)]) -> Result<()> {
+    fn set_up_stores(
+        &mut self,
+        recorded_api: &[(usize, String)],
+        recovered: Option<&super::Recovered>,
+    ) -> Result<()> {
         self.descs = Descriptors::create(
             self.world.as_dyn(),
             &self.config,
@@ -241,7 +245,15 @@ impl Runtime {
                 self.topo
                     .info(&format!("the allocation ends at {end} (from {source})"));
             }
-            self.job.log_previous_run_failure();
+            match recovered {
+                Some(r) => self.job.log_event(crate::events::Event::Recovery {
+                    lost: r.lost.clone(),
+                    replaced: r.replaced.clone(),
+                    ranks: self.topo.size(),
+                    seconds: r.seconds,
+                }),
+                None => self.job.log_previous_run_failure(),
+            }
             self.warn_no_log_db();
         }
         if self.config.get(settings::FLUSH_POSTSTAGE) {

@@ -178,12 +178,27 @@ pub struct Runtime {
 }
 
 /// How [`Runtime::init_with`] starts a run.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct InitOptions {
     /// Fetch at the first [`Runtime::have_restart_fetching`] instead of in init (SCR
     /// 3.0 moved the fetch so that `SCR_Current` between init and `SCR_Have_restart`
     /// chooses the checkpoint to load; the C API works this way).
     pub fetch_at_have_restart: bool,
+    /// This init follows an online recovery inside the job's `mpiexec` (a resilient run):
+    /// the event log records it, in place of the "previous run ended without finalize"
+    /// that a relaunch's init reports.
+    pub recovered: Option<Recovered>,
+}
+
+/// What an online recovery did, for the event log (see [`crate::resilient`]).
+#[derive(Clone, Debug, Default)]
+pub struct Recovered {
+    /// The application ranks lost.
+    pub lost: Vec<u32>,
+    /// The lost ranks that spares took.
+    pub replaced: Vec<u32>,
+    /// How long the recovery took, in seconds.
+    pub seconds: f64,
 }
 
 /// The outcome of checking the names of a dataset's files across ranks

@@ -267,7 +267,7 @@ fn job_with<T: Send>(
         let subscriber = tracing_subscriber::registry().with(layer);
         let (report, end) = tracing::subscriber::with_default(subscriber, || {
             let me = w.rank();
-            let mut rt = init_hooked(w, loader(dir, nodes, extra), options)
+            let mut rt = init_hooked(w, loader(dir, nodes, extra), options.clone())
                 .unwrap_or_else(|e| panic!("rank {me}: init: {e}"));
             let report = f(&mut rt, me);
             (report, rt.finalize().map_err(|e| e.to_string()))

@@ -99,6 +99,7 @@ fn a_checkpoint_of_four_ranks_restarts_on_three_and_on_six() {
             &env,
             InitOptions {
                 fetch_at_have_restart: true,
+                recovered: None,
             },
             read_every_writer_keeping_open,
         );

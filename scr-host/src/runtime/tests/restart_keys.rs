@@ -15,6 +15,7 @@ fn indexed(prefix: &Path) -> Vec<String> {
 
 const C_ORDER: InitOptions = InitOptions {
     fetch_at_have_restart: true,
+    recovered: None,
 };
 
 /// `current` (SCR_CURRENT) picks the restart as an early `current` call would: from the
@@ -59,7 +60,7 @@ fn the_current_setting_chooses_the_restart_in_both_init_orders() {
 
             // a name nothing holds: init goes on with the newest, rank 0 says it once
             let env = [("SCR_FLUSH", "1"), ("SCR_CURRENT", "ckpt.9")];
-            let out = job_with(dir.path(), &nodes, &env, options, |rt, r| {
+            let out = job_with(dir.path(), &nodes, &env, options.clone(), |rt, r| {
                 read_back(rt, &prefix, r)
             });
             let warned: usize = out.iter().map(|o| said(&o.2, "ckpt.9").len()).sum();
@@ -79,7 +80,7 @@ fn the_current_setting_chooses_the_restart_in_both_init_orders() {
 
             forget_marks();
             let env = [("SCR_FLUSH", "1"), ("SCR_CURRENT", "ckpt.2")];
-            let out = job_with(dir.path(), &nodes, &env, options, |rt, r| {
+            let out = job_with(dir.path(), &nodes, &env, options.clone(), |rt, r| {
                 let read = read_back(rt, &prefix, r);
                 write_range(rt, dir.path(), r, 4..=4);
                 read
@@ -92,7 +93,7 @@ fn the_current_setting_chooses_the_restart_in_both_init_orders() {
             assert_eq!(said(&out[0].2, "current = ckpt.2").len(), 1, "{case}");
 
             // the relaunch of the same job: not back to ckpt.2, but its own newest
-            let out = job_with(dir.path(), &nodes, &env, options, |rt, r| {
+            let out = job_with(dir.path(), &nodes, &env, options.clone(), |rt, r| {
                 read_back(rt, &prefix, r)
             });
             for (r, (line, end, _)) in out.iter().enumerate() {
@@ -264,7 +265,7 @@ fn global_restart_flushes_clears_the_cache_and_reads_in_place() {
             "nothing flushed"
         );
         let env = [("SCR_FLUSH", "0"), ("SCR_GLOBAL_RESTART", "1")];
-        let out = job_with(dir.path(), &nodes, &env, options, |rt, r| {
+        let out = job_with(dir.path(), &nodes, &env, options.clone(), |rt, r| {
             let cached: Vec<String> = nodes
                 .iter()
                 .flat_map(|n| listing(&cache_job_dir(dir.path(), n)))
