@@ -79,6 +79,37 @@ int SCR_Restart_writers(int* writers);
 int SCR_Restart_num_files(int rank, int* count);
 int SCR_Restart_file(int rank, int index, char* name);
 
+/* Online recovery (scr-rs extensions; SCR 3.1 has none). SCR_Run_resilient runs `body`
+ * on the application ranks of `world` (the last `spares` processes wait inside it as
+ * spares), with SCR initialised on the application communicator `comm` before each run of
+ * `body` (do not call SCR_Init or SCR_Finalize yourself) and finalized after a run that
+ * returns SCR_SUCCESS. Under MPI with ULFM (Open MPI 5, `mpiexec --with-ft ulfm`), when a
+ * process is lost every SCR call fails on every rank: return from `body`; a spare takes
+ * the lost rank (with `shrink` nonzero and no spare left, the job goes on with fewer
+ * ranks), the lost files are rebuilt from cache, and `body` runs again, restarting
+ * through SCR_Have_restart. Use `comm`, not `world`, for the application's messages; a
+ * loop waiting on their results should also test SCR_Process_lost(). Returns alike on
+ * every process, spares included. After a recovery (SCR_Recovered() nonzero) end the
+ * process without MPI_Finalize, which Open MPI 5.0 may not return from after a loss.
+ * Unlike Fenix, nothing is kept in memory across a loss and no setjmp is involved: the
+ * state comes back from the checkpoint files. Test for them with
+ * #ifdef SCR_HAVE_RUN_RESILIENT (defined when mpi.h is included before scr.h). */
+#ifdef MPI_VERSION /* (declared where mpi.h was included first, as applications do) */
+#define SCR_HAVE_RUN_RESILIENT 1
+typedef struct {
+  int number;              /* 0 for the first run, +1 after each recovery */
+  int rank;                /* this process's rank in comm */
+  int size;                /* ranks in comm */
+  int lost;                /* ranks the last recovery lost */
+  int spares_left;         /* spares left */
+  double recovery_seconds; /* how long the last recovery took */
+} SCR_Attempt;
+typedef int (*SCR_Resilient_body)(MPI_Comm comm, const SCR_Attempt* attempt, void* arg);
+int SCR_Run_resilient(MPI_Comm world, int spares, int shrink, SCR_Resilient_body body, void* arg);
+#endif
+int SCR_Process_lost(void);
+int SCR_Recovered(void);
+
 /* Checkpoint (the SCR 1.x/2.x forms) */
 int SCR_Need_checkpoint(int* flag);
 int SCR_Start_checkpoint(void);

@@ -12,7 +12,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator as _;
 use scr_host::config::api;
 use scr_host::config::Loader;
-use scr_host::runtime::{InitOptions, OutputFlags, Runtime, Started};
+use scr_host::runtime::{InitOptions, OutputFlags, Recovered, Runtime, Started};
 
 /// `SCR_FLAG_CHECKPOINT`.
 pub const FLAG_CHECKPOINT: i32 = 1;
@@ -184,6 +184,12 @@ fn runtime(s: &mut State) -> Result<&mut Runtime, String> {
 
 /// `SCR_Init`: collective over `MPI_COMM_WORLD`, after `MPI_Init`.
 pub fn init() -> Result<(), String> {
+    init_on(&SimpleCommunicator::world(), None)
+}
+
+/// `SCR_Init` on `comm` (collective over it): `MPI_COMM_WORLD`, or a resilient run's
+/// application communicator, with the recovery before this init when there was one.
+fn init_on(comm: &SimpleCommunicator, recovered: Option<Recovered>) -> Result<(), String> {
     with_state(|s| {
         if s.runtime.is_some() {
             return Err("SCR_Init was already called; call it once per run".into());
@@ -205,11 +211,11 @@ pub fn init() -> Result<(), String> {
             );
         }
         let started = Runtime::init_with(
-            &SimpleCommunicator::world(),
+            comm,
             s.calls.clone(),
             InitOptions {
                 fetch_at_have_restart: true,
-                ..InitOptions::default()
+                recovered,
             },
         )
         .map_err(|e| e.to_string())?;
@@ -246,6 +252,39 @@ pub fn finalize() -> Result<(), String> {
         s.finalized = true;
         r
     })
+}
+
+/// One run of a resilient run's body (`SCR_Run_resilient`): the library is initialised on
+/// the application communicator `comm` (again after each recovery: the previous run's
+/// runtime, abandoned by the loss, is dropped first), `body` runs, and the library is
+/// finalized when it returned `Ok`, abandoned otherwise (after a loss no collective call
+/// can complete).
+pub fn resilient_attempt(
+    comm: &SimpleCommunicator,
+    recovered: Option<Recovered>,
+    body: impl FnOnce() -> Result<(), String>,
+) -> Result<(), String> {
+    with_state(|s| {
+        if let Some(Started::Running(mut rt)) = s.runtime.take() {
+            rt.abandon();
+        }
+        s.finalized = false;
+        Ok(())
+    })?;
+    init_on(comm, recovered)?;
+    match body() {
+        Ok(()) => finalize(),
+        Err(e) => {
+            with_state(|s| {
+                if let Some(Started::Running(mut rt)) = s.runtime.take() {
+                    rt.abandon();
+                }
+                s.finalized = true;
+                Ok(())
+            })?;
+            Err(e)
+        }
+    }
 }
 
 /// `SCR_Config`: set or unset before init (`Ok(None)`), or query the value in force.

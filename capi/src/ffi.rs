@@ -2,7 +2,7 @@
 //! [`crate::calls`] under [`guarded`] (no panic reaches C; every failure is printed with
 //! the rank and the call) and converts the result. Every `unsafe` block of the crate is
 //! in this module, for the C pointers an application passes.
-#![allow(non_snake_case)] // the names are SCR's
+#![allow(non_snake_case, non_camel_case_types)] // the names are SCR's (and scr.h's types)
 
 use std::ffi::{c_char, c_int, CStr};
 
@@ -355,4 +355,120 @@ pub extern "C" fn SCR_Should_exit(flag: *mut c_int) -> c_int {
         let exit = calls::should_exit()?;
         set_flag(flag, exit)
     }))
+}
+
+/// What `SCR_Run_resilient` tells the application's body (`SCR_Attempt` in scr.h).
+#[repr(C)]
+pub struct SCR_Attempt {
+    /// 0 for the first run, then one more after each recovery.
+    pub number: c_int,
+    /// This process's rank on the application communicator.
+    pub rank: c_int,
+    /// The application communicator's size.
+    pub size: c_int,
+    /// Ranks the last recovery lost.
+    pub lost: c_int,
+    /// Spares left.
+    pub spares_left: c_int,
+    /// Seconds the last recovery took.
+    pub recovery_seconds: f64,
+}
+
+/// The application's body (`SCR_Resilient_body` in scr.h).
+pub type SCR_Resilient_body = Option<
+    unsafe extern "C" fn(
+        comm: mpi::ffi::MPI_Comm,
+        attempt: *const SCR_Attempt,
+        arg: *mut std::ffi::c_void,
+    ) -> c_int,
+>;
+
+/// Online recovery (an scr-rs extension; see scr.h and `scr_host::resilient`): run `body`
+/// on the application ranks of `world`, keeping `spares` processes aside, with the library
+/// initialised on the application communicator before each run of it and finalized
+/// after one that returns `SCR_SUCCESS`; a lost process is replaced by a spare (or, with
+/// `shrink`, the job goes on with fewer ranks) and `body` runs again.
+#[no_mangle]
+// (`arg` is never read here: it is handed back to the application's own `body`)
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub extern "C" fn SCR_Run_resilient(
+    world: mpi::ffi::MPI_Comm,
+    spares: c_int,
+    shrink: c_int,
+    body: SCR_Resilient_body,
+    arg: *mut std::ffi::c_void,
+) -> c_int {
+    use mpi::raw::{AsRaw as _, FromRaw as _};
+    use scr_host::runtime::{Recovered, ScrError};
+    code(guarded("SCR_Run_resilient", || {
+        let body = body.ok_or("the body is NULL; pass the function to run")?;
+        let spares =
+            u32::try_from(spares).map_err(|_| format!("spares = {spares}: give 0 or more"))?;
+        // SAFETY: reading the handles MPI defines.
+        let (null, comm_world) = unsafe { (mpi::ffi::RSMPI_COMM_NULL, mpi::ffi::RSMPI_COMM_WORLD) };
+        if world == null {
+            return Err("the communicator is MPI_COMM_NULL; pass MPI_COMM_WORLD".into());
+        }
+        let world = std::mem::ManuallyDrop::new(if world == comm_world {
+            mpi::topology::SimpleCommunicator::world()
+        } else {
+            // SAFETY: the application's intra-communicator, valid during this call
+            // (scr.h's contract); wrapped without taking it over (ManuallyDrop: never
+            // freed here).
+            unsafe { mpi::topology::SimpleCommunicator::from_raw(world) }
+        });
+        let options = scr_host::resilient::Options {
+            spares,
+            shrink: shrink != 0,
+        };
+        let finished = scr_host::resilient::run(&world, &options, |comm, attempt| {
+            let recovered = (attempt.number > 0).then(|| Recovered {
+                lost: attempt.lost.clone(),
+                replaced: attempt.replaced.clone(),
+                seconds: attempt.recovery_seconds,
+            });
+            let told = SCR_Attempt {
+                number: attempt.number as c_int,
+                rank: attempt.rank as c_int,
+                size: attempt.size as c_int,
+                lost: attempt.lost.len() as c_int,
+                spares_left: attempt.spares_left as c_int,
+                recovery_seconds: attempt.recovery_seconds,
+            };
+            calls::resilient_attempt(comm, recovered, || {
+                // SAFETY: the application's function with scr.h's signature; the
+                // communicator and the attempt stay valid during the call, and `arg` is
+                // the application's own pointer, passed through.
+                let rc = unsafe { body(comm.as_raw(), &told, arg) };
+                match rc {
+                    SCR_SUCCESS => Ok(()),
+                    rc => Err(format!("the application's body returned {rc}")),
+                }
+            })
+            .map_err(|e| match scr_host::runtime::ulfm::lost() {
+                true => ScrError::ProcessFailed(e),
+                false => ScrError::Collective(e),
+            })
+        })
+        .map_err(|e| e.to_string())?;
+        if let scr_host::resilient::Finished::Spare { .. } = finished {
+            tracing::debug!("this process stayed a spare");
+        }
+        Ok(())
+    }))
+}
+
+/// Whether this process saw a process of the job lost since the last recovery (an scr-rs
+/// extension): the application's own MPI calls on the revoked communicator then return
+/// without data, so its loops should stop and return from the body.
+#[no_mangle]
+pub extern "C" fn SCR_Process_lost() -> c_int {
+    c_int::from(scr_host::runtime::ulfm::lost())
+}
+
+/// Whether this process went through a recovery (an scr-rs extension): after one, end
+/// the process without MPI_Finalize once SCR_Run_resilient returned (see scr.h).
+#[no_mangle]
+pub extern "C" fn SCR_Recovered() -> c_int {
+    c_int::from(scr_host::resilient::recoveries() > 0)
 }

@@ -3,7 +3,7 @@
 //! `SCR_ULFM_PREFIX`). The workspace's programs, built against Debian's Open MPI 4.1, run
 //! unchanged under it (Open MPI 5 keeps the C ABI).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::{binary, output_of, Cluster, JobOutput};
@@ -28,13 +28,19 @@ impl Cluster {
     /// of `nodes` (process p on simulated node `nodes[p]`, spares included), with the
     /// cluster's environment; killed after 120 s as every job of the tests is.
     pub fn run_ulfm(&self, nodes: &[&str], program: &str, args: &[&str]) -> JobOutput {
+        self.run_ulfm_path(nodes, &binary(program), args)
+    }
+
+    /// [`Cluster::run_ulfm`] for a program outside the workspace's build (a C program);
+    /// one that prints `ranks N` (as scr-heat does) has its world size checked.
+    pub fn run_ulfm_path(&self, nodes: &[&str], program: &Path, args: &[&str]) -> JobOutput {
         let ulfm = prefix();
         let mut cmd = Command::new("timeout");
         cmd.args(["--kill-after=5", "120"]);
         cmd.arg(ulfm.join("bin/mpiexec"));
         cmd.args(["--with-ft", "ulfm", "--oversubscribe", "--bind-to", "none"]);
         cmd.arg("-n").arg(nodes.len().to_string());
-        cmd.arg(binary(program)).args(args);
+        cmd.arg(program).args(args);
         let env = self.job_env(nodes);
         self.with_env(&mut cmd, &env);
         // Open MPI 5's launcher (PRRTE) asks for its own consent to run as root, and the
@@ -44,11 +50,11 @@ impl Cluster {
             .env("PRTE_MCA_prte_tmpdir_base", self.path(""))
             .env("LD_LIBRARY_PATH", ulfm.join("lib"));
         let out = output_of(cmd);
-        if program == "scr-heat" {
+        if let Some(n) = out.line_after("ranks ") {
             assert_eq!(
-                out.line_after("ranks "),
-                Some(nodes.len().to_string().as_str()),
-                "scr-heat ran with the wrong world size\n{out}"
+                n,
+                nodes.len().to_string(),
+                "the job ran with the wrong world size\n{out}"
             );
         }
         out

@@ -995,3 +995,36 @@ fn with_the_caches_surviving_a_checkpoint_of_eight_ranks_restarts_on_four_and_tw
         );
     }
 }
+
+#[test]
+fn a_c_application_recovers_online_through_scr_run_resilient() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build("mpicc", &repo().join("tests/c/resilient.c"), dir.path());
+    // the same job uninterrupted, under Debian's MPI (no ULFM: the spare waits)
+    let plain = Cluster::new();
+    let nodes = ["n0", "n0", "n1", "n1", "n2"];
+    let reference = plain.run_path(&nodes, &exe, &["1", "40"]);
+    assert_world(&reference, 5);
+    assert_eq!(reference.code, 0, "{reference}");
+    let expected = reference
+        .line_after("final ")
+        .unwrap_or_else(|| panic!("no final line\n{reference}"));
+    assert!(expected.starts_with("40 "), "{reference}");
+    // rank 2 killed after step 17, under MPI with ULFM: a spare takes its place
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR");
+    let out = c.run_ulfm_path(&nodes, &exe, &["1", "40", "17", "2"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.line_after("final "), Some(expected), "{out}");
+    assert_eq!(out.line_after("recoveries "), Some("1"), "{out}");
+    assert_eq!(
+        out.line_after("recovered (attempt 1): "),
+        Some("1 rank(s) lost, 4 rank(s) now"),
+        "{out}"
+    );
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.15 at step 15"),
+        "{out}"
+    );
+}
