@@ -5,13 +5,16 @@
 # started again: init rebuilds node1's files from XOR parity, the job resumes from the
 # newest checkpoint and ends in exactly the state of an uninterrupted run. The job then
 # goes on with 6 ranks on 3 nodes, restarting from the checkpoint 4 ranks wrote, and
-# again ends in the uninterrupted run's state. Then the plugins and the configuration in
-# force are shown.
+# again ends in the uninterrupted run's state. Last, under Open MPI 5 with ULFM (installed
+# by setup.sh into target/ulfm), a job with a spare process loses a rank and its node and
+# goes on inside the same mpiexec, again to the uninterrupted run's state. Then the
+# plugins and the configuration in force are shown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo build --workspace --quiet
 set -a; . tests/openmpi-local.env; set +a
+repo=$PWD
 heat="$PWD/target/debug/scr-heat"
 scr="$PWD/target/debug/scr"
 work=$(mktemp -d /tmp/scr-demo.XXXXXX)
@@ -63,6 +66,25 @@ if [ -z "$grown" ] || [ "$grown" != "$fresh40" ]; then
     exit 1
 fi
 echo "identical: the restart lost nothing, on 4 ranks and on 6"
+
+echo
+echo "== 6. online recovery: 4 ranks and 1 spare under Open MPI 5 with ULFM; rank 1 is killed"
+echo "==    after step 17 and node1 loses its storage; the spare (on node2) takes rank 1 inside"
+echo "==    the same mpiexec, its files rebuilt from XOR parity, and the job goes on"
+rm -rf "$work/cache" "$work/cntl" "$work/prefix/.scr"
+SCR_NODE_NAMES=node0,node0,node1,node1,node2 PRTE_ALLOW_RUN_AS_ROOT=1 PRTE_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    LD_LIBRARY_PATH="$repo/target/ulfm/lib" "$repo/target/ulfm/bin/mpiexec" --with-ft ulfm \
+    --oversubscribe --bind-to none -n 5 "$heat" --steps 30 --spares 1 --kill-at 17 --kill-rank 1 \
+    --wipe-before-kill "$work/cache/node1,$work/cntl/node1" 2>&1 \
+    | grep -v '^\[' | grep -E 'starting|checkpoint|lost|recovered|restarted|final' | tee "$work/online.log"
+online=$(grep '^final' "$work/online.log" || true)
+echo "online recovery:   $online"
+echo "uninterrupted run: $fresh"
+if [ -z "$online" ] || [ "$online" != "$fresh" ]; then
+    echo "DIFFERENT: the recovered run did not end in the uninterrupted run's state" >&2
+    exit 1
+fi
+echo "identical: the job lost a rank and its node and never left mpiexec"
 
 echo
 run "$scr" plugins list

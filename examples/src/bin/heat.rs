@@ -77,6 +77,19 @@ struct Args {
     /// when the rank's node loses its storage.
     #[arg(long, value_delimiter = ',')]
     wipe_before_kill: Vec<PathBuf>,
+    /// Print `t_kill MS` (the killed rank, just before --kill-at kills it) and `t_resumed
+    /// MS` (rank 0, once the first step after a restart is done), in milliseconds since
+    /// the epoch: the recovery benchmark's clock.
+    #[arg(long)]
+    timestamps: bool,
+}
+
+/// Milliseconds since the epoch.
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
 }
 
 fn kill_self() -> ! {
@@ -259,6 +272,7 @@ fn compute(
         .collect();
     let mut step = 0u64;
 
+    let mut restarted = false;
     while let Some(name) = scr.have_restart() {
         scr.start_restart()?;
         // a file this rank cannot find or read makes the checkpoint invalid, not the run
@@ -275,6 +289,7 @@ fn compute(
             if rank == 0 {
                 println!("restarted from {name} at step {step}");
             }
+            restarted = true;
             break;
         }
     }
@@ -311,9 +326,18 @@ fn compute(
         if args.sleep_ms > 0 {
             std::thread::sleep(std::time::Duration::from_millis(args.sleep_ms));
         }
+        if restarted && rank == 0 && args.timestamps {
+            println!("t_resumed {}", now_ms());
+        }
+        restarted = false;
         if args.kill_at == Some(step) && args.kill_rank.contains(&rank) && attempt == 0 {
             for dir in &args.wipe_before_kill {
                 let _ = std::fs::remove_dir_all(dir);
+            }
+            if args.timestamps {
+                use std::io::Write as _;
+                println!("t_kill {}", now_ms());
+                let _ = std::io::stdout().flush();
             }
             kill_self();
         }

@@ -31,19 +31,14 @@ impl Runtime {
         if let Some(e) = self.world.health().lost_error(call) {
             return Err(e);
         }
-        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *self)));
-        match out {
+        match ulfm::catch_lost(|| f(&mut *self)) {
             Ok(r) => r,
-            Err(payload) => match payload.downcast::<ulfm::ProcessLost>() {
-                Ok(lost) => {
-                    let why = ulfm::error_string(lost.code);
-                    self.topo
-                        .warn(&format!("{call}: a process of the job was lost ({why})"));
-                    self.world.health_mut().mark_lost(&why);
-                    Err(ulfm::lost_error(call, &why))
-                }
-                Err(other) => std::panic::resume_unwind(other),
-            },
+            Err(why) => {
+                self.topo
+                    .warn(&format!("{call}: a process of the job was lost ({why})"));
+                self.world.health_mut().mark_lost(&why);
+                Err(ulfm::lost_error(call, &why))
+            }
         }
     }
 }

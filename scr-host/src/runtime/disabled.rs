@@ -39,9 +39,30 @@ pub struct Disabled {
     policy: Policy,
     /// Whether finalize ran (or the library was abandoned).
     finalized: bool,
+    /// MPI's words for a lost process, once one was lost (see `ulfm`): every call then
+    /// fails so, and no finalize is owed.
+    lost: Option<String>,
 }
 
 impl Disabled {
+    /// Run the application's call `call`, as the running runtime's `guarded` does: a
+    /// process lost meanwhile becomes [`ScrError::ProcessFailed`](super::ScrError) here
+    /// and in every later call.
+    fn guarded<T>(&mut self, call: &str, f: impl FnOnce(&mut Disabled) -> Result<T>) -> Result<T> {
+        if let Some(why) = &self.lost {
+            return Err(super::ulfm::lost_error(call, why));
+        }
+        match super::ulfm::catch_lost(|| f(&mut *self)) {
+            Ok(r) => r,
+            Err(why) => {
+                self.finalized = true;
+                let e = super::ulfm::lost_error(call, &why);
+                self.lost = Some(why);
+                Err(e)
+            }
+        }
+    }
+
     /// The disabled library on `world`, once `config` (agreed on every rank) said
     /// `enable = false`.
     pub(in crate::runtime) fn new(
@@ -56,6 +77,7 @@ impl Disabled {
             output: None,
             policy: Policy::new(),
             finalized: false,
+            lost: None,
         }
     }
 
@@ -103,18 +125,13 @@ impl Disabled {
     ) -> Result<()> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("start_output");
-        // (no restart is ever read: start_restart always fails)
-        let pre = output_refused(
-            &*self.world,
-            name,
-            flags,
-            refused,
-            false,
-            self.output.is_some(),
-        );
-        agree_on(&*self.world, pre)?;
-        self.output = Some(name.to_string());
-        Ok(())
+        self.guarded("start_output_or_refuse", |d| {
+            // (no restart is ever read: start_restart always fails)
+            let pre = output_refused(&*d.world, name, flags, refused, false, d.output.is_some());
+            agree_on(&*d.world, pre)?;
+            d.output = Some(name.to_string());
+            Ok(())
+        })
     }
 
     /// SCR's legacy `SCR_Start_checkpoint`: a checkpoint named `ckpt.<checkpoint id>`,
@@ -162,16 +179,18 @@ impl Disabled {
     pub fn complete_output(&mut self, valid: bool) -> Result<bool> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("complete_output");
-        let pre = if self.output.is_some() {
-            Ok(())
-        } else {
-            Err(ScrError::Usage(
-                "complete_output: no dataset is being written; call start_output first".into(),
-            ))
-        };
-        agree_on(&*self.world, pre)?;
-        self.output = None;
-        Ok(self.world.agree(valid))
+        self.guarded("complete_output", |d| {
+            let pre = if d.output.is_some() {
+                Ok(())
+            } else {
+                Err(ScrError::Usage(
+                    "complete_output: no dataset is being written; call start_output first".into(),
+                ))
+            };
+            agree_on(&*d.world, pre)?;
+            d.output = None;
+            Ok(d.world.agree(valid))
+        })
     }
 
     /// Whether the application should checkpoint now (collective; decided on rank 0), by
@@ -182,20 +201,22 @@ impl Disabled {
     pub fn need_checkpoint(&mut self) -> Result<bool> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("need_checkpoint");
-        self.policy.count_call();
-        let (need, exit) = agree_need(
-            &*self.world,
-            || {
-                let halt = self.halt_check();
-                let need = self.policy.need(&Rule::of(&self.config), Instant::now());
-                (halt, need)
-            },
-            self.config.get(settings::HALT_EXIT),
-        );
-        if let Some(reason) = exit {
-            self.halt_and_exit(reason);
-        }
-        Ok(need)
+        self.guarded("need_checkpoint", |d| {
+            d.policy.count_call();
+            let (need, exit) = agree_need(
+                &*d.world,
+                || {
+                    let halt = d.halt_check();
+                    let need = d.policy.need(&Rule::of(&d.config), Instant::now());
+                    (halt, need)
+                },
+                d.config.get(settings::HALT_EXIT),
+            );
+            if let Some(reason) = exit {
+                d.halt_and_exit(reason);
+            }
+            Ok(need)
+        })
     }
 
     /// Whether the run should stop now (collective): a halt condition of the halt file
@@ -203,27 +224,25 @@ impl Disabled {
     pub fn should_exit(&mut self) -> Result<bool> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("should_exit");
-        let reason = if self.rank() == 0 {
-            self.halt_check()
-        } else {
-            None
-        };
-        let text = self
-            .world
-            .broadcast_bytes(reason.unwrap_or_default().as_bytes());
-        if text.is_empty() {
-            return Ok(false);
-        }
-        if self.rank() == 0 {
-            tracing::warn!("should_exit: yes, {}", String::from_utf8_lossy(&text));
-        }
-        if self.config.get(settings::FLUSH) > 0 && self.config.get(settings::FLUSH_ON_FINALIZE) {
-            // where a running runtime waits for its flushes before the application exits
-            // (none here): the same step, so that the calls' exchanges count alike
-            let _counted = comm::scope("flush_wait");
-            self.world.barrier();
-        }
-        Ok(true)
+        self.guarded("should_exit", |d| {
+            let reason = if d.rank() == 0 { d.halt_check() } else { None };
+            let text = d
+                .world
+                .broadcast_bytes(reason.unwrap_or_default().as_bytes());
+            if text.is_empty() {
+                return Ok(false);
+            }
+            if d.rank() == 0 {
+                tracing::warn!("should_exit: yes, {}", String::from_utf8_lossy(&text));
+            }
+            if d.config.get(settings::FLUSH) > 0 && d.config.get(settings::FLUSH_ON_FINALIZE) {
+                // where a running runtime waits for its flushes before the application exits
+                // (none here): the same step, so that the calls' exchanges count alike
+                let _counted = comm::scope("flush_wait");
+                d.world.barrier();
+            }
+            Ok(true)
+        })
     }
 
     /// Rank 0's view of the halt conditions: the halt file's (no allocation end is
@@ -256,7 +275,7 @@ impl Disabled {
     pub fn have_restart_fetching(&mut self) -> Result<Option<String>> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("have_restart");
-        Ok(self.have_restart())
+        self.guarded("have_restart_fetching", |d| Ok(d.have_restart()))
     }
 
     /// The checkpoint to restart from: none (nothing is cached or fetched).
@@ -288,12 +307,14 @@ impl Disabled {
     pub fn complete_restart(&mut self, _valid: bool) -> Result<bool> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("complete_restart");
-        agree_on(
-            &*self.world,
-            Err(ScrError::Usage(
-                "complete_restart: no restart in progress; call start_restart first".into(),
-            )),
-        )
+        self.guarded("complete_restart", |d| {
+            agree_on(
+                &*d.world,
+                Err(ScrError::Usage(
+                    "complete_restart: no restart in progress; call start_restart first".into(),
+                )),
+            )
+        })
     }
 
     /// SCR's `SCR_Current`: succeeds, changing nothing.
@@ -321,8 +342,10 @@ impl Disabled {
     pub fn finalize(&mut self) -> Result<()> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("finalize");
-        self.finalized = true;
-        Ok(())
+        self.guarded("finalize", |d| {
+            d.finalized = true;
+            Ok(())
+        })
     }
 
     /// Whether `finalize` ran (or the library was abandoned).

@@ -53,19 +53,8 @@ impl Runtime {
         let hooks = TestHooks::from_env(&loader.env);
         // a process lost during init (see `ulfm`) unwinds to here: the parts built so far
         // are dropped without MPI calls of their own, and every rank returns the error
-        let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            Self::init_in(world, loader, options, hooks)
-        }));
-        match started {
-            Ok(r) => r,
-            Err(payload) => match payload.downcast::<super::ulfm::ProcessLost>() {
-                Ok(lost) => Err(super::ulfm::lost_error(
-                    "init",
-                    &super::ulfm::error_string(lost.code),
-                )),
-                Err(other) => std::panic::resume_unwind(other),
-            },
-        }
+        super::ulfm::catch_lost(|| Self::init_in(world, loader, options, hooks))
+            .unwrap_or_else(|why| Err(super::ulfm::lost_error("init", &why)))
     }
 
     /// [`Runtime::init_with`] on any [`World`] (MPI, or threads acting as ranks in the

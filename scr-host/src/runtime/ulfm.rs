@@ -204,6 +204,18 @@ pub(crate) fn check() {
     }
 }
 
+/// Run `f` (an application call): a lost process's unwinding (see the module doc) comes
+/// back as `Err` with MPI's words for it; any other panic goes on unwinding.
+pub(crate) fn catch_lost<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => Ok(v),
+        Err(payload) => match payload.downcast::<ProcessLost>() {
+            Ok(lost) => Err(error_string(lost.code)),
+            Err(other) => std::panic::resume_unwind(other),
+        },
+    }
+}
+
 /// Unwind to the API call with [`ProcessLost`] (a process was lost).
 pub(crate) fn raise() -> ! {
     std::panic::panic_any(ProcessLost { code: lost_code() })
