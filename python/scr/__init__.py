@@ -22,6 +22,10 @@ Every function is collective over ``MPI_COMM_WORLD`` except ``config`` (called b
 restarting on another number of ranks than wrote the checkpoint lists the old ranks'
 files and routes those its new share of the work needs.
 
+``run_resilient``, ``process_lost`` and ``recovered`` are scr-rs extensions too: online
+recovery, where a job started with spare processes under MPI with ULFM replaces a lost
+process inside the same ``mpiexec`` and runs the application's function again.
+
 Failures: a call that fails raises :class:`scr.Error` (a ``RuntimeError``, which is
 what SCR's module raises, so existing ``except RuntimeError`` handlers keep working)
 naming the C call and why (libscr also prints the reason, with the rank, on stderr). Two calls
@@ -77,6 +81,10 @@ __all__ = [
     "drop",
     "delete",
     "get_version",
+    "Attempt",
+    "run_resilient",
+    "process_lost",
+    "recovered",
 ]
 
 # The values of scr.h.
@@ -248,6 +256,27 @@ _SCR_Current = _prototype("SCR_Current", _c_int, [_c_char_p])
 _SCR_Drop = _prototype("SCR_Drop", _c_int, [_c_char_p])
 _SCR_Delete = _prototype("SCR_Delete", _c_int, [_c_char_p])
 _SCR_Get_version = _prototype("SCR_Get_version", _c_char_p, [])
+
+
+class _Attempt(ctypes.Structure):
+    # scr.h's SCR_Attempt
+    _fields_ = [
+        ("number", ctypes.c_int),
+        ("rank", ctypes.c_int),
+        ("size", ctypes.c_int),
+        ("lost", ctypes.c_int),
+        ("spares_left", ctypes.c_int),
+        ("recovery_seconds", ctypes.c_double),
+    ]
+
+
+# MPI_Comm is a pointer in Open MPI, an int in MPICH: passed as the handle mpi4py holds
+_BODY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_Attempt), ctypes.c_void_p)
+_SCR_Run_resilient = _prototype(
+    "SCR_Run_resilient", _c_int, [ctypes.c_void_p, _c_int, _c_int, _BODY, ctypes.c_void_p]
+)
+_SCR_Process_lost = _prototype("SCR_Process_lost", _c_int, [])
+_SCR_Recovered = _prototype("SCR_Recovered", _c_int, [])
 
 # free() of the C library libscr allocates from (one libc per process)
 _free = ctypes.CDLL(None).free
@@ -512,3 +541,72 @@ def get_version():
     """libscr's version string (``SCR_Get_version``), e.g. ``"scr-rs 0.1.0 (SCR API
     v3.1.0)"``."""
     return _SCR_Get_version().decode("utf-8")
+
+
+class Attempt:
+    """One run of :func:`run_resilient`'s body: ``number`` (0 first, then one more after
+    each recovery), ``rank`` and ``size`` on the application communicator, ``lost`` (ranks
+    the last recovery lost), ``spares_left``, ``recovery_seconds``."""
+
+    def __init__(self, c):
+        self.number = c.number
+        self.rank = c.rank
+        self.size = c.size
+        self.lost = c.lost
+        self.spares_left = c.spares_left
+        self.recovery_seconds = c.recovery_seconds
+
+
+def run_resilient(body, spares=0, shrink=False):
+    """Online recovery (an scr-rs extension: ``SCR_Run_resilient``): run ``body(comm,
+    attempt)`` on the application ranks of ``MPI_COMM_WORLD``, keeping the last
+    ``spares`` processes as spares.
+
+    SCR is initialised on ``comm`` (an mpi4py ``Intracomm``: use it, not
+    ``MPI.COMM_WORLD``, for the application's messages) before each run of ``body`` and
+    finalized after one that returns; do not call :func:`init` or :func:`finalize`. Under
+    MPI with ULFM (Open MPI 5, ``mpiexec --with-ft ulfm``), when a process is lost every
+    SCR call raises :class:`Error`: let it propagate out of ``body``; a spare takes the
+    lost rank (with ``shrink``, and no spare left, the job goes on with fewer ranks), the
+    lost files are rebuilt from cache and ``body`` runs again, restarting through
+    :func:`have_restart`. :func:`process_lost` tells a loop of the application's own MPI
+    calls to stop. Returns alike on every process, spares included; raises
+    :class:`Error` when the job cannot go on (the exception ``body`` raised, when it
+    failed for a reason of its own). After a recovery (:func:`recovered`), end the
+    process with ``os._exit`` rather than letting MPI finalize: Open MPI 5.0's
+    ``MPI_Finalize`` may wait for the lost process.
+    """
+    from mpi4py import MPI
+
+    raised = []
+
+    def call(handle, attempt, _arg):
+        comm = MPI.Intracomm()
+        # (mpi4py 3 has no Comm.fromhandle: the handle goes into the object's slot)
+        ctypes.c_void_p.from_address(MPI._addressof(comm)).value = handle
+        try:
+            body(comm, Attempt(attempt.contents))
+            return SUCCESS
+        except BaseException as e:  # noqa: B036 -- reported after the run, not lost
+            raised.append(e)
+            return FAILURE
+
+    world = ctypes.c_void_p(MPI._handleof(MPI.COMM_WORLD))
+    rc = _SCR_Run_resilient(world, int(spares), 1 if shrink else 0, _BODY(call), None)
+    if rc != SUCCESS:
+        own = [e for e in raised if not isinstance(e, Error)]
+        if own and not process_lost():
+            raise own[-1]
+        raise Error("SCR_Run_resilient", _reason())
+
+
+def process_lost():
+    """Whether this process saw a process of the job lost since the last recovery
+    (``SCR_Process_lost``, an scr-rs extension)."""
+    return bool(_SCR_Process_lost())
+
+
+def recovered():
+    """Whether this process went through a recovery (``SCR_Recovered``, an scr-rs
+    extension)."""
+    return bool(_SCR_Recovered())
