@@ -22,6 +22,7 @@ use crate::config::settings;
 use crate::state::prefix;
 
 pub(in crate::runtime) mod from_cache;
+pub(in crate::runtime) mod staging;
 pub(in crate::runtime) mod state;
 pub(in crate::runtime) mod writers;
 use state::RestartState;

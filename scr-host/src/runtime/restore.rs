@@ -77,7 +77,7 @@ impl Restorer<'_> {
         }
         self.cache.open(self.job.cntl_dir());
         // what a restart of another size left (a run that ended inside it)
-        super::restart::from_cache::remove_stale_staging(self.job, self.config, self.topo);
+        super::restart::staging::remove_stale_staging(self.job, self.config, self.topo);
         // datasets that never completed (a crash inside an output) are garbage
         let incomplete: Vec<DatasetRecord> = self
             .cache

@@ -112,43 +112,6 @@ struct Plan {
     members: Vec<(u32, Option<Holder>)>,
 }
 
-/// The name of the directory rank `rank` keeps a restart's copies and rebuilt files of
-/// dataset `id` in, in the job's directory of a store.
-fn staging_name(id: u64, rank: u32) -> String {
-    format!("{STAGING}{id}.{rank}")
-}
-
-/// How every such directory's name starts.
-const STAGING: &str = "scr.resize.";
-
-/// At init, before any restart: the first rank of each node removes what a restart of
-/// another size left in the job's directory of each store (a run that ended inside the
-/// restart); a failure is a warning.
-pub(in crate::runtime) fn remove_stale_staging(
-    job: &crate::runtime::job::Job,
-    config: &crate::config::Config,
-    topo: &crate::runtime::topology::Topology,
-) {
-    if !topo.first_on_node() {
-        return;
-    }
-    for store in &config.stores {
-        let dir = job.store_dir(&store.path);
-        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let stale = e.file_name().to_string_lossy().starts_with(STAGING)
-                && e.file_type().is_ok_and(|t| t.is_dir());
-            if stale {
-                if let Err(err) = std::fs::remove_dir_all(e.path()) {
-                    tracing::warn!(
-                        "{}: {err}; a restart's leftover copies stay",
-                        e.path().display()
-                    );
-                }
-            }
-        }
-    }
-}
-
 /// The old ranks (of `n`) whose share of the work overlaps new rank `r`'s (of `m`).
 pub(in crate::runtime) fn share_of(r: u32, n: u32, m: u32) -> std::ops::Range<u32> {
     let (r, n, m) = (u64::from(r), u64::from(n), u64::from(m));
@@ -237,7 +200,10 @@ impl Restarter<'_> {
         };
         let share = share_of(me, n, m);
         // this restart's copies and rebuilt files, removed when it ends
-        let staging = self.job.store_dir(&store).join(staging_name(id, me));
+        let staging = self
+            .job
+            .store_dir(&store)
+            .join(super::staging::staging_name(id, me));
         // old ranks no cache holds are rebuilt first, through their sets' redundancy
         let rebuilt = self.rebuild_lost(&mine, id, &staging);
         let failed = rebuilt.as_ref().err().map(String::as_str);
