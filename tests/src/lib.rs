@@ -50,6 +50,31 @@ pub fn scr_build_flags() -> Vec<String> {
         .collect()
 }
 
+/// Compile `source` with `compiler` (mpicc, mpicxx) against libscr as an application
+/// would: `<flags> -lscr`, the library found at run time through its rpath.
+pub fn build_against_libscr(compiler: &str, source: &Path, dir: &Path) -> PathBuf {
+    let exe = dir.join(source.file_stem().unwrap());
+    let flags = scr_build_flags();
+    let out = Command::new(compiler)
+        .arg("-Wall")
+        .arg("-Werror")
+        .arg("-o")
+        .arg(&exe)
+        .arg(source)
+        .args(&flags)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("{compiler} cannot run ({e}): run scripts/setup.sh to install the MPI compiler wrappers")
+        });
+    assert!(
+        out.status.success(),
+        "{compiler} {} {flags:?} failed:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
 /// What a finished job printed.
 #[derive(Debug)]
 pub struct JobOutput {

@@ -60,3 +60,35 @@ impl Cluster {
         out
     }
 }
+
+/// What a job of the C or Python resilient program (`tests/c/resilient.c`,
+/// `examples/python/resilient.py`) must print when rank 2 was killed after step 17 and a
+/// spare took its place: its uninterrupted run's final line (`expected`, the text after
+/// `final `), one recovery of one lost rank, and a restart from ckpt.15.
+pub fn assert_recovered_once(out: &JobOutput, expected: &str) {
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.line_after("final "), Some(expected), "{out}");
+    assert_eq!(out.line_after("recoveries "), Some("1"), "{out}");
+    assert_eq!(
+        out.line_after("recovered (attempt 1): "),
+        Some("1 rank(s) lost, 4 rank(s) now"),
+        "{out}"
+    );
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.15 at step 15"),
+        "{out}"
+    );
+}
+
+/// The final line (after `final `) of an uninterrupted run of the C or Python resilient
+/// program, checked: exit 0, five processes, 40 steps.
+pub fn uninterrupted_final(out: &JobOutput) -> &str {
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.line_after("ranks "), Some("5"), "{out}");
+    let line = out
+        .line_after("final ")
+        .unwrap_or_else(|| panic!("no final line\n{out}"));
+    assert!(line.starts_with("40 "), "{out}");
+    line
+}

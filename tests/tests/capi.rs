@@ -6,35 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use scr_e2e::{binary, files_below, Cluster, JobOutput, TWO_NODES};
+use scr_e2e::{binary, build_against_libscr as build, files_below, Cluster, JobOutput, TWO_NODES};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Compile `source` with `compiler` (mpicc, mpicxx) against libscr as an application
-/// would: `<flags> -lscr`, the library found at run time through its rpath.
-fn build(compiler: &str, source: &Path, dir: &Path) -> PathBuf {
-    let exe = dir.join(source.file_stem().unwrap());
-    let flags = scr_e2e::scr_build_flags();
-    let out = Command::new(compiler)
-        .arg("-Wall")
-        .arg("-Werror")
-        .arg("-o")
-        .arg(&exe)
-        .arg(source)
-        .args(&flags)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("{compiler} cannot run ({e}): run scripts/setup.sh to install the MPI compiler wrappers")
-        });
-    assert!(
-        out.status.success(),
-        "{compiler} {} {flags:?} failed:\n{}",
-        source.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
 }
 
 /// The one `ranks N` line: a wrong mpiexec runs N singletons, which must not pass.
@@ -994,37 +969,4 @@ fn with_the_caches_surviving_a_checkpoint_of_eight_ranks_restarts_on_four_and_tw
             "rank {r}\n{out}"
         );
     }
-}
-
-#[test]
-fn a_c_application_recovers_online_through_scr_run_resilient() {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = build("mpicc", &repo().join("tests/c/resilient.c"), dir.path());
-    // the same job uninterrupted, under Debian's MPI (no ULFM: the spare waits)
-    let plain = Cluster::new();
-    let nodes = ["n0", "n0", "n1", "n1", "n2"];
-    let reference = plain.run_path(&nodes, &exe, &["1", "40"]);
-    assert_world(&reference, 5);
-    assert_eq!(reference.code, 0, "{reference}");
-    let expected = reference
-        .line_after("final ")
-        .unwrap_or_else(|| panic!("no final line\n{reference}"));
-    assert!(expected.starts_with("40 "), "{reference}");
-    // rank 2 killed after step 17, under MPI with ULFM: a spare takes its place
-    let mut c = Cluster::new();
-    c.set("SCR_COPY_TYPE", "XOR");
-    let out = c.run_ulfm_path(&nodes, &exe, &["1", "40", "17", "2"]);
-    assert_eq!(out.code, 0, "{out}");
-    assert_eq!(out.line_after("final "), Some(expected), "{out}");
-    assert_eq!(out.line_after("recoveries "), Some("1"), "{out}");
-    assert_eq!(
-        out.line_after("recovered (attempt 1): "),
-        Some("1 rank(s) lost, 4 rank(s) now"),
-        "{out}"
-    );
-    assert_eq!(
-        out.line_after("restarted from "),
-        Some("ckpt.15 at step 15"),
-        "{out}"
-    );
 }

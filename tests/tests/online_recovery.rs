@@ -5,7 +5,7 @@
 //! example reports, and from the event log that the restart came from the cache,
 //! rebuilt by the scheme (a rebuild event for it, no fetch).
 
-use scr_e2e::{index_entries, reference_state, Cluster, JobOutput};
+use scr_e2e::{build_against_libscr, index_entries, reference_state, Cluster, JobOutput};
 
 /// The events of `kind` in the cluster's event log, as JSON lines.
 fn events(c: &Cluster, kind: &str) -> Vec<String> {
@@ -24,6 +24,39 @@ fn node_dirs(c: &Cluster, nodes: &[&str]) -> String {
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// `scr-heat` under ULFM on `nodes`: 40 steps, a checkpoint every 5, the last `spares`
+/// processes spares, rank(s) `kill` killed after step 17 in the first run (the
+/// directories `wipe` names, comma-separated, removed first), `--shrink` when `shrink`.
+fn heat_losing(
+    c: &Cluster,
+    nodes: &[&str],
+    spares: u32,
+    kill: &str,
+    shrink: bool,
+    wipe: &str,
+) -> JobOutput {
+    let spares = spares.to_string();
+    let mut args = vec![
+        "--steps",
+        "40",
+        "--every",
+        "5",
+        "--spares",
+        &spares,
+        "--kill-at",
+        "17",
+        "--kill-rank",
+        kill,
+    ];
+    if !wipe.is_empty() {
+        args.extend(["--wipe-before-kill", wipe]);
+    }
+    if shrink {
+        args.push("--shrink");
+    }
+    c.run_ulfm(nodes, "scr-heat", &args)
 }
 
 /// What every recovered run must show: exit 0, the reference's final state, one
@@ -81,24 +114,7 @@ fn xor_eight_ranks_and_a_spare_rebuild_a_killed_ranks_node_from_cache_in_the_sam
     // 8 ranks on 4 nodes, the spare on a fifth
     let nodes = ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3", "n4"];
     let wipe = node_dirs(&c, &["n1"]);
-    let out = c.run_ulfm(
-        &nodes,
-        "scr-heat",
-        &[
-            "--steps",
-            "40",
-            "--every",
-            "5",
-            "--spares",
-            "1",
-            "--kill-at",
-            "17",
-            "--kill-rank",
-            "2",
-            "--wipe-before-kill",
-            &wipe,
-        ],
-    );
+    let out = heat_losing(&c, &nodes, 1, "2", false, &wipe);
     assert_recovered(
         &c,
         &out,
@@ -128,24 +144,7 @@ fn rs_survives_two_ranks_of_each_set_lost_at_once_with_two_spares() {
     // two nodes lost at once: each set of 4 (one rank per node) loses two members
     let nodes = ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3", "n4", "n4"];
     let wipe = node_dirs(&c, &["n0", "n1"]);
-    let out = c.run_ulfm(
-        &nodes,
-        "scr-heat",
-        &[
-            "--steps",
-            "40",
-            "--every",
-            "5",
-            "--spares",
-            "2",
-            "--kill-at",
-            "17",
-            "--kill-rank",
-            "0,2",
-            "--wipe-before-kill",
-            &wipe,
-        ],
-    );
+    let out = heat_losing(&c, &nodes, 2, "0,2", false, &wipe);
     assert_recovered(
         &c,
         &out,
@@ -163,25 +162,7 @@ fn with_no_spare_left_the_job_shrinks_and_ends_in_the_same_state() {
     c.set("SCR_COPY_TYPE", "XOR");
     let nodes = ["n0", "n0", "n1", "n1"];
     let wipe = node_dirs(&c, &["n1"]);
-    let out = c.run_ulfm(
-        &nodes,
-        "scr-heat",
-        &[
-            "--steps",
-            "40",
-            "--every",
-            "5",
-            "--spares",
-            "0",
-            "--shrink",
-            "--kill-at",
-            "17",
-            "--kill-rank",
-            "2",
-            "--wipe-before-kill",
-            &wipe,
-        ],
-    );
+    let out = heat_losing(&c, &nodes, 0, "2", true, &wipe);
     assert_recovered(
         &c,
         &out,
@@ -220,24 +201,7 @@ fn a_second_loss_while_the_first_is_rebuilt_is_recovered_from_too() {
     c.set("SCR_FAULT", &format!("rebuild:5:once:{}", marker.display()));
     let nodes = ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3", "n4", "n4"];
     let wipe = node_dirs(&c, &["n1"]);
-    let out = c.run_ulfm(
-        &nodes,
-        "scr-heat",
-        &[
-            "--steps",
-            "40",
-            "--every",
-            "5",
-            "--spares",
-            "2",
-            "--kill-at",
-            "17",
-            "--kill-rank",
-            "2",
-            "--wipe-before-kill",
-            &wipe,
-        ],
-    );
+    let out = heat_losing(&c, &nodes, 2, "2", false, &wipe);
     assert!(marker.exists(), "the hook never fired\n{out}");
     assert_eq!(out.code, 0, "{out}");
     assert_eq!(out.final_state(), reference, "{out}");
@@ -261,22 +225,7 @@ fn with_no_spare_and_no_shrink_every_process_ends_with_the_same_reason() {
     let mut c = Cluster::new();
     c.set("SCR_COPY_TYPE", "XOR");
     let nodes = ["n0", "n0", "n1", "n1"];
-    let out = c.run_ulfm(
-        &nodes,
-        "scr-heat",
-        &[
-            "--steps",
-            "40",
-            "--every",
-            "5",
-            "--spares",
-            "0",
-            "--kill-at",
-            "17",
-            "--kill-rank",
-            "2",
-        ],
-    );
+    let out = heat_losing(&c, &nodes, 0, "2", false, "");
     assert_ne!(out.code, 0, "{out}");
     assert_ne!(out.code, 124, "the job hung\n{out}");
     // every survivor (3 of 4) says it, in the library's words, before any of them ends
@@ -288,4 +237,20 @@ fn with_no_spare_and_no_shrink_every_process_ends_with_the_same_reason() {
         .collect();
     assert_eq!(said.len(), 3, "{said:?}\n{out}");
     assert!(out.line_after("final step ").is_none(), "{out}");
+}
+
+#[test]
+fn a_c_application_recovers_online_through_scr_run_resilient() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let exe = build_against_libscr("mpicc", &root.join("tests/c/resilient.c"), dir.path());
+    // the same job uninterrupted, under Debian's MPI (no ULFM: the spare waits)
+    let nodes = ["n0", "n0", "n1", "n1", "n2"];
+    let reference = Cluster::new().run_path(&nodes, &exe, &["1", "40"]);
+    let expected = scr_e2e::ulfm::uninterrupted_final(&reference);
+    // rank 2 killed after step 17, under MPI with ULFM: a spare takes its place
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR");
+    let out = c.run_ulfm_path(&nodes, &exe, &["1", "40", "17", "2"]);
+    scr_e2e::ulfm::assert_recovered_once(&out, expected);
 }
