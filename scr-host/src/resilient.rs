@@ -156,9 +156,7 @@ where
                 ulfm::watch(app);
                 attempt.rank = role;
                 attempt.size = active;
-                let r = body(app, &attempt);
-                ulfm::unwatch(app);
-                r
+                body(app, &attempt)
             }
             (None, false) => Ok(()),
         };
@@ -173,7 +171,7 @@ where
         let Some(ulfm) = ulfm else {
             // no recovery: the spares waited for this barrier (a loss ends the job)
             team.barrier();
-            ulfm::unwatch(&team);
+            ulfm::free(team);
             return match (outcome, role) {
                 (Err(e), _) => Err(e),
                 (Ok(()), SPARE) => Ok(Finished::Spare { recoveries: 0 }),
@@ -195,7 +193,7 @@ where
         let (rc, agreed) = ulfm.agree(&team, flag);
         let loss = rc != 0 || agreed & NO_LOSS == 0;
         if !loss {
-            ulfm::unwatch(&team);
+            ulfm::free(team);
             if agreed & APP_OK == 0 {
                 return Err(match own_error {
                     Some(e) => ScrError::Collective(e),
@@ -215,7 +213,14 @@ where
         }
         let started = Instant::now();
         let lost_at = ulfm::lost_at_ms();
-        let repaired = repair(ulfm, &mut team, role, active, options)?;
+        let repaired = match repair(ulfm, &mut team, role, active, options) {
+            Ok(r) => r,
+            Err(e) => {
+                // (never left watched once this returns: a later revoke would reach it)
+                ulfm::free(team);
+                return Err(e);
+            }
+        };
         if repaired.team_rank == 0 {
             tracing::warn!(
                 "recovered from the loss of rank(s) {:?} in {:.3} s: {}",
@@ -292,7 +297,6 @@ fn repair(
             }
         };
         ulfm::watch(&shrunk);
-        ulfm::unwatch(team);
         // (the revoked team is left to MPI: see `ulfm::free`)
         ulfm::free(std::mem::replace(team, shrunk));
         let before = ulfm::failures();

@@ -361,7 +361,6 @@ impl MpiHost {
         super::ulfm::watch(&fresh);
         let old = lock(&self.comm).replace(fresh);
         if let Some(old) = old {
-            super::ulfm::unwatch(&old);
             super::ulfm::free(old);
         }
         self.cancelled.store(false, Ordering::SeqCst);
@@ -511,10 +510,8 @@ impl Drop for MpiHost {
     fn drop(&mut self) {
         let _serial = lock(&SERIAL);
         if let Some(c) = lock(&self.comm).take() {
-            super::ulfm::unwatch(&c);
             super::ulfm::free(c);
         }
-        super::ulfm::unwatch(&self.ctl);
         // SAFETY: `ctl` is taken exactly once, here, and never used afterwards.
         super::ulfm::free(unsafe { ManuallyDrop::take(&mut self.ctl) });
     }

@@ -302,10 +302,11 @@ fn handler() -> mpi::ffi::MPI_Errhandler {
     let raw = HANDLER.get_or_init(|| {
         type Variadic = mpi::ffi::MPI_Comm_errhandler_function;
         let f: extern "C" fn(*mut MPI_Comm, *mut c_int) = on_error;
-        // SAFETY: MPI's handler prototype is `void (MPI_Comm *, int *, ...)`. On the
-        // C ABIs scr-rs builds for (x86-64 SysV, AArch64 Linux), a variadic function's
-        // named arguments are passed exactly as a plain function's, and a callee that
-        // declares no variadic part ignores any extra argument (Open MPI passes two).
+        // MPI's handler prototype is `void (MPI_Comm *, int *, ...)`. On the C ABIs
+        // scr-rs builds for (x86-64 SysV, AArch64 Linux), a variadic function's named
+        // arguments are passed exactly as a plain function's, and a callee that declares
+        // no variadic part ignores any extra argument (Open MPI passes two).
+        // SAFETY: a function pointer of the same named arguments and ABI (above).
         let f: Variadic = unsafe { std::mem::transmute::<_, Variadic>(Some(f)) };
         let mut eh = std::mem::MaybeUninit::uninit();
         // SAFETY: MPI writes the new handler.
@@ -348,12 +349,13 @@ fn quiet_unwinding() {
     });
 }
 
-/// Free a communicator the library no longer uses, unless a process was lost since the
-/// last recovery: then it is left to MPI, never freed. A communicator abandoned by a
-/// loss may still have operations pending (a set's abandoned exchanges, the abort
-/// notices); freeing it would let MPI give its context to a new communicator of the
-/// repaired job, where their leftover messages could match.
+/// Stop watching a communicator the library no longer uses and free it, unless a process
+/// was lost since the last recovery: then it is left to MPI, never freed. A communicator
+/// abandoned by a loss may still have operations pending (a set's abandoned exchanges,
+/// the abort notices); freeing it would let MPI give its context to a new communicator
+/// of the repaired job, where their leftover messages could match.
 pub fn free(comm: SimpleCommunicator) {
+    unwatch(&comm);
     if lost() {
         std::mem::forget(comm);
     } else {

@@ -178,7 +178,6 @@ impl Drop for MpiWorld {
     fn drop(&mut self) {
         if let Handle::Owned(c) = std::mem::replace(&mut self.handle, Handle::Taken) {
             let _serial = lock(&SERIAL);
-            ulfm::unwatch(&c);
             ulfm::free(c);
         }
     }
