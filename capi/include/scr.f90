@@ -115,5 +115,30 @@ module scr
       integer, intent(out) :: flag
       integer, intent(out) :: ierror
     end subroutine SCR_SHOULD_EXIT
+
+    ! scr-rs extensions for online recovery (see scrf.h)
+    subroutine SCR_RUN_RESILIENT(comm, spares, shrink, body, ierror)
+      integer, intent(in) :: comm
+      integer, intent(in) :: spares
+      integer, intent(in) :: shrink
+      interface
+        subroutine body(comm, attempt, ierror)
+          integer, intent(in) :: comm
+          integer, intent(in) :: attempt(*)
+          integer, intent(out) :: ierror
+        end subroutine body
+      end interface
+      integer, intent(out) :: ierror
+    end subroutine SCR_RUN_RESILIENT
+
+    subroutine SCR_PROCESS_LOST(flag, ierror)
+      integer, intent(out) :: flag
+      integer, intent(out) :: ierror
+    end subroutine SCR_PROCESS_LOST
+
+    subroutine SCR_RECOVERED(flag, ierror)
+      integer, intent(out) :: flag
+      integer, intent(out) :: ierror
+    end subroutine SCR_RECOVERED
   end interface
 end module scr

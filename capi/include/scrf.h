@@ -30,6 +30,12 @@
 !   SCR_CURRENT(NAME, IERROR), SCR_DROP(NAME, IERROR)
 !   SCR_DELETE(NAME, IERROR)
 !   SCR_GET_VERSION(VERSION, IERROR), SCR_SHOULD_EXIT(FLAG, IERROR)
+!   scr-rs extensions, for online recovery (MPI with ULFM):
+!   SCR_RUN_RESILIENT(COMM, SPARES, SHRINK, BODY, IERROR)
+!     runs EXTERNAL BODY(COMM, ATTEMPT, IERROR) on COMM's ranks but
+!     SPARES, with SCR initialised; BODY sets IERROR=SCR_SUCCESS when
+!     done; ATTEMPT(SCR_ATTEMPT_LEN) is indexed by SCR_ATTEMPT_*
+!   SCR_PROCESS_LOST(FLAG, IERROR), SCR_RECOVERED(FLAG, IERROR)
 ! Names returned (FILE, NAME, VAL, VERSION) are blank-padded; one
 ! longer than the variable is a failure saying the length needed:
 ! CHARACTER(LEN=SCR_MAX_FILENAME) holds any file or dataset name.
@@ -51,6 +57,22 @@
       PARAMETER (SCR_FLAG_CHECKPOINT=1)
       INTEGER SCR_FLAG_OUTPUT
       PARAMETER (SCR_FLAG_OUTPUT=2)
+!
+! The entries of SCR_RUN_RESILIENT's ATTEMPT array: the run (0 first,
+! one more after each recovery), the rank and size of the application
+! communicator, ranks the last recovery lost, spares left
+      INTEGER SCR_ATTEMPT_LEN
+      PARAMETER (SCR_ATTEMPT_LEN=5)
+      INTEGER SCR_ATTEMPT_NUMBER
+      PARAMETER (SCR_ATTEMPT_NUMBER=1)
+      INTEGER SCR_ATTEMPT_RANK
+      PARAMETER (SCR_ATTEMPT_RANK=2)
+      INTEGER SCR_ATTEMPT_SIZE
+      PARAMETER (SCR_ATTEMPT_SIZE=3)
+      INTEGER SCR_ATTEMPT_LOST
+      PARAMETER (SCR_ATTEMPT_LOST=4)
+      INTEGER SCR_ATTEMPT_SPARES
+      PARAMETER (SCR_ATTEMPT_SPARES=5)
 !
 ! The SCR API level implemented (scr.h's SCR_VERSION)
       CHARACTER(LEN=*) SCR_VERSION

@@ -398,64 +398,73 @@ pub extern "C" fn SCR_Run_resilient(
     body: SCR_Resilient_body,
     arg: *mut std::ffi::c_void,
 ) -> c_int {
-    use mpi::raw::{AsRaw as _, FromRaw as _};
-    use scr_host::runtime::{Recovered, ScrError};
     code(guarded("SCR_Run_resilient", || {
         let body = body.ok_or("the body is NULL; pass the function to run")?;
-        let spares =
-            u32::try_from(spares).map_err(|_| format!("spares = {spares}: give 0 or more"))?;
-        // SAFETY: reading the handles MPI defines.
-        let (null, comm_world) = unsafe { (mpi::ffi::RSMPI_COMM_NULL, mpi::ffi::RSMPI_COMM_WORLD) };
-        if world == null {
-            return Err("the communicator is MPI_COMM_NULL; pass MPI_COMM_WORLD".into());
-        }
-        let world = std::mem::ManuallyDrop::new(if world == comm_world {
-            mpi::topology::SimpleCommunicator::world()
-        } else {
-            // SAFETY: the application's intra-communicator, valid during this call
-            // (scr.h's contract); wrapped without taking it over (ManuallyDrop: never
-            // freed here).
-            unsafe { mpi::topology::SimpleCommunicator::from_raw(world) }
-        });
-        let options = scr_host::resilient::Options {
-            spares,
-            shrink: shrink != 0,
-        };
-        let finished = scr_host::resilient::run(&world, &options, |comm, attempt| {
-            let recovered = (attempt.number > 0).then(|| Recovered {
-                lost: attempt.lost.clone(),
-                replaced: attempt.replaced.clone(),
-                seconds: attempt.recovery_seconds,
-            });
-            let told = SCR_Attempt {
-                number: attempt.number as c_int,
-                rank: attempt.rank as c_int,
-                size: attempt.size as c_int,
-                lost: attempt.lost.len() as c_int,
-                spares_left: attempt.spares_left as c_int,
-                recovery_seconds: attempt.recovery_seconds,
-            };
-            calls::resilient_attempt(comm, recovered, || {
-                // SAFETY: the application's function with scr.h's signature; the
-                // communicator and the attempt stay valid during the call, and `arg` is
-                // the application's own pointer, passed through.
-                let rc = unsafe { body(comm.as_raw(), &told, arg) };
-                match rc {
-                    SCR_SUCCESS => Ok(()),
-                    rc => Err(format!("the application's body returned {rc}")),
-                }
-            })
-            .map_err(|e| match scr_host::runtime::ulfm::lost() {
-                true => ScrError::ProcessFailed(e),
-                false => ScrError::Collective(e),
-            })
+        run_resilient(world, spares, shrink, |comm, told| {
+            // SAFETY: the application's function with scr.h's signature; the
+            // communicator and the attempt stay valid during the call, and `arg` is the
+            // application's own pointer, passed through.
+            unsafe { body(comm, told, arg) }
         })
-        .map_err(|e| e.to_string())?;
-        if let scr_host::resilient::Finished::Spare { .. } = finished {
-            tracing::debug!("this process stayed a spare");
-        }
-        Ok(())
     }))
+}
+
+/// The resilient run behind `SCR_Run_resilient` and Fortran's `SCR_RUN_RESILIENT`:
+/// `body` gets the application communicator and the attempt, and returns `SCR_SUCCESS`
+/// or another code (a failed run of the body).
+pub(crate) fn run_resilient(
+    world: mpi::ffi::MPI_Comm,
+    spares: c_int,
+    shrink: c_int,
+    mut body: impl FnMut(mpi::ffi::MPI_Comm, &SCR_Attempt) -> c_int,
+) -> Result<(), String> {
+    use mpi::raw::{AsRaw as _, FromRaw as _};
+    use scr_host::runtime::{Recovered, ScrError};
+    let spares = u32::try_from(spares).map_err(|_| format!("spares = {spares}: give 0 or more"))?;
+    // SAFETY: reading the handles MPI defines.
+    let (null, comm_world) = unsafe { (mpi::ffi::RSMPI_COMM_NULL, mpi::ffi::RSMPI_COMM_WORLD) };
+    if world == null {
+        return Err("the communicator is MPI_COMM_NULL; pass MPI_COMM_WORLD".into());
+    }
+    let world = std::mem::ManuallyDrop::new(if world == comm_world {
+        mpi::topology::SimpleCommunicator::world()
+    } else {
+        // SAFETY: the application's intra-communicator, valid during this call (scr.h's
+        // contract); wrapped without taking it over (ManuallyDrop: never freed here).
+        unsafe { mpi::topology::SimpleCommunicator::from_raw(world) }
+    });
+    let options = scr_host::resilient::Options {
+        spares,
+        shrink: shrink != 0,
+    };
+    let finished = scr_host::resilient::run(&world, &options, |comm, attempt| {
+        let recovered = (attempt.number > 0).then(|| Recovered {
+            lost: attempt.lost.clone(),
+            replaced: attempt.replaced.clone(),
+            seconds: attempt.recovery_seconds,
+        });
+        let told = SCR_Attempt {
+            number: attempt.number as c_int,
+            rank: attempt.rank as c_int,
+            size: attempt.size as c_int,
+            lost: attempt.lost.len() as c_int,
+            spares_left: attempt.spares_left as c_int,
+            recovery_seconds: attempt.recovery_seconds,
+        };
+        calls::resilient_attempt(comm, recovered, || match body(comm.as_raw(), &told) {
+            SCR_SUCCESS => Ok(()),
+            rc => Err(format!("the application's body returned {rc}")),
+        })
+        .map_err(|e| match scr_host::runtime::ulfm::lost() {
+            true => ScrError::ProcessFailed(e),
+            false => ScrError::Collective(e),
+        })
+    })
+    .map_err(|e| e.to_string())?;
+    if let scr_host::resilient::Finished::Spare { .. } = finished {
+        tracing::debug!("this process stayed a spare");
+    }
+    Ok(())
 }
 
 /// Whether this process saw a process of the job lost since the last recovery (an scr-rs

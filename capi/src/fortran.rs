@@ -144,6 +144,41 @@ fn set_ierror(call: &str, ierror: *mut c_int, ok: bool) {
     }
 }
 
+/// A Fortran application's body for `SCR_RUN_RESILIENT`: `SUBROUTINE BODY(COMM,
+/// ATTEMPT, IERROR)`, every argument an `INTEGER` by reference (a dummy procedure is
+/// passed as the address of its code).
+type FortranBody =
+    Option<unsafe extern "C" fn(comm: *const c_int, attempt: *const c_int, ierror: *mut c_int)>;
+
+/// The entries of the body's `ATTEMPT` array (scrf.h's `SCR_ATTEMPT_LEN`).
+const ATTEMPT_LEN: usize = 5;
+
+/// The C handle of a Fortran communicator handle (`MPI_Comm_f2c`).
+fn comm_f2c(handle: c_int) -> mpi::ffi::MPI_Comm {
+    // SAFETY: MPI_Comm_f2c takes any integer: one that names no communicator gives
+    // MPI_COMM_NULL (or an invalid handle MPI itself reports on use), never undefined
+    // behaviour here.
+    unsafe { mpi::ffi::RSMPI_Comm_f2c(handle) }
+}
+
+/// Call the application's Fortran `body` with the application communicator and the
+/// attempt; its `IERROR` (`SCR_FAILURE` unless it set one).
+fn call_body(
+    body: unsafe extern "C" fn(*const c_int, *const c_int, *mut c_int),
+    comm: mpi::ffi::MPI_Comm,
+    attempt: &[c_int; ATTEMPT_LEN],
+) -> c_int {
+    // SAFETY: `comm` is the live communicator the resilient run made; MPI_Comm_c2f
+    // gives its Fortran handle.
+    let handle = unsafe { mpi::ffi::RSMPI_Comm_c2f(comm) };
+    let mut ierror = SCR_FAILURE;
+    // SAFETY: the application's subroutine of scrf.h's form, its three INTEGER
+    // arguments passed by reference: the handle and the attempt live through the call,
+    // and IERROR is a writable int.
+    unsafe { body(&handle, attempt.as_ptr(), &mut ierror) };
+    ierror
+}
+
 /// Run one call under [`guarded`] and store its outcome (`Ok(true)`: success) in `IERROR`.
 fn run(call: &str, ierror: *mut c_int, f: impl FnOnce() -> Result<bool, String>) {
     let ok = guarded(call, f) == Some(true);
@@ -484,6 +519,69 @@ fn delete(name: *const c_char, ierror: *mut c_int, name_len: CharLen) {
 }
 export!(delete(name: *const c_char, ierror: *mut c_int, name_len: CharLen)
     as scr_delete_, scr_delete__, SCR_DELETE);
+
+// ---- Online recovery (scr-rs extensions) ----
+
+/// `SCR_RUN_RESILIENT(COMM, SPARES, SHRINK, BODY, IERROR)`: `SCR_Run_resilient` for
+/// Fortran. `COMM` is a Fortran communicator handle (`MPI_COMM_WORLD`, or
+/// `comm%MPI_VAL` with `mpi_f08`); `BODY(COMM, ATTEMPT, IERROR)` gets the application
+/// communicator's handle and `ATTEMPT(SCR_ATTEMPT_LEN)`, and sets `IERROR` to
+/// `SCR_SUCCESS` when it finished.
+fn run_resilient(
+    comm: *const c_int,
+    spares: *const c_int,
+    shrink: *const c_int,
+    body: FortranBody,
+    ierror: *mut c_int,
+) {
+    run("SCR_RUN_RESILIENT", ierror, || {
+        let world = comm_f2c(int_in("COMM argument", comm)?);
+        let spares = int_in("SPARES argument", spares)?;
+        let shrink = int_in("SHRINK argument", shrink)?;
+        let body = body.ok_or("the BODY argument has no address; pass an EXTERNAL subroutine")?;
+        crate::ffi::run_resilient(world, spares, shrink, |comm, told| {
+            let attempt = [
+                told.number,
+                told.rank,
+                told.size,
+                told.lost,
+                told.spares_left,
+            ];
+            call_body(body, comm, &attempt)
+        })?;
+        Ok(true)
+    });
+}
+export!(run_resilient(
+    comm: *const c_int,
+    spares: *const c_int,
+    shrink: *const c_int,
+    body: FortranBody,
+    ierror: *mut c_int
+) as scr_run_resilient_, scr_run_resilient__, SCR_RUN_RESILIENT);
+
+/// `SCR_PROCESS_LOST(FLAG, IERROR)`: `FLAG` 1 when this process saw a process of the job
+/// lost since the last recovery (its MPI calls on the revoked communicator then fail:
+/// the body should return).
+fn process_lost(flag: *mut c_int, ierror: *mut c_int) {
+    run("SCR_PROCESS_LOST", ierror, || {
+        int_out("FLAG argument", flag, crate::ffi::SCR_Process_lost())?;
+        Ok(true)
+    });
+}
+export!(process_lost(flag: *mut c_int, ierror: *mut c_int)
+    as scr_process_lost_, scr_process_lost__, SCR_PROCESS_LOST);
+
+/// `SCR_RECOVERED(FLAG, IERROR)`: `FLAG` 1 when this process went through a recovery:
+/// it then ends without `MPI_FINALIZE` after `SCR_RUN_RESILIENT` returned.
+fn recovered(flag: *mut c_int, ierror: *mut c_int) {
+    run("SCR_RECOVERED", ierror, || {
+        int_out("FLAG argument", flag, crate::ffi::SCR_Recovered())?;
+        Ok(true)
+    });
+}
+export!(recovered(flag: *mut c_int, ierror: *mut c_int)
+    as scr_recovered_, scr_recovered__, SCR_RECOVERED);
 
 // ---- Environment ----
 

@@ -11,8 +11,10 @@
 //!    every rank, it failed for a reason of its own (every rank returns that error), or a
 //!    process was lost;
 //! 2. **revoke and shrink** the team to the living processes;
-//! 3. **assign**: the lost application ranks, lowest first, go to the spares, lowest
-//!    team rank first; every survivor keeps its rank. With no spare left the job shrinks
+//! 3. **assign**: the lost application ranks, lowest first, go to the spares: each to a
+//!    spare on its own node where one is left (its node's cache, when the node survived,
+//!    still holds its files: nothing to rebuild), the others to the remaining spares,
+//!    lowest team rank first; every survivor keeps its rank. With no spare left the job shrinks
 //!    (the survivors keep their order and are numbered densely) when the application
 //!    allows it, else every process returns the same error;
 //! 4. **agree** again that every living process got through; a process lost meanwhile
@@ -137,6 +139,20 @@ where
     ulfm::watch(&team);
     let mut active = size - options.spares;
     let mut role = if me < active { me } else { SPARE };
+    let node = node_key(me);
+    // each application rank's node, for the spares' placement (empty: no preference)
+    let mut placement = match ulfm {
+        Some(_) => {
+            let before = ulfm::failures();
+            let mut pairs = vec![0u32; 2 * size as usize];
+            team.all_gather_into(&[role, node][..], &mut pairs[..]);
+            match ulfm::failures() == before {
+                true => placement_of(&pairs, active),
+                false => Vec::new(),
+            }
+        }
+        None => Vec::new(),
+    };
     let mut attempt = Attempt {
         size: active,
         spares_left: options.spares,
@@ -213,7 +229,7 @@ where
         }
         let started = Instant::now();
         let lost_at = ulfm::lost_at_ms();
-        let repaired = match repair(ulfm, &mut team, role, active, options) {
+        let repaired = match repair(ulfm, &mut team, [role, node], active, &placement, options) {
             Ok(r) => r,
             Err(e) => {
                 // (never left watched once this returns: a later revoke would reach it)
@@ -257,7 +273,38 @@ where
         };
         role = repaired.role;
         active = repaired.active;
+        placement = repaired.placement;
     }
+}
+
+/// This process's node as a number (a hash of its name: node_names from the environment
+/// by process index, else the host name, as the runtime names nodes). Two nodes hashing
+/// alike only cost a spare's placement, never correctness.
+fn node_key(process: u32) -> u32 {
+    let simulated = std::env::var("SCR_NODE_NAMES").ok().and_then(|names| {
+        names
+            .split(',')
+            .nth(process as usize)
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+    });
+    let name = simulated.unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    });
+    crc32fast::hash(name.as_bytes())
+}
+
+/// Each application rank's node (`active` entries) from every process's `[role, node]`.
+fn placement_of(pairs: &[u32], active: u32) -> Vec<u32> {
+    let mut placement = vec![0u32; active as usize];
+    for pair in pairs.chunks_exact(2) {
+        if let Some(slot) = placement.get_mut(pair[0] as usize) {
+            *slot = pair[1];
+        }
+    }
+    placement
 }
 
 /// What a repair decided, the same on every living process.
@@ -272,6 +319,8 @@ struct Repaired {
     spares_left: u32,
     /// This process's rank in the repaired team.
     team_rank: u32,
+    /// Each application rank's node now.
+    placement: Vec<u32>,
 }
 
 /// Revoke, shrink and assign (steps 2 to 4 of the module doc), until one pass gets
@@ -279,8 +328,9 @@ struct Repaired {
 fn repair(
     ulfm: &ulfm::Ulfm,
     team: &mut SimpleCommunicator,
-    role: u32,
+    role_and_node: [u32; 2],
     active: u32,
+    placement: &[u32],
     options: &Options,
 ) -> Result<Repaired> {
     let passes = team.size().max(1) as u32;
@@ -300,12 +350,14 @@ fn repair(
         // (the revoked team is left to MPI: see `ulfm::free`)
         ulfm::free(std::mem::replace(team, shrunk));
         let before = ulfm::failures();
-        let mut roles = vec![0u32; team.size() as usize];
-        team.all_gather_into(&role, &mut roles[..]);
+        let mut pairs = vec![0u32; 2 * team.size() as usize];
+        team.all_gather_into(&role_and_node[..], &mut pairs[..]);
         if ulfm::failures() != before {
             continue;
         }
-        let decided = assign(&roles, active, options);
+        let roles: Vec<u32> = pairs.iter().step_by(2).copied().collect();
+        let nodes: Vec<u32> = pairs.iter().skip(1).step_by(2).copied().collect();
+        let decided = assign(&roles, &nodes, placement, active, options);
         if let Err(e) = &decided {
             // every living process says it before any of them returns (the agreement
             // below): the job may end as soon as one process exits
@@ -317,14 +369,22 @@ fn repair(
             continue;
         }
         return match decided {
-            Ok((new_roles, active, lost, replaced)) => Ok(Repaired {
-                role: new_roles[me],
-                active,
-                spares_left: new_roles.iter().filter(|&&r| r == SPARE).count() as u32,
-                lost,
-                replaced,
-                team_rank: me as u32,
-            }),
+            Ok((new_roles, active, lost, replaced)) => {
+                let now: Vec<u32> = new_roles
+                    .iter()
+                    .zip(&nodes)
+                    .flat_map(|(&r, &n)| [r, n])
+                    .collect();
+                Ok(Repaired {
+                    role: new_roles[me],
+                    active,
+                    spares_left: new_roles.iter().filter(|&&r| r == SPARE).count() as u32,
+                    lost,
+                    replaced,
+                    team_rank: me as u32,
+                    placement: placement_of(&now, active),
+                })
+            }
             Err(e) => Err(e),
         };
     }
@@ -333,11 +393,15 @@ fn repair(
     )))
 }
 
-/// The new roles of the living processes (`roles`: each one's role before), the new
-/// number of application ranks, the ranks lost and those of them given to spares.
+/// The new roles of the living processes (`roles`: each one's role before, `nodes`:
+/// each one's node), the new number of application ranks, the ranks lost and those of
+/// them given to spares. `placement` is each application rank's node before the loss
+/// (empty when unknown): a lost rank goes to a spare on its node where one is left.
 #[allow(clippy::type_complexity)]
 fn assign(
     roles: &[u32],
+    nodes: &[u32],
+    placement: &[u32],
     active: u32,
     options: &Options,
 ) -> Result<(Vec<u32>, u32, Vec<u32>, Vec<u32>)> {
@@ -345,9 +409,18 @@ fn assign(
         roles.iter().copied().filter(|&r| r != SPARE).collect();
     let lost: Vec<u32> = (0..active).filter(|r| !present.contains(r)).collect();
     let mut new_roles = roles.to_vec();
-    let spares: Vec<usize> = (0..roles.len()).filter(|&i| roles[i] == SPARE).collect();
-    let replaced: Vec<u32> = lost.iter().copied().take(spares.len()).collect();
-    for (&slot, &rank) in spares.iter().zip(&replaced) {
+    let mut spares: Vec<usize> = (0..roles.len()).filter(|&i| roles[i] == SPARE).collect();
+    let spare_count = spares.len();
+    let replaced: Vec<u32> = lost.iter().copied().take(spare_count).collect();
+    let mut unplaced = Vec::new();
+    for &rank in &replaced {
+        let home = placement.get(rank as usize);
+        match spares.iter().position(|&i| Some(&nodes[i]) == home) {
+            Some(k) => new_roles[spares.remove(k)] = rank,
+            None => unplaced.push(rank),
+        }
+    }
+    for (slot, rank) in spares.into_iter().zip(unplaced) {
         new_roles[slot] = rank;
     }
     if replaced.len() == lost.len() {
@@ -355,8 +428,7 @@ fn assign(
     }
     if !options.shrink {
         return Err(ScrError::ProcessFailed(format!(
-            "lost rank(s) {lost:?} with {} spare(s) left, and the application does not go on with fewer ranks; ending the job",
-            spares.len()
+            "lost rank(s) {lost:?} with {spare_count} spare(s) left, and the application does not go on with fewer ranks; ending the job"
         )));
     }
     // no spare left for the rest: the application ranks keep their order, numbered densely
@@ -390,7 +462,8 @@ mod tests {
     fn spares_take_the_lost_ranks_lowest_first_and_survivors_keep_theirs() {
         // 4 application ranks, rank 1 and 3 lost; two spares at team ranks 3 and 4
         let roles = [0, 2, SPARE, SPARE];
-        let (new, active, lost, replaced) = assign(&roles, 4, &opts(2, false)).unwrap();
+        let (new, active, lost, replaced) =
+            assign(&roles, &[0; 4], &[], 4, &opts(2, false)).unwrap();
         assert_eq!(lost, vec![1, 3]);
         assert_eq!(replaced, vec![1, 3]);
         assert_eq!(new, vec![0, 2, 1, 3]);
@@ -400,13 +473,16 @@ mod tests {
     #[test]
     fn with_too_few_spares_the_job_shrinks_densely_or_ends_alike() {
         let roles = [0, 3, SPARE];
-        let (new, active, lost, replaced) = assign(&roles, 4, &opts(1, true)).unwrap();
+        let (new, active, lost, replaced) =
+            assign(&roles, &[0; 3], &[], 4, &opts(1, true)).unwrap();
         assert_eq!(lost, vec![1, 2]);
         assert_eq!(replaced, vec![1]);
         // ranks 0, 3 and the spare (now 1) keep their order: 0, 2, 1
         assert_eq!(new, vec![0, 2, 1]);
         assert_eq!(active, 3);
-        let e = assign(&roles, 4, &opts(1, false)).unwrap_err().to_string();
+        let e = assign(&roles, &[0; 3], &[], 4, &opts(1, false))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("lost rank(s) [1, 2] with 1 spare(s) left"),
             "{e}"
@@ -414,9 +490,36 @@ mod tests {
     }
 
     #[test]
+    fn a_lost_rank_goes_to_a_spare_on_its_own_node_where_one_is_left() {
+        // ranks 0..4 on nodes 10, 10, 11, 11; spares on nodes 12 (team rank 2) and 11
+        // (team rank 3); rank 2 lost alone, then ranks 2 and 3 (node 11) together
+        let placement = [10, 10, 11, 11];
+        let roles = [0, 1, SPARE, SPARE, 3];
+        let nodes = [10, 10, 12, 11, 11];
+        let (new, _, lost, replaced) =
+            assign(&roles, &nodes, &placement, 4, &opts(2, false)).unwrap();
+        assert_eq!((lost, replaced), (vec![2], vec![2]));
+        assert_eq!(
+            new,
+            vec![0, 1, SPARE, 2, 3],
+            "the spare on node 11 took rank 2"
+        );
+        let roles = [0, 1, SPARE, SPARE];
+        let nodes = [10, 10, 12, 11];
+        let (new, _, _, replaced) = assign(&roles, &nodes, &placement, 4, &opts(2, false)).unwrap();
+        assert_eq!(replaced, vec![2, 3]);
+        // rank 2 (lowest) takes node 11's spare; rank 3 the other
+        assert_eq!(new, vec![0, 1, 3, 2]);
+        // without a placement, lowest spare first as before
+        let (new, _, _, _) = assign(&roles, &nodes, &[], 4, &opts(2, false)).unwrap();
+        assert_eq!(new, vec![0, 1, 2, 3]);
+    }
+
+    #[test]
     fn a_loss_of_only_a_spare_changes_no_rank() {
         let roles = [0, 1, 2, SPARE];
-        let (new, active, lost, replaced) = assign(&roles, 3, &opts(2, false)).unwrap();
+        let (new, active, lost, replaced) =
+            assign(&roles, &[0; 4], &[], 3, &opts(2, false)).unwrap();
         assert!(lost.is_empty() && replaced.is_empty());
         assert_eq!((new, active), (vec![0, 1, 2, SPARE], 3));
     }

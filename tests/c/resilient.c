@@ -3,13 +3,16 @@
  * communicator), checkpointed every 5 steps. `resilient SPARES STEPS [KILL_STEP
  * KILL_RANK]` kills KILL_RANK with SIGKILL after KILL_STEP in the first run of the body;
  * the job goes on through a spare. Rank 0 prints `final <steps> <checksum>` (the same as
- * an uninterrupted run's) and `recoveries <n>`. */
+ * an uninterrupted run's) and `recoveries <n>`. A fifth argument `fortran` goes through
+ * the Fortran binding (`scr_run_resilient_`, gfortran's convention) instead, as a
+ * Fortran program would: its MPI is Open MPI 5 with ULFM, which has no Fortran library. */
 #include <mpi.h>
 #include <scr.h>
 
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define CELLS 1024
@@ -97,6 +100,27 @@ static int body(MPI_Comm comm, const SCR_Attempt* attempt, void* arg) {
   return SCR_SUCCESS;
 }
 
+/* SCR_RUN_RESILIENT(COMM, SPARES, SHRINK, BODY, IERROR) as gfortran calls it: every
+ * argument by reference, BODY(COMM, ATTEMPT, IERROR) with a Fortran communicator handle
+ * and the ATTEMPT array (scrf.h's SCR_ATTEMPT_*, from 1 in Fortran). */
+void scr_run_resilient_(const MPI_Fint* comm, const int* spares, const int* shrink,
+                        void (*body)(const MPI_Fint*, const int*, int*), int* ierror);
+
+static struct job fortran_job;
+
+static void fortran_body(const MPI_Fint* comm, const int* attempt, int* ierror) {
+  SCR_Attempt a = {attempt[0], attempt[1], attempt[2], attempt[3], attempt[4], 0.0};
+  MPI_Comm c = MPI_Comm_f2c(*comm);
+  int rank;
+  MPI_Comm_rank(c, &rank);
+  if (rank != a.rank) {
+    fprintf(stderr, "resilient: ATTEMPT says rank %d, the communicator %d\n", a.rank, rank);
+    *ierror = SCR_FAILURE;
+    return;
+  }
+  *ierror = body(c, &a, &fortran_job);
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int world_rank, world_size;
@@ -106,7 +130,15 @@ int main(int argc, char** argv) {
   fflush(stdout);
   int spares = argc > 1 ? atoi(argv[1]) : 0;
   struct job job = {argc > 2 ? atoi(argv[2]) : 40, argc > 3 ? atoi(argv[3]) : -1, argc > 4 ? atoi(argv[4]) : -1};
-  int rc = SCR_Run_resilient(MPI_COMM_WORLD, spares, 0, body, &job);
+  int rc;
+  if (argc > 5 && strcmp(argv[5], "fortran") == 0) {
+    MPI_Fint world = MPI_Comm_c2f(MPI_COMM_WORLD);
+    int shrink = 0;
+    fortran_job = job;
+    scr_run_resilient_(&world, &spares, &shrink, fortran_body, &rc);
+  } else {
+    rc = SCR_Run_resilient(MPI_COMM_WORLD, spares, 0, body, &job);
+  }
   fflush(stdout);
   if (rc != SCR_SUCCESS) {
     fprintf(stderr, "resilient[%d]: SCR_Run_resilient failed\n", world_rank);

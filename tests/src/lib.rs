@@ -473,13 +473,18 @@ fn bed_args(bed: &OnBed, env: &BTreeMap<String, String>) -> Vec<String> {
     ] {
         a.extend(["--mca".into(), k.into(), v.into()]);
     }
-    // the agent starts each host's daemon with a fresh environment, as ssh does, and
-    // OpenMPI passes on only its own OMPI_MCA_* variables by itself: every other variable
-    // of the job is forwarded to the ranks by name
-    for k in env.keys().filter(|k| !k.starts_with("OMPI_MCA_")) {
-        a.extend(["-x".into(), k.clone()]);
-    }
+    a.extend(forwarded(env));
     a
+}
+
+/// `-x VAR` for every variable of `env` a rank on another host needs: the agent starts
+/// each host's daemon with a fresh environment, as ssh does, and Open MPI passes on only
+/// its own `OMPI_MCA_*` variables by itself.
+fn forwarded(env: &BTreeMap<String, String>) -> Vec<String> {
+    env.keys()
+        .filter(|k| !k.starts_with("OMPI_MCA_"))
+        .flat_map(|k| ["-x".to_string(), k.clone()])
+        .collect()
 }
 
 /// Run a job's command to its end.

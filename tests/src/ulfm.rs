@@ -34,22 +34,7 @@ impl Cluster {
     /// [`Cluster::run_ulfm`] for a program outside the workspace's build (a C program);
     /// one that prints `ranks N` (as scr-heat does) has its world size checked.
     pub fn run_ulfm_path(&self, nodes: &[&str], program: &Path, args: &[&str]) -> JobOutput {
-        let ulfm = prefix();
-        let mut cmd = Command::new("timeout");
-        cmd.args(["--kill-after=5", "120"]);
-        cmd.arg(ulfm.join("bin/mpiexec"));
-        cmd.args(["--with-ft", "ulfm", "--oversubscribe", "--bind-to", "none"]);
-        cmd.arg("-n").arg(nodes.len().to_string());
-        cmd.arg(program).args(args);
-        let env = self.job_env(nodes);
-        self.with_env(&mut cmd, &env);
-        // Open MPI 5's launcher (PRRTE) asks for its own consent to run as root, and the
-        // programs load the wheel's libmpi in place of Debian's
-        cmd.env("PRTE_ALLOW_RUN_AS_ROOT", "1")
-            .env("PRTE_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            .env("PRTE_MCA_prte_tmpdir_base", self.path(""))
-            .env("LD_LIBRARY_PATH", ulfm.join("lib"));
-        let out = output_of(cmd);
+        let out = output_of(self.ulfm_command(nodes, program, args));
         if let Some(n) = out.line_after("ranks ") {
             assert_eq!(
                 n,
@@ -58,6 +43,47 @@ impl Cluster {
             );
         }
         out
+    }
+
+    /// The command of [`Cluster::run_ulfm_path`], to start in the background. On a test
+    /// bed, `nodes` are host names (each host's processes consecutive), and the job
+    /// spans the hosts through the bed's agent as [`Cluster::run`]'s jobs do.
+    pub fn ulfm_command(&self, nodes: &[&str], program: &Path, args: &[&str]) -> Command {
+        let ulfm = prefix();
+        let mut cmd = Command::new("timeout");
+        cmd.args(["--kill-after=5", "120"]);
+        cmd.arg(ulfm.join("bin/mpiexec"));
+        cmd.args(["--with-ft", "ulfm", "--oversubscribe", "--bind-to", "none"]);
+        cmd.arg("-n").arg(nodes.len().to_string());
+        let mut env = self.job_env(nodes);
+        // the programs load the wheel's libmpi in place of Debian's
+        env.insert(
+            "LD_LIBRARY_PATH".into(),
+            ulfm.join("lib").display().to_string(),
+        );
+        if let Some(bed) = &self.bed {
+            // Open MPI 5's launcher (PRRTE) takes the agent as its own parameter, and
+            // refuses an out-of-band interface list of loopback alone (it finds the
+            // machine's own); the ranks reach each other over loopback as on the bed's
+            // other jobs, the settings passed on as OMPI_MCA_* variables
+            cmd.arg("--host").arg(crate::hosts::host_list(nodes));
+            cmd.arg("--prtemca").arg("plm_ssh_agent").arg(&bed.agent);
+            for (k, v) in [
+                ("btl", "self,vader,tcp"),
+                ("btl_tcp_if_include", "lo"),
+                ("mpi_yield_when_idle", "1"),
+            ] {
+                env.insert(format!("OMPI_MCA_{k}"), v.into());
+            }
+            cmd.args(crate::forwarded(&env));
+        }
+        cmd.arg(program).args(args);
+        self.with_env(&mut cmd, &env);
+        // Open MPI 5's launcher (PRRTE) asks for its own consent to run as root
+        cmd.env("PRTE_ALLOW_RUN_AS_ROOT", "1")
+            .env("PRTE_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("PRTE_MCA_prte_tmpdir_base", self.path(""));
+        cmd
     }
 }
 

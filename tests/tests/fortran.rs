@@ -549,3 +549,59 @@ fn a_checkpoint_of_eight_ranks_restarts_on_three_through_the_fortran_bindings() 
         "{read}"
     );
 }
+
+/// `SCR_RUN_RESILIENT` from a real Fortran program (tests/fortran/resilient.f90, `USE
+/// scr`: the module's interface checks the call and the body's form) under Debian's
+/// MPI, which has no ULFM: the body runs once on the 4 application ranks with the
+/// ATTEMPT array filled, the fifth process stays a spare, and a second job restarts
+/// inside the body from the first one's checkpoint and ends in the state of one
+/// uninterrupted job. (The recovery itself runs under Open MPI 5, which has no Fortran
+/// library: tests/tests/online_recovery.rs calls the same binding as gfortran does.)
+#[test]
+fn scr_run_resilient_runs_a_fortran_body_and_restarts_inside_it() {
+    let build = tempfile::tempdir().expect("build directory");
+    let exe = build.path().join("resilient");
+    mpif90(
+        &workspace_root().join("tests/fortran/resilient.f90"),
+        &exe,
+        &[],
+    );
+    let nodes = ["n0", "n0", "n1", "n1", "n2"];
+    let whole = Cluster::for_installed().run_path(&nodes, &exe, &["1", "40"]);
+    assert_eq!(whole.code, 0, "{whole}");
+    assert_eq!(whole.line_after("ranks "), Some("5"), "{whole}");
+    let mut attempts: Vec<&str> = whole
+        .stdout
+        .lines()
+        .filter(|l| l.contains(" attempt "))
+        .collect();
+    attempts.sort();
+    // number, rank, size, lost, spares left; the spare (process 4) never ran the body
+    assert_eq!(
+        attempts,
+        [
+            "r0 attempt 0 0 4 0 1",
+            "r1 attempt 0 1 4 0 1",
+            "r2 attempt 0 2 4 0 1",
+            "r3 attempt 0 3 4 0 1"
+        ],
+        "{whole}"
+    );
+    assert_eq!(whole.line_after("recoveries "), Some("0"), "{whole}");
+    let expected = whole
+        .line_after("final ")
+        .unwrap_or_else(|| panic!("no final line\n{whole}"));
+    assert!(expected.starts_with("40 "), "{whole}");
+    // the same 40 steps as two jobs: the second restarts from ckpt.20 inside the body
+    let c = Cluster::for_installed();
+    let first = c.run_path(&nodes, &exe, &["1", "20"]);
+    assert_eq!(first.code, 0, "{first}");
+    let second = c.run_path(&nodes, &exe, &["1", "40"]);
+    assert_eq!(second.code, 0, "{second}");
+    assert_eq!(
+        second.line_after("restarted from "),
+        Some("ckpt.20 at step 20"),
+        "{second}"
+    );
+    assert_eq!(second.line_after("final "), Some(expected), "{second}");
+}

@@ -254,3 +254,154 @@ fn a_c_application_recovers_online_through_scr_run_resilient() {
     let out = c.run_ulfm_path(&nodes, &exe, &["1", "40", "17", "2"]);
     scr_e2e::ulfm::assert_recovered_once(&out, expected);
 }
+
+/// A lost process whose node lives on is replaced by the spare on that node, not by the
+/// lowest spare: the rank's files are still in the node's cache, so the restart reads
+/// them where they are and nothing is rebuilt.
+#[test]
+fn a_spare_on_the_lost_processs_own_node_takes_its_rank_and_nothing_is_rebuilt() {
+    let reference = reference_state(4, 40, None);
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR");
+    // spares: process 4 on n2 (the lowest) and process 5 on n1, rank 2's node
+    let nodes = ["n0", "n0", "n1", "n1", "n2", "n1"];
+    let out = heat_losing(&c, &nodes, 2, "2", false, "");
+    assert_recovered(
+        &c,
+        &out,
+        &reference,
+        "ckpt.15",
+        "lost rank(s) [2], spares took [2], 4 rank(s) now",
+        false,
+    );
+    let rebuilt = events(&c, "rebuild");
+    assert!(rebuilt.is_empty(), "{rebuilt:?}\n{out}");
+    // the spare on n2 stayed one: it says so at the end
+    assert!(
+        out.stderr
+            .contains("scr-heat: process 4 stayed a spare through 1 recoveries"),
+        "{out}"
+    );
+}
+
+/// The Fortran binding (`SCR_RUN_RESILIENT`) through the same loss: the C program calls
+/// it as gfortran does (the wheel's Open MPI 5 has no Fortran library for a Fortran
+/// program to run on; tests/tests/fortran.rs builds and runs a real one under Debian's
+/// MPI), its body converting the Fortran handle and the ATTEMPT array back.
+#[test]
+fn the_fortran_binding_recovers_online_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let exe = build_against_libscr("mpicc", &root.join("tests/c/resilient.c"), dir.path());
+    let nodes = ["n0", "n0", "n1", "n1", "n2"];
+    let reference = Cluster::new().run_path(&nodes, &exe, &["1", "40", "-1", "-1", "fortran"]);
+    let expected = scr_e2e::ulfm::uninterrupted_final(&reference);
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR");
+    let out = c.run_ulfm_path(&nodes, &exe, &["1", "40", "17", "2", "fortran"]);
+    scr_e2e::ulfm::assert_recovered_once(&out, expected);
+}
+
+/// On the multi-host bed (`scripts/hosts.sh`: hosts told apart by `gethostname`, each
+/// with storage of its own), 4 hosts × 2 processes, host3's two the spares: once host1
+/// caches ckpt.10, every process of the application in it is SIGKILLed and its storage
+/// discarded. The job goes on in the same `mpiexec`: host3's spares take ranks 2 and 3,
+/// their files are rebuilt there through XOR from hosts 0 and 2, and the job ends in the
+/// uninterrupted run's state without reading the prefix.
+///
+/// Host1's Open MPI daemon is spared: PRRTE 3.0, Open MPI 5.0's launcher, ends the whole
+/// job when it loses a daemon ("PRTE has lost communication with a remote daemon ... We
+/// cannot recover from this failure"), so a host lost with its daemon is recovered from
+/// by `scr run`'s relaunch (tests/tests/hosts.rs), not online.
+#[test]
+fn on_the_multi_host_bed_a_hosts_lost_processes_are_rebuilt_on_the_spare_host() {
+    let Some(bed) = scr_e2e::TestBed::up_or_skip(4) else {
+        return;
+    };
+    let mut c = bed.cluster();
+    // nothing flushed: whatever the restart reads comes from the hosts' caches
+    c.set("SCR_COPY_TYPE", "XOR").set("SCR_FLUSH", "0");
+    let hosts = [
+        "host0", "host0", "host1", "host1", "host2", "host2", "host3", "host3",
+    ];
+    let args = [
+        "--steps",
+        "40",
+        "--every",
+        "5",
+        "--spares",
+        "2",
+        "--sleep-ms",
+        "150",
+    ];
+    let exe = scr_e2e::binary("scr-heat");
+    let mut child = c
+        .ulfm_command(&hosts, &exe, &args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mpiexec starts");
+    let cached = c
+        .cache_dir("host1")
+        .join("scr.dataset.2/ckpt.10/rank_3.ckpt");
+    let started = std::time::Instant::now();
+    while !cached.exists() {
+        if child.try_wait().expect("the job's status").is_some() {
+            panic!(
+                "the job ended before host1 cached ckpt.10\n{}",
+                scr_e2e::output_of_child(child)
+            );
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(90),
+            "host1 never cached ckpt.10"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // the host's application processes, seen from inside it (its own PID namespace)
+    let killed = bed.on("host1", "pkill -KILL -x scr-heat");
+    assert_eq!(killed.code, 0, "no scr-heat killed in host1\n{killed}");
+    for e in std::fs::read_dir(bed.store_dir("host1")).unwrap().flatten() {
+        std::fs::remove_dir_all(e.path()).unwrap();
+    }
+    let out = scr_e2e::output_of_child(child);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.line_after("ranks "), Some("8"), "{out}");
+    assert_eq!(out.final_state(), reference_state(6, 40, None), "{out}");
+    assert_eq!(out.line_after("recoveries "), Some("1"), "{out}");
+    assert!(
+        out.line_after("recovered (attempt 1): ").is_some_and(
+            |l| l.starts_with("lost rank(s) [2, 3], spares took [2, 3], 6 rank(s) now")
+        ),
+        "{out}"
+    );
+    // the restart came from the caches, rebuilt by XOR, with nothing fetched
+    let restarted = out
+        .line_after("restarted from ")
+        .unwrap_or_else(|| panic!("no restart\n{out}"));
+    let ckpt = restarted.split(' ').next().unwrap();
+    assert!(
+        ["ckpt.5", "ckpt.10", "ckpt.15"].contains(&ckpt),
+        "{restarted}\n{out}"
+    );
+    assert!(
+        events(&c, "rebuild")
+            .iter()
+            .any(|e| e.contains(&format!("\"name\":\"{ckpt}\""))),
+        "no rebuild of {ckpt}\n{out}"
+    );
+    assert!(events(&c, "fetch").is_empty(), "{out}");
+    assert!(index_entries(&c.prefix()).is_empty(), "{out}");
+    // ranks 2 and 3 ended on host3, the spares' host; host1 was never written again
+    for rank in [2, 3] {
+        let f = c
+            .cache_dir("host3")
+            .join(format!("scr.dataset.8/ckpt.40/rank_{rank}.ckpt"));
+        assert!(f.is_file(), "{} is missing\n{out}", f.display());
+    }
+    assert_eq!(
+        std::fs::read_dir(bed.store_dir("host1")).unwrap().count(),
+        0,
+        "{out}"
+    );
+}
