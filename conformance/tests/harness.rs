@@ -73,7 +73,7 @@ fn a_scheme_instance_the_plugin_refuses_is_a_failure() {
     );
     assert!(lines[3].starts_with("FAIL scheme RS: instance for a set of 8: plugin "));
     assert!(lines[3].ends_with(
-        "new_scheme: invalid parameter: scheme RS: set_failures = 8 needs sets of at least 9 members, but this set has 8; lower set_failures below 8 or raise set_size (a set is smaller than set_size when the job spans too few failure groups)"
+        "new_scheme: invalid parameter: scheme RS: set_failures = 8 needs sets of at least 9 members, but set_size is 8; lower set_failures below 8 or raise set_size"
     ), "{}", lines[3]);
     assert_eq!(*lines.last().unwrap(), "3 passed, 1 failed");
 }

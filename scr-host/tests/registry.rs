@@ -8,7 +8,9 @@ use abi_stable::std_types::RSome;
 use scr_host::config::check_plugins;
 use scr_host::config::{ConfigError, Loader, Origin};
 use scr_host::registry::{Kind, Origin as LibOrigin, Registry, RegistryError, SearchPath};
-use scr_plugin::{inproc, DatasetFiles, ErrorCode, RecoverRequest, SchemeConfig, TransferConfig};
+use scr_plugin::{
+    inproc, DatasetFiles, ErrorCode, Param, RecoverRequest, SchemeConfig, TransferConfig,
+};
 
 use scr_plugin::conformance::{built_library as lib, target_dir};
 
@@ -93,24 +95,44 @@ fn shipped_names_instantiate_or_say_what_they_need() {
             "{s}"
         );
     }
-    // RS cannot keep its default 2 checksums in a set of 2: refused, saying why
-    match r.new_scheme(&SchemeConfig {
+    // a set of 2 (a job on two nodes) cannot hold RS's default 2 checksums: it keeps 1
+    let small = r
+        .new_scheme(&SchemeConfig {
+            members: 2,
+            ..scheme_config("RS")
+        })
+        .unwrap();
+    assert_eq!(small.describe().unwrap().tolerated_losses, 1);
+    // set_failures that not even a full set of set_size can hold: refused, saying why
+    let mut config = SchemeConfig {
         members: 2,
         ..scheme_config("RS")
-    }) {
+    };
+    config.params = vec![
+        Param {
+            key: "set_size".into(),
+            value: "2".into(),
+        },
+        Param {
+            key: "set_failures".into(),
+            value: "2".into(),
+        },
+    ]
+    .into();
+    match r.new_scheme(&config) {
         Err(RegistryError::Plugin { call, error, file }) => {
             assert_eq!(call, "new_scheme");
             assert_eq!(error.code, ErrorCode::INVALID_PARAMETER);
             assert!(
                 error.message().contains(
-                    "set_failures = 2 needs sets of at least 3 members, but this set has 2"
+                    "set_failures = 2 needs sets of at least 3 members, but set_size is 2"
                 ),
                 "{error}"
             );
             assert!(file.ends_with(".so"));
         }
         other => panic!(
-            "RS in a set of 2: expected a refusal, got {:?}",
+            "RS with set_failures = set_size: expected a refusal, got {:?}",
             other.err()
         ),
     }

@@ -134,6 +134,37 @@ fn xor_eight_ranks_and_a_spare_rebuild_a_killed_ranks_node_from_cache_in_the_sam
     assert!(log.contains("online recoveries: 1,"), "{log}");
 }
 
+/// 8 ranks and a spare on 4 nodes, RS with two losses per set: the lost rank's node
+/// loses both of its ranks' files (rank 3 lives on), and both are rebuilt, rank 2's onto
+/// the spare's node, which then runs three ranks: the set the third forms alone keeps
+/// what it can (no checksum) rather than fail the job, and the library says so.
+#[test]
+fn rs_eight_ranks_and_a_spare_on_four_nodes_rebuild_a_killed_ranks_node_from_cache() {
+    let reference = reference_state(8, 40, None);
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "RS").set("SCR_SET_FAILURES", "2");
+    let nodes = ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3", "n3"];
+    let wipe = node_dirs(&c, &["n1"]);
+    let out = heat_losing(&c, &nodes, 1, "2", false, &wipe);
+    assert_recovered(
+        &c,
+        &out,
+        &reference,
+        "ckpt.15",
+        "lost rank(s) [2], spares took [2], 8 rank(s) now",
+        true,
+    );
+    // n3 now runs ranks 2, 6 and 7: rank 7's set has no other node to span, keeps no
+    // checksum, and the library says so once per init after the recovery (ckpt.20 to
+    // ckpt.40 are written with it)
+    let said = out.logged(
+        Some(0),
+        "warning",
+        "descriptor 0 (RS): the sets of 1 rank(s) (rank 7 the first) tolerate 0 lost member(s) where a full set of set_size = 8 tolerates 2",
+    );
+    assert_eq!(said.len(), 1, "{out}");
+}
+
 #[test]
 fn rs_survives_two_ranks_of_each_set_lost_at_once_with_two_spares() {
     let reference = reference_state(8, 40, None);

@@ -106,6 +106,9 @@ const PARAMS: &[&str] = &["set_size", "set_failures", "replicas", "buffer_size"]
 /// `set_failures` when the descriptor names none.
 pub const DEFAULT_FAILURES: u32 = 2;
 
+/// The set size when the descriptor gives none (SCR's `SET_SIZE` default, the host's).
+pub const DEFAULT_SET_SIZE: u64 = 8;
+
 /// Where chunks sit in a set of `p` members with `k` checksums per row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
@@ -291,6 +294,32 @@ pub fn check_failures(p: u32, k: u64) -> PluginResult<()> {
     Err(PluginError::invalid_parameter(why))
 }
 
+/// The checksums a set of `p` members keeps when the descriptor asks for `k`
+/// (`set_failures`) in sets of at least `set_size`: `k`, or `p - 1` when this set is
+/// smaller than `k + 1` because the job spans too few failure groups for it (fewer nodes
+/// than `set_size`, or ranks spread unevenly over the nodes, as after spares took lost
+/// ranks beside others). Such a set is protected as far as it can be rather than failing
+/// the job (a set of one member keeps no checksum); the host reports the sets that
+/// tolerate fewer losses than a full one. A `k` that not even a full set of `set_size`
+/// can hold is the configuration's fault and refused, as are `k = 0` and sets too large
+/// for GF(2^8) ([`check_failures`]).
+pub fn checksums_for(p: u32, k: u64, set_size: u64) -> PluginResult<u32> {
+    if k == 0 {
+        check_failures(p, 0)?;
+    }
+    if k >= set_size {
+        return Err(PluginError::invalid_parameter(format!(
+            "scheme RS: set_failures = {k} needs sets of at least {} members, but set_size is {set_size}; lower set_failures below {set_size} or raise set_size",
+            k + 1
+        )));
+    }
+    let k = k.min(u64::from(p.saturating_sub(1)));
+    if k > 0 {
+        check_failures(p, k)?;
+    }
+    Ok(k as u32)
+}
+
 /// One RS instance for one member of one set.
 pub struct RsScheme {
     lay: Layout,
@@ -303,7 +332,8 @@ pub struct RsScheme {
 impl RsScheme {
     /// An instance for member `member` (world rank `world_rank`) of a set of `members`
     /// with `k` checksums, working in pieces of `piece` bytes; refused unless
-    /// `1 <= k < members` and `members + k <= 256`.
+    /// `1 <= k < members` and `members + k <= 256`, or a set of one member with none
+    /// (its file is only checked, as [`checksums_for`] gives it).
     pub fn new(
         members: u32,
         member: u32,
@@ -311,12 +341,16 @@ impl RsScheme {
         k: u32,
         piece: usize,
     ) -> PluginResult<Self> {
-        check_failures(members, u64::from(k))?;
-        let code = matrix::encoding(members as usize, k as usize).ok_or_else(|| {
-            PluginError::invalid_parameter(format!(
-                "scheme RS: no encoding matrix for {members} members and {k} checksums"
-            ))
-        })?;
+        let code = if members == 1 && k == 0 {
+            vec![vec![1]]
+        } else {
+            check_failures(members, u64::from(k))?;
+            matrix::encoding(members as usize, k as usize).ok_or_else(|| {
+                PluginError::invalid_parameter(format!(
+                    "scheme RS: no encoding matrix for {members} members and {k} checksums"
+                ))
+            })?
+        };
         Ok(RsScheme {
             lay: Layout { p: members, k },
             member,
@@ -1175,12 +1209,13 @@ impl PluginLibrary for Rs {
         let piece = params.u64_in("buffer_size", 1 << 20, 1..=(1 << 30))? as usize;
         let members = config.members.max(1);
         let k = params.u64_or("set_failures", u64::from(DEFAULT_FAILURES))?;
-        check_failures(members, k)?;
+        let set_size = params.u64_or("set_size", DEFAULT_SET_SIZE)?;
+        let k = checksums_for(members, k, set_size)?;
         Ok(Box::new(RsScheme::new(
             members,
             config.member,
             config.world_rank,
-            k as u32,
+            k,
             piece,
         )?))
     }
@@ -1321,6 +1356,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_set_smaller_than_set_failures_needs_keeps_what_it_can() {
+        assert_eq!(checksums_for(8, 2, 8).unwrap(), 2);
+        assert_eq!(checksums_for(3, 2, 8).unwrap(), 2);
+        assert_eq!(checksums_for(2, 2, 8).unwrap(), 1);
+        assert_eq!(checksums_for(1, 2, 8).unwrap(), 0);
+        let e = checksums_for(4, 0, 8).unwrap_err();
+        assert!(e
+            .message()
+            .starts_with("scheme RS: set_failures = 0 leaves nothing"));
+        // not even a full set could hold it: the configuration's fault
+        let e = checksums_for(2, 4, 4).unwrap_err();
+        assert_eq!(
+            e.message(),
+            "scheme RS: set_failures = 4 needs sets of at least 5 members, but set_size is 4; lower set_failures below 4 or raise set_size"
+        );
+        let e = checksums_for(250, 10, 250).unwrap_err();
+        assert!(
+            e.message().contains("GF(2^8) has at most 256"),
+            "{}",
+            e.message()
+        );
     }
 
     #[test]

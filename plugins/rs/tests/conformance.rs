@@ -6,7 +6,8 @@ use scr_plugin::conformance::{run_scheme_cases, CaseResult};
 use scr_plugin::inproc;
 use scr_reed_solomon::RsScheme;
 
-fn run(p: u32, k: u32) -> Vec<CaseResult> {
+/// Every conformance case of a set of `p` members with `k` checksums, none failed.
+fn cases(p: u32, k: u32) -> Vec<CaseResult> {
     let dir = tempfile::tempdir().unwrap();
     let groups: Vec<String> = (0..p).map(|i| format!("node{i}")).collect();
     let refs: Vec<&str> = groups.iter().map(String::as_str).collect();
@@ -26,6 +27,12 @@ fn run(p: u32, k: u32) -> Vec<CaseResult> {
     );
     let failed: Vec<&CaseResult> = first.iter().filter(|c| c.failure.is_some()).collect();
     assert!(failed.is_empty(), "p={p} k={k}: {failed:#?}");
+    first
+}
+
+/// [`cases`], checking that the cases of a set that tolerates losses all ran.
+fn run(p: u32, k: u32) -> Vec<CaseResult> {
+    let first = cases(p, k);
     for needle in [
         "corrupted by one byte",
         "protected again",
@@ -121,4 +128,21 @@ fn set_of_3_with_1_checksum() {
 #[test]
 fn set_of_2_with_1_checksum() {
     check(2, 1);
+}
+
+/// A set of one member (a job spanning too few failure groups: `checksums_for` keeps no
+/// checksum for it): nothing tolerated, the loss of its member refused alike.
+#[test]
+fn set_of_1_with_no_checksum() {
+    let cases = cases(1, 0);
+    for needle in [
+        "lose members [0] (beyond the claim of 0)",
+        "redundancy_files lists exactly what apply wrote",
+        "remove leaves nothing behind",
+    ] {
+        assert!(
+            cases.iter().any(|c| c.name.contains(needle)),
+            "{needle}: {cases:#?}"
+        );
+    }
 }

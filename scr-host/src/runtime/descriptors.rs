@@ -71,6 +71,36 @@ impl RedDesc {
     }
 }
 
+/// Say (on rank 0) when the sets of some ranks tolerate fewer lost members under
+/// descriptor `index` than a full set of `set_size` does (collective; `tolerated` is this
+/// rank's set's, `full` the full set's): a set smaller than its scheme needs keeps what
+/// it can (RS fewer checksums, PARTNER fewer copies, XOR none for a set of one) rather
+/// than fail the job, and the admin must hear of it.
+fn weaker_sets(
+    world: &dyn World,
+    index: usize,
+    scheme: &str,
+    set_size: u32,
+    tolerated: u32,
+    full: u32,
+) {
+    let t = u64::from(tolerated);
+    // (agreed: the same on every rank, so that the reductions below are made by all)
+    let most = world.max_u64(t.max(u64::from(full)));
+    let least = world.min_u64(t);
+    if least >= most {
+        return;
+    }
+    let me = u64::from(world.rank());
+    let first = world.min_u64(if t < most { me } else { u64::MAX });
+    let count = world.sum_u64(u64::from(t < most));
+    if world.rank() == 0 {
+        tracing::warn!(
+            "descriptor {index} ({scheme}): the sets of {count} rank(s) (rank {first} the first) tolerate {least} lost member(s) where a full set of set_size = {set_size} tolerates {most}: they have fewer members than the scheme needs because the job spans too few failure groups for them (fewer nodes than set_size, or ranks spread unevenly over the nodes, as after spares took lost ranks beside others); their checkpoints are less protected"
+        );
+    }
+}
+
 /// The redundancy descriptors in force, in configuration order.
 #[derive(Default)]
 pub(in crate::runtime) struct Descriptors {
@@ -127,16 +157,29 @@ impl Descriptors {
             // tolerates no loss (then it keeps no redundancy that could carry the CRC32s,
             // see `deferred_crc`); one reduction counts the ranks that say no to each
             let no_hash = u64::from(!scheme.raw().crc32_in_apply());
-            let keeps_some = u64::from(
-                !scheme
-                    .raw()
-                    .describe()
-                    .into_result()
-                    .is_ok_and(|d| d.tolerated_losses == 0),
-            );
+            let tolerated = scheme
+                .raw()
+                .describe()
+                .into_result()
+                .map(|d| d.tolerated_losses);
+            let keeps_some = u64::from(!matches!(tolerated, Ok(0)));
             let noes = world.sum_u64(no_hash | keeps_some << 32);
             let hashes_in_apply = noes & 0xffff_ffff == 0;
             let keeps_no_redundancy = noes >> 32 == 0;
+            // what a full set tolerates: the same scheme for a set of set_size members
+            let full = registry
+                .new_scheme(&d.scheme_config(config, d.set_size(), 0, topo.rank()))
+                .ok()
+                .and_then(|s| s.raw().describe().into_result().ok())
+                .map_or(0, |desc| desc.tolerated_losses);
+            weaker_sets(
+                world,
+                i,
+                &d.scheme.0,
+                d.set_size(),
+                tolerated.unwrap_or(0),
+                full,
+            );
             if topo.rank() == 0 {
                 tracing::debug!(
                     "descriptor {i}: {}",
