@@ -139,7 +139,7 @@ fn find(received: &[(u32, Vec<(Kind, String)>)], scheme: &str) -> Clashes {
     for (n, (routers, holders)) in &by_name {
         if clashes.routed.is_none() && routers.len() > 1 {
             clashes.routed = Some(format!(
-                "ranks {} and {} both routed `{n}`; each rank must write files of its own",
+                "ranks {} and {} both routed `{n}`; each rank must write files of its own in cache: for a file several ranks write (a shared file), set `bypass = true` on this checkpoint descriptor (SCR_CACHE_BYPASS=1 for every descriptor) to write it straight to the prefix, as SCR 3.1 does by default",
                 routers[0], routers[1]
             ));
         }
@@ -210,7 +210,7 @@ mod tests {
         );
         assert_eq!(
             got.routed.as_deref(),
-            Some("ranks 3 and 4 both routed `shared.dat`; each rank must write files of its own")
+            Some("ranks 3 and 4 both routed `shared.dat`; each rank must write files of its own in cache: for a file several ranks write (a shared file), set `bypass = true` on this checkpoint descriptor (SCR_CACHE_BYPASS=1 for every descriptor) to write it straight to the prefix, as SCR 3.1 does by default")
         );
         assert_eq!(got.redundancy, None);
     }
@@ -223,7 +223,7 @@ mod tests {
         );
         assert_eq!(
             got.routed.as_deref(),
-            Some("ranks 2 and 2 both routed `x`; each rank must write files of its own")
+            Some("ranks 2 and 2 both routed `x`; each rank must write files of its own in cache: for a file several ranks write (a shared file), set `bypass = true` on this checkpoint descriptor (SCR_CACHE_BYPASS=1 for every descriptor) to write it straight to the prefix, as SCR 3.1 does by default")
         );
     }
 
@@ -267,7 +267,7 @@ mod tests {
         );
         assert_eq!(
             got.routed.as_deref(),
-            Some("ranks 0 and 1 both routed `a`; each rank must write files of its own")
+            Some("ranks 0 and 1 both routed `a`; each rank must write files of its own in cache: for a file several ranks write (a shared file), set `bypass = true` on this checkpoint descriptor (SCR_CACHE_BYPASS=1 for every descriptor) to write it straight to the prefix, as SCR 3.1 does by default")
         );
     }
 
@@ -335,7 +335,7 @@ mod tests {
         );
         assert_eq!(
             c.routed.as_deref(),
-            Some("ranks 0 and 5 both routed `shared`; each rank must write files of its own")
+            Some("ranks 0 and 5 both routed `shared`; each rank must write files of its own in cache: for a file several ranks write (a shared file), set `bypass = true` on this checkpoint descriptor (SCR_CACHE_BYPASS=1 for every descriptor) to write it straight to the prefix, as SCR 3.1 does by default")
         );
         assert_eq!(c.redundancy, None);
         // a routed name that is another rank's redundancy file

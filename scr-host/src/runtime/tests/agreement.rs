@@ -309,7 +309,7 @@ fn a_name_routed_by_two_ranks_is_refused_on_every_rank() {
         assert_eq!(first, "ckpt.1: ok true", "rank {r}");
         assert_eq!(
             second,
-            "ckpt.2: complete_output ckpt.2: ranks 1 and 2 both routed `shared.dat`; each rank must write files of its own; dataset discarded",
+            "ckpt.2: complete_output ckpt.2: ranks 1 and 2 both routed `shared.dat`; each rank must write files of its own in cache: for a file several ranks write (a shared file), set `bypass = true` on this checkpoint descriptor (SCR_CACHE_BYPASS=1 for every descriptor) to write it straight to the prefix, as SCR 3.1 does by default; dataset discarded",
             "rank {r}"
         );
         assert_eq!(candidate.as_deref(), Some("ckpt.1"), "rank {r}");
