@@ -129,8 +129,10 @@ pub enum HostlistCommand {
 }
 
 /// One field of `scr env`.
-#[derive(ValueEnum, Clone, Copy, Debug)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EnvField {
+    /// The user the job runs as.
+    User,
     /// The job id.
     Jobid,
     /// The allocation's nodes, compressed.
@@ -141,17 +143,52 @@ pub enum EnvField {
     Prefix,
     /// Launches `scr run` may still make.
     Runs,
+    /// How many nodes the last run used (0 when none ran in this allocation).
+    Runnodes,
 }
 
-/// `scr env [FIELD]`
+/// `scr env [FIELD]`, or SCR's `scr_env` flags (`--user`, `--jobid`, `--nodes`,
+/// `--down`, `--runnodes`) for the same fields.
 #[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("one").multiple(false))]
 pub struct EnvArgs {
     /// Print only this field's value (for scripts).
-    #[arg(value_enum)]
+    #[arg(value_enum, group = "one")]
     pub field: Option<EnvField>,
     /// The prefix directory (default: the configuration's `prefix`).
     #[arg(long, value_name = "DIR")]
     pub prefix: Option<PathBuf>,
+    /// Print the user name only (SCR's `scr_env --user`).
+    #[arg(short = 'u', long, group = "one")]
+    pub user: bool,
+    /// Print the job id only (SCR's `scr_env --jobid`).
+    #[arg(short = 'j', long, group = "one")]
+    pub jobid: bool,
+    /// Print the allocation's nodes only (SCR's `scr_env --nodes`).
+    #[arg(short = 'n', long, group = "one")]
+    pub nodes: bool,
+    /// Print the down nodes only (SCR's `scr_env --down`).
+    #[arg(short = 'd', long, group = "one")]
+    pub down: bool,
+    /// Print how many nodes the last run used only (SCR's `scr_env --runnodes`).
+    #[arg(short = 'r', long, group = "one")]
+    pub runnodes: bool,
+}
+
+impl EnvArgs {
+    /// The one field asked for, by name or by flag.
+    fn asked(&self) -> Option<EnvField> {
+        [
+            (self.user, EnvField::User),
+            (self.jobid, EnvField::Jobid),
+            (self.nodes, EnvField::Nodes),
+            (self.down, EnvField::Down),
+            (self.runnodes, EnvField::Runnodes),
+        ]
+        .into_iter()
+        .find_map(|(set, f)| set.then_some(f))
+        .or(self.field)
+    }
 }
 
 fn prefix_or(config: &Config, given: &Option<PathBuf>) -> PathBuf {
@@ -294,8 +331,10 @@ pub fn env(config: &Config, args: &EnvArgs) -> u8 {
     let e = launch::env(config, &prefix_or(config, &args.prefix), &|v| {
         std::env::var(v).ok()
     });
-    match args.field {
+    match args.asked() {
         None => print!("{e}"),
+        Some(EnvField::User) => println!("{}", e.user),
+        Some(EnvField::Runnodes) => println!("{}", e.run_nodes.unwrap_or(0)),
         Some(EnvField::Jobid) => println!("{}", e.job_id),
         Some(EnvField::Nodes) => match &e.nodes {
             Ok(a) => println!("{}", hostlist::compress(&a.nodes)),

@@ -68,8 +68,8 @@ enum Command {
     /// Expand, compress and combine SLURM-style host lists (node[1-4,7]).
     #[command(subcommand)]
     Hostlist(launch::HostlistCommand),
-    /// Print the job id, the allocation's nodes, the down nodes, the prefix and the runs
-    /// left (SCR's scr_env).
+    /// Print the user, the job id, the allocation's nodes, the down nodes, the prefix, the
+    /// runs left and the nodes the last run used (SCR's scr_env).
     Env(launch::EnvArgs),
     /// Query the flush file (PREFIX/.scr/flush.scr): where datasets are.
     FlushFile {

@@ -571,7 +571,7 @@ pub fn reference_state(ranks: usize, steps: u64, cells: Option<usize>) -> String
 }
 
 /// The user name jobs run as (it appears in cache and control directory names).
-const USER: &str = "e2e";
+pub const USER: &str = "e2e";
 
 /// The environment that lets OpenMPI run many ranks as root on two cores
 /// ([`local_mpi`]), and the user name jobs run as.

@@ -109,6 +109,9 @@ fn a_failed_node_is_excluded_and_the_job_relaunches_on_the_survivors_and_a_spare
     let reference = reference_state(6, STEPS, Some(CELLS));
     let mut c = Cluster::new();
     c.set("SCR_COPY_TYPE", "XOR").set("SCR_SET_SIZE", "3");
+    // no run has recorded its nodes yet: SCR's scr_env --runnodes says 0
+    let none = scr(&c, &["env", "--runnodes"], &[]);
+    assert_eq!((none.code, none.stdout.as_str()), (0, "0\n"), "{none}");
     let script = launcher(
         &c,
         &failing_first_launch(&c),
@@ -179,23 +182,45 @@ fn a_failed_node_is_excluded_and_the_job_relaunches_on_the_survivors_and_a_spare
             .any(|l| l.contains("\"event\":\"lost_nodes\"") && l.contains("\"nodes\":[\"n1\"]")),
         "{events}"
     );
-    // what scr env reports about the allocation now
+    // what scr env reports about the allocation now; the last run used 3 nodes (n0, n2,
+    // n3), as its init recorded
+    let run_nodes = 3;
     let env = scr(&c, &["env"], &[("SCR_NODELIST", "n[0-3]")]);
     assert_eq!(env.code, 0, "{env}");
     assert_eq!(
         env.stdout,
         format!(
-            "job id      e2e\nnodes       n[0-3] (nodelist (environment SCR_NODELIST))\n\
+            "user        {}\njob id      e2e\nnodes       n[0-3] (nodelist (environment SCR_NODELIST))\n\
              down        n1: {} is owned by uid 12345, not by this user (uid 0) or root\n\
-             prefix      {}\nruns left   1\n",
+             prefix      {}\nruns left   1\nrun nodes   {}\n",
+            scr_e2e::USER,
             cache_n1.display(),
-            c.prefix().display()
+            c.prefix().display(),
+            run_nodes
         )
     );
     let down = scr(&c, &["env", "down"], &[]);
     assert_eq!((down.code, down.stdout.as_str()), (0, "n1\n"), "{down}");
     let runs = scr(&c, &["env", "runs"], &[]);
     assert_eq!(runs.stdout, "1\n", "{runs}");
+    // SCR's scr_env flags: the same fields, one per call
+    for (flag, want) in [
+        ("--down", "n1\n".to_string()),
+        ("-d", "n1\n".to_string()),
+        ("--jobid", "e2e\n".to_string()),
+        ("--user", format!("{}\n", scr_e2e::USER)),
+        ("--runnodes", format!("{run_nodes}\n")),
+    ] {
+        let got = scr(&c, &["env", flag], &[]);
+        assert_eq!(
+            (got.code, got.stdout.as_str()),
+            (0, want.as_str()),
+            "{flag}: {got}"
+        );
+    }
+    let both = scr(&c, &["env", "--user", "--jobid"], &[]);
+    assert_eq!(both.code, 2, "one field at a time: {both}");
+    assert!(both.stderr.contains("cannot be used with"), "{both}");
 }
 
 #[test]

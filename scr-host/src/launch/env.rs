@@ -41,6 +41,8 @@ pub fn halt_reason(
 /// `scr env`'s fields.
 #[derive(Debug)]
 pub struct Env {
+    /// The user the job runs as (the `user` key: `$USER`, else the uid).
+    pub user: String,
     /// Job id.
     pub job_id: String,
     /// The allocation's nodes (compressed) and their source.
@@ -51,6 +53,9 @@ pub struct Env {
     pub prefix: PathBuf,
     /// Launches `scr run` may still make (the `runs` key before it started).
     pub runs_left: u64,
+    /// Nodes the last run used (its init's nodes file in the prefix; SCR's
+    /// `scr_env --runnodes`), when one ran in this allocation.
+    pub run_nodes: Option<u64>,
 }
 
 /// What `scr env` prints.
@@ -67,6 +72,8 @@ pub fn env(config: &Config, prefix: &Path, getenv: &dyn Fn(&str) -> Option<Strin
         }
     }
     Env {
+        user: config.get(settings::USER),
+        run_nodes: nodes::previous_run_nodes(prefix),
         nodes: allocation(config, getenv),
         runs_left: state.map_or_else(|| config.get(settings::RUNS), |s| s.runs_left),
         job_id,
@@ -77,6 +84,7 @@ pub fn env(config: &Config, prefix: &Path, getenv: &dyn Fn(&str) -> Option<Strin
 
 impl std::fmt::Display for Env {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "{:<11} {}", "user", self.user)?;
         writeln!(f, "{:<11} {}", "job id", self.job_id)?;
         match &self.nodes {
             Ok(a) => writeln!(
@@ -95,6 +103,10 @@ impl std::fmt::Display for Env {
             writeln!(f, "{:<11} {n}: {why}", "down")?;
         }
         writeln!(f, "{:<11} {}", "prefix", self.prefix.display())?;
-        writeln!(f, "{:<11} {}", "runs left", self.runs_left)
+        writeln!(f, "{:<11} {}", "runs left", self.runs_left)?;
+        match self.run_nodes {
+            Some(n) => writeln!(f, "{:<11} {n}", "run nodes"),
+            None => writeln!(f, "{:<11} none yet in this allocation", "run nodes"),
+        }
     }
 }
