@@ -10,6 +10,8 @@ usage: scripts/install.sh --prefix DIR [--from DIR] [--require-capi]
 
 Install scr-rs under DIR:
   bin/scr, bin/scr-conformance      the administration command and the plugin harness
+  bin/scr_run, scr_srun, scr_halt, scr_index, scr_postrun, ...
+                                    SCR's command names (links to scr, SCR's options)
   lib/libscr.so, lib/libscr.a       the C library (SCR 3.x API)
   lib/scr/plugins/                  the shipped plugins (found with no configuration)
   lib/libscrf.so, lib/libscrf.a     the same library under SCR's Fortran name (-lscrf -lscr)
@@ -162,6 +164,14 @@ fi
 mkdir -p "$prefix" || die "cannot create the prefix $prefix"
 put 755 "$from/scr" "$prefix/bin/scr"
 put 755 "$from/scr-conformance" "$prefix/bin/scr-conformance"
+# SCR's command names, for job scripts written for SCR: links to scr, which reads SCR's
+# options when called by one of them (replaced atomically)
+for name in scr_run scr_srun scr_mpirun scr_jsrun scr_halt scr_index scr_postrun \
+    scr_prerun scr_list_down_nodes scr_should_exit; do
+    ln -sfn scr "$prefix/bin/.$name.tmp"
+    mv -fT "$prefix/bin/.$name.tmp" "$prefix/bin/$name"
+    installed+=("bin/$name")
+done
 for f in libscr.so libscr.a; do
     [ -f "$from/$f" ] || continue
     if [ $f = libscr.so ]; then put 755 "$from/$f" "$prefix/lib/$f"; else put 644 "$from/$f" "$prefix/lib/$f"; fi

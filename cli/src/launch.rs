@@ -377,3 +377,145 @@ pub fn halt_check(config: &Config, prefix: &std::path::Path) -> u8 {
         }
     }
 }
+
+/// SCR's `scr_prerun`: before the first launch of an allocation, the prefix's `.scr`
+/// directory made and the last allocation's node count forgotten (as `scr run` does
+/// itself). Nothing with `enable = false`.
+pub fn prerun(config: &Config, prefix: Option<&str>, verbose: bool) -> u8 {
+    if !config.get(settings::ENABLE) {
+        return 0;
+    }
+    let prefix = prefix.map_or_else(
+        || PathBuf::from(config.get(settings::PREFIX)),
+        PathBuf::from,
+    );
+    let dir = prefix.join(".scr");
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        tracing::error!(
+            "{}: {e}; make the prefix writable, or give another with -p",
+            dir.display()
+        );
+        return 1;
+    }
+    launch::nodes::forget_previous_run_nodes(&prefix);
+    if verbose {
+        println!("scr_prerun: {} is ready", prefix.display());
+    }
+    0
+}
+
+/// SCR's `scr_list_down_nodes`: the down nodes of `nodes` (default: the allocation's),
+/// with those given as down, as one compressed list (empty when none) or, with
+/// `reasons`, a `NODE: REASON` line each; exit 0 (1 when the nodes cannot be listed).
+pub fn list_down_nodes(
+    config: &Config,
+    nodes: Option<&str>,
+    given: &[String],
+    reasons: bool,
+) -> u8 {
+    let prefix = PathBuf::from(config.get(settings::PREFIX));
+    let mut down = match launch::down_nodes(config, nodes, &prefix) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!("{e}");
+            return 1;
+        }
+    };
+    for list in given {
+        match hostlist::expand(list) {
+            Ok(names) => {
+                for n in names {
+                    if !down.iter().any(|(d, _)| *d == n) {
+                        down.push((n, "given as down (--down)".into()));
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!("--down {list}: {e}");
+                return 1;
+            }
+        }
+    }
+    if reasons {
+        for (n, why) in &down {
+            println!("{n}: {why}");
+        }
+    } else {
+        let names: Vec<String> = down.into_iter().map(|(n, _)| n).collect();
+        println!("{}", hostlist::compress(&names));
+    }
+    0
+}
+
+/// What SCR's `scr_should_exit` is asked.
+pub struct ShouldExit<'a> {
+    /// The prefix directory (default: the configuration's).
+    pub prefix: Option<&'a str>,
+    /// Nodes known to be down.
+    pub down: Option<&'a str>,
+    /// Nodes a run needs.
+    pub min_nodes: Option<u64>,
+    /// Runs left.
+    pub runs: Option<u64>,
+    /// Say why.
+    pub verbose: bool,
+}
+
+/// SCR's `scr_should_exit`: 0 when the job should stop launching runs (a halt condition
+/// holds, no run is left, or fewer nodes are left than a run needs: `--min-nodes`, else
+/// `min_nodes`, else as many as the last run used, else the whole allocation), 1 when it
+/// may go on, as SCR's (which also answers 1 when it cannot tell: the reason is printed).
+pub fn should_exit(config: &Config, q: &ShouldExit<'_>) -> u8 {
+    const EXIT: u8 = 0;
+    const GO_ON: u8 = 1;
+    let prefix = q.prefix.map_or_else(
+        || PathBuf::from(config.get(settings::PREFIX)),
+        PathBuf::from,
+    );
+    match launch::halt_reason(&prefix, config) {
+        Ok(Some(why)) => {
+            if q.verbose {
+                println!("Halt condition detected: {why}");
+            }
+            return EXIT;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::error!("{e}");
+            return GO_ON;
+        }
+    }
+    if q.runs == Some(0) {
+        if q.verbose {
+            println!("runs_remaining=0");
+        }
+        return EXIT;
+    }
+    let nodes = match launch::allocation(config, &|v| std::env::var(v).ok()) {
+        Ok(a) => a.nodes,
+        Err(e) => {
+            tracing::error!("{e}");
+            return GO_ON;
+        }
+    };
+    let down = match q.down.map(hostlist::expand).transpose() {
+        Ok(d) => d.unwrap_or_default(),
+        Err(e) => {
+            tracing::error!("--down: {e}");
+            return GO_ON;
+        }
+    };
+    let remaining = nodes.iter().filter(|n| !down.contains(n)).count() as u64;
+    let needed = q
+        .min_nodes
+        .or(Some(config.get(settings::MIN_NODES)).filter(|&m| m > 0))
+        .or_else(|| launch::nodes::previous_run_nodes(&prefix))
+        .unwrap_or(nodes.len() as u64);
+    if remaining < needed {
+        if q.verbose {
+            println!("nodes_remaining={remaining} < nodes_needed={needed}");
+        }
+        return EXIT;
+    }
+    GO_ON
+}

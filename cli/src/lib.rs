@@ -8,3 +8,4 @@
 
 pub mod exit;
 pub mod man;
+pub mod scr_names;

@@ -603,9 +603,15 @@ enum PluginsCommand {
 /// The configuration in force, including what the last run in the prefix set through
 /// the API (SCR_Config, recorded by its init in `<prefix>/.scr/app.conf`).
 fn load(cli: &Cli, extra: &[PathBuf]) -> Result<Config, ConfigErrors> {
+    let files: Vec<PathBuf> = cli.config.iter().chain(extra).cloned().collect();
+    load_from(files, cli.system.clone())
+}
+
+/// The configuration in force with these additional user files and this system file.
+fn load_from(files: Vec<PathBuf>, system: Option<PathBuf>) -> Result<Config, ConfigErrors> {
     let mut loader = Loader::from_process();
-    loader.extra_user_files = cli.config.iter().chain(extra).cloned().collect();
-    loader.system_file = cli.system.clone();
+    loader.extra_user_files = files;
+    loader.system_file = system;
     let config = loader.load()?;
     let prefix = PathBuf::from(config.get(settings::PREFIX));
     match scr_host::config::api::recorded(&prefix) {
@@ -648,10 +654,106 @@ fn main() -> ExitCode {
     if let Some(dir) = scr_cli::man::requested() {
         return scr_cli::man::write_pages(<Cli as clap::CommandFactory>::command(), &dir);
     }
-    let cli = Cli::parse();
+    let mut argv = std::env::args_os();
+    let argv0 = argv
+        .next()
+        .map(|a| a.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if let Some(name) = scr_cli::scr_names::scr_name(&argv0) {
+        let args: Vec<String> = argv.map(|a| a.to_string_lossy().into_owned()).collect();
+        return scr_name_main(name, &args);
+    }
+    dispatch(&Cli::parse())
+}
+
+/// `scr` called by one of SCR's command names ([`scr_cli::scr_names`]): SCR's options
+/// done through `scr`'s subcommands; a usage error exits 1, as SCR's tools do.
+fn scr_name_main(name: &str, args: &[String]) -> ExitCode {
+    use scr_cli::scr_names::{translate, Plan};
+    let plan = match translate(name, args, &local_time_to_epoch) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let with = |f: &dyn Fn(&Config) -> u8| match load_from(Vec::new(), None) {
+        Ok(c) => ExitCode::from(f(&c)),
+        Err(e) => report_errors(&e),
+    };
+    match plan {
+        Plan::Help(usage) => {
+            println!("{usage}");
+            ExitCode::SUCCESS
+        }
+        Plan::Scr(lines) => {
+            for line in lines {
+                let cli = match Cli::try_parse_from(std::iter::once("scr".to_string()).chain(line))
+                {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = e.print();
+                        return ExitCode::from(1);
+                    }
+                };
+                let code = dispatch(&cli);
+                if code != ExitCode::SUCCESS {
+                    return code;
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Plan::Prerun { prefix, verbose } => {
+            with(&|c| launch::prerun(c, prefix.as_deref(), verbose))
+        }
+        Plan::ListDownNodes {
+            nodes,
+            down,
+            reasons,
+        } => with(&|c| launch::list_down_nodes(c, nodes.as_deref(), &down, reasons)),
+        Plan::ShouldExit {
+            prefix,
+            down,
+            min_nodes,
+            runs,
+            verbose,
+        } => with(&|c| {
+            launch::should_exit(
+                c,
+                &launch::ShouldExit {
+                    prefix: prefix.as_deref(),
+                    down: down.as_deref(),
+                    min_nodes,
+                    runs,
+                    verbose,
+                },
+            )
+        }),
+    }
+}
+
+/// SCR's `scr_halt` time (`YYYY-MM-DDTHH:MM:SS`, local time) in seconds since the epoch,
+/// as `date` reads it (the machine's time zone, its rules included).
+fn local_time_to_epoch(t: &str) -> Result<i64, String> {
+    let out = std::process::Command::new("date")
+        .args(["-d", t, "+%s"])
+        .output()
+        .map_err(|e| format!("date could not be run to read the time: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    match (out.status.success(), text.trim().parse()) {
+        (true, Ok(secs)) => Ok(secs),
+        _ => Err(format!(
+            "not a time ({})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+    }
+}
+
+/// Run one parsed `scr` command line.
+fn dispatch(cli: &Cli) -> ExitCode {
     match &cli.command {
-        Command::Config(ConfigCommand::Check { files }) => config_check(&cli, files),
-        Command::Config(ConfigCommand::Show) => match load(&cli, &[]) {
+        Command::Config(ConfigCommand::Check { files }) => config_check(cli, files),
+        Command::Config(ConfigCommand::Show) => match load(cli, &[]) {
             Ok(config) => {
                 print!("{}", config.to_toml());
                 ExitCode::SUCCESS
@@ -663,23 +765,23 @@ fn main() -> ExitCode {
             checkpoint,
             ranks,
             ranks_per_node,
-        }) => config_explain(&cli, *checkpoint, *ranks, *ranks_per_node),
-        Command::Halt(args) => halt(&cli, args),
-        Command::Run(args) => with_config(&cli, |c| launch::run(c, args)),
-        Command::Nodes(cmd) => with_config(&cli, |c| launch::nodes(c, cmd)),
+        }) => config_explain(cli, *checkpoint, *ranks, *ranks_per_node),
+        Command::Halt(args) => halt(cli, args),
+        Command::Run(args) => with_config(cli, |c| launch::run(c, args)),
+        Command::Nodes(cmd) => with_config(cli, |c| launch::nodes(c, cmd)),
         Command::Hostlist(cmd) => ExitCode::from(launch::hostlist(cmd)),
-        Command::Env(args) => with_config(&cli, |c| launch::env(c, args)),
-        Command::Index { prefix, command } => index_command(&cli, prefix, command),
-        Command::FlushFile { prefix, command } => flush_file_command(&cli, prefix, command),
-        Command::Scavenge(args) => match load(&cli, &[]) {
+        Command::Env(args) => with_config(cli, |c| launch::env(c, args)),
+        Command::Index { prefix, command } => index_command(cli, prefix, command),
+        Command::FlushFile { prefix, command } => flush_file_command(cli, prefix, command),
+        Command::Scavenge(args) => match load(cli, &[]) {
             Ok(c) => scavenge::scavenge_command(c, args),
             Err(e) => report_errors(&e),
         },
-        Command::Postrun(args) => match load(&cli, &[]) {
+        Command::Postrun(args) => match load(cli, &[]) {
             Ok(c) => scavenge::postrun_command(c, args),
             Err(e) => report_errors(&e),
         },
-        Command::Log { prefix, json } => match prefix_of(&cli, prefix)
+        Command::Log { prefix, json } => match prefix_of(cli, prefix)
             .and_then(|p| scr_host::events::log_report(&p, *json).map_err(fail))
         {
             Ok(text) => {
@@ -688,8 +790,8 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::Plugins(PluginsCommand::List) => plugins_list(&cli),
-        Command::Plugins(PluginsCommand::Check { file }) => plugins_check(&cli, file),
+        Command::Plugins(PluginsCommand::List) => plugins_list(cli),
+        Command::Plugins(PluginsCommand::Check { file }) => plugins_check(cli, file),
     }
 }
 

@@ -306,7 +306,7 @@ pub fn previous_run_nodes(prefix: &Path) -> Option<u64> {
 /// `scr_prerun` does): a count left by a run in an earlier allocation says nothing about
 /// this one, and a first launch that fails before init would leave it in force for the
 /// relaunch. A failure to remove it is said (the relaunch may then use the old count).
-pub(crate) fn forget_previous_run_nodes(prefix: &Path) {
+pub fn forget_previous_run_nodes(prefix: &Path) {
     let path = crate::layout::prefix_nodes_file(prefix);
     match std::fs::remove_file(&path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
