@@ -69,3 +69,28 @@ fn values_whose_hashes_collide_are_still_told_apart() {
     check(&[x, y, x, y, "other", x], 2);
     check(&[x, y, x, y, "other", x], 3);
 }
+
+/// A job whose sets are smaller than its scheme needs keeps what they can hold and says
+/// so once at init: PARTNER on one node (sets of one member: no copy anywhere else).
+#[test]
+fn sets_too_small_for_the_scheme_are_reported_at_init_with_the_numbers() {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "PARTNER");
+    let out = c.run(&["n0", "n0"], "scr-heat", &["--steps", "5", "--every", "5"]);
+    assert_eq!(out.code, 0, "{out}");
+    let said = out.logged(
+        Some(0),
+        "warning",
+        "descriptor 0 (PARTNER): the sets of 2 rank(s) (rank 0 the first) tolerate 0 lost member(s) where a full set of set_size = 8 tolerates 1: they have fewer members than the scheme needs",
+    );
+    assert_eq!(said.len(), 1, "{out}");
+    // on two nodes every set of two keeps its copy: nothing to say
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "PARTNER");
+    let out = c.run(&["n0", "n1"], "scr-heat", &["--steps", "5", "--every", "5"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.logged(None, "warning", "descriptor 0").is_empty(),
+        "{out}"
+    );
+}

@@ -33,6 +33,23 @@ pub struct Partner;
 const TAG: u32 = 23;
 const PARAMS: &[&str] = &["set_size", "set_failures", "replicas", "buffer_size"];
 
+/// The set size when the descriptor gives none (SCR's `SET_SIZE` default, the host's).
+pub const DEFAULT_SET_SIZE: u64 = 8;
+
+/// Refuse `replicas` copies that not even a full set of `set_size` members can keep
+/// (each copy goes to another member). A set smaller than `set_size`, because the job
+/// spans too few failure groups for it, keeps `members - 1` copies instead, which its
+/// description says and the host reports at init.
+pub fn check_replicas(replicas: u32, set_size: u64) -> PluginResult<()> {
+    if u64::from(replicas) >= set_size {
+        return Err(PluginError::invalid_parameter(format!(
+            "scheme PARTNER: replicas = {replicas} needs sets of at least {} members (each copy on another member), but set_size is {set_size}; lower replicas below {set_size} or raise set_size",
+            u64::from(replicas) + 1
+        )));
+    }
+    Ok(())
+}
+
 /// One PARTNER instance for one member of one set.
 pub struct PartnerScheme {
     members: u32,
@@ -583,6 +600,8 @@ impl PluginLibrary for Partner {
         let params = Params::new("scheme PARTNER", &config.params);
         params.only(PARAMS)?;
         let replicas = params.u64_in("replicas", 1, 1..=4095)? as u32;
+        let set_size = params.u64_or("set_size", DEFAULT_SET_SIZE)?;
+        check_replicas(replicas, set_size)?;
         let piece = params.u64_in("buffer_size", 1 << 20, 1..=(1 << 30))? as usize;
         Ok(Box::new(PartnerScheme::new(
             config.members.max(1),
@@ -595,3 +614,24 @@ impl PluginLibrary for Partner {
 }
 
 scr_plugin::export_plugin!(Partner);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replicas_a_full_set_cannot_keep_are_refused_and_a_small_set_keeps_what_it_can() {
+        assert!(check_replicas(1, 8).is_ok() && check_replicas(7, 8).is_ok());
+        let e = check_replicas(8, 8).unwrap_err();
+        assert_eq!(e.code, ErrorCode::INVALID_PARAMETER);
+        assert_eq!(
+            e.message(),
+            "scheme PARTNER: replicas = 8 needs sets of at least 9 members (each copy on another member), but set_size is 8; lower replicas below 8 or raise set_size"
+        );
+        // a set of 2 (a job on two nodes) keeps 1 of 3 copies, and says so
+        let small = PartnerScheme::new(2, 0, 0, 3, 1024);
+        assert_eq!(small.describe().unwrap().tolerated_losses, 1);
+        let alone = PartnerScheme::new(1, 0, 0, 1, 1024);
+        assert_eq!(alone.describe().unwrap().tolerated_losses, 0);
+    }
+}
