@@ -11,7 +11,7 @@
 # plugins and the configuration in force are shown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --demo
 cargo build --workspace --quiet
 set -a; . tests/openmpi-local.env; set +a
 repo=$PWD

