@@ -106,23 +106,30 @@ fn assert_recovered(
     );
 }
 
-#[test]
-fn xor_eight_ranks_and_a_spare_rebuild_a_killed_ranks_node_from_cache_in_the_same_mpiexec() {
-    let reference = reference_state(8, 40, None);
-    let mut c = Cluster::new();
-    c.set("SCR_COPY_TYPE", "XOR");
-    // 8 ranks on 4 nodes, the spare on a fifth
-    let nodes = ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3", "n4"];
-    let wipe = node_dirs(&c, &["n1"]);
-    let out = heat_losing(&c, &nodes, 1, "2", false, &wipe);
+/// 8 ranks on nodes n0..n3 and a spare on `spare_node`: rank 2 killed after step 17 with
+/// its node n1's directories; the job must recover once, rebuild ckpt.15 from cache and
+/// end in the uninterrupted run's state.
+fn eight_ranks_lose_rank_2_and_its_node(c: &Cluster, spare_node: &str) -> JobOutput {
+    let nodes = ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3", spare_node];
+    let wipe = node_dirs(c, &["n1"]);
+    let out = heat_losing(c, &nodes, 1, "2", false, &wipe);
     assert_recovered(
-        &c,
+        c,
         &out,
-        &reference,
+        &reference_state(8, 40, None),
         "ckpt.15",
         "lost rank(s) [2], spares took [2], 8 rank(s) now",
         true,
     );
+    out
+}
+
+#[test]
+fn xor_eight_ranks_and_a_spare_rebuild_a_killed_ranks_node_from_cache_in_the_same_mpiexec() {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR");
+    // 8 ranks on 4 nodes, the spare on a fifth
+    eight_ranks_lose_rank_2_and_its_node(&c, "n4");
     // the event log records the recovery, and `scr log` counts it
     let recovery = &events(&c, "recovery")[0];
     assert!(
@@ -140,20 +147,9 @@ fn xor_eight_ranks_and_a_spare_rebuild_a_killed_ranks_node_from_cache_in_the_sam
 /// what it can (no checksum) rather than fail the job, and the library says so.
 #[test]
 fn rs_eight_ranks_and_a_spare_on_four_nodes_rebuild_a_killed_ranks_node_from_cache() {
-    let reference = reference_state(8, 40, None);
     let mut c = Cluster::new();
     c.set("SCR_COPY_TYPE", "RS").set("SCR_SET_FAILURES", "2");
-    let nodes = ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3", "n3"];
-    let wipe = node_dirs(&c, &["n1"]);
-    let out = heat_losing(&c, &nodes, 1, "2", false, &wipe);
-    assert_recovered(
-        &c,
-        &out,
-        &reference,
-        "ckpt.15",
-        "lost rank(s) [2], spares took [2], 8 rank(s) now",
-        true,
-    );
+    let out = eight_ranks_lose_rank_2_and_its_node(&c, "n3");
     // n3 now runs ranks 2, 6 and 7: rank 7's set has no other node to span, keeps no
     // checksum, and the library says so once per init after the recovery (ckpt.20 to
     // ckpt.40 are written with it)
