@@ -29,6 +29,7 @@
 #   local/           the node-local directory: the same path on every host, each host
 #                    seeing its own store there; outside the hosts, an empty directory
 #   store/HOST/      a host's node-local storage as seen from outside (for assertions)
+#   tmp/HOST/        the host's temporary directory (TMPDIR of what the agent runs)
 #   run/HOST.pid     the host's init (its pid outside), run/HOST.ns its UTS namespace (so
 #                    a reused pid is never taken for the host), run/HOST.unshare the
 #                    unshare process holding it, run/HOST.log what the host printed
@@ -42,6 +43,10 @@
 #
 # The agent starts commands like ssh does: a fresh environment (HOME, PATH, USER, LOGNAME,
 # SHELL), not the caller's, so an MPI job must forward what its ranks need (mpirun -x VAR).
+# It also sets TMPDIR to the host's own BED/tmp/HOST, as a node's /tmp is its own: the
+# hosts share the machine's /tmp, and pids repeat across their PID namespaces, so daemons
+# that name their session directories by pid (Open MPI 5's prted: /tmp/prted.<pid>) would
+# otherwise share one.
 # The working directory is the home directory, as with ssh (not the caller's: a command
 # that relies on a relative path would work here and fail on a cluster).
 #
@@ -174,7 +179,7 @@ up() {
     : >"$bed/hosts"
     for ((i = 0; i < n; i++)); do
         h=host$i
-        mkdir -p "$bed/store/$h"
+        mkdir -p "$bed/store/$h" "$bed/tmp/$h"
         # own session, stdio away from the caller's pipes (a caller reading this script's
         # output to its end would otherwise wait for the hosts)
         setsid unshare --uts --mount --pid --fork --kill-child --mount-proc --propagation private \
@@ -249,7 +254,7 @@ wd=${HOME:-/}
 # as ssh: a fresh environment, the command line joined with spaces and run by /bin/sh
 exec nsenter -t "$pid" -u -m -p --wdns="$wd" -- \
     env -i HOME="${HOME:-/root}" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    USER="$(id -un)" LOGNAME="$(id -un)" SHELL=/bin/sh /bin/sh -c "$*"
+    USER="$(id -un)" LOGNAME="$(id -un)" SHELL=/bin/sh TMPDIR="$bed/tmp/$h" /bin/sh -c "$*"
 EOF
     chmod +x "$bed/agent"
 }
