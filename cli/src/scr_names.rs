@@ -141,7 +141,10 @@ pub fn translate(
     let Some(name) = scr_name(name) else {
         return Err(format!("{name}: not one of SCR's command names"));
     };
-    if args.iter().any(|a| a == "-h" || a == "--help") && !name.ends_with("run") {
+    // (the launchers' forms pass every word after the launcher on: `--help` there is the
+    // application's, unless it comes first)
+    let launches = ["scr_run", "scr_srun", "scr_mpirun", "scr_jsrun"].contains(&name);
+    if !launches && args.iter().any(|a| a == "-h" || a == "--help") {
         return Ok(Plan::Help(usage(name)));
     }
     match name {
@@ -519,10 +522,15 @@ mod tests {
                 verbose: false
             }
         );
-        assert!(matches!(
-            translate("scr_should_exit", &args("--help"), &epoch).unwrap(),
-            Plan::Help(u) if u.starts_with("Usage: scr_should_exit [-p DIR]")
-        ));
+        for name in ["scr_should_exit", "scr_postrun", "scr_prerun", "scr_halt"] {
+            assert!(
+                matches!(
+                    translate(name, &args("--help"), &epoch).unwrap(),
+                    Plan::Help(u) if u.starts_with(&format!("Usage: {name} ["))
+                ),
+                "{name}"
+            );
+        }
         assert_eq!(scr_name("/usr/bin/scr_index"), Some("scr_index"));
         assert_eq!(scr_name("scr"), None);
     }

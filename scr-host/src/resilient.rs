@@ -288,11 +288,7 @@ fn node_key(process: u32) -> u32 {
             .map(|n| n.trim().to_string())
             .filter(|n| !n.is_empty())
     });
-    let name = simulated.unwrap_or_else(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default()
-    });
+    let name = simulated.unwrap_or_else(crate::launch::nodes::this_host);
     crc32fast::hash(name.as_bytes())
 }
 

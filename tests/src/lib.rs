@@ -453,6 +453,16 @@ impl Cluster {
     }
 }
 
+/// The MPI settings of every job on a test bed: ranks of different hosts talk over TCP on
+/// loopback (no other interface is addressed), and each host's daemon sees only its own
+/// slots and so does not know that all hosts share two cores: ranks busy-polling in MPI
+/// calls would starve each other (an init of 5 s instead of 0.5 s at 8 ranks).
+pub(crate) const BED_TRANSPORT: &[(&str, &str)] = &[
+    ("btl", "self,vader,tcp"),
+    ("btl_tcp_if_include", "lo"),
+    ("mpi_yield_when_idle", "1"),
+];
+
 /// mpirun's arguments for a job on the bed's hosts: the agent, the transport, and `-x`
 /// for every variable of `env` the ranks need.
 fn bed_args(bed: &OnBed, env: &BTreeMap<String, String>) -> Vec<String> {
@@ -461,17 +471,10 @@ fn bed_args(bed: &OnBed, env: &BTreeMap<String, String>) -> Vec<String> {
         "plm_rsh_agent".into(),
         bed.agent.display().to_string(),
     ];
-    // between hosts over TCP on loopback; no other interface is addressed
-    for (k, v) in [
-        ("btl", "self,vader,tcp"),
-        ("btl_tcp_if_include", "lo"),
-        ("oob_tcp_if_include", "lo"),
-        // each host's daemon sees only its own slots and so does not know that all hosts
-        // share two cores: ranks busy-polling in MPI calls then starve each other (an
-        // init of 5 s instead of 0.5 s at 8 ranks)
-        ("mpi_yield_when_idle", "1"),
-    ] {
-        a.extend(["--mca".into(), k.into(), v.into()]);
+    // the launcher's own traffic over loopback too (Open MPI 5's refuses that: see
+    // `Cluster::ulfm_command`)
+    for (k, v) in BED_TRANSPORT.iter().chain(&[("oob_tcp_if_include", "lo")]) {
+        a.extend(["--mca".into(), k.to_string(), v.to_string()]);
     }
     a.extend(forwarded(env));
     a

@@ -68,12 +68,8 @@ impl Cluster {
             // other jobs, the settings passed on as OMPI_MCA_* variables
             cmd.arg("--host").arg(crate::hosts::host_list(nodes));
             cmd.arg("--prtemca").arg("plm_ssh_agent").arg(&bed.agent);
-            for (k, v) in [
-                ("btl", "self,vader,tcp"),
-                ("btl_tcp_if_include", "lo"),
-                ("mpi_yield_when_idle", "1"),
-            ] {
-                env.insert(format!("OMPI_MCA_{k}"), v.into());
+            for (k, v) in crate::BED_TRANSPORT {
+                env.insert(format!("OMPI_MCA_{k}"), v.to_string());
             }
             cmd.args(crate::forwarded(&env));
         }
