@@ -6,7 +6,9 @@
  * one if a file does not read back.
  *
  * Build:   mpicc -o checkpoint checkpoint.c $(pkg-config --cflags --libs scr)
- * Run:     mpiexec -n 4 ./checkpoint --steps 30
+ * Run:     SCR_CHECKPOINT_INTERVAL=5 mpiexec -n 4 ./checkpoint --steps 30
+ *          (with no checkpoint_interval, _seconds or _overhead set, SCR_Need_checkpoint
+ *          answers 0, as SCR 3's does, and nothing is checkpointed)
  * Options: --steps N        steps to run (default 20)
  *          --files F        checkpoint files per rank (default 2)
  *          --output-every K an output dataset every K steps (default 10, 0: none)

@@ -7,7 +7,9 @@ rank) whenever scr.need_checkpoint() says so, an output dataset is written every
 steps, and a restarted run resumes from the newest checkpoint SCR offers, falling back
 to an older one if a file does not read back.
 
-Run:     mpiexec -n 4 python3 checkpoint.py --steps 30
+Run:     SCR_CHECKPOINT_INTERVAL=5 mpiexec -n 4 python3 checkpoint.py --steps 30
+         (with no checkpoint_interval, _seconds or _overhead set, need_checkpoint()
+         answers False, as SCR 3's does, and nothing is checkpointed)
          (PYTHONPATH=PREFIX/share/scr/python, or the package pip-installed)
 Options: --steps N        steps to run (default 20)
          --files F        checkpoint files per rank (default 2)

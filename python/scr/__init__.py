@@ -457,7 +457,8 @@ def need_checkpoint():
     """Whether to checkpoint now (``SCR_Need_checkpoint``); collective.
 
     The same answer on every process, from the configured interval, seconds and
-    overhead rules.
+    overhead rules and the halt conditions; with no rule configured, False (SCR 3's
+    answer).
     """
     flag = ctypes.c_int(0)
     _check("SCR_Need_checkpoint", _SCR_Need_checkpoint(ctypes.byref(flag)))

@@ -201,7 +201,9 @@ impl Scr {
         self.track(r)
     }
 
-    /// Whether to checkpoint now (collective).
+    /// Whether to checkpoint now (collective): `checkpoint_interval`, `_seconds`,
+    /// `_overhead` or a halt condition says so. With none of the three rules set,
+    /// `false`, as SCR 3 answers: the application keeps its own cadence.
     pub fn need_checkpoint(&mut self) -> Result<bool> {
         let r = on!(&mut self.rt, rt => rt.need_checkpoint());
         self.track(r)

@@ -321,7 +321,7 @@ fn python_module_conventions() {
         "route_outside some/dir/file.txt".into(),
         "have_restart None".into(),
         "start_restart SCR_Start_restart True SCR_Start_restart failed: start_restart: no checkpoint to restart from (have_restart said none)".into(),
-        "need_checkpoint True".into(),
+        "need_checkpoint False".into(),
         "complete_outside SCR_Complete_output True SCR_Complete_output failed: complete_output: no dataset is being written; call start_output first".into(),
         "routed_elsewhere True".into(),
         "complete True".into(),

@@ -288,7 +288,8 @@ impl Runtime {
     /// Whether the application should checkpoint now (collective; decided on rank 0):
     /// every `checkpoint_interval` calls, after `checkpoint_seconds`, while checkpoint
     /// time stays under `checkpoint_overhead` percent, or when a halt condition holds.
-    /// With none of these set, always.
+    /// With none of these set, never (SCR 3's answer): the application keeps its own
+    /// cadence.
     pub fn need_checkpoint(&mut self) -> Result<bool> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("need_checkpoint");

@@ -125,12 +125,10 @@ impl Policy {
 
     /// Whether `rule` asks for a checkpoint at `now`: every `interval` calls, after
     /// `seconds`, or while the last checkpoint's cost stays under `overhead` percent of
-    /// the time since it ended. With no rule set, always.
+    /// the time since it ended. With no rule set, never: SCR 3 answers 0 then (the
+    /// application decides itself; only a halt condition, decided apart, says yes).
     pub(in crate::runtime) fn need(&self, rule: &Rule, now: Instant) -> bool {
         let since = now.saturating_duration_since(self.last_end).as_secs_f64();
-        if rule.interval == 0 && rule.seconds == 0 && rule.overhead == 0.0 {
-            return true;
-        }
         (rule.interval > 0 && self.calls.is_multiple_of(rule.interval))
             || (rule.seconds > 0 && since >= rule.seconds as f64)
             || (rule.overhead > 0.0 && self.last_cost <= since * rule.overhead / 100.0)
@@ -187,10 +185,13 @@ mod tests {
     }
 
     #[test]
-    fn with_no_rule_every_call_asks() {
+    fn with_no_rule_no_call_asks() {
         let now = Instant::now();
         for calls in 1..4 {
-            assert!(policy(calls, 9.0, Duration::ZERO, now).need(&Rule::default(), now));
+            for ago in [0, 3_600] {
+                let p = policy(calls, 9.0, Duration::from_secs(ago), now);
+                assert!(!p.need(&Rule::default(), now), "call {calls}, {ago} s");
+            }
         }
     }
 

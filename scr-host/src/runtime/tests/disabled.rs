@@ -160,7 +160,7 @@ fn every_call_passes_through_in_its_order_and_nothing_is_made() {
                 "current: ok ",
                 "drop: ok ",
                 "delete: ok ",
-                "need_checkpoint: ok true",
+                "need_checkpoint: ok false",
                 "should_exit: ok false",
                 "start_checkpoint: ok ckpt.1",
                 "complete_checkpoint: ok false",
