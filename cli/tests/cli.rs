@@ -543,18 +543,88 @@ fn locked_key_cannot_be_overridden_from_the_environment() {
 
 // other findings
 
+/// `SCR_GROUP=WORLD` is the descriptor's failure group, not the cache's: the cache store
+/// stays node-local (SCR's store default, NODE), and the descriptor, whose sets then have
+/// one member each, says it protects nothing.
 #[test]
-fn explain_store_view_follows_the_default_group() {
+fn group_world_leaves_the_store_node_local_and_protects_nothing() {
     let sb = Sandbox::new();
     let run = sb.run(
-        &["config", "explain", "--checkpoint", "1"],
+        &[
+            "config",
+            "explain",
+            "--checkpoint",
+            "1",
+            "--ranks",
+            "8",
+            "--ranks-per-node",
+            "2",
+        ],
         &[("SCR_GROUP", "WORLD")],
     );
-    run.expect_code(0).expect_stdout("group WORLD");
+    run.expect_code(0)
+        .expect_stdout("group:   WORLD (environment SCR_GROUP)");
     let store = line_of(&run, "store:");
-    assert!(store.contains("view global"), "{}", run.describe());
+    assert!(
+        store.contains("group NODE") && store.contains("view node"),
+        "{}",
+        run.describe()
+    );
+    assert!(
+        line_of(&run, "sets:").contains("one member each"),
+        "{}",
+        run.describe()
+    );
+    assert!(
+        line_of(&run, "status:").contains("sets of 1: ok: XOR parity over 1 member(s)"),
+        "{}",
+        run.describe()
+    );
+    let warning = line_of(&run, "warning:");
+    for part in [
+        "descriptor 0 (XOR, group WORLD) protects nothing",
+        "a full set of set_size = 8 tolerates 1",
+        "set group = \"NODE\"",
+    ] {
+        assert!(warning.contains(part), "{part}: {}", run.describe());
+    }
     let show = sb.run(&["config", "show"], &[("SCR_GROUP", "WORLD")]);
-    show.expect_code(0).expect_stdout("view = \"global\"");
+    show.expect_code(0).expect_stdout("view = \"node\"");
+    // on NODE over four nodes the sets protect: no warning
+    let run = sb.run(
+        &[
+            "config",
+            "explain",
+            "--checkpoint",
+            "1",
+            "--ranks",
+            "8",
+            "--ranks-per-node",
+            "2",
+        ],
+        &[],
+    );
+    run.expect_code(0);
+    assert!(!run.stdout.contains("warning:"), "{}", run.describe());
+}
+
+/// `hop_distance` puts a set's neighbours that many nodes apart, and explain says so.
+#[test]
+fn explain_shows_the_sets_hop_distance_forms() {
+    let sb = Sandbox::new();
+    let run = sb.run(
+        &["config", "explain", "--checkpoint", "1", "--ranks", "8"],
+        &[("SCR_HOP_DISTANCE", "2"), ("SCR_SET_SIZE", "4")],
+    );
+    run.expect_code(0);
+    let sets = line_of(&run, "sets:");
+    assert!(
+        sets.contains("2 set(s): 2 of 4 member(s)")
+            && sets
+                .contains("neighbours 2 groups apart (hop_distance, environment SCR_HOP_DISTANCE)"),
+        "{}",
+        run.describe()
+    );
 }
 
 // config import

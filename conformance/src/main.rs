@@ -548,7 +548,7 @@ impl SetLayout {
     fn new(name: &str, rank: u32, nodes: &[String], size: u32, per_node: u32) -> SetLayout {
         let ranks = nodes.len() as u32;
         if per_node > 1 {
-            let sets = scr_host::runtime::form_sets(nodes, size as usize);
+            let sets = scr_host::runtime::form_sets(nodes, size as usize, 1);
             if rank == 0 {
                 let shapes: Vec<String> = sets.iter().map(|s| format!("{:?}", s.members)).collect();
                 println!(

@@ -49,6 +49,12 @@ impl JobLayout {
 /// fewer failure groups than that forms smaller sets.
 fn job_sets(config: &Config, d: &Descriptor<'_>, layout: Option<&JobLayout>) -> (String, Vec<u32>) {
     let set_size = d.set_size();
+    if d.group.0 == "WORLD" {
+        return (
+            "one member each: group WORLD is one failure group for the whole job, and a set never holds two ranks of one group".to_string(),
+            vec![1],
+        );
+    }
     let Some(layout) = layout else {
         return (
             format!(
@@ -61,14 +67,14 @@ fn job_sets(config: &Config, d: &Descriptor<'_>, layout: Option<&JobLayout>) -> 
     let groups: Result<Vec<String>, crate::config::NoGroupValue> = layout
         .nodes
         .iter()
-        .enumerate()
-        .map(|(r, node)| config.failure_group(&d.group.0, node, r as u32))
+        .map(|node| config.failure_group(&d.group.0, node))
         .collect();
     let groups = match groups {
         Ok(g) => g,
         Err(e) => return (format!("cannot be formed: {e}"), vec![]),
     };
-    let sets = crate::runtime::sets::form_sets(&groups, set_size as usize);
+    let hop = d.hop_distance.0;
+    let sets = crate::runtime::sets::form_sets(&groups, set_size as usize, hop as usize);
     let mut sizes: Vec<u32> = sets.iter().map(|s| s.members.len() as u32).collect();
     sizes.sort_unstable();
     sizes.dedup();
@@ -85,13 +91,18 @@ fn job_sets(config: &Config, d: &Descriptor<'_>, layout: Option<&JobLayout>) -> 
     distinct.dedup();
     (
         format!(
-            "{} set(s): {} ({} ranks in {} {} failure group(s), from {}; set_size {set_size} is a minimum)",
+            "{} set(s): {} ({} ranks in {} {} failure group(s), from {}; set_size {set_size} is a minimum{})",
             sets.len(),
             counts.join(", "),
             layout.nodes.len(),
             distinct.len(),
             d.group.0,
-            layout.source
+            layout.source,
+            if hop > 1 {
+                format!("; neighbours {hop} groups apart (hop_distance, {})", d.hop_distance.1)
+            } else {
+                String::new()
+            }
         ),
         sizes,
     )
@@ -154,6 +165,23 @@ pub fn explain_checkpoint(
                     "  status:  {}",
                     describe_for(config, registry, &d, *members)
                 );
+            }
+            let tolerated = |members| {
+                registry
+                    .new_scheme(&d.scheme_config(config, members, 0, 0))
+                    .and_then(|s| s.describe())
+                    .map_or(0, |desc| desc.tolerated_losses)
+            };
+            let full = tolerated(d.set_size());
+            if full > 0 && !sizes.is_empty() && sizes.iter().all(|&m| tolerated(m) == 0) {
+                let why = crate::config::protects_nothing(
+                    index,
+                    &d.scheme.0,
+                    &d.group.0,
+                    d.set_size(),
+                    u64::from(full),
+                );
+                let _ = writeln!(out, "  warning: {why}");
             }
         }
         Err(e) => {

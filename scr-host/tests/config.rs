@@ -448,6 +448,52 @@ mod errors {
         );
     }
 
+    /// SCR keys for what scr-rs does not have load only with the value that asks for
+    /// nothing; anything else is refused where it was set, saying what happens instead.
+    #[test]
+    fn keys_for_what_is_not_here_are_refused_unless_off() {
+        let off = Env::new()
+            .var("SCR_LOG_DB_ENABLE", "0")
+            .var("SCR_LOG_DB_DEBUG", "0")
+            .user("flush_poststage = false\n");
+        off.load().expect("the off values load");
+        let env = Env::new().var("SCR_LOG_DB_ENABLE", "1");
+        one_error(
+            env.errors(),
+            Origin::Env("SCR_LOG_DB_ENABLE".into()),
+            &[
+                "no MySQL event database",
+                "event log",
+                "scr log",
+                "set it to false",
+            ],
+        );
+        let env = Env::new().user("log_db_debug = 0\nlog_db_host = \"db.example\"\n");
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 2),
+            &["`log_db_host`", "remove the key"],
+        );
+        let env = Env::new().api("SCR_LOG_DB_PASS=secret");
+        one_error(
+            env.errors(),
+            Origin::Api(1, "SCR_LOG_DB_PASS=secret".into()),
+            &["`log_db_pass`"],
+        );
+        let env = Env::new().var("SCR_LOG_DB_DEBUG", "1");
+        one_error(
+            env.errors(),
+            Origin::Env("SCR_LOG_DB_DEBUG".into()),
+            &["`log_db_debug`"],
+        );
+        let env = Env::new().user("cache_size = 2\nflush_poststage = true\n");
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 2),
+            &["`flush_poststage` = true", "finalize completes them"],
+        );
+    }
+
     #[test]
     fn every_problem_is_reported_not_just_the_first() {
         let env = Env::new()
@@ -770,6 +816,32 @@ mod selection {
                 assert_eq!(d.set_size(), n, "checkpoint {id}");
             }
         }
+    }
+
+    /// `hop_distance`: a descriptor's own (with its line), else `SCR_HOP_DISTANCE`, else
+    /// 1; SCR's `CKPT=... HOP_DISTANCE=2` imports as the key; queries answer it; no
+    /// scheme receives it (it is set formation's).
+    #[test]
+    fn hop_distance_is_a_descriptor_key_with_a_default() {
+        let env = Env::new()
+            .var("SCR_HOP_DISTANCE", "3")
+            .user("[[checkpoint]]\ninterval = 1\n[[checkpoint]]\ninterval = 2\nhop_distance = 2\n");
+        let c = env.load().unwrap();
+        let (d0, d1) = (c.descriptor(0), c.descriptor(1));
+        assert_eq!(d0.hop_distance, (3, Origin::Env("SCR_HOP_DISTANCE".into())));
+        assert_eq!(d1.hop_distance, (2, at(&env.path("user.toml"), 5)));
+        assert!(d1.params.iter().all(|(k, _, _)| k != "hop_distance"));
+        assert_eq!(Env::new().load().unwrap().descriptor(0).hop_distance.0, 1);
+        let toml =
+            scr_host::config::import::import_scr("CKPT=0 INTERVAL=1 TYPE=PARTNER HOP_DISTANCE=2\n")
+                .unwrap();
+        assert!(toml.contains("hop_distance = 2"), "{toml}");
+        let env = Env::new().user("[[checkpoint]]\ninterval = 1\nhop_distance = 0\n");
+        one_error(
+            env.errors(),
+            at(&env.path("user.toml"), 3),
+            &["hop_distance"],
+        );
     }
 
     #[test]

@@ -651,6 +651,7 @@ impl Config {
             "SET_SIZE" => number(settings::SET_SIZE),
             "SET_FAILURES" => number(settings::SET_FAILURES),
             "REPLICAS" => number(settings::REPLICAS),
+            "HOP_DISTANCE" => number(settings::HOP_DISTANCE),
             "OUTPUT" => flag(c.output),
             "BYPASS" => flag(self.checkpoint_bypass(c)),
             "ENABLED" => flag(c.enabled),

@@ -168,8 +168,10 @@ catalog! {
         "Losses per set the RS scheme tolerates";
     REPLICAS replicas: UInt { min: 1, max: 4095 } = Fixed("1"),
         "Copies PARTNER keeps of each member's files on other failure groups";
+    HOP_DISTANCE hop_distance: UInt { min: 1, max: 4096 } = Fixed("1"),
+        "Failure groups between neighbours of a redundancy set (SCR_HOP_DISTANCE): sets take every N-th group in group order, so with 2 on nodes n0..n7 the sets hold n0,n2,n4,n6 and n1,n3,n5,n7, and a PARTNER copy or an XOR neighbour is 2 nodes away (where adjacent nodes share a switch or a power supply)";
     GROUP group: Str = Fixed("NODE"),
-        "Failure group of the implied checkpoint descriptor and of stores that name none";
+        "Failure group of the implied checkpoint descriptor and of descriptors that name none (a store that names no group is node-local: NODE, as in SCR)";
     FLUSH flush: UInt { min: 0, max: MAX } = Fixed("10"),
         "Flush every N-th checkpoint to the prefix; 0 never";
     FLUSH_ASYNC flush_async: Bool = Fixed("false"),
@@ -181,7 +183,7 @@ catalog! {
     FLUSH_TYPE flush_type: Str = Fixed("pthread"),
         "Transfer type for flushes from stores that name none";
     FLUSH_POSTSTAGE flush_poststage: Bool = Fixed("false"),
-        "SCR's hand-over of background flushes to a post-stage script after the job (IBM burst buffer only); not available here: setting it makes init say so, and finalize completes every background flush as usual";
+        "SCR's hand-over of background flushes to a post-stage script after the job (IBM burst buffer only); not available here: true is refused (finalize completes every background flush), false is accepted so SCR configurations load";
     FLUSH_ON_RESTART flush_on_restart: Bool = Fixed("false"),
         "At init, flush the checkpoint restored from cache unless the prefix holds it already";
     FLUSH_ON_FINALIZE flush_on_finalize: Bool = Fixed("true"),
@@ -259,17 +261,17 @@ catalog! {
     LOG_SYSLOG_LEVEL log_syslog_level: Choice(SYSLOG_LEVELS) = Fixed("LOG_INFO"),
         "The syslog level of the event lines (SCR's build-time SCR_LOG_SYSLOG_LEVEL, here at run time)";
     LOG_DB_ENABLE log_db_enable: Bool = Fixed("false"),
-        "SCR's MySQL event database; not available here: true makes rank 0 warn once at init and say where the events go instead (the event log, syslog), and the run continues";
+        "SCR's MySQL event database; not available here: true is refused, naming where the events go instead (the event log, syslog); false is accepted so SCR configurations load";
     LOG_DB_DEBUG log_db_debug: UInt { min: 0, max: MAX } = Fixed("0"),
-        "SCR: echo the database's SQL statements; only matters with log_db_enable, which is not available here (accepted so SCR configurations load)";
+        "SCR: echo the database's SQL statements; not available here: 0 is accepted, any other value refused";
     LOG_DB_HOST log_db_host: Str = None,
-        "SCR: the database server; only matters with log_db_enable, which is not available here (accepted so SCR configurations load)";
+        "SCR: the database server; SCR's MySQL event database is not available here, so setting it is refused";
     LOG_DB_USER log_db_user: Str = None,
-        "SCR: the database user; only matters with log_db_enable, which is not available here (accepted so SCR configurations load)";
+        "SCR: the database user; SCR's MySQL event database is not available here, so setting it is refused";
     LOG_DB_PASS log_db_pass: Str = None,
-        "SCR: the database password; only matters with log_db_enable, which is not available here (accepted so SCR configurations load; prefer not to set it at all)";
+        "SCR: the database password; SCR's MySQL event database is not available here, so setting it is refused";
     LOG_DB_NAME log_db_name: Str = None,
-        "SCR: the database name; only matters with log_db_enable, which is not available here (accepted so SCR configurations load)";
+        "SCR: the database name; SCR's MySQL event database is not available here, so setting it is refused";
     // where the user file is
     CONF_FILE conf_file: Path = None,
         "The user configuration file (SCR_CONF_FILE), read instead of <prefix>/.scrconf.toml; set in the environment or through SCR_Config before init, where the API's value wins over the environment's as SCR's API values do (a configuration file cannot name it)";

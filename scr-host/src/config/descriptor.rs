@@ -32,6 +32,9 @@ pub struct Descriptor<'c> {
     /// Whether its datasets bypass the cache (its own `bypass`, else `cache_bypass`),
     /// with origin.
     pub bypass: (bool, Origin),
+    /// Failure groups between neighbours of a set (its own `hop_distance`, else the
+    /// setting), with origin: set formation's, so the host's alone (no scheme sees it).
+    pub hop_distance: (u64, Origin),
 }
 
 /// A node without a value for a failure group the configuration uses.
@@ -40,6 +43,26 @@ pub struct Descriptor<'c> {
 pub struct NoGroupValue {
     node: String,
     group: String,
+}
+
+/// Why descriptor `index` (of `scheme` over failure group `group`) protects nothing
+/// although a full set of `set_size` would tolerate `full` losses: every set has one
+/// member. Said at init and by `scr config explain`.
+pub fn protects_nothing(
+    index: usize,
+    scheme: &str,
+    group: &str,
+    set_size: u32,
+    full: u64,
+) -> String {
+    let why = if group == "WORLD" {
+        "group WORLD is one failure group for the whole job (as in SCR), and a set never holds two ranks of one group; set group = \"NODE\" (or a [[group]] of your own) to protect against lost nodes".to_string()
+    } else {
+        format!("the job spans a single {group} failure group (one node?), and a set never holds two ranks of one group; run on more {group} groups, or choose SINGLE to say so")
+    };
+    format!(
+        "descriptor {index} ({scheme}, group {group}) protects nothing: every redundancy set has one member and tolerates no lost member, where a full set of set_size = {set_size} tolerates {full}; {why}. Its checkpoints survive a lost process but not a lost node until they are flushed"
+    )
 }
 
 impl Config {
@@ -91,6 +114,10 @@ impl Config {
                 self.checkpoint_bypass(ck),
                 origin_of("bypass", self.setting_of(settings::CACHE_BYPASS)),
             ),
+            hop_distance: (
+                self.checkpoint_number(ck, settings::HOP_DISTANCE),
+                origin_of("hop_distance", self.setting_of(settings::HOP_DISTANCE)),
+            ),
         }
     }
 
@@ -122,7 +149,8 @@ impl Config {
             .unwrap_or_else(|| self.get(settings::CACHE_BYPASS))
     }
 
-    /// A set parameter of a descriptor (`set_size`, `set_failures` or `replicas`): its
+    /// A set parameter of a descriptor (`set_size`, `set_failures`, `replicas` or
+    /// `hop_distance`): its
     /// own, else the setting `key`.
     pub(crate) fn checkpoint_number(&self, ck: &Checkpoint, key: settings::Param<u64>) -> u64 {
         ck.numbers
@@ -131,18 +159,15 @@ impl Config {
             .unwrap_or_else(|| self.get(key))
     }
 
-    /// The failure-group value of world rank `rank` on `node` for group `name`: the node
-    /// itself for NODE, the rank alone for WORLD (every rank its own group), else the
-    /// `[[group]]` table of the node. Redundancy sets never hold two ranks with one value.
-    pub(crate) fn failure_group(
-        &self,
-        name: &str,
-        node: &str,
-        rank: u32,
-    ) -> Result<String, NoGroupValue> {
+    /// The failure-group value of a rank on `node` for group `name`: the node
+    /// itself for NODE, one value for every rank for WORLD (SCR's meaning: the whole job
+    /// fails together, so no set can hold two of its ranks and every set has one member),
+    /// else the `[[group]]` table of the node. Redundancy sets never hold two ranks with
+    /// one value.
+    pub(crate) fn failure_group(&self, name: &str, node: &str) -> Result<String, NoGroupValue> {
         match name {
             "NODE" => Ok(node.to_string()),
-            "WORLD" => Ok(format!("rank{rank}")),
+            "WORLD" => Ok("WORLD".to_string()),
             custom => self
                 .groups
                 .iter()
@@ -171,12 +196,11 @@ impl Config {
             .unwrap_or_default()
     }
 
-    /// The group of processes sharing a store's device (its own, else `group`).
+    /// The group of processes sharing a store's device: its own, else NODE (SCR's
+    /// default: a store is node-local unless it says otherwise; the scalar `group` is the
+    /// implied checkpoint descriptor's failure group, not a store's).
     pub(crate) fn store_group(&self, store: &Store) -> String {
-        store
-            .group
-            .clone()
-            .unwrap_or_else(|| self.get(settings::GROUP))
+        store.group.clone().unwrap_or_else(|| "NODE".to_string())
     }
 
     /// Datasets a store keeps (its own count, else `cache_size`).

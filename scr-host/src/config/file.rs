@@ -23,13 +23,20 @@ const CHECKPOINT_KEYS: &[&str] = &[
     "set_size",
     "set_failures",
     "replicas",
+    "hop_distance",
     "output",
     "bypass",
     "enabled",
     "params",
 ];
 /// Parameters the host derives from typed keys; a `params` table may not shadow them.
-const RESERVED_PARAMS: &[&str] = &["set_size", "set_failures", "replicas", "buffer_size"];
+const RESERVED_PARAMS: &[&str] = &[
+    "set_size",
+    "set_failures",
+    "replicas",
+    "hop_distance",
+    "buffer_size",
+];
 /// Scalar keys of the `[plugins]` table (any table-valued key is a plugin's settings).
 const PLUGIN_KEYS: &[&str] = &["directories", "files", "allow_user_plugins", "builtin"];
 
@@ -423,7 +430,7 @@ fn parse_checkpoint(cx: &mut Ctx<'_>, layer: &mut Layer, item: &Spanned<DeValue<
             "store" => typed(Type::Path, v).map(|x| c.store = Some(normalize_dir(&x.to_param()))),
             "group" => typed(Type::Str, v).map(|x| c.group = Some(x.to_param())),
             "type" => typed(Type::Str, v).map(|x| c.scheme = Some(x.to_param())),
-            "set_size" | "set_failures" | "replicas" => {
+            "set_size" | "set_failures" | "replicas" | "hop_distance" => {
                 let k = keys::find(key).expect("catalog key");
                 uint(k.ty).map(|n| {
                     c.numbers.insert(k.name, n);

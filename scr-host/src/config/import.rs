@@ -144,13 +144,15 @@ fn checkpoint_table(rest: &[(String, String)], err: &mut dyn FnMut(LineError)) -
     let mut params = String::new();
     for (k, v) in rest {
         match k.as_str() {
-            "INTERVAL" | "SET_SIZE" | "SET_FAILURES" | "REPLICAS" => match whole(k, v) {
-                Ok(n) => writeln!(t, "{} = {n}", k.to_ascii_lowercase()),
-                Err(e) => {
-                    err(e);
-                    Ok(())
+            "INTERVAL" | "SET_SIZE" | "SET_FAILURES" | "REPLICAS" | "HOP_DISTANCE" => {
+                match whole(k, v) {
+                    Ok(n) => writeln!(t, "{} = {n}", k.to_ascii_lowercase()),
+                    Err(e) => {
+                        err(e);
+                        Ok(())
+                    }
                 }
-            },
+            }
             "GROUP" | "STORE" => {
                 writeln!(t, "{} = {}", k.to_ascii_lowercase(), q(v))
             }

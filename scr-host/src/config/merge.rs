@@ -20,6 +20,7 @@ const LOCKED_ALIASES: &[(&str, &str)] = &[
     ("set_size", "set_size"),
     ("set_failures", "set_failures"),
     ("replicas", "replicas"),
+    ("hop_distance", "hop_distance"),
 ];
 
 /// The keys and sections the system configuration locks, with where it locks them.

@@ -47,7 +47,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 pub use check::{check_plugins, PluginFindings};
-pub use descriptor::{Descriptor, NoGroupValue};
+pub use descriptor::{protects_nothing, Descriptor, NoGroupValue};
 /// Store paths are names: compared without trailing slashes.
 pub(crate) use file::normalize_dir as normalize_store;
 use keys::{Key, Value};
@@ -242,7 +242,7 @@ pub struct Checkpoint {
     pub group: Option<String>,
     /// Scheme name (default: `copy_type`).
     pub scheme: Option<String>,
-    /// `set_size`, `set_failures`, `replicas` when set in the table.
+    /// `set_size`, `set_failures`, `replicas`, `hop_distance` when set in the table.
     pub numbers: BTreeMap<&'static str, u64>,
     /// Also an output dataset destined for the prefix.
     pub output: bool,
@@ -369,6 +369,47 @@ fn validate(c: &Config, errors: &mut Vec<ConfigError>) {
     validate_stores(c, &groups, errors);
     validate_checkpoints(c, &groups, errors);
     validate_scalars(c, &groups, errors);
+    validate_unavailable(c, errors);
+}
+
+/// SCR keys for what scr-rs does not have (the MySQL event database, the IBM burst
+/// buffer's post-stage script) load only with the value that asks for nothing, so that
+/// every accepted key works: anything else is refused, saying what happens instead.
+fn validate_unavailable(c: &Config, errors: &mut Vec<ConfigError>) {
+    let events = "events go to the event log in the prefix (log_enable, read with `scr log`) and to syslog with log_syslog_enable";
+    if c.get(settings::LOG_DB_ENABLE) {
+        errors.push(ConfigError::new(
+            c.setting_of(settings::LOG_DB_ENABLE).origin.clone(),
+            format!("`log_db_enable` = true (SCR_LOG_DB_ENABLE): scr-rs keeps no MySQL event database; {events}; remove the key or set it to false"),
+        ));
+    }
+    let db_keys = [
+        settings::LOG_DB_HOST,
+        settings::LOG_DB_USER,
+        settings::LOG_DB_PASS,
+        settings::LOG_DB_NAME,
+    ];
+    for key in db_keys {
+        let s = c.setting_of(key);
+        if s.value.is_some() {
+            errors.push(ConfigError::new(
+                s.origin.clone(),
+                format!("`{}` configures SCR's MySQL event database, which scr-rs does not keep ({events}); remove the key", key.name()),
+            ));
+        }
+    }
+    if c.get(settings::LOG_DB_DEBUG) > 0 {
+        errors.push(ConfigError::new(
+            c.setting_of(settings::LOG_DB_DEBUG).origin.clone(),
+            format!("`log_db_debug` echoes the SQL of SCR's MySQL event database, which scr-rs does not keep ({events}); remove the key or set it to 0"),
+        ));
+    }
+    if c.get(settings::FLUSH_POSTSTAGE) {
+        errors.push(ConfigError::new(
+            c.setting_of(settings::FLUSH_POSTSTAGE).origin.clone(),
+            "`flush_poststage` = true (SCR_FLUSH_POSTSTAGE): scr-rs has no post-stage script to finish background flushes after the job; finalize completes them (and `scr postrun` scavenges what a failed job left in cache); remove the key or set it to false".to_string(),
+        ));
+    }
 }
 
 /// The group names a configuration defines: `NODE`, `WORLD` and the custom groups of its

@@ -150,6 +150,8 @@ fn render_checkpoints(out: &mut String, config: &Config) {
         {
             let _ = writeln!(out, "{:<40} # {o}", format!("{k} = {v}"));
         }
+        let (hop, o) = &d.hop_distance;
+        let _ = writeln!(out, "{:<40} # {o}", format!("hop_distance = {hop}"));
         let _ = writeln!(out, "output = {}", c.output);
         let _ = writeln!(
             out,

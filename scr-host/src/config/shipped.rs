@@ -107,7 +107,7 @@ const FILE: &[Part] = &[
     Note("Events (SCR's SCR_LOG_*): the text log <prefix>/.scr/events.jsonl that `scr log` reads\n\
           (SCR leaves logging off by default; we keep it on for `scr log`), and syslog from rank 0\n\
           (SCR: on; here off so test runs do not fill the system log). SCR's MySQL database\n\
-          (log_db_*) is not available: log_db_enable = true is a warning at init."),
+          (log_db_*) is not available: log_db_enable = true and the other log_db_* keys are refused."),
     key(LOG_ENABLE),
     key(LOG_TXT_ENABLE),
     key(LOG_SYSLOG_ENABLE),

@@ -75,20 +75,31 @@ impl RedDesc {
 /// descriptor `index` than a full set of `set_size` does (collective; `tolerated` is this
 /// rank's set's, `full` the full set's): a set smaller than its scheme needs keeps what
 /// it can (RS fewer checksums, PARTNER fewer copies, XOR none for a set of one) rather
-/// than fail the job, and the admin must hear of it.
+/// than fail the job, and the admin must hear of it. When no set tolerates a loss
+/// (`none_tolerate`, agreed) the descriptor protects nothing, and that is said instead,
+/// with the reason (group WORLD, or a job on one failure group).
 fn weaker_sets(
     world: &dyn World,
     index: usize,
-    scheme: &str,
+    (scheme, group): (&str, &str),
     set_size: u32,
-    tolerated: u32,
-    full: u32,
+    (tolerated, full): (u32, u32),
+    none_tolerate: bool,
 ) {
     let t = u64::from(tolerated);
     // (agreed: the same on every rank, so that the reductions below are made by all)
     let most = world.max_u64(t.max(u64::from(full)));
     let least = world.min_u64(t);
     if least >= most {
+        return;
+    }
+    if none_tolerate {
+        if world.rank() == 0 {
+            tracing::warn!(
+                "{}",
+                crate::config::protects_nothing(index, scheme, group, set_size, most)
+            );
+        }
         return;
     }
     let me = u64::from(world.rank());
@@ -124,7 +135,12 @@ impl Descriptors {
                 continue;
             }
             let value = agree_on(world, group_value(config, topo, &d.group.0))?;
-            let (mine, comm, groups) = sets::form_my_set_in(world, &value, d.set_size() as usize);
+            let (mine, comm, groups) = sets::form_my_set_in(
+                world,
+                &value,
+                d.set_size() as usize,
+                d.hop_distance.0 as usize,
+            );
             let host = comm.set_host(mine.members.clone(), groups, topo.rank());
             let member = mine
                 .members
@@ -175,10 +191,10 @@ impl Descriptors {
             weaker_sets(
                 world,
                 i,
-                &d.scheme.0,
+                (&d.scheme.0, &d.group.0),
                 d.set_size(),
-                tolerated.unwrap_or(0),
-                full,
+                (tolerated.unwrap_or(0), full),
+                keeps_no_redundancy,
             );
             if topo.rank() == 0 {
                 tracing::debug!(
@@ -282,7 +298,7 @@ pub(in crate::runtime) fn group_value(
     name: &str,
 ) -> Result<String> {
     config
-        .failure_group(name, topo.node(), topo.rank())
+        .failure_group(name, topo.node())
         .map_err(|e| ScrError::Usage(e.to_string()))
 }
 

@@ -243,42 +243,8 @@ impl Runtime {
                 }),
                 None => self.job.log_previous_run_failure(),
             }
-            self.warn_no_log_db();
-        }
-        if self.config.get(settings::FLUSH_POSTSTAGE) {
-            self.topo.warn(
-                "flush_poststage (SCR_FLUSH_POSTSTAGE) is not available: no post-stage script takes background flushes over after the job; finalize completes them as usual",
-            );
         }
         Ok(())
-    }
-
-    /// Rank 0, once at init: SCR's MySQL event database (`log_db_enable`) is not
-    /// available here; say so and where the events go instead, and carry on (a site
-    /// configuration written for SCR must not stop the run).
-    fn warn_no_log_db(&self) {
-        if !self.config.get(settings::LOG_DB_ENABLE) {
-            return;
-        }
-        let sinks = crate::events::Sinks::from_config(&self.config);
-        let mut to = Vec::new();
-        if sinks.text {
-            to.push(format!(
-                "{} (read it with `scr log`)",
-                crate::events::path(self.job.prefix()).display()
-            ));
-        }
-        if let Some((ident, _, _)) = &sinks.syslog {
-            to.push(format!("syslog (ident {ident})"));
-        }
-        let to = if to.is_empty() {
-            "nowhere: log_enable, log_txt_enable and log_syslog_enable leave no sink".to_string()
-        } else {
-            to.join(" and ")
-        };
-        self.topo.warn(&format!(
-            "log_db_enable: SCR's MySQL event database is not available in scr-rs, so log_db_host, log_db_user, log_db_pass, log_db_name and log_db_debug are not used; the events go to {to}"
-        ));
     }
 
     /// Restore what the cache holds (verify, rebuild, or drop each dataset), settle

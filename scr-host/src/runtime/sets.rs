@@ -6,6 +6,11 @@
 //! group and is cut into sets of at least `set_size` members (SCR's meaning of SET_SIZE:
 //! the minimum), as equal as possible. A set therefore never spans two levels and never
 //! repeats a group. A level with fewer ranks than `set_size` forms one smaller set.
+//!
+//! `hop_distance` h (SCR's HOP_DISTANCE) first deals a level's ranks out to h classes by
+//! their position (position mod h), each class cut on its own: a set's neighbours are
+//! then h groups apart in group order (with h = 2 on nodes n0..n7, sets of n0,n2,n4,n6
+//! and n1,n3,n5,n7). h = 1 is plain formation.
 
 use std::collections::BTreeMap;
 
@@ -23,9 +28,34 @@ pub struct Set {
     pub members: Vec<u32>,
 }
 
-/// Form sets for ranks `0..groups.len()` where `groups[r]` is rank r's failure-group value.
-pub fn form_sets(groups: &[String], set_size: usize) -> Vec<Set> {
+/// Where position `pos` of a level of `n` ranks goes: (its set's index among the
+/// level's sets, the level's number of sets). The level's positions are dealt out to
+/// `hop` classes (position mod `hop`), and each class is cut into
+/// `(size / set_size).max(1)` sets of near-equal size, the first sets one larger;
+/// classes come in order, so one rule serves [`form_sets`] and [`form_my_set_in`].
+fn place(n: usize, set_size: usize, hop: usize, pos: usize) -> (usize, usize) {
     let set_size = set_size.max(1);
+    let hop = hop.clamp(1, n.max(1));
+    let class_size = |c: usize| (n - c).div_ceil(hop);
+    let sets_of = |size: usize| (size / set_size).max(1);
+    let class = pos % hop;
+    let before: usize = (0..class).map(|c| sets_of(class_size(c))).sum();
+    let total: usize = (0..hop).map(|c| sets_of(class_size(c))).sum();
+    let (size, q) = (class_size(class), pos / hop);
+    let count = sets_of(size);
+    // near-equal sizes: the first `size % count` sets get one more member
+    let (base, extra) = (size / count, size % count);
+    let index = if q < extra * (base + 1) {
+        q / (base + 1)
+    } else {
+        extra + (q - extra * (base + 1)) / base
+    };
+    (before + index, total)
+}
+
+/// Form sets for ranks `0..groups.len()` where `groups[r]` is rank r's failure-group
+/// value, neighbours `hop` groups apart (see the module's documentation).
+pub fn form_sets(groups: &[String], set_size: usize, hop: usize) -> Vec<Set> {
     // group values in order of first appearance (by lowest rank)
     let mut order: BTreeMap<&str, usize> = BTreeMap::new();
     for g in groups {
@@ -42,20 +72,20 @@ pub fn form_sets(groups: &[String], set_size: usize) -> Vec<Set> {
             .push((order[g.as_str()], rank as u32));
         *level += 1;
     }
-    let mut sets = Vec::new();
+    let mut sets: Vec<Set> = Vec::new();
     for (_, mut ranks) in levels {
         ranks.sort();
         let n = ranks.len();
-        let count = (n / set_size).max(1);
-        // near-equal sizes: the first `n % count` sets get one more member
-        let (base, extra) = (n / count, n % count);
-        let mut it = ranks.into_iter().map(|(_, r)| r);
-        for i in 0..count {
-            let size = base + usize::from(i < extra);
-            sets.push(Set {
-                id: sets.len() as u64,
-                members: it.by_ref().take(size).collect(),
-            });
+        let first = sets.len();
+        for (pos, (_, rank)) in ranks.into_iter().enumerate() {
+            let (index, count) = place(n, set_size, hop, pos);
+            while sets.len() < first + count {
+                sets.push(Set {
+                    id: sets.len() as u64,
+                    members: Vec::new(),
+                });
+            }
+            sets[first + index].members.push(rank);
         }
     }
     sets
@@ -99,9 +129,10 @@ pub fn form_my_set(
     world: &SimpleCommunicator,
     value: &str,
     set_size: usize,
+    hop: usize,
 ) -> (Set, SimpleCommunicator, Vec<String>) {
     MpiWorld::with_borrowed(world, |w| {
-        let (set, comm, values) = form_my_set_in(w, value, set_size);
+        let (set, comm, values) = form_my_set_in(w, value, set_size, hop);
         let comm =
             MpiWorld::from_boxed(comm).expect("an MPI communicator splits into MPI communicators");
         (set, comm, values)
@@ -124,8 +155,8 @@ pub(crate) fn form_my_set_in(
     world: &dyn World,
     value: &str,
     set_size: usize,
+    hop: usize,
 ) -> (Set, Box<dyn World>, Vec<String>) {
-    let set_size = set_size.max(1);
     let me = world.rank();
     let group = split_by_value_in(world, value);
     let level = group.rank();
@@ -138,13 +169,7 @@ pub(crate) fn form_my_set_in(
         .expect("every rank has a color");
     let n = level_comm.size() as usize;
     let pos = level_comm.rank() as usize;
-    let count = (n / set_size).max(1);
-    let (base, extra) = (n / count, n % count);
-    let index = if pos < extra * (base + 1) {
-        pos / (base + 1)
-    } else {
-        extra + (pos - extra * (base + 1)) / base
-    };
+    let (index, count) = place(n, set_size, hop, pos);
     // sets of the levels below: an exclusive scan over each level's first rank, in
     // level order, then handed to the rest of the level
     let leaders = world.split((pos == 0).then_some(0), level);
@@ -207,7 +232,7 @@ mod tests {
                     let g: Vec<String> = (0..nodes * per_node)
                         .map(|r| format!("n{}", r / per_node))
                         .collect();
-                    let sets = form_sets(&g, set_size);
+                    let sets = form_sets(&g, set_size, 1);
                     check(&g, &sets);
                     let level = nodes; // ranks per level
                     for s in &sets {
@@ -223,7 +248,7 @@ mod tests {
     #[test]
     fn four_nodes_of_two_with_set_size_four() {
         let g = groups(&["a", "a", "b", "b", "c", "c", "d", "d"]);
-        let sets = form_sets(&g, 4);
+        let sets = form_sets(&g, 4, 1);
         assert_eq!(
             sets,
             vec![
@@ -243,10 +268,53 @@ mod tests {
     fn uneven_levels_split_evenly() {
         // 5 nodes: set size 2 gives sets of 3 and 2, never a set of 1
         let g = groups(&["a", "b", "c", "d", "e"]);
-        let sizes: Vec<usize> = form_sets(&g, 2).iter().map(|s| s.members.len()).collect();
+        let sizes: Vec<usize> = form_sets(&g, 2, 1)
+            .iter()
+            .map(|s| s.members.len())
+            .collect();
         assert_eq!(sizes, [3, 2]);
-        let sizes: Vec<usize> = form_sets(&g, 4).iter().map(|s| s.members.len()).collect();
+        let sizes: Vec<usize> = form_sets(&g, 4, 1)
+            .iter()
+            .map(|s| s.members.len())
+            .collect();
         assert_eq!(sizes, [5]);
+    }
+
+    /// With hop_distance 2 on eight nodes, neighbours in a set are two nodes apart (SCR's
+    /// HOP_DISTANCE); every hop keeps each rank once, no set repeating a group, and sets
+    /// at least `set_size` where the class of positions is that large.
+    #[test]
+    fn hop_distance_puts_neighbours_hop_groups_apart() {
+        let g: Vec<String> = (0..8).map(|r| format!("n{r}")).collect();
+        let members: Vec<Vec<u32>> = form_sets(&g, 4, 2).into_iter().map(|s| s.members).collect();
+        assert_eq!(members, [vec![0, 2, 4, 6], vec![1, 3, 5, 7]]);
+        let members: Vec<Vec<u32>> = form_sets(&g, 2, 2).into_iter().map(|s| s.members).collect();
+        assert_eq!(members, [vec![0, 2], vec![4, 6], vec![1, 3], vec![5, 7]]);
+        // two ranks per node: each level alike, set ids run on
+        let g2: Vec<String> = (0..8).map(|r| format!("n{}", r / 2)).collect();
+        let sets = form_sets(&g2, 2, 2);
+        let members: Vec<Vec<u32>> = sets.iter().map(|s| s.members.clone()).collect();
+        assert_eq!(members, [vec![0, 4], vec![2, 6], vec![1, 5], vec![3, 7]]);
+        assert_eq!(sets.iter().map(|s| s.id).collect::<Vec<_>>(), [0, 1, 2, 3]);
+        for nodes in 1..=9usize {
+            for hop in 1..=5 {
+                for set_size in 2..=4 {
+                    let g: Vec<String> = (0..nodes).map(|r| format!("n{r}")).collect();
+                    let sets = form_sets(&g, set_size, hop);
+                    check(&g, &sets);
+                    for s in &sets {
+                        let class = nodes.div_ceil(hop.min(nodes));
+                        assert!(
+                            s.members.len() >= set_size.min(nodes / hop.min(nodes)),
+                            "{nodes} nodes, hop {hop}, size {set_size}: {s:?} (class {class})"
+                        );
+                        for w in s.members.windows(2) {
+                            assert_eq!((w[1] - w[0]) as usize, hop.min(nodes), "{s:?}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// `form_my_set_in` over thread ranks gives every rank its set of `form_sets`, its
@@ -257,18 +325,18 @@ mod tests {
         use crate::runtime::world::inproc::run_ranks;
         for n in 6..=10u32 {
             for per_node in [1usize, 2, 3] {
-                for set_size in [2usize, 3, 4] {
+                for (set_size, hop) in [(2usize, 1usize), (3, 1), (4, 1), (2, 2), (3, 3), (2, 4)] {
                     // nodes of `per_node` ranks, the last one possibly smaller, and names
                     // not in rank order
                     let g: Vec<String> = (0..n as usize)
                         .map(|r| format!("node{}", 9 - r / per_node))
                         .collect();
-                    let expect = form_sets(&g, set_size);
+                    let expect = form_sets(&g, set_size, hop);
                     let out = run_ranks(n, |w| {
                         let value = &g[w.rank() as usize];
                         let same = split_by_value_in(w.as_ref(), value);
                         let same = same.all_gather_u32(w.rank());
-                        let (set, comm, values) = form_my_set_in(w.as_ref(), value, set_size);
+                        let (set, comm, values) = form_my_set_in(w.as_ref(), value, set_size, hop);
                         (set, comm.rank(), comm.size(), values, same)
                     });
                     for (r, (set, crank, csize, values, same)) in out.into_iter().enumerate() {
@@ -276,7 +344,10 @@ mod tests {
                             .iter()
                             .find(|s| s.members.contains(&(r as u32)))
                             .unwrap();
-                        assert_eq!(&set, want, "n={n} per_node={per_node} size={set_size}");
+                        assert_eq!(
+                            &set, want,
+                            "n={n} per_node={per_node} size={set_size} hop={hop}"
+                        );
                         assert_eq!(csize as usize, set.members.len());
                         assert_eq!(set.members[crank as usize], r as u32);
                         let vals: Vec<String> =
