@@ -273,8 +273,8 @@ fn index_rebuild(prefix: &std::path::Path) -> ExitCode {
     }
 }
 
-/// `scr index list`: one line per dataset (id, checkpoint id, name, state), the restart
-/// point marked.
+/// `scr index list`: one line per dataset (id, checkpoint id, name, when it was created
+/// (UTC), the user, job id and cluster that made it, state), the restart point marked.
 fn index_list(prefix: &std::path::Path) -> ExitCode {
     use scr_host::state::prefix::Index;
     let index = match Index::load_or_rebuild(prefix) {
@@ -282,7 +282,10 @@ fn index_list(prefix: &std::path::Path) -> ExitCode {
         Err(e) => return fail(e),
     };
     let restart = index.restart_point();
-    println!("{:>6} {:>8} {:<24} state", "id", "ckpt", "name");
+    println!(
+        "{:>6} {:>8} {:<24} {:<20} {:<10} {:<10} {:<10} state",
+        "id", "ckpt", "name", "created (UTC)", "user", "job", "cluster"
+    );
     for e in index.datasets.values() {
         let is_restart = restart.as_deref() == Some(e.name.as_str());
         println!("{}", index_line(e, is_restart));
@@ -311,13 +314,32 @@ fn index_line(e: &scr_host::state::prefix::IndexEntry, is_restart: bool) -> Stri
         .map(|f| format!("FAILED: {f}"))
         .unwrap_or_default();
     let mark = if is_restart { "<- restart" } else { "" };
+    // (unknown for datasets recorded by earlier releases)
+    let known = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let created = e
+        .made
+        .created
+        .and_then(|s| u64::try_from(s).ok())
+        .map(|s| {
+            let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(s);
+            // RFC 3339 without the zone letter: the header says UTC
+            humantime::format_rfc3339_seconds(t)
+                .to_string()
+                .trim_end_matches('Z')
+                .to_string()
+        })
+        .unwrap_or_else(|| "-".into());
     format!(
-        "{:>6} {:>8} {:<24} {:<28} {mark}{failed}",
+        "{:>6} {:>8} {:<24} {:<20} {:<10} {:<10} {:<10} {:<28} {mark}{failed}",
         e.id,
         e.checkpoint_id
             .map(|c| c.to_string())
             .unwrap_or_else(|| "-".into()),
         e.name,
+        created,
+        known(&e.made.user),
+        known(&e.made.job_id),
+        known(&e.made.cluster),
         state.join(",")
     )
 }

@@ -339,7 +339,7 @@ fn report_added(prefix_dir: &Path, added: &Added) {
     );
 }
 
-/// Run `scr index add NAME|ID`.
+/// Run `scr index import DIR`.
 pub fn index_import_command(
     config: Option<&Config>,
     prefix: &Path,
@@ -349,7 +349,9 @@ pub fn index_import_command(
     let job = config
         .map(|c| c.get(scr_host::config::settings::JOB_NAME))
         .filter(|n| !n.is_empty());
-    match sv::index_import(prefix, import, job, buf) {
+    // who imports it, where and when: the dataset is made now
+    let made = config.map_or_else(Default::default, |c| scr_host::runtime::provenance(c, None));
+    match sv::index_import(prefix, import, (job, made), buf) {
         Ok((e, current)) => {
             println!(
                 "imported {} (dataset {}, checkpoint {}, written by {} ranks){}",

@@ -12,6 +12,13 @@ use scr_host::state::prefix::{FlushedFile, Index, Rank2File, Summary};
 const FOUR_NODES: &[&str] = &["n0", "n1", "n2", "n3"];
 
 /// Rank r's file as the probe writes it: 100 bytes, each `r * 16 + i`.
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
 fn bytes_of(r: usize) -> Vec<u8> {
     (0..100).map(|i| (r * 16 + i) as u8).collect()
 }
@@ -36,7 +43,10 @@ fn run(c: &Cluster) -> Vec<Report> {
 #[test]
 fn a_background_flush_is_recorded_at_the_next_collective_call_with_one_reduction() {
     let mut c = Cluster::new();
-    c.set("SCR_FLUSH", "1").set("SCR_FLUSH_ASYNC", "1");
+    c.set("SCR_FLUSH", "1")
+        .set("SCR_FLUSH_ASYNC", "1")
+        .set("SCR_CLUSTER_NAME", "quartz");
+    let began = now_secs();
     let reports = run(&c);
     for (r, rep) in reports.iter().enumerate() {
         assert!(rep.has("kept true"), "rank {r}: {:?}", rep.lines);
@@ -115,6 +125,18 @@ fn a_background_flush_is_recorded_at_the_next_collective_call_with_one_reduction
             .collect(),
     };
     assert_eq!(Rank2File::load(&prefix, entry.id).unwrap(), expected);
+    // who made it, where and when: this job, on this machine, since the test began
+    let written: Summary =
+        scr_host::state::read_state(&Summary::path(&prefix, entry.id), "summary").unwrap();
+    assert_eq!(written.made.job_id.as_deref(), Some("e2e"));
+    assert_eq!(written.made.user.as_deref(), Some(scr_e2e::USER));
+    assert_eq!(written.made.cluster.as_deref(), Some("quartz"));
+    assert_eq!(
+        entry.made, written.made,
+        "the index records what the summary does"
+    );
+    let created = written.made.created.expect("a creation time");
+    assert!((began..=now_secs()).contains(&created), "{created}");
     let summary = Summary {
         id: entry.id,
         name: "ckpt.1".into(),
@@ -123,6 +145,8 @@ fn a_background_flush_is_recorded_at_the_next_collective_call_with_one_reduction
         files: 4,
         bytes: 400,
         complete: true,
+        job_name: None,
+        made: written.made.clone(),
     };
     // byte for byte what the runtime writes for that summary
     let want = c.path("summary.expected");

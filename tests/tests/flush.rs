@@ -206,6 +206,10 @@ fn scr(c: &Cluster, args: &[&str]) -> (i32, String, String) {
 fn scr_index_and_flush_file_answer_from_the_prefix() {
     let mut c = Cluster::new();
     c.set("SCR_FLUSH", "2");
+    let began = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     assert_eq!(heat(&c, &["--steps", "22"]).code, 0);
     let (code, list, _) = scr(&c, &["index", "list"]);
     assert_eq!(code, 0);
@@ -219,6 +223,31 @@ fn scr_index_and_flush_file_answer_from_the_prefix() {
         lines[2].contains("ckpt.20") && lines[2].ends_with("<- restart"),
         "{list}"
     );
+    // who made each, where and when: this job's user and id (no cluster name is known
+    // here), created (in UTC) while the job ran
+    let head: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        head,
+        ["id", "ckpt", "name", "created", "(UTC)", "user", "job", "cluster", "state"],
+        "{list}"
+    );
+    let epoch = |utc: &str| -> u64 {
+        let out = std::process::Command::new("date")
+            .args(["-u", "-d", utc, "+%s"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "not a time: {utc}");
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    for line in &lines[1..] {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert!((began..=now).contains(&epoch(f[3])), "{list}");
+        assert_eq!(&f[4..7], [scr_e2e::USER, "e2e", "-"], "{list}");
+    }
     assert_eq!(scr(&c, &["index", "current"]).1, "ckpt.20\n");
     let (code, out, _) = scr(&c, &["index", "current", "ckpt.10"]);
     assert_eq!((code, out.as_str()), (0, "restart point set to ckpt.10\n"));

@@ -238,6 +238,8 @@ catalog! {
         "Ranks per part of a flushed dataset's rank2file map: each block's first rank gathers and writes its block's file lists and hands them out again at fetch, so no rank handles more than this many ranks' lists (small values are for tests)";
     JOB_ID job_id: Str = Computed("SCR_JOB_ID, else SLURM_JOBID, LSB_JOBID, FLUX_JOB_ID or PBS_JOBID, else \"0\""),
         "Job id used in cache and control directory names";
+    CLUSTER_NAME cluster_name: Str = Computed("SCR_CLUSTER_NAME, else SLURM_CLUSTER_NAME, else none"),
+        "Cluster name recorded with each flushed dataset in the index and its summary (shown by `scr index list`)";
     JOB_NAME job_name: Str = None,
         "Job name recorded with each flushed dataset in the index (shown by `scr index list`)";
     NODE_NAMES node_names: Str = None,
@@ -300,7 +302,8 @@ catalog! {
         "Free space each node-local store must have for `scr run` to use the node; unset: the store's dataset count times the largest indexed dataset's bytes per node";
 }
 
-/// A key's built-in value: its fixed default, or the computed one (prefix, job id, user).
+/// A key's built-in value: its fixed default, or the computed one (prefix, job id, user,
+/// cluster name).
 /// `cwd` is the directory a relative or default prefix is taken from, `env` the
 /// environment the job id and user name are looked up in.
 pub(super) fn computed_default(
@@ -311,6 +314,12 @@ pub(super) fn computed_default(
     match key.default {
         types::Default::None => None,
         types::Default::Fixed(text) => types::parse_text(key.ty, text).ok(),
+        // (a computed value that cannot be known, as a cluster name outside a resource
+        // manager that gives one, is unset)
+        types::Default::Computed(_) if key.name == "cluster_name" => env
+            .get("SLURM_CLUSTER_NAME")
+            .filter(|s| !s.is_empty())
+            .map(|s| Value::Str(s.clone())),
         types::Default::Computed(_) => Some(Value::Str(match key.name {
             "prefix" => cwd.display().to_string(),
             "job_id" => [
@@ -364,8 +373,15 @@ mod tests {
         let env: BTreeMap<String, String> = [
             ("USER".to_string(), "someone".to_string()),
             ("SLURM_JOBID".to_string(), "42".to_string()),
+            ("SLURM_CLUSTER_NAME".to_string(), "quartz".to_string()),
         ]
         .into();
+        // without a resource manager's name the cluster is unknown: unset, not ""
+        let cluster = KEYS.iter().find(|k| k.name == "cluster_name").unwrap();
+        assert_eq!(
+            computed_default(cluster, Path::new("/"), &BTreeMap::new()),
+            None
+        );
         for key in KEYS {
             let value = computed_default(key, Path::new("/some/dir"), &env);
             let value = match (key.default, value) {

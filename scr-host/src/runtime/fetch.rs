@@ -573,6 +573,7 @@ impl Fetcher<'_> {
             redundancy: Vec::new(),
             world_size: self.topo.size(),
             crc32_pending: false,
+            created: entry.made.created,
         };
         self.cache.put(record.clone());
         self.cache.save()?;

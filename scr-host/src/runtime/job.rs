@@ -9,6 +9,7 @@ use super::topology::Topology;
 use super::{Result, ScrError};
 use crate::config::{settings, Config, View};
 use crate::private_dir::create_private_dir;
+use crate::state::prefix::Provenance;
 
 /// A store as this job uses it: whether its directory carries the node's name (a
 /// node-local store of simulated nodes) and whether the job may create it.
@@ -171,5 +172,19 @@ impl Job {
                 rank: None,
             });
         }
+    }
+}
+
+/// Who makes dataset records in this job (`user`, `job_id`, `cluster_name`), and when it
+/// was `created` (unknown for records of earlier releases: now, the flush's time, is the
+/// closest that can be told).
+pub fn provenance(config: &Config, created: Option<i64>) -> Provenance {
+    let now_secs = super::now_secs;
+    let known = |s: String| Some(s).filter(|s| !s.is_empty());
+    Provenance {
+        user: known(config.get(settings::USER)),
+        job_id: known(config.get(settings::JOB_ID)),
+        cluster: known(config.get(settings::CLUSTER_NAME)),
+        created: created.or_else(|| Some(now_secs())),
     }
 }

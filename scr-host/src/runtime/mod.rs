@@ -120,6 +120,7 @@ pub use crate::state::filemap::{
     JOURNAL_KIND, JOURNAL_VERSION,
 };
 pub use crate::state::halt::Halt;
+pub use job::provenance;
 pub use sets::{form_my_set, form_sets, split_by_value, Set};
 
 pub use mpi_host::{MpiHost, Settled};

@@ -236,6 +236,7 @@ impl Writer<'_> {
             redundancy: Vec::new(),
             world_size: self.topo.size(),
             crc32_pending: false,
+            created: Some(super::now_secs()),
         };
         // a dataset that bypasses the cache takes no room in it
         if !bypass {

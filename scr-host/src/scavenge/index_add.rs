@@ -1,6 +1,13 @@
 //! `scr index add`: record a dataset whose files, summary and rank2file are in the prefix,
 //! after checking every file against rank2file (postrun's last step too). The index
 //! edit itself is [`Index::add_complete`], shared with the other index edits.
+//!
+//! A dataset directory with a rank2file map but no summary (SCR's `scr_index --build`
+//! case: a flush that ended between the two, a summary removed by hand) gets one built
+//! (SCR's `scr_summary_build`): its totals from the map, its name, checkpoint id and
+//! provenance from the index's open entry for it; every file is checked (present, size,
+//! CRC32) before the summary is written, and a missing or damaged file refuses the
+//! dataset by rank and name.
 
 use super::*;
 use crate::state::prefix::EditError;
@@ -17,6 +24,15 @@ pub enum IndexAddError {
         path: PathBuf,
         /// The cause.
         source: std::io::Error,
+    },
+    /// A dataset directory without a summary, whose name nothing records (no index
+    /// entry): a summary cannot be built for it.
+    #[error("{}: no summary, and the index has no entry naming dataset {id}; index its files with `scr index import {} --name NAME`", dir.display(), dir.display())]
+    Unnamed {
+        /// The dataset's id.
+        id: u64,
+        /// Its directory.
+        dir: PathBuf,
     },
     /// No summary names the dataset.
     #[error("no dataset `{which}` in {}: no .scr/scr.dataset.<id>/summary.scr names it", prefix.display())]
@@ -97,7 +113,16 @@ pub fn index_add(
     job_name: Option<String>,
     buf: usize,
 ) -> Result<(IndexEntry, bool), IndexAddError> {
-    let summary = find_summary(prefix, which)?;
+    let summary = match find_summary(prefix, which) {
+        Err(IndexAddError::NoSuchDataset { .. })
+            if which
+                .parse::<u64>()
+                .is_ok_and(|id| Rank2File::path(prefix, id).exists()) =>
+        {
+            build_summary(prefix, which.parse().expect("checked"), buf)?
+        }
+        found => found?,
+    };
     let id = summary.id;
     verify_in_prefix(prefix, &summary, buf)?;
     let entry = IndexEntry {
@@ -113,7 +138,8 @@ pub fn index_add(
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64),
         ),
-        job_name,
+        job_name: job_name.or(summary.job_name),
+        made: summary.made,
         ..IndexEntry::default()
     };
     let current = Index::try_update(prefix, |ix| ix.add_complete(prefix, &entry))??;
@@ -158,6 +184,46 @@ fn find_summary(prefix: &Path, which: &str) -> Result<Summary, IndexAddError> {
             ids: many.iter().map(|s| s.id).collect(),
         }),
     }
+}
+
+/// The summary of dataset `id`, whose directory holds a rank2file map but no summary,
+/// built from the map's totals and the index's open entry for it (name, checkpoint id,
+/// ranks, provenance), written once every file checks out (see the module's
+/// documentation).
+fn build_summary(prefix: &Path, id: u64, buf: usize) -> Result<Summary, IndexAddError> {
+    let dir = prefix::dataset_dir(prefix, id);
+    let entry = Index::load_or_rebuild(prefix)?
+        .datasets
+        .remove(&id)
+        .ok_or_else(|| IndexAddError::Unnamed {
+            id,
+            dir: dir.clone(),
+        })?;
+    let map = Rank2File::load(prefix, id)?;
+    let (files, bytes) = map
+        .ranks
+        .values()
+        .flatten()
+        .fold((0u64, 0u64), |(n, b), f| (n + 1, b + f.size));
+    let summary = Summary {
+        id,
+        name: entry.name,
+        checkpoint_id: entry.checkpoint_id,
+        world_size: entry.world_size,
+        files,
+        bytes,
+        complete: true,
+        job_name: entry.job_name,
+        made: entry.made,
+    };
+    verify_in_prefix(prefix, &summary, buf)?;
+    prefix::write(&Summary::path(prefix, id), "summary", &summary)?;
+    tracing::info!(
+        dataset = id,
+        "{}: summary built from rank2file ({files} files, {bytes} bytes, every file checked)",
+        Summary::path(prefix, id).display()
+    );
+    Ok(summary)
 }
 
 /// Check a dataset in the prefix against its summary before it is indexed: rank2file

@@ -98,7 +98,7 @@ pub struct Import {
 pub fn index_import(
     prefix: &Path,
     import: &Import,
-    job_name: Option<String>,
+    (job_name, made): (Option<String>, crate::state::prefix::Provenance),
     buf: usize,
 ) -> Result<(IndexEntry, bool), ImportError> {
     let prefix = &crate::private_dir::lexical_normalize(prefix);
@@ -180,6 +180,8 @@ pub fn index_import(
         files: ranks.values().map(|v| v.len() as u64).sum(),
         bytes: ranks.values().flatten().map(|f| f.size).sum(),
         complete: true,
+        job_name: job_name.clone(),
+        made: made.clone(),
     };
     Rank2File { ranks }.write(prefix, id, world_size, prefix::RANK2FILE_BLOCK)?;
     prefix::write(&Summary::path(prefix, id), "summary", &summary)?;
@@ -332,8 +334,13 @@ mod tests {
             ("old/rank_2.dat", b"two!"),
             ("old/sub/rank_1.dat", b"one"),
         ]);
-        let (e, current) = index_import(t.path(), &import_of(&t.path().join("old")), None, 4096)
-            .expect("imported");
+        let (e, current) = index_import(
+            t.path(),
+            &import_of(&t.path().join("old")),
+            (None, Default::default()),
+            4096,
+        )
+        .expect("imported");
         assert!(current);
         assert_eq!(
             (
@@ -365,8 +372,13 @@ mod tests {
         // the ids are used: the next import continues after them
         std::fs::create_dir_all(t.path().join("next")).unwrap();
         std::fs::write(t.path().join("next/a"), b"a").unwrap();
-        let (e2, _) = index_import(t.path(), &import_of(&t.path().join("next")), None, 4096)
-            .expect("imported");
+        let (e2, _) = index_import(
+            t.path(),
+            &import_of(&t.path().join("next")),
+            (None, Default::default()),
+            4096,
+        )
+        .expect("imported");
         assert_eq!((e2.id, e2.checkpoint_id), (2, Some(2)));
         let ids = crate::runtime::Ids::load_at(t.path());
         assert_eq!((ids.dataset, ids.checkpoint), (2, 2));
@@ -380,7 +392,7 @@ mod tests {
             std::fs::write(&list, text).unwrap();
             let mut i = import_of(&t.path().join("d"));
             i.list = Some(list.clone());
-            index_import(t.path(), &i, None, 4096)
+            index_import(t.path(), &i, (None, Default::default()), 4096)
                 .map(|_| ())
                 .unwrap_err()
                 .to_string()
@@ -406,10 +418,21 @@ mod tests {
         );
         assert!(Index::load(t.path()).map_or(true, |ix| ix.datasets.is_empty()));
         // a name the index holds
-        index_import(t.path(), &import_of(&t.path().join("d")), None, 4096).unwrap();
-        let err = index_import(t.path(), &import_of(&t.path().join("d")), None, 4096)
-            .unwrap_err()
-            .to_string();
+        index_import(
+            t.path(),
+            &import_of(&t.path().join("d")),
+            (None, Default::default()),
+            4096,
+        )
+        .unwrap();
+        let err = index_import(
+            t.path(),
+            &import_of(&t.path().join("d")),
+            (None, Default::default()),
+            4096,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("holds a dataset named `d` already (id 1)"),
             "{err}"

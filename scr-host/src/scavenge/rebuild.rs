@@ -471,6 +471,8 @@ impl Scavenger {
             files: ranks.values().map(|v| v.len() as u64).sum(),
             bytes: ranks.values().flatten().map(|f| f.size).sum(),
             complete: true,
+            job_name: Some(self.config.get(settings::JOB_NAME)).filter(|n| !n.is_empty()),
+            made: crate::runtime::provenance(&self.config, rec.created),
         };
         // (written as a tree like a job's flush, in parts of the default block size: the
         // root records the layout, so a job of any configuration reads it)

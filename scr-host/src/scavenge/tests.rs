@@ -1,6 +1,7 @@
 //! Tests of the scavenge tools: which dataset is chosen, and `index add`'s checks.
 
 use super::*;
+use crate::state::prefix::Provenance;
 
 /// Write a state file.
 fn put(path: &Path, kind: &str, v: &impl Serialize) {
@@ -31,6 +32,7 @@ fn dataset(prefix: &Path, id: u64, name: &str, files: &[(&str, &[u8])]) {
         files: files.len() as u64,
         bytes: files.iter().map(|f| f.1.len() as u64).sum(),
         complete: true,
+        ..Summary::default()
     };
     put(
         &Rank2File::path(prefix, id),
@@ -105,4 +107,68 @@ fn index_add_refuses_a_flipped_byte_naming_rank_and_file() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("no dataset `ckpt.9`"), "{err}");
+}
+
+/// A dataset directory with a rank2file map but no summary (a flush that ended between
+/// the two): `index add ID` builds the summary from the map and the index's open entry
+/// (name, checkpoint id, provenance) once every file checks out, and indexes it; a
+/// missing file refuses it by rank and name and writes no summary; with no entry naming
+/// it, it is refused with what to do.
+#[test]
+fn index_add_builds_a_missing_summary_from_rank2file_after_checking_every_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    dataset(p, 5, "ckpt.5", &[("c5/a", b"alpha"), ("c5/b", b"beta")]);
+    std::fs::remove_file(Summary::path(p, 5)).unwrap();
+    // nothing names it
+    let err = index_add(p, "5", false, None, 4096)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no summary, and the index has no entry naming dataset 5")
+            && err.contains("scr index import"),
+        "{err}"
+    );
+    // the open entry of the interrupted flush names it
+    let made = Provenance {
+        user: Some("alice".into()),
+        job_id: Some("4242".into()),
+        cluster: Some("quartz".into()),
+        created: Some(1_700_000_000),
+    };
+    Index::update(p, |ix| {
+        ix.begin_flush(&IndexEntry {
+            id: 5,
+            name: "ckpt.5".into(),
+            checkpoint_id: Some(5),
+            world_size: 2,
+            dir: layout::dataset_dir_name(5),
+            made: made.clone(),
+            ..IndexEntry::default()
+        })
+    })
+    .unwrap();
+    // a file is missing: refused by rank and name, no summary written
+    std::fs::rename(p.join("c5/b"), p.join("c5/b.away")).unwrap();
+    let err = index_add(p, "5", false, None, 4096)
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("rank 1: c5/b ("), "{err}");
+    assert!(!Summary::path(p, 5).exists());
+    assert!(!Index::load(p).unwrap().datasets[&5].complete);
+    // every file there: built, checked, indexed as the restart point
+    std::fs::rename(p.join("c5/b.away"), p.join("c5/b")).unwrap();
+    let (entry, current) = index_add(p, "5", false, None, 4096).unwrap();
+    assert!(entry.complete && current, "{entry:?}");
+    assert_eq!(entry.made, made);
+    let built: Summary = read_state(&Summary::path(p, 5), "summary").unwrap();
+    assert_eq!(
+        (built.name.as_str(), built.checkpoint_id, built.world_size),
+        ("ckpt.5", Some(5), 2)
+    );
+    assert_eq!((built.files, built.bytes, built.complete), (2, 9, true));
+    assert_eq!(built.made, made);
+    // an index rebuilt from the summaries keeps who made it
+    std::fs::remove_file(Index::path(p)).unwrap();
+    assert_eq!(Index::rebuild(p).unwrap().datasets[&5].made, made);
 }

@@ -150,6 +150,10 @@ pub struct DatasetRecord {
     /// rank's files are not used. (Filemaps of earlier releases lack it: not pending.)
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub crc32_pending: bool,
+    /// When `start_output` began it (seconds since the epoch), for the index's and the
+    /// summary's creation time (filemaps of earlier releases lack it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<i64>,
 }
 
 /// All datasets one rank holds.

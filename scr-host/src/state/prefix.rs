@@ -29,6 +29,27 @@ pub use rank2file::{
     SINGLE_KIND,
 };
 
+/// Who made a dataset, in which job, on which cluster and when (SCR's USER, JOBID,
+/// CLUSTER and CREATED): what an operator looks for in `scr index list`. Recorded in the
+/// index and in the dataset's summary, so an index rebuilt from the summaries keeps it.
+/// Each part is unknown (`None`) in datasets recorded by earlier releases.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// The user whose job wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The job id of that job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    /// The cluster it ran on (`cluster_name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// When the application started writing it (`start_output`; seconds since the
+    /// epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<i64>,
+}
+
 /// One dataset in the index.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexEntry {
@@ -55,6 +76,9 @@ pub struct IndexEntry {
     /// The `job_name` of the job that wrote it (SCR's JOBNAME), when one was set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_name: Option<String>,
+    /// Who made it, where and when.
+    #[serde(default, flatten)]
+    pub made: Provenance,
 }
 
 /// The index of a prefix directory.
@@ -84,6 +108,12 @@ pub struct Summary {
     pub bytes: u64,
     /// Every rank's files are there and verified.
     pub complete: bool,
+    /// The job's name (`job_name`), when one was set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
+    /// Who made it, where and when.
+    #[serde(default, flatten)]
+    pub made: Provenance,
 }
 
 /// The `.scr` directory of a prefix.
@@ -174,6 +204,8 @@ impl Index {
                             world_size: sum.world_size,
                             complete: sum.complete,
                             failed,
+                            job_name: sum.job_name,
+                            made: sum.made,
                             ..IndexEntry::default()
                         },
                     );

@@ -335,3 +335,22 @@ fn the_restart_prefix_and_log_keys_of_scr_are_accepted_and_typed() {
         .to_string()
         .contains("LOG_INFO"));
 }
+
+/// A database password given through the API (refused at load: there is no database)
+/// is not left readable in the prefix's record of the calls: it says it was set.
+#[test]
+fn a_password_is_recorded_as_set_not_as_its_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = [
+        (1, "SCR_LOG_DB_PASS=hunter2".to_string()),
+        (2, "SCR_FLUSH=1".to_string()),
+    ];
+    record(dir.path(), &calls).unwrap();
+    let text = std::fs::read_to_string(record_path(dir.path())).unwrap();
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(
+        text.contains("1\tSCR_LOG_DB_PASS=(set, not recorded)\n"),
+        "{text}"
+    );
+    assert!(text.contains("2\tSCR_FLUSH=1\n"), "{text}");
+}

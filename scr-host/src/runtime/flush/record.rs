@@ -93,6 +93,8 @@ pub(super) fn record_complete(
         files: root.files,
         bytes: root.bytes,
         complete: true,
+        job_name: entry.job_name.clone(),
+        made: entry.made.clone(),
     };
     let step = || -> std::result::Result<(), crate::state::StateError> {
         root.write(prefix, entry.id)?;
@@ -188,6 +190,7 @@ impl Flusher<'_> {
             dir: crate::layout::dataset_dir_name(rec.id),
             world_size: self.topo.size(),
             job_name: Some(self.config.get(settings::JOB_NAME)).filter(|n| !n.is_empty()),
+            made: crate::runtime::provenance(self.config, rec.created),
             ..IndexEntry::default()
         };
         let opened = if self.topo.rank() == 0 {

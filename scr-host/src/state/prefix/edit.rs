@@ -547,6 +547,7 @@ mod tests {
                 files: 2,
                 bytes: 2,
                 complete: true,
+                ..Summary::default()
             };
             write(&Summary::path(p, id), "summary", &summary).unwrap();
             let ranks = [(0, names.iter().map(|n| file(n)).collect())].into();
