@@ -212,3 +212,60 @@ fn eviction_leaves_no_dataset_on_some_ranks_only() {
         "ckpt.3 kept: {n0:?}\n{out}"
     );
 }
+
+/// A store holds its count, the dataset being written included, also while background
+/// flushes run: when the dataset that must leave is still being flushed (a slow vendor
+/// transfer), the next checkpoint waits for that flush, says so once on rank 0, and then
+/// evicts it — rather than keep count + 1 datasets. Every checkpoint still reaches the
+/// prefix, and the job ends in an uninterrupted run's state.
+#[test]
+fn a_full_store_waits_for_the_flush_of_the_dataset_it_must_evict() {
+    let mut c = Cluster::new();
+    let vendor = stand_in_bbapi(&c);
+    c.set("SCR_FLUSH_TYPE", "bbapi")
+        .set("SCR_FLUSH", "1")
+        .set("SCR_FLUSH_ASYNC", "1")
+        .set("SCR_CACHE_SIZE", "2");
+    let script = format!(
+        "export LD_LIBRARY_PATH={}; export FAKE_BBAPI_DELAY_MS=1500; exec \"$0\" \"$@\"",
+        vendor.display()
+    );
+    let out = c.run_wrapped(
+        &["n0", "n1"],
+        &["sh", "-c", &script],
+        "scr-heat",
+        &["--steps", "4", "--every", "1", "--cells", "64"],
+    );
+    assert_eq!(out.code, 0, "{out}");
+    let waited = out.logged(
+        Some(0),
+        "warning",
+        "holds its count (2) and the dataset that must leave it, ckpt.1, is being flushed: waiting for that flush",
+    );
+    assert_eq!(waited.len(), 1, "{out}");
+    assert!(out
+        .logged(Some(1), "warning", "waiting for that flush")
+        .is_empty());
+    // the caches hold the newest two, on both nodes alike
+    for node in ["n0", "n1"] {
+        let mut held: Vec<String> = std::fs::read_dir(c.cache_dir(node))
+            .unwrap()
+            .flatten()
+            .filter(|e| std::fs::read_dir(e.path()).is_ok_and(|mut f| f.next().is_some()))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        held.sort();
+        assert_eq!(held, ["scr.dataset.3", "scr.dataset.4"], "{node}\n{out}");
+    }
+    let flushed: Vec<String> = scr_e2e::index_entries(&c.prefix())
+        .into_iter()
+        .filter(|(_, complete, _)| *complete)
+        .map(|(name, _, _)| name)
+        .collect();
+    assert_eq!(flushed, ["ckpt.1", "ckpt.2", "ckpt.3", "ckpt.4"], "{out}");
+    assert_eq!(
+        out.final_state(),
+        scr_e2e::reference_state(2, 4, Some(64)),
+        "{out}"
+    );
+}

@@ -106,7 +106,7 @@ fn every_step_counts_the_exchanges_it_makes() {
             AGREE,              // committed everywhere
             [0, 1, 0, 0, 8, 8], // total checkpoint bytes (a u64 sum) for the event log
             // eviction walks the ids held in the store upwards by min-reductions: the
-            // lowest held id (a u64), whether every holder may evict it, then the next
+            // lowest held id (a u64), what its holders say of evicting it (one byte), then the next
             // id above it (none: u64::MAX)
             [0, 1, 0, 0, 8, 8],
             AGREE,

@@ -9,6 +9,7 @@ use super::flush::Flushing;
 use super::job::Job;
 use super::restart::state::RestartState;
 use super::topology::Topology;
+use super::world::Op;
 use super::{DatasetRecord, Filemap, Result, ScrError, TestHooks};
 use crate::config::{settings, Config};
 use crate::integrity::{dataset_files, verify_dataset};
@@ -153,9 +154,14 @@ impl Evictor<'_> {
     }
 
     /// Evict the oldest datasets of `store` until `room` more fit under its count
-    /// (collective). Never evicted: the newest complete checkpoint, the current restart
-    /// candidate, `keep` (the dataset just completed), datasets being flushed, and output
-    /// datasets whose flush is not recorded for every rank.
+    /// (collective), as SCR does: the store never holds more than its count, the dataset
+    /// about to be written included. Never evicted: `keep` (the dataset just completed),
+    /// output datasets whose flush is not recorded for every rank (their only copy), and
+    /// the newest complete checkpoint unless `for_checkpoint` (a new checkpoint is
+    /// starting: with `count = 1` the previous one goes, SCR's trade-off) or its flush is
+    /// recorded. A dataset being flushed goes only once its flush ended: when the store
+    /// needs it gone, the ids returned name those flushes; the caller waits for them
+    /// (saying so) and calls again. Empty: done.
     ///
     /// The victims are chosen together: each rank says which datasets of the store it
     /// holds and which of them it could give up, and a dataset goes only when every rank
@@ -167,7 +173,8 @@ impl Evictor<'_> {
         store: &str,
         room: u64,
         keep: Option<u64>,
-    ) -> Result<()> {
+        for_checkpoint: bool,
+    ) -> Result<Vec<u64>> {
         let limit = self.config.store_count_at(store).max(1);
         let held: Vec<u64> = self
             .cache
@@ -175,9 +182,29 @@ impl Evictor<'_> {
             .filter(|d| d.descriptor.store == store)
             .map(|d| d.id)
             .collect();
-        let may_go = self.may_evict(store, keep);
+        let may_go = self.may_evict(store, keep, for_checkpoint);
         let holders = self.agree_on_evictable(&held, &may_go);
-        let victims = victims(&holders, limit, room);
+        let (victims, wait_for) = victims(&holders, limit, room);
+        let left = holders.len() - victims.len() - wait_for.len();
+        if room > 0 && left as u64 + room > limit {
+            // (agreed input: the same on every rank; said once)
+            let kept: Vec<String> = holders
+                .iter()
+                .filter(|(_, e)| e.class == Class::No)
+                .map(|(id, _)| {
+                    self.cache
+                        .get(*id)
+                        .map_or_else(|| format!("dataset {id}"), |r| r.name.clone())
+                })
+                .collect();
+            self.topo.warn(&format!(
+                "store {store} goes over its count ({limit}): {} may not leave it before it is flushed (an output's or the newest checkpoint's only copy)",
+                kept.join(", ")
+            ));
+        }
+        if victims.is_empty() && !wait_for.is_empty() {
+            return Ok(wait_for);
+        }
         let mut local = Ok(());
         for id in victims {
             let Some(victim) = self.cache.get(id).cloned() else {
@@ -191,18 +218,25 @@ impl Evictor<'_> {
                 local = Err(e);
             }
         }
-        self.world.changed("evicting from cache", local)
+        self.world.changed("evicting from cache", local)?;
+        // what is left to wait for (the evictable ones are gone now)
+        Ok(wait_for)
     }
 
-    /// The datasets of `store` this rank could give up: not a restart candidate, not
-    /// `keep`, not being flushed, and, for an output, its flush recorded for every rank —
-    /// by this run's synchronous flush, or in the index (a background flush; the index is
-    /// read at most once, and only when an output is a candidate).
-    fn may_evict(&self, store: &str, keep: Option<u64>) -> Vec<u64> {
-        let protected = [
+    /// Whether this rank could give up each dataset of `store`: not `keep`; for an
+    /// output, its flush recorded for every rank — by this run's synchronous flush, or in
+    /// the index (a background flush; the index is read at most once, and only when it
+    /// matters); the newest complete checkpoint only `for_checkpoint` or when flushed; and
+    /// a dataset being flushed only after its flush.
+    fn may_evict(
+        &self,
+        store: &str,
+        keep: Option<u64>,
+        for_checkpoint: bool,
+    ) -> BTreeMap<u64, Evictable> {
+        let newest = [
             self.restart_candidate_any(),
             self.restart.candidate_in(self.cache),
-            keep,
         ];
         let flushing = self.flushing.in_flight();
         let flushed = self.flushing.flushed();
@@ -217,21 +251,34 @@ impl Evictor<'_> {
         };
         self.cache
             .datasets()
-            .filter(|d| {
-                d.descriptor.store == store
-                    && !protected.contains(&Some(d.id))
-                    && !flushing.contains(&d.id)
-                    && (!d.output || in_prefix(d.id))
+            .filter(|d| d.descriptor.store == store)
+            .map(|d| {
+                let is_newest = newest.contains(&Some(d.id));
+                let class = if keep == Some(d.id) || (d.output && !in_prefix(d.id)) {
+                    Class::No
+                } else if is_newest && for_checkpoint {
+                    Class::Last
+                } else if is_newest && !in_prefix(d.id) {
+                    Class::No
+                } else {
+                    Class::May
+                };
+                let flushing = flushing.contains(&d.id);
+                (d.id, Evictable { class, flushing })
             })
-            .map(|d| d.id)
             .collect()
     }
 
-    /// Which ids of a store any rank holds (`held` here), each with whether every holder
-    /// may give it up (`may_go` here), agreed by walking the ids upwards with
-    /// min-reductions: per rank two reductions per dataset in the store (bounded by its
-    /// count), independent of P (was: every rank's id lists on every rank — O(P)).
-    fn agree_on_evictable(&self, held: &[u64], may_go: &[u64]) -> BTreeMap<u64, bool> {
+    /// Which ids of a store any rank holds (`held` here), each with what every holder
+    /// says of giving it up (`may_go` here; the strictest answer wins), agreed by walking
+    /// the ids upwards with min-reductions: per rank two reductions per dataset in the
+    /// store (bounded by its count), independent of P (was: every rank's id lists on every
+    /// rank — O(P)).
+    fn agree_on_evictable(
+        &self,
+        held: &[u64],
+        may_go: &BTreeMap<u64, Evictable>,
+    ) -> BTreeMap<u64, Evictable> {
         let mut holders = BTreeMap::new();
         let mut above = 0u64; // (id + 1 encoded: 0 is below every id)
         loop {
@@ -247,8 +294,15 @@ impl Evictor<'_> {
             }
             above = next;
             let id = next - 1;
-            let ok = !held.contains(&id) || may_go.contains(&id);
-            holders.insert(id, self.world.all(ok));
+            // (a rank that does not hold it does not object)
+            let mine = may_go.get(&id).copied().unwrap_or(Evictable {
+                class: Class::May,
+                flushing: false,
+            });
+            holders.insert(
+                id,
+                Evictable::from_bits(self.world.all_reduce_u8(mine.bits(), Op::BitOr)),
+            );
         }
         holders
     }
@@ -259,28 +313,90 @@ impl Evictor<'_> {
     }
 }
 
+/// Whether the holders of a dataset could give it up (agreed: the strictest class, and
+/// whether it is being flushed on any rank).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::runtime) struct Evictable {
+    /// How readily it may go.
+    pub(in crate::runtime) class: Class,
+    /// A flush of it is running: it goes only once the flush ended.
+    pub(in crate::runtime) flushing: bool,
+}
+
+/// How readily a dataset may leave a full store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::runtime) enum Class {
+    /// Oldest first.
+    May,
+    /// Only when nothing else can make the room: the newest complete checkpoint when a
+    /// new checkpoint starts.
+    Last,
+    /// Not at all: kept, an output's only copy, the newest checkpoint otherwise.
+    No,
+}
+
+impl Evictable {
+    /// As one byte for the agreement, a bitwise OR over the ranks (one reduction of one
+    /// byte per dataset): the class as one bit each (the strictest set bit wins), the
+    /// flush as another (running on some rank).
+    fn bits(self) -> u8 {
+        let class = match self.class {
+            Class::May => 0,
+            Class::Last => 0b010,
+            Class::No => 0b100,
+        };
+        class | u8::from(self.flushing)
+    }
+
+    /// The agreed answer from the OR of every rank's [`Evictable::bits`].
+    fn from_bits(bits: u8) -> Evictable {
+        let class = if bits & 0b100 != 0 {
+            Class::No
+        } else if bits & 0b010 != 0 {
+            Class::Last
+        } else {
+            Class::May
+        };
+        Evictable {
+            class,
+            flushing: bits & 1 != 0,
+        }
+    }
+}
+
 /// The datasets to evict from a store holding `holders` (every id any rank holds, oldest
-/// first, each with whether every holder may give it up) so that `room` more fit under
-/// `limit`: the oldest evictable ones first, as few as needed. The same on every rank
-/// (its input is agreed). What may not go still counts against the limit, so a store
-/// whose every dataset is protected evicts nothing and the new one goes over the count.
+/// first, each with what its holders agreed) so that `room` more fit under `limit`, as
+/// few as needed: first the oldest that may go and are not being flushed, then the
+/// oldest being flushed (after their flush: returned second, evicted by a second call
+/// once it ended), and last the newest checkpoint. The same on every rank (its input is
+/// agreed). What may not go still counts against the limit, so a store whose every
+/// dataset is protected evicts nothing and the new one goes over the count.
 pub(in crate::runtime) fn victims(
-    holders: &BTreeMap<u64, bool>,
+    holders: &BTreeMap<u64, Evictable>,
     limit: u64,
     room: u64,
-) -> Vec<u64> {
+) -> (Vec<u64>, Vec<u64>) {
     let mut count = holders.len() as u64;
-    let mut out = Vec::new();
-    for (&id, &evictable) in holders {
-        if count + room <= limit {
-            break;
-        }
-        if evictable {
-            out.push(id);
+    let (mut now, mut after_flush) = (Vec::new(), Vec::new());
+    let passes: [&dyn Fn(&Evictable) -> bool; 3] = [
+        &|e| e.class == Class::May && !e.flushing,
+        &|e| e.class == Class::May && e.flushing,
+        &|e| e.class == Class::Last,
+    ];
+    for pass in passes {
+        for (&id, e) in holders.iter().filter(|(_, e)| pass(e)) {
+            if count + room <= limit {
+                return (now, after_flush);
+            }
+            if e.flushing {
+                after_flush.push(id);
+            } else {
+                now.push(id);
+            }
             count -= 1;
         }
     }
-    out
+    (now, after_flush)
 }
 
 #[cfg(test)]
@@ -288,25 +404,87 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    fn held(list: &[(u64, bool)]) -> BTreeMap<u64, bool> {
+    const MAY: Evictable = Evictable {
+        class: Class::May,
+        flushing: false,
+    };
+    const FLUSHING: Evictable = Evictable {
+        class: Class::May,
+        flushing: true,
+    };
+    const LAST: Evictable = Evictable {
+        class: Class::Last,
+        flushing: false,
+    };
+    const NO: Evictable = Evictable {
+        class: Class::No,
+        flushing: false,
+    };
+
+    /// The agreement's byte: any rank's flush, and the strictest class, win.
+    #[test]
+    fn the_agreed_answer_is_the_strictest_with_any_ranks_flush() {
+        let or = |es: &[Evictable]| Evictable::from_bits(es.iter().fold(0, |b, e| b | e.bits()));
+        assert_eq!(or(&[MAY, MAY]), MAY);
+        assert_eq!(or(&[MAY, FLUSHING]), FLUSHING);
+        let last_flushing = Evictable {
+            flushing: true,
+            ..LAST
+        };
+        assert_eq!(or(&[FLUSHING, LAST]), last_flushing);
+        assert_eq!(or(&[LAST, NO, FLUSHING]).class, Class::No);
+    }
+
+    fn held(list: &[(u64, Evictable)]) -> BTreeMap<u64, Evictable> {
         list.iter().copied().collect()
     }
 
     #[test]
     fn the_oldest_evictable_datasets_go_first_and_no_more_than_needed() {
-        let h = held(&[(1, true), (2, true), (3, true)]);
-        assert_eq!(victims(&h, 3, 1), vec![1], "one slot for the new one");
-        assert_eq!(victims(&h, 2, 1), vec![1, 2]);
-        assert_eq!(victims(&h, 4, 1), Vec::<u64>::new(), "room already");
+        let h = held(&[(1, MAY), (2, MAY), (3, LAST)]);
+        assert_eq!(
+            victims(&h, 3, 1),
+            (vec![1], vec![]),
+            "one slot for the new one"
+        );
+        assert_eq!(victims(&h, 2, 1), (vec![1, 2], vec![]));
+        assert_eq!(victims(&h, 4, 1), (vec![], vec![]), "room already");
+        // count 1: the newest checkpoint goes last, when the next checkpoint starts
+        assert_eq!(victims(&h, 1, 1), (vec![1, 2, 3], vec![]));
+        assert_eq!(victims(&held(&[(7, LAST)]), 1, 1), (vec![7], vec![]));
     }
 
     #[test]
     fn protected_datasets_stay_and_still_count() {
-        // 1 is the restart candidate (or still flushing) on some rank: 2 goes instead
-        let h = held(&[(1, false), (2, true), (3, true)]);
-        assert_eq!(victims(&h, 3, 1), vec![2]);
+        // 1 is an output whose flush is not recorded on some rank: 2 goes instead
+        let h = held(&[(1, NO), (2, MAY), (3, MAY)]);
+        assert_eq!(victims(&h, 3, 1), (vec![2], vec![]));
         // nothing may go: nothing is evicted, the store goes over its count
-        let h = held(&[(1, false), (2, false)]);
-        assert_eq!(victims(&h, 2, 1), Vec::<u64>::new());
+        let h = held(&[(1, NO), (2, NO)]);
+        assert_eq!(victims(&h, 2, 1), (vec![], vec![]));
+    }
+
+    /// A dataset being flushed is passed over for an older-or-newer one that may go now
+    /// (SCR's rule), but never for the newest checkpoint: then its flush is waited for,
+    /// and a second call, after the flush, evicts it.
+    #[test]
+    fn a_dataset_being_flushed_is_waited_for_before_the_newest_checkpoint_goes() {
+        let h = held(&[(1, FLUSHING), (2, MAY), (3, LAST)]);
+        assert_eq!(victims(&h, 3, 1), (vec![2], vec![]));
+        assert_eq!(victims(&h, 2, 1), (vec![2], vec![1]));
+        let h = held(&[(1, FLUSHING), (3, LAST)]);
+        assert_eq!(victims(&h, 2, 1), (vec![], vec![1]));
+        // after the flush ended, the second call evicts it, and the newest stays
+        let h = held(&[(1, MAY), (3, LAST)]);
+        assert_eq!(victims(&h, 2, 1), (vec![1], vec![]));
+        // count 1 with the newest being flushed: it goes after its flush
+        let newest_flushing = Evictable {
+            flushing: true,
+            ..LAST
+        };
+        assert_eq!(
+            victims(&held(&[(3, newest_flushing)]), 1, 1),
+            (vec![], vec![3])
+        );
     }
 }

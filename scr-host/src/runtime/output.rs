@@ -207,6 +207,33 @@ impl Writer<'_> {
             && !super::flush::flush_due(self.config, rec)
     }
 
+    /// Room for one more dataset in `store` (collective): the oldest datasets leave it
+    /// until it holds fewer than its count, as in SCR. When the one that must go is being
+    /// flushed in the background, its flush is waited for first (said on rank 0: the
+    /// application stalls for it), then it goes.
+    fn make_room(&mut self, store: &str, for_checkpoint: bool) -> Result<()> {
+        let wait_for = evictor!(self).evict(store, 1, None, for_checkpoint)?;
+        if wait_for.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = wait_for
+            .iter()
+            .map(|&id| {
+                self.cache
+                    .get(id)
+                    .map_or_else(|| format!("dataset {id}"), |r| r.name.clone())
+            })
+            .collect();
+        self.topo.warn(&format!(
+            "store {store} holds its count ({}) and the dataset that must leave it, {}, is being flushed: waiting for that flush before the next dataset starts (a larger count, or fewer flushes, avoids the wait)",
+            self.config.store_count_at(store),
+            names.join(", ")
+        ));
+        flusher!(self).wait_flushes(false);
+        evictor!(self).evict(store, 1, None, for_checkpoint)?;
+        Ok(())
+    }
+
     /// [`Runtime::start_output_or_refuse`](crate::runtime::Runtime::start_output_or_refuse), over the view.
     pub(in crate::runtime) fn start_output_or_refuse(
         &mut self,
@@ -240,7 +267,7 @@ impl Writer<'_> {
         };
         // a dataset that bypasses the cache takes no room in it
         if !bypass {
-            evictor!(self).evict(&store, 1, None)?;
+            self.make_room(&store, checkpoint_id.is_some())?;
         }
         let local = self.open_dataset(&store, &record);
         if let Err(e) = self.world.agree_on(local) {
@@ -733,7 +760,7 @@ impl Writer<'_> {
         let store = out.record.descriptor.store.clone();
         // the dataset is kept whatever eviction does: a failure there marks the state
         // uncertain (every later call says so) but does not unsay the keep
-        if let Err(e) = evictor!(self).evict(&store, 0, Some(out.record.id)) {
+        if let Err(e) = evictor!(self).evict(&store, 0, Some(out.record.id), false) {
             self.topo.warn(&format!(
                 "complete_output {}: kept, but evicting older datasets failed: {e}",
                 out.record.name

@@ -36,6 +36,50 @@ fn the_oldest_checkpoint_is_evicted_from_every_rank_alike() {
     }
 }
 
+/// A store never holds more than its count, the dataset being written included, as in
+/// SCR: with `cache_size` 1 the previous checkpoint leaves the cache when the next one
+/// starts (the trade-off the default of 2 avoids), on every rank alike. An output
+/// dataset does not push out the newest checkpoint while that one is not flushed (its
+/// only copy): the store then goes over its count and says so.
+#[test]
+fn a_store_of_count_one_holds_one_dataset_the_one_being_written_included() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n0", "n1"];
+    let env = [("SCR_CACHE_SIZE", "1"), ("SCR_FLUSH", "0")];
+    let out = job_with(dir.path(), &nodes, &env, InitOptions::default(), |rt, r| {
+        write_checkpoint(rt, dir.path(), "ckpt.1", &format!("f1_{r}")).expect("ckpt.1");
+        rt.start_output("ckpt.2", CHECKPOINT).expect("start ckpt.2");
+        let while_writing = rt.cache.ids();
+        let p = rt
+            .route_file(&dir.path().join("prefix").join(format!("f2_{r}")))
+            .unwrap();
+        std::fs::write(&p, "two").unwrap();
+        assert!(rt.complete_output(true).unwrap());
+        let after = rt.cache.ids();
+        // an output: the newest checkpoint, never flushed, stays beside it
+        write_dataset(rt, dir.path(), "out.3", &format!("o3_{r}"), OUTPUT).expect("out.3");
+        let mut with_output = rt.cache.ids();
+        with_output.sort_unstable();
+        (while_writing, after, with_output)
+    });
+    for (r, ((writing, after, with_output), end, logs)) in out.iter().enumerate() {
+        assert_eq!(writing, &[2], "rank {r}: ckpt.1 left when ckpt.2 started");
+        assert_eq!(after, &[2], "rank {r}");
+        assert_eq!(
+            with_output,
+            &[2, 3],
+            "rank {r}: the unflushed checkpoint stays"
+        );
+        assert_eq!(end, &Ok(()), "rank {r}");
+        let over = said(logs, "goes over its count (1): ckpt.2 may not leave it");
+        assert_eq!(over.len(), usize::from(r == 0), "rank {r}: {logs:?}");
+    }
+    for node in nodes {
+        let job = cache_job_dir(dir.path(), node);
+        assert_eq!(listing(&job), ["scr.dataset.2", "scr.dataset.3"], "{node}");
+    }
+}
+
 /// SCR's Drop and Delete: drop removes the dataset's index entry (its files stay), delete
 /// removes its files from cache and prefix and its entry; a name nothing holds is no
 /// error.
