@@ -145,6 +145,10 @@ pub enum EnvField {
     Runs,
     /// How many nodes the last run used (0 when none ran in this allocation).
     Runnodes,
+    /// The job's control directory on a node.
+    Control,
+    /// The job's directory in each store, one per line.
+    Cache,
 }
 
 /// `scr env [FIELD]`, or SCR's `scr_env` flags (`--user`, `--jobid`, `--nodes`,
@@ -349,6 +353,12 @@ pub fn env(config: &Config, args: &EnvArgs) -> u8 {
         }
         Some(EnvField::Prefix) => println!("{}", e.prefix.display()),
         Some(EnvField::Runs) => println!("{}", e.runs_left),
+        Some(EnvField::Control) => println!("{}", e.control.display()),
+        Some(EnvField::Cache) => {
+            for (dir, _) in &e.cache {
+                println!("{}", dir.display());
+            }
+        }
     }
     0
 }

@@ -192,12 +192,38 @@ fn a_failed_node_is_excluded_and_the_job_relaunches_on_the_survivors_and_a_spare
         format!(
             "user        {}\njob id      e2e\nnodes       n[0-3] (nodelist (environment SCR_NODELIST))\n\
              down        n1: {} is owned by uid 12345, not by this user (uid 0) or root\n\
-             prefix      {}\nruns left   1\nrun nodes   {}\n",
+             prefix      {}\ncontrol     {}\ncache       {} (node-local)\n\
+             runs left   1\nrun nodes   {}\n",
             scr_e2e::USER,
             cache_n1.display(),
             c.prefix().display(),
+            c.path("cntl").join(scr_e2e::USER).join("scr.e2e").display(),
+            c.path("cache").join(scr_e2e::USER).join("scr.e2e").display(),
             run_nodes
         )
+    );
+    // the job's directories, one field each (a script cleaning the caches asks these)
+    let control = scr(&c, &["env", "control"], &[]);
+    assert_eq!(
+        control.stdout,
+        format!(
+            "{}\n",
+            c.path("cntl").join(scr_e2e::USER).join("scr.e2e").display()
+        ),
+        "{control}"
+    );
+    let cache = scr(&c, &["env", "cache"], &[("SCR_NODE_NAMES", "n0,n1")]);
+    assert_eq!(
+        cache.stdout,
+        format!(
+            "{}\n",
+            c.path("cache")
+                .join("<node>")
+                .join(scr_e2e::USER)
+                .join("scr.e2e")
+                .display()
+        ),
+        "{cache}"
     );
     let down = scr(&c, &["env", "down"], &[]);
     assert_eq!((down.code, down.stdout.as_str()), (0, "n1\n"), "{down}");

@@ -56,6 +56,25 @@ pub struct Env {
     /// Nodes the last run used (its init's nodes file in the prefix; SCR's
     /// `scr_env --runnodes`), when one ran in this allocation.
     pub run_nodes: Option<u64>,
+    /// The job's control directory on a node (`<cntl_base>/<user>/scr.<jobid>`; with
+    /// simulated nodes `<cntl_base>/<node>/...`, the node left as `<node>`).
+    pub control: PathBuf,
+    /// The job's directory in each store (`<store>/<user>/scr.<jobid>`, node-local ones
+    /// as `control`), with whether the store is node-local: where its cached datasets
+    /// are, for a script that inspects or cleans them.
+    pub cache: Vec<(PathBuf, bool)>,
+}
+
+/// The job's directory below `base` on a node (`<node>` for a simulated one).
+fn job_dir_of(config: &Config, base: &str, per_node: bool) -> PathBuf {
+    let simulated = per_node && !config.get(settings::NODE_NAMES).is_empty();
+    crate::layout::job_dir(
+        Path::new(base),
+        simulated,
+        "<node>",
+        &config.get(settings::USER),
+        &config.get(settings::JOB_ID),
+    )
 }
 
 /// What `scr env` prints.
@@ -71,7 +90,18 @@ pub fn env(config: &Config, prefix: &Path, getenv: &dyn Fn(&str) -> Option<Strin
             }
         }
     }
+    let cache = config
+        .stores
+        .iter()
+        .filter(|s| s.enabled)
+        .map(|s| {
+            let per_node = config.store_view(s) == crate::config::View::Node;
+            (job_dir_of(config, &s.path, per_node), per_node)
+        })
+        .collect();
     Env {
+        control: job_dir_of(config, &config.get(settings::CNTL_BASE), true),
+        cache,
         user: config.get(settings::USER),
         run_nodes: nodes::previous_run_nodes(prefix),
         nodes: allocation(config, getenv),
@@ -103,6 +133,11 @@ impl std::fmt::Display for Env {
             writeln!(f, "{:<11} {n}: {why}", "down")?;
         }
         writeln!(f, "{:<11} {}", "prefix", self.prefix.display())?;
+        writeln!(f, "{:<11} {}", "control", self.control.display())?;
+        for (dir, per_node) in &self.cache {
+            let view = if *per_node { "node-local" } else { "global" };
+            writeln!(f, "{:<11} {} ({view})", "cache", dir.display())?;
+        }
         writeln!(f, "{:<11} {}", "runs left", self.runs_left)?;
         match self.run_nodes {
             Some(n) => writeln!(f, "{:<11} {n}", "run nodes"),
