@@ -462,6 +462,47 @@ pub(crate) fn transfer_config(config: &Config, label: &Label, state_file: &Path)
     }
 }
 
+/// The library that provides the built-in transfer types: the only one known to read
+/// the pacing settings ([`paced`]).
+pub(crate) const BUILTIN_TRANSFERS: &str = "scr-axl-transfer";
+
+/// `config` (a background flush's transfer, of a type `provider` provides) held to this
+/// rank's share of `flush_async_bw` over `ranks` ranks and to `flush_async_percent`, as
+/// the built-in copy engine's `bandwidth` and `percent` settings. Another library's type
+/// gets no setting it might refuse (`false`: not paced; init says so).
+pub(crate) fn paced(
+    config: &Config,
+    ranks: u32,
+    provider: &str,
+    transfer: &mut TransferConfig,
+) -> bool {
+    let bw = config.get(settings::FLUSH_ASYNC_BW);
+    let percent = config.get(settings::FLUSH_ASYNC_PERCENT);
+    if bw == 0 && (percent == 0.0 || percent >= 100.0) {
+        return true;
+    }
+    if provider != BUILTIN_TRANSFERS {
+        return false;
+    }
+    let param = |key: &str, value: String| scr_plugin::Param {
+        key: key.into(),
+        value: value.into(),
+    };
+    if bw > 0 {
+        // at least a byte per second, so a cap below the rank count still paces
+        let share = (bw / u64::from(ranks.max(1))).max(1);
+        transfer
+            .settings
+            .push(param("bandwidth", share.to_string()));
+    }
+    if percent > 0.0 && percent < 100.0 {
+        transfer
+            .settings
+            .push(param("percent", percent.to_string()));
+    }
+    true
+}
+
 /// Create a transfer through `registry`, add `files` and dispatch it (flush, fetch and
 /// scavenge all start theirs here).
 pub(crate) fn start_transfer(
@@ -763,5 +804,54 @@ mod tests {
             cancelled.load(Ordering::SeqCst),
             "the plugin was told to cancel"
         );
+    }
+
+    /// A background flush's transfer of a built-in type gets this rank's share of
+    /// `flush_async_bw` (the job's cap over its ranks) and `flush_async_percent` as the
+    /// copy engine's `bandwidth` and `percent`; another library's type gets no setting it
+    /// might refuse (and is reported unpaced); with neither key set nothing is added.
+    #[test]
+    fn a_background_transfer_is_given_its_share_of_the_cap() {
+        let config = |vars: &[(&str, &str)]| {
+            let mut l = crate::config::Loader::default();
+            l.env = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            l.system_file = Some(PathBuf::from("/dev/null"));
+            l.load().expect("configuration")
+        };
+        let state = Path::new("/nonexistent/state");
+        let settings = |t: &TransferConfig| -> Vec<(String, String)> {
+            t.settings
+                .iter()
+                .map(|p| (p.key.to_string(), p.value.to_string()))
+                .collect()
+        };
+        let c = config(&[
+            ("SCR_FLUSH_ASYNC_BW", "100MB"),
+            ("SCR_FLUSH_ASYNC_PERCENT", "25"),
+        ]);
+        let mut t = transfer_config(&c, &label(), state);
+        assert!(paced(&c, 4, BUILTIN_TRANSFERS, &mut t));
+        let got = settings(&t);
+        assert!(
+            got.contains(&("bandwidth".into(), (25u64 << 20).to_string())),
+            "{got:?}"
+        );
+        assert!(got.contains(&("percent".into(), "25".into())), "{got:?}");
+        let mut t = transfer_config(&c, &label(), state);
+        let before = settings(&t);
+        assert!(!paced(&c, 4, "vendor-transfers", &mut t));
+        assert_eq!(settings(&t), before, "another library's type is left alone");
+        let none = config(&[]);
+        let mut t = transfer_config(&none, &label(), state);
+        assert!(paced(&none, 4, BUILTIN_TRANSFERS, &mut t));
+        assert!(settings(&t).is_empty());
+        // a cap below the rank count still paces every rank
+        let tiny = config(&[("SCR_FLUSH_ASYNC_BW", "2")]);
+        let mut t = transfer_config(&tiny, &label(), state);
+        paced(&tiny, 8, BUILTIN_TRANSFERS, &mut t);
+        assert_eq!(settings(&t), [("bandwidth".to_string(), "1".to_string())]);
     }
 }

@@ -27,6 +27,13 @@
 //! the plain `flush pthread` row is the unbounded flush (the default width, 256, is
 //! above any rank count run here) and `cp -r` the baseline, all in the same run.
 //!
+//! `--async-bw 25,100` adds, per cap (MiB/s for the whole job), a background flush
+//! (`flush_async`) of the single-file dataset held to `flush_async_bw` = that cap, timed
+//! from its `complete_output` to the end of `finalize` (which waits for it), with the
+//! same background flush uncapped beside it: the row prints the rate the job reached
+//! and its ratio to the cap (1.00: exactly the cap; the cap holds when it is at most
+//! 1.00 and near it, as long as the uncapped flush is faster than the cap).
+//!
 //! Run: `mpiexec -n 4 target/release/scr-bench-flush`.
 
 use std::io::Write;
@@ -74,6 +81,10 @@ struct Args {
     /// `flush_width` values of extra `flush pthread w=N` rows (comma-separated).
     #[arg(long, value_delimiter = ',')]
     widths: Vec<u64>,
+    /// `flush_async_bw` caps, MiB/s for the whole job, of extra background-flush rows
+    /// (comma-separated; see the description).
+    #[arg(long, value_delimiter = ',')]
+    async_bw: Vec<u64>,
 }
 
 fn contents(bytes: usize, i: usize, rank: i32) -> Vec<u8> {
@@ -144,23 +155,41 @@ struct Places {
     prefix: PathBuf,
 }
 
+/// How a library run of the benchmark flushes.
+#[derive(Clone, Copy)]
+enum Flush {
+    /// In the foreground, `flush_width` = the width when given.
+    Now(Option<u64>),
+    /// In the background, held to `flush_async_bw` = this many bytes per second (0: no
+    /// cap); the time runs to the end of `finalize`, which waits for the flush.
+    Background(u64),
+}
+
 /// Time (slowest rank) of the `complete_output` of a dataset of `files` files of `bytes`
-/// bytes per rank, written untimed first: an OUTPUT dataset flushes with `kind`, a
-/// CHECKPOINT one (flush = 0) does not; `width`, when given, is the `flush_width`. The
-/// flushed files are removed afterwards.
+/// bytes per rank, written untimed first: an OUTPUT dataset flushes with `kind` as
+/// `flush` says, a CHECKPOINT one (flush = 0) does not. The flushed files are removed
+/// afterwards.
 #[allow(clippy::too_many_arguments)]
 fn library(
     world: &SimpleCommunicator,
     places: &Places,
     kind: &str,
-    width: Option<u64>,
+    flush: Flush,
     output: bool,
     tag: &str,
     files: usize,
     bytes: usize,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     let rank = world.rank();
-    let w = width.map(|w| format!("-w{w}")).unwrap_or_default();
+    let (width, background) = match flush {
+        Flush::Now(w) => (w, None),
+        Flush::Background(bw) => (None, Some(bw)),
+    };
+    let w = match (width, background) {
+        (Some(w), _) => format!("-w{w}"),
+        (_, Some(bw)) => format!("-bg{bw}"),
+        _ => String::new(),
+    };
     let job = format!("{tag}-{kind}{w}-{}", if output { "out" } else { "ckpt" });
     let prefix = places.prefix.join(&job);
     let mut s = Settings::new();
@@ -177,6 +206,10 @@ fn library(
         format!("job_id={job}"),
     ] {
         s.set(&kv)?;
+    }
+    if let Some(bw) = background {
+        s.set("flush_async=true")?;
+        s.set(&format!("flush_async_bw={bw}"))?;
     }
     let mut scr = Scr::init_with(world, &s)?;
     let flags = if output {
@@ -195,6 +228,12 @@ fn library(
     world.barrier();
     let t = Instant::now();
     let kept = scr.complete_output(ok)?;
+    let user = scr.runtime().config().get(settings::USER);
+    // the background flush runs until finalize has waited for it
+    let mut scr = Some(scr);
+    if background.is_some() {
+        scr.take().expect("not finalized yet").finalize()?;
+    }
     let secs = slowest(world, t.elapsed().as_secs_f64());
     if !kept {
         return Err(format!("the {job} dataset was not kept").into());
@@ -215,8 +254,9 @@ fn library(
             return Err(format!("the {kind} flush did not leave every file in the prefix").into());
         }
     }
-    let user = scr.runtime().config().get(settings::USER);
-    scr.finalize()?;
+    if let Some(scr) = scr {
+        scr.finalize()?;
+    }
     // what the run left in cache and in the prefix goes (ranks sharing a node race on
     // the cache: rank 0 sweeps again after them)
     let leftovers = [
@@ -243,6 +283,52 @@ fn library(
         }
     }
     Ok(secs)
+}
+
+/// The `--async-bw` rows: per cap, the single-file dataset flushed in the background
+/// with `flush_async_bw` at the cap and uncapped, alternating, `--reps` times each.
+fn background_rows(
+    world: &SimpleCommunicator,
+    places: &Places,
+    args: &Args,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let bytes = args.mib << 20;
+    let total = bytes as f64 * f64::from(world.size());
+    for &cap in &args.async_bw {
+        let cap_bytes = cap << 20;
+        let (mut capped, mut free) = (Vec::new(), Vec::new());
+        for rep in 0..args.reps {
+            for k in [rep % 2, 1 - rep % 2] {
+                let bw = if k == 0 { cap_bytes } else { 0 };
+                let tag = format!("bg{cap}-{rep}");
+                let secs = library(
+                    world,
+                    places,
+                    "pthread",
+                    Flush::Background(bw),
+                    true,
+                    &tag,
+                    1,
+                    bytes,
+                )?;
+                if k == 0 { &mut capped } else { &mut free }.push(secs);
+            }
+        }
+        if world.rank() == 0 {
+            let mib = |s: &f64| total / s / f64::from(1u32 << 20);
+            let reached = Spread::of(capped.iter().map(mib));
+            let uncapped = Spread::of(free.iter().map(mib));
+            let ratio = Spread::of(capped.iter().map(|s| mib(s) / cap as f64));
+            println!(
+                "background flush, 1 x {} MiB per rank, flush_async_bw {cap} MiB/s for the job: {} MiB/s, reached / cap {} (uncapped {} MiB/s)",
+                args.mib,
+                reached.show(1),
+                ratio.show(2),
+                uncapped.show(0)
+            );
+        }
+    }
+    Ok(())
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -335,7 +421,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                             &world,
                             &places,
                             kind,
-                            width,
+                            Flush::Now(width),
                             true,
                             &format!("{files}-{rep}"),
                             files,
@@ -351,7 +437,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 &world,
                 &places,
                 "sync",
-                None,
+                Flush::Now(None),
                 false,
                 &format!("{files}-{rep}"),
                 files,
@@ -380,6 +466,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let _ = std::fs::remove_dir_all(&src);
     }
+    background_rows(&world, &places, &args)?;
     world.barrier();
     let _ = std::fs::remove_dir_all(&cache);
     let _ = std::fs::remove_dir_all(&prefix);

@@ -101,7 +101,19 @@ pub fn create(
     };
     let name = library_name(config, default);
     match open(&name) {
-        Ok(lib) => Ok(Box::new(VendorTransfer::new(config, lib, &kind, resume)?)),
+        Ok(lib) => {
+            let paced = config
+                .settings
+                .iter()
+                .any(|p| matches!(p.key.as_str(), "bandwidth" | "percent"));
+            if paced {
+                host.log(
+                    LogLevel::Warn,
+                    &format!("{kind}: the vendor library copies at its own pace: bandwidth and percent (flush_async_bw, flush_async_percent) are not applied to it"),
+                );
+            }
+            Ok(Box::new(VendorTransfer::new(config, lib, &kind, resume)?))
+        }
         Err(e) => {
             let what = format!("transfer type {kind}");
             let fallback = Params::new(&what, &config.settings)

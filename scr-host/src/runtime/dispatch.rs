@@ -10,7 +10,7 @@ use scr_plugin::TransferConfig;
 
 use crate::local_host::LocalHost;
 use crate::transfer::{
-    start_transfer, transfer_config, transfer_label, Label, Planned, StartError, Started,
+    paced, start_transfer, transfer_config, transfer_label, Label, Planned, StartError, Started,
 };
 
 use super::job::Job;
@@ -47,9 +47,24 @@ pub(in crate::runtime) struct Transfers<'a> {
 
 impl Transfers<'_> {
     /// The configuration of a transfer of `label`'s type persisting its state in
-    /// `state_file` ([`transfer_config`]).
-    pub(in crate::runtime) fn config(&self, label: &Label, state_file: &Path) -> TransferConfig {
-        transfer_config(self.config, label, state_file)
+    /// `state_file` ([`transfer_config`]); a `background` flush's is held to this rank's
+    /// share of `flush_async_bw` and to `flush_async_percent` ([`paced`]).
+    pub(in crate::runtime) fn config(
+        &self,
+        label: &Label,
+        state_file: &Path,
+        background: bool,
+    ) -> TransferConfig {
+        let mut config = transfer_config(self.config, label, state_file);
+        if background {
+            let provider = self
+                .registry
+                .provider(crate::registry::Kind::Transfer, &label.transfer_type)
+                .map(|l| l.name.as_str())
+                .unwrap_or_default();
+            paced(self.config, self.topo.size(), provider, &mut config);
+        }
+        config
     }
 
     /// The state file of this rank's transfer of dataset `id`.
@@ -80,18 +95,20 @@ impl Transfers<'_> {
         label: Label,
         files: Vec<Planned>,
         state_file: &Path,
+        background: bool,
     ) -> std::result::Result<Started, StartError> {
         let host = self.host(&label);
-        let config = self.config(&label, state_file);
+        let config = self.config(&label, state_file, background);
         start_transfer(self.registry, &config, host, label, files)
     }
 
     /// Start this rank's transfer of `rec` to the prefix: to `<prefix>/<name>`, or into
-    /// the dataset's own directory when `relocate`.
+    /// the dataset's own directory when `relocate`; paced when in the `background`.
     pub(in crate::runtime) fn start(
         &self,
         rec: &DatasetRecord,
         relocate: bool,
+        background: bool,
     ) -> std::result::Result<Started, StartError> {
         let label = self.label_of(&rec.descriptor.store);
         let cache_dir = self.job.dataset_dir(&rec.descriptor.store, rec.id);
@@ -110,6 +127,6 @@ impl Transfers<'_> {
                 }
             })
             .collect();
-        self.dispatch(label, files, &self.state_file(rec.id))
+        self.dispatch(label, files, &self.state_file(rec.id), background)
     }
 }

@@ -599,7 +599,7 @@ impl Fetcher<'_> {
         // the same transfer type as the flush from this store, verified the same way
         let label = transfers!(self).label_of(&store);
         let state = crate::layout::fetch_state(self.job.cntl_dir(), entry.id, self.topo.rank());
-        let started = transfers!(self).dispatch(label, files, &state);
+        let started = transfers!(self).dispatch(label, files, &state, false);
         let buf = self.config.file_buf_size();
         let fetched = started.map_err(FetchError::Start).and_then(|s| {
             collect(s, false, "recorded by the flush", buf).map_err(FetchError::Transfer)

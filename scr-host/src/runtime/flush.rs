@@ -323,7 +323,7 @@ impl Flusher<'_> {
         if self.config.get(settings::FLUSH_ASYNC) {
             // every rank's transfer starts now: a background flush is not windowed (see
             // `window`: its waiters make no MPI call to pass a turn on)
-            let started = transfers!(self).start(rec, place.relocate);
+            let started = transfers!(self).start(rec, place.relocate, true);
             self.hooks.crash_at("flush-dispatched", self.topo.rank());
             lock(&self.flushing.removable).insert(rec.id, place.removable(&started));
             return self.flush_in_background(rec, entry, started);
@@ -342,7 +342,7 @@ impl Flusher<'_> {
                         self.job.cntl_dir(),
                     )
                     .map_err(|e| e.to_string())?;
-                let started = transfers!(self).start(rec, place.relocate);
+                let started = transfers!(self).start(rec, place.relocate, false);
                 self.hooks.crash_at("flush-dispatched", self.topo.rank());
                 removable = place.removable(&started);
                 started

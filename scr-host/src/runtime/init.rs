@@ -243,8 +243,37 @@ impl Runtime {
                 }),
                 None => self.job.log_previous_run_failure(),
             }
+            self.warn_unpaced();
         }
         Ok(())
+    }
+
+    /// Rank 0, once at init: the stores whose transfer type cannot be held to
+    /// `flush_async_bw` / `flush_async_percent` (another library's type: it is given no
+    /// setting it might refuse), when background flushes are paced at all.
+    fn warn_unpaced(&self) {
+        let bw = self.config.get(settings::FLUSH_ASYNC_BW);
+        let percent = self.config.get(settings::FLUSH_ASYNC_PERCENT);
+        let pacing = bw > 0 || (percent > 0.0 && percent < 100.0);
+        if !self.config.get(settings::FLUSH_ASYNC) || !pacing {
+            return;
+        }
+        for store in self.config.stores.iter().filter(|s| s.enabled) {
+            let kind = self.config.store_transfer(store).0;
+            if let Some(lib) = self
+                .registry
+                .provider(crate::registry::Kind::Transfer, &kind)
+                .ok()
+                .filter(|l| l.name != crate::transfer::BUILTIN_TRANSFERS)
+            {
+                self.topo.warn(&format!(
+                    "flush_async_bw / flush_async_percent: store {} flushes with transfer type {kind} of plugin {} ({}), which is not the built-in copy engine: its background flushes are not paced",
+                    store.path,
+                    lib.name,
+                    lib.path.display()
+                ));
+            }
+        }
     }
 
     /// Restore what the cache holds (verify, rebuild, or drop each dataset), settle

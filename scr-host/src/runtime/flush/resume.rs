@@ -363,7 +363,9 @@ impl Flusher<'_> {
     ) -> std::result::Result<Started, StartError> {
         let label = transfers!(self).label_of(&rec.descriptor.store);
         let host = transfers!(self).host(&label);
-        let config = transfers!(self).config(&label, state);
+        // (a flush the configuration runs in the background is paced when resumed too)
+        let background = self.config.get(crate::config::settings::FLUSH_ASYNC);
+        let config = transfers!(self).config(&label, state, background);
         let transfer = if resume {
             self.registry.resume_transfer(&config, host_ref(&host))
         } else {
