@@ -60,7 +60,7 @@ use crate::config::Config;
 use crate::hostlist;
 use crate::state::halt::Halt;
 pub use nodes::{allocation, down_nodes, Allocation, NodeCheck};
-pub use placement::{choose_nodes, launch_command, simulated_layout, LayoutError};
+pub use placement::{choose_nodes, hostfile_for, launch_command, simulated_layout, LayoutError};
 pub use relaunch::describe_ended;
 use relaunch::Relaunch;
 pub use run_state::{RunState, KIND};

@@ -88,13 +88,82 @@ pub fn launch_command(
             .replace("{exclude}", &exclude)
     };
     let mut out: Vec<String> = launcher.iter().map(fill).collect();
-    let is_srun = launcher
-        .first()
-        .is_some_and(|l| Path::new(l).file_name().is_some_and(|f| f == "srun"));
-    if is_srun && !down.is_empty() && !launcher.iter().any(|a| a.contains("{exclude}")) {
-        out.insert(1, format!("--exclude={exclude}"));
+    let own_exclude = launcher.iter().any(|a| a.contains("{exclude}"));
+    match launcher_name(launcher).as_str() {
+        "srun" if !down.is_empty() && !own_exclude => {
+            out.insert(1, format!("--exclude={exclude}"));
+        }
+        // (as SCR's scr_run does for jsrun: its host names, comma-separated)
+        "jsrun" if !down.is_empty() && !own_exclude => {
+            out.insert(1, format!("--exclude_hosts={}", down.join(",")));
+        }
+        _ => {}
     }
     out
+}
+
+/// The launcher's program name (`srun`, `mpirun`, ...), without its directory.
+fn launcher_name(launcher: &[String]) -> String {
+    launcher
+        .first()
+        .and_then(|l| Path::new(l).file_name())
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Options of `mpirun`/`mpiexec` that name the hosts: a launcher given one places the
+/// ranks itself, and no hostfile is added.
+const HOST_OPTIONS: &[&str] = &[
+    "-H",
+    "--host",
+    "-host",
+    "--hostfile",
+    "-hostfile",
+    "--machinefile",
+    "-machinefile",
+    "-f",
+    "--default-hostfile",
+];
+
+/// For a relaunch that leaves `down` nodes out with `mpirun` or `mpiexec` (which, unlike
+/// srun and jsrun, take no list of hosts to avoid): the option naming a hostfile and the
+/// hostfile's text, the launch's `nodes` with `ranks_per_node` slots each (Open MPI's
+/// `node slots=N`, else MPICH hydra's `node:N`). `None` when nothing is down, for other
+/// launchers, and when the launcher already names its hosts (a placeholder, or one of
+/// [`HOST_OPTIONS`]).
+pub fn hostfile_for(
+    launcher: &[String],
+    nodes: &[String],
+    ranks_per_node: u64,
+    down: &[String],
+    open_mpi: bool,
+) -> Option<(&'static str, String)> {
+    let mpi = matches!(
+        launcher_name(launcher).as_str(),
+        "mpirun" | "mpiexec" | "orterun"
+    );
+    let named = launcher.iter().any(|a| {
+        a.contains("{hosts}")
+            || a.contains("{hostlist}")
+            || a.contains("{exclude}")
+            || HOST_OPTIONS
+                .iter()
+                .any(|o| a == o || a.starts_with(&format!("{o}=")))
+    });
+    if !mpi || down.is_empty() || named {
+        return None;
+    }
+    let text: String = nodes
+        .iter()
+        .map(|n| {
+            if open_mpi {
+                format!("{n} slots={ranks_per_node}\n")
+            } else {
+                format!("{n}:{ranks_per_node}\n")
+            }
+        })
+        .collect();
+    Some((if open_mpi { "--hostfile" } else { "-hostfile" }, text))
 }
 
 #[cfg(test)]
@@ -166,5 +235,49 @@ mod tests {
             launch_command(&own, &s(&["n0"]), 1, &s(&["n1"])),
             s(&["srun", "-x", "n1", "app"])
         );
+        // jsrun takes the down nodes' names, as SCR's scr_run gives them
+        let jsrun = s(&["jsrun", "-r", "1", "app"]);
+        assert_eq!(
+            launch_command(&jsrun, &s(&["h0"]), 1, &s(&["h1", "h2"])),
+            s(&["jsrun", "--exclude_hosts=h1,h2", "-r", "1", "app"])
+        );
+        assert_eq!(launch_command(&jsrun, &s(&["h0"]), 1, &[]), jsrun);
+    }
+
+    /// mpirun and mpiexec take no list of hosts to avoid: a relaunch without the down
+    /// nodes gets a hostfile of the launch's nodes, in the launcher's own format, unless
+    /// the launcher names its hosts already.
+    #[test]
+    fn a_relaunch_with_mpirun_gets_a_hostfile_of_the_nodes_left() {
+        let mpirun = s(&["/usr/bin/mpirun", "-n", "{ranks}", "app"]);
+        let nodes = s(&["n0", "n2"]);
+        assert_eq!(
+            hostfile_for(&mpirun, &nodes, 2, &s(&["n1"]), true),
+            Some(("--hostfile", "n0 slots=2\nn2 slots=2\n".to_string()))
+        );
+        let hydra = s(&["mpiexec", "-n", "4", "app"]);
+        assert_eq!(
+            hostfile_for(&hydra, &nodes, 2, &s(&["n1"]), false),
+            Some(("-hostfile", "n0:2\nn2:2\n".to_string()))
+        );
+        assert_eq!(
+            hostfile_for(&mpirun, &nodes, 2, &[], true),
+            None,
+            "none down"
+        );
+        for named in [
+            s(&["mpirun", "--host", "{hosts}", "app"]),
+            s(&["mpirun", "-H", "a,b", "app"]),
+            s(&["mpirun", "--hostfile=/my/hosts", "app"]),
+            s(&["mpiexec", "-f", "/my/hosts", "app"]),
+        ] {
+            assert_eq!(
+                hostfile_for(&named, &nodes, 2, &s(&["n1"]), true),
+                None,
+                "{named:?}"
+            );
+        }
+        let srun = s(&["srun", "app"]);
+        assert_eq!(hostfile_for(&srun, &nodes, 2, &s(&["n1"]), true), None);
     }
 }

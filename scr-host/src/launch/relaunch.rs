@@ -11,8 +11,8 @@ use std::time::Duration;
 use super::step::{launch, Ended};
 use super::watchdog::{watched_dirs, Watchdog};
 use super::{
-    choose_nodes, clean, halt_reason, launch_command, nodes, signals, NodeCheck, Plan, RunOptions,
-    RunOutcome, RunState,
+    choose_nodes, clean, halt_reason, hostfile_for, launch_command, nodes, signals, NodeCheck,
+    Plan, RunOptions, RunOutcome, RunState,
 };
 use crate::config::{settings, Config};
 use crate::hostlist;
@@ -48,6 +48,8 @@ pub(super) struct Relaunch<'a> {
     /// The launcher is Open MPI's on real nodes: it gets `-x SCR_RUN_STEP`, since its
     /// daemons on other nodes do not pass their environment to the ranks.
     forward_tag: bool,
+    /// The launcher is Open MPI's (its hostfile's format).
+    open_mpi: bool,
 }
 
 /// Whether `launcher` is Open MPI's `mpirun`/`mpiexec` (its `--version` says so). Open
@@ -110,10 +112,11 @@ impl<'a> Relaunch<'a> {
                 (w, _) => format!(", watchdog {w} s"),
             }
         ));
-        let forward_tag =
-            check.runner.is_some() && opts.launcher.first().is_some_and(|l| is_open_mpi(l));
+        let open_mpi = opts.launcher.first().is_some_and(|l| is_open_mpi(l));
+        let forward_tag = check.runner.is_some() && open_mpi;
         Ok(Relaunch {
             forward_tag,
+            open_mpi,
             config,
             opts,
             plan,
@@ -349,6 +352,33 @@ impl<'a> Relaunch<'a> {
         );
         if self.forward_tag {
             argv.splice(1..1, ["-x".to_string(), clean::STEP_VAR.to_string()]);
+        }
+        // mpirun/mpiexec on real nodes: the nodes left, in a hostfile (SCR's
+        // `<prefix>/.scr/hostfile`), as they take no list of hosts to avoid
+        let real = self.plan.layout.is_none();
+        let open_mpi = self.open_mpi;
+        if let Some((option, text)) = real
+            .then(|| {
+                hostfile_for(
+                    &self.opts.launcher,
+                    nodes,
+                    self.plan.ranks_per_node,
+                    &down_names,
+                    open_mpi,
+                )
+            })
+            .flatten()
+        {
+            let path = crate::layout::scr_dir(&self.opts.prefix).join("hostfile");
+            if let Err(e) = crate::state::write_atomic(&path, text.as_bytes()) {
+                self.opts.say(format!(
+                    "stopping: cannot write the hostfile {} that leaves the down nodes out: {e}",
+                    path.display()
+                ));
+                self.state.save(&self.opts.prefix);
+                return None;
+            }
+            argv.splice(1..1, [option.to_string(), path.display().to_string()]);
         }
         self.state.launches = attempt;
         self.state.runs_left = self.runs - attempt;
