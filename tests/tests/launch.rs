@@ -41,6 +41,7 @@ fn scr_command(c: &Cluster, program: &str, args: &[&str], env: &[(&str, &str)]) 
     for v in [
         "SLURM_JOB_NODELIST",
         "SLURM_NODELIST",
+        "SLURM_JOB_ID",
         "FLUX_URI",
         "LSB_MCPU_HOSTS",
         "LSB_HOSTS",
@@ -603,6 +604,70 @@ fn nodes_down_names_each_reason() {
         ),
         "{out}"
     );
+}
+
+/// The resource manager's own view of down nodes, as SCR's `scr_list_down_nodes` asks
+/// for it: inside SLURM `sinfo -ho %N -t down -n NODES` (its host lists), inside Flux
+/// `flux resource list -s down -n -o {nodelist}`. Stand-ins on PATH print what the real
+/// commands would; one that fails leaves the other checks to decide, with a warning.
+#[test]
+fn down_nodes_come_from_the_resource_manager_too() {
+    let c = Cluster::new();
+    let bin = c.path("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let tool = |name: &str, body: &str| {
+        let p = bin.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        let mut perm = std::fs::metadata(&p).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+        std::fs::set_permissions(&p, perm).unwrap();
+    };
+    // sinfo answers only the query SCR makes, with the nodes it was asked about
+    tool(
+        "sinfo",
+        "[ \"$1 $2 $3 $4 $5\" = \"-ho %N -t down -n\" ] || exit 2\n[ \"$6\" = \"n1,n2,n3,n4\" ] || exit 3\necho 'n[2,4]'",
+    );
+    tool(
+        "flux",
+        "[ \"$*\" = \"resource list -s down -n -o {nodelist}\" ] || exit 2\necho 'n3'",
+    );
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let sim = |extra: (&'static str, &'static str)| {
+        vec![
+            ("SCR_NODE_NAMES", "n1,n2,n3,n4"),
+            ("PATH", path.as_str()),
+            extra,
+        ]
+    };
+    let out = scr(
+        &c,
+        &["nodes", "down", "n[1-4]"],
+        &sim(("SLURM_JOB_ID", "42")),
+    );
+    assert_eq!(out.code, 1, "{out}");
+    assert_eq!(
+        out.stdout, "n2: reported down by SLURM (sinfo)\nn4: reported down by SLURM (sinfo)\n",
+        "{out}"
+    );
+    let out = scr(
+        &c,
+        &["nodes", "down", "n[1-4]"],
+        &sim(("FLUX_URI", "local:///x")),
+    );
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (1, "n3: reported down by Flux (flux resource list)\n"),
+        "{out}"
+    );
+    // a failing sinfo: nothing from it, said why, the other checks still run
+    tool("sinfo", "echo 'sinfo: error: slurmctld down' >&2; exit 1");
+    let out = scr(
+        &c,
+        &["nodes", "down", "n[1-4]"],
+        &sim(("SLURM_JOB_ID", "42")),
+    );
+    assert_eq!((out.code, out.stdout.as_str()), (0, ""), "{out}");
+    assert!(out.stderr.contains("slurmctld down"), "{out}");
 }
 
 #[test]

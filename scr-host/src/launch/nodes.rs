@@ -451,6 +451,7 @@ impl NodeCheck {
                 Err(e) => tracing::warn!("{e}"),
             }
         }
+        let manager_says = manager_down(nodes, &|v| std::env::var(v).ok());
         // every node is checked at once, `remote_fanout` at a time: a node that does not
         // answer costs `remote_timeout` once, not once per node
         let width = self.runner.as_ref().map_or(1, |r| r.fanout);
@@ -459,6 +460,8 @@ impl NodeCheck {
                 Some("listed in exclude_nodes".to_string())
             } else if let Some(r) = script_says.get(node) {
                 Some(format!("down_nodes_script: {r}"))
+            } else if let Some(r) = manager_says.get(node) {
+                Some(r.clone())
             } else {
                 self.check_node(node)
             }
@@ -553,6 +556,76 @@ impl NodeCheck {
                 })
         })
     }
+}
+
+/// The nodes of `nodes` the resource manager reports down, each with the reason (as
+/// SCR's `scr_list_down_nodes` asks): inside SLURM (`SLURM_JOB_ID`),
+/// `sinfo -ho %N -t down -n NODES`; inside Flux (`FLUX_URI`),
+/// `flux resource list -s down -n -o {nodelist}`. Each prints host lists. A manager that
+/// cannot be asked (not installed, an error, no answer within the command timeout)
+/// reports nothing, with a warning: the other checks still run.
+fn manager_down(
+    nodes: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> std::collections::BTreeMap<String, String> {
+    let list = nodes.join(",");
+    let (argv, who): (Vec<&str>, &str) = if env("SLURM_JOB_ID").is_some() {
+        (
+            vec!["sinfo", "-ho", "%N", "-t", "down", "-n", &list],
+            "SLURM (sinfo)",
+        )
+    } else if env("FLUX_URI").is_some() {
+        (
+            vec![
+                "flux",
+                "resource",
+                "list",
+                "-s",
+                "down",
+                "-n",
+                "-o",
+                "{nodelist}",
+            ],
+            "Flux (flux resource list)",
+        )
+    } else {
+        return Default::default();
+    };
+    if nodes.is_empty() {
+        return Default::default();
+    }
+    let out = crate::command::output_within(
+        std::process::Command::new(argv[0]).args(&argv[1..]),
+        crate::walltime::COMMAND_TIMEOUT,
+    );
+    let text = match out {
+        Ok(o) if o.status.success() => o.stdout,
+        Ok(o) => {
+            tracing::warn!(
+                "`{}` failed ({}): {}; its down nodes are not known",
+                argv.join(" "),
+                o.status,
+                o.stderr.trim()
+            );
+            return Default::default();
+        }
+        Err(e) => {
+            tracing::warn!("{e}; the resource manager's down nodes are not known");
+            return Default::default();
+        }
+    };
+    let mut down = std::collections::BTreeMap::new();
+    for word in text.split_whitespace() {
+        match hostlist::expand(word) {
+            Ok(hosts) => {
+                for h in hosts.into_iter().filter(|h| nodes.contains(h)) {
+                    down.insert(h, format!("reported down by {who}"));
+                }
+            }
+            Err(e) => tracing::warn!("`{}` printed `{word}`: {e}", argv.join(" ")),
+        }
+    }
+    down
 }
 
 /// What `scr nodes down --here` reports to `scr run` (its last line, through the remote
@@ -664,8 +737,12 @@ fn check_dir(dir: &Path, job_dir: &Path) -> Result<(), DirError> {
         }
     }
     // permission bits say little as root; a file actually made there says it all
-    // (read-only mounts, full devices, a dead NFS server's EIO)
-    let probe = probe_in.join(format!(".scr-probe.{}", std::process::id()));
+    // (read-only mounts, full devices, a dead NFS server's EIO). Its name is this check's
+    // own: simulated nodes not made yet share their nearest ancestor, and are checked
+    // at once on several threads
+    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let probe = probe_in.join(format!(".scr-probe.{}.{n}", std::process::id()));
     match std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
