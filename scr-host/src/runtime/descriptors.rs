@@ -35,6 +35,12 @@ pub(in crate::runtime) struct RedDesc {
 }
 
 impl RedDesc {
+    /// Its datasets bypass the cache from now on (a shared file was routed into cache:
+    /// see `complete_output`).
+    fn bypass_from_now(&mut self) {
+        self.record.bypass = true;
+    }
+
     /// Its place in the configuration's list of descriptors.
     pub(in crate::runtime) fn index(&self) -> usize {
         self.index
@@ -280,6 +286,14 @@ impl Descriptors {
     /// How many are in force.
     pub(in crate::runtime) fn len(&self) -> usize {
         self.list.len()
+    }
+}
+
+impl Descriptors {
+    /// Descriptor `i`'s datasets bypass the cache from now on, on this rank (every rank
+    /// calls it alike: the reason is agreed).
+    pub(in crate::runtime) fn bypass_from_now(&mut self, i: usize) {
+        self.list[i].bypass_from_now();
     }
 }
 

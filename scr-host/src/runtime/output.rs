@@ -169,7 +169,7 @@ pub(in crate::runtime) struct Writer<'a> {
     pub(in crate::runtime) job: &'a Job,
     pub(in crate::runtime) topo: &'a Topology,
     pub(in crate::runtime) hooks: &'a TestHooks,
-    pub(in crate::runtime) descs: &'a Descriptors,
+    pub(in crate::runtime) descs: &'a mut Descriptors,
 }
 
 /// A [`Writer`] over the parts of `$s` (the runtime, or a phase holding them).
@@ -187,7 +187,7 @@ macro_rules! writer {
             job: &$s.job,
             topo: &$s.topo,
             hooks: &$s.hooks,
-            descs: &$s.descs,
+            descs: &mut $s.descs,
         }
     };
 }
@@ -483,8 +483,18 @@ impl Writer<'_> {
         }
         if let Some(c) = named.clash {
             self.drop_output(&out.record)?;
+            // (the clash is agreed: every rank switches alike)
+            let later = if out.record.descriptor.bypass {
+                String::new()
+            } else {
+                self.descs.bypass_from_now(out.desc);
+                format!(
+                    "; the later datasets of checkpoint descriptor {} bypass the cache for the rest of this run (their files go straight to the prefix, where ranks may share a file): set bypass = true on it to keep that from the first",
+                    self.descs[out.desc].index()
+                )
+            };
             return Err(ScrError::Usage(format!(
-                "complete_output {}: {c}; dataset discarded",
+                "complete_output {}: {c}; dataset discarded{later}",
                 out.record.name
             )));
         }

@@ -309,7 +309,7 @@ fn a_name_routed_by_two_ranks_is_refused_on_every_rank() {
         assert_eq!(first, "ckpt.1: ok true", "rank {r}");
         assert_eq!(
             second,
-            "ckpt.2: complete_output ckpt.2: ranks 1 and 2 both routed `shared.dat`; each rank must write files of its own in cache: for a file several ranks write (a shared file), set `bypass = true` on this checkpoint descriptor (SCR_CACHE_BYPASS=1 for every descriptor) to write it straight to the prefix, as SCR 3.1 does by default; dataset discarded",
+            "ckpt.2: complete_output ckpt.2: ranks 1 and 2 both routed `shared.dat`; each rank must write files of its own in cache: for a file several ranks write (a shared file), set `bypass = true` on this checkpoint descriptor (SCR_CACHE_BYPASS=1 for every descriptor) to write it straight to the prefix, as SCR 3.1 does by default; dataset discarded; the later datasets of checkpoint descriptor 0 bypass the cache for the rest of this run (their files go straight to the prefix, where ranks may share a file): set bypass = true on it to keep that from the first",
             "rank {r}"
         );
         assert_eq!(candidate.as_deref(), Some("ckpt.1"), "rank {r}");

@@ -248,6 +248,77 @@ fn without_bypass_a_file_written_by_two_ranks_is_refused_and_an_output_descripto
     assert!(!ix.datasets.values().any(|e| e.name == "ckpt.1"));
 }
 
+/// A shared file routed into cache loses that checkpoint (the runtime cannot tell before
+/// it is written: routing is not collective, and each rank's cache holds only its own
+/// part of the file), but only that one: the descriptor bypasses the cache from then
+/// on, so the next checkpoint's shared file goes to the prefix whole, is kept and
+/// restarts in place; the error says so and how to have it from the first.
+#[test]
+fn after_a_shared_file_in_cache_the_descriptor_bypasses_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n0", "n0", "n1", "n1"];
+    let prefix = dir.path().join("prefix");
+    let out = run_ranks(4, |w: Box<dyn World>| {
+        let me = w.rank();
+        let l = loader(dir.path(), &nodes, &[("SCR_COPY_TYPE", "SINGLE")]);
+        let mut rt = init_hooked(w, l, InitOptions::default()).map_err(|e| e.to_string())?;
+        let ck = OutputFlags {
+            checkpoint: true,
+            output: false,
+        };
+        let mut outcome = Vec::new();
+        for n in 1..=2u32 {
+            rt.start_output(&format!("ckpt.{n}"), ck)
+                .map_err(|e| e.to_string())?;
+            let shared = rt
+                .route_file(&prefix.join("shared.dat"))
+                .map_err(|e| e.to_string())?;
+            let in_cache = shared.starts_with(dir.path().join("cache"));
+            // every rank writes its own 8-byte part of the one file
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&shared)
+                .unwrap();
+            std::os::unix::fs::FileExt::write_all_at(&f, &content(me, n)[..8], u64::from(me) * 8)
+                .unwrap();
+            drop(f);
+            outcome.push((in_cache, error_text(&rt.complete_output(true))));
+        }
+        rt.finalize().map_err(|e| e.to_string())?;
+        Ok::<_, String>(outcome)
+    });
+    for (r, o) in out.into_iter().enumerate() {
+        let o = o.expect("every rank runs");
+        let (in_cache, refused) = &o[0];
+        assert!(in_cache, "rank {r}: ckpt.1's file is routed to cache");
+        assert!(
+            refused.contains("both routed `shared.dat`")
+                && refused
+                    .contains("the later datasets of checkpoint descriptor 0 bypass the cache")
+                && refused.contains("set bypass = true on it"),
+            "rank {r}: {refused}"
+        );
+        assert_eq!(
+            o[1],
+            (false, String::new()),
+            "rank {r}: ckpt.2 in the prefix, kept"
+        );
+    }
+    let want: Vec<u8> = (0..4u32)
+        .flat_map(|r| content(r, 2)[..8].to_vec())
+        .collect();
+    assert_eq!(std::fs::read(prefix.join("shared.dat")).unwrap(), want);
+    let ix = prefix::Index::load(&prefix).unwrap();
+    let names: Vec<(&str, bool)> = ix
+        .datasets
+        .values()
+        .map(|e| (e.name.as_str(), e.complete))
+        .collect();
+    assert_eq!(names, [("ckpt.2", true)]);
+}
+
 #[test]
 fn cache_purge_empties_the_cache_at_init_and_fetch_bypass_reads_the_prefix_in_place() {
     let dir = tempfile::tempdir().unwrap();
