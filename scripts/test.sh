@@ -32,5 +32,7 @@ else
     cargo test --workspace --locked --no-fail-fast
 fi
 bash scripts/test-templates.sh
+echo "== plugin binaries of every scr-plugin release against this host"
+bash scripts/test-old-plugins.sh
 echo "== NEON kernels (aarch64 build under qemu-user)"
 bash scripts/test-neon.sh
