@@ -158,8 +158,8 @@ impl Evictor<'_> {
     /// about to be written included. Never evicted: `keep` (the dataset just completed),
     /// output datasets whose flush is not recorded for every rank (their only copy), and
     /// the newest complete checkpoint unless `for_checkpoint` (a new checkpoint is
-    /// starting: with `count = 1` the previous one goes, SCR's trade-off) or its flush is
-    /// recorded. A dataset being flushed goes only once its flush ended: when the store
+    /// starting: with `count = 1` the previous one goes, SCR's trade-off) or this run
+    /// flushed it. A dataset being flushed goes only once its flush ended: when the store
     /// needs it gone, the ids returned name those flushes; the caller waits for them
     /// (saying so) and calls again. Empty: done.
     ///
@@ -226,8 +226,8 @@ impl Evictor<'_> {
     /// Whether this rank could give up each dataset of `store`: not `keep`; for an
     /// output, its flush recorded for every rank — by this run's synchronous flush, or in
     /// the index (a background flush; the index is read at most once, and only when it
-    /// matters); the newest complete checkpoint only `for_checkpoint` or when flushed; and
-    /// a dataset being flushed only after its flush.
+    /// matters); the newest complete checkpoint only `for_checkpoint` or when this run
+    /// flushed it; and a dataset being flushed only after its flush.
     fn may_evict(
         &self,
         store: &str,
@@ -258,7 +258,9 @@ impl Evictor<'_> {
                     Class::No
                 } else if is_newest && for_checkpoint {
                     Class::Last
-                } else if is_newest && !in_prefix(d.id) {
+                } else if is_newest && !flushed.contains(&d.id) {
+                    // (this run's own flushes only: every rank reading the prefix's
+                    // index at each output would load the parallel file system)
                     Class::No
                 } else {
                     Class::May
