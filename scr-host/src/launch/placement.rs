@@ -129,8 +129,8 @@ const HOST_OPTIONS: &[&str] = &[
 /// srun and jsrun, take no list of hosts to avoid): the option naming a hostfile and the
 /// hostfile's text, the launch's `nodes` with `ranks_per_node` slots each (Open MPI's
 /// `node slots=N`, else MPICH hydra's `node:N`). `None` when nothing is down, for other
-/// launchers, and when the launcher already names its hosts (a placeholder, or one of
-/// [`HOST_OPTIONS`]).
+/// launchers, and when the launcher already names its hosts (a placeholder, or an option
+/// such as `--host`, `-H`, `--hostfile` or `-f`).
 pub fn hostfile_for(
     launcher: &[String],
     nodes: &[String],
