@@ -1,129 +1,10 @@
 //! End-to-end tests of the `scr` command: every run is hermetic (cleared environment,
 //! a fresh temporary working directory, and no stray system configuration file).
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::*;
+
 use std::process::Command;
-
-use tempfile::TempDir;
-
-const SCR: &str = env!("CARGO_BIN_EXE_scr");
-const SYSTEM_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/scr.toml");
-const THREE_LEVEL: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../config/examples/three-level.toml"
-);
-const STORES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../config/examples/stores.toml"
-);
-const GROUPS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../config/examples/groups.toml"
-);
-
-/// The system file read when `SCR_SYSTEM_CONFIG` is unset.
-const DEFAULT_SYSTEM_CONFIG: &str = scr_host::config::DEFAULT_SYSTEM_CONFIG;
-
-/// What one run of `scr` did.
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn describe(&self) -> String {
-        format!(
-            "exit {}\n--- stdout ---\n{}--- stderr ---\n{}",
-            self.code, self.stdout, self.stderr
-        )
-    }
-
-    #[track_caller]
-    fn expect_code(&self, code: i32) -> &Self {
-        assert_eq!(
-            self.code,
-            code,
-            "unexpected exit status\n{}",
-            self.describe()
-        );
-        self
-    }
-
-    #[track_caller]
-    fn expect_stdout(&self, needle: &str) -> &Self {
-        assert!(
-            self.stdout.contains(needle),
-            "stdout lacks {needle:?}\n{}",
-            self.describe()
-        );
-        self
-    }
-
-    #[track_caller]
-    fn expect_stderr(&self, needle: &str) -> &Self {
-        assert!(
-            self.stderr.contains(needle),
-            "stderr lacks {needle:?}\n{}",
-            self.describe()
-        );
-        self
-    }
-}
-
-/// A temporary working directory for hermetic runs.
-struct Sandbox {
-    dir: TempDir,
-}
-
-impl Sandbox {
-    fn new() -> Self {
-        Sandbox {
-            dir: TempDir::new().expect("temporary directory"),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Write `text` to `name` in the sandbox and return its absolute path.
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.path().join(name);
-        std::fs::write(&p, text).expect("write temporary file");
-        p
-    }
-
-    /// Run `scr args...` with only `env` set, in the sandbox. When the test sets no
-    /// system file and the default one exists, an empty file stands in for it.
-    fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
-        let mut cmd = Command::new(SCR);
-        cmd.env_clear().current_dir(self.path()).args(args);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        if !env.iter().any(|(k, _)| *k == "SCR_SYSTEM_CONFIG")
-            && Path::new(DEFAULT_SYSTEM_CONFIG).exists()
-        {
-            cmd.env("SCR_SYSTEM_CONFIG", self.write("empty-system.toml", ""));
-        }
-        let out = cmd.output().expect("spawn scr");
-        Run {
-            code: out.status.code().expect("scr exited normally"),
-            stdout: String::from_utf8(out.stdout).expect("utf-8 stdout"),
-            stderr: String::from_utf8(out.stderr).expect("utf-8 stderr"),
-        }
-    }
-}
-
-/// A file in the directory holding the `scr` binary, the shipped plugins and the test
-/// fixtures.
-fn target_file(name: &str) -> String {
-    scr_plugin::conformance::target_dir()
-        .join(name)
-        .display()
-        .to_string()
-}
 
 // 1. examples and the annotated system file
 
@@ -179,98 +60,7 @@ fn annotated_system_file_fails_as_user_file() {
     assert!(!run.stdout.contains("ok:"), "{}", run.describe());
 }
 
-// 2. explain on the three-level example
-
-fn explain(sb: &Sandbox, n: u64) -> Run {
-    let n = n.to_string();
-    let run = sb.run(
-        &["config", "explain", "-c", THREE_LEVEL, "--checkpoint", &n],
-        &[],
-    );
-    run.expect_code(0);
-    run.expect_stdout(&format!("checkpoint {n} uses descriptor"));
-    run
-}
-
-fn line_of<'a>(run: &'a Run, prefix: &str) -> &'a str {
-    run.stdout
-        .lines()
-        .find(|l| l.trim_start().starts_with(prefix))
-        .unwrap_or_else(|| panic!("no {prefix:?} line\n{}", run.describe()))
-}
-
-/// The seed's rule: ids divisible by 8 → PARTNER on /ssd across switches; by 4 but not 8
-/// → XOR of 8 on /ssd; all others → XOR of 16 on /tmp.
-#[test]
-fn explain_applies_the_three_level_example() {
-    let sb = Sandbox::new();
-    struct Level {
-        ids: &'static [u64],
-        scheme: &'static str,
-        store: &'static str,
-        group: &'static str,
-        marker: String,
-        plugin: &'static str,
-    }
-    let cases = [
-        Level {
-            ids: &[8, 16, 24],
-            scheme: "PARTNER",
-            store: "/ssd",
-            group: "SWITCH",
-            marker: format!("interval 8, {THREE_LEVEL}:36"),
-            plugin: "libscr_partner.so",
-        },
-        Level {
-            ids: &[4, 12, 20],
-            scheme: "XOR",
-            store: "/ssd",
-            group: "NODE",
-            marker: format!("param:   set_size = 8 ({THREE_LEVEL}:34)"),
-            plugin: "libscr_xor.so",
-        },
-        Level {
-            ids: &[1, 2, 3, 5, 7],
-            scheme: "XOR",
-            store: "/tmp",
-            group: "NODE",
-            marker: format!("param:   set_size = 16 ({THREE_LEVEL}:27)"),
-            plugin: "libscr_xor.so",
-        },
-    ];
-    for Level {
-        ids,
-        scheme,
-        store,
-        group,
-        marker,
-        plugin,
-    } in cases
-    {
-        for &n in ids {
-            let run = explain(&sb, n);
-            run.expect_stdout(&format!("scheme:  {scheme}"))
-                .expect_stdout(&format!("store:   {store}"))
-                .expect_stdout(&format!("group:   {group}"))
-                .expect_stdout(&marker);
-            assert!(
-                line_of(&run, "plugin:").contains(plugin),
-                "{}",
-                run.describe()
-            );
-            let status = line_of(&run, "status:");
-            assert!(
-                status.trim_start().starts_with("status:  sets of ")
-                    && status.contains(": ok: ")
-                    && status.ends_with("tolerates 1 lost member(s) per set"),
-                "{}",
-                run.describe()
-            );
-        }
-    }
-}
-
-// 3. located errors
+// 2. located errors (`scr config explain`: explain.rs)
 
 #[test]
 fn typo_is_reported_with_file_line_and_suggestion() {
@@ -308,7 +98,7 @@ fn typo_is_reported_with_file_line_and_suggestion() {
         .expect_stderr(&format!("scr: error: {bad}:3: "));
 }
 
-// 4. show: values with origins, and the output is a configuration
+// 3. show: values with origins, and the output is a configuration
 
 const USER_FILE: &str = "# user settings\n\nset_size = 4\n";
 
@@ -375,7 +165,7 @@ fn show_output_with_group_tables_is_valid_toml() {
         .expect_stdout("ok: 3 checkpoint descriptor(s)");
 }
 
-// 5. plugins list
+// 4. plugins list
 
 /// The blocks of `scr plugins list`: each starts with an unindented file line.
 fn blocks(text: &str) -> Vec<String> {
@@ -425,7 +215,7 @@ fn plugins_list_shows_every_shipped_plugin() {
     assert!(!run.stdout.contains("duplicate"), "{}", run.describe());
 }
 
-// 6. plugins check
+// 5. plugins check
 
 #[test]
 fn plugins_check_refuses_a_library_that_is_not_a_plugin() {
@@ -464,7 +254,7 @@ fn plugins_check_accepts_a_shipped_plugin() {
         .expect_stdout("named file");
 }
 
-// 7. usage
+// 6. usage
 
 #[test]
 fn usage_errors_exit_2() {
@@ -501,7 +291,7 @@ fn help_lists_subcommands() {
     }
 }
 
-// 8. locks
+// 7. locks
 
 #[test]
 fn locked_key_cannot_be_overridden_from_the_environment() {
@@ -542,138 +332,6 @@ fn locked_key_cannot_be_overridden_from_the_environment() {
 }
 
 // other findings
-
-/// `SCR_GROUP=WORLD` is the descriptor's failure group, not the cache's: the cache store
-/// stays node-local (SCR's store default, NODE), and the descriptor, whose sets then have
-/// one member each, says it protects nothing.
-#[test]
-fn group_world_leaves_the_store_node_local_and_protects_nothing() {
-    let sb = Sandbox::new();
-    let run = sb.run(
-        &[
-            "config",
-            "explain",
-            "--checkpoint",
-            "1",
-            "--ranks",
-            "8",
-            "--ranks-per-node",
-            "2",
-        ],
-        &[("SCR_GROUP", "WORLD")],
-    );
-    run.expect_code(0)
-        .expect_stdout("group:   WORLD (environment SCR_GROUP)");
-    let store = line_of(&run, "store:");
-    assert!(
-        store.contains("group NODE") && store.contains("view node"),
-        "{}",
-        run.describe()
-    );
-    assert!(
-        line_of(&run, "sets:").contains("one member each"),
-        "{}",
-        run.describe()
-    );
-    assert!(
-        line_of(&run, "status:").contains("sets of 1: ok: XOR parity over 1 member(s)"),
-        "{}",
-        run.describe()
-    );
-    let warning = line_of(&run, "warning:");
-    for part in [
-        "descriptor 0 (XOR, group WORLD) protects nothing",
-        "a full set of set_size = 8 tolerates 1",
-        "set group = \"NODE\"",
-    ] {
-        assert!(warning.contains(part), "{part}: {}", run.describe());
-    }
-    let show = sb.run(&["config", "show"], &[("SCR_GROUP", "WORLD")]);
-    show.expect_code(0).expect_stdout("view = \"node\"");
-    // on NODE over four nodes the sets protect: no warning
-    let run = sb.run(
-        &[
-            "config",
-            "explain",
-            "--checkpoint",
-            "1",
-            "--ranks",
-            "8",
-            "--ranks-per-node",
-            "2",
-        ],
-        &[],
-    );
-    run.expect_code(0);
-    assert!(!run.stdout.contains("warning:"), "{}", run.describe());
-}
-
-/// `hop_distance` puts a set's neighbours that many nodes apart, and explain says so.
-#[test]
-fn explain_shows_the_sets_hop_distance_forms() {
-    let sb = Sandbox::new();
-    let run = sb.run(
-        &["config", "explain", "--checkpoint", "1", "--ranks", "8"],
-        &[("SCR_HOP_DISTANCE", "2"), ("SCR_SET_SIZE", "4")],
-    );
-    run.expect_code(0);
-    let sets = line_of(&run, "sets:");
-    assert!(
-        sets.contains("2 set(s): 2 of 4 member(s)")
-            && sets
-                .contains("neighbours 2 groups apart (hop_distance, environment SCR_HOP_DISTANCE)"),
-        "{}",
-        run.describe()
-    );
-}
-
-// config import
-
-#[test]
-fn an_scr_file_imports_to_a_configuration_that_explains_the_same() {
-    let sb = Sandbox::new();
-    let scr = sb.write(
-        "scr.conf",
-        "SCR_COPY_TYPE=FILE\n\
-         STORE=/tmp GROUP=NODE\nSTORE=/ssd GROUP=NODE COUNT=3\n\
-         CKPT=0 INTERVAL=1 GROUP=NODE   STORE=/tmp TYPE=XOR     SET_SIZE=16\n\
-         CKPT=1 INTERVAL=4 GROUP=NODE   STORE=/ssd TYPE=XOR     SET_SIZE=8\n\
-         CKPT=2 INTERVAL=8 GROUP=SWITCH STORE=/ssd TYPE=PARTNER\n\
-         GROUPS=zin1 SWITCH=0\nGROUPS=zin2 SWITCH=1\n",
-    );
-    let run = sb.run(&["config", "import", scr.to_str().unwrap()], &[]);
-    run.expect_code(0);
-    let toml = sb.write("imported.toml", &run.stdout);
-    for n in [1u64, 4, 8, 12, 16] {
-        let ours = sb.run(
-            &[
-                "config",
-                "explain",
-                "-c",
-                toml.to_str().unwrap(),
-                "--checkpoint",
-                &n.to_string(),
-            ],
-            &[],
-        );
-        let seed = explain(&sb, n);
-        ours.expect_code(0);
-        for prefix in ["scheme:", "store:", "group:", "param:   set_size"] {
-            let strip = |l: &str| l.split(" (").next().unwrap().to_string();
-            assert_eq!(
-                strip(line_of(&ours, prefix)),
-                strip(line_of(&seed, prefix)),
-                "checkpoint {n}"
-            );
-        }
-    }
-    let bad = sb.write("bad.conf", "SCR_CACHE_SIZE=3\nSCR_FLUSH=often\n");
-    let run = sb.run(&["config", "import", bad.to_str().unwrap()], &[]);
-    run.expect_code(1).expect_stderr(&format!(
-        "scr: error: {}:2: SCR_FLUSH: \"often\" is not",
-        bad.display()
-    ));
-}
 
 #[test]
 fn system_flag_checks_a_system_file_without_installing_it() {
@@ -947,76 +605,6 @@ fn scr_index_clear_failed_makes_a_checkpoint_usable_again() {
         "{}",
         unknown.stderr
     );
-}
-
-/// `explain` shows the sets a job really forms: `set_size` is a minimum, and a job on
-/// fewer nodes than that forms smaller sets, for which the scheme is described.
-#[test]
-fn explain_describes_the_sets_a_job_of_a_given_layout_forms() {
-    let sb = Sandbox::new();
-    let run = sb.run(
-        &[
-            "config",
-            "explain",
-            "--checkpoint",
-            "1",
-            "--ranks",
-            "10",
-            "--ranks-per-node",
-            "2",
-        ],
-        &[],
-    );
-    run.expect_code(0);
-    assert_eq!(
-        line_of(&run, "sets:"),
-        "  sets:    2 set(s): 2 of 5 member(s) (10 ranks in 5 NODE failure group(s), from --ranks 10 --ranks-per-node 2; set_size 8 is a minimum)",
-        "{}",
-        run.describe()
-    );
-    assert!(
-        line_of(&run, "status:")
-            .starts_with("  status:  sets of 5: ok: XOR parity over 5 member(s)"),
-        "{}",
-        run.describe()
-    );
-    // the simulated nodes of node_names are the layout when no --ranks is given
-    let run = sb.run(
-        &["config", "explain", "--checkpoint", "1"],
-        &[("SCR_NODE_NAMES", "a,a,b,b,c,c")],
-    );
-    run.expect_code(0);
-    assert!(
-        line_of(&run, "sets:").starts_with("  sets:    2 set(s): 2 of 3 member(s) (6 ranks in 3 NODE failure group(s), from node_names"),
-        "{}",
-        run.describe()
-    );
-    // without a layout only the rule is stated, and the description says for which size
-    let run = sb.run(&["config", "explain", "--checkpoint", "1"], &[]);
-    run.expect_code(0);
-    assert!(
-        line_of(&run, "sets:").contains("at least 8 members each"),
-        "{}",
-        run.describe()
-    );
-    assert!(
-        line_of(&run, "status:").starts_with("  status:  sets of 8: ok: "),
-        "{}",
-        run.describe()
-    );
-    // --ranks-per-node needs --ranks: a usage error
-    sb.run(
-        &[
-            "config",
-            "explain",
-            "--checkpoint",
-            "1",
-            "--ranks-per-node",
-            "2",
-        ],
-        &[],
-    )
-    .expect_code(2);
 }
 
 /// A plugin that was refused is named in the error of the descriptor that then lacks its

@@ -420,13 +420,7 @@ mod tests {
     use std::path::Path;
 
     fn config(vars: &[(&str, &str)]) -> Config {
-        let mut l = crate::config::Loader::default();
-        l.env = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        l.system_file = Some(PathBuf::from("/dev/null"));
-        l.load().expect("configuration")
+        Config::from_vars(vars)
     }
 
     fn runner(cfg: &[(&str, &str)], env: &[(&str, &str)]) -> Option<Runner> {

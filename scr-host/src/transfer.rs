@@ -812,15 +812,7 @@ mod tests {
     /// might refuse (and is reported unpaced); with neither key set nothing is added.
     #[test]
     fn a_background_transfer_is_given_its_share_of_the_cap() {
-        let config = |vars: &[(&str, &str)]| {
-            let mut l = crate::config::Loader::default();
-            l.env = vars
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            l.system_file = Some(PathBuf::from("/dev/null"));
-            l.load().expect("configuration")
-        };
+        let config = Config::from_vars;
         let state = Path::new("/nonexistent/state");
         let settings = |t: &TransferConfig| -> Vec<(String, String)> {
             t.settings

@@ -568,6 +568,19 @@ fn validate_scalars(c: &Config, groups: &GroupNames, errors: &mut Vec<ConfigErro
 }
 
 impl Config {
+    /// The configuration of environment `vars` alone (no system file, no user file):
+    /// what the unit tests of other modules configure with.
+    #[cfg(test)]
+    pub(crate) fn from_vars(vars: &[(&str, &str)]) -> Config {
+        let mut l = Loader::default();
+        l.env = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        l.system_file = Some(PathBuf::from("/dev/null"));
+        l.load().expect("configuration")
+    }
+
     /// Load from the process environment (the common case).
     pub fn load() -> Result<Config, ConfigErrors> {
         Loader::from_process().load()
