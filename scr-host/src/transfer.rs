@@ -466,6 +466,18 @@ pub(crate) fn transfer_config(config: &Config, label: &Label, state_file: &Path)
 /// the pacing settings ([`paced`]).
 pub(crate) const BUILTIN_TRANSFERS: &str = "scr-axl-transfer";
 
+/// The smallest share of `flush_async_bw` a rank's transfer gets, bytes per second: the
+/// copy engine pauses after each chunk (at least 4 KiB), and a smaller share would make
+/// a pause long enough to keep a cancelled transfer (finalize, a halt) waiting.
+const MIN_SHARE: u64 = 16 << 10;
+
+/// Whether background flushes are paced at all: a `flush_async_bw` cap, or a
+/// `flush_async_percent` below 100.
+pub(crate) fn pacing_asked(config: &Config) -> bool {
+    let percent = config.get(settings::FLUSH_ASYNC_PERCENT);
+    config.get(settings::FLUSH_ASYNC_BW) > 0 || (percent > 0.0 && percent < 100.0)
+}
+
 /// `config` (a background flush's transfer, of a type `provider` provides) held to this
 /// rank's share of `flush_async_bw` over `ranks` ranks and to `flush_async_percent`, as
 /// the built-in copy engine's `bandwidth` and `percent` settings. Another library's type
@@ -476,11 +488,11 @@ pub(crate) fn paced(
     provider: &str,
     transfer: &mut TransferConfig,
 ) -> bool {
-    let bw = config.get(settings::FLUSH_ASYNC_BW);
-    let percent = config.get(settings::FLUSH_ASYNC_PERCENT);
-    if bw == 0 && (percent == 0.0 || percent >= 100.0) {
+    if !pacing_asked(config) {
         return true;
     }
+    let bw = config.get(settings::FLUSH_ASYNC_BW);
+    let percent = config.get(settings::FLUSH_ASYNC_PERCENT);
     if provider != BUILTIN_TRANSFERS {
         return false;
     }
@@ -489,8 +501,9 @@ pub(crate) fn paced(
         value: value.into(),
     };
     if bw > 0 {
-        // at least a byte per second, so a cap below the rank count still paces
-        let share = (bw / u64::from(ranks.max(1))).max(1);
+        // at least MIN_SHARE, so the pauses stay short (a cap below it per rank still
+        // paces every rank, at MIN_SHARE)
+        let share = (bw / u64::from(ranks.max(1))).max(MIN_SHARE);
         transfer
             .settings
             .push(param("bandwidth", share.to_string()));
@@ -840,10 +853,14 @@ mod tests {
         let mut t = transfer_config(&none, &label(), state);
         assert!(paced(&none, 4, BUILTIN_TRANSFERS, &mut t));
         assert!(settings(&t).is_empty());
-        // a cap below the rank count still paces every rank
+        // a share below 16 KiB/s still paces every rank, at 16 KiB/s: the engine's pauses
+        // (one per chunk of at least 4 KiB) stay under a second for a cancel to be seen
         let tiny = config(&[("SCR_FLUSH_ASYNC_BW", "2")]);
         let mut t = transfer_config(&tiny, &label(), state);
         paced(&tiny, 8, BUILTIN_TRANSFERS, &mut t);
-        assert_eq!(settings(&t), [("bandwidth".to_string(), "1".to_string())]);
+        assert_eq!(
+            settings(&t),
+            [("bandwidth".to_string(), "16384".to_string())]
+        );
     }
 }

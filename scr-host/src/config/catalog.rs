@@ -177,7 +177,7 @@ catalog! {
     FLUSH_ASYNC flush_async: Bool = Fixed("false"),
         "Flush in the background while the application computes";
     FLUSH_ASYNC_BW flush_async_bw: Bytes = Fixed("0"),
-        "Bandwidth cap of background flushes, bytes per second for the whole job (SCR_FLUSH_ASYNC_BW): each rank's transfer copies at most its share (the cap over the job's ranks), resumed flushes too; 0: no cap (SCR 3.1 applies none). Applied by the built-in copy types (sync, pthread, and the fallback of bbapi and dw); another plugin's type is not paced, which init says";
+        "Bandwidth cap of background flushes, bytes per second for the whole job (SCR_FLUSH_ASYNC_BW): each rank's transfer copies at most its share (the cap over the job's ranks, at least 16 KiB/s), resumed flushes too; 0: no cap (SCR 3.1 applies none). Applied by the built-in copy types (sync, pthread, and the fallback of bbapi and dw); another plugin's type is not paced, which init says";
     FLUSH_ASYNC_PERCENT flush_async_percent: Percent = Fixed("0"),
         "Share of its time a rank's background flush may spend copying (SCR_FLUSH_ASYNC_PERCENT): it pauses between pieces so that copying takes at most this percent; 0: no pause";
     FLUSH_WIDTH flush_width: UInt { min: 1, max: MAX } = Fixed("256"),

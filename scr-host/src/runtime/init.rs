@@ -252,10 +252,7 @@ impl Runtime {
     /// `flush_async_bw` / `flush_async_percent` (another library's type: it is given no
     /// setting it might refuse), when background flushes are paced at all.
     fn warn_unpaced(&self) {
-        let bw = self.config.get(settings::FLUSH_ASYNC_BW);
-        let percent = self.config.get(settings::FLUSH_ASYNC_PERCENT);
-        let pacing = bw > 0 || (percent > 0.0 && percent < 100.0);
-        if !self.config.get(settings::FLUSH_ASYNC) || !pacing {
+        if !self.config.get(settings::FLUSH_ASYNC) || !crate::transfer::pacing_asked(&self.config) {
             return;
         }
         for store in self.config.stores.iter().filter(|s| s.enabled) {
