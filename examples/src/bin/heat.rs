@@ -161,26 +161,23 @@ fn main() {
             }
             std::process::exit(1);
         }
-        Err(e @ ScrError::Collective(_)) => {
-            // every rank returned this same error and finalized (see `run`): the job ends
-            // on every rank alike, with MPI finalized, and status 1
+        Err(e) => {
+            // every rank returned an error from the same collective call and finalized
+            // the library (see `run`): the job ends on every rank alike, with MPI
+            // finalized, and status 1. (It used to end with MPI_Abort when this rank's
+            // error was its own rather than another rank's; Debian's mpiexec can then
+            // hang in its own teardown after every rank has exited.)
             scr_examples::say!("scr-heat[{rank}]: error: {e}");
             drop(universe);
             std::process::exit(1);
         }
-        Err(e) => {
-            // (the library was dropped without finalizing: other ranks may be waiting in
-            // a collective call, so end the whole job)
-            scr_examples::say!("scr-heat[{rank}]: error: {e}");
-            world.abort(2);
-        }
     }
 }
 
-/// Init, [`compute`], finalize. An error of a collective call that the library returns
-/// alike on every rank (`ScrError::Collective`: a scheme that failed on one member, say)
-/// leaves the ranks in step, so the run still finalizes on every rank and ends cleanly;
-/// any other error leaves the library unfinalized.
+/// Init, [`compute`], finalize. [`compute`] returns only errors of the library's
+/// collective calls, which the library returns on every rank alike (the failing rank
+/// its own, the others `ScrError::Collective` naming it): the ranks are in step, so the
+/// run still finalizes on every rank and ends cleanly.
 fn run(
     args: &Args,
     world: &mpi::topology::SimpleCommunicator,
@@ -190,11 +187,10 @@ fn run(
     let mut scr = Scr::init(world)?;
     match compute(args, world, rank, size, &mut scr, 0) {
         Ok(()) => scr.finalize(),
-        Err(e @ ScrError::Collective(_)) => {
+        Err(e) => {
             scr.finalize()?;
             Err(e)
         }
-        Err(e) => Err(e),
     }
 }
 
@@ -243,7 +239,8 @@ fn run_resilient(
 
 /// The time steps, restarting from the newest usable checkpoint and checkpointing as
 /// the library asks; rank 0 prints the final state's CRC32. `attempt` counts the
-/// recoveries before this run of it (the fault injections act in the first only).
+/// recoveries before this run of it (the fault injections act in the first only). Its
+/// errors are those of the library's collective calls only (see [`run`]).
 fn compute(
     args: &Args,
     world: &mpi::topology::SimpleCommunicator,
@@ -350,8 +347,15 @@ fn compute(
         if want {
             let name = format!("ckpt.{step}");
             scr.start_output(&name, Flags::CHECKPOINT)?;
-            let path = scr.route_file(file_name(&name, rank))?;
-            let mut ok = std::fs::write(&path, encode(step, &u)).is_ok();
+            // route_file is local: a name it refuses makes this rank's part invalid, and
+            // complete_output discards the checkpoint on every rank alike
+            let mut ok = match scr.route_file(file_name(&name, rank)) {
+                Ok(path) => std::fs::write(&path, encode(step, &u)).is_ok(),
+                Err(e) => {
+                    scr_examples::say!("scr-heat[{rank}]: {name}: {e}");
+                    false
+                }
+            };
             if args.kill_before_complete == Some(step) && args.kill_rank.contains(&rank) {
                 kill_self();
             }
