@@ -313,6 +313,15 @@ fn every_instruction_set_of_this_target_is_named_and_x86_has_its_vectors_where_t
             Kernels::get(Isa::Ssse3).is_some(),
             std::is_x86_feature_detected!("ssse3")
         );
+        let gfni = std::is_x86_feature_detected!("gfni");
+        assert_eq!(
+            Kernels::get(Isa::Gfni256).is_some(),
+            gfni && std::is_x86_feature_detected!("avx2")
+        );
+        assert_eq!(
+            Kernels::get(Isa::Gfni512).is_some(),
+            gfni && std::is_x86_feature_detected!("avx512bw")
+        );
         assert!(Kernels::get(Isa::Neon).is_none());
     }
     // NEON is in the aarch64 baseline: always there (scripts/test-neon.sh runs this in qemu)
@@ -343,7 +352,8 @@ fn dispatch_honours_the_request_or_says_why_not() {
     }
     let e = scr_kernels::choose(Some("avx512")).unwrap_err();
     assert!(
-        e.contains("SCR_KERNELS=avx512") && e.contains("scalar, neon, ssse3, avx2"),
+        e.contains("SCR_KERNELS=avx512")
+            && e.contains("scalar, neon, ssse3, avx2, gfni-avx512, gfni-avx2"),
         "{e}"
     );
     for isa in Isa::ALL {

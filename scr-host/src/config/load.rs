@@ -57,6 +57,9 @@ impl Loader {
             crate::registry::SKIP_BUILD_DIR_VAR,
             // where Python's `scr` module finds libscr (python/scr/__init__.py)
             "SCR_LIBRARY",
+            // the GF(2^8)/XOR kernels a scheme plugin runs (scr-kernels' ENV_VAR, read
+            // by each plugin's own copy of that crate, which the host does not link)
+            "SCR_KERNELS",
         ];
         let known: Vec<String> = keys::KEYS.iter().flat_map(keys::env_vars).collect();
         self.env
@@ -296,4 +299,32 @@ struct NotUtf8 {
     column: usize,
     /// The first byte that is not UTF-8.
     byte: u8,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A typo is reported with the key it resembles; variables read elsewhere (the
+    /// kernels' choice, the Python module's library path) are not reported at all.
+    #[test]
+    fn unknown_env_reports_typos_but_not_variables_read_elsewhere() {
+        let loader = Loader {
+            env: [
+                ("SCR_CACHSIZE", "3"),
+                ("SCR_KERNELS", "avx2"),
+                ("SCR_LIBRARY", "/x/libscr.so"),
+                ("SCR_CACHE_SIZE", "2"),
+                ("HOME", "/root"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            ..Loader::default()
+        };
+        assert_eq!(
+            loader.unknown_env(),
+            ["environment variable SCR_CACHSIZE names no scr-rs setting and is ignored; did you mean SCR_CACHE_SIZE?"]
+        );
+    }
 }
