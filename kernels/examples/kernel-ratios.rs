@@ -1,6 +1,7 @@
 //! Kernel throughput as ratios to memcpy measured in the same run (the figures
-//! docs/benchmarks.md quotes): every kernel on every implementation this CPU runs, and
-//! ISA-L's equivalents when `libisal.so.2` is installed (Debian `libisal2`).
+//! docs/benchmarks.md quotes): the CRC32 the host computes, every kernel on every
+//! implementation this CPU runs, and ISA-L's equivalents when `libisal.so.2` is installed
+//! (Debian `libisal2`).
 //!
 //! `cargo run --release -p scr-kernels --example kernel-ratios [-- --reps N --sizes 64K,1M,64M
 //! --cpu-time]`
@@ -172,6 +173,16 @@ fn main() {
             run: Box::new(move || {
                 copy_dst.copy_from_slice(black_box(src));
                 black_box(&mut copy_dst);
+            }),
+            samples: vec![],
+        });
+        // the CRC32 every cached file gets (crc32fast, as the host computes it): the
+        // bound the checksum puts on a scheme beside its kernels
+        cases.push(Case {
+            name: "crc32 (crc32fast)".into(),
+            bytes: len,
+            run: Box::new(move || {
+                black_box(crc32fast::hash(black_box(src)));
             }),
             samples: vec![],
         });
