@@ -176,3 +176,123 @@ fn under_mpiexec_it_refuses_to_launch_jobs() {
         text(&out)
     );
 }
+
+/// `--vs` with `--rebuild`: every measurement runs once per build in each repetition, the
+/// builds taking turns going first; the rebuild jobs (all but SINGLE) report SCR_Init's
+/// time after a node was lost and offered the newest checkpoint; the report pairs them.
+/// The other build here is this one (its own directory), which is all the test can build.
+#[test]
+fn against_another_build_every_measurement_runs_in_pairs_with_its_rebuild() {
+    let dir = tempdir();
+    let this = Path::new(env!("CARGO_BIN_EXE_scr-bench-c"))
+        .parent()
+        .expect("the binary's directory")
+        .to_str()
+        .unwrap()
+        .to_string();
+    let out = run(
+        dir.path(),
+        &[
+            "--mib",
+            "1",
+            "--reps",
+            "2",
+            "--checkpoints",
+            "2",
+            "--schemes",
+            "SINGLE",
+            "XOR",
+            "--rebuild",
+            "--vs",
+            &this,
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("JSON on stdout ({e}): {}", text(&out)));
+    let jobs = json["jobs"].as_array().expect("jobs");
+    let seen: Vec<String> = jobs
+        .iter()
+        .map(|j| {
+            format!(
+                "{} {} {} {}",
+                j["rep"],
+                j["scheme"].as_str().unwrap(),
+                j["build"].as_str().unwrap(),
+                j["op"].as_str().unwrap()
+            )
+        })
+        .collect();
+    // repetition 0: SINGLE then XOR, this build first; repetition 1: the reverse orders
+    let want = [
+        "0 SINGLE this loop",
+        "0 SINGLE vs loop",
+        "0 XOR this loop",
+        "0 XOR this rebuild",
+        "0 XOR vs loop",
+        "0 XOR vs rebuild",
+        "1 XOR vs loop",
+        "1 XOR vs rebuild",
+        "1 XOR this loop",
+        "1 XOR this rebuild",
+        "1 SINGLE vs loop",
+        "1 SINGLE this loop",
+    ];
+    assert_eq!(seen, want, "{}", text(&out));
+    for j in jobs {
+        assert_eq!(j["ranks"], 4, "{j}");
+        assert_eq!(j["verified"], true, "{j}");
+        assert!(j["init_s"].as_f64().is_some_and(|s| s > 0.0), "{j}");
+    }
+    let rows = json["rows"].as_array().expect("rows");
+    let measures: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["scheme"].as_str().unwrap(),
+                r["measure"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        measures,
+        ["SINGLE loop MiB/s", "XOR loop MiB/s", "XOR rebuild s"],
+        "{}",
+        text(&out)
+    );
+    for r in rows {
+        assert_eq!(r["this_over_vs"]["n"], 2, "two pairs: {r}");
+        let ratio = r["this_over_vs"]["median"].as_f64().unwrap();
+        let (a, b) = (
+            r["this"]["median"].as_f64().unwrap(),
+            r["vs"]["median"].as_f64().unwrap(),
+        );
+        assert!(ratio > 0.0 && a > 0.0 && b > 0.0, "{r}");
+    }
+    assert_clean(dir.path(), &out);
+}
+
+#[test]
+fn a_vs_directory_without_libscr_is_refused_by_name() {
+    let dir = tempdir();
+    let out = run(
+        dir.path(),
+        &["--mib", "1", "--vs", dir.path().to_str().unwrap()],
+    );
+    assert!(!out.status.success(), "{}", text(&out));
+    let want = format!("--vs {}: no libscr.so there", dir.path().display());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&want),
+        "{want}\n{}",
+        text(&out)
+    );
+    let out = run(dir.path(), &["--rebuild", "--lose", "4"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--lose 4 is not a rank of a job of 4 (--ranks)"),
+        "{}",
+        text(&out)
+    );
+}

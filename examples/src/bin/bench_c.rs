@@ -13,6 +13,14 @@
 //! into the same node-local directory, keeping as many checkpoints as `cache_size`. It
 //! reads its newest checkpoint back byte for byte and fails otherwise.
 //!
+//! `--rebuild` also times the rebuild: after each loop job one node's cache and control
+//! directories are deleted and a job of the same id starts; its `SCR_Init` rebuilds the
+//! lost files, and it must offer the newest checkpoint. `--vs DIR` compares this build
+//! with another (DIR holds its libscr.so, e.g. a worktree's target/release): the same
+//! test_api.c is compiled against each, and every measurement runs once per build,
+//! alternating which goes first; ratios are taken per pair (`scripts/ab-bench.sh`
+//! builds a git ref and runs this).
+//!
 //! Run: `target/release/scr-bench-c` (no mpiexec; see `--help` for the columns).
 
 use std::collections::BTreeMap;
@@ -24,6 +32,10 @@ use scr_api::Settings;
 use scr_examples::{BenchConfig, Spread};
 use scr_host::config::settings;
 use serde_json::{json, Value};
+
+/// The A/B report of `--vs`.
+#[path = "bench_c/ab.rs"]
+mod ab;
 
 const COLUMNS: &str = "\
 Each job runs examples/c/test_api.c (SCR's test_api loop: per rank one write of SIZE
@@ -103,6 +115,19 @@ struct Args {
     /// reading it back, so every job must fail.
     #[arg(long, hide = true)]
     corrupt: bool,
+    /// Also time the rebuild (every scheme but SINGLE): after each loop job the node of
+    /// rank --lose loses its cache and control directories, and the next job's SCR_Init
+    /// rebuilds them; it must then offer the newest checkpoint.
+    #[arg(long)]
+    rebuild: bool,
+    /// The rank whose node is lost before a rebuild.
+    #[arg(long, default_value_t = 1)]
+    lose: usize,
+    /// Another build to compare with: the directory holding its libscr.so (a worktree's
+    /// target/release, say). Every measurement runs on both builds, alternating which
+    /// goes first, and the report gives this build's figures over the other's per pair.
+    #[arg(long, value_name = "DIR")]
+    vs: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -125,13 +150,63 @@ fn main() {
 struct Job {
     scheme: String,
     mib: usize,
+    /// Which build ran it: 0 this one, 1 the one of `--vs`.
+    build: usize,
+    /// Its repetition.
+    rep: usize,
+    /// What it measured.
+    op: Op,
     line: Value,
+}
+
+/// What a job measures.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Op {
+    /// The checkpoint loop (and the plain loop beside it).
+    Loop,
+    /// SCR_Init after a node was lost (its `init_s`).
+    Rebuild,
+}
+
+/// One build's C client.
+struct Client {
+    exe: PathBuf,
+    built: String,
 }
 
 impl Job {
     fn num(&self, key: &str) -> f64 {
         self.line[key].as_f64().unwrap_or(f64::NAN)
     }
+
+    /// The job's `#test_api` line with what it measured and on which build.
+    fn json(&self) -> Value {
+        let mut line = self.line.clone();
+        line["op"] = json!(format!("{:?}", self.op).to_lowercase());
+        line["build"] = json!(["this", "vs"][self.build]);
+        line["rep"] = json!(self.rep);
+        line
+    }
+}
+
+/// Per scheme and size, the rebuild jobs' SCR_Init seconds (of `build` 0).
+fn rebuilds(args: &Args, jobs: &[Job]) -> Vec<(String, usize, Spread)> {
+    let mut out = Vec::new();
+    for &mib in &args.mib {
+        for scheme in &args.schemes {
+            let of: Vec<f64> = jobs
+                .iter()
+                .filter(|j| {
+                    j.op == Op::Rebuild && j.build == 0 && j.mib == mib && &j.scheme == scheme
+                })
+                .map(|j| j.num("init_s"))
+                .collect();
+            if !of.is_empty() {
+                out.push((scheme.clone(), mib, Spread::of(of)));
+            }
+        }
+    }
+    out
 }
 
 fn run(args: &Args) -> Result<(), Error> {
@@ -149,6 +224,13 @@ fn run(args: &Args) -> Result<(), Error> {
     if !(args.sleep >= 0.0 && args.sleep.is_finite()) {
         return Err(format!("--sleep {}: expected seconds, 0 or more", args.sleep).into());
     }
+    if args.rebuild && args.lose >= args.ranks {
+        return Err(format!(
+            "--lose {} is not a rank of a job of {} (--ranks)",
+            args.lose, args.ranks
+        )
+        .into());
+    }
     let extra = extra_env(&args.set)?;
     let tmp = tempfile::Builder::new()
         .prefix("scr-bench-c-")
@@ -159,7 +241,15 @@ fn run(args: &Args) -> Result<(), Error> {
                 args.dir.display()
             )
         })?;
-    let (exe, built) = compile(args, tmp.path())?;
+    let mut clients = vec![compile(args, tmp.path(), &libscr_dir()?, "test_api")?];
+    if let Some(other) = &args.vs {
+        clients.push(compile(
+            args,
+            tmp.path(),
+            &other_libscr(other)?,
+            "test_api.vs",
+        )?);
+    }
     let nodes: Vec<String> = (0..args.ranks).map(|r| format!("node{r}")).collect();
     let dropped = inherited_scr_vars();
     if !args.json {
@@ -169,7 +259,9 @@ fn run(args: &Args) -> Result<(), Error> {
                 dropped.join(", ")
             );
         }
-        println!("{built}");
+        for (b, c) in clients.iter().enumerate() {
+            println!("{}{}", ["", "--vs: "][b], c.built);
+        }
     }
 
     let mut jobs: Vec<Job> = Vec::new();
@@ -189,17 +281,37 @@ fn run(args: &Args) -> Result<(), Error> {
                 order.reverse();
             }
             for scheme in order {
-                let dir = tmp
-                    .path()
-                    .join(format!("{}-{mib}-{rep}", scheme.to_lowercase()));
-                let job = one_job(args, &exe, &dir, &nodes, &extra, scheme, mib, rep)?;
-                keep_seen = job.line["keep"].as_u64();
-                jobs.push(job);
-                let _ = std::fs::remove_dir_all(&dir);
+                // with --vs, the builds take turns going first
+                let mut builds: Vec<usize> = (0..clients.len()).collect();
+                if rep % 2 == 1 {
+                    builds.reverse();
+                }
+                for build in builds {
+                    let dir = tmp
+                        .path()
+                        .join(format!("{}-{mib}-{rep}-{build}", scheme.to_lowercase()));
+                    let at = Where {
+                        exe: &clients[build].exe,
+                        dir: &dir,
+                        nodes: &nodes,
+                        extra: &extra,
+                    };
+                    let job = one_job(args, &at, scheme, mib, rep, Op::Loop)?;
+                    keep_seen = job.line["keep"].as_u64();
+                    jobs.push(Job { build, ..job });
+                    if args.rebuild && scheme != "SINGLE" {
+                        let job = one_job(args, &at, scheme, mib, rep, Op::Rebuild)?;
+                        jobs.push(Job { build, ..job });
+                    }
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
             }
         }
     }
-    report(args, keep_seen.unwrap_or(0), &jobs);
+    match args.vs {
+        Some(_) => ab::report(args, &jobs),
+        None => report(args, keep_seen.unwrap_or(0), &jobs),
+    }
     Ok(())
 }
 
@@ -258,10 +370,23 @@ fn libscr_dir() -> Result<PathBuf, Error> {
         })
 }
 
-/// Compile test_api.c into `dir` as an application would build it against libscr
-/// (scr.h, `-lscr`, the library found at run time through its rpath). Returns the
-/// executable and a line saying what it was built from.
-fn compile(args: &Args, dir: &Path) -> Result<(PathBuf, String), Error> {
+/// The directory of `--vs`, checked to hold a libscr.so.
+fn other_libscr(dir: &Path) -> Result<PathBuf, Error> {
+    // absolute: the client finds the library through its rpath from the job's directory
+    match dir.join("libscr.so").is_file() {
+        true => Ok(dir.canonicalize()?),
+        false => Err(format!(
+            "--vs {}: no libscr.so there; give the other build's target/release (built \
+             with `cargo build --release --workspace`, so that its plugins are there too)",
+            dir.display()
+        )
+        .into()),
+    }
+}
+
+/// Compile test_api.c into `dir` as `name`, as an application would build it against
+/// the libscr in `lib` (scr.h, `-lscr`, the library found at run time through its rpath).
+fn compile(args: &Args, dir: &Path, lib: &Path, name: &str) -> Result<Client, Error> {
     let source = repo().join("examples/c/test_api.c");
     let include = repo().join("capi/include");
     if !source.is_file() || !include.join("scr.h").is_file() {
@@ -272,8 +397,7 @@ fn compile(args: &Args, dir: &Path) -> Result<(PathBuf, String), Error> {
         )
         .into());
     }
-    let lib = libscr_dir()?;
-    let exe = dir.join("test_api");
+    let exe = dir.join(name);
     let out = Command::new(&args.mpicc)
         .args(["-O2", "-Wall", "-Werror", "-o"])
         .arg(&exe)
@@ -298,29 +422,43 @@ fn compile(args: &Args, dir: &Path) -> Result<(PathBuf, String), Error> {
         )
         .into());
     }
-    Ok((
+    Ok(Client {
         exe,
-        format!(
+        built: format!(
             "C client: {} built with {} against {}/libscr.so",
             source.canonicalize().unwrap_or(source).display(),
             args.mpicc,
-            lib.canonicalize().unwrap_or(lib).display()
+            lib.canonicalize().unwrap_or(lib.to_path_buf()).display()
         ),
-    ))
+    })
 }
 
-/// One job of the C client: `scheme` at `mib` MiB per rank, in `dir`.
-#[allow(clippy::too_many_arguments)]
+/// Where a job runs: the client, its directory, the simulated nodes and `--set`.
+struct Where<'a> {
+    exe: &'a Path,
+    dir: &'a Path,
+    nodes: &'a [String],
+    extra: &'a [(String, String)],
+}
+
+/// One job of the C client: `scheme` at `mib` MiB per rank, in `at.dir`. A rebuild job
+/// first deletes the lost node's cache and control directories, then runs the client
+/// with one timed checkpoint (the least test_api takes) and no plain loop, under the loop
+/// job's id.
 fn one_job(
     args: &Args,
-    exe: &Path,
-    dir: &Path,
-    nodes: &[String],
-    extra: &[(String, String)],
+    at: &Where,
     scheme: &str,
     mib: usize,
     rep: usize,
+    op: Op,
 ) -> Result<Job, Error> {
+    let Where {
+        exe,
+        dir,
+        nodes,
+        extra,
+    } = *at;
     let prefix = dir.join("prefix");
     let plain = dir.join("plain");
     for d in [&prefix, &plain] {
@@ -345,6 +483,20 @@ fn one_job(
         .collect();
     env.extend(extra.iter().cloned());
     let keep = cache_size(&env, &prefix)?;
+    if op == Op::Rebuild {
+        let node = &nodes[args.lose];
+        for base in ["cache", "cntl"] {
+            let d = dir.join(base).join(node);
+            std::fs::remove_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+    }
+    let (times, plain_at) = match op {
+        Op::Loop => (
+            args.checkpoints,
+            if rep % 2 == 1 { "before" } else { "after" },
+        ),
+        Op::Rebuild => (1, "none"),
+    };
 
     let mut cmd = Command::new("timeout");
     cmd.args(["--kill-after=5", &args.timeout.to_string()])
@@ -352,10 +504,10 @@ fn one_job(
         .args(["-n", &args.ranks.to_string()])
         .arg(exe)
         .args(["--size", &format!("{mib}m")])
-        .args(["--times", &args.checkpoints.to_string()])
+        .args(["--times", &times.to_string()])
         .args(["--seconds", &args.sleep.to_string()])
         .args(["--keep", &keep.to_string()])
-        .args(["--plain", if rep % 2 == 1 { "before" } else { "after" }])
+        .args(["--plain", plain_at])
         .arg("--plain-dir")
         .arg(&plain)
         .args(["--scheme", scheme])
@@ -383,7 +535,8 @@ fn one_job(
     };
     let failed = |why: String| -> Error {
         format!(
-            "{scheme} at {mib} MiB per rank (repetition {}): {why}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            "{scheme} at {mib} MiB per rank ({}repetition {}): {why}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            if op == Op::Rebuild { "rebuild, " } else { "" },
             rep + 1,
             tail(&stdout),
             tail(&String::from_utf8_lossy(&out.stderr))
@@ -420,9 +573,24 @@ fn one_job(
             line["ranks"], line["verified"], args.ranks
         )));
     }
+    // the rebuild must have restored the newest checkpoint, not fallen back to an older
+    // one or to none
+    let newest = format!(
+        "note: the library offers ckpt.{} to restart from;",
+        args.checkpoints
+    );
+    if op == Op::Rebuild && !stdout.lines().any(|l| l.starts_with(&newest)) {
+        return Err(failed(format!(
+            "after losing node{} the job does not say \"{newest}\"",
+            args.lose
+        )));
+    }
     Ok(Job {
         scheme: scheme.to_string(),
         mib,
+        build: 0,
+        rep,
+        op,
         line,
     })
 }
@@ -456,7 +624,10 @@ struct Line {
 fn report(args: &Args, keep: u64, jobs: &[Job]) {
     let mut lines = Vec::new();
     for &mib in &args.mib {
-        let at: Vec<&Job> = jobs.iter().filter(|j| j.mib == mib).collect();
+        let at: Vec<&Job> = jobs
+            .iter()
+            .filter(|j| j.mib == mib && j.op == Op::Loop)
+            .collect();
         lines.push(Line {
             scheme: "plain".into(),
             mib,
@@ -505,7 +676,11 @@ fn report(args: &Args, keep: u64, jobs: &[Job]) {
             "sleep_s": args.sleep,
             "reps": args.reps,
             "rows": rows,
-            "jobs": jobs.iter().map(|j| j.line.clone()).collect::<Vec<_>>(),
+            "rebuilds": rebuilds(args, jobs)
+                .iter()
+                .map(|(scheme, mib, s)| json!({"scheme": scheme, "mib_per_rank": mib, "init_s": s.json()}))
+                .collect::<Vec<_>>(),
+            "jobs": jobs.iter().map(Job::json).collect::<Vec<_>>(),
         });
         println!("{out}");
         return;
@@ -558,6 +733,14 @@ fn report(args: &Args, keep: u64, jobs: &[Job]) {
                 l.plain.show(0),
                 l.seconds.show(3)
             ),
+        }
+    }
+    let rebuilt = rebuilds(args, jobs);
+    if !rebuilt.is_empty() {
+        println!();
+        println!("rebuild: SCR_Init seconds after node{} lost its cache and control directories (the newest checkpoint offered):", args.lose);
+        for (scheme, mib, s) in rebuilt {
+            println!("  {scheme} {mib} MiB: {} s", s.show(3));
         }
     }
 }
