@@ -285,3 +285,65 @@ fn an_scr_file_imports_to_a_configuration_that_explains_the_same() {
         bad.display()
     ));
 }
+
+/// A shipped scheme's explanation lists the parameters it reads only: XOR never shows
+/// `replicas` or `set_failures` at their defaults, and one set by the user is named as
+/// having no effect; RS shows `set_failures`; PARTNER `replicas`.
+#[test]
+fn explain_lists_only_the_parameters_the_scheme_reads() {
+    let sb = Sandbox::new();
+    let params = |run: &Run| -> Vec<String> {
+        run.stdout
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("param:"))
+            .map(|l| l.split_whitespace().next().unwrap_or_default().to_string())
+            .collect()
+    };
+    let explain = |env: &[(&str, &str)]| {
+        let run = sb.run(&["config", "explain", "--checkpoint", "1"], env);
+        run.expect_code(0);
+        run
+    };
+    let run = explain(&[("SCR_COPY_TYPE", "XOR")]);
+    assert_eq!(
+        params(&run),
+        ["set_size", "buffer_size"],
+        "{}",
+        run.describe()
+    );
+    assert!(!run.stdout.contains("note:"), "{}", run.describe());
+    let run = explain(&[("SCR_COPY_TYPE", "XOR"), ("SCR_SET_FAILURES", "3")]);
+    assert_eq!(
+        params(&run),
+        ["set_size", "buffer_size"],
+        "{}",
+        run.describe()
+    );
+    assert_eq!(
+        line_of(&run, "note:").trim(),
+        "note:    set_failures = 3 (environment SCR_SET_FAILURES) has no effect on XOR: it reads set_size, buffer_size",
+        "{}",
+        run.describe()
+    );
+    let run = explain(&[("SCR_COPY_TYPE", "RS")]);
+    assert_eq!(
+        params(&run),
+        ["set_size", "set_failures", "buffer_size"],
+        "{}",
+        run.describe()
+    );
+    let run = explain(&[("SCR_COPY_TYPE", "PARTNER")]);
+    assert_eq!(
+        params(&run),
+        ["set_size", "replicas", "buffer_size"],
+        "{}",
+        run.describe()
+    );
+    let run = explain(&[("SCR_COPY_TYPE", "SINGLE"), ("SCR_SET_SIZE", "4")]);
+    assert!(params(&run).is_empty(), "{}", run.describe());
+    assert!(
+        line_of(&run, "note:").contains("set_size = 4 (environment SCR_SET_SIZE) has no effect on SINGLE: it reads no parameter"),
+        "{}",
+        run.describe()
+    );
+}

@@ -144,12 +144,35 @@ pub fn explain_checkpoint(
     let _ = writeln!(out, "  scheme:  {} ({})", d.scheme.0, d.scheme.1);
     let _ = writeln!(out, "  store:   {}", store_line(config, &d));
     let _ = writeln!(out, "  group:   {} ({})", d.group.0, d.group.1);
+    let provider = registry.provider(Kind::Scheme, &d.scheme.0);
+    let in_use = provider
+        .as_ref()
+        .ok()
+        .and_then(|lib| params_in_use(&lib.name));
     for (k, v, o) in &d.params {
-        let _ = writeln!(out, "  param:   {k} = {v} ({o})");
+        match in_use {
+            Some(used) if !used.contains(&k.as_str()) => {
+                // a parameter the scheme ignores is shown only where someone set it
+                if *o != crate::config::Origin::Default {
+                    let _ = writeln!(
+                        out,
+                        "  note:    {k} = {v} ({o}) has no effect on {}: it reads {}",
+                        d.scheme.0,
+                        match used.is_empty() {
+                            true => "no parameter".to_string(),
+                            false => used.join(", "),
+                        }
+                    );
+                }
+            }
+            _ => {
+                let _ = writeln!(out, "  param:   {k} = {v} ({o})");
+            }
+        }
     }
     let (sets, sizes) = job_sets(config, &d, layout);
     let _ = writeln!(out, "  sets:    {sets}");
-    match registry.provider(Kind::Scheme, &d.scheme.0) {
+    match provider {
         Ok(lib) => {
             let _ = writeln!(
                 out,
@@ -189,6 +212,20 @@ pub fn explain_checkpoint(
         }
     }
     out
+}
+
+/// The descriptor parameters a shipped scheme's library reads, `set_size` included where
+/// the host forms the scheme's sets by it; None for another library (every parameter is
+/// passed to it, and which it reads only it knows). The shipped plugins accept the four
+/// common parameters, so that one set of defaults serves every descriptor, and read these.
+fn params_in_use(library: &str) -> Option<&'static [&'static str]> {
+    match library {
+        "scr-single" => Some(&[]),
+        "scr-partner" => Some(&["set_size", "replicas", "buffer_size"]),
+        "scr-xor" => Some(&["set_size", "buffer_size"]),
+        "scr-reed-solomon" => Some(&["set_size", "set_failures", "buffer_size"]),
+        _ => None,
+    }
 }
 
 /// Every enabled descriptor's interval, smallest first, with whether it divides `id` and
