@@ -496,24 +496,47 @@ pub(crate) fn paced(
     if provider != BUILTIN_TRANSFERS {
         return false;
     }
-    let param = |key: &str, value: String| scr_plugin::Param {
-        key: key.into(),
-        value: value.into(),
-    };
     if bw > 0 {
         // at least MIN_SHARE, so the pauses stay short (a cap below it per rank still
         // paces every rank, at MIN_SHARE)
-        let share = (bw / u64::from(ranks.max(1))).max(MIN_SHARE);
-        transfer
-            .settings
-            .push(param("bandwidth", share.to_string()));
+        let share = (bw / u64::from(ranks.max(1))).max(MIN_SHARE) as f64;
+        stricter(&mut transfer.settings, "bandwidth", share);
     }
     if percent > 0.0 && percent < 100.0 {
-        transfer
-            .settings
-            .push(param("percent", percent.to_string()));
+        stricter(&mut transfer.settings, "percent", percent);
     }
     true
+}
+
+/// Set the copy engine's cap `key` (`bandwidth` or `percent`, where a lower value paces
+/// harder) to `value`, or keep the transfer type's own value of it where that is a
+/// stricter cap: a `[plugins.<type>]` setting an admin made for every transfer of the
+/// type and `flush_async_bw`'s share for background flushes both hold, so a background
+/// flush keeps the lower. The engine reads the first value of a key, so the one value is
+/// replaced in place; an own value that is no number is left for the engine to refuse by
+/// name.
+fn stricter(settings: &mut abi_stable::std_types::RVec<scr_plugin::Param>, key: &str, value: f64) {
+    let text = |v: f64| match key {
+        "bandwidth" => format!("{}", v as u64),
+        _ => v.to_string(),
+    };
+    let own = settings
+        .iter_mut()
+        .find(|p| p.key.as_str().eq_ignore_ascii_case(key));
+    match own {
+        None => settings.push(scr_plugin::Param {
+            key: key.into(),
+            value: text(value).into(),
+        }),
+        Some(p) => match p.value.as_str().trim().parse::<f64>() {
+            // 0 (and, for percent, 100 or more) sets no cap of its own
+            Ok(v) if v > 0.0 && (key == "bandwidth" || v < 100.0) => {
+                p.value = text(v.min(value)).into();
+            }
+            Ok(_) => p.value = text(value).into(),
+            Err(_) => {}
+        },
+    }
 }
 
 /// Create a transfer through `registry`, add `files` and dispatch it (flush, fetch and
@@ -861,6 +884,51 @@ mod tests {
         assert_eq!(
             settings(&t),
             [("bandwidth".to_string(), "16384".to_string())]
+        );
+    }
+
+    /// A cap the transfer type's own settings already hold (`[plugins.<type>]`) and the
+    /// share of `flush_async_bw` / `flush_async_percent` both hold: a background flush
+    /// keeps the stricter of each, as the one value of its key; an own value that sets
+    /// no cap (0) gives way, and one that is no number is left for the engine to refuse.
+    #[test]
+    fn the_stricter_of_an_own_cap_and_the_share_is_kept() {
+        let c = Config::from_vars(&[
+            ("SCR_FLUSH_ASYNC_BW", "4000000"),
+            ("SCR_FLUSH_ASYNC_PERCENT", "50"),
+        ]);
+        let state = Path::new("/nonexistent/state");
+        let with = |own: &[(&str, &str)]| -> Vec<(String, String)> {
+            let mut t = transfer_config(&c, &label(), state);
+            t.settings = own
+                .iter()
+                .map(|(k, v)| scr_plugin::Param {
+                    key: (*k).into(),
+                    value: (*v).into(),
+                })
+                .collect();
+            assert!(paced(&c, 4, BUILTIN_TRANSFERS, &mut t));
+            t.settings
+                .iter()
+                .map(|p| (p.key.to_string(), p.value.to_string()))
+                .collect()
+        };
+        let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+        // the share (1000000 per rank of 4) is stricter than an own 5000000; an own 20
+        // percent is stricter than 50
+        assert_eq!(
+            with(&[("bandwidth", "5000000"), ("percent", "20")]),
+            [pair("bandwidth", "1000000"), pair("percent", "20")]
+        );
+        // an own 300000 is stricter than the share; an own 0 sets no cap and gives way
+        assert_eq!(
+            with(&[("Bandwidth", "300000"), ("percent", "0")]),
+            [pair("Bandwidth", "300000"), pair("percent", "50")]
+        );
+        // not a number: left as it is, for the engine's error naming it
+        assert_eq!(
+            with(&[("bandwidth", "fast")]),
+            [pair("bandwidth", "fast"), pair("percent", "50")]
         );
     }
 }
