@@ -291,6 +291,7 @@ fn run(args: &Args) -> Result<(), Error> {
                         .path()
                         .join(format!("{}-{mib}-{rep}-{build}", scheme.to_lowercase()));
                     let at = Where {
+                        build,
                         exe: &clients[build].exe,
                         dir: &dir,
                         nodes: &nodes,
@@ -298,10 +299,9 @@ fn run(args: &Args) -> Result<(), Error> {
                     };
                     let job = one_job(args, &at, scheme, mib, rep, Op::Loop)?;
                     keep_seen = job.line["keep"].as_u64();
-                    jobs.push(Job { build, ..job });
+                    jobs.push(job);
                     if args.rebuild && scheme != "SINGLE" {
-                        let job = one_job(args, &at, scheme, mib, rep, Op::Rebuild)?;
-                        jobs.push(Job { build, ..job });
+                        jobs.push(one_job(args, &at, scheme, mib, rep, Op::Rebuild)?);
                     }
                     let _ = std::fs::remove_dir_all(&dir);
                 }
@@ -433,8 +433,10 @@ fn compile(args: &Args, dir: &Path, lib: &Path, name: &str) -> Result<Client, Er
     })
 }
 
-/// Where a job runs: the client, its directory, the simulated nodes and `--set`.
+/// Where a job runs: the build (0 this one, 1 `--vs`) and its client, the job's
+/// directory, the simulated nodes and `--set`.
 struct Where<'a> {
+    build: usize,
     exe: &'a Path,
     dir: &'a Path,
     nodes: &'a [String],
@@ -454,6 +456,7 @@ fn one_job(
     op: Op,
 ) -> Result<Job, Error> {
     let Where {
+        build,
         exe,
         dir,
         nodes,
@@ -588,7 +591,7 @@ fn one_job(
     Ok(Job {
         scheme: scheme.to_string(),
         mib,
-        build: 0,
+        build,
         rep,
         op,
         line,
