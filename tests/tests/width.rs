@@ -2,7 +2,8 @@
 //! the prefix at once, counted by the runtime's window gauge (`SCR_TEST_WINDOW`: a file
 //! updated under a lock as each rank enters and leaves the window), never exceed the
 //! width; the restart from the prefix is still byte-exact; one rank's failed transfer
-//! under a narrow window hangs no rank and fails the flush alike on every rank.
+//! under a narrow window hangs no rank and fails the flush alike on every rank; a
+//! background flush keeps the width too.
 
 use scr_e2e::{wipe_caches, Cluster, JobOutput};
 
@@ -148,4 +149,43 @@ fn a_failed_transfer_under_width_one_hangs_no_rank_and_fails_the_flush_on_every_
         );
     }
     assert_eq!(gauge(&c, "fetch"), (0, 1, 4));
+}
+
+/// A background flush (`flush_async`) across processes: its window moves by MPI
+/// reductions at the library's calls, never more than `flush_width` ranks copy at once
+/// (more than one when the width allows), every flush is recorded, and a restart from
+/// the prefix alone is byte-exact.
+#[test]
+fn a_background_flush_keeps_the_width_across_processes() {
+    for flush in [1, 4] {
+        let mut c = cluster(flush, 4, 40);
+        c.set("SCR_FLUSH_ASYNC", "1");
+        heat(&c, "22");
+        let (now, most, entries) = gauge(&c, "flush");
+        assert_eq!((now, entries), (0, 8), "flush_width {flush}");
+        assert!(
+            most >= 1 && most <= i64::from(flush),
+            "flush_width {flush}: {most} at once"
+        );
+        if flush >= 4 {
+            assert!(most > 1, "flush_width {flush} over 4 ranks: {most} at once");
+        }
+        let entries = scr_e2e::index_entries(&c.prefix());
+        assert_eq!(
+            entries,
+            [
+                ("ckpt.10".to_string(), true, None),
+                ("ckpt.20".to_string(), true, None)
+            ],
+            "flush_width {flush}"
+        );
+        wipe_caches(&c);
+        let out = heat(&c, "30");
+        assert_eq!(
+            out.line_after("restarted from "),
+            Some("ckpt.20 at step 20"),
+            "{out}"
+        );
+        assert_eq!(out.final_state(), scr_e2e::reference_state(4, 30, None));
+    }
 }

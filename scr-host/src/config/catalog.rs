@@ -181,7 +181,7 @@ catalog! {
     FLUSH_ASYNC_PERCENT flush_async_percent: Percent = Fixed("0"),
         "Share of its time a rank's background flush may spend copying (SCR_FLUSH_ASYNC_PERCENT): it pauses between pieces so that copying takes at most this percent; 0: no pause";
     FLUSH_WIDTH flush_width: UInt { min: 1, max: MAX } = Fixed("256"),
-        "At most this many ranks copy to the prefix at once in a flush (SCR_FLUSH_WIDTH), so a large job does not swamp the parallel file system: a sliding window by rank, rank r starts when rank r-N finished. Bounds the foreground flushes and a resumed one at init; a background flush (flush_async) starts every rank's transfer at once, as SCR's does, and is held to flush_async_bw and flush_async_percent";
+        "At most this many ranks copy to the prefix at once in a flush (SCR_FLUSH_WIDTH), so a large job does not swamp the parallel file system: a sliding window by rank, rank r starts when rank r-N finished. Bounds every flush, a resumed one at init included; a background flush (flush_async) moves its window at the library calls that poll it (so it takes at least ranks / N of them) and is also held to flush_async_bw and flush_async_percent";
     FETCH_WIDTH fetch_width: UInt { min: 1, max: MAX } = Fixed("256"),
         "At most this many ranks read from the prefix at once when a restart fetches a checkpoint, or checks its files in place with fetch = false (SCR_FETCH_WIDTH); a sliding window by rank as flush_width";
     FLUSH_TYPE flush_type: Str = Fixed("pthread"),

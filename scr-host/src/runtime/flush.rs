@@ -103,6 +103,10 @@ pub(super) struct Flushing {
     unrecorded: Vec<(IndexEntry, RankOutcome)>,
     /// Threads waiting for this rank's transfers, by dataset id.
     waiters: Vec<(u64, std::thread::JoinHandle<()>)>,
+    /// Background flushes whose window (`flush_width` below the job's ranks) has not let
+    /// every rank in yet, oldest first: the same list on every rank (a flush is added
+    /// collectively and removed by agreement).
+    windows: Vec<background::Turns>,
     /// The cancellation flag of every transfer's host ([`LocalHost`](crate::local_host::LocalHost)): set, it stops the
     /// transfers still running (a background waiter then cancels its transfer, which
     /// removes partly written destinations).
@@ -187,7 +191,7 @@ pub(in crate::runtime) use flusher;
 
 /// Where a flush writes its dataset's files ([`Flusher::placement`]): the same choice on
 /// every rank.
-struct Placement {
+pub(in crate::runtime) struct Placement {
     /// A pure output dataset (no checkpoint): written at its own paths even over older
     /// files.
     pure_output: bool,
@@ -320,35 +324,33 @@ impl Flusher<'_> {
         // if the run dies mid-flush, the next init cleans it up even when every cache is
         // lost with the filemaps that name the files (see `resume`)
         self.record_writes(rec.id, &place.writes(rec, self.job.prefix()));
+        let window = crate::runtime::window::Window::of(self.config, self.hooks, Direction::Flush);
         if self.config.get(settings::FLUSH_ASYNC) {
-            // every rank's transfer starts now: a background flush is not windowed (see
-            // `window`: its waiters make no MPI call to pass a turn on)
-            let started = transfers!(self).start(rec, place.relocate, true);
-            self.hooks.crash_at("flush-dispatched", self.topo.rank());
-            lock(&self.flushing.removable).insert(rec.id, place.removable(&started));
-            return self.flush_in_background(rec, entry, started);
+            // the ranks the window lets in start now, the others at later polls (see
+            // `background`: its waiters make no MPI call to pass a turn on)
+            self.flush_in_background(rec, entry, place, window);
+            return Ok(());
         }
         // at most `flush_width` ranks copy at once; a rank whose part fails (or is
         // refused before it starts) passes its turn on all the same
         let buf = self.config.file_buf_size();
         let mut removable = Vec::new();
-        let outcome = crate::runtime::window::Window::of(self.config, self.hooks, Direction::Flush)
-            .run(self.world.as_dyn(), || {
-                self.hooks
-                    .injected(
-                        "flush-transfer",
-                        self.topo.rank(),
-                        rec.id,
-                        self.job.cntl_dir(),
-                    )
-                    .map_err(|e| e.to_string())?;
-                let started = transfers!(self).start(rec, place.relocate, false);
-                self.hooks.crash_at("flush-dispatched", self.topo.rank());
-                removable = place.removable(&started);
-                started
-                    .map_err(|e| e.to_string())
-                    .and_then(|s| collect(s, false, "when written", buf))
-            });
+        let outcome = window.run(self.world.as_dyn(), || {
+            self.hooks
+                .injected(
+                    "flush-transfer",
+                    self.topo.rank(),
+                    rec.id,
+                    self.job.cntl_dir(),
+                )
+                .map_err(|e| e.to_string())?;
+            let started = transfers!(self).start(rec, place.relocate, false);
+            self.hooks.crash_at("flush-dispatched", self.topo.rank());
+            removable = place.removable(&started);
+            started
+                .map_err(|e| e.to_string())
+                .and_then(|s| collect(s, false, "when written", buf))
+        });
         self.flush_in_foreground(rec, &entry, outcome, &removable);
         Ok(())
     }

@@ -22,12 +22,14 @@
 //! the others enter: whether there is one is decided by values the same on every rank
 //! (agreed or broadcast before).
 //!
-//! A background flush (`flush_async`) is not windowed: its transfers are waited for by
-//! threads that make no MPI call, and holding a rank's transfer back until the
-//! application's next call would leave the flush waiting on the application. That is
-//! SCR's behaviour too (its asynchronous flush starts every rank's transfer at once);
-//! such a transfer is paced by its own type (a burst-buffer service schedules its
-//! copies).
+//! A background flush (`flush_async`) is windowed too, but not by these messages: its
+//! transfers are waited for by threads that make no MPI call, so no thread can pass a
+//! turn on. Its window moves by agreement at the API calls that poll background flushes
+//! (one minimum-reduction of the lowest rank whose part has not ended, folded into the
+//! poll's own): the ranks below that rank plus W may copy, so at most W parts run at
+//! once and the flush takes at least P / W polls (`flush/background.rs`). SCR's
+//! asynchronous flush starts every rank's transfer at once; here the width is the bound
+//! an admin set for the file system, whichever way the flush runs.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -100,6 +102,23 @@ impl Window {
         }
     }
 
+    /// Ranks inside at once.
+    pub(in crate::runtime) fn width(&self) -> u32 {
+        self.width
+    }
+
+    /// Whether the window holds ranks back in a world of `size` ranks (the same answer
+    /// on every rank).
+    pub(in crate::runtime) fn narrower_than(&self, size: u32) -> bool {
+        self.width < size
+    }
+
+    /// The test gauge counting the ranks inside, for a window that moves by agreement
+    /// instead of by messages (a background flush).
+    pub(in crate::runtime) fn gauge(&self) -> Option<&Gauge> {
+        self.gauge.as_ref()
+    }
+
     /// `work` inside the window: entered, run, left (the window passed on whatever
     /// `work` returned). `work` must make no collective call.
     pub(in crate::runtime) fn run<T>(&self, world: &dyn World, work: impl FnOnce() -> T) -> T {
@@ -161,12 +180,12 @@ impl Gauge {
         }
     }
 
-    fn enter(&self, what: &str) {
+    pub(in crate::runtime) fn enter(&self, what: &str) {
         self.update(what, 1);
         std::thread::sleep(self.hold);
     }
 
-    fn leave(&self, what: &str) {
+    pub(in crate::runtime) fn leave(&self, what: &str) {
         self.update(what, -1);
     }
 

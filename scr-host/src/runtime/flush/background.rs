@@ -3,16 +3,35 @@
 //! flushes finished everywhere are completed collectively.
 
 use crate::runtime::flush::transfers;
-use crate::runtime::flush::Flusher;
+use crate::runtime::flush::{Flusher, Placement};
+use crate::runtime::window::Window;
+use crate::runtime::world::Op;
 use std::sync::Arc;
 
 use scr_plugin::sync::lock;
 
 use super::record::remove_written;
-use crate::runtime::Result;
 use crate::state::filemap::DatasetRecord;
 use crate::state::prefix::IndexEntry;
-use crate::transfer::{collect, RankOutcome, StartError, Started};
+use crate::transfer::{collect, RankOutcome};
+
+/// A background flush still passing its window (`flush_width` below the job's ranks).
+pub(in crate::runtime) struct Turns {
+    /// The dataset flushed.
+    id: u64,
+    /// Agreed: the lowest rank whose part has not ended (the ranks below `low + width`
+    /// may copy); the job's size once every part ended.
+    low: u64,
+    window: Window,
+    /// This rank's part, while the window has not let it in.
+    queued: Option<Queued>,
+}
+
+/// A rank's part of a background flush waiting for its turn.
+struct Queued {
+    rec: DatasetRecord,
+    place: Placement,
+}
 
 impl Flusher<'_> {
     /// Let a background flush of dataset `id` end and be recorded before the dataset is
@@ -26,25 +45,77 @@ impl Flusher<'_> {
         }
     }
 
-    /// Hand this rank's transfer to a waiter thread, which keeps its outcome in memory
-    /// for the collective completion ([`Flusher::poll_flushes`], [`Flusher::wait_flushes`]).
-    /// The thread makes no MPI call and writes nothing into the prefix.
+    /// Start the background flush of `rec` (collective: every rank adds it to its
+    /// pending flushes): this rank's transfer starts now when the window lets it in,
+    /// else at the poll that does ([`Flusher::poll_flushes`], [`Flusher::wait_flushes`]).
+    /// Its outcome is kept in memory for the collective completion.
     pub(in crate::runtime) fn flush_in_background(
         &mut self,
         rec: &DatasetRecord,
         entry: IndexEntry,
-        started: std::result::Result<Started, StartError>,
-    ) -> Result<()> {
+        place: Placement,
+        window: Window,
+    ) {
+        lock(&self.flushing.in_flight).insert(rec.id);
+        self.flushing.pending.push(entry);
+        let (rank, size) = (self.world.rank(), self.world.size());
+        if !window.narrower_than(size) {
+            self.start_background(rec, &place, &window);
+            return;
+        }
+        if rank == 0 {
+            self.topo.info(&format!(
+                "{}: flushing in the background {} of {size} ranks at a time \
+                 (flush_width); the others start at later library calls",
+                rec.name,
+                window.width()
+            ));
+        }
+        let queued = if rank < window.width() {
+            self.start_background(rec, &place, &window);
+            None
+        } else {
+            // a later flush must not write where this one will (see `placement`)
+            let planned = place
+                .writes(rec, self.job.prefix())
+                .iter()
+                .map(|name| self.job.prefix().join(name))
+                .collect();
+            lock(&self.flushing.removable).insert(rec.id, planned);
+            Some(Queued {
+                rec: rec.clone(),
+                place,
+            })
+        };
+        self.flushing.windows.push(Turns {
+            id: rec.id,
+            low: 0,
+            window,
+            queued,
+        });
+    }
+
+    /// Start this rank's transfer of `rec` and hand it to a waiter thread, which makes
+    /// no MPI call and writes nothing into the prefix itself.
+    fn start_background(&mut self, rec: &DatasetRecord, place: &Placement, window: &Window) {
+        let gauge = window.gauge().cloned();
+        if let Some(g) = &gauge {
+            g.enter("flush");
+        }
+        let started = transfers!(self).start(rec, place.relocate, true);
+        self.hooks.crash_at("flush-dispatched", self.topo.rank());
+        lock(&self.flushing.removable).insert(rec.id, place.removable(&started));
         let in_flight = Arc::clone(&self.flushing.in_flight);
         let outcomes = Arc::clone(&self.flushing.outcomes);
-        lock(&in_flight).insert(rec.id);
-        self.flushing.pending.push(entry);
         let id = rec.id;
         let buf = self.config.file_buf_size();
         let waiter = std::thread::spawn(move || {
             let outcome: RankOutcome = started
                 .map_err(|e| e.to_string())
                 .and_then(|s| collect(s, true, "when written", buf));
+            if let Some(g) = gauge {
+                g.leave("flush");
+            }
             // not running any more (the source may be evicted, see `evict`), then
             // finished: a poll that sees the outcome finds the transfer ended. (Not
             // `flushed` yet: whether every rank's part succeeded is known only once the
@@ -53,7 +124,40 @@ impl Flusher<'_> {
             lock(&outcomes).insert(id, outcome);
         });
         self.flushing.waiters.push((id, waiter));
-        Ok(())
+    }
+
+    /// This rank's value for each window still moving: its rank while its part has not
+    /// ended (queued or copying), else the job's size.
+    fn unended_here(&self) -> Vec<u64> {
+        let outcomes = lock(&self.flushing.outcomes);
+        let (rank, size) = (self.world.rank(), self.world.size());
+        self.flushing
+            .windows
+            .iter()
+            .map(|t| {
+                let ended = t.queued.is_none() && outcomes.contains_key(&t.id);
+                u64::from(if ended { size } else { rank })
+            })
+            .collect()
+    }
+
+    /// Move each window to `lows` (agreed: per window the lowest rank whose part has not
+    /// ended): the ranks below `low + width` start their part, and a window every rank
+    /// passed is dropped (on every rank alike).
+    fn advance_windows(&mut self, lows: &[u64]) {
+        let rank = u64::from(self.world.rank());
+        let size = u64::from(self.world.size());
+        let mut windows = std::mem::take(&mut self.flushing.windows);
+        for (t, &low) in windows.iter_mut().zip(lows) {
+            t.low = low;
+            if rank < low + u64::from(t.window.width()) {
+                if let Some(q) = t.queued.take() {
+                    self.start_background(&q.rec, &q.place, &t.window);
+                }
+            }
+        }
+        windows.retain(|t| t.low < size);
+        self.flushing.windows = windows;
     }
 
     /// Complete the background flushes every rank's transfer finished (collective; at
@@ -78,7 +182,13 @@ impl Flusher<'_> {
                 .take_while(|e| outcomes.contains_key(&e.id))
                 .count() as u64
         };
-        let finished = self.world.min_u64(finished_here);
+        // one reduction for both: the flushes finished everywhere, and where each
+        // window stands (a flush still in its window is finished nowhere but below it)
+        let mut mine = vec![finished_here];
+        mine.extend(self.unended_here());
+        let agreed = self.world.all_reduce_u64s(&mine, Op::Min);
+        self.advance_windows(&agreed[1..]);
+        let finished = agreed[0];
         if finished == 0 {
             return;
         }
@@ -97,6 +207,27 @@ impl Flusher<'_> {
     /// may go on, leaves that last try to finalize.
     pub(in crate::runtime) fn wait_flushes(&mut self, last: bool) {
         let _counted = crate::runtime::comm::scope("flush_wait");
+        // the windows first: each round, this rank's part of each ends, then one
+        // reduction lets the next `width` ranks in (at most P / W rounds; the same
+        // number on every rank, as the windows are dropped by agreement)
+        while !self.flushing.windows.is_empty() {
+            let copying: Vec<u64> = self
+                .flushing
+                .windows
+                .iter()
+                .filter(|t| t.queued.is_none())
+                .map(|t| t.id)
+                .collect();
+            let (ending, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.flushing.waiters)
+                .into_iter()
+                .partition(|(id, _)| copying.contains(id));
+            self.flushing.waiters = running;
+            for (_, w) in ending {
+                let _ = w.join();
+            }
+            let lows = self.world.all_reduce_u64s(&self.unended_here(), Op::Min);
+            self.advance_windows(&lows);
+        }
         for (_, w) in self.flushing.waiters.drain(..) {
             let _ = w.join();
         }

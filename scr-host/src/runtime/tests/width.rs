@@ -1,6 +1,6 @@
 //! `flush_width` and `fetch_width`: no more ranks than the width copy to or read from the
 //! prefix at once (counted by the window gauge, `SCR_TEST_WINDOW`), a failed transfer
-//! passes the turn on, and a background flush is not windowed.
+//! passes the turn on, and a background flush is windowed by agreement at the polls.
 
 use super::*;
 
@@ -195,11 +195,85 @@ fn a_failed_transfer_under_a_narrow_window_passes_the_turn_on_and_fails_alike_ev
     assert_eq!(gauge(&counts, "flush"), (0, 1, 8));
 }
 
-/// A background flush (`flush_async`) is not windowed, as SCR's asynchronous flush is
-/// not (see `window`): with `flush_width = 1` no rank waits for a turn (the gauge counts
-/// nothing), and the flush is still recorded, byte-exact, by finalize at the latest.
+/// A background flush (`flush_async`) is bounded by `flush_width` too: with width 1 or
+/// 2 over 4 ranks, no more ranks than the width copy at once (each stays 20 ms inside)
+/// and with width 4 more than one does. The window moves at the calls that poll
+/// background flushes: the flush is recorded, byte-exact, before finalize, by
+/// `need_checkpoint` alone (the same number of calls on every rank, agreed by a
+/// reduction each), and the job's finalize then has nothing left to wait for.
 #[test]
-fn a_background_flush_is_not_held_back_by_the_width() {
+fn a_background_flush_is_bounded_by_the_width_and_moves_at_polls() {
+    let nodes = ["n0", "n1", "n2", "n3"];
+    for width in [1u32, 2, 4] {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("prefix");
+        let (counts, spec) = window_gauge(dir.path(), 20);
+        let w = width.to_string();
+        let env = [
+            ("SCR_COPY_TYPE", "SINGLE"),
+            ("SCR_FLUSH", "1"),
+            ("SCR_FLUSH_ASYNC", "1"),
+            ("SCR_FLUSH_WIDTH", w.as_str()),
+            ("SCR_TEST_WINDOW", spec.as_str()),
+        ];
+        let out = job(dir.path(), &nodes, &env, |rt, r| {
+            let wrote = show("ckpt.1", write_content(rt, dir.path(), "ckpt.1", 1, r));
+            // poll until the index holds it on rank 0, told to every rank by one byte
+            let mut polls = 0;
+            let recorded = loop {
+                rt.need_checkpoint().unwrap();
+                polls += 1;
+                let here = r == 0
+                    && crate::state::prefix::Index::load(&prefix)
+                        .is_ok_and(|i| i.restart_point().as_deref() == Some("ckpt.1"));
+                if rt.world.broadcast_bytes(if here { b"1" } else { b"" }) == b"1" || polls == 500 {
+                    break polls < 500;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            };
+            format!(
+                "{wrote}; recorded before finalize {recorded}; running {}",
+                rt.flushes_running_here()
+            )
+        });
+        for (r, (line, end)) in out.iter().enumerate() {
+            assert_eq!(
+                line, "ckpt.1: ok true; recorded before finalize true; running 0",
+                "width {width}, rank {r}"
+            );
+            assert_eq!(end, &Ok(()), "width {width}, rank {r}");
+        }
+        let (now, most, entries) = gauge(&counts, "flush");
+        assert_eq!(
+            (now, entries),
+            (0, 4),
+            "width {width}: one flush of 4 ranks"
+        );
+        assert!(
+            most >= 1 && most <= i64::from(width),
+            "width {width}: {most} at once"
+        );
+        if width >= 4 {
+            assert!(most > 1, "width {width}: only {most} at once");
+        }
+        let index = crate::state::prefix::Index::load(&prefix).unwrap();
+        assert_eq!(index.restart_point().as_deref(), Some("ckpt.1"));
+        for r in 0..4u32 {
+            let flushed = std::fs::read(prefix.join(format!("rank_{r}.dat"))).unwrap();
+            assert!(
+                flushed == content(r, 1),
+                "width {width}: rank {r}'s flushed file"
+            );
+        }
+    }
+}
+
+/// A background flush with a narrow window that no poll moved (no call between the
+/// checkpoint and the end) is driven to its end by finalize: every rank's part is
+/// copied, one at a time, and recorded byte-exact; a second checkpoint whose start must
+/// evict the first (`cache count = 1`) waits for its windowed flush the same way.
+#[test]
+fn finalize_and_eviction_drive_a_narrow_background_window_to_its_end() {
     let dir = tempfile::tempdir().unwrap();
     let nodes = ["n0", "n1", "n2", "n3"];
     let prefix = dir.path().join("prefix");
@@ -209,23 +283,32 @@ fn a_background_flush_is_not_held_back_by_the_width() {
         ("SCR_FLUSH", "1"),
         ("SCR_FLUSH_ASYNC", "1"),
         ("SCR_FLUSH_WIDTH", "1"),
+        ("SCR_CACHE_SIZE", "1"),
         ("SCR_TEST_WINDOW", spec.as_str()),
     ];
     let out = job(dir.path(), &nodes, &env, |rt, r| {
-        show("ckpt.1", write_content(rt, dir.path(), "ckpt.1", 1, r))
+        vec![
+            show("ckpt.1", write_content(rt, dir.path(), "ckpt.1", 1, r)),
+            show("ckpt.2", write_content(rt, dir.path(), "ckpt.2", 2, r)),
+        ]
     });
-    for (r, (line, end)) in out.iter().enumerate() {
-        assert_eq!(line, "ckpt.1: ok true", "rank {r}");
+    for (r, (lines, end)) in out.iter().enumerate() {
+        assert_eq!(lines, &["ckpt.1: ok true", "ckpt.2: ok true"], "rank {r}");
         assert_eq!(end, &Ok(()), "rank {r}");
     }
-    assert!(
-        !counts.join("flush").exists(),
-        "a background flush went through the window"
+    assert_eq!(
+        gauge(&counts, "flush"),
+        (0, 1, 8),
+        "two flushes of 4 ranks, one at a time"
     );
     let index = crate::state::prefix::Index::load(&prefix).unwrap();
-    assert_eq!(index.restart_point().as_deref(), Some("ckpt.1"));
+    assert_eq!(index.restart_point().as_deref(), Some("ckpt.2"));
     for r in 0..4u32 {
-        let flushed = std::fs::read(prefix.join(format!("rank_{r}.dat"))).unwrap();
-        assert!(flushed == content(r, 1), "rank {r}'s flushed file");
+        let name = format!("rank_{r}.dat");
+        let first = std::fs::read(prefix.join(&name)).unwrap();
+        assert!(first == content(r, 1), "rank {r}'s ckpt.1 in the prefix");
+        // the names were taken by ckpt.1: ckpt.2 went to its own directory
+        let second = std::fs::read(prefix.join(crate::state::prefix::relocated(2, &name))).unwrap();
+        assert!(second == content(r, 2), "rank {r}'s ckpt.2 in the prefix");
     }
 }
