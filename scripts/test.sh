@@ -11,6 +11,13 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy 2>/dev/null || true
 
+# a fresh build with every test takes about 5 GB under target/; a full disk shows up as
+# many unrelated test failures, so say it first
+free_kb=$(df -Pk "$(pwd)" | awk 'NR == 2 { print $4 }')
+if [ -n "$free_kb" ] && [ "$free_kb" -lt $((8 * 1024 * 1024)) ]; then
+    echo "warning: $((free_kb / 1024)) MiB free on $(pwd)'s file system; the build and tests need about 6 GiB (target/, /tmp)" >&2
+fi
+
 echo "== format"
 cargo fmt --all -- --check
 echo "== links (README.md, ARCHITECTURE.md, docs/)"
