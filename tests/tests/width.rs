@@ -44,10 +44,22 @@ fn heat(c: &Cluster, steps: &str) -> JobOutput {
     out
 }
 
+/// The last two rows flush in the background (`flush_async`): there the window moves by
+/// MPI reductions at the library's calls instead of messages between ranks, under the
+/// same bound.
 #[test]
 fn the_width_bounds_the_ranks_at_the_prefix_and_the_restart_is_byte_exact() {
-    for (flush, fetch) in [(1, 2), (2, 1), (256, 256)] {
-        let c = cluster(flush, fetch, 60);
+    for (flush, fetch, background) in [
+        (1, 2, false),
+        (2, 1, false),
+        (256, 256, false),
+        (1, 4, true),
+        (4, 4, true),
+    ] {
+        let mut c = cluster(flush, fetch, 60);
+        if background {
+            c.set("SCR_FLUSH_ASYNC", "1");
+        }
         heat(&c, "22");
         // ckpt.10 and ckpt.20 flushed: two windows of 4 ranks each
         let (now, most, entries) = gauge(&c, "flush");
@@ -149,43 +161,4 @@ fn a_failed_transfer_under_width_one_hangs_no_rank_and_fails_the_flush_on_every_
         );
     }
     assert_eq!(gauge(&c, "fetch"), (0, 1, 4));
-}
-
-/// A background flush (`flush_async`) across processes: its window moves by MPI
-/// reductions at the library's calls, never more than `flush_width` ranks copy at once
-/// (more than one when the width allows), every flush is recorded, and a restart from
-/// the prefix alone is byte-exact.
-#[test]
-fn a_background_flush_keeps_the_width_across_processes() {
-    for flush in [1, 4] {
-        let mut c = cluster(flush, 4, 40);
-        c.set("SCR_FLUSH_ASYNC", "1");
-        heat(&c, "22");
-        let (now, most, entries) = gauge(&c, "flush");
-        assert_eq!((now, entries), (0, 8), "flush_width {flush}");
-        assert!(
-            most >= 1 && most <= i64::from(flush),
-            "flush_width {flush}: {most} at once"
-        );
-        if flush >= 4 {
-            assert!(most > 1, "flush_width {flush} over 4 ranks: {most} at once");
-        }
-        let entries = scr_e2e::index_entries(&c.prefix());
-        assert_eq!(
-            entries,
-            [
-                ("ckpt.10".to_string(), true, None),
-                ("ckpt.20".to_string(), true, None)
-            ],
-            "flush_width {flush}"
-        );
-        wipe_caches(&c);
-        let out = heat(&c, "30");
-        assert_eq!(
-            out.line_after("restarted from "),
-            Some("ckpt.20 at step 20"),
-            "{out}"
-        );
-        assert_eq!(out.final_state(), scr_e2e::reference_state(4, 30, None));
-    }
 }

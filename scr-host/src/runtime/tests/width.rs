@@ -20,6 +20,34 @@ fn window_gauge(dir: &Path, hold_ms: u32) -> (PathBuf, String) {
     (counts, spec)
 }
 
+/// The flush of `ckpt.1` went through a window of `width` over 4 ranks (the gauge in
+/// `counts`: every rank entered once, never more than the width at once, more than one
+/// when the width allows) and is the prefix's restart point, byte-exact.
+fn assert_flushed_within(counts: &Path, prefix: &Path, width: u32) {
+    let (now, most, entries) = gauge(counts, "flush");
+    assert_eq!(
+        (now, entries),
+        (0, 4),
+        "width {width}: one flush of 4 ranks"
+    );
+    assert!(
+        most >= 1 && most <= i64::from(width),
+        "width {width}: {most} at once"
+    );
+    if width >= 4 {
+        assert!(most > 1, "width {width} >= 4 ranks: only {most} at once");
+    }
+    let index = crate::state::prefix::Index::load(prefix).unwrap();
+    assert_eq!(index.restart_point().as_deref(), Some("ckpt.1"));
+    for r in 0..4u32 {
+        let flushed = std::fs::read(prefix.join(format!("rank_{r}.dat"))).unwrap();
+        assert!(
+            flushed == content(r, 1),
+            "width {width}: rank {r}'s flushed file"
+        );
+    }
+}
+
 /// Write checkpoint `name` with this rank's `content(rank, step)` in `rank_<r>.dat`.
 fn write_content(rt: &mut Runtime, dir: &Path, name: &str, step: u32, r: u32) -> Result<bool> {
     rt.start_output(name, CHECKPOINT)?;
@@ -74,28 +102,7 @@ fn no_more_ranks_than_the_width_copy_to_or_read_from_the_prefix_at_once() {
                 assert_eq!(line, "ckpt.1: ok true", "width {width}, rank {r}");
                 assert_eq!(end, &Ok(()), "width {width}, rank {r}");
             }
-            let (now, most, entries) = gauge(&counts, "flush");
-            assert_eq!(
-                (now, entries),
-                (0, 4),
-                "width {width}: one flush of 4 ranks"
-            );
-            assert!(
-                most >= 1 && most <= i64::from(width),
-                "width {width}: {most} at once"
-            );
-            if width >= 4 {
-                assert!(most > 1, "width {width} >= 4 ranks: only {most} at once");
-            }
-            let index = crate::state::prefix::Index::load(&prefix).unwrap();
-            assert_eq!(index.restart_point().as_deref(), Some("ckpt.1"));
-            for r in 0..4u32 {
-                let flushed = std::fs::read(prefix.join(format!("rank_{r}.dat"))).unwrap();
-                assert!(
-                    flushed == content(r, 1),
-                    "width {width}: rank {r}'s flushed file"
-                );
-            }
+            assert_flushed_within(&counts, &prefix, width);
 
             // every cache lost: the restart comes from the prefix
             for base in ["cache", "cntl"] {
@@ -243,28 +250,7 @@ fn a_background_flush_is_bounded_by_the_width_and_moves_at_polls() {
             );
             assert_eq!(end, &Ok(()), "width {width}, rank {r}");
         }
-        let (now, most, entries) = gauge(&counts, "flush");
-        assert_eq!(
-            (now, entries),
-            (0, 4),
-            "width {width}: one flush of 4 ranks"
-        );
-        assert!(
-            most >= 1 && most <= i64::from(width),
-            "width {width}: {most} at once"
-        );
-        if width >= 4 {
-            assert!(most > 1, "width {width}: only {most} at once");
-        }
-        let index = crate::state::prefix::Index::load(&prefix).unwrap();
-        assert_eq!(index.restart_point().as_deref(), Some("ckpt.1"));
-        for r in 0..4u32 {
-            let flushed = std::fs::read(prefix.join(format!("rank_{r}.dat"))).unwrap();
-            assert!(
-                flushed == content(r, 1),
-                "width {width}: rank {r}'s flushed file"
-            );
-        }
+        assert_flushed_within(&counts, &prefix, width);
     }
 }
 
