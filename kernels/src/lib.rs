@@ -24,13 +24,13 @@ pub mod matrix;
 mod scalar;
 
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-mod avx2;
+mod pshufb;
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+use pshufb::{avx2, ssse3};
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 mod gfni;
 #[cfg(target_arch = "aarch64")]
 mod neon;
-#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-mod ssse3;
 
 use std::fmt;
 use std::sync::OnceLock;
