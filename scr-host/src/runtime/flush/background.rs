@@ -71,7 +71,11 @@ impl Flusher<'_> {
                 window.width()
             ));
         }
-        let queued = if rank < window.width() {
+        // an earlier background flush still in its window goes first: two flushes
+        // copying at once would let twice the width in (the list is the same on every
+        // rank, so every rank decides alike)
+        let first = self.flushing.windows.is_empty();
+        let queued = if first && rank < window.width() {
             self.start_background(rec, &place, &window);
             None
         } else {
@@ -142,19 +146,26 @@ impl Flusher<'_> {
     }
 
     /// Move each window to `lows` (agreed: per window the lowest rank whose part has not
-    /// ended): the ranks below `low + width` start their part, and a window every rank
-    /// passed is dropped (on every rank alike).
+    /// ended): in the oldest window not yet passed, the ranks below `low + width` start
+    /// their part (a later one waits for it, so that no more than the width copy at
+    /// once whatever the number of flushes); a window every rank passed is dropped (on
+    /// every rank alike).
     fn advance_windows(&mut self, lows: &[u64]) {
         let rank = u64::from(self.world.rank());
         let size = u64::from(self.world.size());
         let mut windows = std::mem::take(&mut self.flushing.windows);
+        let mut earlier_open = false;
         for (t, &low) in windows.iter_mut().zip(lows) {
             t.low = low;
-            if rank < low + u64::from(t.window.width()) {
+            if low >= size {
+                continue;
+            }
+            if !earlier_open && rank < low + u64::from(t.window.width()) {
                 if let Some(q) = t.queued.take() {
                     self.start_background(&q.rec, &q.place, &t.window);
                 }
             }
+            earlier_open = true;
         }
         windows.retain(|t| t.low < size);
         self.flushing.windows = windows;

@@ -254,47 +254,55 @@ fn a_background_flush_is_bounded_by_the_width_and_moves_at_polls() {
     }
 }
 
-/// A background flush with a narrow window that no poll moved (no call between the
-/// checkpoint and the end) is driven to its end by finalize: every rank's part is
-/// copied, one at a time, and recorded byte-exact; a second checkpoint whose start must
-/// evict the first (`cache count = 1`) waits for its windowed flush the same way.
+/// Two background flushes with a narrow window (width 1): no more than one rank copies
+/// at once across both, whether the second checkpoint's start must evict the first
+/// (`cache_size = 1`: it waits for the first flush, driving its window to the end) or
+/// not (`cache_size = 2`: the second flush waits behind the first's window); finalize
+/// drives what is left to its end, and both are recorded byte-exact.
 #[test]
-fn finalize_and_eviction_drive_a_narrow_background_window_to_its_end() {
-    let dir = tempfile::tempdir().unwrap();
+fn two_narrow_background_windows_never_copy_more_than_the_width() {
     let nodes = ["n0", "n1", "n2", "n3"];
-    let prefix = dir.path().join("prefix");
-    let (counts, spec) = window_gauge(dir.path(), 20);
-    let env = [
-        ("SCR_COPY_TYPE", "SINGLE"),
-        ("SCR_FLUSH", "1"),
-        ("SCR_FLUSH_ASYNC", "1"),
-        ("SCR_FLUSH_WIDTH", "1"),
-        ("SCR_CACHE_SIZE", "1"),
-        ("SCR_TEST_WINDOW", spec.as_str()),
-    ];
-    let out = job(dir.path(), &nodes, &env, |rt, r| {
-        vec![
-            show("ckpt.1", write_content(rt, dir.path(), "ckpt.1", 1, r)),
-            show("ckpt.2", write_content(rt, dir.path(), "ckpt.2", 2, r)),
-        ]
-    });
-    for (r, (lines, end)) in out.iter().enumerate() {
-        assert_eq!(lines, &["ckpt.1: ok true", "ckpt.2: ok true"], "rank {r}");
-        assert_eq!(end, &Ok(()), "rank {r}");
-    }
-    assert_eq!(
-        gauge(&counts, "flush"),
-        (0, 1, 8),
-        "two flushes of 4 ranks, one at a time"
-    );
-    let index = crate::state::prefix::Index::load(&prefix).unwrap();
-    assert_eq!(index.restart_point().as_deref(), Some("ckpt.2"));
-    for r in 0..4u32 {
-        let name = format!("rank_{r}.dat");
-        let first = std::fs::read(prefix.join(&name)).unwrap();
-        assert!(first == content(r, 1), "rank {r}'s ckpt.1 in the prefix");
-        // the names were taken by ckpt.1: ckpt.2 went to its own directory
-        let second = std::fs::read(prefix.join(crate::state::prefix::relocated(2, &name))).unwrap();
-        assert!(second == content(r, 2), "rank {r}'s ckpt.2 in the prefix");
+    for cache_size in ["1", "2"] {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("prefix");
+        let (counts, spec) = window_gauge(dir.path(), 20);
+        let env = [
+            ("SCR_COPY_TYPE", "SINGLE"),
+            ("SCR_FLUSH", "1"),
+            ("SCR_FLUSH_ASYNC", "1"),
+            ("SCR_FLUSH_WIDTH", "1"),
+            ("SCR_CACHE_SIZE", cache_size),
+            ("SCR_TEST_WINDOW", spec.as_str()),
+        ];
+        let out = job(dir.path(), &nodes, &env, |rt, r| {
+            vec![
+                show("ckpt.1", write_content(rt, dir.path(), "ckpt.1", 1, r)),
+                show("ckpt.2", write_content(rt, dir.path(), "ckpt.2", 2, r)),
+            ]
+        });
+        for (r, (lines, end)) in out.iter().enumerate() {
+            assert_eq!(
+                lines,
+                &["ckpt.1: ok true", "ckpt.2: ok true"],
+                "cache_size {cache_size}, rank {r}"
+            );
+            assert_eq!(end, &Ok(()), "cache_size {cache_size}, rank {r}");
+        }
+        assert_eq!(
+            gauge(&counts, "flush"),
+            (0, 1, 8),
+            "cache_size {cache_size}: two flushes of 4 ranks, one rank at a time"
+        );
+        let index = crate::state::prefix::Index::load(&prefix).unwrap();
+        assert_eq!(index.restart_point().as_deref(), Some("ckpt.2"));
+        for r in 0..4u32 {
+            let name = format!("rank_{r}.dat");
+            let first = std::fs::read(prefix.join(&name)).unwrap();
+            assert!(first == content(r, 1), "rank {r}'s ckpt.1 in the prefix");
+            // the names were taken by ckpt.1: ckpt.2 went to its own directory
+            let second =
+                std::fs::read(prefix.join(crate::state::prefix::relocated(2, &name))).unwrap();
+            assert!(second == content(r, 2), "rank {r}'s ckpt.2 in the prefix");
+        }
     }
 }
