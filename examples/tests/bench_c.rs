@@ -91,6 +91,24 @@ fn every_scheme_is_measured_from_c_against_the_plain_loop() {
         assert!(positive(&r["mib_per_s"]["median"]), "{r}");
         if scheme != "plain" {
             assert!(positive(&r["vs_plain"]["median"]), "{r}");
+            // the stall per checkpoint is the loop less its sleeps (2 x 10 ms) over the
+            // 2 timed checkpoints, against the plain loop's in the same job
+            let job = jobs
+                .iter()
+                .find(|j| j["scheme"] == scheme)
+                .expect("its job");
+            let stall_of = |key: &str| (job[key].as_f64().unwrap() - 0.02) / 2.0 * 1e3;
+            let (stall, plain) = (stall_of("seconds"), stall_of("plain_seconds"));
+            let got = r["stall_ms"]["median"].as_f64().unwrap_or(f64::NAN);
+            assert!(
+                (got - stall).abs() < 1e-6,
+                "stall {got} ms, expected {stall}: {r}"
+            );
+            let ratio = r["stall_vs_plain"]["median"].as_f64().unwrap_or(f64::NAN);
+            assert!((ratio - stall / plain).abs() < 1e-9, "{r}");
+        } else {
+            assert!(positive(&r["stall_ms"]["median"]), "{r}");
+            assert!(r["stall_vs_plain"].is_null(), "{r}");
         }
     }
     assert_clean(dir.path(), &out);

@@ -53,6 +53,10 @@ Columns of the table (one row per scheme and size per rank):
   x plain     MiB/s / the plain loop's MiB/s in the same job (median of the per-job
               ratios; 1.00 = as fast as writing without the library)
   loop s      the slowest rank's loop seconds (median)
+  stall ms    the application's time per checkpoint outside its --sleep: (loop s -
+              checkpoints x sleep) / checkpoints, what a checkpoint costs it
+  x stall     stall ms / the plain loop's stall ms in the same job (median of the
+              per-job ratios; 1.00 = a checkpoint costs what writing the files costs)
 The detail lines give [min-max] over the repetitions.";
 
 #[derive(Parser)]
@@ -622,6 +626,20 @@ struct Line {
     vs_plain: Option<Spread>,
     seconds: Spread,
     plain: Spread,
+    /// The application's stall per checkpoint: the loop's time less its sleeps, over
+    /// the timed checkpoints (ms).
+    stall: Spread,
+    /// `stall` over the plain loop's in the same job (below 1: less than writing the
+    /// files without the library costs).
+    stall_vs_plain: Option<Spread>,
+}
+
+/// The application's stall per checkpoint of a loop that took `seconds` (ms): the time
+/// it spent outside its own sleeps ("compute"), over the timed checkpoints. What a
+/// library that works while the application computes must keep near the plain write's.
+fn stall_ms(args: &Args, seconds: f64) -> f64 {
+    let n = args.checkpoints as f64;
+    ((seconds - n * args.sleep) / n * 1e3).max(0.0)
 }
 
 fn report(args: &Args, keep: u64, jobs: &[Job]) {
@@ -638,6 +656,8 @@ fn report(args: &Args, keep: u64, jobs: &[Job]) {
             vs_plain: None,
             seconds: Spread::of(at.iter().map(|j| j.num("plain_seconds"))),
             plain: Spread::of(at.iter().map(|j| j.num("plain_mib_per_s"))),
+            stall: Spread::of(at.iter().map(|j| stall_ms(args, j.num("plain_seconds")))),
+            stall_vs_plain: None,
         });
         for scheme in &args.schemes {
             let of: Vec<&&Job> = at.iter().filter(|j| &j.scheme == scheme).collect();
@@ -651,6 +671,10 @@ fn report(args: &Args, keep: u64, jobs: &[Job]) {
                 )),
                 seconds: Spread::of(of.iter().map(|j| j.num("seconds"))),
                 plain: Spread::of(of.iter().map(|j| j.num("plain_mib_per_s"))),
+                stall: Spread::of(of.iter().map(|j| stall_ms(args, j.num("seconds")))),
+                stall_vs_plain: Some(Spread::of(of.iter().map(|j| {
+                    stall_ms(args, j.num("seconds")) / stall_ms(args, j.num("plain_seconds"))
+                }))),
             });
         }
     }
@@ -665,6 +689,8 @@ fn report(args: &Args, keep: u64, jobs: &[Job]) {
                     "vs_plain": l.vs_plain.as_ref().map(Spread::json),
                     "seconds": l.seconds.json(),
                     "plain_mib_per_s": l.plain.json(),
+                    "stall_ms": l.stall.json(),
+                    "stall_vs_plain": l.stall_vs_plain.as_ref().map(Spread::json),
                 })
             })
             .collect();
@@ -703,19 +729,23 @@ fn report(args: &Args, keep: u64, jobs: &[Job]) {
     );
     println!();
     println!(
-        "{:<8} {:>8} {:>8} {:>8} {:>8}",
-        "scheme", "MiB/rank", "MiB/s", "x plain", "loop s"
+        "{:<8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8}",
+        "scheme", "MiB/rank", "MiB/s", "x plain", "loop s", "stall ms", "x stall"
     );
     for l in &lines {
         println!(
-            "{:<8} {:>8} {:>8.0} {:>8} {:>8.3}",
+            "{:<8} {:>8} {:>8.0} {:>8} {:>8.3} {:>9.1} {:>8}",
             l.scheme,
             l.mib,
             l.rate.median,
             l.vs_plain
                 .as_ref()
                 .map_or("-".into(), |s| format!("{:.2}", s.median)),
-            l.seconds.median
+            l.seconds.median,
+            l.stall.median,
+            l.stall_vs_plain
+                .as_ref()
+                .map_or("-".into(), |s| format!("{:.2}", s.median)),
         );
     }
     println!();
@@ -728,13 +758,16 @@ fn report(args: &Args, keep: u64, jobs: &[Job]) {
                 l.rate.show(0)
             ),
             Some(v) => println!(
-                "  {} {} MiB: {} MiB/s, x plain {}, plain in its jobs {} MiB/s, loop {} s",
+                "  {} {} MiB: {} MiB/s, x plain {}, plain in its jobs {} MiB/s, loop {} s, \
+                 stall {} ms per checkpoint, x plain stall {}",
                 l.scheme,
                 l.mib,
                 l.rate.show(0),
                 v.show(2),
                 l.plain.show(0),
-                l.seconds.show(3)
+                l.seconds.show(3),
+                l.stall.show(1),
+                l.stall_vs_plain.as_ref().map_or("-".into(), |s| s.show(2)),
             ),
         }
     }
