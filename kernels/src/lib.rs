@@ -33,6 +33,27 @@ mod gfni;
 mod neon;
 
 use std::fmt;
+
+/// The first `N` of `dsts`, each cut into exactly `blocks` vectors of `W` bytes and the
+/// bytes after them: the vector kernels' loops then index every destination's blocks
+/// with no bounds checks, and the tails go to the scalar code.
+#[cfg_attr(
+    not(any(target_arch = "x86", target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
+fn split_dests<'a, const N: usize, const W: usize>(
+    dsts: &'a mut [&mut [u8]],
+    blocks: usize,
+) -> [(&'a mut [[u8; W]], &'a mut [u8]); N] {
+    let mut dests = dsts.iter_mut();
+    std::array::from_fn(|_| {
+        let (v, tail) = dests
+            .next()
+            .expect("one group of N destinations")
+            .as_chunks_mut::<W>();
+        (&mut v[..blocks], tail)
+    })
+}
 use std::sync::OnceLock;
 
 /// The environment variable that forces one implementation (its [`Isa::name`]); unset or

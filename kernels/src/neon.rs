@@ -87,14 +87,7 @@ fn mul_add_group<const N: usize>(dsts: &mut [&mut [u8]], src: &[u8], coefs: &[u8
         std::array::from_fn(|j| (bytemuck::cast(nib[j].0), bytemuck::cast(nib[j].1)));
     let (sv, st) = src.as_chunks::<W>();
     let blocks = sv.len();
-    let mut dests = dsts.iter_mut();
-    let parts: [(&mut [[u8; W]], &mut [u8]); N] = std::array::from_fn(|_| {
-        let (v, t) = dests
-            .next()
-            .expect("one group of N destinations")
-            .as_chunks_mut::<W>();
-        (&mut v[..blocks], t)
-    });
+    let parts = crate::split_dests::<N, W>(dsts, blocks);
     for (i, s) in sv.iter().enumerate() {
         let n = nibbles(bytemuck::cast(*s));
         for j in 0..N {

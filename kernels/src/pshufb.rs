@@ -140,16 +140,7 @@ macro_rules! pshufb_module {
                 }
                 let (sv, st) = src.as_chunks::<W>();
                 let blocks = sv.len();
-                let mut dests = dsts.iter_mut();
-                // Every destination cut to exactly `blocks` vectors, so the loop's indexing needs no
-                // bounds checks.
-                let parts: [(&mut [[u8; W]], &mut [u8]); N] = std::array::from_fn(|_| {
-                    let (v, t) = dests
-                        .next()
-                        .expect("one group of N destinations")
-                        .as_chunks_mut::<W>();
-                    (&mut v[..blocks], t)
-                });
+                let parts = crate::split_dests::<N, W>(dsts, blocks);
                 for (i, s) in sv.iter().enumerate() {
                     let n = nibbles(bytemuck::cast(*s));
                     for j in 0..N {
@@ -184,14 +175,7 @@ macro_rules! pshufb_module {
                     .iter()
                     .map(|s| &s.as_chunks::<W>().0[..blocks])
                     .collect();
-                let mut dests = dsts.iter_mut();
-                let parts: [(&mut [[u8; W]], &mut [u8]); N] = std::array::from_fn(|_| {
-                    let (v, t) = dests
-                        .next()
-                        .expect("one group of N destinations")
-                        .as_chunks_mut::<W>();
-                    (&mut v[..blocks], t)
-                });
+                let parts = crate::split_dests::<N, W>(dsts, blocks);
                 for b in 0..blocks {
                     let mut acc = [$zero(); N];
                     for (i, s) in sv.iter().enumerate() {
