@@ -169,8 +169,14 @@ fn no_partial_files(prefix: &Path) {
 /// Rank 1 is killed right after its transfer of ckpt.20 started (the job dies with it),
 /// then the job is started again on the same caches.
 fn interrupted_flush(asynchronous: bool) -> Cluster {
+    interrupted_flush_in(asynchronous, 256)
+}
+
+/// [`interrupted_flush`] with `flush_width` ranks copying at once.
+fn interrupted_flush_in(asynchronous: bool, width: u32) -> Cluster {
     let mut c = Cluster::new();
     c.set("SCR_FLUSH", "2")
+        .set("SCR_FLUSH_WIDTH", &width.to_string())
         .set("SCR_FLUSH_ASYNC", if asynchronous { "1" } else { "0" });
     assert_eq!(heat(&c, &["--steps", "12", "--cells", "200000"]).code, 0);
     c.set("SCR_FAULT", "flush-dispatched:1");
@@ -308,6 +314,64 @@ fn an_interrupted_sync_flush_is_cleaned_up_when_the_caches_are_lost() {
 #[test]
 fn an_interrupted_async_flush_is_cleaned_up_when_the_caches_are_lost() {
     an_interrupted_flush_is_cleaned_up(true);
+}
+
+/// A background flush killed inside a window of one rank: rank 0's part was copied,
+/// rank 1 dies as its turn starts, ranks 2 and 3 never started theirs. The next init
+/// cannot resume a flush whose parts left no state, so it cleans it up (nothing partial
+/// is left, the entry is marked failed) and the job restarts from ckpt.20 in cache; its
+/// finalize flushes ckpt.20 again, byte-exact, one rank at a time.
+#[test]
+fn a_background_flush_killed_inside_a_narrow_window_is_cleaned_up_and_flushed_again() {
+    let c = interrupted_flush_in(true, 1);
+    let out = heat(&c, &["--steps", "22", "--cells", "200000"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stderr
+            .contains("the flush of ckpt.20 that an earlier run left unfinished cannot be resumed"),
+        "{out}"
+    );
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.20 at step 20"),
+        "{out}"
+    );
+    assert_eq!(
+        out.final_state(),
+        scr_e2e::reference_state(4, 22, Some(200000))
+    );
+    no_partial_files(&c.prefix());
+    assert_eq!(current(&c).as_deref(), Some("ckpt.20"), "{:?}", index(&c));
+    let id = Index::load(&c.prefix())
+        .unwrap()
+        .datasets
+        .into_values()
+        .find(|d| d.name == "ckpt.20" && d.complete)
+        .map(|d| d.id)
+        .expect("ckpt.20 flushed again");
+    // every rank's file in the prefix is byte-exact with its cached copy (at its own
+    // path, or relocated when the interrupted flush's name was still taken)
+    for rank in 0..4 {
+        let node = if rank < 2 { "n0" } else { "n1" };
+        let cached = files_below(&c.cache_dir(node))
+            .into_iter()
+            .find(|p| p.ends_with(format!("ckpt.20/rank_{rank}.ckpt")))
+            .expect("cached file");
+        let name = format!("ckpt.20/rank_{rank}.ckpt");
+        let flushed = [
+            c.prefix().join(&name),
+            c.prefix()
+                .join(scr_host::state::prefix::relocated(id, &name)),
+        ]
+        .into_iter()
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("rank {rank}'s file of ckpt.20 in the prefix"));
+        assert_eq!(
+            std::fs::read(flushed).unwrap(),
+            std::fs::read(cached).unwrap(),
+            "rank {rank}"
+        );
+    }
 }
 
 #[test]
