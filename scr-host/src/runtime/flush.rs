@@ -49,7 +49,7 @@
 //! Transfers get a [`LocalHost`](crate::local_host::LocalHost): a one-member host whose log is the runtime's and whose
 //! cancellation flag (`Flushing::cancel`) the runtime sets to stop background transfers.
 
-use super::window::Direction;
+use super::window::{Direction, Window};
 use crate::config::settings;
 use scr_plugin::sync::lock;
 use std::collections::{BTreeMap, BTreeSet};
@@ -324,7 +324,7 @@ impl Flusher<'_> {
         // if the run dies mid-flush, the next init cleans it up even when every cache is
         // lost with the filemaps that name the files (see `resume`)
         self.record_writes(rec.id, &place.writes(rec, self.job.prefix()));
-        let window = crate::runtime::window::Window::of(self.config, self.hooks, Direction::Flush);
+        let window = Window::of(self.config, self.hooks, Direction::Flush);
         if self.config.get(settings::FLUSH_ASYNC) {
             // the ranks the window lets in start now, the others at later polls (see
             // `background`: its waiters make no MPI call to pass a turn on)
