@@ -11,7 +11,10 @@
 //!   rank's files as sources and destinations the flush could have chosen (the file's
 //!   own path in the prefix or, on every rank alike, its relocated path). The transfer
 //!   copies what is missing and the host verifies every destination (size and CRC32 from
-//!   the filemap) exactly as for a new flush, then records it in the index;
+//!   the filemap) exactly as for a new flush, then records it in the index. A rank
+//!   without a state file whose part never started (a background flush's window had not
+//!   let it in) starts a new transfer to where the reopened ones write, when some rank
+//!   reopened one and none of its own paths belongs to a complete dataset now;
 //! - **cleaned up** otherwise: each reopened transfer is cancelled (which removes its
 //!   partial files), this rank's destinations that no complete dataset in the prefix
 //!   owns are removed, and the entry is marked failed with the reason. A dataset still in
@@ -100,6 +103,9 @@ enum Part {
     Empty = 3,
     /// The dataset is not complete in this rank's cache.
     NotCached = 4,
+    /// This rank's part never started (no transfer state: a background flush's window
+    /// had not let it in): resumable by a new transfer to where the others write.
+    Fresh = 5,
 }
 
 impl Part {
@@ -116,6 +122,7 @@ impl Part {
                 Some(p) if p.stored.is_some() => Part::Relocated,
                 Some(_) => Part::InPlace,
             },
+            (Some(_), Err(Unresumable::NoState(_))) => Part::Fresh,
             (Some(_), Err(_)) => Part::No,
         }
     }
@@ -129,8 +136,20 @@ struct Agreed {
     /// Some ranks' transfers write to the files' own paths, others' to the dataset's
     /// own directory.
     mixed: bool,
-    /// Every rank reopened its transfer, all to the same kind of destination.
+    /// Every rank reopened its transfer, all to the same kind of destination, or has
+    /// none because its part never started while some rank's says where the files go.
     resumable: bool,
+    /// The resumed transfers write to the dataset's own directory.
+    relocated: bool,
+}
+
+/// This rank's part of a resumed flush.
+enum Resume {
+    /// Its transfer, reopened from its state.
+    Reopened(Started),
+    /// A new transfer of its files (its part never started), to the dataset's own
+    /// directory or to the files' own paths, as the reopened ones write.
+    Fresh { relocate: bool },
 }
 
 impl Flusher<'_> {
@@ -181,16 +200,27 @@ impl Flusher<'_> {
             .filter(|r| r.complete && entry.world_size == self.topo.size())
             .cloned();
         let reopened = self.reopen(entry, rec.as_ref(), &state);
-        let reopened = self.refuse_owned(reopened);
-        if let (Some(_), Err(why)) = (&rec, &reopened) {
-            tracing::warn!("the interrupted flush of {}: {why}", entry.name);
+        let reopened = self.refuse_owned(reopened, rec.as_ref());
+        match (&rec, &reopened) {
+            (Some(_), Err(Unresumable::NoState(_))) => tracing::info!(
+                "the interrupted flush of {}: this rank's part never started; it starts anew if the others' parts resume",
+                entry.name
+            ),
+            (Some(_), Err(why)) => {
+                tracing::warn!("the interrupted flush of {}: {why}", entry.name)
+            }
+            _ => {}
         }
         let agreed = self.agree_on_parts(Part::of(rec.as_ref(), &reopened));
         if agreed.resumable {
-            let Ok(started) = reopened else {
-                unreachable!("every rank reopened its transfer")
+            let part = match reopened {
+                Ok(started) => Resume::Reopened(started),
+                Err(Unresumable::NoState(_)) => Resume::Fresh {
+                    relocate: agreed.relocated,
+                },
+                Err(_) => unreachable!("every rank reopened its transfer or has none"),
             };
-            self.resume_flush(entry, rec.as_ref(), started);
+            self.resume_flush(entry, rec.as_ref(), part);
         } else {
             self.abandon_flush(entry, rec, reopened, &agreed);
         }
@@ -200,23 +230,38 @@ impl Flusher<'_> {
     /// `reopened`, unless a destination of it belongs to a complete dataset (collective:
     /// [`Flusher::owned_among`]). What complete datasets own a resumed transfer must not
     /// write (a dataset scavenged or flushed since may hold that path now), and the
-    /// cleanup never removes it.
+    /// cleanup never removes it. A part that never started (no state) is checked at its
+    /// files' own paths in the prefix, where a new transfer of it may write (its
+    /// relocated paths are the dataset's own directory, which no other dataset owns).
     fn refuse_owned(
         &self,
         reopened: std::result::Result<Started, Unresumable>,
+        rec: Option<&DatasetRecord>,
     ) -> std::result::Result<Started, Unresumable> {
-        let destinations: Vec<PathBuf> = reopened
-            .as_ref()
-            .map(|s| s.files.iter().map(|p| p.destination.clone()).collect())
-            .unwrap_or_default();
+        let destinations: Vec<PathBuf> = match (&reopened, rec) {
+            (Ok(s), _) => s.files.iter().map(|p| p.destination.clone()).collect(),
+            (Err(Unresumable::NoState(_)), Some(rec)) => rec
+                .files
+                .iter()
+                .map(|f| self.job.prefix().join(&f.name))
+                .collect(),
+            _ => Vec::new(),
+        };
         let owned = self.owned_among(&destinations);
-        reopened.and_then(|s| match &owned {
-            None => Err(Unresumable::OwnedUnknown),
-            Some(o) => match s.files.iter().find(|p| o.contains(&p.destination)) {
+        let fresh = matches!(reopened, Err(Unresumable::NoState(_)));
+        match (&owned, reopened) {
+            (None, Ok(_)) => Err(Unresumable::OwnedUnknown),
+            (None, Err(_)) if fresh => Err(Unresumable::OwnedUnknown),
+            (Some(o), Ok(s)) => match s.files.iter().find(|p| o.contains(&p.destination)) {
                 Some(p) => Err(Unresumable::Owned(p.destination.clone())),
                 None => Ok(s),
             },
-        })
+            (Some(o), Err(e)) if fresh => match destinations.iter().find(|p| o.contains(*p)) {
+                Some(p) => Err(Unresumable::Owned(p.clone())),
+                None => Err(e),
+            },
+            (_, Err(e)) => Err(e),
+        }
     }
 
     /// Which answers some rank gave (collective), so that all take the same road (one
@@ -226,22 +271,21 @@ impl Flusher<'_> {
         let some = |p: Part| parts & (1u64 << (p as u8)) != 0;
         let cached = !some(Part::NotCached);
         let mixed = some(Part::InPlace) && some(Part::Relocated);
+        // a part that never started goes where the reopened ones write: some must say
+        let placed = some(Part::InPlace) || some(Part::Relocated);
         Agreed {
             cached,
             mixed,
-            resumable: cached && !some(Part::No) && !mixed,
+            resumable: cached && !some(Part::No) && !mixed && (!some(Part::Fresh) || placed),
+            relocated: some(Part::Relocated),
         }
     }
 
-    /// Every rank reopened its part of the interrupted flush of `entry`: dispatch this
-    /// rank's transfer (`started`), verify it and record the flush (collective); if it
-    /// fails anywhere, what it wrote is removed (it is recorded failed, with its reason).
-    fn resume_flush(
-        &mut self,
-        entry: &IndexEntry,
-        rec: Option<&DatasetRecord>,
-        mut started: Started,
-    ) {
+    /// Every rank reopened its part of the interrupted flush of `entry`, or has a part
+    /// that never started: dispatch this rank's transfer (`part`: reopened, or new),
+    /// verify it and record the flush (collective); if it fails anywhere, what it wrote
+    /// is removed (it is recorded failed, with its reason).
+    fn resume_flush(&mut self, entry: &IndexEntry, rec: Option<&DatasetRecord>, part: Resume) {
         self.flushing
             .started
             .insert(entry.id, std::time::Instant::now());
@@ -253,13 +297,22 @@ impl Flusher<'_> {
             self.hooks,
             crate::runtime::window::Direction::Flush,
         );
-        let outcome: RankOutcome = window.run(self.world.as_dyn(), || {
-            let dispatched = started
-                .transfer
-                .dispatch(host_ref(&started.host))
-                .into_result()
-                .map_err(|e| format!("{e} ({})", started.label));
-            dispatched.and_then(|()| collect(started, false, "when written", buf))
+        let outcome: RankOutcome = window.run(self.world.as_dyn(), || match part {
+            Resume::Reopened(mut started) => {
+                let dispatched = started
+                    .transfer
+                    .dispatch(host_ref(&started.host))
+                    .into_result()
+                    .map_err(|e| format!("{e} ({})", started.label));
+                dispatched.and_then(|()| collect(started, false, "when written", buf))
+            }
+            Resume::Fresh { relocate } => {
+                let rec = rec.expect("a resumed flush's dataset is in every rank's cache");
+                transfers!(self)
+                    .start(rec, relocate, false)
+                    .map_err(|e| e.to_string())
+                    .and_then(|s| collect(s, false, "when written", buf))
+            }
         });
         let text = self.finish_agreed(entry, &outcome);
         if text.is_empty() {
