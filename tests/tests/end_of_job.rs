@@ -374,6 +374,73 @@ fn a_background_flush_killed_inside_a_narrow_window_is_resumed_with_the_parts_ne
     }
 }
 
+/// As above, with the names taken: the prefix holds an older ckpt.20 (the run went back
+/// to ckpt.10), so the new ckpt.20's background flush writes to its own directory. Ranks
+/// 2 and 3, whose part never started, find their files' own paths owned by the older
+/// ckpt.20: they copy into the dataset's directory like the reopened parts, and the older
+/// checkpoint's files stay byte for byte.
+#[test]
+fn a_relocated_background_flush_killed_inside_a_narrow_window_is_resumed_into_its_directory() {
+    let mut c = Cluster::new();
+    c.set("SCR_FLUSH", "2")
+        .set("SCR_FLUSH_ASYNC", "1")
+        .set("SCR_FLUSH_WIDTH", "1");
+    let args = |steps: &'static str| vec!["--steps", steps, "--cells", "200000"];
+    assert_eq!(heat(&c, &args("22")).code, 0);
+    let older: Vec<Vec<u8>> = (0..4)
+        .map(|r| std::fs::read(c.prefix().join(format!("ckpt.20/rank_{r}.ckpt"))).unwrap())
+        .collect();
+    let pin = Command::new(binary("scr"))
+        .args(["index", "current", "ckpt.10", "--prefix"])
+        .arg(c.prefix())
+        .output()
+        .unwrap();
+    assert!(pin.status.success(), "{pin:?}");
+    wipe_caches(&c);
+    c.set("SCR_FAULT", "flush-dispatched:1");
+    let crashed = heat(&c, &args("22"));
+    assert_ne!(crashed.code, 0, "{crashed}");
+    c.env.remove("SCR_FAULT");
+    let out = heat(&c, &args("22"));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stderr
+            .contains("the flush of ckpt.20 that an earlier run left unfinished was resumed"),
+        "{out}"
+    );
+    no_partial_files(&c.prefix());
+    let newer = Index::load(&c.prefix())
+        .unwrap()
+        .datasets
+        .into_values()
+        .filter(|d| d.name == "ckpt.20" && d.complete)
+        .map(|d| d.id)
+        .max()
+        .expect("ckpt.20 recorded");
+    for rank in 0..4 {
+        let node = if rank < 2 { "n0" } else { "n1" };
+        let cached = files_below(&c.cache_dir(node))
+            .into_iter()
+            .find(|p| p.ends_with(format!("ckpt.20/rank_{rank}.ckpt")))
+            .expect("cached file");
+        let name = format!("ckpt.20/rank_{rank}.ckpt");
+        let moved = c
+            .prefix()
+            .join(scr_host::state::prefix::relocated(newer, &name));
+        assert_eq!(
+            std::fs::read(&moved).unwrap_or_default(),
+            std::fs::read(cached).unwrap(),
+            "rank {rank}: {}",
+            moved.display()
+        );
+        assert_eq!(
+            std::fs::read(c.prefix().join(&name)).unwrap(),
+            older[rank],
+            "rank {rank}'s older ckpt.20 changed"
+        );
+    }
+}
+
 #[test]
 fn a_faked_slurm_end_time_triggers_the_halt_seconds_rule() {
     let mut c = Cluster::new();

@@ -14,7 +14,8 @@
 //!   the filemap) exactly as for a new flush, then records it in the index. A rank
 //!   without a state file whose part never started (a background flush's window had not
 //!   let it in) starts a new transfer to where the reopened ones write, when some rank
-//!   reopened one and none of its own paths belongs to a complete dataset now;
+//!   reopened one (and, where a complete dataset owns one of its files' own paths now,
+//!   only when those write to the dataset's own directory);
 //! - **cleaned up** otherwise: each reopened transfer is cancelled (which removes its
 //!   partial files), this rank's destinations that no complete dataset in the prefix
 //!   owns are removed, and the entry is marked failed with the reason. A dataset still in
@@ -85,6 +86,10 @@ enum Unresumable {
     /// A destination belongs to a complete dataset.
     #[error("{} belongs to a complete dataset now", .0.display())]
     Owned(PathBuf),
+    /// This rank's part never started and one of its files' own paths belongs to a
+    /// complete dataset: it can only be written to the dataset's own directory.
+    #[error("no transfer state, and {} belongs to a complete dataset now", .0.display())]
+    FreshOwned(PathBuf),
 }
 
 /// What a rank found it can do with its part of an interrupted flush (sent to every rank
@@ -106,6 +111,9 @@ enum Part {
     /// This rank's part never started (no transfer state: a background flush's window
     /// had not let it in): resumable by a new transfer to where the others write.
     Fresh = 5,
+    /// As `Fresh`, but a complete dataset owns one of its files' own paths: resumable
+    /// only when the others write to the dataset's own directory.
+    FreshRelocated = 6,
 }
 
 impl Part {
@@ -123,6 +131,7 @@ impl Part {
                 Some(_) => Part::InPlace,
             },
             (Some(_), Err(Unresumable::NoState(_))) => Part::Fresh,
+            (Some(_), Err(Unresumable::FreshOwned(_))) => Part::FreshRelocated,
             (Some(_), Err(_)) => Part::No,
         }
     }
@@ -202,7 +211,7 @@ impl Flusher<'_> {
         let reopened = self.reopen(entry, rec.as_ref(), &state);
         let reopened = self.refuse_owned(reopened, rec.as_ref());
         match (&rec, &reopened) {
-            (Some(_), Err(Unresumable::NoState(_))) => tracing::info!(
+            (Some(_), Err(Unresumable::NoState(_) | Unresumable::FreshOwned(_))) => tracing::info!(
                 "the interrupted flush of {}: this rank's part never started; it starts anew if the others' parts resume",
                 entry.name
             ),
@@ -215,7 +224,7 @@ impl Flusher<'_> {
         if agreed.resumable {
             let part = match reopened {
                 Ok(started) => Resume::Reopened(started),
-                Err(Unresumable::NoState(_)) => Resume::Fresh {
+                Err(Unresumable::NoState(_) | Unresumable::FreshOwned(_)) => Resume::Fresh {
                     relocate: agreed.relocated,
                 },
                 Err(_) => unreachable!("every rank reopened its transfer or has none"),
@@ -231,8 +240,9 @@ impl Flusher<'_> {
     /// [`Flusher::owned_among`]). What complete datasets own a resumed transfer must not
     /// write (a dataset scavenged or flushed since may hold that path now), and the
     /// cleanup never removes it. A part that never started (no state) is checked at its
-    /// files' own paths in the prefix, where a new transfer of it may write (its
-    /// relocated paths are the dataset's own directory, which no other dataset owns).
+    /// files' own paths in the prefix, where a new transfer of it may write: one owned
+    /// there may still go to its relocated paths (the dataset's own directory, which no
+    /// other dataset owns).
     fn refuse_owned(
         &self,
         reopened: std::result::Result<Started, Unresumable>,
@@ -257,7 +267,7 @@ impl Flusher<'_> {
                 None => Ok(s),
             },
             (Some(o), Err(e)) if fresh => match destinations.iter().find(|p| o.contains(*p)) {
-                Some(p) => Err(Unresumable::Owned(p.clone())),
+                Some(p) => Err(Unresumable::FreshOwned(p.clone())),
                 None => Err(e),
             },
             (_, Err(e)) => Err(e),
@@ -276,7 +286,11 @@ impl Flusher<'_> {
         Agreed {
             cached,
             mixed,
-            resumable: cached && !some(Part::No) && !mixed && (!some(Part::Fresh) || placed),
+            resumable: cached
+                && !some(Part::No)
+                && !mixed
+                && (!(some(Part::Fresh) || some(Part::FreshRelocated)) || placed)
+                && (!some(Part::FreshRelocated) || some(Part::Relocated)),
             relocated: some(Part::Relocated),
         }
     }
