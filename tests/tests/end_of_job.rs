@@ -417,7 +417,7 @@ fn a_relocated_background_flush_killed_inside_a_narrow_window_is_resumed_into_it
         .map(|d| d.id)
         .max()
         .expect("ckpt.20 recorded");
-    for rank in 0..4 {
+    for (rank, older) in older.iter().enumerate() {
         let node = if rank < 2 { "n0" } else { "n1" };
         let cached = files_below(&c.cache_dir(node))
             .into_iter()
@@ -435,7 +435,7 @@ fn a_relocated_background_flush_killed_inside_a_narrow_window_is_resumed_into_it
         );
         assert_eq!(
             std::fs::read(c.prefix().join(&name)).unwrap(),
-            older[rank],
+            *older,
             "rank {rank}'s older ckpt.20 changed"
         );
     }
