@@ -166,6 +166,57 @@ fn no_partial_files(prefix: &Path) {
     assert!(parts.is_empty(), "{parts:?}");
 }
 
+/// Rank `rank`'s ckpt.20 file in its node's cache (ranks 0 and 1 on n0, 2 and 3 on n1).
+fn cached_ckpt20(c: &Cluster, rank: usize) -> Vec<u8> {
+    let node = if rank < 2 { "n0" } else { "n1" };
+    let cached = files_below(&c.cache_dir(node))
+        .into_iter()
+        .find(|p| p.ends_with(format!("ckpt.20/rank_{rank}.ckpt")))
+        .expect("cached file");
+    std::fs::read(cached).unwrap()
+}
+
+/// The id of the newest complete ckpt.20 in the prefix's index.
+fn complete_ckpt20(c: &Cluster) -> u64 {
+    Index::load(&c.prefix())
+        .unwrap()
+        .datasets
+        .into_values()
+        .filter(|d| d.name == "ckpt.20" && d.complete)
+        .map(|d| d.id)
+        .max()
+        .expect("ckpt.20 recorded")
+}
+
+/// A run to step 22 flushes ckpt.20; the index is then set back to ckpt.10 and the
+/// caches are lost, so the next run writes ckpt.20 again and finds its names taken: its
+/// flush writes to the dataset's own directory, and rank 1 dies right after its part
+/// started. Returns the older ckpt.20's files, by rank.
+fn crash_a_relocated_flush(c: &mut Cluster) -> Vec<Vec<u8>> {
+    let args = ["--steps", "22", "--cells", "200000"];
+    assert_eq!(heat(c, &args).code, 0);
+    let older: Vec<Vec<u8>> = (0..4)
+        .map(|r| std::fs::read(c.prefix().join(format!("ckpt.20/rank_{r}.ckpt"))).unwrap())
+        .collect();
+    let pin = Command::new(binary("scr"))
+        .args(["index", "current", "ckpt.10", "--prefix"])
+        .arg(c.prefix())
+        .output()
+        .unwrap();
+    assert!(pin.status.success(), "{pin:?}");
+    wipe_caches(c);
+    c.set("SCR_FAULT", "flush-dispatched:1");
+    let crashed = heat(c, &args);
+    assert_ne!(crashed.code, 0, "{crashed}");
+    c.env.remove("SCR_FAULT");
+    let relocated = files_below(&c.prefix().join(".scr"))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("/files/"))
+        .count();
+    assert!(relocated > 0, "the second flush was not relocated");
+    older
+}
+
 /// Rank 1 is killed right after its transfer of ckpt.20 started (the job dies with it),
 /// then the job is started again on the same caches.
 fn interrupted_flush(asynchronous: bool) -> Cluster {
@@ -205,8 +256,11 @@ fn interrupted_flush_in(asynchronous: bool, width: u32) -> Cluster {
     c
 }
 
-fn an_interrupted_flush_is_resumed(asynchronous: bool) {
-    let c = interrupted_flush(asynchronous);
+/// [`interrupted_flush_in`], then the job started again on the same caches: the flush
+/// is resumed and recorded, every rank's file byte-exact at its own path, and the job
+/// restarts from ckpt.20 in cache (and later from the prefix alone).
+fn an_interrupted_flush_is_resumed(asynchronous: bool, width: u32) {
+    let c = interrupted_flush_in(asynchronous, width);
     // same caches: the next init finishes the flush from the transfers' saved state
     let out = heat(&c, &["--steps", "22", "--cells", "200000"]);
     assert_eq!(out.code, 0, "{out}");
@@ -214,6 +268,15 @@ fn an_interrupted_flush_is_resumed(asynchronous: bool) {
         out.stderr
             .contains("the flush of ckpt.20 that an earlier run left unfinished was resumed"),
         "{out}"
+    );
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.20 at step 20"),
+        "{out}"
+    );
+    assert_eq!(
+        out.final_state(),
+        scr_e2e::reference_state(4, 22, Some(200000))
     );
     assert!(
         index(&c).contains(&("ckpt.20".to_string(), true, None)),
@@ -224,14 +287,9 @@ fn an_interrupted_flush_is_resumed(asynchronous: bool) {
     no_partial_files(&c.prefix());
     // every rank's file in the prefix is byte-exact with its cached copy
     for rank in 0..4 {
-        let node = if rank < 2 { "n0" } else { "n1" };
-        let cached = files_below(&c.cache_dir(node))
-            .into_iter()
-            .find(|p| p.ends_with(format!("ckpt.20/rank_{rank}.ckpt")))
-            .expect("cached file");
         assert_eq!(
             std::fs::read(c.prefix().join(format!("ckpt.20/rank_{rank}.ckpt"))).unwrap(),
-            std::fs::read(cached).unwrap(),
+            cached_ckpt20(&c, rank),
             "rank {rank}"
         );
     }
@@ -298,12 +356,12 @@ fn an_interrupted_flush_is_cleaned_up(asynchronous: bool) {
 
 #[test]
 fn an_interrupted_sync_flush_is_resumed_at_the_next_init() {
-    an_interrupted_flush_is_resumed(false);
+    an_interrupted_flush_is_resumed(false, 256);
 }
 
 #[test]
 fn an_interrupted_async_flush_is_resumed_at_the_next_init() {
-    an_interrupted_flush_is_resumed(true);
+    an_interrupted_flush_is_resumed(true, 256);
 }
 
 #[test]
@@ -323,55 +381,7 @@ fn an_interrupted_async_flush_is_cleaned_up_when_the_caches_are_lost() {
 /// job restarts from ckpt.20 in cache, and every rank's file in the prefix is byte-exact.
 #[test]
 fn a_background_flush_killed_inside_a_narrow_window_is_resumed_with_the_parts_never_started() {
-    let c = interrupted_flush_in(true, 1);
-    let out = heat(&c, &["--steps", "22", "--cells", "200000"]);
-    assert_eq!(out.code, 0, "{out}");
-    assert!(
-        out.stderr
-            .contains("the flush of ckpt.20 that an earlier run left unfinished was resumed"),
-        "{out}"
-    );
-    assert_eq!(
-        out.line_after("restarted from "),
-        Some("ckpt.20 at step 20"),
-        "{out}"
-    );
-    assert_eq!(
-        out.final_state(),
-        scr_e2e::reference_state(4, 22, Some(200000))
-    );
-    no_partial_files(&c.prefix());
-    assert_eq!(current(&c).as_deref(), Some("ckpt.20"), "{:?}", index(&c));
-    let id = Index::load(&c.prefix())
-        .unwrap()
-        .datasets
-        .into_values()
-        .find(|d| d.name == "ckpt.20" && d.complete)
-        .map(|d| d.id)
-        .expect("ckpt.20 recorded");
-    // every rank's file in the prefix is byte-exact with its cached copy (at its own
-    // path, or relocated when the interrupted flush's name was still taken)
-    for rank in 0..4 {
-        let node = if rank < 2 { "n0" } else { "n1" };
-        let cached = files_below(&c.cache_dir(node))
-            .into_iter()
-            .find(|p| p.ends_with(format!("ckpt.20/rank_{rank}.ckpt")))
-            .expect("cached file");
-        let name = format!("ckpt.20/rank_{rank}.ckpt");
-        let flushed = [
-            c.prefix().join(&name),
-            c.prefix()
-                .join(scr_host::state::prefix::relocated(id, &name)),
-        ]
-        .into_iter()
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("rank {rank}'s file of ckpt.20 in the prefix"));
-        assert_eq!(
-            std::fs::read(flushed).unwrap(),
-            std::fs::read(cached).unwrap(),
-            "rank {rank}"
-        );
-    }
+    an_interrupted_flush_is_resumed(true, 1);
 }
 
 /// As above, with the names taken: the prefix holds an older ckpt.20 (the run went back
@@ -385,23 +395,8 @@ fn a_relocated_background_flush_killed_inside_a_narrow_window_is_resumed_into_it
     c.set("SCR_FLUSH", "2")
         .set("SCR_FLUSH_ASYNC", "1")
         .set("SCR_FLUSH_WIDTH", "1");
-    let args = |steps: &'static str| vec!["--steps", steps, "--cells", "200000"];
-    assert_eq!(heat(&c, &args("22")).code, 0);
-    let older: Vec<Vec<u8>> = (0..4)
-        .map(|r| std::fs::read(c.prefix().join(format!("ckpt.20/rank_{r}.ckpt"))).unwrap())
-        .collect();
-    let pin = Command::new(binary("scr"))
-        .args(["index", "current", "ckpt.10", "--prefix"])
-        .arg(c.prefix())
-        .output()
-        .unwrap();
-    assert!(pin.status.success(), "{pin:?}");
-    wipe_caches(&c);
-    c.set("SCR_FAULT", "flush-dispatched:1");
-    let crashed = heat(&c, &args("22"));
-    assert_ne!(crashed.code, 0, "{crashed}");
-    c.env.remove("SCR_FAULT");
-    let out = heat(&c, &args("22"));
+    let older = crash_a_relocated_flush(&mut c);
+    let out = heat(&c, &["--steps", "22", "--cells", "200000"]);
     assert_eq!(out.code, 0, "{out}");
     assert!(
         out.stderr
@@ -409,27 +404,15 @@ fn a_relocated_background_flush_killed_inside_a_narrow_window_is_resumed_into_it
         "{out}"
     );
     no_partial_files(&c.prefix());
-    let newer = Index::load(&c.prefix())
-        .unwrap()
-        .datasets
-        .into_values()
-        .filter(|d| d.name == "ckpt.20" && d.complete)
-        .map(|d| d.id)
-        .max()
-        .expect("ckpt.20 recorded");
+    let newer = complete_ckpt20(&c);
     for (rank, older) in older.iter().enumerate() {
-        let node = if rank < 2 { "n0" } else { "n1" };
-        let cached = files_below(&c.cache_dir(node))
-            .into_iter()
-            .find(|p| p.ends_with(format!("ckpt.20/rank_{rank}.ckpt")))
-            .expect("cached file");
         let name = format!("ckpt.20/rank_{rank}.ckpt");
         let moved = c
             .prefix()
             .join(scr_host::state::prefix::relocated(newer, &name));
         assert_eq!(
             std::fs::read(&moved).unwrap_or_default(),
-            std::fs::read(cached).unwrap(),
+            cached_ckpt20(&c, rank),
             "rank {rank}: {}",
             moved.display()
         );
@@ -570,36 +553,9 @@ fn the_event_log_records_failures_rebuilds_and_flushes_and_scr_log_sums_them_up(
 fn cleaning_up_an_interrupted_relocated_flush_leaves_the_older_checkpoint_of_that_name() {
     let mut c = Cluster::new();
     c.set("SCR_FLUSH", "2");
-    let cells = ["--cells", "200000"];
-    let args = |steps: &'static str| -> Vec<&'static str> {
-        let mut a = vec!["--steps", steps];
-        a.extend_from_slice(&cells);
-        a
-    };
-    assert_eq!(heat(&c, &args("22")).code, 0);
-    let older: Vec<Vec<u8>> = (0..4)
-        .map(|r| std::fs::read(c.prefix().join(format!("ckpt.20/rank_{r}.ckpt"))).unwrap())
-        .collect();
-    // back to ckpt.10 from the prefix: the next ckpt.20 finds its names taken, so its
-    // flush writes to the dataset's own directory; rank 1 dies right after it started
-    let pin = Command::new(binary("scr"))
-        .args(["index", "current", "ckpt.10", "--prefix"])
-        .arg(c.prefix())
-        .output()
-        .unwrap();
-    assert!(pin.status.success(), "{pin:?}");
+    let older = crash_a_relocated_flush(&mut c);
     wipe_caches(&c);
-    c.set("SCR_FAULT", "flush-dispatched:1");
-    let crashed = heat(&c, &args("22"));
-    assert_ne!(crashed.code, 0, "{crashed}");
-    c.env.remove("SCR_FAULT");
-    let relocated_before = files_below(&c.prefix().join(".scr"))
-        .into_iter()
-        .filter(|p| p.to_string_lossy().contains("/files/"))
-        .count();
-    assert!(relocated_before > 0, "the second flush was not relocated");
-    wipe_caches(&c);
-    let out = heat(&c, &args("12"));
+    let out = heat(&c, &["--steps", "12", "--cells", "200000"]);
     assert_eq!(out.code, 0, "{out}");
     assert!(out.stderr.contains("cannot be resumed"), "{out}");
     let relocated_after: Vec<_> = files_below(&c.prefix().join(".scr"))
