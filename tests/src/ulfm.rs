@@ -61,6 +61,11 @@ impl Cluster {
             "LD_LIBRARY_PATH".into(),
             ulfm.join("lib").display().to_string(),
         );
+        // Open MPI's `han` collectives are not among those ULFM's own parameter set
+        // (`--with-ft ulfm`'s ft-mpi) calls fault tolerant (basic, tuned, ftagree,
+        // libnbc), and they take over a communicator that spans hosts: a host lost inside
+        // one can take a living process with it. Excluded as docs/using.md tells users to.
+        env.insert("OMPI_MCA_coll".into(), "^han,hcoll,portals4".into());
         if let Some(bed) = &self.bed {
             // Open MPI 5's launcher (PRRTE) takes the agent as its own parameter, and
             // refuses an out-of-band interface list of loopback alone (it finds the
