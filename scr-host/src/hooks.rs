@@ -67,6 +67,23 @@ impl TestHooks {
         }
     }
 
+    /// Wait at `point` until a file exists, when the hook is `hold-<point>:<file>` (the
+    /// background protection tests: a thread held while the application goes on).
+    pub(crate) fn hold(&self, point: &str) {
+        let Some(file) = self
+            .fault
+            .as_deref()
+            .and_then(|s| s.strip_prefix("hold-"))
+            .and_then(|s| s.strip_prefix(point))
+            .and_then(|s| s.strip_prefix(':'))
+        else {
+            return;
+        };
+        while !Path::new(file).exists() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     /// Kill this process with SIGKILL when the crash hook names `point` on `rank`
     /// (the crash-in-flush tests: nothing after `point` runs, as in a node failure).
     /// `<point>:<rank>:once:<file>` kills only the first process to get there, the one

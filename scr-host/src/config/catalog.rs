@@ -160,6 +160,8 @@ catalog! {
         "Datasets kept per store when the store sets no count (SCR used 1; 2 keeps the previous checkpoint while the next one is written)";
     CACHE_BYPASS cache_bypass: Bool = Fixed("false"),
         "Checkpoint descriptors that set no `bypass` write their files straight to the prefix: no cache, no redundancy, recorded in the index as flushed (SCR 3.1 defaults to 1; here the cache is the default, since it is what protects and speeds up checkpoints)";
+    PROTECT_IN_BACKGROUND protect_in_background: Bool = Fixed("false"),
+        "Checkpoint descriptors that set no `protect_in_background` apply their redundancy scheme in a background thread after complete_output returns, while the application computes; a dataset counts as a checkpoint only once every rank's protection finished, and the previous one stays the restart point until then. Needs MPI initialised with MPI_THREAD_MULTIPLE (else the scheme runs inside complete_output, as by default, and the log says why)";
     COPY_TYPE copy_type: Str = Fixed("XOR"),
         "Redundancy scheme of the implied checkpoint descriptor (SINGLE, PARTNER, XOR, RS or a plugin's)";
     SET_SIZE set_size: UInt { min: 2, max: 4096 } = Fixed("8"),

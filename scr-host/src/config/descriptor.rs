@@ -32,6 +32,9 @@ pub struct Descriptor<'c> {
     /// Whether its datasets bypass the cache (its own `bypass`, else `cache_bypass`),
     /// with origin.
     pub bypass: (bool, Origin),
+    /// Whether its scheme is applied in the background after complete_output (its own
+    /// `protect_in_background`, else the setting), with origin.
+    pub background: (bool, Origin),
     /// Failure groups between neighbours of a set (its own `hop_distance`, else the
     /// setting), with origin: set formation's, so the host's alone (no scheme sees it).
     pub hop_distance: (u64, Origin),
@@ -113,6 +116,14 @@ impl Config {
             bypass: (
                 self.checkpoint_bypass(ck),
                 origin_of("bypass", self.setting_of(settings::CACHE_BYPASS)),
+            ),
+            background: (
+                ck.protect_in_background
+                    .unwrap_or_else(|| self.get(settings::PROTECT_IN_BACKGROUND)),
+                origin_of(
+                    "protect_in_background",
+                    self.setting_of(settings::PROTECT_IN_BACKGROUND),
+                ),
             ),
             hop_distance: (
                 self.checkpoint_number(ck, settings::HOP_DISTANCE),

@@ -248,6 +248,9 @@ pub struct Checkpoint {
     pub output: bool,
     /// Write directly to the prefix, bypassing cache (`None`: as `cache_bypass` says).
     pub bypass: Option<bool>,
+    /// Apply the scheme in the background after complete_output (`None`: as
+    /// `protect_in_background` says).
+    pub protect_in_background: Option<bool>,
     /// Whether this descriptor may be chosen.
     pub enabled: bool,
     /// Scheme-specific parameters from the `params` table, each with its line.
@@ -271,6 +274,7 @@ impl Checkpoint {
             numbers: BTreeMap::new(),
             output: false,
             bypass: None,
+            protect_in_background: None,
             enabled: true,
             params: Vec::new(),
             origin,

@@ -159,6 +159,12 @@ fn render_checkpoints(out: &mut String, config: &Config) {
             format!("bypass = {}", d.bypass.0),
             d.bypass.1
         );
+        let _ = writeln!(
+            out,
+            "{:<40} # {}",
+            format!("protect_in_background = {}", d.background.0),
+            d.background.1
+        );
         let _ = writeln!(out, "enabled = {}", c.enabled);
         if !c.params.is_empty() {
             let _ = writeln!(out, "[checkpoint.params]");

@@ -75,7 +75,10 @@ impl Runtime {
     pub fn have_restart_fetching(&mut self) -> Result<Option<String>> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("have_restart");
-        self.guarded("have_restart", |rt| restarter!(rt).have_restart_fetching())
+        self.guarded("have_restart", |rt| {
+            writer!(rt).settle_protection(true)?;
+            restarter!(rt).have_restart_fetching()
+        })
     }
 
     /// Begin reading the restart checkpoint; returns its name.
@@ -83,6 +86,7 @@ impl Runtime {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("start_restart");
         self.guarded("start_restart", |rt| {
+            writer!(rt).settle_protection(true)?;
             let writing = rt.output.is_some();
             restarter!(rt).start_restart(writing)
         })
@@ -126,7 +130,10 @@ impl Runtime {
     pub fn current(&mut self, name: &str) -> Result<()> {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("current");
-        self.guarded("current", |rt| restarter!(rt).current(name))
+        self.guarded("current", |rt| {
+            writer!(rt).settle_protection(true)?;
+            restarter!(rt).current(name)
+        })
     }
 }
 
@@ -217,6 +224,7 @@ impl Runtime {
                 .same_name("drop", name)
                 .and_then(|()| rt.not_in_use("drop", name, cached));
             rt.world.begin("drop", pre)?;
+            writer!(rt).settle_protection(true)?;
             if let Some(id) = cached {
                 flusher!(rt).settle_flush_of(id);
                 rt.restart.skip(id);
@@ -240,6 +248,7 @@ impl Runtime {
                 .same_name("delete", name)
                 .and_then(|()| rt.not_in_use("delete", name, cached));
             rt.world.begin("delete", pre)?;
+            writer!(rt).settle_protection(true)?;
             if let Some(id) = cached {
                 flusher!(rt).settle_flush_of(id);
             }
@@ -295,6 +304,8 @@ impl Runtime {
         let _counted = comm::scope("need_checkpoint");
         self.guarded("need_checkpoint", |rt| {
             rt.world.usable("need_checkpoint")?;
+            // a background protection every rank finished is settled now
+            writer!(rt).settle_protection(false)?;
             flusher!(rt).poll_flushes();
             rt.cache.poll_crc();
             rt.policy.count_call();
@@ -331,6 +342,8 @@ impl Runtime {
         let _counted = comm::scope("should_exit");
         self.guarded("should_exit", |rt| {
             rt.world.usable("should_exit")?;
+            // the application may exit next: the last dataset's protection ends now
+            writer!(rt).settle_protection(true)?;
             flusher!(rt).poll_flushes();
             rt.cache.poll_crc();
             match rt.agreed_halt_reason() {
@@ -426,6 +439,10 @@ impl Runtime {
         self.guarded("finalize", |rt| {
             if rt.world.health().is_finalized() {
                 return Ok(());
+            }
+            // the last dataset's protection ends before the run does
+            if !rt.world.health().is_uncertain() {
+                writer!(rt).settle_protection(true)?;
             }
             rt.world.health_mut().set_finalized(true);
             if let Some(out) = rt.output.take() {

@@ -140,8 +140,28 @@ impl Collective {
         dataset: &str,
         out: std::result::Result<T, scr_plugin::PluginError>,
     ) -> std::result::Result<T, RegistryError> {
+        let settled = host.settle(call, out.as_ref().err(), self.abort_timeout);
+        self.settled_call(scheme, call, dataset, out, settled)
+    }
+
+    /// How long a failed member of a set waits for the others (`abort_timeout`): a
+    /// background protection's thread settles with it.
+    pub(in crate::runtime) fn abort_timeout(&self) -> Duration {
+        self.abort_timeout
+    }
+
+    /// [`Collective::settle_call`]'s outcome once the call was settled (`settled`, by the
+    /// thread that made the call): the error to return, or the job ended when this member
+    /// failed and the others never returned.
+    pub(in crate::runtime) fn settled_call<T>(
+        &self,
+        scheme: &LoadedScheme,
+        call: &'static str,
+        dataset: &str,
+        out: std::result::Result<T, scr_plugin::PluginError>,
+        settled: Settled,
+    ) -> std::result::Result<T, RegistryError> {
         let grace = self.abort_timeout;
-        let settled = host.settle(call, out.as_ref().err(), grace);
         self.credit.set(match &settled {
             Settled::Failed { world_rank, .. } => Some(*world_rank),
             _ => None,

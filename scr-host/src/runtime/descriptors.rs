@@ -4,6 +4,7 @@
 //! failure-group lookups and set communicators that forming a set needs (also for the
 //! sets of datasets an earlier run wrote, at restore).
 
+use std::sync::Arc;
 use std::ops::Index;
 
 use scr_plugin::SurvivorCheck;
@@ -23,8 +24,16 @@ pub(in crate::runtime) struct RedDesc {
     /// Chosen for output datasets (`output = true`; SCR's `OUTPUT=1`).
     output: bool,
     record: DescriptorRecord,
-    scheme: LoadedScheme,
+    /// Shared with a background protection's thread (see `output::background`).
+    scheme: Arc<LoadedScheme>,
     host: Box<dyn SetHost>,
+    /// Whether its scheme runs in the background after complete_output: asked for
+    /// (`protect_in_background`) and possible (MPI at MPI_THREAD_MULTIPLE); the same on
+    /// every rank.
+    background: bool,
+    /// The host of the background thread, on a duplicate of the set's communicator made
+    /// at the first background protection (collective over the set).
+    background_host: Option<Arc<dyn SetHost>>,
     /// Whether the scheme hashes the files in its apply (`crc32_in_apply`) on every
     /// rank: agreed once here, not at each checkpoint (a scheme's answer is fixed).
     hashes_in_apply: bool,
@@ -74,6 +83,22 @@ impl RedDesc {
     /// Whether the scheme tolerates no loss on every rank (agreed; see `deferred_crc`).
     pub(in crate::runtime) fn keeps_no_redundancy(&self) -> bool {
         self.keeps_no_redundancy
+    }
+
+    /// Whether its scheme is applied in the background (the same on every rank).
+    pub(in crate::runtime) fn background(&self) -> bool {
+        self.background
+    }
+
+    /// The scheme and the host a background protection's thread uses, the host made at
+    /// the first call (collective over the set: every member calls it at the same
+    /// complete_output).
+    fn background_parts(&mut self) -> (Arc<LoadedScheme>, Arc<dyn SetHost>) {
+        let host = self
+            .background_host
+            .get_or_insert_with(|| Arc::from(self.host.background()))
+            .clone();
+        (self.scheme.clone(), host)
     }
 }
 
@@ -212,13 +237,34 @@ impl Descriptors {
                     )
                 );
             }
+            // (a scheme that keeps no redundancy has nothing to do in the background: its
+            // CRC32s are hashed there already, see `deferred_crc`)
+            let background = d.background.0 && !keeps_no_redundancy && {
+                let possible = world.concurrent_threads();
+                if topo.rank() == 0 {
+                    match &possible {
+                        Ok(()) => tracing::info!(
+                            "descriptor {i} ({}): protect_in_background = true: its scheme runs in a background thread after complete_output (MPI_THREAD_MULTIPLE)",
+                            d.scheme.0
+                        ),
+                        Err(why) => tracing::warn!(
+                            "descriptor {i} ({}): protect_in_background = true ({}), but {why}: its scheme runs inside complete_output",
+                            d.scheme.0,
+                            d.background.1
+                        ),
+                    }
+                }
+                possible.is_ok()
+            };
             list.push(RedDesc {
                 index: i,
                 interval: d.checkpoint.interval,
                 output: d.checkpoint.output,
                 record,
-                scheme,
+                scheme: Arc::new(scheme),
                 host,
+                background,
+                background_host: None,
                 hashes_in_apply,
                 keeps_no_redundancy,
             });
@@ -294,6 +340,14 @@ impl Descriptors {
     /// calls it alike: the reason is agreed).
     pub(in crate::runtime) fn bypass_from_now(&mut self, i: usize) {
         self.list[i].bypass_from_now();
+    }
+
+    /// Descriptor `i`'s [`RedDesc::background_parts`] (collective over its set).
+    pub(in crate::runtime) fn background_parts(
+        &mut self,
+        i: usize,
+    ) -> (Arc<LoadedScheme>, Arc<dyn SetHost>) {
+        self.list[i].background_parts()
     }
 }
 

@@ -122,6 +122,7 @@ impl Runtime {
             span: span.clone(),
             cache: Cache::new(rank),
             output: None,
+            protection: Default::default(),
             hooks: TestHooks::default(),
             restart: RestartState::default(),
             policy: Policy::new(),

@@ -168,6 +168,8 @@ pub struct Runtime {
     cache: Cache,
     /// The output in progress, between start_output and complete_output.
     output: Option<Output>,
+    /// The dataset whose redundancy is being applied in the background, if any.
+    protection: output::Protection,
     /// The restart in progress and what is offered for one.
     restart: RestartState,
     policy: Policy,

@@ -167,6 +167,11 @@ pub struct MpiHost {
     cancelled: AtomicBool,
     /// The thread that made the host (the one that called into the runtime).
     owner: std::thread::ThreadId,
+    /// A host for a background thread under MPI_THREAD_MULTIPLE ([`MpiHost::background`]):
+    /// its MPI calls take no `SERIAL` lock. A thread that waits for a peer while holding
+    /// it would keep the runtime's own collectives (which take it) from running, and a
+    /// peer's runtime waiting in one of those for this rank would never answer.
+    concurrent: bool,
 }
 
 /// Serializes every MPI call made through any host, so that plugin threads never call MPI
@@ -219,7 +224,24 @@ impl MpiHost {
             me,
             cancelled: AtomicBool::new(false),
             owner: std::thread::current().id(),
+            concurrent: false,
         }
+    }
+
+    /// A host of its own for a background thread (see `concurrent`): a duplicate of this
+    /// set's communicator (collective over the set), used only by that thread, whose
+    /// calls run alongside the application's and the runtime's own. Only where MPI runs
+    /// at MPI_THREAD_MULTIPLE (the caller checks).
+    pub fn background(&self) -> MpiHost {
+        let mut host = self.duplicate();
+        host.concurrent = true;
+        host
+    }
+
+    /// The `SERIAL` lock, unless this host's calls may run concurrently (see
+    /// `concurrent`).
+    fn serial(&self) -> Option<MutexGuard<'static, ()>> {
+        (!self.concurrent).then(|| lock(&SERIAL))
     }
 
     /// A host of its own on a duplicate of this set's communicator (collective over the
@@ -272,7 +294,7 @@ impl MpiHost {
         let started = std::time::Instant::now();
         let first_hand = failure.is_some() && lock(&self.call).notices.is_empty();
         let mut told = false;
-        let _serial = lock(&SERIAL);
+        let _serial = self.serial();
         // the notices go out before this member's share of the reduction, so that every
         // member that waits in a service for this one hears of it
         let mut notices: Vec<Req> = Vec::new();
@@ -482,7 +504,7 @@ impl MpiHost {
     }
 
     /// Take the MPI lock, refusing a foreign thread when MPI's thread level forbids it.
-    fn enter(&self) -> Result<MutexGuard<'static, ()>, PluginError> {
+    fn enter(&self) -> Result<Option<MutexGuard<'static, ()>>, PluginError> {
         if std::thread::current().id() != self.owner {
             let level = self.threading;
             if level < mpi::Threading::Serialized {
@@ -491,7 +513,7 @@ impl MpiHost {
                 )));
             }
         }
-        Ok(lock(&SERIAL))
+        Ok(self.serial())
     }
 
     /// `member` as an MPI rank of the set, or an error when the set has no such member.
@@ -508,7 +530,7 @@ impl MpiHost {
 
 impl Drop for MpiHost {
     fn drop(&mut self) {
-        let _serial = lock(&SERIAL);
+        let _serial = self.serial();
         if let Some(c) = lock(&self.comm).take() {
             super::ulfm::free(c);
         }

@@ -20,8 +20,11 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+mod background;
 mod bypass;
 mod record;
+
+pub(in crate::runtime) use background::Protection;
 
 use super::world::World;
 use super::{first_failure, io_err, names, NameCheck, OutputFlags, Result, ScrError};
@@ -161,6 +164,7 @@ pub(in crate::runtime) struct Writer<'a> {
     pub(in crate::runtime) world: &'a mut Collective,
     pub(in crate::runtime) cache: &'a mut Cache,
     pub(in crate::runtime) output: &'a mut Option<Output>,
+    pub(in crate::runtime) protection: &'a mut Protection,
     pub(in crate::runtime) restart: &'a mut RestartState,
     pub(in crate::runtime) flushing: &'a mut Flushing,
     pub(in crate::runtime) policy: &'a mut Policy,
@@ -179,6 +183,7 @@ macro_rules! writer {
             world: &mut $s.world,
             cache: &mut $s.cache,
             output: &mut $s.output,
+            protection: &mut $s.protection,
             restart: &mut $s.restart,
             flushing: &mut $s.flushing,
             policy: &mut $s.policy,
@@ -243,6 +248,9 @@ impl Writer<'_> {
     ) -> Result<()> {
         let pre = self.output_refused(name, flags, refused);
         self.world.begin("start_output", pre)?;
+        // the previous dataset's protection ends first: it is a checkpoint (or discarded)
+        // before eviction counts the store's datasets
+        self.settle_protection(true)?;
         // background flushes finished everywhere are recorded before eviction looks
         // at what the prefix holds
         flusher!(self).poll_flushes();
@@ -498,6 +506,10 @@ impl Writer<'_> {
                 out.record.name
             )));
         }
+        // (both agreed: every rank starts the background protection, or none)
+        if named.all_valid && self.descs[out.desc].background() {
+            return self.protect_in_background(out, dir, fused);
+        }
         let applied = if named.all_valid {
             hashed
                 .and_then(|()| self.apply_output(&mut out, &dir, fused, buf))
@@ -505,6 +517,20 @@ impl Writer<'_> {
         } else {
             Err(String::new())
         };
+        self.finish_output(out, named, applied, deferred)
+    }
+
+    /// complete_output's end once this rank's part was applied (`applied`; collective):
+    /// agree on it, then keep the dataset (committed, counted, flushed when due) or
+    /// discard it on every rank, saying why. `deferred`: its CRC32s are left to the
+    /// background hash.
+    fn finish_output(
+        &mut self,
+        mut out: Output,
+        named: NameCheck,
+        applied: std::result::Result<(), String>,
+        deferred: bool,
+    ) -> Result<bool> {
         let kept = self.world.all(applied.is_ok());
         // every rank returns the same error: the first failing rank's, by rank
         let apply_error = if named.all_valid && !kept {
@@ -724,6 +750,19 @@ impl Writer<'_> {
         let done = self
             .world
             .settle_call(rd.host(), rd.scheme(), call, &label, result)?;
+        self.record_applied(out, dir, fused, done, buf)
+    }
+
+    /// Record in `out` what the scheme's apply returned (`done`): the redundancy files it
+    /// wrote and, from a scheme that hashes in apply (`fused`), the files' CRC32s.
+    fn record_applied(
+        &self,
+        out: &mut Output,
+        dir: &Path,
+        fused: bool,
+        done: scr_plugin::Applied,
+        buf: usize,
+    ) -> std::result::Result<(), ApplyError> {
         out.record.redundancy = done
             .redundancy
             .iter()

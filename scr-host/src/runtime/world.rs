@@ -85,6 +85,11 @@ pub(crate) trait World: Send + Sync {
         self.rank()
     }
 
+    /// `Ok` when a thread of the library may make MPI calls while the application makes
+    /// its own (MPI initialised with `MPI_THREAD_MULTIPLE`), else why not: the
+    /// background protection of `protect_in_background` needs it.
+    fn concurrent_threads(&self) -> std::result::Result<(), String>;
+
     /// Wait until every rank entered the barrier (collective).
     fn barrier(&self);
 
@@ -270,7 +275,7 @@ pub(crate) trait World: Send + Sync {
 
 /// The host services of one redundancy set, as plugin calls receive them, plus what the
 /// runtime itself asks of the set.
-pub(crate) trait SetHost: HostServices {
+pub(crate) trait SetHost: HostServices + Send + Sync {
     /// These services as the FFI object one collective plugin call receives (panics of
     /// the host's own code caught, see [`scr_plugin::host_ref`]); the call begins here
     /// and the caller ends it with [`SetHost::settle`] (see [`super::MpiHost::begin_call`]).
@@ -279,6 +284,13 @@ pub(crate) trait SetHost: HostServices {
     /// A host of its own on a duplicate of this set's communicator (collective over the
     /// set); see [`super::MpiHost::duplicate`].
     fn duplicate(&self) -> Box<dyn SetHost>;
+
+    /// A host of its own for a thread that runs plugin calls in the background, beside
+    /// the application and the runtime (collective over the set, as `duplicate`); only
+    /// where [`World::concurrent_threads`] allows it.
+    fn background(&self) -> Box<dyn SetHost> {
+        self.duplicate()
+    }
 
     /// Whether the set has `members` members.
     fn size_matches(&self, members: usize) -> bool;

@@ -346,7 +346,9 @@ impl HostServices for MpiHost {
             && (std::thread::current().id() == self.owner
                 || self.threading >= mpi::Threading::Serialized)
         {
-            if let Ok(_serial) = SERIAL.try_lock() {
+            if self.concurrent {
+                let _ = self.peer_failed();
+            } else if let Ok(_serial) = SERIAL.try_lock() {
                 let _ = self.peer_failed();
             }
         }
@@ -363,6 +365,10 @@ impl crate::runtime::world::SetHost for MpiHost {
 
     fn duplicate(&self) -> Box<dyn crate::runtime::world::SetHost> {
         Box::new(MpiHost::duplicate(self))
+    }
+
+    fn background(&self) -> Box<dyn crate::runtime::world::SetHost> {
+        Box::new(MpiHost::background(self))
     }
 
     fn size_matches(&self, members: usize) -> bool {

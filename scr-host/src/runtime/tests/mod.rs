@@ -27,6 +27,7 @@
 //! | a disabled library (`enable = false`): calls passed through, in order | `disabled` |
 
 mod agreement;
+mod background;
 mod bypass;
 mod crc_defer;
 mod disabled;

@@ -407,6 +407,11 @@ impl World for InprocWorld {
         self.rank
     }
 
+    fn concurrent_threads(&self) -> std::result::Result<(), String> {
+        // (its ranks are threads: every operation is thread-safe)
+        Ok(())
+    }
+
     fn size(&self) -> u32 {
         self.comm.boxes.len() as u32
     }

@@ -211,6 +211,15 @@ impl World for MpiWorld {
         ulfm::process_index().unwrap_or(self.rank)
     }
 
+    fn concurrent_threads(&self) -> std::result::Result<(), String> {
+        match self.threading {
+            mpi::Threading::Multiple => Ok(()),
+            level => Err(format!(
+                "MPI was initialised with thread level {level:?}, not MPI_THREAD_MULTIPLE (MPI_Init_thread with MPI_THREAD_MULTIPLE allows it)"
+            )),
+        }
+    }
+
     fn barrier(&self) {
         self.call("barrier", comm::barrier);
     }

@@ -1,0 +1,248 @@
+//! Protection in the background (`protect_in_background`): complete_output checks and
+//! records the dataset's files as always, then hands the scheme's apply to a thread of
+//! this rank and returns; the application computes while the redundancy data is read,
+//! exchanged and written.
+//!
+//! - **Until every rank finished, the dataset is not a checkpoint.** Its filemap record
+//!   stays incomplete (a crash leaves it to the next init's cleanup, as a crash inside
+//!   complete_output would), nothing counts, flushes or evicts for it, and the previous
+//!   checkpoint stays the restart point: no eviction runs while a protection is pending
+//!   (eviction runs only at start_output, which finishes the protection first, and when a
+//!   dataset is kept).
+//! - **Finished by agreement.** Each call that polls (need_checkpoint) asks whether every
+//!   rank's thread has returned (one reduction); once all have, the outcome is agreed and
+//!   the dataset kept or discarded on every rank alike, by the same code as a foreground
+//!   complete_output. Calls that need the dataset's fate (start_output, a restart, drop,
+//!   delete, should_exit, finalize) wait for it.
+//! - **Only at MPI_THREAD_MULTIPLE.** The thread's plugin calls run on a host of their
+//!   own (a duplicate of the set's communicator, taking no lock: see `MpiHost::background`)
+//!   beside the application's MPI calls; below that level the descriptor protects inside
+//!   complete_output and init says why.
+//! - A failure on one member (a plugin error, a full disk) is settled with the set in the
+//!   thread itself, so members waiting for it hear at once; the dataset is then discarded
+//!   on every rank and rank 0 says why.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use scr_plugin::{Applied, PluginError};
+
+use super::{Output, Writer};
+use crate::registry::LoadedScheme;
+use crate::runtime::world::SetHost;
+use crate::runtime::{NameCheck, Result, Settled, TestHooks};
+
+/// What the thread returns: the apply's outcome on this member and the set's settlement
+/// of it.
+struct Returned {
+    result: std::result::Result<Applied, PluginError>,
+    settled: Settled,
+    call: &'static str,
+}
+
+/// The thread of a protection, or its outcome when no thread could be started (the
+/// apply then ran on the calling thread).
+enum Work {
+    Running(JoinHandle<Returned>),
+    Done(Returned),
+}
+
+/// A dataset whose protection runs in the background.
+struct Pending {
+    out: Output,
+    dir: PathBuf,
+    fused: bool,
+    work: Work,
+}
+
+/// The owner of background protections: at most one at a time (start_output finishes
+/// the previous one before the next dataset starts).
+#[derive(Default)]
+pub(in crate::runtime) struct Protection {
+    pending: Option<Pending>,
+}
+
+impl Protection {
+    /// Whether a protection is pending (the same on every rank).
+    #[cfg(test)]
+    pub(in crate::runtime) fn pending(&self) -> bool {
+        self.pending.is_some()
+    }
+}
+
+impl Drop for Protection {
+    /// The thread uses the scheme's library: it must have returned before the registry
+    /// that holds the library goes (a runtime dropped without finalize, after an error).
+    fn drop(&mut self) {
+        if let Some(Pending {
+            work: Work::Running(h),
+            ..
+        }) = self.pending.take()
+        {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The thread's work: the hooks' hold and faults, the scheme's apply on `host` and the
+/// settlement of its outcome with the set.
+#[allow(clippy::too_many_arguments)]
+fn protect(
+    scheme: &LoadedScheme,
+    host: &dyn SetHost,
+    ds: &scr_plugin::DatasetFiles,
+    fused: bool,
+    grace: Duration,
+    hooks: &TestHooks,
+    rank: u32,
+    cntl: &std::path::Path,
+) -> Returned {
+    let call = if fused { "apply_with_crc" } else { "apply" };
+    hooks.hold("protect");
+    hooks.crash_at("protect", rank);
+    let services = host.services();
+    let result = match hooks.injected("protect", rank, ds.dataset_id, cntl) {
+        Err(e) => Err(PluginError::new(scr_plugin::ErrorCode::IO, e.to_string())),
+        Ok(()) if fused => scheme.raw().apply_with_crc(services, ds).into_result(),
+        Ok(()) => scheme
+            .raw()
+            .apply(services, ds)
+            .into_result()
+            .map(|redundancy| Applied {
+                redundancy,
+                crc32: Default::default(),
+            }),
+    };
+    let settled = host.settle(call, result.as_ref().err(), grace);
+    Returned {
+        result,
+        settled,
+        call,
+    }
+}
+
+impl Writer<'_> {
+    /// complete_output's end for a dataset protected in the background (collective; its
+    /// files checked and recorded, every name agreed): start the scheme's apply in a
+    /// thread and return; [`Writer::settle_protection`] keeps or discards it later.
+    pub(super) fn protect_in_background(
+        &mut self,
+        out: Output,
+        dir: PathBuf,
+        fused: bool,
+    ) -> Result<bool> {
+        let (scheme, host) = self.descs.background_parts(out.desc);
+        let ds = crate::integrity::dataset_files(&out.record, &dir);
+        let grace = self.world.abort_timeout();
+        let hooks = self.hooks.clone();
+        let rank = self.topo.rank();
+        let cntl = self.job.cntl_dir().to_path_buf();
+        let run = move || protect(&scheme, &*host, &ds, fused, grace, &hooks, rank, &cntl);
+        // (shared with the spawn attempt: a thread that cannot be started leaves the work
+        // to this one, and the peers' threads meet it on the same communicator)
+        let run = Arc::new(std::sync::Mutex::new(Some(run)));
+        let in_thread = run.clone();
+        let spawned = std::thread::Builder::new()
+            .name("scr-protect".into())
+            .spawn(move || {
+                let f = scr_plugin::sync::lock(&in_thread).take();
+                f.expect("taken once")()
+            });
+        let work = match spawned {
+            Ok(h) => Work::Running(h),
+            Err(e) => {
+                tracing::warn!(
+                    "rank {rank}: no thread for the background protection of {} ({e}); protecting it now",
+                    out.record.name
+                );
+                let f = scr_plugin::sync::lock(&run).take();
+                Work::Done(f.expect("not spawned")())
+            }
+        };
+        self.topo.info(&format!(
+            "complete_output {}: written, {:.3} s; its redundancy is applied in the background",
+            out.record.name,
+            out.started.elapsed().as_secs_f64()
+        ));
+        *self.protection = Protection {
+            pending: Some(Pending {
+                out,
+                dir,
+                fused,
+                work,
+            }),
+        };
+        Ok(true)
+    }
+
+    /// Finish the pending background protection, if any (collective): when every rank's
+    /// thread has returned, or at once with `wait` (then this rank waits for its own
+    /// thread), the outcome is agreed and the dataset kept or discarded on every rank.
+    /// A dataset that could not be protected is discarded and rank 0 says why; the
+    /// caller's call goes on (the previous checkpoint stays the restart point).
+    pub(in crate::runtime) fn settle_protection(&mut self, wait: bool) -> Result<()> {
+        let Some(p) = &self.protection.pending else {
+            return Ok(());
+        };
+        if !wait {
+            let done = match &p.work {
+                Work::Running(h) => h.is_finished(),
+                Work::Done(_) => true,
+            };
+            if !self.world.all(done) {
+                return Ok(());
+            }
+        }
+        let Pending {
+            mut out,
+            dir,
+            fused,
+            work,
+        } = self.protection.pending.take().expect("checked above");
+        let _dataset = crate::log::dataset_span(out.record.id).entered();
+        let returned = match work {
+            Work::Done(r) => Ok(r),
+            Work::Running(h) => h.join(),
+        };
+        let applied = match returned {
+            Ok(r) => {
+                let label = format!("{} ({})", out.record.id, out.record.name);
+                let desc = &self.descs[out.desc];
+                self.world
+                    .settled_call(desc.scheme(), r.call, &label, r.result, r.settled)
+                    .map_err(super::ApplyError::from)
+                    .and_then(|done| {
+                        let buf = self.config.file_buf_size();
+                        self.record_applied(&mut out, &dir, fused, done, buf)
+                    })
+                    .map_err(|e| e.to_string())
+            }
+            // (a panic in the host's own code on that thread: a process lost under ULFM
+            // unwinds there; the dataset is not protected)
+            Err(_) => Err(format!(
+                "rank {}: the background protection's thread ended without an answer",
+                self.topo.rank()
+            )),
+        };
+        let named = NameCheck {
+            all_valid: true,
+            clash: None,
+            naming_error: None,
+        };
+        let name = out.record.name.clone();
+        if let Err(e) = self.finish_output(out, named, applied, false) {
+            if self.topo.rank() == 0 {
+                tracing::warn!(
+                    "{e} (in the background); the previous checkpoint stays the restart point"
+                );
+            }
+            self.job.log_event(crate::events::Event::Failure {
+                what: format!("background protection of {name}: {e}"),
+                rank: None,
+            });
+        }
+        Ok(())
+    }
+}
