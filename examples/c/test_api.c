@@ -37,6 +37,8 @@
  *                               MPI runs N singletons, which must not pass)
  *          --corrupt            flip one byte of rank 0's newest checkpoint before the
  *                               check (the check must then fail: for tests)
+ *          --thread-multiple    initialise MPI with MPI_THREAD_MULTIPLE (and fail when
+ *                               it is not provided), as protect_in_background needs
  * Output:  on rank 0, one line "#test_api {JSON}" with the scheme, ranks, bytes per rank,
  *          checkpoints, sleep seconds, the loop's slowest-rank seconds and aggregate MiB/s,
  *          the plain loop's, and their ratio.
@@ -120,7 +122,7 @@ static void usage_error(const char* what)
 {
     char msg[512];
     snprintf(msg, sizeof(msg), "%s (options: --size SIZE --times N --seconds S --keep N "
-             "--plain before|after|none --plain-dir DIR --scheme NAME --expect-ranks N --corrupt)", what);
+             "--plain before|after|none --plain-dir DIR --scheme NAME --expect-ranks N --corrupt --thread-multiple)", what);
     fail(msg);
 }
 
@@ -148,6 +150,9 @@ static void parse(int argc, char** argv, struct options* o)
         int takes = 1;
         if (!strcmp(a, "--corrupt")) {
             o->corrupt = 1;
+            takes = 0;
+        } else if (!strcmp(a, "--thread-multiple")) {
+            /* (read before MPI_Init, in main) */
             takes = 0;
         } else if (v == NULL) {
             char msg[256];
@@ -405,7 +410,21 @@ static void corrupt(const char* path)
 
 int main(int argc, char** argv)
 {
-    MPI_Init(&argc, &argv);
+    int multiple = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--thread-multiple")) {
+            multiple = 1;
+        }
+    }
+    if (multiple) {
+        int provided = MPI_THREAD_SINGLE;
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+        if (provided < MPI_THREAD_MULTIPLE) {
+            fail("--thread-multiple: MPI does not provide MPI_THREAD_MULTIPLE");
+        }
+    } else {
+        MPI_Init(&argc, &argv);
+    }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     struct options o;
@@ -500,11 +519,15 @@ int main(int argc, char** argv)
         plain_loop_s = slowest(plain_secs);
     }
     if (rank == 0) {
+        int level = MPI_THREAD_SINGLE;
+        MPI_Query_thread(&level);
         printf("#test_api {\"scheme\":\"%s\",\"ranks\":%d,\"bytes_per_rank\":%zu,\"checkpoints\":%d,"
                "\"sleep_s\":%g,\"keep\":%d,\"init_s\":%.6f,\"seconds\":%.6f,\"mib_per_s\":%.3f,"
-               "\"plain_seconds\":%.6f,\"plain_mib_per_s\":%.3f,\"vs_plain\":%.4f,\"verified\":true}\n",
+               "\"plain_seconds\":%.6f,\"plain_mib_per_s\":%.3f,\"vs_plain\":%.4f,\"verified\":true,"
+               "\"thread_multiple\":%s}\n",
                scheme, ranks, o.size, o.times, o.seconds, keep, init, loop, rate, plain_loop_s,
-               plain_rate, plain_rate > 0 ? rate / plain_rate : 0.0);
+               plain_rate, plain_rate > 0 ? rate / plain_rate : 0.0,
+               level == MPI_THREAD_MULTIPLE ? "true" : "false");
         fflush(stdout);
     }
     free(buf);

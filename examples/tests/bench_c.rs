@@ -114,6 +114,47 @@ fn every_scheme_is_measured_from_c_against_the_plain_loop() {
     assert_clean(dir.path(), &out);
 }
 
+/// `NAME+bg` runs NAME with protect_in_background, test_api at MPI_THREAD_MULTIPLE: a
+/// row of its own, its checkpoints read back byte for byte like every other.
+#[test]
+fn a_scheme_protected_in_the_background_is_measured_as_a_row_of_its_own() {
+    let dir = tempdir();
+    let out = run(
+        dir.path(),
+        &[
+            "--mib",
+            "1",
+            "--reps",
+            "1",
+            "--checkpoints",
+            "2",
+            "--sleep",
+            "0.01",
+            "--schemes",
+            "XOR",
+            "XOR+bg",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("JSON on stdout ({e}): {}", text(&out)));
+    let jobs = json["jobs"].as_array().expect("jobs");
+    assert_eq!(jobs.len(), 2, "{}", text(&out));
+    for (job, (scheme, multiple)) in jobs.iter().zip([("XOR", false), ("XOR+bg", true)]) {
+        assert_eq!(job["scheme"], scheme, "{job}");
+        assert_eq!(job["verified"], true, "{job}");
+        assert_eq!(job["thread_multiple"], multiple, "{job}");
+    }
+    let rows = json["rows"].as_array().expect("rows");
+    assert!(
+        rows.iter().any(|r| r["scheme"] == "XOR+bg"),
+        "{}",
+        text(&out)
+    );
+    assert_clean(dir.path(), &out);
+}
+
 #[test]
 fn a_checkpoint_that_does_not_read_back_fails_the_run() {
     let dir = tempdir();

@@ -70,7 +70,8 @@ struct Args {
     /// MiB written per rank per checkpoint (one row each).
     #[arg(long, num_args = 1.., default_values_t = [16usize, 64, 256])]
     mib: Vec<usize>,
-    /// Schemes measured (SCR_COPY_TYPE values).
+    /// Schemes measured (SCR_COPY_TYPE values); `NAME+bg` is NAME with
+    /// protect_in_background and test_api initialising MPI with MPI_THREAD_MULTIPLE.
     #[arg(long, num_args = 1.., default_values = ["SINGLE", "PARTNER", "XOR", "RS"])]
     schemes: Vec<String>,
     /// Repetitions (jobs) of every measurement; medians reported, with min and max.
@@ -468,12 +469,17 @@ fn one_job(
     } = *at;
     let prefix = dir.join("prefix");
     let plain = dir.join("plain");
+    // `NAME+bg`: the scheme applied in the background (see `--schemes`)
+    let (base, background) = match scheme.strip_suffix("+bg") {
+        Some(base) => (base, true),
+        None => (scheme, false),
+    };
     for d in [&prefix, &plain] {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
-    let job_id = format!("c-{}-{mib}-{rep}", scheme.to_lowercase());
+    let job_id = format!("c-{}-{mib}-{rep}", scheme.to_lowercase().replace('+', "-"));
     let config = BenchConfig {
-        scheme,
+        scheme: base,
         set_size: args.set_size,
         set_failures: args.set_failures,
         nodes,
@@ -488,6 +494,9 @@ fn one_job(
         .into_iter()
         .map(|(k, v)| (format!("SCR_{}", k.to_uppercase()), v))
         .collect();
+    if background {
+        env.insert("SCR_PROTECT_IN_BACKGROUND".into(), "1".into());
+    }
     env.extend(extra.iter().cloned());
     let keep = cache_size(&env, &prefix)?;
     if op == Op::Rebuild {
@@ -520,6 +529,7 @@ fn one_job(
         .args(["--scheme", scheme])
         .args(["--expect-ranks", &args.ranks.to_string()])
         .args(args.corrupt.then_some("--corrupt"))
+        .args(background.then_some("--thread-multiple"))
         .current_dir(&prefix);
     for k in inherited_scr_vars() {
         cmd.env_remove(k);

@@ -70,6 +70,10 @@ struct Args {
     /// mpiexec (needs MPI with ULFM: `mpiexec --with-ft ulfm`).
     #[arg(long)]
     spares: Option<u32>,
+    /// Initialise MPI with MPI_THREAD_MULTIPLE (what `protect_in_background` needs to
+    /// apply redundancy while the steps go on).
+    #[arg(long)]
+    thread_multiple: bool,
     /// With --spares: go on with fewer ranks when no spare is left.
     #[arg(long)]
     shrink: bool,
@@ -129,7 +133,16 @@ fn decode(bytes: &[u8], cells: usize) -> Option<(u64, Vec<f64>)> {
 
 fn main() {
     let args = Args::parse();
-    let universe = mpi::initialize().expect("MPI initialises");
+    let universe = if args.thread_multiple {
+        let (universe, level) =
+            mpi::initialize_with_threading(mpi::Threading::Multiple).expect("MPI initialises");
+        if level != mpi::Threading::Multiple {
+            eprintln!("scr-heat: MPI provides thread level {level:?}, not Multiple");
+        }
+        universe
+    } else {
+        mpi::initialize().expect("MPI initialises")
+    };
     let world = universe.world();
     let rank = world.rank();
     let size = world.size();

@@ -439,8 +439,9 @@ fn parse_checkpoint(cx: &mut Ctx<'_>, layer: &mut Layer, item: &Spanned<DeValue<
             }
             "output" => typed(Type::Bool, v).map(|x| c.output = x == Value::Bool(true)),
             "bypass" => typed(Type::Bool, v).map(|x| c.bypass = Some(x == Value::Bool(true))),
-            "protect_in_background" => typed(Type::Bool, v)
-                .map(|x| c.protect_in_background = Some(x == Value::Bool(true))),
+            "protect_in_background" => {
+                typed(Type::Bool, v).map(|x| c.protect_in_background = Some(x == Value::Bool(true)))
+            }
             "enabled" => typed(Type::Bool, v).map(|x| c.enabled = x == Value::Bool(true)),
             "params" => {
                 match v.get_ref() {

@@ -4,8 +4,8 @@
 //! failure-group lookups and set communicators that forming a set needs (also for the
 //! sets of datasets an earlier run wrote, at restore).
 
-use std::sync::Arc;
 use std::ops::Index;
+use std::sync::Arc;
 
 use scr_plugin::SurvivorCheck;
 
@@ -239,10 +239,12 @@ impl Descriptors {
             }
             // (a scheme that keeps no redundancy has nothing to do in the background: its
             // CRC32s are hashed there already, see `deferred_crc`)
-            let background = d.background.0 && !keeps_no_redundancy && {
-                let possible = world.concurrent_threads();
-                if topo.rank() == 0 {
-                    match &possible {
+            let background = d.background.0
+                && !keeps_no_redundancy
+                && {
+                    let possible = world.concurrent_threads();
+                    if topo.rank() == 0 {
+                        match &possible {
                         Ok(()) => tracing::info!(
                             "descriptor {i} ({}): protect_in_background = true: its scheme runs in a background thread after complete_output (MPI_THREAD_MULTIPLE)",
                             d.scheme.0
@@ -253,9 +255,9 @@ impl Descriptors {
                             d.background.1
                         ),
                     }
-                }
-                possible.is_ok()
-            };
+                    }
+                    possible.is_ok()
+                };
             list.push(RedDesc {
                 index: i,
                 interval: d.checkpoint.interval,

@@ -40,6 +40,8 @@ struct Returned {
     result: std::result::Result<Applied, PluginError>,
     settled: Settled,
     call: &'static str,
+    /// How long the thread's work took.
+    took: Duration,
 }
 
 /// The thread of a protection, or its outcome when no thread could be started (the
@@ -100,8 +102,10 @@ fn protect(
     cntl: &std::path::Path,
 ) -> Returned {
     let call = if fused { "apply_with_crc" } else { "apply" };
+    let started = std::time::Instant::now();
     hooks.hold("protect");
-    hooks.crash_at("protect", rank);
+    // (the crash tests' points: before the apply and after it, before it is settled)
+    hooks.crash_at(&format!("protect-{}", ds.dataset_id), rank);
     let services = host.services();
     let result = match hooks.injected("protect", rank, ds.dataset_id, cntl) {
         Err(e) => Err(PluginError::new(scr_plugin::ErrorCode::IO, e.to_string())),
@@ -115,11 +119,13 @@ fn protect(
                 crc32: Default::default(),
             }),
     };
+    hooks.crash_at(&format!("protected-{}", ds.dataset_id), rank);
     let settled = host.settle(call, result.as_ref().err(), grace);
     Returned {
         result,
         settled,
         call,
+        took: started.elapsed(),
     }
 }
 
@@ -202,10 +208,19 @@ impl Writer<'_> {
             work,
         } = self.protection.pending.take().expect("checked above");
         let _dataset = crate::log::dataset_span(out.record.id).entered();
+        let waiting = std::time::Instant::now();
         let returned = match work {
             Work::Done(r) => Ok(r),
             Work::Running(h) => h.join(),
         };
+        if let Ok(r) = &returned {
+            self.topo.info(&format!(
+                "{}: its background protection took {:.3} s; this call waited {:.3} s for it",
+                out.record.name,
+                r.took.as_secs_f64(),
+                waiting.elapsed().as_secs_f64()
+            ));
+        }
         let applied = match returned {
             Ok(r) => {
                 let label = format!("{} ({})", out.record.id, out.record.name);

@@ -109,7 +109,10 @@ fn a_dataset_protected_in_the_background_becomes_a_checkpoint_at_a_later_call() 
         let (kept, complete_at_return, red_before, offered_before, pending, complete, red, offered) =
             r;
         assert!(kept, "rank {rank}: complete_output said not kept");
-        assert!(!complete_at_return, "rank {rank}: complete before its protection");
+        assert!(
+            !complete_at_return,
+            "rank {rank}: complete before its protection"
+        );
         assert!(
             red_before.iter().all(|e| !e),
             "rank {rank}: redundancy written while held: {red_before:?}"
@@ -183,7 +186,10 @@ fn the_previous_checkpoint_stays_while_a_newer_one_is_protected() {
         out.iter().enumerate()
     {
         assert_eq!(offered.as_deref(), Some("ckpt.1"), "rank {rank}");
-        assert!(first_there, "rank {rank}: ckpt.1 left the cache while ckpt.2 was protected");
+        assert!(
+            first_there,
+            "rank {rank}: ckpt.1 left the cache while ckpt.2 was protected"
+        );
         assert!(!second_complete, "rank {rank}: ckpt.2 complete while held");
         assert!(first_gone, "rank {rank}: ckpt.1 not evicted for ckpt.3");
         assert_eq!(second, &Some(true), "rank {rank}: ckpt.2 not a checkpoint");
@@ -219,7 +225,10 @@ fn a_failure_in_the_background_discards_the_dataset_on_every_rank() {
         (kept, rt.have_restart(), on_disk(rt, "ckpt.2").is_none())
     });
     for (rank, ((kept, offered, gone), end, lines)) in out.iter().enumerate() {
-        assert!(kept, "rank {rank}: complete_output returns before the failure");
+        assert!(
+            kept,
+            "rank {rank}: complete_output returns before the failure"
+        );
         assert_eq!(offered.as_deref(), Some("ckpt.1"), "rank {rank}");
         assert!(gone, "rank {rank}: ckpt.2 still recorded");
         assert_eq!(end, &Ok(()), "rank {rank}");
