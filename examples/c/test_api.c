@@ -12,7 +12,9 @@
  * The baseline: the same files, written the same way, without the library, into the
  * node-local directory the cache lives in (SCR_CACHE_BASE), keeping as many checkpoints
  * as the cache does (--keep: the checkpoint t - keep is deleted after checkpoint t), with
- * the same sleeps. Rates are aggregate: the sum over ranks of (MiB of SIZE written) / (the
+ * the same sleeps, every rank starting checkpoint t at the same time (a barrier), as the
+ * library's collective calls make them and an application's own communication does.
+ * Rates are aggregate: the sum over ranks of (MiB of SIZE written) / (the
  * rank's loop seconds), as scr-bench defines them.
  *
  * After the loop every rank reads its newest checkpoint back through the path SCR routed
@@ -328,8 +330,15 @@ static double plain_loop(const struct options* o, const char* dir, int job, char
     }
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
-    for (int t = 1; t <= o->times && err == 0; t++) {
-        err = plain_one(base, t, keep, buf, len, path, sizeof(path));
+    for (int t = 1; t <= o->times; t++) {
+        /* every rank writes checkpoint t at the same time, as an application's ranks do
+           (its own communication keeps them in step) and as the library's loop does (its
+           calls are collective): ranks left to drift apart over the pauses would write
+           one after another, on cores the others leave free */
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (err == 0) {
+            err = plain_one(base, t, keep, buf, len, path, sizeof(path));
+        }
         pause_for(o->seconds);
     }
     double secs = MPI_Wtime() - t0;

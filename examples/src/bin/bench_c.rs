@@ -42,7 +42,10 @@ Each job runs examples/c/test_api.c (SCR's test_api loop: per rank one write of 
 bytes + fsync into the routed file ckpt.<t>/rank_<r>.ckpt, SCR_Complete_output; one
 untimed checkpoint, then --checkpoints timed ones, each followed by --sleep seconds) and,
 in the same job, the plain loop (the same files and sleeps without the library, in the
-same node-local directory, keeping cache_size checkpoints).
+same node-local directory, keeping cache_size checkpoints, the ranks starting each
+checkpoint together as the library's collective calls make them). A scheme named
+NAME+bg is NAME with protect_in_background, test_api initialising MPI with
+MPI_THREAD_MULTIPLE.
 
 Columns of the table (one row per scheme and size per rank):
   scheme      the redundancy scheme (SCR_COPY_TYPE); `plain` is the plain loop, over

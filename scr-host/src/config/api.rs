@@ -654,6 +654,10 @@ impl Config {
             "HOP_DISTANCE" => number(settings::HOP_DISTANCE),
             "OUTPUT" => flag(c.output),
             "BYPASS" => flag(self.checkpoint_bypass(c)),
+            "PROTECT_IN_BACKGROUND" => flag(
+                c.protect_in_background
+                    .unwrap_or_else(|| self.get(settings::PROTECT_IN_BACKGROUND)),
+            ),
             "ENABLED" => flag(c.enabled),
             other => c
                 .params

@@ -157,7 +157,7 @@ fn checkpoint_table(rest: &[(String, String)], err: &mut dyn FnMut(LineError)) -
                 writeln!(t, "{} = {}", k.to_ascii_lowercase(), q(v))
             }
             "TYPE" => writeln!(t, "type = {}", q(v)),
-            "OUTPUT" | "BYPASS" | "ENABLED" => {
+            "OUTPUT" | "BYPASS" | "ENABLED" | "PROTECT_IN_BACKGROUND" => {
                 writeln!(t, "{} = {}", k.to_ascii_lowercase(), v != "0")
             }
             other => writeln!(

@@ -354,3 +354,27 @@ fn a_password_is_recorded_as_set_not_as_its_text() {
     );
     assert!(text.contains("2\tSCR_FLUSH=1\n"), "{text}");
 }
+
+/// `PROTECT_IN_BACKGROUND` is a descriptor key of `SCR_Config` as `BYPASS` is: set on the
+/// descriptor, and answered by a query of it (the setting when the descriptor names none).
+#[test]
+fn protect_in_background_is_a_descriptor_key() {
+    let calls: Vec<(usize, String)> = vec![
+        (1, "CKPT=0 TYPE=XOR PROTECT_IN_BACKGROUND=1".into()),
+        (2, "CKPT=1 TYPE=RS".into()),
+    ];
+    let mut errors = Vec::new();
+    let l = layer(&calls, &mut errors);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(l.checkpoints[0].protect_in_background, Some(true));
+    assert_eq!(l.checkpoints[1].protect_in_background, None);
+    let mut loader = super::super::Loader::from_process();
+    loader.env = Default::default();
+    loader.system_file = Some(std::path::PathBuf::from("/dev/null"));
+    loader.cwd = std::env::temp_dir();
+    loader.api = calls;
+    let config = loader.load().expect("loads");
+    let ask = |text: &str| config.query(&parse(text).unwrap()).unwrap();
+    assert_eq!(ask("CKPT=0 PROTECT_IN_BACKGROUND").as_deref(), Some("1"));
+    assert_eq!(ask("CKPT=1 PROTECT_IN_BACKGROUND").as_deref(), Some("0"));
+}
