@@ -361,7 +361,7 @@ fn a_password_is_recorded_as_set_not_as_its_text() {
 fn protect_in_background_is_a_descriptor_key() {
     let calls: Vec<(usize, String)> = vec![
         (1, "CKPT=0 TYPE=XOR PROTECT_IN_BACKGROUND=1".into()),
-        (2, "CKPT=1 TYPE=RS".into()),
+        (2, "CKPT=1 INTERVAL=2 TYPE=RS".into()),
     ];
     let mut errors = Vec::new();
     let l = layer(&calls, &mut errors);
