@@ -51,5 +51,6 @@ pub mod runtime;
 pub mod scavenge;
 pub mod show;
 pub mod state;
+pub(crate) mod thread_priority;
 pub(crate) mod transfer;
 pub mod walltime;

@@ -478,6 +478,8 @@ impl Runtime {
                 }
                 flusher!(rt).wait_flushes(true);
             }
+            // the run leaves no evicted file behind
+            rt.cache.drain_retired();
             rt.job.log_event(crate::events::Event::Finalize {
                 seconds_total: rt.report.init_started().elapsed().as_secs_f64(),
             });

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub(in crate::runtime) mod deferred_crc;
+pub(in crate::runtime) mod reaper;
 
 use deferred_crc::CrcJob;
 
@@ -32,6 +33,8 @@ pub(in crate::runtime) struct Cache {
     /// The background hash of the last dataset kept, until its CRC32s are recorded (see
     /// `deferred_crc`; at most one).
     crc: Option<CrcJob>,
+    /// Unlinks evicted files off the application's path (see `reaper`).
+    reaper: reaper::Reaper,
 }
 
 impl Cache {
@@ -47,7 +50,29 @@ impl Cache {
             next_dataset: 1,
             next_checkpoint: 1,
             crc: None,
+            reaper: reaper::Reaper::default(),
         }
+    }
+
+    /// [`remove_files`], each file moved into `trash` and unlinked by this rank's
+    /// deleting thread (see `reaper`); a file that cannot be moved is deleted here.
+    pub(in crate::runtime) fn retire_files(
+        &mut self,
+        dir: &Path,
+        names: &[PathBuf],
+        trash: &Path,
+    ) -> Result<()> {
+        let reaper = &mut self.reaper;
+        remove_files_with(dir, names, |path| match reaper.retire(path, trash) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(_) => std::fs::remove_file(path),
+        })
+    }
+
+    /// Wait until every evicted file is unlinked (finalize: the run leaves no trash).
+    pub(in crate::runtime) fn drain_retired(&mut self) {
+        self.reaper.drain();
     }
 
     /// Read the filemap this rank left in `cntl_dir` (a damaged or unreadable one counts
@@ -215,6 +240,15 @@ pub(in crate::runtime) fn file_names(rec: &DatasetRecord) -> Vec<PathBuf> {
 /// below it down to the file are judged first (`lstat`), and a link in place of one is
 /// refused with an error naming it ([`scr_plugin::cachefs::check_dirs`]).
 pub(in crate::runtime) fn remove_files(dir: &Path, names: &[PathBuf]) -> Result<()> {
+    remove_files_with(dir, names, |path| std::fs::remove_file(path))
+}
+
+/// [`remove_files`] with `unlink` deleting each file (or moving it away).
+fn remove_files_with(
+    dir: &Path,
+    names: &[PathBuf],
+    mut unlink: impl FnMut(&Path) -> std::io::Result<()>,
+) -> Result<()> {
     use scr_plugin::cachefs::check_dirs;
     let me = crate::registry::effective_uid();
     if let Some(above) = dir.parent() {
@@ -233,7 +267,7 @@ pub(in crate::runtime) fn remove_files(dir: &Path, names: &[PathBuf]) -> Result<
         if let Some(parent) = path.parent() {
             check_dirs(dir, parent, me).map_err(crate::private_dir::cachefs_err)?;
         }
-        match std::fs::remove_file(&path) {
+        match unlink(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(ScrError::Io { path, source: e }),

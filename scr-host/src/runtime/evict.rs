@@ -2,7 +2,7 @@
 //! removes, and eviction from a full store (agreed: a dataset leaves every rank's cache
 //! or none). The application's drop and delete are calls of the runtime (`api`).
 
-use super::cache::{file_names, remove_files, Cache};
+use super::cache::{file_names, reaper, remove_files, Cache};
 use super::collective::Collective;
 use super::descriptors::Descriptors;
 use super::flush::Flushing;
@@ -97,7 +97,8 @@ impl Evictor<'_> {
                 );
             }
         }
-        remove_files(&dir, &file_names(rec))?;
+        let trash = reaper::trash_dir(&self.job.store_dir(&rec.descriptor.store), self.topo.rank());
+        self.cache.retire_files(&dir, &file_names(rec), &trash)?;
         self.cache.forget(rec.id);
         if self.topo.rank() == 0 && rec.complete {
             if let Err(e) =

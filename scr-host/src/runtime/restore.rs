@@ -76,6 +76,10 @@ impl Restorer<'_> {
             self.purge_at_init("distribute = false")?;
         }
         self.cache.open(self.job.cntl_dir());
+        // what a run that ended without finalize left to delete
+        for store in &self.config.stores {
+            super::cache::reaper::clear_trash(&self.job.store_dir(&store.path), self.topo.rank());
+        }
         // what a restart of another size left (a run that ended inside it)
         super::restart::staging::remove_stale_staging(self.job, self.config, self.topo);
         // datasets that never completed (a crash inside an output) are garbage

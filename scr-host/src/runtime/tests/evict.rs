@@ -175,3 +175,51 @@ fn a_delete_during_a_background_flush_is_not_undone_by_its_recording() {
         assert!(!prefix.join(format!("f2_{r}")).exists(), "rank {r}");
     }
 }
+
+/// Evicted files are moved into the rank's trash directory and unlinked by its deleting
+/// thread: the evicted dataset's directory is gone at once, and after finalize so are
+/// its files and the trash directory. A trash directory a crashed run left is removed by
+/// the next init.
+#[test]
+fn evicted_files_are_deleted_off_the_application_path_and_a_crashs_trash_goes_at_init() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n0", "n1"];
+    let env = [
+        ("SCR_COPY_TYPE", "SINGLE"),
+        ("SCR_FLUSH", "0"),
+        ("SCR_CACHE_SIZE", "2"),
+    ];
+    let out = job(dir.path(), &nodes, &env, |rt, me| {
+        write_range(rt, dir.path(), me, 1..=3);
+        let store = cache_job_dir(dir.path(), nodes[me as usize]);
+        // ckpt.1 (dataset 1) left for ckpt.3
+        (
+            store.join("scr.dataset.1").exists(),
+            store.join("scr.dataset.2").is_dir() && store.join("scr.dataset.3").is_dir(),
+        )
+    });
+    for (rank, ((first, later), end)) in out.iter().enumerate() {
+        assert!(
+            !first,
+            "rank {rank}: the evicted dataset's directory is still there"
+        );
+        assert!(later, "rank {rank}");
+        assert_eq!(end, &Ok(()), "rank {rank}");
+    }
+    for node in nodes {
+        let names = listing(&cache_job_dir(dir.path(), node));
+        assert_eq!(names, ["scr.dataset.2", "scr.dataset.3"], "{node}");
+    }
+    // a crash's leftovers: a file in rank 0's trash
+    let trash = cache_job_dir(dir.path(), "n0").join("scr.trash.0");
+    std::fs::create_dir_all(&trash).unwrap();
+    std::fs::write(trash.join("7"), b"left by a crash").unwrap();
+    let prefix = dir.path().join("prefix");
+    let out = job(dir.path(), &nodes, &env, |rt, me| {
+        read_back(rt, &prefix, me)
+    });
+    for (rank, (r, _)) in out.iter().enumerate() {
+        assert_eq!(r, "ckpt.3 exact=true from cache", "rank {rank}");
+    }
+    assert!(!trash.exists(), "{} survived init", trash.display());
+}
