@@ -14,6 +14,7 @@ use super::{DatasetRecord, Filemap, Result, ScrError, TestHooks};
 use crate::config::{settings, Config};
 use crate::integrity::{dataset_files, verify_dataset};
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
 /// Removal from cache over the parts it uses, borrowed from a runtime or a phase that
 /// holds them ([`evictor!`]).
@@ -97,8 +98,13 @@ impl Evictor<'_> {
                 );
             }
         }
-        let trash = reaper::trash_dir(&self.job.store_dir(&rec.descriptor.store), self.topo.rank());
-        self.cache.retire_files(&dir, &file_names(rec), &trash)?;
+        if self.roomy(rec, &dir) {
+            let store = self.job.store_dir(&rec.descriptor.store);
+            let trash = reaper::trash_dir(&store, self.topo.rank());
+            self.cache.retire_files(&dir, &file_names(rec), &trash)?;
+        } else {
+            remove_files(&dir, &file_names(rec))?;
+        }
         self.cache.forget(rec.id);
         if self.topo.rank() == 0 && rec.complete {
             if let Err(e) =
@@ -108,6 +114,17 @@ impl Evictor<'_> {
             }
         }
         self.cache.save()
+    }
+
+    /// Whether the device of `dir` has room enough that `rec`'s files may keep their
+    /// space while this rank's deleting thread frees it (see `cache/reaper.rs`): four
+    /// times their size for every rank of the node (their redundancy and the next
+    /// dataset, which may be written meanwhile, included). A store sized to its count
+    /// gets its space back before `start_output` returns.
+    fn roomy(&self, rec: &DatasetRecord, dir: &Path) -> bool {
+        let bytes: u64 = rec.files.iter().map(|f| f.size).sum();
+        let ranks = self.topo.node_ranks().len() as u64;
+        room_to_defer(crate::os::free_bytes(dir), bytes, ranks)
     }
 
     /// Delete every dataset the cache of this node holds, for any rank, with the
@@ -374,6 +391,12 @@ impl Evictable {
 /// once it ended), and last the newest checkpoint. The same on every rank (its input is
 /// agreed). What may not go still counts against the limit, so a store whose every
 /// dataset is protected evicts nothing and the new one goes over the count.
+/// [`Evictor::roomy`]'s rule: `free` bytes on the device (unknown: no) cover four times
+/// `bytes` for each of the node's `ranks`.
+fn room_to_defer(free: Option<u64>, bytes: u64, ranks: u64) -> bool {
+    free.is_some_and(|free| free / 4 / ranks.max(1) >= bytes)
+}
+
 pub(in crate::runtime) fn victims(
     holders: &BTreeMap<u64, Evictable>,
     limit: u64,
@@ -425,6 +448,15 @@ mod tests {
     };
 
     /// The agreement's byte: any rank's flush, and the strictest class, win.
+    #[test]
+    fn deletion_is_deferred_only_with_room_for_four_times_the_files_of_every_rank() {
+        let mib = 1 << 20;
+        assert!(room_to_defer(Some(16 * mib), mib, 4));
+        assert!(!room_to_defer(Some(16 * mib - 1), mib, 4));
+        assert!(room_to_defer(Some(4 * mib), mib, 0));
+        assert!(!room_to_defer(None, 0, 1));
+    }
+
     #[test]
     fn the_agreed_answer_is_the_strictest_with_any_ranks_flush() {
         let or = |es: &[Evictable]| Evictable::from_bits(es.iter().fold(0, |b, e| b | e.bits()));

@@ -78,7 +78,7 @@ impl Reaper {
             let spawned = std::thread::Builder::new()
                 .name("scr-reaper".into())
                 .spawn(move || {
-                    crate::thread_priority::lowest();
+                    crate::os::lowest_priority();
                     for path in rx {
                         let _ = std::fs::remove_file(&path);
                     }
