@@ -347,3 +347,21 @@ fn explain_lists_only_the_parameters_the_scheme_reads() {
         run.describe()
     );
 }
+
+/// Each descriptor's line says when its scheme runs: inside complete_output, or in the
+/// background where the application's MPI allows it (which only the job can tell), with
+/// where the setting came from.
+#[test]
+fn explain_says_when_the_scheme_runs() {
+    let sb = Sandbox::new();
+    let run = sb.run(&["config", "explain", "--checkpoint", "1"], &[]);
+    run.expect_code(0);
+    run.expect_stdout("protect: inside complete_output; protect_in_background = false (default)");
+    let run = sb.run(
+        &["config", "explain", "--checkpoint", "1"],
+        &[("SCR_PROTECT_IN_BACKGROUND", "1")],
+    );
+    run.expect_code(0);
+    run.expect_stdout("protect: in a background thread after complete_output when the application initialises MPI with MPI_THREAD_MULTIPLE");
+    run.expect_stdout("protect_in_background = true (environment SCR_PROTECT_IN_BACKGROUND)");
+}

@@ -144,6 +144,12 @@ pub fn explain_checkpoint(
     let _ = writeln!(out, "  scheme:  {} ({})", d.scheme.0, d.scheme.1);
     let _ = writeln!(out, "  store:   {}", store_line(config, &d));
     let _ = writeln!(out, "  group:   {} ({})", d.group.0, d.group.1);
+    let _ = writeln!(
+        out,
+        "  protect: {} ({})",
+        protection_mode(d.background.0),
+        d.background.1
+    );
     let provider = registry.provider(Kind::Scheme, &d.scheme.0);
     let in_use = provider
         .as_ref()
@@ -279,5 +285,16 @@ fn describe_for(config: &Config, registry: &Registry, d: &Descriptor<'_>, member
             format!("sets of {members}: {}", error.message)
         }
         Err(e) => format!("sets of {members}: {e}"),
+    }
+}
+
+/// When a descriptor's scheme runs, as `protect_in_background` asks: the background needs
+/// the application's MPI at MPI_THREAD_MULTIPLE, which only the job can tell (its init
+/// says which mode is in force).
+fn protection_mode(background: bool) -> &'static str {
+    if background {
+        "in a background thread after complete_output when the application initialises MPI with MPI_THREAD_MULTIPLE (init says so on rank 0), else inside complete_output; protect_in_background = true"
+    } else {
+        "inside complete_output; protect_in_background = false"
     }
 }
