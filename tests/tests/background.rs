@@ -105,3 +105,64 @@ fn below_thread_multiple_the_scheme_runs_in_complete_output_and_init_says_why() 
     );
     assert_eq!(out.final_state(), reference(20), "{out}");
 }
+
+/// Online recovery (Open MPI 5 with ULFM) with the schemes' work in the background: rank
+/// 2 is killed after step 17 (ckpt.15's protection settled by scr-heat's call of that
+/// step) and its node's storage lost; the spare takes its place inside the same mpiexec,
+/// the node's files are rebuilt from the XOR data the background wrote, and the job ends
+/// in the uninterrupted run's state.
+#[test]
+fn online_recovery_rebuilds_from_redundancy_applied_in_the_background() {
+    let mut c = Cluster::new();
+    c.set("SCR_COPY_TYPE", "XOR")
+        .set("SCR_PROTECT_IN_BACKGROUND", "1")
+        .set("SCR_DEBUG", "1");
+    let nodes = ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3", "n4"];
+    // rank 2's node loses its storage with it
+    let wipe = [c.path("cache").join("n1"), c.path("cntl").join("n1")]
+        .map(|p| p.display().to_string())
+        .join(",");
+    let out = c.run_ulfm(
+        &nodes,
+        "scr-heat",
+        &[
+            "--steps",
+            "40",
+            "--every",
+            "5",
+            "--spares",
+            "1",
+            "--kill-at",
+            "17",
+            "--kill-rank",
+            "2",
+            "--thread-multiple",
+            "--wipe-before-kill",
+            &wipe,
+        ],
+    );
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stderr
+            .contains("its scheme runs in a background thread after complete_output"),
+        "{out}"
+    );
+    assert_eq!(out.line_after("recoveries "), Some("1"), "{out}");
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.15 at step 15"),
+        "{out}"
+    );
+    // the spare on n4 held none of rank 2's files: XOR rebuilt them there
+    let log = std::fs::read_to_string(c.prefix().join(".scr/events.jsonl")).unwrap_or_default();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("\"event\":\"rebuild\"") && l.contains("\"name\":\"ckpt.15\"")),
+        "no rebuild of ckpt.15:\n{log}\n{out}"
+    );
+    assert_eq!(
+        out.final_state(),
+        scr_e2e::reference_state(8, 40, None),
+        "{out}"
+    );
+}
