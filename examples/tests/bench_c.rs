@@ -36,26 +36,32 @@ fn assert_clean(dir: &Path, out: &Output) {
     assert!(left.is_empty(), "left behind: {left:?}\n{}", text(out));
 }
 
-#[test]
-fn every_scheme_is_measured_from_c_against_the_plain_loop() {
-    let dir = tempdir();
-    let out = run(
-        dir.path(),
-        &[
-            "--mib",
-            "1",
-            "--reps",
-            "1",
-            "--checkpoints",
-            "2",
-            "--sleep",
-            "0.01",
-            "--json",
-        ],
-    );
+/// A small successful run (1 MiB per rank, one repetition of 2 checkpoints with 10 ms
+/// pauses, JSON) with `extra` arguments, and its JSON.
+fn small_run(dir: &Path, extra: &[&str]) -> (Output, serde_json::Value) {
+    let mut args = vec![
+        "--mib",
+        "1",
+        "--reps",
+        "1",
+        "--checkpoints",
+        "2",
+        "--sleep",
+        "0.01",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let out = run(dir, &args);
     assert!(out.status.success(), "{}", text(&out));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("JSON on stdout ({e}): {}", text(&out)));
+    (out, json)
+}
+
+#[test]
+fn every_scheme_is_measured_from_c_against_the_plain_loop() {
+    let dir = tempdir();
+    let (out, json) = small_run(dir.path(), &[]);
     assert_eq!(json["ranks"], 4, "{}", text(&out));
     let positive = |v: &serde_json::Value| v.as_f64().is_some_and(|x| x.is_finite() && x > 0.0);
     let schemes = ["SINGLE", "PARTNER", "XOR", "RS"];
@@ -119,26 +125,7 @@ fn every_scheme_is_measured_from_c_against_the_plain_loop() {
 #[test]
 fn a_scheme_protected_in_the_background_is_measured_as_a_row_of_its_own() {
     let dir = tempdir();
-    let out = run(
-        dir.path(),
-        &[
-            "--mib",
-            "1",
-            "--reps",
-            "1",
-            "--checkpoints",
-            "2",
-            "--sleep",
-            "0.01",
-            "--schemes",
-            "XOR",
-            "XOR+bg",
-            "--json",
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("JSON on stdout ({e}): {}", text(&out)));
+    let (out, json) = small_run(dir.path(), &["--schemes", "XOR", "XOR+bg"]);
     let jobs = json["jobs"].as_array().expect("jobs");
     assert_eq!(jobs.len(), 2, "{}", text(&out));
     for (job, (scheme, multiple)) in jobs.iter().zip([("XOR", false), ("XOR+bg", true)]) {

@@ -30,6 +30,20 @@ fn heat(c: &Cluster, steps: u64, extra: &[&str]) -> JobOutput {
     c.run(FOUR_NODES, "scr-heat", &args)
 }
 
+/// Node n2 lost after a 12-step run: 20 steps restart from ckpt.10, rebuilt through
+/// XOR, and end in the uninterrupted run's state.
+fn rebuilt_after_losing_n2(c: &Cluster, extra: &[&str]) {
+    c.lose_node("n2");
+    let out = heat(c, 20, extra);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.10 at step 10"),
+        "{out}"
+    );
+    assert_eq!(out.final_state(), reference(20), "{out}");
+}
+
 /// The background mode is said and in force: the checkpoints are kept at later calls,
 /// and after node n2 is lost the next run rebuilds the newest one from XOR byte-exact.
 #[test]
@@ -47,15 +61,7 @@ fn a_checkpoint_protected_in_the_background_is_rebuilt_after_a_node_is_lost() {
             && out.stderr.contains("applied in the background"),
         "{out}"
     );
-    c.lose_node("n2");
-    let out = heat(&c, 20, &["--thread-multiple"]);
-    assert_eq!(out.code, 0, "{out}");
-    assert_eq!(
-        out.line_after("restarted from "),
-        Some("ckpt.10 at step 10"),
-        "{out}"
-    );
-    assert_eq!(out.final_state(), reference(20), "{out}");
+    rebuilt_after_losing_n2(&c, &["--thread-multiple"]);
 }
 
 /// Rank 1 is killed with SIGKILL while ckpt.10 (dataset 2) is protected in the background:
@@ -96,14 +102,7 @@ fn below_thread_multiple_the_scheme_runs_in_complete_output_and_init_says_why() 
         "{out}"
     );
     assert!(!out.stderr.contains("applied in the background"), "{out}");
-    c.lose_node("n2");
-    let out = heat(&c, 20, &[]);
-    assert_eq!(
-        out.line_after("restarted from "),
-        Some("ckpt.10 at step 10"),
-        "{out}"
-    );
-    assert_eq!(out.final_state(), reference(20), "{out}");
+    rebuilt_after_losing_n2(&c, &[]);
 }
 
 /// Online recovery (Open MPI 5 with ULFM) with the schemes' work in the background: rank
