@@ -88,44 +88,57 @@ impl Drop for Protection {
     }
 }
 
-/// The thread's work: the hooks' hold and faults, the scheme's apply on `host` and the
-/// settlement of its outcome with the set.
-#[allow(clippy::too_many_arguments)]
-fn protect(
-    scheme: &LoadedScheme,
-    host: &dyn SetHost,
-    ds: &scr_plugin::DatasetFiles,
+/// The thread's work: the scheme's apply of one rank's files on the set's background
+/// host, settled with the set; cloned for this thread when no other can be started.
+#[derive(Clone)]
+struct Task {
+    scheme: Arc<LoadedScheme>,
+    host: Arc<dyn SetHost>,
+    ds: scr_plugin::DatasetFiles,
+    /// `apply_with_crc` (the scheme hashes the files in its pass) rather than `apply`.
     fused: bool,
+    /// How long a failed member waits for the others to return (`abort_timeout`).
     grace: Duration,
-    hooks: &TestHooks,
+    hooks: TestHooks,
     rank: u32,
-    cntl: &std::path::Path,
-) -> Returned {
-    let call = if fused { "apply_with_crc" } else { "apply" };
-    let started = std::time::Instant::now();
-    hooks.hold("protect");
-    // (the crash tests' points: before the apply and after it, before it is settled)
-    hooks.crash_at(&format!("protect-{}", ds.dataset_id), rank);
-    let services = host.services();
-    let result = match hooks.injected("protect", rank, ds.dataset_id, cntl) {
-        Err(e) => Err(PluginError::new(scr_plugin::ErrorCode::IO, e.to_string())),
-        Ok(()) if fused => scheme.raw().apply_with_crc(services, ds).into_result(),
-        Ok(()) => scheme
-            .raw()
-            .apply(services, ds)
-            .into_result()
-            .map(|redundancy| Applied {
-                redundancy,
-                crc32: Default::default(),
-            }),
-    };
-    hooks.crash_at(&format!("protected-{}", ds.dataset_id), rank);
-    let settled = host.settle(call, result.as_ref().err(), grace);
-    Returned {
-        result,
-        settled,
-        call,
-        took: started.elapsed(),
+    /// The control directory, for an injected failure's message.
+    cntl: PathBuf,
+}
+
+impl Task {
+    /// Run it: the hooks' hold and faults, the apply and its settlement.
+    fn run(&self) -> Returned {
+        let call = if self.fused {
+            "apply_with_crc"
+        } else {
+            "apply"
+        };
+        let started = std::time::Instant::now();
+        let (id, rank, hooks) = (self.ds.dataset_id, self.rank, &self.hooks);
+        hooks.hold("protect");
+        // (the crash tests' points: before the apply and after it, before it is settled)
+        hooks.crash_at(&format!("protect-{id}"), rank);
+        let services = self.host.services();
+        let raw = self.scheme.raw();
+        let result = match hooks.injected("protect", rank, id, &self.cntl) {
+            Err(e) => Err(PluginError::new(scr_plugin::ErrorCode::IO, e.to_string())),
+            Ok(()) if self.fused => raw.apply_with_crc(services, &self.ds).into_result(),
+            Ok(()) => raw
+                .apply(services, &self.ds)
+                .into_result()
+                .map(|redundancy| Applied {
+                    redundancy,
+                    crc32: Default::default(),
+                }),
+        };
+        hooks.crash_at(&format!("protected-{id}"), rank);
+        let settled = self.host.settle(call, result.as_ref().err(), self.grace);
+        Returned {
+            result,
+            settled,
+            call,
+            took: started.elapsed(),
+        }
     }
 }
 
@@ -140,31 +153,30 @@ impl Writer<'_> {
         fused: bool,
     ) -> Result<bool> {
         let (scheme, host) = self.descs.background_parts(out.desc);
-        let ds = crate::integrity::dataset_files(&out.record, &dir);
-        let grace = self.world.abort_timeout();
-        let hooks = self.hooks.clone();
-        let rank = self.topo.rank();
-        let cntl = self.job.cntl_dir().to_path_buf();
-        let run = move || protect(&scheme, &*host, &ds, fused, grace, &hooks, rank, &cntl);
-        // (shared with the spawn attempt: a thread that cannot be started leaves the work
-        // to this one, and the peers' threads meet it on the same communicator)
-        let run = Arc::new(std::sync::Mutex::new(Some(run)));
-        let in_thread = run.clone();
+        let task = Task {
+            scheme,
+            host,
+            ds: crate::integrity::dataset_files(&out.record, &dir),
+            fused,
+            grace: self.world.abort_timeout(),
+            hooks: self.hooks.clone(),
+            rank: self.topo.rank(),
+            cntl: self.job.cntl_dir().to_path_buf(),
+        };
+        let theirs = task.clone();
         let spawned = std::thread::Builder::new()
             .name("scr-protect".into())
-            .spawn(move || {
-                let f = scr_plugin::sync::lock(&in_thread).take();
-                f.expect("taken once")()
-            });
+            .spawn(move || theirs.run());
         let work = match spawned {
             Ok(h) => Work::Running(h),
             Err(e) => {
+                // (the peers' threads meet this one's calls on the same communicator)
                 tracing::warn!(
-                    "rank {rank}: no thread for the background protection of {} ({e}); protecting it now",
+                    "rank {}: no thread for the background protection of {} ({e}); protecting it now",
+                    task.rank,
                     out.record.name
                 );
-                let f = scr_plugin::sync::lock(&run).take();
-                Work::Done(f.expect("not spawned")())
+                Work::Done(task.run())
             }
         };
         self.topo.info(&format!(
