@@ -102,6 +102,32 @@ impl RedDesc {
     }
 }
 
+/// Whether descriptor `index` (`d`, which asks for `protect_in_background`) may run its
+/// scheme in the background: where every rank's MPI allows a thread of the library to
+/// call it beside the application (agreed: a rank initialised otherwise would leave the
+/// others' threads waiting). Rank 0 says which mode is in force and why.
+fn background_possible(world: &dyn World, index: usize, d: &crate::config::Descriptor) -> bool {
+    let mine = world.concurrent_threads();
+    let all = world.agree(mine.is_ok());
+    if world.rank() == 0 {
+        let scheme = &d.scheme.0;
+        match (all, mine) {
+            (true, _) => tracing::info!(
+                "descriptor {index} ({scheme}): protect_in_background = true: its scheme runs in a background thread after complete_output (MPI_THREAD_MULTIPLE)"
+            ),
+            (false, Err(why)) => tracing::warn!(
+                "descriptor {index} ({scheme}): protect_in_background = true ({}), but {why}: its scheme runs inside complete_output",
+                d.background.1
+            ),
+            (false, Ok(())) => tracing::warn!(
+                "descriptor {index} ({scheme}): protect_in_background = true ({}), but MPI runs below MPI_THREAD_MULTIPLE on some rank: its scheme runs inside complete_output",
+                d.background.1
+            ),
+        }
+    }
+    all
+}
+
 /// Say (on rank 0) when the sets of some ranks tolerate fewer lost members under
 /// descriptor `index` than a full set of `set_size` does (collective; `tolerated` is this
 /// rank's set's, `full` the full set's): a set smaller than its scheme needs keeps what
@@ -239,25 +265,8 @@ impl Descriptors {
             }
             // (a scheme that keeps no redundancy has nothing to do in the background: its
             // CRC32s are hashed there already, see `deferred_crc`)
-            let background = d.background.0
-                && !keeps_no_redundancy
-                && {
-                    let possible = world.concurrent_threads();
-                    if topo.rank() == 0 {
-                        match &possible {
-                        Ok(()) => tracing::info!(
-                            "descriptor {i} ({}): protect_in_background = true: its scheme runs in a background thread after complete_output (MPI_THREAD_MULTIPLE)",
-                            d.scheme.0
-                        ),
-                        Err(why) => tracing::warn!(
-                            "descriptor {i} ({}): protect_in_background = true ({}), but {why}: its scheme runs inside complete_output",
-                            d.scheme.0,
-                            d.background.1
-                        ),
-                    }
-                    }
-                    possible.is_ok()
-                };
+            let background =
+                d.background.0 && !keeps_no_redundancy && background_possible(world, i, &d);
             list.push(RedDesc {
                 index: i,
                 interval: d.checkpoint.interval,
