@@ -75,6 +75,11 @@ fn a_kill_during_the_background_apply_restarts_from_the_previous_checkpoint() {
         c.set("SCR_FAULT", &format!("{point}:1"));
         let crashed = heat(&c, 12, &["--thread-multiple", "--sleep-ms", "20"]);
         assert_ne!(crashed.code, 0, "{point}: {crashed}");
+        // the job ended for the kill, not for another error
+        assert!(
+            crashed.stderr.contains("signal 9"),
+            "{point}: not killed: {crashed}"
+        );
         c.env.remove("SCR_FAULT");
         let out = heat(&c, 20, &["--thread-multiple"]);
         assert_eq!(out.code, 0, "{point}: {out}");

@@ -76,7 +76,7 @@ impl Runtime {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("have_restart");
         self.guarded("have_restart", |rt| {
-            writer!(rt).settle_protection(true)?;
+            writer!(rt).settle_protection(true);
             restarter!(rt).have_restart_fetching()
         })
     }
@@ -86,7 +86,7 @@ impl Runtime {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("start_restart");
         self.guarded("start_restart", |rt| {
-            writer!(rt).settle_protection(true)?;
+            writer!(rt).settle_protection(true);
             let writing = rt.output.is_some();
             restarter!(rt).start_restart(writing)
         })
@@ -131,7 +131,7 @@ impl Runtime {
         let _log = self.span.clone().entered();
         let _counted = comm::scope("current");
         self.guarded("current", |rt| {
-            writer!(rt).settle_protection(true)?;
+            writer!(rt).settle_protection(true);
             restarter!(rt).current(name)
         })
     }
@@ -224,7 +224,7 @@ impl Runtime {
                 .same_name("drop", name)
                 .and_then(|()| rt.not_in_use("drop", name, cached));
             rt.world.begin("drop", pre)?;
-            writer!(rt).settle_protection(true)?;
+            writer!(rt).settle_protection(true);
             if let Some(id) = cached {
                 flusher!(rt).settle_flush_of(id);
                 rt.restart.skip(id);
@@ -248,7 +248,7 @@ impl Runtime {
                 .same_name("delete", name)
                 .and_then(|()| rt.not_in_use("delete", name, cached));
             rt.world.begin("delete", pre)?;
-            writer!(rt).settle_protection(true)?;
+            writer!(rt).settle_protection(true);
             if let Some(id) = cached {
                 flusher!(rt).settle_flush_of(id);
             }
@@ -305,7 +305,7 @@ impl Runtime {
         self.guarded("need_checkpoint", |rt| {
             rt.world.usable("need_checkpoint")?;
             // a background protection every rank finished is settled now
-            writer!(rt).settle_protection(false)?;
+            writer!(rt).settle_protection(false);
             flusher!(rt).poll_flushes();
             rt.cache.poll_crc();
             rt.policy.count_call();
@@ -343,7 +343,7 @@ impl Runtime {
         self.guarded("should_exit", |rt| {
             rt.world.usable("should_exit")?;
             // the application may exit next: the last dataset's protection ends now
-            writer!(rt).settle_protection(true)?;
+            writer!(rt).settle_protection(true);
             flusher!(rt).poll_flushes();
             rt.cache.poll_crc();
             match rt.agreed_halt_reason() {
@@ -442,7 +442,7 @@ impl Runtime {
             }
             // the last dataset's protection ends before the run does
             if !rt.world.health().is_uncertain() {
-                writer!(rt).settle_protection(true)?;
+                writer!(rt).settle_protection(true);
             }
             rt.world.health_mut().set_finalized(true);
             if let Some(out) = rt.output.take() {

@@ -250,7 +250,7 @@ impl Writer<'_> {
         self.world.begin("start_output", pre)?;
         // the previous dataset's protection ends first: it is a checkpoint (or discarded)
         // before eviction counts the store's datasets
-        self.settle_protection(true)?;
+        self.settle_protection(true);
         // background flushes finished everywhere are recorded before eviction looks
         // at what the prefix holds
         flusher!(self).poll_flushes();

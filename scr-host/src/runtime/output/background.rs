@@ -54,7 +54,7 @@ enum Work {
 /// A dataset whose protection runs in the background.
 struct Pending {
     out: Output,
-    dir: PathBuf,
+    /// The scheme hashes the files in its apply (`apply_with_crc`).
     fused: bool,
     work: Work,
 }
@@ -185,12 +185,7 @@ impl Writer<'_> {
             out.started.elapsed().as_secs_f64()
         ));
         *self.protection = Protection {
-            pending: Some(Pending {
-                out,
-                dir,
-                fused,
-                work,
-            }),
+            pending: Some(Pending { out, fused, work }),
         };
         Ok(true)
     }
@@ -199,10 +194,11 @@ impl Writer<'_> {
     /// thread has returned, or at once with `wait` (then this rank waits for its own
     /// thread), the outcome is agreed and the dataset kept or discarded on every rank.
     /// A dataset that could not be protected is discarded and rank 0 says why; the
-    /// caller's call goes on (the previous checkpoint stays the restart point).
-    pub(in crate::runtime) fn settle_protection(&mut self, wait: bool) -> Result<()> {
+    /// caller's call goes on (the previous checkpoint stays the restart point), so no
+    /// error is returned.
+    pub(in crate::runtime) fn settle_protection(&mut self, wait: bool) {
         let Some(p) = &self.protection.pending else {
-            return Ok(());
+            return;
         };
         if !wait {
             let done = match &p.work {
@@ -210,15 +206,17 @@ impl Writer<'_> {
                 Work::Done(_) => true,
             };
             if !self.world.all(done) {
-                return Ok(());
+                return;
             }
         }
         let Pending {
             mut out,
-            dir,
             fused,
             work,
         } = self.protection.pending.take().expect("checked above");
+        let dir = self
+            .job
+            .dataset_dir(&out.record.descriptor.store, out.record.id);
         let _dataset = crate::log::dataset_span(out.record.id).entered();
         let waiting = std::time::Instant::now();
         let returned = match work {
@@ -270,6 +268,5 @@ impl Writer<'_> {
                 rank: None,
             });
         }
-        Ok(())
     }
 }
