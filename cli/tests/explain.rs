@@ -363,5 +363,15 @@ fn explain_says_when_the_scheme_runs() {
     );
     run.expect_code(0);
     run.expect_stdout("protect: in a background thread after complete_output when the application initialises MPI with MPI_THREAD_MULTIPLE");
+    run.expect_stdout("else inside complete_output (protect_below_multiple = foreground, default)");
     run.expect_stdout("protect_in_background = true (environment SCR_PROTECT_IN_BACKGROUND)");
+    let run = sb.run(
+        &["config", "explain", "--checkpoint", "1"],
+        &[
+            ("SCR_PROTECT_IN_BACKGROUND", "1"),
+            ("SCR_PROTECT_BELOW_MULTIPLE", "calls"),
+        ],
+    );
+    run.expect_code(0);
+    run.expect_stdout("else in a background thread whose MPI calls the application's thread makes at its calls into the library (protect_below_multiple = calls, environment SCR_PROTECT_BELOW_MULTIPLE)");
 }

@@ -28,6 +28,10 @@
  *          -t, --times N        timed checkpoints after the untimed one (default 5)
  *          -z, --seconds S      seconds to sleep after each checkpoint, fractions allowed
  *                               (default 0)
+ *          --steps N            cut each sleep into N timesteps, each followed by
+ *                               SCR_Need_checkpoint (its answer unused), as an
+ *                               application asks every timestep (default 0: one sleep,
+ *                               no call); the plain loop sleeps the same steps
  *          --keep N             checkpoints the plain loop keeps (default SCR_CACHE_SIZE
  *                               when set, else 2: scr-rs's default cache_size)
  *          --plain before|after|none
@@ -65,6 +69,7 @@ struct options {
     size_t size;
     int times;
     double seconds;
+    int steps;
     int keep;
     const char* plain; /* "before", "after" or "none" */
     const char* plain_dir;
@@ -123,7 +128,7 @@ static long parse_int(const char* option, const char* text, long min)
 static void usage_error(const char* what)
 {
     char msg[512];
-    snprintf(msg, sizeof(msg), "%s (options: --size SIZE --times N --seconds S --keep N "
+    snprintf(msg, sizeof(msg), "%s (options: --size SIZE --times N --seconds S --steps N --keep N "
              "--plain before|after|none --plain-dir DIR --scheme NAME --expect-ranks N --corrupt --thread-multiple)", what);
     fail(msg);
 }
@@ -140,6 +145,7 @@ static void parse(int argc, char** argv, struct options* o)
     o->size = 1048576;
     o->times = 5;
     o->seconds = 0;
+    o->steps = 0;
     o->keep = 0;
     o->plain = "after";
     o->plain_dir = NULL;
@@ -175,6 +181,8 @@ static void parse(int argc, char** argv, struct options* o)
             if (end == v || *end != '\0' || o->seconds < 0) {
                 usage_error("--seconds: expected a number of seconds (0 or more)");
             }
+        } else if (!strcmp(a, "--steps")) {
+            o->steps = (int)parse_int(a, v, 0);
         } else if (!strcmp(a, "--keep")) {
             o->keep = (int)parse_int(a, v, 1);
         } else if (!strcmp(a, "--plain")) {
@@ -207,6 +215,25 @@ static void pause_for(double seconds)
     t.tv_sec = (time_t)seconds;
     t.tv_nsec = (long)((seconds - (double)t.tv_sec) * 1e9);
     while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+    }
+}
+
+/* The application's compute after a checkpoint: --seconds of sleep, in --steps timesteps
+ * each followed (with the library) by SCR_Need_checkpoint. */
+static void compute(const struct options* o, int with_library)
+{
+    if (o->steps <= 0) {
+        pause_for(o->seconds);
+        return;
+    }
+    for (int i = 0; i < o->steps; i++) {
+        pause_for(o->seconds / o->steps);
+        if (with_library) {
+            int flag = 0;
+            if (SCR_Need_checkpoint(&flag) != SCR_SUCCESS) {
+                fail("SCR_Need_checkpoint failed");
+            }
+        }
     }
 }
 
@@ -326,7 +353,7 @@ static double plain_loop(const struct options* o, const char* dir, int job, char
     snprintf(path, sizeof(path), "%s", base);
     if (err == 0) {
         err = plain_one(base, 0, keep, buf, len, path, sizeof(path));
-        pause_for(o->seconds);
+        compute(o, 0);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
@@ -339,7 +366,7 @@ static double plain_loop(const struct options* o, const char* dir, int job, char
         if (err == 0) {
             err = plain_one(base, t, keep, buf, len, path, sizeof(path));
         }
-        pause_for(o->seconds);
+        compute(o, 0);
     }
     double secs = MPI_Wtime() - t0;
     if (err != 0) {
@@ -496,7 +523,7 @@ int main(int argc, char** argv)
     if (!checkpoint(0, buf, len, routed)) {
         fail("checkpoint ckpt.0 was not kept (SCR_Complete_output failed)");
     }
-    pause_for(o.seconds);
+    compute(&o, 1);
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = MPI_Wtime();
     for (int t = 1; t <= o.times; t++) {
@@ -505,7 +532,7 @@ int main(int argc, char** argv)
             snprintf(msg, sizeof(msg), "checkpoint ckpt.%d was not kept (SCR_Complete_output failed)", t);
             fail(msg);
         }
-        pause_for(o.seconds);
+        compute(&o, 1);
     }
     double secs = MPI_Wtime() - t0;
 
@@ -531,10 +558,10 @@ int main(int argc, char** argv)
         int level = MPI_THREAD_SINGLE;
         MPI_Query_thread(&level);
         printf("#test_api {\"scheme\":\"%s\",\"ranks\":%d,\"bytes_per_rank\":%zu,\"checkpoints\":%d,"
-               "\"sleep_s\":%g,\"keep\":%d,\"init_s\":%.6f,\"seconds\":%.6f,\"mib_per_s\":%.3f,"
+               "\"sleep_s\":%g,\"steps\":%d,\"keep\":%d,\"init_s\":%.6f,\"seconds\":%.6f,\"mib_per_s\":%.3f,"
                "\"plain_seconds\":%.6f,\"plain_mib_per_s\":%.3f,\"vs_plain\":%.4f,\"verified\":true,"
                "\"thread_multiple\":%s}\n",
-               scheme, ranks, o.size, o.times, o.seconds, keep, init, loop, rate, plain_loop_s,
+               scheme, ranks, o.size, o.times, o.seconds, o.steps, keep, init, loop, rate, plain_loop_s,
                plain_rate, plain_rate > 0 ? rate / plain_rate : 0.0,
                level == MPI_THREAD_MULTIPLE ? "true" : "false");
         fflush(stdout);

@@ -147,7 +147,7 @@ pub fn explain_checkpoint(
     let _ = writeln!(
         out,
         "  protect: {} ({})",
-        protection_mode(d.background.0),
+        protection_mode(config, d.background.0),
         d.background.1
     );
     let provider = registry.provider(Kind::Scheme, &d.scheme.0);
@@ -288,13 +288,21 @@ fn describe_for(config: &Config, registry: &Registry, d: &Descriptor<'_>, member
     }
 }
 
-/// When a descriptor's scheme runs, as `protect_in_background` asks: the background needs
-/// the application's MPI at MPI_THREAD_MULTIPLE, which only the job can tell (its init
-/// says which mode is in force).
-fn protection_mode(background: bool) -> &'static str {
-    if background {
-        "in a background thread after complete_output when the application initialises MPI with MPI_THREAD_MULTIPLE (init says so on rank 0), else inside complete_output; protect_in_background = true"
-    } else {
-        "inside complete_output; protect_in_background = false"
+/// When a descriptor's scheme runs, as `protect_in_background` and, below
+/// MPI_THREAD_MULTIPLE, `protect_below_multiple` ask: which of the two applies only the
+/// job can tell (its init says which mode is in force).
+fn protection_mode(config: &Config, background: bool) -> String {
+    if !background {
+        return "inside complete_output; protect_in_background = false".into();
     }
+    let below = config.setting_of(settings::PROTECT_BELOW_MULTIPLE);
+    let otherwise = match config.get(settings::PROTECT_BELOW_MULTIPLE).as_str() {
+        "calls" => "else in a background thread whose MPI calls the application's thread makes at its calls into the library",
+        _ => "else inside complete_output",
+    };
+    format!(
+        "in a background thread after complete_output when the application initialises MPI with MPI_THREAD_MULTIPLE (init says so on rank 0), {otherwise} (protect_below_multiple = {}, {}); protect_in_background = true",
+        config.get(settings::PROTECT_BELOW_MULTIPLE),
+        below.origin
+    )
 }

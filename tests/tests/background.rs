@@ -1,7 +1,10 @@
-//! `protect_in_background` under mpiexec: XOR applied by a thread of each rank while
-//! scr-heat computes (MPI_THREAD_MULTIPLE), a node lost afterwards rebuilt from it, a
-//! process killed at each step of the background apply restarting every rank from the
-//! previous checkpoint, and the foreground fallback below MPI_THREAD_MULTIPLE said.
+//! `protect_in_background` under mpiexec, in both of its modes: XOR applied by a thread of
+//! each rank while scr-heat computes, the thread calling MPI itself
+//! (MPI_THREAD_MULTIPLE) or, with `protect_below_multiple = calls`, handing its MPI calls
+//! to scr-heat's thread at its calls into the library (`MPI_Init`); a node lost afterwards
+//! rebuilt from it; a process killed at each step of the background apply restarting
+//! every rank from the previous checkpoint; the foreground below MPI_THREAD_MULTIPLE by
+//! default, said.
 
 use scr_e2e::{Cluster, JobOutput};
 
@@ -20,6 +23,20 @@ fn cluster() -> Cluster {
         .set("SCR_FLUSH", "0")
         .set("SCR_PROTECT_IN_BACKGROUND", "1")
         .set("SCR_DEBUG", "1");
+    c
+}
+
+/// The two background modes: scr-heat's arguments and settings for each.
+const MODES: [(&str, &[&str], Option<&str>); 2] = [
+    ("thread", &["--thread-multiple"], None),
+    ("calls", &[], Some("calls")),
+];
+
+/// `c` with `protect_below_multiple` set to `below` (of an entry of [`MODES`]).
+fn in_mode(mut c: Cluster, below: Option<&str>) -> Cluster {
+    if let Some(b) = below {
+        c.set("SCR_PROTECT_BELOW_MULTIPLE", b);
+    }
     c
 }
 
@@ -67,69 +84,110 @@ fn a_checkpoint_protected_in_the_background_is_rebuilt_after_a_node_is_lost() {
 /// Rank 1 is killed with SIGKILL while ckpt.10 (dataset 2) is protected in the background:
 /// as its thread starts, and after its apply returned but before the set settled it. The
 /// relaunch restarts every rank from ckpt.5, the previous checkpoint, and ends in the
-/// uninterrupted run's state.
+/// uninterrupted run's state. In both modes.
 #[test]
 fn a_kill_during_the_background_apply_restarts_from_the_previous_checkpoint() {
-    for point in ["protect-2", "protected-2"] {
-        let mut c = cluster();
-        c.set("SCR_FAULT", &format!("{point}:1"));
-        let crashed = heat(&c, 12, &["--thread-multiple", "--sleep-ms", "20"]);
-        assert_ne!(crashed.code, 0, "{point}: {crashed}");
-        // the job ended for the kill, not for another error
-        assert!(
-            crashed.stderr.contains("signal 9"),
-            "{point}: not killed: {crashed}"
-        );
-        c.env.remove("SCR_FAULT");
-        let out = heat(&c, 20, &["--thread-multiple"]);
-        assert_eq!(out.code, 0, "{point}: {out}");
-        assert_eq!(
-            out.line_after("restarted from "),
-            Some("ckpt.5 at step 5"),
-            "{point}: {out}"
-        );
-        assert_eq!(out.final_state(), reference(20), "{point}: {out}");
+    for (name, mode, below) in MODES {
+        for point in ["protect-2", "protected-2"] {
+            kill_at(point, mode, below, name);
+        }
     }
 }
 
-/// Below MPI_THREAD_MULTIPLE the descriptor protects inside complete_output, and init
-/// says why; the checkpoints are kept as usual.
+/// One crash at `point` in background mode `name` (scr-heat's `mode` arguments, the
+/// `below` setting), and the relaunch.
+fn kill_at(point: &str, mode: &[&str], below: Option<&str>, name: &str) {
+    let mut c = in_mode(cluster(), below);
+    c.set("SCR_FAULT", &format!("{point}:1"));
+    let crashed = heat(&c, 12, &[mode, &["--sleep-ms", "20"]].concat());
+    let point = format!("{point} ({name})");
+    assert_ne!(crashed.code, 0, "{point}: {crashed}");
+    // the job ended for the kill, not for another error
+    assert!(
+        crashed.stderr.contains("signal 9"),
+        "{point}: not killed: {crashed}"
+    );
+    c.env.remove("SCR_FAULT");
+    let out = heat(&c, 20, mode);
+    assert_eq!(out.code, 0, "{point}: {out}");
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.5 at step 5"),
+        "{point}: {out}"
+    );
+    assert_eq!(out.final_state(), reference(20), "{point}: {out}");
+}
+
+/// Below MPI_THREAD_MULTIPLE (scr-heat's plain `MPI_Init`), with `protect_below_multiple
+/// = calls`, the scheme still runs in the background, its MPI calls made by scr-heat's
+/// thread at its calls into the library, and init says so and why; each checkpoint's protection ends at a later call of the
+/// loop (scr-heat asks `should_exit` every step), and after node n2 is lost the next
+/// run rebuilds the newest one from the XOR data written that way, byte-exact.
 #[test]
-fn below_thread_multiple_the_scheme_runs_in_complete_output_and_init_says_why() {
+fn below_thread_multiple_the_application_threads_calls_advance_the_background_apply() {
+    let c = in_mode(cluster(), Some("calls"));
+    let out = heat(&c, 12, &[]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stderr.contains(
+            "protect_in_background = true (environment SCR_PROTECT_IN_BACKGROUND); MPI was initialised with thread level Single, not MPI_THREAD_MULTIPLE"
+        ) && out.stderr.contains(
+            "protect_below_multiple = calls (environment SCR_PROTECT_BELOW_MULTIPLE): its scheme runs in a background thread after complete_output, whose MPI calls the application's thread makes when it calls the library"
+        ),
+        "{out}"
+    );
+    for name in ["ckpt.5", "ckpt.10"] {
+        assert!(
+            out.stderr
+                .contains(&format!("complete_output {name}: written"))
+                && out
+                    .stderr
+                    .contains(&format!("{name}: its background protection took")),
+            "{name}: {out}"
+        );
+    }
+    rebuilt_after_losing_n2(&c, &[]);
+}
+
+/// Below MPI_THREAD_MULTIPLE by default (`protect_below_multiple = foreground`) the
+/// descriptor protects inside complete_output, and init says why and what else it can
+/// do; the checkpoints are kept as usual.
+#[test]
+fn below_thread_multiple_by_default_the_scheme_runs_in_complete_output_and_init_says_why() {
     let c = cluster();
     let out = heat(&c, 12, &[]);
     assert_eq!(out.code, 0, "{out}");
     assert!(
         out.stderr.contains(
             "protect_in_background = true (environment SCR_PROTECT_IN_BACKGROUND), but MPI was initialised with thread level Single, not MPI_THREAD_MULTIPLE"
-        )
-            && out.stderr.contains("its scheme runs inside complete_output"),
+        ) && out.stderr.contains(
+            "its scheme runs inside complete_output (protect_below_multiple = foreground, default; `calls` runs it in the background at the library's calls)"
+        ),
         "{out}"
     );
     assert!(!out.stderr.contains("applied in the background"), "{out}");
     rebuilt_after_losing_n2(&c, &[]);
 }
 
-/// Online recovery (Open MPI 5 with ULFM) with the schemes' work in the background: rank
-/// 2 is killed after step 17 (ckpt.15's protection settled by scr-heat's call of that
-/// step) and its node's storage lost; the spare takes its place inside the same mpiexec,
-/// the node's files are rebuilt from the XOR data the background wrote, and the job ends
-/// in the uninterrupted run's state.
+/// Online recovery (Open MPI 5 with ULFM) with the schemes' work in the background, in
+/// both modes: rank 2 is killed after step 17 and its node's storage lost; the spare takes
+/// its place inside the same mpiexec, the node's files are rebuilt from the XOR data the
+/// background wrote, and the job ends in the uninterrupted run's state. The restart
+/// point is ckpt.15 when its protection was settled by one of the loop's calls before the
+/// kill, else ckpt.10 (a protection still pending is not a checkpoint).
 #[test]
 fn online_recovery_rebuilds_from_redundancy_applied_in_the_background() {
-    let mut c = Cluster::new();
-    c.set("SCR_COPY_TYPE", "XOR")
-        .set("SCR_PROTECT_IN_BACKGROUND", "1")
-        .set("SCR_DEBUG", "1");
-    let nodes = ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3", "n4"];
-    // rank 2's node loses its storage with it
-    let wipe = [c.path("cache").join("n1"), c.path("cntl").join("n1")]
-        .map(|p| p.display().to_string())
-        .join(",");
-    let out = c.run_ulfm(
-        &nodes,
-        "scr-heat",
-        &[
+    for (name, mode, below) in MODES {
+        let mut c = in_mode(Cluster::new(), below);
+        c.set("SCR_COPY_TYPE", "XOR")
+            .set("SCR_PROTECT_IN_BACKGROUND", "1")
+            .set("SCR_DEBUG", "1");
+        let nodes = ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3", "n4"];
+        // rank 2's node loses its storage with it
+        let wipe = [c.path("cache").join("n1"), c.path("cntl").join("n1")]
+            .map(|p| p.display().to_string())
+            .join(",");
+        let mut args = vec![
             "--steps",
             "40",
             "--every",
@@ -140,33 +198,37 @@ fn online_recovery_rebuilds_from_redundancy_applied_in_the_background() {
             "17",
             "--kill-rank",
             "2",
-            "--thread-multiple",
+            "--sleep-ms",
+            "20",
             "--wipe-before-kill",
             &wipe,
-        ],
-    );
-    assert_eq!(out.code, 0, "{out}");
-    assert!(
-        out.stderr
-            .contains("its scheme runs in a background thread after complete_output"),
-        "{out}"
-    );
-    assert_eq!(out.line_after("recoveries "), Some("1"), "{out}");
-    assert_eq!(
-        out.line_after("restarted from "),
-        Some("ckpt.15 at step 15"),
-        "{out}"
-    );
-    // the spare on n4 held none of rank 2's files: XOR rebuilt them there
-    let log = std::fs::read_to_string(c.prefix().join(".scr/events.jsonl")).unwrap_or_default();
-    assert!(
-        log.lines()
-            .any(|l| l.contains("\"event\":\"rebuild\"") && l.contains("\"name\":\"ckpt.15\"")),
-        "no rebuild of ckpt.15:\n{log}\n{out}"
-    );
-    assert_eq!(
-        out.final_state(),
-        scr_e2e::reference_state(8, 40, None),
-        "{out}"
-    );
+        ];
+        args.extend_from_slice(mode);
+        let out = c.run_ulfm(&nodes, "scr-heat", &args);
+        assert_eq!(out.code, 0, "{name}: {out}");
+        assert!(
+            out.stderr
+                .contains("its scheme runs in a background thread after complete_output"),
+            "{name}: {out}"
+        );
+        assert_eq!(out.line_after("recoveries "), Some("1"), "{name}: {out}");
+        let from = out.line_after("restarted from ").unwrap_or_default();
+        let name = match from {
+            "ckpt.15 at step 15" => "ckpt.15",
+            "ckpt.10 at step 10" => "ckpt.10",
+            other => panic!("{name}: restarted from {other:?}: {out}"),
+        };
+        // the spare on n4 held none of rank 2's files: XOR rebuilt them there
+        let log = std::fs::read_to_string(c.prefix().join(".scr/events.jsonl")).unwrap_or_default();
+        assert!(
+            log.lines().any(|l| l.contains("\"event\":\"rebuild\"")
+                && l.contains(&format!("\"name\":\"{name}\""))),
+            "{name}: no rebuild of {name}:\n{log}\n{out}"
+        );
+        assert_eq!(
+            out.final_state(),
+            scr_e2e::reference_state(8, 40, None),
+            "{name}: {out}"
+        );
+    }
 }

@@ -43,9 +43,12 @@ bytes + fsync into the routed file ckpt.<t>/rank_<r>.ckpt, SCR_Complete_output; 
 untimed checkpoint, then --checkpoints timed ones, each followed by --sleep seconds) and,
 in the same job, the plain loop (the same files and sleeps without the library, in the
 same node-local directory, keeping cache_size checkpoints, the ranks starting each
-checkpoint together as the library's collective calls make them). A scheme named
-NAME+bg is NAME with protect_in_background, test_api initialising MPI with
-MPI_THREAD_MULTIPLE.
+checkpoint together as the library's collective calls make them). With --steps N, each
+sleep is N timesteps, each followed by SCR_Need_checkpoint in the library's loop. A
+scheme named NAME+bg is NAME with protect_in_background, test_api initialising MPI with
+MPI_THREAD_MULTIPLE (the library's thread calls MPI); NAME+calls is NAME with
+protect_in_background under plain MPI_Init (the application's calls into the library
+make the background's MPI calls: give it --steps).
 
 Columns of the table (one row per scheme and size per rank):
   scheme      the redundancy scheme (SCR_COPY_TYPE); `plain` is the plain loop, over
@@ -74,7 +77,8 @@ struct Args {
     #[arg(long, num_args = 1.., default_values_t = [16usize, 64, 256])]
     mib: Vec<usize>,
     /// Schemes measured (SCR_COPY_TYPE values); `NAME+bg` is NAME with
-    /// protect_in_background and test_api initialising MPI with MPI_THREAD_MULTIPLE.
+    /// protect_in_background and test_api initialising MPI with MPI_THREAD_MULTIPLE,
+    /// `NAME+calls` the same under plain MPI_Init.
     #[arg(long, num_args = 1.., default_values = ["SINGLE", "PARTNER", "XOR", "RS"])]
     schemes: Vec<String>,
     /// Repetitions (jobs) of every measurement; medians reported, with min and max.
@@ -87,6 +91,10 @@ struct Args {
     /// --seconds; counted in both loops' time.
     #[arg(long, default_value_t = 0.0)]
     sleep: f64,
+    /// Timesteps per sleep, each followed by SCR_Need_checkpoint in the library's loop
+    /// (test_api's --steps; 0: one sleep, no call).
+    #[arg(long, default_value_t = 0)]
+    steps: usize,
     /// Ranks per job, one simulated node each.
     #[arg(long, default_value_t = 4)]
     ranks: usize,
@@ -472,11 +480,13 @@ fn one_job(
     } = *at;
     let prefix = dir.join("prefix");
     let plain = dir.join("plain");
-    // `NAME+bg`: the scheme applied in the background (see `--schemes`)
-    let (base, background) = match scheme.strip_suffix("+bg") {
-        Some(base) => (base, true),
-        None => (scheme, false),
-    };
+    // `NAME+bg`, `NAME+calls`: the scheme applied in the background (see `--schemes`)
+    let (base, background, multiple) =
+        match (scheme.strip_suffix("+bg"), scheme.strip_suffix("+calls")) {
+            (Some(base), _) => (base, true, true),
+            (_, Some(base)) => (base, true, false),
+            _ => (scheme, false, false),
+        };
     for d in [&prefix, &plain] {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
@@ -525,6 +535,7 @@ fn one_job(
         .args(["--size", &format!("{mib}m")])
         .args(["--times", &times.to_string()])
         .args(["--seconds", &args.sleep.to_string()])
+        .args(["--steps", &args.steps.to_string()])
         .args(["--keep", &keep.to_string()])
         .args(["--plain", plain_at])
         .arg("--plain-dir")
@@ -532,7 +543,7 @@ fn one_job(
         .args(["--scheme", scheme])
         .args(["--expect-ranks", &args.ranks.to_string()])
         .args(args.corrupt.then_some("--corrupt"))
-        .args(background.then_some("--thread-multiple"))
+        .args(multiple.then_some("--thread-multiple"))
         .current_dir(&prefix);
     for k in inherited_scr_vars() {
         cmd.env_remove(k);

@@ -33,6 +33,9 @@ pub const SYSLOG_FACILITIES: &[&str] = &[
     "LOG_LOCAL7",
 ];
 
+/// The values of `protect_below_multiple`.
+pub(super) const PROTECT_BELOW_MULTIPLE_MODES: &[&str] = &["foreground", "calls"];
+
 /// The syslog levels `log_syslog_level` may name (syslog(3)), most severe first.
 pub const SYSLOG_LEVELS: &[&str] = &[
     "LOG_EMERG",
@@ -161,7 +164,9 @@ catalog! {
     CACHE_BYPASS cache_bypass: Bool = Fixed("false"),
         "Checkpoint descriptors that set no `bypass` write their files straight to the prefix: no cache, no redundancy, recorded in the index as flushed (SCR 3.1 defaults to 1; here the cache is the default, since it is what protects and speeds up checkpoints)";
     PROTECT_IN_BACKGROUND protect_in_background: Bool = Fixed("false"),
-        "Checkpoint descriptors that set no `protect_in_background` apply their redundancy scheme in a background thread after complete_output returns, while the application computes; a dataset counts as a checkpoint only once every rank's protection finished, and the previous one stays the restart point until then. Needs MPI initialised with MPI_THREAD_MULTIPLE (else the scheme runs inside complete_output, as by default, and the log says why)";
+        "Checkpoint descriptors that set no `protect_in_background` apply their redundancy scheme in a background thread after complete_output returns, while the application computes; a dataset counts as a checkpoint only once every rank's protection finished, and the previous one stays the restart point until then. A thread of the library makes the scheme's MPI calls where MPI was initialised with MPI_THREAD_MULTIPLE; below that, protect_below_multiple says what happens (by default the scheme runs inside complete_output, and the log says why)";
+    PROTECT_BELOW_MULTIPLE protect_below_multiple: Choice(PROTECT_BELOW_MULTIPLE_MODES) = Fixed("foreground"),
+        "What protect_in_background does where MPI was initialised below MPI_THREAD_MULTIPLE (only the application's thread may call MPI): `foreground` applies the scheme inside complete_output, as without protect_in_background; `calls` applies it in a background thread whose MPI calls the application's thread makes at its calls into the library (SCR_Need_checkpoint each timestep; what is left is finished at the next start_output, restart or finalize): reading, encoding and writing leave the application's path, the exchange does not, and a synchronous ring exchange then costs about what the foreground does (docs/benchmarks.md)";
     COPY_TYPE copy_type: Str = Fixed("XOR"),
         "Redundancy scheme of the implied checkpoint descriptor (SINGLE, PARTNER, XOR, RS or a plugin's)";
     SET_SIZE set_size: UInt { min: 2, max: 4096 } = Fixed("8"),

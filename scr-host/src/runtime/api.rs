@@ -342,13 +342,17 @@ impl Runtime {
         let _counted = comm::scope("should_exit");
         self.guarded("should_exit", |rt| {
             rt.world.usable("should_exit")?;
-            // the application may exit next: the last dataset's protection ends now
-            writer!(rt).settle_protection(true);
+            // a background protection every rank finished is settled now (an application
+            // that goes on computing leaves it running)
+            writer!(rt).settle_protection(false);
             flusher!(rt).poll_flushes();
             rt.cache.poll_crc();
             match rt.agreed_halt_reason() {
                 None => Ok(false),
                 Some(reason) => {
+                    // the application may exit next: the last dataset's protection ends
+                    // now (the reason is agreed: every rank waits here)
+                    writer!(rt).settle_protection(true);
                     if rt.topo.rank() == 0 {
                         tracing::warn!("should_exit: yes, {reason}");
                     }

@@ -10,12 +10,23 @@ use std::sync::Arc;
 use scr_plugin::SurvivorCheck;
 
 use super::collective::agree_on;
+use super::mpi_host::Funnel;
 use super::topology::Topology;
 use super::world::{SetHost, World};
 use super::{sets, OutputFlags, Result, ScrError, Set};
 use crate::config::{settings, Config};
 use crate::registry::{LoadedScheme, Registry};
 use crate::state::filemap::DescriptorRecord;
+
+/// How a background protection's thread reaches MPI (agreed across ranks; see
+/// `output::background`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::runtime) enum Progress {
+    /// Itself, on a host of its own (MPI at MPI_THREAD_MULTIPLE on every rank).
+    Thread,
+    /// Through the application's thread, at the library's calls (a funneled host).
+    Calls,
+}
 
 /// A redundancy descriptor in force in this run.
 pub(in crate::runtime) struct RedDesc {
@@ -27,10 +38,9 @@ pub(in crate::runtime) struct RedDesc {
     /// Shared with a background protection's thread (see `output::background`).
     scheme: Arc<LoadedScheme>,
     host: Box<dyn SetHost>,
-    /// Whether its scheme runs in the background after complete_output: asked for
-    /// (`protect_in_background`) and possible (MPI at MPI_THREAD_MULTIPLE); the same on
-    /// every rank.
-    background: bool,
+    /// Whether its scheme runs in the background after complete_output
+    /// (`protect_in_background`), and how that thread reaches MPI; the same on every rank.
+    background: Option<Progress>,
     /// The host of the background thread, on a duplicate of the set's communicator made
     /// at the first background protection (collective over the set).
     background_host: Option<Arc<dyn SetHost>>,
@@ -87,45 +97,64 @@ impl RedDesc {
 
     /// Whether its scheme is applied in the background (the same on every rank).
     pub(in crate::runtime) fn background(&self) -> bool {
-        self.background
+        self.background.is_some()
     }
 
     /// The scheme and the host a background protection's thread uses, the host made at
     /// the first call (collective over the set: every member calls it at the same
-    /// complete_output).
-    fn background_parts(&mut self) -> (Arc<LoadedScheme>, Arc<dyn SetHost>) {
+    /// complete_output); in [`Progress::Calls`], its MPI calls go through `funnel`.
+    fn background_parts(&mut self, funnel: &Arc<Funnel>) -> (Arc<LoadedScheme>, Arc<dyn SetHost>) {
+        let funnel = (self.background == Some(Progress::Calls)).then(|| funnel.clone());
         let host = self
             .background_host
-            .get_or_insert_with(|| Arc::from(self.host.background()))
+            .get_or_insert_with(|| Arc::from(self.host.background(funnel)))
             .clone();
         (self.scheme.clone(), host)
     }
 }
 
-/// Whether descriptor `index` (`d`, which asks for `protect_in_background`) may run its
-/// scheme in the background: where every rank's MPI allows a thread of the library to
-/// call it beside the application (agreed: a rank initialised otherwise would leave the
-/// others' threads waiting). Rank 0 says which mode is in force and why.
-fn background_possible(world: &dyn World, index: usize, d: &crate::config::Descriptor) -> bool {
+/// Whether and how descriptor `index` (`d`, which asks for `protect_in_background`) runs
+/// its scheme in the background: a thread that calls MPI itself where every rank's MPI
+/// allows it beside the application; below that, as `protect_below_multiple` says, inside
+/// complete_output (`None`) or a thread whose MPI calls the application's thread makes
+/// at the library's calls. Agreed (a rank initialised otherwise would leave the others'
+/// threads waiting); rank 0 says which mode is in force and why.
+fn background_progress(
+    world: &dyn World,
+    config: &Config,
+    index: usize,
+    d: &crate::config::Descriptor,
+) -> Option<Progress> {
     let mine = world.concurrent_threads();
     let all = world.agree(mine.is_ok());
+    let calls = config.get(settings::PROTECT_BELOW_MULTIPLE) == "calls";
     if world.rank() == 0 {
         let scheme = &d.scheme.0;
-        match (all, mine) {
+        let why = match (&mine, all) {
+            (_, true) => String::new(),
+            (Err(why), false) => why.clone(),
+            (Ok(()), false) => "MPI runs below MPI_THREAD_MULTIPLE on some rank".into(),
+        };
+        let below = &config.setting_of(settings::PROTECT_BELOW_MULTIPLE).origin;
+        match (all, calls) {
             (true, _) => tracing::info!(
                 "descriptor {index} ({scheme}): protect_in_background = true: its scheme runs in a background thread after complete_output (MPI_THREAD_MULTIPLE)"
             ),
-            (false, Err(why)) => tracing::warn!(
-                "descriptor {index} ({scheme}): protect_in_background = true ({}), but {why}: its scheme runs inside complete_output",
+            (false, true) => tracing::info!(
+                "descriptor {index} ({scheme}): protect_in_background = true ({}); {why}, and protect_below_multiple = calls ({below}): its scheme runs in a background thread after complete_output, whose MPI calls the application's thread makes when it calls the library (SCR_Need_checkpoint each timestep lets it advance; what is left is finished at the next start_output, restart or finalize)",
                 d.background.1
             ),
-            (false, Ok(())) => tracing::warn!(
-                "descriptor {index} ({scheme}): protect_in_background = true ({}), but MPI runs below MPI_THREAD_MULTIPLE on some rank: its scheme runs inside complete_output",
+            (false, false) => tracing::warn!(
+                "descriptor {index} ({scheme}): protect_in_background = true ({}), but {why}: its scheme runs inside complete_output (protect_below_multiple = foreground, {below}; `calls` runs it in the background at the library's calls)",
                 d.background.1
             ),
         }
     }
-    all
+    match (all, calls) {
+        (true, _) => Some(Progress::Thread),
+        (false, true) => Some(Progress::Calls),
+        (false, false) => None,
+    }
 }
 
 /// Say (on rank 0) when the sets of some ranks tolerate fewer lost members under
@@ -265,8 +294,9 @@ impl Descriptors {
             }
             // (a scheme that keeps no redundancy has nothing to do in the background: its
             // CRC32s are hashed there already, see `deferred_crc`)
-            let background =
-                d.background.0 && !keeps_no_redundancy && background_possible(world, i, &d);
+            let background = (d.background.0 && !keeps_no_redundancy)
+                .then(|| background_progress(world, config, i, &d))
+                .flatten();
             list.push(RedDesc {
                 index: i,
                 interval: d.checkpoint.interval,
@@ -357,8 +387,17 @@ impl Descriptors {
     pub(in crate::runtime) fn background_parts(
         &mut self,
         i: usize,
+        funnel: &Arc<Funnel>,
     ) -> (Arc<LoadedScheme>, Arc<dyn SetHost>) {
-        self.list[i].background_parts()
+        self.list[i].background_parts(funnel)
+    }
+
+    /// Descriptor `i`'s background host is let go after a failed protection (on every
+    /// member of the set alike: the failure is agreed in the set); the next protection
+    /// makes a new one. A funneled host cannot replace its data communicator itself
+    /// (see `MpiHost::settle`).
+    pub(in crate::runtime) fn forget_background_host(&mut self, i: usize) {
+        self.list[i].background_host = None;
     }
 }
 

@@ -41,6 +41,14 @@
 //!   path only). A call that succeeded everywhere keeps the communicator: nothing of it
 //!   is pending.
 //!
+//! # A background thread below MPI_THREAD_MULTIPLE
+//!
+//! A host made by [`MpiHost::funneled`] serves a background thread that may not call MPI:
+//! every MPI call above (each a post, a test or a probe, never a wait for a peer) is handed
+//! to the application's thread through a [`Funnel`] and made there when it next enters the
+//! library (see `funnel`). The code is the same in both forms: each MPI step goes through
+//! [`MpiHost::mpi`].
+//!
 //! The services themselves are in `services` (the `HostServices` impl) and the MPI
 //! requests they post and poll in `requests`; both use `unsafe` too (raw MPI requests on
 //! buffers that must outlive them), each block with its `SAFETY` comment.
@@ -50,7 +58,7 @@ use scr_plugin::sync::lock;
 use std::io::Write as _;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use mpi::point_to_point::MatchedReceiveVec as _;
 use mpi::topology::SimpleCommunicator;
@@ -60,9 +68,12 @@ use scr_plugin::{ErrorCode, PluginError};
 use super::comm::{collective, received, sent};
 use super::world::Members;
 
+mod funnel;
 mod requests;
 mod services;
 
+use funnel::Engaged;
+pub(crate) use funnel::Funnel;
 use requests::{iallreduce_u64, isend, Backoff, Req};
 
 /// The tag of abort notices on a set's control communicator (nothing else is sent point
@@ -172,6 +183,16 @@ pub struct MpiHost {
     /// it would keep the runtime's own collectives (which take it) from running, and a
     /// peer's runtime waiting in one of those for this rank would never answer.
     concurrent: bool,
+    /// The funnel its MPI calls go through, for a background thread below
+    /// MPI_THREAD_MULTIPLE ([`MpiHost::funneled`]).
+    funnel: Option<Arc<Funnel>>,
+}
+
+/// A service's hold on MPI (see [`MpiHost::enter`]): the `SERIAL` lock, or, for a funneled
+/// host, the mark that its thread is inside a service.
+struct Entered<'a> {
+    _serial: Option<MutexGuard<'static, ()>>,
+    _engaged: Option<Engaged<'a>>,
 }
 
 /// Serializes every MPI call made through any host, so that plugin threads never call MPI
@@ -225,6 +246,44 @@ impl MpiHost {
             cancelled: AtomicBool::new(false),
             owner: std::thread::current().id(),
             concurrent: false,
+            funnel: None,
+        }
+    }
+
+    /// A host of its own for a background thread below MPI_THREAD_MULTIPLE: a duplicate
+    /// of this set's communicator (collective over the set) whose every MPI call is made
+    /// by the thread serving `funnel` (the one calling this: the application's).
+    pub(crate) fn funneled(&self, funnel: Arc<Funnel>) -> MpiHost {
+        let mut host = self.duplicate();
+        // (the serving thread takes the MPI lock around each call it runs)
+        host.concurrent = true;
+        host.funnel = Some(funnel);
+        host
+    }
+
+    /// [`MpiHost::mpi`] of a test (a request's, a probe's): whether it completed, noted in
+    /// the funnel (see `Funnel::note`).
+    fn mpi_test(&self, f: impl FnOnce() -> bool) -> bool {
+        self.mpi(|| {
+            let completed = f();
+            if let Some(funnel) = &self.funnel {
+                funnel.note(completed);
+            }
+            completed
+        })
+    }
+
+    /// A polling loop's backoff (see `Backoff`).
+    fn backoff(&self) -> Backoff {
+        Backoff::new(self.funnel.is_none())
+    }
+
+    /// Make one MPI step (a post, a test, a probe: never a wait for another member):
+    /// here, or, for a funneled host, on the thread serving its funnel.
+    fn mpi<R>(&self, f: impl FnOnce() -> R) -> R {
+        match &self.funnel {
+            Some(funnel) => funnel.run(f),
+            None => f(),
         }
     }
 
@@ -292,6 +351,12 @@ impl MpiHost {
         grace: std::time::Duration,
     ) -> Settled {
         let started = std::time::Instant::now();
+        // (a funneled host's members advance steadily only while their applications wait
+        // for the work: see `Funnel::waited`)
+        let elapsed = || match &self.funnel {
+            Some(funnel) => funnel.waited(),
+            None => started.elapsed(),
+        };
         let first_hand = failure.is_some() && lock(&self.call).notices.is_empty();
         let mut told = false;
         let _serial = self.serial();
@@ -312,7 +377,8 @@ impl MpiHost {
             for m in (0..self.size).filter(|&m| m != self.rank) {
                 // SAFETY: `payload` is neither changed nor freed before every request is
                 // completed below, or leaked with them (`Stuck`).
-                notices.push(unsafe { isend(&self.ctl, &payload, m as i32, NOTICE_TAG) });
+                notices
+                    .push(self.mpi(|| unsafe { isend(&self.ctl, &payload, m as i32, NOTICE_TAG) }));
                 sent(payload.len());
             }
             lock(&self.call).notices.push(Notice {
@@ -321,17 +387,18 @@ impl MpiHost {
             });
         }
         let early = lock(&self.call).early.take();
+        let _engaged = self.funnel.as_ref().map(|f| f.engage());
         let mut settling = early.unwrap_or_else(|| self.post_settle(first_hand));
-        let mut backoff = Backoff::new();
-        while !settling.req.test() {
-            if failure.is_some() && started.elapsed() >= grace {
+        let mut backoff = self.backoff();
+        while !self.mpi_test(|| settling.req.test()) {
+            if failure.is_some() && elapsed() >= grace {
                 // the reduction can never complete now; leave it (and the notices' buffers)
                 // to MPI rather than free what MPI may still use (the caller aborts next)
                 std::mem::forget(settling);
                 std::mem::forget(payload);
                 return Settled::Stuck;
             }
-            if failure.is_none() && !told && started.elapsed() >= grace {
+            if failure.is_none() && !told && elapsed() >= grace {
                 // a member that succeeded waits for one still inside the plugin: that
                 // member ends the job if it failed; say why this one waits meanwhile
                 told = true;
@@ -366,24 +433,30 @@ impl MpiHost {
         // exactly `failed` members sent a notice to each other member: receive the rest
         // of them, so none is left on the control communicator for a later call
         let expected = usize::try_from(failed).unwrap_or(usize::MAX);
-        let mut backoff = Backoff::new();
+        let mut backoff = self.backoff();
         while state.notices.len() < expected {
-            match self.take_notice() {
+            match self.mpi(|| self.take_notice()) {
                 Some(n) => state.notices.push(n),
                 None => backoff.pause(),
             }
         }
         for req in &mut notices {
-            req.wait();
+            while !self.mpi_test(|| req.test()) {
+                backoff.pause();
+            }
         }
         drop(payload);
         // a fresh data communicator: the old one may hold messages and collectives of the
-        // abandoned exchanges (see the module doc)
-        let fresh = super::comm::duplicate(&self.ctl);
-        super::ulfm::watch(&fresh);
-        let old = lock(&self.comm).replace(fresh);
-        if let Some(old) = old {
-            super::ulfm::free(old);
+        // abandoned exchanges (see the module doc). A funneled host cannot make one (a
+        // duplicate waits for every member's application thread); its owner drops the
+        // host after a failed call and makes a new one at the next use instead.
+        if self.funnel.is_none() {
+            let fresh = super::comm::duplicate(&self.ctl);
+            super::ulfm::watch(&fresh);
+            let old = lock(&self.comm).replace(fresh);
+            if let Some(old) = old {
+                super::ulfm::free(old);
+            }
         }
         self.cancelled.store(false, Ordering::SeqCst);
         match state.notices.into_iter().min_by_key(|n| n.member) {
@@ -407,7 +480,7 @@ impl MpiHost {
         let mut buf = Box::new([u64::from(first_hand), 0]);
         // SAFETY: the box moves into the `Settling` with its request (a move keeps the
         // heap address); `Settling`'s drop leaks the box while the request is pending.
-        let req = unsafe { iallreduce_u64(&self.ctl, &mut buf, mpi::ffi::RSMPI_SUM) };
+        let req = self.mpi(|| unsafe { iallreduce_u64(&self.ctl, &mut buf, mpi::ffi::RSMPI_SUM) });
         Settling {
             req,
             buf: Some(buf),
@@ -420,6 +493,12 @@ impl MpiHost {
             .ctl
             .any_process()
             .immediate_matched_probe_with_tag(NOTICE_TAG)?;
+        if super::ulfm::lost() {
+            // a probe on a revoked communicator failed and matched nothing MPI holds (a
+            // funneled host's step may run after the loss its thread has not yet seen)
+            std::mem::forget(probed);
+            return None;
+        }
         // (sent by another member's host, never longer than NOTICE_MAX)
         let (bytes, status) = probed.matched_receive_vec::<u8>();
         received(bytes.len());
@@ -448,7 +527,7 @@ impl MpiHost {
         if let Some(n) = state.notices.first() {
             return Err(n.to_plugin());
         }
-        match self.take_notice() {
+        match self.mpi(|| self.take_notice()) {
             Some(n) => {
                 self.cancelled.store(true, Ordering::SeqCst);
                 let e = n.to_plugin();
@@ -462,9 +541,9 @@ impl MpiHost {
     /// Poll `req` until it completes (`Ok`) or a member failed (`Err`, the request left
     /// pending: its buffer must be the host's and must outlive it, see the module doc).
     fn poll(&self, req: &mut Req) -> Result<(), PluginError> {
-        let mut backoff = Backoff::new();
+        let mut backoff = self.backoff();
         loop {
-            if req.test() {
+            if self.mpi_test(|| req.test()) {
                 // (a request on a revoked communicator completes with an error)
                 return match super::ulfm::lost() {
                     true => Err(process_lost()),
@@ -491,8 +570,8 @@ impl MpiHost {
         let Some(settling) = state.early.as_mut() else {
             return Err(e);
         };
-        let mut backoff = Backoff::new();
-        while !req.test() && !settling.req.test() {
+        let mut backoff = self.backoff();
+        while !self.mpi_test(|| req.test() || settling.req.test()) {
             backoff.pause();
         }
         Err(e)
@@ -503,8 +582,15 @@ impl MpiHost {
         lock(&self.comm)
     }
 
-    /// Take the MPI lock, refusing a foreign thread when MPI's thread level forbids it.
-    fn enter(&self) -> Result<Option<MutexGuard<'static, ()>>, PluginError> {
+    /// Take the MPI lock, refusing a foreign thread when MPI's thread level forbids it; a
+    /// funneled host's thread calls no MPI itself and marks that it is inside a service.
+    fn enter(&self) -> Result<Entered<'_>, PluginError> {
+        if let Some(funnel) = &self.funnel {
+            return Ok(Entered {
+                _serial: None,
+                _engaged: Some(funnel.engage()),
+            });
+        }
         if std::thread::current().id() != self.owner {
             let level = self.threading;
             if level < mpi::Threading::Serialized {
@@ -513,7 +599,10 @@ impl MpiHost {
                 )));
             }
         }
-        Ok(self.serial())
+        Ok(Entered {
+            _serial: self.serial(),
+            _engaged: None,
+        })
     }
 
     /// `member` as an MPI rank of the set, or an error when the set has no such member.
@@ -530,12 +619,22 @@ impl MpiHost {
 
 impl Drop for MpiHost {
     fn drop(&mut self) {
-        let _serial = self.serial();
-        if let Some(c) = lock(&self.comm).take() {
-            super::ulfm::free(c);
-        }
+        let comm = lock(&self.comm).take();
         // SAFETY: `ctl` is taken exactly once, here, and never used afterwards.
-        super::ulfm::free(unsafe { ManuallyDrop::take(&mut self.ctl) });
+        let ctl = unsafe { ManuallyDrop::take(&mut self.ctl) };
+        let free = move || {
+            if let Some(c) = comm {
+                super::ulfm::free(c);
+            }
+            super::ulfm::free(ctl);
+        };
+        match &self.funnel {
+            Some(funnel) => funnel.run(free),
+            None => {
+                let _serial = self.serial();
+                free();
+            }
+        }
     }
 }
 

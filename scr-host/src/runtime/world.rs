@@ -16,9 +16,12 @@
 //! are MPI tags (`i32`, see [`super::tags`]).
 
 use std::any::Any;
+use std::sync::Arc;
 use std::time::Duration;
 
 use scr_plugin::{HostRef, HostServices};
+
+use super::mpi_host::Funnel;
 
 #[cfg(test)]
 pub(crate) mod inproc;
@@ -286,9 +289,11 @@ pub(crate) trait SetHost: HostServices + Send + Sync {
     fn duplicate(&self) -> Box<dyn SetHost>;
 
     /// A host of its own for a thread that runs plugin calls in the background, beside
-    /// the application and the runtime (collective over the set, as `duplicate`); only
-    /// where [`World::concurrent_threads`] allows it.
-    fn background(&self) -> Box<dyn SetHost> {
+    /// the application and the runtime (collective over the set, as `duplicate`). With
+    /// `funnel` (where [`World::concurrent_threads`] does not allow that thread to call
+    /// MPI), the host hands its MPI calls to the thread serving `funnel`.
+    fn background(&self, funnel: Option<Arc<Funnel>>) -> Box<dyn SetHost> {
+        let _ = funnel;
         self.duplicate()
     }
 

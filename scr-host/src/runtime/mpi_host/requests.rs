@@ -1,5 +1,5 @@
-//! The nonblocking MPI requests the host posts and polls (`MPI_Isend`, `MPI_Ibarrier`,
-//! `MPI_Iallreduce`, `MPI_Ibcast`, raw, so that a request can be left pending with its
+//! The nonblocking MPI requests the host posts and polls (`MPI_Isend`, `MPI_Imrecv`,
+//! `MPI_Ibarrier`, `MPI_Iallreduce`, `MPI_Ibcast`, raw, so that a request can be left pending with its
 //! buffer when a call is abandoned: see the `mpi_host` module doc), messages cut into
 //! pieces of at most [`PIECE`] bytes, and the polling loops' backoff. `unsafe` here: the
 //! raw MPI calls (each with its `SAFETY` comment; what the callers must keep is under
@@ -16,16 +16,20 @@ const PIECE: usize = 1 << 30;
 
 /// Waiting in a polling loop: spin briefly, then yield the core (two ranks often share
 /// one), then, after a second, sleep between polls.
+/// A funneled host's thread never sleeps: it waits in the funnel for its steps to be
+/// made, and a sleep would only slow the application's thread serving it.
 pub(super) struct Backoff {
     started: std::time::Instant,
     spins: u32,
+    sleeps: bool,
 }
 
 impl Backoff {
-    pub(super) fn new() -> Backoff {
+    pub(super) fn new(sleeps: bool) -> Backoff {
         Backoff {
             started: std::time::Instant::now(),
             spins: 0,
+            sleeps,
         }
     }
 
@@ -33,7 +37,7 @@ impl Backoff {
         if self.spins < 64 {
             self.spins += 1;
             std::hint::spin_loop();
-        } else if self.started.elapsed() < std::time::Duration::from_secs(1) {
+        } else if !self.sleeps || self.started.elapsed() < std::time::Duration::from_secs(1) {
             std::thread::yield_now();
         } else {
             std::thread::sleep(std::time::Duration::from_micros(200));
@@ -68,16 +72,6 @@ impl Req {
             self.done = flag != 0;
         }
         self.done
-    }
-
-    /// Wait until it completes.
-    pub(super) fn wait(&mut self) {
-        if !self.done {
-            let mut st = std::mem::MaybeUninit::uninit();
-            // SAFETY: as in `test`; MPI_Wait completes and frees the request in place.
-            unsafe { mpi::ffi::MPI_Wait(&mut self.raw, st.as_mut_ptr()) };
-            self.done = true;
-        }
     }
 }
 
@@ -160,6 +154,32 @@ pub(super) unsafe fn ibcast(comm: &SimpleCommunicator, buf: &mut [u8], root: i32
             dt.as_raw(),
             root,
             comm.as_raw(),
+            raw.as_mut_ptr(),
+        )
+    };
+    Req::posted(raw)
+}
+
+/// Post the receive of `msg` (a message a probe matched, of at most `buf.len()` bytes)
+/// into `buf`; MPI sets `msg` to `MPI_MESSAGE_NULL`.
+///
+/// # Safety
+/// `buf` must stay allocated, and be neither read nor written, until the request
+/// completes.
+pub(super) unsafe fn imrecv(msg: &mut mpi::point_to_point::Message, buf: &mut [u8]) -> Req {
+    use mpi::raw::AsRawMut as _;
+    let count = i32::try_from(buf.len()).unwrap_or(i32::MAX);
+    let mut raw = std::mem::MaybeUninit::uninit();
+    // SAFETY: at most `count` <= `buf.len()` bytes are written into `buf`, which the
+    // caller keeps for MPI (above); `msg` is a matched message, received exactly once;
+    // MPI writes the request. Under the MPI lock.
+    unsafe {
+        let dt = u8::equivalent_datatype();
+        mpi::ffi::MPI_Imrecv(
+            buf.as_mut_ptr().cast(),
+            count,
+            dt.as_raw(),
+            msg.as_raw_mut(),
             raw.as_mut_ptr(),
         )
     };

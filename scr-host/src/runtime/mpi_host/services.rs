@@ -15,7 +15,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator as _, Source as _};
 use scr_plugin::{HostServices, LogLevel, PluginError, ReduceOp, MAX_TAG};
 
-use super::requests::{iallreduce_u64, ibarrier, ibcast, isend, pieces, Backoff};
+use super::requests::{iallreduce_u64, ibarrier, ibcast, imrecv, isend, pieces};
 use super::{MpiHost, Settled, SERIAL};
 use crate::runtime::comm::{collective, received, sent};
 
@@ -35,7 +35,7 @@ impl MpiHost {
         let mut buf = Box::new([value, 0]);
         // SAFETY: the box is freed only after the request completed; when the call is
         // abandoned it is leaked (MPI may still write it).
-        let mut req = unsafe { iallreduce_u64(comm, &mut buf, op.as_raw()) };
+        let mut req = self.mpi(|| unsafe { iallreduce_u64(comm, &mut buf, op.as_raw()) });
         collective(8, 8);
         match self.poll(&mut req) {
             Ok(()) => Ok(buf[1]),
@@ -56,7 +56,7 @@ impl MpiHost {
     ) -> Result<(), PluginError> {
         // SAFETY: the vector's heap buffer is freed only after the request completed; when
         // the call is abandoned it is leaked (MPI may still read or write it).
-        let mut req = unsafe { ibcast(comm, buf, root) };
+        let mut req = self.mpi(|| unsafe { ibcast(comm, buf, root) });
         match self.poll(&mut req) {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -84,12 +84,16 @@ impl MpiHost {
         tag: i32,
         buf: &mut [u8],
     ) -> Result<(), PluginError> {
-        let mut backoff = Backoff::new();
+        let mut backoff = self.backoff();
         let (mut msg, status) = loop {
-            if let Some(m) = comm
-                .process_at_rank(src)
-                .immediate_matched_probe_with_tag(tag)
-            {
+            let mut probed = None;
+            self.mpi_test(|| {
+                probed = comm
+                    .process_at_rank(src)
+                    .immediate_matched_probe_with_tag(tag);
+                probed.is_some()
+            });
+            if let Some(m) = probed {
                 if crate::runtime::ulfm::lost() {
                     // (a failed probe matched nothing MPI holds)
                     std::mem::forget(m);
@@ -104,11 +108,7 @@ impl MpiHost {
         let count = usize::try_from(arrived).unwrap_or(usize::MAX);
         received(count);
         if count == buf.len() {
-            msg.matched_receive_into(buf);
-            if crate::runtime::ulfm::lost() {
-                return Err(super::process_lost());
-            }
-            return Ok(());
+            return self.receive_matched(msg, buf);
         }
         let expected = buf.len();
         let mismatch = |extra: &str| {
@@ -118,11 +118,12 @@ impl MpiHost {
         };
         if count < buf.len() {
             // a shorter message fits: take it into the front of the buffer
-            msg.matched_receive_into(&mut buf[..count]);
+            self.receive_matched(msg, &mut buf[..count])?;
             return Err(mismatch(""));
         }
         // a longer one: receive it truncated, with truncation an error code rather than
-        // fatal on this communicator for the one call
+        // fatal on this communicator for the one call (a blocking receive of a message
+        // already matched: only a plugin's wrong length takes this path)
         let len = i32::try_from(buf.len()).unwrap_or(i32::MAX);
         let comm = comm.as_raw();
         // `old` is written by MPI_Comm_get_errhandler before it is read and freed once
@@ -132,7 +133,7 @@ impl MpiHost {
         // MPI leave it set after an error).
         // SAFETY: plain MPI calls on this host's own communicator, under the caller's MPI
         // lock; the receive writes at most `len` <= `buf.len()` bytes into `buf`.
-        let rc = unsafe {
+        let rc = self.mpi(|| unsafe {
             let mut old = std::mem::MaybeUninit::uninit();
             mpi::ffi::MPI_Comm_get_errhandler(comm, old.as_mut_ptr());
             let mut old = old.assume_init();
@@ -148,12 +149,35 @@ impl MpiHost {
             mpi::ffi::MPI_Comm_set_errhandler(comm, old);
             mpi::ffi::MPI_Errhandler_free(&mut old);
             rc
-        };
+        });
         std::mem::forget(msg);
         Err(mismatch(&format!(
             " (message discarded{})",
             if rc == 0 { "" } else { ", truncated" }
         )))
+    }
+}
+
+impl MpiHost {
+    /// Receive `msg`, which a probe matched, into `buf` (its length): posted, then polled
+    /// to its end whatever the other members do (the message is on its way already).
+    fn receive_matched(
+        &self,
+        mut msg: mpi::point_to_point::Message,
+        buf: &mut [u8],
+    ) -> Result<(), PluginError> {
+        // SAFETY: `buf` is neither used nor freed before the request completed below.
+        let mut req = self.mpi(|| unsafe { imrecv(&mut msg, buf) });
+        // (MPI set it to MPI_MESSAGE_NULL; see `recv_piece` on rsmpi's drop)
+        std::mem::forget(msg);
+        let mut backoff = self.backoff();
+        while !self.mpi_test(|| req.test()) {
+            backoff.pause();
+        }
+        match crate::runtime::ulfm::lost() {
+            true => Err(super::process_lost()),
+            false => Ok(()),
+        }
     }
 }
 
@@ -198,7 +222,7 @@ impl HostServices for MpiHost {
                 sent(piece.len());
                 // SAFETY: `poll_send` returns only once the send completed or no member
                 // can receive it any more (see the module doc): `data` outlives its use.
-                let mut req = unsafe { isend(comm, &data[piece], d, tag) };
+                let mut req = self.mpi(|| unsafe { isend(comm, &data[piece], d, tag) });
                 self.poll_send(&mut req)?;
             }
             Ok(())
@@ -248,7 +272,7 @@ impl HostServices for MpiHost {
                     sent(sp.len());
                     // SAFETY: `poll_send` below returns only once the send completed or
                     // no member can receive it any more: `data` outlives its use.
-                    unsafe { isend(comm, &data[sp.clone()], d, tag) }
+                    self.mpi(|| unsafe { isend(comm, &data[sp.clone()], d, tag) })
                 });
                 let got = match recv.get(i) {
                     Some(rp) => self.recv_piece(comm, s, tag, &mut buf.as_mut_slice()[rp.clone()]),
@@ -272,7 +296,7 @@ impl HostServices for MpiHost {
             self.peer_failed()?;
             let comm = self.data();
             let comm = comm.as_ref().ok_or_else(gone)?;
-            let mut req = ibarrier(comm);
+            let mut req = self.mpi(|| ibarrier(comm));
             collective(0, 0);
             self.poll(&mut req)
         };
@@ -297,7 +321,7 @@ impl HostServices for MpiHost {
             self.peer_failed()?;
             let comm = self.data();
             let comm = comm.as_ref().ok_or_else(gone)?;
-            let is_root = r == comm.rank();
+            let is_root = root == self.rank;
             let counted = |n: usize| {
                 if is_root {
                     collective(n, 0)
@@ -342,6 +366,7 @@ impl HostServices for MpiHost {
     /// when no other thread holds the MPI lock and MPI's thread level allows this thread.
     fn is_cancelled(&self) -> bool {
         if !self.cancelled.load(Ordering::SeqCst)
+            && self.funnel.is_none()
             && self.in_call.load(Ordering::SeqCst)
             && (std::thread::current().id() == self.owner
                 || self.threading >= mpi::Threading::Serialized)
@@ -367,8 +392,14 @@ impl crate::runtime::world::SetHost for MpiHost {
         Box::new(MpiHost::duplicate(self))
     }
 
-    fn background(&self) -> Box<dyn crate::runtime::world::SetHost> {
-        Box::new(MpiHost::background(self))
+    fn background(
+        &self,
+        funnel: Option<std::sync::Arc<super::Funnel>>,
+    ) -> Box<dyn crate::runtime::world::SetHost> {
+        match funnel {
+            Some(funnel) => Box::new(self.funneled(funnel)),
+            None => Box::new(MpiHost::background(self)),
+        }
     }
 
     fn size_matches(&self, members: usize) -> bool {

@@ -13,11 +13,16 @@
 //!   rank's thread has returned (one reduction); once all have, the outcome is agreed and
 //!   the dataset kept or discarded on every rank alike, by the same code as a foreground
 //!   complete_output. Calls that need the dataset's fate (start_output, a restart, drop,
-//!   delete, should_exit, finalize) wait for it.
-//! - **Only at MPI_THREAD_MULTIPLE.** The thread's plugin calls run on a host of their
-//!   own (a duplicate of the set's communicator, taking no lock: see `MpiHost::background`)
-//!   beside the application's MPI calls; below that level the descriptor protects inside
-//!   complete_output and init says why.
+//!   delete, should_exit when it says yes, finalize) wait for it.
+//! - **Two ways to MPI, agreed at init** (`descriptors::Progress`). At
+//!   MPI_THREAD_MULTIPLE the thread's plugin calls run on a host of their own (a duplicate
+//!   of the set's communicator, taking no lock: see `MpiHost::background`) beside the
+//!   application's MPI calls. Below it, only the application's thread may call MPI: the
+//!   thread's host hands each MPI step to it through the [`Funnel`] (`MpiHost::funneled`),
+//!   which each polling call serves for up to [`SERVE_BUDGET`] while the thread is inside
+//!   an exchange, and every waiting call serves until the thread is done. The exchange
+//!   then advances as often as the application calls the library (SCR_Need_checkpoint
+//!   each step); reading, encoding and writing go on meanwhile.
 //! - A failure on one member (a plugin error, a full disk) is settled with the set in the
 //!   thread itself, so members waiting for it hear at once; the dataset is then discarded
 //!   on every rank and rank 0 says why.
@@ -31,8 +36,14 @@ use scr_plugin::{Applied, PluginError};
 
 use super::{Output, Writer};
 use crate::registry::LoadedScheme;
+use crate::runtime::mpi_host::Funnel;
 use crate::runtime::world::SetHost;
 use crate::runtime::{NameCheck, Result, Settled, TestHooks};
+
+/// The longest a polling call (need_checkpoint) makes the background thread's MPI steps
+/// for it, while that thread is inside an exchange: what such a call may cost the
+/// application beyond its own work, for the exchange to advance between checkpoints.
+const SERVE_BUDGET: Duration = Duration::from_millis(2);
 
 /// What the thread returns: the apply's outcome on this member and the set's settlement
 /// of it.
@@ -64,6 +75,9 @@ struct Pending {
 #[derive(Default)]
 pub(in crate::runtime) struct Protection {
     pending: Option<Pending>,
+    /// The thread's MPI steps below MPI_THREAD_MULTIPLE, served by this rank's calls
+    /// into the library (made at init, on the application's thread).
+    funnel: Arc<Funnel>,
 }
 
 impl Protection {
@@ -83,6 +97,7 @@ impl Drop for Protection {
             ..
         }) = self.pending.take()
         {
+            self.funnel.serve(None, &|| h.is_finished());
             let _ = h.join();
         }
     }
@@ -152,7 +167,9 @@ impl Writer<'_> {
         dir: PathBuf,
         fused: bool,
     ) -> Result<bool> {
-        let (scheme, host) = self.descs.background_parts(out.desc);
+        let (scheme, host) = self
+            .descs
+            .background_parts(out.desc, &self.protection.funnel);
         let task = Task {
             scheme,
             host,
@@ -184,9 +201,7 @@ impl Writer<'_> {
             out.record.name,
             out.started.elapsed().as_secs_f64()
         ));
-        *self.protection = Protection {
-            pending: Some(Pending { out, fused, work }),
-        };
+        self.protection.pending = Some(Pending { out, fused, work });
         Ok(true)
     }
 
@@ -202,7 +217,13 @@ impl Writer<'_> {
         };
         if !wait {
             let done = match &p.work {
-                Work::Running(h) => h.is_finished(),
+                Work::Running(h) => {
+                    // (its MPI steps, below MPI_THREAD_MULTIPLE)
+                    self.protection
+                        .funnel
+                        .serve(Some(SERVE_BUDGET), &|| h.is_finished());
+                    h.is_finished()
+                }
                 Work::Done(_) => true,
             };
             if !self.world.all(done) {
@@ -221,7 +242,10 @@ impl Writer<'_> {
         let waiting = std::time::Instant::now();
         let returned = match work {
             Work::Done(r) => Ok(r),
-            Work::Running(h) => h.join(),
+            Work::Running(h) => {
+                self.protection.funnel.serve(None, &|| h.is_finished());
+                h.join()
+            }
         };
         if let Ok(r) = &returned {
             self.topo.info(&format!(
@@ -233,6 +257,10 @@ impl Writer<'_> {
         }
         let applied = match returned {
             Ok(r) => {
+                if matches!(r.settled, Settled::Failed { .. }) {
+                    // (its data communicator may hold the abandoned exchanges)
+                    self.descs.forget_background_host(out.desc);
+                }
                 let label = format!("{} ({})", out.record.id, out.record.name);
                 let desc = &self.descs[out.desc];
                 self.world
