@@ -120,25 +120,34 @@ fn every_scheme_is_measured_from_c_against_the_plain_loop() {
     assert_clean(dir.path(), &out);
 }
 
-/// `NAME+bg` runs NAME with protect_in_background, test_api at MPI_THREAD_MULTIPLE: a
-/// row of its own, its checkpoints read back byte for byte like every other.
+/// `NAME+bg` runs NAME with protect_in_background, test_api at MPI_THREAD_MULTIPLE, and
+/// `NAME+calls` under plain MPI_Init with protect_below_multiple = calls: rows of their
+/// own, their checkpoints read back byte for byte like every other; `--steps` cuts each
+/// sleep into timesteps that call SCR_Need_checkpoint.
 #[test]
 fn a_scheme_protected_in_the_background_is_measured_as_a_row_of_its_own() {
     let dir = tempdir();
-    let (out, json) = small_run(dir.path(), &["--schemes", "XOR", "XOR+bg"]);
+    let (out, json) = small_run(
+        dir.path(),
+        &["--schemes", "XOR", "XOR+bg", "XOR+calls", "--steps", "2"],
+    );
     let jobs = json["jobs"].as_array().expect("jobs");
-    assert_eq!(jobs.len(), 2, "{}", text(&out));
-    for (job, (scheme, multiple)) in jobs.iter().zip([("XOR", false), ("XOR+bg", true)]) {
+    assert_eq!(jobs.len(), 3, "{}", text(&out));
+    let expected = [("XOR", false), ("XOR+bg", true), ("XOR+calls", false)];
+    for (job, (scheme, multiple)) in jobs.iter().zip(expected) {
         assert_eq!(job["scheme"], scheme, "{job}");
         assert_eq!(job["verified"], true, "{job}");
         assert_eq!(job["thread_multiple"], multiple, "{job}");
+        assert_eq!(job["steps"], 2, "{job}");
     }
     let rows = json["rows"].as_array().expect("rows");
-    assert!(
-        rows.iter().any(|r| r["scheme"] == "XOR+bg"),
-        "{}",
-        text(&out)
-    );
+    for scheme in ["XOR+bg", "XOR+calls"] {
+        assert!(
+            rows.iter().any(|r| r["scheme"] == scheme),
+            "{scheme}: {}",
+            text(&out)
+        );
+    }
     assert_clean(dir.path(), &out);
 }
 

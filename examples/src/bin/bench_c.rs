@@ -47,8 +47,8 @@ checkpoint together as the library's collective calls make them). With --steps N
 sleep is N timesteps, each followed by SCR_Need_checkpoint in the library's loop. A
 scheme named NAME+bg is NAME with protect_in_background, test_api initialising MPI with
 MPI_THREAD_MULTIPLE (the library's thread calls MPI); NAME+calls is NAME with
-protect_in_background under plain MPI_Init (the application's calls into the library
-make the background's MPI calls: give it --steps).
+protect_in_background and protect_below_multiple = calls under plain MPI_Init (the
+application's calls into the library make the background's MPI calls: give it --steps).
 
 Columns of the table (one row per scheme and size per rank):
   scheme      the redundancy scheme (SCR_COPY_TYPE); `plain` is the plain loop, over
@@ -78,7 +78,7 @@ struct Args {
     mib: Vec<usize>,
     /// Schemes measured (SCR_COPY_TYPE values); `NAME+bg` is NAME with
     /// protect_in_background and test_api initialising MPI with MPI_THREAD_MULTIPLE,
-    /// `NAME+calls` the same under plain MPI_Init.
+    /// `NAME+calls` the same under plain MPI_Init with protect_below_multiple = calls.
     #[arg(long, num_args = 1.., default_values = ["SINGLE", "PARTNER", "XOR", "RS"])]
     schemes: Vec<String>,
     /// Repetitions (jobs) of every measurement; medians reported, with min and max.
@@ -509,6 +509,9 @@ fn one_job(
         .collect();
     if background {
         env.insert("SCR_PROTECT_IN_BACKGROUND".into(), "1".into());
+    }
+    if background && !multiple {
+        env.insert("SCR_PROTECT_BELOW_MULTIPLE".into(), "calls".into());
     }
     env.extend(extra.iter().cloned());
     let keep = cache_size(&env, &prefix)?;

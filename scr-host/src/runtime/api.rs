@@ -304,20 +304,23 @@ impl Runtime {
         let _counted = comm::scope("need_checkpoint");
         self.guarded("need_checkpoint", |rt| {
             rt.world.usable("need_checkpoint")?;
-            // a background protection every rank finished is settled now
-            writer!(rt).settle_protection(false);
+            writer!(rt).serve_protection();
             flusher!(rt).poll_flushes();
             rt.cache.poll_crc();
             rt.policy.count_call();
-            let (need, exit) = agree_need(
+            let (need, exit, poll) = agree_need(
                 rt.world.as_dyn(),
                 || {
                     let halt = rt.halt_check();
                     let need = rt.policy.need(&Rule::of(&rt.config), Instant::now());
-                    (halt, need)
+                    (halt, need, rt.protection.wants_poll())
                 },
                 rt.config.get(settings::HALT_EXIT),
             );
+            if poll {
+                // a background protection every rank finished is settled now
+                writer!(rt).settle_protection(false);
+            }
             if let Some(reason) = exit {
                 rt.halt_and_exit(reason);
             }
@@ -342,12 +345,16 @@ impl Runtime {
         let _counted = comm::scope("should_exit");
         self.guarded("should_exit", |rt| {
             rt.world.usable("should_exit")?;
-            // a background protection every rank finished is settled now (an application
-            // that goes on computing leaves it running)
-            writer!(rt).settle_protection(false);
+            writer!(rt).serve_protection();
             flusher!(rt).poll_flushes();
             rt.cache.poll_crc();
-            match rt.agreed_halt_reason() {
+            let (reason, poll) = rt.agreed_halt_and_poll(true);
+            if poll {
+                // a background protection every rank finished is settled now (an
+                // application that goes on computing leaves a running one running)
+                writer!(rt).settle_protection(false);
+            }
+            match reason {
                 None => Ok(false),
                 Some(reason) => {
                     // the application may exit next: the last dataset's protection ends
@@ -381,16 +388,22 @@ impl Runtime {
 
     /// Rank 0's view of the halt conditions, on every rank (collective).
     fn agreed_halt_reason(&self) -> Option<String> {
-        let reason = if self.topo.rank() == 0 {
-            self.halt_check()
-        } else {
-            None
-        };
-        let text = self
-            .world
-            .broadcast_bytes(reason.unwrap_or_default().as_bytes());
-        let reason = String::from_utf8_lossy(&text).into_owned();
-        (!reason.is_empty()).then_some(reason)
+        self.agreed_halt_and_poll(false).0
+    }
+
+    /// [`Runtime::agreed_halt_reason`], and, with `poll`, whether rank 0 asks every rank
+    /// to poll the pending background protection (`Protection::wants_poll`), in the same
+    /// broadcast (collective).
+    fn agreed_halt_and_poll(&self, poll: bool) -> (Option<String>, bool) {
+        let mut mine = vec![0u8];
+        if self.topo.rank() == 0 {
+            mine[0] = u8::from(poll && self.protection.wants_poll());
+            mine.extend_from_slice(self.halt_check().unwrap_or_default().as_bytes());
+        }
+        let text = self.world.broadcast_bytes(&mine);
+        let poll = text.first().is_some_and(|&b| b != 0);
+        let reason = String::from_utf8_lossy(text.get(1..).unwrap_or_default()).into_owned();
+        ((!reason.is_empty()).then_some(reason), poll)
     }
 
     /// With `halt_exit`, a halt condition ends the run inside the library, as SCR's

@@ -203,12 +203,12 @@ impl Disabled {
         let _counted = comm::scope("need_checkpoint");
         self.guarded("need_checkpoint", |d| {
             d.policy.count_call();
-            let (need, exit) = agree_need(
+            let (need, exit, _) = agree_need(
                 &*d.world,
                 || {
                     let halt = d.halt_check();
                     let need = d.policy.need(&Rule::of(&d.config), Instant::now());
-                    (halt, need)
+                    (halt, need, false)
                 },
                 d.config.get(settings::HALT_EXIT),
             );

@@ -9,29 +9,39 @@ use crate::config::settings;
 use crate::config::Config;
 use crate::state::halt::Halt;
 
+/// Bit of need_checkpoint's decision byte that asks every rank to poll the pending
+/// background protection (see [`agree_need`]).
+const POLL: u8 = 4;
+
 /// need_checkpoint's answer, the same on every rank (collective over `world`): one
 /// broadcast decides (applications may ask every iteration): 0 no, 1 yes, 2 a halt
-/// condition holds (SCR checks them here too). `decide` runs on rank 0 only and gives
-/// its halt reason and whether the checkpoint rules say yes. With `halt_exit`, a halt's
-/// reason follows and comes back to every rank: the caller ends the run with it.
+/// condition holds (SCR checks them here too), with [`POLL`] added when rank 0 asks for
+/// the pending background protection to be polled. `decide` runs on rank 0 only and
+/// gives its halt reason, whether the checkpoint rules say yes and whether to poll. With
+/// `halt_exit`, a halt's reason follows and comes back to every rank: the caller ends the
+/// run with it. Returns the answer, that reason and whether to poll.
 pub(in crate::runtime) fn agree_need(
     world: &dyn World,
-    decide: impl FnOnce() -> (Option<String>, bool),
+    decide: impl FnOnce() -> (Option<String>, bool, bool),
     halt_exit: bool,
-) -> (bool, Option<String>) {
+) -> (bool, Option<String>, bool) {
     let mut decision = [0u8];
     let mut halt = None;
     if world.rank() == 0 {
-        let (reason, need) = decide();
+        let (reason, need, poll) = decide();
         decision[0] = if reason.is_some() { 2 } else { u8::from(need) };
+        if poll {
+            decision[0] |= POLL;
+        }
         halt = reason;
     }
     world.broadcast_into(0, &mut decision[..]);
-    let exit = (decision[0] == 2 && halt_exit).then(|| {
+    let (answer, poll) = (decision[0] & !POLL, decision[0] & POLL != 0);
+    let exit = (answer == 2 && halt_exit).then(|| {
         let text = world.broadcast_bytes(halt.unwrap_or_default().as_bytes());
         String::from_utf8_lossy(&text).into_owned()
     });
-    (decision[0] != 0, exit)
+    (answer != 0, exit, poll)
 }
 
 /// The halt file, or no conditions (with a warning) when it cannot be read: a damaged

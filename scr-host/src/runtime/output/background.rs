@@ -9,10 +9,13 @@
 //!   checkpoint stays the restart point: no eviction runs while a protection is pending
 //!   (eviction runs only at start_output, which finishes the protection first, and when a
 //!   dataset is kept).
-//! - **Finished by agreement.** Each call that polls (need_checkpoint) asks whether every
-//!   rank's thread has returned (one reduction); once all have, the outcome is agreed and
-//!   the dataset kept or discarded on every rank alike, by the same code as a foreground
-//!   complete_output. Calls that need the dataset's fate (start_output, a restart, drop,
+//! - **Finished by agreement.** Once rank 0's own thread has returned, the calls that
+//!   poll (need_checkpoint, should_exit) carry its request to poll in the broadcast they
+//!   make anyway; every rank then asks whether every thread has returned (one
+//!   reduction), and once all have, the outcome is agreed and the dataset kept or
+//!   discarded on every rank alike, by the same code as a foreground complete_output. So
+//!   a protection costs an application that asks every timestep no collective of its own
+//!   until then. Calls that need the dataset's fate (start_output, a restart, drop,
 //!   delete, should_exit when it says yes, finalize) wait for it.
 //! - **Two ways to MPI, agreed at init** (`descriptors::Progress`). At
 //!   MPI_THREAD_MULTIPLE the thread's plugin calls run on a host of their own (a duplicate
@@ -20,9 +23,11 @@
 //!   application's MPI calls. Below it, only the application's thread may call MPI: the
 //!   thread's host hands each MPI step to it through the [`Funnel`] (`MpiHost::funneled`),
 //!   which each polling call serves for up to [`SERVE_BUDGET`] while the thread is inside
-//!   an exchange, and every waiting call serves until the thread is done. The exchange
-//!   then advances as often as the application calls the library (SCR_Need_checkpoint
-//!   each step); reading, encoding and writing go on meanwhile.
+//!   an exchange, and every waiting call serves until the thread is done
+//!   (`protect_below_multiple = calls`; by default the scheme runs inside complete_output
+//!   there instead). The exchange then advances as often as the application calls the
+//!   library (SCR_Need_checkpoint each step); reading, encoding and writing go on
+//!   meanwhile.
 //! - A failure on one member (a plugin error, a full disk) is settled with the set in the
 //!   thread itself, so members waiting for it hear at once; the dataset is then discarded
 //!   on every rank and rank 0 says why.
@@ -81,6 +86,17 @@ pub(in crate::runtime) struct Protection {
 }
 
 impl Protection {
+    /// Whether this rank asks (as rank 0 does for every rank) that the pending protection
+    /// be polled: its own thread has returned. The calls that poll (need_checkpoint,
+    /// should_exit) carry rank 0's answer in the broadcast they make anyway, so a
+    /// protection costs them no collective of its own until rank 0's part is done.
+    pub(in crate::runtime) fn wants_poll(&self) -> bool {
+        self.pending.as_ref().is_some_and(|p| match &p.work {
+            Work::Running(h) => h.is_finished(),
+            Work::Done(_) => true,
+        })
+    }
+
     /// Whether a protection is pending (the same on every rank).
     #[cfg(test)]
     pub(in crate::runtime) fn pending(&self) -> bool {
@@ -205,6 +221,20 @@ impl Writer<'_> {
         Ok(true)
     }
 
+    /// Make the pending protection's MPI steps for its thread, below MPI_THREAD_MULTIPLE
+    /// (local: for up to [`SERVE_BUDGET`], see `Funnel::serve`); nothing otherwise.
+    pub(in crate::runtime) fn serve_protection(&mut self) {
+        if let Some(Pending {
+            work: Work::Running(h),
+            ..
+        }) = &self.protection.pending
+        {
+            self.protection
+                .funnel
+                .serve(Some(SERVE_BUDGET), &|| h.is_finished());
+        }
+    }
+
     /// Finish the pending background protection, if any (collective): when every rank's
     /// thread has returned, or at once with `wait` (then this rank waits for its own
     /// thread), the outcome is agreed and the dataset kept or discarded on every rank.
@@ -217,13 +247,7 @@ impl Writer<'_> {
         };
         if !wait {
             let done = match &p.work {
-                Work::Running(h) => {
-                    // (its MPI steps, below MPI_THREAD_MULTIPLE)
-                    self.protection
-                        .funnel
-                        .serve(Some(SERVE_BUDGET), &|| h.is_finished());
-                    h.is_finished()
-                }
+                Work::Running(h) => h.is_finished(),
                 Work::Done(_) => true,
             };
             if !self.world.all(done) {
