@@ -82,13 +82,14 @@ fn a_checkpoint_protected_in_the_background_is_rebuilt_after_a_node_is_lost() {
 }
 
 /// Rank 1 is killed with SIGKILL while ckpt.10 (dataset 2) is protected in the background:
-/// as its thread starts, and after its apply returned but before the set settled it. The
+/// as its thread starts, at the apply's first exchange (the other members inside
+/// theirs), and after its apply returned but before the set settled it. The
 /// relaunch restarts every rank from ckpt.5, the previous checkpoint, and ends in the
 /// uninterrupted run's state. In both modes.
 #[test]
 fn a_kill_during_the_background_apply_restarts_from_the_previous_checkpoint() {
     for (name, mode, below) in MODES {
-        for point in ["protect-2", "protected-2"] {
+        for point in ["protect-2", "protecting-2", "protected-2"] {
             kill_at(point, mode, below, name);
         }
     }

@@ -4,8 +4,8 @@
 //! the thread that called into the library may call MPI then, so the background thread
 //! reads, encodes and writes on its own and hands each MPI call (a post, a test, a probe:
 //! never a blocking operation that waits for a peer) to that thread, which runs it when it
-//! next enters the library (`need_checkpoint`, and every call that waits for the
-//! protection) and hands the result back.
+//! next enters the library (`need_checkpoint`, `should_exit`, and every call that waits
+//! for the protection) and hands the result back.
 //!
 //! Why only non-blocking calls: the application's thread runs a handed call inside the
 //! library's own call, and the runtime's collectives there need every other rank's
@@ -21,7 +21,6 @@ use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
-use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use scr_plugin::sync::lock;
@@ -44,14 +43,18 @@ struct Slot {
     panic: Option<Box<dyn Any + Send>>,
 }
 
-/// One rank's funnel: at most one background thread hands calls over, and the thread that
-/// made it (the application's, inside the library) serves them.
+thread_local! {
+    /// This thread is a background thread whose MPI calls go through a funnel (see
+    /// [`Funnel::become_client`]); on any other thread they run at once.
+    static CLIENT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// One rank's funnel: at most one background thread hands calls over, and the
+/// application's thread, inside the library, serves them.
 pub(crate) struct Funnel {
     slot: Mutex<Slot>,
     /// Signalled when a call is handed over and when one has run.
     changed: Condvar,
-    /// The serving thread: a call made on it runs at once (nothing else would serve it).
-    server: ThreadId,
     /// The background thread is inside an MPI service (a send, a receive, a collective,
     /// settling): its next call follows within microseconds. Outside one it reads,
     /// encodes or writes, and a serving thread with a budget goes back to the application.
@@ -75,12 +78,11 @@ impl Drop for Engaged<'_> {
 }
 
 impl Funnel {
-    /// A funnel served by the calling thread.
+    /// A funnel (served by whichever thread calls [`Funnel::serve`]).
     pub(crate) fn new() -> Funnel {
         Funnel {
             slot: Mutex::new(Slot::default()),
             changed: Condvar::new(),
-            server: std::thread::current().id(),
             engaged: AtomicBool::new(false),
             stalled: AtomicBool::new(false),
             waiting: Mutex::new(None),
@@ -107,12 +109,20 @@ impl Funnel {
         Engaged(self)
     }
 
+    /// Mark the calling thread (a background protection's, for its whole life) as one
+    /// whose [`Funnel::run`] calls are handed over.
+    pub(crate) fn become_client() {
+        CLIENT.with(|c| c.set(true));
+    }
+
     /// Run `f` on the serving thread and return what it returned (a panic there panics
-    /// here). Blocks until the serving thread ran it, which it does only inside the
-    /// library: `f` must not wait for another rank. On the serving thread itself, `f`
-    /// runs at once.
+    /// here), when called on a thread that [became a client](Funnel::become_client).
+    /// Blocks until the serving thread ran it, which it does only inside the library: `f`
+    /// must not wait for another rank. On any other thread (the application's own, which
+    /// serves: a host dropped there, an apply run there when no thread could be started),
+    /// `f` runs at once.
     pub(crate) fn run<R>(&self, f: impl FnOnce() -> R) -> R {
-        if std::thread::current().id() == self.server {
+        if !CLIENT.with(|c| c.get()) {
             return f();
         }
         let mut f = Some(f);
@@ -164,6 +174,8 @@ impl Funnel {
         if budget.is_none() {
             *lock(&self.waiting) = Some(started);
         }
+        // (what the last test of an earlier serve found is old news)
+        self.stalled.store(false, Ordering::SeqCst);
         let mut slot = lock(&self.slot);
         loop {
             if let Some(Call(call)) = slot.call.take() {
@@ -218,6 +230,7 @@ mod tests {
         let server = std::thread::current().id();
         let theirs = funnel.clone();
         let worker = std::thread::spawn(move || {
+            Funnel::become_client();
             let mut buf = vec![0u8; 4];
             let ran_on = theirs.run(|| {
                 buf[2] = 7;
@@ -236,6 +249,7 @@ mod tests {
         let funnel = Arc::new(Funnel::new());
         let theirs = funnel.clone();
         let worker = std::thread::spawn(move || {
+            Funnel::become_client();
             std::panic::catch_unwind(AssertUnwindSafe(|| theirs.run(|| panic!("in MPI"))))
                 .err()
                 .and_then(|p| p.downcast_ref::<&str>().map(|s| s.to_string()))
@@ -250,6 +264,7 @@ mod tests {
         let go = Arc::new(AtomicBool::new(false));
         let (theirs, gate) = (funnel.clone(), go.clone());
         let worker = std::thread::spawn(move || {
+            Funnel::become_client();
             while !gate.load(Ordering::SeqCst) {
                 std::thread::yield_now();
             }
@@ -285,6 +300,7 @@ mod tests {
         let funnel = Arc::new(Funnel::new());
         let theirs = funnel.clone();
         let worker = std::thread::spawn(move || {
+            Funnel::become_client();
             let _in_mpi = theirs.engage();
             // a test whose request still waits for another member, then one that completed
             let first = theirs.run(|| {
@@ -309,8 +325,10 @@ mod tests {
     }
 
     #[test]
-    fn a_call_made_on_the_serving_thread_runs_at_once() {
+    fn a_call_made_on_a_thread_that_is_no_client_runs_at_once() {
         let funnel = Funnel::new();
         assert_eq!(funnel.run(|| 3), 3);
+        let other = std::thread::spawn(move || funnel.run(|| 4));
+        assert_eq!(other.join().unwrap(), 4);
     }
 }

@@ -147,9 +147,20 @@ impl Task {
         let started = std::time::Instant::now();
         let (id, rank, hooks) = (self.ds.dataset_id, self.rank, &self.hooks);
         hooks.hold("protect");
-        // (the crash tests' points: before the apply and after it, before it is settled)
+        // (the crash tests' points: before the apply, at its first exchange, and after
+        // it, before it is settled)
         hooks.crash_at(&format!("protect-{id}"), rank);
+        let hooked = Hooked {
+            host: &*self.host,
+            hooks,
+            point: format!("protecting-{id}"),
+            rank,
+        };
         let services = self.host.services();
+        let services = match hooks.fault {
+            Some(_) => scr_plugin::host_ref(&hooked),
+            None => services,
+        };
         let raw = self.scheme.raw();
         let result = match hooks.injected("protect", rank, id, &self.cntl) {
             Err(e) => Err(PluginError::new(scr_plugin::ErrorCode::IO, e.to_string())),
@@ -170,6 +181,104 @@ impl Task {
             call,
             took: started.elapsed(),
         }
+    }
+}
+
+/// The services of a background apply under the fault suite: the set's own, with the
+/// crash point `protecting-<id>` at the apply's first exchange (the other members are
+/// then inside theirs: a process lost in the middle of the apply).
+struct Hooked<'a> {
+    host: &'a dyn SetHost,
+    hooks: &'a TestHooks,
+    point: String,
+    rank: u32,
+}
+
+impl Hooked<'_> {
+    fn exchange(&self) {
+        self.hooks.crash_at(&self.point, self.rank);
+    }
+}
+
+impl scr_plugin::HostServices for Hooked<'_> {
+    fn rank(&self) -> u32 {
+        self.host.rank()
+    }
+
+    fn size(&self) -> u32 {
+        self.host.size()
+    }
+
+    fn world_rank(&self, member: u32) -> u32 {
+        self.host.world_rank(member)
+    }
+
+    fn failure_group(&self, member: u32) -> abi_stable::std_types::RString {
+        self.host.failure_group(member)
+    }
+
+    fn send(
+        &self,
+        dest: u32,
+        tag: u32,
+        data: abi_stable::std_types::RSlice<'_, u8>,
+    ) -> abi_stable::std_types::RResult<(), PluginError> {
+        self.exchange();
+        self.host.send(dest, tag, data)
+    }
+
+    fn recv(
+        &self,
+        src: u32,
+        tag: u32,
+        buf: abi_stable::std_types::RSliceMut<'_, u8>,
+    ) -> abi_stable::std_types::RResult<(), PluginError> {
+        self.exchange();
+        self.host.recv(src, tag, buf)
+    }
+
+    fn sendrecv(
+        &self,
+        dest: u32,
+        data: abi_stable::std_types::RSlice<'_, u8>,
+        src: u32,
+        buf: abi_stable::std_types::RSliceMut<'_, u8>,
+        tag: u32,
+    ) -> abi_stable::std_types::RResult<(), PluginError> {
+        self.exchange();
+        self.host.sendrecv(dest, data, src, buf, tag)
+    }
+
+    fn barrier(&self) -> abi_stable::std_types::RResult<(), PluginError> {
+        self.host.barrier()
+    }
+
+    fn all_reduce_u64(
+        &self,
+        value: u64,
+        op: scr_plugin::ReduceOp,
+    ) -> abi_stable::std_types::RResult<u64, PluginError> {
+        self.host.all_reduce_u64(value, op)
+    }
+
+    fn broadcast(
+        &self,
+        root: u32,
+        buf: abi_stable::std_types::RSliceMut<'_, u8>,
+    ) -> abi_stable::std_types::RResult<(), PluginError> {
+        self.host.broadcast(root, buf)
+    }
+
+    fn log(&self, level: scr_plugin::LogLevel, message: abi_stable::std_types::RStr<'_>) {
+        self.host.log(level, message)
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.host.is_cancelled()
+    }
+
+    fn survivors_verified(&self) -> bool {
+        self.host.survivors_verified()
     }
 }
 
@@ -199,7 +308,11 @@ impl Writer<'_> {
         let theirs = task.clone();
         let spawned = std::thread::Builder::new()
             .name("scr-protect".into())
-            .spawn(move || theirs.run());
+            .spawn(move || {
+                // (its host's MPI steps, when funneled, go to the application's thread)
+                Funnel::become_client();
+                theirs.run()
+            });
         let work = match spawned {
             Ok(h) => Work::Running(h),
             Err(e) => {
