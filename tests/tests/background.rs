@@ -174,8 +174,9 @@ fn below_thread_multiple_by_default_the_scheme_runs_in_complete_output_and_init_
 /// both modes: rank 2 is killed after step 17 and its node's storage lost; the spare takes
 /// its place inside the same mpiexec, the node's files are rebuilt from the XOR data the
 /// background wrote, and the job ends in the uninterrupted run's state. The restart
-/// point is ckpt.15 when its protection was settled by one of the loop's calls before the
-/// kill, else ckpt.10 (a protection still pending is not a checkpoint).
+/// point is the newest checkpoint kept before the kill: ckpt.15 when one of the loop's
+/// calls settled its protection by then, else ckpt.10 (a protection still pending is not
+/// a checkpoint).
 #[test]
 fn online_recovery_rebuilds_from_redundancy_applied_in_the_background() {
     for (name, mode, below) in MODES {
@@ -213,18 +214,33 @@ fn online_recovery_rebuilds_from_redundancy_applied_in_the_background() {
             "{name}: {out}"
         );
         assert_eq!(out.line_after("recoveries "), Some("1"), "{name}: {out}");
-        let from = out.line_after("restarted from ").unwrap_or_default();
-        let name = match from {
-            "ckpt.15 at step 15" => "ckpt.15",
-            "ckpt.10 at step 10" => "ckpt.10",
-            other => panic!("{name}: restarted from {other:?}: {out}"),
-        };
-        // the spare on n4 held none of rank 2's files: XOR rebuilt them there
+        // the restart point is the newest checkpoint kept (its protection settled, the
+        // event logged) before the loss
         let log = std::fs::read_to_string(c.prefix().join(".scr/events.jsonl")).unwrap_or_default();
+        let before_loss = log
+            .split("\"event\":\"recovery\"")
+            .next()
+            .unwrap_or_default();
+        let kept = ["ckpt.15", "ckpt.10"]
+            .into_iter()
+            .find(|k| {
+                before_loss.lines().any(|l| {
+                    l.contains("\"event\":\"checkpoint\"")
+                        && l.contains(&format!("\"name\":\"{k}\""))
+                })
+            })
+            .unwrap_or_else(|| panic!("{name}: neither ckpt.15 nor ckpt.10 kept:\n{log}"));
+        let step = kept.trim_start_matches("ckpt.");
+        assert_eq!(
+            out.line_after("restarted from "),
+            Some(format!("{kept} at step {step}").as_str()),
+            "{name}: {out}"
+        );
+        // the spare on n4 held none of rank 2's files: XOR rebuilt them there
         assert!(
             log.lines().any(|l| l.contains("\"event\":\"rebuild\"")
-                && l.contains(&format!("\"name\":\"{name}\""))),
-            "{name}: no rebuild of {name}:\n{log}\n{out}"
+                && l.contains(&format!("\"name\":\"{kept}\""))),
+            "{name}: no rebuild of {kept}:\n{log}\n{out}"
         );
         assert_eq!(
             out.final_state(),

@@ -150,15 +150,15 @@ impl Task {
         // (the crash tests' points: before the apply, at its first exchange, and after
         // it, before it is settled)
         hooks.crash_at(&format!("protect-{id}"), rank);
-        let hooked = Hooked {
+        let hooked = hooks.fault.is_some().then(|| Hooked {
             host: &*self.host,
             hooks,
             point: format!("protecting-{id}"),
             rank,
-        };
+        });
         let services = self.host.services();
-        let services = match hooks.fault {
-            Some(_) => scr_plugin::host_ref(&hooked),
+        let services = match &hooked {
+            Some(hooked) => scr_plugin::host_ref(hooked),
             None => services,
         };
         let raw = self.scheme.raw();
