@@ -249,3 +249,44 @@ fn online_recovery_rebuilds_from_redundancy_applied_in_the_background() {
         );
     }
 }
+
+/// While every rank's background thread is held (its protection running), need_checkpoint
+/// costs exactly what it costs with nothing pending: rank 0's one-byte broadcast, no
+/// collective of the protection's own (it asks only once rank 0's thread has returned).
+/// Once every thread has returned, one need_checkpoint settles it and ckpt.1 is offered.
+#[test]
+fn need_checkpoint_pays_no_collective_of_its_own_while_a_protection_runs() {
+    let c = cluster();
+    let gate = c.path("gate");
+    let mut c = c;
+    c.set("SCR_FAULT", &format!("hold-protect:{}", gate.display()));
+    let out = c.run(FOUR_NODES, "scr-protect-probe", &[]);
+    assert_eq!(out.code, 0, "{out}");
+    for r in 0..4 {
+        let text = std::fs::read_to_string(c.prefix().join(format!("protect_{r}.txt")))
+            .unwrap_or_else(|e| panic!("rank {r} wrote no report: {e}\n{out}"));
+        let rep = scr_e2e::comm_report::Report::parse(&text);
+        assert_eq!(rep.lines[0], "world size 4", "rank {r}: {out}");
+        assert!(rep.has("kept true"), "rank {r}: {:?}", rep.lines);
+        assert!(rep.has("protecting true"), "rank {r}: {:?}", rep.lines);
+        assert!(
+            rep.has("held have_restart None"),
+            "rank {r}: {:?}",
+            rep.lines
+        );
+        let idle = rep.get("idle", "need_checkpoint");
+        assert_eq!(idle[..2], [1, 1], "rank {r}: one broadcast");
+        assert_eq!(rep.names("held"), ["need_checkpoint"], "rank {r}");
+        assert_eq!(rep.get("held", "need_checkpoint"), idle, "rank {r}");
+        assert!(
+            rep.has("settled after 1 calls"),
+            "rank {r}: {:?}",
+            rep.lines
+        );
+        assert!(
+            rep.has("have_restart Some(\"ckpt.1\")"),
+            "rank {r}: {:?}",
+            rep.lines
+        );
+    }
+}

@@ -263,6 +263,13 @@ impl Runtime {
     pub fn flushes_running_here(&self) -> usize {
         self.flushing.running_here()
     }
+
+    /// Whether a background protection (`protect_in_background`) is pending and its
+    /// thread on this rank has not returned yet (local, no exchange): for applications
+    /// and tests that want to know whether the next `need_checkpoint` may settle it.
+    pub fn protecting_here(&self) -> bool {
+        self.protection.running_here()
+    }
 }
 
 impl Drop for Runtime {

@@ -97,6 +97,11 @@ impl Protection {
         })
     }
 
+    /// Whether a protection is pending and this rank's thread has not returned.
+    pub(in crate::runtime) fn running_here(&self) -> bool {
+        self.pending.is_some() && !self.wants_poll()
+    }
+
     /// Whether a protection is pending (the same on every rank).
     #[cfg(test)]
     pub(in crate::runtime) fn pending(&self) -> bool {
