@@ -10,9 +10,9 @@ use std::sync::Arc;
 use scr_plugin::SurvivorCheck;
 
 use super::collective::agree_on;
-use super::mpi_host::Funnel;
 use super::topology::Topology;
 use super::world::{SetHost, World};
+use super::Funnel;
 use super::{sets, OutputFlags, Result, ScrError, Set};
 use crate::config::{settings, Config};
 use crate::registry::{LoadedScheme, Registry};

@@ -123,6 +123,7 @@ pub use crate::state::halt::Halt;
 pub use job::provenance;
 pub use sets::{form_my_set, form_sets, split_by_value, Set};
 
+pub(crate) use mpi_host::Funnel;
 pub use mpi_host::{MpiHost, Settled};
 
 pub use disabled::Disabled;

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use scr_plugin::{HostRef, HostServices};
 
-use super::mpi_host::Funnel;
+use super::Funnel;
 
 #[cfg(test)]
 pub(crate) mod inproc;

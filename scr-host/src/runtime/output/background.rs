@@ -41,8 +41,8 @@ use scr_plugin::{Applied, PluginError};
 
 use super::{Output, Writer};
 use crate::registry::LoadedScheme;
-use crate::runtime::mpi_host::Funnel;
 use crate::runtime::world::SetHost;
+use crate::runtime::Funnel;
 use crate::runtime::{NameCheck, Result, Settled, TestHooks};
 
 /// The longest a polling call (need_checkpoint) makes the background thread's MPI steps
