@@ -24,6 +24,26 @@ pub fn lines(step: &str, stats: &CommStats) -> String {
         .collect()
 }
 
+/// The probes' common start: a need_checkpoint with nothing pending, counted as step
+/// `idle`, then one checkpoint `ckpt.1` of one file `state_<rank>.dat` holding `data`.
+/// Returns the `idle` lines and whether complete_output kept the checkpoint.
+pub fn idle_then_one_checkpoint(
+    scr: &mut scr_api::Scr,
+    rank: usize,
+    data: &[u8],
+) -> (String, bool) {
+    scr.reset_comm_stats();
+    scr.need_checkpoint().expect("need_checkpoint");
+    let idle = lines("idle", &scr.comm_stats());
+    scr.start_output("ckpt.1", scr_api::Flags::CHECKPOINT)
+        .expect("start_output");
+    let p = scr
+        .route_file(format!("state_{rank}.dat"))
+        .expect("route_file");
+    std::fs::write(&p, data).expect("write");
+    (idle, scr.complete_output(true).expect("complete_output"))
+}
+
 /// One rank's report: the outcome lines, and (step, name) → counts.
 pub struct Report {
     /// The lines that are not counts, in order.

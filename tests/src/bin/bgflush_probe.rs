@@ -18,8 +18,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives};
-use scr_api::{mpi, Flags, Scr};
-use scr_e2e::comm_report::lines;
+use scr_api::{mpi, Scr};
+use scr_e2e::comm_report::{idle_then_one_checkpoint, lines};
 use scr_host::state::prefix::Index;
 
 /// Rank r's file: `len` bytes, each `r * 16 + i`.
@@ -66,17 +66,8 @@ fn main() {
 
     let mut scr = Scr::init(&world).expect("init");
 
-    scr.reset_comm_stats();
-    scr.need_checkpoint().expect("need_checkpoint");
-    report += &lines("idle", &scr.comm_stats());
-
-    scr.start_output("ckpt.1", Flags::CHECKPOINT)
-        .expect("start_output");
-    let p = scr
-        .route_file(format!("state_{rank}.dat"))
-        .expect("route_file");
-    std::fs::write(&p, bytes_of(rank, 100)).expect("write");
-    let kept = scr.complete_output(true).expect("complete_output");
+    let (idle, kept) = idle_then_one_checkpoint(&mut scr, rank, &bytes_of(rank, 100));
+    report += &idle;
     report += &format!("kept {kept}\n");
 
     // this rank's transfer ends in the background; the wait is the application's (a

@@ -15,8 +15,8 @@
 use std::time::{Duration, Instant};
 
 use scr_api::mpi::traits::{Communicator, CommunicatorCollectives};
-use scr_api::{mpi, Flags, Scr};
-use scr_e2e::comm_report::lines;
+use scr_api::{mpi, Scr};
+use scr_e2e::comm_report::{idle_then_one_checkpoint, lines};
 
 fn main() {
     let (universe, _) =
@@ -32,17 +32,8 @@ fn main() {
 
     let mut scr = Scr::init(&world).expect("init");
 
-    scr.reset_comm_stats();
-    scr.need_checkpoint().expect("need_checkpoint");
-    report += &lines("idle", &scr.comm_stats());
-
-    scr.start_output("ckpt.1", Flags::CHECKPOINT)
-        .expect("start_output");
-    let p = scr
-        .route_file(format!("state_{rank}.dat"))
-        .expect("route_file");
-    std::fs::write(&p, vec![rank as u8; 4096]).expect("write");
-    let kept = scr.complete_output(true).expect("complete_output");
+    let (idle, kept) = idle_then_one_checkpoint(&mut scr, rank, &vec![rank as u8; 4096]);
+    report += &idle;
     report += &format!("kept {kept}\n");
     report += &format!("protecting {}\n", scr.runtime().protecting_here());
 

@@ -133,10 +133,10 @@ impl Funnel {
             }
         };
         let short: *mut (dyn FnMut() + '_) = &mut call;
-        // SAFETY: only the lifetime is changed. The pointer is used by `serve` alone, and
-        // only before it sets `done`; this function neither returns nor unwinds before
-        // `done` is set (the loop below has no panicking step), so `call` and what it
-        // borrows outlive every use.
+        // (`call` and what it borrows outlive every use of the pointer: it is used by
+        // `serve` alone, before it sets `done`, and this function neither returns nor
+        // unwinds before then: the loop below has no panicking step)
+        // SAFETY: only the lifetime is changed; the pointer does not outlive `call`.
         let erased = unsafe {
             std::mem::transmute::<*mut (dyn FnMut() + '_), *mut (dyn FnMut() + 'static)>(short)
         };
