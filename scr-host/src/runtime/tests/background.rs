@@ -247,3 +247,67 @@ fn a_failure_in_the_background_discards_the_dataset_on_every_rank() {
         assert_eq!(r, "ckpt.1 exact=true from cache", "rank {rank}");
     }
 }
+
+/// should_exit with a protection held (the gate opens a second later): while no halt
+/// condition holds it answers no at once and leaves the protection running (an
+/// application asking every timestep keeps computing); once one holds it answers yes
+/// only after the protection ended, the dataset then a checkpoint (the application may
+/// exit next).
+#[test]
+fn should_exit_waits_for_the_protection_only_when_it_says_yes() {
+    use crate::state::halt::Halt;
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let mut env = held_env(&gate);
+    env.push(("SCR_HALT_EXIT", "0".into()));
+    let out = job(dir.path(), &FOUR, &borrowed(&env), |rt, me| {
+        write_checkpoint(rt, dir.path(), "ckpt.1", &format!("f1_{me}")).unwrap();
+        rt.world.as_dyn().barrier();
+        let opener = (me == 0).then(|| {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                std::fs::write(&gate, b"").unwrap();
+            })
+        });
+        let went_on = rt.should_exit().unwrap();
+        let still_pending = rt.protection.pending() && !on_disk(rt, "ckpt.1").unwrap().complete;
+        rt.world.as_dyn().barrier();
+        if me == 0 {
+            Halt::update(&dir.path().join("prefix"), |h| {
+                h.exit_reason = Some("drain".into());
+                (true, ())
+            })
+            .unwrap();
+        }
+        rt.world.as_dyn().barrier();
+        let stop = rt.should_exit().unwrap();
+        let complete = on_disk(rt, "ckpt.1").map(|r| r.complete);
+        let pending = rt.protection.pending();
+        if let Some(o) = opener {
+            o.join().unwrap();
+        }
+        (went_on, still_pending, stop, pending, complete)
+    });
+    for (rank, ((went_on, still_pending, stop, pending, complete), end)) in out.iter().enumerate() {
+        assert!(
+            !went_on,
+            "rank {rank}: should_exit said yes with no halt condition"
+        );
+        assert!(
+            still_pending,
+            "rank {rank}: should_exit waited for the protection"
+        );
+        assert!(stop, "rank {rank}: the halt condition");
+        assert!(
+            !pending,
+            "rank {rank}: said yes with the protection pending"
+        );
+        assert_eq!(
+            complete,
+            &Some(true),
+            "rank {rank}: ckpt.1 not a checkpoint"
+        );
+        assert_eq!(end, &Ok(()), "rank {rank}");
+    }
+}
