@@ -295,14 +295,13 @@ fn protection_mode(config: &Config, background: bool) -> String {
     if !background {
         return "inside complete_output; protect_in_background = false".into();
     }
-    let below = config.setting_of(settings::PROTECT_BELOW_MULTIPLE);
-    let otherwise = match config.get(settings::PROTECT_BELOW_MULTIPLE).as_str() {
+    let below = config.get(settings::PROTECT_BELOW_MULTIPLE);
+    let origin = &config.setting_of(settings::PROTECT_BELOW_MULTIPLE).origin;
+    let otherwise = match below.as_str() {
         "calls" => "else in a background thread whose MPI calls the application's thread makes at its calls into the library",
         _ => "else inside complete_output",
     };
     format!(
-        "in a background thread after complete_output when the application initialises MPI with MPI_THREAD_MULTIPLE (init says so on rank 0), {otherwise} (protect_below_multiple = {}, {}); protect_in_background = true",
-        config.get(settings::PROTECT_BELOW_MULTIPLE),
-        below.origin
+        "in a background thread after complete_output when the application initialises MPI with MPI_THREAD_MULTIPLE (init says so on rank 0), {otherwise} (protect_below_multiple = {below}, {origin}); protect_in_background = true"
     )
 }

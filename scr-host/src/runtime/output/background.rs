@@ -67,6 +67,21 @@ enum Work {
     Done(Returned),
 }
 
+impl Work {
+    /// The outcome, once the thread returned: until then this thread makes the MPI steps
+    /// the thread hands over through `funnel` (below MPI_THREAD_MULTIPLE), which it may
+    /// need to return at all. `Err`: the thread ended in a panic.
+    fn finish(self, funnel: &Funnel) -> std::thread::Result<Returned> {
+        match self {
+            Work::Done(r) => Ok(r),
+            Work::Running(h) => {
+                funnel.serve(None, &|| h.is_finished());
+                h.join()
+            }
+        }
+    }
+}
+
 /// A dataset whose protection runs in the background.
 struct Pending {
     out: Output,
@@ -81,7 +96,7 @@ struct Pending {
 pub(in crate::runtime) struct Protection {
     pending: Option<Pending>,
     /// The thread's MPI steps below MPI_THREAD_MULTIPLE, served by this rank's calls
-    /// into the library (made at init, on the application's thread).
+    /// into the library.
     funnel: Arc<Funnel>,
 }
 
@@ -113,13 +128,8 @@ impl Drop for Protection {
     /// The thread uses the scheme's library: it must have returned before the registry
     /// that holds the library goes (a runtime dropped without finalize, after an error).
     fn drop(&mut self) {
-        if let Some(Pending {
-            work: Work::Running(h),
-            ..
-        }) = self.pending.take()
-        {
-            self.funnel.serve(None, &|| h.is_finished());
-            let _ = h.join();
+        if let Some(p) = self.pending.take() {
+            let _ = p.work.finish(&self.funnel);
         }
     }
 }
@@ -360,17 +370,11 @@ impl Writer<'_> {
     /// caller's call goes on (the previous checkpoint stays the restart point), so no
     /// error is returned.
     pub(in crate::runtime) fn settle_protection(&mut self, wait: bool) {
-        let Some(p) = &self.protection.pending else {
+        if self.protection.pending.is_none() {
             return;
-        };
-        if !wait {
-            let done = match &p.work {
-                Work::Running(h) => h.is_finished(),
-                Work::Done(_) => true,
-            };
-            if !self.world.all(done) {
-                return;
-            }
+        }
+        if !wait && !self.world.all(self.protection.wants_poll()) {
+            return;
         }
         let Pending {
             mut out,
@@ -382,13 +386,7 @@ impl Writer<'_> {
             .dataset_dir(&out.record.descriptor.store, out.record.id);
         let _dataset = crate::log::dataset_span(out.record.id).entered();
         let waiting = std::time::Instant::now();
-        let returned = match work {
-            Work::Done(r) => Ok(r),
-            Work::Running(h) => {
-                self.protection.funnel.serve(None, &|| h.is_finished());
-                h.join()
-            }
-        };
+        let returned = work.finish(&self.protection.funnel);
         if let Ok(r) = &returned {
             self.topo.info(&format!(
                 "{}: its background protection took {:.3} s; this call waited {:.3} s for it",
