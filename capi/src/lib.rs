@@ -20,5 +20,6 @@
 pub mod calls;
 mod ffi;
 pub mod fortran;
+mod mpi_init;
 
 pub use ffi::*;

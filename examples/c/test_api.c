@@ -43,8 +43,6 @@
  *                               MPI runs N singletons, which must not pass)
  *          --corrupt            flip one byte of rank 0's newest checkpoint before the
  *                               check (the check must then fail: for tests)
- *          --thread-multiple    initialise MPI with MPI_THREAD_MULTIPLE (and fail when
- *                               it is not provided), as protect_in_background needs
  * Output:  on rank 0, one line "#test_api {JSON}" with the scheme, ranks, bytes per rank,
  *          checkpoints, sleep seconds, the loop's slowest-rank seconds and aggregate MiB/s,
  *          the plain loop's, and their ratio.
@@ -129,7 +127,7 @@ static void usage_error(const char* what)
 {
     char msg[512];
     snprintf(msg, sizeof(msg), "%s (options: --size SIZE --times N --seconds S --steps N --keep N "
-             "--plain before|after|none --plain-dir DIR --scheme NAME --expect-ranks N --corrupt --thread-multiple)", what);
+             "--plain before|after|none --plain-dir DIR --scheme NAME --expect-ranks N --corrupt)", what);
     fail(msg);
 }
 
@@ -158,9 +156,6 @@ static void parse(int argc, char** argv, struct options* o)
         int takes = 1;
         if (!strcmp(a, "--corrupt")) {
             o->corrupt = 1;
-            takes = 0;
-        } else if (!strcmp(a, "--thread-multiple")) {
-            /* (read before MPI_Init, in main) */
             takes = 0;
         } else if (v == NULL) {
             char msg[256];
@@ -446,21 +441,9 @@ static void corrupt(const char* path)
 
 int main(int argc, char** argv)
 {
-    int multiple = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--thread-multiple")) {
-            multiple = 1;
-        }
-    }
-    if (multiple) {
-        int provided = MPI_THREAD_SINGLE;
-        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-        if (provided < MPI_THREAD_MULTIPLE) {
-            fail("--thread-multiple: MPI does not provide MPI_THREAD_MULTIPLE");
-        }
-    } else {
-        MPI_Init(&argc, &argv);
-    }
+    /* plain MPI_Init, as SCR's test_api: with SCR_PROTECT_IN_BACKGROUND set in the
+     * environment, libscr's MPI_Init asks MPI for MPI_THREAD_MULTIPLE itself */
+    MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     struct options o;

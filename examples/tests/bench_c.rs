@@ -120,8 +120,9 @@ fn every_scheme_is_measured_from_c_against_the_plain_loop() {
     assert_clean(dir.path(), &out);
 }
 
-/// `NAME+bg` runs NAME with protect_in_background, test_api at MPI_THREAD_MULTIPLE, and
-/// `NAME+calls` under plain MPI_Init with protect_below_multiple = calls: rows of their
+/// `NAME+bg` runs NAME with SCR_PROTECT_IN_BACKGROUND=1, which makes test_api's plain
+/// MPI_Init run at MPI_THREAD_MULTIPLE (libscr's MPI_Init asks for it), and `NAME+calls`
+/// below it with protect_below_multiple = calls: rows of their
 /// own, their checkpoints read back byte for byte like every other; `--steps` cuts each
 /// sleep into timesteps that call SCR_Need_checkpoint.
 #[test]

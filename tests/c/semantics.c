@@ -25,6 +25,9 @@
  *            SCR's test_api --shared-file: with SCR_CACHE_BYPASS=1 set through
  *            SCR_Config (write two checkpoints, or restart from the newest), or left to
  *            the configuration (cached: refused)
+ * With SEMANTICS_INIT set in the environment, MPI is initialised as it says (`plain`:
+ * MPI_Init; `funneled`: MPI_Init_thread with MPI_THREAD_FUNNELED) and every rank prints
+ * "r<rank> thread <level>" (MPI_Query_thread's answer) before its mode runs.
  * Every line a test checks starts with "r<rank> ".
  */
 #include <mpi.h>
@@ -388,8 +391,23 @@ int main(int argc, char** argv)
         printf("init before MPI_Init: %s\n", rc == SCR_SUCCESS ? "succeeded" : "failed");
         return 0;
     }
-    MPI_Init(&argc, &argv);
+    const char* init = getenv("SEMANTICS_INIT");
+    if (init && strcmp(init, "funneled") == 0) {
+        int provided = -1;
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    } else {
+        MPI_Init(&argc, &argv);
+    }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (init) {
+        int level = -1;
+        MPI_Query_thread(&level);
+        printf("r%d thread %s\n", rank,
+               level == MPI_THREAD_MULTIPLE ? "multiple"
+               : level == MPI_THREAD_SERIALIZED ? "serialized"
+               : level == MPI_THREAD_FUNNELED ? "funneled"
+               : level == MPI_THREAD_SINGLE ? "single" : "unknown");
+    }
     int size = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (rank == 0) printf("ranks %d\n", size);

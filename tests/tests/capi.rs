@@ -526,6 +526,85 @@ fn init_before_mpi_init_fails_saying_why() {
 
 /// With `SCR_ENABLE=0` SCR's calls fail (`SCR_Init` included) and `SCR_Route_file`
 /// passes names through; libscr does the same, saying why once, at `SCR_Init`.
+/// Every rank's `thread` line (SEMANTICS_INIT), in rank order.
+fn thread_levels(out: &JobOutput, ranks: usize) -> Vec<String> {
+    (0..ranks)
+        .map(|r| {
+            lines_of(out, r)
+                .into_iter()
+                .find_map(|l| l.strip_prefix("thread ").map(str::to_string))
+                .unwrap_or_else(|| panic!("rank {r} printed no thread level\n{out}"))
+        })
+        .collect()
+}
+
+/// libscr's MPI_Init and MPI_Init_thread pass the application's level on unless the
+/// job's environment turns protect_in_background on; then they ask MPI for
+/// MPI_THREAD_MULTIPLE, so an application written for plain MPI_Init gets its
+/// protection in a thread beside it, and what that thread wrote rebuilds a lost node.
+#[test]
+fn mpi_init_asks_for_thread_multiple_only_when_the_environment_protects_in_background() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = semantics(work.path());
+    let mut c = Cluster::for_installed();
+    c.set("SCR_COPY_TYPE", "XOR")
+        .set("SCR_FLUSH", "0")
+        .set("SCR_DEBUG", "1")
+        .set("SEMANTICS_INIT", "plain");
+    let background =
+        "its scheme runs in a background thread after complete_output (MPI_THREAD_MULTIPLE)";
+
+    // not asked: MPI_Init's own level, and the scheme in the foreground
+    let out = c.run_path(TWO_NODES, &exe, &["write", "1"]);
+    assert_all_ok(&out, 4);
+    assert_eq!(thread_levels(&out, 4), ["single"; 4], "{out}");
+    assert!(out.logged(Some(0), "info", background).is_empty(), "{out}");
+
+    // asked in a file only: the level stays, and init says how to change it
+    let conf = work.path().join("background.toml");
+    std::fs::write(&conf, "protect_in_background = true\n").unwrap();
+    c.set("SCR_CONF_FILE", conf.to_str().unwrap());
+    let out = c.run_path(TWO_NODES, &exe, &["write", "1"]);
+    assert_all_ok(&out, 4);
+    assert_eq!(thread_levels(&out, 4), ["single"; 4], "{out}");
+    assert!(
+        !out.logged(
+            Some(0),
+            "warning",
+            "MPI was initialised with thread level Single, not MPI_THREAD_MULTIPLE (set SCR_PROTECT_IN_BACKGROUND=1 in the job's environment and libscr's MPI_Init asks MPI for it"
+        )
+        .is_empty(),
+        "{out}"
+    );
+    c.env.remove("SCR_CONF_FILE");
+
+    // asked by the environment: plain MPI_Init gets MPI_THREAD_MULTIPLE, and so does
+    // MPI_Init_thread asking for less
+    c.set("SCR_PROTECT_IN_BACKGROUND", "1");
+    for init in ["funneled", "plain"] {
+        c.set("SEMANTICS_INIT", init);
+        let out = c.run_path(TWO_NODES, &exe, &["write", "3"]);
+        assert_all_ok(&out, 4);
+        assert_eq!(thread_levels(&out, 4), ["multiple"; 4], "{init}: {out}");
+        assert_eq!(
+            out.logged(Some(0), "info", background).len(),
+            1,
+            "{init}: {out}"
+        );
+    }
+
+    // the XOR data the thread wrote rebuilds node n1's files of the newest checkpoint
+    c.lose_node("n1");
+    let out = c.run_path(TWO_NODES, &exe, &["current", "ckpt.3"]);
+    assert_all_ok(&out, 4);
+    for r in 0..4 {
+        assert!(
+            lines_of(&out, r).contains(&"restarted ckpt.3 holding \"step 3\"".to_string()),
+            "rank {r}\n{out}"
+        );
+    }
+}
+
 #[test]
 fn a_disabled_library_fails_its_calls_as_scr_does() {
     let work = tempfile::tempdir().unwrap();

@@ -344,6 +344,98 @@ fn fortran_calling_convention() {
     }
 }
 
+/// A Fortran program that initialises MPI as PROBE_INIT says (`funneled`:
+/// MPI_INIT_THREAD with MPI_THREAD_FUNNELED, else MPI_INIT) and prints the level MPI
+/// runs at, then one checkpoint through SCR.
+const THREAD_PROBE: &str = r#"
+program threadprobe
+  use mpi
+  implicit none
+  include 'scrf.h'
+  integer :: ierr, level, provided, rank, u
+  character(len=32) :: how
+  character(len=1024) :: path
+  character(len=32) :: mine
+  call get_environment_variable("PROBE_INIT", how)
+  if (trim(how) == "funneled") then
+    call MPI_INIT_THREAD(MPI_THREAD_FUNNELED, provided, ierr)
+  else
+    call MPI_INIT(ierr)
+  end if
+  call MPI_COMM_RANK(MPI_COMM_WORLD, rank, ierr)
+  call MPI_QUERY_THREAD(level, ierr)
+  if (level == MPI_THREAD_MULTIPLE) then
+    print '("r",I0," init ",I0," thread multiple")', rank, ierr
+  else if (level == MPI_THREAD_FUNNELED) then
+    print '("r",I0," init ",I0," thread funneled")', rank, ierr
+  else if (level == MPI_THREAD_SINGLE) then
+    print '("r",I0," init ",I0," thread single")', rank, ierr
+  else
+    print '("r",I0," init ",I0," thread other")', rank, ierr
+  end if
+  call SCR_INIT(ierr)
+  call SCR_START_OUTPUT("ckpt.1", SCR_FLAG_CHECKPOINT, ierr)
+  write(mine, '("state",I0,".dat")') rank
+  call SCR_ROUTE_FILE(trim(mine), path, ierr)
+  open(newunit=u, file=trim(path), status="replace", action="write")
+  write(u, '(A,I0)') "rank ", rank
+  close(u)
+  call SCR_COMPLETE_OUTPUT(1, ierr)
+  print '("r",I0," complete ",I0)', rank, ierr
+  call SCR_FINALIZE(ierr)
+  call MPI_FINALIZE(ierr)
+end program threadprobe
+"#;
+
+/// libscr's Fortran MPI_INIT and MPI_INIT_THREAD (gfortran's names, and those of
+/// `-fsecond-underscore`) ask MPI for MPI_THREAD_MULTIPLE when the job's environment
+/// turns protect_in_background on, and pass the program's level on otherwise.
+#[test]
+fn fortran_mpi_init_asks_for_thread_multiple_only_when_the_environment_protects_in_background() {
+    let build = tempfile::tempdir().expect("build directory");
+    let source = build.path().join("threadprobe.f90");
+    std::fs::write(&source, THREAD_PROBE).expect("probe source");
+    let background =
+        "its scheme runs in a background thread after complete_output (MPI_THREAD_MULTIPLE)";
+    for (exe, flags) in [
+        ("threadprobe", &[][..]),
+        ("threadprobe2", &["-fsecond-underscore"][..]),
+    ] {
+        let exe = build.path().join(exe);
+        mpif90(&source, &exe, flags);
+        for (init, env, level) in [
+            ("plain", None, "single"),
+            ("funneled", None, "funneled"),
+            ("plain", Some("1"), "multiple"),
+            ("funneled", Some("yes"), "multiple"),
+        ] {
+            let mut c = cluster();
+            c.set("SCR_DEBUG", "1")
+                .set("SCR_FLUSH", "0")
+                .set("PROBE_INIT", init);
+            if let Some(v) = env {
+                c.set("SCR_PROTECT_IN_BACKGROUND", v);
+            }
+            let out = c.run_path(TWO_NODES, &exe, &[]);
+            let case = format!("{flags:?} {init} {env:?}");
+            assert_eq!(out.code, 0, "{case}\n{out}");
+            for r in 0..4 {
+                for line in [
+                    format!("r{r} init 0 thread {level}\n"),
+                    format!("r{r} complete 0\n"),
+                ] {
+                    assert!(out.stdout.contains(&line), "{case}: no `{line}`\n{out}");
+                }
+            }
+            assert_eq!(
+                out.logged(Some(0), "info", background).len(),
+                usize::from(env.is_some()),
+                "{case}\n{out}"
+            );
+        }
+    }
+}
+
 /// `scrf.h` in a fixed-form (FORTRAN 77 layout) and a free-form source, with SCR's
 /// constant values.
 #[test]

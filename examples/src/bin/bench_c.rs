@@ -45,10 +45,12 @@ in the same job, the plain loop (the same files and sleeps without the library, 
 same node-local directory, keeping cache_size checkpoints, the ranks starting each
 checkpoint together as the library's collective calls make them). With --steps N, each
 sleep is N timesteps, each followed by SCR_Need_checkpoint in the library's loop. A
-scheme named NAME+bg is NAME with protect_in_background, test_api initialising MPI with
-MPI_THREAD_MULTIPLE (the library's thread calls MPI); NAME+calls is NAME with
-protect_in_background and protect_below_multiple = calls under plain MPI_Init (the
-application's calls into the library make the background's MPI calls: give it --steps).
+scheme named NAME+bg is NAME with SCR_PROTECT_IN_BACKGROUND=1 in the environment, so
+that libscr's MPI_Init (test_api calls plain MPI_Init, as SCR's does) asks MPI for
+MPI_THREAD_MULTIPLE and the library's thread calls MPI; NAME+calls is NAME with
+protect_in_background in a configuration file (which MPI_Init does not read) and
+protect_below_multiple = calls, so MPI stays below MPI_THREAD_MULTIPLE (the application's
+calls into the library make the background's MPI calls: give it --steps).
 
 Columns of the table (one row per scheme and size per rank):
   scheme      the redundancy scheme (SCR_COPY_TYPE); `plain` is the plain loop, over
@@ -77,8 +79,9 @@ struct Args {
     #[arg(long, num_args = 1.., default_values_t = [16usize, 64, 256])]
     mib: Vec<usize>,
     /// Schemes measured (SCR_COPY_TYPE values); `NAME+bg` is NAME with
-    /// protect_in_background and test_api initialising MPI with MPI_THREAD_MULTIPLE,
-    /// `NAME+calls` the same under plain MPI_Init with protect_below_multiple = calls.
+    /// SCR_PROTECT_IN_BACKGROUND=1 (libscr's MPI_Init then asks for
+    /// MPI_THREAD_MULTIPLE), `NAME+calls` the same below it with protect_below_multiple =
+    /// calls.
     #[arg(long, num_args = 1.., default_values = ["SINGLE", "PARTNER", "XOR", "RS"])]
     schemes: Vec<String>,
     /// Repetitions (jobs) of every measurement; medians reported, with min and max.
@@ -507,10 +510,16 @@ fn one_job(
         .into_iter()
         .map(|(k, v)| (format!("SCR_{}", k.to_uppercase()), v))
         .collect();
-    if background {
+    if background && multiple {
+        // in the environment: libscr's MPI_Init then asks for MPI_THREAD_MULTIPLE
         env.insert("SCR_PROTECT_IN_BACKGROUND".into(), "1".into());
     }
     if background && !multiple {
+        // in a file, which MPI_Init does not read: MPI stays below MPI_THREAD_MULTIPLE
+        let file = dir.join("calls.toml");
+        std::fs::write(&file, "protect_in_background = true\n")
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+        env.insert("SCR_CONF_FILE".into(), file.display().to_string());
         env.insert("SCR_PROTECT_BELOW_MULTIPLE".into(), "calls".into());
     }
     env.extend(extra.iter().cloned());
@@ -546,7 +555,6 @@ fn one_job(
         .args(["--scheme", scheme])
         .args(["--expect-ranks", &args.ranks.to_string()])
         .args(args.corrupt.then_some("--corrupt"))
-        .args(multiple.then_some("--thread-multiple"))
         .current_dir(&prefix);
     for k in inherited_scr_vars() {
         cmd.env_remove(k);

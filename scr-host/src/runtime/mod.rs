@@ -79,6 +79,7 @@ mod init;
 mod job;
 mod mpi_exit;
 mod mpi_host;
+pub mod mpi_init;
 mod names;
 mod output;
 mod policy;

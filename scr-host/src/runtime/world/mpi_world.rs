@@ -19,7 +19,7 @@ use scr_plugin::sync::lock;
 
 use super::{Op, SetHost, World};
 use crate::runtime::mpi_host::{MpiHost, SERIAL};
-use crate::runtime::{comm, ulfm};
+use crate::runtime::{comm, mpi_init, ulfm};
 
 /// The communicator of an [`MpiWorld`].
 enum Handle {
@@ -214,9 +214,7 @@ impl World for MpiWorld {
     fn concurrent_threads(&self) -> std::result::Result<(), String> {
         match self.threading {
             mpi::Threading::Multiple => Ok(()),
-            level => Err(format!(
-                "MPI was initialised with thread level {level:?}, not MPI_THREAD_MULTIPLE (MPI_Init_thread with MPI_THREAD_MULTIPLE allows it)"
-            )),
+            level => Err(mpi_init::below_multiple(&level)),
         }
     }
 
