@@ -583,3 +583,38 @@ pub fn mpi_env() -> Vec<(&'static str, &'static str)> {
     env.push(("USER", USER));
     env
 }
+
+/// The one `ranks N` line a C test program (tests/c) prints: a wrong mpiexec runs N
+/// singletons, which must not pass.
+pub fn assert_world(out: &JobOutput, n: usize) {
+    let sizes: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ranks "))
+        .collect();
+    assert_eq!(sizes, [n.to_string()], "expected one world of {n}\n{out}");
+}
+
+/// Rank `r`'s lines, without the `r<rank> ` mark.
+pub fn lines_of(out: &JobOutput, r: usize) -> Vec<String> {
+    let mark = format!("r{r} ");
+    out.stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix(&mark))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every checked line `ok`, on every rank, and the run ended well.
+pub fn assert_all_ok(out: &JobOutput, ranks: usize) {
+    assert_eq!(out.code, 0, "{out}");
+    assert_world(out, ranks);
+    for r in 0..ranks {
+        let lines = lines_of(out, r);
+        assert!(!lines.is_empty(), "rank {r} printed nothing\n{out}");
+        assert!(
+            !lines.iter().any(|l| l.starts_with("FAILED")),
+            "rank {r}: {lines:#?}\n{out}"
+        );
+    }
+}

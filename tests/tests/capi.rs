@@ -6,48 +6,17 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use scr_e2e::{binary, build_against_libscr as build, files_below, Cluster, JobOutput, TWO_NODES};
+use scr_e2e::{
+    assert_all_ok, assert_world, binary, build_against_libscr as build, files_below, lines_of,
+    Cluster, JobOutput, TWO_NODES,
+};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The one `ranks N` line: a wrong mpiexec runs N singletons, which must not pass.
-fn assert_world(out: &JobOutput, n: usize) {
-    let sizes: Vec<&str> = out
-        .stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("ranks "))
-        .collect();
-    assert_eq!(sizes, [n.to_string()], "expected one world of {n}\n{out}");
-}
-
 fn semantics(dir: &Path) -> PathBuf {
     build("mpicc", &repo().join("tests/c/semantics.c"), dir)
-}
-
-/// Rank `r`'s lines, without the `r<rank> ` mark.
-fn lines_of(out: &JobOutput, r: usize) -> Vec<String> {
-    let mark = format!("r{r} ");
-    out.stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix(&mark))
-        .map(str::to_string)
-        .collect()
-}
-
-/// Every checked line `ok`, on every rank, and the run ended well.
-fn assert_all_ok(out: &JobOutput, ranks: usize) {
-    assert_eq!(out.code, 0, "{out}");
-    assert_world(out, ranks);
-    for r in 0..ranks {
-        let lines = lines_of(out, r);
-        assert!(!lines.is_empty(), "rank {r} printed nothing\n{out}");
-        assert!(
-            !lines.iter().any(|l| l.starts_with("FAILED")),
-            "rank {r}: {lines:#?}\n{out}"
-        );
-    }
 }
 
 /// `scr ARGS` in the cluster's prefix with the jobs' environment; its standard output.
@@ -928,111 +897,4 @@ fn a_shared_file_written_by_every_rank_works_with_cache_bypass_as_in_scrs_test_a
         out.stderr.contains("both routed") && out.stderr.contains("ckpt.1/shared.ckpt"),
         "{out}"
     );
-}
-
-/// Ranks on four simulated nodes, consecutive ranks on one node.
-fn on_four_nodes(ranks: usize) -> Vec<&'static str> {
-    const NODES: [&str; 4] = ["n0", "n1", "n2", "n3"];
-    (0..ranks).map(|r| NODES[r * 4 / ranks]).collect()
-}
-
-/// A checkpoint written by 8 ranks on 4 nodes, restarted by 3, 4, 6, 12 and 16 through
-/// one unchanged C restart loop (tests/c/resize.c): every rank lists every old rank's
-/// files with the scr-rs extensions, routes and reads each, byte-exact; the old job's
-/// cached datasets are not restored by another number of ranks, so every file comes
-/// from the prefix. A job of 8 again restarts from cache, each rank listing its own file.
-#[test]
-fn a_checkpoint_of_eight_ranks_restarts_on_any_number_through_the_c_api() {
-    let work = tempfile::tempdir().unwrap();
-    let exe = build("mpicc", &repo().join("tests/c/resize.c"), work.path());
-    let c = Cluster::for_installed();
-    let wrote = c.run_path(&on_four_nodes(8), &exe, &["write", "1"]);
-    assert_all_ok(&wrote, 8);
-    for m in [3usize, 4, 6, 12, 16] {
-        let out = c.run_path(&on_four_nodes(m), &exe, &["read"]);
-        assert_all_ok(&out, m);
-        for r in 0..m {
-            assert_eq!(
-                lines_of(&out, r),
-                ["restarted ckpt.1 writers 8 files 8 exact"],
-                "{m} ranks, rank {r}\n{out}"
-            );
-        }
-    }
-    // the same size: its own file only (the others' lists were never exchanged)
-    let same = c.run_path(&on_four_nodes(8), &exe, &["read"]);
-    assert_eq!(same.code, 1, "{same}");
-    for r in 0..8 {
-        assert_eq!(
-            lines_of(&same, r),
-            ["FAILED restart_num_files"],
-            "rank {r}\n{same}"
-        );
-    }
-    assert!(
-        same.stderr.contains(
-            "SCR_Restart_num_files: restart_files: rank 0 reads back its own files only: the checkpoint was written by as many ranks as this job has (8)"
-        ),
-        "{same}"
-    );
-}
-
-/// With the old job's caches surviving and nothing flushed (flush = 0), a checkpoint of
-/// 8 ranks on 4 nodes restarts 4 ranks placed on the nodes in reverse and 12 ranks (3 per
-/// node): each reads its share of the old ranks' files byte-exact from the caches,
-/// copied from the node that holds them where it runs elsewhere, with nothing in the
-/// prefix to read. Then flushed as well, with every byte of the prefix's copy damaged: the
-/// restart reads the caches' copy (no byte of the prefix's, which would fail its check).
-#[test]
-fn with_the_caches_surviving_a_checkpoint_of_eight_ranks_restarts_on_four_and_twelve_from_cache() {
-    let work = tempfile::tempdir().unwrap();
-    let exe = build("mpicc", &repo().join("tests/c/resize.c"), work.path());
-    let mut c = Cluster::for_installed();
-    c.set("SCR_FLUSH", "0");
-    let wrote = c.run_path(&on_four_nodes(8), &exe, &["write", "1", "share"]);
-    assert_all_ok(&wrote, 8);
-    let reversed = ["n3", "n2", "n1", "n0"];
-    for nodes in [reversed.to_vec(), on_four_nodes(12)] {
-        let m = nodes.len();
-        let out = c.run_path(&nodes, &exe, &["read", "share"]);
-        assert_all_ok(&out, m);
-        for r in 0..m {
-            let lines = lines_of(&out, r);
-            assert_eq!(lines.len(), 1, "{m} ranks, rank {r}\n{out}");
-            assert!(
-                lines[0].starts_with("restarted ckpt.1 writers 8 files ")
-                    && lines[0].ends_with(" exact from cache"),
-                "{m} ranks, rank {r}: {lines:?}\n{out}"
-            );
-        }
-    }
-    assert!(
-        scr_e2e::index_entries(&c.prefix()).is_empty(),
-        "nothing was flushed"
-    );
-
-    // flushed too, but every byte of the prefix's copy is damaged: a restart that read
-    // any of it would fail its check; the caches' copy is read, and it is exact
-    let mut c = Cluster::for_installed();
-    c.set("SCR_FLUSH", "1");
-    let wrote = c.run_path(&on_four_nodes(8), &exe, &["write", "1", "share"]);
-    assert_all_ok(&wrote, 8);
-    let flushed: Vec<PathBuf> = files_below(&c.prefix().join("ckpt.1"));
-    assert_eq!(flushed.len(), 8, "{flushed:?}");
-    for f in &flushed {
-        let mut bytes = std::fs::read(f).unwrap();
-        for b in bytes.iter_mut() {
-            *b ^= 0xff;
-        }
-        std::fs::write(f, &bytes).unwrap();
-    }
-    let out = c.run_path(&reversed, &exe, &["read", "share"]);
-    assert_all_ok(&out, 4);
-    for r in 0..4 {
-        assert_eq!(
-            lines_of(&out, r),
-            ["restarted ckpt.1 writers 8 files 2 exact from cache"],
-            "rank {r}\n{out}"
-        );
-    }
 }

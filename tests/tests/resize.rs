@@ -1,9 +1,20 @@
 //! A restart on another number of ranks than wrote the checkpoint, under mpiexec: the
 //! heat example written by 8 ranks on 4 simulated nodes and restarted by 3, 4, 6, 12 and
 //! 16 through one unchanged restart loop (`restart_writers`, `restart_files`,
-//! `route_file`), each ending in the state of an uninterrupted 8-rank run.
+//! `route_file`), each ending in the state of an uninterrupted 8-rank run; and the same
+//! through the C API (tests/c/resize.c), from the prefix and from surviving caches.
 
-use scr_e2e::{Cluster, JobOutput};
+use std::path::{Path, PathBuf};
+
+use scr_e2e::{
+    assert_all_ok, build_against_libscr as build, files_below, lines_of, Cluster, JobOutput,
+};
+
+/// tests/c/resize.c built against libscr into `dir`.
+fn resize_c(dir: &Path) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/resize.c");
+    build("mpicc", &source, dir)
+}
 
 /// Ranks on four simulated nodes, consecutive ranks on one node.
 fn on_four_nodes(ranks: usize) -> Vec<&'static str> {
@@ -233,4 +244,105 @@ fn a_corrupted_or_missing_imported_file_is_refused_by_name() {
     let entries = scr_e2e::index_entries(&c.prefix());
     assert_eq!(entries.len(), 1, "{entries:?}");
     assert!(entries[0].2.is_some(), "marked failed: {entries:?}");
+}
+
+/// A checkpoint written by 8 ranks on 4 nodes, restarted by 3, 4, 6, 12 and 16 through
+/// one unchanged C restart loop (tests/c/resize.c): every rank lists every old rank's
+/// files with the scr-rs extensions, routes and reads each, byte-exact; the old job's
+/// cached datasets are not restored by another number of ranks, so every file comes
+/// from the prefix. A job of 8 again restarts from cache, each rank listing its own file.
+#[test]
+fn a_checkpoint_of_eight_ranks_restarts_on_any_number_through_the_c_api() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = resize_c(work.path());
+    let c = Cluster::for_installed();
+    let wrote = c.run_path(&on_four_nodes(8), &exe, &["write", "1"]);
+    assert_all_ok(&wrote, 8);
+    for m in [3usize, 4, 6, 12, 16] {
+        let out = c.run_path(&on_four_nodes(m), &exe, &["read"]);
+        assert_all_ok(&out, m);
+        for r in 0..m {
+            assert_eq!(
+                lines_of(&out, r),
+                ["restarted ckpt.1 writers 8 files 8 exact"],
+                "{m} ranks, rank {r}\n{out}"
+            );
+        }
+    }
+    // the same size: its own file only (the others' lists were never exchanged)
+    let same = c.run_path(&on_four_nodes(8), &exe, &["read"]);
+    assert_eq!(same.code, 1, "{same}");
+    for r in 0..8 {
+        assert_eq!(
+            lines_of(&same, r),
+            ["FAILED restart_num_files"],
+            "rank {r}\n{same}"
+        );
+    }
+    assert!(
+        same.stderr.contains(
+            "SCR_Restart_num_files: restart_files: rank 0 reads back its own files only: the checkpoint was written by as many ranks as this job has (8)"
+        ),
+        "{same}"
+    );
+}
+
+/// With the old job's caches surviving and nothing flushed (flush = 0), a checkpoint of
+/// 8 ranks on 4 nodes restarts 4 ranks placed on the nodes in reverse and 12 ranks (3 per
+/// node): each reads its share of the old ranks' files byte-exact from the caches,
+/// copied from the node that holds them where it runs elsewhere, with nothing in the
+/// prefix to read. Then flushed as well, with every byte of the prefix's copy damaged: the
+/// restart reads the caches' copy (no byte of the prefix's, which would fail its check).
+#[test]
+fn with_the_caches_surviving_a_checkpoint_of_eight_ranks_restarts_on_four_and_twelve_from_cache() {
+    let work = tempfile::tempdir().unwrap();
+    let exe = resize_c(work.path());
+    let mut c = Cluster::for_installed();
+    c.set("SCR_FLUSH", "0");
+    let wrote = c.run_path(&on_four_nodes(8), &exe, &["write", "1", "share"]);
+    assert_all_ok(&wrote, 8);
+    let reversed = ["n3", "n2", "n1", "n0"];
+    for nodes in [reversed.to_vec(), on_four_nodes(12)] {
+        let m = nodes.len();
+        let out = c.run_path(&nodes, &exe, &["read", "share"]);
+        assert_all_ok(&out, m);
+        for r in 0..m {
+            let lines = lines_of(&out, r);
+            assert_eq!(lines.len(), 1, "{m} ranks, rank {r}\n{out}");
+            assert!(
+                lines[0].starts_with("restarted ckpt.1 writers 8 files ")
+                    && lines[0].ends_with(" exact from cache"),
+                "{m} ranks, rank {r}: {lines:?}\n{out}"
+            );
+        }
+    }
+    assert!(
+        scr_e2e::index_entries(&c.prefix()).is_empty(),
+        "nothing was flushed"
+    );
+
+    // flushed too, but every byte of the prefix's copy is damaged: a restart that read
+    // any of it would fail its check; the caches' copy is read, and it is exact
+    let mut c = Cluster::for_installed();
+    c.set("SCR_FLUSH", "1");
+    let wrote = c.run_path(&on_four_nodes(8), &exe, &["write", "1", "share"]);
+    assert_all_ok(&wrote, 8);
+    let flushed: Vec<PathBuf> = files_below(&c.prefix().join("ckpt.1"));
+    assert_eq!(flushed.len(), 8, "{flushed:?}");
+    for f in &flushed {
+        let mut bytes = std::fs::read(f).unwrap();
+        for b in bytes.iter_mut() {
+            *b ^= 0xff;
+        }
+        std::fs::write(f, &bytes).unwrap();
+    }
+    let out = c.run_path(&reversed, &exe, &["read", "share"]);
+    assert_all_ok(&out, 4);
+    for r in 0..4 {
+        assert_eq!(
+            lines_of(&out, r),
+            ["restarted ckpt.1 writers 8 files 2 exact from cache"],
+            "rank {r}\n{out}"
+        );
+    }
 }
