@@ -59,11 +59,11 @@ fn level_for(required: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
     if mpi_init::wants_multiple() {
+        mpi_init::note(true);
         let mut provided: c_int = 0;
-        let level = level_for(0);
         // SAFETY: the caller's argc/argv go to MPI as the caller gave them (MPI_Init's
         // contract is PMPI_Init_thread's); `provided` is a local MPI writes once.
-        return unsafe { ffi::PMPI_Init_thread(argc, argv, level, &mut provided) };
+        return unsafe { ffi::PMPI_Init_thread(argc, argv, multiple(), &mut provided) };
     }
     mpi_init::note(false);
     // SAFETY: the caller's arguments, passed on unread, under the same contract.
@@ -98,8 +98,7 @@ fn next_fortran(name: &CStr) -> *mut c_void {
 fn fortran_init(ierror: *mut c_int, twin: &CStr, thread_twin: &CStr) {
     if mpi_init::wants_multiple() {
         let mut provided: c_int = 0;
-        let level = level_for(0);
-        fortran_init_thread(&level, &mut provided, ierror, thread_twin);
+        fortran_init_thread(&multiple(), &mut provided, ierror, thread_twin);
         return;
     }
     mpi_init::note(false);

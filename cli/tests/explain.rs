@@ -362,7 +362,7 @@ fn explain_says_when_the_scheme_runs() {
         &[("SCR_PROTECT_IN_BACKGROUND", "1")],
     );
     run.expect_code(0);
-    run.expect_stdout("protect: in a background thread after complete_output when the application initialises MPI with MPI_THREAD_MULTIPLE");
+    run.expect_stdout("protect: in a background thread after complete_output when MPI runs at MPI_THREAD_MULTIPLE (init says so on rank 0; libscr's MPI_Init asks for it when SCR_PROTECT_IN_BACKGROUND is true in the environment)");
     run.expect_stdout("else inside complete_output (protect_below_multiple = foreground, default)");
     run.expect_stdout("protect_in_background = true (environment SCR_PROTECT_IN_BACKGROUND)");
     let run = sb.run(

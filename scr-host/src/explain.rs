@@ -302,6 +302,6 @@ fn protection_mode(config: &Config, background: bool) -> String {
         _ => "else inside complete_output",
     };
     format!(
-        "in a background thread after complete_output when the application initialises MPI with MPI_THREAD_MULTIPLE (init says so on rank 0), {otherwise} (protect_below_multiple = {below}, {origin}); protect_in_background = true"
+        "in a background thread after complete_output when MPI runs at MPI_THREAD_MULTIPLE (init says so on rank 0; libscr's MPI_Init asks for it when SCR_PROTECT_IN_BACKGROUND is true in the environment), {otherwise} (protect_below_multiple = {below}, {origin}); protect_in_background = true"
     )
 }
