@@ -151,8 +151,9 @@ fn below_thread_multiple_the_application_threads_calls_advance_the_background_ap
 }
 
 /// Below MPI_THREAD_MULTIPLE by default (`protect_below_multiple = foreground`) the
-/// descriptor protects inside complete_output, and init says why and what else it can
-/// do; the checkpoints are kept as usual.
+/// descriptor protects inside complete_output, and init says why (a Rust program
+/// initialises MPI itself, not through libscr's MPI_Init) and what else it can do; the
+/// checkpoints are kept as usual.
 #[test]
 fn below_thread_multiple_by_default_the_scheme_runs_in_complete_output_and_init_says_why() {
     let c = cluster();
@@ -160,7 +161,7 @@ fn below_thread_multiple_by_default_the_scheme_runs_in_complete_output_and_init_
     assert_eq!(out.code, 0, "{out}");
     assert!(
         out.stderr.contains(
-            "protect_in_background = true (environment SCR_PROTECT_IN_BACKGROUND), but MPI was initialised with thread level Single, not MPI_THREAD_MULTIPLE"
+            "protect_in_background = true (environment SCR_PROTECT_IN_BACKGROUND), but MPI was initialised with thread level Single, not MPI_THREAD_MULTIPLE: SCR_PROTECT_IN_BACKGROUND is set in the environment, but MPI was not initialised through libscr's MPI_Init"
         ) && out.stderr.contains(
             "its scheme runs inside complete_output (protect_below_multiple = foreground, default; `calls` runs it in the background at the library's calls)"
         ),
