@@ -350,7 +350,8 @@ fn explain_lists_only_the_parameters_the_scheme_reads() {
 
 /// Each descriptor's line says when its scheme runs: inside complete_output, or in the
 /// background where the application's MPI allows it (which only the job can tell), with
-/// where the setting came from.
+/// where the setting came from and whether libscr's MPI_Init raises the level in this
+/// environment.
 #[test]
 fn explain_says_when_the_scheme_runs() {
     let sb = Sandbox::new();
@@ -362,7 +363,7 @@ fn explain_says_when_the_scheme_runs() {
         &[("SCR_PROTECT_IN_BACKGROUND", "1")],
     );
     run.expect_code(0);
-    run.expect_stdout("protect: in a background thread after complete_output when MPI runs at MPI_THREAD_MULTIPLE (init says so on rank 0; libscr's MPI_Init asks for it when SCR_PROTECT_IN_BACKGROUND is true in the environment)");
+    run.expect_stdout("protect: in a background thread after complete_output when MPI runs at MPI_THREAD_MULTIPLE (init says so on rank 0; libscr's MPI_Init asks for it in this environment, where SCR_PROTECT_IN_BACKGROUND is true)");
     run.expect_stdout("else inside complete_output (protect_below_multiple = foreground, default)");
     run.expect_stdout("protect_in_background = true (environment SCR_PROTECT_IN_BACKGROUND)");
     let run = sb.run(
@@ -374,4 +375,13 @@ fn explain_says_when_the_scheme_runs() {
     );
     run.expect_code(0);
     run.expect_stdout("else in a background thread whose MPI calls the application's thread makes at its calls into the library (protect_below_multiple = calls, environment SCR_PROTECT_BELOW_MULTIPLE)");
+    // set in a file only: MPI_Init, which reads only the environment, leaves the level
+    let conf = sb.write("background.toml", "protect_in_background = true\n");
+    let run = sb.run(
+        &["config", "explain", "--checkpoint", "1"],
+        &[("SCR_CONF_FILE", conf.to_str().unwrap())],
+    );
+    run.expect_code(0);
+    run.expect_stdout("(init says so on rank 0; libscr's MPI_Init leaves the level to the application in this environment, where SCR_PROTECT_IN_BACKGROUND is not true)");
+    run.expect_stdout("protect_in_background = true (");
 }

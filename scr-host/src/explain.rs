@@ -301,7 +301,14 @@ fn protection_mode(config: &Config, background: bool) -> String {
         "calls" => "else in a background thread whose MPI calls the application's thread makes at its calls into the library",
         _ => "else inside complete_output",
     };
+    // libscr's MPI_Init reads only the environment (see runtime::mpi_init): say what it
+    // does in this one
+    let init = if crate::runtime::mpi_init::wants_multiple() {
+        "libscr's MPI_Init asks for it in this environment, where SCR_PROTECT_IN_BACKGROUND is true"
+    } else {
+        "libscr's MPI_Init leaves the level to the application in this environment, where SCR_PROTECT_IN_BACKGROUND is not true"
+    };
     format!(
-        "in a background thread after complete_output when MPI runs at MPI_THREAD_MULTIPLE (init says so on rank 0; libscr's MPI_Init asks for it when SCR_PROTECT_IN_BACKGROUND is true in the environment), {otherwise} (protect_below_multiple = {below}, {origin}); protect_in_background = true"
+        "in a background thread after complete_output when MPI runs at MPI_THREAD_MULTIPLE (init says so on rank 0; {init}), {otherwise} (protect_below_multiple = {below}, {origin}); protect_in_background = true"
     )
 }
