@@ -7,12 +7,12 @@
 //!   state (values set before init, the runtime after it). Safe code; the Fortran
 //!   bindings and the C functions both call it.
 //! - `ffi`: the `extern "C"` functions of `scr.h`; [`fortran`]: the Fortran bindings
-//!   (`scrf.h`); `mpi_init`: `MPI_Init` and `MPI_Init_thread` over MPI's profiling
-//!   interface (MPI_THREAD_MULTIPLE when the environment asks for background
-//!   protection). All `unsafe` of the crate is in these three FFI modules (reading C and
-//!   Fortran strings, writing caller buffers, passing MPI_Init's arguments on), each
-//!   block with its reason. No panic crosses into C or Fortran: each call runs under
-//!   `catch_unwind`, and MPI_Init's wrappers contain nothing that panics.
+//!   (`scrf.h`); `mpi_init`: the thread level libscr's `MPI_Init` and `MPI_Init_thread`
+//!   (C, `src/mpi_init.c`) ask for: MPI_THREAD_MULTIPLE when the environment asks for
+//!   background protection. All `unsafe` of the crate is in these three FFI modules
+//!   (reading C and Fortran strings, writing caller buffers, reading an MPI constant),
+//!   each block with its reason. No panic crosses into C or Fortran: each call runs
+//!   under `catch_unwind`, and the level's function contains nothing that panics.
 //!
 //! SCR 3.x semantics kept: MPI is initialised by the application before `SCR_Init` and
 //! `MPI_COMM_WORLD` is implied; the fetch from the prefix happens in the first

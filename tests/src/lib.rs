@@ -618,3 +618,10 @@ pub fn assert_all_ok(out: &JobOutput, ranks: usize) {
         );
     }
 }
+
+/// tests/c/semantics.c (SCR 3.x behaviours, one mode per run) built against libscr into
+/// `dir`.
+pub fn semantics_c(dir: &Path) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/semantics.c");
+    build_against_libscr("mpicc", &source, dir)
+}

@@ -8,15 +8,11 @@ use std::process::Command;
 
 use scr_e2e::{
     assert_all_ok, assert_world, binary, build_against_libscr as build, files_below, lines_of,
-    Cluster, JobOutput, TWO_NODES,
+    semantics_c, Cluster, TWO_NODES,
 };
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn semantics(dir: &Path) -> PathBuf {
-    build("mpicc", &repo().join("tests/c/semantics.c"), dir)
 }
 
 /// `scr ARGS` in the cluster's prefix with the jobs' environment; its standard output.
@@ -207,7 +203,7 @@ fn the_cxx_example_restarts_after_a_node_is_lost() {
 #[test]
 fn config_sets_queries_and_unsets_values_and_descriptors() {
     let work = tempfile::tempdir().unwrap();
-    let exe = semantics(work.path());
+    let exe = semantics_c(work.path());
     let c = Cluster::for_installed();
     let out = c.run_path(TWO_NODES, &exe, &["config"]);
     assert_all_ok(&out, 4);
@@ -278,7 +274,7 @@ fn config_sets_queries_and_unsets_values_and_descriptors() {
 #[test]
 fn config_takes_scr_3_1_keys_bare_descriptor_queries_and_clearing() {
     let work = tempfile::tempdir().unwrap();
-    let exe = semantics(work.path());
+    let exe = semantics_c(work.path());
     let mut c = Cluster::for_installed();
     let conf = c.path("user.toml");
     std::fs::write(&conf, "job_name = \"from-the-user-file\"\n").unwrap();
@@ -359,7 +355,7 @@ fn config_takes_scr_3_1_keys_bare_descriptor_queries_and_clearing() {
 #[test]
 fn route_file_outside_during_output_and_during_restart() {
     let work = tempfile::tempdir().unwrap();
-    let exe = semantics(work.path());
+    let exe = semantics_c(work.path());
     let c = Cluster::for_installed();
     let out = c.run_path(TWO_NODES, &exe, &["route"]);
     assert_all_ok(&out, 4);
@@ -401,7 +397,7 @@ fn route_file_outside_during_output_and_during_restart() {
 #[test]
 fn need_checkpoint_interval_and_the_legacy_checkpoint_calls() {
     let work = tempfile::tempdir().unwrap();
-    let exe = semantics(work.path());
+    let exe = semantics_c(work.path());
     let c = Cluster::for_installed();
     let out = c.run_path(TWO_NODES, &exe, &["legacy"]);
     assert_all_ok(&out, 4);
@@ -419,7 +415,7 @@ fn need_checkpoint_interval_and_the_legacy_checkpoint_calls() {
 #[test]
 fn arguments_that_differ_between_ranks_fail_every_rank_without_a_hang() {
     let work = tempfile::tempdir().unwrap();
-    let exe = semantics(work.path());
+    let exe = semantics_c(work.path());
     let c = Cluster::for_installed();
     let out = c.run_path(TWO_NODES, &exe, &["mismatch"]);
     assert_all_ok(&out, 4);
@@ -438,7 +434,7 @@ fn arguments_that_differ_between_ranks_fail_every_rank_without_a_hang() {
 #[test]
 fn flush_on_restart_flushes_at_init_without_the_restart_api() {
     let work = tempfile::tempdir().unwrap();
-    let exe = semantics(work.path());
+    let exe = semantics_c(work.path());
     let mut c = Cluster::for_installed();
     c.set("SCR_FLUSH", "0");
     let out = c.run_path(TWO_NODES, &exe, &["write", "2"]);
@@ -464,7 +460,7 @@ fn flush_on_restart_flushes_at_init_without_the_restart_api() {
 #[test]
 fn exiting_without_finalize_is_reported_and_ends_cleanly() {
     let work = tempfile::tempdir().unwrap();
-    let exe = semantics(work.path());
+    let exe = semantics_c(work.path());
     let c = Cluster::for_installed();
     let out = c.run_path(&["n0", "n1"], &exe, &["no-finalize"]);
     assert_all_ok(&out, 2);
@@ -481,7 +477,7 @@ fn exiting_without_finalize_is_reported_and_ends_cleanly() {
 #[test]
 fn init_before_mpi_init_fails_saying_why() {
     let work = tempfile::tempdir().unwrap();
-    let exe = semantics(work.path());
+    let exe = semantics_c(work.path());
     let out = Command::new(&exe).arg("no-mpi").output().unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
@@ -495,89 +491,10 @@ fn init_before_mpi_init_fails_saying_why() {
 
 /// With `SCR_ENABLE=0` SCR's calls fail (`SCR_Init` included) and `SCR_Route_file`
 /// passes names through; libscr does the same, saying why once, at `SCR_Init`.
-/// Every rank's `thread` line (SEMANTICS_INIT), in rank order.
-fn thread_levels(out: &JobOutput, ranks: usize) -> Vec<String> {
-    (0..ranks)
-        .map(|r| {
-            lines_of(out, r)
-                .into_iter()
-                .find_map(|l| l.strip_prefix("thread ").map(str::to_string))
-                .unwrap_or_else(|| panic!("rank {r} printed no thread level\n{out}"))
-        })
-        .collect()
-}
-
-/// libscr's MPI_Init and MPI_Init_thread pass the application's level on unless the
-/// job's environment turns protect_in_background on; then they ask MPI for
-/// MPI_THREAD_MULTIPLE, so an application written for plain MPI_Init gets its
-/// protection in a thread beside it, and what that thread wrote rebuilds a lost node.
-#[test]
-fn mpi_init_asks_for_thread_multiple_only_when_the_environment_protects_in_background() {
-    let work = tempfile::tempdir().unwrap();
-    let exe = semantics(work.path());
-    let mut c = Cluster::for_installed();
-    c.set("SCR_COPY_TYPE", "XOR")
-        .set("SCR_FLUSH", "0")
-        .set("SCR_DEBUG", "1")
-        .set("SEMANTICS_INIT", "plain");
-    let background =
-        "its scheme runs in a background thread after complete_output (MPI_THREAD_MULTIPLE)";
-
-    // not asked: MPI_Init's own level, and the scheme in the foreground
-    let out = c.run_path(TWO_NODES, &exe, &["write", "1"]);
-    assert_all_ok(&out, 4);
-    assert_eq!(thread_levels(&out, 4), ["single"; 4], "{out}");
-    assert!(out.logged(Some(0), "info", background).is_empty(), "{out}");
-
-    // asked in a file only: the level stays, and init says how to change it
-    let conf = work.path().join("background.toml");
-    std::fs::write(&conf, "protect_in_background = true\n").unwrap();
-    c.set("SCR_CONF_FILE", conf.to_str().unwrap());
-    let out = c.run_path(TWO_NODES, &exe, &["write", "1"]);
-    assert_all_ok(&out, 4);
-    assert_eq!(thread_levels(&out, 4), ["single"; 4], "{out}");
-    assert!(
-        !out.logged(
-            Some(0),
-            "warning",
-            "MPI was initialised with thread level Single, not MPI_THREAD_MULTIPLE (set SCR_PROTECT_IN_BACKGROUND=1 in the job's environment and libscr's MPI_Init asks MPI for it"
-        )
-        .is_empty(),
-        "{out}"
-    );
-    c.env.remove("SCR_CONF_FILE");
-
-    // asked by the environment: plain MPI_Init gets MPI_THREAD_MULTIPLE, and so does
-    // MPI_Init_thread asking for less
-    c.set("SCR_PROTECT_IN_BACKGROUND", "1");
-    for init in ["funneled", "plain"] {
-        c.set("SEMANTICS_INIT", init);
-        let out = c.run_path(TWO_NODES, &exe, &["write", "3"]);
-        assert_all_ok(&out, 4);
-        assert_eq!(thread_levels(&out, 4), ["multiple"; 4], "{init}: {out}");
-        assert_eq!(
-            out.logged(Some(0), "info", background).len(),
-            1,
-            "{init}: {out}"
-        );
-    }
-
-    // the XOR data the thread wrote rebuilds node n1's files of the newest checkpoint
-    c.lose_node("n1");
-    let out = c.run_path(TWO_NODES, &exe, &["current", "ckpt.3"]);
-    assert_all_ok(&out, 4);
-    for r in 0..4 {
-        assert!(
-            lines_of(&out, r).contains(&"restarted ckpt.3 holding \"step 3\"".to_string()),
-            "rank {r}\n{out}"
-        );
-    }
-}
-
 #[test]
 fn a_disabled_library_fails_its_calls_as_scr_does() {
     let work = tempfile::tempdir().unwrap();
-    let exe = semantics(work.path());
+    let exe = semantics_c(work.path());
     let mut c = Cluster::for_installed();
     c.set("SCR_ENABLE", "0").set("SCR_CACHE_SIZE", "3");
     let out = c.run_path(&["n0", "n1"], &exe, &["disabled"]);
@@ -610,7 +527,7 @@ fn a_disabled_library_fails_its_calls_as_scr_does() {
 #[test]
 fn version_and_should_exit() {
     let work = tempfile::tempdir().unwrap();
-    let exe = semantics(work.path());
+    let exe = semantics_c(work.path());
     let c = Cluster::for_installed();
     let out = c.run_path(&["n0", "n1"], &exe, &["version"]);
     assert_eq!(out.code, 0, "{out}");
@@ -645,7 +562,7 @@ fn version_and_should_exit() {
 #[test]
 fn current_before_have_restart_chooses_the_checkpoint_even_one_only_the_prefix_holds() {
     let work = tempfile::tempdir().unwrap();
-    let exe = semantics(work.path());
+    let exe = semantics_c(work.path());
     let mut c = Cluster::for_installed();
     c.set("SCR_FLUSH", "1").set("SCR_CACHE_SIZE", "2");
     let out = c.run_path(TWO_NODES, &exe, &["write", "3"]);
@@ -700,7 +617,7 @@ fn current_before_have_restart_chooses_the_checkpoint_even_one_only_the_prefix_h
 #[test]
 fn with_fetch_off_a_restart_reads_the_prefix_in_place_after_checking_it() {
     let work = tempfile::tempdir().unwrap();
-    let exe = semantics(work.path());
+    let exe = semantics_c(work.path());
     let mut c = Cluster::for_installed();
     c.set("SCR_FLUSH", "1");
     let out = c.run_path(TWO_NODES, &exe, &["write", "3"]);
@@ -833,7 +750,7 @@ fn a_cmake_project_builds_with_find_package_scr() {
 #[test]
 fn a_shared_file_written_by_every_rank_works_with_cache_bypass_as_in_scrs_test_api() {
     let work = tempfile::tempdir().unwrap();
-    let exe = semantics(work.path());
+    let exe = semantics_c(work.path());
     let c = Cluster::for_installed();
     let out = c.run_path(TWO_NODES, &exe, &["shared", "write"]);
     assert_all_ok(&out, 4);
