@@ -1,14 +1,15 @@
 //! What the application's `MPI_Init` asked of MPI, where libscr's own `MPI_Init` and
-//! `MPI_Init_thread` ran (scr-capi's `mpi_init` module, over MPI's profiling
-//! interface): when the job's environment turns `protect_in_background` on, they ask
+//! `MPI_Init_thread` ran (scr-capi's `src/mpi_init.c`: weak definitions that pass each
+//! call on to the next definition of the name, the level chosen by scr-capi's
+//! `mpi_init` module): when the job's environment turns `protect_in_background` on, they ask
 //! for `MPI_THREAD_MULTIPLE`, so that a protection thread may call MPI beside an
 //! application written for plain `MPI_Init`. Only the environment decides, because
 //! MPI_Init runs before the configuration's files can be read.
 //!
 //! Kept here, process-wide, for init's word on which progress mode is in force and why
 //! ([`below_multiple`]): an admin who set the variable must hear whether MPI gave less
-//! or libscr's MPI_Init never ran (a profiling library linked before libscr takes the
-//! name; a Rust program initialises MPI itself).
+//! or libscr's MPI_Init never ran (the program or a profiling library linked before
+//! libscr defines the name; a Rust program initialises MPI itself).
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -59,7 +60,7 @@ pub(crate) fn below_multiple(level: &dyn std::fmt::Debug) -> String {
             "MPI was initialised with thread level {level:?}, not MPI_THREAD_MULTIPLE (set {var}=1 in the job's environment and libscr's MPI_Init asks MPI for it, or call MPI_Init_thread with MPI_THREAD_MULTIPLE)"
         ),
         _ if wants_multiple() => format!(
-            "MPI was initialised with thread level {level:?}, not MPI_THREAD_MULTIPLE: {var} is set in the environment, but MPI was not initialised through libscr's MPI_Init (a library linked before libscr defines MPI_Init, or the program is not linked with libscr); MPI_Init_thread with MPI_THREAD_MULTIPLE allows it"
+            "MPI was initialised with thread level {level:?}, not MPI_THREAD_MULTIPLE: {var} is set in the environment, but MPI was not initialised through libscr's MPI_Init (the program, or a library linked before libscr, defines MPI_Init; or the program is not linked with libscr); MPI_Init_thread with MPI_THREAD_MULTIPLE allows it"
         ),
         _ => format!(
             "MPI was initialised with thread level {level:?}, not MPI_THREAD_MULTIPLE (MPI_Init_thread with MPI_THREAD_MULTIPLE allows it)"
