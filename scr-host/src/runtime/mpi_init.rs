@@ -7,7 +7,7 @@
 //! MPI_Init runs before the configuration's files can be read.
 //!
 //! Kept here, process-wide, for init's word on which progress mode is in force and why
-//! ([`below_multiple`]): an admin who set the variable must hear whether MPI gave less
+//! (`below_multiple`): an admin who set the variable must hear whether MPI gave less
 //! or libscr's MPI_Init never ran (the program or a profiling library linked before
 //! libscr defines the name; a Rust program initialises MPI itself).
 
