@@ -67,3 +67,27 @@ pub(crate) fn below_multiple(level: &dyn std::fmt::Debug) -> String {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each way libscr's MPI_Init can have run names its own cause (the process-wide
+    /// note is this test's alone: no other test of the crate writes it).
+    #[test]
+    fn the_message_names_what_mpi_init_did() {
+        let level = "Single";
+        note(true);
+        let asked = below_multiple(&level);
+        assert!(
+            asked.starts_with("libscr's MPI_Init asked MPI for MPI_THREAD_MULTIPLE (SCR_PROTECT_IN_BACKGROUND is set in the environment) and MPI provided only \"Single\""),
+            "{asked}"
+        );
+        note(false);
+        let passed = below_multiple(&level);
+        assert!(
+            passed.contains("not MPI_THREAD_MULTIPLE (set SCR_PROTECT_IN_BACKGROUND=1 in the job's environment and libscr's MPI_Init asks MPI for it"),
+            "{passed}"
+        );
+    }
+}
