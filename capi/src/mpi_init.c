@@ -1,6 +1,7 @@
 /*
- * MPI_Init and MPI_Init_thread (C, and Fortran's MPI_INIT and MPI_INIT_THREAD of mpif.h
- * and `use mpi`) defined by libscr, so that an application written for plain MPI_Init
+ * MPI_Init and MPI_Init_thread (C, and Fortran's MPI_INIT and MPI_INIT_THREAD of mpif.h,
+ * `use mpi` and Open MPI's `use mpi_f08`) defined by libscr, so that an application
+ * written for plain MPI_Init
  * gets MPI_THREAD_MULTIPLE when the job's environment turns protect_in_background on
  * (the decision and what was done: mpi_init.rs, scr_rs_mpi_init_level).
  *
@@ -118,4 +119,14 @@ __attribute__((weak)) void mpi_init_thread__(const int *required, int *provided,
 __attribute__((weak)) void MPI_INIT_THREAD(const int *required, int *provided, int *ierror)
 {
     fortran_init_thread(required, provided, ierror, "MPI_INIT_THREAD");
+}
+
+/* Open MPI's `use mpi_f08` procedures (IERROR optional: NULL when absent) */
+__attribute__((weak)) void mpi_init_f08_(int *ierror)
+{
+    fortran_init(ierror, "mpi_init_f08_", "mpi_init_thread_f08_");
+}
+__attribute__((weak)) void mpi_init_thread_f08_(const int *required, int *provided, int *ierror)
+{
+    fortran_init_thread(required, provided, ierror, "mpi_init_thread_f08_");
 }

@@ -17,7 +17,8 @@
 //!   init's word on where protection runs names the cause: MPI gave less, or MPI_Init did
 //!   not run through libscr (a library defining MPI_Init came first).
 //!
-//! `use mpi_f08` is not covered: its MPI_Init reaches MPI by a name of the MPI's own.
+//! Fortran is covered under gfortran's and Intel's names, `-fsecond-underscore`'s, upper
+//! case, and Open MPI's `use mpi_f08` procedures (`mpi_init_f08_`).
 
 use std::ffi::c_int;
 

@@ -387,9 +387,10 @@ program threadprobe
 end program threadprobe
 "#;
 
-/// libscr's Fortran MPI_INIT and MPI_INIT_THREAD (gfortran's names, and those of
-/// `-fsecond-underscore`) ask MPI for MPI_THREAD_MULTIPLE when the job's environment
-/// turns protect_in_background on, and pass the program's level on otherwise.
+/// libscr's Fortran MPI_INIT and MPI_INIT_THREAD (gfortran's names, those of
+/// `-fsecond-underscore`, and `use mpi_f08`'s) ask MPI for MPI_THREAD_MULTIPLE when the
+/// job's environment turns protect_in_background on, and pass the program's level on
+/// otherwise.
 #[test]
 fn fortran_mpi_init_asks_for_thread_multiple_only_when_the_environment_protects_in_background() {
     let build = tempfile::tempdir().expect("build directory");
@@ -397,12 +398,21 @@ fn fortran_mpi_init_asks_for_thread_multiple_only_when_the_environment_protects_
     std::fs::write(&source, THREAD_PROBE).expect("probe source");
     let background =
         "its scheme runs in a background thread after complete_output (MPI_THREAD_MULTIPLE)";
-    for (exe, flags) in [
-        ("threadprobe", &[][..]),
-        ("threadprobe2", &["-fsecond-underscore"][..]),
+    // the same program with `use mpi_f08` (Open MPI's MPI_Init_f08 and
+    // MPI_Init_thread_f08)
+    let source08 = build.path().join("threadprobe08.f90");
+    std::fs::write(
+        &source08,
+        THREAD_PROBE.replace("  use mpi\n", "  use mpi_f08\n"),
+    )
+    .expect("probe source");
+    for (exe, flags, source) in [
+        ("threadprobe", &[][..], &source),
+        ("threadprobe2", &["-fsecond-underscore"][..], &source),
+        ("threadprobe08", &[][..], &source08),
     ] {
         let exe = build.path().join(exe);
-        mpif90(&source, &exe, flags);
+        mpif90(source, &exe, flags);
         for (init, env, level) in [
             ("plain", None, "single"),
             ("funneled", None, "funneled"),
