@@ -122,9 +122,9 @@ fn every_scheme_is_measured_from_c_against_the_plain_loop() {
 
 /// `NAME+bg` runs NAME with SCR_PROTECT_IN_BACKGROUND=1, which makes test_api's plain
 /// MPI_Init run at MPI_THREAD_MULTIPLE (libscr's MPI_Init asks for it), and `NAME+calls`
-/// below it with protect_below_multiple = calls: rows of their
-/// own, their checkpoints read back byte for byte like every other; `--steps` cuts each
-/// sleep into timesteps that call SCR_Need_checkpoint.
+/// below it with protect_below_multiple = calls: rows of their own, their checkpoints
+/// read back byte for byte like every other; `--steps` cuts each sleep into timesteps
+/// that call SCR_Need_checkpoint.
 #[test]
 fn a_scheme_protected_in_the_background_is_measured_as_a_row_of_its_own() {
     let dir = tempdir();

@@ -619,9 +619,37 @@ pub fn assert_all_ok(out: &JobOutput, ranks: usize) {
     }
 }
 
+/// The C test program tests/c/`name`.
+pub fn c_source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("c").join(name)
+}
+
 /// tests/c/semantics.c (SCR 3.x behaviours, one mode per run) built against libscr into
 /// `dir`.
 pub fn semantics_c(dir: &Path) -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/semantics.c");
-    build_against_libscr("mpicc", &source, dir)
+    build_against_libscr("mpicc", &c_source("semantics.c"), dir)
+}
+
+/// The compiler arguments that link a program with the install tree's `libscr.a`
+/// ([`install::install_tree`]): its include directory, the archive itself, then the
+/// libraries `pkg-config --static` says it needs.
+pub fn static_libscr_args() -> Vec<std::ffi::OsString> {
+    let prefix = install::install_tree();
+    let private = Command::new("pkg-config")
+        .args(["--static", "--libs-only-l", "scr"])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+        .output()
+        .unwrap_or_else(|e| panic!("pkg-config cannot run ({e}): run scripts/setup.sh"));
+    assert!(private.status.success(), "{private:?}");
+    let mut args = vec![
+        format!("-I{}", prefix.join("include").display()).into(),
+        prefix.join("lib/libscr.a").into_os_string(),
+    ];
+    args.extend(
+        String::from_utf8_lossy(&private.stdout)
+            .split_whitespace()
+            .filter(|l| *l != "-lscr")
+            .map(Into::into),
+    );
+    args
 }

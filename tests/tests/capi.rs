@@ -115,28 +115,13 @@ fn the_c_example_restarts_byte_exact_after_a_node_is_lost() {
 
 #[test]
 fn an_application_linked_with_the_static_libscr_restarts_too() {
-    let prefix = scr_e2e::install_tree();
     let work = tempfile::tempdir().unwrap();
     let exe = work.path().join("checkpoint-static");
-    // libscr.a itself, then what `pkg-config --static` says it needs
-    let private = Command::new("pkg-config")
-        .args(["--static", "--libs-only-l", "scr"])
-        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
-        .output()
-        .unwrap();
-    assert!(private.status.success(), "{private:?}");
-    let libs: Vec<String> = String::from_utf8_lossy(&private.stdout)
-        .split_whitespace()
-        .filter(|l| *l != "-lscr")
-        .map(str::to_string)
-        .collect();
     let out = Command::new("mpicc")
         .arg("-o")
         .arg(&exe)
         .arg(repo().join("examples/c/checkpoint.c"))
-        .arg(format!("-I{}", prefix.join("include").display()))
-        .arg(prefix.join("lib/libscr.a"))
-        .args(&libs)
+        .args(scr_e2e::static_libscr_args())
         .output()
         .unwrap();
     assert!(

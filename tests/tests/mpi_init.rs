@@ -4,14 +4,9 @@
 //! beside them, through tests/c/semantics.c under mpiexec on simulated nodes. The Fortran
 //! names are tested in fortran.rs.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use scr_e2e::{assert_all_ok, lines_of, semantics_c, Cluster, JobOutput, TWO_NODES};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use scr_e2e::{assert_all_ok, c_source, lines_of, semantics_c, Cluster, JobOutput, TWO_NODES};
 
 /// Every rank's `thread` line (SEMANTICS_INIT), in rank order.
 fn thread_levels(out: &JobOutput, ranks: usize) -> Vec<String> {
@@ -145,7 +140,7 @@ fn a_profiling_tool_keeps_its_mpi_init_beside_libscr() {
     let dir = work.path();
     let tool = dir.join("tool.c");
     std::fs::write(&tool, TOOL).unwrap();
-    let source = repo().join("tests/c/semantics.c");
+    let source = c_source("semantics.c");
     let lib = dir.join("libtool.so");
     mpicc([
         "-shared".into(),
@@ -188,13 +183,6 @@ fn a_profiling_tool_keeps_its_mpi_init_beside_libscr() {
     assert_eq!(thread_levels(&out, 4), ["multiple"; 4], "{out}");
 
     // the tool inside a program linked with libscr.a: its strong MPI_Init wins
-    let prefix = scr_e2e::install_tree();
-    let private = Command::new("pkg-config")
-        .args(["--static", "--libs-only-l", "scr"])
-        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
-        .output()
-        .unwrap();
-    let libs = String::from_utf8_lossy(&private.stdout).into_owned();
     let fixed = dir.join("semantics-static-tool");
     let mut args: Vec<std::ffi::OsString> = vec![
         "-DTOOL_INIT_ONLY".into(),
@@ -202,14 +190,8 @@ fn a_profiling_tool_keeps_its_mpi_init_beside_libscr() {
         fixed.clone().into_os_string(),
         tool.into_os_string(),
         source.into_os_string(),
-        format!("-I{}", prefix.join("include").display()).into(),
-        prefix.join("lib/libscr.a").into_os_string(),
     ];
-    args.extend(
-        libs.split_whitespace()
-            .filter(|l| *l != "-lscr")
-            .map(Into::into),
-    );
+    args.extend(scr_e2e::static_libscr_args());
     mpicc(&args);
     // (a static program finds the plugins through the directory its build baked in:
     // here the development build's)

@@ -7,13 +7,13 @@
 use std::path::{Path, PathBuf};
 
 use scr_e2e::{
-    assert_all_ok, build_against_libscr as build, files_below, lines_of, Cluster, JobOutput,
+    assert_all_ok, build_against_libscr as build, c_source, files_below, lines_of, Cluster,
+    JobOutput,
 };
 
 /// tests/c/resize.c built against libscr into `dir`.
 fn resize_c(dir: &Path) -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/resize.c");
-    build("mpicc", &source, dir)
+    build("mpicc", &c_source("resize.c"), dir)
 }
 
 /// Ranks on four simulated nodes, consecutive ranks on one node.
