@@ -375,6 +375,15 @@ fn explain_says_when_the_scheme_runs() {
     );
     run.expect_code(0);
     run.expect_stdout("else in a background thread whose MPI calls the application's thread makes at its calls into the library (protect_below_multiple = calls, environment SCR_PROTECT_BELOW_MULTIPLE)");
+    let run = sb.run(
+        &["config", "explain", "--checkpoint", "1"],
+        &[
+            ("SCR_PROTECT_IN_BACKGROUND", "1"),
+            ("SCR_PROTECT_BELOW_MULTIPLE", "sockets"),
+        ],
+    );
+    run.expect_code(0);
+    run.expect_stdout("else in a background thread that calls no MPI, each redundancy set exchanging over TCP connections of the library's own (protect_below_multiple = sockets, environment SCR_PROTECT_BELOW_MULTIPLE)");
     // set in a file only: MPI_Init, which reads only the environment, leaves the level
     let conf = sb.write("background.toml", "protect_in_background = true\n");
     let run = sb.run(

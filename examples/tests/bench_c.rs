@@ -122,7 +122,8 @@ fn every_scheme_is_measured_from_c_against_the_plain_loop() {
 
 /// `NAME+bg` runs NAME with SCR_PROTECT_IN_BACKGROUND=1, which makes test_api's plain
 /// MPI_Init run at MPI_THREAD_MULTIPLE (libscr's MPI_Init asks for it), and `NAME+calls`
-/// below it with protect_below_multiple = calls: rows of their own, their checkpoints
+/// and `NAME+sockets` below it with protect_below_multiple = calls or sockets: rows of
+/// their own, their checkpoints
 /// read back byte for byte like every other; `--steps` cuts each sleep into timesteps
 /// that call SCR_Need_checkpoint.
 #[test]
@@ -130,11 +131,24 @@ fn a_scheme_protected_in_the_background_is_measured_as_a_row_of_its_own() {
     let dir = tempdir();
     let (out, json) = small_run(
         dir.path(),
-        &["--schemes", "XOR", "XOR+bg", "XOR+calls", "--steps", "2"],
+        &[
+            "--schemes",
+            "XOR",
+            "XOR+bg",
+            "XOR+calls",
+            "XOR+sockets",
+            "--steps",
+            "2",
+        ],
     );
     let jobs = json["jobs"].as_array().expect("jobs");
-    assert_eq!(jobs.len(), 3, "{}", text(&out));
-    let expected = [("XOR", false), ("XOR+bg", true), ("XOR+calls", false)];
+    assert_eq!(jobs.len(), 4, "{}", text(&out));
+    let expected = [
+        ("XOR", false),
+        ("XOR+bg", true),
+        ("XOR+calls", false),
+        ("XOR+sockets", false),
+    ];
     for (job, (scheme, multiple)) in jobs.iter().zip(expected) {
         assert_eq!(job["scheme"], scheme, "{job}");
         assert_eq!(job["verified"], true, "{job}");
@@ -142,7 +156,7 @@ fn a_scheme_protected_in_the_background_is_measured_as_a_row_of_its_own() {
         assert_eq!(job["steps"], 2, "{job}");
     }
     let rows = json["rows"].as_array().expect("rows");
-    for scheme in ["XOR+bg", "XOR+calls"] {
+    for scheme in ["XOR+bg", "XOR+calls", "XOR+sockets"] {
         assert!(
             rows.iter().any(|r| r["scheme"] == scheme),
             "{scheme}: {}",

@@ -299,6 +299,7 @@ fn protection_mode(config: &Config, background: bool) -> String {
     let origin = &config.setting_of(settings::PROTECT_BELOW_MULTIPLE).origin;
     let otherwise = match below.as_str() {
         "calls" => "else in a background thread whose MPI calls the application's thread makes at its calls into the library",
+        "sockets" => "else in a background thread that calls no MPI, each redundancy set exchanging over TCP connections of the library's own",
         _ => "else inside complete_output",
     };
     // libscr's MPI_Init reads only the environment (see runtime::mpi_init): say what it

@@ -1,7 +1,8 @@
-//! `protect_in_background` under mpiexec, in both of its modes: XOR applied by a thread of
+//! `protect_in_background` under mpiexec, in its three modes: XOR applied by a thread of
 //! each rank while scr-heat computes, the thread calling MPI itself
-//! (MPI_THREAD_MULTIPLE) or, with `protect_below_multiple = calls`, handing its MPI calls
-//! to scr-heat's thread at its calls into the library (`MPI_Init`); a node lost afterwards
+//! (MPI_THREAD_MULTIPLE) or, below it (`MPI_Init`), with `protect_below_multiple = calls`,
+//! handing its MPI calls to scr-heat's thread at its calls into the library, or with
+//! `sockets`, exchanging over the set's own TCP connections; a node lost afterwards
 //! rebuilt from it; a process killed at each step of the background apply restarting
 //! every rank from the previous checkpoint; the foreground below MPI_THREAD_MULTIPLE by
 //! default, said.
@@ -27,9 +28,10 @@ fn cluster() -> Cluster {
 }
 
 /// The two background modes: scr-heat's arguments and settings for each.
-const MODES: [(&str, &[&str], Option<&str>); 2] = [
+const MODES: [(&str, &[&str], Option<&str>); 3] = [
     ("thread", &["--thread-multiple"], None),
     ("calls", &[], Some("calls")),
+    ("sockets", &[], Some("sockets")),
 ];
 
 /// `c` with `protect_below_multiple` set to `below` (of an entry of [`MODES`]).
@@ -85,7 +87,7 @@ fn a_checkpoint_protected_in_the_background_is_rebuilt_after_a_node_is_lost() {
 /// as its thread starts, at the apply's first exchange (the other members inside
 /// theirs), and after its apply returned but before the set settled it. The
 /// relaunch restarts every rank from ckpt.5, the previous checkpoint, and ends in the
-/// uninterrupted run's state. In both modes.
+/// uninterrupted run's state. In each mode.
 #[test]
 fn a_kill_during_the_background_apply_restarts_from_the_previous_checkpoint() {
     for (name, mode, below) in MODES {
@@ -126,15 +128,117 @@ fn kill_at(point: &str, mode: &[&str], below: Option<&str>, name: &str) {
 /// run rebuilds the newest one from the XOR data written that way, byte-exact.
 #[test]
 fn below_thread_multiple_the_application_threads_calls_advance_the_background_apply() {
-    let c = in_mode(cluster(), Some("calls"));
+    let _ = below_thread_multiple_in_the_background(
+        "calls",
+        "protect_below_multiple = calls (environment SCR_PROTECT_BELOW_MULTIPLE): its scheme runs in a background thread after complete_output, whose MPI calls the application's thread makes when it calls the library",
+    );
+}
+
+/// The same with `protect_below_multiple = sockets`: the thread calls no MPI, the set's
+/// members exchange the XOR data over connections of the library's own; init says so,
+/// and the XOR data written that way rebuilds the lost node's files byte-exact.
+#[test]
+fn below_thread_multiple_the_background_apply_runs_over_the_sets_own_connections() {
+    let out = below_thread_multiple_in_the_background(
+        "sockets",
+        "protect_below_multiple = sockets (environment SCR_PROTECT_BELOW_MULTIPLE): its scheme runs in a background thread after complete_output, which calls no MPI: each redundancy set's members exchange its data over TCP connections of the library's own",
+    );
+    // (once, at the first checkpoint: one set of four)
+    assert_eq!(
+        out.stderr
+            .matches("descriptor 0 (XOR): the redundancy set of world rank 0 connected its 4 members for the background protection")
+            .count(),
+        1,
+        "{out}"
+    );
+}
+
+/// A plugin error on rank 1 in the background apply of ckpt.10 (dataset 2, an injected
+/// I/O error) discards it on every rank alike, said by rank 0 with the rank and the
+/// reason, in each mode; the next checkpoint is protected again (over a fresh set of
+/// connections in the `sockets` mode), and a relaunch after node n2 is lost restarts
+/// from it, rebuilt byte-exact.
+#[test]
+fn a_plugin_error_in_the_background_discards_the_dataset_on_every_rank() {
+    for (name, mode, below) in MODES {
+        let mut c = in_mode(cluster(), below);
+        c.set("SCR_FAULT", "protect:1:2");
+        let out = heat(&c, 17, mode);
+        assert_eq!(out.code, 0, "{name}: {out}");
+        assert!(
+            out.stderr.contains(
+                "complete_output ckpt.10: redundancy could not be applied, dataset discarded: on rank 1"
+            ) && out.stderr.contains("injected failure (protect:1:2)")
+                && out
+                    .stderr
+                    .contains("(in the background); the previous checkpoint stays the restart point"),
+            "{name}: {out}"
+        );
+        if name == "sockets" {
+            assert_eq!(
+                out.stderr.matches("connected its 4 members").count(),
+                2,
+                "{name}: {out}"
+            );
+        }
+        c.env.remove("SCR_FAULT");
+        c.lose_node("n2");
+        let out = heat(&c, 20, mode);
+        assert_eq!(out.code, 0, "{name}: {out}");
+        assert_eq!(
+            out.line_after("restarted from "),
+            Some("ckpt.15 at step 15"),
+            "{name}: {out}"
+        );
+        assert_eq!(out.final_state(), reference(20), "{name}: {out}");
+    }
+}
+
+/// With `sockets`, a member that cannot connect the set (the fault suite's `sockets:1:1`:
+/// rank 1 cannot listen, at the first checkpoint) makes the whole set fall back to
+/// `calls`, said with the reason on both ranks; the checkpoints are still protected in
+/// the background, and rebuild a lost node byte-exact.
+#[test]
+fn below_thread_multiple_a_set_that_cannot_connect_falls_back_to_the_calls() {
+    let mut c = in_mode(cluster(), Some("sockets"));
+    c.set("SCR_FAULT", "sockets:1:1");
+    let out = heat(&c, 12, &[]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stderr.contains(
+            "descriptor 0 (XOR): the redundancy set of world rank 0 could not connect its members for protect_below_multiple = sockets (listening for the set's connections: member 1 (world rank 1) could not (its log says why)); its background protection hands its MPI calls to the application's thread instead (calls)"
+        ) && out.stderr.contains(
+            "rank 1: listening for the set's connections: cannot listen on a TCP port: injected failure (sockets:1:1)"
+        ),
+        "{out}"
+    );
+    assert!(!out.stderr.contains("connected its 4 members"), "{out}");
+    for name in ["ckpt.5", "ckpt.10"] {
+        assert!(
+            out.stderr
+                .contains(&format!("{name}: its background protection took")),
+            "{name}: {out}"
+        );
+    }
+    c.env.remove("SCR_FAULT");
+    rebuilt_after_losing_n2(&c, &[]);
+}
+
+/// scr-heat (plain `MPI_Init`) with `protect_below_multiple = below`: init says `said`,
+/// the checkpoints are protected in the background, and a lost node is rebuilt from
+/// them.
+fn below_thread_multiple_in_the_background(below: &str, said: &str) -> JobOutput {
+    let c = in_mode(cluster(), Some(below));
     let out = heat(&c, 12, &[]);
     assert_eq!(out.code, 0, "{out}");
     assert!(
         out.stderr.contains(
             "protect_in_background = true (environment SCR_PROTECT_IN_BACKGROUND); MPI was initialised with thread level Single, not MPI_THREAD_MULTIPLE"
-        ) && out.stderr.contains(
-            "protect_below_multiple = calls (environment SCR_PROTECT_BELOW_MULTIPLE): its scheme runs in a background thread after complete_output, whose MPI calls the application's thread makes when it calls the library"
-        ),
+        ) && out.stderr.contains(said),
+        "{out}"
+    );
+    assert!(
+        !out.stderr.contains("could not connect its members"),
         "{out}"
     );
     for name in ["ckpt.5", "ckpt.10"] {
@@ -148,6 +252,7 @@ fn below_thread_multiple_the_application_threads_calls_advance_the_background_ap
         );
     }
     rebuilt_after_losing_n2(&c, &[]);
+    out
 }
 
 /// Below MPI_THREAD_MULTIPLE by default (`protect_below_multiple = foreground`) the
@@ -172,7 +277,7 @@ fn below_thread_multiple_by_default_the_scheme_runs_in_complete_output_and_init_
 }
 
 /// Online recovery (Open MPI 5 with ULFM) with the schemes' work in the background, in
-/// both modes: rank 2 is killed after step 17 and its node's storage lost; the spare takes
+/// each mode: rank 2 is killed after step 17 and its node's storage lost; the spare takes
 /// its place inside the same mpiexec, the node's files are rebuilt from the XOR data the
 /// background wrote, and the job ends in the uninterrupted run's state. The restart
 /// point is the newest checkpoint kept before the kill: ckpt.15 when one of the loop's

@@ -50,7 +50,9 @@ that libscr's MPI_Init (test_api calls plain MPI_Init, as SCR's does) asks MPI f
 MPI_THREAD_MULTIPLE and the library's thread calls MPI; NAME+calls is NAME with
 protect_in_background in a configuration file (which MPI_Init does not read) and
 protect_below_multiple = calls, so MPI stays below MPI_THREAD_MULTIPLE (the application's
-calls into the library make the background's MPI calls: give it --steps).
+calls into the library make the background's MPI calls: give it --steps); NAME+sockets
+is the same with protect_below_multiple = sockets (the library's thread exchanges over
+TCP connections of its own).
 
 Columns of the table (one row per scheme and size per rank):
   scheme      the redundancy scheme (SCR_COPY_TYPE); `plain` is the plain loop, over
@@ -80,8 +82,8 @@ struct Args {
     mib: Vec<usize>,
     /// Schemes measured (SCR_COPY_TYPE values); `NAME+bg` is NAME with
     /// SCR_PROTECT_IN_BACKGROUND=1 (libscr's MPI_Init then asks for
-    /// MPI_THREAD_MULTIPLE), `NAME+calls` the same below it with protect_below_multiple =
-    /// calls.
+    /// MPI_THREAD_MULTIPLE), `NAME+calls` and `NAME+sockets` the same below it with
+    /// protect_below_multiple = calls or sockets.
     #[arg(long, num_args = 1.., default_values = ["SINGLE", "PARTNER", "XOR", "RS"])]
     schemes: Vec<String>,
     /// Repetitions (jobs) of every measurement; medians reported, with min and max.
@@ -483,13 +485,19 @@ fn one_job(
     } = *at;
     let prefix = dir.join("prefix");
     let plain = dir.join("plain");
-    // `NAME+bg`, `NAME+calls`: the scheme applied in the background (see `--schemes`)
-    let (base, background, multiple) =
-        match (scheme.strip_suffix("+bg"), scheme.strip_suffix("+calls")) {
-            (Some(base), _) => (base, true, true),
-            (_, Some(base)) => (base, true, false),
-            _ => (scheme, false, false),
-        };
+    // `NAME+bg`, `NAME+calls`, `NAME+sockets`: the scheme applied in the background (see
+    // `--schemes`)
+    // (`below`: protect_below_multiple, for the rows below MPI_THREAD_MULTIPLE)
+    let (base, background, multiple, below) = match (
+        scheme.strip_suffix("+bg"),
+        scheme.strip_suffix("+calls"),
+        scheme.strip_suffix("+sockets"),
+    ) {
+        (Some(base), _, _) => (base, true, true, ""),
+        (_, Some(base), _) => (base, true, false, "calls"),
+        (_, _, Some(base)) => (base, true, false, "sockets"),
+        _ => (scheme, false, false, ""),
+    };
     for d in [&prefix, &plain] {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
@@ -516,11 +524,11 @@ fn one_job(
     }
     if background && !multiple {
         // in a file, which MPI_Init does not read: MPI stays below MPI_THREAD_MULTIPLE
-        let file = dir.join("calls.toml");
+        let file = dir.join("background.toml");
         std::fs::write(&file, "protect_in_background = true\n")
             .map_err(|e| format!("{}: {e}", file.display()))?;
         env.insert("SCR_CONF_FILE".into(), file.display().to_string());
-        env.insert("SCR_PROTECT_BELOW_MULTIPLE".into(), "calls".into());
+        env.insert("SCR_PROTECT_BELOW_MULTIPLE".into(), below.into());
     }
     env.extend(extra.iter().cloned());
     let keep = cache_size(&env, &prefix)?;
@@ -763,13 +771,20 @@ fn report(args: &Args, keep: u64, jobs: &[Job]) {
         args.reps
     );
     println!();
+    // (the scheme column as wide as its longest name: `PARTNER+sockets`)
+    let w = lines
+        .iter()
+        .map(|l| l.scheme.len())
+        .max()
+        .unwrap_or(0)
+        .max(8);
     println!(
-        "{:<8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8}",
+        "{:<w$} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8}",
         "scheme", "MiB/rank", "MiB/s", "x plain", "loop s", "stall ms", "x stall"
     );
     for l in &lines {
         println!(
-            "{:<8} {:>8} {:>8.0} {:>8} {:>8.3} {:>9.1} {:>8}",
+            "{:<w$} {:>8} {:>8.0} {:>8} {:>8.3} {:>9.1} {:>8}",
             l.scheme,
             l.mib,
             l.rate.median,

@@ -34,7 +34,7 @@ pub const SYSLOG_FACILITIES: &[&str] = &[
 ];
 
 /// The values of `protect_below_multiple`.
-pub(super) const PROTECT_BELOW_MULTIPLE_MODES: &[&str] = &["foreground", "calls"];
+pub(super) const PROTECT_BELOW_MULTIPLE_MODES: &[&str] = &["foreground", "calls", "sockets"];
 
 /// The syslog levels `log_syslog_level` may name (syslog(3)), most severe first.
 pub const SYSLOG_LEVELS: &[&str] = &[
@@ -166,7 +166,7 @@ catalog! {
     PROTECT_IN_BACKGROUND protect_in_background: Bool = Fixed("false"),
         "Checkpoint descriptors that set no `protect_in_background` apply their redundancy scheme in a background thread after complete_output returns, while the application computes; a dataset counts as a checkpoint only once every rank's protection finished, and the previous one stays the restart point until then. A thread of the library makes the scheme's MPI calls where MPI runs at MPI_THREAD_MULTIPLE (set in the environment, SCR_PROTECT_IN_BACKGROUND=1 also makes libscr's MPI_Init and MPI_Init_thread ask MPI for it; a file or SCR_Config comes too late for that); below that, protect_below_multiple says what happens (by default the scheme runs inside complete_output, and the log says why)";
     PROTECT_BELOW_MULTIPLE protect_below_multiple: Choice(PROTECT_BELOW_MULTIPLE_MODES) = Fixed("foreground"),
-        "What protect_in_background does where MPI was initialised below MPI_THREAD_MULTIPLE (only the application's thread may call MPI): `foreground` applies the scheme inside complete_output, as without protect_in_background; `calls` applies it in a background thread whose MPI calls the application's thread makes at its calls into the library (SCR_Need_checkpoint each timestep; what is left is finished at the next start_output, restart or finalize): reading, encoding and writing leave the application's path, the exchange does not, and a synchronous ring exchange then costs about what the foreground does (docs/benchmarks.md)";
+        "What protect_in_background does where MPI was initialised below MPI_THREAD_MULTIPLE (only the application's thread may call MPI): `foreground` applies the scheme inside complete_output, as without protect_in_background; `calls` applies it in a background thread whose MPI calls the application's thread makes at its calls into the library (SCR_Need_checkpoint each timestep; what is left is finished at the next start_output, restart or finalize): reading, encoding and writing leave the application's path, the exchange does not, and a synchronous ring exchange then costs about what the foreground does (docs/benchmarks.md); `sockets` applies it in a background thread that calls no MPI at all: the members of each redundancy set exchange the scheme's data over TCP connections of the library's own, made once over MPI at the first such checkpoint (each member listens on an ephemeral port of every interface and reaches the others by host name; a random token proves each connection both ways), so the application's thread pays for none of it; where the connections cannot be made, the set falls back to `calls` and rank 0 says why";
     COPY_TYPE copy_type: Str = Fixed("XOR"),
         "Redundancy scheme of the implied checkpoint descriptor (SINGLE, PARTNER, XOR, RS or a plugin's)";
     SET_SIZE set_size: UInt { min: 2, max: 4096 } = Fixed("8"),

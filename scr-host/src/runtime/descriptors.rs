@@ -26,6 +26,9 @@ pub(in crate::runtime) enum Progress {
     Thread,
     /// Through the application's thread, at the library's calls (a funneled host).
     Calls,
+    /// Not at all: over TCP connections of the set's own (`socket_host`), made at the
+    /// first use; `Calls` where they cannot be made.
+    Sockets,
 }
 
 /// A redundancy descriptor in force in this run.
@@ -103,12 +106,45 @@ impl RedDesc {
     /// The scheme and the host a background protection's thread uses, the host made at
     /// the first call (collective over the set: every member calls it at the same
     /// complete_output); in [`Progress::Calls`], its MPI calls go through `funnel`.
-    fn background_parts(&mut self, funnel: &Arc<Funnel>) -> (Arc<LoadedScheme>, Arc<dyn SetHost>) {
-        let funnel = (self.background == Some(Progress::Calls)).then(|| funnel.clone());
-        let host = self
-            .background_host
-            .get_or_insert_with(|| Arc::from(self.host.background(funnel)))
-            .clone();
+    fn background_parts(
+        &mut self,
+        funnel: &Arc<Funnel>,
+        (me, timeout): (u32, std::time::Duration),
+        injected: Option<&str>,
+    ) -> (Arc<LoadedScheme>, Arc<dyn SetHost>) {
+        if self.background_host.is_none() {
+            let host: Arc<dyn SetHost> = match self.background {
+                Some(Progress::Sockets) => {
+                    match super::socket_host::connect(&*self.host, me, timeout, injected) {
+                        Ok(h) => {
+                            if self.host.rank() == 0 {
+                                tracing::info!(
+                                    "descriptor {} ({}): the redundancy set of world rank {me} connected its {} members for the background protection",
+                                    self.index,
+                                    self.record.scheme,
+                                    self.host.size()
+                                );
+                            }
+                            Arc::new(h)
+                        }
+                        Err(e) => {
+                            // (agreed in the set: every member falls back alike)
+                            if self.host.rank() == 0 {
+                                tracing::warn!(
+                                    "descriptor {} ({}): the redundancy set of world rank {me} could not connect its members for protect_below_multiple = sockets ({e}); its background protection hands its MPI calls to the application's thread instead (calls)",
+                                    self.index, self.record.scheme
+                                );
+                            }
+                            Arc::from(self.host.background(Some(funnel.clone())))
+                        }
+                    }
+                }
+                Some(Progress::Calls) => Arc::from(self.host.background(Some(funnel.clone()))),
+                _ => Arc::from(self.host.background(None)),
+            };
+            self.background_host = Some(host);
+        }
+        let host = self.background_host.clone().expect("made above");
         (self.scheme.clone(), host)
     }
 }
@@ -116,8 +152,9 @@ impl RedDesc {
 /// Whether and how descriptor `index` (`d`, which asks for `protect_in_background`) runs
 /// its scheme in the background: a thread that calls MPI itself where every rank's MPI
 /// allows it beside the application; below that, as `protect_below_multiple` says, inside
-/// complete_output (`None`) or a thread whose MPI calls the application's thread makes
-/// at the library's calls. Agreed (a rank initialised otherwise would leave the others'
+/// complete_output (`None`), a thread whose MPI calls the application's thread makes
+/// at the library's calls, or a thread that calls no MPI (its set's own TCP
+/// connections). Agreed (a rank initialised otherwise would leave the others'
 /// threads waiting); rank 0 says which mode is in force and why.
 fn background_progress(
     world: &dyn World,
@@ -127,7 +164,7 @@ fn background_progress(
 ) -> Option<Progress> {
     let mine = world.concurrent_threads();
     let all = world.agree(mine.is_ok());
-    let calls = config.get(settings::PROTECT_BELOW_MULTIPLE) == "calls";
+    let below_mode = config.get(settings::PROTECT_BELOW_MULTIPLE);
     if world.rank() == 0 {
         let scheme = &d.scheme.0;
         let why = match (&mine, all) {
@@ -136,24 +173,29 @@ fn background_progress(
             (Ok(()), false) => "MPI runs below MPI_THREAD_MULTIPLE on some rank".into(),
         };
         let below = &config.setting_of(settings::PROTECT_BELOW_MULTIPLE).origin;
-        match (all, calls) {
+        match (all, below_mode.as_str()) {
             (true, _) => tracing::info!(
                 "descriptor {index} ({scheme}): protect_in_background = true: its scheme runs in a background thread after complete_output (MPI_THREAD_MULTIPLE)"
             ),
-            (false, true) => tracing::info!(
+            (false, "sockets") => tracing::info!(
+                "descriptor {index} ({scheme}): protect_in_background = true ({}); {why}, and protect_below_multiple = sockets ({below}): its scheme runs in a background thread after complete_output, which calls no MPI: each redundancy set's members exchange its data over TCP connections of the library's own, made at the first such checkpoint",
+                d.background.1
+            ),
+            (false, "calls") => tracing::info!(
                 "descriptor {index} ({scheme}): protect_in_background = true ({}); {why}, and protect_below_multiple = calls ({below}): its scheme runs in a background thread after complete_output, whose MPI calls the application's thread makes when it calls the library (SCR_Need_checkpoint each timestep lets it advance; what is left is finished at the next start_output, restart or finalize)",
                 d.background.1
             ),
-            (false, false) => tracing::warn!(
+            (false, _) => tracing::warn!(
                 "descriptor {index} ({scheme}): protect_in_background = true ({}), but {why}: its scheme runs inside complete_output (protect_below_multiple = foreground, {below}; `calls` runs it in the background at the library's calls)",
                 d.background.1
             ),
         }
     }
-    match (all, calls) {
+    match (all, below_mode.as_str()) {
         (true, _) => Some(Progress::Thread),
-        (false, true) => Some(Progress::Calls),
-        (false, false) => None,
+        (false, "calls") => Some(Progress::Calls),
+        (false, "sockets") => Some(Progress::Sockets),
+        (false, _) => None,
     }
 }
 
@@ -388,8 +430,10 @@ impl Descriptors {
         &mut self,
         i: usize,
         funnel: &Arc<Funnel>,
+        (me, timeout): (u32, std::time::Duration),
+        injected: Option<&str>,
     ) -> (Arc<LoadedScheme>, Arc<dyn SetHost>) {
-        self.list[i].background_parts(funnel)
+        self.list[i].background_parts(funnel, (me, timeout), injected)
     }
 
     /// Descriptor `i`'s background host is let go after a failed protection (on every

@@ -88,6 +88,7 @@ mod report;
 mod restart;
 mod restore;
 pub(crate) mod sets;
+mod socket_host;
 mod started;
 mod tags;
 #[cfg(test)]

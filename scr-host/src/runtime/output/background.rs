@@ -17,7 +17,7 @@
 //!   a protection costs an application that asks every timestep no collective of its own
 //!   until then. Calls that need the dataset's fate (start_output, a restart, drop,
 //!   delete, should_exit when it says yes, finalize) wait for it.
-//! - **Two ways to MPI, agreed at init** (`descriptors::Progress`). At
+//! - **Three ways to exchange, agreed at init** (`descriptors::Progress`). At
 //!   MPI_THREAD_MULTIPLE the thread's plugin calls run on a host of their own (a duplicate
 //!   of the set's communicator, taking no lock: see `MpiHost::background`) beside the
 //!   application's MPI calls. Below it, only the application's thread may call MPI: the
@@ -27,7 +27,9 @@
 //!   (`protect_below_multiple = calls`; by default the scheme runs inside complete_output
 //!   there instead). The exchange then advances as often as the application calls the
 //!   library (SCR_Need_checkpoint each step); reading, encoding and writing go on
-//!   meanwhile.
+//!   meanwhile. With `protect_below_multiple = sockets` the thread's host is the set's
+//!   own TCP connections (`socket_host`) and it calls no MPI: the exchange advances
+//!   whatever the application does.
 //! - A failure on one member (a plugin error, a full disk) is settled with the set in the
 //!   thread itself, so members waiting for it hear at once; the dataset is then discarded
 //!   on every rank and rank 0 says why.
@@ -307,9 +309,15 @@ impl Writer<'_> {
         dir: PathBuf,
         fused: bool,
     ) -> Result<bool> {
-        let (scheme, host) = self
-            .descs
-            .background_parts(out.desc, &self.protection.funnel);
+        let rank = self.topo.rank();
+        // (the fault suite's: this rank cannot connect the set for `sockets`)
+        let injected = self.hooks.failure_at("sockets", rank, out.record.id);
+        let (scheme, host) = self.descs.background_parts(
+            out.desc,
+            &self.protection.funnel,
+            (rank, self.world.abort_timeout()),
+            injected,
+        );
         let task = Task {
             scheme,
             host,
