@@ -364,7 +364,7 @@ fn explain_says_when_the_scheme_runs() {
     );
     run.expect_code(0);
     run.expect_stdout("protect: in a background thread after complete_output when MPI runs at MPI_THREAD_MULTIPLE (init says so on rank 0; libscr's MPI_Init asks for it in this environment, where SCR_PROTECT_IN_BACKGROUND is true)");
-    run.expect_stdout("else inside complete_output (protect_below_multiple = foreground, default)");
+    run.expect_stdout("else in a background thread that calls no MPI, each redundancy set exchanging over TCP connections of the library's own (protect_below_multiple = sockets, default)");
     run.expect_stdout("protect_in_background = true (environment SCR_PROTECT_IN_BACKGROUND)");
     let run = sb.run(
         &["config", "explain", "--checkpoint", "1"],
@@ -379,11 +379,11 @@ fn explain_says_when_the_scheme_runs() {
         &["config", "explain", "--checkpoint", "1"],
         &[
             ("SCR_PROTECT_IN_BACKGROUND", "1"),
-            ("SCR_PROTECT_BELOW_MULTIPLE", "sockets"),
+            ("SCR_PROTECT_BELOW_MULTIPLE", "foreground"),
         ],
     );
     run.expect_code(0);
-    run.expect_stdout("else in a background thread that calls no MPI, each redundancy set exchanging over TCP connections of the library's own (protect_below_multiple = sockets, environment SCR_PROTECT_BELOW_MULTIPLE)");
+    run.expect_stdout("else inside complete_output (protect_below_multiple = foreground, environment SCR_PROTECT_BELOW_MULTIPLE)");
     // set in a file only: MPI_Init, which reads only the environment, leaves the level
     let conf = sb.write("background.toml", "protect_in_background = true\n");
     let run = sb.run(

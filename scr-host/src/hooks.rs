@@ -43,9 +43,11 @@ impl TestHooks {
     /// The injected failure of `point` on `rank` for dataset `id`, when one is set: its
     /// spec, for the error that names it.
     pub(crate) fn failure_at(&self, point: &str, rank: u32, id: u64) -> Option<&str> {
+        // (several, separated by commas: a failure and what follows from it)
+        let wanted = format!("{point}:{rank}:{id}");
         self.fault
             .as_deref()
-            .filter(|spec| *spec == format!("{point}:{rank}:{id}"))
+            .and_then(|specs| specs.split(',').find(|spec| *spec == wanted))
     }
 
     /// The fault suite's failure of `point` on `rank` for dataset `id`, as a full or

@@ -143,10 +143,10 @@ fn below_thread_multiple_the_background_apply_runs_over_the_sets_own_connections
         "sockets",
         "protect_below_multiple = sockets (environment SCR_PROTECT_BELOW_MULTIPLE): its scheme runs in a background thread after complete_output, which calls no MPI: each redundancy set's members exchange its data over TCP connections of the library's own",
     );
-    // (once, at the first checkpoint: one set of four)
+    // (once, at init)
     assert_eq!(
         out.stderr
-            .matches("descriptor 0 (XOR): the redundancy set of world rank 0 connected its 4 members for the background protection")
+            .matches("descriptor 0 (XOR): the members of each redundancy set are connected for the background protection (protect_below_multiple = sockets)")
             .count(),
         1,
         "{out}"
@@ -175,9 +175,12 @@ fn a_plugin_error_in_the_background_discards_the_dataset_on_every_rank() {
             "{name}: {out}"
         );
         if name == "sockets" {
-            assert_eq!(
-                out.stderr.matches("connected its 4 members").count(),
-                2,
+            // (at init, and again for ckpt.15 after the failed protection)
+            assert!(
+                out.stderr.contains("are connected for the background protection")
+                    && out.stderr.contains(
+                        "the redundancy set of world rank 0 connected its 4 members again for the background protection"
+                    ),
                 "{name}: {out}"
             );
         }
@@ -194,34 +197,61 @@ fn a_plugin_error_in_the_background_discards_the_dataset_on_every_rank() {
     }
 }
 
-/// With `sockets`, a member that cannot connect the set (the fault suite's `sockets:1:1`:
-/// rank 1 cannot listen, at the first checkpoint) makes the whole set fall back to
-/// `calls`, said with the reason on both ranks; the checkpoints are still protected in
-/// the background, and rebuild a lost node byte-exact.
+/// With `sockets`, a rank whose set cannot connect at init (the fault suite's
+/// `sockets:1:0`: rank 1 cannot listen) makes the whole job protect inside
+/// complete_output, said by rank 0 naming rank 1 and by rank 1 with its reason; the
+/// checkpoints are protected as usual and rebuild a lost node byte-exact.
 #[test]
-fn below_thread_multiple_a_set_that_cannot_connect_falls_back_to_the_calls() {
+fn below_thread_multiple_a_set_that_cannot_connect_at_init_protects_in_the_foreground() {
     let mut c = in_mode(cluster(), Some("sockets"));
-    c.set("SCR_FAULT", "sockets:1:1");
+    c.set("SCR_FAULT", "sockets:1:0");
     let out = heat(&c, 12, &[]);
     assert_eq!(out.code, 0, "{out}");
     assert!(
         out.stderr.contains(
-            "descriptor 0 (XOR): the redundancy set of world rank 0 could not connect its members for protect_below_multiple = sockets (listening for the set's connections: member 1 (world rank 1) could not (its log says why)); its background protection hands its MPI calls to the application's thread instead (calls)"
+            "descriptor 0 (XOR): protect_below_multiple = sockets, but rank 1 could not connect the members of its redundancy set (its log says why): its scheme runs inside complete_output"
         ) && out.stderr.contains(
-            "rank 1: listening for the set's connections: cannot listen on a TCP port: injected failure (sockets:1:1)"
+            "rank 1: listening for the set's connections: cannot listen on a TCP port: injected failure (sockets:1:0)"
         ),
         "{out}"
     );
-    assert!(!out.stderr.contains("connected its 4 members"), "{out}");
-    for name in ["ckpt.5", "ckpt.10"] {
-        assert!(
-            out.stderr
-                .contains(&format!("{name}: its background protection took")),
-            "{name}: {out}"
-        );
-    }
+    assert!(!out.stderr.contains("are connected"), "{out}");
+    assert!(!out.stderr.contains("applied in the background"), "{out}");
     c.env.remove("SCR_FAULT");
     rebuilt_after_losing_n2(&c, &[]);
+}
+
+/// After a failed protection (rank 1's plugin error in ckpt.10's apply) the set connects
+/// again at its next protection; a rank that cannot then (`sockets:1:3`, ckpt.15) makes
+/// its set fall back to `calls`, said on rank 0 and with its reason on rank 1, and ckpt.15
+/// is protected that way and rebuilds a lost node byte-exact.
+#[test]
+fn below_thread_multiple_a_set_that_cannot_connect_again_falls_back_to_the_calls() {
+    let mut c = in_mode(cluster(), Some("sockets"));
+    c.set("SCR_FAULT", "protect:1:2,sockets:1:3");
+    let out = heat(&c, 17, &[]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stderr.contains("injected failure (protect:1:2)")
+            && out.stderr.contains(
+                "descriptor 0 (XOR): the redundancy set of world rank 0 could not connect its members again for protect_below_multiple = sockets (listening for the set's connections: member 1 (world rank 1) could not (its log says why)); its background protection hands its MPI calls to the application's thread instead (calls)"
+            )
+            && out.stderr.contains(
+                "rank 1: listening for the set's connections: cannot listen on a TCP port: injected failure (sockets:1:3)"
+            )
+            && out.stderr.contains("ckpt.15: its background protection took"),
+        "{out}"
+    );
+    c.env.remove("SCR_FAULT");
+    c.lose_node("n2");
+    let out = heat(&c, 20, &[]);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        out.line_after("restarted from "),
+        Some("ckpt.15 at step 15"),
+        "{out}"
+    );
+    assert_eq!(out.final_state(), reference(20), "{out}");
 }
 
 /// scr-heat (plain `MPI_Init`) with `protect_below_multiple = below`: init says `said`,
@@ -255,20 +285,44 @@ fn below_thread_multiple_in_the_background(below: &str, said: &str) -> JobOutput
     out
 }
 
-/// Below MPI_THREAD_MULTIPLE by default (`protect_below_multiple = foreground`) the
-/// descriptor protects inside complete_output, and init says why (a Rust program
-/// initialises MPI itself, not through libscr's MPI_Init) and what else it can do; the
-/// checkpoints are kept as usual.
+/// Below MPI_THREAD_MULTIPLE by default (`protect_below_multiple = sockets`) the scheme
+/// runs in the background over the sets' own connections, and init says why it is not the
+/// thread mode (a Rust program initialises MPI itself, not through libscr's MPI_Init).
 #[test]
-fn below_thread_multiple_by_default_the_scheme_runs_in_complete_output_and_init_says_why() {
+fn below_thread_multiple_by_default_the_sets_own_connections_carry_the_background_apply() {
     let c = cluster();
+    let out = heat(&c, 12, &[]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stderr.contains(
+            "protect_in_background = true (environment SCR_PROTECT_IN_BACKGROUND); MPI was initialised with thread level Single, not MPI_THREAD_MULTIPLE: SCR_PROTECT_IN_BACKGROUND is set in the environment, but MPI was not initialised through libscr's MPI_Init"
+        ) && out.stderr.contains(
+            "and protect_below_multiple = sockets (default): its scheme runs in a background thread after complete_output, which calls no MPI"
+        ) && out.stderr.contains(
+            "descriptor 0 (XOR): the members of each redundancy set are connected for the background protection (protect_below_multiple = sockets)"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.stderr.contains("complete_output ckpt.10: written")
+            && out.stderr.contains("applied in the background"),
+        "{out}"
+    );
+    rebuilt_after_losing_n2(&c, &[]);
+}
+
+/// With `protect_below_multiple = foreground` the descriptor protects inside
+/// complete_output below MPI_THREAD_MULTIPLE, and init says why and what else it can do.
+#[test]
+fn below_thread_multiple_in_the_foreground_the_scheme_runs_in_complete_output_and_init_says_why() {
+    let c = in_mode(cluster(), Some("foreground"));
     let out = heat(&c, 12, &[]);
     assert_eq!(out.code, 0, "{out}");
     assert!(
         out.stderr.contains(
             "protect_in_background = true (environment SCR_PROTECT_IN_BACKGROUND), but MPI was initialised with thread level Single, not MPI_THREAD_MULTIPLE: SCR_PROTECT_IN_BACKGROUND is set in the environment, but MPI was not initialised through libscr's MPI_Init"
         ) && out.stderr.contains(
-            "its scheme runs inside complete_output (protect_below_multiple = foreground, default; `calls` runs it in the background at the library's calls)"
+            "its scheme runs inside complete_output (protect_below_multiple = foreground, environment SCR_PROTECT_BELOW_MULTIPLE; `sockets` runs it in the background over the library's own connections)"
         ),
         "{out}"
     );

@@ -6,6 +6,7 @@
 
 use std::ops::Index;
 use std::sync::Arc;
+use std::time::Duration;
 
 use scr_plugin::SurvivorCheck;
 
@@ -26,8 +27,9 @@ pub(in crate::runtime) enum Progress {
     Thread,
     /// Through the application's thread, at the library's calls (a funneled host).
     Calls,
-    /// Not at all: over TCP connections of the set's own (`socket_host`), made at the
-    /// first use; `Calls` where they cannot be made.
+    /// Not at all: over TCP connections of the set's own (`socket_host`), made at init
+    /// (the foreground for the whole job where some set cannot make them, agreed) and
+    /// again after a failed protection (`Calls` for that set where they cannot be then).
     Sockets,
 }
 
@@ -119,7 +121,7 @@ impl RedDesc {
                         Ok(h) => {
                             if self.host.rank() == 0 {
                                 tracing::info!(
-                                    "descriptor {} ({}): the redundancy set of world rank {me} connected its {} members for the background protection",
+                                    "descriptor {} ({}): the redundancy set of world rank {me} connected its {} members again for the background protection",
                                     self.index,
                                     self.record.scheme,
                                     self.host.size()
@@ -131,7 +133,7 @@ impl RedDesc {
                             // (agreed in the set: every member falls back alike)
                             if self.host.rank() == 0 {
                                 tracing::warn!(
-                                    "descriptor {} ({}): the redundancy set of world rank {me} could not connect its members for protect_below_multiple = sockets ({e}); its background protection hands its MPI calls to the application's thread instead (calls)",
+                                    "descriptor {} ({}): the redundancy set of world rank {me} could not connect its members again for protect_below_multiple = sockets ({e}); its background protection hands its MPI calls to the application's thread instead (calls)",
                                     self.index, self.record.scheme
                                 );
                             }
@@ -178,7 +180,7 @@ fn background_progress(
                 "descriptor {index} ({scheme}): protect_in_background = true: its scheme runs in a background thread after complete_output (MPI_THREAD_MULTIPLE)"
             ),
             (false, "sockets") => tracing::info!(
-                "descriptor {index} ({scheme}): protect_in_background = true ({}); {why}, and protect_below_multiple = sockets ({below}): its scheme runs in a background thread after complete_output, which calls no MPI: each redundancy set's members exchange its data over TCP connections of the library's own, made at the first such checkpoint",
+                "descriptor {index} ({scheme}): protect_in_background = true ({}); {why}, and protect_below_multiple = sockets ({below}): its scheme runs in a background thread after complete_output, which calls no MPI: each redundancy set's members exchange its data over TCP connections of the library's own, made now",
                 d.background.1
             ),
             (false, "calls") => tracing::info!(
@@ -186,7 +188,7 @@ fn background_progress(
                 d.background.1
             ),
             (false, _) => tracing::warn!(
-                "descriptor {index} ({scheme}): protect_in_background = true ({}), but {why}: its scheme runs inside complete_output (protect_below_multiple = foreground, {below}; `calls` runs it in the background at the library's calls)",
+                "descriptor {index} ({scheme}): protect_in_background = true ({}), but {why}: its scheme runs inside complete_output (protect_below_multiple = foreground, {below}; `sockets` runs it in the background over the library's own connections)",
                 d.background.1
             ),
         }
@@ -196,6 +198,47 @@ fn background_progress(
         (false, "calls") => Some(Progress::Calls),
         (false, "sockets") => Some(Progress::Sockets),
         (false, _) => None,
+    }
+}
+
+/// Connect the members of this rank's set (`host`'s) for descriptor `index`'s
+/// background protection over sockets (collective over `world`): the socket host and
+/// `Progress::Sockets` when every set connected, else (agreed) neither, the descriptor
+/// then protecting inside complete_output, as below MPI_THREAD_MULTIPLE by default, and
+/// rank 0 naming the first rank whose set could not (its log says why).
+fn connect_at_init(
+    world: &dyn World,
+    (index, scheme): (usize, &str),
+    host: &dyn SetHost,
+    timeout: Duration,
+    injected: Option<&str>,
+) -> (Option<Progress>, Option<Arc<dyn SetHost>>) {
+    let me = world.rank();
+    let made = super::socket_host::connect(host, me, timeout, injected);
+    // (the first rank that failed itself: the others of its set refuse after it)
+    let failed = match &made {
+        Ok(_) => false,
+        Err(e) => e.own,
+    };
+    let first = world.min_u64(if failed { u64::from(me) } else { u64::MAX });
+    let refused = !world.agree(made.is_ok());
+    match made {
+        Ok(h) if !refused => {
+            if me == 0 {
+                tracing::info!(
+                    "descriptor {index} ({scheme}): the members of each redundancy set are connected for the background protection (protect_below_multiple = sockets)"
+                );
+            }
+            (Some(Progress::Sockets), Some(Arc::new(h)))
+        }
+        _ => {
+            if me == 0 {
+                tracing::warn!(
+                    "descriptor {index} ({scheme}): protect_below_multiple = sockets, but rank {first} could not connect the members of its redundancy set (its log says why): its scheme runs inside complete_output"
+                );
+            }
+            (None, None)
+        }
     }
 }
 
@@ -255,6 +298,7 @@ impl Descriptors {
         config: &Config,
         registry: &Registry,
         topo: &Topology,
+        injected: Option<&str>,
     ) -> Result<Descriptors> {
         let mut list = Vec::new();
         for i in 0..config.checkpoints.len() {
@@ -339,6 +383,13 @@ impl Descriptors {
             let background = (d.background.0 && !keeps_no_redundancy)
                 .then(|| background_progress(world, config, i, &d))
                 .flatten();
+            let (background, background_host) = match background {
+                Some(Progress::Sockets) => {
+                    let timeout = Duration::from_secs(config.get(settings::ABORT_TIMEOUT));
+                    connect_at_init(world, (i, &d.scheme.0), &*host, timeout, injected)
+                }
+                other => (other, None),
+            };
             list.push(RedDesc {
                 index: i,
                 interval: d.checkpoint.interval,
@@ -347,7 +398,7 @@ impl Descriptors {
                 scheme: Arc::new(scheme),
                 host,
                 background,
-                background_host: None,
+                background_host,
                 hashes_in_apply,
                 keeps_no_redundancy,
             });

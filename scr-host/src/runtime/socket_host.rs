@@ -39,8 +39,23 @@ use super::world::{Members, SetHost};
 use super::Settled;
 
 mod connect;
+mod interfaces;
 
 pub(crate) use connect::connect;
+
+/// Why a set's connections were not made (every member of the set refuses alike).
+#[derive(Debug)]
+pub(crate) struct Refused {
+    /// This member failed itself (its log says why), rather than another of the set.
+    pub(crate) own: bool,
+    pub(crate) why: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
 
 /// What a frame carries (its first byte).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -180,6 +195,9 @@ fn read_frames(mut stream: TcpStream, peer: usize, inbox: &Inbox) {
             Kind::Vote => m.votes[peer] = Some(payload.first() == Some(&1)),
         });
     };
+    // (the connection is of no use now: shut it for the writing side too, so that
+    // neither end waits on it)
+    let _ = stream.shutdown(std::net::Shutdown::Both);
     inbox.deliver(|m| m.closed[peer] = Some(why));
 }
 
@@ -490,7 +508,7 @@ impl SetHost for SocketHost {
     fn duplicate(&self) -> Box<dyn SetHost> {
         match connect(self, self.me, self.timeout, None) {
             Ok(h) => Box::new(h),
-            Err(e) => Box::new(SocketHost::refused(self, &e)),
+            Err(e) => Box::new(SocketHost::refused(self, &e.why)),
         }
     }
 

@@ -3,22 +3,34 @@
 //! members above it and accepting those below, both ends proving the token; agreed.
 
 use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs as _};
+use std::net::{
+    IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs as _,
+};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use abi_stable::std_types::RSliceMut;
 use scr_plugin::ReduceOp;
 
-use super::{read_frames, Inbox, SocketHost};
+use super::{read_frames, Inbox, Refused, SocketHost};
 use crate::runtime::world::{Members, SetHost};
 
 /// The first bytes of a handshake, each way.
 const MAGIC: &[u8; 4] = b"SCRs";
 /// A handshake: magic, token, from, to, set size.
 const HANDSHAKE: usize = 4 + 16 + 4 + 4 + 4;
-/// A member's address as broadcast: port (2), host name length (1), host name.
+/// A member's address as broadcast: port (2), the number of interface addresses (1),
+/// each as a family byte (4 or 6) and 16 bytes, then the host name's length (1) and the
+/// host name.
 const ADDRESS: usize = 256;
+/// The most interface addresses a member advertises.
+const MAX_IPS: usize = 8;
+/// The longest host name advertised (Linux's HOST_NAME_MAX).
+const MAX_NAME: usize = 64;
+/// The longest a member waits for the others' connections once all have their
+/// addresses: a site whose nodes drop connections between them learns it at init within
+/// this, not after `abort_timeout`.
+const CONNECT_WITHIN: Duration = Duration::from_secs(10);
 
 /// A handshake from member `from` to member `to` of a set of `size`.
 fn handshake(token: &[u8; 16], from: u32, to: u32, size: u32) -> [u8; HANDSHAKE] {
@@ -55,7 +67,7 @@ fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .ok()
-        .filter(|s| !s.is_empty() && s.len() < ADDRESS - 3)
+        .filter(|s| !s.is_empty() && s.len() <= MAX_NAME)
         .unwrap_or_else(|| "localhost".into())
 }
 
@@ -75,27 +87,105 @@ fn listen() -> Result<TcpListener, String> {
         .map_err(|e| format!("cannot listen on a TCP port: {e}"))
 }
 
-/// Where member `peer` (`host`, `port`) is reached from here: the loopback address when
-/// it runs on this host, else what its name resolves to.
-fn addresses(host: &str, port: u16, mine: &str) -> Vec<SocketAddr> {
-    if host == mine {
-        return vec![
-            SocketAddr::from(([127, 0, 0, 1], port)),
-            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)),
-        ];
+/// A member's address: where it listens.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Address {
+    port: u16,
+    /// Its host's interface addresses.
+    ips: Vec<IpAddr>,
+    host: String,
+}
+
+impl Address {
+    /// This member's address, listening on `port`.
+    fn mine(port: u16) -> Address {
+        let mut ips = super::interfaces::addresses();
+        ips.truncate(MAX_IPS);
+        Address {
+            port,
+            ips,
+            host: host_name(),
+        }
     }
-    let mut all: Vec<SocketAddr> = (host, port)
-        .to_socket_addrs()
-        .map(Iterator::collect)
-        .unwrap_or_default();
-    all.sort_by_key(|a| !a.is_ipv4());
-    all
+
+    fn encode(&self) -> [u8; ADDRESS] {
+        let mut b = [0u8; ADDRESS];
+        b[..2].copy_from_slice(&self.port.to_le_bytes());
+        let ips = &self.ips[..self.ips.len().min(MAX_IPS)];
+        b[2] = ips.len() as u8;
+        let mut at = 3;
+        for ip in ips {
+            let (family, bytes) = match ip {
+                IpAddr::V4(a) => (4, a.to_ipv6_mapped().octets()),
+                IpAddr::V6(a) => (6, a.octets()),
+            };
+            b[at] = family;
+            b[at + 1..at + 17].copy_from_slice(&bytes);
+            at += 17;
+        }
+        let name = &self.host.as_bytes()[..self.host.len().min(MAX_NAME)];
+        b[at] = name.len() as u8;
+        b[at + 1..at + 1 + name.len()].copy_from_slice(name);
+        b
+    }
+
+    /// The address in `b` (as `encode` wrote it; what does not parse is left out).
+    fn decode(b: &[u8; ADDRESS]) -> Address {
+        let port = u16::from_le_bytes([b[0], b[1]]);
+        let n = usize::from(b[2]).min(MAX_IPS);
+        let mut ips = Vec::with_capacity(n);
+        let mut at = 3;
+        for _ in 0..n {
+            let mut bytes = [0u8; 16];
+            bytes.copy_from_slice(&b[at + 1..at + 17]);
+            let v6 = Ipv6Addr::from(bytes);
+            match (b[at], v6.to_ipv4_mapped()) {
+                (4, Some(v4)) => ips.push(IpAddr::V4(v4)),
+                (6, _) => ips.push(IpAddr::V6(v6)),
+                _ => {}
+            }
+            at += 17;
+        }
+        let len = usize::from(b[at]).min(MAX_NAME);
+        let host = String::from_utf8_lossy(&b[at + 1..at + 1 + len]).into_owned();
+        Address { port, ips, host }
+    }
+
+    /// Where this member is tried from a member on host `mine`, in order: loopback when
+    /// both run on the same host, its interface addresses, what its host name resolves
+    /// to, and loopback last (hosts that share a network, as a test bed's namespaces
+    /// do). The token tells the right process from any other reached this way.
+    fn candidates(&self, mine: &str) -> Vec<SocketAddr> {
+        let loopback = [
+            SocketAddr::from((Ipv4Addr::LOCALHOST, self.port)),
+            SocketAddr::from((Ipv6Addr::LOCALHOST, self.port)),
+        ];
+        let mut all = Vec::new();
+        if self.host == mine {
+            all.extend(loopback);
+        }
+        all.extend(self.ips.iter().map(|ip| SocketAddr::new(*ip, self.port)));
+        let mut named: Vec<SocketAddr> = (self.host.as_str(), self.port)
+            .to_socket_addrs()
+            .map(Iterator::collect)
+            .unwrap_or_default();
+        named.sort_by_key(|a| !a.is_ipv4());
+        all.extend(named);
+        all.extend(loopback);
+        let mut seen = Vec::with_capacity(all.len());
+        for a in all {
+            if !seen.contains(&a) {
+                seen.push(a);
+            }
+        }
+        seen
+    }
 }
 
 /// One member's part of a collective step that may fail: whether every member's part
 /// succeeded (agreed), and, when not, the error of the lowest member that failed (its own
 /// text on that member, a pointer to its log on the others).
-fn agreed(set: &dyn SetHost, mine: Result<(), String>, step: &str) -> Result<(), String> {
+fn agreed(set: &dyn SetHost, mine: Result<(), String>, step: &str) -> Result<(), Refused> {
     let rank = set.rank();
     let flag = if mine.is_err() {
         u64::from(rank)
@@ -105,7 +195,10 @@ fn agreed(set: &dyn SetHost, mine: Result<(), String>, step: &str) -> Result<(),
     let first = set
         .all_reduce_u64(flag, ReduceOp::Min)
         .into_result()
-        .map_err(|e| format!("{step}: the set could not agree: {e}"))?;
+        .map_err(|e| Refused {
+            own: true,
+            why: format!("{step}: the set could not agree: {e}"),
+        })?;
     if first == u64::MAX {
         return Ok(());
     }
@@ -114,25 +207,28 @@ fn agreed(set: &dyn SetHost, mine: Result<(), String>, step: &str) -> Result<(),
         // (the others' errors point here)
         tracing::warn!("rank {}: {step}: {e}", set.world_rank(rank));
     }
-    match mine {
-        Err(e) if m == rank => Err(format!("{step}: {e}")),
-        _ => Err(format!(
+    let own = mine.is_err();
+    let why = match mine {
+        Err(e) if m == rank => format!("{step}: {e}"),
+        _ => format!(
             "{step}: member {m} (world rank {}) could not (its log says why)",
             set.world_rank(m)
-        )),
-    }
+        ),
+    };
+    Err(Refused { own, why })
 }
 
 /// Connect this member with every other of `set`'s (collective over the set, on a
 /// thread that may use `set`'s services: the application's). `me` is this process's
-/// world rank; `timeout` bounds how long a member waits for another to connect;
+/// world rank; `timeout` (at most `CONNECT_WITHIN`) bounds how long a member waits for
+/// another to connect;
 /// `injected` (the fault suite's) makes this member fail to listen, with that reason.
 pub(crate) fn connect(
     set: &dyn SetHost,
     me: u32,
     timeout: Duration,
     injected: Option<&str>,
-) -> Result<SocketHost, String> {
+) -> Result<SocketHost, Refused> {
     let (rank, size) = (set.rank(), set.size());
     let n = size as usize;
     let members = Members::new(
@@ -141,7 +237,10 @@ pub(crate) fn connect(
             .map(|m| set.failure_group(m).into_string())
             .collect(),
     );
-    let coll = |e: scr_plugin::PluginError| format!("the set's exchange failed: {e}");
+    let coll = |e: scr_plugin::PluginError| Refused {
+        own: true,
+        why: format!("the set's exchange failed: {e}"),
+    };
     // the token: member 0's, to every member
     let mut token = [0u8; 16];
     let made = match rank {
@@ -159,23 +258,21 @@ pub(crate) fn connect(
         )),
         None => listen(),
     };
-    let name = host_name();
-    let mut mine = [0u8; ADDRESS];
-    if let Ok(l) = &listener {
-        let port = l.local_addr().map(|a| a.port()).unwrap_or(0);
-        mine[..2].copy_from_slice(&port.to_le_bytes());
-        mine[2] = name.len() as u8;
-        mine[3..3 + name.len()].copy_from_slice(name.as_bytes());
-    }
-    let mut hosts = Vec::with_capacity(n);
+    let mine = match &listener {
+        Ok(l) => Address::mine(l.local_addr().map(|a| a.port()).unwrap_or(0)),
+        Err(_) => Address::default(),
+    };
+    let mut addresses = Vec::with_capacity(n);
     for m in 0..size {
-        let mut buf = if m == rank { mine } else { [0u8; ADDRESS] };
+        let mut buf = if m == rank {
+            mine.encode()
+        } else {
+            [0u8; ADDRESS]
+        };
         set.broadcast(m, RSliceMut::from_mut_slice(&mut buf))
             .into_result()
             .map_err(coll)?;
-        let port = u16::from_le_bytes([buf[0], buf[1]]);
-        let len = usize::from(buf[2]).min(ADDRESS - 3);
-        hosts.push((String::from_utf8_lossy(&buf[3..3 + len]).into_owned(), port));
+        addresses.push(Address::decode(&buf));
     }
     let listener = listener.and_then(|l| {
         l.set_nonblocking(true)
@@ -185,20 +282,22 @@ pub(crate) fn connect(
     let listening = listener.as_ref().map(|_| ()).map_err(Clone::clone);
     agreed(set, listening, "listening for the set's connections")?;
     let Ok(listener) = listener else {
-        return Err("not listening".into());
+        // (not reached: the agreement above refused)
+        return Err(Refused {
+            own: true,
+            why: "not listening".into(),
+        });
     };
-    // members above connect to those below; each end proves the token
-    let deadline = Instant::now() + timeout;
+    // members above connect to those below; each end proves the token (every member is
+    // here by now: a connection that takes longer will not come)
+    let deadline = Instant::now() + timeout.min(CONNECT_WITHIN);
     let mut streams: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
     let made = std::thread::scope(|scope| {
         let dialed = scope.spawn(|| {
             let mut out = Vec::new();
             for m in (rank + 1)..size {
-                let (host, port) = &hosts[m as usize];
-                out.push((
-                    m,
-                    dial(m, host, *port, &name, &token, (rank, size), deadline)?,
-                ));
+                let to = &addresses[m as usize];
+                out.push((m, dial(m, to, &mine.host, &token, (rank, size), deadline)?));
             }
             Ok::<_, String>(out)
         });
@@ -233,7 +332,8 @@ pub(crate) fn connect(
         }
         Err(e) => {
             agreed(set, Err(e.clone()), "connecting the set's members")?;
-            return Err(e);
+            // (not reached: the agreement refused)
+            return Err(Refused { own: true, why: e });
         }
     };
     let inbox = Arc::new(Inbox::new(n));
@@ -264,41 +364,49 @@ pub(crate) fn connect(
     })
 }
 
-/// Connect to member `m` at `host`:`port` and prove the token both ways.
+/// Connect to member `m` at `to` (from host `mine`) and prove the token both ways: each
+/// candidate address in turn (at most `ATTEMPT` each, so that one that drops
+/// connections does not use up the time), again until `deadline`.
 fn dial(
     m: u32,
-    host: &str,
-    port: u16,
+    to: &Address,
     mine: &str,
     token: &[u8; 16],
     (rank, size): (u32, u32),
     deadline: Instant,
 ) -> Result<TcpStream, String> {
-    let to = addresses(host, port, mine);
-    let mut last = format!("{host} does not resolve");
+    const ATTEMPT: Duration = Duration::from_secs(2);
+    let candidates = to.candidates(mine);
+    let mut tried: Vec<String> = Vec::new();
     loop {
-        for a in &to {
+        for a in &candidates {
             let left = deadline.saturating_duration_since(Instant::now());
-            let attempt = TcpStream::connect_timeout(a, left.max(Duration::from_millis(1)))
-                .and_then(|mut s| {
-                    s.write_all(&handshake(token, rank, m, size))?;
-                    Ok(s)
-                });
-            match attempt {
-                Ok(mut s) => {
-                    return match read_handshake(&mut s, token, rank, size, left) {
-                        Some(from) if from == m => Ok(s),
-                        _ => Err(format!(
-                            "member {m} at {a} did not answer with the set's token"
-                        )),
-                    }
-                }
-                Err(e) => last = format!("{a}: {e}"),
+            let within = left.clamp(Duration::from_millis(1), ATTEMPT);
+            let attempt = TcpStream::connect_timeout(a, within).and_then(|mut s| {
+                s.write_all(&handshake(token, rank, m, size))?;
+                Ok(s)
+            });
+            let why = match attempt {
+                Ok(mut s) => match read_handshake(&mut s, token, rank, size, within) {
+                    Some(from) if from == m => return Ok(s),
+                    // (another process on that address and port: try the next)
+                    _ => "no answer with the set's token".to_string(),
+                },
+                Err(e) => e.to_string(),
+            };
+            let said = format!("{a}: {why}");
+            if !tried.contains(&said) {
+                tried.push(said);
             }
         }
         if Instant::now() >= deadline {
             return Err(format!(
-                "cannot connect to member {m} at {host}:{port} ({last})"
+                "cannot connect to member {m} on host {} ({})",
+                to.host,
+                match tried.is_empty() {
+                    true => "no address to try".to_string(),
+                    false => tried.join("; "),
+                }
             ));
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -340,7 +448,7 @@ fn accept_lower(
                         .map(|f| f.to_string())
                         .collect();
                     return Err(format!(
-                        "member(s) {} did not connect in time (abort_timeout)",
+                        "member(s) {} did not connect within 10 s",
                         missing.join(", ")
                     ));
                 }
@@ -368,4 +476,51 @@ pub(super) fn tests_accept(
 ) -> Result<Vec<u32>, String> {
     accept_lower(listener, token, (rank, size), Instant::now() + within, 0)
         .map(|got| got.into_iter().map(|(m, _)| m).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An address reads back as written (at most `MAX_IPS` interfaces and `MAX_NAME`
+    /// bytes of name), and its candidates come in the order that reaches a peer
+    /// soonest: loopback on the same host, the interfaces, the name, loopback last.
+    #[test]
+    fn addresses_round_trip_and_are_tried_in_order() {
+        let a = Address {
+            port: 4711,
+            ips: vec![
+                IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)),
+                IpAddr::V6("2001:db8::7".parse().unwrap()),
+            ],
+            host: "node-17.invalid".into(),
+        };
+        assert_eq!(Address::decode(&a.encode()), a);
+        let long = Address {
+            ips: vec![IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)); 20],
+            host: "h".repeat(200),
+            ..a.clone()
+        };
+        let back = Address::decode(&long.encode());
+        assert_eq!((back.ips.len(), back.host.len()), (MAX_IPS, MAX_NAME));
+        let show = |v: Vec<SocketAddr>| v.iter().map(ToString::to_string).collect::<Vec<_>>();
+        assert_eq!(
+            show(a.candidates("elsewhere")),
+            [
+                "10.1.2.3:4711",
+                "[2001:db8::7]:4711",
+                "127.0.0.1:4711",
+                "[::1]:4711"
+            ]
+        );
+        assert_eq!(
+            show(a.candidates("node-17.invalid")),
+            [
+                "127.0.0.1:4711",
+                "[::1]:4711",
+                "10.1.2.3:4711",
+                "[2001:db8::7]:4711"
+            ]
+        );
+    }
 }

@@ -325,17 +325,19 @@ fn a_member_that_cannot_listen_makes_the_whole_set_refuse() {
         );
         let started = std::time::Instant::now();
         let injected = (me == 1).then_some("sockets:1:1");
-        let e = connect(&*set, me, LONG, injected).err();
+        let e = connect(&*set, me, LONG, injected)
+            .err()
+            .map(|e| (e.own, e.why));
         (e, started.elapsed())
     });
     assert_eq!(
-        out[1].0.as_deref(),
-        Some("listening for the set's connections: cannot listen on a TCP port: injected failure (sockets:1:1)")
+        out[1].0,
+        Some((true, "listening for the set's connections: cannot listen on a TCP port: injected failure (sockets:1:1)".to_string()))
     );
     for r in [0, 2] {
         assert_eq!(
-            out[r].0.as_deref(),
-            Some("listening for the set's connections: member 1 (world rank 11) could not (its log says why)"),
+            out[r].0,
+            Some((false, "listening for the set's connections: member 1 (world rank 11) could not (its log says why)".to_string())),
             "rank {r}"
         );
     }
