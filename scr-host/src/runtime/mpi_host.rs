@@ -103,17 +103,64 @@ pub enum Settled {
     Stuck,
 }
 
-/// One member's abort notice, as received.
+/// One member's abort notice, as received (also over a set's own connections:
+/// `socket_host`).
 #[derive(Clone, Debug)]
-struct Notice {
-    member: u32,
-    error: PluginError,
+pub(super) struct Notice {
+    pub(super) member: u32,
+    pub(super) error: PluginError,
 }
 
 impl Notice {
     /// The error a service returns to the plugin while this notice holds.
-    fn to_plugin(&self) -> PluginError {
+    pub(super) fn to_plugin(&self) -> PluginError {
         PluginError::new(ErrorCode::PEER_FAILED, self.error.message())
+    }
+
+    /// The bytes that carry a notice of `code` and `text`: the code, then the text (cut
+    /// at [`NOTICE_MAX`] bytes in all).
+    pub(super) fn payload(code: ErrorCode, text: &str) -> Vec<u8> {
+        let mut payload = code.0.to_le_bytes().to_vec();
+        payload.extend_from_slice(text.as_bytes());
+        payload.truncate(NOTICE_MAX);
+        payload
+    }
+
+    /// The notice of `member` that `bytes` carry (made by [`Notice::payload`]).
+    pub(super) fn from_payload(member: u32, bytes: &[u8]) -> Notice {
+        let code = bytes
+            .get(..4)
+            .and_then(|b| b.try_into().ok())
+            .map_or(ErrorCode::OTHER, |b| ErrorCode(u32::from_le_bytes(b)));
+        let text = String::from_utf8_lossy(bytes.get(4..).unwrap_or_default()).into_owned();
+        Notice {
+            member,
+            error: PluginError::new(code, text),
+        }
+    }
+}
+
+impl Settled {
+    /// The outcome of a call that some member failed: the lowest failing member's error
+    /// among `notices`, the same on every member (this one, `rank` of `members`, world
+    /// rank `me`, answers for itself should none be known).
+    pub(super) fn lowest(
+        notices: Vec<Notice>,
+        members: &Members,
+        (rank, me): (u32, u32),
+    ) -> Settled {
+        match notices.into_iter().min_by_key(|n| n.member) {
+            Some(n) => Settled::Failed {
+                member: n.member,
+                world_rank: members.world_rank(n.member),
+                error: n.error,
+            },
+            None => Settled::Failed {
+                member: rank,
+                world_rank: me,
+                error: PluginError::new(ErrorCode::PEER_FAILED, "a member of the set failed"),
+            },
+        }
     }
 }
 
@@ -371,9 +418,7 @@ impl MpiHost {
                 self.members.world_rank(self.rank),
                 e.message()
             );
-            payload = e.code.0.to_le_bytes().to_vec();
-            payload.extend_from_slice(text.as_bytes());
-            payload.truncate(NOTICE_MAX);
+            payload = Notice::payload(e.code, &text);
             for m in (0..self.size).filter(|&m| m != self.rank) {
                 // SAFETY: `payload` is neither changed nor freed before every request is
                 // completed below, or leaked with them (`Stuck`).
@@ -459,19 +504,8 @@ impl MpiHost {
             }
         }
         self.cancelled.store(false, Ordering::SeqCst);
-        match state.notices.into_iter().min_by_key(|n| n.member) {
-            Some(n) => Settled::Failed {
-                member: n.member,
-                world_rank: self.members.world_rank(n.member),
-                error: n.error,
-            },
-            // (not reached: `failed` > 0 notices were received or sent)
-            None => Settled::Failed {
-                member: self.rank,
-                world_rank: self.me,
-                error: PluginError::new(ErrorCode::PEER_FAILED, "a member of the set failed"),
-            },
-        }
+        // (`failed` > 0 notices were received or sent)
+        Settled::lowest(state.notices, &self.members, (self.rank, self.me))
     }
 
     /// Post this member's share of the settle reduction (1 when it failed first-hand).
@@ -503,15 +537,7 @@ impl MpiHost {
         let (bytes, status) = probed.matched_receive_vec::<u8>();
         received(bytes.len());
         let member = u32::try_from(status.source_rank()).unwrap_or(u32::MAX);
-        let code = bytes
-            .get(..4)
-            .and_then(|b| b.try_into().ok())
-            .map_or(ErrorCode::OTHER, |b| ErrorCode(u32::from_le_bytes(b)));
-        let text = String::from_utf8_lossy(bytes.get(4..).unwrap_or_default()).into_owned();
-        Some(Notice {
-            member,
-            error: PluginError::new(code, text),
-        })
+        Some(Notice::from_payload(member, &bytes))
     }
 
     /// `Err` when a member failed in this call (a notice held or just arrived; under the

@@ -35,6 +35,7 @@ use abi_stable::std_types::{RResult, RSlice, RSliceMut, RStr, RString};
 use scr_plugin::sync::lock;
 use scr_plugin::{ErrorCode, HostRef, HostServices, LogLevel, PluginError, ReduceOp, MAX_TAG};
 
+use super::mpi_host::Notice;
 use super::world::{Members, SetHost};
 use super::Settled;
 
@@ -77,16 +78,6 @@ const HEADER: usize = 1 + 4 + 8;
 /// a plugin's error, said rather than mismatched).
 const REDUCE: u32 = 0;
 const BCAST: u32 = 1;
-
-/// The longest abort notice sent (a longer error text is cut), as over MPI.
-const NOTICE_MAX: usize = 4096;
-
-/// One member's abort notice, as received or sent.
-#[derive(Clone, Debug)]
-struct Notice {
-    member: u32,
-    error: PluginError,
-}
 
 /// What the readers delivered, per member; changed under `Inbox::mail`.
 struct Mail {
@@ -181,17 +172,10 @@ fn read_frames(mut stream: TcpStream, peer: usize, inbox: &Inbox) {
         inbox.deliver(|m| match frame {
             Kind::Data => m.data[peer].push_back((tag, payload)),
             Kind::Coll => m.coll[peer].push_back((tag, payload)),
-            Kind::Notice => {
-                let code = payload
-                    .get(..4)
-                    .and_then(|b| b.try_into().ok())
-                    .map_or(ErrorCode::OTHER, |b| ErrorCode(u32::from_le_bytes(b)));
-                let text = String::from_utf8_lossy(payload.get(4..).unwrap_or_default());
-                m.notices.push(Notice {
-                    member: u32::try_from(peer).unwrap_or(u32::MAX),
-                    error: PluginError::new(code, text.into_owned()),
-                });
-            }
+            Kind::Notice => m.notices.push(Notice::from_payload(
+                u32::try_from(peer).unwrap_or(u32::MAX),
+                &payload,
+            )),
             Kind::Vote => m.votes[peer] = Some(payload.first() == Some(&1)),
         });
     };
@@ -238,9 +222,7 @@ impl SocketHost {
 
     /// `Err` with the first abort notice of this call, if one arrived.
     fn peer_failed(mail: &Mail) -> Option<PluginError> {
-        mail.notices
-            .first()
-            .map(|n| PluginError::new(ErrorCode::PEER_FAILED, n.error.message()))
+        mail.notices.first().map(Notice::to_plugin)
     }
 
     /// Send one frame to `dest` (to this member's own mail for itself).
@@ -523,9 +505,7 @@ impl SetHost for SocketHost {
         let mut mine = None;
         if let (true, Some(e)) = (first_hand, failure) {
             let text = format!("{} failed in {call}: {}", self.who(self.rank), e.message());
-            let mut payload = e.code.0.to_le_bytes().to_vec();
-            payload.extend_from_slice(text.as_bytes());
-            payload.truncate(NOTICE_MAX);
+            let payload = Notice::payload(e.code, &text);
             for m in self.others() {
                 // (a member that cannot be reached is lost: its vote never comes, which
                 // counts as a failure below)
@@ -598,18 +578,7 @@ impl SetHost for SocketHost {
         if failed == 0 {
             return Settled::Returned;
         }
-        match notices.into_iter().min_by_key(|n| n.member) {
-            Some(n) => Settled::Failed {
-                member: n.member,
-                world_rank: self.members.world_rank(n.member),
-                error: n.error,
-            },
-            None => Settled::Failed {
-                member: self.rank,
-                world_rank: self.me,
-                error: PluginError::new(ErrorCode::PEER_FAILED, "a member of the set failed"),
-            },
-        }
+        Settled::lowest(notices, &self.members, (self.rank, self.me))
     }
 }
 
