@@ -311,6 +311,41 @@ fn below_thread_multiple_by_default_the_sets_own_connections_carry_the_backgroun
     rebuilt_after_losing_n2(&c, &[]);
 }
 
+/// PARTNER and RS too (their exchanges, reductions and broadcasts over the sets' own
+/// connections, by default below MPI_THREAD_MULTIPLE): after node n2 is lost, the
+/// redundancy the background wrote rebuilds ckpt.10 byte-exact.
+#[test]
+fn partner_and_rs_applied_over_the_sets_own_connections_rebuild_a_lost_node() {
+    for scheme in ["PARTNER", "RS"] {
+        let mut c = cluster();
+        c.set("SCR_COPY_TYPE", scheme);
+        let out = heat(&c, 12, &[]);
+        assert_eq!(out.code, 0, "{scheme}: {out}");
+        assert!(
+            out.stderr.contains(&format!(
+                "descriptor 0 ({scheme}): the members of each redundancy set are connected for the background protection"
+            )) && out
+                .stderr
+                .contains("ckpt.10: its background protection took"),
+            "{scheme}: {out}"
+        );
+        c.lose_node("n2");
+        let out = heat(&c, 20, &[]);
+        assert_eq!(out.code, 0, "{scheme}: {out}");
+        assert_eq!(
+            out.line_after("restarted from "),
+            Some("ckpt.10 at step 10"),
+            "{scheme}: {out}"
+        );
+        assert!(
+            out.stderr
+                .contains(&format!("rebuilt the files of ranks [2] through {scheme}")),
+            "{scheme}: not rebuilt: {out}"
+        );
+        assert_eq!(out.final_state(), reference(20), "{scheme}: {out}");
+    }
+}
+
 /// With `protect_below_multiple = foreground` the descriptor protects inside
 /// complete_output below MPI_THREAD_MULTIPLE, and init says why and what else it can do.
 #[test]

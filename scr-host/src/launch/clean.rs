@@ -102,12 +102,20 @@ mod tests {
             .env(STEP_VAR, format!("{tag}.other"))
             .spawn()
             .unwrap();
-        // (the shell's environment is visible once it has started)
+        // (the shell's environment is visible once it has started, and its child's once
+        // it has become the sleep: while it execs, its environment cannot be read)
+        let asleep = |found: &[u32]| {
+            found.iter().any(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .is_ok_and(|c| c.trim() == "sleep")
+            })
+        };
         let started = Instant::now();
-        while step_processes(&tag).len() < 2 && started.elapsed() < Duration::from_secs(5) {
+        let mut found = step_processes(&tag);
+        while !(found.len() == 2 && asleep(&found)) && started.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(20));
+            found = step_processes(&tag);
         }
-        let found = step_processes(&tag);
         assert!(found.contains(&step.id()), "{found:?}");
         assert_eq!(found.len(), 2, "the shell and its sleep: {found:?}");
         let (n, left) = end_step(&tag, Duration::from_millis(300));
