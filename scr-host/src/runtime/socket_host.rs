@@ -78,6 +78,8 @@ const HEADER: usize = 1 + 4 + 8;
 /// a plugin's error, said rather than mismatched).
 const REDUCE: u32 = 0;
 const BCAST: u32 = 1;
+const BARRIER: u32 = 2;
+const BCAST_LENGTH: u32 = 3;
 
 /// What the readers delivered, per member; changed under `Inbox::mail`.
 struct Mail {
@@ -225,8 +227,15 @@ impl SocketHost {
         mail.notices.first().map(Notice::to_plugin)
     }
 
-    /// Send one frame to `dest` (to this member's own mail for itself).
-    fn put(&self, dest: usize, kind: Kind, tag: u32, payload: &[u8]) -> Result<(), PluginError> {
+    /// Send one frame to `dest` (to this member's own mail for itself), giving up at
+    /// `deadline` (`None`: while the peer may still read it, as an MPI send waits).
+    fn put(
+        &self,
+        dest: usize,
+        (kind, tag): (Kind, u32),
+        payload: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<(), PluginError> {
         if dest == self.rank as usize {
             let owned = payload.to_vec();
             self.inbox.deliver(|m| match kind {
@@ -251,18 +260,50 @@ impl SocketHost {
         head[1..5].copy_from_slice(&tag.to_le_bytes());
         head[5..].copy_from_slice(&(payload.len() as u64).to_le_bytes());
         let mut s = lock(stream);
-        // (std's TcpStream writes with MSG_NOSIGNAL: a peer gone is an error, not SIGPIPE)
-        s.write_all(&head)
-            .and_then(|()| s.write_all(payload))
-            .map_err(|e| {
-                PluginError::new(
-                    ErrorCode::PEER_FAILED,
-                    format!(
-                        "{} cannot be reached over its socket: {e}",
-                        self.who(dest as u32)
-                    ),
-                )
-            })
+        let cut = |s: &TcpStream, why: String| {
+            // (a frame cut short leaves the connection unusable: close it both ways, so
+            // that the peer's reader sees it end)
+            let _ = s.shutdown(std::net::Shutdown::Both);
+            PluginError::new(
+                ErrorCode::PEER_FAILED,
+                format!(
+                    "{} cannot be reached over its socket: {why}",
+                    self.who(dest as u32)
+                ),
+            )
+        };
+        for mut part in [&head[..], payload] {
+            while !part.is_empty() {
+                // (std's TcpStream writes with MSG_NOSIGNAL: a peer gone is an error, not
+                // SIGPIPE; each write waits at most WRITE_POLL, see `connect`)
+                match s.write(part) {
+                    Ok(0) => return Err(cut(&s, "the connection accepts no more".into())),
+                    Ok(n) => part = &part[n..],
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        // a peer whose node went down reads nothing and closes nothing:
+                        // give up when a member failed, MPI saw a process fail, or the
+                        // caller's time is up
+                        if let Some(e) = Self::peer_failed(&lock(&self.inbox.mail)) {
+                            return Err(cut(&s, e.message().to_string()));
+                        }
+                        if super::ulfm::lost() {
+                            return Err(cut(&s, "a process of the job was lost".into()));
+                        }
+                        if deadline.is_some_and(|d| Instant::now() >= d) {
+                            return Err(cut(&s, "it reads nothing".into()));
+                        }
+                    }
+                    Err(e) => return Err(cut(&s, e.to_string())),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The next frame from `src` that `pick` takes, waiting for it; an abort notice or
@@ -324,9 +365,9 @@ impl SocketHost {
         })?;
         match other {
             None => Ok(bytes),
-            Some(_) => Err(PluginError::communication(format!(
+            Some(theirs) => Err(PluginError::communication(format!(
                 "member {src} is in another collective ({}) than this member ({})",
-                coll_name(1 - tag),
+                coll_name(theirs),
                 coll_name(tag)
             ))),
         }
@@ -337,16 +378,17 @@ impl SocketHost {
         (0..self.peers.len()).filter(|&m| m != self.rank as usize)
     }
 
-    fn reduce(&self, value: u64, op: ReduceOp) -> Result<u64, PluginError> {
+    /// An all-reduce of `value` (collective tag `tag`: [`REDUCE`] or [`BARRIER`]).
+    fn reduce(&self, value: u64, op: ReduceOp, tag: u32) -> Result<u64, PluginError> {
         if let Some(e) = Self::peer_failed(&lock(&self.inbox.mail)) {
             return Err(e);
         }
         for m in self.others() {
-            self.put(m, Kind::Coll, REDUCE, &value.to_le_bytes())?;
+            self.put(m, (Kind::Coll, tag), &value.to_le_bytes(), None)?;
         }
         let mut acc = value;
         for m in self.others() {
-            let bytes = self.take_coll(m, REDUCE)?;
+            let bytes = self.take_coll(m, tag)?;
             let v = bytes
                 .as_slice()
                 .try_into()
@@ -371,21 +413,34 @@ impl SocketHost {
         if let Some(e) = Self::peer_failed(&lock(&self.inbox.mail)) {
             return Err(e);
         }
-        if root == self.rank {
+        let mine = buf.len();
+        let arrived = if root == self.rank {
             for m in self.others() {
-                self.put(m, Kind::Coll, BCAST, buf)?;
+                self.put(m, (Kind::Coll, BCAST), buf, None)?;
             }
-            return Ok(());
+            mine
+        } else {
+            let bytes = self.take_coll(r, BCAST)?;
+            let n = bytes.len().min(mine);
+            buf[..n].copy_from_slice(&bytes[..n]);
+            bytes.len()
+        };
+        // a length that differs is an error on every member, the root's too, as over MPI
+        if self.reduce(u64::from(arrived == mine), ReduceOp::Min, BCAST_LENGTH)? == 0 {
+            return Err(PluginError::communication(format!(
+                "broadcast from member {root}: buffers differ in length ({arrived} bytes at the root, {mine} here)"
+            )));
         }
-        let bytes = self.take_coll(r, BCAST)?;
-        Self::fill(buf, &bytes, root, BCAST)
+        Ok(())
     }
 }
 
 /// A collective's name, for the mismatch error.
 fn coll_name(tag: u32) -> &'static str {
     match tag {
-        REDUCE => "a reduction or barrier",
+        REDUCE => "a reduction",
+        BARRIER => "a barrier",
+        BCAST_LENGTH => "a broadcast's agreement on its length",
         _ => "a broadcast",
     }
 }
@@ -424,7 +479,7 @@ impl HostServices for SocketHost {
             if let Some(e) = Self::peer_failed(&lock(&self.inbox.mail)) {
                 return Err(e);
             }
-            self.put(d, Kind::Data, tag, &data)
+            self.put(d, (Kind::Data, tag), &data, None)
         };
         run().into()
     }
@@ -459,11 +514,11 @@ impl HostServices for SocketHost {
     }
 
     fn barrier(&self) -> RResult<(), PluginError> {
-        self.reduce(0, ReduceOp::Sum).map(|_| ()).into()
+        self.reduce(0, ReduceOp::Sum, BARRIER).map(|_| ()).into()
     }
 
     fn all_reduce_u64(&self, value: u64, op: ReduceOp) -> RResult<u64, PluginError> {
-        self.reduce(value, op).into()
+        self.reduce(value, op, REDUCE).into()
     }
 
     fn broadcast(&self, root: u32, mut buf: RSliceMut<'_, u8>) -> RResult<(), PluginError> {
@@ -509,7 +564,7 @@ impl SetHost for SocketHost {
             for m in self.others() {
                 // (a member that cannot be reached is lost: its vote never comes, which
                 // counts as a failure below)
-                let _ = self.put(m, Kind::Notice, 0, &payload);
+                let _ = self.put(m, (Kind::Notice, 0), &payload, Some(started + grace));
             }
             mine = Some(Notice {
                 member: self.rank,
@@ -517,7 +572,12 @@ impl SetHost for SocketHost {
             });
         }
         for m in self.others() {
-            let _ = self.put(m, Kind::Vote, 0, &[u8::from(first_hand)]);
+            let _ = self.put(
+                m,
+                (Kind::Vote, 0),
+                &[u8::from(first_hand)],
+                Some(started + grace),
+            );
         }
         let mut told = false;
         let everyone = loop {

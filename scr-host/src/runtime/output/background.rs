@@ -403,12 +403,15 @@ impl Writer<'_> {
                 waiting.elapsed().as_secs_f64()
             ));
         }
+        // the host goes where any member's call did not settle cleanly: a funneled
+        // host's data communicator may hold the abandoned exchanges, a socket host's
+        // connections may be broken. Agreed (each member settles from what it saw, and a
+        // host kept on some members and made again on others would have them wait on
+        // each other), after the outcome below (a member stuck in its plugin call ends
+        // the job there, before this agreement)
+        let clean = matches!(&returned, Ok(r) if matches!(r.settled, Settled::Returned));
         let applied = match returned {
             Ok(r) => {
-                if matches!(r.settled, Settled::Failed { .. }) {
-                    // (its data communicator may hold the abandoned exchanges)
-                    self.descs.forget_background_host(out.desc);
-                }
                 let label = format!("{} ({})", out.record.id, out.record.name);
                 let desc = &self.descs[out.desc];
                 self.world
@@ -427,6 +430,9 @@ impl Writer<'_> {
                 self.topo.rank()
             )),
         };
+        if !self.world.all(clean) {
+            self.descs.forget_background_host(out.desc);
+        }
         let named = NameCheck {
             all_valid: true,
             clash: None,

@@ -31,6 +31,12 @@ const MAX_NAME: usize = 64;
 /// addresses: a site whose nodes drop connections between them learns it at init within
 /// this, not after `abort_timeout`.
 const CONNECT_WITHIN: Duration = Duration::from_secs(10);
+/// The longest an accepting member waits for a connection's handshake (a member sends
+/// it at once): a connection that says nothing does not hold up the others for long.
+const HANDSHAKE_WITHIN: Duration = Duration::from_secs(1);
+/// How long one write waits before the writer looks whether it should give up (see
+/// `SocketHost::put`).
+const WRITE_POLL: Duration = Duration::from_millis(100);
 
 /// A handshake from member `from` to member `to` of a set of `size`.
 fn handshake(token: &[u8; 16], from: u32, to: u32, size: u32) -> [u8; HANDSHAKE] {
@@ -43,23 +49,25 @@ fn handshake(token: &[u8; 16], from: u32, to: u32, size: u32) -> [u8; HANDSHAKE]
     h
 }
 
-/// Read a handshake from `s` (within `within`): the member it comes from, when it
-/// carries this set's token and is meant for member `to`; `None` otherwise.
+/// Read a handshake from `s` (within `within`, at most 10 s): the member it comes from,
+/// when it carries this set's token and is meant for member `to`; why not otherwise.
 fn read_handshake(
     s: &mut TcpStream,
     token: &[u8; 16],
     to: u32,
     size: u32,
     within: Duration,
-) -> Option<u32> {
-    // (a connection that says nothing holds up the accepting member at most this long)
+) -> Result<u32, &'static str> {
     let within = within.clamp(Duration::from_millis(1), Duration::from_secs(10));
-    s.set_read_timeout(Some(within)).ok()?;
     let mut h = [0u8; HANDSHAKE];
-    s.read_exact(&mut h).ok()?;
+    s.set_read_timeout(Some(within))
+        .and_then(|()| s.read_exact(&mut h))
+        .map_err(|_| "it sent no handshake in time")?;
     let word = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
-    let from = word(20);
-    (&h[..4] == MAGIC && &h[4..20] == token && word(24) == to && word(28) == size).then_some(from)
+    match &h[..4] == MAGIC && &h[4..20] == token && word(24) == to && word(28) == size {
+        true => Ok(word(20)),
+        false => Err("it did not present this set's token"),
+    }
 }
 
 /// This host's name, as its peers resolve it.
@@ -153,8 +161,9 @@ impl Address {
 
     /// Where this member is tried from a member on host `mine`, in order: loopback when
     /// both run on the same host, its interface addresses, what its host name resolves
-    /// to, and loopback last (hosts that share a network, as a test bed's namespaces
-    /// do). The token tells the right process from any other reached this way.
+    /// to. The token tells the right process from any other reached this way. (Not
+    /// loopback for another host: the token would go to whatever listens on that port
+    /// here.)
     fn candidates(&self, mine: &str) -> Vec<SocketAddr> {
         let loopback = [
             SocketAddr::from((Ipv4Addr::LOCALHOST, self.port)),
@@ -171,7 +180,6 @@ impl Address {
             .unwrap_or_default();
         named.sort_by_key(|a| !a.is_ipv4());
         all.extend(named);
-        all.extend(loopback);
         let mut seen = Vec::with_capacity(all.len());
         for a in all {
             if !seen.contains(&a) {
@@ -288,20 +296,27 @@ pub(crate) fn connect(
             why: "not listening".into(),
         });
     };
-    // members above connect to those below; each end proves the token (every member is
-    // here by now: a connection that takes longer will not come)
-    let deadline = Instant::now() + timeout.min(CONNECT_WITHIN);
+    // members above connect to those below; each end proves the token. Every member is
+    // here by now: a connection that takes longer will not come. (The names are
+    // resolved first: a resolver that takes its time does not use up the window.)
+    let targets: Vec<(u32, Vec<SocketAddr>)> = ((rank + 1)..size)
+        .map(|m| (m, addresses[m as usize].candidates(&mine.host)))
+        .collect();
+    let window = timeout.min(CONNECT_WITHIN);
+    let deadline = Instant::now() + window;
+    let world: Vec<u32> = (0..size).map(|m| set.world_rank(m)).collect();
     let mut streams: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
     let made = std::thread::scope(|scope| {
         let dialed = scope.spawn(|| {
             let mut out = Vec::new();
-            for m in (rank + 1)..size {
-                let to = &addresses[m as usize];
-                out.push((m, dial(m, to, &mine.host, &token, (rank, size), deadline)?));
+            for (m, to) in &targets {
+                let host = &addresses[*m as usize].host;
+                let peer = (*m, world[*m as usize], host.as_str());
+                out.push((*m, dial(peer, to, &token, (rank, size), deadline)?));
             }
             Ok::<_, String>(out)
         });
-        let accepted = accept_lower(&listener, &token, (rank, size), deadline, me);
+        let accepted = accept_lower(&listener, &token, (rank, size), (deadline, window), &world);
         let dialed = dialed
             .join()
             .unwrap_or_else(|_| Err("connecting ended in a panic".into()));
@@ -318,6 +333,7 @@ pub(crate) fn connect(
             .filter_map(|(m, s)| s.as_ref().map(|s| (m, s)))
             .map(|(m, s)| {
                 s.set_read_timeout(None)
+                    .and_then(|()| s.set_write_timeout(Some(WRITE_POLL)))
                     .and_then(|()| s.set_nodelay(true))
                     .and_then(|()| s.try_clone())
                     .map(|r| (m, r))
@@ -347,9 +363,15 @@ pub(crate) fn connect(
             Ok(h) => readers.push(h),
             // (the member's connection then counts as closed: its services fail, and
             // the set settles that as a failure of the call)
-            Err(e) => inbox.deliver(|mail| {
-                mail.closed[m] = Some(format!("no thread to read its connection ({e})"))
-            }),
+            Err(e) => {
+                // (closed both ways, so that the peer's writes fail rather than fill it)
+                if let Some(s) = &streams[m] {
+                    let _ = s.shutdown(std::net::Shutdown::Both);
+                }
+                inbox.deliver(|mail| {
+                    mail.closed[m] = Some(format!("no thread to read its connection ({e})"))
+                })
+            }
         }
     }
     Ok(SocketHost {
@@ -364,22 +386,20 @@ pub(crate) fn connect(
     })
 }
 
-/// Connect to member `m` at `to` (from host `mine`) and prove the token both ways: each
-/// candidate address in turn (at most `ATTEMPT` each, so that one that drops
-/// connections does not use up the time), again until `deadline`.
+/// Connect to member `m` (world rank `w`, on `host`) at the addresses `to` and prove the
+/// token both ways: each address in turn (at most `ATTEMPT` each, so that one that
+/// drops connections does not use up the time), again until `deadline`.
 fn dial(
-    m: u32,
-    to: &Address,
-    mine: &str,
+    (m, w, host): (u32, u32, &str),
+    to: &[SocketAddr],
     token: &[u8; 16],
     (rank, size): (u32, u32),
     deadline: Instant,
 ) -> Result<TcpStream, String> {
     const ATTEMPT: Duration = Duration::from_secs(2);
-    let candidates = to.candidates(mine);
     let mut tried: Vec<String> = Vec::new();
     loop {
-        for a in &candidates {
+        for a in to {
             let left = deadline.saturating_duration_since(Instant::now());
             let within = left.clamp(Duration::from_millis(1), ATTEMPT);
             let attempt = TcpStream::connect_timeout(a, within).and_then(|mut s| {
@@ -388,9 +408,10 @@ fn dial(
             });
             let why = match attempt {
                 Ok(mut s) => match read_handshake(&mut s, token, rank, size, within) {
-                    Some(from) if from == m => return Ok(s),
+                    Ok(from) if from == m => return Ok(s),
                     // (another process on that address and port: try the next)
-                    _ => "no answer with the set's token".to_string(),
+                    Ok(_) => "another member answered".to_string(),
+                    Err(why) => why.to_string(),
                 },
                 Err(e) => e.to_string(),
             };
@@ -401,8 +422,7 @@ fn dial(
         }
         if Instant::now() >= deadline {
             return Err(format!(
-                "cannot connect to member {m} on host {} ({})",
-                to.host,
+                "cannot connect to member {m} (world rank {w}) on host {host} ({})",
                 match tried.is_empty() {
                     true => "no address to try".to_string(),
                     false => tried.join("; "),
@@ -413,43 +433,61 @@ fn dial(
     }
 }
 
-/// Accept the members below `rank`, each proving the token; anything else that connects
-/// is refused and said.
+/// Accept the members below `rank` (`world`: each member's world rank), each proving
+/// the token within [`HANDSHAKE_WITHIN`]; anything else that connects is refused and
+/// said. A member's later connection replaces its earlier one: it gave that one up.
 fn accept_lower(
     listener: &TcpListener,
     token: &[u8; 16],
     (rank, size): (u32, u32),
-    deadline: Instant,
-    me: u32,
+    (deadline, window): (Instant, Duration),
+    world: &[u32],
 ) -> Result<Vec<(u32, TcpStream)>, String> {
+    let me = world.get(rank as usize).copied().unwrap_or(u32::MAX);
     let mut got: Vec<(u32, TcpStream)> = Vec::new();
+    let refused = |addr: &SocketAddr, why: &str| {
+        tracing::warn!(
+            "rank {me}: refused a connection from {addr} to the background protection's socket: {why}"
+        )
+    };
     while got.len() < rank as usize {
         match listener.accept() {
             Ok((mut s, addr)) => {
                 let left = deadline.saturating_duration_since(Instant::now());
                 let from = s
                     .set_nonblocking(false)
-                    .ok()
-                    .and_then(|()| read_handshake(&mut s, token, rank, size, left))
-                    .filter(|&f| f < rank && got.iter().all(|(m, _)| *m != f));
+                    .map_err(|_| "it could not be read")
+                    .and_then(|()| {
+                        read_handshake(&mut s, token, rank, size, left.min(HANDSHAKE_WITHIN))
+                    });
                 match from {
-                    Some(f) if s.write_all(&handshake(token, rank, f, size)).is_ok() => {
-                        got.push((f, s))
-                    }
-                    _ => tracing::warn!(
-                        "rank {me}: refused a connection from {addr} to the background protection's socket: it did not present this set's token"
+                    Ok(f) if f >= rank => refused(
+                        &addr,
+                        "it claimed a member that this one connects to, not the other way",
                     ),
+                    Ok(f) => match s.write_all(&handshake(token, rank, f, size)) {
+                        Ok(()) => {
+                            got.retain(|(m, _)| *m != f);
+                            got.push((f, s));
+                        }
+                        Err(_) => refused(&addr, "the answer to it could not be written"),
+                    },
+                    Err(why) => refused(&addr, why),
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if Instant::now() >= deadline {
                     let missing: Vec<String> = (0..rank)
                         .filter(|f| got.iter().all(|(m, _)| m != f))
-                        .map(|f| f.to_string())
+                        .map(|f| {
+                            let w = world.get(f as usize).copied().unwrap_or(u32::MAX);
+                            format!("{f} (world rank {w})")
+                        })
                         .collect();
                     return Err(format!(
-                        "member(s) {} did not connect within 10 s",
-                        missing.join(", ")
+                        "member(s) {} did not connect within {} s",
+                        missing.join(", "),
+                        window.as_secs_f64()
                     ));
                 }
                 std::thread::sleep(Duration::from_millis(2));
@@ -474,8 +512,15 @@ pub(super) fn tests_accept(
     (rank, size): (u32, u32),
     within: Duration,
 ) -> Result<Vec<u32>, String> {
-    accept_lower(listener, token, (rank, size), Instant::now() + within, 0)
-        .map(|got| got.into_iter().map(|(m, _)| m).collect())
+    let world: Vec<u32> = (0..size).collect();
+    accept_lower(
+        listener,
+        token,
+        (rank, size),
+        (Instant::now() + within, within),
+        &world,
+    )
+    .map(|got| got.into_iter().map(|(m, _)| m).collect())
 }
 
 #[cfg(test)]
@@ -484,7 +529,7 @@ mod tests {
 
     /// An address reads back as written (at most `MAX_IPS` interfaces and `MAX_NAME`
     /// bytes of name), and its candidates come in the order that reaches a peer
-    /// soonest: loopback on the same host, the interfaces, the name, loopback last.
+    /// soonest: loopback on the same host only, the interfaces, the name.
     #[test]
     fn addresses_round_trip_and_are_tried_in_order() {
         let a = Address {
@@ -506,12 +551,7 @@ mod tests {
         let show = |v: Vec<SocketAddr>| v.iter().map(ToString::to_string).collect::<Vec<_>>();
         assert_eq!(
             show(a.candidates("elsewhere")),
-            [
-                "10.1.2.3:4711",
-                "[2001:db8::7]:4711",
-                "127.0.0.1:4711",
-                "[::1]:4711"
-            ]
+            ["10.1.2.3:4711", "[2001:db8::7]:4711"]
         );
         assert_eq!(
             show(a.candidates("node-17.invalid")),

@@ -6,9 +6,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// The addresses of this host's interfaces that are up, except loopback and IPv6
-/// link-local ones (which need an interface to be reached): what another host may
-/// reach this one at. Empty when the kernel does not say.
+/// The addresses of this host's interfaces that are up, except loopback and link-local
+/// ones (the same on many hosts, or reached only through a named interface): what
+/// another host may reach this one at. Empty when the kernel does not say.
 pub(super) fn addresses() -> Vec<IpAddr> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs writes into `head` the head of a list it allocates, freed below
@@ -44,7 +44,7 @@ pub(super) fn addresses() -> Vec<IpAddr> {
             }
         };
         let reachable = match ip {
-            Some(IpAddr::V4(a)) => !a.is_loopback() && !a.is_unspecified(),
+            Some(IpAddr::V4(a)) => !a.is_loopback() && !a.is_unspecified() && !a.is_link_local(),
             Some(IpAddr::V6(a)) => {
                 !a.is_loopback() && !a.is_unspecified() && (a.segments()[0] & 0xffc0) != 0xfe80
             }
@@ -72,6 +72,9 @@ mod tests {
         let all = super::addresses();
         for a in &all {
             assert!(!a.is_loopback() && !a.is_unspecified(), "{a}");
+            if let std::net::IpAddr::V4(v4) = a {
+                assert!(!v4.is_link_local(), "{a}");
+            }
             if let std::net::IpAddr::V6(v6) = a {
                 assert_ne!(v6.segments()[0] & 0xffc0, 0xfe80, "{a}");
             }

@@ -253,16 +253,21 @@ fn misuse_is_refused_with_its_reason() {
         };
         errors.push(raw(1 - r, scr_plugin::MAX_TAG + 1));
         errors.push(raw(2, 0));
-        // member 0 reduces, member 1 broadcasts
+        // member 0 reduces, member 1 broadcasts: each learns of the other's
         let e = if r == 0 {
             h.all_reduce(1, ReduceOp::Sum).unwrap_err()
         } else {
             let mut b = [0u8; 8];
-            h.broadcast(1, &mut b).unwrap();
-            h.all_reduce(1, ReduceOp::Sum).map(|_| ()).unwrap_or(());
-            PluginError::new(ErrorCode::OTHER, "none")
+            h.broadcast(1, &mut b).unwrap_err()
         };
         errors.push(e.message().to_string());
+        // the clean-up the settle of a failed call makes, then a broadcast whose root's
+        // buffer is longer: an error on both members, the root's too
+        w.barrier();
+        let _ = host.settle("apply", Some(&e), LONG);
+        w.barrier();
+        let mut b = vec![7u8; if r == 0 { 8 } else { 4 }];
+        errors.push(h.broadcast(0, &mut b).unwrap_err().message().to_string());
         (r, errors)
     });
     let (_, zero) = &out[0];
@@ -276,18 +281,34 @@ fn misuse_is_refused_with_its_reason() {
     assert_eq!(zero[1], "member 2 does not exist in a set of 2 members");
     assert_eq!(
         zero[2],
-        "member 1 is in another collective (a broadcast) than this member (a reduction or barrier)"
+        "member 1 is in another collective (a broadcast) than this member (a reduction)"
+    );
+    assert_eq!(
+        one[4],
+        "member 0 is in another collective (a reduction) than this member (a broadcast's agreement on its length)"
+    );
+    assert_eq!(
+        zero[3],
+        "broadcast from member 0: buffers differ in length (8 bytes at the root, 8 here)"
+    );
+    assert_eq!(
+        one[5],
+        "broadcast from member 0: buffers differ in length (8 bytes at the root, 4 here)"
     );
 }
 
-/// A connection that does not present the set's token is refused (and said), and the
-/// members that do are accepted.
+/// A connection that does not present the set's token is refused (and said), one that
+/// says nothing holds the accepting member up for a second at most, and the members
+/// that do present it are accepted.
 #[test]
 fn a_stranger_without_the_token_is_refused() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let at = listener.local_addr().unwrap();
     let token = [7u8; 16];
+    let started = std::time::Instant::now();
+    // connected first, and silent until the end
+    let silent = TcpStream::connect(at).unwrap();
     let stranger = std::thread::spawn(move || {
         let mut s = TcpStream::connect(at).unwrap();
         s.write_all(&connect::tests_handshake(&[8u8; 16], 0, 1, 3))
@@ -306,10 +327,13 @@ fn a_stranger_without_the_token_is_refused() {
         b
     });
     let got = connect::tests_accept(&listener, &token, (1, 3), LONG).unwrap();
+    let took = started.elapsed();
     assert_eq!(stranger.join().unwrap(), 0);
     let answer = member.join().unwrap();
     assert_eq!(got, vec![0]);
     assert_eq!(answer, connect::tests_handshake(&token, 1, 0, 3));
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    drop(silent);
 }
 
 /// A member that cannot listen makes every member refuse, itself with its reason and the
