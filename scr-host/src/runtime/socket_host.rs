@@ -8,8 +8,8 @@
 //! - **Made once, collectively, over MPI** (`connect`): on the application's thread,
 //!   through the set's own host (a broadcast of a random token and of each member's
 //!   address, one agreement). Every member then holds one connection to every other,
-//!   each proven by the token both ways: a process that does not know it (another
-//!   user's, a stray connection) is refused and said. Any member that cannot listen,
+//!   each proven by the token both ways without sending it (`greet`): a process that
+//!   does not know it (another user's, a stray connection) is refused and said. Any member that cannot listen,
 //!   connect or be reached makes the whole set refuse (agreed), and the caller falls
 //!   back.
 //! - **One reader per connection.** Each reads the peer's frames as they arrive into
@@ -40,6 +40,7 @@ use super::world::{Members, SetHost};
 use super::Settled;
 
 mod connect;
+mod greet;
 mod interfaces;
 
 pub(crate) use connect::connect;

@@ -2,7 +2,7 @@
 //! token from member 0, every member's listening address, each member connecting to the
 //! members above it and accepting those below, both ends proving the token; agreed.
 
-use std::io::{Read as _, Write as _};
+use std::io::Read as _;
 use std::net::{
     IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs as _,
 };
@@ -12,13 +12,9 @@ use std::time::{Duration, Instant};
 use abi_stable::std_types::RSliceMut;
 use scr_plugin::ReduceOp;
 
-use super::{read_frames, Inbox, Refused, SocketHost};
+use super::{greet, read_frames, Inbox, Refused, SocketHost};
 use crate::runtime::world::{Members, SetHost};
 
-/// The first bytes of a handshake, each way.
-const MAGIC: &[u8; 4] = b"SCRs";
-/// A handshake: magic, token, from, to, set size.
-const HANDSHAKE: usize = 4 + 16 + 4 + 4 + 4;
 /// A member's address as broadcast: port (2), the number of interface addresses (1),
 /// each as a family byte (4 or 6) and 16 bytes, then the host name's length (1) and the
 /// host name.
@@ -31,44 +27,13 @@ const MAX_NAME: usize = 64;
 /// addresses: a site whose nodes drop connections between them learns it at init within
 /// this, not after `abort_timeout`.
 const CONNECT_WITHIN: Duration = Duration::from_secs(10);
-/// The longest an accepting member waits for a connection's handshake (a member sends
-/// it at once): a connection that says nothing does not hold up the others for long.
+/// The longest an accepting member waits for each step of a connection's greeting (a
+/// member answers at once): a connection that says nothing does not hold up the others
+/// for long.
 const HANDSHAKE_WITHIN: Duration = Duration::from_secs(1);
 /// How long one write waits before the writer looks whether it should give up (see
 /// `SocketHost::put`).
 const WRITE_POLL: Duration = Duration::from_millis(100);
-
-/// A handshake from member `from` to member `to` of a set of `size`.
-fn handshake(token: &[u8; 16], from: u32, to: u32, size: u32) -> [u8; HANDSHAKE] {
-    let mut h = [0u8; HANDSHAKE];
-    h[..4].copy_from_slice(MAGIC);
-    h[4..20].copy_from_slice(token);
-    h[20..24].copy_from_slice(&from.to_le_bytes());
-    h[24..28].copy_from_slice(&to.to_le_bytes());
-    h[28..].copy_from_slice(&size.to_le_bytes());
-    h
-}
-
-/// Read a handshake from `s` (within `within`, at most 10 s): the member it comes from,
-/// when it carries this set's token and is meant for member `to`; why not otherwise.
-fn read_handshake(
-    s: &mut TcpStream,
-    token: &[u8; 16],
-    to: u32,
-    size: u32,
-    within: Duration,
-) -> Result<u32, &'static str> {
-    let within = within.clamp(Duration::from_millis(1), Duration::from_secs(10));
-    let mut h = [0u8; HANDSHAKE];
-    s.set_read_timeout(Some(within))
-        .and_then(|()| s.read_exact(&mut h))
-        .map_err(|_| "it sent no handshake in time")?;
-    let word = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
-    match &h[..4] == MAGIC && &h[4..20] == token && word(24) == to && word(28) == size {
-        true => Ok(word(20)),
-        false => Err("it did not present this set's token"),
-    }
-}
 
 /// This host's name, as its peers resolve it.
 fn host_name() -> String {
@@ -79,12 +44,12 @@ fn host_name() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// A fresh token: 16 bytes from the kernel's random source.
-fn new_token() -> Result<[u8; 16], String> {
+/// 16 fresh bytes from the kernel's random source (a token, a nonce).
+fn random16() -> Result<[u8; 16], String> {
     let mut t = [0u8; 16];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut t))
-        .map_err(|e| format!("no random token (/dev/urandom: {e})"))?;
+        .map_err(|e| format!("no random bytes (/dev/urandom: {e})"))?;
     Ok(t)
 }
 
@@ -252,7 +217,7 @@ pub(crate) fn connect(
     // the token: member 0's, to every member
     let mut token = [0u8; 16];
     let made = match rank {
-        0 => new_token().map(|t| token = t),
+        0 => random16().map(|t| token = t),
         _ => Ok(()),
     };
     set.broadcast(0, RSliceMut::from_mut_slice(&mut token))
@@ -402,17 +367,15 @@ fn dial(
         for a in to {
             let left = deadline.saturating_duration_since(Instant::now());
             let within = left.clamp(Duration::from_millis(1), ATTEMPT);
-            let attempt = TcpStream::connect_timeout(a, within).and_then(|mut s| {
-                s.write_all(&handshake(token, rank, m, size))?;
-                Ok(s)
-            });
-            let why = match attempt {
-                Ok(mut s) => match read_handshake(&mut s, token, rank, size, within) {
-                    Ok(from) if from == m => return Ok(s),
-                    // (another process on that address and port: try the next)
-                    Ok(_) => "another member answered".to_string(),
-                    Err(why) => why.to_string(),
-                },
+            let why = match TcpStream::connect_timeout(a, within) {
+                Ok(mut s) => {
+                    let nonce = random16()?;
+                    match greet::as_dialer(&mut s, token, (rank, m, size), nonce, within) {
+                        Ok(()) => return Ok(s),
+                        // (another process on that address and port: try the next)
+                        Err(why) => why.to_string(),
+                    }
+                }
                 Err(e) => e.to_string(),
             };
             let said = format!("{a}: {why}");
@@ -454,24 +417,17 @@ fn accept_lower(
         match listener.accept() {
             Ok((mut s, addr)) => {
                 let left = deadline.saturating_duration_since(Instant::now());
+                let within = left.min(HANDSHAKE_WITHIN);
+                let nonce = random16()?;
                 let from = s
                     .set_nonblocking(false)
                     .map_err(|_| "it could not be read")
-                    .and_then(|()| {
-                        read_handshake(&mut s, token, rank, size, left.min(HANDSHAKE_WITHIN))
-                    });
+                    .and_then(|()| greet::as_acceptor(&mut s, token, (rank, size), nonce, within));
                 match from {
-                    Ok(f) if f >= rank => refused(
-                        &addr,
-                        "it claimed a member that this one connects to, not the other way",
-                    ),
-                    Ok(f) => match s.write_all(&handshake(token, rank, f, size)) {
-                        Ok(()) => {
-                            got.retain(|(m, _)| *m != f);
-                            got.push((f, s));
-                        }
-                        Err(_) => refused(&addr, "the answer to it could not be written"),
-                    },
+                    Ok(f) => {
+                        got.retain(|(m, _)| *m != f);
+                        got.push((f, s));
+                    }
                     Err(why) => refused(&addr, why),
                 }
             }
@@ -498,10 +454,14 @@ fn accept_lower(
     Ok(got)
 }
 
-/// A handshake, for the tests.
+/// [`greet::as_dialer`] for the tests.
 #[cfg(test)]
-pub(super) fn tests_handshake(token: &[u8; 16], from: u32, to: u32, size: u32) -> [u8; HANDSHAKE] {
-    handshake(token, from, to, size)
+pub(super) fn tests_greet(
+    s: &mut TcpStream,
+    token: &[u8; 16],
+    ends: (u32, u32, u32),
+) -> Result<(), &'static str> {
+    greet::as_dialer(s, token, ends, [3u8; 16], Duration::from_secs(5))
 }
 
 /// [`accept_lower`] for the tests: the members accepted.
