@@ -633,13 +633,31 @@ impl MpiHost {
 
     /// `member` as an MPI rank of the set, or an error when the set has no such member.
     fn check(&self, member: u32) -> Result<i32, PluginError> {
-        match i32::try_from(member) {
-            Ok(r) if member < self.size => Ok(r),
-            _ => Err(PluginError::communication(format!(
-                "member {member} does not exist in a set of {} members",
-                self.size
-            ))),
-        }
+        // (a member below the size, which MPI gave as an i32)
+        member_in(member, self.size).map(|m| m as i32)
+    }
+}
+
+/// `member` when a set of `size` members has it; the error a plugin gets otherwise (from
+/// every set host alike).
+pub(super) fn member_in(member: u32, size: u32) -> Result<u32, PluginError> {
+    match member < size {
+        true => Ok(member),
+        false => Err(PluginError::communication(format!(
+            "member {member} does not exist in a set of {size} members"
+        ))),
+    }
+}
+
+/// A plugin's tag: `0..=MAX_TAG` (the smallest `MPI_TAG_UB` MPI allows), an error
+/// otherwise (from every set host alike).
+pub(super) fn plugin_tag(tag: u32) -> Result<u32, PluginError> {
+    match tag <= scr_plugin::MAX_TAG {
+        true => Ok(tag),
+        false => Err(PluginError::communication(format!(
+            "tag {tag} is above the largest plugin tag {}",
+            scr_plugin::MAX_TAG
+        ))),
     }
 }
 

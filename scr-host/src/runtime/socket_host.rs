@@ -33,9 +33,9 @@ use std::time::{Duration, Instant};
 
 use abi_stable::std_types::{RResult, RSlice, RSliceMut, RStr, RString};
 use scr_plugin::sync::lock;
-use scr_plugin::{ErrorCode, HostRef, HostServices, LogLevel, PluginError, ReduceOp, MAX_TAG};
+use scr_plugin::{ErrorCode, HostRef, HostServices, LogLevel, PluginError, ReduceOp};
 
-use super::mpi_host::Notice;
+use super::mpi_host::{member_in, plugin_tag, Notice};
 use super::world::{Members, SetHost};
 use super::Settled;
 
@@ -214,13 +214,7 @@ impl SocketHost {
 
     /// `member` as an index, or an error when the set has no such member.
     fn check(&self, member: u32) -> Result<usize, PluginError> {
-        match usize::try_from(member) {
-            Ok(m) if member < self.size => Ok(m),
-            _ => Err(PluginError::communication(format!(
-                "member {member} does not exist in a set of {} members",
-                self.size
-            ))),
-        }
+        member_in(member, self.size).map(|m| m as usize)
     }
 
     /// `Err` with the first abort notice of this call, if one arrived.
@@ -443,16 +437,6 @@ fn coll_name(tag: u32) -> &'static str {
         BARRIER => "a barrier",
         BCAST_LENGTH => "a broadcast's agreement on its length",
         _ => "a broadcast",
-    }
-}
-
-/// A plugin's tag, refused above [`MAX_TAG`] as over MPI.
-fn plugin_tag(tag: u32) -> Result<u32, PluginError> {
-    match tag <= MAX_TAG {
-        true => Ok(tag),
-        false => Err(PluginError::communication(format!(
-            "tag {tag} is above the largest plugin tag {MAX_TAG}"
-        ))),
     }
 }
 

@@ -13,7 +13,7 @@ use mpi::datatype::Equivalence as _;
 use mpi::raw::{AsRaw as _, AsRawMut as _};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator as _, Source as _};
-use scr_plugin::{HostServices, LogLevel, PluginError, ReduceOp, MAX_TAG};
+use scr_plugin::{HostServices, LogLevel, PluginError, ReduceOp};
 
 use super::requests::{iallreduce_u64, ibarrier, ibcast, imrecv, isend, pieces};
 use super::{MpiHost, Settled, SERIAL};
@@ -185,12 +185,8 @@ impl MpiHost {
 /// an error otherwise — never truncated into a negative or out-of-range MPI tag, which
 /// MPI treats as a fatal error.
 fn mpi_tag(tag: u32) -> Result<i32, PluginError> {
-    match i32::try_from(tag) {
-        Ok(t) if tag <= MAX_TAG => Ok(t),
-        _ => Err(PluginError::communication(format!(
-            "tag {tag} is above the largest plugin tag {MAX_TAG}"
-        ))),
-    }
+    // (at most MAX_TAG, which an i32 holds)
+    super::plugin_tag(tag).map(|t| t as i32)
 }
 
 impl HostServices for MpiHost {
